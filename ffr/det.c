@@ -1,0 +1,234 @@
+/*
+ * The detection sample encoding ffr-det-1 (docs/format.md section 8), implemented once for the
+ * packer and the trainer. Decoding trusts nothing: every size is checked against the buffer
+ * length with 64-bit arithmetic before anything is read.
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "ffr_internal.h"
+
+static const uint8_t det_magic[4] = { 'Y', 'D', 'E', 'T' };
+#define DET_HEADER 64u
+#define DET_VERSION 1u
+
+static uint64_t pad4(uint64_t x)
+{
+    return (x + 3) & ~(uint64_t)3;
+}
+
+/* Total encoded size in 64 bits; the caller checks it fits the u32 fields and size_t. */
+static uint64_t det_size64(const struct ffr_det_sample *s)
+{
+    uint64_t n = DET_HEADER + pad4(s->pixel_bytes) + 20ull * s->n_labels;
+    if (s->n_points) n += 4ull * s->n_labels + 8ull * s->n_points;
+    return n + s->name_len;
+}
+
+size_t ffr_det_encoded_size(const struct ffr_det_sample *s)
+{
+    if (!s) return 0;
+    const uint64_t n = det_size64(s);
+    return n > FFR_RECORD_MAX ? 0 : (size_t)n;
+}
+
+static int labels_ok(const float *l, uint32_t n)
+{
+    for (uint64_t i = 0; i < (uint64_t)n * 5; i++)
+        if (!isfinite(l[i])) return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const float c = l[i * 5];
+        if (c < 0 || c > 65535 || c != floorf(c)) return 0;
+    }
+    return 1;
+}
+
+static int points_ok(const float *p, uint32_t n)
+{
+    for (uint64_t i = 0; i < (uint64_t)n * 2; i++)
+        if (!isfinite(p[i])) return 0;
+    return 1;
+}
+
+static int sample_ok(const struct ffr_det_sample *s)
+{
+    if (s->pixel_format > FFR_DET_JPEG) return 0;
+    if (s->pixel_format != FFR_DET_JPEG && (uint64_t)s->h * s->w * 3 != s->pixel_bytes) return 0;
+    if (s->pixel_bytes && !s->pixels) return 0;
+    if (s->n_labels && !s->labels) return 0;
+    if (s->n_points && (!s->seg_counts || !s->seg_points)) return 0;
+    if (s->name_len && !s->name) return 0;
+    if (!labels_ok(s->labels, s->n_labels) || !points_ok(s->seg_points, s->n_points)) return 0;
+    if (s->n_points) {
+        uint64_t t = 0;
+        for (uint32_t i = 0; i < s->n_labels; i++) t += s->seg_counts[i];
+        if (t != s->n_points) return 0;
+    }
+    return 1;
+}
+
+void ffr_det_sub_filter(uint8_t *dst, const uint8_t *src, uint32_t h, uint32_t w)
+{
+    const size_t row = (size_t)w * 3;
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *s = src + y * row;
+        uint8_t *d = dst + y * row;
+        if (!row) continue;
+        memcpy(d, s, 3 < row ? 3 : row);
+        for (size_t x = 3; x < row; x++) d[x] = (uint8_t)(s[x] - s[x - 3]);
+    }
+}
+
+void ffr_det_sub_unfilter(uint8_t *dst, const uint8_t *src, uint32_t h, uint32_t w)
+{
+    const size_t row = (size_t)w * 3;
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *s = src + y * row;
+        uint8_t *d = dst + y * row;
+        if (!row) continue;
+        /* Three running sums, one per channel: the loop carries a dependency only every 3. */
+        uint8_t r = s[0], g = s[1], b = s[2];
+        d[0] = r;
+        d[1] = g;
+        d[2] = b;
+        for (size_t x = 3; x + 2 < row; x += 3) {
+            r = (uint8_t)(r + s[x]);
+            g = (uint8_t)(g + s[x + 1]);
+            b = (uint8_t)(b + s[x + 2]);
+            d[x] = r;
+            d[x + 1] = g;
+            d[x + 2] = b;
+        }
+    }
+}
+
+int64_t ffr_det_encode(const struct ffr_det_sample *s, void *dst, size_t dst_cap)
+{
+    if (!s || !dst || !sample_ok(s)) return -EINVAL;
+    const uint64_t n = det_size64(s);
+    if (n > FFR_RECORD_MAX) return -EINVAL;
+    if (n > dst_cap) return -FFR_ETOOBIG;
+    uint8_t *p = dst;
+    memset(p, 0, DET_HEADER);
+    memcpy(p, det_magic, 4);
+    ffr_wr16(p + 4, DET_VERSION);
+    p[6] = (uint8_t)s->pixel_format;
+    p[7] = 3;
+    ffr_wr32(p + 8, s->h);
+    ffr_wr32(p + 12, s->w);
+    ffr_wr32(p + 16, s->h0);
+    ffr_wr32(p + 20, s->w0);
+    ffr_wr32(p + 24, s->pixel_bytes);
+    ffr_wr32(p + 28, s->n_labels);
+    ffr_wr32(p + 32, s->n_points);
+    ffr_wr32(p + 36, s->name_len);
+    ffr_wr64(p + 40, (uint64_t)s->image_id);
+    p += DET_HEADER;
+    if (s->pixel_format == FFR_DET_RGB8_SUB)
+        ffr_det_sub_filter(p, s->pixels, s->h, s->w);
+    else if (s->pixel_bytes)
+        memcpy(p, s->pixels, s->pixel_bytes);
+    memset(p + s->pixel_bytes, 0, (size_t)(pad4(s->pixel_bytes) - s->pixel_bytes));
+    p += pad4(s->pixel_bytes);
+    /* Floats and counts are stored little-endian; this code assumes a little-endian host, as
+     * the trainer does when it hands the rows to the loss as floats. */
+    if (s->n_labels) memcpy(p, s->labels, 20ull * s->n_labels);
+    p += 20ull * s->n_labels;
+    if (s->n_points) {
+        memcpy(p, s->seg_counts, 4ull * s->n_labels);
+        p += 4ull * s->n_labels;
+        memcpy(p, s->seg_points, 8ull * s->n_points);
+        p += 8ull * s->n_points;
+    }
+    if (s->name_len) memcpy(p, s->name, s->name_len);
+    return (int64_t)n;
+}
+
+int ffr_det_decode(const void *buf, size_t len, struct ffr_det_sample *out)
+{
+    if (!buf || !out) return -EINVAL;
+    const uint8_t *p = buf;
+    if (len < DET_HEADER || memcmp(p, det_magic, 4) != 0) return -FFR_EBADMAGIC;
+    if (ffr_rd16(p + 4) != DET_VERSION) return -FFR_EVERSION;
+    /* Views of floats need 4-byte alignment; buffers from malloc or the frame are aligned. */
+    if ((uintptr_t)p % 4) return -EINVAL;
+    memset(out, 0, sizeof *out);
+    out->pixel_format = p[6];
+    out->h = ffr_rd32(p + 8);
+    out->w = ffr_rd32(p + 12);
+    out->h0 = ffr_rd32(p + 16);
+    out->w0 = ffr_rd32(p + 20);
+    out->pixel_bytes = ffr_rd32(p + 24);
+    out->n_labels = ffr_rd32(p + 28);
+    out->n_points = ffr_rd32(p + 32);
+    out->name_len = ffr_rd32(p + 36);
+    out->image_id = (int64_t)ffr_rd64(p + 40);
+    if (p[7] != 3 || !ffr_is_zero(p + 48, 16) || det_size64(out) != len) return -FFR_ECORRUPT;
+    const uint8_t *q = p + DET_HEADER;
+    out->pixels = q;
+    if (!ffr_is_zero(q + out->pixel_bytes, (size_t)(pad4(out->pixel_bytes) - out->pixel_bytes)))
+        return -FFR_ECORRUPT;
+    q += pad4(out->pixel_bytes);
+    out->labels = (const float *)(const void *)q;
+    q += 20ull * out->n_labels;
+    if (out->n_points) {
+        out->seg_counts = (const uint32_t *)(const void *)q;
+        q += 4ull * out->n_labels;
+        out->seg_points = (const float *)(const void *)q;
+        q += 8ull * out->n_points;
+    }
+    out->name = (const char *)q;
+    if (!sample_ok(out)) return -FFR_ECORRUPT;
+    return 0;
+}
+
+int64_t ffr_det_pixels(const struct ffr_det_sample *s, uint8_t *dst, size_t dst_cap)
+{
+    if (!s || (!dst && s->pixel_bytes)) return -EINVAL;
+    if (s->pixel_format == FFR_DET_JPEG) return -ENOTSUP;
+    const uint64_t n = (uint64_t)s->h * s->w * 3;
+    if (n != s->pixel_bytes) return -FFR_ECORRUPT;
+    if (dst_cap < n) return -FFR_ETOOBIG;
+    if (s->pixel_format == FFR_DET_RGB8_SUB)
+        ffr_det_sub_unfilter(dst, s->pixels, s->h, s->w);
+    else if (n)
+        memcpy(dst, s->pixels, (size_t)n);
+    return (int64_t)n;
+}
+
+size_t ffr_det_summary_size(const struct ffr_det_sample *s)
+{
+    return s ? 20 + 20 * (size_t)s->n_labels : 0;
+}
+
+int64_t ffr_det_summary_encode(const struct ffr_det_sample *s, void *dst, size_t dst_cap)
+{
+    if (!s || !dst || (s->n_labels && !s->labels)) return -EINVAL;
+    const size_t n = ffr_det_summary_size(s);
+    if (dst_cap < n) return -FFR_ETOOBIG;
+    uint8_t *p = dst;
+    ffr_wr32(p, s->h);
+    ffr_wr32(p + 4, s->w);
+    ffr_wr32(p + 8, s->h0);
+    ffr_wr32(p + 12, s->w0);
+    ffr_wr32(p + 16, s->n_labels);
+    if (s->n_labels) memcpy(p + 20, s->labels, 20 * (size_t)s->n_labels);
+    return (int64_t)n;
+}
+
+int ffr_det_summary_decode(const void *buf, size_t len, struct ffr_det_summary *out)
+{
+    if (!buf || !out) return -EINVAL;
+    const uint8_t *p = buf;
+    if (len < 20 || (uintptr_t)p % 4) return -FFR_ECORRUPT;
+    out->h = ffr_rd32(p);
+    out->w = ffr_rd32(p + 4);
+    out->h0 = ffr_rd32(p + 8);
+    out->w0 = ffr_rd32(p + 12);
+    out->n_labels = ffr_rd32(p + 16);
+    if (len != 20 + 20ull * out->n_labels) return -FFR_ECORRUPT;
+    out->labels = (const float *)(const void *)(p + 20);
+    if (!labels_ok(out->labels, out->n_labels)) return -FFR_ECORRUPT;
+    return 0;
+}

@@ -1,0 +1,323 @@
+/*
+ * ffr: packed, checksummed, indexed record files (docs/format.md is the contract).
+ *
+ * A dataset is one file or several shards named by a manifest. Each record is a byte string
+ * stored raw or zstd-compressed, with an xxh3-64 checksum, plus a small summary kept in the index
+ * so that planning needs no record reads. The detection sample encoding that yolo-pack writes and
+ * the trainer reads (ffr_det_*) is at the end of this header.
+ *
+ * Errors: functions returning int give >= 0 on success and a negative code on failure: -errno
+ * for system and argument errors, -FFR_E* for format errors. ffr_strerror() names both. The
+ * library never prints and never exits.
+ *
+ * Threads: a writer is used by one thread at a time. A reader is safe for concurrent
+ * ffr_reader_read/_info/_verify calls from many threads once opened, each thread with its own
+ * struct ffr_decoder.
+ */
+#ifndef FFR_H
+#define FFR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define FFR_API __attribute__((visibility("default")))
+#else
+#define FFR_API
+#endif
+
+/* Format error codes, returned negated. Pinned: never renumber (docs/format.md section 9). */
+enum {
+    FFR_EBADMAGIC = 1001, /* not an ffr file or manifest */
+    FFR_EVERSION = 1002,  /* written by a newer format version */
+    FFR_EFLAGS = 1003,    /* uses a feature flag this reader does not know */
+    FFR_ETRUNC = 1004,    /* file cut short, or bytes appended: no valid trailer */
+    FFR_ECHECKSUM = 1005, /* stored bytes do not match their checksum */
+    FFR_ECORRUPT = 1006,  /* a structure is inconsistent (its checksum may be fine) */
+    FFR_EFOREIGN = 1007,  /* an HFAI FFRecord file, which shares the .ffr extension */
+    FFR_ESHARD = 1008,    /* a manifest's shard is missing or differs from the manifest */
+    FFR_ETOOBIG = 1009,   /* a size exceeds a limit (record too large, destination too small) */
+};
+
+/* Record codecs (per record, chosen by the writer). */
+enum { FFR_CODEC_RAW = 0, FFR_CODEC_ZSTD = 1 };
+
+#define FFR_FORMAT_VERSION 1u
+#define FFR_FRAME_HEADER_SIZE 32u
+#define FFR_TRAILER_SIZE 1536u
+/* Largest stored or raw record length the format can describe (u32 fields). */
+#define FFR_RECORD_MAX 0xffffffffu
+
+/* Returns a static, human-readable description of rc (any negative code, errno or FFR_E*). */
+FFR_API const char *ffr_strerror(int rc);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Writer                                                                                   */
+
+struct ffr_writer;
+
+struct ffr_writer_opts {
+    uint32_t align;       /* record alignment, power of two in [1, 1 MiB]; 4096 allows O_DIRECT */
+    int codec;            /* FFR_CODEC_RAW or FFR_CODEC_ZSTD (records that do not shrink stay raw) */
+    int zstd_level;       /* zstd level for FFR_CODEC_ZSTD (1..19) */
+    uint64_t shard_bytes; /* 0: one file; else start a new shard before a file would pass this */
+    int durable;          /* 1: fsync files and directory before the rename (default 1) */
+};
+
+/* Fills *o with the defaults: align 4096, zstd level 1, one file, durable. */
+FFR_API void ffr_writer_opts_default(struct ffr_writer_opts *o);
+
+/*
+ * Creates a writer for `path`. Single file: records go to a temporary file next to `path`,
+ * renamed to `path` by ffr_writer_close. Sharded (opts->shard_bytes > 0): `path` becomes the
+ * manifest and shards are written beside it as STEM-00000.ffr, ... (STEM is path without .ffr).
+ * opts may be NULL for the defaults. On success *out owns the writer; returns 0.
+ * Errors: -EINVAL (bad options), -errno from creating the file.
+ */
+FFR_API int ffr_writer_open(struct ffr_writer **out, const char *path,
+                            const struct ffr_writer_opts *opts);
+
+/*
+ * Appends one record and its summary (copied; the caller keeps its buffers). The record is
+ * compressed here when the writer's codec asks for it. Record numbers are consecutive from 0.
+ * Returns 0. Errors: -FFR_ETOOBIG (len > FFR_RECORD_MAX), -ENOMEM, -errno from write. After an
+ * error the writer can only be aborted.
+ */
+FFR_API int ffr_writer_append(struct ffr_writer *w, const void *data, size_t len,
+                              const void *summary, size_t summary_len);
+
+/*
+ * Appends a record already encoded by ffr_encode() (e.g. in worker threads): `stored` is written
+ * as is. Same returns as ffr_writer_append, plus -EINVAL for an unknown codec.
+ */
+FFR_API int ffr_writer_append_encoded(struct ffr_writer *w, int codec, const void *stored,
+                                      size_t stored_len, size_t raw_len, const void *data_hash_opt,
+                                      const void *summary, size_t summary_len);
+
+/* Sets the metadata text stored in the index (copied; may be called again until close). */
+FFR_API int ffr_writer_set_metadata(struct ffr_writer *w, const char *text, size_t len);
+
+/* Number of records appended so far. */
+FFR_API uint64_t ffr_writer_count(const struct ffr_writer *w);
+
+/*
+ * Writes the index and trailer, makes the file durable and renames it into place (shards, then
+ * the manifest last). Frees the writer whatever the result. On error nothing claims to be
+ * complete: temporaries are removed. Returns 0 or a negative error.
+ */
+FFR_API int ffr_writer_close(struct ffr_writer *w);
+
+/* Discards everything written (temporaries removed) and frees the writer. Accepts NULL. */
+FFR_API void ffr_writer_abort(struct ffr_writer *w);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Encoding records outside the writer (thread-safe with one ffr_codec per thread)           */
+
+struct ffr_codec;
+
+/* Creates per-thread compression/decompression state. Returns 0 or -ENOMEM. */
+FFR_API int ffr_codec_create(struct ffr_codec **out);
+/* Frees it. Accepts NULL. */
+FFR_API void ffr_codec_destroy(struct ffr_codec *c);
+
+/* Upper bound of the stored size of a `len`-byte record under any codec. */
+FFR_API size_t ffr_encode_bound(size_t len);
+
+/*
+ * Encodes src with `codec` (FFR_CODEC_ZSTD at `level`) into dst. If compression does not make
+ * the record smaller the raw bytes are copied instead. Returns the stored length and writes the
+ * codec actually used to *codec_used. Errors: -FFR_ETOOBIG (dst_cap too small), -EINVAL.
+ */
+FFR_API int64_t ffr_encode(struct ffr_codec *c, void *dst, size_t dst_cap, const void *src,
+                           size_t src_len, int codec, int level, int *codec_used);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reader                                                                                   */
+
+struct ffr_reader;
+
+struct ffr_reader_opts {
+    uint32_t max_record_bytes; /* refuse records whose stored or raw size is larger (0: 1 GiB) */
+};
+
+FFR_API void ffr_reader_opts_default(struct ffr_reader_opts *o);
+
+/*
+ * Opens a record file or a manifest (told apart by their first bytes). Reads the header,
+ * trailer and index of every file and checks them (docs/format.md sections 3-7); records are
+ * not read. opts may be NULL. On success *out owns the reader.
+ * Errors: -FFR_EBADMAGIC, -FFR_EFOREIGN, -FFR_EVERSION, -FFR_EFLAGS, -FFR_ETRUNC,
+ * -FFR_ECHECKSUM, -FFR_ECORRUPT, -FFR_ESHARD, -errno. ffr_reader_last_error() is not available
+ * after a failed open, so the detail of a failure is written to err (may be NULL) as one line
+ * naming the file (and shard, record) when err_cap > 0.
+ */
+FFR_API int ffr_reader_open(struct ffr_reader **out, const char *path,
+                            const struct ffr_reader_opts *opts, char *err, size_t err_cap);
+
+/* Same for an already-open file descriptor (not a manifest); `name` is used in messages. The
+ * reader duplicates fd; the caller keeps its own. */
+FFR_API int ffr_reader_open_fd(struct ffr_reader **out, int fd, const char *name,
+                               const struct ffr_reader_opts *opts, char *err, size_t err_cap);
+
+/* Closes the reader and its files. Accepts NULL. */
+FFR_API void ffr_reader_close(struct ffr_reader *r);
+
+/* Records in the dataset (all shards). */
+FFR_API uint64_t ffr_reader_count(const struct ffr_reader *r);
+
+/* Number of files: 1 for a single file, the shard count for a manifest. */
+FFR_API uint32_t ffr_reader_shard_count(const struct ffr_reader *r);
+
+struct ffr_shard_info {
+    const char *path;     /* path as opened (valid while the reader lives) */
+    int fd;               /* read-only descriptor owned by the reader */
+    uint64_t file_size;   /* bytes */
+    uint64_t first;       /* global number of the shard's first record */
+    uint64_t count;       /* records in the shard */
+    uint32_t align;       /* the shard's record alignment */
+    uint64_t index_hash;  /* xxh3 of the shard's index, as in its trailer */
+    uint64_t index_bytes; /* index size */
+};
+
+/* Describes shard k (0-based). Returns 0 or -EINVAL when k is out of range. */
+FFR_API int ffr_reader_shard(const struct ffr_reader *r, uint32_t k, struct ffr_shard_info *out);
+
+/* Where a record lives and what it holds, from the index (no I/O). */
+struct ffr_record_info {
+    uint32_t shard;         /* file holding it (ffr_reader_shard) */
+    uint32_t codec;         /* FFR_CODEC_* */
+    uint64_t offset;        /* byte offset of its frame in that file (a multiple of align) */
+    uint64_t frame_len;     /* FFR_FRAME_HEADER_SIZE + stored_len */
+    uint64_t extent_len;    /* frame_len rounded up to the shard's align: what O_DIRECT reads */
+    uint32_t stored_len;    /* stored bytes */
+    uint32_t raw_len;       /* bytes after decoding */
+    uint64_t data_hash;     /* xxh3 of the stored bytes */
+    uint64_t local;         /* record number within its shard */
+    const void *summary;    /* the record's summary, valid while the reader lives */
+    uint32_t summary_len;   /* bytes */
+};
+
+/* Fills *out for record i. Returns 0 or -EINVAL (i >= count). */
+FFR_API int ffr_reader_info(const struct ffr_reader *r, uint64_t i, struct ffr_record_info *out);
+
+/* The dataset's metadata text (not NUL-terminated), valid while the reader lives: the manifest's
+ * when it has one, else the (first) file's. */
+FFR_API const char *ffr_reader_metadata(const struct ffr_reader *r, size_t *len);
+
+/* Per-thread read state: a decompression context and a scratch buffer. */
+struct ffr_decoder;
+FFR_API int ffr_decoder_create(struct ffr_decoder **out);
+FFR_API void ffr_decoder_destroy(struct ffr_decoder *d);
+
+/*
+ * Reads record i into dst (raw bytes, decoded), checking the frame header against the index and
+ * the stored bytes against their checksum. d may be NULL (a temporary is made: slower).
+ * Returns the raw length. Errors: -EINVAL, -FFR_ETOOBIG (dst_cap < raw_len: query
+ * ffr_reader_info first), -FFR_ECHECKSUM, -FFR_ECORRUPT, -EIO and other -errno.
+ */
+FFR_API int64_t ffr_reader_read(const struct ffr_reader *r, struct ffr_decoder *d, uint64_t i,
+                                void *dst, size_t dst_cap);
+
+/*
+ * Decodes a frame that the caller read itself (for example with io_uring into pinned memory):
+ * `frame` holds at least info->frame_len bytes starting at the frame header. Checks the header
+ * against info and the data hash (unless verify == 0), then decodes into dst. For a raw record
+ * with dst == NULL nothing is copied and *payload points into frame. Returns the raw length.
+ */
+FFR_API int64_t ffr_frame_decode(struct ffr_decoder *d, const struct ffr_record_info *info,
+                                 const void *frame, size_t frame_len, int verify, void *dst,
+                                 size_t dst_cap, const void **payload);
+
+/* A problem found by ffr_reader_verify_all, passed to the callback. */
+struct ffr_problem {
+    uint32_t shard;     /* file it is in */
+    const char *path;   /* that file */
+    int64_t record;     /* global record number, or -1 for file structures */
+    uint64_t offset;    /* byte offset in that file */
+    int code;           /* negative error code */
+    const char *what;   /* one line describing it */
+};
+
+typedef void (*ffr_problem_fn)(void *ctx, const struct ffr_problem *p);
+
+/*
+ * Checks every byte of every file: the header and its padding, each record's frame header,
+ * data hash and decoded length, the zero padding between frames, and the three trailer copies.
+ * Calls fn (may be NULL) for each problem. Returns the number of problems (0: intact) or a
+ * negative error when a file could not be read at all.
+ */
+FFR_API int64_t ffr_reader_verify_all(const struct ffr_reader *r, ffr_problem_fn fn, void *ctx);
+
+/* Checks record i alone (frame header, hash, decode). Returns 0 or a negative error. */
+FFR_API int ffr_reader_verify(const struct ffr_reader *r, struct ffr_decoder *d, uint64_t i);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Detection samples (docs/format.md section 8): one image and its labels per record.        */
+
+enum { FFR_DET_RGB8 = 0, FFR_DET_RGB8_SUB = 1, FFR_DET_JPEG = 2 };
+
+/* A detection sample. For encoding, the caller fills it; after decoding, pointers are views
+ * into the decoded buffer (valid while that buffer is). */
+struct ffr_det_sample {
+    uint32_t h, w;              /* stored image size in pixels */
+    uint32_t h0, w0;            /* original size (after EXIF orientation) */
+    uint32_t pixel_format;      /* FFR_DET_* */
+    const uint8_t *pixels;      /* pixel_bytes bytes (RGB8: h*w*3, HWC) */
+    uint32_t pixel_bytes;
+    uint32_t n_labels;          /* rows */
+    const float *labels;        /* n_labels x 5: class, cx, cy, w, h, normalised */
+    uint32_t n_points;          /* total polygon points; 0 = no segments */
+    const uint32_t *seg_counts; /* n_labels entries when n_points > 0, else NULL */
+    const float *seg_points;    /* n_points x 2 (x, y), normalised */
+    int64_t image_id;           /* -1 when unknown */
+    const char *name;           /* source file name, name_len bytes, not NUL-terminated */
+    uint32_t name_len;
+};
+
+/* Bytes ffr_det_encode needs for s. Returns 0 when s is invalid (sizes overflow u32). */
+FFR_API size_t ffr_det_encoded_size(const struct ffr_det_sample *s);
+
+/*
+ * Serialises s into dst. With pixel_format FFR_DET_RGB8_SUB, s->pixels must hold plain RGB8
+ * pixels: the filter is applied here. Returns bytes written or -EINVAL (inconsistent sample),
+ * -FFR_ETOOBIG (dst_cap too small).
+ */
+FFR_API int64_t ffr_det_encode(const struct ffr_det_sample *s, void *dst, size_t dst_cap);
+
+/*
+ * Parses and checks a sample: every size against len, finite coordinates, whole-number classes.
+ * On success *out holds views into buf (pixels still filtered for RGB8_SUB: use
+ * ffr_det_pixels). Returns 0 or -FFR_EBADMAGIC, -FFR_EVERSION, -FFR_ECORRUPT.
+ */
+FFR_API int ffr_det_decode(const void *buf, size_t len, struct ffr_det_sample *out);
+
+/*
+ * Writes the sample's image as plain RGB8 (h*w*3 bytes) into dst, undoing the Sub filter.
+ * Returns bytes written, -FFR_ETOOBIG, or -ENOTSUP for JPEG samples (decode those with a JPEG
+ * library: they hold a JPEG file in pixels).
+ */
+FFR_API int64_t ffr_det_pixels(const struct ffr_det_sample *s, uint8_t *dst, size_t dst_cap);
+
+/* The index summary of a detection record (docs/format.md 8.1). */
+struct ffr_det_summary {
+    uint32_t h, w, h0, w0; /* stored and original image sizes */
+    uint32_t n_labels;
+    const float *labels; /* n_labels x 5, a view into the summary bytes (4-byte aligned) */
+};
+
+/* Bytes of the summary of s: 20 + 20 * n_labels. */
+FFR_API size_t ffr_det_summary_size(const struct ffr_det_sample *s);
+/* Writes the summary of s. Returns bytes written or -FFR_ETOOBIG. */
+FFR_API int64_t ffr_det_summary_encode(const struct ffr_det_sample *s, void *dst, size_t dst_cap);
+/* Parses a summary (views into buf). Returns 0 or -FFR_ECORRUPT. */
+FFR_API int ffr_det_summary_decode(const void *buf, size_t len, struct ffr_det_summary *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FFR_H */

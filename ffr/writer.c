@@ -1,0 +1,482 @@
+/*
+ * Append-only ffr writer (docs/format.md sections 2-7). Never seeks back: header, frames as they
+ * come, then index and trailer. Each file is written under a temporary name and renamed only
+ * once its trailer is durable, so nothing incomplete ever carries a final name. Sharded writers
+ * close a shard when the next record would push it past shard_bytes and write the manifest last.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "ffr_internal.h"
+
+struct row {
+    uint64_t offset;
+    uint32_t stored_len, raw_len;
+    uint64_t data_hash;
+    uint32_t summary_offset;
+    uint8_t codec;
+};
+
+struct done_shard {
+    char *name; /* file name relative to the manifest's directory */
+    uint64_t bytes, records, index_hash;
+};
+
+struct ffr_writer {
+    struct ffr_writer_opts o;
+    char *path;     /* final path: the file, or the manifest when sharded */
+    char *stem;     /* sharded: path without ".ffr" */
+    int sharded;
+    /* the file being written */
+    int fd;
+    char *cur_final; /* its final name */
+    char *cur_tmp;   /* its temporary name */
+    uint64_t pos;    /* bytes written to it */
+    struct row *rows;
+    size_t n_rows, cap_rows;
+    uint8_t *heap;
+    size_t heap_len, heap_cap;
+    /* dataset-wide */
+    char *meta;
+    size_t meta_len;
+    uint64_t total;
+    struct done_shard *shards;
+    size_t n_shards;
+    struct ffr_codec *codec;
+    uint8_t *scratch; /* compression output, grown as needed */
+    size_t scratch_cap;
+    int failed;
+};
+
+void ffr_writer_opts_default(struct ffr_writer_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->align = 4096;
+    o->codec = FFR_CODEC_RAW;
+    o->zstd_level = 1;
+    o->shard_bytes = 0;
+    o->durable = 1;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n) {
+        const ssize_t k = write(fd, b, n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static const uint8_t zeros[4096];
+
+/* Writes zeros so that the file position becomes a multiple of align. */
+static int pad_to_align(struct ffr_writer *w)
+{
+    uint64_t pad = ffr_round_up(w->pos, w->o.align) - w->pos;
+    while (pad) {
+        const size_t k = pad < sizeof zeros ? (size_t)pad : sizeof zeros;
+        const int rc = write_all(w->fd, zeros, k);
+        if (rc < 0) return rc;
+        pad -= k;
+        w->pos += k;
+    }
+    return 0;
+}
+
+static char *str_printf(const char *fmt, const char *a, unsigned n)
+{
+    const int len = snprintf(NULL, 0, fmt, a, n);
+    char *s = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (s) snprintf(s, (size_t)len + 1, fmt, a, n);
+    return s;
+}
+
+static int fsync_dir_of(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy) return -ENOMEM;
+    const int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(copy);
+    if (dfd < 0) return -errno;
+    const int rc = fsync(dfd) < 0 && errno != EINVAL ? -errno : 0;
+    close(dfd);
+    return rc;
+}
+
+static int start_file(struct ffr_writer *w)
+{
+    free(w->cur_final);
+    free(w->cur_tmp);
+    w->cur_final = w->sharded ? str_printf("%s-%05u.ffr", w->stem, (unsigned)w->n_shards)
+                              : strdup(w->path);
+    w->cur_tmp = w->cur_final ? str_printf("%s.tmp.%u", w->cur_final, (unsigned)getpid()) : NULL;
+    if (!w->cur_final || !w->cur_tmp) return -ENOMEM;
+    w->fd = open(w->cur_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) return -errno;
+    w->pos = 0;
+    w->n_rows = 0;
+    w->heap_len = 0;
+    uint8_t hdr[FFR_HEADER_SIZE];
+    ffr_header_encode(hdr, w->o.align);
+    int rc = write_all(w->fd, hdr, sizeof hdr);
+    if (rc < 0) return rc;
+    w->pos = sizeof hdr;
+    return pad_to_align(w);
+}
+
+int ffr_writer_open(struct ffr_writer **out, const char *path, const struct ffr_writer_opts *opts)
+{
+    if (!out || !path || !*path) return -EINVAL;
+    struct ffr_writer_opts o;
+    if (opts)
+        o = *opts;
+    else
+        ffr_writer_opts_default(&o);
+    if (o.align == 0 || o.align > FFR_ALIGN_MAX || (o.align & (o.align - 1))) return -EINVAL;
+    if (o.codec != FFR_CODEC_RAW && o.codec != FFR_CODEC_ZSTD) return -EINVAL;
+    struct ffr_writer *w = calloc(1, sizeof *w);
+    if (!w) return -ENOMEM;
+    w->o = o;
+    w->fd = -1;
+    w->sharded = o.shard_bytes > 0;
+    w->path = strdup(path);
+    int rc = w->path ? ffr_codec_create(&w->codec) : -ENOMEM;
+    if (rc == 0 && w->sharded) {
+        const size_t n = strlen(path);
+        w->stem = strdup(path);
+        if (!w->stem)
+            rc = -ENOMEM;
+        else if (n > 4 && strcmp(path + n - 4, ".ffr") == 0)
+            w->stem[n - 4] = '\0';
+    }
+    if (rc == 0) rc = start_file(w);
+    if (rc < 0) {
+        ffr_writer_abort(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+uint64_t ffr_writer_count(const struct ffr_writer *w)
+{
+    return w ? w->total : 0;
+}
+
+int ffr_writer_set_metadata(struct ffr_writer *w, const char *text, size_t len)
+{
+    if (!w || (!text && len)) return -EINVAL;
+    char *m = malloc(len ? len : 1);
+    if (!m) return -ENOMEM;
+    if (len) memcpy(m, text, len);
+    free(w->meta);
+    w->meta = m;
+    w->meta_len = len;
+    return 0;
+}
+
+static uint64_t index_bytes(const struct ffr_writer *w, size_t extra_rows, size_t extra_heap)
+{
+    return FFR_INDEX_HEADER_SIZE + (uint64_t)(w->n_rows + extra_rows) * FFR_ROW_SIZE +
+           w->heap_len + extra_heap + w->meta_len;
+}
+
+/* Writes index and trailer of the current file, makes it durable and renames it into place. */
+static int finish_file(struct ffr_writer *w, uint64_t *index_hash_out)
+{
+    int rc = pad_to_align(w);
+    if (rc < 0) return rc;
+    const uint64_t index_offset = w->pos;
+    const uint64_t isize = index_bytes(w, 0, 0);
+    uint8_t *idx = malloc(isize);
+    if (!idx) return -ENOMEM;
+    memset(idx, 0, FFR_INDEX_HEADER_SIZE);
+    memcpy(idx, ffr_index_magic, 8);
+    ffr_wr64(idx + 8, w->n_rows);
+    ffr_wr64(idx + 16, w->heap_len);
+    ffr_wr64(idx + 24, w->meta_len);
+    ffr_wr32(idx + 32, FFR_ROW_SIZE);
+    uint8_t *p = idx + FFR_INDEX_HEADER_SIZE;
+    for (size_t i = 0; i < w->n_rows; i++, p += FFR_ROW_SIZE) {
+        const struct row *r = &w->rows[i];
+        memset(p, 0, FFR_ROW_SIZE);
+        ffr_wr64(p, r->offset);
+        ffr_wr32(p + 8, r->stored_len);
+        ffr_wr32(p + 12, r->raw_len);
+        ffr_wr64(p + 16, r->data_hash);
+        ffr_wr32(p + 24, r->summary_offset);
+        p[28] = r->codec;
+    }
+    if (w->heap_len) memcpy(p, w->heap, w->heap_len);
+    p += w->heap_len;
+    if (w->meta_len) memcpy(p, w->meta, w->meta_len);
+    const struct ffr_locator loc = {
+        .version = FFR_FORMAT_VERSION,
+        .flags = 0,
+        .index_offset = index_offset,
+        .index_size = isize,
+        .record_count = w->n_rows,
+        .index_hash = ffr_xxh3(idx, isize),
+        .file_size = index_offset + isize + FFR_TRAILER_SIZE,
+    };
+    rc = write_all(w->fd, idx, isize);
+    free(idx);
+    if (rc < 0) return rc;
+    uint8_t tail[FFR_TRAILER_SIZE];
+    memset(tail, 0, sizeof tail);
+    for (unsigned k = 0; k < 3; k++) ffr_locator_encode(tail + k * FFR_TRAILER_SLOT, &loc);
+    rc = write_all(w->fd, tail, sizeof tail);
+    if (rc < 0) return rc;
+    w->pos = loc.file_size;
+    if (w->o.durable && fsync(w->fd) < 0) return -errno;
+    if (close(w->fd) < 0) {
+        w->fd = -1;
+        return -errno;
+    }
+    w->fd = -1;
+    if (rename(w->cur_tmp, w->cur_final) < 0) return -errno;
+    free(w->cur_tmp);
+    w->cur_tmp = NULL;
+    if (w->o.durable && (rc = fsync_dir_of(w->cur_final)) < 0) return rc;
+    if (index_hash_out) *index_hash_out = loc.index_hash;
+    return 0;
+}
+
+static int finish_shard(struct ffr_writer *w)
+{
+    struct done_shard d = { 0 };
+    d.records = w->n_rows;
+    int rc = finish_file(w, &d.index_hash);
+    if (rc < 0) return rc;
+    d.bytes = w->pos;
+    const char *slash = strrchr(w->cur_final, '/');
+    d.name = strdup(slash ? slash + 1 : w->cur_final);
+    struct done_shard *s = realloc(w->shards, (w->n_shards + 1) * sizeof *s);
+    if (!d.name || !s) {
+        free(d.name);
+        if (s) w->shards = s;
+        return -ENOMEM;
+    }
+    w->shards = s;
+    w->shards[w->n_shards++] = d;
+    return 0;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 64;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q) return -ENOMEM;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+int ffr_writer_append_encoded(struct ffr_writer *w, int codec, const void *stored,
+                              size_t stored_len, size_t raw_len, const void *data_hash_opt,
+                              const void *summary, size_t summary_len)
+{
+    if (!w || (!stored && stored_len) || (!summary && summary_len)) return -EINVAL;
+    if (w->failed) return -EINVAL;
+    if (codec != FFR_CODEC_RAW && codec != FFR_CODEC_ZSTD) return -EINVAL;
+    if (codec == FFR_CODEC_RAW && raw_len != stored_len) return -EINVAL;
+    if (stored_len > FFR_RECORD_MAX || raw_len > FFR_RECORD_MAX) return -FFR_ETOOBIG;
+    int rc = 0;
+    const uint64_t frame = FFR_FRAME_HEADER_SIZE + (uint64_t)stored_len;
+    if (w->sharded && w->n_rows > 0) {
+        const uint64_t end = ffr_round_up(w->pos + frame, w->o.align) +
+                             index_bytes(w, 1, summary_len) + FFR_TRAILER_SIZE;
+        if (end > w->o.shard_bytes) {
+            if ((rc = finish_shard(w)) < 0 || (rc = start_file(w)) < 0) goto fail;
+        }
+    }
+    if (w->heap_len + summary_len > UINT32_MAX) {
+        rc = -FFR_ETOOBIG; /* summary offsets are u32 (docs/format.md 5) */
+        goto fail;
+    }
+    if ((rc = grow((void **)&w->rows, &w->cap_rows, w->n_rows + 1, sizeof *w->rows)) < 0 ||
+        (rc = grow((void **)&w->heap, &w->heap_cap, w->heap_len + summary_len, 1)) < 0)
+        goto fail;
+    uint64_t hash;
+    if (data_hash_opt)
+        memcpy(&hash, data_hash_opt, sizeof hash);
+    else
+        hash = ffr_xxh3(stored, stored_len);
+    uint8_t hdr[FFR_FRAME_HEADER_SIZE];
+    ffr_frame_header_encode(hdr, codec, (uint32_t)stored_len, (uint32_t)raw_len, hash, w->n_rows);
+    const uint64_t pad = ffr_round_up(w->pos + frame, w->o.align) - (w->pos + frame);
+    struct iovec iov[3] = {
+        { hdr, sizeof hdr },
+        { (void *)(uintptr_t)stored, stored_len },
+        { (void *)(uintptr_t)zeros, 0 },
+    };
+    int iovcnt = 2;
+    if (pad && pad <= sizeof zeros) {
+        iov[2].iov_len = (size_t)pad;
+        iovcnt = 3;
+    }
+    /* writev may write less than asked; finish the rest with plain writes. */
+    size_t want = 0;
+    for (int k = 0; k < iovcnt; k++) want += iov[k].iov_len;
+    ssize_t got;
+    do
+        got = writev(w->fd, iov, iovcnt);
+    while (got < 0 && errno == EINTR);
+    if (got < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    size_t done = (size_t)got;
+    for (int k = 0; k < iovcnt && done < want; k++) {
+        if (done >= iov[k].iov_len) {
+            done -= iov[k].iov_len;
+            want -= iov[k].iov_len;
+            continue;
+        }
+        if ((rc = write_all(w->fd, (const uint8_t *)iov[k].iov_base + done,
+                            iov[k].iov_len - done)) < 0)
+            goto fail;
+        want -= iov[k].iov_len;
+        done = 0;
+    }
+    struct row *r = &w->rows[w->n_rows++];
+    r->offset = w->pos;
+    r->stored_len = (uint32_t)stored_len;
+    r->raw_len = (uint32_t)raw_len;
+    r->data_hash = hash;
+    r->summary_offset = (uint32_t)w->heap_len;
+    r->codec = (uint8_t)codec;
+    w->pos += frame;
+    if (iovcnt == 3)
+        w->pos += pad;
+    else if ((rc = pad_to_align(w)) < 0)
+        goto fail;
+    if (summary_len) memcpy(w->heap + w->heap_len, summary, summary_len);
+    w->heap_len += summary_len;
+    w->total++;
+    return 0;
+fail:
+    w->failed = 1;
+    return rc;
+}
+
+int ffr_writer_append(struct ffr_writer *w, const void *data, size_t len, const void *summary,
+                      size_t summary_len)
+{
+    if (!w || (!data && len)) return -EINVAL;
+    if (len > FFR_RECORD_MAX) return -FFR_ETOOBIG;
+    if (w->o.codec == FFR_CODEC_RAW)
+        return ffr_writer_append_encoded(w, FFR_CODEC_RAW, data, len, len, NULL, summary,
+                                         summary_len);
+    const size_t bound = ffr_encode_bound(len);
+    int rc = grow((void **)&w->scratch, &w->scratch_cap, bound, 1);
+    if (rc < 0) return rc;
+    int used;
+    const int64_t n =
+        ffr_encode(w->codec, w->scratch, w->scratch_cap, data, len, w->o.codec, w->o.zstd_level,
+                   &used);
+    if (n < 0) return (int)n;
+    return ffr_writer_append_encoded(w, used, w->scratch, (size_t)n, len, NULL, summary,
+                                     summary_len);
+}
+
+static int write_manifest(struct ffr_writer *w)
+{
+    char *tmp = str_printf("%s.tmp.%u", w->path, (unsigned)getpid());
+    if (!tmp) return -ENOMEM;
+    FILE *f = fopen(tmp, "w");
+    int rc = 0;
+    if (!f) {
+        rc = -errno;
+        free(tmp);
+        return rc;
+    }
+    fprintf(f, "# ffr manifest: the shards of one dataset (docs/format.md section 7)\n");
+    fprintf(f, "ffr_manifest: 1\nrecords: %" PRIu64 "\nshards:\n", w->total);
+    for (size_t k = 0; k < w->n_shards; k++)
+        fprintf(f,
+                "  - file: \"%s\"\n    bytes: %" PRIu64 "\n    records: %" PRIu64
+                "\n    index_hash: 0x%016" PRIx64 "\n",
+                w->shards[k].name, w->shards[k].bytes, w->shards[k].records,
+                w->shards[k].index_hash);
+    if (fflush(f) != 0 || ferror(f)) rc = -EIO;
+    if (rc == 0 && w->o.durable && fsync(fileno(f)) < 0) rc = -errno;
+    if (fclose(f) != 0 && rc == 0) rc = -errno;
+    if (rc == 0 && rename(tmp, w->path) < 0) rc = -errno;
+    if (rc < 0) unlink(tmp);
+    free(tmp);
+    if (rc == 0 && w->o.durable) rc = fsync_dir_of(w->path);
+    return rc;
+}
+
+static void writer_free(struct ffr_writer *w)
+{
+    if (w->fd >= 0) close(w->fd);
+    for (size_t k = 0; k < w->n_shards; k++) free(w->shards[k].name);
+    free(w->shards);
+    free(w->path);
+    free(w->stem);
+    free(w->cur_final);
+    free(w->cur_tmp);
+    free(w->rows);
+    free(w->heap);
+    free(w->meta);
+    free(w->scratch);
+    ffr_codec_destroy(w->codec);
+    free(w);
+}
+
+void ffr_writer_abort(struct ffr_writer *w)
+{
+    if (!w) return;
+    if (w->fd >= 0) {
+        close(w->fd);
+        w->fd = -1;
+    }
+    if (w->cur_tmp) unlink(w->cur_tmp);
+    /* Completed shards carry final names but no manifest names them: remove them too, so an
+     * aborted run leaves nothing behind. */
+    if (w->stem) {
+        for (size_t k = 0; k < w->n_shards; k++) {
+            char *dir = strdup(w->path);
+            if (!dir) break;
+            const char *d = dirname(dir);
+            char full[PATH_MAX];
+            snprintf(full, sizeof full, "%s/%s", d, w->shards[k].name);
+            unlink(full);
+            free(dir);
+        }
+    }
+    writer_free(w);
+}
+
+int ffr_writer_close(struct ffr_writer *w)
+{
+    if (!w) return -EINVAL;
+    int rc = w->failed ? -EIO : 0;
+    if (rc == 0) rc = w->sharded ? finish_shard(w) : finish_file(w, NULL);
+    if (rc == 0 && w->sharded) rc = write_manifest(w);
+    if (rc < 0) {
+        ffr_writer_abort(w);
+        return rc;
+    }
+    writer_free(w);
+    return 0;
+}

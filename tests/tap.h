@@ -1,0 +1,67 @@
+/*
+ * Minimal TAP producer for the test programs (style guide rule 23).
+ *
+ * Each check prints "ok N - desc" or "not ok N - desc # file:line"; tap_done() prints the plan
+ * and "# N passed, M failed" and returns the exit code: 0 all passed, 1 any failed. Programs
+ * that cannot run here call tap_skip_all(), which exits 77, the code meson reads as a skip.
+ * The exit code, not the text, decides the result.
+ */
+#ifndef FFYOLO_TAP_H
+#define FFYOLO_TAP_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int tap_n_run;
+static int tap_n_failed;
+
+static inline int tap_check(int cond, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    tap_n_run++;
+    if (!cond) tap_n_failed++;
+    printf("%sok %d - ", cond ? "" : "not ", tap_n_run);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (!cond) printf(" # %s:%d", file, line);
+    printf("\n");
+    fflush(stdout);
+    return cond;
+}
+
+/* ok(cond, "printf-style description"): one TAP test point; evaluates to cond. */
+#define ok(cond, ...) tap_check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+
+/* is_int(got, want, desc): equality of integers, printing both on failure. */
+#define is_int(got, want, ...)                                                                     \
+    do {                                                                                           \
+        const long long tap_g_ = (long long)(got), tap_w_ = (long long)(want);                     \
+        if (!ok(tap_g_ == tap_w_, __VA_ARGS__))                                                    \
+            printf("#   got %lld, want %lld\n", tap_g_, tap_w_);                                   \
+    } while (0)
+
+static inline void tap_diag(const char *fmt, ...)
+{
+    va_list ap;
+    printf("# ");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+}
+
+static inline void tap_skip_all(const char *why)
+{
+    printf("1..0 # SKIP %s\n", why);
+    exit(77);
+}
+
+static inline int tap_done(void)
+{
+    printf("1..%d\n# %d passed, %d failed\n", tap_n_run, tap_n_run - tap_n_failed, tap_n_failed);
+    return tap_n_failed ? 1 : 0;
+}
+
+#endif
