@@ -53,7 +53,8 @@ static int points_ok(const float *p, uint32_t n)
 
 static int sample_ok(const struct ffr_det_sample *s)
 {
-    if (s->pixel_format > FFR_DET_JPEG) return 0;
+    if (s->pixel_format > FFR_DET_JPEG || s->h == 0 || s->w == 0) return 0;
+    if (s->pixel_format == FFR_DET_JPEG && s->pixel_bytes == 0) return 0;
     if (s->pixel_format != FFR_DET_JPEG && (uint64_t)s->h * s->w * 3 != s->pixel_bytes) return 0;
     if (s->pixel_bytes && !s->pixels) return 0;
     if (s->n_labels && !s->labels) return 0;

@@ -151,6 +151,12 @@ int64_t ffr_codec_decode(struct ffr_codec *c, int codec, void *dst, size_t dst_c
     }
     if (codec != FFR_CODEC_ZSTD) return -FFR_ECORRUPT;
     if (!c->dctx && !(c->dctx = ZSTD_createDCtx())) return -ENOMEM;
+    /* Exactly one regular zstd frame (not a skippable one), no dictionary, filling stored_len,
+     * whose declared content size is raw_len (docs/format.md 4). */
+    static const uint8_t zstd_magic[4] = { 0x28, 0xb5, 0x2f, 0xfd };
+    if (src_len < 4 || memcmp(src, zstd_magic, 4) != 0) return -FFR_ECORRUPT;
+    if (ZSTD_findFrameCompressedSize(src, src_len) != src_len) return -FFR_ECORRUPT;
+    if (ZSTD_getDictID_fromFrame(src, src_len) != 0) return -FFR_ECORRUPT;
     const unsigned long long want = ZSTD_getFrameContentSize(src, src_len);
     if (want != raw_len) return -FFR_ECORRUPT;
     const size_t n = ZSTD_decompressDCtx(c->dctx, dst, raw_len, src, src_len);

@@ -62,14 +62,13 @@ static int get_u64(yaml_document_t *doc, yaml_node_t *map, const char *key, uint
     return 0;
 }
 
+/* Shard names are plain file names beside the manifest (docs/format.md 7): no directory part,
+ * so a manifest cannot reach outside its directory, and nothing that needs YAML escapes. */
 static int safe_name(const char *f)
 {
-    if (!*f || f[0] == '/' || strlen(f) > 4000) return 0;
+    if (!*f || strlen(f) > 255 || !strcmp(f, ".") || !strcmp(f, "..")) return 0;
     for (const char *p = f; *p; p++)
-        if ((unsigned char)*p < 0x20) return 0;
-    /* No ".." component: a manifest must not reach outside its directory. */
-    for (const char *p = f; (p = strstr(p, "..")); p += 2)
-        if ((p == f || p[-1] == '/') && (p[2] == '\0' || p[2] == '/')) return 0;
+        if ((unsigned char)*p < 0x20 || *p == '/' || *p == '"' || *p == '\\') return 0;
     return 1;
 }
 

@@ -102,10 +102,13 @@ static int parse_locator(const uint8_t *p, struct ffr_locator *l)
     return 0;
 }
 
-/* Checks the index rows (docs/format.md 5) so that reads never need to re-check them. */
+/* Checks the index rows (docs/format.md 5): frames sit exactly where the layout puts them, so
+ * reads never need to re-check placement and every byte between them is padding. */
 static int check_rows(struct shard *s, const struct ffr_reader_opts *o, char *err, size_t cap)
 {
-    uint64_t prev_end = s->header_size, prev_sum = 0;
+    uint64_t expect = s->header_size, prev_sum = 0;
+    if (s->count == 0 && s->heap_size != 0)
+        return say(err, cap, -FFR_ECORRUPT, "%s: summary heap without records", s->path);
     for (uint64_t i = 0; i < s->count; i++) {
         const uint8_t *r = s->rows + i * FFR_ROW_SIZE;
         const uint64_t off = ffr_rd64(r);
@@ -113,16 +116,16 @@ static int check_rows(struct shard *s, const struct ffr_reader_opts *o, char *er
         const uint32_t sum = ffr_rd32(r + 24);
         const uint8_t codec = r[28];
         const char *why = NULL;
-        if (off < prev_end || off % s->align)
-            why = "frame offset out of order, overlapping or unaligned";
-        else if (off > s->index_offset || s->index_offset - off < FFR_FRAME_HEADER_SIZE ||
+        if (off != expect)
+            why = "frame not where the layout puts it";
+        else if (s->index_offset - off < FFR_FRAME_HEADER_SIZE ||
                  s->index_offset - off - FFR_FRAME_HEADER_SIZE < stored)
             why = "frame runs into the index";
         else if (codec > FFR_CODEC_ZSTD)
             why = "unknown codec";
         else if (codec == FFR_CODEC_RAW && raw != stored)
             why = "raw record whose stored and raw lengths differ";
-        else if (sum < prev_sum || sum > s->heap_size)
+        else if ((i == 0 && sum != 0) || sum < prev_sum || sum > s->heap_size)
             why = "summary offset out of order or past the heap";
         else if (!ffr_is_zero(r + 29, 3))
             why = "reserved bytes not zero";
@@ -132,9 +135,11 @@ static int check_rows(struct shard *s, const struct ffr_reader_opts *o, char *er
             return say(err, cap, -FFR_ETOOBIG,
                        "%s: record %" PRIu64 " is %u bytes, over the reader's limit of %u",
                        s->path, i, stored > raw ? stored : raw, o->max_record_bytes);
-        prev_end = off + FFR_FRAME_HEADER_SIZE + stored;
+        expect = ffr_round_up(off + FFR_FRAME_HEADER_SIZE + stored, s->align);
         prev_sum = sum;
     }
+    if (expect != s->index_offset)
+        return say(err, cap, -FFR_ECORRUPT, "%s: index not where the layout puts it", s->path);
     return 0;
 }
 
@@ -203,10 +208,11 @@ static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err
     if (loc.file_size != s->size)
         return say(err, cap, -FFR_ETRUNC, "%s: file is %" PRIu64 " bytes, its trailer says %" PRIu64,
                    s->path, s->size, loc.file_size);
+    const uint64_t tail_at = s->size - FFR_TRAILER_SIZE;
     if (loc.index_offset < s->header_size || loc.index_offset % s->align ||
-        loc.index_size < FFR_INDEX_HEADER_SIZE || loc.index_offset > s->size ||
-        s->size - loc.index_offset < FFR_TRAILER_SIZE ||
-        s->size - loc.index_offset - FFR_TRAILER_SIZE != loc.index_size)
+        loc.index_size < FFR_INDEX_HEADER_SIZE || loc.index_offset > tail_at ||
+        loc.index_size > tail_at - loc.index_offset ||
+        ffr_round_up(loc.index_offset + loc.index_size, FFR_TRAILER_SLOT) != tail_at)
         return say(err, cap, -FFR_ECORRUPT, "%s: trailer locates the index outside the file",
                    s->path);
     if (loc.index_size > SIZE_MAX / 2)
@@ -228,6 +234,7 @@ static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err
     if (memcmp(x, ffr_index_magic, 8) != 0 || ffr_rd32(x + 32) != FFR_ROW_SIZE ||
         !ffr_is_zero(x + 36, 28) || s->count != loc.record_count ||
         s->count > room / FFR_ROW_SIZE || s->heap_size > room - s->count * FFR_ROW_SIZE ||
+        s->heap_size > UINT32_MAX ||
         s->meta_size != room - s->count * FFR_ROW_SIZE - s->heap_size)
         return say(err, cap, -FFR_ECORRUPT, "%s: inconsistent index header", s->path);
     s->rows = x + FFR_INDEX_HEADER_SIZE;
@@ -658,6 +665,10 @@ int64_t ffr_reader_verify_all(const struct ffr_reader *r, ffr_problem_fn fn, voi
         if (s->count == 0 && rc >= 0)
             rc = check_zero_range(&v, k, s->header_size, s->index_offset, -1,
                                   "padding before the index is not zero");
+        if (rc >= 0)
+            rc = check_zero_range(&v, k, s->index_offset + s->index_size,
+                                  s->size - FFR_TRAILER_SIZE, -1,
+                                  "padding before the trailer is not zero");
         for (unsigned c = 0; c < 3 && rc >= 0; c++) {
             const uint8_t *slot = s->tail + c * FFR_TRAILER_SLOT;
             struct ffr_locator l;

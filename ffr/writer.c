@@ -163,6 +163,10 @@ int ffr_writer_open(struct ffr_writer **out, const char *path, const struct ffr_
             rc = -ENOMEM;
         else if (n > 4 && strcmp(path + n - 4, ".ffr") == 0)
             w->stem[n - 4] = '\0';
+        /* Shard names go into the manifest unescaped (docs/format.md 7). */
+        const char *base = w->stem ? strrchr(w->stem, '/') : NULL;
+        for (const char *p = base ? base + 1 : w->stem; rc == 0 && p && *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == '"' || *p == '\\') rc = -EINVAL;
     }
     if (rc == 0) rc = start_file(w);
     if (rc < 0) {
@@ -232,11 +236,15 @@ static int finish_file(struct ffr_writer *w, uint64_t *index_hash_out)
         .index_size = isize,
         .record_count = w->n_rows,
         .index_hash = ffr_xxh3(idx, isize),
-        .file_size = index_offset + isize + FFR_TRAILER_SIZE,
+        .file_size = ffr_round_up(index_offset + isize, FFR_TRAILER_SLOT) + FFR_TRAILER_SIZE,
     };
     rc = write_all(w->fd, idx, isize);
     free(idx);
     if (rc < 0) return rc;
+    w->pos += isize;
+    /* Zero padding so that each trailer slot is exactly one 512-byte sector. */
+    const uint64_t gap = ffr_round_up(w->pos, FFR_TRAILER_SLOT) - w->pos;
+    if (gap && (rc = write_all(w->fd, zeros, (size_t)gap)) < 0) return rc;
     uint8_t tail[FFR_TRAILER_SIZE];
     memset(tail, 0, sizeof tail);
     for (unsigned k = 0; k < 3; k++) ffr_locator_encode(tail + k * FFR_TRAILER_SLOT, &loc);
@@ -302,7 +310,7 @@ int ffr_writer_append_encoded(struct ffr_writer *w, int codec, const void *store
     const uint64_t frame = FFR_FRAME_HEADER_SIZE + (uint64_t)stored_len;
     if (w->sharded && w->n_rows > 0) {
         const uint64_t end = ffr_round_up(w->pos + frame, w->o.align) +
-                             index_bytes(w, 1, summary_len) + FFR_TRAILER_SIZE;
+                             index_bytes(w, 1, summary_len) + FFR_TRAILER_SLOT + FFR_TRAILER_SIZE;
         if (end > w->o.shard_bytes) {
             if ((rc = finish_shard(w)) < 0 || (rc = start_file(w)) < 0) goto fail;
         }
