@@ -1,0 +1,222 @@
+/*
+ * ffio internals shared by the engine core (ffio_engine.c) and the three backends
+ * (ffio_uring.c, ffio_pool.c, ffio_mmap.c). Not installed; tests/io may include it for the
+ * fault-injection hooks.
+ *
+ * Life of an extent: ffio_engine_submit() takes a free slot, copies the extent into it, captures
+ * the file's descriptors into the slot ("file view") and plans the first read (ffio_slot_plan).
+ * The backend performs the read and feeds its result to ffio_slot_account(), which copies bounced
+ * bytes, continues short reads, retries EINTR/EAGAIN and decides EOF. When the slot is finished,
+ * the engine thread pushes it on the done ring; ffio_engine_wait() copies the completion out and
+ * only then frees the slot, so outstanding extents (in flight + finished, not returned) never
+ * exceed queue_depth and no queue can overflow.
+ *
+ * Invariants: each slot has at most one read in flight; slots are only planned/accounted by the
+ * thread that owns them at that moment (engine thread, or one pool worker between dequeue and
+ * finish); file state (struct ffio_file) is only changed by the engine thread.
+ */
+#ifndef FFIO_INTERNAL_H
+#define FFIO_INTERNAL_H
+
+#include "ffio.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* One read op can move at most this much (Linux caps a read at 0x7ffff000 bytes). */
+#define FFIO_MAX_OP_BYTES ((size_t)1 << 30)
+/* Consecutive EINTR/EAGAIN/no-progress retries before the error is reported. */
+#define FFIO_MAX_RETRIES 64
+/* Registered buffer regions (after splitting at FFIO_MAX_OP_BYTES). */
+#define FFIO_MAX_BUF_REGIONS 64
+
+#ifndef NDEBUG
+/* Debug builds: remember where an error was first returned (read in a debugger or by tests). */
+extern _Thread_local const char *ffio_err_where;
+#define FFIO_STR2_(x)    #x
+#define FFIO_STR_(x)     FFIO_STR2_(x)
+#define FFIO_NOTE_ERR_() (ffio_err_where = __FILE__ ":" FFIO_STR_(__LINE__))
+#else
+#define FFIO_NOTE_ERR_() ((void)0)
+#endif
+
+/* Return `err` (negative) from the current function when cond holds. `why` documents the cause. */
+#define RETURN_IF(cond, err, why) \
+    do {                          \
+        if (cond) {               \
+            (void)(why);          \
+            FFIO_NOTE_ERR_();     \
+            return (err);         \
+        }                         \
+    } while (0)
+
+/* Store a negative result of expr in `rc` and jump to `out`. */
+#define TRY(expr)             \
+    do {                      \
+        rc = (expr);          \
+        if (rc < 0) {         \
+            FFIO_NOTE_ERR_(); \
+            goto out;         \
+        }                     \
+    } while (0)
+
+/* Fault injection for tests (all zero = off). Set before creating engines; read-only afterwards. */
+struct ffio_test_hooks {
+    bool refuse_direct_open;   /* open(O_DIRECT) fails with EINVAL, as on tmpfs before 6.6 */
+    bool refuse_direct_read;   /* reads on O_DIRECT descriptors fail with EINVAL */
+    bool fail_mlock;           /* mlock fails with EPERM (pinned allocator falls back) */
+    unsigned eagain_every;     /* every Nth read result is replaced by -EAGAIN */
+    unsigned eintr_every;      /* every Nth read result is replaced by -EINTR */
+    size_t short_read_max;     /* reads return at most this many useful bytes (> 0) */
+    uint64_t eio_offset_plus1; /* a read covering byte (this - 1) fails with -EIO */
+    atomic_uint counter;       /* shared by the *_every hooks */
+};
+extern struct ffio_test_hooks ffio_test_hooks;
+extern atomic_bool ffio_test_hooks_on; /* fast check in the read path */
+
+/* What ffio_slot_account decided. */
+enum ffio_step {
+    FFIO_STEP_DONE = 0,         /* finished: slot->res is set */
+    FFIO_STEP_AGAIN = 1,        /* slot->op holds the next read */
+    FFIO_STEP_NEED_BUFFERED = 2 /* O_DIRECT read refused: the engine thread must switch the file */
+};
+
+/* One file of an engine. */
+struct ffio_file {
+    char *name;         /* for messages; owned */
+    int dfd;            /* O_DIRECT descriptor, or -1 */
+    int bfd;            /* buffered descriptor, or -1 (opened on fallback) */
+    int dreg;           /* fixed-file index of dfd, or -1 */
+    int breg;           /* fixed-file index of bfd, or -1 */
+    bool owns_dfd;      /* close dfd on destroy */
+    bool owns_bfd;      /* close bfd on destroy */
+    bool direct_off;    /* O_DIRECT reads were refused: use bfd (dfd stays open for reads in
+                           flight and is closed on destroy) */
+    unsigned char *map; /* mmap engine: mapping of [0, map_len), or NULL */
+    size_t map_len;     /* mapped bytes */
+    uint64_t size;      /* mmap engine: file size at the last check */
+    uint64_t size_gen;  /* mmap engine: submit generation of that check */
+};
+
+/* The read a slot is doing now. */
+struct ffio_op {
+    unsigned char *buf; /* destination of this read: dst + done, or the slot's bounce buffer */
+    uint64_t off;       /* file offset */
+    size_t len;         /* bytes asked for */
+    size_t skip;        /* bounce: bytes of buf before the extent's next byte */
+    int fd;             /* descriptor */
+    int reg;            /* fixed-file index of fd, or -1 */
+    int buf_index;      /* registered buffer index for read_fixed, or -1 */
+    bool bounce;        /* buf is the bounce buffer */
+    bool direct;        /* fd is O_DIRECT */
+};
+
+/* An extent being read (or finished and waiting to be returned). */
+struct ffio_slot {
+    struct ffio_extent ext; /* copy of the caller's extent */
+    uint64_t done;          /* bytes landed in ext.dst */
+    int64_t res;            /* final result once finished */
+    struct ffio_op op;      /* current read */
+    /* File view captured on the engine thread when the slot is (re)queued. */
+    int dfd, dreg;         /* O_DIRECT descriptor and fixed index, or -1 */
+    int bfd, breg;         /* buffered descriptor and fixed index, or -1 (exactly one fd >= 0) */
+    int buf_index;         /* registered region holding [dst, dst + length), or -1 */
+    unsigned char *bounce; /* bounce buffer (engine bounce_bytes), allocated on first need */
+    unsigned retries;      /* consecutive retries without progress */
+    size_t user_index;     /* ffio_engine_read: position in the caller's arrays */
+    enum ffio_step step;   /* pool: what the worker decided (DONE or NEED_BUFFERED) */
+    /* Counters folded into the engine's when the completion is returned. */
+    uint32_t n_short, n_retry, n_bounce, n_fixed;
+};
+
+struct ffio_uring;
+struct ffio_pool;
+
+struct ffio_engine {
+    struct ffio_opts opts;      /* validated copy */
+    enum ffio_engine_kind kind; /* URING, PREAD or MMAP */
+    int uring_rc;               /* why AUTO did not get io_uring, or 0 */
+    unsigned qd;                /* slots */
+    size_t align;               /* direct_align */
+    size_t bounce_bytes;        /* bounce buffer size per slot */
+    struct ffio_slot *slots;    /* qd slots */
+    uint32_t *free_stack;       /* free slot indices, n_free of them */
+    uint32_t n_free;
+    uint32_t *done_ring; /* finished slots not yet returned, FIFO, capacity qd */
+    uint32_t done_head, done_count;
+    uint32_t *scratch;       /* qd indices: slots handed to a backend in one call */
+    struct ffio_file *files; /* max_files entries, n_files used */
+    uint32_t n_files;
+    void *buf_base[FFIO_MAX_BUF_REGIONS]; /* registered regions (split at 1 GiB) */
+    size_t buf_len[FFIO_MAX_BUF_REGIONS];
+    unsigned n_bufs;
+    bool bufs_registered;          /* the ring holds buf_* as fixed buffers */
+    bool started;                  /* an extent was submitted (ring enabled) */
+    uint64_t submit_gen;           /* submit calls so far (mmap size checks) */
+    struct ffio_uring *uring;      /* io_uring backend state */
+    struct ffio_pool *pool;        /* pread pool backend state */
+    struct ffio_engine_info stats; /* counters (extents, bytes, ...) */
+    bool logged_bounce;            /* the "unaligned extents are bounced" line was logged */
+    bool logged_direct;            /* the "O_DIRECT refused" line was logged */
+    int broken;                    /* a fatal ring error (negative): every later call returns it */
+};
+
+/* The one place this module uses a compiler extension (style rule 1): printf format checks. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FFIO_PRINTF(fmt_idx, args_idx) __attribute__((format(printf, fmt_idx, args_idx)))
+#else
+#define FFIO_PRINTF(fmt_idx, args_idx)
+#endif
+
+/* Log one formatted line through opts.log (engine thread only). */
+void ffio_log(const struct ffio_engine *e, enum ffio_log_level level, const char *fmt, ...)
+    FFIO_PRINTF(3, 4);
+
+/*
+ * Plan the next read of a slot from its progress and file view. Allocates the slot's bounce
+ * buffer the first time it needs one (once per slot for the engine's life). Safe in a pool
+ * worker: touches only the slot. Returns 0 or -ENOMEM.
+ */
+int ffio_slot_plan(const struct ffio_engine *e, struct ffio_slot *s);
+
+/*
+ * Feed the result of the slot's current read (bytes, or negative errno) to the slot; copies bounced
+ * bytes, plans the next read when needed. Safe to call from a pool worker: touches only the slot.
+ */
+enum ffio_step ffio_slot_account(const struct ffio_engine *e, struct ffio_slot *s, ssize_t res);
+
+/* Engine thread: the slot is finished; queue it for ffio_engine_wait. */
+void ffio_engine_finish(struct ffio_engine *e, uint32_t si);
+
+/*
+ * Engine thread: after FFIO_STEP_NEED_BUFFERED, move the slot's file to buffered reads (opening
+ * a buffered descriptor if needed), refresh the slot's file view and replan. Returns 0, or a
+ * negative error, in which case the slot has been finished with that error.
+ */
+int ffio_engine_switch_buffered(struct ffio_engine *e, uint32_t si);
+
+/* Apply test hooks to a read result (only when ffio_test_hooks_on). */
+ssize_t ffio_hook_result(const struct ffio_slot *s, ssize_t res);
+
+/* Backends. Each returns 0 or a negative errno. */
+int ffio_uring_create(struct ffio_engine *e);
+void ffio_uring_destroy(struct ffio_engine *e);
+int ffio_uring_file_added(struct ffio_engine *e, uint32_t file);
+int ffio_uring_buffers_changed(struct ffio_engine *e);
+int ffio_uring_submit(struct ffio_engine *e, const uint32_t *si, size_t n);
+int ffio_uring_reap(struct ffio_engine *e, bool block);
+bool ffio_uring_forced_off(const struct ffio_opts *opts);
+
+int ffio_pool_create(struct ffio_engine *e);
+void ffio_pool_destroy(struct ffio_engine *e);
+int ffio_pool_submit(struct ffio_engine *e, const uint32_t *si, size_t n);
+int ffio_pool_reap(struct ffio_engine *e, bool block);
+
+int ffio_mmap_file_added(struct ffio_engine *e, uint32_t file);
+void ffio_mmap_file_close(struct ffio_file *f);
+int ffio_mmap_submit(struct ffio_engine *e, const uint32_t *si, size_t n);
+
+#endif /* FFIO_INTERNAL_H */

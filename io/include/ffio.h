@@ -1,0 +1,374 @@
+/*
+ * ffio: batched random reads of file extents into caller (pinned) buffers.
+ *
+ * Layer L2 (docs/design.md): ffio knows extents (file, offset, length, destination), not records.
+ * The ffr record reader and `ffr bench` are built on top of it.
+ *
+ * DESIGN SUMMARY
+ *
+ * API. An engine (struct ffio_engine) owns one io_uring ring, or one pread thread pool, or the
+ * mmap state. Create it with ffio_engine_create() from options filled by ffio_opts_default();
+ * add files (ffio_engine_add_file / ffio_engine_add_fd return small integer handles); optionally
+ * register destination memory (ffio_engine_register_buffer); then loop:
+ *
+ *     size_t next = 0, landed = 0;
+ *     while (landed < n) {
+ *         if (next < n) {                                 // as many as there are free slots
+ *             const int k = ffio_engine_submit(e, ext + next, n - next);
+ *             if (k < 0) goto fail;
+ *             next += (size_t)k;
+ *         }
+ *         const int got = ffio_engine_wait(e, comp, cap, 1);  // >= 1 completion, any order
+ *         if (got < 0) goto fail;
+ *         for (int i = 0; i < got; i++) check_and_decompress(&comp[i]);  // comp[i].tag says which
+ *         landed += (size_t)got;
+ *     }
+ *
+ * One submit call is one io_uring_submit; completions are reaped with io_uring_peek_batch_cqe and
+ * one io_uring_cq_advance per batch; nothing is allocated per extent (bounce buffers are made once
+ * per slot, the first time a slot needs one). ffio_engine_read() wraps the loop for simple callers.
+ *
+ * Engines. FFIO_ENGINE_URING: io_uring (liburing 2.3 API), one ring per engine, registered files
+ * and buffers when enabled, SQPOLL on request, SINGLE_ISSUER|DEFER_TASKRUN when the kernel has them
+ * (probed, falling back silently to plain rings). FFIO_ENGINE_PREAD: a small pool of threads doing
+ * pread(2). FFIO_ENGINE_MMAP: memcpy from a read-only mapping of each file (page cache only).
+ *
+ * Fallback rules. FFIO_ENGINE_AUTO tries io_uring; if the ring cannot be created (ENOSYS on old
+ * kernels, EPERM from seccomp or kernel.io_uring_disabled, ENOMEM), it uses the pread pool and
+ * reports exactly one line through opts.log. The environment variable FFIO_FORCE_NO_URING=1 (or
+ * opts.force_no_uring) makes the probe fail as if the kernel had no io_uring, to test that path.
+ * FFIO_ENGINE_URING never falls back: it fails with the ring's error. A refused SQPOLL ring is
+ * retried without SQPOLL (one log line); refused file or buffer registration is logged once and the
+ * engine reads without it. The library never prints; without a log callback these lines are
+ * dropped.
+ *
+ * O_DIRECT rules. With FFIO_DIRECT_AUTO (the default) and FFIO_DIRECT_ON, files are opened with
+ * O_DIRECT. An extent whose file offset and destination address are multiples of
+ * opts.direct_align (4096 by default: safe for every logical block size) is read straight into
+ * the destination, in lengths that are multiples of the alignment. Whatever is left (an unaligned
+ * head or tail, or a destination whose address is not aligned like the offset) is read as the
+ * covering aligned range into a per-slot bounce buffer and copied out, so O_DIRECT files never
+ * touch the page cache and the caller never sees the rounding. Where open(O_DIRECT) is refused
+ * (EINVAL: tmpfs on older kernels, some network filesystems) FFIO_DIRECT_AUTO uses buffered reads
+ * for that file with one log line, and FFIO_DIRECT_ON fails with -EINVAL. A read that the kernel
+ * refuses with EINVAL on an O_DIRECT descriptor moves that file to buffered reads the same way.
+ * FFIO_DIRECT_OFF always reads through the page cache. The mmap engine ignores O_DIRECT.
+ * Records aligned to 4096 in the file (the ffr default) and destinations carved at 4096-aligned
+ * addresses from ffio_pinned_alloc() memory take the zero-copy path; the first extent of an engine
+ * that needs the bounce buffer logs one INFO line saying so. O_DIRECT pays off when the data set
+ * is much larger than RAM (measured: ~3x the bytes at ~1/8 the CPU of buffered cold reads); when
+ * it fits in RAM or several jobs share a node, FFIO_DIRECT_OFF lets the page cache serve repeats.
+ *
+ * Reads are never silently short. Short reads are continued, EINTR and EAGAIN are retried, and an
+ * extent that ends past the end of the file completes with -ENODATA (also after the file was
+ * truncated under an open engine); every other error (EIO...) is reported in the completion with
+ * the file, offset, length and bytes read; ffio_engine_describe() formats it as one line:
+ * "file data.ffr offset 4096: short read past end of file (got 100 of 8192 bytes)".
+ *
+ * Pinned memory. ffio_pinned_alloc() returns page-aligned memory: cudaHostAlloc memory when the
+ * build has CUDA (HAVE_CUDA) and a GPU is present at run time, otherwise an anonymous mapping,
+ * mlock'ed when RLIMIT_MEMLOCK allows and silently left unlocked when not. libcudart is loaded
+ * with dlopen() at run time rather than linked, because (1) CUDA code may only live in
+ * kernels/cuda and trainer/cuda (style rule 2) and this module is plain C with no CUDA headers,
+ * (2) a CUDA build must still start and pass its tests on machines without a GPU or a driver
+ * (CI, this VM), where linking libcudart would either fail to load or drag in driver
+ * initialisation, and (3) only three entry points with a stable C ABI are needed.
+ *
+ * Threads. An engine is used by one thread at a time: create it, add files and register buffers
+ * in any thread, but once the first extent is submitted every call on it (destroy included)
+ * must come from that same thread (io_uring SINGLE_ISSUER / DEFER_TASKRUN rings require it). A
+ * reader makes one engine per reader thread. The log callback runs in the thread calling into the
+ * engine. Engines share nothing; different engines may be used concurrently. ffio_pinned_*,
+ * ffio_strerror, ffio_uring_probe and the name/parse helpers are thread-safe.
+ *
+ * Errors. Functions return int: >= 0 success (may carry a count), < 0 a negative errno value.
+ * ffio_strerror() names them.
+ */
+#ifndef FFIO_H
+#define FFIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FFIO_API __attribute__((visibility("default")))
+#else
+#define FFIO_API
+#endif
+
+/* An I/O engine: opaque; one per reader thread (see "Threads" above). */
+struct ffio_engine;
+
+/* Which I/O engine to use. */
+enum ffio_engine_kind {
+    FFIO_ENGINE_AUTO = 0,  /* io_uring, else the pread pool (with one log line) */
+    FFIO_ENGINE_URING = 1, /* io_uring only; creation fails if the kernel refuses a ring */
+    FFIO_ENGINE_PREAD = 2, /* a pool of threads doing pread(2) */
+    FFIO_ENGINE_MMAP = 3,  /* memcpy from a read-only mapping; page cache only */
+};
+
+/* Whether files are opened with O_DIRECT (see "O_DIRECT rules" above). */
+enum ffio_direct {
+    FFIO_DIRECT_AUTO = 0, /* O_DIRECT where the filesystem accepts it, buffered where refused */
+    FFIO_DIRECT_ON = 1,   /* O_DIRECT or fail with -EINVAL */
+    FFIO_DIRECT_OFF = 2,  /* buffered (page cache) reads */
+};
+
+/* Severity of a log line. */
+enum ffio_log_level {
+    FFIO_LOG_INFO = 0, /* a choice the engine made that the user may want to know about */
+    FFIO_LOG_WARN = 1, /* a fallback: something asked for is not in effect */
+};
+
+/*
+ * Log callback: one line per call, no trailing newline, e.g.
+ * "ffio: io_uring unavailable (...); using the pread thread pool (8 threads)".
+ * ctx: opts.log_ctx. msg is valid only during the call. Called in the thread that called into
+ * the engine (never from the pread pool's threads).
+ */
+typedef void (*ffio_log_fn)(void *ctx, enum ffio_log_level level, const char *msg);
+
+/* Engine options; fill with ffio_opts_default() and then change fields. */
+struct ffio_opts {
+    enum ffio_engine_kind engine; /* default FFIO_ENGINE_AUTO */
+    enum ffio_direct direct;      /* default FFIO_DIRECT_AUTO */
+    unsigned queue_depth;         /* extents in flight (and ring size), 1..4096; default 64 */
+    unsigned max_files;           /* files an engine can hold, 1..65536; default 64 */
+    unsigned threads;             /* pread pool threads, 0 = min(queue_depth, 8); max 256 */
+    unsigned direct_align;        /* O_DIRECT alignment in bytes, power of two 512..65536;
+                                     default 4096 */
+    size_t bounce_bytes;          /* per-slot bounce buffer for unaligned O_DIRECT reads, a
+                                     multiple of direct_align, >= 2*direct_align; default 256 KiB.
+                                     Larger unaligned extents are bounced in several steps. */
+    bool register_files;          /* io_uring: use a registered (fixed) file table; default true */
+    bool register_buffers;        /* io_uring: register memory passed to
+                                     ffio_engine_register_buffer (read_fixed); default true */
+    bool sqpoll;                  /* io_uring: kernel submission thread (IORING_SETUP_SQPOLL);
+                                     default false */
+    unsigned sqpoll_idle_ms;      /* SQPOLL thread idle time before it sleeps; default 50 */
+    bool force_no_uring;          /* make the io_uring probe fail as if ENOSYS (tests; same as
+                                     FFIO_FORCE_NO_URING=1 in the environment); default false */
+    ffio_log_fn log;              /* optional log callback; NULL drops the lines */
+    void *log_ctx;                /* passed to log */
+};
+
+/* One read: `length` bytes at `offset` of `file` into `dst`. */
+struct ffio_extent {
+    void *dst;       /* destination, >= length bytes; borrowed from the caller and written until
+                        the extent's completion has been returned by ffio_engine_wait() */
+    uint64_t offset; /* byte offset in the file; offset + length <= INT64_MAX */
+    uint64_t length; /* bytes to read; 0 completes at once with res 0 */
+    uint64_t tag;    /* opaque caller value, returned in the completion */
+    uint32_t file;   /* handle from ffio_engine_add_file() / ffio_engine_add_fd() */
+    uint32_t flags;  /* reserved, must be 0 */
+};
+
+/* The outcome of one extent. */
+struct ffio_completion {
+    uint64_t tag;    /* the extent's tag */
+    int64_t res;     /* == length on success; otherwise a negative error: -ENODATA when the
+                        extent ends past the end of the file, -EIO etc. from the kernel */
+    void *dst;       /* the extent's destination */
+    uint64_t offset; /* the extent's offset */
+    uint64_t length; /* the extent's length */
+    uint64_t done;   /* bytes that landed at dst[0, done); == length on success */
+    uint32_t file;   /* the extent's file handle */
+    uint32_t flags;  /* reserved, 0 */
+};
+
+/* What an engine actually does after the fallbacks, and its counters. */
+struct ffio_engine_info {
+    enum ffio_engine_kind kind;  /* engine in use: URING, PREAD or MMAP (never AUTO) */
+    int uring_rc;                /* 0, or why io_uring is not used (negative errno) */
+    unsigned queue_depth;        /* extents in flight at most */
+    unsigned threads;            /* pread pool threads; 0 for other engines */
+    unsigned direct_align;       /* O_DIRECT alignment in bytes */
+    bool sqpoll;                 /* SQPOLL ring in use */
+    bool defer_taskrun;          /* SINGLE_ISSUER|DEFER_TASKRUN ring in use */
+    bool registered_files;       /* fixed file table in use */
+    unsigned registered_buffers; /* iovecs registered with the ring (0 = none) */
+    uint32_t uring_flags;        /* IORING_SETUP_* flags of the ring; 0 when not io_uring */
+    uint64_t extents;            /* extents completed (returned by wait) */
+    uint64_t bytes;              /* bytes landed in destinations */
+    uint64_t errors;             /* extents completed with res < 0 */
+    uint64_t short_reads;        /* reads that returned less than asked and were continued */
+    uint64_t retries;            /* reads retried after EINTR or EAGAIN */
+    uint64_t bounced;            /* reads that went through a bounce buffer */
+    uint64_t fixed_reads;        /* reads into registered buffers (read_fixed) */
+};
+
+/* What an engine knows about one of its files. */
+struct ffio_file_info {
+    const char *name; /* name given at registration; valid until the engine is destroyed */
+    bool direct;      /* reads use O_DIRECT (false after a fallback to buffered) */
+    int fd;           /* descriptor used for reads (borrowed view: do not close) */
+};
+
+/*
+ * Fill *opts with the defaults documented in struct ffio_opts.
+ * opts: out. Thread-safe.
+ */
+FFIO_API void ffio_opts_default(struct ffio_opts *opts);
+
+/*
+ * Create an engine.
+ * opts: options (NULL = defaults); copied, need not outlive the call. out: the new engine.
+ * Returns 0, or -EINVAL (bad option), -ENOMEM, -ENOSYS/-EPERM/... (engine FFIO_ENGINE_URING and
+ * the kernel refused a ring; for FFIO_ENGINE_AUTO this is a fallback instead), -EAGAIN (threads).
+ * On error *out is NULL. The log callback may be called during creation.
+ */
+FFIO_API int ffio_engine_create(const struct ffio_opts *opts, struct ffio_engine **out);
+
+/*
+ * Destroy an engine: waits for extents still in flight (their destinations are no longer written
+ * when this returns; their completions are dropped), closes the files it opened, unmaps, frees.
+ * e: NULL is accepted. Borrowed descriptors (ffio_engine_add_fd) are not closed.
+ */
+FFIO_API void ffio_engine_destroy(struct ffio_engine *e);
+
+/*
+ * Open `path` read-only (O_DIRECT per opts.direct) and add it to the engine.
+ * Returns the file handle (>= 0, small and dense: 0, 1, 2...) for struct ffio_extent.file, or
+ * -ENOSPC (opts.max_files reached), -EINVAL (O_DIRECT refused with FFIO_DIRECT_ON, or a path
+ * longer than PATH_MAX), -EISDIR, -ENOMEM, or the error of open(2)/fstat/mmap (-ENOENT,
+ * -EACCES...).
+ * The engine owns the descriptor and closes it in ffio_engine_destroy. `path` is copied and is
+ * the name used in error messages.
+ */
+FFIO_API int ffio_engine_add_file(struct ffio_engine *e, const char *path);
+
+/*
+ * Add an already open descriptor. The engine borrows fd (never closes it; it must stay open until
+ * the engine is destroyed) and reads it as it is: O_DIRECT when fd was opened with O_DIRECT, else
+ * buffered. If reads on an O_DIRECT fd are refused with EINVAL, the engine reopens the file
+ * buffered through /proc/self/fd and owns that second descriptor.
+ * name: for error messages (copied; NULL = "fd N"). Returns the handle or -EBADF, -ENOSPC, -ENOMEM.
+ */
+FFIO_API int ffio_engine_add_fd(struct ffio_engine *e, int fd, const char *name);
+
+/*
+ * Register [base, base + len) as a destination region: with the io_uring engine and
+ * opts.register_buffers, extents whose destination lies inside it use read_fixed (no per-read page
+ * pinning). Typically the memory comes from ffio_pinned_alloc(). Regions over 1 GiB are split.
+ * The memory is borrowed and must stay mapped until the engine is destroyed.
+ * Returns 1 if the ring registered it, 0 if it was accepted without registration (other engines,
+ * option off, or the kernel refused: logged once), -EBUSY if extents are in flight, -EINVAL (NULL
+ * or empty), -ENOSPC (more than 64 regions after splitting).
+ */
+FFIO_API int ffio_engine_register_buffer(struct ffio_engine *e, void *base, size_t len);
+
+/*
+ * Queue up to n extents and start reading them (one io_uring_submit for the whole call).
+ * Accepts min(n, free slots) extents, in order, where free slots = queue_depth minus extents
+ * submitted and not yet returned by ffio_engine_wait.
+ * Returns the number accepted (0 when the queue is full: call ffio_engine_wait), or -EBADF (an
+ * extent names an unknown file), -EINVAL (NULL dst with length > 0, nonzero flags, offset + length
+ * past INT64_MAX), in which case no extent of the call was queued, or an error of the ring.
+ * Errors of the reads themselves (EOF, EIO) are reported in completions, not here.
+ * The extent array is copied; the destinations are borrowed until their completions are returned.
+ */
+FFIO_API int ffio_engine_submit(struct ffio_engine *e, const struct ffio_extent *ext, size_t n);
+
+/*
+ * Return finished extents, in completion order, into out[0, cap).
+ * Blocks until at least min(min_complete, cap, extents outstanding) completions are available;
+ * min_complete = 0 only polls. Returns the number written (0 when nothing is outstanding, or none
+ * finished while polling), or a negative error of the ring itself (not of a read): the engine is
+ * then unusable, every later submit/wait returns the same error, and it should be destroyed.
+ * Once returned, an extent's destination is no longer touched by the engine.
+ */
+FFIO_API int ffio_engine_wait(struct ffio_engine *e, struct ffio_completion *out, size_t cap,
+                              size_t min_complete);
+
+/*
+ * Read n extents and wait for all of them: submit and wait in a loop.
+ * comp: out, n entries; comp[i] belongs to ext[i]. Extents submitted earlier by the caller must
+ * all have been waited for (-EBUSY otherwise).
+ * Returns the number of extents that failed (0 = all complete; see comp[i].res), or a negative
+ * error as from ffio_engine_submit / ffio_engine_wait.
+ */
+FFIO_API int ffio_engine_read(struct ffio_engine *e, const struct ffio_extent *ext, size_t n,
+                              struct ffio_completion *comp);
+
+/*
+ * Format a completion as one line, e.g. "file a.ffr offset 8192: short read past end of file
+ * (got 100 of 4096 bytes)" or "file a.ffr offset 0 length 4096: Input/output error (after 0 of
+ * 4096 bytes)"; successes read "file a.ffr offset 0: ok (4096 bytes)".
+ * buf: out, cap bytes, always NUL-terminated when cap > 0. Returns what snprintf returns.
+ */
+FFIO_API int ffio_engine_describe(const struct ffio_engine *e, const struct ffio_completion *c,
+                                  char *buf, size_t cap);
+
+/* Fill *out with the engine's configuration and counters. out: out. */
+FFIO_API void ffio_engine_info(const struct ffio_engine *e, struct ffio_engine_info *out);
+
+/* Fill *out for file handle `file`. Returns 0 or -EBADF. out: out. */
+FFIO_API int ffio_engine_file_info(const struct ffio_engine *e, uint32_t file,
+                                   struct ffio_file_info *out);
+
+/*
+ * Bytes of destination memory a caller needs to place each of the n extents at an address
+ * aligned to `align` (a power of two; e.g. info.direct_align), i.e. the sum of the lengths each
+ * rounded up to `align`; the size to carve from a pinned pool for a batch. Saturates at SIZE_MAX.
+ */
+FFIO_API size_t ffio_batch_bytes(const struct ffio_extent *ext, size_t n, size_t align);
+
+/*
+ * Whether this process can create an io_uring ring now: 0, or the negative errno of
+ * io_uring_queue_init (-ENOSYS when forced off by FFIO_FORCE_NO_URING). Thread-safe.
+ */
+FFIO_API int ffio_uring_probe(void);
+
+/* "auto", "uring", "pread", "mmap"; "?" for other values. Thread-safe. */
+FFIO_API const char *ffio_engine_kind_name(enum ffio_engine_kind kind);
+
+/* Parse a name from ffio_engine_kind_name into *out. Returns 0 or -EINVAL. out: out. */
+FFIO_API int ffio_engine_kind_parse(const char *name, enum ffio_engine_kind *out);
+
+/*
+ * A static string for an error code from this module: "read past end of file (short read)" for
+ * -ENODATA, otherwise the system's description of -rc; "success" for rc >= 0. Thread-safe.
+ */
+FFIO_API const char *ffio_strerror(int rc);
+
+/* How a pinned region was obtained. */
+enum ffio_pinned_kind {
+    FFIO_PINNED_CUDA = 0,     /* cudaHostAlloc (page-locked, registered with the CUDA driver) */
+    FFIO_PINNED_LOCKED = 1,   /* anonymous mapping locked with mlock */
+    FFIO_PINNED_PAGEABLE = 2, /* anonymous mapping; mlock was not allowed (RLIMIT_MEMLOCK) */
+};
+
+/* Flags for ffio_pinned_alloc. */
+#define FFIO_PINNED_HOST_ONLY 1u /* never use cudaHostAlloc, even with a GPU present */
+
+/* A page-aligned region from ffio_pinned_alloc. Owned by the caller; free with ffio_pinned_free. */
+struct ffio_pinned {
+    void *ptr;                  /* start, page-aligned (>= 4096); NULL when empty */
+    size_t size;                /* usable bytes: the request rounded up to the page size */
+    enum ffio_pinned_kind kind; /* how it was obtained */
+};
+
+/*
+ * Allocate `size` bytes of pinned (or at least page-aligned) host memory, zero-filled.
+ * flags: 0 or FFIO_PINNED_HOST_ONLY. out: out; zeroed on error.
+ * Returns 0, -EINVAL (size 0), or -ENOMEM. A refused mlock is not an error (kind says so).
+ * Thread-safe; the first call may load libcudart (CUDA builds only) and initialise the driver.
+ */
+FFIO_API int ffio_pinned_alloc(size_t size, unsigned flags, struct ffio_pinned *out);
+
+/* Free a region from ffio_pinned_alloc and zero *p. NULL or an empty region is accepted. */
+FFIO_API void ffio_pinned_free(struct ffio_pinned *p);
+
+/* Name of a pinned kind: "cuda", "locked", "pageable". Thread-safe. */
+FFIO_API const char *ffio_pinned_kind_name(enum ffio_pinned_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FFIO_H */
