@@ -91,6 +91,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ffr.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -366,6 +368,66 @@ FFIO_API void ffio_pinned_free(struct ffio_pinned *p);
 
 /* Name of a pinned kind: "cuda", "locked", "pageable". Thread-safe. */
 FFIO_API const char *ffio_pinned_kind_name(enum ffio_pinned_kind kind);
+
+/* ---------------------------------------------------------------------------------------- */
+/* ffr records over an engine: the trainer's data path.                                     */
+/*
+ * Reads whole records of an open ffr dataset (ffr.h) through one engine: each record's frame
+ * extent (offset and extent_len from ffr_reader_info, aligned for O_DIRECT by the format) lands
+ * in a caller buffer, and as each completion arrives its frame header is checked against the
+ * index, its data hash verified (xxh3, at memory speed) and, for zstd records, decoded into the
+ * caller's destination. Raw records can stay where they landed (zero copy).
+ * Same threading rule as the engine: one ffio_records per reader thread.
+ */
+struct ffio_records;
+
+struct ffio_records_opts {
+    struct ffio_opts io; /* engine options (ffio_opts_default) */
+    bool verify;         /* check each record's data hash as it lands (default true) */
+};
+
+/* Fills *o: ffio_opts_default for the engine, verify on. */
+FFIO_API void ffio_records_opts_default(struct ffio_records_opts *o);
+
+/*
+ * Creates a record reader over `r` (borrowed: it must outlive the result) with its own engine,
+ * to which every shard of r is added by path. Returns 0 or an ffio_engine_create /
+ * ffio_engine_add_file error.
+ */
+FFIO_API int ffio_records_open(const struct ffr_reader *r, const struct ffio_records_opts *o,
+                               struct ffio_records **out);
+
+/* Destroys it (and its engine). Accepts NULL. */
+FFIO_API void ffio_records_close(struct ffio_records *rr);
+
+/* The engine underneath, e.g. for ffio_engine_info or ffio_engine_register_buffer. */
+FFIO_API struct ffio_engine *ffio_records_engine(struct ffio_records *rr);
+
+/* One record to read. */
+struct ffio_record_req {
+    uint64_t index;      /* in: global record number */
+    void *extent;        /* in: receives the frame extent, >= extent_len bytes (ffr_reader_info);
+                            4096-aligned memory (ffio_pinned_alloc) takes the O_DIRECT zero-copy path */
+    size_t extent_cap;   /* in: bytes at extent */
+    void *dst;           /* in: decoded record destination, or NULL to leave raw records in place
+                            (zstd records then fail with -EINVAL) */
+    size_t dst_cap;      /* in: bytes at dst */
+    const void *payload; /* out: the decoded record: dst, or inside extent for a raw record read
+                            with dst == NULL */
+    int64_t result;      /* out: raw length, or a negative error (-ENODATA, -EIO, -FFR_ECHECKSUM,
+                            -FFR_ECORRUPT, -FFR_ETOOBIG when a buffer is too small, -EINVAL) */
+};
+
+/*
+ * Reads n records, keeping up to the engine's queue depth in flight, and checks and decodes each
+ * as it lands. Returns the number of requests that failed (their `result` says why; 0 = all good)
+ * or a negative error when the engine itself failed (then results are not meaningful).
+ */
+FFIO_API int ffio_records_read(struct ffio_records *rr, struct ffio_record_req *reqs, size_t n);
+
+/* Formats a failed request as one line naming the file, shard, record and offset. */
+FFIO_API int ffio_records_describe(const struct ffio_records *rr, const struct ffio_record_req *req,
+                                   char *buf, size_t cap);
 
 #ifdef __cplusplus
 }
