@@ -314,8 +314,7 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
         return rc;
     }
     const char *slash = strrchr(path, '/');
-    const int dirlen = slash ? (int)(slash - path) : 1;
-    const char *dir = slash ? path : ".";
+    const int dirlen = slash ? (int)(slash - path) : 0;
     for (uint32_t k = 0; k < m.n_shards && rc == 0; k++) {
         const struct ffr_manifest_shard *ms = &m.shards[k];
         struct shard *s = &r->shards[k];
@@ -325,7 +324,11 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
             rc = -ENOMEM;
             break;
         }
-        snprintf(s->path, need, "%.*s/%s", dirlen, dir, ms->file);
+        /* Shards sit beside the manifest: "dir/NAME", or plain "NAME" in the current one. */
+        if (slash)
+            snprintf(s->path, need, "%.*s/%s", dirlen, path, ms->file);
+        else
+            snprintf(s->path, need, "%s", ms->file);
         s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
         if (s->fd < 0) {
             rc = say(err, cap, -FFR_ESHARD, "%s: shard %u (%s) %s", path, k, s->path,

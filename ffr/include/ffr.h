@@ -68,7 +68,8 @@ struct ffr_writer_opts {
     int durable;          /* 1: fsync files and directory before the rename (default 1) */
 };
 
-/* Fills *o with the defaults: align 4096, zstd level 1, one file, durable. */
+/* Fills *o with the defaults: align 4096, codec FFR_CODEC_RAW (zstd_level 1 when a caller picks
+ * FFR_CODEC_ZSTD), one file, durable. */
 FFR_API void ffr_writer_opts_default(struct ffr_writer_opts *o);
 
 /*
@@ -204,8 +205,8 @@ struct ffr_record_info {
 /* Fills *out for record i. Returns 0 or -EINVAL (i >= count). */
 FFR_API int ffr_reader_info(const struct ffr_reader *r, uint64_t i, struct ffr_record_info *out);
 
-/* The dataset's metadata text (not NUL-terminated), valid while the reader lives: the manifest's
- * when it has one, else the (first) file's. */
+/* The dataset's metadata text (not NUL-terminated), valid while the reader lives: the file's, or
+ * for a manifest the last shard's (it is closed last, with the final counts; docs/format.md 7). */
 FFR_API const char *ffr_reader_metadata(const struct ffr_reader *r, size_t *len);
 
 /* Per-thread read state: a decompression context and a scratch buffer. */

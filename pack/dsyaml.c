@@ -1,0 +1,255 @@
+/*
+ * Ultralytics dataset yaml (data/coco128.yaml form), read with libyaml's document API: the file is
+ * small, and the document API keeps an alias as a reference to its anchor (no expansion), so a
+ * hostile file cannot blow up memory through aliases. We read only the top-level mapping:
+ *   path: dataset root (str; null = absent)
+ *   train / val / test: str, or list of str (directories or image list files)
+ *   names: list of names, or a mapping {int: name} whose keys are exactly 0..n-1
+ *   nc: int; must equal the number of names when both are given
+ * Other keys (download, ...) are ignored. Scalars are taken as written (a name "1" stays "1").
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "dataset_internal.h"
+
+static const char *const split_keys[PACK_DSYAML_NSPLIT] = { "train", "val", "test" };
+
+int pack_dsyaml_split_index(const char *name)
+{
+    for (int i = 0; i < PACK_DSYAML_NSPLIT; i++)
+        if (strcmp(name, split_keys[i]) == 0) return i;
+    return -1;
+}
+
+void pack_dsyaml_free(struct pack_dsyaml *y)
+{
+    free(y->path);
+    for (int s = 0; s < PACK_DSYAML_NSPLIT; s++) {
+        for (size_t i = 0; i < y->n_split[s]; i++)
+            free(y->split[s][i]);
+        free(y->split[s]);
+    }
+    for (size_t i = 0; i < y->n_names; i++)
+        free(y->names[i]);
+    free(y->names);
+    memset(y, 0, sizeof *y);
+    y->nc = -1;
+}
+
+__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t cap, int rc,
+                                                      const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static const char *scalar(const yaml_node_t *n, size_t *len)
+{
+    *len = n->data.scalar.length;
+    return (const char *)n->data.scalar.value;
+}
+
+/* YAML 1.1 null: a plain "", "~" or "null" in its three spellings. */
+static bool is_null(const yaml_node_t *n)
+{
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    size_t l;
+    const char *s = scalar(n, &l);
+    return l == 0 || (l == 1 && s[0] == '~') ||
+           (l == 4 && (!memcmp(s, "null", 4) || !memcmp(s, "Null", 4) || !memcmp(s, "NULL", 4)));
+}
+
+static char *dup_scalar(const yaml_node_t *n)
+{
+    size_t l;
+    const char *s = scalar(n, &l);
+    if (memchr(s, '\0', l)) return NULL;
+    return strndup(s, l);
+}
+
+/* A plain decimal integer scalar (as PyYAML reads "12"), in [0, 2^31). */
+static int scalar_int(const yaml_node_t *n, int64_t *out)
+{
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return -1;
+    size_t l;
+    const char *s = scalar(n, &l);
+    if (l == 0 || l > 10) return -1;
+    int64_t v = 0;
+    for (size_t i = 0; i < l; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > INT32_MAX) return -1;
+    *out = v;
+    return 0;
+}
+
+static int add_str(char ***v, size_t *n, const yaml_node_t *node)
+{
+    char *s = dup_scalar(node);
+    if (!s) return -ENOMEM;
+    char **nv = realloc(*v, (*n + 1) * sizeof **v);
+    if (!nv) {
+        free(s);
+        return -ENOMEM;
+    }
+    *v = nv;
+    (*v)[(*n)++] = s;
+    return 0;
+}
+
+static int read_names(yaml_document_t *doc, const yaml_node_t *v, const char *file,
+                      struct pack_dsyaml *y, char *err, size_t cap)
+{
+    const size_t line = v->start_mark.line + 1;
+    if (v->type == YAML_SEQUENCE_NODE) {
+        for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+             it++) {
+            const yaml_node_t *e = yaml_document_get_node(doc, *it);
+            if (!e || e->type != YAML_SCALAR_NODE)
+                return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: names: entries must be scalars",
+                            file, line);
+            int rc = add_str(&y->names, &y->n_names, e);
+            if (rc) return rc;
+        }
+        if (!y->names) y->names = calloc(1, sizeof *y->names); /* "names: []" is zero classes */
+        return y->names ? 0 : -ENOMEM;
+    }
+    if (v->type != YAML_MAPPING_NODE)
+        return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: names must be a list or a mapping", file,
+                    line);
+    const size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+    y->names = calloc(n ? n : 1, sizeof *y->names);
+    if (!y->names) return -ENOMEM;
+    y->n_names = n;
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+        const yaml_node_t *k = yaml_document_get_node(doc, p->key);
+        const yaml_node_t *e = yaml_document_get_node(doc, p->value);
+        int64_t id;
+        if (!k || scalar_int(k, &id) != 0)
+            return fail(err, cap, -PACK_DS_ESCHEMA,
+                        "%s:%zu: names keys must be integers, i.e. 2: car", file,
+                        k ? k->start_mark.line + 1 : line);
+        if ((uint64_t)id >= n || y->names[id])
+            return fail(err, cap, -PACK_DS_ESCHEMA,
+                        "%s:%zu: names keys must be 0..%zu, each once (got %lld)", file,
+                        k->start_mark.line + 1, n - 1, (long long)id);
+        if (!e || e->type != YAML_SCALAR_NODE)
+            return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: names values must be scalars", file,
+                        k->start_mark.line + 1);
+        y->names[id] = dup_scalar(e);
+        if (!y->names[id]) return -ENOMEM;
+    }
+    return 0;
+}
+
+static int read_doc(yaml_document_t *doc, const char *file, struct pack_dsyaml *y, char *err,
+                    size_t cap)
+{
+    const yaml_node_t *root = yaml_document_get_root_node(doc);
+    if (!root) return fail(err, cap, -PACK_DS_ESCHEMA, "%s: empty dataset yaml", file);
+    if (root->type != YAML_MAPPING_NODE)
+        return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: dataset yaml must be a mapping", file,
+                    root->start_mark.line + 1);
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++) {
+        const yaml_node_t *k = yaml_document_get_node(doc, p->key);
+        const yaml_node_t *v = yaml_document_get_node(doc, p->value);
+        if (!k || !v || k->type != YAML_SCALAR_NODE) continue;
+        size_t kl;
+        const char *ks = scalar(k, &kl);
+        char key[16];
+        if (kl >= sizeof key || memchr(ks, '\0', kl)) continue;
+        memcpy(key, ks, kl);
+        key[kl] = '\0';
+        const size_t line = v->start_mark.line + 1;
+        const int si = pack_dsyaml_split_index(key);
+        if (strcmp(key, "path") == 0) {
+            if (is_null(v)) continue;
+            if (v->type != YAML_SCALAR_NODE)
+                return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: path must be a string", file,
+                            line);
+            free(y->path);
+            y->path = dup_scalar(v);
+            if (!y->path) return -ENOMEM;
+        } else if (si >= 0) {
+            for (size_t i = 0; i < y->n_split[si]; i++)
+                free(y->split[si][i]);
+            free(y->split[si]);
+            y->split[si] = NULL;
+            y->n_split[si] = 0;
+            if (is_null(v)) continue;
+            if (v->type == YAML_SCALAR_NODE) {
+                int rc = add_str(&y->split[si], &y->n_split[si], v);
+                if (rc) return rc;
+            } else if (v->type == YAML_SEQUENCE_NODE) {
+                for (yaml_node_item_t *it = v->data.sequence.items.start;
+                     it < v->data.sequence.items.top; it++) {
+                    const yaml_node_t *e = yaml_document_get_node(doc, *it);
+                    if (!e || e->type != YAML_SCALAR_NODE || is_null(e))
+                        return fail(err, cap, -PACK_DS_ESCHEMA,
+                                    "%s:%zu: %s: entries must be strings", file, line, key);
+                    int rc = add_str(&y->split[si], &y->n_split[si], e);
+                    if (rc) return rc;
+                }
+            } else {
+                return fail(err, cap, -PACK_DS_ESCHEMA,
+                            "%s:%zu: %s must be a path or a list of paths", file, line, key);
+            }
+        } else if (strcmp(key, "names") == 0) {
+            for (size_t i = 0; i < y->n_names; i++)
+                free(y->names[i]);
+            free(y->names);
+            y->names = NULL;
+            y->n_names = 0;
+            int rc = read_names(doc, v, file, y, err, cap);
+            if (rc) return rc;
+        } else if (strcmp(key, "nc") == 0) {
+            if (scalar_int(v, &y->nc) != 0)
+                return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: nc must be an integer", file,
+                            line);
+        }
+    }
+    if (y->names && y->nc >= 0 && (size_t)y->nc != y->n_names)
+        return fail(err, cap, -PACK_DS_ESCHEMA, "%s: names has %zu entries but nc is %lld", file,
+                    y->n_names, (long long)y->nc);
+    return 0;
+}
+
+int pack_dsyaml_parse(const char *buf, size_t len, const char *file, struct pack_dsyaml *out,
+                      char *err, size_t err_cap)
+{
+    memset(out, 0, sizeof *out);
+    out->nc = -1;
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser)) return -ENOMEM;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
+    int rc;
+    if (!yaml_parser_load(&parser, &doc)) {
+        rc = parser.error == YAML_MEMORY_ERROR
+                 ? -ENOMEM
+                 : fail(err, err_cap, -PACK_DS_ESYNTAX, "%s:%zu:%zu: YAML error: %s%s%s", file,
+                        parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                        parser.problem ? parser.problem : "malformed", parser.context ? " " : "",
+                        parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        pack_dsyaml_free(out);
+        return rc;
+    }
+    rc = read_doc(&doc, file, out, err, err_cap);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    if (rc) pack_dsyaml_free(out);
+    return rc;
+}

@@ -1,0 +1,578 @@
+/*
+ * The yolo-pack pipeline (see packer.h). Threads: N workers and the calling thread, which
+ * appends. Sample i goes to slot i % W of a reorder window of W = 4N slots; a worker may start
+ * sample i only once sample i - W has been appended, so at most W records are in memory, and the
+ * appender takes slots strictly in sample order, so the file does not depend on N.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <turbojpeg.h>
+
+#include "ffr.h"
+#include "ffyolo_config.h"
+#include "packer.h"
+
+enum slot_state { SLOT_FREE, SLOT_BUSY, SLOT_READY, SLOT_SKIPPED, SLOT_FATAL };
+
+struct slot {
+    enum slot_state state;
+    size_t idx;      /* sample number it holds */
+    uint8_t *stored; /* encoded (compressed) record */
+    size_t stored_cap, stored_len, raw_len;
+    int codec;
+    uint8_t *summary;
+    size_t summary_cap, summary_len;
+    int background, restored, corrupt;
+    uint64_t bytes_in;
+    int fatal_rc;
+    char msg[768]; /* a warning to print when the slot is consumed, or "" */
+};
+
+struct job {
+    const struct pack_opts *o;
+    const struct pack_ds *ds;
+    size_t n;
+    int interp;
+    volatile int *stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_worker, cv_writer;
+    struct slot *slots;
+    size_t window;
+    size_t next;    /* next sample to hand to a worker */
+    size_t written; /* samples consumed by the appender */
+    int abort;      /* set by the appender on a fatal error or stop */
+};
+
+void pack_opts_default(struct pack_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = 640;
+    o->interp = -1;
+    o->codec = PACK_CODEC_ZSTD;
+    o->zstd_level = 1;
+    o->sub_filter = true;
+    o->quality = 95;
+    const long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = nc > 0 ? (int)nc : 1;
+    o->max_warnings_shown = 20;
+    pack_ds_opts_default(&o->ds);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int grow(uint8_t **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need)
+        n *= 2;
+    uint8_t *q = realloc(*p, n);
+    if (!q) return -ENOMEM;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+static int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -errno;
+    struct stat st;
+    int rc = fstat(fileno(f), &st) < 0 ? -errno : 0;
+    if (rc == 0 && !S_ISREG(st.st_mode)) rc = -EINVAL;
+    if (rc == 0) rc = grow(buf, cap, (size_t)st.st_size + 1);
+    if (rc == 0 && fread(*buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) rc = -EIO;
+    fclose(f);
+    if (rc == 0) *len = (size_t)st.st_size;
+    return rc;
+}
+
+struct worker {
+    struct job *j;
+    struct pack_image_decoder *dec;
+    struct ffr_codec *codec;
+    tjhandle tj;
+    uint8_t *file;
+    size_t file_cap;
+    uint8_t *sample; /* the ffr-det-1 encoding */
+    size_t sample_cap;
+    uint8_t *jpeg; /* JPEG codec output */
+    unsigned long jpeg_cap;
+    float *labels;
+    size_t labels_cap;
+    uint32_t *seg_counts;
+    size_t seg_cap;
+};
+
+/* Processes sample i into slot s (whose state the caller sets under the lock). Returns 0 when
+ * the slot holds a record, 1 when the sample is skipped (s->msg says why), or a fatal error. */
+static int process(struct worker *w, size_t i, struct slot *s)
+{
+    const struct pack_opts *o = w->j->o;
+    const struct pack_ds_sample *ds = pack_ds_get(w->j->ds, i);
+    s->msg[0] = '\0';
+    s->background = s->restored = s->corrupt = 0;
+    s->bytes_in = 0;
+    size_t len = 0;
+    int rc = read_file(ds->image_path, &w->file, &w->file_cap, &len);
+    if (rc < 0) {
+        snprintf(s->msg, sizeof s->msg, "%s: cannot read: %s; skipped", ds->image_path,
+                 strerror(-rc));
+        s->corrupt = 1;
+        return 1;
+    }
+    s->bytes_in = len;
+    struct pack_image img;
+    rc = pack_image_load(w->dec, o->size, (enum pack_image_interp)w->j->interp, w->file, len, &img);
+    if (rc == -ENOMEM) return rc;
+    if (rc < 0) {
+        const char *what = pack_image_strerror(rc), *detail = pack_image_decoder_detail(w->dec);
+        const int same = !detail[0] || strcmp(what, detail) == 0;
+        snprintf(s->msg, sizeof s->msg, "%s: corrupt image: %s%s%s%s; skipped", ds->image_path,
+                 what, same ? "" : " (", same ? "" : detail, same ? "" : ")");
+        s->corrupt = 1;
+        return 1;
+    }
+    if (img.warnings & (PACK_IMAGE_WARN_NO_EOI | PACK_IMAGE_WARN_DATA)) {
+        s->restored = 1;
+        snprintf(s->msg, sizeof s->msg, "%s: damaged JPEG decoded as OpenCV decodes it (%s); kept",
+                 ds->image_path, pack_image_decoder_detail(w->dec));
+    }
+
+    /* Labels and polygons in the record's layout. */
+    if ((rc = grow((uint8_t **)&w->labels, &w->labels_cap, 20 * (size_t)ds->n_rows + 4)) < 0 ||
+        (rc = grow((uint8_t **)&w->seg_counts, &w->seg_cap, 4 * (size_t)ds->n_rows + 4)) < 0)
+        return rc;
+    for (uint32_t r = 0; r < ds->n_rows; r++) {
+        const struct pack_ds_row *row = &ds->rows[r];
+        float *l = w->labels + 5 * (size_t)r;
+        l[0] = (float)row->cls;
+        l[1] = row->cx;
+        l[2] = row->cy;
+        l[3] = row->w;
+        l[4] = row->h;
+        w->seg_counts[r] = row->seg_count;
+    }
+    const char *slash = strrchr(ds->image_path, '/');
+    const char *name = slash ? slash + 1 : ds->image_path;
+    struct ffr_det_sample smp = {
+        .h = (uint32_t)img.height,
+        .w = (uint32_t)img.width,
+        .h0 = (uint32_t)img.src_height,
+        .w0 = (uint32_t)img.src_width,
+        .pixels = img.pixels,
+        .pixel_bytes = (uint32_t)((size_t)img.width * (size_t)img.height * 3),
+        .n_labels = ds->n_rows,
+        .labels = w->labels,
+        .n_points = ds->n_seg_points,
+        .seg_counts = ds->n_seg_points ? w->seg_counts : NULL,
+        .seg_points = ds->n_seg_points ? ds->seg_xy : NULL,
+        .image_id = ds->image_id,
+        .name = name,
+        .name_len = (uint32_t)strlen(name),
+    };
+    smp.pixel_format =
+        o->codec == PACK_CODEC_ZSTD && o->sub_filter ? FFR_DET_RGB8_SUB : FFR_DET_RGB8;
+    if (o->codec == PACK_CODEC_JPEG) {
+        unsigned char *jp = w->jpeg;
+        unsigned long jlen = w->jpeg_cap;
+        if (tjCompress2(w->tj, img.pixels, img.width, 0, img.height, TJPF_RGB, &jp, &jlen,
+                        TJSAMP_420, o->quality, TJFLAG_ACCURATEDCT | TJFLAG_NOREALLOC) != 0)
+            return -EIO;
+        smp.pixel_format = FFR_DET_JPEG;
+        smp.pixels = jp;
+        smp.pixel_bytes = (uint32_t)jlen;
+    }
+    const size_t need = ffr_det_encoded_size(&smp);
+    if (!need) return -EOVERFLOW;
+    if ((rc = grow(&w->sample, &w->sample_cap, need)) < 0) return rc;
+    const int64_t n = ffr_det_encode(&smp, w->sample, w->sample_cap);
+    if (n < 0) return (int)n;
+    if ((rc = grow(&s->summary, &s->summary_cap, ffr_det_summary_size(&smp))) < 0) return rc;
+    const int64_t sn = ffr_det_summary_encode(&smp, s->summary, s->summary_cap);
+    if (sn < 0) return (int)sn;
+    s->summary_len = (size_t)sn;
+    if ((rc = grow(&s->stored, &s->stored_cap, ffr_encode_bound((size_t)n))) < 0) return rc;
+    const int codec = o->codec == PACK_CODEC_ZSTD ? FFR_CODEC_ZSTD : FFR_CODEC_RAW;
+    const int64_t stored = ffr_encode(w->codec, s->stored, s->stored_cap, w->sample, (size_t)n,
+                                      codec, o->zstd_level, &s->codec);
+    if (stored < 0) return (int)stored;
+    s->stored_len = (size_t)stored;
+    s->raw_len = (size_t)n;
+    s->background = ds->n_rows == 0;
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct job *j = w->j;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        while (!j->abort && j->next < j->n && j->next >= j->written + j->window)
+            pthread_cond_wait(&j->cv_worker, &j->mu);
+        if (j->abort || j->next >= j->n) {
+            pthread_mutex_unlock(&j->mu);
+            return NULL;
+        }
+        const size_t i = j->next++;
+        struct slot *s = &j->slots[i % j->window];
+        s->state = SLOT_BUSY;
+        s->idx = i;
+        pthread_mutex_unlock(&j->mu);
+
+        const int rc = process(w, i, s);
+
+        pthread_mutex_lock(&j->mu);
+        s->state = rc < 0 ? SLOT_FATAL : rc == 1 ? SLOT_SKIPPED : SLOT_READY;
+        s->fatal_rc = rc < 0 ? rc : 0;
+        pthread_cond_signal(&j->cv_writer);
+        pthread_mutex_unlock(&j->mu);
+    }
+}
+
+static void yaml_quoted(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\x%02x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* The metadata block (docs/format.md 8.3), as YAML. Returns a malloc'd string. */
+static char *make_metadata(const struct pack_opts *o, const struct pack_ds *ds,
+                           const struct pack_result *r, size_t *len)
+{
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f) return NULL;
+    const struct pack_ds_info *info = pack_ds_info(ds);
+    size_t nn;
+    const char *const *names = pack_ds_names(ds, &nn);
+    static const char *const codecs[] = { "raw", "zstd", "jpeg" };
+    fprintf(f, "encoding: ffr-det-1\n");
+    fprintf(f, "nc: %zu\nnames:\n", nn);
+    for (size_t k = 0; k < nn; k++) {
+        fprintf(f, "  - ");
+        yaml_quoted(f, names[k]);
+        fputc('\n', f);
+    }
+    fprintf(f, "size: %d\nsplit: ", o->size);
+    yaml_quoted(f, info->split ? info->split : "");
+    fprintf(f, "\nformat: %s\n", info->format == PACK_DS_FORMAT_COCO ? "coco" : "yolo");
+    fprintf(f, "interp: %s\n",
+            o->interp == PACK_IMAGE_INTERP_LINEAR ? "linear"
+            : o->interp == PACK_IMAGE_INTERP_AREA ? "area"
+            : o->interp == PACK_IMAGE_INTERP_AUTO_TRAIN
+                ? "linear (train)"
+                : "area when shrinking, linear when enlarging (val)");
+    fprintf(f, "codec: %s\n", codecs[o->codec]);
+    if (o->codec == PACK_CODEC_ZSTD)
+        fprintf(f, "zstd_level: %d\nfilter: %s\n", o->zstd_level, o->sub_filter ? "sub" : "none");
+    if (o->codec == PACK_CODEC_JPEG) fprintf(f, "jpeg_quality: %d\n", o->quality);
+    fprintf(f, "source: ");
+    yaml_quoted(f, info->source ? info->source : o->input);
+    fprintf(f,
+            "\ncounts:\n  found: %" PRIu64 "\n  packed: %" PRIu64 "\n  backgrounds: %" PRIu64
+            "\n  corrupt_skipped: %" PRIu64 "\n  missing_skipped: %" PRIu64 "\n  restored: %" PRIu64
+            "\n  label_rows: %" PRIu64 "\n  label_rows_dropped: %" PRIu64
+            "\n  crowd_skipped: %" PRIu64 "\n",
+            r->scan.images_found, r->packed, r->backgrounds, r->corrupt_images + r->scan.corrupt,
+            r->scan.images_missing, r->restored_images, r->scan.rows,
+            r->scan.rows_corrupt + r->scan.rows_duplicate + r->scan.rows_bad_box +
+                r->scan.rows_bad_category + r->scan.rows_no_image,
+            r->scan.crowd_skipped);
+    fprintf(f, "packer:\n  program: yolo-pack\n  version: %s\n  command: ", FFYOLO_VERSION);
+    yaml_quoted(f, o->argv_line ? o->argv_line : "");
+    fputc('\n', f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+static void human_bytes(char *dst, size_t cap, uint64_t b)
+{
+    static const char *const u[] = { "B", "KB", "MB", "GB", "TB" };
+    double v = (double)b;
+    int k = 0;
+    while (v >= 1000 && k < 4) {
+        v /= 1000;
+        k++;
+    }
+    snprintf(dst, cap, k ? "%.1f %s" : "%.0f %s", v, u[k]);
+}
+
+static void progress(FILE *log, size_t done, size_t n, double t0)
+{
+    const double dt = now_s() - t0;
+    const double rate = dt > 0 ? (double)done / dt : 0;
+    const double eta = rate > 0 ? (double)(n - done) / rate : 0;
+    const int width = 30, filled = n ? (int)((double)width * (double)done / (double)n) : width;
+    fprintf(log, "\r  [%.*s%*s] %zu/%zu  %.0f img/s  ETA %d:%02d ", filled,
+            "##############################", width - filled, "", done, n, rate, (int)eta / 60,
+            (int)eta % 60);
+    fflush(log);
+}
+
+struct warn_ctx {
+    FILE *log;
+    size_t shown, max;
+};
+
+static void warn_cb(void *user, const struct pack_ds_warning *w)
+{
+    struct warn_ctx *c = user;
+    if (c->shown++ < c->max) fprintf(c->log, "warning: %s\n", w->msg);
+}
+
+int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *stop)
+{
+    FILE *log = o->log ? o->log : stderr;
+    struct pack_result r;
+    memset(&r, 0, sizeof r);
+    struct warn_ctx wc = { log, 0, o->max_warnings_shown };
+    struct pack_ds_opts dso = o->ds;
+    dso.strict = o->strict;
+    dso.warn_fn = warn_cb;
+    dso.warn_user = &wc;
+    struct pack_ds *ds = NULL;
+    char err[1024] = "";
+    int rc = pack_ds_scan(o->input, &dso, &ds, err, sizeof err);
+    if (rc < 0) {
+        fprintf(log, "yolo-pack: %s\n", err[0] ? err : pack_ds_strerror(rc));
+        return rc;
+    }
+    r.scan = *pack_ds_stats(ds);
+    if (wc.shown > wc.max) fprintf(log, "(%zu more scan warnings not shown)\n", wc.shown - wc.max);
+
+    struct job j;
+    memset(&j, 0, sizeof j);
+    j.o = o;
+    j.ds = ds;
+    j.n = pack_ds_count(ds);
+    j.stop = stop;
+    if (o->interp >= 0) {
+        j.interp = o->interp;
+    } else {
+        const char *split = pack_ds_info(ds)->split;
+        j.interp = split && strstr(split, "train") ? PACK_IMAGE_INTERP_AUTO_TRAIN
+                                                   : PACK_IMAGE_INTERP_AUTO_VAL;
+    }
+    struct pack_opts eff = *o;
+    eff.interp = j.interp;
+    j.o = &eff;
+    const int nt = o->threads > 0 ? o->threads : 1;
+    j.window = 4 * (size_t)nt;
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_cond_init(&j.cv_worker, NULL);
+    pthread_cond_init(&j.cv_writer, NULL);
+    j.slots = calloc(j.window, sizeof *j.slots);
+    struct worker *ws = calloc((size_t)nt, sizeof *ws);
+    pthread_t *th = calloc((size_t)nt, sizeof *th);
+    struct ffr_writer *fw = NULL;
+    int started = 0;
+    if (!j.slots || !ws || !th) {
+        rc = -ENOMEM;
+        goto out;
+    }
+
+    struct ffr_writer_opts wo;
+    ffr_writer_opts_default(&wo);
+    wo.codec = o->codec == PACK_CODEC_ZSTD ? FFR_CODEC_ZSTD : FFR_CODEC_RAW;
+    wo.zstd_level = o->zstd_level;
+    wo.shard_bytes = o->shard_bytes;
+    if ((rc = ffr_writer_open(&fw, o->output, &wo)) < 0) {
+        fprintf(log, "yolo-pack: %s: %s\n", o->output, ffr_strerror(rc));
+        goto out;
+    }
+    for (int k = 0; k < nt; k++) {
+        ws[k].j = &j;
+        ws[k].tj = o->codec == PACK_CODEC_JPEG ? tjInitCompress() : NULL;
+        if ((rc = pack_image_decoder_create(NULL, &ws[k].dec)) < 0 ||
+            (rc = ffr_codec_create(&ws[k].codec)) < 0)
+            goto out;
+        if (o->codec == PACK_CODEC_JPEG) {
+            if (!ws[k].tj) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            ws[k].jpeg_cap = tjBufSize(o->size > 0 ? 2 * o->size : 16384,
+                                       o->size > 0 ? 2 * o->size : 16384, TJSAMP_420);
+            ws[k].jpeg = tjAlloc((int)ws[k].jpeg_cap);
+            if (!ws[k].jpeg) {
+                rc = -ENOMEM;
+                goto out;
+            }
+        }
+    }
+    const double t0 = now_s();
+    for (int k = 0; k < nt; k++) {
+        if (pthread_create(&th[k], NULL, worker_main, &ws[k]) != 0) {
+            rc = -EAGAIN;
+            goto out;
+        }
+        started++;
+    }
+    double last_draw = 0;
+    size_t shown = 0, more = 0;
+    while (j.written < j.n) {
+        pthread_mutex_lock(&j.mu);
+        struct slot *s = &j.slots[j.written % j.window];
+        while (!(stop && *stop) &&
+               (s->idx != j.written || s->state == SLOT_FREE || s->state == SLOT_BUSY)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&j.cv_writer, &j.mu, &ts);
+        }
+        pthread_mutex_unlock(&j.mu);
+        if (stop && *stop) {
+            rc = -EINTR;
+            break;
+        }
+        if (s->state == SLOT_FATAL) {
+            rc = s->fatal_rc;
+            fprintf(log, "\nyolo-pack: %s: %s\n", pack_ds_get(ds, s->idx)->image_path,
+                    pack_image_strerror(rc));
+            break;
+        }
+        if (s->msg[0]) {
+            if (o->strict) {
+                fprintf(log, "\nyolo-pack: %s (--strict)\n", s->msg);
+                rc = -PACK_DS_ESTRICT;
+                break;
+            }
+            if (shown++ < o->max_warnings_shown)
+                fprintf(log, "%swarning: %s\n", o->progress ? "\r" : "", s->msg);
+            else
+                more++;
+        }
+        r.bytes_in += s->bytes_in;
+        r.corrupt_images += (uint64_t)s->corrupt;
+        r.restored_images += (uint64_t)s->restored;
+        if (s->state == SLOT_READY) {
+            rc = ffr_writer_append_encoded(fw, s->codec, s->stored, s->stored_len, s->raw_len, NULL,
+                                           s->summary, s->summary_len);
+            if (rc < 0) {
+                fprintf(log, "\nyolo-pack: writing %s: %s\n", o->output, ffr_strerror(rc));
+                break;
+            }
+            r.packed++;
+            r.backgrounds += (uint64_t)s->background;
+            r.bytes_raw += s->raw_len;
+        }
+        pthread_mutex_lock(&j.mu);
+        s->state = SLOT_FREE;
+        j.written++;
+        pthread_cond_broadcast(&j.cv_worker);
+        pthread_mutex_unlock(&j.mu);
+        if (o->progress && (now_s() - last_draw > 0.2 || j.written == j.n)) {
+            progress(log, j.written, j.n, t0);
+            last_draw = now_s();
+        }
+    }
+    if (o->progress) fputc('\n', log);
+    if (more) fprintf(log, "(%zu more warnings not shown)\n", more);
+    r.seconds = now_s() - t0;
+out:
+    pthread_mutex_lock(&j.mu);
+    j.abort = 1;
+    pthread_cond_broadcast(&j.cv_worker);
+    pthread_mutex_unlock(&j.mu);
+    for (int k = 0; k < started; k++)
+        pthread_join(th[k], NULL);
+    if (rc == 0 && r.packed == 0) {
+        fprintf(log, "yolo-pack: %s: no image could be packed\n", o->input);
+        rc = -PACK_DS_ENOIMAGES;
+    }
+    if (fw && rc == 0) {
+        size_t mlen = 0;
+        char *meta = make_metadata(&eff, ds, &r, &mlen);
+        rc = meta ? ffr_writer_set_metadata(fw, meta, mlen) : -ENOMEM;
+        free(meta);
+        if (rc == 0) {
+            rc = ffr_writer_close(fw);
+            if (rc < 0) fprintf(log, "yolo-pack: closing %s: %s\n", o->output, ffr_strerror(rc));
+        } else {
+            ffr_writer_abort(fw);
+        }
+    } else {
+        ffr_writer_abort(fw);
+    }
+    if (rc == 0) {
+        /* Output size: every file the reader sees. */
+        struct ffr_reader *rd;
+        if (ffr_reader_open(&rd, o->output, NULL, NULL, 0) == 0) {
+            for (uint32_t k = 0; k < ffr_reader_shard_count(rd); k++) {
+                struct ffr_shard_info si;
+                ffr_reader_shard(rd, k, &si);
+                r.bytes_out += si.file_size;
+            }
+            ffr_reader_close(rd);
+        }
+        char in[32], raw[32], outb[32];
+        human_bytes(in, sizeof in, r.bytes_in);
+        human_bytes(raw, sizeof raw, r.bytes_raw);
+        human_bytes(outb, sizeof outb, r.bytes_out);
+        const uint64_t dropped = r.scan.rows_corrupt + r.scan.rows_duplicate + r.scan.rows_bad_box +
+                                 r.scan.rows_bad_category + r.scan.rows_no_image;
+        fprintf(log,
+                "yolo-pack: %" PRIu64 " found, %" PRIu64 " packed (%" PRIu64
+                " backgrounds), %" PRIu64 " corrupt skipped, %" PRIu64 " missing, %" PRIu64
+                " restored, %" PRIu64 " label rows dropped, %" PRIu64
+                " crowd skipped; %s in, %s decoded, %s out; %.1f s, %.0f img/s -> %s\n",
+                r.scan.images_found, r.packed, r.backgrounds, r.corrupt_images + r.scan.corrupt,
+                r.scan.images_missing, r.restored_images, dropped, r.scan.crowd_skipped, in, raw,
+                outb, r.seconds, r.seconds > 0 ? (double)(r.packed) / r.seconds : 0.0, o->output);
+    }
+    for (int k = 0; k < nt && ws; k++) {
+        pack_image_decoder_destroy(ws[k].dec);
+        ffr_codec_destroy(ws[k].codec);
+        if (ws[k].tj) tjDestroy(ws[k].tj);
+        if (ws[k].jpeg) tjFree(ws[k].jpeg);
+        free(ws[k].file);
+        free(ws[k].sample);
+        free(ws[k].labels);
+        free(ws[k].seg_counts);
+    }
+    for (size_t k = 0; j.slots && k < j.window; k++) {
+        free(j.slots[k].stored);
+        free(j.slots[k].summary);
+    }
+    pthread_mutex_destroy(&j.mu);
+    pthread_cond_destroy(&j.cv_worker);
+    pthread_cond_destroy(&j.cv_writer);
+    free(j.slots);
+    free(ws);
+    free(th);
+    pack_ds_destroy(ds);
+    if (res) *res = r;
+    return rc;
+}

@@ -1,0 +1,73 @@
+/*
+ * pack/packer: the yolo-pack pipeline. Scans a dataset (pack/dataset.h), decodes and resizes each
+ * image as ultralytics' load_image does (pack/image.h), encodes it with its labels as an ffr-det-1
+ * sample, compresses it, and appends it to an ffr writer, in the scan's order.
+ *
+ * Workers decode, resize, filter and compress in parallel; one thread appends finished records in
+ * sample order through a bounded reorder window, so memory stays bounded and the output is
+ * byte-identical whatever the thread count.
+ */
+#ifndef PACK_PACKER_H
+#define PACK_PACKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dataset.h"
+#include "image.h"
+
+enum pack_codec {
+    PACK_CODEC_RAW = 0,  /* RGB8 pixels, stored raw */
+    PACK_CODEC_ZSTD = 1, /* RGB8 pixels (Sub-filtered unless filter is off), zstd */
+    PACK_CODEC_JPEG = 2, /* pixels re-encoded as JPEG at `quality` (lossy, smallest) */
+};
+
+struct pack_opts {
+    const char *input;  /* dataset root, yaml, json or list file */
+    const char *output; /* .ffr path (a manifest when shard_bytes > 0) */
+    int size;           /* long side in pixels; 0 keeps the original size */
+    int interp;         /* -1: by split (train: linear, else area when shrinking), or a
+                           PACK_IMAGE_INTERP_* value */
+    enum pack_codec codec;
+    int zstd_level;     /* 1..19 */
+    bool sub_filter;    /* Sub filter before zstd */
+    int quality;        /* JPEG quality for PACK_CODEC_JPEG */
+    int threads;        /* workers, >= 1 */
+    uint64_t shard_bytes; /* 0: one file */
+    bool strict;        /* any warning fails the run */
+    bool progress;      /* draw a progress line on `log` */
+    size_t max_warnings_shown; /* warnings printed in full; all are counted */
+    struct pack_ds_opts ds; /* scanning options (format, split, names, drop_backgrounds, ...) */
+    const char *argv_line; /* the command line, recorded in the metadata */
+    FILE *log;          /* warnings, progress and the summary; NULL = stderr */
+};
+
+/* Counters of a run, for the summary and the metadata. */
+struct pack_result {
+    struct pack_ds_stats scan; /* what the scan found and dropped */
+    uint64_t packed;           /* records written */
+    uint64_t backgrounds;      /* of which without labels */
+    uint64_t corrupt_images;   /* images that failed to decode, skipped */
+    uint64_t restored_images;  /* decoded with warnings (truncated data, no EOI), kept */
+    uint64_t bytes_in;         /* bytes of the image files read */
+    uint64_t bytes_raw;        /* bytes of the encoded samples before compression */
+    uint64_t bytes_out;        /* bytes of the output files */
+    double seconds;            /* wall time of the packing (scan excluded) */
+};
+
+/* Fills *o with the defaults: size 640, interp by split, zstd level 1 with the Sub filter,
+ * quality 95, all cores, one file, not strict, 20 warnings shown. */
+void pack_opts_default(struct pack_opts *o);
+
+/*
+ * Runs the whole job. Returns 0 when the output was written (even if inputs were skipped and
+ * reported), or a negative error (a pack_ds, pack_image, ffr or errno code) after printing why;
+ * in that case no output file claims to be complete. *res (may be NULL) receives the counters.
+ * `stop` (may be NULL) is polled: when it becomes non-zero (e.g. from a SIGINT handler) the run
+ * is abandoned and returns -EINTR.
+ */
+int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *stop);
+
+#endif

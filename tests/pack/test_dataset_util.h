@@ -1,0 +1,107 @@
+/*
+ * Helpers for the dataset tests: a temporary directory tree that the test writes its small
+ * hand-made datasets into, removed at the end.
+ */
+#ifndef TEST_DATASET_UTIL_H
+#define TEST_DATASET_UTIL_H
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tap.h"
+
+static char tdu_root[512];
+
+static int tdu_rm(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static inline void tdu_cleanup(void)
+{
+    if (tdu_root[0]) nftw(tdu_root, tdu_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Creates the temporary root (exit 99 if impossible) and registers its removal. */
+static inline const char *tdu_init(const char *tag)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tdu_root, sizeof tdu_root, "%s/ffyolo_%s_XXXXXX", tmp && *tmp ? tmp : "/tmp", tag);
+    if (!mkdtemp(tdu_root)) {
+        printf("# cannot create a temporary directory: %s\n", strerror(errno));
+        exit(99);
+    }
+    atexit(tdu_cleanup);
+    return tdu_root;
+}
+
+/* Path under the root, formatted; returns a static buffer (one of 8 in rotation). */
+static inline const char *tdu_path(const char *fmt, ...)
+{
+    static char bufs[8][2048];
+    static int k;
+    char rel[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rel, sizeof rel, fmt, ap);
+    va_end(ap);
+    char *b = bufs[k++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", tdu_root, rel);
+    return b;
+}
+
+/* mkdir -p of the directory part of p (p itself if dir_too). */
+static inline void tdu_mkdirs(const char *p, int dir_too)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", p);
+    for (char *s = tmp + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        mkdir(tmp, 0755);
+        *s = '/';
+    }
+    if (dir_too) mkdir(tmp, 0755);
+}
+
+/* Writes n bytes (n = strlen when n is (size_t)-1) to root/rel, creating directories. */
+static inline void tdu_write(const char *rel, const char *data, size_t n)
+{
+    const char *p = tdu_path("%s", rel);
+    tdu_mkdirs(p, 0);
+    FILE *f = fopen(p, "wb");
+    if (!f) {
+        printf("# cannot write %s: %s\n", p, strerror(errno));
+        exit(99);
+    }
+    if (n == (size_t)-1) n = strlen(data);
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+static inline void tdu_text(const char *rel, const char *text)
+{
+    tdu_write(rel, text, (size_t)-1);
+}
+
+/* A stand-in image: the scanner never decodes images, it only needs the file to exist. */
+static inline void tdu_image(const char *rel)
+{
+    tdu_write(rel, "\xff\xd8\xff\xd9", 4);
+}
+
+static inline void tdu_mkdir(const char *rel)
+{
+    tdu_mkdirs(tdu_path("%s", rel), 1);
+}
+
+#endif

@@ -1,0 +1,354 @@
+/*
+ * YOLO layouts end to end through pack_ds_scan, on small datasets written to a temporary
+ * directory: the ROOT/images|labels layout with good, duplicate, corrupt, segment and missing
+ * labels; orphans; split choice; strict mode; image list files; dataset yamls (list and dict
+ * names, list files, relative paths); names overrides; the summary line.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataset.h"
+#include "test_dataset_util.h"
+
+static char err[1024];
+
+static struct pack_ds *scan(const char *path, const struct pack_ds_opts *o, int *rc)
+{
+    struct pack_ds *ds = NULL;
+    err[0] = '\0';
+    *rc = pack_ds_scan(path, o, &ds, err, sizeof err);
+    if (*rc) printf("#   scan %s: %s (%s)\n", path, pack_ds_strerror(*rc), err);
+    return ds;
+}
+
+static const char *base(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* A realistic small YOLO dataset: 5 images in images/train (one in a subdirectory), labels with
+ * every kind of problem, plus files that must be ignored. */
+static void make_yolo_root(void)
+{
+    tdu_image("yolo/images/train/000000000042.jpg");
+    tdu_image("yolo/images/train/b.jpg");
+    tdu_image("yolo/images/train/c.png");
+    tdu_image("yolo/images/train/d.JPG");
+    tdu_image("yolo/images/train/sub/e.jpeg");
+    tdu_image("yolo/images/train/.hidden.jpg");
+    tdu_text("yolo/images/train/notes.txt", "not an image\n");
+    tdu_text("yolo/labels/train/000000000042.txt", "0 0.5 0.5 0.2 0.2\n3 0.25 0.75 0.1 0.3\n");
+    tdu_text("yolo/labels/train/b.txt",
+             "1 0.5 0.5 0.2 0.2\n0 0.1 0.1 0.1 0.1\n1 0.5 0.5 0.2 0.2\n");
+    tdu_text("yolo/labels/train/c.txt", "0 0.5 0.5 0.2 0.2\n2 0.5 1.5 0.2 0.2\n");
+    /* d.JPG: no label file -> background */
+    tdu_text("yolo/labels/train/sub/e.txt", "4 0.1 0.1 0.3 0.1 0.3 0.4 0.1 0.4\n");
+    tdu_text("yolo/labels/train/orphan.txt", "0 0.5 0.5 0.1 0.1\n");
+    tdu_text("yolo/labels/train.cache", "ultralytics cache, ignored");
+}
+
+static int n_warn_calls;
+
+static void on_warn(void *user, const struct pack_ds_warning *w)
+{
+    (void)user;
+    n_warn_calls++;
+    printf("#   warning [%s] %s\n", pack_ds_warn_kind_name(w->kind), w->msg);
+}
+
+static void test_yolo_root(void)
+{
+    make_yolo_root();
+    struct pack_ds_opts o;
+    pack_ds_opts_default(&o);
+    o.warn_fn = on_warn;
+    int rc;
+    struct pack_ds *ds = scan(tdu_path("yolo"), &o, &rc);
+    ok(rc == 0 && ds, "scan YOLO root");
+    if (!ds) return;
+    const struct pack_ds_stats *st = pack_ds_stats(ds);
+    is_int(st->images_found, 5, "5 images found (hidden file and notes.txt ignored)");
+    is_int(st->non_image_files, 1, "notes.txt counted as a non-image file");
+    is_int(pack_ds_count(ds), 4, "4 samples (c.png corrupt)");
+    is_int(st->corrupt, 1, "1 corrupt");
+    is_int(st->rows_corrupt, 2, "its 2 rows dropped");
+    is_int(st->rows_duplicate, 1, "1 duplicate row");
+    is_int(st->backgrounds, 1, "1 background");
+    is_int(st->label_missing, 1, "d.JPG has no label file");
+    is_int(st->labelled, 3, "3 labelled");
+    is_int(st->rows, 5, "5 rows kept (2 + 2 after the duplicate + 1)");
+    is_int(st->orphan_labels, 1, "1 orphan label");
+    is_int(st->rows_with_segment, 1, "1 row with a polygon");
+    is_int(st->warnings, 3, "3 warnings: corrupt, duplicate, orphan");
+    is_int(n_warn_calls, 3, "callback saw each warning");
+
+    const char *want[] = { "000000000042.jpg", "b.jpg", "d.JPG", "e.jpeg" };
+    for (size_t i = 0; i < 4 && i < pack_ds_count(ds); i++)
+        ok(strcmp(base(pack_ds_get(ds, i)->image_path), want[i]) == 0, "sample %zu is %s (%s)", i,
+           want[i], pack_ds_get(ds, i)->image_path);
+    const struct pack_ds_sample *s0 = pack_ds_get(ds, 0);
+    is_int(s0->image_id, 42, "numeric stem gives the image id");
+    is_int(pack_ds_get(ds, 1)->image_id, -1, "non-numeric stem gives -1");
+    ok(s0->n_rows == 2 && s0->rows[1].cls == 3 && s0->rows[1].cx == 0.25f && s0->rows[1].h == 0.3f,
+       "rows of the first sample");
+    ok(strstr(s0->label_path, "/labels/train/000000000042.txt") != NULL, "label path: %s",
+       s0->label_path);
+    const struct pack_ds_sample *sb = pack_ds_get(ds, 1);
+    ok(sb->n_rows == 2 && sb->rows[0].cls == 0 && sb->rows[1].cls == 1,
+       "duplicates removed and rows sorted as np.unique does");
+    const struct pack_ds_sample *se = pack_ds_get(ds, 3);
+    ok(se->n_rows == 1 && se->rows[0].seg_count == 4 && se->n_seg_points == 4 &&
+           se->seg_xy[2] == 0.3f && se->seg_xy[5] == 0.4f,
+       "polygon returned with its points");
+    ok(se->rows[0].cx == (0.1f + 0.3f) / 2.0f && se->rows[0].h == 0.4f - 0.1f,
+       "segment box = polygon bounds");
+    ok(pack_ds_get(ds, 4) == NULL, "out of range index gives NULL");
+
+    size_t nn;
+    const char *const *names = pack_ds_names(ds, &nn);
+    is_int(nn, 5, "generated names for classes 0..4");
+    ok(nn == 5 && strcmp(names[4], "4") == 0, "generated name is the index");
+    is_int(pack_ds_info(ds)->names_source, PACK_DS_NAMES_GENERATED, "names source: generated");
+    is_int(pack_ds_info(ds)->format, PACK_DS_FORMAT_YOLO, "format YOLO");
+    ok(strcmp(pack_ds_info(ds)->split, "train") == 0, "split detected: train");
+
+    /* warnings are stored with file and line */
+    bool found = false;
+    for (size_t i = 0; i < pack_ds_warning_count(ds); i++) {
+        const struct pack_ds_warning *w = pack_ds_warning_get(ds, i);
+        if (w->kind == PACK_DS_W_LABEL_CORRUPT)
+            found = strstr(w->file, "c.txt") && w->line == 2 && strstr(w->msg, "c.txt:2:");
+    }
+    ok(found, "corrupt warning names c.txt line 2");
+    char line[512];
+    const int n = pack_ds_stats_format(st, line, sizeof line);
+    ok(n > 0 && strstr(line, "5 found") && strstr(line, "4 samples") && strstr(line, "1 corrupt") &&
+           strstr(line, "1 duplicate"),
+       "summary: %s", line);
+    pack_ds_destroy(ds);
+
+    /* strict: the first warning fails the scan, naming the file and line */
+    o.strict = true;
+    o.warn_fn = NULL;
+    ds = scan(tdu_path("yolo"), &o, &rc);
+    ok(rc == -PACK_DS_ESTRICT && !ds, "strict mode fails");
+    ok(strstr(err, "b.txt:3") != NULL, "strict error names b.txt:3 (the duplicate): %s", err);
+
+    /* drop backgrounds */
+    pack_ds_opts_default(&o);
+    o.drop_backgrounds = true;
+    ds = scan(tdu_path("yolo"), &o, &rc);
+    ok(rc == 0 && pack_ds_count(ds) == 3 && pack_ds_stats(ds)->backgrounds_dropped == 1,
+       "drop_backgrounds drops d.JPG");
+    pack_ds_destroy(ds);
+
+    /* no polygons wanted */
+    o.drop_backgrounds = false;
+    o.keep_segments = false;
+    ds = scan(tdu_path("yolo"), &o, &rc);
+    ok(rc == 0 && pack_ds_get(ds, 3)->n_seg_points == 0 &&
+           pack_ds_get(ds, 3)->rows[0].seg_count == 0,
+       "keep_segments=false returns no points");
+    pack_ds_destroy(ds);
+
+    /* names override: class 4 is out of range for 4 names -> e.jpeg corrupt */
+    const char *names4[] = { "a", "b", "c", "d" };
+    pack_ds_opts_default(&o);
+    o.names = names4;
+    o.n_names = 4;
+    ds = scan(tdu_path("yolo"), &o, &rc);
+    ok(rc == 0 && pack_ds_stats(ds)->corrupt == 2 && pack_ds_count(ds) == 3,
+       "names override: class >= 4 rejects e.jpeg");
+    ok(ds && pack_ds_info(ds)->names_source == PACK_DS_NAMES_OVERRIDE, "names from override");
+    pack_ds_destroy(ds);
+
+    /* an image directory given directly, with its labels beside (img2label rule) */
+    ds = scan(tdu_path("yolo/images/train"), NULL, &rc);
+    ok(rc == 0 && pack_ds_count(ds) == 4, "image directory scans the same samples");
+    pack_ds_destroy(ds);
+}
+
+static void test_splits(void)
+{
+    tdu_image("two/images/train/a.jpg");
+    tdu_image("two/images/val/b.jpg");
+    tdu_image("two/images/val/c.jpg");
+    tdu_text("two/labels/val/b.txt", "0 0.5 0.5 0.5 0.5\n");
+    tdu_mkdir("two/labels/train");
+    int rc;
+    struct pack_ds *ds = scan(tdu_path("two"), NULL, &rc);
+    ok(rc == -PACK_DS_ELAYOUT && !ds, "two splits without a choice: ELAYOUT");
+    ok(strstr(err, "train, val") != NULL, "error lists the splits: %s", err);
+    struct pack_ds_opts o;
+    pack_ds_opts_default(&o);
+    o.split = "val";
+    ds = scan(tdu_path("two"), &o, &rc);
+    ok(rc == 0 && pack_ds_count(ds) == 2 && pack_ds_stats(ds)->labelled == 1, "split=val");
+    pack_ds_destroy(ds);
+    o.split = "test";
+    ds = scan(tdu_path("two"), &o, &rc);
+    ok(rc == -PACK_DS_ELAYOUT, "missing split: ELAYOUT");
+    ds = scan(tdu_path("nothing-here"), NULL, &rc);
+    ok(rc == -ENOENT && strstr(err, "nothing-here"), "missing root: ENOENT naming it");
+    tdu_mkdir("emptyroot/images/train");
+    tdu_mkdir("emptyroot/labels/train");
+    ds = scan(tdu_path("emptyroot"), NULL, &rc);
+    ok(rc == -PACK_DS_ENOIMAGES, "no images: ENOIMAGES");
+}
+
+static void test_list_file(void)
+{
+    tdu_image("lst/images/train/x1.jpg");
+    tdu_image("lst/images/train/x2.jpg");
+    tdu_image("lst/elsewhere/x3.png");
+    tdu_text("lst/labels/train/x1.txt", "0 0.5 0.5 0.5 0.5\n");
+    tdu_text("lst/labels/train/x2.txt", "1 0.5 0.5 0.5 0.5\n");
+    char list[2048];
+    snprintf(list, sizeof list,
+             "./images/train/x2.jpg\n"
+             "%s\n"
+             "./images/train/missing.jpg\n"
+             "./images/train/readme.md\n"
+             "images/train/x1.jpg\n"
+             "./images/train/x2.jpg\n",
+             tdu_path("lst/elsewhere/x3.png"));
+    tdu_text("lst/train.txt", list);
+    int rc;
+    struct pack_ds *ds = scan(tdu_path("lst/train.txt"), NULL, &rc);
+    ok(rc == 0 && ds, "scan a list file");
+    if (!ds) return;
+    const struct pack_ds_stats *st = pack_ds_stats(ds);
+    is_int(pack_ds_count(ds), 3, "3 samples");
+    is_int(st->images_missing, 1, "1 missing image");
+    is_int(st->images_invalid, 1, "1 repeated entry");
+    is_int(st->non_image_files, 1, "1 non-image line");
+    ok(strcmp(base(pack_ds_get(ds, 0)->image_path), "x3.png") == 0 &&
+           strcmp(base(pack_ds_get(ds, 2)->image_path), "x2.jpg") == 0,
+       "sorted by full path (absolute /elsewhere sorts before /images)");
+    bool miss = false;
+    for (size_t i = 0; i < pack_ds_warning_count(ds); i++) {
+        const struct pack_ds_warning *w = pack_ds_warning_get(ds, i);
+        if (w->kind == PACK_DS_W_IMAGE_MISSING)
+            miss = w->line == 3 && strstr(w->file, "train.txt") && strstr(w->msg, "missing.jpg");
+    }
+    ok(miss, "missing image warning names train.txt line 3");
+    pack_ds_destroy(ds);
+
+    /* the ultralytics COCO layout: ROOT/<split>.txt when images/<split>/ is absent */
+    tdu_image("lroot/images/all/y1.jpg");
+    tdu_mkdir("lroot/labels/all");
+    tdu_text("lroot/train2017.txt", "./images/all/y1.jpg\n");
+    struct pack_ds_opts o;
+    pack_ds_opts_default(&o);
+    o.split = "train2017";
+    ds = scan(tdu_path("lroot"), &o, &rc);
+    ok(rc == 0 && pack_ds_count(ds) == 1 && strstr(pack_ds_info(ds)->source, "train2017.txt"),
+       "root + split falls back to ROOT/<split>.txt");
+    pack_ds_destroy(ds);
+}
+
+static void test_yaml(void)
+{
+    tdu_image("ydata/images/train/t1.jpg");
+    tdu_image("ydata/images/train/t2.jpg");
+    tdu_image("ydata/images/val/v1.jpg");
+    tdu_image("ydata/images/extra/e1.jpg");
+    tdu_text("ydata/labels/train/t1.txt", "1 0.5 0.5 0.5 0.5\n");
+    tdu_text("ydata/labels/val/v1.txt", "2 0.5 0.5 0.5 0.5\n");
+    tdu_text("ydata/labels/extra/e1.txt", "7 0.5 0.5 0.5 0.5\n");
+    tdu_text("ydata/val.txt", "./images/val/v1.jpg\n");
+    tdu_text("cfg/list.yaml", "# ultralytics form\n"
+                              "path: ../ydata\n"
+                              "train: images/train\n"
+                              "val: val.txt\n"
+                              "test: [images/train, val.txt]\n"
+                              "names: [person, bicycle, car]\n"
+                              "download: https://example.invalid/x.zip\n");
+    tdu_text("cfg/dict.yaml", "path: ../ydata\n"
+                              "train: ../images/train  # retried without ../\n"
+                              "val: images/extra\n"
+                              "nc: 3\n"
+                              "names:\n  2: car\n  0: person\n  1: bicycle\n");
+    int rc;
+    struct pack_ds *ds = scan(tdu_path("cfg/list.yaml"), NULL, &rc);
+    ok(rc == 0 && pack_ds_count(ds) == 2, "yaml train: directory, 2 images");
+    size_t nn = 0;
+    const char *const *names = ds ? pack_ds_names(ds, &nn) : NULL;
+    ok(nn == 3 && strcmp(names[2], "car") == 0, "names list");
+    ok(ds && pack_ds_info(ds)->names_source == PACK_DS_NAMES_YAML, "names source yaml");
+    ok(ds && strcmp(pack_ds_info(ds)->split, "train") == 0, "default split train");
+    pack_ds_destroy(ds);
+
+    struct pack_ds_opts o;
+    pack_ds_opts_default(&o);
+    o.split = "val";
+    ds = scan(tdu_path("cfg/list.yaml"), &o, &rc);
+    ok(rc == 0 && pack_ds_count(ds) == 1 && pack_ds_get(ds, 0)->rows[0].cls == 2,
+       "yaml val: list file with ./ paths relative to it");
+    pack_ds_destroy(ds);
+    o.split = "test";
+    ds = scan(tdu_path("cfg/list.yaml"), &o, &rc);
+    ok(rc == 0 && pack_ds_count(ds) == 3, "yaml test: list of a directory and a list file");
+    pack_ds_destroy(ds);
+
+    ds = scan(tdu_path("cfg/dict.yaml"), NULL, &rc);
+    names = ds ? pack_ds_names(ds, &nn) : NULL;
+    ok(rc == 0 && nn == 3 && strcmp(names[0], "person") == 0 && strcmp(names[2], "car") == 0,
+       "names dict in any key order");
+    ok(rc == 0 && pack_ds_count(ds) == 2, "train '../images/train' retried as 'images/train'");
+    pack_ds_destroy(ds);
+    o.split = "val";
+    ds = scan(tdu_path("cfg/dict.yaml"), &o, &rc);
+    ok(rc == 0 && pack_ds_stats(ds)->corrupt == 1 && pack_ds_count(ds) == 0,
+       "class 7 with 3 names: image rejected");
+    pack_ds_destroy(ds);
+    o.split = "train2017";
+    ds = scan(tdu_path("cfg/dict.yaml"), &o, &rc);
+    ok(rc == -EINVAL, "split must be train/val/test for a yaml");
+
+    struct {
+        const char *text, *want;
+        int rc;
+    } bad[] = {
+        { "path: .\ntrain: a\nnames: {0: a, 2: b}\n", "0..1", -PACK_DS_ESCHEMA },
+        { "path: .\ntrain: a\nnames: {'0': a}\n", "integers", -PACK_DS_ESCHEMA },
+        { "path: .\ntrain: a\nnames: [a, b]\nnc: 3\n", "nc is 3", -PACK_DS_ESCHEMA },
+        { "path: .\ntrain: {a: 1}\nnames: [a]\n", "train must be", -PACK_DS_ESCHEMA },
+        { "path: .\ntrain: [a\nnames: [a]\n", "bad.yaml:", -PACK_DS_ESYNTAX },
+        { "- just\n- a list\n", "must be a mapping", -PACK_DS_ESCHEMA },
+        { "", "empty", -PACK_DS_ESCHEMA },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tdu_text("cfg/bad.yaml", bad[i].text);
+        ds = scan(tdu_path("cfg/bad.yaml"), NULL, &rc);
+        ok(rc == bad[i].rc && strstr(err, bad[i].want) != NULL, "bad yaml %zu: %s", i, err);
+        pack_ds_destroy(ds);
+    }
+
+    /* names override from files */
+    tdu_text("cfg/names.txt", "zero\n one \n\ntwo\nthree\n");
+    pack_ds_opts_default(&o);
+    o.names_path = tdu_path("cfg/names.txt");
+    ds = scan(tdu_path("cfg/list.yaml"), &o, &rc);
+    names = ds ? pack_ds_names(ds, &nn) : NULL;
+    ok(rc == 0 && nn == 4 && strcmp(names[1], "one") == 0, "names from a text file win over yaml");
+    pack_ds_destroy(ds);
+    o.names_path = tdu_path("cfg/dict.yaml");
+    ds = scan(tdu_path("cfg/list.yaml"), &o, &rc);
+    names = ds ? pack_ds_names(ds, &nn) : NULL;
+    ok(rc == 0 && nn == 3 && strcmp(names[1], "bicycle") == 0, "names from a yaml file");
+    pack_ds_destroy(ds);
+}
+
+int main(void)
+{
+    tdu_init("dsyolo");
+    test_yolo_root();
+    test_splits();
+    test_list_file();
+    test_yaml();
+    return tap_done();
+}

@@ -1,0 +1,112 @@
+/*
+ * ffr: inspect, check and extract ffr record files (docs/format.md).
+ *
+ *   ffr info FILE [--json]          what a dataset holds, from its index alone
+ *   ffr verify FILE [--json] [-q]   every checksum, and detection summaries against records
+ *   ffr ls FILE [--limit N]         one line per record
+ *   ffr cat FILE N                  a record's decoded bytes to stdout
+ *   ffr export FILE N -o DIR        a detection record's image (lossless) and YOLO labels
+ *   ffr show FILE N -o OUT          a detection record's image with its boxes drawn
+ *
+ * Exit codes: 0 success, 1 a problem with a file, 2 bad arguments.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ffr_tool.h"
+#include "ffyolo_config.h"
+
+static const struct ffrt_cmd commands[] = {
+    { "info", "ffr info FILE [--json]",
+      "Describes a record file or sharded dataset from its index alone (no record is read):\n"
+      "records, shards, file bytes, stored and raw bytes, the compression ratio (raw/stored),\n"
+      "records per codec, record sizes, alignment and the metadata text. For detection\n"
+      "datasets (metadata 'encoding: ffr-det-1') also the classes with their label counts,\n"
+      "images without labels (backgrounds) and the image size range, from the index\n"
+      "summaries.\n\n"
+      "  --json   print one JSON object instead (keys: file, records, shards, bytes,\n"
+      "           stored_bytes, raw_bytes, ratio, codecs, record_bytes, stored_record_bytes,\n"
+      "           align, files, encoding, detection, classes [{id, name, labels, images}],\n"
+      "           labels, backgrounds, image_size, metadata)\n",
+      ffrt_cmd_info },
+    { "verify", "ffr verify FILE [--json] [--quiet] [--limit N]",
+      "Checks every byte of every file: headers, each record's frame and checksum, padding\n"
+      "and the trailer copies. For detection datasets also decodes each record and checks that\n"
+      "its index summary (h, w, h0, w0, labels) equals the sample.\n"
+      "Prints each problem (up to --limit, default 20; 0 = all), then the first bad record\n"
+      "and the number of problems. Exit 0 when intact, 1 when anything is wrong or the file\n"
+      "cannot be opened.\n\n"
+      "  --json      print {\"ok\", \"records\", \"problems\", \"first\"} as one JSON object\n"
+      "  -q, --quiet print nothing when intact, only the summary lines when not\n"
+      "  --limit N   print at most N problems\n",
+      ffrt_cmd_verify },
+    { "ls", "ffr ls FILE [-n|--limit N]",
+      "Lists records, one line each, after a '#' header line. Columns: record number, shard,\n"
+      "offset, stored bytes, raw bytes, codec; for detection datasets also the stored image\n"
+      "size HxW, the label count and the source file name (which needs a record read).\n\n"
+      "  -n, --limit N   list only the first N records\n",
+      ffrt_cmd_ls },
+    { "cat", "ffr cat FILE N",
+      "Writes record N's decoded bytes to stdout (binary). N counts from 0 across shards;\n"
+      "negative N counts from the end (-1 is the last record).\n",
+      ffrt_cmd_cat },
+    { "export", "ffr export FILE N -o DIR [--format ppm|png] [--boxes]",
+      "Writes detection record N's stored image exactly (lossless) and its labels into DIR\n"
+      "(created if missing), named after the source image: DIR/STEM.ppm (or .png) and\n"
+      "DIR/STEM.txt; STEM is the record number when the sample has no usable name. JPEG\n"
+      "records are written as stored, DIR/STEM.jpg. Labels are YOLO rows 'class cx cy w h';\n"
+      "with segments, ultralytics segment rows 'class x1 y1 x2 y2 ...' (a label without a\n"
+      "polygon gets its box's four corners). Prints the paths written. N as in ffr cat\n"
+      "(-1 is the last record).\n\n"
+      "  -o, --output DIR   where to write (required)\n"
+      "  --format ppm|png   image format for RGB records (default ppm)\n"
+      "  --boxes            write box rows even when the sample has segments\n",
+      ffrt_cmd_export },
+    { "show", "ffr show FILE N -o OUT.jpg|OUT.png [--quality Q]",
+      "Draws detection record N's image with its boxes (and polygons) and class names,\n"
+      "coloured per class with the YOLOv5 palette, and writes it as JPEG or PNG (by the\n"
+      "extension of OUT). N as in ffr cat (-1 is the last record).\n\n"
+      "  -o, --output OUT   output file, .jpg/.jpeg or .png (required)\n"
+      "  --quality Q        JPEG quality 1..100 (default 95)\n",
+      ffrt_cmd_show },
+};
+
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ffr COMMAND [ARGS]   (ffr COMMAND --help for more)\n\ncommands:\n");
+    for (size_t k = 0; k < N_COMMANDS; k++)
+        fprintf(f, "  %s\n", commands[k].usage);
+    fprintf(f, "\nExit status: 0 success, 1 a problem with a file, 2 bad arguments.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "ffr: missing command\nusage: ffr COMMAND [ARGS]  (more: ffr --help)\n");
+        return FFRT_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        if (strcmp(name, "help") == 0 && argc > 2) {
+            for (size_t k = 0; k < N_COMMANDS; k++)
+                if (strcmp(argv[2], commands[k].name) == 0) {
+                    printf("usage: %s\n\n%s", commands[k].usage, commands[k].help);
+                    return FFRT_EXIT_OK;
+                }
+        }
+        usage(stdout);
+        return FFRT_EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0) {
+        printf("ffr %s (format version %u)\n", FFYOLO_VERSION, FFR_FORMAT_VERSION);
+        return FFRT_EXIT_OK;
+    }
+    for (size_t k = 0; k < N_COMMANDS; k++)
+        if (strcmp(name, commands[k].name) == 0)
+            return commands[k].run(&commands[k], argc - 1, argv + 1);
+    fprintf(stderr, "ffr: unknown command '%s'\nusage: ffr COMMAND [ARGS]  (more: ffr --help)\n",
+            name);
+    return FFRT_EXIT_USAGE;
+}

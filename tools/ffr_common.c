@@ -1,0 +1,426 @@
+/*
+ * What every `ffr` command shares: argument parsing, the two kinds of error message (bad
+ * arguments: exit 2; bad files: exit 1), opening a dataset and reading its YAML metadata, and
+ * reading records with messages that name the file, shard and record.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+#include "ffr_tool.h"
+
+static void vsay(const struct ffrt_cmd *cmd, const char *fmt, va_list ap)
+{
+    fflush(stdout);
+    fprintf(stderr, "ffr %s: ", cmd->name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+int ffrt_usage_error(const struct ffrt_cmd *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsay(cmd, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "usage: %s  (more: ffr %s --help)\n", cmd->usage, cmd->name);
+    return FFRT_EXIT_USAGE;
+}
+
+int ffrt_fail(const struct ffrt_cmd *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsay(cmd, fmt, ap);
+    va_end(ap);
+    return FFRT_EXIT_FAIL;
+}
+
+/* A negative number is a record counted from the end, not an option. */
+static int is_negative_number(const char *a)
+{
+    if (a[0] != '-' || a[1] < '0' || a[1] > '9') return 0;
+    for (const char *p = a + 2; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+static const struct ffrt_opt *find_long(const struct ffrt_opt *opts, const char *name, size_t n)
+{
+    for (const struct ffrt_opt *o = opts; o && o->name; o++)
+        if (strlen(o->name) == n && memcmp(o->name, name, n) == 0) return o;
+    return NULL;
+}
+
+static const struct ffrt_opt *find_short(const struct ffrt_opt *opts, char c)
+{
+    for (const struct ffrt_opt *o = opts; o && o->name; o++)
+        if (o->short_name && o->short_name == c) return o;
+    return NULL;
+}
+
+int ffrt_parse_args(const struct ffrt_cmd *cmd, int argc, char **argv, const struct ffrt_opt *opts,
+                    int min_pos, int max_pos, struct ffrt_args *out)
+{
+    memset(out, 0, sizeof *out);
+    int only_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_pos || a[0] != '-' || a[1] == '\0' || is_negative_number(a)) {
+            if (out->n_pos >= max_pos || out->n_pos >= FFRT_MAX_POS)
+                return ffrt_usage_error(cmd, "unexpected argument '%s'", a);
+            out->pos[out->n_pos++] = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_pos = 1;
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: %s\n\n%s", cmd->usage, cmd->help);
+            return FFRT_EXIT_OK;
+        }
+        const struct ffrt_opt *o;
+        const char *inline_val = NULL;
+        if (a[1] == '-') {
+            const char *eq = strchr(a + 2, '=');
+            const size_t n = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+            o = find_long(opts, a + 2, n);
+            if (eq) inline_val = eq + 1;
+        } else {
+            o = find_short(opts, a[1]);
+            if (o && a[2]) inline_val = a + 2;
+        }
+        if (!o) return ffrt_usage_error(cmd, "unknown option '%s'", a);
+        if (o->flag) {
+            if (inline_val) return ffrt_usage_error(cmd, "option '--%s' takes no value", o->name);
+            *o->flag = 1;
+            continue;
+        }
+        if (!inline_val) {
+            if (i + 1 >= argc) return ffrt_usage_error(cmd, "option '%s' needs a value", a);
+            inline_val = argv[++i];
+        }
+        *o->value = inline_val;
+    }
+    if (out->n_pos < min_pos) {
+        static const char *const what[] = { "FILE", "record number N" };
+        return ffrt_usage_error(cmd, "missing %s", what[out->n_pos < 1 ? 0 : 1]);
+    }
+    return FFRT_PROCEED;
+}
+
+int ffrt_parse_count(const struct ffrt_cmd *cmd, const char *opt, const char *text, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    const unsigned long long v = strtoull(text, &end, 10);
+    if (text[0] < '0' || text[0] > '9' || *end || errno)
+        return ffrt_usage_error(cmd, "%s wants a whole number >= 0, not '%s'", opt, text);
+    *out = v;
+    return FFRT_PROCEED;
+}
+
+/* Copies a YAML scalar (which may hold escaped NULs) into a C string. */
+static char *scalar_dup(const yaml_node_t *n)
+{
+    if (!n || n->type != YAML_SCALAR_NODE) return NULL;
+    return strndup((const char *)n->data.scalar.value, n->data.scalar.length);
+}
+
+static int scalar_is(const yaml_node_t *n, const char *s)
+{
+    return n && n->type == YAML_SCALAR_NODE && n->data.scalar.length == strlen(s) &&
+           memcmp(n->data.scalar.value, s, n->data.scalar.length) == 0;
+}
+
+/* Grows ds->names to hold index k (class ids are at most 65535 in ffr-det-1). */
+static int names_reserve(struct ffrt_ds *ds, uint64_t k)
+{
+    if (k > 65535) return -ERANGE;
+    if (k < ds->n_names) return 0;
+    char **n = realloc(ds->names, (size_t)(k + 1) * sizeof *n);
+    if (!n) return -ENOMEM;
+    for (uint64_t j = ds->n_names; j <= k; j++)
+        n[j] = NULL;
+    ds->names = n;
+    ds->n_names = (uint32_t)(k + 1);
+    return 0;
+}
+
+/* names: either a list in class order or ultralytics' {id: name} mapping. */
+static int read_names(struct ffrt_ds *ds, yaml_document_t *doc, const yaml_node_t *v)
+{
+    if (v->type == YAML_SEQUENCE_NODE) {
+        const long n = v->data.sequence.items.top - v->data.sequence.items.start;
+        for (long j = 0; j < n; j++) {
+            const int rc = names_reserve(ds, (uint64_t)j);
+            if (rc < 0) return rc;
+            ds->names[j] = scalar_dup(yaml_document_get_node(doc, v->data.sequence.items.start[j]));
+        }
+    } else if (v->type == YAML_MAPPING_NODE) {
+        for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top;
+             p++) {
+            char *key = scalar_dup(yaml_document_get_node(doc, p->key));
+            char *end = NULL;
+            const unsigned long long k = key && *key ? strtoull(key, &end, 10) : 0;
+            const int good = key && *key && !*end;
+            free(key);
+            if (!good) continue;
+            const int rc = names_reserve(ds, k);
+            if (rc < 0) return rc;
+            free(ds->names[k]);
+            ds->names[k] = scalar_dup(yaml_document_get_node(doc, p->value));
+        }
+    }
+    return 0;
+}
+
+static void parse_metadata(const struct ffrt_cmd *cmd, struct ffrt_ds *ds)
+{
+    if (ds->meta_len == 0) return;
+    yaml_parser_t p;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&p)) return;
+    yaml_parser_set_input_string(&p, (const unsigned char *)ds->meta, ds->meta_len);
+    if (!yaml_parser_load(&p, &doc)) {
+        fprintf(stderr,
+                "ffr %s: %s: warning: metadata is not YAML (line %zu: %s); records are shown as "
+                "plain bytes\n",
+                cmd->name, ds->path, p.problem_mark.line + 1, p.problem ? p.problem : "?");
+        yaml_parser_delete(&p);
+        return;
+    }
+    const yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root && root->type == YAML_MAPPING_NODE) {
+        for (yaml_node_pair_t *q = root->data.mapping.pairs.start; q < root->data.mapping.pairs.top;
+             q++) {
+            const yaml_node_t *k = yaml_document_get_node(&doc, q->key);
+            const yaml_node_t *v = yaml_document_get_node(&doc, q->value);
+            if (!v) continue;
+            if (scalar_is(k, "encoding") && !ds->encoding) {
+                ds->encoding = scalar_dup(v);
+            } else if (scalar_is(k, "names") && read_names(ds, &doc, v) < 0) {
+                fprintf(stderr, "ffr %s: %s: warning: metadata names: too many classes\n",
+                        cmd->name, ds->path);
+            }
+        }
+    }
+    ds->is_det = ds->encoding && strcmp(ds->encoding, "ffr-det-1") == 0;
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&p);
+}
+
+int ffrt_ds_open(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, const char *path)
+{
+    memset(ds, 0, sizeof *ds);
+    ds->path = path;
+    char err[512];
+    const int rc = ffr_reader_open(&ds->r, path, NULL, err, sizeof err);
+    if (rc < 0) return ffrt_fail(cmd, "%s", err[0] ? err : ffr_strerror(rc));
+    if (ffr_decoder_create(&ds->dec) < 0) {
+        ffrt_ds_close(ds);
+        return ffrt_fail(cmd, "out of memory");
+    }
+    ds->count = ffr_reader_count(ds->r);
+    ds->n_shards = ffr_reader_shard_count(ds->r);
+    ds->meta = ffr_reader_metadata(ds->r, &ds->meta_len);
+    parse_metadata(cmd, ds);
+    return FFRT_EXIT_OK;
+}
+
+void ffrt_ds_close(struct ffrt_ds *ds)
+{
+    for (uint32_t k = 0; k < ds->n_names; k++)
+        free(ds->names[k]);
+    free(ds->names);
+    free(ds->encoding);
+    free(ds->buf);
+    ffr_decoder_destroy(ds->dec);
+    ffr_reader_close(ds->r);
+    memset(ds, 0, sizeof *ds);
+}
+
+int ffrt_record_arg(const struct ffrt_cmd *cmd, const struct ffrt_ds *ds, const char *text,
+                    uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    const long long v = strtoll(text, &end, 10);
+    const int digits =
+        (text[0] >= '0' && text[0] <= '9') || (text[0] == '-' && text[1] >= '0' && text[1] <= '9');
+    if (!digits || *end || errno == ERANGE)
+        return ffrt_usage_error(cmd, "record number must be an integer, not '%s'", text);
+    const uint64_t n = ds->count;
+    if (n == 0) return ffrt_usage_error(cmd, "record %s: %s has no records", text, ds->path);
+    if ((v >= 0 && (uint64_t)v >= n) || (v < 0 && (uint64_t)(-(v + 1)) >= n))
+        return ffrt_usage_error(cmd,
+                                "record %s out of range: %s has %" PRIu64 " records (0..%" PRIu64
+                                ", or -%" PRIu64 "..-1 from the end)",
+                                text, ds->path, n, n - 1, n);
+    *out = v >= 0 ? (uint64_t)v : n - (uint64_t)(-(v + 1)) - 1;
+    return FFRT_PROCEED;
+}
+
+const char *ffrt_where(const struct ffrt_ds *ds, uint64_t i, char *dst, size_t cap)
+{
+    struct ffr_record_info info;
+    struct ffr_shard_info sh;
+    if (ds->n_shards > 1 && ffr_reader_info(ds->r, i, &info) == 0 &&
+        ffr_reader_shard(ds->r, info.shard, &sh) == 0)
+        snprintf(dst, cap, "%s: shard %" PRIu32 " (%s): record %" PRIu64, ds->path, info.shard,
+                 sh.path, i);
+    else
+        snprintf(dst, cap, "%s: record %" PRIu64, ds->path, i);
+    return dst;
+}
+
+int64_t ffrt_ds_read(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, uint64_t i,
+                     const uint8_t **data)
+{
+    char where[600];
+    struct ffr_record_info info;
+    int64_t rc = ffr_reader_info(ds->r, i, &info);
+    if (rc == 0 && info.raw_len + (size_t)1 > ds->cap) {
+        /* +1 so an empty record still gets a non-NULL buffer. */
+        free(ds->buf);
+        ds->cap = 0;
+        ds->buf = malloc((size_t)info.raw_len + 1);
+        if (!ds->buf)
+            rc = -ENOMEM;
+        else
+            ds->cap = (size_t)info.raw_len + 1;
+    }
+    if (rc == 0) rc = ffr_reader_read(ds->r, ds->dec, i, ds->buf, ds->cap);
+    if (rc < 0) {
+        ffrt_fail(cmd, "%s: %s", ffrt_where(ds, i, where, sizeof where), ffr_strerror((int)rc));
+        return -1;
+    }
+    *data = ds->buf;
+    return rc;
+}
+
+const char *ffrt_det_strerror(int rc)
+{
+    switch (rc) {
+    case -FFR_EBADMAGIC:
+        return "no YDET magic";
+    case -FFR_EVERSION:
+        return "a newer ffr-det version than this tool knows";
+    case -FFR_ECORRUPT:
+        return "sizes that do not add up, a bad class or non-finite coordinates";
+    default:
+        return ffr_strerror(rc);
+    }
+}
+
+int ffrt_ds_read_det(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, uint64_t i,
+                     struct ffr_det_sample *s)
+{
+    const uint8_t *data;
+    const int64_t n = ffrt_ds_read(cmd, ds, i, &data);
+    if (n < 0) return FFRT_EXIT_FAIL;
+    const int rc = ffr_det_decode(data, (size_t)n, s);
+    if (rc < 0) {
+        char where[600];
+        return ffrt_fail(cmd, "%s: not a valid detection sample (%s)%s",
+                         ffrt_where(ds, i, where, sizeof where), ffrt_det_strerror(rc),
+                         ds->is_det ? "" : "; the metadata does not say encoding: ffr-det-1");
+    }
+    return FFRT_EXIT_OK;
+}
+
+const char *ffrt_class_name(const struct ffrt_ds *ds, uint32_t c)
+{
+    return c < ds->n_names ? ds->names[c] : NULL;
+}
+
+const char *ffrt_sample_stem(const struct ffr_det_sample *s, uint64_t i, char *dst, size_t cap)
+{
+    const char *name = s->name;
+    size_t n = s->name_len;
+    for (size_t j = n; j > 0; j--)
+        if (name[j - 1] == '/') {
+            name += j;
+            n -= j;
+            break;
+        }
+    for (size_t j = n; j > 1; j--)
+        if (name[j - 1] == '.') {
+            n = j - 1;
+            break;
+        }
+    int safe = n > 0 && n < cap && n < 200 && !(n == 1 && name[0] == '.') &&
+               !(n == 2 && name[0] == '.' && name[1] == '.');
+    for (size_t j = 0; j < n && safe; j++)
+        if ((unsigned char)name[j] < 0x20 || name[j] == 0x7f || name[j] == '\\') safe = 0;
+    if (safe) {
+        memcpy(dst, name, n);
+        dst[n] = '\0';
+    } else {
+        snprintf(dst, cap, "%" PRIu64, i);
+    }
+    return dst;
+}
+
+int ffrt_write_all(FILE *f, const void *p, size_t n)
+{
+    if (n && fwrite(p, 1, n, f) != n) return errno ? -errno : -EIO;
+    return ferror(f) ? -EIO : 0;
+}
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0 when it is not valid. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    const unsigned c = p[0];
+    if (c < 0x80) return 1;
+    /* Lead byte ranges, their sequence lengths and smallest code points (no overlongs). */
+    const size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                       : c >= 0xe0 && c <= 0xef ? 3
+                       : c >= 0xf0 && c <= 0xf4 ? 4
+                                                : 0;
+    static const unsigned min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (len == 0 || len > n) return 0;
+    unsigned cp = c & (0x7fu >> len);
+    for (size_t j = 1; j < len; j++) {
+        if ((p[j] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (p[j] & 0x3fu);
+    }
+    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+char *ffrt_text_dup(const char *s, size_t n, int mode)
+{
+    /* Each input byte becomes at most 3 output bytes (U+FFFD). */
+    char *out = malloc(3 * n + 1);
+    if (!out) return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+    for (size_t j = 0; j < n;) {
+        const size_t len = p[j] ? utf8_len(p + j, n - j) : 0;
+        if (len == 0) {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            j++;
+            continue;
+        }
+        const int control = len == 1 && (p[j] < 0x20 || p[j] == 0x7f);
+        const int keep =
+            mode == FFRT_TEXT_JSON || (mode == FFRT_TEXT_LINES && (p[j] == '\n' || p[j] == '\t'));
+        if (control && !keep) {
+            out[o++] = '?';
+        } else {
+            memcpy(out + o, p + j, len);
+            o += len;
+        }
+        j += len;
+    }
+    out[o] = '\0';
+    return out;
+}
