@@ -836,10 +836,10 @@ enum job_kind { JOB_LABEL, JOB_REPEAT, JOB_MISSING };
 struct label_job {
     enum job_kind kind;
     const struct img_ent *e;
-    char *label;        /* img2label(e->path) */
+    char *label;         /* img2label(e->path) */
     struct pack_lbl lbl; /* the parsed label file (own buffers) */
-    int read_rc;        /* pack_ds_read_file result */
-    int rc;             /* -ENOMEM from parsing */
+    int read_rc;         /* pack_ds_read_file result */
+    int rc;              /* -ENOMEM from parsing */
 };
 
 struct label_pool {
@@ -880,8 +880,10 @@ static void *label_worker(void *arg)
 static unsigned label_threads(const struct pack_ds *ds)
 {
     if (ds->opts.threads) return ds->opts.threads;
+    /* Reading many small files waits on storage more than on the CPU: 8 threads at least
+     * (coco-sized tree, cold cache, 2 cores: 12.2 s with 1 thread, 5.2 s with 8, 4.3 s with 16). */
     const long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
+    return n < 8 ? 8 : n > 16 ? 16 : (unsigned)n;
 }
 
 static int label_job_finish(struct pack_ds *ds, struct label_job *j)
@@ -948,8 +950,10 @@ static int yolo_process(struct pack_ds *ds, struct img_list *L)
                 j->kind = JOB_LABEL;
             if (j->kind == JOB_LABEL) {
                 j->label = img2label(j->e->path);
-                if (!j->label) rc = -ENOMEM;
-                else labels[n_lab++] = j->label; /* owned by labels[] */
+                if (!j->label)
+                    rc = -ENOMEM;
+                else
+                    labels[n_lab++] = j->label; /* owned by labels[] */
             }
         }
         if (rc) break;
@@ -960,15 +964,19 @@ static int yolo_process(struct pack_ds *ds, struct img_list *L)
             for (; started < nthreads; started++)
                 if (pthread_create(&tids[started], NULL, label_worker, &pool) != 0) break;
         label_worker(&pool); /* this thread works too, and alone when no thread started */
-        for (unsigned t = 0; t < started; t++) pthread_join(tids[t], NULL);
-        for (size_t k = 0; k < nb && !rc; k++) rc = label_job_finish(ds, &jobs[k]);
+        for (unsigned t = 0; t < started; t++)
+            pthread_join(tids[t], NULL);
+        for (size_t k = 0; k < nb && !rc; k++)
+            rc = label_job_finish(ds, &jobs[k]);
     }
     if (!rc) {
         if (n_lab > 1) qsort(labels, n_lab, sizeof *labels, str_cmp);
         rc = find_orphans(ds, L, labels, n_lab);
     }
-    for (size_t k = 0; jobs && k < LABEL_BATCH; k++) pack_lbl_free(&jobs[k].lbl);
-    for (size_t i = 0; labels && i < n_lab; i++) free(labels[i]);
+    for (size_t k = 0; jobs && k < LABEL_BATCH; k++)
+        pack_lbl_free(&jobs[k].lbl);
+    for (size_t i = 0; labels && i < n_lab; i++)
+        free(labels[i]);
     free(labels);
     free(jobs);
     free(tids);

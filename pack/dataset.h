@@ -25,8 +25,9 @@
  *   Stricter than ultralytics (it would only fail later, at training): a class that is not an
  *   integer below 2^24, or (when the class names are known) not below the class count, also
  *   rejects the image. Tokens are parsed as Python's float() does for ASCII text (decimal,
- * exponent, inf/nan), then rounded to float32 as numpy does (via double); digit-group underscores,
- * hex floats and non-ASCII bytes reject the file.
+ *   exponent, inf/nan), then rounded to float32 as numpy does (via double); digit-group
+ *   underscores, hex floats and non-ASCII bytes reject the file. Polygon points are kept as
+ *   written (ultralytics checks only the box made from them).
  *
  * COCO conversion follows ultralytics' JSON2YOLO convert_coco_json (the tool that made
  * coco2017labels*.zip): iscrowd annotations are skipped (counted); bbox [x, y, w, h] in pixels
@@ -38,7 +39,16 @@
  * are the categories' names in that order. Polygons: a one-part polygon is kept as is; several
  * parts are merged into one as JSON2YOLO's merge_multi_segment does (in pixel space, double). The
  * rows then go through the same cleaning as label files. Images with no (non-crowd) annotation
- * are backgrounds.
+ * are backgrounds. Where JSON2YOLO would crash or write a row that ultralytics then rejects with
+ * the whole image, we drop less and say so: an unusable polygon (odd count, empty part, RLE on a
+ * non-crowd annotation) loses only the polygon; a bad annotation, or an image entry without
+ * usable id/file_name/size, is dropped alone; a missing iscrowd means 0; a duplicate box drops
+ * its whole annotation (JSON2YOLO dedupes boxes and polygons separately, which can misalign them).
+ *
+ * Paths, where ultralytics depends on its working directory or install: a list-file line that is
+ * neither absolute nor "./..." is relative to the list file; a relative yaml `path:` is relative
+ * to the yaml file. Directories are searched recursively (hidden entries skipped, symlinks
+ * followed), images recognised by suffix (bmp dng jpeg jpg mpo png tif tiff webp, any case).
  *
  * Sample order: sorted by image path (byte order, as Python sorts str paths), so the same input
  * gives the same order whatever the thread count of the consumer.
@@ -114,8 +124,8 @@ struct pack_ds_stats {
     uint64_t labelled;            /* samples with at least one label row */
     uint64_t backgrounds;         /* samples returned with no row (missing/empty label file, no
                                      annotation or only crowd ones) */
-    uint64_t label_missing;       /* YOLO: of the backgrounds, those without a label file */
-    uint64_t label_empty;         /* YOLO: of the backgrounds, those with an empty label file */
+    uint64_t label_missing;       /* YOLO: images without a label file (backgrounds) */
+    uint64_t label_empty;         /* YOLO: images with an empty label file (backgrounds) */
     uint64_t backgrounds_dropped; /* backgrounds dropped because opts.drop_backgrounds */
     uint64_t images_missing;      /* listed images that do not exist (not returned) */
     uint64_t images_invalid;      /* COCO images[] entries unusable, and repeated list entries */
@@ -186,6 +196,8 @@ struct pack_ds_opts {
     bool coco_boxes_from_segments; /* COCO: box = polygon's bounding box (as ultralytics trains
                                       on coco2017labels-segments), where a polygon exists.
                                       Default false: the JSON bbox, as coco2017labels.zip */
+    unsigned threads;              /* threads reading label files (0 = one per core, at least
+                                      8, at most 16); the result is the same for any value */
     size_t max_warnings;           /* warnings stored in the result (default 1000); all are counted
                                       and all reach warn_fn */
     pack_ds_warn_fn warn_fn;       /* optional, see pack_ds_warn_fn */

@@ -82,7 +82,7 @@ static int walk_header(const uint8_t *p, size_t n, struct jpeg_header *h)
         if (m == 0x00) continue; /* a stuffed FF 00 is not a marker here; libjpeg skips it too */
         if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;
         if (m == 0xD8) return -PACK_IMAGE_ECORRUPT; /* second SOI */
-        if (m == 0xD9) return have_sof ? -PACK_IMAGE_ETRUNC : -PACK_IMAGE_ECORRUPT;
+        if (m == 0xD9) return -PACK_IMAGE_ECORRUPT; /* EOI before any scan: no image */
         if (n - pos < 2) return -PACK_IMAGE_ETRUNC;
         const size_t len = (size_t)p[pos] << 8 | p[pos + 1];
         if (len < 2) return -PACK_IMAGE_ECORRUPT;
@@ -204,11 +204,13 @@ void pack_image_orient(uint8_t *dst, const uint8_t *src, int coded_w, int coded_
             const int x1 = tx + TILE < out_w ? tx + TILE : out_w;
             for (int y = ty; y < y1; y++) {
                 uint8_t *d = dst + (size_t)y * out_row + 3 * (size_t)tx;
-                const uint8_t *s = src + base + (ptrdiff_t)y * step_y + (ptrdiff_t)tx * step_x;
-                for (int x = tx; x < x1; x++, d += 3, s += step_x) {
-                    d[0] = s[0];
-                    d[1] = s[1];
-                    d[2] = s[2];
+                /* An offset, not a moving pointer: it may step past the row after the last
+                 * pixel, which a pointer may not. */
+                ptrdiff_t o = base + (ptrdiff_t)y * step_y + (ptrdiff_t)tx * step_x;
+                for (int x = tx; x < x1; x++, d += 3, o += step_x) {
+                    d[0] = src[o];
+                    d[1] = src[o + 1];
+                    d[2] = src[o + 2];
                 }
             }
         }

@@ -303,9 +303,12 @@ static char *make_metadata(const struct pack_opts *o, const struct pack_ds *ds,
             r->scan.rows_corrupt + r->scan.rows_duplicate + r->scan.rows_bad_box +
                 r->scan.rows_bad_category + r->scan.rows_no_image,
             r->scan.crowd_skipped);
-    fprintf(f, "packer:\n  program: yolo-pack\n  version: %s\n  command: ", FFYOLO_VERSION);
-    yaml_quoted(f, o->argv_line ? o->argv_line : "");
-    fputc('\n', f);
+    /* No command line and no thread count: the same input must give the same bytes whatever
+     * -j and the output name are; the options that shape the output are the keys above. */
+    fprintf(f, "packer:\n  program: yolo-pack\n  version: %s\n", FFYOLO_VERSION);
+    fprintf(f, "  drop_backgrounds: %s\n  segments: %s\n  boxes_from_segments: %s\n",
+            o->ds.drop_backgrounds ? "true" : "false", o->ds.keep_segments ? "true" : "false",
+            o->ds.coco_boxes_from_segments ? "true" : "false");
     if (fclose(f) != 0) {
         free(text);
         return NULL;

@@ -31,17 +31,16 @@ struct pack_opts {
     int interp;         /* -1: by split (train: linear, else area when shrinking), or a
                            PACK_IMAGE_INTERP_* value */
     enum pack_codec codec;
-    int zstd_level;     /* 1..19 */
-    bool sub_filter;    /* Sub filter before zstd */
-    int quality;        /* JPEG quality for PACK_CODEC_JPEG */
-    int threads;        /* workers, >= 1 */
-    uint64_t shard_bytes; /* 0: one file */
-    bool strict;        /* any warning fails the run */
-    bool progress;      /* draw a progress line on `log` */
+    int zstd_level;            /* 1..19 */
+    bool sub_filter;           /* Sub filter before zstd */
+    int quality;               /* JPEG quality for PACK_CODEC_JPEG */
+    int threads;               /* workers, >= 1 */
+    uint64_t shard_bytes;      /* 0: one file */
+    bool strict;               /* any warning fails the run */
+    bool progress;             /* draw a progress line on `log` */
     size_t max_warnings_shown; /* warnings printed in full; all are counted */
-    struct pack_ds_opts ds; /* scanning options (format, split, names, drop_backgrounds, ...) */
-    const char *argv_line; /* the command line, recorded in the metadata */
-    FILE *log;          /* warnings, progress and the summary; NULL = stderr */
+    struct pack_ds_opts ds;    /* scanning options (format, split, names, drop_backgrounds, ...) */
+    FILE *log;                 /* warnings, progress and the summary; NULL = stderr */
 };
 
 /* Counters of a run, for the summary and the metadata. */

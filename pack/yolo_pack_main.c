@@ -144,11 +144,6 @@ int main(int argc, char **argv)
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
     };
-    char line[4096];
-    size_t at = 0;
-    for (int k = 0; k < argc && at < sizeof line - 1; k++)
-        at += (size_t)snprintf(line + at, sizeof line - at, k ? " %s" : "%s", argv[k]);
-    o.argv_line = line; /* before getopt: --names is split in place */
 
     char **names = NULL;
     size_t n_names = 0;
