@@ -528,10 +528,7 @@ int64_t ffr_frame_decode(struct ffr_decoder *d, const struct ffr_record_info *in
     const uint8_t *data = f + FFR_FRAME_HEADER_SIZE;
     if (verify && ffr_xxh3(data, info->stored_len) != info->data_hash) return -FFR_ECHECKSUM;
     if (payload) *payload = data;
-    if (!dst) {
-        if (info->codec == FFR_CODEC_RAW) return info->raw_len;
-        if (!d) return -EINVAL;
-    }
+    if (!dst) return info->stored_len; /* check only: the stored bytes stay where they are */
     struct ffr_codec *c = d ? d->codec : NULL;
     struct ffr_codec *tmp = NULL;
     if (!c) {

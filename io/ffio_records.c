@@ -15,7 +15,7 @@ struct ffio_records {
     const struct ffr_reader *r;
     struct ffio_engine *e;
     struct ffr_decoder *dec;
-    bool verify;
+    bool verify, decode;
     uint32_t *file_of_shard;      /* engine handle per shard */
     struct ffr_record_info *info; /* per request of the current call */
     struct ffio_extent *ext;
@@ -28,6 +28,7 @@ void ffio_records_opts_default(struct ffio_records_opts *o)
     memset(o, 0, sizeof *o);
     ffio_opts_default(&o->io);
     o->verify = true;
+    o->decode = true;
 }
 
 void ffio_records_close(struct ffio_records *rr)
@@ -55,6 +56,7 @@ int ffio_records_open(const struct ffr_reader *r, const struct ffio_records_opts
     if (!rr) return -ENOMEM;
     rr->r = r;
     rr->verify = o->verify;
+    rr->decode = o->decode;
     const uint32_t ns = ffr_reader_shard_count(r);
     struct ffio_opts io = o->io;
     if (io.max_files < ns) io.max_files = ns;
@@ -107,10 +109,10 @@ static void land(struct ffio_records *rr, struct ffio_record_req *q,
         return;
     }
     const void *payload = NULL;
-    const int64_t n = ffr_frame_decode(rr->dec, in, q->extent, (size_t)c->done, rr->verify, q->dst,
-                                       q->dst_cap, &payload);
+    const int64_t n = ffr_frame_decode(rr->dec, in, q->extent, (size_t)c->done, rr->verify,
+                                       rr->decode ? q->dst : NULL, q->dst_cap, &payload);
     q->result = n;
-    if (n >= 0) q->payload = q->dst ? q->dst : payload;
+    if (n >= 0) q->payload = rr->decode && q->dst ? q->dst : payload;
 }
 
 int ffio_records_read(struct ffio_records *rr, struct ffio_record_req *reqs, size_t n)
@@ -135,7 +137,7 @@ int ffio_records_read(struct ffio_records *rr, struct ffio_record_req *reqs, siz
             failed++;
             continue;
         }
-        if (!q->dst && in->codec != FFR_CODEC_RAW) {
+        if (rr->decode && !q->dst && in->codec != FFR_CODEC_RAW) {
             q->result = -EINVAL;
             failed++;
             continue;

@@ -20,7 +20,7 @@
 
 enum pack_codec {
     PACK_CODEC_RAW = 0,  /* RGB8 pixels, stored raw */
-    PACK_CODEC_ZSTD = 1, /* RGB8 pixels (Sub-filtered unless filter is off), zstd */
+    PACK_CODEC_ZSTD = 1, /* RGB8 pixels (Sub-filtered when sub_filter), zstd */
     PACK_CODEC_JPEG = 2, /* pixels re-encoded as JPEG at `quality` (lossy, smallest) */
 };
 
@@ -56,7 +56,7 @@ struct pack_result {
     double seconds;            /* wall time of the packing (scan excluded) */
 };
 
-/* Fills *o with the defaults: size 640, interp by split, zstd level 1 with the Sub filter,
+/* Fills *o with the defaults: size 640, interp by split, zstd level -1 without the Sub filter,
  * quality 95, all cores, one file, not strict, 20 warnings shown. */
 void pack_opts_default(struct pack_opts *o);
 

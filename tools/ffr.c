@@ -7,6 +7,7 @@
  *   ffr cat FILE N                  a record's decoded bytes to stdout
  *   ffr export FILE N -o DIR        a detection record's image (lossless) and YOLO labels
  *   ffr show FILE N -o OUT          a detection record's image with its boxes drawn
+ *   ffr bench FILE [options]        storage throughput, against loose JPEGs
  *
  * Exit codes: 0 success, 1 a problem with a file, 2 bad arguments.
  */
@@ -69,6 +70,26 @@ static const struct ffrt_cmd commands[] = {
       "  -o, --output OUT   output file, .jpg/.jpeg or .png (required)\n"
       "  --quality Q        JPEG quality 1..100 (default 95)\n",
       ffrt_cmd_show },
+    { "bench",
+      "ffr bench [FILE] [--mode random|seq] [--batch N] [--qd N] [--io auto|uring|pread|mmap]\n"
+      "          [--direct|--buffered] [--verify] [--decompress] [--pixels] [--threads N]\n"
+      "          [--seconds S] [--drop-cache] [--jpeg-baseline DIR [--size N]] [--json]",
+      "Reads records as the trainer does: batches of record numbers (random, or sequential),\n"
+      "each record's aligned extent read with the chosen engine into pinned memory, checked\n"
+      "(--verify: xxh3) and decoded (--decompress: zstd; --pixels: also the detection\n"
+      "sample's RGB pixels) as it lands, for S seconds (default 5) on N threads (one engine\n"
+      "each). Prints MB/s (MB = 10^6 bytes, extent bytes read), records/s, and the p50/p99\n"
+      "latency of a batch. O_DIRECT is the default where the file system allows it.\n"
+      "--drop-cache asks the kernel to drop the files' cached pages first (posix_fadvise;\n"
+      "enough for files written earlier, on any file system; for files larger than RAM use\n"
+      "--direct).\n"
+      "--jpeg-baseline DIR also reads the .jpg files under DIR the way a PyTorch data loader\n"
+      "does (open, read, decode with libjpeg-turbo, resize so the long side is --size, default\n"
+      "640) with the same threads and batch, and prints records/s over images/s as one ratio.\n\n"
+      "  --batch N    records per batch (default 64)     --qd N   queue depth (default 32)\n"
+      "  --json       one object: mb_per_s, records_per_s, p50_ms, p99_ms, ... and\n"
+      "               jpeg_baseline.images_per_s and ratio when both arms ran\n",
+      ffrt_cmd_bench },
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

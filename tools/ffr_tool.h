@@ -165,5 +165,7 @@ int ffrt_cmd_verify(const struct ffrt_cmd *cmd, int argc, char **argv);
 int ffrt_cmd_cat(const struct ffrt_cmd *cmd, int argc, char **argv);
 int ffrt_cmd_export(const struct ffrt_cmd *cmd, int argc, char **argv);
 int ffrt_cmd_show(const struct ffrt_cmd *cmd, int argc, char **argv);
+/* tools/ffr_bench.c */
+int ffrt_cmd_bench(const struct ffrt_cmd *cmd, int argc, char **argv);
 
 #endif

@@ -226,8 +226,9 @@ FFR_API int64_t ffr_reader_read(const struct ffr_reader *r, struct ffr_decoder *
 /*
  * Decodes a frame that the caller read itself (for example with io_uring into pinned memory):
  * `frame` holds at least info->frame_len bytes starting at the frame header. Checks the header
- * against info and the data hash (unless verify == 0), then decodes into dst. For a raw record
- * with dst == NULL nothing is copied and *payload points into frame. Returns the raw length.
+ * against info and the data hash (unless verify == 0), then decodes into dst and returns the raw
+ * length. With dst == NULL nothing is decoded or copied: *payload points at the stored bytes in
+ * frame (for a raw record, the record itself) and the stored length is returned.
  */
 FFR_API int64_t ffr_frame_decode(struct ffr_decoder *d, const struct ffr_record_info *info,
                                  const void *frame, size_t frame_len, int verify, void *dst,

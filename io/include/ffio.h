@@ -384,9 +384,11 @@ struct ffio_records;
 struct ffio_records_opts {
     struct ffio_opts io; /* engine options (ffio_opts_default) */
     bool verify;         /* check each record's data hash as it lands (default true) */
+    bool decode;         /* decode records (default true); false: check only, and `payload`
+                            points at the stored bytes, `result` is the stored length */
 };
 
-/* Fills *o: ffio_opts_default for the engine, verify on. */
+/* Fills *o: ffio_opts_default for the engine, verify and decode on. */
 FFIO_API void ffio_records_opts_default(struct ffio_records_opts *o);
 
 /*

@@ -343,6 +343,58 @@ static void test_yaml(void)
     pack_ds_destroy(ds);
 }
 
+/* Label files are read by several threads: the result must not depend on how many. */
+static void test_threads(void)
+{
+    char rel[128], text[256];
+    for (int i = 0; i < 700; i++) {
+        snprintf(rel, sizeof rel, "thr/images/all/%06d.jpg", i * 7);
+        tdu_image(rel);
+        if (i % 11 == 0) continue; /* background */
+        snprintf(rel, sizeof rel, "thr/labels/all/%06d.txt", i * 7);
+        if (i % 13 == 0)
+            snprintf(text, sizeof text, "%d 0.5 0.5 0.5 %s\n", i % 80, i % 2 ? "1.5" : "x");
+        else if (i % 17 == 0)
+            snprintf(text, sizeof text,
+                     "%d 0.5 0.5 0.1 0.1\n1 0.2 0.2 0.1 0.1\n%d 0.5 0.5 0.1 0.1\n", i % 80, i % 80);
+        else
+            snprintf(text, sizeof text, "%d 0.%03d 0.5 0.1 0.2\n%d 0.3 0.%03d 0.2 0.1 0.25 0.3\n",
+                     i % 80, i % 997, (i + 3) % 80, i % 991);
+        tdu_text(rel, text);
+    }
+    struct pack_ds_opts o;
+    pack_ds_opts_default(&o);
+    int rc1, rc4;
+    o.threads = 1;
+    struct pack_ds *a = scan(tdu_path("thr"), &o, &rc1);
+    o.threads = 4;
+    struct pack_ds *b = scan(tdu_path("thr"), &o, &rc4);
+    ok(rc1 == 0 && rc4 == 0 && a && b, "scan with 1 and 4 threads");
+    if (!a || !b) return;
+    bool same = pack_ds_count(a) == pack_ds_count(b) &&
+                !memcmp(pack_ds_stats(a), pack_ds_stats(b), sizeof(struct pack_ds_stats)) &&
+                pack_ds_warning_count(a) == pack_ds_warning_count(b);
+    for (size_t i = 0; same && i < pack_ds_count(a); i++) {
+        const struct pack_ds_sample *x = pack_ds_get(a, i), *y = pack_ds_get(b, i);
+        same = !strcmp(x->image_path, y->image_path) && x->n_rows == y->n_rows &&
+               x->n_seg_points == y->n_seg_points &&
+               (!x->n_rows || !memcmp(x->rows, y->rows, x->n_rows * sizeof *x->rows)) &&
+               (!x->n_seg_points ||
+                !memcmp(x->seg_xy, y->seg_xy, 2 * x->n_seg_points * sizeof(float)));
+    }
+    for (size_t i = 0; same && i < pack_ds_warning_count(a); i++)
+        same = !strcmp(pack_ds_warning_get(a, i)->msg, pack_ds_warning_get(b, i)->msg);
+    ok(same, "identical samples, rows, polygons, counters and warnings");
+    const struct pack_ds_stats *st = pack_ds_stats(a);
+    ok(st->corrupt > 40 && st->rows_duplicate > 20 && st->backgrounds > 50 &&
+           st->rows_with_segment > 500,
+       "the tree has corrupt (%llu), duplicate (%llu), background (%llu) and segment rows",
+       (unsigned long long)st->corrupt, (unsigned long long)st->rows_duplicate,
+       (unsigned long long)st->backgrounds);
+    pack_ds_destroy(a);
+    pack_ds_destroy(b);
+}
+
 int main(void)
 {
     tdu_init("dsyolo");
@@ -350,5 +402,6 @@ int main(void)
     test_splits();
     test_list_file();
     test_yaml();
+    test_threads();
     return tap_done();
 }

@@ -207,7 +207,11 @@ int main(int argc, char **argv)
     ok(strstr(e, "corrupt skipped") && strstr(e, "label rows dropped"), "a summary line");
     is_int(run("%s %s --split train2017 -o %s -j 2 -q", pack, root, b), 0, "pack with -j 2");
     ok(same_file(a, b), "-j 1 and -j 2 give byte-identical files");
-    check_records(a, root, "zstd+sub");
+    check_records(a, root, "zstd");
+    snprintf(p, sizeof p, "%s/sub.ffr", dir);
+    is_int(run("%s %s --split train2017 -o %s --filter sub --level 3 -q", pack, root, p), 0,
+           "pack with the Sub filter");
+    check_records(p, root, "sub+zstd");
 
     /* Metadata carries names, counts and options. */
     struct ffr_reader *r;
@@ -216,7 +220,7 @@ int main(int argc, char **argv)
     const char *meta = ffr_reader_metadata(r, &ml);
     char *m = strndup(meta, ml);
     ok(strstr(m, "encoding: ffr-det-1") && strstr(m, "split: \"train2017\"") &&
-           strstr(m, "corrupt_skipped: 4") && strstr(m, "filter: sub"),
+           strstr(m, "corrupt_skipped: 4") && strstr(m, "filter: none"),
        "metadata records encoding, split, counts and codec");
     free(m);
     ffr_reader_close(r);
