@@ -203,20 +203,28 @@ static int process(struct worker *w, size_t i, struct slot *s)
     }
     const size_t need = ffr_det_encoded_size(&smp);
     if (!need) return -EOVERFLOW;
-    if ((rc = grow(&w->sample, &w->sample_cap, need)) < 0) return rc;
-    const int64_t n = ffr_det_encode(&smp, w->sample, w->sample_cap);
-    if (n < 0) return (int)n;
     if ((rc = grow(&s->summary, &s->summary_cap, ffr_det_summary_size(&smp))) < 0) return rc;
     const int64_t sn = ffr_det_summary_encode(&smp, s->summary, s->summary_cap);
     if (sn < 0) return (int)sn;
     s->summary_len = (size_t)sn;
-    if ((rc = grow(&s->stored, &s->stored_cap, ffr_encode_bound((size_t)n))) < 0) return rc;
-    const int codec = o->codec == PACK_CODEC_ZSTD ? FFR_CODEC_ZSTD : FFR_CODEC_RAW;
-    const int64_t stored = ffr_encode(w->codec, s->stored, s->stored_cap, w->sample, (size_t)n,
-                                      codec, o->zstd_level, &s->codec);
-    if (stored < 0) return (int)stored;
-    s->stored_len = (size_t)stored;
-    s->raw_len = (size_t)n;
+    if (o->codec != PACK_CODEC_ZSTD) {
+        /* Stored as is: encode straight into the slot, saving a copy of the pixels. */
+        if ((rc = grow(&s->stored, &s->stored_cap, need)) < 0) return rc;
+        const int64_t n = ffr_det_encode(&smp, s->stored, s->stored_cap);
+        if (n < 0) return (int)n;
+        s->stored_len = s->raw_len = (size_t)n;
+        s->codec = FFR_CODEC_RAW;
+    } else {
+        if ((rc = grow(&w->sample, &w->sample_cap, need)) < 0) return rc;
+        const int64_t n = ffr_det_encode(&smp, w->sample, w->sample_cap);
+        if (n < 0) return (int)n;
+        if ((rc = grow(&s->stored, &s->stored_cap, ffr_encode_bound((size_t)n))) < 0) return rc;
+        const int64_t stored = ffr_encode(w->codec, s->stored, s->stored_cap, w->sample,
+                                          (size_t)n, FFR_CODEC_ZSTD, o->zstd_level, &s->codec);
+        if (stored < 0) return (int)stored;
+        s->stored_len = (size_t)stored;
+        s->raw_len = (size_t)n;
+    }
     s->background = ds->n_rows == 0;
     return 0;
 }
