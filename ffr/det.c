@@ -10,7 +10,7 @@
 #include "ffr_internal.h"
 
 static const uint8_t det_magic[4] = { 'Y', 'D', 'E', 'T' };
-#define DET_HEADER 64u
+#define DET_HEADER  64u
 #define DET_VERSION 1u
 
 static uint64_t pad4(uint64_t x)
@@ -63,7 +63,8 @@ static int sample_ok(const struct ffr_det_sample *s)
     if (!labels_ok(s->labels, s->n_labels) || !points_ok(s->seg_points, s->n_points)) return 0;
     if (s->n_points) {
         uint64_t t = 0;
-        for (uint32_t i = 0; i < s->n_labels; i++) t += s->seg_counts[i];
+        for (uint32_t i = 0; i < s->n_labels; i++)
+            t += s->seg_counts[i];
         if (t != s->n_points) return 0;
     }
     return 1;
@@ -77,7 +78,8 @@ void ffr_det_sub_filter(uint8_t *dst, const uint8_t *src, uint32_t h, uint32_t w
         uint8_t *d = dst + y * row;
         if (!row) continue;
         memcpy(d, s, 3 < row ? 3 : row);
-        for (size_t x = 3; x < row; x++) d[x] = (uint8_t)(s[x] - s[x - 3]);
+        for (size_t x = 3; x < row; x++)
+            d[x] = (uint8_t)(s[x] - s[x - 3]);
     }
 }
 
@@ -150,7 +152,8 @@ int ffr_det_decode(const void *buf, size_t len, struct ffr_det_sample *out)
 {
     if (!buf || !out) return -EINVAL;
     const uint8_t *p = buf;
-    if (len < DET_HEADER || memcmp(p, det_magic, 4) != 0) return -FFR_EBADMAGIC;
+    if (len < 4 || memcmp(p, det_magic, 4) != 0) return -FFR_EBADMAGIC;
+    if (len < DET_HEADER) return -FFR_ECORRUPT;
     if (ffr_rd16(p + 4) != DET_VERSION) return -FFR_EVERSION;
     /* Views of floats need 4-byte alignment; buffers from malloc or the frame are aligned. */
     if ((uintptr_t)p % 4) return -EINVAL;
@@ -180,7 +183,7 @@ int ffr_det_decode(const void *buf, size_t len, struct ffr_det_sample *out)
         q += 8ull * out->n_points;
     }
     out->name = (const char *)q;
-    if (!sample_ok(out)) return -FFR_ECORRUPT;
+    if (!sample_ok(out) || memchr(out->name, '\0', out->name_len)) return -FFR_ECORRUPT;
     return 0;
 }
 

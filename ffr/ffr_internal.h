@@ -10,12 +10,12 @@
 
 #include "ffr.h"
 
-#define FFR_HEADER_SIZE 64u
-#define FFR_INDEX_HEADER_SIZE 64u
-#define FFR_ROW_SIZE 32u
-#define FFR_LOCATOR_SIZE 64u
-#define FFR_TRAILER_SLOT 512u
-#define FFR_ALIGN_MAX (1u << 20)
+#define FFR_HEADER_SIZE        64u
+#define FFR_INDEX_HEADER_SIZE  64u
+#define FFR_ROW_SIZE           32u
+#define FFR_LOCATOR_SIZE       64u
+#define FFR_TRAILER_SLOT       512u
+#define FFR_ALIGN_MAX          (1u << 20)
 #define FFR_DEFAULT_MAX_RECORD (1u << 30)
 
 extern const uint8_t ffr_magic[8];
@@ -49,12 +49,14 @@ static inline void ffr_wr16(uint8_t *p, uint16_t v)
 
 static inline void ffr_wr32(uint8_t *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static inline void ffr_wr64(uint8_t *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static inline uint64_t ffr_round_up(uint64_t x, uint64_t align)
@@ -84,8 +86,8 @@ void ffr_frame_header_encode(uint8_t out[FFR_FRAME_HEADER_SIZE], int codec, uint
                              uint32_t raw_len, uint64_t data_hash, uint64_t number);
 
 /* Decodes one stored record (codec.c). Returns raw_len or -FFR_ECORRUPT / -FFR_ETOOBIG. */
-int64_t ffr_codec_decode(struct ffr_codec *c, int codec, void *dst, size_t dst_cap,
-                         const void *src, size_t src_len, uint32_t raw_len);
+int64_t ffr_codec_decode(struct ffr_codec *c, int codec, void *dst, size_t dst_cap, const void *src,
+                         size_t src_len, uint32_t raw_len);
 
 /* The Sub filter of the detection encoding, exposed for tests and benchmarks. */
 void ffr_det_sub_filter(uint8_t *dst, const uint8_t *src, uint32_t h, uint32_t w);

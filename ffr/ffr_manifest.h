@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FFR_MANIFEST_MAX (64u << 20)
+#define FFR_MANIFEST_MAX        (64u << 20)
 #define FFR_MANIFEST_MAX_SHARDS 1000000u
 
 struct ffr_manifest_shard {

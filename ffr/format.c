@@ -112,8 +112,8 @@ size_t ffr_encode_bound(size_t len)
     return b > len ? b : len;
 }
 
-int64_t ffr_encode(struct ffr_codec *c, void *dst, size_t dst_cap, const void *src,
-                   size_t src_len, int codec, int level, int *codec_used)
+int64_t ffr_encode(struct ffr_codec *c, void *dst, size_t dst_cap, const void *src, size_t src_len,
+                   int codec, int level, int *codec_used)
 {
     if (!c || (!dst && dst_cap) || (!src && src_len) || !codec_used) return -EINVAL;
     if (src_len > FFR_RECORD_MAX) return -FFR_ETOOBIG;
@@ -140,8 +140,8 @@ int64_t ffr_encode(struct ffr_codec *c, void *dst, size_t dst_cap, const void *s
     return (int64_t)src_len;
 }
 
-int64_t ffr_codec_decode(struct ffr_codec *c, int codec, void *dst, size_t dst_cap,
-                         const void *src, size_t src_len, uint32_t raw_len)
+int64_t ffr_codec_decode(struct ffr_codec *c, int codec, void *dst, size_t dst_cap, const void *src,
+                         size_t src_len, uint32_t raw_len)
 {
     if (dst_cap < raw_len) return -FFR_ETOOBIG;
     if (codec == FFR_CODEC_RAW) {

@@ -49,16 +49,27 @@ static yaml_node_t *get(yaml_document_t *doc, yaml_node_t *map, const char *key)
     return NULL;
 }
 
-/* Parses a whole unsigned number (decimal or 0x hex); rejects signs, spaces and overflow. */
+/* Parses a whole decimal number (docs/format.md 7); rejects signs, spaces and overflow. */
 static int get_u64(yaml_document_t *doc, yaml_node_t *map, const char *key, uint64_t *out)
 {
     const char *s = scalar(doc, get(doc, map, key));
-    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') return -1;
+    if (!s || *s < '0' || *s > '9') return -1;
     char *end;
     errno = 0;
-    const unsigned long long v = strtoull(s, &end, 0);
+    const unsigned long long v = strtoull(s, &end, 10);
     if (errno || *end) return -1;
     *out = (uint64_t)v;
+    return 0;
+}
+
+/* Parses an index hash: "0x" and exactly 16 hex digits. */
+static int get_hash(yaml_document_t *doc, yaml_node_t *map, const char *key, uint64_t *out)
+{
+    const char *s = scalar(doc, get(doc, map, key));
+    if (!s || strlen(s) != 18 || s[0] != '0' || s[1] != 'x') return -1;
+    for (int i = 2; i < 18; i++)
+        if (!strchr("0123456789abcdefABCDEF", s[i])) return -1;
+    *out = (uint64_t)strtoull(s + 2, NULL, 16);
     return 0;
 }
 
@@ -68,14 +79,15 @@ static int safe_name(const char *f)
 {
     if (!*f || strlen(f) > 255 || !strcmp(f, ".") || !strcmp(f, "..")) return 0;
     for (const char *p = f; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == '/' || *p == '"' || *p == '\\') return 0;
+        if ((unsigned char)*p < 0x20 || strchr("/\"\\'#", *p)) return 0;
     return 1;
 }
 
 void ffr_manifest_free(struct ffr_manifest *m)
 {
     if (!m) return;
-    for (uint32_t k = 0; k < m->n_shards; k++) free(m->shards[k].file);
+    for (uint32_t k = 0; k < m->n_shards; k++)
+        free(m->shards[k].file);
     free(m->shards);
     memset(m, 0, sizeof *m);
 }
@@ -91,9 +103,9 @@ int ffr_manifest_parse(struct ffr_manifest *m, const uint8_t *text, size_t len, 
     if (!yaml_parser_initialize(&parser)) return -ENOMEM;
     yaml_parser_set_input_string(&parser, text, len);
     if (!yaml_parser_load(&parser, &doc)) {
-        const int rc = fail(err, err_cap, -FFR_ECORRUPT, "manifest is not valid YAML: %s (line %zu)",
-                            parser.problem ? parser.problem : "parse error",
-                            parser.problem_mark.line + 1);
+        const int rc =
+            fail(err, err_cap, -FFR_ECORRUPT, "manifest is not valid YAML: %s (line %zu)",
+                 parser.problem ? parser.problem : "parse error", parser.problem_mark.line + 1);
         yaml_parser_delete(&parser);
         return rc;
     }
@@ -131,7 +143,7 @@ int ffr_manifest_parse(struct ffr_manifest *m, const uint8_t *text, size_t len, 
         const char *file = scalar(&doc, get(&doc, e, "file"));
         if (!file || !safe_name(file) || get_u64(&doc, e, "bytes", &s->bytes) ||
             get_u64(&doc, e, "records", &s->records) ||
-            get_u64(&doc, e, "index_hash", &s->index_hash)) {
+            get_hash(&doc, e, "index_hash", &s->index_hash)) {
             rc = fail(err, err_cap, -FFR_ECORRUPT,
                       "manifest shard entry %td lacks a safe file:, bytes:, records: or "
                       "index_hash:",

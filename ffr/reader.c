@@ -133,8 +133,8 @@ static int check_rows(struct shard *s, const struct ffr_reader_opts *o, char *er
             return say(err, cap, -FFR_ECORRUPT, "%s: index row %" PRIu64 ": %s", s->path, i, why);
         if (stored > o->max_record_bytes || raw > o->max_record_bytes)
             return say(err, cap, -FFR_ETOOBIG,
-                       "%s: record %" PRIu64 " is %u bytes, over the reader's limit of %u",
-                       s->path, i, stored > raw ? stored : raw, o->max_record_bytes);
+                       "%s: record %" PRIu64 " is %u bytes, over the reader's limit of %u", s->path,
+                       i, stored > raw ? stored : raw, o->max_record_bytes);
         expect = ffr_round_up(off + FFR_FRAME_HEADER_SIZE + stored, s->align);
         prev_sum = sum;
     }
@@ -206,8 +206,9 @@ static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err
     if (loc.version != version || loc.flags != flags)
         return say(err, cap, -FFR_ECORRUPT, "%s: trailer and header disagree", s->path);
     if (loc.file_size != s->size)
-        return say(err, cap, -FFR_ETRUNC, "%s: file is %" PRIu64 " bytes, its trailer says %" PRIu64,
-                   s->path, s->size, loc.file_size);
+        return say(err, cap, -FFR_ETRUNC,
+                   "%s: file is %" PRIu64 " bytes, its trailer says %" PRIu64, s->path, s->size,
+                   loc.file_size);
     const uint64_t tail_at = s->size - FFR_TRAILER_SIZE;
     if (loc.index_offset < s->header_size || loc.index_offset % s->align ||
         loc.index_size < FFR_INDEX_HEADER_SIZE || loc.index_offset > tail_at ||
@@ -234,8 +235,7 @@ static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err
     if (memcmp(x, ffr_index_magic, 8) != 0 || ffr_rd32(x + 32) != FFR_ROW_SIZE ||
         !ffr_is_zero(x + 36, 28) || s->count != loc.record_count ||
         s->count > room / FFR_ROW_SIZE || s->heap_size > room - s->count * FFR_ROW_SIZE ||
-        s->heap_size > UINT32_MAX ||
-        s->meta_size != room - s->count * FFR_ROW_SIZE - s->heap_size)
+        s->heap_size > UINT32_MAX || s->meta_size != room - s->count * FFR_ROW_SIZE - s->heap_size)
         return say(err, cap, -FFR_ECORRUPT, "%s: inconsistent index header", s->path);
     s->rows = x + FFR_INDEX_HEADER_SIZE;
     s->heap = s->rows + s->count * FFR_ROW_SIZE;
@@ -253,7 +253,8 @@ static void shard_free(struct shard *s)
 void ffr_reader_close(struct ffr_reader *r)
 {
     if (!r) return;
-    for (uint32_t k = 0; k < r->n_shards; k++) shard_free(&r->shards[k]);
+    for (uint32_t k = 0; k < r->n_shards; k++)
+        shard_free(&r->shards[k]);
     free(r->shards);
     free(r);
 }
@@ -272,7 +273,8 @@ static int reader_new(struct ffr_reader **out, const struct ffr_reader_opts *opt
         free(r);
         return -ENOMEM;
     }
-    for (uint32_t k = 0; k < n; k++) r->shards[k].fd = -1;
+    for (uint32_t k = 0; k < n; k++)
+        r->shards[k].fd = -1;
     r->n_shards = n;
     *out = r;
     return 0;
@@ -302,8 +304,8 @@ int ffr_reader_open_fd(struct ffr_reader **out, int fd, const char *name,
     return 0;
 }
 
-static int open_manifest(struct ffr_reader **out, const char *path, const uint8_t *text,
-                         size_t len, const struct ffr_reader_opts *opts, char *err, size_t cap)
+static int open_manifest(struct ffr_reader **out, const char *path, const uint8_t *text, size_t len,
+                         const struct ffr_reader_opts *opts, char *err, size_t cap)
 {
     struct ffr_manifest m;
     int rc = ffr_manifest_parse(&m, text, len, err, cap);
@@ -341,8 +343,8 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
             say(err, cap, rc, "%s: shard %u: %s", path, k, sub);
             break;
         }
-        const char *what = s->size != ms->bytes     ? "size"
-                           : s->count != ms->records ? "record count"
+        const char *what = s->size != ms->bytes              ? "size"
+                           : s->count != ms->records         ? "record count"
                            : s->index_hash != ms->index_hash ? "index checksum"
                                                              : NULL;
         if (what) {
@@ -356,8 +358,8 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
     }
     if (rc == 0 && r->total != m.records)
         rc = say(err, cap, -FFR_ECORRUPT,
-                 "%s: manifest says %" PRIu64 " records, its shards hold %" PRIu64, path,
-                 m.records, r->total);
+                 "%s: manifest says %" PRIu64 " records, its shards hold %" PRIu64, path, m.records,
+                 r->total);
     ffr_manifest_free(&m);
     if (rc < 0) {
         ffr_reader_close(r);
@@ -386,7 +388,8 @@ int ffr_reader_open(struct ffr_reader **out, const char *path, const struct ffr_
         if (rc == 0 && !text) rc = -ENOMEM;
         if (rc == 0) rc = pread_all(fd, text, (size_t)st.st_size, 0);
         close(fd);
-        if (rc == 0) rc = open_manifest(out, path, text, (size_t)st.st_size, opts, err, err_cap);
+        if (rc == 0)
+            rc = open_manifest(out, path, text, (size_t)st.st_size, opts, err, err_cap);
         else if (err && err_cap && !err[0])
             say(err, err_cap, rc, "%s: %s", path, ffr_strerror(rc));
         free(text);
@@ -445,7 +448,8 @@ static const struct shard *find_shard(const struct ffr_reader *r, uint64_t i, ui
             hi = mid;
     }
     /* Empty shards share `first` with their successor: skip to the one that holds i. */
-    while (lo + 1 < r->n_shards && i - r->shards[lo].first >= r->shards[lo].count) lo++;
+    while (lo + 1 < r->n_shards && i - r->shards[lo].first >= r->shards[lo].count)
+        lo++;
     *k = lo;
     return &r->shards[lo];
 }
@@ -518,8 +522,8 @@ static int check_frame_header(const uint8_t *h, const struct ffr_record_info *in
 }
 
 int64_t ffr_frame_decode(struct ffr_decoder *d, const struct ffr_record_info *info,
-                         const void *frame, size_t frame_len, int verify, void *dst,
-                         size_t dst_cap, const void **payload)
+                         const void *frame, size_t frame_len, int verify, void *dst, size_t dst_cap,
+                         const void **payload)
 {
     if (!info || !frame || frame_len < info->frame_len) return -EINVAL;
     const uint8_t *f = frame;
@@ -535,8 +539,8 @@ int64_t ffr_frame_decode(struct ffr_decoder *d, const struct ffr_record_info *in
         if ((rc = ffr_codec_create(&tmp)) < 0) return rc;
         c = tmp;
     }
-    const int64_t n = ffr_codec_decode(c, (int)info->codec, dst, dst_cap, data, info->stored_len,
-                                       info->raw_len);
+    const int64_t n =
+        ffr_codec_decode(c, (int)info->codec, dst, dst_cap, data, info->stored_len, info->raw_len);
     ffr_codec_destroy(tmp);
     return n;
 }
@@ -566,7 +570,8 @@ int64_t ffr_reader_read(const struct ffr_reader *r, struct ffr_decoder *d, uint6
     }
     int64_t n = decoder_reserve(d, (size_t)info.frame_len);
     if (n == 0) n = pread_all(s->fd, d->buf, (size_t)info.frame_len, info.offset);
-    if (n == 0) n = ffr_frame_decode(d, &info, d->buf, (size_t)info.frame_len, 1, dst, dst_cap, NULL);
+    if (n == 0)
+        n = ffr_frame_decode(d, &info, d->buf, (size_t)info.frame_len, 1, dst, dst_cap, NULL);
     ffr_decoder_destroy(tmp);
     return n;
 }
@@ -584,10 +589,11 @@ int ffr_reader_verify(const struct ffr_reader *r, struct ffr_decoder *d, uint64_
     /* Frame and decoded bytes share one buffer: frame first, decoded after it. */
     const size_t need = (size_t)info.frame_len + info.raw_len;
     int64_t n = decoder_reserve(d, need ? need : 1);
-    if (n == 0) n = pread_all(r->shards[info.shard].fd, d->buf, (size_t)info.frame_len, info.offset);
     if (n == 0)
-        n = ffr_frame_decode(d, &info, d->buf, (size_t)info.frame_len, 1,
-                             d->buf + info.frame_len, info.raw_len, NULL);
+        n = pread_all(r->shards[info.shard].fd, d->buf, (size_t)info.frame_len, info.offset);
+    if (n == 0)
+        n = ffr_frame_decode(d, &info, d->buf, (size_t)info.frame_len, 1, d->buf + info.frame_len,
+                             info.raw_len, NULL);
     ffr_decoder_destroy(tmp);
     return n < 0 ? (int)n : 0;
 }
@@ -666,9 +672,9 @@ int64_t ffr_reader_verify_all(const struct ffr_reader *r, ffr_problem_fn fn, voi
             rc = check_zero_range(&v, k, s->header_size, s->index_offset, -1,
                                   "padding before the index is not zero");
         if (rc >= 0)
-            rc = check_zero_range(&v, k, s->index_offset + s->index_size,
-                                  s->size - FFR_TRAILER_SIZE, -1,
-                                  "padding before the trailer is not zero");
+            rc =
+                check_zero_range(&v, k, s->index_offset + s->index_size, s->size - FFR_TRAILER_SIZE,
+                                 -1, "padding before the trailer is not zero");
         for (unsigned c = 0; c < 3 && rc >= 0; c++) {
             const uint8_t *slot = s->tail + c * FFR_TRAILER_SLOT;
             struct ffr_locator l;

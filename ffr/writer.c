@@ -33,8 +33,8 @@ struct done_shard {
 
 struct ffr_writer {
     struct ffr_writer_opts o;
-    char *path;     /* final path: the file, or the manifest when sharded */
-    char *stem;     /* sharded: path without ".ffr" */
+    char *path; /* final path: the file, or the manifest when sharded */
+    char *stem; /* sharded: path without ".ffr" */
     int sharded;
     /* the file being written */
     int fd;
@@ -122,8 +122,8 @@ static int start_file(struct ffr_writer *w)
 {
     free(w->cur_final);
     free(w->cur_tmp);
-    w->cur_final = w->sharded ? str_printf("%s-%05u.ffr", w->stem, (unsigned)w->n_shards)
-                              : strdup(w->path);
+    w->cur_final =
+        w->sharded ? str_printf("%s-%05u.ffr", w->stem, (unsigned)w->n_shards) : strdup(w->path);
     w->cur_tmp = w->cur_final ? str_printf("%s.tmp.%u", w->cur_final, (unsigned)getpid()) : NULL;
     if (!w->cur_final || !w->cur_tmp) return -ENOMEM;
     w->fd = open(w->cur_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -166,7 +166,7 @@ int ffr_writer_open(struct ffr_writer **out, const char *path, const struct ffr_
         /* Shard names go into the manifest unescaped (docs/format.md 7). */
         const char *base = w->stem ? strrchr(w->stem, '/') : NULL;
         for (const char *p = base ? base + 1 : w->stem; rc == 0 && p && *p; p++)
-            if ((unsigned char)*p < 0x20 || *p == '"' || *p == '\\') rc = -EINVAL;
+            if ((unsigned char)*p < 0x20 || strchr("\"\\'#", *p)) rc = -EINVAL;
     }
     if (rc == 0) rc = start_file(w);
     if (rc < 0) {
@@ -196,8 +196,8 @@ int ffr_writer_set_metadata(struct ffr_writer *w, const char *text, size_t len)
 
 static uint64_t index_bytes(const struct ffr_writer *w, size_t extra_rows, size_t extra_heap)
 {
-    return FFR_INDEX_HEADER_SIZE + (uint64_t)(w->n_rows + extra_rows) * FFR_ROW_SIZE +
-           w->heap_len + extra_heap + w->meta_len;
+    return FFR_INDEX_HEADER_SIZE + (uint64_t)(w->n_rows + extra_rows) * FFR_ROW_SIZE + w->heap_len +
+           extra_heap + w->meta_len;
 }
 
 /* Writes index and trailer of the current file, makes it durable and renames it into place. */
@@ -247,7 +247,8 @@ static int finish_file(struct ffr_writer *w, uint64_t *index_hash_out)
     if (gap && (rc = write_all(w->fd, zeros, (size_t)gap)) < 0) return rc;
     uint8_t tail[FFR_TRAILER_SIZE];
     memset(tail, 0, sizeof tail);
-    for (unsigned k = 0; k < 3; k++) ffr_locator_encode(tail + k * FFR_TRAILER_SLOT, &loc);
+    for (unsigned k = 0; k < 3; k++)
+        ffr_locator_encode(tail + k * FFR_TRAILER_SLOT, &loc);
     rc = write_all(w->fd, tail, sizeof tail);
     if (rc < 0) return rc;
     w->pos = loc.file_size;
@@ -289,7 +290,8 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return 0;
     size_t n = *cap ? *cap : 64;
-    while (n < need) n *= 2;
+    while (n < need)
+        n *= 2;
     void *q = realloc(*p, n * elem);
     if (!q) return -ENOMEM;
     *p = q;
@@ -342,7 +344,8 @@ int ffr_writer_append_encoded(struct ffr_writer *w, int codec, const void *store
     }
     /* writev may write less than asked; finish the rest with plain writes. */
     size_t want = 0;
-    for (int k = 0; k < iovcnt; k++) want += iov[k].iov_len;
+    for (int k = 0; k < iovcnt; k++)
+        want += iov[k].iov_len;
     ssize_t got;
     do
         got = writev(w->fd, iov, iovcnt);
@@ -397,9 +400,8 @@ int ffr_writer_append(struct ffr_writer *w, const void *data, size_t len, const 
     int rc = grow((void **)&w->scratch, &w->scratch_cap, bound, 1);
     if (rc < 0) return rc;
     int used;
-    const int64_t n =
-        ffr_encode(w->codec, w->scratch, w->scratch_cap, data, len, w->o.codec, w->o.zstd_level,
-                   &used);
+    const int64_t n = ffr_encode(w->codec, w->scratch, w->scratch_cap, data, len, w->o.codec,
+                                 w->o.zstd_level, &used);
     if (n < 0) return (int)n;
     return ffr_writer_append_encoded(w, used, w->scratch, (size_t)n, len, NULL, summary,
                                      summary_len);
@@ -437,7 +439,8 @@ static int write_manifest(struct ffr_writer *w)
 static void writer_free(struct ffr_writer *w)
 {
     if (w->fd >= 0) close(w->fd);
-    for (size_t k = 0; k < w->n_shards; k++) free(w->shards[k].name);
+    for (size_t k = 0; k < w->n_shards; k++)
+        free(w->shards[k].name);
     free(w->shards);
     free(w->path);
     free(w->stem);

@@ -219,8 +219,8 @@ static int process(struct worker *w, size_t i, struct slot *s)
         const int64_t n = ffr_det_encode(&smp, w->sample, w->sample_cap);
         if (n < 0) return (int)n;
         if ((rc = grow(&s->stored, &s->stored_cap, ffr_encode_bound((size_t)n))) < 0) return rc;
-        const int64_t stored = ffr_encode(w->codec, s->stored, s->stored_cap, w->sample,
-                                          (size_t)n, FFR_CODEC_ZSTD, o->zstd_level, &s->codec);
+        const int64_t stored = ffr_encode(w->codec, s->stored, s->stored_cap, w->sample, (size_t)n,
+                                          FFR_CODEC_ZSTD, o->zstd_level, &s->codec);
         if (stored < 0) return (int)stored;
         s->stored_len = (size_t)stored;
         s->raw_len = (size_t)n;

@@ -41,7 +41,8 @@ static void usage(FILE *f)
         "ROOT/images/SPLIT)\n"
         "  -j, --threads N         worker threads (default: all cores)\n"
         "      --codec C           zstd (default), raw, or jpeg (lossy, see --quality)\n"
-        "      --level N           zstd level (default -1: fast to decode, see docs/benchmarks.md)\n"
+        "      --level N           zstd level (default -1: fast to decode, see "
+        "docs/benchmarks.md)\n"
         "      --filter F          none (default) or sub: PNG's Sub filter before zstd, 1.4x\n"
         "                          smaller, half the decode speed (for bandwidth-bound storage)\n"
         "      --quality Q         JPEG quality for --codec jpeg (default 95)\n"
@@ -210,9 +211,12 @@ int main(int argc, char **argv)
             o.zstd_level = (int)v;
             break;
         case O_NOFILTER:
-            if (!strcmp(optarg, "none")) o.sub_filter = false;
-            else if (!strcmp(optarg, "sub")) o.sub_filter = true;
-            else return bad_arg("bad --filter '%s' (none or sub)", optarg);
+            if (!strcmp(optarg, "none"))
+                o.sub_filter = false;
+            else if (!strcmp(optarg, "sub"))
+                o.sub_filter = true;
+            else
+                return bad_arg("bad --filter '%s' (none or sub)", optarg);
             break;
         case O_QUALITY:
             if (parse_int(optarg, 1, 100, &v)) return bad_arg("bad --quality '%s'", optarg);

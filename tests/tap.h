@@ -35,11 +35,11 @@ static inline int tap_check(int cond, const char *file, int line, const char *fm
 #define ok(cond, ...) tap_check(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
 
 /* is_int(got, want, desc): equality of integers, printing both on failure. */
-#define is_int(got, want, ...)                                                                     \
-    do {                                                                                           \
-        const long long tap_g_ = (long long)(got), tap_w_ = (long long)(want);                     \
-        if (!ok(tap_g_ == tap_w_, __VA_ARGS__))                                                    \
-            printf("#   got %lld, want %lld\n", tap_g_, tap_w_);                                   \
+#define is_int(got, want, ...)                                                 \
+    do {                                                                       \
+        const long long tap_g_ = (long long)(got), tap_w_ = (long long)(want); \
+        if (!ok(tap_g_ == tap_w_, __VA_ARGS__))                                \
+            printf("#   got %lld, want %lld\n", tap_g_, tap_w_);               \
     } while (0)
 
 static inline void tap_diag(const char *fmt, ...)

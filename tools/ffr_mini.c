@@ -269,11 +269,12 @@ static void check_file(const char *file, uint64_t base, struct mini_info *out)
 /* Section 7's integers: decimal digits, or `0x` and 16 hex digits for index_hash. */
 static uint64_t manifest_num(const char *val, int hex)
 {
-    const char *const digits = hex ? val + 2 : val;
+    const int prefix = hex && !strncmp(val, "0x", 2);
+    const char *const digits = prefix ? val + 2 : val;
     const size_t nd = strspn(digits, hex ? "0123456789abcdefABCDEF" : "0123456789");
     errno = 0;
     const uint64_t v = strtoull(digits, NULL, hex ? 16 : 10);
-    CHECK(!errno && nd && !digits[nd] && (!hex || (!strncmp(val, "0x", 2) && nd == 16)), BAD,
+    CHECK(!errno && nd && !digits[nd] && (!hex || (prefix && nd == 16)), BAD,
           "manifest: bad %s number '%s'", hex ? "0x + 16 hex digit" : "decimal", val);
     return v;
 }
@@ -341,8 +342,8 @@ static uint64_t check_manifest(const char *mpath, struct mini_info *last)
                 top_seen |= 1u << k;
                 CHECK(k != 2 || !*val, BAD, "manifest line %u: 'shards:' takes a list", lineno);
                 if (k == 1) total = manifest_num(val, 0);
-                if (k == 0) version = manifest_num(val, 0);
-                CHECK(version <= 1, "FFR_EVERSION",
+                if (k == 0) version = manifest_num(val, 0); /* as the header's: 1 to known */
+                CHECK(k || version == 1, "FFR_EVERSION",
                       "manifest version %" PRIu64 ", this reader knows 1", version);
             }
             continue;

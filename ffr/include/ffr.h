@@ -46,9 +46,9 @@ enum {
 /* Record codecs (per record, chosen by the writer). */
 enum { FFR_CODEC_RAW = 0, FFR_CODEC_ZSTD = 1 };
 
-#define FFR_FORMAT_VERSION 1u
+#define FFR_FORMAT_VERSION    1u
 #define FFR_FRAME_HEADER_SIZE 32u
-#define FFR_TRAILER_SIZE 1536u
+#define FFR_TRAILER_SIZE      1536u
 /* Largest stored or raw record length the format can describe (u32 fields). */
 #define FFR_RECORD_MAX 0xffffffffu
 
@@ -61,9 +61,9 @@ FFR_API const char *ffr_strerror(int rc);
 struct ffr_writer;
 
 struct ffr_writer_opts {
-    uint32_t align;       /* record alignment, power of two in [1, 1 MiB]; 4096 allows O_DIRECT */
-    int codec;            /* FFR_CODEC_RAW or FFR_CODEC_ZSTD (records that do not shrink stay raw) */
-    int zstd_level;       /* zstd level for FFR_CODEC_ZSTD (1..19) */
+    uint32_t align; /* record alignment, power of two in [1, 1 MiB]; 4096 allows O_DIRECT */
+    int codec;      /* FFR_CODEC_RAW or FFR_CODEC_ZSTD (records that do not shrink stay raw) */
+    int zstd_level; /* zstd level for FFR_CODEC_ZSTD (1..19) */
     uint64_t shard_bytes; /* 0: one file; else start a new shard before a file would pass this */
     int durable;          /* 1: fsync files and directory before the rename (default 1) */
 };
@@ -189,17 +189,17 @@ FFR_API int ffr_reader_shard(const struct ffr_reader *r, uint32_t k, struct ffr_
 
 /* Where a record lives and what it holds, from the index (no I/O). */
 struct ffr_record_info {
-    uint32_t shard;         /* file holding it (ffr_reader_shard) */
-    uint32_t codec;         /* FFR_CODEC_* */
-    uint64_t offset;        /* byte offset of its frame in that file (a multiple of align) */
-    uint64_t frame_len;     /* FFR_FRAME_HEADER_SIZE + stored_len */
-    uint64_t extent_len;    /* frame_len rounded up to the shard's align: what O_DIRECT reads */
-    uint32_t stored_len;    /* stored bytes */
-    uint32_t raw_len;       /* bytes after decoding */
-    uint64_t data_hash;     /* xxh3 of the stored bytes */
-    uint64_t local;         /* record number within its shard */
-    const void *summary;    /* the record's summary, valid while the reader lives */
-    uint32_t summary_len;   /* bytes */
+    uint32_t shard;       /* file holding it (ffr_reader_shard) */
+    uint32_t codec;       /* FFR_CODEC_* */
+    uint64_t offset;      /* byte offset of its frame in that file (a multiple of align) */
+    uint64_t frame_len;   /* FFR_FRAME_HEADER_SIZE + stored_len */
+    uint64_t extent_len;  /* frame_len rounded up to the shard's align: what O_DIRECT reads */
+    uint32_t stored_len;  /* stored bytes */
+    uint32_t raw_len;     /* bytes after decoding */
+    uint64_t data_hash;   /* xxh3 of the stored bytes */
+    uint64_t local;       /* record number within its shard */
+    const void *summary;  /* the record's summary, valid while the reader lives */
+    uint32_t summary_len; /* bytes */
 };
 
 /* Fills *out for record i. Returns 0 or -EINVAL (i >= count). */
@@ -236,12 +236,12 @@ FFR_API int64_t ffr_frame_decode(struct ffr_decoder *d, const struct ffr_record_
 
 /* A problem found by ffr_reader_verify_all, passed to the callback. */
 struct ffr_problem {
-    uint32_t shard;     /* file it is in */
-    const char *path;   /* that file */
-    int64_t record;     /* global record number, or -1 for file structures */
-    uint64_t offset;    /* byte offset in that file */
-    int code;           /* negative error code */
-    const char *what;   /* one line describing it */
+    uint32_t shard;   /* file it is in */
+    const char *path; /* that file */
+    int64_t record;   /* global record number, or -1 for file structures */
+    uint64_t offset;  /* byte offset in that file */
+    int code;         /* negative error code */
+    const char *what; /* one line describing it */
 };
 
 typedef void (*ffr_problem_fn)(void *ctx, const struct ffr_problem *p);
@@ -265,10 +265,10 @@ enum { FFR_DET_RGB8 = 0, FFR_DET_RGB8_SUB = 1, FFR_DET_JPEG = 2 };
 /* A detection sample. For encoding, the caller fills it; after decoding, pointers are views
  * into the decoded buffer (valid while that buffer is). */
 struct ffr_det_sample {
-    uint32_t h, w;              /* stored image size in pixels */
-    uint32_t h0, w0;            /* original size (after EXIF orientation) */
-    uint32_t pixel_format;      /* FFR_DET_* */
-    const uint8_t *pixels;      /* pixel_bytes bytes (RGB8: h*w*3, HWC) */
+    uint32_t h, w;         /* stored image size in pixels */
+    uint32_t h0, w0;       /* original size (after EXIF orientation) */
+    uint32_t pixel_format; /* FFR_DET_* */
+    const uint8_t *pixels; /* pixel_bytes bytes (RGB8: h*w*3, HWC) */
     uint32_t pixel_bytes;
     uint32_t n_labels;          /* rows */
     const float *labels;        /* n_labels x 5: class, cx, cy, w, h, normalised */

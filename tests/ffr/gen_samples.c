@@ -22,26 +22,35 @@ static int write_det(const char *path, uint32_t align, int codec)
     if (rc < 0) return rc;
     for (uint32_t i = 0; i < 3 && rc == 0; i++) {
         uint8_t px[6 * 4 * 3];
-        for (size_t k = 0; k < sizeof px; k++) px[k] = (uint8_t)(k * 7 + i * 40);
+        for (size_t k = 0; k < sizeof px; k++)
+            px[k] = (uint8_t)(k * 7 + i * 40);
         const float labels[10] = { (float)i, 0.5f, 0.5f, 0.25f, 0.5f, 2, 0.2f, 0.3f, 0.1f, 0.1f };
         const uint32_t counts[2] = { 3, 0 };
         const float pts[6] = { 0.4f, 0.3f, 0.6f, 0.3f, 0.5f, 0.7f };
         char name[32];
         struct ffr_det_sample s = {
-            .h = 4, .w = 6, .h0 = 8, .w0 = 12,
+            .h = 4,
+            .w = 6,
+            .h0 = 8,
+            .w0 = 12,
             .pixel_format = i == 1 ? FFR_DET_RGB8_SUB : FFR_DET_RGB8,
-            .pixels = px, .pixel_bytes = sizeof px,
-            .n_labels = i == 2 ? 0 : 1 + i, .labels = labels,
-            .n_points = i == 1 ? 3 : 0, .seg_counts = i == 1 ? counts : NULL,
+            .pixels = px,
+            .pixel_bytes = sizeof px,
+            .n_labels = i == 2 ? 0 : 1 + i,
+            .labels = labels,
+            .n_points = i == 1 ? 3 : 0,
+            .seg_counts = i == 1 ? counts : NULL,
             .seg_points = i == 1 ? pts : NULL,
-            .image_id = 100 + i, .name = name,
+            .image_id = 100 + i,
+            .name = name,
         };
         s.name_len = (uint32_t)snprintf(name, sizeof name, "%012u.jpg", 100 + i);
         uint8_t buf[1024], sum[128];
         const int64_t n = ffr_det_encode(&s, buf, sizeof buf);
         const int64_t sn = ffr_det_summary_encode(&s, sum, sizeof sum);
-        rc = n < 0 ? (int)n : sn < 0 ? (int)sn
-                                     : ffr_writer_append(w, buf, (size_t)n, sum, (size_t)sn);
+        rc = n < 0    ? (int)n
+             : sn < 0 ? (int)sn
+                      : ffr_writer_append(w, buf, (size_t)n, sum, (size_t)sn);
     }
     static const char meta[] = "encoding: ffr-det-1\nnames: [circle, square, star]\nsize: 6\n";
     if (rc == 0) rc = ffr_writer_set_metadata(w, meta, sizeof meta - 1);

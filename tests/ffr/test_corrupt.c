@@ -130,14 +130,16 @@ static void named_errors(const char *dir)
     memcpy(b, orig, n);
     ffr_wr32(b + 8, 2);
     rehash(b, n);
-    for (unsigned k = 0; k < 3; k++) ffr_wr32(b + n - FFR_TRAILER_SIZE + k * 512 + 8, 2);
+    for (unsigned k = 0; k < 3; k++)
+        ffr_wr32(b + n - FFR_TRAILER_SIZE + k * 512 + 8, 2);
     rehash(b, n);
     is_int(open_buf(b, n, &r), -FFR_EVERSION, "version 2: FFR_EVERSION");
     ok(strstr(err, "version 2") != NULL, "message names the version: %s", err);
 
     memcpy(b, orig, n);
     ffr_wr32(b + 12, 4);
-    for (unsigned k = 0; k < 3; k++) ffr_wr32(b + n - FFR_TRAILER_SIZE + k * 512 + 12, 4);
+    for (unsigned k = 0; k < 3; k++)
+        ffr_wr32(b + n - FFR_TRAILER_SIZE + k * 512 + 12, 4);
     rehash(b, n);
     is_int(open_buf(b, n, &r), -FFR_EFLAGS, "unknown flag: FFR_EFLAGS");
 
@@ -150,13 +152,15 @@ static void named_errors(const char *dir)
     is_int(open_buf(b, n, &r), -FFR_ECORRUPT, "absurd stored length in the index: FFR_ECORRUPT");
 
     memcpy(b, orig, n);
-    for (unsigned k = 0; k < 3; k++) ffr_wr64(b + n - FFR_TRAILER_SIZE + k * 512 + 24, 1ull << 62);
+    for (unsigned k = 0; k < 3; k++)
+        ffr_wr64(b + n - FFR_TRAILER_SIZE + k * 512 + 24, 1ull << 62);
     rehash(b, n);
     is_int(open_buf(b, n, &r), -FFR_ECORRUPT, "absurd index size in the trailer: FFR_ECORRUPT");
 
     memcpy(b, orig, n);
     ffr_wr64(b + ioff + 8, 1ull << 60); /* record count in the index header */
-    for (unsigned k = 0; k < 3; k++) ffr_wr64(b + n - FFR_TRAILER_SIZE + k * 512 + 32, 1ull << 60);
+    for (unsigned k = 0; k < 3; k++)
+        ffr_wr64(b + n - FFR_TRAILER_SIZE + k * 512 + 32, 1ull << 60);
     rehash_index(b, n);
     is_int(open_buf(b, n, &r), -FFR_ECORRUPT, "absurd record count: FFR_ECORRUPT");
 
@@ -173,7 +177,8 @@ static void named_errors(const char *dir)
     is_int(ffr_reader_verify_all(r, NULL, NULL), 1, "verify reports exactly that copy");
     ffr_reader_close(r);
     memcpy(b, orig, n);
-    for (unsigned k = 0; k < 3; k++) b[n - FFR_TRAILER_SIZE + k * 512 + 20] ^= 1;
+    for (unsigned k = 0; k < 3; k++)
+        b[n - FFR_TRAILER_SIZE + k * 512 + 20] ^= 1;
     is_int(open_buf(b, n, &r), -FFR_ETRUNC, "all three trailer copies damaged: refused");
 
     /* A record whose payload was damaged reads as a checksum error, naming nothing else. */
@@ -218,7 +223,8 @@ static void manifests(const char *dir)
     struct ffr_writer *w;
     ffr_writer_open(&w, path, &o);
     uint8_t rec[5000] = { 1 };
-    for (int i = 0; i < 6; i++) ffr_writer_append(w, rec, sizeof rec, NULL, 0);
+    for (int i = 0; i < 6; i++)
+        ffr_writer_append(w, rec, sizeof rec, NULL, 0);
     ok(ffr_writer_close(w) == 0, "sharded dataset written");
     struct ffr_reader *r;
     ok(ffr_reader_open(&r, path, NULL, err, sizeof err) == 0 && ffr_reader_shard_count(r) >= 3,

@@ -18,8 +18,8 @@ static void smooth_image(uint64_t *s, uint8_t *p, uint32_t h, uint32_t w)
     for (uint32_t y = 0; y < h; y++)
         for (uint32_t x = 0; x < w; x++)
             for (int c = 0; c < 3; c++) {
-                const double v = 128 + 60 * sin((x + 13 * c) / 37.0) * cos(y / 23.0) +
-                                 (double)tu_below(s, 7);
+                const double v =
+                    128 + 60 * sin((x + 13 * c) / 37.0) * cos(y / 23.0) + (double)tu_below(s, 7);
                 p[((size_t)y * w + x) * 3 + c] = (uint8_t)v;
             }
 }
@@ -52,21 +52,24 @@ static void round_trips(void)
         uint8_t *pixels = malloc(px);
         tu_fill(&s, pixels, px, 1);
         in.pixels = pixels;
-        in.pixel_bytes = in.pixel_format == FFR_DET_JPEG ? (uint32_t)tu_below(&s, 99) + 1
-                                                         : (uint32_t)px;
+        in.pixel_bytes =
+            in.pixel_format == FFR_DET_JPEG ? (uint32_t)tu_below(&s, 99) + 1 : (uint32_t)px;
         in.n_labels = (uint32_t)tu_below(&s, 6);
         float *labels = malloc(20 * (size_t)in.n_labels + 4);
         for (uint32_t i = 0; i < in.n_labels; i++) {
             labels[i * 5] = (float)tu_below(&s, 80);
-            for (int k = 1; k < 5; k++) labels[i * 5 + k] = (float)tu_below(&s, 1000) / 1000.0f;
+            for (int k = 1; k < 5; k++)
+                labels[i * 5 + k] = (float)tu_below(&s, 1000) / 1000.0f;
         }
         in.labels = labels;
         uint32_t *counts = calloc(in.n_labels + 1, 4);
         float *pts = NULL;
         if (tu_below(&s, 2) && in.n_labels) {
-            for (uint32_t i = 0; i < in.n_labels; i++) in.n_points += counts[i] = (uint32_t)tu_below(&s, 9);
+            for (uint32_t i = 0; i < in.n_labels; i++)
+                in.n_points += counts[i] = (uint32_t)tu_below(&s, 9);
             pts = malloc(8 * (size_t)in.n_points + 8);
-            for (uint32_t i = 0; i < 2 * in.n_points; i++) pts[i] = (float)tu_below(&s, 997) / 997;
+            for (uint32_t i = 0; i < 2 * in.n_points; i++)
+                pts[i] = (float)tu_below(&s, 997) / 997;
             if (in.n_points) {
                 in.seg_counts = counts;
                 in.seg_points = pts;
@@ -148,9 +151,17 @@ static void malformed(void)
 {
     uint8_t pixels[12] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 };
     float labels[10] = { 3, 0.5f, 0.5f, 0.2f, 0.2f, 1, 0.1f, 0.1f, 0.1f, 0.1f };
-    struct ffr_det_sample in = { .h = 2, .w = 2, .h0 = 2, .w0 = 2, .pixels = pixels,
-                                 .pixel_bytes = 12, .n_labels = 2, .labels = labels,
-                                 .name = "a.jpg", .name_len = 5, .image_id = 1 };
+    struct ffr_det_sample in = { .h = 2,
+                                 .w = 2,
+                                 .h0 = 2,
+                                 .w0 = 2,
+                                 .pixels = pixels,
+                                 .pixel_bytes = 12,
+                                 .n_labels = 2,
+                                 .labels = labels,
+                                 .name = "a.jpg",
+                                 .name_len = 5,
+                                 .image_id = 1 };
     uint8_t buf[512] __attribute__((aligned(8)));
     const int64_t n = ffr_det_encode(&in, buf, sizeof buf);
     struct ffr_det_sample out;

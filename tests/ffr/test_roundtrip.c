@@ -52,7 +52,8 @@ static struct rec *make_records(uint64_t seed, size_t n)
 
 static void free_records(struct rec *r, size_t n)
 {
-    for (size_t i = 0; i < n; i++) free(r[i].data);
+    for (size_t i = 0; i < n; i++)
+        free(r[i].data);
     free(r);
 }
 
@@ -107,8 +108,8 @@ static void check_dataset(const char *path, const struct rec *recs, size_t n, co
         struct ffr_record_info info;
         if (ffr_reader_info(r, i, &info) < 0 || info.raw_len != recs[i].len ||
             info.summary_len != recs[i].summary_len ||
-            memcmp(info.summary, recs[i].summary, recs[i].summary_len) ||
-            info.offset % align || info.extent_len % align) {
+            memcmp(info.summary, recs[i].summary, recs[i].summary_len) || info.offset % align ||
+            info.extent_len % align) {
             bad_info++;
             continue;
         }
@@ -234,7 +235,8 @@ int main(void)
     so.shard_bytes = 2u << 20;
     struct ffr_writer *w;
     ffr_writer_open(&w, path, &so);
-    for (size_t i = 0; i < 10; i++) ffr_writer_append(w, recs[i].data, recs[i].len, NULL, 0);
+    for (size_t i = 0; i < 10; i++)
+        ffr_writer_append(w, recs[i].data, recs[i].len, NULL, 0);
     ffr_writer_abort(w);
     is_int(count_files(sub), 0, "abort of a sharded writer removes its shards and temporaries");
 
@@ -242,7 +244,8 @@ int main(void)
     if (pid == 0) {
         struct ffr_writer *cw;
         if (ffr_writer_open(&cw, path, NULL) == 0)
-            for (size_t i = 0; i < 5; i++) ffr_writer_append(cw, recs[i].data, recs[i].len, NULL, 0);
+            for (size_t i = 0; i < 5; i++)
+                ffr_writer_append(cw, recs[i].data, recs[i].len, NULL, 0);
         _exit(0); /* dies without closing, as a crash would */
     }
     int st;

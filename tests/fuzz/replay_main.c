@@ -85,6 +85,7 @@ static void replay_path(const char *path)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) replay_path(argv[i]);
+    for (int i = 1; i < argc; i++)
+        replay_path(argv[i]);
     return tap_done();
 }

@@ -303,6 +303,8 @@ def main():
     save("det-inf.ffr", det_file(inf, patch(summary, 24, inf[lab + 4:lab + 8])),
          err="FFR_ECORRUPT")
     save("det-magic.ffr", det_file(patch(body, 0, b"YDEX"), summary), err="FFR_EBADMAGIC")
+    # the magic is right, the record too short for the 64-byte sample header
+    save("det-short.ffr", det_file(body[:40], summary), err="FFR_ECORRUPT")
     save("det-v2.ffr", det_file(patch(body, 4, b"\x02"), summary), err="FFR_EVERSION")
     save("det-h0.ffr", det_file(*det_sample(rng, 0, 8, 0, [], [], "h0.jpg")), err="FFR_ECORRUPT")
     save("det-jpeg0.ffr", det_file(*det_sample(rng, 4, 4, 2, [], [], "j.jpg", pixels=b"")),
