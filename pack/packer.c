@@ -151,10 +151,20 @@ static int process(struct worker *w, size_t i, struct slot *s)
         s->corrupt = 1;
         return 1;
     }
-    if (img.warnings & (PACK_IMAGE_WARN_NO_EOI | PACK_IMAGE_WARN_DATA)) {
+    if (img.warnings & PACK_IMAGE_WARN_DATA) {
+        /* Truncated or damaged scan data: OpenCV would decode it with the rest filled in, but
+         * ultralytics' verify_image_label re-saves such a file through PIL, which refuses it,
+         * so the image never reaches training. Skip it as they do. */
+        snprintf(s->msg, sizeof s->msg, "%s: corrupt JPEG data (%s); skipped", ds->image_path,
+                 pack_image_decoder_detail(w->dec));
+        s->corrupt = 1;
+        return 1;
+    }
+    if (img.warnings & PACK_IMAGE_WARN_NO_EOI) {
+        /* Complete image data without the FF D9 end marker: ultralytics restores and keeps it. */
         s->restored = 1;
-        snprintf(s->msg, sizeof s->msg, "%s: damaged JPEG decoded as OpenCV decodes it (%s); kept",
-                 ds->image_path, pack_image_decoder_detail(w->dec));
+        snprintf(s->msg, sizeof s->msg, "%s: JPEG without an end marker; kept (restored)",
+                 ds->image_path);
     }
 
     /* Labels and polygons in the record's layout. */
