@@ -87,6 +87,17 @@ struct worker {
     int size;
 };
 
+/* Engine decisions (a fallback from io_uring, buffered reads where O_DIRECT is refused) are
+ * printed once per run, not once per thread. */
+static void io_log(void *ctx, enum ffio_log_level level, const char *msg)
+{
+    static atomic_int said_warn, said_info;
+    (void)ctx;
+    atomic_int *said = level == FFIO_LOG_WARN ? &said_warn : &said_info;
+    if (level == FFIO_LOG_WARN && atomic_exchange(said, 1) == 0)
+        fprintf(stderr, "ffr bench: %s\n", msg);
+}
+
 static void *ffr_worker(void *arg)
 {
     struct worker *w = arg;
@@ -96,6 +107,7 @@ static void *ffr_worker(void *arg)
     o.io.engine = c->engine;
     o.io.direct = c->direct;
     o.io.queue_depth = (unsigned)c->qd;
+    o.io.log = io_log;
     o.verify = c->verify;
     o.decode = c->decompress;
     struct ffio_records *rr;
