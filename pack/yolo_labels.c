@@ -321,7 +321,7 @@ int pack_lbl_parse(struct pack_lbl *L, const char *buf, size_t len, int64_t nc)
             sp->line = line;
             sp->ntok = 0;
             const char *p = buf + i;
-            size_t tn;
+            size_t tn = 0;
             while (next_token(&p, buf + j, &tn))
                 sp->ntok++;
             if (sp->ntok > 6) seg_file = true;
@@ -350,7 +350,7 @@ int pack_lbl_parse(struct pack_lbl *L, const char *buf, size_t len, int64_t nc)
         for (size_t r = 0; r < n_spans; r++) {
             const char *p = buf + spans[r].b;
             float v[5] = { 0 };
-            size_t tn, k = 0;
+            size_t tn = 0, k = 0;
             for (const char *t; (t = next_token(&p, buf + spans[r].e, &tn)); k++) {
                 float f;
                 if (tok_to_f32(L, spans[r].line, t, tn, &f)) return 0;
@@ -386,7 +386,7 @@ int pack_lbl_parse(struct pack_lbl *L, const char *buf, size_t len, int64_t nc)
             if (rc) return rc;
             float *xy = L->pts + 2 * L->n_pts;
             const char *p = buf + sp->b;
-            size_t tn;
+            size_t tn = 0; /* set by next_token; initialised for -O3's flow analysis */
             const char *t = next_token(&p, buf + sp->e, &tn);
             float cls;
             if (tok_to_f32(L, sp->line, t, tn, &cls)) return 0;
