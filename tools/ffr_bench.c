@@ -53,7 +53,7 @@ struct cfg {
     double seconds;
     enum ffio_engine_kind engine;
     enum ffio_direct direct;
-    int verify, decompress, pixels;
+    int verify, decompress, pixels, sqpoll;
     uint64_t max_extent, max_raw, max_pixels;
     atomic_uint_fast64_t seq_next;
 };
@@ -108,6 +108,7 @@ static void *ffr_worker(void *arg)
     o.io.direct = c->direct;
     o.io.queue_depth = (unsigned)c->qd;
     o.io.log = io_log;
+    o.io.sqpoll = c->sqpoll;
     o.verify = c->verify;
     o.decode = c->decompress;
     struct ffio_records *rr;
@@ -336,6 +337,7 @@ int ffrt_cmd_bench(const struct ffrt_cmd *cmd, int argc, char **argv)
     const char *mode = "random", *batch = "64", *qd = "32", *io = "auto", *seconds = "5";
     const char *threads = "1", *jpeg_dir = NULL, *size_s = "640";
     int direct = 0, buffered = 0, verify = 0, decompress = 0, pixels = 0, json = 0, drop = 0;
+    int sqpoll = 0;
     const struct ffrt_opt opts[] = {
         { "mode", 0, NULL, &mode },
         { "batch", 0, NULL, &batch },
@@ -352,6 +354,7 @@ int ffrt_cmd_bench(const struct ffrt_cmd *cmd, int argc, char **argv)
         { "pixels", 0, &pixels, NULL },
         { "json", 0, &json, NULL },
         { "drop-cache", 0, &drop, NULL },
+        { "sqpoll", 0, &sqpoll, NULL },
         { NULL, 0, NULL, NULL },
     };
     struct ffrt_args a;
@@ -385,6 +388,7 @@ int ffrt_cmd_bench(const struct ffrt_cmd *cmd, int argc, char **argv)
         return ffrt_usage_error(cmd, "--direct and --buffered exclude each other");
     c.direct = direct ? FFIO_DIRECT_ON : buffered ? FFIO_DIRECT_OFF : FFIO_DIRECT_AUTO;
     c.verify = verify;
+    c.sqpoll = sqpoll;
     c.pixels = pixels;
     c.decompress = decompress || pixels;
 
