@@ -9,3 +9,8 @@ uint64_t ffr_xxh3(const void *p, size_t n)
 {
     return (uint64_t)XXH3_64bits(p, n);
 }
+
+uint64_t ffr_hash(const void *p, size_t n)
+{
+    return (uint64_t)XXH3_64bits(p, n);
+}

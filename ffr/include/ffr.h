@@ -66,6 +66,10 @@ struct ffr_writer_opts {
     int zstd_level; /* zstd level for FFR_CODEC_ZSTD (1..19) */
     uint64_t shard_bytes; /* 0: one file; else start a new shard before a file would pass this */
     int durable;          /* 1: fsync files and directory before the rename (default 1) */
+    int direct_io;        /* 1: write records with O_DIRECT when align is a multiple of 4096 and
+                             the file system allows it (default 0): no page-cache copy, which
+                             is most of a writer's CPU time; the index and trailer are written
+                             through the page cache */
 };
 
 /* Fills *o with the defaults: align 4096, codec FFR_CODEC_RAW (zstd_level 1 when a caller picks
@@ -98,6 +102,23 @@ FFR_API int ffr_writer_append(struct ffr_writer *w, const void *data, size_t len
 FFR_API int ffr_writer_append_encoded(struct ffr_writer *w, int codec, const void *stored,
                                       size_t stored_len, size_t raw_len, const void *data_hash_opt,
                                       const void *summary, size_t summary_len);
+
+/*
+ * Appends a record whose frame the caller laid out in place: `frame` has FFR_FRAME_HEADER_SIZE
+ * free bytes, then the stored_len stored bytes, and room up to frame_cap, at least the record's
+ * extent (FFR_FRAME_HEADER_SIZE + stored_len rounded up to the writer's align). The writer fills
+ * in the frame header and the zero padding and writes the extent with one call: with
+ * opts.direct_io and a 4096-aligned frame, without copying the bytes at all. data_hash_opt, when
+ * not NULL, is the xxh3 of the stored bytes (e.g. computed in a worker thread). Same returns as
+ * ffr_writer_append_encoded, plus -EINVAL when frame_cap is too small.
+ */
+FFR_API int ffr_writer_append_frame(struct ffr_writer *w, int codec, void *frame, size_t frame_cap,
+                                    size_t stored_len, size_t raw_len, const void *data_hash_opt,
+                                    const void *summary, size_t summary_len);
+
+/* XXH3-64 (seed 0) of n bytes: the records' data hash, for callers that hash in their own
+ * threads. Thread-safe. */
+FFR_API uint64_t ffr_hash(const void *p, size_t n);
 
 /* Sets the metadata text stored in the index (copied; may be called again until close). */
 FFR_API int ffr_writer_set_metadata(struct ffr_writer *w, const char *text, size_t len);

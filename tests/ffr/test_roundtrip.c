@@ -152,15 +152,30 @@ static void check_dataset(const char *path, const struct rec *recs, size_t n, co
     ffr_reader_close(r);
 }
 
+/* in_place: every other record goes through ffr_writer_append_frame from an aligned buffer. */
 static int write_dataset(const char *path, const struct rec *recs, size_t n,
-                         const struct ffr_writer_opts *o)
+                         const struct ffr_writer_opts *o, int in_place)
 {
     struct ffr_writer *w;
     int rc = ffr_writer_open(&w, path, o);
     if (rc < 0) return rc;
     ffr_writer_set_metadata(w, "first: yes\n", 11);
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = ffr_writer_append(w, recs[i].data, recs[i].len, recs[i].summary, recs[i].summary_len);
+    void *frame = NULL;
+    const size_t cap = (5u << 20) + 8192;
+    if (in_place && posix_memalign(&frame, 4096, cap) != 0) return -ENOMEM;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (in_place && i % 2) {
+            memcpy((uint8_t *)frame + FFR_FRAME_HEADER_SIZE, recs[i].data, recs[i].len);
+            const uint64_t h = i % 4 == 1 ? ffr_hash(recs[i].data, recs[i].len) : 0;
+            rc = ffr_writer_append_frame(w, FFR_CODEC_RAW, frame, cap, recs[i].len, recs[i].len,
+                                         i % 4 == 1 ? &h : NULL, recs[i].summary,
+                                         recs[i].summary_len);
+        } else {
+            rc = ffr_writer_append(w, recs[i].data, recs[i].len, recs[i].summary,
+                                   recs[i].summary_len);
+        }
+    }
+    free(frame);
     if (rc < 0) {
         ffr_writer_abort(w);
         return rc;
@@ -195,13 +210,16 @@ int main(void)
         uint32_t align;
         int codec;
         uint64_t shard;
+        int direct, in_place;
         const char *name;
     } cases[] = {
-        { 4096, FFR_CODEC_RAW, 0, "raw, align 4096, one file" },
-        { 4096, FFR_CODEC_ZSTD, 0, "zstd, align 4096, one file" },
-        { 1, FFR_CODEC_ZSTD, 0, "zstd, align 1, one file" },
-        { 512, FFR_CODEC_RAW, 6u << 20, "raw, align 512, 6 MiB shards" },
-        { 4096, FFR_CODEC_ZSTD, 3u << 20, "zstd, align 4096, 3 MiB shards" },
+        { 4096, FFR_CODEC_RAW, 0, 0, 0, "raw, align 4096, one file" },
+        { 4096, FFR_CODEC_ZSTD, 0, 0, 0, "zstd, align 4096, one file" },
+        { 1, FFR_CODEC_ZSTD, 0, 0, 1, "zstd, align 1, one file, frames in place" },
+        { 512, FFR_CODEC_RAW, 6u << 20, 0, 1, "raw, align 512, 6 MiB shards, frames in place" },
+        { 4096, FFR_CODEC_ZSTD, 3u << 20, 1, 0, "zstd, align 4096, 3 MiB shards, O_DIRECT" },
+        { 4096, FFR_CODEC_RAW, 0, 1, 1, "raw, align 4096, O_DIRECT, frames in place" },
+        { 8192, FFR_CODEC_RAW, 2u << 20, 1, 1, "raw, align 8192, O_DIRECT shards in place" },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct ffr_writer_opts o;
@@ -209,16 +227,17 @@ int main(void)
         o.align = cases[c].align;
         o.codec = cases[c].codec;
         o.shard_bytes = cases[c].shard;
+        o.direct_io = cases[c].direct;
         o.durable = 0;
         snprintf(path, sizeof path, "%s/case%zu.ffr", dir, c);
-        const int rc = write_dataset(path, recs, n, &o);
+        const int rc = write_dataset(path, recs, n, &o, cases[c].in_place);
         if (!ok(rc == 0, "%s: write (%s)", cases[c].name, ffr_strerror(rc))) continue;
         check_dataset(path, recs, n, cases[c].name, cases[c].align, cases[c].shard > 0);
     }
 
     /* An empty dataset is valid and has zero records. */
     snprintf(path, sizeof path, "%s/empty.ffr", dir);
-    ok(write_dataset(path, recs, 0, NULL) == 0, "empty dataset written");
+    ok(write_dataset(path, recs, 0, NULL, 0) == 0, "empty dataset written");
     struct ffr_reader *r;
     char err[256];
     ok(ffr_reader_open(&r, path, NULL, err, sizeof err) == 0 && ffr_reader_count(r) == 0,
