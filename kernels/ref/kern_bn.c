@@ -1,0 +1,403 @@
+/*
+ * Batch norm (BatchNorm2d), SiLU, and BN+SiLU fused, CPU reference.
+ *
+ * Shapes (NCHW, float32, dense): x, y, dx, dy (n, c, hw) with hw = h * w; gamma, beta,
+ * running_mean, running_var, save_mean, save_invstd, dgamma, dbeta (c). SiLU ops take flat
+ * element counts.
+ *
+ * Training forward: per channel, mean and biased variance over N = n * hw elements (summed in
+ * double, two passes); invstd = 1 / sqrt(var + eps); y = x * a + b with a = gamma * invstd,
+ * b = beta - mean * a. Running stats: r = (1 - m) r + m s, with the unbiased variance
+ * var * N / (N - 1). Eval forward uses the running stats.
+ * Backward (batch stats): xhat = (x - mean) invstd, dbeta = sum dy, dgamma = sum dy xhat,
+ * dx = gamma invstd (dy - dbeta / N - xhat dgamma / N).
+ * Fused BN+SiLU: z = bn(x), y = silu(z); the backward recomputes z from x and the saved stats
+ * (z is never stored) and runs the BN backward on dz = dy silu'(z).
+ *
+ * Gradients: dx overwrites unless accum has KERN_ACCUM_DX; dgamma and dbeta overwrite unless
+ * accum has KERN_ACCUM_DPARAM. Overwritten buffers are never read.
+ * Threads: channels (BN) or element ranges (SiLU) are split over the context's threads; every
+ * value is computed the same way whatever the split, so results do not depend on the count.
+ */
+#include <math.h>
+
+#include "kern_internal.h"
+
+void kern_bn_init(struct kern_bn *d, int n, int c, int hw)
+{
+    if (!d) return;
+    d->n = n;
+    d->c = c;
+    d->hw = hw;
+    d->eps = KERN_BN_EPS;
+    d->momentum = KERN_BN_MOMENTUM;
+}
+
+static int bn_check(const struct kern_bn *d)
+{
+    if (!d || d->n < 1 || d->c < 1 || d->hw < 1) return -EINVAL;
+    if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
+    return 0;
+}
+
+static inline float sigmoidf_(float v)
+{
+    return 1.0f / (1.0f + expf(-v));
+}
+
+static inline float silu_grad(float v)
+{
+    const float s = sigmoidf_(v);
+    return s * (1.0f + v * (1.0f - s));
+}
+
+/* Everything a BN op needs, shared by its workers; each worker takes a range of channels. */
+struct bn_job {
+    const struct kern_bn *d;
+    float *y, *dx, *dgamma, *dbeta; /* outputs (NULL where unused) */
+    float *save_mean, *save_invstd, *running_mean, *running_var;
+    const float *x, *dy, *gamma, *beta;                    /* inputs */
+    const float *mean_in, *invstd_in, *rmean_in, *rvar_in; /* saved or running stats */
+    unsigned accum;
+    int silu;
+};
+
+/* Batch statistics of channel c, plus the optional saves and running-stat update. */
+static void bn_channel_stats(const struct kern_bn *d, int c, const float *restrict x,
+                             double *mean_out, double *invstd_out, float *restrict save_mean,
+                             float *restrict save_invstd, float *restrict running_mean,
+                             float *restrict running_var)
+{
+    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
+    const double cnt = (double)d->n * (double)hw;
+    double s = 0.0;
+    for (int i = 0; i < d->n; i++) {
+        const float *const xc = x + (size_t)i * plane + (size_t)c * hw;
+        for (size_t j = 0; j < hw; j++)
+            s += xc[j];
+    }
+    const double mean = s / cnt;
+    double q = 0.0;
+    for (int i = 0; i < d->n; i++) {
+        const float *const xc = x + (size_t)i * plane + (size_t)c * hw;
+        for (size_t j = 0; j < hw; j++) {
+            const double t = (double)xc[j] - mean;
+            q += t * t;
+        }
+    }
+    const double var = q / cnt;
+    const double invstd = 1.0 / sqrt(var + (double)d->eps);
+    *mean_out = mean;
+    *invstd_out = invstd;
+    if (save_mean) save_mean[c] = (float)mean;
+    if (save_invstd) save_invstd[c] = (float)invstd;
+    if (running_mean) {
+        const double m = d->momentum;
+        running_mean[c] = (float)((1.0 - m) * running_mean[c] + m * mean);
+        running_var[c] = (float)((1.0 - m) * running_var[c] + m * var * cnt / (cnt - 1.0));
+    }
+}
+
+/* y = x a + b (then SiLU) over channel c, for every image. */
+static void bn_apply_channel(const struct kern_bn *d, int c, float *restrict y,
+                             const float *restrict x, float a, float b, int silu)
+{
+    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
+    for (int i = 0; i < d->n; i++) {
+        const float *const xc = x + (size_t)i * plane + (size_t)c * hw;
+        float *const yc = y + (size_t)i * plane + (size_t)c * hw;
+        if (silu) {
+            for (size_t j = 0; j < hw; j++) {
+                const float z = xc[j] * a + b;
+                yc[j] = z * sigmoidf_(z);
+            }
+        } else {
+            for (size_t j = 0; j < hw; j++)
+                yc[j] = xc[j] * a + b;
+        }
+    }
+}
+
+static void bn_train_task(void *arg, int w, int nw)
+{
+    const struct bn_job *const j = arg;
+    size_t lo, hi;
+    kern_share((size_t)j->d->c, w, nw, &lo, &hi);
+    for (int c = (int)lo; c < (int)hi; c++) {
+        double mean, invstd;
+        bn_channel_stats(j->d, c, j->x, &mean, &invstd, j->save_mean, j->save_invstd,
+                         j->running_mean, j->running_var);
+        const float a = (float)(j->gamma[c] * invstd);
+        const float b = (float)(j->beta[c] - mean * j->gamma[c] * invstd);
+        bn_apply_channel(j->d, c, j->y, j->x, a, b, j->silu);
+    }
+}
+
+static int bn_fwd_train_common(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict y,
+                               float *restrict save_mean, float *restrict save_invstd,
+                               float *restrict running_mean, float *restrict running_var,
+                               const float *restrict x, const float *restrict gamma,
+                               const float *restrict beta, int silu)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    const int rc = bn_check(d);
+    if (rc < 0) return rc;
+    KERN_RETURN_IF(!y || !x || !gamma || !beta, -EINVAL);
+    KERN_RETURN_IF(!running_mean != !running_var, -EINVAL);
+    KERN_RETURN_IF(running_mean && (size_t)d->n * (size_t)d->hw < 2, -EINVAL);
+    struct bn_job j = { .d = d,
+                        .y = y,
+                        .save_mean = save_mean,
+                        .save_invstd = save_invstd,
+                        .running_mean = running_mean,
+                        .running_var = running_var,
+                        .x = x,
+                        .gamma = gamma,
+                        .beta = beta,
+                        .silu = silu };
+    kern_parallel(ctx, bn_train_task, &j, (size_t)d->n * d->c * (size_t)d->hw);
+    return 0;
+}
+
+int kern_ref_bn_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict y,
+                          float *restrict save_mean, float *restrict save_invstd,
+                          float *restrict running_mean, float *restrict running_var,
+                          const float *restrict x, const float *restrict gamma,
+                          const float *restrict beta)
+{
+    return bn_fwd_train_common(ctx, d, y, save_mean, save_invstd, running_mean, running_var, x,
+                               gamma, beta, 0);
+}
+
+int kern_ref_bn_silu_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict y,
+                               float *restrict save_mean, float *restrict save_invstd,
+                               float *restrict running_mean, float *restrict running_var,
+                               const float *restrict x, const float *restrict gamma,
+                               const float *restrict beta)
+{
+    return bn_fwd_train_common(ctx, d, y, save_mean, save_invstd, running_mean, running_var, x,
+                               gamma, beta, 1);
+}
+
+static void bn_eval_task(void *arg, int w, int nw)
+{
+    const struct bn_job *const j = arg;
+    size_t lo, hi;
+    kern_share((size_t)j->d->c, w, nw, &lo, &hi);
+    for (int c = (int)lo; c < (int)hi; c++) {
+        const double invstd = 1.0 / sqrt((double)j->rvar_in[c] + (double)j->d->eps);
+        const float a = (float)(j->gamma[c] * invstd);
+        const float b = (float)(j->beta[c] - j->rmean_in[c] * (double)j->gamma[c] * invstd);
+        bn_apply_channel(j->d, c, j->y, j->x, a, b, j->silu);
+    }
+}
+
+static int bn_fwd_eval_common(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict y,
+                              const float *restrict x, const float *restrict gamma,
+                              const float *restrict beta, const float *restrict running_mean,
+                              const float *restrict running_var, int silu)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    const int rc = bn_check(d);
+    if (rc < 0) return rc;
+    KERN_RETURN_IF(!y || !x || !gamma || !beta || !running_mean || !running_var, -EINVAL);
+    struct bn_job j = { .d = d,
+                        .y = y,
+                        .x = x,
+                        .gamma = gamma,
+                        .beta = beta,
+                        .rmean_in = running_mean,
+                        .rvar_in = running_var,
+                        .silu = silu };
+    kern_parallel(ctx, bn_eval_task, &j, (size_t)d->n * d->c * (size_t)d->hw);
+    return 0;
+}
+
+int kern_ref_bn_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict y,
+                         const float *restrict x, const float *restrict gamma,
+                         const float *restrict beta, const float *restrict running_mean,
+                         const float *restrict running_var)
+{
+    return bn_fwd_eval_common(ctx, d, y, x, gamma, beta, running_mean, running_var, 0);
+}
+
+int kern_ref_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict y,
+                              const float *restrict x, const float *restrict gamma,
+                              const float *restrict beta, const float *restrict running_mean,
+                              const float *restrict running_var)
+{
+    return bn_fwd_eval_common(ctx, d, y, x, gamma, beta, running_mean, running_var, 1);
+}
+
+/*
+ * The BN backward for one channel. With silu, dy is the gradient of silu(z) and is turned into
+ * dz on the fly (z recomputed from x); when dx is overwritten, the first pass parks dz in dx so
+ * the second pass need not recompute it.
+ */
+static void bn_bwd_channel(const struct kern_bn *d, int c, float *restrict dx,
+                           float *restrict dgamma, float *restrict dbeta, const float *restrict dy,
+                           const float *restrict x, const float *restrict gamma,
+                           const float *restrict beta, float mean, float invstd, unsigned accum,
+                           int silu)
+{
+    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
+    const int add_dx = (accum & KERN_ACCUM_DX) != 0;
+    const float g = gamma[c], bt = silu ? beta[c] : 0.0f;
+    double sdy = 0.0, sdyx = 0.0;
+    for (int i = 0; i < d->n; i++) {
+        const size_t off = (size_t)i * plane + (size_t)c * hw;
+        const float *const xc = x + off, *const dyc = dy + off;
+        float *const dxc = dx + off;
+        for (size_t j = 0; j < hw; j++) {
+            const float xh = (xc[j] - mean) * invstd;
+            float gz = dyc[j];
+            if (silu) {
+                gz *= silu_grad(xh * g + bt);
+                if (!add_dx) dxc[j] = gz;
+            }
+            sdy += gz;
+            sdyx += (double)gz * xh;
+        }
+    }
+    if (dgamma) {
+        if (accum & KERN_ACCUM_DPARAM) {
+            dgamma[c] += (float)sdyx;
+            dbeta[c] += (float)sdy;
+        } else {
+            dgamma[c] = (float)sdyx;
+            dbeta[c] = (float)sdy;
+        }
+    }
+    const double cnt = (double)d->n * (double)hw;
+    const float mdy = (float)(sdy / cnt), mdyx = (float)(sdyx / cnt), k = g * invstd;
+    for (int i = 0; i < d->n; i++) {
+        const size_t off = (size_t)i * plane + (size_t)c * hw;
+        const float *const xc = x + off, *const dyc = dy + off;
+        float *const dxc = dx + off;
+        for (size_t j = 0; j < hw; j++) {
+            const float xh = (xc[j] - mean) * invstd;
+            float gz;
+            if (!silu)
+                gz = dyc[j];
+            else if (!add_dx)
+                gz = dxc[j];
+            else
+                gz = dyc[j] * silu_grad(xh * g + bt);
+            const float v = k * (gz - mdy - xh * mdyx);
+            dxc[j] = add_dx ? dxc[j] + v : v;
+        }
+    }
+}
+
+static void bn_bwd_task(void *arg, int w, int nw)
+{
+    const struct bn_job *const j = arg;
+    size_t lo, hi;
+    kern_share((size_t)j->d->c, w, nw, &lo, &hi);
+    for (int c = (int)lo; c < (int)hi; c++)
+        bn_bwd_channel(j->d, c, j->dx, j->dgamma, j->dbeta, j->dy, j->x, j->gamma, j->beta,
+                       j->mean_in[c], j->invstd_in[c], j->accum, j->silu);
+}
+
+static int bn_bwd_common(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict dx,
+                         float *restrict dgamma, float *restrict dbeta, const float *restrict dy,
+                         const float *restrict x, const float *restrict gamma,
+                         const float *restrict beta, const float *restrict save_mean,
+                         const float *restrict save_invstd, unsigned accum, int silu)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    const int rc = bn_check(d);
+    if (rc < 0) return rc;
+    KERN_RETURN_IF(!dx || !dy || !x || !gamma || !save_mean || !save_invstd, -EINVAL);
+    KERN_RETURN_IF(!dgamma != !dbeta, -EINVAL);
+    KERN_RETURN_IF(silu && !beta, -EINVAL);
+    struct bn_job j = { .d = d,
+                        .dx = dx,
+                        .dgamma = dgamma,
+                        .dbeta = dbeta,
+                        .x = x,
+                        .dy = dy,
+                        .gamma = gamma,
+                        .beta = beta,
+                        .mean_in = save_mean,
+                        .invstd_in = save_invstd,
+                        .accum = accum,
+                        .silu = silu };
+    kern_parallel(ctx, bn_bwd_task, &j, (size_t)d->n * d->c * (size_t)d->hw);
+    return 0;
+}
+
+int kern_ref_bn_bwd(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict dx,
+                    float *restrict dgamma, float *restrict dbeta, const float *restrict dy,
+                    const float *restrict x, const float *restrict gamma,
+                    const float *restrict save_mean, const float *restrict save_invstd,
+                    unsigned accum)
+{
+    return bn_bwd_common(ctx, d, dx, dgamma, dbeta, dy, x, gamma, NULL, save_mean, save_invstd,
+                         accum, 0);
+}
+
+int kern_ref_bn_silu_bwd(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict dx,
+                         float *restrict dgamma, float *restrict dbeta, const float *restrict dy,
+                         const float *restrict x, const float *restrict gamma,
+                         const float *restrict beta, const float *restrict save_mean,
+                         const float *restrict save_invstd, unsigned accum)
+{
+    return bn_bwd_common(ctx, d, dx, dgamma, dbeta, dy, x, gamma, beta, save_mean, save_invstd,
+                         accum, 1);
+}
+
+struct silu_job {
+    float *y;        /* fwd: y; bwd: dx */
+    const float *x;  /* the SiLU input */
+    const float *dy; /* bwd only */
+    size_t count;
+    int add; /* bwd: dx += */
+};
+
+static void silu_fwd_task(void *arg, int w, int nw)
+{
+    const struct silu_job *const j = arg;
+    size_t lo, hi;
+    kern_share(j->count, w, nw, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
+        const float v = j->x[i];
+        j->y[i] = v * sigmoidf_(v);
+    }
+}
+
+int kern_ref_silu_fwd(struct kern_ctx *ctx, float *y, const float *x, size_t count)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!y || !x, -EINVAL);
+    struct silu_job j = { y, x, NULL, count, 0 };
+    kern_parallel(ctx, silu_fwd_task, &j, count);
+    return 0;
+}
+
+static void silu_bwd_task(void *arg, int w, int nw)
+{
+    const struct silu_job *const j = arg;
+    size_t lo, hi;
+    kern_share(j->count, w, nw, &lo, &hi);
+    if (j->add) {
+        for (size_t i = lo; i < hi; i++)
+            j->y[i] += j->dy[i] * silu_grad(j->x[i]);
+    } else {
+        for (size_t i = lo; i < hi; i++)
+            j->y[i] = j->dy[i] * silu_grad(j->x[i]);
+    }
+}
+
+int kern_ref_silu_bwd(struct kern_ctx *ctx, float *dx, const float *dy, const float *restrict x,
+                      size_t count, unsigned accum)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    KERN_RETURN_IF(!dx || !dy || !x, -EINVAL);
+    KERN_RETURN_IF((accum & KERN_ACCUM_DX) && dx == dy, -EINVAL);
+    struct silu_job j = { dx, x, dy, count, (accum & KERN_ACCUM_DX) != 0 };
+    kern_parallel(ctx, silu_bwd_task, &j, count);
+    return 0;
+}

@@ -1,0 +1,513 @@
+/*
+ * conv2d, CPU reference: im2col + OpenBLAS sgemm, one image at a time.
+ *
+ * Shapes (NCHW, float32, dense):
+ *   x  (n, c_in, h_in, w_in)     w  (c_out, c_in, k_h, k_w)     bias, db  (c_out)
+ *   y  (n, c_out, h_out, w_out)  with h_out = (h_in + 2 pad_h - k_h) / stride_h + 1
+ * Per image, with K = c_in k_h k_w and P = h_out w_out:
+ *   col (K, P) = im2col(x[i]),   y[i] (c_out, P) = w (c_out, K) . col
+ *   dcol (K, P) = w^T . dy[i],   dx[i] = col2im(dcol)
+ *   dw (c_out, K) += dy[i] . col^T
+ * A 1x1, stride-1, unpadded conv uses x[i] as col directly and needs no workspace.
+ *
+ * Gradients: dx overwrites unless accum has KERN_ACCUM_DX; dw and db overwrite unless accum has
+ * KERN_ACCUM_DPARAM. An overwritten buffer is never read (NaN in it does not leak).
+ * Threads: with a one-thread context every image runs on the caller and the GEMMs use
+ * OpenBLAS's own threads; with n threads, worker w takes images w, w + n, ... (im2col, GEMM,
+ * col2im all inside the worker, OpenBLAS single-threaded), and dw is summed from per-worker
+ * partials in worker order, so results are bitwise reproducible for a given thread count.
+ * Strided convs (stride_w 2..8) first split each input row into its stride phases, so that
+ * im2col copies runs instead of gathering every element (the stem and every downsampling conv).
+ * Workspace, per worker: K * P floats for col (none for pointwise convs), c_in h_in w_in floats
+ * for the phase split (strided convs), and c_out * K floats of partial dw when threaded:
+ * kern_ref_conv2d_workspace_size. Nothing is allocated here.
+ */
+#include <limits.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "kern_internal.h"
+
+void kern_conv2d_init(struct kern_conv2d *d, int n, int c_in, int h_in, int w_in, int c_out, int k,
+                      int stride, int pad)
+{
+    if (!d) return;
+    d->n = n;
+    d->c_in = c_in;
+    d->h_in = h_in;
+    d->w_in = w_in;
+    d->c_out = c_out;
+    d->k_h = d->k_w = k;
+    d->stride_h = d->stride_w = stride;
+    d->pad_h = d->pad_w = pad;
+}
+
+int kern_conv2d_out_hw(const struct kern_conv2d *d, int *h_out, int *w_out)
+{
+    if (!d || !h_out || !w_out) return -EINVAL;
+    if (d->n < 1 || d->c_in < 1 || d->h_in < 1 || d->w_in < 1 || d->c_out < 1) return -EINVAL;
+    if (d->k_h < 1 || d->k_w < 1 || d->stride_h < 1 || d->stride_w < 1) return -EINVAL;
+    if (d->pad_h < 0 || d->pad_w < 0) return -EINVAL;
+    /* Sizes are products of ints; keep every GEMM dimension and plane within int. */
+    const long long hp = (long long)d->h_in + 2LL * d->pad_h,
+                    wp = (long long)d->w_in + 2LL * d->pad_w;
+    if (hp < d->k_h || wp < d->k_w) return -EINVAL;
+    const long long oh = (hp - d->k_h) / d->stride_h + 1, ow = (wp - d->k_w) / d->stride_w + 1;
+    const long long kk = (long long)d->c_in * d->k_h * d->k_w;
+    if (oh * ow > INT_MAX || kk > INT_MAX || (long long)d->h_in * d->w_in > INT_MAX) return -EINVAL;
+    *h_out = (int)oh;
+    *w_out = (int)ow;
+    return 0;
+}
+
+double kern_conv2d_flops(const struct kern_conv2d *d)
+{
+    int oh, ow;
+    if (kern_conv2d_out_hw(d, &oh, &ow) < 0) return 0.0;
+    return 2.0 * d->n * d->c_out * (double)oh * ow * d->c_in * d->k_h * d->k_w;
+}
+
+static int conv_is_pointwise(const struct kern_conv2d *d)
+{
+    return d->k_h == 1 && d->k_w == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_h == 0 &&
+           d->pad_w == 0;
+}
+
+/* Phases a split row can have; wider strides use the gathering path. */
+#define CONV_MAX_PHASES 8
+
+/* Strided convs with im2col gather through a phase-split copy of the image (see im2col). */
+static int conv_phase_split(const struct kern_conv2d *d)
+{
+    return !conv_is_pointwise(d) && d->stride_w > 1 && d->stride_w <= CONV_MAX_PHASES;
+}
+
+static size_t round16(size_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
+/*
+ * How one call splits its work. Worker w of nw takes images w, w + nw, ...; it owns workspace
+ * slot w: col (K x P floats, unless pointwise) and, for bwd_filter with nw > 1 and w > 0, a
+ * partial dw (c_out x K floats). Slots are 64-byte aligned.
+ */
+struct conv_plan {
+    int oh, ow;          /* output plane */
+    int kk, p;           /* GEMM sizes: K = c_in k_h k_w, P = oh ow */
+    size_t x_img, y_img; /* floats per image of x and y */
+    size_t col, dw;      /* floats per slot for col and the partial dw */
+    size_t xs;           /* floats per slot for the phase-split image (strided convs) */
+    int slots;           /* workers that can have images: min(threads, n) */
+};
+
+static int conv_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d *d,
+                          struct conv_plan *pl)
+{
+    const int rc = kern_conv2d_out_hw(d, &pl->oh, &pl->ow);
+    if (rc < 0) return rc;
+    pl->kk = d->c_in * d->k_h * d->k_w;
+    pl->p = pl->oh * pl->ow;
+    pl->x_img = (size_t)d->c_in * d->h_in * d->w_in;
+    pl->y_img = (size_t)d->c_out * pl->p;
+    pl->slots = ctx->threads < d->n ? ctx->threads : d->n;
+    pl->col = conv_is_pointwise(d) ? 0 : round16((size_t)pl->kk * (size_t)pl->p);
+    pl->dw = pl->slots > 1 ? round16((size_t)d->c_out * (size_t)pl->kk) : 0;
+    pl->xs = conv_phase_split(d) ? round16(pl->x_img) : 0;
+    return 0;
+}
+
+static size_t conv_plan_bytes(const struct conv_plan *pl)
+{
+    /* One slot layout for all three ops keeps the offsets simple. */
+    return (size_t)pl->slots * (pl->col + pl->dw + pl->xs) * sizeof(float);
+}
+
+int kern_ref_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d *d, size_t *bytes)
+{
+    struct conv_plan pl;
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!bytes, -EINVAL);
+    const int rc = conv_plan_init(ctx, d, &pl);
+    if (rc < 0) return rc;
+    *bytes = conv_plan_bytes(&pl);
+    return 0;
+}
+
+/* Output columns [*lo, *hi) whose input index o * s - p + k lies inside [0, size). */
+static void conv_valid_range(int size, int s, int p, int k, int out, int *lo, int *hi)
+{
+    const int first = p - k; /* o * s >= first */
+    const int last = size - 1 + p - k;
+    int l = first <= 0 ? 0 : (first + s - 1) / s;
+    int h = last < 0 ? 0 : last / s + 1;
+    if (l > out) l = out;
+    if (h > out) h = out;
+    if (h < l) h = l;
+    *lo = l;
+    *hi = h;
+}
+
+/*
+ * Phase split, for stride s > 1: every input row is stored as its s phases back to back
+ * (elements 0, s, 2s, ..., then 1, 1 + s, ...). An im2col row then reads one phase at
+ * consecutive positions, so the strided gather over the (much larger) col becomes a copy, and
+ * the gather is paid once over the image instead.
+ */
+static void phase_offsets(int w, int s, size_t *off)
+{
+    off[0] = 0;
+    for (int q = 1; q < s; q++)
+        off[q] = off[q - 1] + (size_t)((w - (q - 1) + s - 1) / s);
+}
+
+static void phase_split(float *restrict xs, const float *restrict x, size_t rows, int w, int s)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *const src = x + r * (size_t)w;
+        float *dst = xs + r * (size_t)w;
+        for (int ph = 0; ph < s; ph++)
+            for (int i = ph; i < w; i += s)
+                *dst++ = src[i];
+    }
+}
+
+/* dx (=|+=) the phase-split xs put back in order. */
+static void phase_merge(float *restrict dx, const float *restrict xs, size_t rows, int w, int s,
+                        int add)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *src = xs + r * (size_t)w;
+        float *const dst = dx + r * (size_t)w;
+        for (int ph = 0; ph < s; ph++) {
+            if (add) {
+                for (int i = ph; i < w; i += s)
+                    dst[i] += *src++;
+            } else {
+                for (int i = ph; i < w; i += s)
+                    dst[i] = *src++;
+            }
+        }
+    }
+}
+
+/*
+ * Where im2col row (kx) reads its input row: for output columns [lo, hi), the input column is
+ * ox * s - pad + kx. Unsplit: index base + ox * s. Split: phase (kx - pad) mod s, at position
+ * ox + shift inside that phase. Both give the offset of column lo (never a pointer before the
+ * row: lo is the first valid column).
+ */
+struct row_map {
+    int lo, hi;   /* valid output columns */
+    size_t first; /* offset in the (split) input row of column lo's input */
+    int step;     /* 1 when split (or stride 1), else the stride */
+};
+
+static void row_map_init(const struct kern_conv2d *d, int ow, int kx, int split, const size_t *off,
+                         struct row_map *m)
+{
+    const int s = d->stride_w;
+    conv_valid_range(d->w_in, s, d->pad_w, kx, ow, &m->lo, &m->hi);
+    const int ix_lo = m->lo * s - d->pad_w + kx; /* >= 0 when lo < hi */
+    if (m->lo >= m->hi) {
+        m->first = 0;
+        m->step = 1;
+    } else if (split) {
+        const int ph = ix_lo % s;
+        m->first = off[ph] + (size_t)(ix_lo / s);
+        m->step = 1;
+    } else {
+        m->first = (size_t)ix_lo;
+        m->step = s;
+    }
+}
+
+/* col (K, P) from one image: x itself, or its phase split xs when xs != NULL. */
+static void im2col(const struct kern_conv2d *d, int oh, int ow, float *restrict col,
+                   const float *restrict x, const float *restrict xs)
+{
+    const size_t p = (size_t)oh * (size_t)ow, plane = (size_t)d->h_in * d->w_in;
+    size_t off[CONV_MAX_PHASES];
+    const float *src_img = x;
+    if (xs) {
+        phase_offsets(d->w_in, d->stride_w, off);
+        src_img = xs;
+    }
+    for (int c = 0; c < d->c_in; c++) {
+        const float *const xc = src_img + (size_t)c * plane;
+        for (int ky = 0; ky < d->k_h; ky++) {
+            for (int kx = 0; kx < d->k_w; kx++) {
+                float *const row = col + ((size_t)(c * d->k_h + ky) * d->k_w + kx) * p;
+                struct row_map m;
+                row_map_init(d, ow, kx, xs != NULL, off, &m);
+                const size_t n = (size_t)(m.hi - m.lo);
+                for (int oy = 0; oy < oh; oy++) {
+                    float *const dst = row + (size_t)oy * ow;
+                    const int iy = oy * d->stride_h - d->pad_h + ky;
+                    if (iy < 0 || iy >= d->h_in || n == 0) {
+                        memset(dst, 0, (size_t)ow * sizeof(float));
+                        continue;
+                    }
+                    const float *const src = xc + (size_t)iy * d->w_in + m.first;
+                    memset(dst, 0, (size_t)m.lo * sizeof(float));
+                    if (m.step == 1) {
+                        memcpy(dst + m.lo, src, n * sizeof(float));
+                    } else {
+                        for (size_t k = 0; k < n; k++)
+                            dst[m.lo + k] = src[k * (size_t)m.step];
+                    }
+                    memset(dst + m.hi, 0, (size_t)(ow - m.hi) * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
+/* dx += col2im(col) (dx is the phase-split layout when split); dx initialised by the caller. */
+static void col2im_add(const struct kern_conv2d *d, int oh, int ow, float *restrict dx,
+                       const float *restrict col, int split)
+{
+    const size_t p = (size_t)oh * (size_t)ow, plane = (size_t)d->h_in * d->w_in;
+    size_t off[CONV_MAX_PHASES];
+    if (split) phase_offsets(d->w_in, d->stride_w, off);
+    for (int c = 0; c < d->c_in; c++) {
+        float *const xc = dx + (size_t)c * plane;
+        for (int ky = 0; ky < d->k_h; ky++) {
+            for (int kx = 0; kx < d->k_w; kx++) {
+                const float *const row = col + ((size_t)(c * d->k_h + ky) * d->k_w + kx) * p;
+                struct row_map m;
+                row_map_init(d, ow, kx, split, off, &m);
+                const size_t n = (size_t)(m.hi - m.lo);
+                if (n == 0) continue;
+                for (int oy = 0; oy < oh; oy++) {
+                    const int iy = oy * d->stride_h - d->pad_h + ky;
+                    if (iy < 0 || iy >= d->h_in) continue;
+                    const float *const src = row + (size_t)oy * ow + m.lo;
+                    float *const dst = xc + (size_t)iy * d->w_in + m.first;
+                    if (m.step == 1) {
+                        for (size_t k = 0; k < n; k++)
+                            dst[k] += src[k];
+                    } else {
+                        for (size_t k = 0; k < n; k++)
+                            dst[k * (size_t)m.step] += src[k];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Entry checks shared by the three ops: the plan, and a big enough workspace. */
+static int conv_prepare(struct kern_ctx *ctx, const struct kern_conv2d *d, struct conv_plan *pl)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    const int rc = conv_plan_init(ctx, d, pl);
+    if (rc < 0) return rc;
+    if (conv_plan_bytes(pl) > ctx->ws_size) return -KERN_EWORKSPACE;
+    return 0;
+}
+
+struct conv_job {
+    const struct kern_conv2d *d;
+    const struct conv_plan *pl;
+    float *ws;          /* the context's workspace */
+    float *out;         /* y, dx or dw */
+    const float *a, *b; /* fwd: x, w; bwd_data: dy, w; bwd_filter: dy, x */
+    const float *bias;  /* fwd only, may be NULL */
+    unsigned accum;
+    int nw; /* workers taking part (kern_parallel_width) */
+};
+
+static float *conv_slot(const struct conv_job *j, int w)
+{
+    return j->ws + (size_t)w * (j->pl->col + j->pl->dw + j->pl->xs);
+}
+
+/* The phase-split image of slot w (NULL for unstrided convs). */
+static float *conv_slot_xs(const struct conv_job *j, int w)
+{
+    return j->pl->xs ? conv_slot(j, w) + j->pl->col + j->pl->dw : NULL;
+}
+
+static void conv_fwd_task(void *arg, int w, int nw)
+{
+    const struct conv_job *const j = arg;
+    const struct kern_conv2d *const d = j->d;
+    const struct conv_plan *const pl = j->pl;
+    float *const col = conv_slot(j, w), *const xs = conv_slot_xs(j, w);
+    for (int i = w; i < d->n; i += nw) {
+        const float *const xi = j->a + (size_t)i * pl->x_img;
+        float *const yi = j->out + (size_t)i * pl->y_img;
+        const float *b = xi;
+        if (pl->col) {
+            if (xs) phase_split(xs, xi, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
+            im2col(d, pl->oh, pl->ow, col, xi, xs);
+            b = col;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pl->p, pl->kk, 1.0f, j->b,
+                    pl->kk, b, pl->p, 0.0f, yi, pl->p);
+        if (j->bias) {
+            for (int c = 0; c < d->c_out; c++) {
+                float *const yc = yi + (size_t)c * pl->p;
+                const float bc = j->bias[c];
+                for (int k = 0; k < pl->p; k++)
+                    yc[k] += bc;
+            }
+        }
+    }
+}
+
+int kern_ref_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d, float *restrict y,
+                        const float *restrict x, const float *restrict w,
+                        const float *restrict bias)
+{
+    struct conv_plan pl;
+    KERN_RETURN_IF(!y || !x || !w, -EINVAL);
+    const int rc = conv_prepare(ctx, d, &pl);
+    if (rc < 0) return rc;
+    const size_t work = (size_t)d->n * (pl.x_img + pl.y_img);
+    struct conv_job j = { d, &pl, ctx->ws, y, x, w, bias, 0, kern_parallel_width(ctx, work) };
+    kern_parallel(ctx, conv_fwd_task, &j, work);
+    return 0;
+}
+
+static void conv_bwd_data_task(void *arg, int w, int nw)
+{
+    const struct conv_job *const j = arg;
+    const struct kern_conv2d *const d = j->d;
+    const struct conv_plan *const pl = j->pl;
+    float *const col = conv_slot(j, w), *const xs = conv_slot_xs(j, w);
+    const int add = (j->accum & KERN_ACCUM_DX) != 0;
+    for (int i = w; i < d->n; i += nw) {
+        float *const dxi = j->out + (size_t)i * pl->x_img;
+        const float *const dyi = j->a + (size_t)i * pl->y_img;
+        if (!pl->col) {
+            /* Pointwise: dcol is dx itself; beta 0 makes BLAS ignore the old contents. */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f,
+                        j->b, pl->kk, dyi, pl->p, add ? 1.0f : 0.0f, dxi, pl->p);
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f, j->b,
+                    pl->kk, dyi, pl->p, 0.0f, col, pl->p);
+        if (xs) {
+            memset(xs, 0, pl->x_img * sizeof(float));
+            col2im_add(d, pl->oh, pl->ow, xs, col, 1);
+            phase_merge(dxi, xs, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w, add);
+        } else {
+            if (!add) memset(dxi, 0, pl->x_img * sizeof(float));
+            col2im_add(d, pl->oh, pl->ow, dxi, col, 0);
+        }
+    }
+}
+
+int kern_ref_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d, float *restrict dx,
+                             const float *restrict dy, const float *restrict w, unsigned accum)
+{
+    struct conv_plan pl;
+    KERN_CHECK_ACCUM(accum);
+    KERN_RETURN_IF(!dx || !dy || !w, -EINVAL);
+    const int rc = conv_prepare(ctx, d, &pl);
+    if (rc < 0) return rc;
+    const size_t work = (size_t)d->n * (pl.x_img + pl.y_img);
+    struct conv_job j = { d, &pl, ctx->ws, dx, dy, w, NULL, accum, kern_parallel_width(ctx, work) };
+    kern_parallel(ctx, conv_bwd_data_task, &j, work);
+    return 0;
+}
+
+/*
+ * Worker 0 accumulates its images straight into dw; worker w > 0 into its slot's partial dw,
+ * which conv_reduce_task then adds to dw in worker order (deterministic for a thread count).
+ */
+static void conv_bwd_filter_task(void *arg, int w, int nw)
+{
+    const struct conv_job *const j = arg;
+    const struct kern_conv2d *const d = j->d;
+    const struct conv_plan *const pl = j->pl;
+    float *const col = conv_slot(j, w), *const xs = conv_slot_xs(j, w);
+    float *const dw = w == 0 ? j->out : col + pl->col;
+    int first = 1;
+    for (int i = w; i < d->n; i += nw) {
+        const float *const xi = j->b + (size_t)i * pl->x_img;
+        const float *b = xi;
+        if (pl->col) {
+            if (xs) phase_split(xs, xi, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
+            im2col(d, pl->oh, pl->ow, col, xi, xs);
+            b = col;
+        }
+        const int keep = !first || (w == 0 && (j->accum & KERN_ACCUM_DPARAM));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->c_out, pl->kk, pl->p, 1.0f,
+                    j->a + (size_t)i * pl->y_img, pl->p, b, pl->p, keep ? 1.0f : 0.0f, dw,
+                    (int)pl->kk);
+        first = 0;
+    }
+}
+
+static void conv_reduce_task(void *arg, int w, int nw)
+{
+    const struct conv_job *const j = arg;
+    const size_t total = (size_t)j->d->c_out * (size_t)j->pl->kk;
+    const int parts = j->nw < j->d->n ? j->nw : j->d->n;
+    size_t lo, hi;
+    kern_share(total, w, nw, &lo, &hi);
+    for (int s = 1; s < parts; s++) {
+        const float *const part = conv_slot(j, s) + j->pl->col;
+        for (size_t k = lo; k < hi; k++)
+            j->out[k] += part[k];
+    }
+}
+
+int kern_ref_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                               float *restrict dw, const float *restrict dy,
+                               const float *restrict x, unsigned accum)
+{
+    struct conv_plan pl;
+    KERN_CHECK_ACCUM(accum);
+    KERN_RETURN_IF(!dw || !dy || !x, -EINVAL);
+    const int rc = conv_prepare(ctx, d, &pl);
+    if (rc < 0) return rc;
+    const size_t work = (size_t)d->n * (pl.x_img + pl.y_img);
+    struct conv_job j = { d, &pl, ctx->ws, dw, dy, x, NULL, accum, kern_parallel_width(ctx, work) };
+    if (j.nw > pl.slots) j.nw = pl.slots; /* workers past the batch have no images */
+    kern_parallel(ctx, conv_bwd_filter_task, &j, work);
+    if (j.nw > 1) kern_parallel(ctx, conv_reduce_task, &j, (size_t)d->c_out * (size_t)pl.kk);
+    return 0;
+}
+
+struct conv_bias_job {
+    const struct kern_conv2d *d;
+    float *db;
+    const float *dy;
+    size_t p;
+    unsigned accum;
+};
+
+static void conv_bias_task(void *arg, int w, int nw)
+{
+    const struct conv_bias_job *const j = arg;
+    size_t lo, hi;
+    kern_share((size_t)j->d->c_out, w, nw, &lo, &hi);
+    for (size_t c = lo; c < hi; c++) {
+        double s = 0.0;
+        for (int i = 0; i < j->d->n; i++) {
+            const float *const dyc = j->dy + ((size_t)i * j->d->c_out + c) * j->p;
+            for (size_t k = 0; k < j->p; k++)
+                s += dyc[k];
+        }
+        j->db[c] = (j->accum & KERN_ACCUM_DPARAM) ? j->db[c] + (float)s : (float)s;
+    }
+}
+
+int kern_ref_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d, float *restrict db,
+                             const float *restrict dy, unsigned accum)
+{
+    int oh, ow;
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    KERN_RETURN_IF(!db || !dy, -EINVAL);
+    const int rc = kern_conv2d_out_hw(d, &oh, &ow);
+    if (rc < 0) return rc;
+    struct conv_bias_job j = { d, db, dy, (size_t)oh * (size_t)ow, accum };
+    kern_parallel(ctx, conv_bias_task, &j, (size_t)d->n * d->c_out * j.p);
+    return 0;
+}

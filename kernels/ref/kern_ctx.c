@@ -1,0 +1,278 @@
+/*
+ * The kern context (backend, threads, workspace), its worker pool, error names and the CPU op
+ * table. No tensors here.
+ *
+ * The pool: threads - 1 workers sleep on a condition variable (no spinning, which on a small
+ * machine would steal the cores from OpenBLAS and the data loader) and wake for each
+ * kern_parallel call; the caller works as worker 0 and waits for the others.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "kern_internal.h"
+
+#define KERN_WS_ALIGN 64u
+/* Below this many elements an op runs on the calling thread: a wake-up costs ~10-50 us. */
+#define KERN_PARALLEL_MIN_WORK 32768u
+#define KERN_MAX_THREADS       256
+
+struct kern_worker {
+    struct kern_pool *pool;
+    int w; /* worker index, 1.. */
+};
+
+struct kern_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* workers: a new generation was posted, or stop */
+    pthread_cond_t done; /* caller: pending reached 0 */
+    kern_task_fn *fn;    /* the current job; valid while pending > 0 */
+    void *arg;
+    unsigned gen;           /* incremented per job */
+    int pending;            /* workers still running the current job */
+    int stop;               /* 1: workers exit */
+    int n;                  /* threads, caller included */
+    int started;            /* workers actually created */
+    pthread_t *tid;         /* n - 1 */
+    struct kern_worker *wk; /* n - 1 */
+};
+
+static void *pool_main(void *p)
+{
+    struct kern_worker *const wk = p;
+    struct kern_pool *const pool = wk->pool;
+    unsigned seen = 0;
+    pthread_mutex_lock(&pool->mu);
+    for (;;) {
+        while (!pool->stop && pool->gen == seen)
+            pthread_cond_wait(&pool->wake, &pool->mu);
+        if (pool->stop) break;
+        seen = pool->gen;
+        kern_task_fn *const fn = pool->fn;
+        void *const arg = pool->arg;
+        pthread_mutex_unlock(&pool->mu);
+        fn(arg, wk->w, pool->n);
+        pthread_mutex_lock(&pool->mu);
+        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return NULL;
+}
+
+static void pool_destroy(struct kern_pool *pool)
+{
+    if (!pool) return;
+    pthread_mutex_lock(&pool->mu);
+    pool->stop = 1;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 0; i < pool->started; i++)
+        pthread_join(pool->tid[i], NULL);
+    pthread_cond_destroy(&pool->wake);
+    pthread_cond_destroy(&pool->done);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool->tid);
+    free(pool->wk);
+    free(pool);
+}
+
+static int pool_create(int n, struct kern_pool **out)
+{
+    struct kern_pool *const pool = calloc(1, sizeof(*pool));
+    if (!pool) return -ENOMEM;
+    pool->n = n;
+    pool->tid = calloc((size_t)n - 1, sizeof(*pool->tid));
+    pool->wk = calloc((size_t)n - 1, sizeof(*pool->wk));
+    if (!pool->tid || !pool->wk) {
+        free(pool->tid);
+        free(pool->wk);
+        free(pool);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->wake, NULL);
+    pthread_cond_init(&pool->done, NULL);
+    for (int i = 0; i < n - 1; i++) {
+        pool->wk[i].pool = pool;
+        pool->wk[i].w = i + 1;
+        const int rc = pthread_create(&pool->tid[i], NULL, pool_main, &pool->wk[i]);
+        if (rc) {
+            pool_destroy(pool);
+            return -rc;
+        }
+        pool->started++;
+    }
+    *out = pool;
+    return 0;
+}
+
+int kern_parallel_width(const struct kern_ctx *ctx, size_t work)
+{
+    return ctx->pool && work >= KERN_PARALLEL_MIN_WORK ? ctx->pool->n : 1;
+}
+
+void kern_parallel(struct kern_ctx *ctx, kern_task_fn *fn, void *arg, size_t work)
+{
+    struct kern_pool *const pool = ctx->pool;
+    if (!pool || work < KERN_PARALLEL_MIN_WORK) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pthread_mutex_lock(&pool->mu);
+    pool->fn = fn;
+    pool->arg = arg;
+    pool->pending = pool->n - 1;
+    pool->gen++;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->mu);
+    fn(arg, 0, pool->n);
+    pthread_mutex_lock(&pool->mu);
+    while (pool->pending > 0)
+        pthread_cond_wait(&pool->done, &pool->mu);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+const char *kern_strerror(int rc)
+{
+    switch (-rc) {
+    case 0:
+        return "success";
+    case KERN_EWORKSPACE:
+        return "kern: workspace too small for this op (reserve kern_*_workspace_size bytes)";
+    case KERN_EBACKEND:
+        return "kern: context of another backend, or backend not built";
+    default:
+        break;
+    }
+    if (rc > 0) return "kern: not an error code";
+    return strerror(-rc);
+}
+
+void kern_ctx_opts_default(struct kern_ctx_opts *o)
+{
+    if (!o) return;
+    memset(o, 0, sizeof(*o));
+    o->backend = KERN_BACKEND_CPU;
+}
+
+int kern_ctx_create(const struct kern_ctx_opts *opts, struct kern_ctx **out)
+{
+    struct kern_ctx_opts o;
+    if (!out) return -EINVAL;
+    *out = NULL;
+    if (opts)
+        o = *opts;
+    else
+        kern_ctx_opts_default(&o);
+    if (o.threads < 0 || o.threads > KERN_MAX_THREADS || o.device < 0) return -EINVAL;
+    if (!o.workspace != !o.workspace_size) return -EINVAL;
+    if ((uintptr_t)o.workspace % 16u) return -EINVAL;
+    /* This library holds only the CPU reference; a CUDA build replaces this check. */
+    if (o.backend != KERN_BACKEND_CPU)
+        return o.backend == KERN_BACKEND_CUDA ? -KERN_EBACKEND : -EINVAL;
+    struct kern_ctx *const ctx = calloc(1, sizeof(*ctx));
+    if (!ctx) return -ENOMEM;
+    ctx->backend = o.backend;
+    ctx->threads = o.threads > 1 ? o.threads : 1;
+    ctx->device = o.device;
+    ctx->ws = o.workspace;
+    ctx->ws_size = o.workspace_size;
+    if (ctx->threads > 1) {
+        const int rc = pool_create(ctx->threads, &ctx->pool);
+        if (rc < 0) {
+            free(ctx);
+            return rc;
+        }
+#ifdef OPENBLAS_VERSION
+        /* The ops split the batch over their own threads; BLAS calls inside run single. */
+        openblas_set_num_threads(1);
+#endif
+    }
+    *out = ctx;
+    return 0;
+}
+
+void kern_ctx_destroy(struct kern_ctx *ctx)
+{
+    if (!ctx) return;
+    pool_destroy(ctx->pool);
+    if (ctx->ws_owned) free(ctx->ws);
+    free(ctx);
+}
+
+int kern_ctx_backend(const struct kern_ctx *ctx)
+{
+    return ctx ? ctx->backend : -EINVAL;
+}
+
+int kern_ctx_reserve(struct kern_ctx *ctx, size_t bytes)
+{
+    if (!ctx) return -EINVAL;
+    if (bytes <= ctx->ws_size) return 0;
+    const size_t rounded = (bytes + KERN_WS_ALIGN - 1) / KERN_WS_ALIGN * KERN_WS_ALIGN;
+    if (rounded < bytes) return -ENOMEM;
+    void *const p = aligned_alloc(KERN_WS_ALIGN, rounded);
+    if (!p) return -ENOMEM;
+    if (ctx->ws_owned) free(ctx->ws);
+    ctx->ws = p;
+    ctx->ws_size = rounded;
+    ctx->ws_owned = 1;
+    return 0;
+}
+
+int kern_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t bytes)
+{
+    if (!ctx || (!buf && bytes) || (buf && !bytes)) return -EINVAL;
+    if ((uintptr_t)buf % 16u) return -EINVAL;
+    if (ctx->ws_owned) free(ctx->ws);
+    ctx->ws = buf;
+    ctx->ws_size = bytes;
+    ctx->ws_owned = 0;
+    return 0;
+}
+
+size_t kern_ctx_workspace_size(const struct kern_ctx *ctx)
+{
+    return ctx ? ctx->ws_size : 0;
+}
+
+static const struct kern_ops kern_ref_ops = {
+    .backend = KERN_BACKEND_CPU,
+    .conv2d_workspace_size = kern_ref_conv2d_workspace_size,
+    .conv2d_fwd = kern_ref_conv2d_fwd,
+    .conv2d_bwd_data = kern_ref_conv2d_bwd_data,
+    .conv2d_bwd_filter = kern_ref_conv2d_bwd_filter,
+    .conv2d_bwd_bias = kern_ref_conv2d_bwd_bias,
+    .bn_fwd_train = kern_ref_bn_fwd_train,
+    .bn_fwd_eval = kern_ref_bn_fwd_eval,
+    .bn_bwd = kern_ref_bn_bwd,
+    .silu_fwd = kern_ref_silu_fwd,
+    .silu_bwd = kern_ref_silu_bwd,
+    .bn_silu_fwd_train = kern_ref_bn_silu_fwd_train,
+    .bn_silu_fwd_eval = kern_ref_bn_silu_fwd_eval,
+    .bn_silu_bwd = kern_ref_bn_silu_bwd,
+    .maxpool2d_fwd = kern_ref_maxpool2d_fwd,
+    .maxpool2d_bwd = kern_ref_maxpool2d_bwd,
+    .upsample2x_fwd = kern_ref_upsample2x_fwd,
+    .upsample2x_bwd = kern_ref_upsample2x_bwd,
+    .concat_fwd = kern_ref_concat_fwd,
+    .concat_bwd = kern_ref_concat_bwd,
+    .add_fwd = kern_ref_add_fwd,
+    .add_bwd = kern_ref_add_bwd,
+    .detect_reshape_fwd = kern_ref_detect_reshape_fwd,
+    .detect_reshape_bwd = kern_ref_detect_reshape_bwd,
+    .detect_decode = kern_ref_detect_decode,
+    .bce_logits_fwd = kern_ref_bce_logits_fwd,
+    .bce_logits_bwd = kern_ref_bce_logits_bwd,
+    .ciou_fwd = kern_ref_ciou_fwd,
+    .ciou_bwd = kern_ref_ciou_bwd,
+};
+
+const struct kern_ops *kern_ops_ref(void)
+{
+    return &kern_ref_ops;
+}

@@ -1,0 +1,94 @@
+/*
+ * The Detect head's reshape and inference decode, CPU reference.
+ *
+ * Shapes (float32): raw (bs, na*no, ny, nx) is a Detect 1x1 conv output (NCHW, channel a*no + k);
+ * p (bs, na, ny, nx, no) is PyTorch's raw.view(bs, na, no, ny, nx).permute(0, 1, 3, 4, 2),
+ * contiguous. k: 0-1 xy, 2-3 wh, 4 objectness, 5.. classes.
+ * Decode (ultralytics Detect, eval): s = sigmoid(v); xy = (2 s + (grid - 0.5)) stride;
+ * wh = (2 s)^2 (anchor stride), anchors in grid units; obj, cls = s. Written in p's layout.
+ *
+ * Gradients: the reshape backward overwrites draw unless accum has KERN_ACCUM_DX.
+ */
+#include <math.h>
+
+#include "kern_internal.h"
+
+static int detect_check(struct kern_ctx *ctx, const struct kern_detect *d, const void *a,
+                        const void *b)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!d || !a || !b, -EINVAL);
+    KERN_RETURN_IF(d->bs < 1 || d->na < 1 || d->no < 5 || d->ny < 1 || d->nx < 1, -EINVAL);
+    return 0;
+}
+
+int kern_ref_detect_reshape_fwd(struct kern_ctx *ctx, const struct kern_detect *d,
+                                float *restrict p, const float *restrict raw)
+{
+    const int rc = detect_check(ctx, d, p, raw);
+    if (rc < 0) return rc;
+    const size_t cells = (size_t)d->ny * d->nx, no = (size_t)d->no;
+    const size_t blocks = (size_t)d->bs * d->na; /* one (no, cells) -> (cells, no) transpose each */
+    for (size_t b = 0; b < blocks; b++) {
+        const float *const src = raw + b * no * cells;
+        float *const dst = p + b * no * cells;
+        for (size_t k = 0; k < no; k++)
+            for (size_t j = 0; j < cells; j++)
+                dst[j * no + k] = src[k * cells + j];
+    }
+    return 0;
+}
+
+int kern_ref_detect_reshape_bwd(struct kern_ctx *ctx, const struct kern_detect *d,
+                                float *restrict draw, const float *restrict dp, unsigned accum)
+{
+    KERN_CHECK_ACCUM(accum);
+    const int rc = detect_check(ctx, d, draw, dp);
+    if (rc < 0) return rc;
+    const size_t cells = (size_t)d->ny * d->nx, no = (size_t)d->no;
+    const size_t blocks = (size_t)d->bs * d->na;
+    const int add = (accum & KERN_ACCUM_DX) != 0;
+    for (size_t b = 0; b < blocks; b++) {
+        const float *const src = dp + b * no * cells;
+        float *const dst = draw + b * no * cells;
+        for (size_t k = 0; k < no; k++) {
+            for (size_t j = 0; j < cells; j++) {
+                const float v = src[j * no + k];
+                dst[k * cells + j] = add ? dst[k * cells + j] + v : v;
+            }
+        }
+    }
+    return 0;
+}
+
+int kern_ref_detect_decode(struct kern_ctx *ctx, const struct kern_detect *d, float *restrict out,
+                           const float *restrict raw, const float *restrict anchors)
+{
+    const int rc = detect_check(ctx, d, out, raw);
+    if (rc < 0) return rc;
+    KERN_RETURN_IF(!anchors || !(d->stride > 0.0f), -EINVAL);
+    const size_t cells = (size_t)d->ny * d->nx, no = (size_t)d->no;
+    for (int b = 0; b < d->bs; b++) {
+        for (int a = 0; a < d->na; a++) {
+            const size_t blk = ((size_t)b * d->na + a) * no * cells;
+            const float *const src = raw + blk;
+            float *const dst = out + blk;
+            /* anchor_grid = anchors * stride, as ultralytics builds it. */
+            const float aw = anchors[2 * a] * d->stride, ah = anchors[2 * a + 1] * d->stride;
+            for (int gy = 0; gy < d->ny; gy++) {
+                for (int gx = 0; gx < d->nx; gx++) {
+                    const size_t j = (size_t)gy * d->nx + gx;
+                    float *const o = dst + j * no;
+                    for (size_t k = 0; k < no; k++)
+                        o[k] = 1.0f / (1.0f + expf(-src[k * cells + j]));
+                    o[0] = (o[0] * 2.0f + ((float)gx - 0.5f)) * d->stride;
+                    o[1] = (o[1] * 2.0f + ((float)gy - 0.5f)) * d->stride;
+                    const float tw = o[2] * 2.0f, th = o[3] * 2.0f;
+                    o[2] = tw * tw * aw;
+                    o[3] = th * th * ah;
+                }
+            }
+        }
+    }
+    return 0;
+}

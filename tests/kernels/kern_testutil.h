@@ -1,0 +1,224 @@
+/*
+ * Helpers for the kern tests: a seeded RNG, NaN canaries, tolerance comparison that reports the
+ * maximum error and the first mismatches (style guide rule 25), and a central-difference
+ * gradient check. Header-only (static functions) so each test program stays one file.
+ */
+#ifndef KERN_TESTUTIL_H
+#define KERN_TESTUTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern.h"
+#include "tap.h"
+
+/* ---- RNG (splitmix64): reproducible across platforms, seed printed by each test ---- */
+
+static uint64_t kt_rng_state = 0x9e3779b97f4a7c15ull;
+
+static inline void kt_seed(uint64_t s)
+{
+    kt_rng_state = s;
+}
+
+static inline uint64_t kt_next(void)
+{
+    uint64_t z = (kt_rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi). */
+static inline float kt_uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(kt_next() >> 40) / (double)(1ull << 24));
+}
+
+static inline int kt_randint(int lo, int hi_incl)
+{
+    return lo + (int)(kt_next() % (uint64_t)(hi_incl - lo + 1));
+}
+
+static inline void kt_fill(float *p, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = kt_uniform(lo, hi);
+}
+
+/* ---- canaries ---- */
+
+/* A quiet NaN with a payload, so a surviving canary is recognisable bit for bit. */
+static inline float kt_canary(void)
+{
+    const uint32_t bits = 0x7fc0beefu;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+static inline void kt_poison(float *p, size_t n)
+{
+    const float c = kt_canary();
+    for (size_t i = 0; i < n; i++)
+        p[i] = c;
+}
+
+static inline int kt_is_canary(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    return bits == 0x7fc0beefu;
+}
+
+/* Number of non-finite values in p[0..n). */
+static inline size_t kt_count_nonfinite(const float *p, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += !isfinite(p[i]);
+    return bad;
+}
+
+static inline float *kt_alloc(size_t n)
+{
+    float *const p = malloc((n ? n : 1) * sizeof(float));
+    if (!p) {
+        printf("Bail out! out of memory\n");
+        exit(99);
+    }
+    return p;
+}
+
+/* ---- comparison ---- */
+
+/*
+ * One TAP point: |got - want| <= atol + rtol |want| for every element (NaN anywhere fails).
+ * Prints the maximum absolute and relative error, and the first few mismatches.
+ */
+static inline int kt_check_close(const char *what, const float *got, const double *want, size_t n,
+                                 double atol, double rtol)
+{
+    double max_abs = 0.0, max_rel = 0.0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)got[i] - want[i]);
+        const double lim = atol + rtol * fabs(want[i]);
+        if (!(e <= lim)) {
+            if (bad < 4)
+                printf("#   %s[%zu]: got %.9g want %.9g (err %.3g > %.3g)\n", what, i,
+                       (double)got[i], want[i], e, lim);
+            bad++;
+        }
+        if (e > max_abs || isnan(e)) max_abs = e;
+        const double rel = e / (fabs(want[i]) > 1e-30 ? fabs(want[i]) : 1e-30);
+        if (rel > max_rel && fabs(want[i]) > atol) max_rel = rel;
+    }
+    const int r = ok(bad == 0, "%s: %zu values, atol %.1e rtol %.1e (max abs err %.3g, rel %.3g)",
+                     what, n, atol, rtol, max_abs, max_rel);
+    if (!r) printf("#   %zu of %zu out of tolerance\n", bad, n);
+    return r;
+}
+
+/* Same, comparing two float arrays. */
+static inline int kt_check_close_f(const char *what, const float *got, const float *want, size_t n,
+                                   double atol, double rtol)
+{
+    double *const w = malloc((n ? n : 1) * sizeof(double));
+    if (!w) exit(99);
+    for (size_t i = 0; i < n; i++)
+        w[i] = want[i];
+    const int r = kt_check_close(what, got, w, n, atol, rtol);
+    free(w);
+    return r;
+}
+
+/* ---- finite differences ---- */
+
+/* A scalar loss of the current inputs, computed through the op under test (double sum). */
+typedef double kt_loss_fn(void *state);
+
+/*
+ * Central differences over every element of x[0..n) (or every `step`-th): fd = (L(x + h) -
+ * L(x - h)) / 2h, compared with analytic[i] as |fd - an| <= atol + rtol |an|. x is restored.
+ */
+static inline int kt_check_fd(const char *what, float *x, size_t n, const float *analytic,
+                              kt_loss_fn *loss, void *state, float h, double atol, double rtol,
+                              size_t step)
+{
+    double *const fd = malloc((n ? n : 1) * sizeof(double));
+    float *const an = kt_alloc(n);
+    size_t m = 0;
+    if (!fd) exit(99);
+    for (size_t i = 0; i < n; i += (step ? step : 1)) {
+        const float keep = x[i];
+        x[i] = keep + h;
+        const double lp = loss(state);
+        x[i] = keep - h;
+        const double lm = loss(state);
+        x[i] = keep;
+        /* The step actually taken, as float rounding moved it. */
+        const double hh = ((double)(keep + h) - (double)(keep - h));
+        fd[m] = (lp - lm) / hh;
+        an[m] = analytic[i];
+        m++;
+    }
+    char name[160];
+    snprintf(name, sizeof(name), "%s (finite differences, h %.0e)", what, (double)h);
+    /* Compare analytic against the FD estimate: the analytic value is the one under test. */
+    const int r = kt_check_close(name, an, fd, m, atol, rtol);
+    free(fd);
+    free(an);
+    return r;
+}
+
+/* Dot product in double: the scalar loss sum_i r_i y_i used by the gradient checks. */
+static inline double kt_dot(const float *a, const float *b, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)a[i] * (double)b[i];
+    return s;
+}
+
+static inline struct kern_ctx *kt_ctx(size_t ws)
+{
+    struct kern_ctx *ctx = NULL;
+    const int rc = kern_ctx_create(NULL, &ctx);
+    if (rc < 0 || (ws && kern_ctx_reserve(ctx, ws) < 0)) {
+        printf("Bail out! kern_ctx_create: %s\n", kern_strerror(rc));
+        exit(99);
+    }
+    return ctx;
+}
+
+/* A context with `threads` threads (1: the calling thread only). */
+static inline struct kern_ctx *kt_ctx_threads(int threads)
+{
+    struct kern_ctx_opts o;
+    struct kern_ctx *ctx = NULL;
+    kern_ctx_opts_default(&o);
+    o.threads = threads;
+    const int rc = kern_ctx_create(&o, &ctx);
+    if (rc < 0) {
+        printf("Bail out! kern_ctx_create(threads %d): %s\n", threads, kern_strerror(rc));
+        exit(99);
+    }
+    return ctx;
+}
+
+/* Seed from argv ("--seed N") or a fixed default; printed so any failure can be replayed. */
+static inline uint64_t kt_seed_from_args(int argc, char **argv, uint64_t dflt)
+{
+    uint64_t s = dflt;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--seed")) s = strtoull(argv[i + 1], NULL, 0);
+    kt_seed(s);
+    tap_diag("seed %llu", (unsigned long long)s);
+    return s;
+}
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * Detect head CPU references (kern_ref_detect_*): the (bs, na*no, ny, nx) -> (bs, na, ny, nx, no)
+ * reshape against PyTorch's view + permute written out index by index, its backward as the
+ * inverse (overwrite and accumulate), and the inference decode against ultralytics' formulas in
+ * double: xy = (2 sigmoid + grid - 0.5) * stride, wh = (2 sigmoid)^2 * anchor * stride.
+ * The reshape is a copy (bit-exact); decode is checked to 1e-5 + 1e-5 |ref| (pixels up to 640).
+ */
+#include <errno.h>
+
+#include "kern_testutil.h"
+
+static double sig(double v)
+{
+    return 1.0 / (1.0 + exp(-v));
+}
+
+static void check_detect(int bs, int na, int no, int ny, int nx, float stride)
+{
+    struct kern_ctx *const ctx = kt_ctx(0);
+    const struct kern_detect d = { bs, na, no, ny, nx, stride };
+    const size_t n = (size_t)bs * na * no * ny * nx;
+    float *const raw = kt_alloc(n), *const p = kt_alloc(n), *const back = kt_alloc(n);
+    float *const dec = kt_alloc(n), *const acc = kt_alloc(n);
+    double *const ref = malloc(n * 8);
+    /* The YOLOv5 P3 anchors, in grid units. */
+    const float anchors[6] = { 1.25f, 1.625f, 2.0f, 3.75f, 4.125f, 2.875f };
+    kt_fill(raw, n, -6, 6);
+    kt_poison(p, n);
+    is_int(kern_ref_detect_reshape_fwd(ctx, &d, p, raw), 0, "reshape bs%d na%d no%d %dx%d runs", bs,
+           na, no, ny, nx);
+    size_t bad = 0;
+    for (int b = 0; b < bs; b++)
+        for (int a = 0; a < na; a++)
+            for (int y = 0; y < ny; y++)
+                for (int x = 0; x < nx; x++)
+                    for (int k = 0; k < no; k++) {
+                        const size_t pi = ((((size_t)b * na + a) * ny + y) * nx + x) * no + k;
+                        const size_t ri =
+                            (((size_t)b * na * no + (size_t)a * no + k) * ny + y) * nx + x;
+                        bad += p[pi] != raw[ri];
+                    }
+    ok(bad == 0, "reshape equals view(bs,na,no,ny,nx).permute(0,1,3,4,2) (%zu mismatches)", bad);
+    kt_poison(back, n);
+    kern_ref_detect_reshape_bwd(ctx, &d, back, p, 0);
+    ok(!memcmp(back, raw, n * 4), "reshape bwd (=) is the inverse permutation");
+    memcpy(acc, raw, n * 4);
+    kern_ref_detect_reshape_bwd(ctx, &d, acc, p, KERN_ACCUM_DX);
+    bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += acc[i] != 2.0f * raw[i];
+    ok(bad == 0, "reshape bwd (+=) accumulates (%zu mismatches)", bad);
+
+    for (int b = 0; b < bs; b++)
+        for (int a = 0; a < na; a++)
+            for (int y = 0; y < ny; y++)
+                for (int x = 0; x < nx; x++)
+                    for (int k = 0; k < no; k++) {
+                        const size_t pi = ((((size_t)b * na + a) * ny + y) * nx + x) * no + k;
+                        const double s = sig(p[pi]);
+                        double v = s;
+                        if (k == 0) v = (2 * s + x - 0.5) * stride;
+                        if (k == 1) v = (2 * s + y - 0.5) * stride;
+                        if (k == 2) v = 4 * s * s * anchors[2 * a] * stride;
+                        if (k == 3) v = 4 * s * s * anchors[2 * a + 1] * stride;
+                        ref[pi] = v;
+                    }
+    kt_poison(dec, n);
+    is_int(kern_ref_detect_decode(ctx, &d, dec, raw, anchors), 0, "decode runs");
+    kt_check_close("decode vs ultralytics formulas in double", dec, ref, n, 1e-5, 1e-5);
+    is_int(kern_ref_detect_decode(ctx, &d, dec, raw, NULL), -EINVAL, "decode without anchors");
+    const struct kern_detect bad_d = { bs, na, 4, ny, nx, stride };
+    is_int(kern_ref_detect_reshape_fwd(ctx, &bad_d, p, raw), -EINVAL, "no < 5 refused");
+    free(raw), free(p), free(back), free(dec), free(acc), free(ref);
+    kern_ctx_destroy(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    kt_seed_from_args(argc, argv, 17);
+    check_detect(2, 3, 85, 4, 5, 8.0f);
+    check_detect(1, 3, 6, 3, 2, 32.0f);
+    check_detect(1, 1, 5, 1, 1, 16.0f);
+    return tap_done();
+}

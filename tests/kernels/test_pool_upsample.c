@@ -1,0 +1,252 @@
+/*
+ * Max pool 2d and nearest x2 upsample CPU references (kern_ref_maxpool2d_*,
+ * kern_ref_upsample2x_*).
+ *
+ * Max pool against a naive pool over the padded window (padding -inf) on SPPF's k5 s1 p2 and
+ * other shapes; ties (inputs drawn from {0, 1, 2}) must pick the first maximum in scan order
+ * like PyTorch; all-negative inputs prove the padding is -inf, not 0; backward against the
+ * scatter of dy to the argmax, finite differences on distinct inputs, accumulate mode.
+ * Upsample against out[y][x] = in[y/2][x/2]; backward against the 2x2 sums and finite
+ * differences. Exact ops: results must match bit for bit, except sums of dy, checked to 1e-6;
+ * finite differences (piecewise linear ops, h = 1e-3 with inputs >= 1e-2 apart): 1e-3 + 1e-3 |g|.
+ */
+#include <errno.h>
+
+#include "kern_testutil.h"
+
+static void naive_pool(const struct kern_pool2d *d, int oh, int ow, float *y, int32_t *idx,
+                       const float *x)
+{
+    for (int p = 0; p < d->n * d->c; p++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++) {
+                float m = -INFINITY;
+                int32_t at = -1;
+                for (int ky = 0; ky < d->k; ky++)
+                    for (int kx = 0; kx < d->k; kx++) {
+                        const int iy = oy * d->stride - d->pad + ky;
+                        const int ix = ox * d->stride - d->pad + kx;
+                        if (iy < 0 || iy >= d->h_in || ix < 0 || ix >= d->w_in) continue;
+                        const float v = x[((size_t)p * d->h_in + iy) * d->w_in + ix];
+                        if (at < 0 || v > m) m = v, at = iy * d->w_in + ix;
+                    }
+                y[((size_t)p * oh + oy) * ow + ox] = m;
+                idx[((size_t)p * oh + oy) * ow + ox] = at;
+            }
+}
+
+struct fd_state {
+    struct kern_ctx *ctx;
+    const struct kern_pool2d *d;
+    float *x, *y, *r;
+    size_t ny;
+};
+
+static double fd_loss(void *p)
+{
+    struct fd_state *const s = p;
+    kern_ref_maxpool2d_fwd(s->ctx, s->d, s->y, NULL, s->x);
+    return kt_dot(s->r, s->y, s->ny);
+}
+
+static void check_pool(int n, int c, int h, int w, int k, int stride, int pad, int ties,
+                       const char *label)
+{
+    struct kern_pool2d d = { n, c, h, w, k, stride, pad };
+    int oh, ow;
+    struct kern_ctx *const ctx = kt_ctx(0);
+    if (kern_pool2d_out_hw(&d, &oh, &ow) < 0) {
+        ok(0, "%s: shape accepted", label);
+        return;
+    }
+    const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * oh * ow;
+    float *const x = kt_alloc(nx), *const y = kt_alloc(ny), *const ry = kt_alloc(ny);
+    int32_t *const idx = malloc(ny * 4), *const ridx = malloc(ny * 4);
+    float *const dy = kt_alloc(ny), *const dx = kt_alloc(nx), *const dx0 = kt_alloc(nx);
+    double *const rdx = malloc(nx * 8);
+    if (!idx || !ridx || !rdx) exit(99);
+    if (ties) {
+        for (size_t i = 0; i < nx; i++)
+            x[i] = (float)kt_randint(0, 2);
+    } else {
+        /* Distinct values at least 1e-2 apart: a shuffled ramp, all negative so that a zero
+         * padding would win and be caught. */
+        for (size_t i = 0; i < nx; i++)
+            x[i] = -1.0f - 0.01f * (float)i;
+        for (size_t i = nx; i > 1; i--) {
+            const size_t j = (size_t)kt_randint(0, (int)i - 1);
+            const float t = x[i - 1];
+            x[i - 1] = x[j], x[j] = t;
+        }
+    }
+    naive_pool(&d, oh, ow, ry, ridx, x);
+    kt_poison(y, ny);
+    for (size_t i = 0; i < ny; i++)
+        idx[i] = -7;
+    is_int(kern_ref_maxpool2d_fwd(ctx, &d, y, idx, x), 0, "%s: fwd runs", label);
+    ok(!memcmp(y, ry, ny * 4), "%s: y equals the naive pool bit for bit (%zu values)", label, ny);
+    ok(!memcmp(idx, ridx, ny * 4), "%s: argmax indices equal the naive first-maximum", label);
+
+    kt_fill(dy, ny, -1, 1);
+    for (size_t i = 0; i < nx; i++)
+        rdx[i] = 0.0;
+    for (int p = 0; p < n * c; p++)
+        for (int j = 0; j < oh * ow; j++)
+            rdx[(size_t)p * h * w + ridx[(size_t)p * oh * ow + j]] += dy[(size_t)p * oh * ow + j];
+    char what[160];
+    kt_poison(dx, nx);
+    is_int(kern_ref_maxpool2d_bwd(ctx, &d, dx, dy, idx, 0), 0, "%s: bwd runs", label);
+    snprintf(what, sizeof(what), "%s: dx (=) vs scatter to argmax", label);
+    kt_check_close(what, dx, rdx, nx, 1e-6, 1e-6);
+    kt_fill(dx0, nx, -1, 1);
+    memcpy(dx, dx0, nx * 4);
+    kern_ref_maxpool2d_bwd(ctx, &d, dx, dy, idx, KERN_ACCUM_DX);
+    for (size_t i = 0; i < nx; i++)
+        rdx[i] += dx0[i];
+    snprintf(what, sizeof(what), "%s: dx (+=)", label);
+    kt_check_close(what, dx, rdx, nx, 1e-6, 1e-6);
+    if (!ties) {
+        kern_ref_maxpool2d_bwd(ctx, &d, dx, dy, idx, 0);
+        struct fd_state s = { ctx, &d, x, y, dy, ny };
+        snprintf(what, sizeof(what), "%s: dx", label);
+        kt_check_fd(what, x, nx, dx, fd_loss, &s, 1e-3f, 1e-3, 1e-3, 1);
+    }
+    free(x), free(y), free(ry), free(idx), free(ridx), free(dy), free(dx), free(dx0), free(rdx);
+    kern_ctx_destroy(ctx);
+}
+
+static void check_pool_special(void)
+{
+    struct kern_ctx *const ctx = kt_ctx(0);
+    struct kern_pool2d d = { 1, 1, 3, 3, 3, 1, 1 };
+    float x[9], y[9];
+    int32_t idx[9];
+    for (int i = 0; i < 9; i++)
+        x[i] = 5.0f;
+    kern_ref_maxpool2d_fwd(ctx, &d, y, idx, x);
+    ok(idx[0] == 0 && idx[4] == 0 && idx[8] == 4,
+       "all-equal plane: argmax is the first valid element of each window (got %d %d %d)", idx[0],
+       idx[4], idx[8]);
+    for (int i = 0; i < 9; i++)
+        x[i] = -INFINITY;
+    kern_ref_maxpool2d_fwd(ctx, &d, y, idx, x);
+    ok(y[4] == -INFINITY && idx[4] == 0, "all -inf: y is -inf, index the first valid element");
+    for (int i = 0; i < 9; i++)
+        x[i] = (float)i;
+    x[2] = NAN;
+    kern_ref_maxpool2d_fwd(ctx, &d, y, idx, x);
+    ok(isnan(y[1]) && idx[1] == 2 && y[6] == 7.0f, "NaN propagates and is the argmax, as PyTorch");
+    struct kern_pool2d bad = { 1, 1, 4, 4, 3, 1, 2 };
+    int oh, ow;
+    is_int(kern_pool2d_out_hw(&bad, &oh, &ow), -EINVAL, "pad > k/2 refused, as PyTorch");
+    is_int(kern_ref_maxpool2d_bwd(ctx, &d, y, x, NULL, 0), -EINVAL, "bwd without indices refused");
+    kern_ctx_destroy(ctx);
+}
+
+struct up_state {
+    struct kern_ctx *ctx;
+    float *x, *y, *r;
+    int planes, h, w;
+};
+
+static double up_loss(void *p)
+{
+    struct up_state *const s = p;
+    kern_ref_upsample2x_fwd(s->ctx, s->y, s->x, s->planes, s->h, s->w);
+    return kt_dot(s->r, s->y, (size_t)s->planes * s->h * s->w * 4);
+}
+
+static void check_upsample(int planes, int h, int w)
+{
+    struct kern_ctx *const ctx = kt_ctx(0);
+    const size_t nx = (size_t)planes * h * w, ny = 4 * nx;
+    float *const x = kt_alloc(nx), *const y = kt_alloc(ny), *const dy = kt_alloc(ny);
+    float *const dx = kt_alloc(nx), *const dx0 = kt_alloc(nx);
+    double *const rdx = malloc(nx * 8);
+    kt_fill(x, nx, -1, 1);
+    kt_fill(dy, ny, -1, 1);
+    kt_poison(y, ny);
+    is_int(kern_ref_upsample2x_fwd(ctx, y, x, planes, h, w), 0, "upsample %dx%dx%d runs", planes, h,
+           w);
+    size_t bad = 0;
+    for (int p = 0; p < planes; p++)
+        for (int oy = 0; oy < 2 * h; oy++)
+            for (int ox = 0; ox < 2 * w; ox++)
+                bad += y[((size_t)p * 2 * h + oy) * 2 * w + ox] !=
+                       x[((size_t)p * h + oy / 2) * w + ox / 2];
+    ok(bad == 0, "upsample y[oy][ox] == x[oy/2][ox/2] everywhere (%zu mismatches)", bad);
+    for (int p = 0; p < planes; p++)
+        for (int iy = 0; iy < h; iy++)
+            for (int ix = 0; ix < w; ix++) {
+                double s = 0;
+                for (int a = 0; a < 2; a++)
+                    for (int b = 0; b < 2; b++)
+                        s += dy[((size_t)p * 2 * h + 2 * iy + a) * 2 * w + 2 * ix + b];
+                rdx[((size_t)p * h + iy) * w + ix] = s;
+            }
+    kt_poison(dx, nx);
+    kern_ref_upsample2x_bwd(ctx, dx, dy, planes, h, w, 0);
+    kt_check_close("upsample bwd (=) vs 2x2 sums", dx, rdx, nx, 1e-6, 1e-6);
+    kt_fill(dx0, nx, -1, 1);
+    memcpy(dx, dx0, nx * 4);
+    kern_ref_upsample2x_bwd(ctx, dx, dy, planes, h, w, KERN_ACCUM_DX);
+    for (size_t i = 0; i < nx; i++)
+        rdx[i] += dx0[i];
+    kt_check_close("upsample bwd (+=)", dx, rdx, nx, 1e-6, 1e-6);
+    kern_ref_upsample2x_bwd(ctx, dx, dy, planes, h, w, 0);
+    struct up_state s = { ctx, x, y, dy, planes, h, w };
+    kt_check_fd("upsample dx", x, nx, dx, up_loss, &s, 1e-2f, 1e-3, 1e-3, 1);
+    is_int(kern_ref_upsample2x_fwd(ctx, y, x, 0, h, w), -EINVAL, "upsample: 0 planes refused");
+    free(x), free(y), free(dy), free(dx), free(dx0), free(rdx);
+    kern_ctx_destroy(ctx);
+}
+
+/* Threaded contexts split planes; results must be bit-identical to one thread. */
+static void check_threads(void)
+{
+    struct kern_ctx *const c1 = kt_ctx_threads(1), *const c3 = kt_ctx_threads(3);
+    const struct kern_pool2d d = { 2, 5, 40, 40, 5, 1, 2 };
+    const size_t n = 2 * 5 * 40 * 40;
+    float *const x = kt_alloc(n), *const y1 = kt_alloc(n), *const y3 = kt_alloc(n);
+    float *const u1 = kt_alloc(4 * n), *const u3 = kt_alloc(4 * n), *const du = kt_alloc(4 * n);
+    int32_t *const i1 = malloc(n * 4), *const i3 = malloc(n * 4);
+    kt_fill(x, n, -1, 1);
+    kt_fill(du, 4 * n, -1, 1);
+    kt_poison(y3, n);
+    kern_ref_maxpool2d_fwd(c1, &d, y1, i1, x);
+    kern_ref_maxpool2d_fwd(c3, &d, y3, i3, x);
+    ok(!memcmp(y1, y3, n * 4) && !memcmp(i1, i3, n * 4),
+       "maxpool fwd with 3 threads bit-identical to 1");
+    kt_poison(y3, n);
+    kern_ref_maxpool2d_bwd(c1, &d, y1, x, i1, 0);
+    kern_ref_maxpool2d_bwd(c3, &d, y3, x, i3, 0);
+    ok(!memcmp(y1, y3, n * 4), "maxpool bwd with 3 threads bit-identical to 1");
+    kt_poison(u3, 4 * n);
+    kern_ref_upsample2x_fwd(c1, u1, x, 10, 40, 40);
+    kern_ref_upsample2x_fwd(c3, u3, x, 10, 40, 40);
+    ok(!memcmp(u1, u3, 16 * n), "upsample fwd with 3 threads bit-identical to 1");
+    kt_poison(y3, n);
+    kern_ref_upsample2x_bwd(c1, y1, du, 10, 40, 40, 0);
+    kern_ref_upsample2x_bwd(c3, y3, du, 10, 40, 40, 0);
+    ok(!memcmp(y1, y3, n * 4), "upsample bwd with 3 threads bit-identical to 1");
+    free(x), free(y1), free(y3), free(u1), free(u3), free(du), free(i1), free(i3);
+    kern_ctx_destroy(c1);
+    kern_ctx_destroy(c3);
+}
+
+int main(int argc, char **argv)
+{
+    kt_seed_from_args(argc, argv, 11);
+    check_pool(2, 3, 7, 6, 5, 1, 2, 0, "SPPF k5 s1 p2");
+    check_pool(2, 3, 7, 6, 5, 1, 2, 1, "SPPF k5 s1 p2, ties");
+    check_pool(1, 2, 8, 8, 2, 2, 0, 0, "k2 s2 p0");
+    check_pool(1, 2, 9, 7, 3, 2, 1, 0, "k3 s2 p1");
+    check_pool(1, 2, 9, 7, 3, 2, 1, 1, "k3 s2 p1, ties");
+    check_pool(2, 1, 5, 5, 4, 3, 2, 0, "k4 s3 p2");
+    check_pool(1, 1, 1, 1, 5, 1, 2, 0, "single pixel k5 p2");
+    check_pool_special();
+    check_upsample(3, 4, 5);
+    check_upsample(1, 1, 1);
+    check_threads();
+    return tap_done();
+}

@@ -1,0 +1,751 @@
+/*
+ * The streaming loader end to end, on a dataset the test makes with yolo-synth and yolo-pack:
+ * batch shapes and target rows, the same bytes for 1 and 3 workers and for zstd, raw and
+ * Sub-filtered records, resume at a position, every record once per epoch, float output,
+ * labels and pixels passed through exactly when every augmentation is off, rect validation
+ * shapes (checked against ultralytics' rule computed here), and bad records (a checksum
+ * failure, an undecodable sample) reported by number and skipped or failing by option.
+ * Usage: test_loader YOLO_SYNTH YOLO_PACK
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ffr.h"
+#include "loader.h"
+#include "tap.h"
+
+#define IMG     128
+#define N_TRAIN 24
+#define N_VAL   11
+
+static char dir[256];
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+    char cmd[4096], full[4700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "%s >%s/stdout.txt 2>%s/stderr.txt", cmd, dir, dir);
+    const int st = system(full);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Log lines collected from the loader (called from its workers, serialised by it). */
+struct logbuf {
+    char text[8192];
+    int lines;
+};
+
+static void log_cb(void *ctx, const char *msg)
+{
+    struct logbuf *b = ctx;
+    const size_t used = strlen(b->text);
+    snprintf(b->text + used, sizeof b->text - used, "%s\n", msg);
+    b->lines++;
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* A copy of one batch. */
+struct saved {
+    uint32_t epoch;
+    uint64_t step;
+    int n, h, w;
+    size_t bytes, nt;
+    uint8_t *images;
+    float *targets;
+    struct trn_batch_image info[16];
+};
+
+static void save(struct saved *s, const struct trn_batch *b)
+{
+    s->epoch = b->epoch;
+    s->step = b->step;
+    s->n = b->n;
+    s->h = b->height;
+    s->w = b->width;
+    s->bytes = b->image_bytes;
+    s->nt = b->n_targets;
+    s->images = malloc(b->image_bytes);
+    memcpy(s->images, b->images, b->image_bytes);
+    s->targets = malloc(b->n_targets * 6 * sizeof(float) + 1);
+    memcpy(s->targets, b->targets, b->n_targets * 6 * sizeof(float));
+    memcpy(s->info, b->info, (size_t)b->n * sizeof *b->info);
+}
+
+static void unsave(struct saved *s, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(s[i].images);
+        free(s[i].targets);
+    }
+}
+
+static int same(const struct saved *a, const struct saved *b)
+{
+    return a->epoch == b->epoch && a->step == b->step && a->n == b->n && a->h == b->h &&
+           a->w == b->w && a->bytes == b->bytes && a->nt == b->nt &&
+           memcmp(a->images, b->images, a->bytes) == 0 &&
+           memcmp(a->targets, b->targets, a->nt * 6 * sizeof(float)) == 0 &&
+           memcmp(a->info, b->info, (size_t)a->n * sizeof a->info[0]) == 0;
+}
+
+static struct ffr_reader *open_ds(const char *name)
+{
+    char path[512], err[256];
+    struct ffr_reader *r = NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (ffr_reader_open(&r, path, NULL, err, sizeof err) < 0) {
+        printf("# cannot open %s: %s\n", path, err);
+        return NULL;
+    }
+    return r;
+}
+
+static void train_opts(struct trn_loader_opts *o, unsigned workers)
+{
+    trn_loader_opts_default(o);
+    o->img_size = IMG;
+    o->batch_size = 5;
+    o->workers = workers;
+    o->seed = 7;
+    o->hyp.mixup = 0.5; /* exercise the 8-tile path */
+    o->hyp.degrees = 5;
+    o->hyp.shear = 2;
+    o->io.io.direct = FFIO_DIRECT_OFF; /* the test directory may be on tmpfs */
+}
+
+/* Run a loader for `count` batches into out[]; returns 0 or the first error. */
+static int collect(const char *ds, const struct trn_loader_opts *o, struct saved *out, int count,
+                   struct logbuf *lb, char *err, size_t cap)
+{
+    struct ffr_reader *r = open_ds(ds);
+    if (!r) return -ENOENT;
+    struct trn_loader_opts oo = *o;
+    if (lb) {
+        oo.log = log_cb;
+        oo.log_ctx = lb;
+    }
+    struct trn_loader *l = NULL;
+    int rc = trn_loader_create(r, &oo, &l, err, cap);
+    for (int i = 0; rc == 0 && i < count; i++) {
+        struct trn_batch b;
+        rc = trn_loader_next(l, &b);
+        if (rc == 0)
+            save(&out[i], &b);
+        else
+            snprintf(err, cap, "%s", trn_loader_error(l));
+    }
+    trn_loader_destroy(l);
+    ffr_reader_close(r);
+    return rc;
+}
+
+/* Targets well formed: image index < n and increasing, class < 4, box inside [0, 1]. */
+static int targets_ok(const struct saved *s)
+{
+    float last = 0;
+    for (size_t i = 0; i < s->nt; i++) {
+        const float *t = s->targets + 6 * i;
+        if (t[0] < last || t[0] >= (float)s->n || t[0] != floorf(t[0])) return 0;
+        last = t[0];
+        if (t[1] < 0 || t[1] > 3 || t[1] != floorf(t[1])) return 0;
+        if (!(t[4] > 0 && t[5] > 0 && t[4] <= 1 && t[5] <= 1)) return 0;
+        if (t[2] - t[4] / 2 < -1e-3f || t[2] + t[4] / 2 > 1 + 1e-3f) return 0;
+        if (t[3] - t[5] / 2 < -1e-3f || t[3] + t[5] / 2 > 1 + 1e-3f) return 0;
+    }
+    return 1;
+}
+
+#define EPOCH_STEPS 5 /* ceil(24 / 5) */
+#define RUN         (2 * EPOCH_STEPS)
+
+static void test_train(void)
+{
+    struct trn_loader_opts o;
+    struct saved a[RUN], b[RUN], c[RUN];
+    char err[512] = "";
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    memset(c, 0, sizeof c);
+
+    train_opts(&o, 1);
+    int rc = collect("train.ffr", &o, a, RUN, NULL, err, sizeof err);
+    is_int(rc, 0, "train loader, 1 worker: %d batches (%s)", RUN, err);
+    if (rc) return;
+    int shapes = 1, tg = 1, rows = 0;
+    for (int i = 0; i < RUN; i++) {
+        const int want_n = (i % EPOCH_STEPS == EPOCH_STEPS - 1) ? N_TRAIN - 4 * 5 : 5;
+        shapes &= a[i].epoch == (uint32_t)(i / EPOCH_STEPS) &&
+                  a[i].step == (uint64_t)(i % EPOCH_STEPS) && a[i].n == want_n && a[i].h == IMG &&
+                  a[i].w == IMG && a[i].bytes == (size_t)want_n * 3 * IMG * IMG;
+        tg &= targets_ok(&a[i]);
+        rows += (int)a[i].nt;
+    }
+    ok(shapes, "batches: epoch/step in order, 5 images (4 in an epoch's last), 3x128x128 u8");
+    ok(tg && rows > 20, "target rows well formed (%d rows over %d batches)", rows, RUN);
+
+    /* Every record once per epoch, as the image's own record. */
+    for (int e = 0; e < 2; e++) {
+        int seen[N_TRAIN] = { 0 }, good = 1;
+        for (int i = e * EPOCH_STEPS; i < (e + 1) * EPOCH_STEPS; i++)
+            for (int j = 0; j < a[i].n; j++) {
+                good &= a[i].info[j].index < N_TRAIN && a[i].info[j].h0 > 0 &&
+                        a[i].info[j].position == (uint64_t)((i % EPOCH_STEPS) * 5 + j);
+                if (a[i].info[j].index < N_TRAIN) seen[a[i].info[j].index]++;
+            }
+        for (int k = 0; k < N_TRAIN; k++)
+            good &= seen[k] == 1;
+        ok(good, "epoch %d: every record is the base of exactly one image", e);
+    }
+    int differ = 0;
+    for (int j = 0; j < 5; j++)
+        differ += a[0].info[j].index != a[EPOCH_STEPS].info[j].index;
+    ok(differ > 0 && memcmp(a[0].images, a[EPOCH_STEPS].images, a[0].bytes) != 0,
+       "epoch 1 is shuffled and augmented differently from epoch 0");
+    /* Mosaic fills with 114 and warps: images are not plain copies; some pixels are 114. */
+    size_t grey = 0;
+    for (size_t k = 0; k < a[0].bytes; k++)
+        grey += a[0].images[k] == 114;
+    ok(grey > 0 && grey < a[0].bytes, "mosaic border grey present but not everywhere (%zu)", grey);
+
+    train_opts(&o, 3);
+    o.depth = 2;
+    rc = collect("train.ffr", &o, b, RUN, NULL, err, sizeof err);
+    int eq = rc == 0;
+    for (int i = 0; eq && i < RUN; i++)
+        eq &= same(&a[i], &b[i]);
+    ok(eq, "3 workers, depth 2: the same bytes as 1 worker (%s)", err);
+    unsave(b, RUN);
+    memset(b, 0, sizeof b);
+
+    train_opts(&o, 2);
+    o.seed = 8;
+    rc = collect("train.ffr", &o, b, 2, NULL, err, sizeof err);
+    ok(rc == 0 && !same(&a[0], &b[0]), "another seed: other batches");
+    unsave(b, 2);
+    memset(b, 0, sizeof b);
+
+    /* Same samples from differently stored records. */
+    static const char *const variants[] = { "train-raw.ffr", "train-sub.ffr" };
+    for (int v = 0; v < 2; v++) {
+        train_opts(&o, 2);
+        rc = collect(variants[v], &o, b, EPOCH_STEPS, NULL, err, sizeof err);
+        eq = rc == 0;
+        for (int i = 0; eq && i < EPOCH_STEPS; i++)
+            eq &= same(&a[i], &b[i]);
+        ok(eq, "%s gives the same batches as zstd records (%s)", variants[v], err);
+        unsave(b, EPOCH_STEPS);
+        memset(b, 0, sizeof b);
+    }
+
+    /* Resume: a loader started at (1, 2) and one moved there give epoch 1's batches 2.. */
+    train_opts(&o, 2);
+    o.epoch = 1;
+    o.step = 2;
+    rc = collect("train.ffr", &o, c, 3, NULL, err, sizeof err);
+    eq = rc == 0;
+    for (int i = 0; eq && i < 3; i++)
+        eq &= same(&c[i], &a[EPOCH_STEPS + 2 + i]);
+    ok(eq, "started at epoch 1 step 2: the same batches as iterating there (%s)", err);
+    unsave(c, 3);
+    {
+        struct ffr_reader *r = open_ds("train.ffr");
+        struct trn_loader *l = NULL;
+        train_opts(&o, 3);
+        rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+        struct trn_batch bt;
+        struct saved s;
+        int good = rc == 0;
+        for (int i = 0; good && i < 2; i++)
+            good &= trn_loader_next(l, &bt) == 0;
+        good &= good && trn_loader_set_position(l, 0, 3) == 0;
+        for (int i = 0; good && i < 4; i++) {
+            good &= trn_loader_next(l, &bt) == 0;
+            if (!good) break;
+            save(&s, &bt);
+            good &= same(&s, &a[3 + i]);
+            unsave(&s, 1);
+        }
+        ok(good, "set_position(0, 3) mid-run: batches 0/3, 0/4, 1/0, 1/1 as before");
+        good = rc == 0 && trn_loader_set_epoch(l, 1) == 0 && trn_loader_next(l, &bt) == 0;
+        if (good) {
+            save(&s, &bt);
+            good = same(&s, &a[EPOCH_STEPS]);
+            unsave(&s, 1);
+        }
+        ok(good, "set_epoch(1): epoch 1's first batch");
+        ok(rc == 0 && trn_loader_set_position(l, 0, EPOCH_STEPS) == -EINVAL,
+           "a step past the epoch is refused");
+        struct trn_loader_info info;
+        trn_loader_info(l, &info);
+        ok(info.records == N_TRAIN && info.steps == EPOCH_STEPS && info.workers == 3 &&
+               info.depth == 3 && info.pinned_bytes > 0 && info.bad_records == 0,
+           "info: %llu records, %llu steps, %u workers, %zu pinned bytes (%s)",
+           (unsigned long long)info.records, (unsigned long long)info.steps, info.workers,
+           info.pinned_bytes, ffio_pinned_kind_name(info.pinned_kind));
+        trn_loader_destroy(l);
+        ffr_reader_close(r);
+    }
+
+    /* float32 output = u8 / 255. */
+    train_opts(&o, 2);
+    o.pixels = TRN_PIXELS_F32;
+    rc = collect("train.ffr", &o, b, 2, NULL, err, sizeof err);
+    eq = rc == 0;
+    for (int i = 0; eq && i < 2; i++) {
+        eq &= b[i].bytes == a[i].bytes * 4 && b[i].nt == a[i].nt;
+        const float *f = (const float *)(const void *)b[i].images;
+        for (size_t k = 0; eq && k < a[i].bytes; k++)
+            eq &= f[k] == (float)a[i].images[k] / 255.0f;
+    }
+    ok(eq, "float32 output equals the u8 batch / 255");
+    unsave(b, 2);
+
+    /* Ranks: two ranks of world 2 cover the epoch between them. */
+    {
+        int seen[N_TRAIN] = { 0 }, good = 1;
+        for (uint32_t rk = 0; rk < 2; rk++) {
+            struct saved r2[3];
+            memset(r2, 0, sizeof r2);
+            train_opts(&o, 1);
+            o.world_size = 2;
+            o.rank = rk;
+            rc = collect("train.ffr", &o, r2, 3, NULL, err, sizeof err); /* 12 per rank */
+            good &= rc == 0 && r2[2].n == 2;
+            for (int i = 0; i < 3 && good; i++)
+                for (int j = 0; j < r2[i].n; j++)
+                    seen[r2[i].info[j].index % N_TRAIN]++;
+            unsave(r2, 3);
+        }
+        for (int k = 0; k < N_TRAIN; k++)
+            good &= seen[k] == 1;
+        ok(good, "world 2: the ranks' epochs are disjoint and cover the dataset");
+    }
+    unsave(a, RUN);
+}
+
+/* With every augmentation off, a training sample is the letterboxed record: exact pixels and
+ * labels (the identity warp samples integer positions). */
+static void test_identity(void)
+{
+    struct trn_loader_opts o;
+    train_opts(&o, 2);
+    o.hyp.mosaic = 0;
+    o.hyp.mixup = 0;
+    o.hyp.degrees = 0;
+    o.hyp.shear = 0;
+    o.hyp.scale = 0;
+    o.hyp.translate = 0;
+    o.hyp.hsv_h = o.hyp.hsv_s = o.hyp.hsv_v = 0;
+    o.hyp.fliplr = 0;
+    o.batch_size = 4;
+    struct ffr_reader *r = open_ds("train.ffr");
+    struct trn_loader *l = NULL;
+    char err[512] = "";
+    int rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+    int pix_ok = rc == 0, lab_ok = rc == 0, checked = 0;
+    uint8_t *raw = malloc(1 << 20), *rgb = malloc(IMG * IMG * 3);
+    for (int bi = 0; rc == 0 && bi < 6; bi++) {
+        struct trn_batch b;
+        if (trn_loader_next(l, &b) != 0) {
+            pix_ok = lab_ok = 0;
+            break;
+        }
+        const uint8_t *img = b.images;
+        for (int j = 0; j < b.n; j++) {
+            const uint64_t idx = b.info[j].index;
+            const int64_t len = ffr_reader_read(r, NULL, idx, raw, 1 << 20);
+            struct ffr_det_sample s;
+            if (len < 0 || ffr_det_decode(raw, (size_t)len, &s) < 0 ||
+                ffr_det_pixels(&s, rgb, IMG * IMG * 3) < 0) {
+                pix_ok = 0;
+                continue;
+            }
+            const int w = (int)s.w, h = (int)s.h;
+            const double dw = (IMG - w) / 2.0, dh = (IMG - h) / 2.0;
+            const int left = (int)lround(dw - 0.1), top = (int)lround(dh - 0.1);
+            const uint8_t *plane = img + (size_t)j * 3 * IMG * IMG;
+            for (int y = 0; y < IMG; y++)
+                for (int x = 0; x < IMG; x++)
+                    for (int c = 0; c < 3; c++) {
+                        const int sx = x - left, sy = y - top;
+                        const uint8_t want = (sx >= 0 && sx < w && sy >= 0 && sy < h)
+                                                 ? rgb[((size_t)sy * w + sx) * 3 + c]
+                                                 : 114;
+                        if (plane[(size_t)c * IMG * IMG + (size_t)y * IMG + x] != want) pix_ok = 0;
+                    }
+            /* Labels: the record's rows (boxes inside the image) shifted by the padding. */
+            int nr = 0;
+            for (size_t t = 0; t < b.n_targets; t++) {
+                const float *row = b.targets + 6 * t;
+                if ((int)row[0] != j) continue;
+                if (nr >= (int)s.n_labels) {
+                    lab_ok = 0;
+                    break;
+                }
+                const float *L = s.labels + 5 * nr;
+                /* ultralytics shifts labels by the float half-padding (dw, dh), pixels by
+                 * the rounded one. */
+                const double cx = (L[1] * w + dw) / IMG, cy = (L[2] * h + dh) / IMG;
+                const double bw = L[3] * w / IMG, bh = L[4] * h / IMG;
+                if (row[1] != L[0] || fabs(row[2] - cx) > 2e-3 || fabs(row[3] - cy) > 2e-3 ||
+                    fabs(row[4] - bw) > 2e-3 || fabs(row[5] - bh) > 2e-3)
+                    lab_ok = 0;
+                nr++;
+            }
+            /* box_candidates may drop boxes of 2 px or less, nothing else. */
+            int small = 0;
+            for (uint32_t k = 0; k < s.n_labels; k++)
+                small += s.labels[5 * k + 3] * w <= 2.5f || s.labels[5 * k + 4] * h <= 2.5f;
+            if (nr + small < (int)s.n_labels) lab_ok = 0;
+            checked++;
+        }
+    }
+    ok(pix_ok && checked >= 20, "augmentation off: %d images are the letterboxed records, exactly",
+       checked);
+    ok(lab_ok, "augmentation off: target rows are the records' labels, shifted by the padding");
+    free(raw);
+    free(rgb);
+    trn_loader_destroy(l);
+    ffr_reader_close(r);
+}
+
+/* ultralytics' rect shapes, computed here from the original sizes in the index. */
+static void test_val(void)
+{
+    struct ffr_reader *r = open_ds("val.ffr");
+    if (!r) {
+        ok(0, "val dataset opens");
+        return;
+    }
+    const int B = 4, nb = (N_VAL + B - 1) / B;
+    double ar[N_VAL];
+    int order[N_VAL];
+    for (int i = 0; i < N_VAL; i++) {
+        struct ffr_record_info info;
+        struct ffr_det_summary s;
+        ffr_reader_info(r, (uint64_t)i, &info);
+        ffr_det_summary_decode(info.summary, info.summary_len, &s);
+        ar[i] = (double)s.h0 / s.w0;
+        order[i] = i;
+    }
+    for (int i = 1; i < N_VAL; i++) /* stable insertion sort by ar */
+        for (int k = i; k > 0 && ar[order[k]] < ar[order[k - 1]]; k--) {
+            const int t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+    struct trn_loader_opts o;
+    trn_loader_opts_default(&o);
+    o.mode = TRN_LOADER_VAL;
+    o.img_size = IMG;
+    o.batch_size = B;
+    o.rect = true;
+    o.workers = 2;
+    o.io.io.direct = FFIO_DIRECT_OFF;
+    struct trn_loader *l = NULL;
+    char err[512] = "";
+    int rc = trn_loader_create(r, &o, &l, err, sizeof err);
+    is_int(rc, 0, "rect val loader created (%s)", err);
+    int shapes = rc == 0, content = rc == 0, labels = rc == 0;
+    for (int bi = 0; rc == 0 && bi < nb; bi++) {
+        struct trn_batch b;
+        if (trn_loader_next(l, &b) != 0) {
+            shapes = 0;
+            break;
+        }
+        double mn = 1e9, mx = 0;
+        for (int j = 0; j < b.n; j++) {
+            const double a = ar[order[bi * B + j]];
+            mn = a < mn ? a : mn;
+            mx = a > mx ? a : mx;
+            if (b.info[j].index != (uint64_t)order[bi * B + j]) shapes = 0;
+        }
+        double sh = 1, sw = 1;
+        if (mx < 1)
+            sh = mx;
+        else if (mn > 1)
+            sw = 1 / mn;
+        const int want_h = (int)ceil(sh * IMG / 32 + 0.5) * 32;
+        const int want_w = (int)ceil(sw * IMG / 32 + 0.5) * 32;
+        if (b.height != want_h || b.width != want_w || b.epoch != 0 || b.step != (uint64_t)bi ||
+            b.n != (bi == nb - 1 ? N_VAL - (nb - 1) * B : B))
+            shapes = 0;
+        printf("# val batch %d: %d images, %dx%d (want %dx%d)\n", bi, b.n, b.width, b.height,
+               want_w, want_h);
+        /* Letterbox: the image (long side 128, never scaled up) sits inside, grey around. */
+        const uint8_t *img = b.images;
+        for (int j = 0; j < b.n; j++) {
+            const struct trn_batch_image *in = &b.info[j];
+            if (in->ratio_w != 1.0f || in->ratio_h != 1.0f) content = 0;
+            const int left = (int)lroundf(in->pad_w - 0.1f), top = (int)lroundf(in->pad_h - 0.1f);
+            const size_t plane = (size_t)b.height * (size_t)b.width;
+            if (left > 0 && img[(size_t)j * 3 * plane + (size_t)(b.height / 2) * b.width] != 114)
+                content = 0;
+            if (top > 0 && img[(size_t)j * 3 * plane + (size_t)b.width / 2] != 114) content = 0;
+            if (left + (int)in->w > b.width || top + (int)in->h > b.height) content = 0;
+        }
+        struct saved s;
+        save(&s, &b);
+        labels &= targets_ok(&s);
+        unsave(&s, 1);
+    }
+    ok(shapes, "rect batches: sorted by aspect ratio, ultralytics' shapes, short last batch");
+    ok(content, "rect images letterboxed without upscaling, grey padding");
+    ok(labels, "rect targets well formed");
+    trn_loader_destroy(l);
+    l = NULL;
+
+    o.rect = false;
+    o.world_size = 1;
+    rc = trn_loader_create(r, &o, &l, err, sizeof err);
+    struct trn_batch b;
+    int sq = rc == 0 && trn_loader_next(l, &b) == 0 && b.height == IMG && b.width == IMG &&
+             b.info[0].index == 0 && b.info[3].index == 3;
+    ok(sq, "square val: dataset order, 128x128");
+    trn_loader_destroy(l);
+    l = NULL;
+
+    o.rect = true;
+    o.world_size = 2;
+    rc = trn_loader_create(r, &o, &l, err, sizeof err);
+    ok(rc == -EINVAL && strstr(err, "one rank"), "rect with 2 ranks refused (%s)", err);
+    ffr_reader_close(r);
+}
+
+/* Records with polygons (COCO segments): the warp boxes them from their points. */
+static void test_segments(void)
+{
+    struct ffr_reader *r = open_ds("train-seg.ffr");
+    uint64_t points = 0;
+    uint8_t *raw = malloc(1 << 20);
+    for (uint64_t i = 0; r && i < ffr_reader_count(r); i++) {
+        struct ffr_det_sample s;
+        const int64_t len = ffr_reader_read(r, NULL, i, raw, 1 << 20);
+        if (len > 0 && ffr_det_decode(raw, (size_t)len, &s) == 0) points += s.n_points;
+    }
+    free(raw);
+    ffr_reader_close(r);
+    ok(points > 100, "the COCO-made dataset has polygons (%llu points)",
+       (unsigned long long)points);
+    struct trn_loader_opts o;
+    struct saved a[EPOCH_STEPS], b[EPOCH_STEPS];
+    char err[512] = "";
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    train_opts(&o, 1);
+    int rc = collect("train-seg.ffr", &o, a, EPOCH_STEPS, NULL, err, sizeof err);
+    int good = rc == 0, rows = 0;
+    for (int i = 0; good && i < EPOCH_STEPS; i++)
+        good &= targets_ok(&a[i]), rows += (int)a[i].nt;
+    ok(good && rows > 10, "segment records: an epoch of well-formed batches (%d rows) (%s)", rows,
+       err);
+    train_opts(&o, 3);
+    rc = collect("train-seg.ffr", &o, b, EPOCH_STEPS, NULL, err, sizeof err);
+    int eq = rc == 0;
+    for (int i = 0; eq && i < EPOCH_STEPS; i++)
+        eq &= same(&a[i], &b[i]);
+    ok(eq, "segment records: 3 workers give the same bytes (%s)", err);
+    unsave(a, EPOCH_STEPS);
+    unsave(b, EPOCH_STEPS);
+}
+
+static void test_errors(void)
+{
+    struct ffr_reader *r = open_ds("train.ffr");
+    struct trn_loader *l = NULL;
+    struct trn_loader_opts o;
+    char err[512];
+    train_opts(&o, 1);
+    o.img_size = 160;
+    int rc = trn_loader_create(r, &o, &l, err, sizeof err);
+    ok(rc == -EINVAL && !l && strstr(err, "long side 160") && strstr(err, "--size 160"),
+       "records packed at another size are refused with a hint (%s)", err);
+    train_opts(&o, 1);
+    o.batch_size = 0;
+    ok(trn_loader_create(r, &o, &l, err, sizeof err) == -EINVAL, "batch 0 refused (%s)", err);
+    train_opts(&o, 1);
+    o.depth = 1;
+    ok(trn_loader_create(r, &o, &l, err, sizeof err) == -EINVAL, "depth 1 refused (%s)", err);
+    train_opts(&o, 1);
+    o.rect = true;
+    ok(trn_loader_create(r, &o, &l, err, sizeof err) == -EINVAL, "rect training refused (%s)", err);
+    train_opts(&o, 1);
+    o.hyp.mosaic = 2;
+    ok(trn_loader_create(r, &o, &l, err, sizeof err) == -EINVAL && strstr(err, "mosaic"),
+       "bad hyp refused (%s)", err);
+    train_opts(&o, 1);
+    o.step = EPOCH_STEPS;
+    ok(trn_loader_create(r, &o, &l, err, sizeof err) == -EINVAL, "start step past the epoch (%s)",
+       err);
+    ok(trn_loader_create(NULL, &o, &l, err, sizeof err) == -EINVAL, "no dataset refused");
+    ffr_reader_close(r);
+}
+
+/* Copy train.ffr with record `bad` replaced by bytes that are not a detection sample (its
+ * summary kept): the container is fine, the sample does not decode. */
+static int write_undecodable(uint64_t bad)
+{
+    struct ffr_reader *r = open_ds("train.ffr");
+    if (!r) return -1;
+    char path[512];
+    snprintf(path, sizeof path, "%s/undecodable.ffr", dir);
+    struct ffr_writer_opts wo;
+    ffr_writer_opts_default(&wo);
+    wo.durable = 0;
+    struct ffr_writer *w = NULL;
+    int rc = ffr_writer_open(&w, path, &wo);
+    uint8_t *buf = malloc(1 << 20);
+    size_t mlen = 0;
+    const char *meta = ffr_reader_metadata(r, &mlen);
+    if (rc == 0) rc = ffr_writer_set_metadata(w, meta, mlen);
+    for (uint64_t i = 0; rc == 0 && i < ffr_reader_count(r); i++) {
+        struct ffr_record_info info;
+        ffr_reader_info(r, i, &info);
+        int64_t len = ffr_reader_read(r, NULL, i, buf, 1 << 20);
+        if (len < 0) rc = (int)len;
+        if (i == bad) memset(buf, 0x5a, 100), len = 100;
+        if (rc == 0) rc = ffr_writer_append(w, buf, (size_t)len, info.summary, info.summary_len);
+    }
+    rc = rc == 0 ? ffr_writer_close(w) : (ffr_writer_abort(w), rc);
+    free(buf);
+    ffr_reader_close(r);
+    return rc;
+}
+
+/* Flip one stored byte of record `bad` in a copy of train.ffr: its checksum fails. */
+static int write_checksum_bad(uint64_t bad)
+{
+    struct ffr_reader *r = open_ds("train.ffr");
+    if (!r) return -1;
+    struct ffr_record_info info;
+    ffr_reader_info(r, bad, &info);
+    ffr_reader_close(r);
+    if (run("cp %s/train.ffr %s/checksum.ffr", dir, dir) != 0) return -1;
+    char path[512];
+    snprintf(path, sizeof path, "%s/checksum.ffr", dir);
+    const int fd = open(path, O_RDWR);
+    if (fd < 0) return -1;
+    uint8_t byte;
+    const off_t at = (off_t)(info.offset + FFR_FRAME_HEADER_SIZE + info.stored_len / 2);
+    int rc = pread(fd, &byte, 1, at) == 1 ? 0 : -1;
+    byte ^= 0x40;
+    if (rc == 0 && pwrite(fd, &byte, 1, at) != 1) rc = -1;
+    close(fd);
+    return rc;
+}
+
+static void test_bad_records(void)
+{
+    const uint64_t bad = 13;
+    ok(write_checksum_bad(bad) == 0 && write_undecodable(bad) == 0,
+       "made copies with record %llu corrupt (checksum) and undecodable", (unsigned long long)bad);
+    static const char *const files[] = { "checksum.ffr", "undecodable.ffr" };
+    static const char *const what[] = { "checksum", "not a detection sample" };
+    for (int f = 0; f < 2; f++) {
+        struct trn_loader_opts o;
+        struct saved a[EPOCH_STEPS], b[EPOCH_STEPS];
+        struct logbuf lb;
+        char err[512] = "", want[64];
+        memset(a, 0, sizeof a);
+        memset(b, 0, sizeof b);
+        memset(&lb, 0, sizeof lb);
+        snprintf(want, sizeof want, "bad record %llu: ", (unsigned long long)bad);
+
+        train_opts(&o, 1);
+        int rc = collect(files[f], &o, a, EPOCH_STEPS, &lb, err, sizeof err);
+        int never = rc == 0;
+        for (int i = 0; never && i < EPOCH_STEPS; i++) {
+            for (int j = 0; j < a[i].n; j++)
+                never &= a[i].info[j].index != bad;
+            never &= targets_ok(&a[i]);
+        }
+        ok(rc == 0 && never, "%s, skip: a full epoch, record %llu never used", files[f],
+           (unsigned long long)bad);
+        ok(count(lb.text, "bad record") == 1 && strstr(lb.text, want) && strstr(lb.text, what[f]) &&
+               strstr(lb.text, "next good record"),
+           "reported once by number: %.*s", (int)strcspn(lb.text, "\n"), lb.text);
+        train_opts(&o, 3);
+        rc = collect(files[f], &o, b, EPOCH_STEPS, NULL, err, sizeof err);
+        int eq = rc == 0;
+        for (int i = 0; eq && i < EPOCH_STEPS; i++)
+            eq &= same(&a[i], &b[i]);
+        ok(eq, "skipping is deterministic: 3 workers give the same bytes");
+        unsave(a, EPOCH_STEPS);
+        unsave(b, EPOCH_STEPS);
+        memset(a, 0, sizeof a);
+
+        memset(&lb, 0, sizeof lb);
+        train_opts(&o, 2);
+        o.bad_records = TRN_BAD_RECORD_FAIL;
+        rc = collect(files[f], &o, a, EPOCH_STEPS, &lb, err, sizeof err);
+        ok(rc < 0 && strstr(err, want) && strstr(lb.text, "stopping"),
+           "%s, fail: the run stops with %d (%s): %s", files[f], rc, trn_loader_strerror(rc), err);
+        /* Batches before the failing one were delivered intact. */
+        for (int i = 0; i < EPOCH_STEPS && a[i].images; i++) {
+            free(a[i].images);
+            free(a[i].targets);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        printf("usage: test_loader YOLO_SYNTH YOLO_PACK\n");
+        return 99;
+    }
+    const char *synth = argv[1], *pack = argv[2];
+    snprintf(dir, sizeof dir, "/tmp/test_loader_XXXXXX");
+    if (!mkdtemp(dir)) {
+        printf("# mkdtemp failed\n");
+        return 99;
+    }
+    const int made =
+        run("%s %s/synth --split train2017=%d --split val2017=%d --seed 5 --min-side 48 "
+            "--max-side 200 --format yolo --classes 4 --max-objects 5",
+            synth, dir, N_TRAIN, N_VAL) == 0 &&
+        run("%s %s/synth -o %s/train.ffr --size %d --split train2017 -q -j 1", pack, dir, dir,
+            IMG) == 0 &&
+        run("%s %s/synth -o %s/train-raw.ffr --size %d --split train2017 -q -j 1 --codec raw", pack,
+            dir, dir, IMG) == 0 &&
+        run("%s %s/synth -o %s/train-sub.ffr --size %d --split train2017 -q -j 1 --filter sub",
+            pack, dir, dir, IMG) == 0 &&
+        run("%s %s/synth -o %s/val.ffr --size %d --split val2017 -q -j 1", pack, dir, dir, IMG) ==
+            0 &&
+        run("%s %s/synthc --split train2017=%d --seed 6 --min-side 48 --max-side 200 --format "
+            "coco --classes 4 --max-objects 5",
+            synth, dir, N_TRAIN) == 0 &&
+        run("%s %s/synthc -o %s/train-seg.ffr --size %d --split train2017 -q -j 1", pack, dir, dir,
+            IMG) == 0;
+    if (!ok(made, "yolo-synth and yolo-pack made the datasets in %s", dir)) {
+        printf("# see %s/stderr.txt\n", dir);
+        return tap_done();
+    }
+    test_train();
+    test_identity();
+    test_val();
+    test_segments();
+    test_errors();
+    test_bad_records();
+    const int rc = tap_done();
+    if (rc == 0) run("rm -rf %s", dir);
+    return rc;
+}

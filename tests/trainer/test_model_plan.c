@@ -1,0 +1,136 @@
+/*
+ * The activation plan: one arena, every forward tensor at its own aligned offset, shapes that
+ * chain (each conv reads a tensor with its c1 channels), the recipe's spatial sizes, Detect
+ * outputs at 80/40/20, and image sizes the model cannot take refused with the row named.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "tap.h"
+
+static struct trn_model *load(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.yaml", TRN_TEST_MODELS_DIR, name);
+    struct trn_model *m = NULL;
+    char err[512] = "";
+    if (trn_model_load(path, NULL, &m, err, sizeof err)) {
+        printf("Bail out! %s\n", err);
+        exit(99);
+    }
+    return m;
+}
+
+static int cmp_offset(const void *a, const void *b)
+{
+    const struct trn_act *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static void check_plan(const struct trn_model *m, int batch, int h, int w)
+{
+    const struct trn_model_info *I = trn_model_info(m);
+    struct trn_act_plan p;
+    char err[256];
+    const int rc = trn_model_plan(m, batch, h, w, &p, err, sizeof err);
+    if (!ok(rc == 0, "%s: plan %d x %dx%d", I->name, batch, h, w)) {
+        tap_diag("%s", err);
+        return;
+    }
+    /* disjoint, aligned, inside total */
+    struct trn_act *sorted = malloc((size_t)p.n_acts * sizeof *sorted);
+    memcpy(sorted, p.acts, (size_t)p.n_acts * sizeof *sorted);
+    qsort(sorted, (size_t)p.n_acts, sizeof *sorted, cmp_offset);
+    int bad = 0;
+    size_t end = 0, sum = 0;
+    for (int i = 0; i < p.n_acts; i++) {
+        const struct trn_act *a = &sorted[i];
+        bad += a->offset < end || a->offset % TRN_MODEL_ALIGN ||
+               a->numel != (size_t)a->n * a->c * a->h * a->w || a->n != batch;
+        end = a->offset + a->numel;
+        sum += a->numel;
+    }
+    free(sorted);
+    bad += end > p.total;
+    is_int(bad, 0, "%d activations: disjoint, aligned, in the arena (%zu floats)", p.n_acts,
+           p.total);
+    ok(p.total - sum < (size_t)p.n_acts * TRN_MODEL_ALIGN, "only alignment padding is wasted");
+    ok(strcmp(p.acts[0].name, "input") == 0 && p.acts[0].c == I->ch && p.acts[0].h == h &&
+           p.acts[0].w == w,
+       "acts[0] is the input batch");
+    /* every conv reads a tensor of its input channels and writes c2 at its own size */
+    bad = 0;
+    for (int i = 0; i < I->n_convs; i++) {
+        const struct trn_conv *c = trn_model_conv(m, i);
+        const struct trn_act_conv *ac = &p.convs[i];
+        const struct trn_act *in = &p.acts[ac->in], *o = &p.acts[ac->conv];
+        const int oh = (in->h + 2 * c->p - c->k) / c->s + 1;
+        bad += in->c != c->c1 || o->c != c->c2 || o->h != oh;
+        if (c->bn)
+            bad += ac->bn < 0 || ac->act < 0 || p.acts[ac->act].c != c->c2;
+        else
+            bad += ac->bn != -1 || ac->act != -1;
+        if (ac->add >= 0) bad += p.acts[ac->add].c != c->c2 || p.acts[ac->add].h != o->h;
+    }
+    is_int(bad, 0, "conv inputs and outputs chain with matching channels and sizes");
+    /* layer outputs: Concat buffers hold the sum of their inputs, C3 cat holds 2 c_ */
+    bad = 0;
+    for (int i = 0; i < I->n_layers; i++) {
+        const struct trn_layer *L = trn_model_layer(m, i);
+        const struct trn_act_layer *al = &p.layers[i];
+        if (L->type == TRN_MOD_DETECT) continue;
+        bad += p.acts[al->out].c != L->c_out || p.acts[al->out].h != al->h;
+        if (L->type == TRN_MOD_C3) bad += al->cat < 0 || p.acts[al->cat].c != 2 * L->hidden;
+        if (L->type == TRN_MOD_SPPF)
+            bad += al->cat < 0 || p.acts[al->cat].c != 4 * L->hidden || al->pool[2] < 0;
+        if (L->type == TRN_MOD_CONCAT) bad += al->cat != al->out;
+    }
+    is_int(bad, 0, "row outputs, C3/SPPF/Concat buffers have the right channels");
+    const struct trn_layer *D = trn_model_layer(m, I->detect);
+    bad = 0;
+    for (int l = 0; l < I->nl; l++) {
+        const struct trn_act *o = &p.acts[p.convs[D->conv0 + l].conv];
+        bad += o->c != I->na * I->no || o->h != h / I->stride[l] || o->w != w / I->stride[l];
+    }
+    is_int(bad, 0, "Detect outputs: na*no channels at h/8, h/16, h/32");
+    tap_diag("%s batch %d at %dx%d: %d activation tensors, %.1f MiB", I->name, batch, h, w,
+             p.n_acts, (double)p.total * 4 / (1 << 20));
+    trn_act_plan_free(&p);
+}
+
+int main(void)
+{
+    struct trn_model *m = load("yolov5s");
+    check_plan(m, 2, 640, 640);
+    check_plan(m, 3, 320, 256);
+    struct trn_act_plan p;
+    char err[256];
+    is_int(trn_model_plan(m, 1, 640, 640, &p, err, sizeof err), 0, "plan s at 640");
+    static const int hw[25] = { 320, 160, 160, 80, 80, 40, 40, 20, 20, 20, 20, 40, 40,
+                                40,  40,  80,  80, 80, 40, 40, 40, 20, 20, 20, 80 };
+    int bad = 0;
+    for (int i = 0; i < 25; i++)
+        bad += p.layers[i].h != hw[i] || p.layers[i].w != hw[i];
+    is_int(bad, 0, "row sizes at 640 are the recipe's");
+    ok(strcmp(p.acts[p.convs[0].conv].name, "model.0.conv") == 0 &&
+           strcmp(p.acts[p.convs[0].act].name, "model.0.act") == 0,
+       "names: model.0.conv / model.0.act");
+    trn_act_plan_free(&p);
+
+    /* 650 is not a multiple of 32: layer 12 concatenates 42x42 with 41x41 */
+    is_int(trn_model_plan(m, 1, 650, 640, &p, err, sizeof err), -TRN_MODEL_ESHAPE,
+           "650x640 is refused");
+    ok(strstr(err, "layer 12: Concat inputs differ") != NULL, "message names the row: %s", err);
+    is_int(trn_model_plan(m, 0, 640, 640, &p, err, sizeof err), -EINVAL, "batch 0: -EINVAL");
+    is_int(trn_model_plan(m, 1, 8, 8, &p, err, sizeof err), -TRN_MODEL_ESHAPE, "8x8 is too small");
+    trn_act_plan_free(NULL);
+    trn_model_destroy(m);
+
+    m = load("yolov5n");
+    check_plan(m, 1, 128, 128);
+    trn_model_destroy(m);
+    return tap_done();
+}

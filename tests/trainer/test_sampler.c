@@ -1,0 +1,387 @@
+/*
+ * The sampler: Philox against Random123's known answers, the keyed permutation is a bijection,
+ * ranks partition every epoch as DistributedSampler does, the order is a pure function of
+ * (seed, epoch, position), and the plan's draws have the rates and uniformity they claim.
+ * Statistical bounds are 5 sigma (or chi-square mean + 5 sd) on fixed seeds: deterministic, and
+ * far from the values a wrong draw (off-by-one range, biased shuffle, swapped probability) gives.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampler.h"
+#include "tap.h"
+
+static void test_philox_kat(void)
+{
+    /* Random123 kat_vectors, "philox4x32 10": counter, key, expected output. */
+    static const uint32_t v[3][10] = {
+        { 0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8 },
+        { 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+          0x41c83b0e, 0xa20bc7c6, 0x6d5451fd },
+        { 0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+          0x94fdcceb, 0x5001e420, 0x24126ea1 },
+    };
+    for (int i = 0; i < 3; i++) {
+        uint32_t out[4];
+        trn_philox4x32_10(&v[i][0], &v[i][4], out);
+        ok(memcmp(out, &v[i][6], sizeof out) == 0, "philox4x32-10 known answer %d", i);
+    }
+}
+
+static void test_perm_bijection(void)
+{
+    static const uint64_t sizes[] = { 1,   2,   3,   4,    5,    7,    8,     31,    97,
+                                      100, 127, 128, 1000, 1021, 4097, 65537, 100000 };
+    uint8_t *seen = malloc(100000);
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const uint64_t n = sizes[si];
+        for (uint64_t key = 0; key < 3; key++) {
+            struct trn_perm p;
+            int good = trn_perm_init(&p, n, key * 0x12345678abcdefull) == 0;
+            memset(seen, 0, n);
+            uint64_t fixed = 0;
+            for (uint64_t x = 0; x < n && good; x++) {
+                const uint64_t y = trn_perm_apply(&p, x);
+                if (y >= n || seen[y] || trn_perm_invert(&p, y) != x)
+                    good = 0;
+                else
+                    seen[y] = 1;
+                fixed += y == x;
+            }
+            /* A random permutation has about one fixed point; identity would have n. */
+            ok(good && (n < 16 || fixed < n / 8),
+               "permutation of [0, %llu) key %llu is a bijection with its inverse (%llu fixed)",
+               (unsigned long long)n, (unsigned long long)key, (unsigned long long)fixed);
+        }
+    }
+    free(seen);
+    struct trn_perm p;
+    is_int(trn_perm_init(&p, 0, 1), -EINVAL, "n = 0 rejected");
+    is_int(trn_perm_init(&p, (1ull << 62) + 1, 1), -EINVAL, "n > 2^62 rejected");
+    ok(trn_perm_init(&p, 1ull << 62, 7) == 0 && trn_perm_apply(&p, 12345) < (1ull << 62) &&
+           trn_perm_invert(&p, trn_perm_apply(&p, 12345)) == 12345,
+       "largest domain (2^62) round-trips");
+}
+
+static int make(struct trn_sampler *s, uint64_t n, uint64_t seed, uint32_t w, uint32_t r)
+{
+    struct trn_sampler_opts o;
+    trn_sampler_opts_default(&o);
+    o.n = n;
+    o.seed = seed;
+    o.world_size = w;
+    o.rank = r;
+    return trn_sampler_init(s, &o);
+}
+
+/* Every epoch, across all ranks: equal counts, disjoint positions, each sample at least once,
+ * and the padding is exactly DistributedSampler's wrap (the first `pad` of the order again). */
+static void test_partition(void)
+{
+    static const uint64_t sizes[] = { 1, 2, 3, 5, 7, 13, 64, 97, 101, 1001 };
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const uint64_t n = sizes[si];
+        for (uint32_t w = 1; w <= 8; w++) {
+            int good = 1;
+            uint32_t *count = calloc(n, sizeof *count);
+            uint64_t *order = malloc(n * sizeof *order);
+            struct trn_sampler s0;
+            good &= make(&s0, n, 42, 1, 0) == 0;
+            trn_sampler_set_epoch(&s0, 3);
+            for (uint64_t g = 0; g < n; g++)
+                order[g] = trn_sampler_index(&s0, g);
+            const uint64_t per = (n + w - 1) / w, pad = per * w - n;
+            uint32_t *extra = calloc(n, sizeof *extra);
+            for (uint64_t k = 0; k < pad; k++)
+                extra[order[k % n]]++;
+            uint64_t total = 0;
+            for (uint32_t r = 0; r < w; r++) {
+                struct trn_sampler s;
+                good &= make(&s, n, 42, w, r) == 0;
+                trn_sampler_set_epoch(&s, 3);
+                good &= trn_sampler_rank_count(&s) == per && trn_sampler_total(&s) == per * w;
+                for (uint64_t i = 0; i < per; i++) {
+                    const uint64_t g = trn_sampler_position(&s, i);
+                    good &= g % w == r && g < per * w;
+                    const uint64_t idx = trn_sampler_index(&s, g);
+                    /* The global order does not depend on the world size. */
+                    good &= idx == order[g % n];
+                    if (idx < n) count[idx]++;
+                    total++;
+                }
+            }
+            for (uint64_t i = 0; i < n; i++)
+                good &= count[i] == 1 + extra[i];
+            ok(good && total == per * w,
+               "n=%llu world=%u: %llu per rank, every sample once (+%llu wrapped), same order as "
+               "world 1",
+               (unsigned long long)n, w, (unsigned long long)per, (unsigned long long)pad);
+            free(count);
+            free(order);
+            free(extra);
+        }
+    }
+    /* A global step covers the same samples for any world size. */
+    {
+        const uint64_t n = 1000, b = 4;
+        int good = 1;
+        for (uint32_t w = 1; w <= 8 && good; w++) {
+            uint8_t *hit = calloc(n, 1);
+            const uint64_t step = 5, gb = b * w;
+            for (uint32_t r = 0; r < w; r++) {
+                struct trn_sampler s;
+                make(&s, n, 9, w, r);
+                for (uint64_t j = 0; j < b; j++) {
+                    const uint64_t g = trn_sampler_position(&s, step * b + j);
+                    good &= g >= step * gb && g < (step + 1) * gb;
+                    hit[trn_sampler_index(&s, g)] = 1;
+                }
+            }
+            struct trn_sampler s1;
+            make(&s1, n, 9, 1, 0);
+            for (uint64_t g = step * gb; g < (step + 1) * gb; g++)
+                good &= hit[trn_sampler_index(&s1, g)];
+            free(hit);
+        }
+        ok(good, "global step k holds positions [k*B, (k+1)*B) whatever the world size");
+    }
+    struct trn_sampler s;
+    is_int(make(&s, 0, 1, 1, 0), -EINVAL, "n = 0 rejected");
+    is_int(make(&s, 10, 1, 0, 0), -EINVAL, "world size 0 rejected");
+    is_int(make(&s, 10, 1, 4, 4), -EINVAL, "rank >= world size rejected");
+}
+
+static void test_determinism(void)
+{
+    const uint64_t n = 5000;
+    struct trn_sampler a, b, c;
+    make(&a, n, 1234, 1, 0);
+    make(&b, n, 1234, 1, 0);
+    make(&c, n, 1235, 1, 0);
+    uint64_t same_ab = 0, same_ac = 0, same_epoch = 0, identity = 0;
+    uint64_t *e0 = malloc(n * sizeof *e0);
+    for (uint64_t g = 0; g < n; g++) {
+        e0[g] = trn_sampler_index(&a, g);
+        same_ab += e0[g] == trn_sampler_index(&b, g);
+        same_ac += e0[g] == trn_sampler_index(&c, g);
+        identity += e0[g] == g;
+    }
+    trn_sampler_set_epoch(&a, 1);
+    for (uint64_t g = 0; g < n; g++)
+        same_epoch += e0[g] == trn_sampler_index(&a, g);
+    is_int(same_ab, n, "same seed, same epoch: same order");
+    ok(same_ac < 20, "another seed: a different order (%llu of %llu positions agree)",
+       (unsigned long long)same_ac, (unsigned long long)n);
+    ok(same_epoch < 20, "another epoch: a different order (%llu agree)",
+       (unsigned long long)same_epoch);
+    ok(identity < 20, "the order is shuffled (%llu fixed points)", (unsigned long long)identity);
+    trn_sampler_set_epoch(&a, 0);
+    int back = 1;
+    for (uint64_t g = 0; g < n; g++)
+        back &= e0[g] == trn_sampler_index(&a, g);
+    ok(back, "returning to epoch 0 gives epoch 0's order again (no hidden state)");
+
+    struct trn_sampler_opts o;
+    trn_sampler_opts_default(&o);
+    o.n = 10;
+    o.shuffle = false;
+    struct trn_sampler v;
+    trn_sampler_init(&v, &o);
+    int ident = 1;
+    for (uint64_t g = 0; g < 13; g++)
+        ident &= trn_sampler_index(&v, g) == g % 10;
+    ok(ident, "shuffle off: identity order, padding wraps to the start");
+
+    /* Plans are pure functions of (seed, epoch, position). */
+    struct trn_plan_probs pr = { .mosaic = 0.8, .mixup = 0.3, .flipud = 0.1, .fliplr = 0.5 };
+    struct trn_plan p1, p2;
+    make(&b, n, 77, 1, 0);
+    trn_sampler_set_epoch(&b, 4);
+    trn_sampler_plan(&b, 123, &pr, &p1);
+    struct trn_sampler b2;
+    make(&b2, n, 77, 1, 0);
+    trn_sampler_set_epoch(&b2, 9);
+    trn_sampler_plan(&b2, 124, &pr, &p2); /* touch other state first */
+    trn_sampler_set_epoch(&b2, 4);
+    trn_sampler_plan(&b2, 123, &pr, &p2);
+    ok(memcmp(&p1, &p2, sizeof p1) == 0, "plan(seed, epoch, g) is reproducible");
+    /* Partners do not move when a probability changes. */
+    struct trn_plan_probs pr2 = pr;
+    pr2.mixup = 1.0;
+    pr2.fliplr = 0.0;
+    int stable = 1;
+    for (uint64_t g = 0; g < 200; g++) {
+        trn_sampler_plan(&b, g, &pr, &p1);
+        trn_sampler_plan(&b, g, &pr2, &p2);
+        stable &= p1.mosaic == p2.mosaic && memcmp(p1.tiles, p2.tiles, sizeof p1.tiles) == 0 &&
+                  p1.flipud == p2.flipud &&
+                  (!p1.mixup || memcmp(p1.mixup_tiles, p2.mixup_tiles, sizeof p1.mixup_tiles) == 0);
+    }
+    ok(stable, "changing mixup/fliplr probabilities leaves the mosaic tiles and other draws alone");
+
+    struct trn_rng r1, r2, r3;
+    trn_rng_init(&r1, 5, 1, 99, TRN_STREAM_MOSAIC);
+    trn_rng_init(&r2, 5, 1, 99, TRN_STREAM_MOSAIC);
+    trn_rng_init(&r3, 5, 1, 99, TRN_STREAM_COLOR);
+    int eq = 1, diff = 0;
+    for (int i = 0; i < 100; i++) {
+        const uint32_t x = trn_rng_u32(&r1);
+        eq &= x == trn_rng_u32(&r2);
+        diff += x != trn_rng_u32(&r3);
+    }
+    ok(eq && diff > 95, "streams: same inputs same words, another stream other words");
+    free(e0);
+}
+
+/* Sum over bins of (obs - exp)^2 / exp. */
+static double chi2(const uint64_t *obs, size_t bins, double expect)
+{
+    double x = 0;
+    for (size_t i = 0; i < bins; i++)
+        x += ((double)obs[i] - expect) * ((double)obs[i] - expect);
+    return x / expect;
+}
+
+static void test_statistics(void)
+{
+    const uint64_t n = 50, plans = 40000;
+    struct trn_sampler s;
+    make(&s, n, 2024, 1, 0);
+    trn_sampler_set_epoch(&s, 2);
+    const struct trn_plan_probs pr = { .mosaic = 0.7, .mixup = 0.3, .flipud = 0.2, .fliplr = 0.5 };
+    uint64_t partner[50] = { 0 }, slot[4] = { 0 }, mixidx[50] = { 0 };
+    uint64_t n_mosaic = 0, n_mixup = 0, n_ud = 0, n_lr = 0, partners = 0, mixes = 0;
+    int consistent = 1;
+    for (uint64_t g = 0; g < plans; g++) {
+        struct trn_plan p;
+        trn_sampler_plan(&s, g, &pr, &p);
+        consistent &= p.position == g && p.index == trn_sampler_index(&s, g % n);
+        n_ud += p.flipud;
+        n_lr += p.fliplr;
+        if (!p.mosaic) {
+            consistent &= !p.mixup && p.tiles[0] == p.index;
+            continue;
+        }
+        n_mosaic++;
+        n_mixup += p.mixup;
+        /* The base sits in one slot; the other three are partners. */
+        int base_slot = -1, copies = 0;
+        for (int k = 0; k < 4; k++)
+            if (p.tiles[k] == p.index) base_slot = k, copies++;
+        consistent &= base_slot >= 0;
+        for (int k = 0; k < 4; k++) {
+            consistent &= p.tiles[k] < n;
+            if (k != base_slot) partner[p.tiles[k]]++, partners++;
+        }
+        /* Slot uniformity only where the base is unambiguous (no partner equals it). */
+        if (copies == 1) slot[base_slot]++;
+        if (p.mixup)
+            for (int k = 0; k < 4; k++)
+                mixidx[p.mixup_tiles[k]]++, mixes++;
+    }
+    ok(consistent, "plans are consistent (index at its position, base among the tiles)");
+    /* Bernoulli rates within 5 sigma. */
+    const double sig_m = sqrt(plans * 0.7 * 0.3), sig_ud = sqrt(plans * 0.2 * 0.8),
+                 sig_lr = sqrt(plans * 0.25), sig_x = sqrt((double)n_mosaic * 0.3 * 0.7);
+    ok(fabs((double)n_mosaic - 0.7 * plans) < 5 * sig_m, "mosaic rate %.4f ~ 0.7",
+       (double)n_mosaic / plans);
+    ok(fabs((double)n_mixup - 0.3 * (double)n_mosaic) < 5 * sig_x,
+       "mixup rate among mosaics %.4f ~ 0.3", (double)n_mixup / (double)n_mosaic);
+    ok(fabs((double)n_ud - 0.2 * plans) < 5 * sig_ud, "flipud rate %.4f ~ 0.2",
+       (double)n_ud / plans);
+    ok(fabs((double)n_lr - 0.5 * plans) < 5 * sig_lr, "fliplr rate %.4f ~ 0.5",
+       (double)n_lr / plans);
+    /* Partners: n bins, df = n - 1; mean df, sd sqrt(2 df). The base index is excluded, but
+     * when a partner equals the base it is counted once less: a tiny, uniform effect. */
+    const double df = (double)n - 1, bound = df + 5 * sqrt(2 * df);
+    const double c_part = chi2(partner, n, (double)partners / (double)n);
+    ok(c_part < bound, "partners uniform over the dataset: chi2 %.1f < %.1f (df %.0f)", c_part,
+       bound, df);
+    const double c_slot = chi2(slot, 4, (double)(slot[0] + slot[1] + slot[2] + slot[3]) / 4);
+    ok(c_slot < 3 + 5 * sqrt(6.0), "the sample's own tile is uniform over the 4 slots: chi2 %.2f",
+       c_slot);
+    const double c_mix = chi2(mixidx, n, (double)mixes / (double)n);
+    ok(c_mix < bound, "mixup mosaic tiles uniform: chi2 %.1f < %.1f", c_mix, bound);
+
+    /* Probabilities 0 and 1 are exact. */
+    const struct trn_plan_probs all = { 1, 1, 1, 1 }, none = { 0, 0, 0, 0 };
+    int exact = 1;
+    for (uint64_t g = 0; g < 2000; g++) {
+        struct trn_plan a, b;
+        trn_sampler_plan(&s, g, &all, &a);
+        trn_sampler_plan(&s, g, &none, &b);
+        exact &= a.mosaic && a.mixup && a.flipud && a.fliplr;
+        exact &= !b.mosaic && !b.mixup && !b.flipud && !b.fliplr && b.tiles[0] == b.index;
+    }
+    ok(exact, "p = 1 always, p = 0 never");
+
+    /* The first sample of each epoch, over many epochs: uniform over the dataset. */
+    uint64_t first[50] = { 0 };
+    for (uint32_t e = 0; e < 20000; e++) {
+        trn_sampler_set_epoch(&s, e);
+        first[trn_sampler_index(&s, 0)]++;
+    }
+    const double c_first = chi2(first, n, 20000.0 / (double)n);
+    ok(c_first < bound, "position 0 over 20000 epochs is uniform: chi2 %.1f < %.1f", c_first,
+       bound);
+
+    /* Distributions. */
+    struct trn_rng r;
+    trn_rng_init(&r, 11, 0, 0, TRN_STREAM_USER);
+    uint64_t die[6] = { 0 };
+    double sum_u = 0, sum_n = 0, sum_n2 = 0, sum_b = 0, sum_b2 = 0, sum_g = 0;
+    int in_range = 1;
+    const int m = 30000;
+    for (int i = 0; i < m; i++) {
+        const uint64_t d = trn_rng_below(&r, 6);
+        in_range &= d < 6;
+        if (d < 6) die[d]++;
+        const double u = trn_rng_uniform(&r);
+        in_range &= u >= 0 && u < 1;
+        sum_u += u;
+        const double z = trn_rng_normal(&r);
+        sum_n += z;
+        sum_n2 += z * z;
+        const double be = trn_rng_beta(&r, 32, 32);
+        in_range &= be > 0 && be < 1;
+        sum_b += be;
+        sum_b2 += be * be;
+        sum_g += trn_rng_gamma(&r, 0.5);
+        const double ur = trn_rng_uniform_range(&r, -3, 5);
+        in_range &= ur >= -3 && ur < 5;
+    }
+    ok(in_range, "draws stay in their ranges");
+    ok(chi2(die, 6, m / 6.0) < 5 + 5 * sqrt(10.0), "below(6) is uniform: chi2 %.2f",
+       chi2(die, 6, m / 6.0));
+    ok(fabs(sum_u / m - 0.5) < 5 * sqrt(1.0 / 12 / m), "uniform mean %.4f", sum_u / m);
+    ok(fabs(sum_n / m) < 5 / sqrt(m) && fabs(sum_n2 / m - 1) < 5 * sqrt(2.0 / m),
+       "normal mean %.4f variance %.4f", sum_n / m, sum_n2 / m);
+    const double bm = sum_b / m, bv = sum_b2 / m - bm * bm, want_v = 1.0 / (4 * 65);
+    ok(fabs(bm - 0.5) < 5 * sqrt(want_v / m) && fabs(bv - want_v) < 0.1 * want_v,
+       "Beta(32,32) mean %.4f variance %.6f (want 0.5, %.6f)", bm, bv, want_v);
+    ok(fabs(sum_g / m - 0.5) < 5 * sqrt(0.5 / m), "Gamma(0.5) mean %.4f", sum_g / m);
+    ok(isnan(trn_rng_beta(&r, 0, 1)) && isnan(trn_rng_gamma(&r, -1)), "bad parameters give NAN");
+    is_int(trn_rng_below(&r, 0), 0, "below(0) is 0");
+    int one = 1;
+    for (int i = 0; i < 100; i++)
+        one &= trn_rng_below(&r, 1) == 0;
+    ok(one, "below(1) is always 0");
+    /* Huge n: no bias trap, still in range. */
+    int big = 1;
+    for (int i = 0; i < 1000; i++)
+        big &= trn_rng_below(&r, (1ull << 63) + 1) <= (1ull << 63);
+    ok(big, "below(2^63 + 1) in range");
+}
+
+int main(void)
+{
+    test_philox_kat();
+    test_perm_bijection();
+    test_partition();
+    test_determinism();
+    test_statistics();
+    return tap_done();
+}

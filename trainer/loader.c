@@ -1,0 +1,1056 @@
+/*
+ * loader: worker threads turn (seed, epoch, position) into augmented samples and write them
+ * into a ring of pinned batch buffers. See loader.h for the contract.
+ *
+ * Work is handed out one sample at a time, in order: task (seq, j) is image j of the seq-th
+ * batch since the last (re)positioning. Batch seq lives in ring slot seq % depth, and tasks of
+ * batch seq may be claimed only once the consumer has released batch seq - depth, so the ring
+ * never overwrites a batch the consumer holds. Each sample is computed by one worker from pure
+ * inputs and written to its own place in the slot, which is why the bytes do not depend on the
+ * number of workers. The worker that finishes a batch's last sample packs the per-sample label
+ * rows into the batch's target list (in image order) and marks the slot ready.
+ *
+ * Locking: one mutex guards the task counters, the slot states and the error; samples are built
+ * outside it. `gen` changes on every set_position, and results of older generations are dropped
+ * (set_position waits for in-flight tasks first, so nothing writes a slot after it is reset).
+ */
+#include "loader.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "augment.h"
+#include "sampler.h"
+
+/* Tiles a sample reads at most: a mosaic of 4 and a mixup mosaic of 4. */
+#define MAX_TILES      8
+#define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
+
+enum slot_state { SLOT_EMPTY = 0, SLOT_FILLING = 1, SLOT_READY = 2 };
+
+/* What the index summary says about one record. */
+struct rec_meta {
+    uint32_t h, w, h0, w0; /* stored and original sizes */
+    uint32_t n_labels;     /* label rows */
+};
+
+/* One ring buffer. */
+struct slot {
+    enum slot_state state;
+    uint64_t seq;                 /* batch it holds (FILLING, READY) */
+    uint32_t epoch;               /* that batch's epoch */
+    uint64_t step;                /* and step */
+    int n;                        /* images */
+    int remaining;                /* samples not finished yet (FILLING) */
+    int height, width;            /* image size of this batch */
+    struct ffio_pinned mem;       /* images, then targets */
+    void *images;                 /* batch_size * 3 * max_h * max_w elements */
+    float *targets;               /* batch_size * cap_rows * 6 */
+    size_t n_targets;             /* rows in targets (READY) */
+    float *rows;                  /* staging: [batch_size][cap_rows][5] per-sample rows */
+    int *n_rows;                  /* [batch_size] rows per sample */
+    struct trn_batch_image *info; /* [batch_size] */
+};
+
+struct worker {
+    struct trn_loader *l;
+    pthread_t thread;
+    bool joinable;
+    struct ffio_records *rr;
+    struct ffio_pinned scratch; /* record extents and decode buffers, 4096-aligned pieces */
+    uint8_t *ext[MAX_TILES];
+    uint8_t *dec[MAX_TILES];
+    uint8_t *pix[MAX_TILES]; /* unfiltered RGB8-SUB pixels (malloc on first use) */
+    uint8_t *hwc;            /* one augmented sample, HWC */
+    struct trn_aug_ws *ws;
+    struct trn_sampler sampler; /* private copy; epoch switched as tasks need */
+    char msg[512];              /* error line of the last failed task */
+};
+
+struct trn_loader {
+    const struct ffr_reader *r;
+    struct trn_loader_opts o;
+    struct trn_aug_hyp aug;
+    struct trn_plan_probs probs;
+    struct trn_sampler sampler; /* template for the workers */
+    uint64_t n;                 /* records */
+    struct rec_meta *meta;      /* [n] */
+    uint64_t rank_samples;      /* per epoch on this rank */
+    uint64_t steps;             /* batches per epoch */
+    int cap_rows;               /* label rows one sample may produce */
+    size_t max_extent, max_raw; /* largest record extent and decoded size */
+    size_t max_pixels;          /* largest h * w * 3 */
+    int64_t *order;             /* rect: dataset indices sorted by aspect ratio */
+    int32_t *shapes;            /* rect: (h, w) per batch */
+    int max_h, max_w;           /* largest batch image */
+    size_t elem;                /* bytes per image element */
+    float lut[256];             /* u8 -> float / 255 */
+    unsigned depth;
+    struct slot *slots;
+    unsigned n_workers;
+    struct worker *workers;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work; /* workers: a task may be claimable, or stop */
+    pthread_cond_t cv_done; /* consumer: a batch is ready, an error, inflight reached 0, init */
+    pthread_mutex_t log_mu; /* one log call at a time */
+    bool stop, paused;
+    uint64_t gen;
+    uint32_t start_epoch; /* batch seq 0 is (start_epoch, start_step) */
+    uint64_t start_step;
+    uint64_t claim_seq; /* next task */
+    int claim_j;
+    uint64_t released; /* batches < released are free for the workers */
+    uint64_t deliver;  /* next batch for the consumer */
+    bool holding;      /* the consumer holds batch deliver - 1 */
+    unsigned inflight; /* tasks being computed */
+    unsigned inited;   /* workers done with their setup */
+    int init_rc;       /* first setup error */
+    int err;           /* error that stopped the loader, 0 if none */
+    uint64_t err_seq;  /* batch it belongs to: batches before it are still delivered */
+    char errmsg[512];
+    char errcopy[512]; /* what trn_loader_error returned last */
+
+    _Atomic uint8_t *bad; /* [n]: 1 once a record is known bad */
+    atomic_uint_fast64_t n_bad, n_images;
+    size_t pinned_bytes;
+    enum ffio_pinned_kind pinned_kind;
+};
+
+__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t cap, int rc,
+                                                      const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+__attribute__((format(printf, 2, 3))) static void log_line(struct trn_loader *l, const char *fmt,
+                                                           ...)
+{
+    if (!l->o.log) return;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&l->log_mu);
+    l->o.log(l->o.log_ctx, msg);
+    pthread_mutex_unlock(&l->log_mu);
+}
+
+static void ffio_log_adapter(void *ctx, enum ffio_log_level level, const char *msg)
+{
+    (void)level;
+    log_line(ctx, "%s", msg);
+}
+
+const char *trn_loader_strerror(int rc)
+{
+    return ffr_strerror(rc);
+}
+
+void trn_loader_opts_default(struct trn_loader_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->mode = TRN_LOADER_TRAIN;
+    o->img_size = 640;
+    o->batch_size = 16;
+    o->depth = 3;
+    o->world_size = 1;
+    o->stride = 32;
+    o->rect_pad = 0.5;
+    o->pixels = TRN_PIXELS_U8;
+    o->bad_records = TRN_BAD_RECORD_SKIP;
+    trn_hyp_default(&o->hyp);
+    ffio_records_opts_default(&o->io);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Positions                                                                                */
+
+/* Batch seq (since the last positioning) as (epoch, step) and its image count. */
+static void seq_position(const struct trn_loader *l, uint64_t seq, uint32_t *epoch, uint64_t *step,
+                         int *n)
+{
+    const uint64_t abs = l->start_step + seq;
+    *epoch = l->start_epoch + (uint32_t)(abs / l->steps);
+    *step = abs % l->steps;
+    const uint64_t first = *step * (uint64_t)l->o.batch_size;
+    const uint64_t left = l->rank_samples - first;
+    *n = left < (uint64_t)l->o.batch_size ? (int)left : l->o.batch_size;
+}
+
+static void batch_shape(const struct trn_loader *l, uint64_t step, int *h, int *w)
+{
+    if (l->shapes) {
+        *h = l->shapes[2 * step];
+        *w = l->shapes[2 * step + 1];
+    } else {
+        *h = *w = l->o.img_size;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reading tiles                                                                            */
+
+/* The first record at or after idx (wrapping) not known to be bad; n when all are bad. */
+static uint64_t resolve(const struct trn_loader *l, uint64_t idx)
+{
+    for (uint64_t k = 0; k < l->n; k++) {
+        const uint64_t i = (idx + k) % l->n;
+        if (!atomic_load_explicit(&l->bad[i], memory_order_relaxed)) return i;
+    }
+    return l->n;
+}
+
+/*
+ * Record idx is bad for `why`: report it (once per record) and either fail the task
+ * (TRN_BAD_RECORD_FAIL: returns rc with w->msg set) or return 0 so the caller moves on.
+ */
+static int mark_bad(struct worker *w, uint64_t idx, int rc, const char *why)
+{
+    struct trn_loader *l = w->l;
+    const bool skip = l->o.bad_records == TRN_BAD_RECORD_SKIP;
+    const uint8_t was = atomic_exchange(&l->bad[idx], 1);
+    if (!was) {
+        atomic_fetch_add(&l->n_bad, 1);
+        log_line(l, "bad record %" PRIu64 ": %s; %s", idx, why,
+                 skip ? "using the next good record instead" : "stopping (bad records: fail)");
+    }
+    if (skip) return 0;
+    snprintf(w->msg, sizeof w->msg, "bad record %" PRIu64 ": %s", idx, why);
+    return rc < 0 ? rc : -EIO;
+}
+
+/* Check a decoded record against its summary and make its tile. Returns 0, 1 (bad: why in
+ * `why`), or a fatal negative error with w->msg set. */
+static int make_tile(struct worker *w, int k, uint64_t idx, const void *payload, size_t len,
+                     struct trn_aug_tile *t, char *why, size_t why_cap)
+{
+    const struct trn_loader *l = w->l;
+    struct ffr_det_sample s;
+    const int rc = ffr_det_decode(payload, len, &s);
+    if (rc < 0) {
+        snprintf(why, why_cap, "not a detection sample (%s)", ffr_strerror(rc));
+        return 1;
+    }
+    const struct rec_meta *m = &l->meta[idx];
+    if (s.h != m->h || s.w != m->w || s.n_labels != m->n_labels) {
+        snprintf(why, why_cap,
+                 "sample (%" PRIu32 "x%" PRIu32 ", %" PRIu32 " labels) disagrees with its index "
+                 "summary (%" PRIu32 "x%" PRIu32 ", %" PRIu32 " labels)",
+                 s.w, s.h, s.n_labels, m->w, m->h, m->n_labels);
+        return 1;
+    }
+    const uint8_t *pixels = s.pixels;
+    if (s.pixel_format == FFR_DET_JPEG) {
+        snprintf(w->msg, sizeof w->msg,
+                 "record %" PRIu64 ": JPEG pixels are not supported by the loader; repack with "
+                 "yolo-pack --codec zstd or raw",
+                 idx);
+        return -ENOTSUP;
+    }
+    if (s.pixel_format == FFR_DET_RGB8_SUB) {
+        if (!w->pix[k]) {
+            w->pix[k] = malloc(l->max_pixels);
+            if (!w->pix[k]) {
+                snprintf(w->msg, sizeof w->msg, "out of memory for pixels");
+                return -ENOMEM;
+            }
+        }
+        const int64_t got = ffr_det_pixels(&s, w->pix[k], l->max_pixels);
+        if (got < 0) {
+            snprintf(why, why_cap, "pixels do not decode (%s)", ffr_strerror((int)got));
+            return 1;
+        }
+        pixels = w->pix[k];
+    } else if (s.pixel_format != FFR_DET_RGB8) {
+        snprintf(why, why_cap, "unknown pixel format %" PRIu32, s.pixel_format);
+        return 1;
+    }
+    t->pixels = pixels;
+    t->w = (int)s.w;
+    t->h = (int)s.h;
+    t->labels = s.labels;
+    t->n_labels = (int)s.n_labels;
+    t->seg_n = s.n_points ? s.seg_counts : NULL;
+    t->seg_xy = s.n_points ? s.seg_points : NULL;
+    return 0;
+}
+
+/*
+ * Read and decode the records idx[0, n) into tiles. Known-bad records are replaced first;
+ * records found bad now are reported and replaced (SKIP) or fail the task. idx is updated to
+ * the records actually used.
+ */
+static int load_tiles(struct worker *w, uint64_t *idx, int n, struct trn_aug_tile *tiles)
+{
+    struct trn_loader *l = w->l;
+    struct ffio_record_req req[MAX_TILES];
+    int which[MAX_TILES];
+    bool pending[MAX_TILES];
+    for (int k = 0; k < n; k++)
+        pending[k] = true;
+
+    for (uint64_t round = 0;; round++) {
+        int m = 0;
+        for (int k = 0; k < n; k++) {
+            if (!pending[k]) continue;
+            idx[k] = resolve(l, idx[k]);
+            if (idx[k] >= l->n) {
+                snprintf(w->msg, sizeof w->msg, "every record of the dataset is bad");
+                return -EIO;
+            }
+            struct ffr_record_info info;
+            if (ffr_reader_info(l->r, idx[k], &info) < 0) {
+                snprintf(w->msg, sizeof w->msg, "record %" PRIu64 " out of range", idx[k]);
+                return -EINVAL;
+            }
+            memset(&req[m], 0, sizeof req[m]);
+            req[m].index = idx[k];
+            req[m].extent = w->ext[k];
+            req[m].extent_cap = ALIGN_UP(l->max_extent, 4096);
+            req[m].dst = info.codec == FFR_CODEC_RAW ? NULL : w->dec[k];
+            req[m].dst_cap = info.codec == FFR_CODEC_RAW ? 0 : l->max_raw;
+            which[m++] = k;
+        }
+        if (m == 0) return 0;
+        if (round > l->n) {
+            snprintf(w->msg, sizeof w->msg, "could not find good records");
+            return -EIO;
+        }
+        const int rc = ffio_records_read(w->rr, req, (size_t)m);
+        if (rc < 0) {
+            snprintf(w->msg, sizeof w->msg, "record reader failed: %s", ffio_strerror(rc));
+            return rc;
+        }
+        for (int q = 0; q < m; q++) {
+            const int k = which[q];
+            char why[384];
+            int bad_rc = 0;
+            if (req[q].result < 0) {
+                char desc[300];
+                ffio_records_describe(w->rr, &req[q], desc, sizeof desc);
+                snprintf(why, sizeof why, "%s", desc);
+                bad_rc = (int)req[q].result;
+            } else {
+                const int t = make_tile(w, k, idx[k], req[q].payload, (size_t)req[q].result,
+                                        &tiles[k], why, sizeof why);
+                if (t < 0) return t;
+                if (t == 0) {
+                    pending[k] = false;
+                    continue;
+                }
+                bad_rc = -FFR_ECORRUPT;
+            }
+            const int b = mark_bad(w, idx[k], bad_rc, why);
+            if (b < 0) return b;
+            idx[k] = (idx[k] + 1) % l->n;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* One sample                                                                               */
+
+static double uniform_cb(void *ctx)
+{
+    return trn_rng_uniform(ctx);
+}
+
+/* HWC uint8 (h x w) -> image j of the slot, NCHW, as u8 or float / 255. */
+static void store_image(const struct trn_loader *l, const uint8_t *hwc, int h, int w, void *dst)
+{
+    const size_t plane = (size_t)h * (size_t)w;
+    if (l->o.pixels == TRN_PIXELS_F32) {
+        float *r = dst, *g = r + plane, *b = g + plane;
+        for (size_t i = 0; i < plane; i++) {
+            r[i] = l->lut[hwc[3 * i]];
+            g[i] = l->lut[hwc[3 * i + 1]];
+            b[i] = l->lut[hwc[3 * i + 2]];
+        }
+    } else {
+        uint8_t *r = dst, *g = r + plane, *b = g + plane;
+        for (size_t i = 0; i < plane; i++) {
+            r[i] = hwc[3 * i];
+            g[i] = hwc[3 * i + 1];
+            b[i] = hwc[3 * i + 2];
+        }
+    }
+}
+
+static int make_sample(struct worker *w, struct slot *sl, int j)
+{
+    struct trn_loader *l = w->l;
+    const int s = l->o.img_size;
+    const uint64_t local = sl->step * (uint64_t)l->o.batch_size + (uint64_t)j;
+    uint64_t idx[MAX_TILES];
+    struct trn_aug_tile tiles[MAX_TILES];
+    struct trn_batch_image *info = &sl->info[j];
+    float *rows = sl->rows + (size_t)j * (size_t)l->cap_rows * 5;
+    int n_tiles = 1, nr;
+    uint64_t g;
+
+    if (w->sampler.epoch != sl->epoch) trn_sampler_set_epoch(&w->sampler, sl->epoch);
+    memset(info, 0, sizeof *info);
+    if (l->order) {
+        g = local;
+        idx[0] = (uint64_t)l->order[g];
+    } else {
+        g = trn_sampler_position(&w->sampler, local);
+        idx[0] = trn_sampler_index(&w->sampler, g);
+    }
+
+    if (l->o.mode == TRN_LOADER_TRAIN) {
+        struct trn_plan plan;
+        trn_sampler_plan(&w->sampler, g, &l->probs, &plan);
+        if (plan.mosaic) {
+            n_tiles = plan.mixup ? 8 : 4;
+            memcpy(idx, plan.tiles, sizeof plan.tiles);
+            if (plan.mixup) memcpy(idx + 4, plan.mixup_tiles, sizeof plan.mixup_tiles);
+        } else {
+            idx[0] = plan.index;
+        }
+        const uint64_t own = plan.index;
+        int rc = load_tiles(w, idx, n_tiles, tiles);
+        if (rc < 0) return rc;
+
+        struct trn_aug_draws d;
+        struct trn_rng r;
+        memset(&d, 0, sizeof d);
+        d.mosaic = plan.mosaic;
+        d.mixup = plan.mixup;
+        d.flipud = plan.flipud;
+        d.fliplr = plan.fliplr;
+        if (plan.mosaic) {
+            trn_sampler_rng(&w->sampler, g, TRN_STREAM_MOSAIC, &r);
+            trn_aug_draw_mosaic(&l->aug, s, uniform_cb, &r, &d.mos);
+        } else {
+            trn_sampler_rng(&w->sampler, g, TRN_STREAM_LETTERBOX, &r);
+            trn_aug_draw_perspective(&l->aug, uniform_cb, &r, &d.mos.persp);
+        }
+        if (plan.mixup) {
+            trn_sampler_rng(&w->sampler, g, TRN_STREAM_MIXUP, &r);
+            trn_aug_draw_mosaic(&l->aug, s, uniform_cb, &r, &d.mixmos);
+        }
+        trn_sampler_rng(&w->sampler, g, TRN_STREAM_COLOR, &r);
+        d.mixup_ratio = trn_rng_beta(&r, 32.0, 32.0);
+        trn_aug_draw_hsv(&l->aug, uniform_cb, &r, &d.hsv);
+
+        nr = trn_aug_train_sample(w->ws, &l->aug, &d, tiles, n_tiles, w->hwc, rows, l->cap_rows);
+        if (nr < 0) {
+            snprintf(w->msg, sizeof w->msg,
+                     "augmenting the sample at position %" PRIu64 " (record %" PRIu64 "): %s", g,
+                     own, trn_aug_strerror(nr));
+            return nr;
+        }
+        /* The image's own record, after any bad-record replacement. */
+        info->index = idx[0];
+        for (int k = 0; k < 4 && plan.mosaic; k++)
+            if (plan.tiles[k] == own) {
+                info->index = idx[k];
+                break;
+            }
+        store_image(l, w->hwc, s, s, (char *)sl->images + (size_t)j * 3 * s * s * l->elem);
+    } else {
+        int rc = load_tiles(w, idx, 1, tiles);
+        if (rc < 0) return rc;
+        struct trn_aug_letterbox_plan lp;
+        nr = trn_aug_val_sample(&tiles[0], sl->height, sl->width, w->hwc,
+                                (size_t)l->max_h * (size_t)l->max_w * 3, rows, l->cap_rows, &lp);
+        if (nr < 0) {
+            snprintf(w->msg, sizeof w->msg, "letterboxing record %" PRIu64 ": %s", idx[0],
+                     trn_aug_strerror(nr));
+            return nr;
+        }
+        info->index = idx[0];
+        info->ratio_w = (float)lp.ratio_w;
+        info->ratio_h = (float)lp.ratio_h;
+        info->pad_w = (float)lp.pad_w;
+        info->pad_h = (float)lp.pad_h;
+        store_image(l, w->hwc, sl->height, sl->width,
+                    (char *)sl->images +
+                        (size_t)j * 3 * (size_t)sl->height * (size_t)sl->width * l->elem);
+    }
+    const struct rec_meta *m = &l->meta[info->index];
+    info->position = g;
+    info->h0 = m->h0;
+    info->w0 = m->w0;
+    info->h = m->h;
+    info->w = m->w;
+    sl->n_rows[j] = nr;
+    atomic_fetch_add(&l->n_images, 1);
+    return 0;
+}
+
+/* Pack the per-sample rows of a finished batch into its target list, in image order. */
+static void pack_targets(const struct trn_loader *l, struct slot *sl)
+{
+    size_t t = 0;
+    for (int j = 0; j < sl->n; j++) {
+        const float *src = sl->rows + (size_t)j * (size_t)l->cap_rows * 5;
+        for (int i = 0; i < sl->n_rows[j]; i++, t++) {
+            float *dst = sl->targets + t * 6;
+            dst[0] = (float)j;
+            memcpy(dst + 1, src + (size_t)i * 5, 5 * sizeof(float));
+        }
+    }
+    sl->n_targets = t;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Workers                                                                                  */
+
+static int worker_setup(struct worker *w)
+{
+    struct trn_loader *l = w->l;
+    struct ffio_records_opts io = l->o.io;
+    if (!io.io.log) {
+        io.io.log = ffio_log_adapter;
+        io.io.log_ctx = l;
+    }
+    int rc = ffio_records_open(l->r, &io, &w->rr);
+    if (rc < 0) {
+        snprintf(w->msg, sizeof w->msg, "opening a record reader: %s", ffio_strerror(rc));
+        return rc;
+    }
+    const size_t ext = ALIGN_UP(l->max_extent, 4096), dec = ALIGN_UP(l->max_raw, 4096);
+    rc = ffio_pinned_alloc(MAX_TILES * (ext + dec), FFIO_PINNED_HOST_ONLY, &w->scratch);
+    if (rc < 0) {
+        snprintf(w->msg, sizeof w->msg, "allocating %zu bytes of read buffers: %s",
+                 MAX_TILES * (ext + dec), ffio_strerror(rc));
+        return rc;
+    }
+    for (int k = 0; k < MAX_TILES; k++) {
+        w->ext[k] = (uint8_t *)w->scratch.ptr + (size_t)k * ext;
+        w->dec[k] = (uint8_t *)w->scratch.ptr + MAX_TILES * ext + (size_t)k * dec;
+    }
+    /* Registration is an optimisation: the engine reads without it when refused. */
+    (void)ffio_engine_register_buffer(ffio_records_engine(w->rr), w->scratch.ptr, w->scratch.size);
+    w->hwc = malloc((size_t)l->max_h * (size_t)l->max_w * 3);
+    if (!w->hwc) {
+        snprintf(w->msg, sizeof w->msg, "out of memory");
+        return -ENOMEM;
+    }
+    if (l->o.mode == TRN_LOADER_TRAIN) {
+        rc = trn_aug_ws_create(l->o.img_size, l->cap_rows, 0, &w->ws);
+        if (rc < 0) {
+            snprintf(w->msg, sizeof w->msg, "augmentation workspace: %s", trn_aug_strerror(rc));
+            return rc;
+        }
+    }
+    w->sampler = l->sampler;
+    return 0;
+}
+
+static void worker_teardown(struct worker *w)
+{
+    /* The engine must be destroyed by the thread that used it (ffio.h "Threads"). */
+    ffio_records_close(w->rr);
+    w->rr = NULL;
+    ffio_pinned_free(&w->scratch);
+    for (int k = 0; k < MAX_TILES; k++) {
+        free(w->pix[k]);
+        w->pix[k] = NULL;
+    }
+    free(w->hwc);
+    w->hwc = NULL;
+    trn_aug_ws_destroy(w->ws);
+    w->ws = NULL;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct trn_loader *l = w->l;
+    const int setup = worker_setup(w);
+
+    pthread_mutex_lock(&l->mu);
+    if (setup < 0 && l->init_rc == 0) {
+        l->init_rc = setup;
+        snprintf(l->errmsg, sizeof l->errmsg, "%s", w->msg);
+    }
+    l->inited++;
+    pthread_cond_broadcast(&l->cv_done);
+    while (!l->stop) {
+        if (setup < 0 || l->paused || l->err || l->claim_seq >= l->released + l->depth) {
+            pthread_cond_wait(&l->cv_work, &l->mu);
+            continue;
+        }
+        const uint64_t seq = l->claim_seq, gen = l->gen;
+        struct slot *sl = &l->slots[seq % l->depth];
+        const int j = l->claim_j;
+        if (j == 0) {
+            sl->seq = seq;
+            sl->state = SLOT_FILLING;
+            seq_position(l, seq, &sl->epoch, &sl->step, &sl->n);
+            sl->remaining = sl->n;
+            sl->n_targets = 0;
+            batch_shape(l, sl->step, &sl->height, &sl->width);
+        }
+        if (++l->claim_j >= sl->n) {
+            l->claim_seq++;
+            l->claim_j = 0;
+        }
+        l->inflight++;
+        pthread_mutex_unlock(&l->mu);
+
+        const int rc = make_sample(w, sl, j);
+
+        pthread_mutex_lock(&l->mu);
+        if (gen == l->gen) {
+            if (rc < 0) {
+                if (!l->err || seq < l->err_seq) {
+                    l->err = rc;
+                    l->err_seq = seq;
+                    snprintf(l->errmsg, sizeof l->errmsg, "%s", w->msg);
+                }
+                pthread_cond_broadcast(&l->cv_done);
+            } else if (--sl->remaining == 0) {
+                pthread_mutex_unlock(&l->mu);
+                pack_targets(l, sl);
+                pthread_mutex_lock(&l->mu);
+                if (gen == l->gen) sl->state = SLOT_READY;
+                pthread_cond_broadcast(&l->cv_done);
+            }
+        }
+        if (--l->inflight == 0) pthread_cond_broadcast(&l->cv_done);
+    }
+    pthread_mutex_unlock(&l->mu);
+    worker_teardown(w);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Setup                                                                                    */
+
+/*
+ * Whether a record was packed for img_size s: ultralytics' load_image makes
+ * (ceil(w0 * r), ceil(h0 * r)) with r = s / max(h0, w0), so the long side is s, or s + 1 when
+ * the product rounds up. One pixel of slack on each side keeps this a check of the packing size,
+ * not of the packer's rounding.
+ */
+static bool packed_for(const struct ffr_det_summary *m, uint32_t s)
+{
+    if (m->h0 == 0 || m->w0 == 0) return false;
+    const double r = (double)s / (double)(m->h0 > m->w0 ? m->h0 : m->w0);
+    const double wh = ceil((double)m->w0 * r), hh = ceil((double)m->h0 * r);
+    return fabs((double)m->w - wh) <= 1.0 && fabs((double)m->h - hh) <= 1.0;
+}
+
+static int scan_index(struct trn_loader *l, char *err, size_t cap)
+{
+    size_t mlen = 0;
+    const char *meta = ffr_reader_metadata(l->r, &mlen);
+    if (!meta || mlen == 0 || !memmem(meta, mlen, "ffr-det-1", 9))
+        return fail(err, cap, -EINVAL,
+                    "not a detection dataset (its metadata has no 'encoding: ffr-det-1'); "
+                    "make it with yolo-pack");
+    l->meta = calloc(l->n, sizeof *l->meta);
+    if (!l->meta) return fail(err, cap, -ENOMEM, "out of memory for %" PRIu64 " records", l->n);
+    uint32_t max_labels = 0;
+    const uint32_t s = (uint32_t)l->o.img_size;
+    for (uint64_t i = 0; i < l->n; i++) {
+        struct ffr_record_info info;
+        struct ffr_det_summary sum;
+        int rc = ffr_reader_info(l->r, i, &info);
+        if (rc < 0) return fail(err, cap, rc, "record %" PRIu64 ": %s", i, ffr_strerror(rc));
+        rc = ffr_det_summary_decode(info.summary, info.summary_len, &sum);
+        if (rc < 0)
+            return fail(err, cap, rc, "record %" PRIu64 ": index summary does not parse (%s)", i,
+                        ffr_strerror(rc));
+        if (sum.h0 == 0 || sum.w0 == 0 || sum.h == 0 || sum.w == 0)
+            return fail(err, cap, -FFR_ECORRUPT, "record %" PRIu64 ": image size is 0", i);
+        if (!packed_for(&sum, s))
+            return fail(err, cap, -EINVAL,
+                        "record %" PRIu64 " is stored at %" PRIu32 "x%" PRIu32
+                        ", not at long side %" PRIu32
+                        " (--img); repack with yolo-pack --size %" PRIu32,
+                        i, sum.w, sum.h, s, s);
+        l->meta[i] = (struct rec_meta){ sum.h, sum.w, sum.h0, sum.w0, sum.n_labels };
+        if (sum.n_labels > max_labels) max_labels = sum.n_labels;
+        if (info.extent_len > l->max_extent) l->max_extent = (size_t)info.extent_len;
+        if (info.raw_len > l->max_raw) l->max_raw = info.raw_len;
+        const size_t px = (size_t)sum.h * sum.w * 3;
+        if (px > l->max_pixels) l->max_pixels = px;
+    }
+    if (max_labels > 100000)
+        return fail(err, cap, -EINVAL, "a record has %" PRIu32 " labels (limit 100000)",
+                    max_labels);
+    const int tiles = l->o.mode == TRN_LOADER_TRAIN ? MAX_TILES : 1;
+    l->cap_rows = (int)max_labels * tiles;
+    if (l->cap_rows < 1) l->cap_rows = 1;
+    return 0;
+}
+
+static int setup_rect(struct trn_loader *l, char *err, size_t cap)
+{
+    int32_t *hw = malloc(l->n * 2 * sizeof *hw);
+    l->order = malloc(l->n * sizeof *l->order);
+    l->shapes = malloc(l->steps * 2 * sizeof *l->shapes);
+    if (!hw || !l->order || !l->shapes) {
+        free(hw);
+        return fail(err, cap, -ENOMEM, "out of memory");
+    }
+    for (uint64_t i = 0; i < l->n; i++) {
+        hw[2 * i] = (int32_t)l->meta[i].h0;
+        hw[2 * i + 1] = (int32_t)l->meta[i].w0;
+    }
+    const int nb = trn_aug_rect_shapes(hw, (int64_t)l->n, l->o.batch_size, l->o.img_size,
+                                       l->o.stride, l->o.rect_pad, l->order, l->shapes);
+    free(hw);
+    if (nb < 0 || (uint64_t)nb != l->steps)
+        return fail(err, cap, nb < 0 ? nb : -EINVAL, "rect batch shapes: %s",
+                    nb < 0 ? trn_aug_strerror(nb) : "unexpected batch count");
+    l->max_h = l->max_w = 0;
+    for (int b = 0; b < nb; b++) {
+        if (l->shapes[2 * b] > l->max_h) l->max_h = l->shapes[2 * b];
+        if (l->shapes[2 * b + 1] > l->max_w) l->max_w = l->shapes[2 * b + 1];
+    }
+    return 0;
+}
+
+static int check_opts(const struct trn_loader_opts *o, char *err, size_t cap)
+{
+    if (o->mode != TRN_LOADER_TRAIN && o->mode != TRN_LOADER_VAL)
+        return fail(err, cap, -EINVAL, "unknown loader mode %d", (int)o->mode);
+    if (o->img_size < 32 || o->img_size > 16383)
+        return fail(err, cap, -EINVAL, "img_size %d is outside [32, 16383]", o->img_size);
+    if (o->batch_size < 1 || o->batch_size > 65536)
+        return fail(err, cap, -EINVAL, "batch_size %d is outside [1, 65536]", o->batch_size);
+    if (o->workers > 256) return fail(err, cap, -EINVAL, "workers %u > 256", o->workers);
+    if (o->depth < 2 || o->depth > 8)
+        return fail(err, cap, -EINVAL, "depth %u is outside [2, 8]", o->depth);
+    if (o->world_size < 1 || o->rank >= o->world_size)
+        return fail(err, cap, -EINVAL, "rank %u of world size %u", o->rank, o->world_size);
+    if (o->rect && o->mode != TRN_LOADER_VAL)
+        return fail(err, cap, -EINVAL, "rect batches are for validation only");
+    if (o->rect && o->world_size != 1)
+        return fail(err, cap, -EINVAL, "rect validation runs on one rank (world_size 1)");
+    if (o->rect && (o->stride < 1 || o->stride > 1024 || !(o->rect_pad >= 0 && o->rect_pad < 64)))
+        return fail(err, cap, -EINVAL, "bad rect stride %d or pad %g", o->stride, o->rect_pad);
+    if (o->pixels != TRN_PIXELS_U8 && o->pixels != TRN_PIXELS_F32)
+        return fail(err, cap, -EINVAL, "unknown pixel type %d", (int)o->pixels);
+    if (o->bad_records != TRN_BAD_RECORD_SKIP && o->bad_records != TRN_BAD_RECORD_FAIL)
+        return fail(err, cap, -EINVAL, "unknown bad-record policy %d", (int)o->bad_records);
+    char why[160];
+    if (trn_hyp_check(&o->hyp, why, sizeof why) < 0)
+        return fail(err, cap, -EINVAL, "hyperparameters: %s", why);
+    return 0;
+}
+
+static void hyp_to_aug(const struct trn_hyp *h, struct trn_aug_hyp *a)
+{
+    trn_aug_hyp_default(a);
+    a->hsv_h = h->hsv_h;
+    a->hsv_s = h->hsv_s;
+    a->hsv_v = h->hsv_v;
+    a->degrees = h->degrees;
+    a->translate = h->translate;
+    a->scale = h->scale;
+    a->shear = h->shear;
+    a->perspective = h->perspective;
+    a->flipud = h->flipud;
+    a->fliplr = h->fliplr;
+    a->mosaic = h->mosaic;
+    a->mixup = h->mixup;
+    a->copy_paste = h->copy_paste;
+}
+
+static unsigned default_workers(void)
+{
+    const long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c < 1 ? 1u : c > 8 ? 8u : (unsigned)c;
+}
+
+int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *o,
+                      struct trn_loader **out, char *err, size_t err_cap)
+{
+    struct trn_loader_opts def;
+    int rc;
+    if (err && err_cap) err[0] = '\0';
+    if (!out) return fail(err, err_cap, -EINVAL, "no output");
+    *out = NULL;
+    if (!r) return fail(err, err_cap, -EINVAL, "no dataset");
+    if (!o) {
+        trn_loader_opts_default(&def);
+        o = &def;
+    }
+    rc = check_opts(o, err, err_cap);
+    if (rc < 0) return rc;
+    struct trn_loader *l = calloc(1, sizeof *l);
+    if (!l) return fail(err, err_cap, -ENOMEM, "out of memory");
+    l->r = r;
+    l->o = *o;
+    if (l->o.mode == TRN_LOADER_TRAIN) {
+        hyp_to_aug(&o->hyp, &l->aug);
+        rc = trn_aug_hyp_validate(&l->aug);
+        if (rc < 0) {
+            free(l);
+            return fail(err, err_cap, rc, "augmentation hyperparameters: %s%s",
+                        trn_aug_strerror(rc),
+                        o->hyp.copy_paste > 0 ? " (copy_paste > 0 is not implemented)" : "");
+        }
+        l->probs = (struct trn_plan_probs){ .mosaic = o->hyp.mosaic,
+                                            .mixup = o->hyp.mixup,
+                                            .flipud = o->hyp.flipud,
+                                            .fliplr = o->hyp.fliplr };
+    }
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_mutex_init(&l->log_mu, NULL);
+    pthread_cond_init(&l->cv_work, NULL);
+    pthread_cond_init(&l->cv_done, NULL);
+    l->n = ffr_reader_count(r);
+    l->depth = o->depth;
+    l->elem = o->pixels == TRN_PIXELS_F32 ? sizeof(float) : 1;
+    l->max_h = l->max_w = o->img_size;
+    l->start_epoch = o->epoch;
+    l->err_seq = UINT64_MAX;
+    l->paused = true;
+    for (int i = 0; i < 256; i++)
+        l->lut[i] = (float)i / 255.0f;
+    if (l->n == 0) {
+        rc = fail(err, err_cap, -EINVAL, "the dataset has no records");
+        goto fail_out;
+    }
+
+    struct trn_sampler_opts so;
+    trn_sampler_opts_default(&so);
+    so.n = l->n;
+    so.seed = o->seed;
+    so.world_size = o->world_size;
+    so.rank = o->rank;
+    so.shuffle = o->mode == TRN_LOADER_TRAIN;
+    rc = trn_sampler_init(&l->sampler, &so);
+    if (rc < 0) {
+        fail(err, err_cap, rc, "sampler: bad options");
+        goto fail_out;
+    }
+    l->rank_samples = trn_sampler_rank_count(&l->sampler);
+    l->steps = (l->rank_samples + (uint64_t)o->batch_size - 1) / (uint64_t)o->batch_size;
+    if (o->step >= l->steps) {
+        rc = fail(err, err_cap, -EINVAL, "start step %" PRIu64 " >= %" PRIu64 " steps per epoch",
+                  o->step, l->steps);
+        goto fail_out;
+    }
+    l->start_step = o->step;
+    l->bad = calloc(l->n, sizeof *l->bad);
+    if (!l->bad) {
+        rc = fail(err, err_cap, -ENOMEM, "out of memory");
+        goto fail_out;
+    }
+    rc = scan_index(l, err, err_cap);
+    if (rc < 0) goto fail_out;
+    if (o->rect) {
+        rc = setup_rect(l, err, err_cap);
+        if (rc < 0) goto fail_out;
+    }
+
+    /* The ring. */
+    l->slots = calloc(l->depth, sizeof *l->slots);
+    if (!l->slots) {
+        rc = fail(err, err_cap, -ENOMEM, "out of memory");
+        goto fail_out;
+    }
+    const size_t b = (size_t)o->batch_size;
+    const size_t img_bytes = ALIGN_UP(b * 3 * (size_t)l->max_h * (size_t)l->max_w * l->elem, 64);
+    const size_t tgt_bytes = b * (size_t)l->cap_rows * 6 * sizeof(float);
+    for (unsigned i = 0; i < l->depth; i++) {
+        struct slot *sl = &l->slots[i];
+        rc = ffio_pinned_alloc(img_bytes + tgt_bytes, 0, &sl->mem);
+        if (rc < 0) {
+            fail(err, err_cap, rc, "allocating %zu bytes of pinned batch memory: %s",
+                 img_bytes + tgt_bytes, ffio_strerror(rc));
+            goto fail_out;
+        }
+        l->pinned_bytes += sl->mem.size;
+        l->pinned_kind = sl->mem.kind;
+        sl->images = sl->mem.ptr;
+        sl->targets = (float *)(void *)((char *)sl->mem.ptr + img_bytes);
+        sl->rows = malloc(b * (size_t)l->cap_rows * 5 * sizeof(float));
+        sl->n_rows = calloc(b, sizeof *sl->n_rows);
+        sl->info = calloc(b, sizeof *sl->info);
+        if (!sl->rows || !sl->n_rows || !sl->info) {
+            rc = fail(err, err_cap, -ENOMEM, "out of memory");
+            goto fail_out;
+        }
+    }
+
+    /* The workers set themselves up in their own threads (engines are per thread). */
+    l->n_workers = o->workers ? o->workers : default_workers();
+    l->workers = calloc(l->n_workers, sizeof *l->workers);
+    if (!l->workers) {
+        rc = fail(err, err_cap, -ENOMEM, "out of memory");
+        goto fail_out;
+    }
+    unsigned started = 0;
+    for (unsigned i = 0; i < l->n_workers; i++) {
+        l->workers[i].l = l;
+        const int e = pthread_create(&l->workers[i].thread, NULL, worker_main, &l->workers[i]);
+        if (e != 0) {
+            rc = fail(err, err_cap, -e, "starting worker %u: %s", i, strerror(e));
+            break;
+        }
+        l->workers[i].joinable = true;
+        started++;
+    }
+    pthread_mutex_lock(&l->mu);
+    while (l->inited < started)
+        pthread_cond_wait(&l->cv_done, &l->mu);
+    if (started == l->n_workers && l->init_rc < 0) {
+        rc = l->init_rc;
+        fail(err, err_cap, rc, "%s", l->errmsg);
+    }
+    if (started == l->n_workers && l->init_rc == 0) {
+        l->errmsg[0] = '\0';
+        l->paused = false;
+        pthread_cond_broadcast(&l->cv_work);
+        pthread_mutex_unlock(&l->mu);
+        *out = l;
+        return 0;
+    }
+    pthread_mutex_unlock(&l->mu);
+fail_out:
+    trn_loader_destroy(l);
+    return rc;
+}
+
+void trn_loader_destroy(struct trn_loader *l)
+{
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    for (unsigned i = 0; l->workers && i < l->n_workers; i++)
+        if (l->workers[i].joinable) pthread_join(l->workers[i].thread, NULL);
+    free(l->workers);
+    for (unsigned i = 0; l->slots && i < l->depth; i++) {
+        ffio_pinned_free(&l->slots[i].mem);
+        free(l->slots[i].rows);
+        free(l->slots[i].n_rows);
+        free(l->slots[i].info);
+    }
+    free(l->slots);
+    free(l->meta);
+    free(l->order);
+    free(l->shapes);
+    free((void *)l->bad);
+    pthread_cond_destroy(&l->cv_work);
+    pthread_cond_destroy(&l->cv_done);
+    pthread_mutex_destroy(&l->mu);
+    pthread_mutex_destroy(&l->log_mu);
+    free(l);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Consumer                                                                                 */
+
+int trn_loader_next(struct trn_loader *l, struct trn_batch *out)
+{
+    if (!l || !out) return -EINVAL;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&l->mu);
+    if (l->holding) {
+        l->slots[(l->deliver - 1) % l->depth].state = SLOT_EMPTY;
+        l->released = l->deliver;
+        l->holding = false;
+        pthread_cond_broadcast(&l->cv_work);
+    }
+    struct slot *sl = &l->slots[l->deliver % l->depth];
+    for (;;) {
+        if (sl->state == SLOT_READY && sl->seq == l->deliver) break;
+        if (l->err && l->err_seq <= l->deliver) {
+            const int rc = l->err;
+            pthread_mutex_unlock(&l->mu);
+            return rc;
+        }
+        pthread_cond_wait(&l->cv_done, &l->mu);
+    }
+    out->epoch = sl->epoch;
+    out->step = sl->step;
+    out->steps = l->steps;
+    out->n = sl->n;
+    out->height = sl->height;
+    out->width = sl->width;
+    out->pixels = l->o.pixels;
+    out->images = sl->images;
+    out->image_bytes = (size_t)sl->n * 3 * (size_t)sl->height * (size_t)sl->width * l->elem;
+    out->targets = sl->targets;
+    out->n_targets = sl->n_targets;
+    out->info = sl->info;
+    l->holding = true;
+    l->deliver++;
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+int trn_loader_set_position(struct trn_loader *l, uint32_t epoch, uint64_t step)
+{
+    if (!l || step >= l->steps) return -EINVAL;
+    pthread_mutex_lock(&l->mu);
+    l->paused = true;
+    l->gen++;
+    while (l->inflight > 0)
+        pthread_cond_wait(&l->cv_done, &l->mu);
+    l->start_epoch = epoch;
+    l->start_step = step;
+    l->claim_seq = 0;
+    l->claim_j = 0;
+    l->released = 0;
+    l->deliver = 0;
+    l->holding = false;
+    l->err = 0;
+    l->err_seq = UINT64_MAX;
+    l->errmsg[0] = '\0';
+    for (unsigned i = 0; i < l->depth; i++)
+        l->slots[i].state = SLOT_EMPTY;
+    l->paused = false;
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+int trn_loader_set_epoch(struct trn_loader *l, uint32_t epoch)
+{
+    return trn_loader_set_position(l, epoch, 0);
+}
+
+void trn_loader_info(struct trn_loader *l, struct trn_loader_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!l) return;
+    out->records = l->n;
+    out->rank_samples = l->rank_samples;
+    out->steps = l->steps;
+    out->max_height = l->max_h;
+    out->max_width = l->max_w;
+    out->workers = l->n_workers;
+    out->depth = l->depth;
+    out->pinned_bytes = l->pinned_bytes;
+    out->pinned_kind = l->pinned_kind;
+    out->bad_records = atomic_load(&l->n_bad);
+    out->images = atomic_load(&l->n_images);
+}
+
+const char *trn_loader_error(struct trn_loader *l)
+{
+    if (!l) return "";
+    pthread_mutex_lock(&l->mu);
+    snprintf(l->errcopy, sizeof l->errcopy, "%s", l->err ? l->errmsg : "");
+    pthread_mutex_unlock(&l->mu);
+    return l->errcopy;
+}
