@@ -85,6 +85,11 @@ void ffr_locator_encode(uint8_t out[FFR_LOCATOR_SIZE], const struct ffr_locator 
 void ffr_frame_header_encode(uint8_t out[FFR_FRAME_HEADER_SIZE], int codec, uint32_t stored_len,
                              uint32_t raw_len, uint64_t data_hash, uint64_t number);
 
+/* Writes a one-line message into err (when err and cap are set) and returns rc, so that an
+ * error return and its explanation are one statement. */
+int ffr_say(char *err, size_t cap, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Decodes one stored record (codec.c). Returns raw_len or -FFR_ECORRUPT / -FFR_ETOOBIG. */
 int64_t ffr_codec_decode(struct ffr_codec *c, int codec, void *dst, size_t dst_cap, const void *src,
                          size_t src_len, uint32_t raw_len);

@@ -5,6 +5,8 @@
  * metadata) | trailer (3 x 512 B slots, each starting with the same 64 B locator).
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,4 +164,15 @@ int64_t ffr_codec_decode(struct ffr_codec *c, int codec, void *dst, size_t dst_c
     const size_t n = ZSTD_decompressDCtx(c->dctx, dst, raw_len, src, src_len);
     if (ZSTD_isError(n) || n != raw_len) return -FFR_ECORRUPT;
     return raw_len;
+}
+
+int ffr_say(char *err, size_t cap, int rc, const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
 }

@@ -21,17 +21,6 @@ int ffr_manifest_sniff(const uint8_t *head, size_t n)
            (n >= sizeof b - 1 && memcmp(head, b, sizeof b - 1) == 0);
 }
 
-static int fail(char *err, size_t cap, int rc, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 static const char *scalar(yaml_document_t *doc, yaml_node_t *n)
 {
     (void)doc;
@@ -97,15 +86,16 @@ int ffr_manifest_parse(struct ffr_manifest *m, const uint8_t *text, size_t len, 
 {
     memset(m, 0, sizeof *m);
     if (len > FFR_MANIFEST_MAX)
-        return fail(err, err_cap, -FFR_ETOOBIG, "manifest larger than %u bytes", FFR_MANIFEST_MAX);
+        return ffr_say(err, err_cap, -FFR_ETOOBIG, "manifest larger than %u bytes",
+                       FFR_MANIFEST_MAX);
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) return -ENOMEM;
     yaml_parser_set_input_string(&parser, text, len);
     if (!yaml_parser_load(&parser, &doc)) {
         const int rc =
-            fail(err, err_cap, -FFR_ECORRUPT, "manifest is not valid YAML: %s (line %zu)",
-                 parser.problem ? parser.problem : "parse error", parser.problem_mark.line + 1);
+            ffr_say(err, err_cap, -FFR_ECORRUPT, "manifest is not valid YAML: %s (line %zu)",
+                    parser.problem ? parser.problem : "parse error", parser.problem_mark.line + 1);
         yaml_parser_delete(&parser);
         return rc;
     }
@@ -113,23 +103,23 @@ int ffr_manifest_parse(struct ffr_manifest *m, const uint8_t *text, size_t len, 
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     uint64_t version = 0;
     if (!root || root->type != YAML_MAPPING_NODE || get_u64(&doc, root, "ffr_manifest", &version)) {
-        rc = fail(err, err_cap, -FFR_EBADMAGIC, "not an ffr manifest (no ffr_manifest: key)");
+        rc = ffr_say(err, err_cap, -FFR_EBADMAGIC, "not an ffr manifest (no ffr_manifest: key)");
         goto out;
     }
     if (version != 1) {
-        rc = fail(err, err_cap, -FFR_EVERSION, "manifest version %" PRIu64 "; this reader knows 1",
-                  version);
+        rc = ffr_say(err, err_cap, -FFR_EVERSION,
+                     "manifest version %" PRIu64 "; this reader knows 1", version);
         goto out;
     }
     yaml_node_t *shards = get(&doc, root, "shards");
     if (get_u64(&doc, root, "records", &m->records) || !shards ||
         shards->type != YAML_SEQUENCE_NODE) {
-        rc = fail(err, err_cap, -FFR_ECORRUPT, "manifest lacks records: or a shards: list");
+        rc = ffr_say(err, err_cap, -FFR_ECORRUPT, "manifest lacks records: or a shards: list");
         goto out;
     }
     const ptrdiff_t n = shards->data.sequence.items.top - shards->data.sequence.items.start;
     if (n <= 0 || (uint64_t)n > FFR_MANIFEST_MAX_SHARDS) {
-        rc = fail(err, err_cap, -FFR_ECORRUPT, "manifest has %td shards", n);
+        rc = ffr_say(err, err_cap, -FFR_ECORRUPT, "manifest has %td shards", n);
         goto out;
     }
     m->shards = calloc((size_t)n, sizeof *m->shards);
@@ -144,10 +134,10 @@ int ffr_manifest_parse(struct ffr_manifest *m, const uint8_t *text, size_t len, 
         if (!file || !safe_name(file) || get_u64(&doc, e, "bytes", &s->bytes) ||
             get_u64(&doc, e, "records", &s->records) ||
             get_hash(&doc, e, "index_hash", &s->index_hash)) {
-            rc = fail(err, err_cap, -FFR_ECORRUPT,
-                      "manifest shard entry %td lacks a safe file:, bytes:, records: or "
-                      "index_hash:",
-                      k);
+            rc = ffr_say(err, err_cap, -FFR_ECORRUPT,
+                         "manifest shard entry %td lacks a safe file:, bytes:, records: or "
+                         "index_hash:",
+                         k);
             goto out;
         }
         if (!(s->file = strdup(file))) {

@@ -49,17 +49,6 @@ void ffr_reader_opts_default(struct ffr_reader_opts *o)
     o->max_record_bytes = FFR_DEFAULT_MAX_RECORD;
 }
 
-static int say(char *err, size_t cap, int rc, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 static int pread_all(int fd, void *dst, size_t n, uint64_t off)
 {
     uint8_t *p = dst;
@@ -108,7 +97,7 @@ static int check_rows(struct shard *s, const struct ffr_reader_opts *o, char *er
 {
     uint64_t expect = s->header_size, prev_sum = 0;
     if (s->count == 0 && s->heap_size != 0)
-        return say(err, cap, -FFR_ECORRUPT, "%s: summary heap without records", s->path);
+        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: summary heap without records", s->path);
     for (uint64_t i = 0; i < s->count; i++) {
         const uint8_t *r = s->rows + i * FFR_ROW_SIZE;
         const uint64_t off = ffr_rd64(r);
@@ -130,16 +119,17 @@ static int check_rows(struct shard *s, const struct ffr_reader_opts *o, char *er
         else if (!ffr_is_zero(r + 29, 3))
             why = "reserved bytes not zero";
         if (why)
-            return say(err, cap, -FFR_ECORRUPT, "%s: index row %" PRIu64 ": %s", s->path, i, why);
+            return ffr_say(err, cap, -FFR_ECORRUPT, "%s: index row %" PRIu64 ": %s", s->path, i,
+                           why);
         if (stored > o->max_record_bytes || raw > o->max_record_bytes)
-            return say(err, cap, -FFR_ETOOBIG,
-                       "%s: record %" PRIu64 " is %u bytes, over the reader's limit of %u", s->path,
-                       i, stored > raw ? stored : raw, o->max_record_bytes);
+            return ffr_say(err, cap, -FFR_ETOOBIG,
+                           "%s: record %" PRIu64 " is %u bytes, over the reader's limit of %u",
+                           s->path, i, stored > raw ? stored : raw, o->max_record_bytes);
         expect = ffr_round_up(off + FFR_FRAME_HEADER_SIZE + stored, s->align);
         prev_sum = sum;
     }
     if (expect != s->index_offset)
-        return say(err, cap, -FFR_ECORRUPT, "%s: index not where the layout puts it", s->path);
+        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: index not where the layout puts it", s->path);
     return 0;
 }
 
@@ -147,48 +137,49 @@ static int check_rows(struct shard *s, const struct ffr_reader_opts *o, char *er
 static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err, size_t cap)
 {
     struct stat st;
-    if (fstat(s->fd, &st) < 0) return say(err, cap, -errno, "%s: %s", s->path, strerror(errno));
+    if (fstat(s->fd, &st) < 0) return ffr_say(err, cap, -errno, "%s: %s", s->path, strerror(errno));
     if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
-        return say(err, cap, -EINVAL, "%s: not a regular file", s->path);
+        return ffr_say(err, cap, -EINVAL, "%s: not a regular file", s->path);
     s->size = (uint64_t)st.st_size;
     uint8_t h[FFR_HEADER_SIZE] = { 0 };
     const size_t hn = s->size < sizeof h ? (size_t)s->size : sizeof h;
     int rc = pread_all(s->fd, h, hn, 0);
-    if (rc < 0) return say(err, cap, rc, "%s: reading the header: %s", s->path, ffr_strerror(rc));
+    if (rc < 0)
+        return ffr_say(err, cap, rc, "%s: reading the header: %s", s->path, ffr_strerror(rc));
     if (hn < 8 || memcmp(h, ffr_magic, 8) != 0) {
         if (looks_like_hfai_ffrecord(s->fd, s->size))
-            return say(err, cap, -FFR_EFOREIGN,
-                       "%s: this is an HFAI FFRecord file (same .ffr extension, different "
-                       "format); repack the source dataset with yolo-pack",
-                       s->path);
+            return ffr_say(err, cap, -FFR_EFOREIGN,
+                           "%s: this is an HFAI FFRecord file (same .ffr extension, different "
+                           "format); repack the source dataset with yolo-pack",
+                           s->path);
         if (hn < 8 && memcmp(h, ffr_magic, hn) == 0)
-            return say(err, cap, -FFR_ETRUNC, "%s: truncated to %" PRIu64 " bytes", s->path,
-                       s->size);
-        return say(err, cap, -FFR_EBADMAGIC, "%s: not an ffr file (bad magic)", s->path);
+            return ffr_say(err, cap, -FFR_ETRUNC, "%s: truncated to %" PRIu64 " bytes", s->path,
+                           s->size);
+        return ffr_say(err, cap, -FFR_EBADMAGIC, "%s: not an ffr file (bad magic)", s->path);
     }
     if (hn < sizeof h)
-        return say(err, cap, -FFR_ETRUNC, "%s: truncated inside the header", s->path);
+        return ffr_say(err, cap, -FFR_ETRUNC, "%s: truncated inside the header", s->path);
     const uint32_t version = ffr_rd32(h + 8);
     if (version > FFR_FORMAT_VERSION || version == 0)
-        return say(err, cap, -FFR_EVERSION,
-                   "%s: format version %u; this reader knows version %u (upgrade the tools)",
-                   s->path, version, FFR_FORMAT_VERSION);
+        return ffr_say(err, cap, -FFR_EVERSION,
+                       "%s: format version %u; this reader knows version %u (upgrade the tools)",
+                       s->path, version, FFR_FORMAT_VERSION);
     if (ffr_rd64(h + 56) != ffr_xxh3(h, 56))
-        return say(err, cap, -FFR_ECHECKSUM, "%s: header checksum mismatch", s->path);
+        return ffr_say(err, cap, -FFR_ECHECKSUM, "%s: header checksum mismatch", s->path);
     const uint32_t flags = ffr_rd32(h + 12);
     if (flags)
-        return say(err, cap, -FFR_EFLAGS, "%s: unknown feature flags 0x%08x", s->path, flags);
+        return ffr_say(err, cap, -FFR_EFLAGS, "%s: unknown feature flags 0x%08x", s->path, flags);
     s->align = ffr_rd32(h + 16);
     s->header_size = ffr_rd32(h + 20);
     if (s->align == 0 || s->align > FFR_ALIGN_MAX || (s->align & (s->align - 1)) ||
         s->header_size != ffr_round_up(FFR_HEADER_SIZE, s->align) || !ffr_is_zero(h + 24, 32))
-        return say(err, cap, -FFR_ECORRUPT, "%s: inconsistent header fields", s->path);
+        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: inconsistent header fields", s->path);
     if (s->size < (uint64_t)s->header_size + FFR_INDEX_HEADER_SIZE + FFR_TRAILER_SIZE)
-        return say(err, cap, -FFR_ETRUNC,
-                   "%s: truncated (%" PRIu64 " bytes, no room for index and trailer)", s->path,
-                   s->size);
+        return ffr_say(err, cap, -FFR_ETRUNC,
+                       "%s: truncated (%" PRIu64 " bytes, no room for index and trailer)", s->path,
+                       s->size);
     if ((rc = pread_all(s->fd, s->tail, FFR_TRAILER_SIZE, s->size - FFR_TRAILER_SIZE)) < 0)
-        return say(err, cap, rc, "%s: reading the trailer: %s", s->path, ffr_strerror(rc));
+        return ffr_say(err, cap, rc, "%s: reading the trailer: %s", s->path, ffr_strerror(rc));
     struct ffr_locator loc = { 0 }, l2;
     int good = 0;
     for (unsigned k = 0; k < 3; k++) {
@@ -196,37 +187,38 @@ static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err
         if (!good++)
             loc = l2;
         else if (memcmp(&loc, &l2, sizeof loc) != 0)
-            return say(err, cap, -FFR_ECORRUPT, "%s: trailer copies disagree", s->path);
+            return ffr_say(err, cap, -FFR_ECORRUPT, "%s: trailer copies disagree", s->path);
     }
     if (!good)
-        return say(err, cap, -FFR_ETRUNC,
-                   "%s: no valid trailer at the end: the file is incomplete (cut short or still "
-                   "being written), has bytes appended, or its tail is damaged",
-                   s->path);
+        return ffr_say(
+            err, cap, -FFR_ETRUNC,
+            "%s: no valid trailer at the end: the file is incomplete (cut short or still "
+            "being written), has bytes appended, or its tail is damaged",
+            s->path);
     if (loc.version != version || loc.flags != flags)
-        return say(err, cap, -FFR_ECORRUPT, "%s: trailer and header disagree", s->path);
+        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: trailer and header disagree", s->path);
     if (loc.file_size != s->size)
-        return say(err, cap, -FFR_ETRUNC,
-                   "%s: file is %" PRIu64 " bytes, its trailer says %" PRIu64, s->path, s->size,
-                   loc.file_size);
+        return ffr_say(err, cap, -FFR_ETRUNC,
+                       "%s: file is %" PRIu64 " bytes, its trailer says %" PRIu64, s->path, s->size,
+                       loc.file_size);
     const uint64_t tail_at = s->size - FFR_TRAILER_SIZE;
     if (loc.index_offset < s->header_size || loc.index_offset % s->align ||
         loc.index_size < FFR_INDEX_HEADER_SIZE || loc.index_offset > tail_at ||
         loc.index_size > tail_at - loc.index_offset ||
         ffr_round_up(loc.index_offset + loc.index_size, FFR_TRAILER_SLOT) != tail_at)
-        return say(err, cap, -FFR_ECORRUPT, "%s: trailer locates the index outside the file",
-                   s->path);
+        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: trailer locates the index outside the file",
+                       s->path);
     if (loc.index_size > SIZE_MAX / 2)
-        return say(err, cap, -FFR_ETOOBIG, "%s: index too large", s->path);
+        return ffr_say(err, cap, -FFR_ETOOBIG, "%s: index too large", s->path);
     s->index_offset = loc.index_offset;
     s->index_size = loc.index_size;
     s->index_hash = loc.index_hash;
     s->index = malloc((size_t)loc.index_size);
-    if (!s->index) return say(err, cap, -ENOMEM, "%s: out of memory for the index", s->path);
+    if (!s->index) return ffr_say(err, cap, -ENOMEM, "%s: out of memory for the index", s->path);
     if ((rc = pread_all(s->fd, s->index, (size_t)loc.index_size, loc.index_offset)) < 0)
-        return say(err, cap, rc, "%s: reading the index: %s", s->path, ffr_strerror(rc));
+        return ffr_say(err, cap, rc, "%s: reading the index: %s", s->path, ffr_strerror(rc));
     if (ffr_xxh3(s->index, (size_t)loc.index_size) != loc.index_hash)
-        return say(err, cap, -FFR_ECHECKSUM, "%s: index checksum mismatch", s->path);
+        return ffr_say(err, cap, -FFR_ECHECKSUM, "%s: index checksum mismatch", s->path);
     const uint8_t *x = s->index;
     s->count = ffr_rd64(x + 8);
     s->heap_size = ffr_rd64(x + 16);
@@ -236,7 +228,7 @@ static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err
         !ffr_is_zero(x + 36, 28) || s->count != loc.record_count ||
         s->count > room / FFR_ROW_SIZE || s->heap_size > room - s->count * FFR_ROW_SIZE ||
         s->heap_size > UINT32_MAX || s->meta_size != room - s->count * FFR_ROW_SIZE - s->heap_size)
-        return say(err, cap, -FFR_ECORRUPT, "%s: inconsistent index header", s->path);
+        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: inconsistent index header", s->path);
     s->rows = x + FFR_INDEX_HEADER_SIZE;
     s->heap = s->rows + s->count * FFR_ROW_SIZE;
     s->meta = s->heap + s->heap_size;
@@ -333,14 +325,14 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
             snprintf(s->path, need, "%s", ms->file);
         s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
         if (s->fd < 0) {
-            rc = say(err, cap, -FFR_ESHARD, "%s: shard %u (%s) %s", path, k, s->path,
-                     errno == ENOENT ? "is missing" : strerror(errno));
+            rc = ffr_say(err, cap, -FFR_ESHARD, "%s: shard %u (%s) %s", path, k, s->path,
+                         errno == ENOENT ? "is missing" : strerror(errno));
             break;
         }
         char sub[512] = "";
         rc = open_file(s, &r->o, sub, sizeof sub);
         if (rc < 0) {
-            say(err, cap, rc, "%s: shard %u: %s", path, k, sub);
+            ffr_say(err, cap, rc, "%s: shard %u: %s", path, k, sub);
             break;
         }
         const char *what = s->size != ms->bytes              ? "size"
@@ -348,18 +340,18 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
                            : s->index_hash != ms->index_hash ? "index checksum"
                                                              : NULL;
         if (what) {
-            rc = say(err, cap, -FFR_ESHARD,
-                     "%s: shard %u (%s) was altered: its %s differs from the manifest", path, k,
-                     s->path, what);
+            rc = ffr_say(err, cap, -FFR_ESHARD,
+                         "%s: shard %u (%s) was altered: its %s differs from the manifest", path, k,
+                         s->path, what);
             break;
         }
         s->first = r->total;
         r->total += s->count;
     }
     if (rc == 0 && r->total != m.records)
-        rc = say(err, cap, -FFR_ECORRUPT,
-                 "%s: manifest says %" PRIu64 " records, its shards hold %" PRIu64, path, m.records,
-                 r->total);
+        rc = ffr_say(err, cap, -FFR_ECORRUPT,
+                     "%s: manifest says %" PRIu64 " records, its shards hold %" PRIu64, path,
+                     m.records, r->total);
     ffr_manifest_free(&m);
     if (rc < 0) {
         ffr_reader_close(r);
@@ -375,15 +367,15 @@ int ffr_reader_open(struct ffr_reader **out, const char *path, const struct ffr_
     if (!out || !path) return -EINVAL;
     if (err && err_cap) err[0] = '\0';
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return say(err, err_cap, -errno, "%s: %s", path, strerror(errno));
+    if (fd < 0) return ffr_say(err, err_cap, -errno, "%s: %s", path, strerror(errno));
     uint8_t head[16] = { 0 };
     const ssize_t n = pread(fd, head, sizeof head, 0);
     if (n > 0 && ffr_manifest_sniff(head, (size_t)n)) {
         struct stat st;
         int rc = fstat(fd, &st) < 0 ? -errno : 0;
         if (rc == 0 && (uint64_t)st.st_size > FFR_MANIFEST_MAX)
-            rc = say(err, err_cap, -FFR_ETOOBIG, "%s: manifest larger than %u bytes", path,
-                     FFR_MANIFEST_MAX);
+            rc = ffr_say(err, err_cap, -FFR_ETOOBIG, "%s: manifest larger than %u bytes", path,
+                         FFR_MANIFEST_MAX);
         uint8_t *text = rc == 0 ? malloc((size_t)st.st_size + 1) : NULL;
         if (rc == 0 && !text) rc = -ENOMEM;
         if (rc == 0) rc = pread_all(fd, text, (size_t)st.st_size, 0);
@@ -391,7 +383,7 @@ int ffr_reader_open(struct ffr_reader **out, const char *path, const struct ffr_
         if (rc == 0)
             rc = open_manifest(out, path, text, (size_t)st.st_size, opts, err, err_cap);
         else if (err && err_cap && !err[0])
-            say(err, err_cap, rc, "%s: %s", path, ffr_strerror(rc));
+            ffr_say(err, err_cap, rc, "%s: %s", path, ffr_strerror(rc));
         free(text);
         return rc;
     }
