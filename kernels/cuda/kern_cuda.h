@@ -1,0 +1,184 @@
+/*
+ * kern CUDA backend: the kern_cuda_* twins of the kern_ref_* ops (kern.h), the CUDA op table and
+ * the few CUDA-only context calls (stream, sync, device count).
+ *
+ * Shared by C and CUDA (.cu) files: extern "C" guards, no C-only syntax (restrict goes through
+ * KERN_RESTRICT from kern.h), no CUDA types (the stream is handed out as void *).
+ *
+ * AVAILABILITY. kern_ops_cuda(), kern_cuda_device_count(), kern_cuda_ctx_stream() and
+ * kern_cuda_ctx_sync() always exist: in a build without CUDA (HAVE_CUDA 0 in ffyolo_config.h)
+ * kern_ops_cuda() returns NULL, kern_cuda_device_count() returns 0 and the context calls
+ * return -KERN_EBACKEND. The kern_cuda_* op symbols exist only when HAVE_CUDA is 1; go through
+ * the table (kern_ops_cuda()) to stay buildable either way.
+ *
+ * SEMANTICS. Every op has exactly its kern_ref_* twin's parameter list, argument checks, error
+ * codes, accumulation rule (KERN_ACCUM_*) and documented result, with these differences:
+ *   - tensor pointers are device memory; descriptors (struct kern_conv2d, ...) are host memory;
+ *     the scalar `loss` of kern_cuda_bce_logits_fwd and `dloss` of its backward are host values;
+ *   - ops are asynchronous: they enqueue work on the context's stream and return; results are
+ *     visible to the host after kern_cuda_ctx_sync(ctx) (or any later work on that stream). The
+ *     exception is kern_cuda_bce_logits_fwd, which must return a host float and so waits;
+ *   - reductions (BN statistics, BCE) run in double in a fixed order: results are bitwise
+ *     reproducible run to run, and match the CPU reference within float rounding, not bitwise;
+ *   - a failed launch or CUDA/cuDNN call returns -EIO (-ENOMEM for device memory); the text of
+ *     the last failure is kept for kern_cuda_ctx_last_error().
+ * The CUDA context (kern_ctx_create with KERN_BACKEND_CUDA) owns one non-blocking stream, a
+ * cuDNN handle, a small device scratch for reductions and the conv2d plan cache; its workspace
+ * (kern_ctx_reserve / kern_ctx_set_workspace) is device memory.
+ *
+ * THREADS. As kern.h: one thread at a time per context. Contexts on the same device may be used
+ * concurrently from different threads.
+ */
+#ifndef KERN_CUDA_H
+#define KERN_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kern.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The CUDA op table (kern_cuda_*); its functions need KERN_BACKEND_CUDA contexts. Static and
+ * immutable. Returns NULL when this library was built without CUDA.
+ */
+KERN_API const struct kern_ops *kern_ops_cuda(void);
+
+/*
+ * Number of CUDA devices usable by this process (0 when the build has no CUDA, no driver is
+ * installed, or no device is visible). Never fails; safe from any thread.
+ */
+KERN_API int kern_cuda_device_count(void);
+
+/*
+ * The cudaStream_t (as void *) on which every op of ctx runs, for the caller's own kernels,
+ * copies and graph capture. Borrowed: valid until kern_ctx_destroy(ctx). NULL when ctx is NULL
+ * or not a CUDA context.
+ */
+KERN_API void *kern_cuda_ctx_stream(struct kern_ctx *ctx);
+
+/*
+ * Waits until all work enqueued on ctx's stream is done. Returns 0, -EINVAL (NULL ctx),
+ * -KERN_EBACKEND (not a CUDA context) or -EIO (a kernel failed; see kern_cuda_ctx_last_error).
+ */
+KERN_API int kern_cuda_ctx_sync(struct kern_ctx *ctx);
+
+/*
+ * A static or context-owned description of the last CUDA or cuDNN failure on ctx ("" when none),
+ * valid until the next call on ctx. Never NULL.
+ */
+KERN_API const char *kern_cuda_ctx_last_error(const struct kern_ctx *ctx);
+
+/* The twins of kern.h's ops; see there (and SEMANTICS above) for each. */
+KERN_API int kern_cuda_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                                             size_t *bytes);
+KERN_API int kern_cuda_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                                  float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
+                                  const float *KERN_RESTRICT w, const float *KERN_RESTRICT bias);
+KERN_API int kern_cuda_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                                       float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
+                                       const float *KERN_RESTRICT w, unsigned accum);
+KERN_API int kern_cuda_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                                         float *KERN_RESTRICT dw, const float *KERN_RESTRICT dy,
+                                         const float *KERN_RESTRICT x, unsigned accum);
+KERN_API int kern_cuda_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                                       float *KERN_RESTRICT db, const float *KERN_RESTRICT dy,
+                                       unsigned accum);
+
+KERN_API int kern_cuda_bn_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d,
+                                    float *KERN_RESTRICT y, float *KERN_RESTRICT save_mean,
+                                    float *KERN_RESTRICT save_invstd,
+                                    float *KERN_RESTRICT running_mean,
+                                    float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
+                                    const float *KERN_RESTRICT gamma,
+                                    const float *KERN_RESTRICT beta);
+KERN_API int kern_cuda_bn_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d,
+                                   float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
+                                   const float *KERN_RESTRICT gamma,
+                                   const float *KERN_RESTRICT beta,
+                                   const float *KERN_RESTRICT running_mean,
+                                   const float *KERN_RESTRICT running_var);
+KERN_API int kern_cuda_bn_bwd(struct kern_ctx *ctx, const struct kern_bn *d,
+                              float *KERN_RESTRICT dx, float *KERN_RESTRICT dgamma,
+                              float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
+                              const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                              const float *KERN_RESTRICT save_mean,
+                              const float *KERN_RESTRICT save_invstd, unsigned accum);
+KERN_API int kern_cuda_silu_fwd(struct kern_ctx *ctx, float *y, const float *x, size_t count);
+KERN_API int kern_cuda_silu_bwd(struct kern_ctx *ctx, float *dx, const float *dy,
+                                const float *KERN_RESTRICT x, size_t count, unsigned accum);
+KERN_API int
+kern_cuda_bn_silu_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT y,
+                            float *KERN_RESTRICT save_mean, float *KERN_RESTRICT save_invstd,
+                            float *KERN_RESTRICT running_mean, float *KERN_RESTRICT running_var,
+                            const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                            const float *KERN_RESTRICT beta);
+KERN_API int kern_cuda_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d,
+                                        float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
+                                        const float *KERN_RESTRICT gamma,
+                                        const float *KERN_RESTRICT beta,
+                                        const float *KERN_RESTRICT running_mean,
+                                        const float *KERN_RESTRICT running_var);
+KERN_API int kern_cuda_bn_silu_bwd(struct kern_ctx *ctx, const struct kern_bn *d,
+                                   float *KERN_RESTRICT dx, float *KERN_RESTRICT dgamma,
+                                   float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
+                                   const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                                   const float *KERN_RESTRICT beta,
+                                   const float *KERN_RESTRICT save_mean,
+                                   const float *KERN_RESTRICT save_invstd, unsigned accum);
+
+KERN_API int kern_cuda_maxpool2d_fwd(struct kern_ctx *ctx, const struct kern_pool2d *d,
+                                     float *KERN_RESTRICT y, int32_t *KERN_RESTRICT idx,
+                                     const float *KERN_RESTRICT x);
+KERN_API int kern_cuda_maxpool2d_bwd(struct kern_ctx *ctx, const struct kern_pool2d *d,
+                                     float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
+                                     const int32_t *KERN_RESTRICT idx, unsigned accum);
+KERN_API int kern_cuda_upsample2x_fwd(struct kern_ctx *ctx, float *KERN_RESTRICT y,
+                                      const float *KERN_RESTRICT x, int planes, int h, int w);
+KERN_API int kern_cuda_upsample2x_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
+                                      const float *KERN_RESTRICT dy, int planes, int h, int w,
+                                      unsigned accum);
+
+KERN_API int kern_cuda_concat_fwd(struct kern_ctx *ctx, float *KERN_RESTRICT y,
+                                  const float *KERN_RESTRICT x, int n, int c_x, int hw, int c_y,
+                                  int c_off);
+KERN_API int kern_cuda_concat_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
+                                  const float *KERN_RESTRICT dy, int n, int c_x, int hw, int c_y,
+                                  int c_off, unsigned accum);
+KERN_API int kern_cuda_add_fwd(struct kern_ctx *ctx, float *y, const float *a, const float *b,
+                               size_t count);
+KERN_API int kern_cuda_add_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
+                               const float *KERN_RESTRICT dy, size_t count, unsigned accum);
+
+KERN_API int kern_cuda_detect_reshape_fwd(struct kern_ctx *ctx, const struct kern_detect *d,
+                                          float *KERN_RESTRICT p, const float *KERN_RESTRICT raw);
+KERN_API int kern_cuda_detect_reshape_bwd(struct kern_ctx *ctx, const struct kern_detect *d,
+                                          float *KERN_RESTRICT draw, const float *KERN_RESTRICT dp,
+                                          unsigned accum);
+KERN_API int kern_cuda_detect_decode(struct kern_ctx *ctx, const struct kern_detect *d,
+                                     float *KERN_RESTRICT out, const float *KERN_RESTRICT raw,
+                                     const float *KERN_RESTRICT anchors);
+
+KERN_API int kern_cuda_bce_logits_fwd(struct kern_ctx *ctx, float *loss,
+                                      const float *KERN_RESTRICT x, const float *KERN_RESTRICT t,
+                                      size_t rows, size_t cols, size_t ldx);
+KERN_API int kern_cuda_bce_logits_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
+                                      const float *KERN_RESTRICT x, const float *KERN_RESTRICT t,
+                                      size_t rows, size_t cols, size_t ldx, float dloss,
+                                      unsigned accum);
+KERN_API int kern_cuda_ciou_fwd(struct kern_ctx *ctx, float *KERN_RESTRICT ciou,
+                                const float *KERN_RESTRICT b1, const float *KERN_RESTRICT b2,
+                                size_t n);
+KERN_API int kern_cuda_ciou_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT db1,
+                                float *KERN_RESTRICT db2, const float *KERN_RESTRICT dciou,
+                                const float *KERN_RESTRICT b1, const float *KERN_RESTRICT b2,
+                                size_t n, unsigned accum);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,375 @@
+/*
+ * conv2d through cuDNN 9 (its own translation unit, style guide rule 30).
+ *
+ * Shapes (NCHW, float32, dense, device memory): x, dx (n, c_in, h_in, w_in); w, dw (c_out, c_in,
+ * k_h, k_w) (PyTorch Conv2d layout); y, dy (n, c_out, h_out, w_out); bias, db (c_out).
+ * Groups 1, dilation 1, zero padding; cross-correlation as PyTorch (CUDNN_CROSS_CORRELATION).
+ *
+ * Gradients: dx overwrites unless accum has KERN_ACCUM_DX; dw and db overwrite unless accum has
+ * KERN_ACCUM_DPARAM. Accumulation is cuDNN's beta (1 adds, 0 overwrites without reading, so a
+ * NaN-filled output is fine).
+ *
+ * API choice: the legacy cudnnConvolution* calls, not the graph (backend) API. They still ship,
+ * complete, in cuDNN 9 (marked deprecated only under CUDNN_WARN_DEPRECATED); they cover fwd,
+ * bwd-data and bwd-filter for fp32 NCHW and for bf16/fp16 NHWC with fp32 compute; and they give
+ * per-shape algorithm search (Find) and exact workspace sizes in a few hundred lines. The graph
+ * API earns its verbosity only for fusions (conv + bias + SiLU, conv + BN statistics): that is
+ * the next step, and it slots in behind the same struct kern_conv_plan.
+ *
+ * Plans: one per distinct struct kern_conv2d (and, later, dtype), made at setup by
+ * kern_cuda_conv2d_workspace_size (or lazily by the first op on a new shape): descriptors, the
+ * three algorithms chosen once by cudnnFind* (fastest deterministic one whose workspace fits
+ * KERN_CONV_WS_CAP; cudnnGet*_v7 heuristics if Find fails), and their workspace sizes. The
+ * caller reserves the maximum once (kern_ctx_reserve); the ops then never allocate. Find runs
+ * kernels and allocates, so plan every shape before capturing a CUDA graph.
+ *
+ * Math: the fp32 path uses CUDNN_FMA_MATH (no TF32) so that it matches the fp32 CPU reference
+ * to fp32 tolerances. The bf16/fp16 path will set the data type per plan with
+ * CUDNN_DATA_FLOAT compute and CUDNN_TENSOR_OP_MATH; nothing else here changes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern_cuda_internal.h"
+
+void kern_cuda_conv_release(struct kern_ctx *ctx);
+
+#if KERN_HAVE_CUDNN
+#include <cudnn.h>
+
+/* Largest workspace one algorithm may ask for; bigger ones are skipped in the search. */
+#define KERN_CONV_WS_CAP ((size_t)1 << 30)
+#define KERN_CONV_NALGO  16
+
+struct kern_conv_plan {
+    struct kern_conv_plan *next;
+    struct kern_conv2d d;  /* the key (memcmp: the struct has no padding, all ints) */
+    cudnnDataType_t dtype; /* tensor data type; CUDNN_DATA_FLOAT for now */
+    int h_out, w_out;      /* output plane */
+    cudnnTensorDescriptor_t xd, yd, bd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    cudnnMathType_t fwd_math, data_math, filter_math; /* from the search */
+    size_t ws_fwd, ws_data, ws_filter;                /* bytes each algorithm needs */
+};
+
+static int cudnn_fail(struct kern_ctx *ctx, cudnnStatus_t s, const char *where)
+{
+    snprintf(kern_cuda_st(ctx)->err, KERN_CUDA_ERRLEN, "%s: %s", where, cudnnGetErrorString(s));
+    return s == CUDNN_STATUS_ALLOC_FAILED ? -ENOMEM : -EIO;
+}
+
+#define CUDNN_TRY(ctx, expr)                                               \
+    do {                                                                   \
+        const cudnnStatus_t s_ = (expr);                                   \
+        if (s_ != CUDNN_STATUS_SUCCESS) return cudnn_fail(ctx, s_, #expr); \
+    } while (0)
+
+static int conv_out_hw(const struct kern_conv2d *d, int *oh, int *ow)
+{
+    if (!d || d->n < 1 || d->c_in < 1 || d->h_in < 1 || d->w_in < 1 || d->c_out < 1) return -EINVAL;
+    if (d->k_h < 1 || d->k_w < 1 || d->stride_h < 1 || d->stride_w < 1) return -EINVAL;
+    if (d->pad_h < 0 || d->pad_w < 0) return -EINVAL;
+    const long long hp = (long long)d->h_in + 2LL * d->pad_h,
+                    wp = (long long)d->w_in + 2LL * d->pad_w;
+    if (hp < d->k_h || wp < d->k_w) return -EINVAL;
+    *oh = (int)((hp - d->k_h) / d->stride_h + 1);
+    *ow = (int)((wp - d->k_w) / d->stride_w + 1);
+    return 0;
+}
+
+static void plan_free(struct kern_conv_plan *p)
+{
+    if (!p) return;
+    if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+    if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
+    if (p->bd) cudnnDestroyTensorDescriptor(p->bd);
+    if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
+    if (p->cd) cudnnDestroyConvolutionDescriptor(p->cd);
+    free(p);
+}
+
+void kern_cuda_conv_release(struct kern_ctx *ctx)
+{
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    for (struct kern_conv_plan *p = st->plans, *nx; p; p = nx) {
+        nx = p->next;
+        plan_free(p);
+    }
+    st->plans = NULL;
+    if (st->cudnn) cudnnDestroy((cudnnHandle_t)st->cudnn);
+    st->cudnn = NULL;
+}
+
+static int handle_get(struct kern_ctx *ctx, cudnnHandle_t *h)
+{
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    if (!st->cudnn) {
+        cudnnHandle_t nh;
+        CUDNN_TRY(ctx, cudnnCreate(&nh));
+        const cudnnStatus_t s = cudnnSetStream(nh, st->stream);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            cudnnDestroy(nh);
+            return cudnn_fail(ctx, s, "cudnnSetStream");
+        }
+        st->cudnn = nh;
+    }
+    *h = (cudnnHandle_t)st->cudnn;
+    return 0;
+}
+
+/* Index of the perf result to use: fastest deterministic success that fits, else any fit. */
+template <typename Perf> static int pick(const Perf *r, int n)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++)
+            if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= KERN_CONV_WS_CAP &&
+                (pass == 1 || r[i].determinism == CUDNN_DETERMINISTIC))
+                return i;
+    return -1;
+}
+
+static int plan_search(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p)
+{
+    int got = 0, i;
+    cudnnConvolutionFwdAlgoPerf_t fr[KERN_CONV_NALGO];
+    if (cudnnFindConvolutionForwardAlgorithm(h, p->xd, p->wd, p->cd, p->yd, KERN_CONV_NALGO, &got,
+                                             fr) != CUDNN_STATUS_SUCCESS ||
+        (i = pick(fr, got)) < 0) {
+        CUDNN_TRY(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd,
+                                                              KERN_CONV_NALGO, &got, fr));
+        if ((i = pick(fr, got)) < 0) return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "fwd algo");
+    }
+    p->fwd = fr[i].algo;
+    p->fwd_math = fr[i].mathType;
+    p->ws_fwd = fr[i].memory;
+
+    cudnnConvolutionBwdDataAlgoPerf_t dr[KERN_CONV_NALGO];
+    if (cudnnFindConvolutionBackwardDataAlgorithm(h, p->wd, p->yd, p->cd, p->xd, KERN_CONV_NALGO,
+                                                  &got, dr) != CUDNN_STATUS_SUCCESS ||
+        (i = pick(dr, got)) < 0) {
+        CUDNN_TRY(ctx, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->wd, p->yd, p->cd, p->xd,
+                                                                   KERN_CONV_NALGO, &got, dr));
+        if ((i = pick(dr, got)) < 0)
+            return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "bwd data algo");
+    }
+    p->bwd_data = dr[i].algo;
+    p->data_math = dr[i].mathType;
+    p->ws_data = dr[i].memory;
+
+    cudnnConvolutionBwdFilterAlgoPerf_t wr[KERN_CONV_NALGO];
+    if (cudnnFindConvolutionBackwardFilterAlgorithm(h, p->xd, p->yd, p->cd, p->wd, KERN_CONV_NALGO,
+                                                    &got, wr) != CUDNN_STATUS_SUCCESS ||
+        (i = pick(wr, got)) < 0) {
+        CUDNN_TRY(ctx, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->xd, p->yd, p->cd, p->wd,
+                                                                     KERN_CONV_NALGO, &got, wr));
+        if ((i = pick(wr, got)) < 0)
+            return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "bwd filter algo");
+    }
+    p->bwd_filter = wr[i].algo;
+    p->filter_math = wr[i].mathType;
+    p->ws_filter = wr[i].memory;
+    return 0;
+}
+
+static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p)
+{
+    const struct kern_conv2d *const d = &p->d;
+    CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&p->xd));
+    CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&p->yd));
+    CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&p->bd));
+    CUDNN_TRY(ctx, cudnnCreateFilterDescriptor(&p->wd));
+    CUDNN_TRY(ctx, cudnnCreateConvolutionDescriptor(&p->cd));
+    CUDNN_TRY(ctx, cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NCHW, p->dtype, d->n, d->c_in,
+                                              d->h_in, d->w_in));
+    CUDNN_TRY(ctx, cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NCHW, p->dtype, d->n, d->c_out,
+                                              p->h_out, p->w_out));
+    CUDNN_TRY(ctx,
+              cudnnSetTensor4dDescriptor(p->bd, CUDNN_TENSOR_NCHW, p->dtype, 1, d->c_out, 1, 1));
+    CUDNN_TRY(ctx, cudnnSetFilter4dDescriptor(p->wd, p->dtype, CUDNN_TENSOR_NCHW, d->c_out, d->c_in,
+                                              d->k_h, d->k_w));
+    CUDNN_TRY(ctx,
+              cudnnSetConvolution2dDescriptor(p->cd, d->pad_h, d->pad_w, d->stride_h, d->stride_w,
+                                              1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, CUDNN_FMA_MATH));
+    int n, c, oh, ow;
+    CUDNN_TRY(ctx, cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &oh, &ow));
+    if (n != d->n || c != d->c_out || oh != p->h_out || ow != p->w_out)
+        return cudnn_fail(ctx, CUDNN_STATUS_BAD_PARAM, "output shape");
+    return plan_search(ctx, h, p);
+}
+
+/* The cached plan of shape d, made on first use. */
+static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, struct kern_conv_plan **out)
+{
+    int oh, ow;
+    if (conv_out_hw(d, &oh, &ow) < 0) return -EINVAL;
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    for (struct kern_conv_plan *p = st->plans; p; p = p->next) {
+        if (!memcmp(&p->d, d, sizeof(*d)) && p->dtype == CUDNN_DATA_FLOAT) {
+            *out = p;
+            return 0;
+        }
+    }
+    cudnnHandle_t h;
+    st->conv_release = kern_cuda_conv_release;
+    int rc = handle_get(ctx, &h);
+    if (rc < 0) return rc;
+    struct kern_conv_plan *const p = (struct kern_conv_plan *)calloc(1, sizeof(*p));
+    if (!p) return -ENOMEM;
+    p->d = *d;
+    p->dtype = CUDNN_DATA_FLOAT;
+    p->h_out = oh;
+    p->w_out = ow;
+    rc = plan_build(ctx, h, p);
+    if (rc < 0) {
+        plan_free(p);
+        return rc;
+    }
+    p->next = st->plans;
+    st->plans = p;
+    *out = p;
+    return 0;
+}
+
+int kern_cuda_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                                    size_t *bytes)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if (!bytes) return -EINVAL;
+    struct kern_conv_plan *p;
+    const int rc = plan_get(ctx, d, &p);
+    if (rc < 0) return rc;
+    size_t m = p->ws_fwd > p->ws_data ? p->ws_fwd : p->ws_data;
+    *bytes = m > p->ws_filter ? m : p->ws_filter;
+    return 0;
+}
+
+int kern_cuda_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d, float *__restrict__ y,
+                         const float *__restrict__ x, const float *__restrict__ w,
+                         const float *__restrict__ bias)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if (!y || !x || !w) return -EINVAL;
+    struct kern_conv_plan *p;
+    const int rc = plan_get(ctx, d, &p);
+    if (rc < 0) return rc;
+    if (p->ws_fwd > ctx->ws_size) return -KERN_EWORKSPACE;
+    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->fwd_math));
+    CUDNN_TRY(ctx, cudnnConvolutionForward(h, &one, p->xd, x, p->wd, w, p->cd, p->fwd, ctx->ws,
+                                           p->ws_fwd, &zero, p->yd, y));
+    if (bias) CUDNN_TRY(ctx, cudnnAddTensor(h, &one, p->bd, bias, &one, p->yd, y));
+    return 0;
+}
+
+int kern_cuda_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                              float *__restrict__ dx, const float *__restrict__ dy,
+                              const float *__restrict__ w, unsigned accum)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    if (!dx || !dy || !w) return -EINVAL;
+    struct kern_conv_plan *p;
+    const int rc = plan_get(ctx, d, &p);
+    if (rc < 0) return rc;
+    if (p->ws_data > ctx->ws_size) return -KERN_EWORKSPACE;
+    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
+    const float one = 1.0f, beta = (accum & KERN_ACCUM_DX) ? 1.0f : 0.0f;
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->data_math));
+    CUDNN_TRY(ctx, cudnnConvolutionBackwardData(h, &one, p->wd, w, p->yd, dy, p->cd, p->bwd_data,
+                                                ctx->ws, p->ws_data, &beta, p->xd, dx));
+    return 0;
+}
+
+int kern_cuda_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                                float *__restrict__ dw, const float *__restrict__ dy,
+                                const float *__restrict__ x, unsigned accum)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    if (!dw || !dy || !x) return -EINVAL;
+    struct kern_conv_plan *p;
+    const int rc = plan_get(ctx, d, &p);
+    if (rc < 0) return rc;
+    if (p->ws_filter > ctx->ws_size) return -KERN_EWORKSPACE;
+    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
+    const float one = 1.0f, beta = (accum & KERN_ACCUM_DPARAM) ? 1.0f : 0.0f;
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->filter_math));
+    CUDNN_TRY(ctx,
+              cudnnConvolutionBackwardFilter(h, &one, p->xd, x, p->yd, dy, p->cd, p->bwd_filter,
+                                             ctx->ws, p->ws_filter, &beta, p->wd, dw));
+    return 0;
+}
+
+int kern_cuda_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                              float *__restrict__ db, const float *__restrict__ dy, unsigned accum)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    if (!db || !dy) return -EINVAL;
+    struct kern_conv_plan *p;
+    const int rc = plan_get(ctx, d, &p);
+    if (rc < 0) return rc;
+    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
+    const float one = 1.0f, beta = (accum & KERN_ACCUM_DPARAM) ? 1.0f : 0.0f;
+    CUDNN_TRY(ctx, cudnnConvolutionBackwardBias(h, &one, p->yd, dy, &beta, p->bd, db));
+    return 0;
+}
+
+#else /* no cuDNN: the conv ops exist (the table needs them) but say the backend lacks them */
+
+void kern_cuda_conv_release(struct kern_ctx *ctx)
+{
+    (void)ctx;
+}
+
+int kern_cuda_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                                    size_t *bytes)
+{
+    (void)d;
+    (void)bytes;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+
+int kern_cuda_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d, float *__restrict__ y,
+                         const float *__restrict__ x, const float *__restrict__ w,
+                         const float *__restrict__ bias)
+{
+    (void)d, (void)y, (void)x, (void)w, (void)bias;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+
+int kern_cuda_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                              float *__restrict__ dx, const float *__restrict__ dy,
+                              const float *__restrict__ w, unsigned accum)
+{
+    (void)d, (void)dx, (void)dy, (void)w, (void)accum;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+
+int kern_cuda_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                                float *__restrict__ dw, const float *__restrict__ dy,
+                                const float *__restrict__ x, unsigned accum)
+{
+    (void)d, (void)dw, (void)dy, (void)x, (void)accum;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+
+int kern_cuda_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d,
+                              float *__restrict__ db, const float *__restrict__ dy, unsigned accum)
+{
+    (void)d, (void)db, (void)dy, (void)accum;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+#endif

@@ -1,0 +1,139 @@
+/*
+ * The CUDA context (stream, cuDNN handle, reduction scratch, device workspace), the device
+ * count and error text. No tensors here; no gradients. The op table is in kern_cuda_ops.cu and
+ * cuDNN is reached only through st->conv_release, so a program that makes contexts but calls
+ * no CUDA op (the CPU tests of a CUDA build) links neither the kernels nor libcudnn.
+ *
+ * The stream is non-blocking so the ops never serialise against the legacy default stream; the
+ * caller orders its own work through kern_cuda_ctx_stream(). The scratch is allocated once at
+ * creation (reductions never allocate); the cuDNN handle is created lazily by the first conv
+ * plan because cudnnCreate costs ~100 ms and a context without convolutions (the loss) needs
+ * none.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern_cuda_internal.h"
+
+int kern_cuda_fail(struct kern_ctx *ctx, cudaError_t err, const char *where)
+{
+    if (ctx && ctx->backend_state)
+        snprintf(kern_cuda_st(ctx)->err, KERN_CUDA_ERRLEN, "%s: %s (%s)", where,
+                 cudaGetErrorString(err), cudaGetErrorName(err));
+    return err == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+}
+
+int kern_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver or no device: not sticky, clear it */
+        return 0;
+    }
+    return n;
+}
+
+int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out)
+{
+    if (!o || !out) return -EINVAL;
+    *out = NULL;
+    const int ndev = kern_cuda_device_count();
+    if (ndev <= 0) return -KERN_EBACKEND;
+    if (o->device < 0 || o->device >= ndev) return -EINVAL;
+    if (!o->workspace != !o->workspace_size) return -EINVAL;
+    if ((uintptr_t)o->workspace % 16u) return -EINVAL;
+    struct kern_ctx *const ctx = (struct kern_ctx *)calloc(1, sizeof(*ctx));
+    struct kern_cuda_state *const st = (struct kern_cuda_state *)calloc(1, sizeof(*st));
+    if (!ctx || !st) {
+        free(ctx);
+        free(st);
+        return -ENOMEM;
+    }
+    ctx->backend = KERN_BACKEND_CUDA;
+    ctx->threads = 1;
+    ctx->device = o->device;
+    ctx->ws = o->workspace;
+    ctx->ws_size = o->workspace_size;
+    ctx->backend_state = st;
+    int rc = 0;
+    cudaError_t e = cudaSetDevice(o->device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc(&st->scratch, KERN_CUDA_SCRATCH_BYTES);
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&st->host_loss, sizeof(float));
+    if (e != cudaSuccess) rc = kern_cuda_fail(ctx, e, "kern_cuda_ctx_create");
+    if (rc < 0) {
+        kern_cuda_ctx_destroy(ctx);
+        return rc;
+    }
+    *out = ctx;
+    return 0;
+}
+
+void kern_cuda_ctx_destroy(struct kern_ctx *ctx)
+{
+    if (!ctx) return;
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    if (st) {
+        cudaSetDevice(ctx->device);
+        if (st->stream) cudaStreamSynchronize(st->stream);
+        if (st->conv_release) st->conv_release(ctx);
+        if (ctx->ws_owned) cudaFree(ctx->ws);
+        cudaFree(st->scratch);
+        cudaFreeHost(st->host_loss);
+        if (st->stream) cudaStreamDestroy(st->stream);
+        free(st);
+    }
+    free(ctx);
+}
+
+int kern_cuda_ctx_reserve(struct kern_ctx *ctx, size_t bytes)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if (bytes <= ctx->ws_size) return 0;
+    void *p = NULL;
+    const cudaError_t e = cudaMalloc(&p, bytes); /* 256-byte aligned */
+    if (e != cudaSuccess) return kern_cuda_fail(ctx, e, "kern_ctx_reserve");
+    if (ctx->ws_owned) {
+        /* The old buffer may still be read by enqueued work. */
+        cudaStreamSynchronize(kern_cuda_st(ctx)->stream);
+        cudaFree(ctx->ws);
+    }
+    ctx->ws = p;
+    ctx->ws_size = bytes;
+    ctx->ws_owned = 1;
+    return 0;
+}
+
+int kern_cuda_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t bytes)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if ((!buf && bytes) || (buf && !bytes) || (uintptr_t)buf % 16u) return -EINVAL;
+    if (ctx->ws_owned) {
+        cudaStreamSynchronize(kern_cuda_st(ctx)->stream);
+        cudaFree(ctx->ws);
+    }
+    ctx->ws = buf;
+    ctx->ws_size = bytes;
+    ctx->ws_owned = 0;
+    return 0;
+}
+
+void *kern_cuda_ctx_stream(struct kern_ctx *ctx)
+{
+    if (!ctx || ctx->backend != KERN_BACKEND_CUDA) return NULL;
+    return (void *)kern_cuda_st(ctx)->stream;
+}
+
+int kern_cuda_ctx_sync(struct kern_ctx *ctx)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    const cudaError_t e = cudaStreamSynchronize(kern_cuda_st(ctx)->stream);
+    return e == cudaSuccess ? 0 : kern_cuda_fail(ctx, e, "kern_cuda_ctx_sync");
+}
+
+const char *kern_cuda_ctx_last_error(const struct kern_ctx *ctx)
+{
+    if (!ctx || ctx->backend != KERN_BACKEND_CUDA || !ctx->backend_state) return "";
+    return ((const struct kern_cuda_state *)ctx->backend_state)->err;
+}

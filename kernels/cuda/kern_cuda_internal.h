@@ -1,0 +1,123 @@
+/*
+ * kern CUDA backend internals: the context's backend state, the context hooks that
+ * kernels/ref/kern_ctx.c calls for KERN_BACKEND_CUDA, and launch/check helpers for the .cu files.
+ * Not a public header. The hook prototypes are C (extern "C") so that kern_ctx.c can call them;
+ * the rest is CUDA only.
+ */
+#ifndef KERN_CUDA_INTERNAL_H
+#define KERN_CUDA_INTERNAL_H
+
+#include <errno.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "kern_internal.h"
+#ifdef __cplusplus
+}
+#endif
+#include "kern_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Context hooks for kernels/ref/kern_ctx.c (same contracts as the public calls they serve).
+ * kern_cuda_ctx_create: makes a CUDA context from checked options: -KERN_EBACKEND when the build
+ * has no CUDA or no device is visible, -EINVAL for a device ordinal out of range, -ENOMEM, -EIO.
+ * kern_cuda_ctx_destroy frees the stream, handles, scratch and an owned workspace (accepts NULL).
+ * kern_cuda_ctx_reserve / kern_cuda_ctx_set_workspace: device-memory versions of
+ * kern_ctx_reserve / kern_ctx_set_workspace.
+ */
+int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out);
+void kern_cuda_ctx_destroy(struct kern_ctx *ctx);
+int kern_cuda_ctx_reserve(struct kern_ctx *ctx, size_t bytes);
+int kern_cuda_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+
+/* Device scratch for reductions: per-(channel, chunk) partial sums, BCE partials, the loss. */
+#define KERN_CUDA_SCRATCH_BYTES ((size_t)8 << 20)
+#define KERN_CUDA_ERRLEN        256
+
+struct kern_conv_plan; /* kern_cuda_conv.cu: one cuDNN plan per conv2d shape */
+
+struct kern_cuda_state {
+    cudaStream_t stream;          /* every op runs here; created non-blocking */
+    void *cudnn;                  /* cudnnHandle_t bound to stream; NULL until the first conv */
+    void *scratch;                /* KERN_CUDA_SCRATCH_BYTES of device memory, 256-aligned */
+    float *host_loss;             /* pinned host float: the BCE loss comes back through it */
+    struct kern_conv_plan *plans; /* linked list of cached conv plans (setup-time mallocs) */
+    void (*conv_release)(struct kern_ctx *); /* frees cudnn and plans; set by the first plan */
+    char err[KERN_CUDA_ERRLEN];              /* the last CUDA/cuDNN failure, "" when none */
+};
+
+/* The state of a CUDA context (never NULL once kern_cuda_ctx_create succeeded). */
+static inline struct kern_cuda_state *kern_cuda_st(struct kern_ctx *ctx)
+{
+    return (struct kern_cuda_state *)ctx->backend_state;
+}
+
+/* Records err (with where) in ctx and maps it to -ENOMEM or -EIO. */
+int kern_cuda_fail(struct kern_ctx *ctx, cudaError_t err, const char *where);
+
+/* After launches: returns 0 or the mapped error of cudaGetLastError. */
+static inline int kern_cuda_launched(struct kern_ctx *ctx, const char *where)
+{
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : kern_cuda_fail(ctx, e, where);
+}
+
+/* The CUDA ops need a live CUDA context. */
+#define KERN_CHECK_CUDA_CTX(ctx)                                        \
+    do {                                                                \
+        if (!(ctx)) return -EINVAL;                                     \
+        if ((ctx)->backend != KERN_BACKEND_CUDA) return -KERN_EBACKEND; \
+    } while (0)
+
+#define KERN_CUDA_THREADS 256
+
+/* Blocks for a grid-stride loop over count items: enough to fill the device, never 0. */
+static inline unsigned kern_cuda_blocks(size_t count)
+{
+    const size_t b = (count + KERN_CUDA_THREADS - 1) / KERN_CUDA_THREADS;
+    return b == 0 ? 1u : b > 65535u * 8u ? 65535u * 8u : (unsigned)b;
+}
+
+/* Sums two doubles over the block; thread 0 gets the totals. blockDim.x == KERN_CUDA_THREADS. */
+static __device__ __forceinline__ void kern_cuda_block_sum2(double &a, double &b)
+{
+    __shared__ double sa[KERN_CUDA_THREADS / 32], sb[KERN_CUDA_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_down_sync(0xffffffffu, a, o);
+        b += __shfl_down_sync(0xffffffffu, b, o);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sa[warp] = a;
+        sb[warp] = b;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        a = lane < KERN_CUDA_THREADS / 32 ? sa[lane] : 0.0;
+        b = lane < KERN_CUDA_THREADS / 32 ? sb[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) {
+            a += __shfl_down_sync(0xffffffffu, a, o);
+            b += __shfl_down_sync(0xffffffffu, b, o);
+        }
+    }
+}
+
+#define KERN_CUDA_LOOP(i, count)                                                \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); \
+         i += (size_t)blockDim.x * gridDim.x)
+#endif
+
+#endif

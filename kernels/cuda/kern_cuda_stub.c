@@ -1,0 +1,58 @@
+/*
+ * The CUDA backend's always-present entry points in a build without CUDA (HAVE_CUDA 0): no op
+ * table, no devices, no contexts. Keeps callers (the trainer's --device parsing, kern_ctx.c)
+ * free of #if. No tensors, no gradients.
+ */
+#include "kern_cuda_internal.h"
+
+const struct kern_ops *kern_ops_cuda(void)
+{
+    return NULL;
+}
+
+int kern_cuda_device_count(void)
+{
+    return 0;
+}
+
+void *kern_cuda_ctx_stream(struct kern_ctx *ctx)
+{
+    (void)ctx;
+    return NULL;
+}
+
+int kern_cuda_ctx_sync(struct kern_ctx *ctx)
+{
+    return ctx ? -KERN_EBACKEND : -EINVAL;
+}
+
+const char *kern_cuda_ctx_last_error(const struct kern_ctx *ctx)
+{
+    (void)ctx;
+    return "";
+}
+
+int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out)
+{
+    if (!o || !out) return -EINVAL;
+    *out = NULL;
+    return -KERN_EBACKEND;
+}
+
+void kern_cuda_ctx_destroy(struct kern_ctx *ctx)
+{
+    (void)ctx;
+}
+
+int kern_cuda_ctx_reserve(struct kern_ctx *ctx, size_t bytes)
+{
+    (void)bytes;
+    return ctx ? -KERN_EBACKEND : -EINVAL;
+}
+
+int kern_cuda_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t bytes)
+{
+    (void)buf;
+    (void)bytes;
+    return ctx ? -KERN_EBACKEND : -EINVAL;
+}

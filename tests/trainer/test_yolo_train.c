@@ -1,0 +1,231 @@
+/*
+ * yolo-train, the program: its flags, --summary, bad flags, the not-yet-implemented training,
+ * --bench-data --json and --plot with ultralytics' run directories, on a small dataset made
+ * with yolo-synth and yolo-pack.
+ */
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <turbojpeg.h>
+
+#include "tap.h"
+
+static char dir[256];
+static const char *train;
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+    char cmd[4096], full[4700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "%s >%s/stdout.txt 2>%s/stderr.txt", cmd, dir, dir);
+    const int st = system(full);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The whole file as a string (malloc'd), or NULL. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = NULL;
+    size_t n = 0, cap = 0, got;
+    char buf[65536];
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (n + got + 1 > cap) {
+            cap = 2 * (n + got + 1);
+            char *g = realloc(s, cap);
+            if (!g) break;
+            s = g;
+        }
+        memcpy(s + n, buf, got);
+        n += got;
+    }
+    fclose(f);
+    if (!s) s = calloc(1, 1);
+    if (s) s[n] = '\0';
+    if (len) *len = n;
+    return s;
+}
+
+static char *out_text(const char *which)
+{
+    char p[300];
+    snprintf(p, sizeof p, "%s/%s.txt", dir, which);
+    return slurp(p, NULL);
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; s && *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static void test_help_and_flags(void)
+{
+    is_int(run("%s --help", train), 0, "--help exits 0");
+    char *o = out_text("stdout");
+    static const char *const flags[] = {
+        "--records",     "--val-records", "--cfg",      "--weights", "--img",        "--batch-size",
+        "--epochs",      "--hyp",         "--device",   "--resume",  "--seed",       "--project",
+        "--name",        "--workers",     "--nc",       "--summary", "--bench-data", "--seconds",
+        "--json",        "--plot",        "--exist-ok", "--cos-lr",  "--optimizer",  "--patience",
+        "--save-period", "--noval",       "--nosave",
+    };
+    int missing = 0;
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+        if (!o || !strstr(o, flags[k])) {
+            missing++;
+            tap_diag("--help lacks %s", flags[k]);
+        }
+    is_int(missing, 0, "--help lists all %zu flags", sizeof flags / sizeof flags[0]);
+    ok(o && strstr(o, "SGD") && strstr(o, "AdamW"), "--help names the optimizers");
+    free(o);
+
+    is_int(run("%s --cfg yolov5s.yaml --summary", train), 0, "--cfg yolov5s.yaml --summary");
+    o = out_text("stdout");
+    ok(o && strstr(o, "YOLOv5s summary: 214 layers, 7235389 parameters"),
+       "prints the YOLOv5s summary line");
+    free(o);
+    is_int(run("%s --cfg yolov5s --nc 3 --summary", train), 0, "--nc 3 --summary");
+    o = out_text("stdout");
+    ok(o && strstr(o, "YOLOv5s summary: 214 layers, ") && !strstr(o, "7235389 parameters"),
+       "--nc changes the parameter count");
+    free(o);
+
+    static const char *const bad[] = {
+        "--bogus",  "--img abc", "--optimizer RMSprop", "--batch-size 0", "--device gpu",
+        "--epochs", "--json=1",  "--seconds -1",
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const int rc = run("%s --records x.ffr %s", train, bad[k]);
+        char *e = out_text("stderr");
+        ok(rc == 2 && count_lines(e) == 2 && strstr(e, "hint:"),
+           "bad flag '%s': exit 2, one error line and a hint (rc %d)", bad[k], rc);
+        free(e);
+    }
+    is_int(run("%s --summary", train), 2, "--summary without --cfg is a usage error");
+    is_int(run("%s --cfg nosuchmodel --summary", train), 1, "an unknown model is exit 1");
+
+    char ffr[300];
+    snprintf(ffr, sizeof ffr, "%s/train.ffr", dir);
+    is_int(run("%s --records %s --img 320 --epochs 1", train, ffr), 1,
+           "training asked for: exit 1");
+    char *e = out_text("stderr");
+    ok(e && strstr(e, "training is not implemented yet"), "... saying it is not implemented");
+    free(e);
+}
+
+static void test_bench(void)
+{
+    const int rc = run("%s --records %s/train.ffr --bench-data --json --seconds 1 --workers 1 "
+                       "--batch-size 4 --img 320",
+                       train, dir);
+    is_int(rc, 0, "--bench-data --json exits 0");
+    char *o = out_text("stdout");
+    cJSON *j = o ? cJSON_Parse(o) : NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "images_per_s");
+    ok(cJSON_IsObject(j) && cJSON_IsNumber(v) && v->valuedouble > 0,
+       "prints a JSON object with images_per_s > 0 (%s)", o ? o : "");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "mosaic");
+    ok(cJSON_IsNumber(m) && m->valuedouble == 1.0, "at full augmentation (mosaic 1)");
+    cJSON_Delete(j);
+    free(o);
+    is_int(run("%s --records %s/missing.ffr --bench-data --seconds 1", train, dir), 1,
+           "--bench-data on a missing file: exit 1");
+}
+
+/* Decodes path; returns 1 when it is a whole JPEG of w x h. */
+static int jpeg_is(const char *path, int w, int h)
+{
+    size_t n = 0;
+    char *s = slurp(path, &n);
+    if (!s) return 0;
+    tjhandle tj = tjInitDecompress();
+    int jw = 0, jh = 0, sub, cs, good = 0;
+    if (tj && tjDecompressHeader3(tj, (unsigned char *)s, n, &jw, &jh, &sub, &cs) == 0 && jw == w &&
+        jh == h) {
+        unsigned char *rgb = malloc((size_t)jw * (size_t)jh * 3);
+        good = rgb && tjDecompress2(tj, (unsigned char *)s, n, rgb, jw, 0, jh, TJPF_RGB, 0) == 0;
+        free(rgb);
+    }
+    if (!good) tap_diag("%s: %dx%d, want %dx%d", path, jw, jh, w, h);
+    if (tj) tjDestroy(tj);
+    free(s);
+    return good;
+}
+
+static int exists(const char *fmt, const char *a)
+{
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, fmt, dir, a);
+    return stat(p, &st) == 0;
+}
+
+static void test_plot(void)
+{
+    /* 4 images of 320 -> a 2 x 2 grid of 640 x 640 (scale 3 > 1: no resize). */
+    is_int(run("cd %s && %s --records train.ffr --plot --batch-size 4 --img 320 --workers 1", dir,
+               train),
+           0, "--plot exits 0");
+    char p[512];
+    int good = 0;
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof p, "%s/runs/train/exp/train_batch%d.jpg", dir, k);
+        good += jpeg_is(p, 640, 640);
+    }
+    is_int(good, 3, "train_batch0..2.jpg in runs/train/exp decode as 640x640 JPEGs");
+    is_int(run("%s --records %s/train.ffr --plot --batch-size 9 --img 320 --workers 1 "
+               "--project %s/runs/train",
+               train, dir, dir),
+           0, "a second --plot run");
+    snprintf(p, sizeof p, "%s/runs/train/exp2/train_batch0.jpg", dir);
+    ok(jpeg_is(p, 960, 960), "... goes to exp2 (9 images: 3 x 3 cells of 320)");
+    is_int(run("%s --records %s/train.ffr --plot --batch-size 4 --img 320 --workers 1 "
+               "--project %s/runs/train --name exp --exist-ok",
+               train, dir, dir),
+           0, "--exist-ok run");
+    ok(!exists("%s/runs/train/exp3%s", ""), "--exist-ok reuses exp (no exp3)");
+    is_int(run("%s --records %s/train.ffr --plot --batch-size 4 --img 320 --workers 1 "
+               "--project %s/runs/custom --name trial",
+               train, dir, dir),
+           0, "--project/--name run");
+    ok(exists("%s/runs/custom/trial/%s", "train_batch2.jpg"), "writes to PROJECT/NAME");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        printf("usage: test_yolo_train YOLO_TRAIN YOLO_SYNTH YOLO_PACK\n");
+        return 99;
+    }
+    static char train_abs[4096];
+    /* absolute: one run starts in the dataset folder (default --project runs/train) */
+    if (!realpath(argv[1], train_abs)) return 99;
+    train = train_abs;
+    snprintf(dir, sizeof dir, "/tmp/test_yolo_train_XXXXXX");
+    if (!mkdtemp(dir)) return 99;
+    const int made =
+        run("%s %s/synth --split train2017=12 --seed 7 --min-side 48 --max-side 200 "
+            "--format yolo --classes 4 --max-objects 5",
+            argv[2], dir) == 0 &&
+        run("%s %s/synth/synth.yaml -o %s/train.ffr --size 320 -q -j 1", argv[3], dir, dir) == 0;
+    if (!ok(made, "yolo-synth and yolo-pack made the dataset in %s", dir)) return tap_done();
+    test_help_and_flags();
+    test_bench();
+    test_plot();
+    const int rc = tap_done();
+    if (rc == 0) run("rm -rf %s", dir);
+    return rc;
+}

@@ -1,0 +1,644 @@
+/*
+ * Forward and backward of the YOLOv5 network (see net.h).
+ *
+ * Tensors are NCHW float32 in the activation arena of trn_model_plan; the activation-gradient
+ * arena has the same layout, so the gradient of act a is at dact + acts[a].offset. Backward
+ * walks the rows in reverse: every consumer of a row has a larger index, so a row's output
+ * gradient is complete when the row is reached. The first gradient written into an activation
+ * overwrites it (kern accum bit clear) and later ones add (KERN_ACCUM_DX), tracked per act by
+ * `has`, so the gradient arena is never cleared. Parameter gradients always add
+ * (KERN_ACCUM_DPARAM).
+ */
+#include "net.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct trn_net {
+    struct trn_model *m;
+    const struct trn_model_info *I;
+    const struct kern_ops *K;
+    struct kern_ctx *ctx;
+    bool own_ctx;
+    bool input_grad;
+    bool trained; /* the last forward was a training forward: backward may run */
+    struct trn_act_plan plan;
+    int batch;
+    float *act;             /* plan.total floats */
+    float *dact;            /* plan.total floats, or NULL (inference net) */
+    unsigned char *has;     /* per act: its gradient has been written in this backward */
+    float *grad;            /* arena_len[PARAM] floats, or NULL */
+    struct kern_conv2d *cd; /* per conv */
+    size_t *bn_off;         /* per conv: offset of its save_mean in bn_stat (invstd follows) */
+    float *bn_stat;         /* BN batch mean and invstd for backward */
+    size_t *pool_off;       /* per row: offset of its 3 pools' indices in pool_idx */
+    int32_t *pool_idx;      /* SPPF max-pool argmax indices */
+    float *head;            /* Detect outputs, permuted, all levels */
+    size_t head_off[TRN_MODEL_MAX_LEVELS];
+    struct kern_detect det[TRN_MODEL_MAX_LEVELS];
+    const float *out_view[TRN_MODEL_MAX_LEVELS];
+    float *dec;     /* decoded boxes, (bs, dec_rows, no) */
+    int dec_rows;   /* sum over levels of na * ny * nx */
+    size_t anchors; /* offset of the anchors tensor in the buffer arena */
+};
+
+#define TRY(x)                           \
+    do {                                 \
+        const int try_rc_ = (x);         \
+        if (try_rc_ < 0) return try_rc_; \
+    } while (0)
+
+static void set_err(char *err, size_t cap, const char *msg, int rc)
+{
+    if (err && cap) snprintf(err, cap, "%s: %s", msg, trn_net_strerror(rc));
+}
+
+const char *trn_net_strerror(int rc)
+{
+    if (rc == -KERN_EWORKSPACE || rc == -KERN_EBACKEND) return kern_strerror(rc);
+    return trn_model_strerror(rc);
+}
+
+void trn_net_opts_default(struct trn_net_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->train = true;
+}
+
+static void *alloc_floats(size_t n, size_t elem)
+{
+    /* 64-byte aligned for the GEMMs and vector loops; at least one line so NULL means failure. */
+    size_t bytes = (n ? n : 1) * elem;
+    bytes = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+static float *A(const struct trn_net *net, int a)
+{
+    return net->act + net->plan.acts[a].offset;
+}
+
+static float *D(const struct trn_net *net, int a)
+{
+    return net->dact + net->plan.acts[a].offset;
+}
+
+static float *P(const struct trn_net *net, int t)
+{
+    float *p = trn_model_arena(net->m, TRN_ARENA_PARAM);
+    return p + trn_model_tensor(net->m, t)->offset;
+}
+
+static float *B(const struct trn_net *net, int t)
+{
+    float *p = trn_model_arena(net->m, TRN_ARENA_BUFFER);
+    return p + trn_model_tensor(net->m, t)->offset;
+}
+
+static float *G(const struct trn_net *net, int t)
+{
+    return net->grad + trn_model_tensor(net->m, t)->offset;
+}
+
+/* The accum bit for the next gradient written into act a: overwrite first, add afterwards. */
+static unsigned accum_for(struct trn_net *net, int a)
+{
+    const unsigned bit = net->has[a] ? KERN_ACCUM_DX : 0u;
+    net->has[a] = 1;
+    return bit;
+}
+
+/* What conv ci hands to the next op: the residual sum, the SiLU output, or the Detect output. */
+static int conv_out(const struct trn_net *net, int ci)
+{
+    const struct trn_act_conv *ac = &net->plan.convs[ci];
+    return ac->add >= 0 ? ac->add : ac->act >= 0 ? ac->act : ac->conv;
+}
+
+static int layer_in(const struct trn_net *net, int from)
+{
+    return from < 0 ? 0 : net->plan.layers[from].out;
+}
+
+static void bn_desc(const struct trn_net *net, int ci, struct kern_bn *d)
+{
+    const struct trn_act *a = &net->plan.acts[net->plan.convs[ci].conv];
+    kern_bn_init(d, a->n, a->c, a->h * a->w);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Creation                                                                                 */
+
+int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct trn_net_opts *opts,
+                   struct trn_net **out, char *err, size_t err_cap)
+{
+    if (err && err_cap) err[0] = '\0';
+    if (!m || !out || batch < 1 || h < 1 || w < 1) return -EINVAL;
+    struct trn_net_opts o;
+    if (opts)
+        o = *opts;
+    else
+        trn_net_opts_default(&o);
+    const struct trn_model_info *I = trn_model_info(m);
+    if (I->nl > TRN_MODEL_MAX_LEVELS) return -EINVAL;
+    struct trn_net *net = calloc(1, sizeof *net);
+    if (!net) return -ENOMEM;
+    net->m = m;
+    net->I = I;
+    net->K = kern_ops_ref();
+    net->batch = batch;
+    net->input_grad = o.train && o.input_grad;
+    int rc = trn_model_plan(m, batch, h, w, &net->plan, err, err_cap);
+    if (rc) goto fail_quiet;
+    const struct trn_act_plan *pl = &net->plan;
+
+    for (int i = 0; i < I->n_layers; i++) {
+        const struct trn_layer *L = trn_model_layer(m, i);
+        if (L->type == TRN_MOD_UPSAMPLE && L->scale != 2) {
+            rc = -TRN_MODEL_EUNSUPPORTED;
+            if (err && err_cap)
+                snprintf(err, err_cap, "layer %d: Upsample scale %d (only 2 is supported)", i,
+                         L->scale);
+            goto fail_quiet;
+        }
+    }
+
+    if (o.ctx) {
+        net->ctx = o.ctx;
+    } else {
+        struct kern_ctx_opts ko;
+        kern_ctx_opts_default(&ko);
+        ko.threads = o.threads;
+        if ((rc = kern_ctx_create(&ko, &net->ctx))) {
+            set_err(err, err_cap, "kern context", rc);
+            goto fail_quiet;
+        }
+        net->own_ctx = true;
+    }
+
+    rc = -ENOMEM;
+    net->act = alloc_floats(pl->total, sizeof(float));
+    net->has = calloc((size_t)pl->n_acts + 1, 1);
+    net->cd = calloc((size_t)I->n_convs + 1, sizeof *net->cd);
+    net->bn_off = calloc((size_t)I->n_convs + 1, sizeof *net->bn_off);
+    net->pool_off = calloc((size_t)I->n_layers + 1, sizeof *net->pool_off);
+    if (!net->act || !net->has || !net->cd || !net->bn_off || !net->pool_off) goto fail;
+    if (o.train) {
+        net->dact = alloc_floats(pl->total, sizeof(float));
+        net->grad = alloc_floats(I->arena_len[TRN_ARENA_PARAM], sizeof(float));
+        if (!net->dact || !net->grad) goto fail;
+    }
+
+    size_t ws = 0, n_stat = 0;
+    for (int ci = 0; ci < I->n_convs; ci++) {
+        const struct trn_conv *c = trn_model_conv(m, ci);
+        const struct trn_act *x = &pl->acts[pl->convs[ci].in];
+        kern_conv2d_init(&net->cd[ci], batch, c->c1, x->h, x->w, c->c2, c->k, c->s, c->p);
+        size_t b = 0;
+        if ((rc = kern_ref_conv2d_workspace_size(net->ctx, &net->cd[ci], &b))) goto fail;
+        if (b > ws) ws = b;
+        net->bn_off[ci] = n_stat;
+        if (c->bn) n_stat += 2 * (size_t)c->c2;
+    }
+    if ((rc = kern_ctx_reserve(net->ctx, ws))) goto fail;
+    rc = -ENOMEM;
+    if (!(net->bn_stat = alloc_floats(n_stat, sizeof(float)))) goto fail;
+
+    size_t n_idx = 0;
+    for (int i = 0; i < I->n_layers; i++) {
+        const struct trn_layer *L = trn_model_layer(m, i);
+        net->pool_off[i] = n_idx;
+        if (L->type == TRN_MOD_SPPF) n_idx += 3 * pl->acts[pl->layers[i].pool[0]].numel;
+    }
+    if (!(net->pool_idx = alloc_floats(n_idx, sizeof(int32_t)))) goto fail;
+
+    const struct trn_layer *Ld = trn_model_layer(m, I->detect);
+    size_t n_head = 0;
+    net->dec_rows = 0;
+    for (int l = 0; l < I->nl; l++) {
+        const struct trn_act *r = &pl->acts[pl->convs[Ld->conv0 + l].conv];
+        net->det[l] = (struct kern_detect){ .bs = batch,
+                                            .na = I->na,
+                                            .no = I->no,
+                                            .ny = r->h,
+                                            .nx = r->w,
+                                            .stride = (float)I->stride[l] };
+        net->head_off[l] = n_head;
+        n_head += (r->numel + TRN_MODEL_ALIGN - 1) / TRN_MODEL_ALIGN * TRN_MODEL_ALIGN;
+        net->dec_rows += I->na * r->h * r->w;
+    }
+    net->head = alloc_floats(n_head, sizeof(float));
+    net->dec = alloc_floats((size_t)batch * (size_t)net->dec_rows * (size_t)I->no, sizeof(float));
+    if (!net->head || !net->dec) goto fail;
+    for (int t = 0; t < I->n_tensors; t++)
+        if (trn_model_tensor(m, t)->role == TRN_T_ANCHORS)
+            net->anchors = trn_model_tensor(m, t)->offset;
+    *out = net;
+    return 0;
+fail:
+    set_err(err, err_cap, "creating the network", rc);
+fail_quiet:
+    trn_net_destroy(net);
+    return rc;
+}
+
+void trn_net_destroy(struct trn_net *net)
+{
+    if (!net) return;
+    if (net->own_ctx) kern_ctx_destroy(net->ctx);
+    trn_act_plan_free(&net->plan);
+    free(net->act);
+    free(net->dact);
+    free(net->has);
+    free(net->grad);
+    free(net->cd);
+    free(net->bn_off);
+    free(net->bn_stat);
+    free(net->pool_off);
+    free(net->pool_idx);
+    free(net->head);
+    free(net->dec);
+    free(net);
+}
+
+const struct trn_act_plan *trn_net_plan(const struct trn_net *net)
+{
+    return net ? &net->plan : NULL;
+}
+
+int trn_net_levels(const struct trn_net *net)
+{
+    return net ? net->I->nl : -EINVAL;
+}
+
+long trn_net_output_shape(const struct trn_net *net, int level, int shape[5])
+{
+    if (!net || level < 0 || level >= net->I->nl) return -EINVAL;
+    const struct kern_detect *d = &net->det[level];
+    if (shape) {
+        shape[0] = d->bs;
+        shape[1] = d->na;
+        shape[2] = d->ny;
+        shape[3] = d->nx;
+        shape[4] = d->no;
+    }
+    return (long)d->bs * d->na * d->ny * d->nx * d->no;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Forward                                                                                  */
+
+static int conv_fwd(struct trn_net *net, int ci, bool train)
+{
+    const struct kern_ops *K = net->K;
+    const struct trn_conv *c = trn_model_conv(net->m, ci);
+    const struct trn_act_conv *ac = &net->plan.convs[ci];
+    TRY(K->conv2d_fwd(net->ctx, &net->cd[ci], A(net, ac->conv), A(net, ac->in), P(net, c->weight),
+                      c->bias >= 0 ? P(net, c->bias) : NULL));
+    if (!c->bn) return 0;
+    struct kern_bn d;
+    bn_desc(net, ci, &d);
+    if (train) {
+        float *mean = net->bn_stat + net->bn_off[ci];
+        TRY(K->bn_silu_fwd_train(net->ctx, &d, A(net, ac->act), mean, mean + c->c2,
+                                 B(net, c->bn_mean), B(net, c->bn_var), A(net, ac->conv),
+                                 P(net, c->bn_weight), P(net, c->bn_bias)));
+        int64_t *cnt = trn_model_arena(net->m, TRN_ARENA_COUNT);
+        cnt[trn_model_tensor(net->m, c->bn_count)->offset] += 1;
+    } else {
+        TRY(K->bn_silu_fwd_eval(net->ctx, &d, A(net, ac->act), A(net, ac->conv),
+                                P(net, c->bn_weight), P(net, c->bn_bias), B(net, c->bn_mean),
+                                B(net, c->bn_var)));
+    }
+    return 0;
+}
+
+/* A bottleneck made of convs cv1, cv1 + 1 reading act x; adds x when it has a shortcut. */
+static int bottleneck_fwd(struct trn_net *net, int cv1, int x, bool train)
+{
+    TRY(conv_fwd(net, cv1, train));
+    TRY(conv_fwd(net, cv1 + 1, train));
+    const struct trn_act_conv *ac = &net->plan.convs[cv1 + 1];
+    if (ac->add >= 0)
+        TRY(net->K->add_fwd(net->ctx, A(net, ac->add), A(net, ac->act), A(net, x),
+                            net->plan.acts[ac->add].numel));
+    return 0;
+}
+
+/* Copy act src into channels [c_off, ..) of act dst. */
+static int cat_fwd(struct trn_net *net, int dst, int src, int c_off)
+{
+    const struct trn_act *y = &net->plan.acts[dst], *x = &net->plan.acts[src];
+    return net->K->concat_fwd(net->ctx, A(net, dst), A(net, src), x->n, x->c, x->h * x->w, y->c,
+                              c_off);
+}
+
+static int pool_desc(const struct trn_net *net, int layer, struct kern_pool2d *d)
+{
+    const struct trn_layer *L = trn_model_layer(net->m, layer);
+    const struct trn_act *p = &net->plan.acts[net->plan.layers[layer].pool[0]];
+    *d = (struct kern_pool2d){
+        .n = p->n, .c = p->c, .h_in = p->h, .w_in = p->w, .k = L->k, .stride = 1, .pad = L->k / 2
+    };
+    return 0;
+}
+
+static int layer_fwd(struct trn_net *net, int i, bool train)
+{
+    const struct kern_ops *K = net->K;
+    const struct trn_layer *L = trn_model_layer(net->m, i);
+    const struct trn_act_layer *al = &net->plan.layers[i];
+    const int c0 = L->conv0;
+    const int x = layer_in(net, L->from[0]);
+    switch (L->type) {
+    case TRN_MOD_CONV:
+        for (int j = 0; j < L->n; j++)
+            TRY(conv_fwd(net, c0 + j, train));
+        break;
+    case TRN_MOD_BOTTLENECK:
+        for (int j = 0; j < L->n; j++)
+            TRY(bottleneck_fwd(net, c0 + 2 * j, net->plan.convs[c0 + 2 * j].in, train));
+        break;
+    case TRN_MOD_C3: {
+        TRY(conv_fwd(net, c0, train));
+        for (int j = 0; j < L->n; j++) {
+            const int b1 = c0 + 3 + 2 * j;
+            TRY(bottleneck_fwd(net, b1, net->plan.convs[b1].in, train));
+        }
+        TRY(conv_fwd(net, c0 + 1, train));
+        /* Bottleneck branch first (common.py C3.forward). */
+        TRY(cat_fwd(net, al->cat, L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0),
+                    0));
+        TRY(cat_fwd(net, al->cat, conv_out(net, c0 + 1), L->hidden));
+        TRY(conv_fwd(net, c0 + 2, train));
+        break;
+    }
+    case TRN_MOD_SPPF: {
+        TRY(conv_fwd(net, c0, train));
+        struct kern_pool2d d;
+        pool_desc(net, i, &d);
+        int src = conv_out(net, c0);
+        TRY(cat_fwd(net, al->cat, src, 0));
+        for (int j = 0; j < 3; j++) {
+            TRY(K->maxpool2d_fwd(net->ctx, &d, A(net, al->pool[j]),
+                                 net->pool_idx + net->pool_off[i] +
+                                     (size_t)j * net->plan.acts[al->pool[j]].numel,
+                                 A(net, src)));
+            src = al->pool[j];
+            TRY(cat_fwd(net, al->cat, src, (j + 1) * L->hidden));
+        }
+        TRY(conv_fwd(net, c0 + 1, train));
+        break;
+    }
+    case TRN_MOD_UPSAMPLE: {
+        const struct trn_act *a = &net->plan.acts[x];
+        TRY(K->upsample2x_fwd(net->ctx, A(net, al->out), A(net, x), a->n * a->c, a->h, a->w));
+        break;
+    }
+    case TRN_MOD_CONCAT: {
+        int off = 0;
+        for (int j = 0; j < L->n_from; j++) {
+            const int src = layer_in(net, L->from[j]);
+            TRY(cat_fwd(net, al->cat, src, off));
+            off += net->plan.acts[src].c;
+        }
+        break;
+    }
+    case TRN_MOD_DETECT:
+        for (int l = 0; l < L->n_conv; l++) {
+            TRY(conv_fwd(net, c0 + l, train));
+            TRY(K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
+                                      A(net, net->plan.convs[c0 + l].conv)));
+        }
+        break;
+    }
+    return 0;
+}
+
+int trn_net_forward(struct trn_net *net, const float *images, bool train, const float **outputs)
+{
+    if (!net || !images) return -EINVAL;
+    net->trained = false;
+    memcpy(net->act, images, net->plan.acts[0].numel * sizeof(float));
+    for (int i = 0; i < net->I->n_layers; i++)
+        TRY(layer_fwd(net, i, train));
+    net->trained = train && net->dact;
+    for (int l = 0; l < net->I->nl; l++) {
+        net->out_view[l] = net->head + net->head_off[l];
+        if (outputs) outputs[l] = net->out_view[l];
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Backward                                                                                 */
+
+/* Backward of conv ci from the gradient at its SiLU output (Detect: its raw output). */
+static int conv_bwd(struct trn_net *net, int ci)
+{
+    const struct kern_ops *K = net->K;
+    const struct trn_conv *c = trn_model_conv(net->m, ci);
+    const struct trn_act_conv *ac = &net->plan.convs[ci];
+    const int top = c->bn ? ac->act : ac->conv;
+    if (!net->has[top]) return 0; /* nothing downstream used it: zero gradient */
+    if (c->bn) {
+        struct kern_bn d;
+        bn_desc(net, ci, &d);
+        const float *mean = net->bn_stat + net->bn_off[ci];
+        net->has[ac->conv] = 1;
+        TRY(K->bn_silu_bwd(net->ctx, &d, D(net, ac->conv), G(net, c->bn_weight), G(net, c->bn_bias),
+                           D(net, ac->act), A(net, ac->conv), P(net, c->bn_weight),
+                           P(net, c->bn_bias), mean, mean + c->c2, KERN_ACCUM_DPARAM));
+    } else if (c->bias >= 0) {
+        TRY(K->conv2d_bwd_bias(net->ctx, &net->cd[ci], G(net, c->bias), D(net, ac->conv),
+                               KERN_ACCUM_DPARAM));
+    }
+    TRY(K->conv2d_bwd_filter(net->ctx, &net->cd[ci], G(net, c->weight), D(net, ac->conv),
+                             A(net, ac->in), KERN_ACCUM_DPARAM));
+    if (ac->in != 0 || net->input_grad)
+        TRY(K->conv2d_bwd_data(net->ctx, &net->cd[ci], D(net, ac->in), D(net, ac->conv),
+                               P(net, c->weight), accum_for(net, ac->in)));
+    return 0;
+}
+
+/* Hand act src's gradient on to act dst (a residual add or the identity). */
+static int pass_bwd(struct trn_net *net, int dst, int src)
+{
+    if (!net->has[src]) return 0;
+    return net->K->add_bwd(net->ctx, D(net, dst), D(net, src), net->plan.acts[src].numel,
+                           accum_for(net, dst));
+}
+
+static int bottleneck_bwd(struct trn_net *net, int cv1)
+{
+    const struct trn_act_conv *ac = &net->plan.convs[cv1 + 1];
+    if (ac->add >= 0) {
+        TRY(pass_bwd(net, ac->act, ac->add));
+        TRY(pass_bwd(net, net->plan.convs[cv1].in, ac->add));
+    }
+    TRY(conv_bwd(net, cv1 + 1));
+    return conv_bwd(net, cv1);
+}
+
+static int cat_bwd(struct trn_net *net, int dst, int cat, int c_off)
+{
+    if (!net->has[cat]) return 0;
+    const struct trn_act *y = &net->plan.acts[cat], *x = &net->plan.acts[dst];
+    return net->K->concat_bwd(net->ctx, D(net, dst), D(net, cat), x->n, x->c, x->h * x->w, y->c,
+                              c_off, accum_for(net, dst));
+}
+
+static int layer_bwd(struct trn_net *net, int i, const float *const *d_outputs)
+{
+    const struct kern_ops *K = net->K;
+    const struct trn_layer *L = trn_model_layer(net->m, i);
+    const struct trn_act_layer *al = &net->plan.layers[i];
+    const int c0 = L->conv0;
+    const int x = layer_in(net, L->from[0]);
+    switch (L->type) {
+    case TRN_MOD_CONV:
+        for (int j = L->n - 1; j >= 0; j--)
+            TRY(conv_bwd(net, c0 + j));
+        break;
+    case TRN_MOD_BOTTLENECK:
+        for (int j = L->n - 1; j >= 0; j--)
+            TRY(bottleneck_bwd(net, c0 + 2 * j));
+        break;
+    case TRN_MOD_C3: {
+        TRY(conv_bwd(net, c0 + 2));
+        const int y = L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0);
+        TRY(cat_bwd(net, y, al->cat, 0));
+        TRY(cat_bwd(net, conv_out(net, c0 + 1), al->cat, L->hidden));
+        TRY(conv_bwd(net, c0 + 1));
+        for (int j = L->n - 1; j >= 0; j--)
+            TRY(bottleneck_bwd(net, c0 + 3 + 2 * j));
+        TRY(conv_bwd(net, c0));
+        break;
+    }
+    case TRN_MOD_SPPF: {
+        struct kern_pool2d d;
+        pool_desc(net, i, &d);
+        TRY(conv_bwd(net, c0 + 1));
+        const int x1 = conv_out(net, c0);
+        TRY(cat_bwd(net, x1, al->cat, 0));
+        for (int j = 0; j < 3; j++)
+            TRY(cat_bwd(net, al->pool[j], al->cat, (j + 1) * L->hidden));
+        for (int j = 2; j >= 0; j--) {
+            const int src = j ? al->pool[j - 1] : x1;
+            if (!net->has[al->pool[j]]) continue;
+            TRY(K->maxpool2d_bwd(net->ctx, &d, D(net, src), D(net, al->pool[j]),
+                                 net->pool_idx + net->pool_off[i] +
+                                     (size_t)j * net->plan.acts[al->pool[j]].numel,
+                                 accum_for(net, src)));
+        }
+        TRY(conv_bwd(net, c0));
+        break;
+    }
+    case TRN_MOD_UPSAMPLE: {
+        if (!net->has[al->out] || (x == 0 && !net->input_grad)) break;
+        const struct trn_act *a = &net->plan.acts[x];
+        TRY(K->upsample2x_bwd(net->ctx, D(net, x), D(net, al->out), a->n * a->c, a->h, a->w,
+                              accum_for(net, x)));
+        break;
+    }
+    case TRN_MOD_CONCAT: {
+        int off = 0;
+        for (int j = 0; j < L->n_from; j++) {
+            const int src = layer_in(net, L->from[j]);
+            if (src != 0 || net->input_grad) TRY(cat_bwd(net, src, al->cat, off));
+            off += net->plan.acts[src].c;
+        }
+        break;
+    }
+    case TRN_MOD_DETECT:
+        for (int l = L->n_conv - 1; l >= 0; l--) {
+            const int raw = net->plan.convs[c0 + l].conv;
+            net->has[raw] = 1;
+            TRY(K->detect_reshape_bwd(net->ctx, &net->det[l], D(net, raw), d_outputs[l], 0));
+            TRY(conv_bwd(net, c0 + l));
+        }
+        break;
+    }
+    return 0;
+}
+
+int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
+{
+    if (!net || !d_outputs || !net->trained) return -EINVAL;
+    for (int l = 0; l < net->I->nl; l++)
+        if (!d_outputs[l]) return -EINVAL;
+    memset(net->has, 0, (size_t)net->plan.n_acts);
+    for (int i = net->I->n_layers - 1; i >= 0; i--)
+        TRY(layer_bwd(net, i, d_outputs));
+    if (net->input_grad && !net->has[0])
+        memset(D(net, 0), 0, net->plan.acts[0].numel * sizeof(float));
+    return 0;
+}
+
+void trn_net_zero_grad(struct trn_net *net)
+{
+    if (net && net->grad) memset(net->grad, 0, net->I->arena_len[TRN_ARENA_PARAM] * sizeof(float));
+}
+
+float *trn_net_grad(struct trn_net *net)
+{
+    return net ? net->grad : NULL;
+}
+
+const float *trn_net_input_grad(const struct trn_net *net)
+{
+    return net && net->input_grad ? D(net, 0) : NULL;
+}
+
+const float *trn_net_layer_output(const struct trn_net *net, int i, int shape[4])
+{
+    if (!net || i < 0 || i >= net->I->n_layers) return NULL;
+    const struct trn_act *a = &net->plan.acts[net->plan.layers[i].out];
+    if (shape) {
+        shape[0] = a->n;
+        shape[1] = a->c;
+        shape[2] = a->h;
+        shape[3] = a->w;
+    }
+    return A(net, net->plan.layers[i].out);
+}
+
+const float *trn_net_act(const struct trn_net *net, int a)
+{
+    if (!net || a < 0 || a >= net->plan.n_acts) return NULL;
+    return A(net, a);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Inference                                                                                */
+
+int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows)
+{
+    if (!net || !images || !out) return -EINVAL;
+    TRY(trn_net_forward(net, images, false, NULL));
+    const struct trn_model_info *I = net->I;
+    const struct trn_layer *Ld = trn_model_layer(net->m, I->detect);
+    const float *anchors = (const float *)trn_model_arena(net->m, TRN_ARENA_BUFFER) + net->anchors;
+    const size_t no = (size_t)I->no;
+    /* Decoded per image so that each image's rows of all levels are contiguous (torch.cat). */
+    for (int b = 0; b < net->batch; b++) {
+        size_t row = 0;
+        for (int l = 0; l < I->nl; l++) {
+            struct kern_detect d = net->det[l];
+            d.bs = 1;
+            const size_t per = (size_t)d.na * (size_t)d.ny * (size_t)d.nx;
+            const float *raw = A(net, net->plan.convs[Ld->conv0 + l].conv) + (size_t)b * per * no;
+            float *dst = net->dec + ((size_t)b * (size_t)net->dec_rows + row) * no;
+            TRY(net->K->detect_decode(net->ctx, &d, dst, raw, anchors + (size_t)l * I->na * 2));
+            row += per;
+        }
+    }
+    *out = net->dec;
+    if (rows) *rows = net->dec_rows;
+    return 0;
+}

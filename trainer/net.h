@@ -1,0 +1,156 @@
+/*
+ * The YOLOv5 network: forward and backward pass of a model resolved by model.h, on the kern ops
+ * (kernels/include/kern.h, CPU reference for now), with every buffer planned once at creation.
+ *
+ * LAYOUT. Tensors are float32 NCHW. The activation arena follows trn_model_plan (one slot per
+ * trn_act; acts[0] holds a copy of the images); a second arena of the same layout holds the
+ * activation gradients during backward. Parameter gradients live in a grad arena with the
+ * model's TRN_ARENA_PARAM layout (same length and offsets, so tensor t's gradient is at
+ * trn_net_grad(net) + trn_model_tensor(m, t)->offset). The Detect outputs are returned as
+ * PyTorch's training output: per level l, (bs, na, ny, nx, no), no = nc + 5, i.e.
+ * x.view(bs, na, no, ny, nx).permute(0, 1, 3, 4, 2).contiguous().
+ *
+ * MODULES (recipe S2). Conv = conv (no bias) + BatchNorm2d (eps 1e-3, momentum 0.03) + SiLU;
+ * Bottleneck adds its input when shortcut and c1 == c2; C3 = cv3(cat[m(cv1(x)), cv2(x)]) with
+ * the bottleneck branch first; SPPF = cv2(cat[x, p(x), p(p(x)), p(p(p(x)))]), x = cv1(in),
+ * p = maxpool 5 / stride 1 / pad 2; Upsample nearest x2; Concat in `from` order; Detect 1x1
+ * convs with bias.
+ *
+ * BATCH NORM. A training forward normalises with the batch statistics and updates running_mean,
+ * running_var (momentum 0.03, unbiased variance) in the model's buffer arena and adds 1 to each
+ * num_batches_tracked, as PyTorch's train mode does; an eval forward normalises with the running
+ * statistics and changes nothing in the model.
+ *
+ * GRADIENTS. trn_net_backward ADDS (+=) into the parameter grad arena, so calls over several
+ * micro-batches accumulate; trn_net_zero_grad clears it. The input gradient (optional) is
+ * overwritten (=) by each backward.
+ *
+ * ERRORS. Functions returning int give 0 on success or a negative code: -EINVAL (bad
+ * arguments or call order), -ENOMEM, -TRN_MODEL_ESHAPE (an image size the model cannot take),
+ * -TRN_MODEL_EUNSUPPORTED (an Upsample factor other than 2), or a kern code (-KERN_E*).
+ * trn_net_strerror names each. The library never prints and never exits.
+ *
+ * THREADS. A net is used by one thread at a time; it writes the model's BN buffers (training
+ * forward) and reads its parameters, so two nets on one model must not run at once. Ops may use
+ * the kern context's worker threads (trn_net_opts.threads).
+ */
+#ifndef TRN_NET_H
+#define TRN_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kern.h"
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Options for trn_net_create. */
+struct trn_net_opts {
+    int threads;          /* threads of the kern context the net creates (kern_ctx_opts.threads:
+                             0 or 1 = caller only, OpenBLAS then uses its own threads) */
+    struct kern_ctx *ctx; /* borrowed CPU context to run on instead (threads then ignored); the
+                             net reserves the conv workspace on it; must outlive the net */
+    bool train;           /* true: allocate gradients so trn_net_backward works; false: an
+                             inference-only net (no gradient memory) */
+    bool input_grad;      /* with train: backward also computes d loss / d images */
+};
+
+/* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false. */
+void trn_net_opts_default(struct trn_net_opts *o);
+
+struct trn_net;
+
+/*
+ * Create a network for model m at batch x ch x h x w: plans the activations once
+ * (trn_model_plan) and allocates the activation arena, the activation- and parameter-gradient
+ * arenas (opts->train), BN batch statistics, max-pool indices, the Detect output buffers, the
+ * decode buffer and the conv workspace. Nothing is allocated per step afterwards.
+ * m: borrowed, must outlive the net; its parameters are read and its BN buffers written at each
+ * call, never cached. opts: NULL for the defaults. out: on success a new net (free with
+ * trn_net_destroy); untouched on error. err/err_cap: a one-line message on failure (may be
+ * NULL, 0). Returns 0, -EINVAL, -ENOMEM, -TRN_MODEL_ESHAPE, -TRN_MODEL_EUNSUPPORTED, or a kern
+ * error from creating the context.
+ */
+int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct trn_net_opts *opts,
+                   struct trn_net **out, char *err, size_t err_cap);
+
+/* Free a net and everything it allocated (never the model or a borrowed context). NULL ok. */
+void trn_net_destroy(struct trn_net *net);
+
+/* The activation plan the net was built on; valid for the net's life. */
+const struct trn_act_plan *trn_net_plan(const struct trn_net *net);
+
+/* Detection levels (the model's nl). */
+int trn_net_levels(const struct trn_net *net);
+
+/*
+ * Shape of level l's Detect output into shape[5] = {bs, na, ny, nx, no}. Returns the element
+ * count (> 0), or -EINVAL for a bad level.
+ */
+long trn_net_output_shape(const struct trn_net *net, int level, int shape[5]);
+
+/*
+ * Forward pass. images: batch x ch x h x w float NCHW (copied in; not kept). train: BN in
+ * training mode (batch statistics, running stats updated; enables backward) or eval mode.
+ * outputs: out, if not NULL, receives trn_net_levels() pointers to the raw Detect outputs
+ * (bs, na, ny, nx, no) of each level (no sigmoid); views valid until the next forward on this
+ * net. Returns 0, -EINVAL, or a kern error (the model's running stats may then be partly
+ * updated).
+ */
+int trn_net_forward(struct trn_net *net, const float *images, bool train, const float **outputs);
+
+/*
+ * Backward pass of the last forward, which must have been a training forward on a train net
+ * (else -EINVAL). d_outputs: trn_net_levels() gradients d loss / d output, each in the output's
+ * (bs, na, ny, nx, no) layout (borrowed for the call). Adds (+=) d loss / d parameter into the
+ * grad arena; with opts.input_grad also overwrites the input gradient. The activations are
+ * left as the forward wrote them, so backward may be called again (gradients add up).
+ * Returns 0, -EINVAL, or a kern error.
+ */
+int trn_net_backward(struct trn_net *net, const float *const *d_outputs);
+
+/* Set the parameter grad arena to zero (padding included). No-op for an inference net. */
+void trn_net_zero_grad(struct trn_net *net);
+
+/*
+ * The parameter grad arena: info->arena_len[TRN_ARENA_PARAM] floats in the TRN_ARENA_PARAM
+ * layout; NULL for an inference net. Owned by the net, valid for its life; the caller may
+ * read and write it (the optimizer clips and consumes it).
+ */
+float *trn_net_grad(struct trn_net *net);
+
+/* d loss / d images (batch x ch x h x w) from the last backward, or NULL unless the net was
+ * created with input_grad. Valid until the next backward. */
+const float *trn_net_input_grad(const struct trn_net *net);
+
+/*
+ * Row i's output from the last forward (for Detect: level 0's raw conv output, (bs, na*no,
+ * ny, nx) with bias; use the forward's outputs for the permuted ones). shape: out, {n, c, h, w}
+ * (may be NULL). Returns a view valid until the next forward, or NULL for a bad row.
+ */
+const float *trn_net_layer_output(const struct trn_net *net, int i, int shape[4]);
+
+/* Activation a of the plan (trn_net_plan()->acts[a]) from the last forward, or NULL. The
+ * plan's BN-output slots ("...bn") are not written: BN and SiLU run fused. */
+const float *trn_net_act(const struct trn_net *net, int a);
+
+/*
+ * Inference: an eval forward followed by the Detect decode (kern detect_decode), as
+ * ultralytics' Detect in eval mode returns torch.cat(z, 1): *out (bs, rows, no) where rows =
+ * sum over levels of na*ny*nx (level 0's anchors first), each row x, y, w, h in input pixels,
+ * then objectness and class probabilities. out: a view valid until the next forward or infer.
+ * rows: out, may be NULL. Returns 0, -EINVAL, or a kern error.
+ */
+int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows);
+
+/* A message for any code returned above (model, kern or errno codes). */
+const char *trn_net_strerror(int rc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,439 @@
+/*
+ * Optimizer, schedule and EMA (see optim.h). Parameters, gradients and state share the PARAM
+ * arena's layout; updates overwrite (=) params and state, gradients are read (step) or scaled /
+ * zeroed in place (clip, zero_grad).
+ */
+#include "optim.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct trn_optim {
+    struct trn_optim_opts o;
+    const struct trn_model *m;
+    int n_group[3];        /* tensors per group */
+    const int *group[3];   /* tensor indices (the model's lists) */
+    size_t len;            /* PARAM arena floats */
+    float *s0, *s1;        /* momentum_buffer / exp_avg, exp_avg_sq (Adam only) */
+    double wd1;            /* group 1's scaled weight decay */
+    int64_t steps;         /* optimizer steps taken */
+    int64_t last_opt_step; /* ni of the last step, -1 before any */
+};
+
+struct trn_ema {
+    const struct trn_model *m;
+    size_t len[2];   /* PARAM, BUFFER arena floats */
+    float *arena[2]; /* copies */
+    int64_t updates; /* optimizer steps seen */
+};
+
+void trn_optim_opts_default(struct trn_optim_opts *o)
+{
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->kind = TRN_OPTIM_SGD;
+    o->lr0 = 0.01;
+    o->lrf = 0.01;
+    o->momentum = 0.937;
+    o->weight_decay = 0.0005;
+    o->warmup_epochs = 3.0;
+    o->warmup_momentum = 0.8;
+    o->warmup_bias_lr = 0.1;
+    o->batch_size = 16;
+    o->nbs = 64;
+    o->epochs = 300;
+    o->nb = 1;
+    o->cos_lr = false;
+    o->max_grad_norm = 10.0;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
+}
+
+void trn_optim_opts_from_hyp(struct trn_optim_opts *o, const struct trn_hyp *h)
+{
+    if (!o || !h) return;
+    o->lr0 = h->lr0;
+    o->lrf = h->lrf;
+    o->momentum = h->momentum;
+    o->weight_decay = h->weight_decay;
+    o->warmup_epochs = h->warmup_epochs;
+    o->warmup_momentum = h->warmup_momentum;
+    o->warmup_bias_lr = h->warmup_bias_lr;
+}
+
+static int optim_opts_check(const struct trn_optim_opts *o)
+{
+    if (!o || o->batch_size < 1 || o->nbs < 1 || o->epochs < 1 || o->nb < 1) return -EINVAL;
+    if ((unsigned)o->kind > TRN_OPTIM_ADAMW) return -EINVAL;
+    const double v[] = { o->lr0,
+                         o->lrf,
+                         o->momentum,
+                         o->weight_decay,
+                         o->warmup_epochs,
+                         o->warmup_momentum,
+                         o->warmup_bias_lr,
+                         o->max_grad_norm,
+                         o->beta2,
+                         o->eps };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (!isfinite(v[i])) return -EINVAL;
+    if (o->lr0 < 0 || o->momentum < 0 || o->momentum >= 1 || o->weight_decay < 0 ||
+        o->warmup_epochs < 0 || o->beta2 < 0 || o->beta2 >= 1 || o->eps <= 0)
+        return -EINVAL;
+    return 0;
+}
+
+/* Python's round() / numpy's .round(): half to even (the default rounding mode). */
+static double optim_round(double x)
+{
+    return nearbyint(x);
+}
+
+int trn_optim_accumulate(const struct trn_optim_opts *o)
+{
+    if (optim_opts_check(o) < 0) return 0;
+    const double a = optim_round((double)o->nbs / o->batch_size);
+    return a < 1.0 ? 1 : (int)a;
+}
+
+double trn_optim_weight_decay(const struct trn_optim_opts *o)
+{
+    if (optim_opts_check(o) < 0) return 0.0;
+    return o->weight_decay * o->batch_size * trn_optim_accumulate(o) / o->nbs;
+}
+
+int64_t trn_optim_warmup_iters(const struct trn_optim_opts *o)
+{
+    if (optim_opts_check(o) < 0) return 0;
+    const double w = optim_round(o->warmup_epochs * (double)o->nb);
+    return w > 100.0 ? (int64_t)w : 100;
+}
+
+double trn_optim_lf(const struct trn_optim_opts *o, int epoch)
+{
+    if (!o || o->epochs < 1) return 0.0;
+    const double x = epoch, E = o->epochs;
+    if (o->cos_lr) return ((1.0 - cos(x * M_PI / E)) / 2.0) * (o->lrf - 1.0) + 1.0;
+    return (1.0 - x / E) * (1.0 - o->lrf) + o->lrf;
+}
+
+/* np.interp(x, [0, x1], [y0, y1]) for 0 <= x <= x1: numpy returns y1 exactly at the end. */
+static double optim_interp(double x, double x1, double y0, double y1)
+{
+    if (x >= x1) return y1;
+    return (y1 - y0) / x1 * x + y0;
+}
+
+int trn_optim_schedule(const struct trn_optim_opts *o, int epoch, int64_t ni,
+                       struct trn_optim_sched *out)
+{
+    if (optim_opts_check(o) < 0 || !out || epoch < 0 || ni < 0) return -EINVAL;
+    const double lr = o->lr0 * trn_optim_lf(o, epoch);
+    const int64_t nw = trn_optim_warmup_iters(o);
+    memset(out, 0, sizeof *out);
+    if (ni <= nw) {
+        const double x = (double)ni, x1 = (double)nw;
+        const double acc = optim_round(optim_interp(x, x1, 1.0, (double)o->nbs / o->batch_size));
+        out->accumulate = acc < 1.0 ? 1 : (int)acc;
+        out->lr[0] = optim_interp(x, x1, o->warmup_bias_lr, lr);
+        out->lr[1] = out->lr[2] = optim_interp(x, x1, 0.0, lr);
+        out->momentum = o->kind == TRN_OPTIM_SGD
+                            ? optim_interp(x, x1, o->warmup_momentum, o->momentum)
+                            : o->momentum;
+        out->warmup = true;
+    } else {
+        out->accumulate = trn_optim_accumulate(o);
+        out->lr[0] = out->lr[1] = out->lr[2] = lr;
+        out->momentum = o->momentum;
+        out->warmup = false;
+    }
+    return 0;
+}
+
+int trn_optim_create(const struct trn_model *m, const struct trn_optim_opts *o,
+                     struct trn_optim **out)
+{
+    if (!m || !out) return -EINVAL;
+    int rc = optim_opts_check(o);
+    if (rc < 0) return rc;
+    struct trn_optim *const opt = calloc(1, sizeof *opt);
+    if (!opt) return -ENOMEM;
+    opt->o = *o;
+    opt->m = m;
+    for (int g = 0; g < 3; g++) {
+        rc = trn_model_group(m, g, &opt->group[g]);
+        if (rc < 0) {
+            free(opt);
+            return rc;
+        }
+        opt->n_group[g] = rc;
+    }
+    opt->len = trn_model_info(m)->arena_len[TRN_ARENA_PARAM];
+    const size_t n_state = o->kind == TRN_OPTIM_SGD ? 1 : 2;
+    opt->s0 = calloc(opt->len ? opt->len : 1, sizeof(float));
+    opt->s1 = n_state > 1 ? calloc(opt->len ? opt->len : 1, sizeof(float)) : NULL;
+    if (!opt->s0 || (n_state > 1 && !opt->s1)) {
+        trn_optim_destroy(opt);
+        return -ENOMEM;
+    }
+    opt->wd1 = trn_optim_weight_decay(o);
+    opt->last_opt_step = -1;
+    *out = opt;
+    return 0;
+}
+
+void trn_optim_destroy(struct trn_optim *opt)
+{
+    if (!opt) return;
+    free(opt->s0);
+    free(opt->s1);
+    free(opt);
+}
+
+const struct trn_optim_opts *trn_optim_get_opts(const struct trn_optim *opt)
+{
+    return opt ? &opt->o : NULL;
+}
+
+int trn_optim_clip(const struct trn_optim *opt, float *grads, double max_norm, double *norm)
+{
+    if (!opt || !grads) return -EINVAL;
+    double ss = 0.0;
+    for (int g = 0; g < 3; g++) {
+        for (int k = 0; k < opt->n_group[g]; k++) {
+            const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
+            const float *const x = grads + T->offset;
+            for (size_t i = 0; i < T->numel; i++)
+                ss += (double)x[i] * (double)x[i];
+        }
+    }
+    const double n = sqrt(ss);
+    if (norm) *norm = n;
+    if (!(max_norm > 0.0)) return 0;
+    /* clip_coef = max_norm / (total_norm + 1e-6), float32 tensors in PyTorch. */
+    const float coef = (float)max_norm / ((float)n + 1e-6f);
+    if (!(coef < 1.0f)) return 0;
+    for (int g = 0; g < 3; g++) {
+        for (int k = 0; k < opt->n_group[g]; k++) {
+            const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
+            float *const x = grads + T->offset;
+            for (size_t i = 0; i < T->numel; i++)
+                x[i] *= coef;
+        }
+    }
+    return 1;
+}
+
+static void optim_sgd_tensor(float *restrict th, float *restrict buf, const float *restrict gr,
+                             size_t n, float lr, float mom, float wd, int first)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = gr[i];
+        if (wd != 0.0f) g = g + wd * th[i];
+        const float b = first ? g : buf[i] * mom + g;
+        buf[i] = b;
+        g = g + mom * b;
+        th[i] = th[i] + (-lr) * g;
+    }
+}
+
+/* One Adam / AdamW tensor; bc2s = sqrt(1 - b2^t) and step_size = lr / (1 - b1^t) as floats. */
+static void optim_adam_tensor(float *restrict th, float *restrict m1, float *restrict m2,
+                              const float *restrict gr, size_t n, float decay_mul, float wd,
+                              float w1, float b2, float omb2, float bc2s, float step_size,
+                              float eps)
+{
+    for (size_t i = 0; i < n; i++) {
+        float t = th[i];
+        if (decay_mul != 1.0f) t = t * decay_mul;
+        float g = gr[i];
+        if (wd != 0.0f) g = g + wd * t;
+        const float m = m1[i] + w1 * (g - m1[i]);
+        const float v = m2[i] * b2 + (omb2 * g) * g;
+        m1[i] = m;
+        m2[i] = v;
+        const float denom = sqrtf(v) / bc2s + eps;
+        th[i] = t + (-step_size) * (m / denom);
+    }
+}
+
+int trn_optim_step(struct trn_optim *opt, float *params, const float *grads,
+                   const struct trn_optim_sched *s)
+{
+    if (!opt || !params || !grads || !s) return -EINVAL;
+    for (int g = 0; g < 3; g++)
+        if (!isfinite(s->lr[g])) return -EINVAL;
+    const struct trn_optim_opts *const o = &opt->o;
+    const int first = opt->steps == 0;
+    if (o->kind == TRN_OPTIM_SGD) {
+        const float mom = (float)s->momentum;
+        for (int g = 0; g < 3; g++) {
+            const float lr = (float)s->lr[g], wd = g == 1 ? (float)opt->wd1 : 0.0f;
+            for (int k = 0; k < opt->n_group[g]; k++) {
+                const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
+                optim_sgd_tensor(params + T->offset, opt->s0 + T->offset, grads + T->offset,
+                                 T->numel, lr, mom, wd, first);
+            }
+        }
+    } else {
+        const double t = (double)(opt->steps + 1), b1 = o->momentum, b2 = o->beta2;
+        const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+        for (int g = 0; g < 3; g++) {
+            const double lr = s->lr[g], wd = g == 1 ? opt->wd1 : 0.0;
+            const int adamw = o->kind == TRN_OPTIM_ADAMW;
+            const float decay_mul = adamw ? (float)(1.0 - lr * wd) : 1.0f;
+            const float wd_l2 = adamw ? 0.0f : (float)wd;
+            for (int k = 0; k < opt->n_group[g]; k++) {
+                const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
+                optim_adam_tensor(params + T->offset, opt->s0 + T->offset, opt->s1 + T->offset,
+                                  grads + T->offset, T->numel, decay_mul, wd_l2, (float)(1.0 - b1),
+                                  (float)b2, (float)(1.0 - b2), (float)sqrt(bc2), (float)(lr / bc1),
+                                  (float)o->eps);
+            }
+        }
+    }
+    opt->steps++;
+    return 0;
+}
+
+int trn_optim_zero_grad(const struct trn_optim *opt, float *grads)
+{
+    if (!opt || !grads) return -EINVAL;
+    for (int g = 0; g < 3; g++) {
+        for (int k = 0; k < opt->n_group[g]; k++) {
+            const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
+            memset(grads + T->offset, 0, T->numel * sizeof *grads);
+        }
+    }
+    return 0;
+}
+
+int trn_optim_after_batch(struct trn_optim *opt, float *params, float *grads, int epoch, int64_t ni,
+                          struct trn_optim_report *rep)
+{
+    if (!opt || !params || !grads) return -EINVAL;
+    struct trn_optim_report r;
+    memset(&r, 0, sizeof r);
+    int rc = trn_optim_schedule(&opt->o, epoch, ni, &r.sched);
+    if (rc < 0) return rc;
+    if (ni - opt->last_opt_step >= r.sched.accumulate) {
+        rc = trn_optim_clip(opt, grads, opt->o.max_grad_norm, &r.grad_norm);
+        if (rc < 0) return rc;
+        r.clipped = rc == 1;
+        if ((rc = trn_optim_step(opt, params, grads, &r.sched)) < 0) return rc;
+        trn_optim_zero_grad(opt, grads);
+        opt->last_opt_step = ni;
+        r.stepped = true;
+    }
+    if (rep) *rep = r;
+    return r.stepped ? 1 : 0;
+}
+
+int trn_optim_get_counters(const struct trn_optim *opt, struct trn_optim_counters *out)
+{
+    if (!opt || !out) return -EINVAL;
+    out->steps = opt->steps;
+    out->last_opt_step = opt->last_opt_step;
+    return 0;
+}
+
+int trn_optim_set_counters(struct trn_optim *opt, const struct trn_optim_counters *c)
+{
+    if (!opt || !c || c->steps < 0 || c->last_opt_step < -1) return -EINVAL;
+    opt->steps = c->steps;
+    opt->last_opt_step = c->last_opt_step;
+    return 0;
+}
+
+float *trn_optim_state(struct trn_optim *opt, int k, size_t *len)
+{
+    if (!opt || k < 0 || k > 1) return NULL;
+    float *const s = k == 0 ? opt->s0 : opt->s1;
+    if (len) *len = s ? opt->len : 0;
+    return s;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* EMA                                                                                      */
+
+int trn_ema_create(const struct trn_model *m, struct trn_ema **out)
+{
+    if (!m || !out) return -EINVAL;
+    struct trn_ema *const e = calloc(1, sizeof *e);
+    if (!e) return -ENOMEM;
+    e->m = m;
+    const enum trn_arena which[2] = { TRN_ARENA_PARAM, TRN_ARENA_BUFFER };
+    for (int k = 0; k < 2; k++) {
+        e->len[k] = trn_model_info(m)->arena_len[which[k]];
+        e->arena[k] = malloc((e->len[k] ? e->len[k] : 1) * sizeof(float));
+        if (!e->arena[k]) {
+            trn_ema_destroy(e);
+            return -ENOMEM;
+        }
+        if (e->len[k])
+            memcpy(e->arena[k], trn_model_arena_const(m, which[k]), e->len[k] * sizeof(float));
+    }
+    *out = e;
+    return 0;
+}
+
+void trn_ema_destroy(struct trn_ema *e)
+{
+    if (!e) return;
+    free(e->arena[0]);
+    free(e->arena[1]);
+    free(e);
+}
+
+double trn_ema_decay(int64_t updates)
+{
+    return 0.9999 * (1.0 - exp(-(double)updates / 2000.0));
+}
+
+int trn_ema_update(struct trn_ema *e, const float *params, const float *buffers)
+{
+    if (!e || !params || !buffers) return -EINVAL;
+    e->updates++;
+    const double d = trn_ema_decay(e->updates);
+    /* v *= d; v += (1 - d) * msd[k]: two float32 ops with python's doubles rounded. */
+    const float df = (float)d, omd = (float)(1.0 - d);
+    const float *const src[2] = { params, buffers };
+    for (int k = 0; k < 2; k++) {
+        float *const v = e->arena[k];
+        const float *const x = src[k];
+        for (size_t i = 0; i < e->len[k]; i++) {
+            const float a = v[i] * df;
+            const float b = omd * x[i];
+            v[i] = a + b;
+        }
+    }
+    return 0;
+}
+
+float *trn_ema_arena(struct trn_ema *e, enum trn_arena a)
+{
+    if (!e) return NULL;
+    if (a == TRN_ARENA_PARAM) return e->arena[0];
+    if (a == TRN_ARENA_BUFFER) return e->arena[1];
+    return NULL;
+}
+
+int64_t trn_ema_updates(const struct trn_ema *e)
+{
+    return e ? e->updates : 0;
+}
+
+void trn_ema_set_updates(struct trn_ema *e, int64_t updates)
+{
+    if (e && updates >= 0) e->updates = updates;
+}
+
+const char *trn_optim_strerror(int rc)
+{
+    if (rc >= 0) return "success";
+    if (rc == -EINVAL) return "invalid argument";
+    if (rc == -ENOMEM) return "out of memory";
+    return strerror(-rc);
+}

@@ -1,0 +1,410 @@
+/*
+ * plots: plot_images with cairo (see plots.h). Every box and frame is filled as whole-pixel
+ * rectangles without antialiasing, so box edges carry the class colour exactly (PIL's outline).
+ */
+#include "plots.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cairo.h>
+#include <turbojpeg.h>
+#include <yaml.h>
+
+#include "augment.h"
+
+/* ultralytics utils/plots.py Colors(): its hex list in class order, as RGB. */
+static const uint32_t palette[20] = {
+    0xFF3838, 0xFF9D97, 0xFF701F, 0xFFB21D, 0xCFD231, 0x48F90A, 0x92CC17,
+    0x3DDB86, 0x1A9334, 0x00D4BB, 0x2C99A8, 0x00C2FF, 0x344593, 0x6473FF,
+    0x0018EC, 0x8438FF, 0x520085, 0xCB38FF, 0xFF95C8, 0xFF37C7,
+};
+
+uint32_t trn_plot_color(int cls)
+{
+    return palette[cls < 0 ? 0 : cls % 20];
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Names                                                                                    */
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    size_t k;
+    uint32_t cp;
+    if (s[0] < 0x80) return 1;
+    if ((s[0] & 0xE0) == 0xC0)
+        k = 2, cp = s[0] & 0x1Fu;
+    else if ((s[0] & 0xF0) == 0xE0)
+        k = 3, cp = s[0] & 0x0Fu;
+    else if ((s[0] & 0xF8) == 0xF0)
+        k = 4, cp = s[0] & 0x07u;
+    else
+        return 0;
+    if (k > n) return 0;
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3Fu);
+    }
+    static const uint32_t min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (cp < min_cp[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return k;
+}
+
+/* A printable copy: cairo stops drawing on invalid UTF-8, and control bytes would garble. */
+static char *printable_dup(const unsigned char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        const size_t k = utf8_len(s + i, n - i);
+        if (k == 0 || (k == 1 && (s[i] < 0x20 || s[i] == 0x7F))) {
+            d[o++] = '?';
+            i++;
+        } else {
+            memcpy(d + o, s + i, k);
+            o += k;
+            i += k;
+        }
+    }
+    d[o] = '\0';
+    return d;
+}
+
+static bool scalar_is(const yaml_node_t *n, const char *s)
+{
+    return n && n->type == YAML_SCALAR_NODE && n->data.scalar.length == strlen(s) &&
+           memcmp(n->data.scalar.value, s, n->data.scalar.length) == 0;
+}
+
+/* Store name v at class k, growing the table. Classes above 65535 are not ffr-det-1's. */
+static int names_set(struct trn_plot_names *o, long k, const yaml_node_t *v)
+{
+    if (k < 0 || k > 65535 || !v || v->type != YAML_SCALAR_NODE) return 0;
+    if (k >= o->n) {
+        char **g = realloc(o->names, (size_t)(k + 1) * sizeof *g);
+        if (!g) return -ENOMEM;
+        for (long j = o->n; j <= k; j++)
+            g[j] = NULL;
+        o->names = g;
+        o->n = (int)(k + 1);
+    }
+    free(o->names[k]);
+    o->names[k] = printable_dup(v->data.scalar.value, v->data.scalar.length);
+    return o->names[k] ? 0 : -ENOMEM;
+}
+
+static int names_read(struct trn_plot_names *o, yaml_document_t *doc, const yaml_node_t *v)
+{
+    if (v->type == YAML_SEQUENCE_NODE) {
+        long j = 0;
+        for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+             it++, j++) {
+            const int rc = names_set(o, j, yaml_document_get_node(doc, *it));
+            if (rc < 0) return rc;
+        }
+    } else if (v->type == YAML_MAPPING_NODE) {
+        for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top;
+             p++) {
+            const yaml_node_t *k = yaml_document_get_node(doc, p->key);
+            if (!k || k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0 ||
+                k->data.scalar.length > 6)
+                continue;
+            char num[8], *end;
+            memcpy(num, k->data.scalar.value, k->data.scalar.length);
+            num[k->data.scalar.length] = '\0';
+            const long id = strtol(num, &end, 10);
+            if (*end) continue;
+            const int rc = names_set(o, id, yaml_document_get_node(doc, p->value));
+            if (rc < 0) return rc;
+        }
+    }
+    return 0;
+}
+
+int trn_plot_names_parse(const char *meta, size_t len, struct trn_plot_names *out)
+{
+    if (!out) return -EINVAL;
+    out->names = NULL;
+    out->n = 0;
+    if (!meta || len == 0) return 0;
+    yaml_parser_t p;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&p)) return -ENOMEM;
+    yaml_parser_set_input_string(&p, (const unsigned char *)meta, len);
+    int rc = 0;
+    if (yaml_parser_load(&p, &doc)) {
+        const yaml_node_t *root = yaml_document_get_root_node(&doc);
+        if (root && root->type == YAML_MAPPING_NODE)
+            for (yaml_node_pair_t *q = root->data.mapping.pairs.start;
+                 q < root->data.mapping.pairs.top && rc == 0; q++) {
+                const yaml_node_t *v = yaml_document_get_node(&doc, q->value);
+                if (v && scalar_is(yaml_document_get_node(&doc, q->key), "names"))
+                    rc = names_read(out, &doc, v);
+            }
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&p);
+    if (rc < 0) trn_plot_names_free(out);
+    return rc;
+}
+
+void trn_plot_names_free(struct trn_plot_names *names)
+{
+    if (!names) return;
+    for (int k = 0; k < names->n; k++)
+        free(names->names[k]);
+    free(names->names);
+    names->names = NULL;
+    names->n = 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Drawing                                                                                  */
+
+static void set_rgb(cairo_t *cr, uint32_t c)
+{
+    cairo_set_source_rgb(cr, ((c >> 16) & 255) / 255.0, ((c >> 8) & 255) / 255.0,
+                         (c & 255) / 255.0);
+}
+
+/* PIL's rectangle(xy, outline, width): the outline drawn inward, corners inclusive. */
+static void outline_rect(cairo_t *cr, int x0, int y0, int x1, int y1, int lw)
+{
+    if (x1 < x0 || y1 < y0) return;
+    const int w = x1 - x0 + 1, h = y1 - y0 + 1;
+    if (2 * lw >= w || 2 * lw >= h) {
+        cairo_rectangle(cr, x0, y0, w, h);
+    } else {
+        cairo_rectangle(cr, x0, y0, w, lw);
+        cairo_rectangle(cr, x0, y1 - lw + 1, w, lw);
+        cairo_rectangle(cr, x0, y0 + lw, lw, h - 2 * lw);
+        cairo_rectangle(cr, x1 - lw + 1, y0 + lw, lw, h - 2 * lw);
+    }
+    cairo_fill(cr);
+}
+
+/* Annotator.box_label (PIL mode): box, then the label on a filled tag, white text. */
+static void box_label(cairo_t *cr, const double box[4], const char *label, uint32_t color, int lw,
+                      const cairo_font_extents_t *fe)
+{
+    /* PIL casts the coordinates to int. */
+    const int x0 = (int)box[0], y0 = (int)box[1], x1 = (int)box[2], y1 = (int)box[3];
+    set_rgb(cr, color);
+    outline_rect(cr, x0, y0, x1, y1, lw);
+    cairo_text_extents_t te;
+    cairo_text_extents(cr, label, &te);
+    const int tw = (int)ceil(te.x_advance), th = (int)ceil(fe->ascent + fe->descent);
+    const bool outside = y0 - th >= 0;
+    const int ty = outside ? y0 - th : y0;
+    cairo_rectangle(cr, x0, ty, tw + 2, th + 2);
+    cairo_fill(cr);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_move_to(cr, x0, ty + fe->ascent);
+    cairo_show_text(cr, label);
+}
+
+/* Copy image i of b (NCHW, u8 or f32 in [0, 1]) into the HWC canvas at (x, y). */
+static void paste(const struct trn_batch *b, int i, uint8_t *canvas, int cw, int x, int y)
+{
+    const size_t plane = (size_t)b->height * (size_t)b->width;
+    for (int r = 0; r < b->height; r++) {
+        uint8_t *d = canvas + ((size_t)(y + r) * (size_t)cw + (size_t)x) * 3;
+        for (int c = 0; c < b->width; c++) {
+            const size_t at = (size_t)r * (size_t)b->width + (size_t)c;
+            for (int ch = 0; ch < 3; ch++) {
+                const size_t k = ((size_t)i * 3 + (size_t)ch) * plane + at;
+                if (b->pixels == TRN_PIXELS_F32) {
+                    const float v = ((const float *)b->images)[k] * 255.0f;
+                    d[3 * c + ch] = (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : lrintf(v));
+                } else {
+                    d[3 * c + ch] = ((const uint8_t *)b->images)[k];
+                }
+            }
+        }
+    }
+}
+
+int trn_plot_batch_render(const struct trn_batch *b, const struct trn_plot_names *names,
+                          uint8_t **rgb, int *w_out, int *h_out)
+{
+    if (!b || !rgb || !w_out || !h_out || b->n < 1 || b->height < 1 || b->width < 1 ||
+        b->height > 16383 || b->width > 16383 || !b->images || (b->n_targets && !b->targets))
+        return -EINVAL;
+    *rgb = NULL;
+    const int bs = b->n < TRN_PLOT_MAX_SUBPLOTS ? b->n : TRN_PLOT_MAX_SUBPLOTS;
+    const int ns = (int)ceil(sqrt((double)bs));
+    int h = b->height, w = b->width;
+    const int mx = h > w ? h : w;
+    const double scale = (double)TRN_PLOT_MAX_SIZE / ns / mx;
+
+    /* The unscaled grid, white where no image goes. */
+    const int cw0 = ns * w, ch0 = ns * h;
+    uint8_t *grid = malloc((size_t)cw0 * (size_t)ch0 * 3);
+    if (!grid) return -ENOMEM;
+    memset(grid, 255, (size_t)cw0 * (size_t)ch0 * 3);
+    for (int i = 0; i < bs; i++)
+        paste(b, i, grid, cw0, w * (i / ns), h * (i % ns));
+    if (scale < 1) {
+        h = (int)ceil(scale * h);
+        w = (int)ceil(scale * w);
+        uint8_t *small = malloc((size_t)(ns * w) * (size_t)(ns * h) * 3);
+        if (!small) {
+            free(grid);
+            return -ENOMEM;
+        }
+        const int rc = trn_aug_resize_linear(grid, cw0, ch0, small, ns * w, ns * h);
+        free(grid);
+        if (rc < 0) {
+            free(small);
+            return rc;
+        }
+        grid = small;
+    }
+    const int W = ns * w, H = ns * h;
+
+    cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
+    if (cairo_surface_status(sf) != CAIRO_STATUS_SUCCESS) {
+        cairo_surface_destroy(sf);
+        free(grid);
+        return -ENOMEM;
+    }
+    cairo_surface_flush(sf);
+    uint8_t *data = cairo_image_surface_get_data(sf);
+    const int stride = cairo_image_surface_get_stride(sf);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            const uint8_t *p = grid + ((size_t)y * (size_t)W + (size_t)x) * 3;
+            const uint32_t v = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+            memcpy(data + (size_t)y * (size_t)stride + 4 * (size_t)x, &v, 4);
+        }
+    cairo_surface_mark_dirty(sf);
+
+    int rc = 0;
+    cairo_t *cr = cairo_create(sf);
+    const int fs = (int)((h + w) * ns * 0.01);
+    int lw = (int)nearbyint(fs / 10.0);
+    if (lw == 0) lw = (int)fmax(nearbyint((W + H) / 2.0 * 0.003), 2);
+    cairo_set_antialias(cr, CAIRO_ANTIALIAS_NONE);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, fs > 1 ? fs : 1);
+    cairo_font_extents_t fe;
+    cairo_font_extents(cr, &fe);
+    for (int i = 0; i < bs && rc == 0; i++) {
+        const int x = w * (i / ns), y = h * (i % ns);
+        cairo_set_source_rgb(cr, 1, 1, 1);
+        outline_rect(cr, x, y, x + w, y + h, 2);
+        if (b->info) {
+            char text[48];
+            snprintf(text, sizeof text, "record %llu", (unsigned long long)b->info[i].index);
+            cairo_set_source_rgb(cr, 220 / 255.0, 220 / 255.0, 220 / 255.0);
+            cairo_move_to(cr, x + 5, y + 5 + fe.ascent);
+            cairo_show_text(cr, text);
+        }
+        for (size_t t = 0; t < b->n_targets; t++) {
+            const float *r = b->targets + 6 * t;
+            if (!(r[0] >= 0 && r[0] < (float)b->n)) {
+                rc = -EINVAL;
+                break;
+            }
+            if ((int)r[0] != i) continue;
+            const int cls = (int)r[1];
+            /* Normalised xywh (the loader's targets are always <= 1.01) to cell pixels. */
+            const double box[4] = {
+                (r[2] - r[4] / 2.0) * w + x,
+                (r[3] - r[5] / 2.0) * h + y,
+                (r[2] + r[4] / 2.0) * w + x,
+                (r[3] + r[5] / 2.0) * h + y,
+            };
+            char num[16];
+            const char *label = NULL;
+            if (names && cls >= 0 && cls < names->n) label = names->names[cls];
+            if (!label) {
+                snprintf(num, sizeof num, "%d", cls);
+                label = num;
+            }
+            box_label(cr, box, label, trn_plot_color(cls), lw, &fe);
+        }
+    }
+    if (rc == 0 && cairo_status(cr) != CAIRO_STATUS_SUCCESS) rc = -EIO;
+    cairo_destroy(cr);
+    cairo_surface_flush(sf);
+    for (int y = 0; y < H && rc == 0; y++)
+        for (int x = 0; x < W; x++) {
+            uint32_t v;
+            memcpy(&v, data + (size_t)y * (size_t)stride + 4 * (size_t)x, 4);
+            uint8_t *p = grid + ((size_t)y * (size_t)W + (size_t)x) * 3;
+            p[0] = (uint8_t)(v >> 16);
+            p[1] = (uint8_t)(v >> 8);
+            p[2] = (uint8_t)v;
+        }
+    cairo_surface_destroy(sf);
+    if (rc < 0) {
+        free(grid);
+        return rc;
+    }
+    *rgb = grid;
+    *w_out = W;
+    *h_out = H;
+    return 0;
+}
+
+int trn_plot_jpeg_write(const uint8_t *rgb, int w, int h, int quality, const char *path, char *err,
+                        size_t err_cap)
+{
+    char tmp[256];
+    if (!err || err_cap == 0) err = tmp, err_cap = sizeof tmp;
+    err[0] = '\0';
+    if (!rgb || w < 1 || h < 1 || quality < 1 || quality > 100 || !path) {
+        snprintf(err, err_cap, "%s: bad image or quality", path ? path : "(null)");
+        return -EINVAL;
+    }
+    tjhandle tj = tjInitCompress();
+    if (!tj) {
+        snprintf(err, err_cap, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    unsigned char *jpg = NULL;
+    unsigned long n = 0;
+    int rc = 0;
+    if (tjCompress2(tj, rgb, w, 0, h, TJPF_RGB, &jpg, &n, TJSAMP_420, quality, 0) != 0) {
+        snprintf(err, err_cap, "%s: TurboJPEG: %s", path, tjGetErrorStr2(tj));
+        rc = -EIO;
+    }
+    tjDestroy(tj);
+    if (rc == 0) {
+        FILE *f = fopen(path, "wb");
+        if (!f) {
+            rc = -errno;
+        } else {
+            if (fwrite(jpg, 1, n, f) != n) rc = -(errno ? errno : EIO);
+            if (fclose(f) != 0 && rc == 0) rc = -(errno ? errno : EIO);
+        }
+        if (rc < 0) snprintf(err, err_cap, "%s: %s", path, strerror(-rc));
+    }
+    tjFree(jpg);
+    return rc;
+}
+
+int trn_plot_batch(const struct trn_batch *b, const struct trn_plot_names *names, const char *path,
+                   char *err, size_t err_cap)
+{
+    uint8_t *rgb = NULL;
+    int w = 0, h = 0;
+    int rc = trn_plot_batch_render(b, names, &rgb, &w, &h);
+    if (rc < 0) {
+        if (err && err_cap)
+            snprintf(err, err_cap, "%s: drawing the batch: %s", path ? path : "(null)",
+                     rc == -ENOMEM ? "out of memory" : "bad batch or cairo error");
+        return rc;
+    }
+    rc = trn_plot_jpeg_write(rgb, w, h, TRN_PLOT_JPEG_QUALITY, path, err, err_cap);
+    free(rgb);
+    return rc;
+}

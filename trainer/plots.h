@@ -1,0 +1,89 @@
+/*
+ * plots: the pictures ultralytics/yolov5 writes during training, drawn with cairo and written as
+ * JPEG with TurboJPEG. For now: train_batchK.jpg, a grid of the first images of a batch with
+ * their labels (utils/plots.py plot_images, v7.0), so a user can see that labels follow pixels.
+ *
+ * plot_images, as reproduced here: at most 16 images (max_subplots) on an ns x ns grid,
+ * ns = ceil(sqrt(n)), filled column by column (image i at column i / ns, row i % ns) on a white
+ * canvas; when ns * max(h, w) > 1920 (max_size) the canvas is resized (INTER_LINEAR) so each cell
+ * is ceil(scale * w) x ceil(scale * h), scale = 1920 / ns / max(h, w); font size
+ * fs = int((h + w) * ns * 0.01) and line width round(fs / 10) (at least 2 when that is 0, as
+ * the Annotator's default); a white 2-pixel frame around each cell and the record number at its
+ * top-left (ultralytics prints the file name, which records do not keep); each label as a box in
+ * its class colour (the 20-colour Colors palette) stroked inward from its rounded corners, as
+ * PIL's rectangle(width=lw), with the class name on a filled tag above the box (inside it when
+ * there is no room above). Differences: the font is cairo's sans-serif, not Arial.ttf.
+ *
+ * Errors are negative errno values: -EINVAL (bad argument), -ENOMEM, -EIO (TurboJPEG or cairo
+ * failed), -errno from writing the file. Thread safety: the functions share no state, but cairo's
+ * toy font API keeps a process-wide font cache (thread-safe in cairo).
+ */
+#ifndef TRN_PLOTS_H
+#define TRN_PLOTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loader.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TRN_PLOT_MAX_SIZE     1920 /* plot_images max_size: longest side of the grid, pixels */
+#define TRN_PLOT_MAX_SUBPLOTS 16   /* plot_images max_subplots: images drawn per batch */
+#define TRN_PLOT_JPEG_QUALITY 75   /* PIL's default JPEG quality (ultralytics saves with PIL) */
+
+/* Class cls's colour as 0xRRGGBB from ultralytics' 20-colour palette (cls mod 20; < 0 -> 0). */
+uint32_t trn_plot_color(int cls);
+
+/* Class names of a dataset. */
+struct trn_plot_names {
+    char **names; /* n strings (malloc'd), printable as UTF-8; NULL entries for gaps */
+    int n;        /* entries */
+};
+
+/*
+ * Read the class names from a dataset's metadata text (ffr_reader_metadata: YAML with `names:`
+ * as a list in class order or as ultralytics' {id: name} mapping). Names that are not valid
+ * UTF-8 get '?' for their bad bytes and control characters. Metadata without names, or not
+ * YAML, gives no names (n = 0) and returns 0: plots then show class numbers.
+ * meta, len: borrowed for the call. out: out; free with trn_plot_names_free.
+ * Returns 0, -EINVAL (NULL out), or -ENOMEM.
+ */
+int trn_plot_names_parse(const char *meta, size_t len, struct trn_plot_names *out);
+
+/* Free the names (not the struct); the struct becomes empty. NULL is a no-op. */
+void trn_plot_names_free(struct trn_plot_names *names);
+
+/*
+ * Draw a batch as plot_images does (see the top of this file) into a new RGB8 HWC image.
+ * b: a loader batch (u8 or f32 pixels; targets as the loader gives them). names: class names
+ * (NULL or n = 0: class numbers are printed). rgb: out, *h * *w * 3 bytes, malloc'd, the
+ * caller frees it. w, h: out, the image size. Returns 0, -EINVAL (b NULL or empty, a target with
+ * an image index outside the batch), -ENOMEM, or -EIO (cairo failed).
+ */
+int trn_plot_batch_render(const struct trn_batch *b, const struct trn_plot_names *names,
+                          uint8_t **rgb, int *w, int *h);
+
+/*
+ * Write an RGB8 HWC image (w x h, rows of 3w bytes) to path as a baseline JPEG at `quality`
+ * (1..100), 4:2:0 as PIL. err: out, err_cap bytes, one line naming the path on error (may be
+ * NULL). Returns 0, -EINVAL, -ENOMEM, -EIO (TurboJPEG) or -errno from creating or writing
+ * the file.
+ */
+int trn_plot_jpeg_write(const uint8_t *rgb, int w, int h, int quality, const char *path, char *err,
+                        size_t err_cap);
+
+/*
+ * trn_plot_batch_render, then trn_plot_jpeg_write at TRN_PLOT_JPEG_QUALITY to path (e.g.
+ * "runs/train/exp/train_batch0.jpg"). Returns as those two.
+ */
+int trn_plot_batch(const struct trn_batch *b, const struct trn_plot_names *names, const char *path,
+                   char *err, size_t err_cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRN_PLOTS_H */

@@ -1,0 +1,469 @@
+/*
+ * yolo-train: the YOLOv5 trainer program, with ultralytics' train.py flag names.
+ *
+ * What runs today: --summary (the model table of --cfg), --bench-data (the loader alone, timed)
+ * and --plot (train_batch0..2.jpg in the run directory). Training itself is not implemented yet:
+ * asking for it is an error (exit 1), never a pretend run.
+ *
+ * Exit status: 0 done, 1 failure (a file, the dataset, not implemented), 2 bad command line.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cairo.h>
+#include <fontconfig/fontconfig.h>
+
+#include "bench_data.h"
+#include "ffr.h"
+#include "hyp.h"
+#include "loader.h"
+#include "model.h"
+#include "plots.h"
+
+#ifndef TRN_MODELS_DIR
+#define TRN_MODELS_DIR "trainer/models"
+#endif
+
+#define PROG "yolo-train"
+#define HINT "hint: " PROG " --help lists the options"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " --records FILE [options]\n"
+            "Train YOLOv5 from ffr record files (yolo-pack output). Flags follow ultralytics'\n"
+            "train.py where it has them.\n\n"
+            "Data and model:\n"
+            "  --records FILE        training dataset (ffr, packed at --img)\n"
+            "  --val-records FILE    validation dataset (ffr)\n"
+            "  --cfg MODEL           model yaml: a path or a name (yolov5n/s/m/l/x) looked up in\n"
+            "                        $FFYOLO_MODELS_DIR, ./trainer/models, " TRN_MODELS_DIR "\n"
+            "  --nc N                override the yaml's number of classes\n"
+            "  --weights FILE        initial weights (checkpoint)\n"
+            "  --hyp FILE            hyperparameter yaml (default: hyp.scratch-low values)\n"
+            "Training:\n"
+            "  --img N               train and val image size, pixels (default 640; also --imgsz)\n"
+            "  --batch-size N        total batch size (default 16)\n"
+            "  --epochs N            epochs (default 100)\n"
+            "  --optimizer O         SGD, Adam or AdamW (default SGD)\n"
+            "  --cos-lr              cosine learning-rate schedule\n"
+            "  --patience N          stop after N epochs without improvement (default 100)\n"
+            "  --device D            cpu, or CUDA devices: 0 or 0,1,2,3 (default: 0 if present)\n"
+            "  --workers N           loader threads (default 0 = min(cores, 8))\n"
+            "  --seed S              global seed (default 0)\n"
+            "  --resume [DIR]        resume the most recent (or the given) run\n"
+            "  --noval               validate only after the final epoch\n"
+            "  --nosave              save only the final checkpoint\n"
+            "  --save-period N       save a checkpoint every N epochs (default -1: off)\n"
+            "Output:\n"
+            "  --project DIR         save to DIR/NAME (default runs/train)\n"
+            "  --name NAME           run name (default exp; exp2, exp3, ... when taken)\n"
+            "  --exist-ok            reuse DIR/NAME instead of incrementing\n"
+            "Tools (these run today):\n"
+            "  --summary             print the model summary of --cfg and exit\n"
+            "  --bench-data          run only the loader at full augmentation; print images/s\n"
+            "  --seconds S           --bench-data measuring time (default 10)\n"
+            "  --page-cache          --bench-data: buffered reads instead of O_DIRECT\n"
+            "  --json                --bench-data: print {\"images_per_s\": ...}\n"
+            "  --plot                write train_batch0..2.jpg (batches with labels) to the run\n"
+            "                        directory and exit\n"
+            "  -h, --help            this help\n");
+}
+
+struct args {
+    const char *records, *val_records, *cfg, *weights, *hyp, *device, *resume;
+    const char *project, *name, *optimizer;
+    long img, batch, epochs, workers, nc, patience, save_period, seed;
+    double seconds;
+    bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, help;
+};
+
+static int bad(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, PROG ": ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n" HINT "\n");
+    return 2;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static bool device_ok(const char *d)
+{
+    if (!strcmp(d, "cpu") || !strcmp(d, "")) return true;
+    bool digit = false;
+    for (const char *p = d; *p; p++) {
+        if (*p >= '0' && *p <= '9')
+            digit = true;
+        else if (*p != ',' || !digit)
+            return false;
+        else
+            digit = false;
+    }
+    return digit;
+}
+
+/* argparse style: --flag VALUE or --flag=VALUE. Returns 0 or the exit status 2. */
+static int parse_args(int argc, char **argv, struct args *A)
+{
+    memset(A, 0, sizeof *A);
+    A->project = "runs/train";
+    A->name = "exp";
+    A->optimizer = "SGD";
+    A->img = 640;
+    A->batch = 16;
+    A->epochs = 100;
+    A->patience = 100;
+    A->save_period = -1;
+    A->seconds = 10;
+    static const struct {
+        const char *name;
+        int kind; /* 0 flag, 1 string, 2 integer */
+        long lo, hi;
+    } opts[] = {
+        { "--records", 1, 0, 0 },
+        { "--val-records", 1, 0, 0 },
+        { "--cfg", 1, 0, 0 },
+        { "--weights", 1, 0, 0 },
+        { "--hyp", 1, 0, 0 },
+        { "--device", 1, 0, 0 },
+        { "--project", 1, 0, 0 },
+        { "--name", 1, 0, 0 },
+        { "--optimizer", 1, 0, 0 },
+        { "--seconds", 1, 0, 0 },
+        { "--img", 2, 32, 16383 },
+        { "--imgsz", 2, 32, 16383 },
+        { "--img-size", 2, 32, 16383 },
+        { "--batch-size", 2, 1, 65536 },
+        { "--epochs", 2, 1, 1000000 },
+        { "--workers", 2, 0, 256 },
+        { "--nc", 2, 1, 65536 },
+        { "--patience", 2, 0, 1000000 },
+        { "--save-period", 2, -1, 1000000 },
+        { "--seed", 2, 0, LONG_MAX },
+        { "--summary", 0, 0, 0 },
+        { "--bench-data", 0, 0, 0 },
+        { "--json", 0, 0, 0 },
+        { "--plot", 0, 0, 0 },
+        { "--exist-ok", 0, 0, 0 },
+        { "--cos-lr", 0, 0, 0 },
+        { "--noval", 0, 0, 0 },
+        { "--nosave", 0, 0, 0 },
+        { "--page-cache", 0, 0, 0 },
+        { "--help", 0, 0, 0 },
+        { "-h", 0, 0, 0 },
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        char key[64];
+        const char *eq = strchr(a, '=');
+        const char *val = NULL;
+        if (eq && !strncmp(a, "--", 2) && (size_t)(eq - a) < sizeof key) {
+            memcpy(key, a, (size_t)(eq - a));
+            key[eq - a] = '\0';
+            val = eq + 1;
+        } else {
+            snprintf(key, sizeof key, "%s", a);
+        }
+        if (!strcmp(key, "--resume")) {
+            /* nargs='?': a run directory may follow */
+            if (val)
+                A->resume = val;
+            else if (i + 1 < argc && argv[i + 1][0] != '-')
+                A->resume = argv[++i];
+            else
+                A->resume = "";
+            continue;
+        }
+        size_t k = 0;
+        while (k < sizeof opts / sizeof opts[0] && strcmp(opts[k].name, key))
+            k++;
+        if (k == sizeof opts / sizeof opts[0]) return bad("unknown option '%s'%s", a, "");
+        if (opts[k].kind == 0) {
+            if (val) return bad("%s takes no value%s", key, "");
+            if (!strcmp(key, "--summary")) A->summary = true;
+            if (!strcmp(key, "--bench-data")) A->bench = true;
+            if (!strcmp(key, "--json")) A->json = true;
+            if (!strcmp(key, "--plot")) A->plot = true;
+            if (!strcmp(key, "--exist-ok")) A->exist_ok = true;
+            if (!strcmp(key, "--cos-lr")) A->cos_lr = true;
+            if (!strcmp(key, "--noval")) A->noval = true;
+            if (!strcmp(key, "--nosave")) A->nosave = true;
+            if (!strcmp(key, "--page-cache")) A->page_cache = true;
+            if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
+            continue;
+        }
+        if (!val) {
+            if (i + 1 >= argc) return bad("%s needs a value%s", key, "");
+            val = argv[++i];
+        }
+        if (opts[k].kind == 2) {
+            long v;
+            if (parse_long(val, opts[k].lo, opts[k].hi, &v) < 0) {
+                char range[64];
+                snprintf(range, sizeof range, " (a whole number in [%ld, %ld])", opts[k].lo,
+                         opts[k].hi);
+                fprintf(stderr, PROG ": %s: bad value '%s'%s\n" HINT "\n", key, val, range);
+                return 2;
+            }
+            if (!strncmp(key, "--img", 5)) A->img = v;
+            if (!strcmp(key, "--batch-size")) A->batch = v;
+            if (!strcmp(key, "--epochs")) A->epochs = v;
+            if (!strcmp(key, "--workers")) A->workers = v;
+            if (!strcmp(key, "--nc")) A->nc = v;
+            if (!strcmp(key, "--patience")) A->patience = v;
+            if (!strcmp(key, "--save-period")) A->save_period = v;
+            if (!strcmp(key, "--seed")) A->seed = v;
+            continue;
+        }
+        if (!strcmp(key, "--records")) A->records = val;
+        if (!strcmp(key, "--val-records")) A->val_records = val;
+        if (!strcmp(key, "--cfg")) A->cfg = val;
+        if (!strcmp(key, "--weights")) A->weights = val;
+        if (!strcmp(key, "--hyp")) A->hyp = val;
+        if (!strcmp(key, "--device")) A->device = val;
+        if (!strcmp(key, "--project")) A->project = val;
+        if (!strcmp(key, "--name")) A->name = val;
+        if (!strcmp(key, "--optimizer")) A->optimizer = val;
+        if (!strcmp(key, "--seconds")) {
+            char *end = NULL;
+            errno = 0;
+            A->seconds = strtod(val, &end);
+            if (errno || end == val || *end || !(A->seconds > 0) || A->seconds > 86400)
+                return bad("--seconds: bad value '%s'%s (a number of seconds in (0, 86400])", val,
+                           "");
+        }
+    }
+    if (strcmp(A->optimizer, "SGD") && strcmp(A->optimizer, "Adam") &&
+        strcmp(A->optimizer, "AdamW"))
+        return bad("--optimizer: '%s' is not one of SGD, Adam, AdamW%s", A->optimizer, "");
+    if (A->device && !device_ok(A->device))
+        return bad("--device: '%s' is not cpu or a list of device numbers (0 or 0,1)%s", A->device,
+                   "");
+    if (!A->project[0] || !A->name[0])
+        return bad("--project and --name must not be empty%s%s", "", "");
+    return 0;
+}
+
+static void log_cb(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, PROG ": %s\n", msg);
+}
+
+/* mkdir -p. Returns 0 or -errno. */
+static int mkdirs(const char *path)
+{
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return -ENAMETOOLONG;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0777) < 0 && errno != EEXIST) return -errno;
+        *s = '/';
+    }
+    if (mkdir(p, 0777) < 0 && errno != EEXIST) return -errno;
+    return 0;
+}
+
+/*
+ * ultralytics' increment_path(Path(project) / name, exist_ok): the path itself when it does not
+ * exist or exist_ok, else the first of path2, path3, ... that does not; then created.
+ */
+static int run_dir(const struct args *A, char *dst, size_t cap)
+{
+    struct stat st;
+    if (snprintf(dst, cap, "%s/%s", A->project, A->name) >= (int)cap) return -ENAMETOOLONG;
+    if (!A->exist_ok && stat(dst, &st) == 0) {
+        for (int n = 2; n < 10000; n++) {
+            if (snprintf(dst, cap, "%s/%s%d", A->project, A->name, n) >= (int)cap)
+                return -ENAMETOOLONG;
+            if (stat(dst, &st) != 0) break;
+        }
+    }
+    return mkdirs(dst);
+}
+
+static int do_summary(const struct args *A)
+{
+    char path[4096];
+    if (trn_model_cfg_find(A->cfg, TRN_MODELS_DIR, path, sizeof path)) {
+        fprintf(stderr,
+                PROG ": %s: model yaml not found\n"
+                     "hint: give a path, or a name from trainer/models (yolov5n/s/m/l/x), or set "
+                     "FFYOLO_MODELS_DIR\n",
+                A->cfg);
+        return 1;
+    }
+    struct trn_model_opts o;
+    trn_model_opts_default(&o);
+    o.nc = (int)A->nc;
+    struct trn_model *m = NULL;
+    char err[512] = "";
+    const int rc = trn_model_load(path, &o, &m, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_model_strerror(rc));
+        return 1;
+    }
+    const int need = trn_model_summary(m, NULL, 0);
+    char *text = need >= 0 ? malloc((size_t)need + 1) : NULL;
+    if (!text) {
+        fprintf(stderr, PROG ": out of memory\n");
+        trn_model_destroy(m);
+        return 1;
+    }
+    trn_model_summary(m, text, (size_t)need + 1);
+    if (trn_model_info(m)->anchors_reversed) printf("AutoAnchor: Reversing anchor order\n");
+    fputs(text, stdout);
+    free(text);
+    trn_model_destroy(m);
+    return 0;
+}
+
+static int do_bench(const struct args *A, const struct trn_hyp *hyp)
+{
+    struct trn_bench_data_opts o;
+    trn_bench_data_opts_default(&o);
+    o.records = A->records;
+    o.workers = (unsigned)A->workers;
+    o.seconds = A->seconds;
+    o.batch_size = (int)A->batch;
+    o.img_size = (int)A->img;
+    o.seed = (uint64_t)A->seed;
+    o.page_cache = A->page_cache;
+    o.hyp = *hyp;
+    o.log = log_cb;
+    struct trn_bench_data_result r;
+    char err[768];
+    const int rc = trn_bench_data_run(&o, &r, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\nhint: make the dataset with yolo-pack --size %ld\n", err,
+                A->img);
+        return 1;
+    }
+    if (A->json)
+        printf("{\"images_per_s\": %.2f, \"workers\": %u, \"batch_size\": %ld, \"img\": %ld, "
+               "\"seconds\": %.3f, \"images\": %llu, \"bad_records\": %llu, "
+               "\"mosaic\": %g, \"mixup\": %g}\n",
+               r.images_per_s, r.workers, A->batch, A->img, r.seconds, (unsigned long long)r.images,
+               (unsigned long long)r.bad_records, hyp->mosaic, hyp->mixup);
+    else
+        printf("%.1f images/s (%u workers, batch %ld, img %ld, %llu images in %.1f s, mosaic %g, "
+               "mixup %g)\n",
+               r.images_per_s, r.workers, A->batch, A->img, (unsigned long long)r.images, r.seconds,
+               hyp->mosaic, hyp->mixup);
+    return 0;
+}
+
+static int do_plot(const struct args *A, const struct trn_hyp *hyp)
+{
+    char dir[PATH_MAX - 32];
+    int rc = run_dir(A, dir, sizeof dir);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": cannot create the run directory %s/%s...: %s\n", A->project,
+                A->name, strerror(-rc));
+        return 1;
+    }
+    struct ffr_reader *r = NULL;
+    char err[768];
+    rc = ffr_reader_open(&r, A->records, NULL, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : ffr_strerror(rc));
+        return 1;
+    }
+    size_t mlen = 0;
+    const char *meta = ffr_reader_metadata(r, &mlen);
+    struct trn_plot_names names;
+    if (trn_plot_names_parse(meta, mlen, &names) < 0) {
+        fprintf(stderr, PROG ": out of memory\n");
+        ffr_reader_close(r);
+        return 1;
+    }
+    struct trn_loader_opts lo;
+    trn_loader_opts_default(&lo);
+    lo.workers = (unsigned)A->workers;
+    lo.batch_size = (int)A->batch;
+    lo.img_size = (int)A->img;
+    lo.seed = (uint64_t)A->seed;
+    lo.hyp = *hyp;
+    lo.log = log_cb;
+    struct trn_loader *l = NULL;
+    rc = trn_loader_create(r, &lo, &l, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s: %s\nhint: make the dataset with yolo-pack --size %ld\n",
+                A->records, err, A->img);
+    }
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        struct trn_batch b;
+        rc = trn_loader_next(l, &b);
+        if (rc < 0) {
+            fprintf(stderr, PROG ": %s\n", trn_loader_error(l));
+            break;
+        }
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/train_batch%d.jpg", dir, k);
+        rc = trn_plot_batch(&b, &names, path, err, sizeof err);
+        if (rc < 0)
+            fprintf(stderr, PROG ": %s\n", err);
+        else
+            printf("%s\n", path);
+        if (b.step + 1 == b.steps) break; /* a one-batch epoch: ultralytics plots what exists */
+    }
+    trn_loader_destroy(l);
+    trn_plot_names_free(&names);
+    ffr_reader_close(r);
+    return rc < 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct args A;
+    int rc = parse_args(argc, argv, &A);
+    if (rc) return rc;
+    if (A.help) {
+        usage(stdout);
+        return 0;
+    }
+    if (A.summary) {
+        if (!A.cfg) return bad("--summary needs --cfg MODEL (e.g. --cfg yolov5s)%s%s", "", "");
+        return do_summary(&A);
+    }
+    if (!A.records) return bad("--records FILE is required%s%s", "", "");
+
+    struct trn_hyp hyp;
+    trn_hyp_default(&hyp);
+    if (A.hyp) {
+        char err[512];
+        if (trn_hyp_load(A.hyp, log_cb, NULL, &hyp, err, sizeof err) < 0) {
+            fprintf(stderr, PROG ": %s\n", err);
+            return 1;
+        }
+    }
+    if (A.bench || A.plot) {
+        if (A.plot) rc = do_plot(&A, &hyp);
+        if (rc == 0 && A.bench) rc = do_bench(&A, &hyp);
+        /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
+        cairo_debug_reset_static_data();
+        FcFini();
+        return rc;
+    }
+    fprintf(stderr,
+            PROG ": training is not implemented yet (the network, loss and optimizer are being "
+                 "written)\nhint: --summary, --bench-data and --plot work today\n");
+    return 1;
+}
