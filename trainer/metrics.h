@@ -67,7 +67,7 @@ void trn_np_linspace(double start, double stop, size_t num, double *out);
 void trn_np_interp(const double *x, size_t nx, const double *xp, const double *fp, size_t nxp,
                    double left, double right, double *out);
 
-/* np.trapz(y, x) for n >= 2 points (0 for n < 2). */
+/* np.trapz(y, x) for n >= 2 points (0 for n < 2; NaN if its scratch allocation fails). */
 double trn_np_trapz(const double *y, const double *x, size_t n);
 
 /*

@@ -27,7 +27,9 @@
  * (kern_ctx_reserve / kern_ctx_set_workspace) is device memory.
  *
  * THREADS. As kern.h: one thread at a time per context. Contexts on the same device may be used
- * concurrently from different threads.
+ * concurrently from different threads. kern_ctx_create makes the context's device current on
+ * the creating thread; a thread that calls ops of a context on another device than its current
+ * one must cudaSetDevice(ctx device) first (the ops do not switch, to keep launches cheap).
  */
 #ifndef KERN_CUDA_H
 #define KERN_CUDA_H

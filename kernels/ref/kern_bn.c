@@ -20,6 +20,8 @@
  * value is computed the same way whatever the split, so results do not depend on the count.
  */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "kern_internal.h"
 
@@ -40,15 +42,95 @@ static int bn_check(const struct kern_bn *d)
     return 0;
 }
 
+/*
+ * exp(v) for v in [-87.3, 88.7], vectorisable: no libm call, no branch, only float and int32
+ * arithmetic. n = round(v / ln 2) by the 1.5 * 2^23 trick (the integer sits in the low mantissa
+ * bits), r = v - n ln 2 in two parts (Cody-Waite), exp(r) by the degree-6 polynomial of Cephes'
+ * expf (relative error about 1 ulp), then 2^n added into the exponent field. Callers clamp v.
+ */
+static inline float bn_expf(float v)
+{
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    const float t = v * 1.44269504088896341f + magic;
+    const float nf = t - magic;
+    uint32_t tb, mb;
+    memcpy(&tb, &t, sizeof tb);
+    memcpy(&mb, &magic, sizeof mb);
+    const uint32_t n = tb - mb; /* round(v log2 e), two's complement */
+    const float r = (v - nf * 0.693359375f) - nf * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t pb;
+    memcpy(&pb, &p, sizeof pb);
+    pb += n << 23;
+    memcpy(&p, &pb, sizeof p);
+    return p;
+}
+
+/* 1 / (1 + exp(-v)) for any float v (clamped where exp(-v) leaves the float range). */
 static inline float sigmoidf_(float v)
 {
-    return 1.0f / (1.0f + expf(-v));
+    float m = -v;
+    m = m < -87.0f ? -87.0f : m;
+    m = m > 88.0f ? 88.0f : m;
+    return 1.0f / (1.0f + bn_expf(m));
 }
 
 static inline float silu_grad(float v)
 {
     const float s = sigmoidf_(v);
     return s * (1.0f + v * (1.0f - s));
+}
+
+/*
+ * Sums in float over chunks that stay in L1, BN_LANES independent lanes (so that the compiler
+ * can vectorise a float reduction without reassociating), then the chunk totals in double: the
+ * error is that of a BN_CHUNK / BN_LANES element float sum, far below the tests' tolerances.
+ */
+#define BN_LANES 16
+#define BN_CHUNK 1024
+
+static double lanes_sum(const float *acc)
+{
+    double s = 0.0;
+    for (int k = 0; k < BN_LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+/* Sum of x[0..len), len <= BN_CHUNK. */
+static float chunk_sum(const float *restrict x, size_t len)
+{
+    float acc[BN_LANES] = { 0 };
+    size_t j = 0;
+    for (; j + BN_LANES <= len; j += BN_LANES)
+        for (int k = 0; k < BN_LANES; k++)
+            acc[k] += x[j + k];
+    for (; j < len; j++)
+        acc[0] += x[j];
+    return (float)lanes_sum(acc);
+}
+
+/* Sum of (x - m)^2 over x[0..len), len <= BN_CHUNK. */
+static float chunk_sq(const float *restrict x, size_t len, float m)
+{
+    float acc[BN_LANES] = { 0 };
+    size_t j = 0;
+    for (; j + BN_LANES <= len; j += BN_LANES)
+        for (int k = 0; k < BN_LANES; k++) {
+            const float t = x[j + k] - m;
+            acc[k] += t * t;
+        }
+    for (; j < len; j++) {
+        const float t = x[j] - m;
+        acc[0] += t * t;
+    }
+    return (float)lanes_sum(acc);
 }
 
 /* Everything a BN op needs, shared by its workers; each worker takes a range of channels. */
@@ -70,19 +152,26 @@ static void bn_channel_stats(const struct kern_bn *d, int c, const float *restri
 {
     const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
     const double cnt = (double)d->n * (double)hw;
-    double s = 0.0;
+    /*
+     * One pass over memory: each L1-sized chunk is read twice (its sum, then its squares about
+     * its own float mean), and the chunks are merged in double (Chan et al.'s pairwise update),
+     * which keeps the two-pass accuracy without a second trip through a plane larger than L2.
+     */
+    double mean = 0.0, q = 0.0, seen = 0.0;
     for (int i = 0; i < d->n; i++) {
         const float *const xc = x + (size_t)i * plane + (size_t)c * hw;
-        for (size_t j = 0; j < hw; j++)
-            s += xc[j];
-    }
-    const double mean = s / cnt;
-    double q = 0.0;
-    for (int i = 0; i < d->n; i++) {
-        const float *const xc = x + (size_t)i * plane + (size_t)c * hw;
-        for (size_t j = 0; j < hw; j++) {
-            const double t = (double)xc[j] - mean;
-            q += t * t;
+        for (size_t j0 = 0; j0 < hw; j0 += BN_CHUNK) {
+            const size_t len = hw - j0 < BN_CHUNK ? hw - j0 : BN_CHUNK;
+            const double nb = (double)len;
+            const double mb = (double)chunk_sum(xc + j0, len) / nb;
+            const float mf = (float)mb;
+            /* sum (x - mb)^2 = sum (x - mf)^2 - len (mb - mf)^2 */
+            const double qb =
+                (double)chunk_sq(xc + j0, len, mf) - nb * (mb - (double)mf) * (mb - (double)mf);
+            const double tot = seen + nb, delta = mb - mean;
+            mean += delta * nb / tot;
+            q += qb + delta * delta * seen * nb / tot;
+            seen = tot;
         }
     }
     const double var = q / cnt;
@@ -230,9 +319,57 @@ int kern_ref_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d, flo
 }
 
 /*
+ * Pass 1 of the BN backward over x[0..len), len <= BN_CHUNK: dz = dy silu'(z) (z recomputed
+ * from x) parked in gz, plus the chunk's sums of dz and dz xhat.
+ */
+static void bwd_chunk_silu(float *restrict gz, const float *restrict dy, const float *restrict x,
+                           size_t len, float mean, float invstd, float g, float bt, float *sdy,
+                           float *sdyx)
+{
+    for (size_t j = 0; j < len; j++) {
+        const float xh = (x[j] - mean) * invstd;
+        gz[j] = dy[j] * silu_grad(xh * g + bt);
+    }
+    float a1[BN_LANES] = { 0 }, a2[BN_LANES] = { 0 };
+    size_t j = 0;
+    for (; j + BN_LANES <= len; j += BN_LANES)
+        for (int k = 0; k < BN_LANES; k++) {
+            const float v = gz[j + k];
+            a1[k] += v;
+            a2[k] += v * ((x[j + k] - mean) * invstd);
+        }
+    for (; j < len; j++) {
+        a1[0] += gz[j];
+        a2[0] += gz[j] * ((x[j] - mean) * invstd);
+    }
+    *sdy = (float)lanes_sum(a1);
+    *sdyx = (float)lanes_sum(a2);
+}
+
+/* The sums of pass 1 without SiLU: dz is dy itself. */
+static void bwd_chunk_plain(const float *restrict dy, const float *restrict x, size_t len,
+                            float mean, float invstd, float *sdy, float *sdyx)
+{
+    float a1[BN_LANES] = { 0 }, a2[BN_LANES] = { 0 };
+    size_t j = 0;
+    for (; j + BN_LANES <= len; j += BN_LANES)
+        for (int k = 0; k < BN_LANES; k++) {
+            const float v = dy[j + k];
+            a1[k] += v;
+            a2[k] += v * ((x[j + k] - mean) * invstd);
+        }
+    for (; j < len; j++) {
+        a1[0] += dy[j];
+        a2[0] += dy[j] * ((x[j] - mean) * invstd);
+    }
+    *sdy = (float)lanes_sum(a1);
+    *sdyx = (float)lanes_sum(a2);
+}
+
+/*
  * The BN backward for one channel. With silu, dy is the gradient of silu(z) and is turned into
  * dz on the fly (z recomputed from x); when dx is overwritten, the first pass parks dz in dx so
- * the second pass need not recompute it.
+ * the second pass need not recompute it; when dx accumulates, dz goes through a stack chunk.
  */
 static void bn_bwd_channel(const struct kern_bn *d, int c, float *restrict dx,
                            float *restrict dgamma, float *restrict dbeta, const float *restrict dy,
@@ -243,20 +380,20 @@ static void bn_bwd_channel(const struct kern_bn *d, int c, float *restrict dx,
     const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
     const int add_dx = (accum & KERN_ACCUM_DX) != 0;
     const float g = gamma[c], bt = silu ? beta[c] : 0.0f;
+    float tmp[BN_CHUNK];
     double sdy = 0.0, sdyx = 0.0;
     for (int i = 0; i < d->n; i++) {
         const size_t off = (size_t)i * plane + (size_t)c * hw;
-        const float *const xc = x + off, *const dyc = dy + off;
-        float *const dxc = dx + off;
-        for (size_t j = 0; j < hw; j++) {
-            const float xh = (xc[j] - mean) * invstd;
-            float gz = dyc[j];
-            if (silu) {
-                gz *= silu_grad(xh * g + bt);
-                if (!add_dx) dxc[j] = gz;
-            }
-            sdy += gz;
-            sdyx += (double)gz * xh;
+        for (size_t j0 = 0; j0 < hw; j0 += BN_CHUNK) {
+            const size_t len = hw - j0 < BN_CHUNK ? hw - j0 : BN_CHUNK;
+            float s1, s2;
+            if (silu)
+                bwd_chunk_silu(add_dx ? tmp : dx + off + j0, dy + off + j0, x + off + j0, len, mean,
+                               invstd, g, bt, &s1, &s2);
+            else
+                bwd_chunk_plain(dy + off + j0, x + off + j0, len, mean, invstd, &s1, &s2);
+            sdy += s1;
+            sdyx += s2;
         }
     }
     if (dgamma) {
@@ -274,17 +411,26 @@ static void bn_bwd_channel(const struct kern_bn *d, int c, float *restrict dx,
         const size_t off = (size_t)i * plane + (size_t)c * hw;
         const float *const xc = x + off, *const dyc = dy + off;
         float *const dxc = dx + off;
-        for (size_t j = 0; j < hw; j++) {
-            const float xh = (xc[j] - mean) * invstd;
-            float gz;
-            if (!silu)
-                gz = dyc[j];
-            else if (!add_dx)
-                gz = dxc[j];
-            else
-                gz = dyc[j] * silu_grad(xh * g + bt);
-            const float v = k * (gz - mdy - xh * mdyx);
-            dxc[j] = add_dx ? dxc[j] + v : v;
+        if (silu && !add_dx) {
+            for (size_t j = 0; j < hw; j++) {
+                const float xh = (xc[j] - mean) * invstd;
+                dxc[j] = k * (dxc[j] - mdy - xh * mdyx);
+            }
+        } else if (!silu && !add_dx) {
+            for (size_t j = 0; j < hw; j++) {
+                const float xh = (xc[j] - mean) * invstd;
+                dxc[j] = k * (dyc[j] - mdy - xh * mdyx);
+            }
+        } else if (!silu) {
+            for (size_t j = 0; j < hw; j++) {
+                const float xh = (xc[j] - mean) * invstd;
+                dxc[j] += k * (dyc[j] - mdy - xh * mdyx);
+            }
+        } else {
+            for (size_t j = 0; j < hw; j++) {
+                const float xh = (xc[j] - mean) * invstd;
+                dxc[j] += k * (dyc[j] * silu_grad(xh * g + bt) - mdy - xh * mdyx);
+            }
         }
     }
 }

@@ -73,7 +73,8 @@ int main(void)
      * cat2/all: GT, no detections -> precision 0, recall 0. cat3: no GT -> -1 (excluded).
      * AP = AP50 = AP75 = mean(1 x 1010, 0 x 1010) = .5. small: no category has a non-ignored
      * small GT -> -1. medium: only cat2 (g3) -> 0. large: only cat1 (g1; d2 is a large FP
-     * after d1) -> 1. AR1: cat1 first det d1 -> 1, cat2 0 -> .5; AR10 = AR100 = .5;
+     * after d1) -> 1. AR1: cat1's first detection is d3 (ignored) -> recall 0, cat2 0 -> 0;
+     * AR10 = AR100 = (1 + 0) / 2 = .5;
      * ARs -1, ARm 0, ARl 1. */
     ok(load("{\"images\":[{\"id\":1},{\"id\":2}],\"annotations\":["
             "{\"id\":1,\"image_id\":1,\"category_id\":1,\"bbox\":[0,0,100,100],\"area\":10000,"
@@ -88,7 +89,7 @@ int main(void)
        "parse case 2 (%s)", err);
     struct trn_coco_det d2[4] = { cdet(1, 1, 0, 0, 100, 100, .9), cdet(1, 1, 0, 0, 100, 100, .8),
                                   cdet(1, 1, 210, 10, 50, 50, .95), cdet(1, 3, 0, 0, 10, 10, .6) };
-    const double w2[12] = { .5, .5, .5, -1, 0, 1, .5, .5, .5, -1, 0, 1 };
+    const double w2[12] = { .5, .5, .5, -1, 0, 1, 0, .5, .5, -1, 0, 1 };
     ok(trn_coco_eval(&gt, NULL, 0, d2, 4, st, err, sizeof(err)) == 0, "eval case 2");
     stats_eq(st, w2, "case 2: crowd, duplicate, categories without GT / detections");
     /* Restricting imgIds to image 2 (no GT, no detections there): every category -1. */

@@ -104,6 +104,15 @@ int main(void)
     ok(trn_process_batch(&Dh, 1, Lr, 2, cor) == 0 && cor[7] == 1 && cor[8] == 1 && cor[9] == 0,
        "single detection: correct up to its best IoU");
 
+    /* The same with competition: D0 = [0,0,10,9] (L1 .68, L0 .9) and D1 = [0,5,10,13.2258]
+     * (L1: 82.258/132.258 = .622; L0: 50/132.258 = .378). D0 keeps L0 (its best), so L1 is
+     * free for D1: both correct at .50-.60; D1 not at .65 (.622). Had D0 taken its first
+     * valid label L1, L1 would go to D0 and D1 would be an FP. */
+    struct trn_det Dc[2] = { det(0, 0, 10, 9, .9f, 0), det(0, 5, 10, 13.2258f, .8f, 0) };
+    ok(trn_process_batch(Dc, 2, Lr, 2, cor) == 0 && cor[0] && cor[8] && !cor[9] &&
+           cor[TRN_NIOU + 0] && cor[TRN_NIOU + 2] && !cor[TRN_NIOU + 3],
+       "each detection takes its highest-IoU label, freeing the others");
+
     /* --- ap_per_class with unmatched classes ---
      * nc 3; labels: class 0 x2, class 1 x1; detections (conf, class, TP at every threshold):
      * (.9,0,TP) (.8,0,FP) (.7,0,TP) (.95,2,FP: class 2 has no labels, so no row).

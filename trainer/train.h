@@ -1,0 +1,173 @@
+/*
+ * train: the YOLOv5 training loop as a library call (train.py's train(), CPU reference path):
+ * model, loader, net, loss, optimizer and EMA wired together, ultralytics' run directory
+ * (results.csv, hyp.yaml, opt.yaml, weights/last.ckpt, weights/best.ckpt) and our checkpoint
+ * format, with bit-exact resume from any step.
+ *
+ * THE LOOP (recipe S4). For every batch ni = epoch * nb + i: forward (BN in training mode),
+ * ComputeLoss (its total already includes x bs), backward into the gradient arena, then
+ * trn_optim_after_batch (accumulate to the nominal batch 64, warmup by ni, clip at norm 10,
+ * step, zero grads, EMA update). The lr schedule is a function of the epoch, applied inside
+ * trn_optim_after_batch. The epoch's last batch may be short: it runs on a second net planned
+ * for that size, whose gradients are added into the main gradient arena before the step.
+ * Everything is allocated before the first batch; nothing is allocated per step (checkpoint
+ * saves allocate, at epoch ends and at a stop).
+ *
+ * VALIDATION HOOK. trn_train_opts.validate is called after every epoch with the EMA weights
+ * (as ultralytics validates ema.ema) and fills precision, recall, mAP50, mAP50-95 and the three
+ * val losses. Until the validator exists it is NULL: the metric columns of results.csv are then
+ * written as 0, fitness is 0 for every epoch, and so best.ckpt is saved every epoch (ultralytics
+ * saves best whenever fitness == best_fitness: with every fitness 0, best = last). The log says
+ * so once per run.
+ *
+ * CHECKPOINT FORMAT (docs/checkpoint.md): one ffr file (ffr/include/ffr.h: written to a
+ * temporary, fsynced, renamed into place; every record checksummed; an index), raw codec,
+ * little-endian. Each record's summary is its name (ASCII, no NUL); records in this order:
+ *    0 "model.param"   float32[arena_len[PARAM]]  the model's parameters (TRN_ARENA_PARAM layout)
+ *    1 "model.buffer"  float32[arena_len[BUFFER]] BN running mean/var, Detect anchors
+ *    2 "model.count"   int64[arena_len[COUNT]]    BN num_batches_tracked
+ *    3 "ema.param"     float32[arena_len[PARAM]]  the EMA's parameters
+ *    4 "ema.buffer"    float32[arena_len[BUFFER]] the EMA's buffers
+ *    5 "optim.state0"  float32[arena_len[PARAM]]  SGD momentum buffer / Adam exp_avg
+ *    6 "optim.state1"  float32[arena_len[PARAM]]  Adam exp_avg_sq (0 bytes for SGD)
+ *    7 "grad"          float32[arena_len[PARAM]]  gradients accumulated since the last step
+ *                                                 (non-zero when saved between steps)
+ *    8 "model.yaml"    text                       the model yaml the run was built from
+ *    9 "hyp.yaml"      text                       hyperparameters (trn_hyp_parse reads it)
+ *   10 "opt.yaml"      text                       the run's options, as opt.yaml
+ * The index metadata is a YAML mapping (format: ffyolo-ckpt-1; epoch, step and ni of the NEXT
+ * batch; epochs, img, batch_size, seed, optimizer, cos_lr, nc, names, records, val_records,
+ * best_fitness, ema_updates, optim_steps, last_opt_step, the running loss sums of the epoch in
+ * progress, arena lengths, and the tensor table: name, arena, offset and shape of every
+ * state-dict entry). No random state is stored: the loader's draws are a pure function of
+ * (seed, epoch, position) and model init is keyed by the seed.
+ *
+ * STOPPING. opts.stop (set from a signal handler) and opts.stop_after are checked after each
+ * completed batch: the batch's update is finished, last.ckpt is saved at the position of the
+ * next batch, and trn_train_run returns TRN_TRAIN_STOPPED.
+ *
+ * ERRORS. int functions return >= 0 on success or a negative code: -errno (-EINVAL bad options,
+ * -ENOMEM, -ENOENT, -EACCES, -ENOSPC, -EIO from files), -TRN_TRAIN_ECKPT (a checkpoint that
+ * does not parse or does not fit the model), or the codes of the modules below (ffr, model, net,
+ * loss, optim, loader, ptload). `err` always gets one line naming the file or the stage.
+ * trn_train_strerror names the codes. The library never prints (lines go to opts.log) and never
+ * exits.
+ *
+ * THREADS. One call at a time per run directory; the function uses the calling thread, the
+ * loader's worker threads and the kern context's threads.
+ */
+#ifndef TRN_TRAIN_H
+#define TRN_TRAIN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hyp.h"
+#include "model.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A checkpoint that does not parse or does not fit the model (returned negated). Pinned. */
+#define TRN_TRAIN_ECKPT 4801
+
+/* trn_train_run's positive return: stopped early (opts.stop or stop_after), last saved. */
+#define TRN_TRAIN_STOPPED 1
+
+/* The checkpoint's format tag in its metadata. */
+#define TRN_TRAIN_CKPT_FORMAT "ffyolo-ckpt-1"
+
+/* One progress or notice line, no newline, valid during the call. */
+typedef void (*trn_train_log_fn)(void *ctx, const char *line);
+
+/* Validation results of one epoch (ultralytics' results tuple). */
+struct trn_train_metrics {
+    double precision, recall, map50, map; /* metrics/precision .. metrics/mAP_0.5:0.95 */
+    double box, obj, cls;                 /* val/box_loss, val/obj_loss, val/cls_loss */
+};
+
+/*
+ * Per-epoch validation hook (not implemented yet: see VALIDATION HOOK). m: the model with the
+ * EMA weights copied in (borrowed for the call; its arenas may be read, not kept). epoch:
+ * 0-based. out: out. Returns 0 or a negative code (the run then stops with that error).
+ */
+typedef int (*trn_train_val_fn)(void *ctx, struct trn_model *m, int epoch,
+                                struct trn_train_metrics *out);
+
+/* Options of a run; fill with trn_train_opts_default. Strings are borrowed for the call. */
+struct trn_train_opts {
+    const char *records;     /* training dataset (ffr, packed at img) */
+    const char *val_records; /* validation dataset, recorded only (see validate) */
+    const char *cfg;         /* model yaml path (resolved); ignored when resuming */
+    const char *weights;     /* NULL, an ultralytics .pt (its ema, else model) or one of our
+                                checkpoints (its EMA weights) as initial weights */
+    const char *resume;      /* NULL, or a checkpoint to continue: every setting below except
+                                workers, threads, stop, stop_after, log and validate then comes
+                                from the checkpoint, and run_dir must be its run directory */
+    const char *run_dir;     /* existing, writable run directory (runs/train/expN) */
+    const char *hyp_path;    /* recorded in opt.yaml only */
+    const char *project, *name, *device; /* recorded in opt.yaml only */
+    struct trn_hyp hyp;                  /* hyperparameters [scratch-low] */
+    int img;                             /* image size, multiple of the max stride [640] */
+    int batch_size;                      /* images per batch [16] */
+    int epochs;                          /* [100] */
+    int nc;                              /* > 0: classes (override the yaml); 0: from the
+                                            dataset's metadata nc/names, else the yaml's */
+    unsigned workers;                    /* loader threads, 0 = auto */
+    int threads;                         /* kern threads (0 = caller + OpenBLAS's own) */
+    uint64_t seed;                       /* model init, shuffle, augmentation [0] */
+    enum trn_optim_kind optimizer;       /* [SGD] */
+    bool cos_lr;                         /* cosine lr schedule */
+    int64_t stop_after;                  /* > 0: stop after this many batches of this call
+                                            (tests and debugging) */
+    const volatile sig_atomic_t *stop;   /* non-NULL: stop when *stop becomes non-zero */
+    trn_train_val_fn validate;           /* NULL: no validation yet */
+    void *validate_ctx;
+    trn_train_log_fn log; /* progress lines; NULL drops them */
+    void *log_ctx;
+};
+
+/* Fill o with the defaults in brackets. o: out. Thread-safe. */
+void trn_train_opts_default(struct trn_train_opts *o);
+
+/* What a run did. */
+struct trn_train_result {
+    int epoch;               /* epoch of the next batch (== epochs when finished) */
+    int64_t step;            /* batch within that epoch */
+    int64_t batches;         /* batches run by this call */
+    double images_per_s;     /* training throughput of this call (images / wall second) */
+    double first_loss;       /* mean total loss (box + obj + cls) of this call's first epoch */
+    double last_loss;        /* mean total loss of this call's last (possibly partial) epoch */
+    char last_path[4096];    /* weights/last.ckpt */
+};
+
+/*
+ * Train as the options say, writing into o->run_dir: hyp.yaml and opt.yaml at the start,
+ * results.csv (one row per finished epoch, appended), weights/last.ckpt and weights/best.ckpt
+ * after every epoch, and weights/last.ckpt when stopped. A failed checkpoint write leaves the
+ * previous file intact (temporary + rename) and fails the run.
+ * res: out (may be NULL). err: out, one line on failure (may be NULL).
+ * Returns 0 (all epochs done), TRN_TRAIN_STOPPED, or a negative code (see ERRORS).
+ */
+int trn_train_run(const struct trn_train_opts *o, struct trn_train_result *res, char *err,
+                  size_t err_cap);
+
+/*
+ * Write ultralytics' results.csv header (no newline): 14 names, each right-aligned in 20
+ * columns, comma-separated, as '%20s,' * n rstrip(','). dst: out. Returns the length (like
+ * snprintf).
+ */
+int trn_train_results_header(char *dst, size_t dst_cap);
+
+/* A message for any code returned above. */
+const char *trn_train_strerror(int rc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRN_TRAIN_H */
