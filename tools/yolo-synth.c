@@ -370,8 +370,21 @@ static void path_join(char *dst, size_t cap, const char *fmt, ...)
     if (n < 0 || (size_t)n >= cap) die("use a shorter OUT_DIR", "path too long: %s...", dst);
 }
 
+/* mkdir -p: OUT_DIR may name folders that do not exist yet, as users expect. */
 static void make_dir(const char *path)
 {
+    char part[4096];
+    const size_t n = strlen(path);
+    if (n >= sizeof part) die("use a shorter OUT_DIR", "path too long: %s", path);
+    memcpy(part, path, n + 1);
+    for (char *p = part + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(part, 0777) && errno != EEXIST)
+            die("check that the parent folder is writable", "cannot create %s: %s", part,
+                strerror(errno));
+        *p = '/';
+    }
     if (mkdir(path, 0777) && errno != EEXIST)
         die("check that the parent folder exists and is writable", "cannot create %s: %s", path,
             strerror(errno));

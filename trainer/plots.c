@@ -231,11 +231,16 @@ static void paste(const struct trn_batch *b, int i, uint8_t *canvas, int cw, int
     }
 }
 
-int trn_plot_batch_render(const struct trn_batch *b, const struct trn_plot_names *names,
-                          uint8_t **rgb, int *w_out, int *h_out)
+/*
+ * plot_images on b's pixels with boxes from rows: cols 6 (labels: image, class, normalised xywh)
+ * or 7 (predictions: image, class, xywh in batch pixels, conf; only conf > 0.25 drawn, labelled
+ * "name conf" with one decimal, as plot_images does for output_to_target rows).
+ */
+static int render(const struct trn_batch *b, const float *rows, size_t n_rows, int cols,
+                  const struct trn_plot_names *names, uint8_t **rgb, int *w_out, int *h_out)
 {
     if (!b || !rgb || !w_out || !h_out || b->n < 1 || b->height < 1 || b->width < 1 ||
-        b->height > 16383 || b->width > 16383 || !b->images || (b->n_targets && !b->targets))
+        b->height > 16383 || b->width > 16383 || !b->images || (n_rows && !rows))
         return -EINVAL;
     *rgb = NULL;
     const int bs = b->n < TRN_PLOT_MAX_SUBPLOTS ? b->n : TRN_PLOT_MAX_SUBPLOTS;
@@ -307,27 +312,35 @@ int trn_plot_batch_render(const struct trn_batch *b, const struct trn_plot_names
             cairo_move_to(cr, x + 5, y + 5 + fe.ascent);
             cairo_show_text(cr, text);
         }
-        for (size_t t = 0; t < b->n_targets; t++) {
-            const float *r = b->targets + 6 * t;
+        for (size_t t = 0; t < n_rows; t++) {
+            const float *r = rows + (size_t)cols * t;
             if (!(r[0] >= 0 && r[0] < (float)b->n)) {
                 rc = -EINVAL;
                 break;
             }
             if ((int)r[0] != i) continue;
+            if (cols == 7 && !(r[6] > 0.25f)) continue;
             const int cls = (int)r[1];
-            /* Normalised xywh (the loader's targets are always <= 1.01) to cell pixels. */
+            /* Normalised xywh (the loader's targets are always <= 1.01) to cell pixels;
+             * prediction pixels are scaled with the grid, as plot_images does. */
+            const double sx = cols == 6 ? w : scale < 1 ? scale : 1.0;
+            const double sy = cols == 6 ? h : scale < 1 ? scale : 1.0;
             const double box[4] = {
-                (r[2] - r[4] / 2.0) * w + x,
-                (r[3] - r[5] / 2.0) * h + y,
-                (r[2] + r[4] / 2.0) * w + x,
-                (r[3] + r[5] / 2.0) * h + y,
+                (r[2] - r[4] / 2.0) * sx + x,
+                (r[3] - r[5] / 2.0) * sy + y,
+                (r[2] + r[4] / 2.0) * sx + x,
+                (r[3] + r[5] / 2.0) * sy + y,
             };
-            char num[16];
+            char num[16], text[160];
             const char *label = NULL;
             if (names && cls >= 0 && cls < names->n) label = names->names[cls];
             if (!label) {
                 snprintf(num, sizeof num, "%d", cls);
                 label = num;
+            }
+            if (cols == 7) {
+                snprintf(text, sizeof text, "%s %.1f", label, (double)r[6]);
+                label = text;
             }
             box_label(cr, box, label, trn_plot_color(cls), lw, &fe);
         }
@@ -353,6 +366,18 @@ int trn_plot_batch_render(const struct trn_batch *b, const struct trn_plot_names
     *w_out = W;
     *h_out = H;
     return 0;
+}
+
+int trn_plot_batch_render(const struct trn_batch *b, const struct trn_plot_names *names,
+                          uint8_t **rgb, int *w_out, int *h_out)
+{
+    return render(b, b ? b->targets : NULL, b ? b->n_targets : 0, 6, names, rgb, w_out, h_out);
+}
+
+int trn_plot_preds_render(const struct trn_batch *b, const float *preds, size_t n_preds,
+                          const struct trn_plot_names *names, uint8_t **rgb, int *w_out, int *h_out)
+{
+    return render(b, preds, n_preds, 7, names, rgb, w_out, h_out);
 }
 
 int trn_plot_jpeg_write(const uint8_t *rgb, int w, int h, int quality, const char *path, char *err,
@@ -401,6 +426,23 @@ int trn_plot_batch(const struct trn_batch *b, const struct trn_plot_names *names
     if (rc < 0) {
         if (err && err_cap)
             snprintf(err, err_cap, "%s: drawing the batch: %s", path ? path : "(null)",
+                     rc == -ENOMEM ? "out of memory" : "bad batch or cairo error");
+        return rc;
+    }
+    rc = trn_plot_jpeg_write(rgb, w, h, TRN_PLOT_JPEG_QUALITY, path, err, err_cap);
+    free(rgb);
+    return rc;
+}
+
+int trn_plot_preds(const struct trn_batch *b, const float *preds, size_t n_preds,
+                   const struct trn_plot_names *names, const char *path, char *err, size_t err_cap)
+{
+    uint8_t *rgb = NULL;
+    int w = 0, h = 0;
+    int rc = trn_plot_preds_render(b, preds, n_preds, names, &rgb, &w, &h);
+    if (rc < 0) {
+        if (err && err_cap)
+            snprintf(err, err_cap, "%s: drawing the predictions: %s", path ? path : "(null)",
                      rc == -ENOMEM ? "out of memory" : "bad batch or cairo error");
         return rc;
     }

@@ -1,7 +1,8 @@
 /*
  * plots: the pictures ultralytics/yolov5 writes during training, drawn with cairo and written as
- * JPEG with TurboJPEG. For now: train_batchK.jpg, a grid of the first images of a batch with
- * their labels (utils/plots.py plot_images, v7.0), so a user can see that labels follow pixels.
+ * JPEG with TurboJPEG. For now: train_batchK.jpg / val_batchK_labels.jpg, a grid of the first
+ * images of a batch with their labels, and val_batchK_pred.jpg with predictions (utils/plots.py
+ * plot_images, v7.0), so a user can see that labels and predictions follow pixels.
  *
  * plot_images, as reproduced here: at most 16 images (max_subplots) on an ns x ns grid,
  * ns = ceil(sqrt(n)), filled column by column (image i at column i / ns, row i % ns) on a white
@@ -81,6 +82,20 @@ int trn_plot_jpeg_write(const uint8_t *rgb, int w, int h, int quality, const cha
  */
 int trn_plot_batch(const struct trn_batch *b, const struct trn_plot_names *names, const char *path,
                    char *err, size_t err_cap);
+
+/*
+ * As trn_plot_batch_render, with predictions instead of the batch's labels (val_batchK_pred.jpg):
+ * preds: n_preds rows [image index in b, class, cx, cy, w, h, conf] (ultralytics'
+ * output_to_target), boxes in the batch's pixels; rows with conf <= 0.25 are not drawn (as
+ * plot_images); each box is labelled "name conf" (conf to one decimal). Returns as
+ * trn_plot_batch_render (-EINVAL also for a row with an image index outside the batch).
+ */
+int trn_plot_preds_render(const struct trn_batch *b, const float *preds, size_t n_preds,
+                          const struct trn_plot_names *names, uint8_t **rgb, int *w, int *h);
+
+/* trn_plot_preds_render, then trn_plot_jpeg_write at TRN_PLOT_JPEG_QUALITY. Returns as those. */
+int trn_plot_preds(const struct trn_batch *b, const float *preds, size_t n_preds,
+                   const struct trn_plot_names *names, const char *path, char *err, size_t err_cap);
 
 #ifdef __cplusplus
 }

@@ -136,13 +136,13 @@ void trn_train_opts_default(struct trn_train_opts *o);
 
 /* What a run did. */
 struct trn_train_result {
-    int epoch;               /* epoch of the next batch (== epochs when finished) */
-    int64_t step;            /* batch within that epoch */
-    int64_t batches;         /* batches run by this call */
-    double images_per_s;     /* training throughput of this call (images / wall second) */
-    double first_loss;       /* mean total loss (box + obj + cls) of this call's first epoch */
-    double last_loss;        /* mean total loss of this call's last (possibly partial) epoch */
-    char last_path[4096];    /* weights/last.ckpt */
+    int epoch;            /* epoch of the next batch (== epochs when finished) */
+    int64_t step;         /* batch within that epoch */
+    int64_t batches;      /* batches run by this call */
+    double images_per_s;  /* training throughput of this call (images / wall second) */
+    double first_loss;    /* mean total loss (box + obj + cls) of this call's first epoch */
+    double last_loss;     /* mean total loss of this call's last (possibly partial) epoch */
+    char last_path[4096]; /* weights/last.ckpt */
 };
 
 /*

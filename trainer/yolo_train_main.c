@@ -1,21 +1,31 @@
 /*
  * yolo-train: the YOLOv5 trainer program, with ultralytics' train.py flag names.
  *
- * What runs today: --summary (the model table of --cfg), --bench-data (the loader alone, timed)
- * and --plot (train_batch0..2.jpg in the run directory). Training itself is not implemented yet:
- * asking for it is an error (exit 1), never a pretend run.
+ * Training (trainer/train.h) on the CPU reference path, into ultralytics' run directories
+ * (PROJECT/NAME, NAME2, ...: results.csv, hyp.yaml, opt.yaml, weights/last.ckpt and best.ckpt);
+ * --summary (the model table of --cfg), --bench-data (the loader alone, timed) and --plot
+ * (train_batch0..2.jpg in the run directory) as tools.
  *
- * Exit status: 0 done, 1 failure (a file, the dataset, not implemented), 2 bad command line.
+ * Signals: SIGINT (Ctrl-C) and SIGTERM let the current batch finish, save weights/last.ckpt at
+ * the next batch's position (so --resume continues exactly there) and exit 130 (SIGINT) or 143
+ * (SIGTERM), the shell's 128 + signal. A second signal ends the process at once.
+ *
+ * Exit status: 0 done, 1 failure (a file, the dataset, a checkpoint that cannot be written),
+ * 2 bad command line, 130 / 143 stopped by SIGINT / SIGTERM with last.ckpt saved.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cairo.h>
 #include <fontconfig/fontconfig.h>
@@ -26,6 +36,7 @@
 #include "loader.h"
 #include "model.h"
 #include "plots.h"
+#include "train.h"
 
 #ifndef TRN_MODELS_DIR
 #define TRN_MODELS_DIR "trainer/models"
@@ -36,51 +47,59 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: " PROG " --records FILE [options]\n"
-            "Train YOLOv5 from ffr record files (yolo-pack output). Flags follow ultralytics'\n"
-            "train.py where it has them.\n\n"
-            "Data and model:\n"
-            "  --records FILE        training dataset (ffr, packed at --img)\n"
-            "  --val-records FILE    validation dataset (ffr)\n"
-            "  --cfg MODEL           model yaml: a path or a name (yolov5n/s/m/l/x) looked up in\n"
-            "                        $FFYOLO_MODELS_DIR, ./trainer/models, " TRN_MODELS_DIR "\n"
-            "  --nc N                override the yaml's number of classes\n"
-            "  --weights FILE        initial weights (checkpoint)\n"
-            "  --hyp FILE            hyperparameter yaml (default: hyp.scratch-low values)\n"
-            "Training:\n"
-            "  --img N               train and val image size, pixels (default 640; also --imgsz)\n"
-            "  --batch-size N        total batch size (default 16)\n"
-            "  --epochs N            epochs (default 100)\n"
-            "  --optimizer O         SGD, Adam or AdamW (default SGD)\n"
-            "  --cos-lr              cosine learning-rate schedule\n"
-            "  --patience N          stop after N epochs without improvement (default 100)\n"
-            "  --device D            cpu, or CUDA devices: 0 or 0,1,2,3 (default: 0 if present)\n"
-            "  --workers N           loader threads (default 0 = min(cores, 8))\n"
-            "  --seed S              global seed (default 0)\n"
-            "  --resume [DIR]        resume the most recent (or the given) run\n"
-            "  --noval               validate only after the final epoch\n"
-            "  --nosave              save only the final checkpoint\n"
-            "  --save-period N       save a checkpoint every N epochs (default -1: off)\n"
-            "Output:\n"
-            "  --project DIR         save to DIR/NAME (default runs/train)\n"
-            "  --name NAME           run name (default exp; exp2, exp3, ... when taken)\n"
-            "  --exist-ok            reuse DIR/NAME instead of incrementing\n"
-            "Tools (these run today):\n"
-            "  --summary             print the model summary of --cfg and exit\n"
-            "  --bench-data          run only the loader at full augmentation; print images/s\n"
-            "  --seconds S           --bench-data measuring time (default 10)\n"
-            "  --page-cache          --bench-data: buffered reads instead of O_DIRECT\n"
-            "  --json                --bench-data: print {\"images_per_s\": ...}\n"
-            "  --plot                write train_batch0..2.jpg (batches with labels) to the run\n"
-            "                        directory and exit\n"
-            "  -h, --help            this help\n");
+    fprintf(
+        f,
+        "usage: " PROG " --records FILE [options]\n"
+        "Train YOLOv5 from ffr record files (yolo-pack output). Flags follow ultralytics'\n"
+        "train.py where it has them.\n\n"
+        "Data and model:\n"
+        "  --records FILE        training dataset (ffr, packed at --img)\n"
+        "  --val-records FILE    validation dataset (ffr)\n"
+        "  --cfg MODEL           model yaml: a path or a name (yolov5n/s/m/l/x) looked up in\n"
+        "                        $FFYOLO_MODELS_DIR, ./trainer/models, " TRN_MODELS_DIR "\n"
+        "  --nc N                override the yaml's number of classes\n"
+        "  --weights FILE        initial weights: an ultralytics .pt or our .ckpt (its EMA)\n"
+        "  --hyp FILE            hyperparameter yaml (default: hyp.scratch-low values)\n"
+        "Training:\n"
+        "  --img N               train and val image size, pixels (default 640; also --imgsz)\n"
+        "  --batch-size N        total batch size (default 16)\n"
+        "  --epochs N            epochs (default 100)\n"
+        "  --optimizer O         SGD, Adam or AdamW (default SGD)\n"
+        "  --cos-lr              cosine learning-rate schedule\n"
+        "  --patience N          stop after N epochs without improvement (default 100)\n"
+        "  --device D            cpu, or CUDA devices: 0 or 0,1,2,3 (default: 0 if present)\n"
+        "  --workers N           loader threads (default 0 = min(cores, 8))\n"
+        "  --threads N           compute threads of the CPU path (default 0: one per core; each\n"
+        "                        op splits N ways, BLAS single-threaded)\n"
+        "  --seed S              global seed (default 0)\n"
+        "  --resume [DIR]        resume the most recent run under --project, or the given run\n"
+        "                        directory or .ckpt, bit-exactly from where it stopped\n"
+        "  --noval               validate only after the final epoch\n"
+        "  --nosave              save only the final checkpoint\n"
+        "  --save-period N       save a checkpoint every N epochs (default -1: off)\n"
+        "Output:\n"
+        "  --project DIR         save to DIR/NAME (default runs/train)\n"
+        "  --name NAME           run name (default exp; exp2, exp3, ... when taken)\n"
+        "  --exist-ok            reuse DIR/NAME instead of incrementing\n"
+        "Testing:\n"
+        "  --stop-after-steps K  stop after K batches: save weights/last.ckpt and exit 0\n"
+        "Tools:\n"
+        "  --summary             print the model summary of --cfg and exit\n"
+        "  --bench-data          run only the loader at full augmentation; print images/s\n"
+        "  --seconds S           --bench-data measuring time (default 10)\n"
+        "  --page-cache          --bench-data: buffered reads instead of O_DIRECT\n"
+        "  --json                --bench-data: print {\"images_per_s\": ...}\n"
+        "  --plot                write train_batch0..2.jpg (batches with labels) to the run\n"
+        "                        directory and exit\n"
+        "  -h, --help            this help\n\n"
+        "Exit status: 0 done, 1 failure, 2 bad command line, 130/143 stopped by SIGINT/SIGTERM\n"
+        "(weights/last.ckpt saved; --resume continues from it).\n");
 }
 
 struct args {
     const char *records, *val_records, *cfg, *weights, *hyp, *device, *resume;
     const char *project, *name, *optimizer;
-    long img, batch, epochs, workers, nc, patience, save_period, seed;
+    long img, batch, epochs, workers, threads, nc, patience, save_period, seed, stop_after;
     double seconds;
     bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, help;
 };
@@ -152,10 +171,12 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--batch-size", 2, 1, 65536 },
         { "--epochs", 2, 1, 1000000 },
         { "--workers", 2, 0, 256 },
+        { "--threads", 2, 0, 256 },
         { "--nc", 2, 1, 65536 },
         { "--patience", 2, 0, 1000000 },
         { "--save-period", 2, -1, 1000000 },
         { "--seed", 2, 0, LONG_MAX },
+        { "--stop-after-steps", 2, 1, LONG_MAX },
         { "--summary", 0, 0, 0 },
         { "--bench-data", 0, 0, 0 },
         { "--json", 0, 0, 0 },
@@ -225,10 +246,12 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--batch-size")) A->batch = v;
             if (!strcmp(key, "--epochs")) A->epochs = v;
             if (!strcmp(key, "--workers")) A->workers = v;
+            if (!strcmp(key, "--threads")) A->threads = v;
             if (!strcmp(key, "--nc")) A->nc = v;
             if (!strcmp(key, "--patience")) A->patience = v;
             if (!strcmp(key, "--save-period")) A->save_period = v;
             if (!strcmp(key, "--seed")) A->seed = v;
+            if (!strcmp(key, "--stop-after-steps")) A->stop_after = v;
             continue;
         }
         if (!strcmp(key, "--records")) A->records = val;
@@ -430,6 +453,174 @@ static int do_plot(const struct args *A, const struct trn_hyp *hyp)
     return rc < 0 ? 1 : 0;
 }
 
+static volatile sig_atomic_t stop_signal;
+
+/*
+ * SIGINT and SIGTERM: the first asks for a clean stop; a second ends the process at once (a
+ * checkpoint being written then is still a temporary: the previous last.ckpt stays intact).
+ * They are blocked in the threads the run creates (the loader's workers and the compute threads
+ * inherit the mask, so none of their io_uring waits or reads is interrupted) and taken by a
+ * sigwait thread; threads that existed before (OpenBLAS starts its pool at load time) run the
+ * same logic as a handler.
+ */
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) _exit(128 + sig);
+    stop_signal = sig;
+}
+
+static void *signal_thread(void *arg)
+{
+    const sigset_t *set = arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(set, &sig) == 0) on_stop_signal(sig);
+    }
+    return NULL;
+}
+
+static void print_line(void *ctx, const char *line)
+{
+    (void)ctx;
+    printf("%s\n", line);
+    fflush(stdout);
+}
+
+/* --resume: "" = the newest PROJECT/NAME/weights/last.ckpt; a .ckpt file; or a run directory. */
+static int find_resume(const struct args *A, char *ckpt, size_t cap, char *dir, size_t dcap)
+{
+    struct stat st;
+    if (A->resume[0]) {
+        if (stat(A->resume, &st) == 0 && S_ISDIR(st.st_mode)) {
+            if (snprintf(ckpt, cap, "%s/weights/last.ckpt", A->resume) >= (int)cap)
+                return -ENAMETOOLONG;
+        } else if (snprintf(ckpt, cap, "%s", A->resume) >= (int)cap) {
+            return -ENAMETOOLONG;
+        }
+    } else {
+        DIR *d = opendir(A->project);
+        if (!d) return -errno;
+        double newest = -1;
+        const struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.') continue;
+            char p[PATH_MAX];
+            if (snprintf(p, sizeof p, "%s/%s/weights/last.ckpt", A->project, e->d_name) >=
+                (int)sizeof p)
+                continue;
+            if (stat(p, &st) != 0) continue;
+            const double t = (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec;
+            if (t > newest && strlen(p) < cap) {
+                newest = t;
+                snprintf(ckpt, cap, "%s", p);
+            }
+        }
+        closedir(d);
+        if (newest < 0) return -ENOENT;
+    }
+    if (stat(ckpt, &st) != 0) return -errno;
+    /* the run directory: .../weights/last.ckpt -> ... */
+    if (snprintf(dir, dcap, "%s", ckpt) >= (int)dcap) return -ENAMETOOLONG;
+    for (int up = 0; up < 2; up++) {
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(dir, dcap, ".");
+    }
+    return 0;
+}
+
+static int do_train(const struct args *A, const struct trn_hyp *hyp, const char *cfg_path)
+{
+    struct trn_train_opts o;
+    trn_train_opts_default(&o);
+    char dir[PATH_MAX - 64], ckpt[PATH_MAX];
+    int rc;
+    if (A->resume) {
+        rc = find_resume(A, ckpt, sizeof ckpt, dir, sizeof dir);
+        if (rc < 0) {
+            fprintf(stderr,
+                    PROG ": --resume: no checkpoint at %s: %s\n"
+                         "hint: give the run directory (runs/train/exp) or its "
+                         "weights/last.ckpt\n",
+                    A->resume[0] ? A->resume : A->project, strerror(-rc));
+            return 1;
+        }
+        o.resume = ckpt;
+    } else {
+        rc = run_dir(A, dir, sizeof dir);
+        if (rc < 0) {
+            fprintf(stderr,
+                    PROG ": cannot create the run directory %s/%s: %s\n"
+                         "hint: choose a writable --project\n",
+                    A->project, A->name, strerror(-rc));
+            return 1;
+        }
+    }
+    if (A->nosave || A->save_period != -1 || A->patience != 100 || A->noval || A->val_records)
+        fprintf(stderr, PROG ": note: --val-records, --noval, --nosave, --save-period and "
+                             "--patience are not used yet (no validation yet)\n");
+    if (A->device && strcmp(A->device, "cpu") && A->device[0])
+        fprintf(stderr, PROG ": note: --device %s: training runs on the CPU reference path\n",
+                A->device);
+    o.records = A->records;
+    o.val_records = A->val_records;
+    o.cfg = cfg_path;
+    o.weights = A->weights;
+    o.run_dir = dir;
+    o.hyp_path = A->hyp;
+    o.project = A->project;
+    o.name = A->name;
+    o.device = A->device ? A->device : "cpu";
+    o.hyp = *hyp;
+    o.img = (int)A->img;
+    o.batch_size = (int)A->batch;
+    o.epochs = (int)A->epochs;
+    o.nc = (int)A->nc;
+    o.workers = (unsigned)A->workers;
+    /* one compute thread per core: OpenBLAS's own threads beside the loader's oversubscribe */
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o.threads = A->threads > 0 ? (int)A->threads : cores > 1 ? (int)(cores < 64 ? cores : 64) : 0;
+    o.seed = (uint64_t)A->seed;
+    o.optimizer = !strcmp(A->optimizer, "Adam")    ? TRN_OPTIM_ADAM
+                  : !strcmp(A->optimizer, "AdamW") ? TRN_OPTIM_ADAMW
+                                                   : TRN_OPTIM_SGD;
+    o.cos_lr = A->cos_lr;
+    o.stop_after = A->stop_after;
+    o.stop = &stop_signal;
+    o.log = print_line;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    static sigset_t stop_set;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGINT);
+    sigaddset(&stop_set, SIGTERM);
+    pthread_t sig_thread;
+    if (pthread_sigmask(SIG_BLOCK, &stop_set, NULL) != 0 ||
+        pthread_create(&sig_thread, NULL, signal_thread, &stop_set) != 0) {
+        fprintf(stderr, PROG ": cannot set up the signal handling thread\n");
+        return 1;
+    }
+    pthread_detach(sig_thread);
+    struct trn_train_result res;
+    char err[1024] = "";
+    rc = trn_train_run(&o, &res, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_train_strerror(rc));
+        return 1;
+    }
+    printf("%lld batches, %.2f img/s; %s\n", (long long)res.batches, res.images_per_s,
+           res.last_path);
+    if (rc == TRN_TRAIN_STOPPED && stop_signal) return 128 + (int)stop_signal;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct args A;
@@ -443,7 +634,7 @@ int main(int argc, char **argv)
         if (!A.cfg) return bad("--summary needs --cfg MODEL (e.g. --cfg yolov5s)%s%s", "", "");
         return do_summary(&A);
     }
-    if (!A.records) return bad("--records FILE is required%s%s", "", "");
+    if (!A.records && !A.resume) return bad("--records FILE is required%s%s", "", "");
 
     struct trn_hyp hyp;
     trn_hyp_default(&hyp);
@@ -455,6 +646,7 @@ int main(int argc, char **argv)
         }
     }
     if (A.bench || A.plot) {
+        if (!A.records) return bad("--bench-data and --plot need --records FILE%s%s", "", "");
         if (A.plot) rc = do_plot(&A, &hyp);
         if (rc == 0 && A.bench) rc = do_bench(&A, &hyp);
         /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
@@ -462,8 +654,17 @@ int main(int argc, char **argv)
         FcFini();
         return rc;
     }
-    fprintf(stderr,
-            PROG ": training is not implemented yet (the network, loss and optimizer are being "
-                 "written)\nhint: --summary, --bench-data and --plot work today\n");
-    return 1;
+    if (A.cfg && !A.resume) {
+        char path[PATH_MAX];
+        if (trn_model_cfg_find(A.cfg, TRN_MODELS_DIR, path, sizeof path)) {
+            fprintf(stderr,
+                    PROG ": %s: model yaml not found\n"
+                         "hint: give a path, or a name from trainer/models (yolov5n/s/m/l/x)\n",
+                    A.cfg);
+            return 1;
+        }
+        return do_train(&A, &hyp, path);
+    }
+    if (A.resume) return do_train(&A, &hyp, NULL);
+    return bad("training needs --cfg MODEL (e.g. --cfg yolov5n) or --resume%s%s", "", "");
 }

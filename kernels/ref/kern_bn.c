@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "compiler.h"
 #include "kern_internal.h"
 
 void kern_bn_init(struct kern_bn *d, int n, int c, int hw)
@@ -104,7 +105,7 @@ static double lanes_sum(const float *acc)
 }
 
 /* Sum of x[0..len), len <= BN_CHUNK. */
-static float chunk_sum(const float *restrict x, size_t len)
+KERN_VEC_CLONES static float chunk_sum(const float *restrict x, size_t len)
 {
     float acc[BN_LANES] = { 0 };
     size_t j = 0;
@@ -117,7 +118,7 @@ static float chunk_sum(const float *restrict x, size_t len)
 }
 
 /* Sum of (x - m)^2 over x[0..len), len <= BN_CHUNK. */
-static float chunk_sq(const float *restrict x, size_t len, float m)
+KERN_VEC_CLONES static float chunk_sq(const float *restrict x, size_t len, float m)
 {
     float acc[BN_LANES] = { 0 };
     size_t j = 0;
@@ -188,8 +189,8 @@ static void bn_channel_stats(const struct kern_bn *d, int c, const float *restri
 }
 
 /* y = x a + b (then SiLU) over channel c, for every image. */
-static void bn_apply_channel(const struct kern_bn *d, int c, float *restrict y,
-                             const float *restrict x, float a, float b, int silu)
+KERN_VEC_CLONES static void bn_apply_channel(const struct kern_bn *d, int c, float *restrict y,
+                                             const float *restrict x, float a, float b, int silu)
 {
     const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
     for (int i = 0; i < d->n; i++) {
@@ -322,9 +323,9 @@ int kern_ref_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d, flo
  * Pass 1 of the BN backward over x[0..len), len <= BN_CHUNK: dz = dy silu'(z) (z recomputed
  * from x) parked in gz, plus the chunk's sums of dz and dz xhat.
  */
-static void bwd_chunk_silu(float *restrict gz, const float *restrict dy, const float *restrict x,
-                           size_t len, float mean, float invstd, float g, float bt, float *sdy,
-                           float *sdyx)
+KERN_VEC_CLONES static void bwd_chunk_silu(float *restrict gz, const float *restrict dy,
+                                           const float *restrict x, size_t len, float mean,
+                                           float invstd, float g, float bt, float *sdy, float *sdyx)
 {
     for (size_t j = 0; j < len; j++) {
         const float xh = (x[j] - mean) * invstd;
@@ -347,8 +348,9 @@ static void bwd_chunk_silu(float *restrict gz, const float *restrict dy, const f
 }
 
 /* The sums of pass 1 without SiLU: dz is dy itself. */
-static void bwd_chunk_plain(const float *restrict dy, const float *restrict x, size_t len,
-                            float mean, float invstd, float *sdy, float *sdyx)
+KERN_VEC_CLONES static void bwd_chunk_plain(const float *restrict dy, const float *restrict x,
+                                            size_t len, float mean, float invstd, float *sdy,
+                                            float *sdyx)
 {
     float a1[BN_LANES] = { 0 }, a2[BN_LANES] = { 0 };
     size_t j = 0;
@@ -371,11 +373,11 @@ static void bwd_chunk_plain(const float *restrict dy, const float *restrict x, s
  * dz on the fly (z recomputed from x); when dx is overwritten, the first pass parks dz in dx so
  * the second pass need not recompute it; when dx accumulates, dz goes through a stack chunk.
  */
-static void bn_bwd_channel(const struct kern_bn *d, int c, float *restrict dx,
-                           float *restrict dgamma, float *restrict dbeta, const float *restrict dy,
-                           const float *restrict x, const float *restrict gamma,
-                           const float *restrict beta, float mean, float invstd, unsigned accum,
-                           int silu)
+KERN_VEC_CLONES static void bn_bwd_channel(const struct kern_bn *d, int c, float *restrict dx,
+                                           float *restrict dgamma, float *restrict dbeta,
+                                           const float *restrict dy, const float *restrict x,
+                                           const float *restrict gamma, const float *restrict beta,
+                                           float mean, float invstd, unsigned accum, int silu)
 {
     const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
     const int add_dx = (accum & KERN_ACCUM_DX) != 0;
@@ -502,7 +504,7 @@ struct silu_job {
     int add; /* bwd: dx += */
 };
 
-static void silu_fwd_task(void *arg, int w, int nw)
+KERN_VEC_CLONES static void silu_fwd_task(void *arg, int w, int nw)
 {
     const struct silu_job *const j = arg;
     size_t lo, hi;
@@ -522,7 +524,7 @@ int kern_ref_silu_fwd(struct kern_ctx *ctx, float *y, const float *x, size_t cou
     return 0;
 }
 
-static void silu_bwd_task(void *arg, int w, int nw)
+KERN_VEC_CLONES static void silu_bwd_task(void *arg, int w, int nw)
 {
     const struct silu_job *const j = arg;
     size_t lo, hi;

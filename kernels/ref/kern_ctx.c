@@ -16,6 +16,13 @@
 
 #include "kern_internal.h"
 
+/* The CUDA backend's context hooks (kernels/cuda/; a stub returning -KERN_EBACKEND without CUDA).
+ */
+int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out);
+void kern_cuda_ctx_destroy(struct kern_ctx *ctx);
+int kern_cuda_ctx_reserve(struct kern_ctx *ctx, size_t bytes);
+int kern_cuda_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t bytes);
+
 #define KERN_WS_ALIGN 64u
 /* Below this many elements an op runs on the calling thread: a wake-up costs ~10-50 us. */
 #define KERN_PARALLEL_MIN_WORK 32768u
@@ -171,9 +178,9 @@ int kern_ctx_create(const struct kern_ctx_opts *opts, struct kern_ctx **out)
     if (o.threads < 0 || o.threads > KERN_MAX_THREADS || o.device < 0) return -EINVAL;
     if (!o.workspace != !o.workspace_size) return -EINVAL;
     if ((uintptr_t)o.workspace % 16u) return -EINVAL;
-    /* This library holds only the CPU reference; a CUDA build replaces this check. */
-    if (o.backend != KERN_BACKEND_CPU)
-        return o.backend == KERN_BACKEND_CUDA ? -KERN_EBACKEND : -EINVAL;
+    /* -KERN_EBACKEND from the hook when the build has no CUDA or no device is visible. */
+    if (o.backend == KERN_BACKEND_CUDA) return kern_cuda_ctx_create(&o, out);
+    if (o.backend != KERN_BACKEND_CPU) return -EINVAL;
     struct kern_ctx *const ctx = calloc(1, sizeof(*ctx));
     if (!ctx) return -ENOMEM;
     ctx->backend = o.backend;
@@ -199,6 +206,10 @@ int kern_ctx_create(const struct kern_ctx_opts *opts, struct kern_ctx **out)
 void kern_ctx_destroy(struct kern_ctx *ctx)
 {
     if (!ctx) return;
+    if (ctx->backend == KERN_BACKEND_CUDA) {
+        kern_cuda_ctx_destroy(ctx);
+        return;
+    }
     pool_destroy(ctx->pool);
     if (ctx->ws_owned) free(ctx->ws);
     free(ctx);
@@ -212,6 +223,7 @@ int kern_ctx_backend(const struct kern_ctx *ctx)
 int kern_ctx_reserve(struct kern_ctx *ctx, size_t bytes)
 {
     if (!ctx) return -EINVAL;
+    if (ctx->backend == KERN_BACKEND_CUDA) return kern_cuda_ctx_reserve(ctx, bytes);
     if (bytes <= ctx->ws_size) return 0;
     const size_t rounded = (bytes + KERN_WS_ALIGN - 1) / KERN_WS_ALIGN * KERN_WS_ALIGN;
     if (rounded < bytes) return -ENOMEM;
@@ -227,6 +239,7 @@ int kern_ctx_reserve(struct kern_ctx *ctx, size_t bytes)
 int kern_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t bytes)
 {
     if (!ctx || (!buf && bytes) || (buf && !bytes)) return -EINVAL;
+    if (ctx->backend == KERN_BACKEND_CUDA) return kern_cuda_ctx_set_workspace(ctx, buf, bytes);
     if ((uintptr_t)buf % 16u) return -EINVAL;
     if (ctx->ws_owned) free(ctx->ws);
     ctx->ws = buf;

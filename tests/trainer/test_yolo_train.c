@@ -1,5 +1,5 @@
 /*
- * yolo-train, the program: its flags, --summary, bad flags, the not-yet-implemented training,
+ * yolo-train, the program: its flags, --summary, bad flags, training's command-line errors,
  * --bench-data --json and --plot with ultralytics' run directories, on a small dataset made
  * with yolo-synth and yolo-pack.
  */
@@ -119,10 +119,17 @@ static void test_help_and_flags(void)
 
     char ffr[300];
     snprintf(ffr, sizeof ffr, "%s/train.ffr", dir);
-    is_int(run("%s --records %s --img 320 --epochs 1", train, ffr), 1,
-           "training asked for: exit 1");
+    /* training itself is tests/trainer/test_train_run.c; here only its command-line errors */
+    is_int(run("%s --records %s --img 320 --epochs 1", train, ffr), 2,
+           "training without --cfg or --resume: exit 2");
     char *e = out_text("stderr");
-    ok(e && strstr(e, "training is not implemented yet"), "... saying it is not implemented");
+    ok(e && strstr(e, "--cfg"), "... saying it needs --cfg");
+    free(e);
+    is_int(run("%s --records %s/missing.ffr --cfg yolov5n --img 320 --epochs 1 --project %s/runs",
+               train, dir, dir),
+           1, "training on a missing dataset: exit 1");
+    e = out_text("stderr");
+    ok(e && strstr(e, "missing.ffr"), "... naming the file");
     free(e);
 }
 

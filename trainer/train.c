@@ -1,0 +1,1387 @@
+/*
+ * The training loop and our checkpoint format (train.h has the contract, docs/checkpoint.md the
+ * layout). Arenas go to disk as raw little-endian bytes, so a save/load round trip is exact and
+ * resume is bit-exact on the same path.
+ */
+#include "train.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "ffr.h"
+#include "kern.h"
+#include "loader.h"
+#include "loss.h"
+#include "net.h"
+#include "plots.h"
+#include "ptload.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoints store arenas as raw little-endian bytes"
+#endif
+
+#define NBS          64 /* nominal batch size (train.py) */
+#define N_RECORDS    11 /* records of a checkpoint */
+#define MAX_TEXT     (1u << 20)
+#define RESULTS_COLS 14
+
+enum {
+    R_MODEL_PARAM,
+    R_MODEL_BUFFER,
+    R_MODEL_COUNT,
+    R_EMA_PARAM,
+    R_EMA_BUFFER,
+    R_OPT0,
+    R_OPT1,
+    R_GRAD,
+    R_MODEL_YAML,
+    R_HYP_YAML,
+    R_OPT_YAML,
+};
+
+static const char *const record_names[N_RECORDS] = {
+    "model.param",  "model.buffer", "model.count", "ema.param", "ema.buffer", "optim.state0",
+    "optim.state1", "grad",         "model.yaml",  "hyp.yaml",  "opt.yaml",
+};
+
+static const char *const results_keys[RESULTS_COLS] = {
+    "epoch",
+    "train/box_loss",
+    "train/obj_loss",
+    "train/cls_loss",
+    "metrics/precision",
+    "metrics/recall",
+    "metrics/mAP_0.5",
+    "metrics/mAP_0.5:0.95",
+    "val/box_loss",
+    "val/obj_loss",
+    "val/cls_loss",
+    "x/lr0",
+    "x/lr1",
+    "x/lr2",
+};
+
+static const char *const optim_names[] = { "SGD", "Adam", "AdamW" };
+
+void trn_train_opts_default(struct trn_train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    trn_hyp_default(&o->hyp);
+    o->img = 640;
+    o->batch_size = 16;
+    o->epochs = 100;
+    o->optimizer = TRN_OPTIM_SGD;
+    o->device = "cpu";
+}
+
+const char *trn_train_strerror(int rc)
+{
+    if (rc == -TRN_TRAIN_ECKPT) return "not a valid checkpoint for this model";
+    if (rc <= -4900 && rc > -5000) return trn_pt_strerror(rc);
+    if (rc <= -4700 && rc > -4800) return trn_loss_strerror(rc);
+    if (rc <= -4600 && rc > -4700) return trn_model_strerror(rc);
+    if (rc <= -1000 && rc > -1100) return ffr_strerror(rc);
+    if (rc < 0 && rc > -4096) return strerror(-rc);
+    return trn_net_strerror(rc);
+}
+
+static void seterr(char *err, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t cap, const char *fmt, ...)
+{
+    if (!err || !cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+}
+
+int trn_train_results_header(char *dst, size_t dst_cap)
+{
+    size_t n = 0;
+    for (int k = 0; k < RESULTS_COLS; k++) {
+        const int w =
+            snprintf(dst ? dst + (n < dst_cap ? n : dst_cap) : NULL, n < dst_cap ? dst_cap - n : 0,
+                     "%s%20s", k ? "," : "", results_keys[k]);
+        if (w < 0) return -EINVAL;
+        n += (size_t)w;
+    }
+    return (int)n;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Small text helpers                                                                        */
+
+/* Shortest %g that reads back as the same double (YAML and CSV both stay readable). */
+static void fmt_double(char *dst, size_t cap, double v)
+{
+    for (int p = 6; p <= 17; p++) {
+        snprintf(dst, cap, "%.*g", p, v);
+        if (strtod(dst, NULL) == v) return;
+    }
+}
+
+/* A YAML double-quoted scalar. */
+static void yaml_quote(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void yaml_num(FILE *f, const char *key, double v)
+{
+    char b[40];
+    fmt_double(b, sizeof b, v);
+    fprintf(f, "%s: %s\n", key, b);
+}
+
+/* hyp.yaml as ultralytics writes it (yaml.safe_dump(hyp, sort_keys=False)); key order of the
+ * hyp files. */
+static char *hyp_yaml(const struct trn_hyp *h, size_t *len)
+{
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f) return NULL;
+    const struct {
+        const char *k;
+        double v;
+    } kv[] = {
+        { "lr0", h->lr0 },
+        { "lrf", h->lrf },
+        { "momentum", h->momentum },
+        { "weight_decay", h->weight_decay },
+        { "warmup_epochs", h->warmup_epochs },
+        { "warmup_momentum", h->warmup_momentum },
+        { "warmup_bias_lr", h->warmup_bias_lr },
+        { "box", h->box },
+        { "cls", h->cls },
+        { "cls_pw", h->cls_pw },
+        { "obj", h->obj },
+        { "obj_pw", h->obj_pw },
+        { "iou_t", h->iou_t },
+        { "anchor_t", h->anchor_t },
+        { "fl_gamma", h->fl_gamma },
+        { "hsv_h", h->hsv_h },
+        { "hsv_s", h->hsv_s },
+        { "hsv_v", h->hsv_v },
+        { "degrees", h->degrees },
+        { "translate", h->translate },
+        { "scale", h->scale },
+        { "shear", h->shear },
+        { "perspective", h->perspective },
+        { "flipud", h->flipud },
+        { "fliplr", h->fliplr },
+        { "mosaic", h->mosaic },
+        { "mixup", h->mixup },
+        { "copy_paste", h->copy_paste },
+    };
+    for (size_t k = 0; k < sizeof kv / sizeof kv[0]; k++)
+        yaml_num(f, kv[k].k, kv[k].v);
+    if (h->anchors != 0) yaml_num(f, "anchors", h->anchors);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Write a small file atomically (temporary, fsync, rename), checking every call. */
+static int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t cap)
+{
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        seterr(err, cap, "%s: path too long", path);
+        return -ENAMETOOLONG;
+    }
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        const int e = errno;
+        seterr(err, cap, "%s: cannot create: %s", path, strerror(e));
+        return -e;
+    }
+    const char *p = data;
+    size_t left = len;
+    int rc = 0;
+    while (left > 0) {
+        const ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            rc = w < 0 ? -errno : -EIO;
+            break;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (rc == 0 && fsync(fd) < 0) rc = -errno;
+    if (close(fd) < 0 && rc == 0) rc = -errno;
+    if (rc == 0 && rename(tmp, path) < 0) rc = -errno;
+    if (rc < 0) {
+        unlink(tmp);
+        seterr(err, cap, "%s: write failed: %s", path, strerror(-rc));
+    }
+    return rc;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = 2 * (n + 4096 + 1);
+            char *g = realloc(s, cap);
+            if (!g) {
+                free(s);
+                fclose(f);
+                return NULL;
+            }
+            s = g;
+        }
+        const size_t got = fread(s + n, 1, 4096, f);
+        n += got;
+        if (got < 4096 || n > MAX_TEXT) break;
+    }
+    const int bad = ferror(f) || n > MAX_TEXT;
+    fclose(f);
+    if (bad) {
+        free(s);
+        return NULL;
+    }
+    s[n] = '\0';
+    *len = n;
+    return s;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Checkpoint metadata: a flat YAML mapping of scalars, plus `names` (a list).               */
+
+#define META_MAX_KEYS 96
+
+struct meta {
+    int n;
+    char *key[META_MAX_KEYS];
+    char *val[META_MAX_KEYS];
+    char **names;
+    int n_names;
+};
+
+static void meta_free(struct meta *M)
+{
+    for (int i = 0; i < M->n; i++) {
+        free(M->key[i]);
+        free(M->val[i]);
+    }
+    for (int i = 0; i < M->n_names; i++)
+        free(M->names[i]);
+    free(M->names);
+    memset(M, 0, sizeof *M);
+}
+
+static const char *meta_get(const struct meta *M, const char *key)
+{
+    for (int i = 0; i < M->n; i++)
+        if (!strcmp(M->key[i], key)) return M->val[i];
+    return NULL;
+}
+
+/* Parse the metadata; nested mappings and other lists are skipped. Returns 0 or -TRN_TRAIN_ECKPT,
+ * -ENOMEM. */
+static int meta_parse(const char *text, size_t len, struct meta *M)
+{
+    memset(M, 0, sizeof *M);
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) return -ENOMEM;
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    int rc = -TRN_TRAIN_ECKPT, depth = 0, names_cap = 0;
+    char *key = NULL;
+    bool in_names = false;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev)) goto out;
+        const yaml_event_type_t t = ev.type;
+        if (t == YAML_STREAM_END_EVENT) {
+            yaml_event_delete(&ev);
+            rc = 0;
+            goto out;
+        }
+        if (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT) {
+            depth++;
+            if (depth == 2 && t == YAML_SEQUENCE_START_EVENT && key && !strcmp(key, "names"))
+                in_names = true;
+            if (depth == 2) {
+                free(key);
+                key = NULL;
+            }
+        } else if (t == YAML_MAPPING_END_EVENT || t == YAML_SEQUENCE_END_EVENT) {
+            depth--;
+            in_names = false;
+        } else if (t == YAML_SCALAR_EVENT) {
+            const char *v = (const char *)ev.data.scalar.value;
+            if (depth == 1 && !key) {
+                key = strdup(v);
+                if (!key) rc = -ENOMEM;
+            } else if (depth == 1) {
+                if (M->n == META_MAX_KEYS) {
+                    yaml_event_delete(&ev);
+                    goto out;
+                }
+                M->key[M->n] = key;
+                M->val[M->n] = strdup(v);
+                key = NULL;
+                if (!M->val[M->n++]) rc = -ENOMEM;
+            } else if (depth == 2 && in_names) {
+                if (M->n_names == names_cap) {
+                    names_cap = names_cap ? 2 * names_cap : 16;
+                    char **g = realloc(M->names, (size_t)names_cap * sizeof *g);
+                    if (!g)
+                        rc = -ENOMEM;
+                    else
+                        M->names = g;
+                }
+                if (rc != -ENOMEM) {
+                    M->names[M->n_names] = strdup(v);
+                    if (!M->names[M->n_names++]) rc = -ENOMEM;
+                }
+            }
+        }
+        yaml_event_delete(&ev);
+        if (rc == -ENOMEM) goto out;
+    }
+out:
+    free(key);
+    yaml_parser_delete(&p);
+    if (rc < 0) meta_free(M);
+    return rc;
+}
+
+static int meta_i64(const struct meta *M, const char *key, int64_t lo, int64_t hi, int64_t *out)
+{
+    const char *v = meta_get(M, key);
+    if (!v) return -TRN_TRAIN_ECKPT;
+    char *end = NULL;
+    errno = 0;
+    const long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) return -TRN_TRAIN_ECKPT;
+    *out = x;
+    return 0;
+}
+
+static int meta_f64(const struct meta *M, const char *key, double *out)
+{
+    const char *v = meta_get(M, key);
+    if (!v) return -TRN_TRAIN_ECKPT;
+    char *end = NULL;
+    const double x = strtod(v, &end);
+    if (end == v || *end || !isfinite(x)) return -TRN_TRAIN_ECKPT;
+    *out = x;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The run                                                                                   */
+
+/* Everything a run holds; allocated once in setup. */
+struct run {
+    struct trn_train_opts o; /* effective options (from the checkpoint when resuming) */
+    struct trn_model *m;
+    const struct trn_model_info *info;
+    char *model_yaml; /* the yaml text the model was built from */
+    size_t model_yaml_len;
+    char *hyp_text, *opt_text; /* hyp.yaml and opt.yaml as written */
+    size_t hyp_len, opt_len;
+    char **names; /* class names (may be fewer than nc: then numbered) */
+    int n_names;
+    struct ffr_reader *data;
+    struct trn_loader *loader;
+    struct kern_ctx *ctx;
+    struct trn_net *net, *net_last; /* full batches; the epoch's short last batch (or NULL) */
+    struct trn_loss *loss, *loss_last;
+    float *dp[TRN_MODEL_MAX_LEVELS], *dp_last[TRN_MODEL_MAX_LEVELS];
+    struct trn_optim *opt;
+    struct trn_ema *ema;
+    int64_t nb;   /* batches per epoch */
+    int last_bs;  /* images of the epoch's last batch */
+    int epoch;    /* position of the next batch */
+    int64_t step; /* batch within the epoch */
+    double best_fitness;
+    double msum[3]; /* loss item sums of the epoch in progress */
+    int64_t mcount; /* batches in msum */
+    double lr[3];   /* lr of the last batch (x/lr0..2) */
+    char weights_dir[4000];
+    char resume_records[4096], resume_val[4096], resume_cfg[4096]; /* strings when resuming */
+    char resume_weights[4096], resume_hyp[4096], resume_project[4096], resume_name[1024];
+};
+
+static void logline(const struct run *R, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void logline(const struct run *R, const char *fmt, ...)
+{
+    if (!R->o.log) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    R->o.log(R->o.log_ctx, line);
+}
+
+static void loader_log(void *ctx, const char *msg)
+{
+    const struct run *R = ctx;
+    logline(R, "loader: %s", msg);
+}
+
+static char *opt_yaml(const struct run *R, size_t *len)
+{
+    const struct trn_train_opts *o = &R->o;
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f) return NULL;
+    const struct {
+        const char *k, *v;
+    } s[] = {
+        { "weights", o->weights ? o->weights : "" },
+        { "cfg", o->cfg ? o->cfg : "" },
+        { "records", o->records },
+        { "val_records", o->val_records ? o->val_records : "" },
+        { "hyp", o->hyp_path ? o->hyp_path : "" },
+    };
+    for (size_t k = 0; k < sizeof s / sizeof s[0]; k++) {
+        fprintf(f, "%s: ", s[k].k);
+        yaml_quote(f, s[k].v);
+        fputc('\n', f);
+    }
+    fprintf(f, "epochs: %d\nbatch_size: %d\nimgsz: %d\n", o->epochs, o->batch_size, o->img);
+    fprintf(f, "resume: %s\n", o->resume ? "true" : "false");
+    fprintf(f, "device: ");
+    yaml_quote(f, o->device ? o->device : "cpu");
+    fprintf(f, "\noptimizer: %s\nworkers: %u\nproject: ", optim_names[o->optimizer], o->workers);
+    yaml_quote(f, o->project ? o->project : "");
+    fprintf(f, "\nname: ");
+    yaml_quote(f, o->name ? o->name : "");
+    fprintf(f, "\ncos_lr: %s\nlabel_smoothing: 0.0\nseed: %" PRIu64 "\nnc: %d\nsave_dir: ",
+            o->cos_lr ? "true" : "false", o->seed, R->info->nc);
+    yaml_quote(f, o->run_dir);
+    fputc('\n', f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+static char *ckpt_metadata(const struct run *R, size_t *len)
+{
+    const struct trn_train_opts *o = &R->o;
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f) return NULL;
+    struct trn_optim_counters c;
+    trn_optim_get_counters(R->opt, &c);
+    fprintf(f, "format: %s\n", TRN_TRAIN_CKPT_FORMAT);
+    fprintf(f, "epoch: %d\nstep: %" PRId64 "\nni: %" PRId64 "\nbatches_per_epoch: %" PRId64 "\n",
+            R->epoch, R->step, (int64_t)R->epoch * R->nb + R->step, R->nb);
+    fprintf(f, "epochs: %d\nimg: %d\nbatch_size: %d\nseed: %" PRIu64 "\n", o->epochs, o->img,
+            o->batch_size, o->seed);
+    fprintf(f, "optimizer: %s\ncos_lr: %s\nnc: %d\n", optim_names[o->optimizer],
+            o->cos_lr ? "true" : "false", R->info->nc);
+    fprintf(f, "names:\n");
+    for (int k = 0; k < R->n_names; k++) {
+        fprintf(f, "  - ");
+        yaml_quote(f, R->names[k]);
+        fputc('\n', f);
+    }
+    const struct {
+        const char *k, *v;
+    } s[] = {
+        { "records", o->records },
+        { "val_records", o->val_records ? o->val_records : "" },
+        { "cfg", o->cfg ? o->cfg : "" },
+        { "weights", o->weights ? o->weights : "" },
+        { "hyp", o->hyp_path ? o->hyp_path : "" },
+        { "project", o->project ? o->project : "" },
+        { "name", o->name ? o->name : "" },
+    };
+    for (size_t k = 0; k < sizeof s / sizeof s[0]; k++) {
+        fprintf(f, "%s: ", s[k].k);
+        yaml_quote(f, s[k].v);
+        fputc('\n', f);
+    }
+    yaml_num(f, "best_fitness", R->best_fitness);
+    fprintf(f, "ema_updates: %" PRId64 "\noptim_steps: %" PRId64 "\nlast_opt_step: %" PRId64 "\n",
+            trn_ema_updates(R->ema), c.steps, c.last_opt_step);
+    yaml_num(f, "loss_sum_box", R->msum[0]);
+    yaml_num(f, "loss_sum_obj", R->msum[1]);
+    yaml_num(f, "loss_sum_cls", R->msum[2]);
+    fprintf(f, "loss_batches: %" PRId64 "\n", R->mcount);
+    fprintf(f, "arena_param: %zu\narena_buffer: %zu\narena_count: %zu\nparameters: %" PRId64 "\n",
+            R->info->arena_len[TRN_ARENA_PARAM], R->info->arena_len[TRN_ARENA_BUFFER],
+            R->info->arena_len[TRN_ARENA_COUNT], R->info->n_params);
+    fprintf(f, "records_layout: [");
+    for (int k = 0; k < N_RECORDS; k++)
+        fprintf(f, "%s%s", k ? ", " : "", record_names[k]);
+    fprintf(f, "]\ntensors:\n");
+    static const char *const arena_names[] = { "param", "buffer", "count" };
+    for (int t = 0; t < R->info->n_tensors; t++) {
+        const struct trn_tensor *T = trn_model_tensor(R->m, t);
+        fprintf(f, "  - {name: %s, arena: %s, offset: %zu, shape: [", T->name,
+                arena_names[T->arena], T->offset);
+        for (int d = 0; d < T->ndim; d++)
+            fprintf(f, "%s%d", d ? ", " : "", T->shape[d]);
+        fprintf(f, "]}\n");
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Save the run's state to path (ffr: temporary, fsync, rename). The previous file at path stays
+ * intact on any failure. */
+static int ckpt_save(struct run *R, const char *path, char *err, size_t cap)
+{
+    const struct trn_model_info *I = R->info;
+    size_t l1 = 0;
+    float *s1 = trn_optim_state(R->opt, 1, &l1);
+    const struct {
+        const void *p;
+        size_t bytes;
+    } rec[N_RECORDS] = {
+        { trn_model_arena(R->m, TRN_ARENA_PARAM), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
+        { trn_model_arena(R->m, TRN_ARENA_BUFFER), I->arena_len[TRN_ARENA_BUFFER] * sizeof(float) },
+        { trn_model_arena(R->m, TRN_ARENA_COUNT), I->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t) },
+        { trn_ema_arena(R->ema, TRN_ARENA_PARAM), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
+        { trn_ema_arena(R->ema, TRN_ARENA_BUFFER), I->arena_len[TRN_ARENA_BUFFER] * sizeof(float) },
+        { trn_optim_state(R->opt, 0, NULL), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
+        { s1, s1 ? l1 * sizeof(float) : 0 },
+        { trn_net_grad(R->net), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
+        { R->model_yaml, R->model_yaml_len },
+        { R->hyp_text, R->hyp_len },
+        { R->opt_text, R->opt_len },
+    };
+    size_t mlen = 0;
+    char *meta = ckpt_metadata(R, &mlen);
+    if (!meta) {
+        seterr(err, cap, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    struct ffr_writer_opts wo;
+    ffr_writer_opts_default(&wo);
+    wo.align = 64;
+    struct ffr_writer *w = NULL;
+    int rc = ffr_writer_open(&w, path, &wo);
+    if (rc < 0) {
+        seterr(err, cap, "%s: cannot write the checkpoint: %s", path, ffr_strerror(rc));
+        free(meta);
+        return rc;
+    }
+    for (int k = 0; k < N_RECORDS && rc == 0; k++)
+        rc = ffr_writer_append(w, rec[k].p, rec[k].bytes, record_names[k], strlen(record_names[k]));
+    if (rc == 0) rc = ffr_writer_set_metadata(w, meta, mlen);
+    free(meta);
+    if (rc < 0) {
+        ffr_writer_abort(w);
+    } else {
+        rc = ffr_writer_close(w);
+    }
+    if (rc < 0)
+        seterr(err, cap,
+               "%s: writing the checkpoint failed: %s (the previous file, if any, is "
+               "kept)",
+               path, ffr_strerror(rc));
+    return rc;
+}
+
+/* An open checkpoint: reader, parsed metadata, record numbers by name. */
+struct ckpt {
+    struct ffr_reader *r;
+    struct meta meta;
+    int64_t rec[N_RECORDS]; /* -1 when absent */
+};
+
+static void ckpt_close(struct ckpt *C)
+{
+    ffr_reader_close(C->r);
+    meta_free(&C->meta);
+    memset(C, 0, sizeof *C);
+}
+
+static int ckpt_open(const char *path, struct ckpt *C, char *err, size_t cap)
+{
+    memset(C, 0, sizeof *C);
+    char e[512] = "";
+    int rc = ffr_reader_open(&C->r, path, NULL, e, sizeof e);
+    if (rc < 0) {
+        seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
+        return rc;
+    }
+    size_t mlen = 0;
+    const char *mt = ffr_reader_metadata(C->r, &mlen);
+    rc = meta_parse(mt, mlen, &C->meta);
+    const char *fmt = rc == 0 ? meta_get(&C->meta, "format") : NULL;
+    if (rc < 0 || !fmt || strcmp(fmt, TRN_TRAIN_CKPT_FORMAT)) {
+        seterr(err, cap, "%s: not a yolo-train checkpoint (metadata format is not %s)", path,
+               TRN_TRAIN_CKPT_FORMAT);
+        ckpt_close(C);
+        return rc == -ENOMEM ? rc : -TRN_TRAIN_ECKPT;
+    }
+    for (int k = 0; k < N_RECORDS; k++)
+        C->rec[k] = -1;
+    const uint64_t n = ffr_reader_count(C->r);
+    for (uint64_t i = 0; i < n; i++) {
+        struct ffr_record_info ri;
+        if (ffr_reader_info(C->r, i, &ri) < 0) continue;
+        for (int k = 0; k < N_RECORDS; k++)
+            if (ri.summary_len == strlen(record_names[k]) &&
+                !memcmp(ri.summary, record_names[k], ri.summary_len) && C->rec[k] < 0)
+                C->rec[k] = (int64_t)i;
+    }
+    for (int k = 0; k < N_RECORDS; k++)
+        if (C->rec[k] < 0) {
+            seterr(err, cap, "%s: checkpoint has no record '%s'", path, record_names[k]);
+            ckpt_close(C);
+            return -TRN_TRAIN_ECKPT;
+        }
+    return 0;
+}
+
+/* Read record k into dst, which must be exactly `bytes` long. */
+static int ckpt_read(const struct ckpt *C, const char *path, int k, void *dst, size_t bytes,
+                     char *err, size_t cap)
+{
+    struct ffr_record_info ri;
+    int rc = ffr_reader_info(C->r, (uint64_t)C->rec[k], &ri);
+    if (rc == 0 && ri.raw_len != bytes) rc = -TRN_TRAIN_ECKPT;
+    if (rc == 0 && bytes > 0) {
+        const int64_t got = ffr_reader_read(C->r, NULL, (uint64_t)C->rec[k], dst, bytes);
+        rc = got < 0 ? (int)got : got == (int64_t)bytes ? 0 : -TRN_TRAIN_ECKPT;
+    }
+    if (rc < 0)
+        seterr(err, cap, "%s: record '%s': %s%s", path, record_names[k],
+               rc == -TRN_TRAIN_ECKPT ? "size does not fit the model" : ffr_strerror(rc),
+               rc == -TRN_TRAIN_ECKPT ? " (a checkpoint of another model?)" : "");
+    return rc;
+}
+
+/* A text record as a malloc'd NUL-terminated string. */
+static char *ckpt_text(const struct ckpt *C, int k, size_t *len)
+{
+    struct ffr_record_info ri;
+    if (ffr_reader_info(C->r, (uint64_t)C->rec[k], &ri) < 0 || ri.raw_len > MAX_TEXT) return NULL;
+    char *s = malloc((size_t)ri.raw_len + 1);
+    if (!s) return NULL;
+    const int64_t got = ffr_reader_read(C->r, NULL, (uint64_t)C->rec[k], s, ri.raw_len);
+    if (got != (int64_t)ri.raw_len) {
+        free(s);
+        return NULL;
+    }
+    s[got] = '\0';
+    *len = (size_t)got;
+    return s;
+}
+
+static void copy_meta_str(const struct meta *M, const char *key, char *dst, size_t cap,
+                          const char **out)
+{
+    const char *v = meta_get(M, key);
+    snprintf(dst, cap, "%s", v ? v : "");
+    *out = dst[0] ? dst : NULL;
+}
+
+/* Resume: options, hyp and model yaml from the checkpoint. */
+static int resume_opts(struct run *R, const struct ckpt *C, char *err, size_t cap)
+{
+    const struct meta *M = &C->meta;
+    struct trn_train_opts *o = &R->o;
+    int64_t v[6];
+    int rc = meta_i64(M, "epochs", 1, 1000000, &v[0]);
+    if (!rc) rc = meta_i64(M, "img", 32, 16383, &v[1]);
+    if (!rc) rc = meta_i64(M, "batch_size", 1, 65536, &v[2]);
+    if (!rc) rc = meta_i64(M, "nc", 1, 65536, &v[3]);
+    if (!rc) rc = meta_i64(M, "seed", 0, INT64_MAX, &v[4]);
+    const char *opt = meta_get(M, "optimizer"), *cos = meta_get(M, "cos_lr");
+    if (rc || !opt || !cos) {
+        seterr(err, cap, "%s: checkpoint metadata lacks a run setting", o->resume);
+        return -TRN_TRAIN_ECKPT;
+    }
+    o->epochs = (int)v[0];
+    o->img = (int)v[1];
+    o->batch_size = (int)v[2];
+    o->nc = (int)v[3];
+    o->seed = (uint64_t)v[4];
+    o->optimizer = !strcmp(opt, "Adam")    ? TRN_OPTIM_ADAM
+                   : !strcmp(opt, "AdamW") ? TRN_OPTIM_ADAMW
+                                           : TRN_OPTIM_SGD;
+    o->cos_lr = !strcmp(cos, "true");
+    copy_meta_str(M, "records", R->resume_records, sizeof R->resume_records, &o->records);
+    copy_meta_str(M, "val_records", R->resume_val, sizeof R->resume_val, &o->val_records);
+    copy_meta_str(M, "cfg", R->resume_cfg, sizeof R->resume_cfg, &o->cfg);
+    copy_meta_str(M, "weights", R->resume_weights, sizeof R->resume_weights, &o->weights);
+    copy_meta_str(M, "hyp", R->resume_hyp, sizeof R->resume_hyp, &o->hyp_path);
+    copy_meta_str(M, "project", R->resume_project, sizeof R->resume_project, &o->project);
+    copy_meta_str(M, "name", R->resume_name, sizeof R->resume_name, &o->name);
+    if (!o->records) {
+        seterr(err, cap, "%s: checkpoint names no training records", o->resume);
+        return -TRN_TRAIN_ECKPT;
+    }
+    R->hyp_text = ckpt_text(C, R_HYP_YAML, &R->hyp_len);
+    R->model_yaml = ckpt_text(C, R_MODEL_YAML, &R->model_yaml_len);
+    R->opt_text = ckpt_text(C, R_OPT_YAML, &R->opt_len);
+    if (!R->hyp_text || !R->model_yaml || !R->opt_text) {
+        seterr(err, cap, "%s: cannot read the checkpoint's yaml records", o->resume);
+        return -TRN_TRAIN_ECKPT;
+    }
+    char e[512];
+    rc = trn_hyp_parse(R->hyp_text, R->hyp_len, "checkpoint hyp.yaml", NULL, NULL, &o->hyp, e,
+                       sizeof e);
+    if (rc < 0) {
+        seterr(err, cap, "%s: %s", o->resume, e);
+        return -TRN_TRAIN_ECKPT;
+    }
+    return 0;
+}
+
+/* Restore weights, EMA, optimizer state, gradients and counters; R is fully set up. */
+static int resume_state(struct run *R, const struct ckpt *C, char *err, size_t cap)
+{
+    const struct trn_model_info *I = R->info;
+    const char *path = R->o.resume;
+    const struct meta *M = &C->meta;
+    int64_t a[3];
+    if (meta_i64(M, "arena_param", 0, INT64_MAX, &a[0]) ||
+        meta_i64(M, "arena_buffer", 0, INT64_MAX, &a[1]) ||
+        meta_i64(M, "arena_count", 0, INT64_MAX, &a[2]) ||
+        (size_t)a[0] != I->arena_len[TRN_ARENA_PARAM] ||
+        (size_t)a[1] != I->arena_len[TRN_ARENA_BUFFER] ||
+        (size_t)a[2] != I->arena_len[TRN_ARENA_COUNT]) {
+        seterr(err, cap, "%s: arena sizes do not match the model", path);
+        return -TRN_TRAIN_ECKPT;
+    }
+    const size_t P = I->arena_len[TRN_ARENA_PARAM] * sizeof(float);
+    const size_t B = I->arena_len[TRN_ARENA_BUFFER] * sizeof(float);
+    size_t l1 = 0;
+    float *s1 = trn_optim_state(R->opt, 1, &l1);
+    int rc = ckpt_read(C, path, R_MODEL_PARAM, trn_model_arena(R->m, TRN_ARENA_PARAM), P, err, cap);
+    if (!rc)
+        rc = ckpt_read(C, path, R_MODEL_BUFFER, trn_model_arena(R->m, TRN_ARENA_BUFFER), B, err,
+                       cap);
+    if (!rc)
+        rc = ckpt_read(C, path, R_MODEL_COUNT, trn_model_arena(R->m, TRN_ARENA_COUNT),
+                       I->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t), err, cap);
+    if (!rc)
+        rc = ckpt_read(C, path, R_EMA_PARAM, trn_ema_arena(R->ema, TRN_ARENA_PARAM), P, err, cap);
+    if (!rc)
+        rc = ckpt_read(C, path, R_EMA_BUFFER, trn_ema_arena(R->ema, TRN_ARENA_BUFFER), B, err, cap);
+    if (!rc) rc = ckpt_read(C, path, R_OPT0, trn_optim_state(R->opt, 0, NULL), P, err, cap);
+    if (!rc) rc = ckpt_read(C, path, R_OPT1, s1, s1 ? l1 * sizeof(float) : 0, err, cap);
+    if (!rc) rc = ckpt_read(C, path, R_GRAD, trn_net_grad(R->net), P, err, cap);
+    if (rc) return rc;
+    int64_t epoch, step, upd, steps, last;
+    struct trn_optim_counters c;
+    if (meta_i64(M, "epoch", 0, 1000000, &epoch) || meta_i64(M, "step", 0, INT64_MAX, &step) ||
+        meta_i64(M, "ema_updates", 0, INT64_MAX, &upd) ||
+        meta_i64(M, "optim_steps", 0, INT64_MAX, &steps) ||
+        meta_i64(M, "last_opt_step", -1, INT64_MAX, &last) ||
+        meta_f64(M, "best_fitness", &R->best_fitness) || meta_f64(M, "loss_sum_box", &R->msum[0]) ||
+        meta_f64(M, "loss_sum_obj", &R->msum[1]) || meta_f64(M, "loss_sum_cls", &R->msum[2]) ||
+        meta_i64(M, "loss_batches", 0, INT64_MAX, &R->mcount)) {
+        seterr(err, cap, "%s: checkpoint metadata lacks a counter", path);
+        return -TRN_TRAIN_ECKPT;
+    }
+    if (step >= R->nb) {
+        seterr(err, cap,
+               "%s: saved at batch %" PRId64 " of an epoch of %" PRId64 " (another "
+               "dataset or batch size?)",
+               path, step, R->nb);
+        return -TRN_TRAIN_ECKPT;
+    }
+    c.steps = steps;
+    c.last_opt_step = last;
+    trn_optim_set_counters(R->opt, &c);
+    trn_ema_set_updates(R->ema, upd);
+    R->epoch = (int)epoch;
+    R->step = step;
+    return 0;
+}
+
+/* --weights: an ultralytics .pt, or one of our checkpoints (its EMA, as strip_optimizer would
+ * leave it). */
+static int load_weights(struct run *R, const char *path, char *err, size_t cap)
+{
+    unsigned char magic[4] = { 0 };
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        const int e = errno;
+        seterr(err, cap, "--weights %s: %s", path, strerror(e));
+        return -e;
+    }
+    const size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    if (got == 4 && magic[0] == 'P' && magic[1] == 'K') {
+        char e[512] = "";
+        const int rc = trn_pt_load_into_model(path, NULL, R->m, e, sizeof e);
+        if (rc < 0) seterr(err, cap, "--weights %s: %s", path, e[0] ? e : trn_pt_strerror(rc));
+        return rc;
+    }
+    struct ckpt C;
+    int rc = ckpt_open(path, &C, err, cap);
+    if (rc < 0) return rc;
+    const struct trn_model_info *I = R->info;
+    rc = ckpt_read(&C, path, R_EMA_PARAM, trn_model_arena(R->m, TRN_ARENA_PARAM),
+                   I->arena_len[TRN_ARENA_PARAM] * sizeof(float), err, cap);
+    if (!rc)
+        rc = ckpt_read(&C, path, R_EMA_BUFFER, trn_model_arena(R->m, TRN_ARENA_BUFFER),
+                       I->arena_len[TRN_ARENA_BUFFER] * sizeof(float), err, cap);
+    if (!rc)
+        rc = ckpt_read(&C, path, R_MODEL_COUNT, trn_model_arena(R->m, TRN_ARENA_COUNT),
+                       I->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t), err, cap);
+    ckpt_close(&C);
+    return rc;
+}
+
+/* Class names and count from the dataset metadata (pack writes nc and names). */
+static int dataset_names(struct run *R)
+{
+    size_t mlen = 0;
+    const char *mt = ffr_reader_metadata(R->data, &mlen);
+    struct trn_plot_names pn;
+    const int rc = trn_plot_names_parse(mt, mlen, &pn);
+    if (rc < 0) return rc;
+    R->names = pn.names;
+    R->n_names = pn.n;
+    for (int k = 0; k < R->n_names; k++)
+        if (!R->names[k]) {
+            char b[32];
+            snprintf(b, sizeof b, "class%d", k);
+            if (!(R->names[k] = strdup(b))) return -ENOMEM;
+        }
+    return 0;
+}
+
+/* Most label rows of one record, from the index summaries (no record reads). */
+static int64_t max_labels(const struct ffr_reader *r)
+{
+    int64_t most = 0;
+    const uint64_t n = ffr_reader_count(r);
+    for (uint64_t i = 0; i < n; i++) {
+        struct ffr_record_info ri;
+        struct ffr_det_summary s;
+        if (ffr_reader_info(r, i, &ri) < 0 ||
+            ffr_det_summary_decode(ri.summary, ri.summary_len, &s) < 0)
+            continue;
+        if ((int64_t)s.n_labels > most) most = s.n_labels;
+    }
+    return most;
+}
+
+static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn_loss **loss,
+                         float **dp, int64_t max_t, char *err, size_t cap)
+{
+    struct trn_net_opts no;
+    trn_net_opts_default(&no);
+    no.ctx = R->ctx;
+    char e[512] = "";
+    int rc = trn_net_create(R->m, bs, R->o.img, R->o.img, &no, net, e, sizeof e);
+    if (rc < 0) {
+        seterr(err, cap, "network at batch %d, %dx%d: %s", bs, R->o.img, R->o.img,
+               e[0] ? e : trn_net_strerror(rc));
+        return rc;
+    }
+    struct trn_loss_cfg lc;
+    if (max_t > INT32_MAX / 64) max_t = INT32_MAX / 64;
+    rc = trn_loss_cfg_from_model(R->m, &R->o.hyp, bs, R->o.img, 0.0f, (int)max_t, &lc);
+    if (!rc) rc = trn_loss_create(&lc, loss);
+    if (rc < 0) {
+        seterr(err, cap, "loss: %s", trn_loss_strerror(rc));
+        return rc;
+    }
+    for (int l = 0; l < trn_net_levels(*net); l++) {
+        int shape[5];
+        const long n = trn_net_output_shape(*net, l, shape);
+        if (n <= 0 || !(dp[l] = calloc((size_t)n, sizeof(float)))) {
+            seterr(err, cap, "out of memory");
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static void run_free(struct run *R)
+{
+    trn_loader_destroy(R->loader);
+    ffr_reader_close(R->data);
+    trn_net_destroy(R->net);
+    trn_net_destroy(R->net_last);
+    trn_loss_destroy(R->loss);
+    trn_loss_destroy(R->loss_last);
+    for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++) {
+        free(R->dp[l]);
+        free(R->dp_last[l]);
+    }
+    trn_optim_destroy(R->opt);
+    trn_ema_destroy(R->ema);
+    kern_ctx_destroy(R->ctx);
+    trn_model_destroy(R->m);
+    for (int k = 0; k < R->n_names; k++)
+        free(R->names[k]);
+    free(R->names);
+    free(R->model_yaml);
+    free(R->hyp_text);
+    free(R->opt_text);
+    free(R);
+}
+
+static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
+{
+    struct trn_train_opts *o = &R->o;
+    int rc;
+    char e[768] = "";
+    if (o->resume) {
+        if ((rc = ckpt_open(o->resume, C, err, cap)) < 0) return rc;
+        if ((rc = resume_opts(R, C, err, cap)) < 0) return rc;
+    }
+    if ((rc = trn_hyp_check(&o->hyp, e, sizeof e)) < 0) {
+        seterr(err, cap, "hyp: %s", e);
+        return rc;
+    }
+    rc = ffr_reader_open(&R->data, o->records, NULL, e, sizeof e);
+    if (rc < 0) {
+        seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
+        return rc;
+    }
+    if ((rc = dataset_names(R)) < 0) {
+        seterr(err, cap, "out of memory");
+        return rc;
+    }
+    if (!o->resume) {
+        R->model_yaml = slurp(o->cfg, &R->model_yaml_len);
+        if (!R->model_yaml) {
+            rc = errno ? -errno : -EIO;
+            seterr(err, cap, "%s: cannot read the model yaml: %s", o->cfg, strerror(-rc));
+            return rc;
+        }
+    }
+    struct trn_model_opts mo;
+    trn_model_opts_default(&mo);
+    mo.nc = o->nc > 0 ? o->nc : R->n_names;
+    rc = trn_model_parse(R->model_yaml, R->model_yaml_len, o->cfg ? o->cfg : "model.yaml", &mo,
+                         &R->m, e, sizeof e);
+    if (rc < 0) {
+        seterr(err, cap, "%s", e[0] ? e : trn_model_strerror(rc));
+        return rc;
+    }
+    R->info = trn_model_info(R->m);
+    if (R->n_names > 0 && R->n_names != R->info->nc)
+        logline(R, "WARNING: the dataset names %d classes, the model has nc=%d", R->n_names,
+                R->info->nc);
+    /* also when resuming: it sets the anchors, which the loss reads at creation (the
+     * checkpoint's weights are copied over it afterwards) */
+    trn_model_init(R->m, o->seed);
+    if (!o->resume) {
+        if (o->weights && (rc = load_weights(R, o->weights, err, cap)) < 0) return rc;
+    }
+
+    struct kern_ctx_opts ko;
+    kern_ctx_opts_default(&ko);
+    ko.threads = o->threads;
+    if ((rc = kern_ctx_create(&ko, &R->ctx)) < 0) {
+        seterr(err, cap, "kern context: %s", kern_strerror(rc));
+        return rc;
+    }
+
+    struct trn_loader_opts lo;
+    trn_loader_opts_default(&lo);
+    lo.img_size = o->img;
+    lo.batch_size = o->batch_size;
+    lo.workers = o->workers;
+    lo.seed = o->seed;
+    lo.pixels = TRN_PIXELS_F32;
+    lo.hyp = o->hyp;
+    lo.log = loader_log;
+    lo.log_ctx = R;
+    if (o->resume) {
+        int64_t ep, st;
+        if (meta_i64(&C->meta, "epoch", 0, 1000000, &ep) ||
+            meta_i64(&C->meta, "step", 0, INT64_MAX, &st)) {
+            seterr(err, cap, "%s: checkpoint metadata lacks the position", o->resume);
+            return -TRN_TRAIN_ECKPT;
+        }
+        if (ep >= o->epochs) {
+            seterr(err, cap, "%s: training to %d epochs is finished, nothing to resume", o->resume,
+                   o->epochs);
+            return -EINVAL;
+        }
+        lo.epoch = (uint32_t)ep;
+        lo.step = (uint64_t)st;
+    }
+    rc = trn_loader_create(R->data, &lo, &R->loader, e, sizeof e);
+    if (rc < 0) {
+        seterr(err, cap, "%s: %s (pack it with yolo-pack --size %d)", o->records, e, o->img);
+        return rc;
+    }
+    struct trn_loader_info li;
+    trn_loader_info(R->loader, &li);
+    R->nb = (int64_t)li.steps;
+    R->last_bs = (int)(li.rank_samples - (li.steps - 1) * (uint64_t)o->batch_size);
+
+    /* A mosaic holds 4 records' labels, a mixup 8; clipping only removes rows. */
+    const int64_t per = max_labels(R->data) * (o->hyp.mixup > 0 ? 8 : 4) + 8;
+    rc = make_net_loss(R, o->batch_size, &R->net, &R->loss, R->dp, per * o->batch_size, err, cap);
+    if (rc == 0 && R->last_bs != o->batch_size)
+        rc = make_net_loss(R, R->last_bs, &R->net_last, &R->loss_last, R->dp_last, per * R->last_bs,
+                           err, cap);
+    if (rc < 0) return rc;
+    trn_net_zero_grad(R->net);
+    trn_net_zero_grad(R->net_last);
+
+    struct trn_optim_opts oo;
+    trn_optim_opts_default(&oo);
+    trn_optim_opts_from_hyp(&oo, &o->hyp);
+    oo.kind = o->optimizer;
+    oo.batch_size = o->batch_size;
+    oo.nbs = NBS;
+    oo.epochs = o->epochs;
+    oo.nb = R->nb;
+    oo.cos_lr = o->cos_lr;
+    if ((rc = trn_optim_create(R->m, &oo, &R->opt)) < 0 ||
+        (rc = trn_ema_create(R->m, &R->ema)) < 0) {
+        seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+        return rc;
+    }
+    if (o->resume) {
+        if ((rc = resume_state(R, C, err, cap)) < 0) return rc;
+    } else {
+        R->hyp_text = hyp_yaml(&o->hyp, &R->hyp_len);
+        R->opt_text = opt_yaml(R, &R->opt_len);
+        if (!R->hyp_text || !R->opt_text) {
+            seterr(err, cap, "out of memory");
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int write_run_files(struct run *R, char *err, size_t cap)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/hyp.yaml", R->o.run_dir);
+    int rc = write_file_atomic(p, R->hyp_text, R->hyp_len, err, cap);
+    if (rc < 0) return rc;
+    snprintf(p, sizeof p, "%s/opt.yaml", R->o.run_dir);
+    if ((rc = write_file_atomic(p, R->opt_text, R->opt_len, err, cap)) < 0) return rc;
+    if (snprintf(R->weights_dir, sizeof R->weights_dir, "%s/weights", R->o.run_dir) >=
+        (int)sizeof R->weights_dir) {
+        seterr(err, cap, "%s: path too long", R->o.run_dir);
+        return -ENAMETOOLONG;
+    }
+    if (mkdir(R->weights_dir, 0777) < 0 && errno != EEXIST) {
+        rc = -errno;
+        seterr(err, cap, "%s: cannot create: %s", R->weights_dir, strerror(-rc));
+        return rc;
+    }
+    /* Find an unusable weights directory now, not after the first epoch's work. */
+    snprintf(p, sizeof p, "%s/.write-test.%ld", R->weights_dir, (long)getpid());
+    const int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        rc = -errno;
+        seterr(err, cap, "%s: cannot write checkpoints there: %s", R->weights_dir, strerror(-rc));
+        return rc;
+    }
+    close(fd);
+    unlink(p);
+    return 0;
+}
+
+static int results_append(struct run *R, int epoch, const double mloss[3],
+                          const struct trn_train_metrics *mt, char *err, size_t cap)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/results.csv", R->o.run_dir);
+    struct stat st;
+    const bool fresh = stat(path, &st) != 0;
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        const int e = errno;
+        seterr(err, cap, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    int bad = 0;
+    if (fresh) {
+        char h[512];
+        trn_train_results_header(h, sizeof h);
+        bad |= fprintf(f, "%s\n", h) < 0;
+    }
+    const double v[RESULTS_COLS] = {
+        epoch,   mloss[0], mloss[1], mloss[2], mt->precision, mt->recall, mt->map50,
+        mt->map, mt->box,  mt->obj,  mt->cls,  R->lr[0],      R->lr[1],   R->lr[2],
+    };
+    for (int k = 0; k < RESULTS_COLS; k++)
+        bad |= fprintf(f, "%s%20.5g", k ? "," : "", v[k]) < 0;
+    bad |= fputc('\n', f) == EOF;
+    bad |= fflush(f) != 0;
+    const int e = errno;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        seterr(err, cap, "%s: write failed: %s", path, strerror(e ? e : EIO));
+        return e ? -e : -EIO;
+    }
+    return 0;
+}
+
+static int save_named(struct run *R, const char *which, char *err, size_t cap)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s.ckpt", R->weights_dir, which);
+    return ckpt_save(R, p, err, cap);
+}
+
+/* One batch: forward, loss, backward, optimizer policy, EMA. */
+static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss_items *items,
+                       char *err, size_t cap)
+{
+    const bool short_batch = b->n != R->o.batch_size;
+    struct trn_net *net = short_batch ? R->net_last : R->net;
+    struct trn_loss *loss = short_batch ? R->loss_last : R->loss;
+    float *const *dp = short_batch ? R->dp_last : R->dp;
+    if (!net || (short_batch && b->n != R->last_bs) || b->height != R->o.img ||
+        b->width != R->o.img || b->pixels != TRN_PIXELS_F32) {
+        seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
+               b->width, R->o.batch_size, R->o.img, R->o.img);
+        return -EINVAL;
+    }
+    const float *out[TRN_MODEL_MAX_LEVELS];
+    int rc = trn_net_forward(net, b->images, true, out);
+    if (rc < 0) {
+        seterr(err, cap, "forward: %s", trn_net_strerror(rc));
+        return rc;
+    }
+    if (b->n_targets > (size_t)INT32_MAX) return -E2BIG;
+    rc = trn_loss_compute(loss, R->ctx, out, b->targets, (int)b->n_targets, dp, items);
+    if (rc < 0) {
+        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+               trn_loss_strerror(rc));
+        return rc;
+    }
+    if (!isfinite(items->total)) {
+        seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
+        return -ERANGE;
+    }
+    if ((rc = trn_net_backward(net, (const float *const *)dp)) < 0) {
+        seterr(err, cap, "backward: %s", trn_net_strerror(rc));
+        return rc;
+    }
+    float *grad = trn_net_grad(R->net);
+    if (short_batch) {
+        /* the accumulated gradients live in the main net's arena */
+        float *g2 = trn_net_grad(R->net_last);
+        const size_t n = R->info->arena_len[TRN_ARENA_PARAM];
+        for (size_t i = 0; i < n; i++)
+            grad[i] += g2[i];
+        trn_net_zero_grad(R->net_last);
+    }
+    const int64_t ni = (int64_t)b->epoch * R->nb + (int64_t)b->step;
+    struct trn_optim_report rep;
+    float *params = trn_model_arena(R->m, TRN_ARENA_PARAM);
+    rc = trn_optim_after_batch(R->opt, params, grad, (int)b->epoch, ni, &rep);
+    if (rc < 0) {
+        seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+        return rc;
+    }
+    for (int g = 0; g < 3; g++)
+        R->lr[g] = rep.sched.lr[g];
+    if (rep.stepped &&
+        (rc = trn_ema_update(R->ema, params, trn_model_arena(R->m, TRN_ARENA_BUFFER))) < 0) {
+        seterr(err, cap, "EMA: %s", trn_optim_strerror(rc));
+        return rc;
+    }
+    return 0;
+}
+
+/* The line ultralytics' tqdm bar ends an epoch with. */
+static void progress(struct run *R, int epoch, const double ml[3], size_t instances, int64_t done,
+                     double secs, int64_t images)
+{
+    char ep[32];
+    snprintf(ep, sizeof ep, "%d/%d", epoch, R->o.epochs - 1);
+    logline(R,
+            "%11s%11s%11.4g%11.4g%11.4g%11zu%11d: 100%% %" PRId64 "/%" PRId64
+            " [%.1fs, %.2fit/s, %.1fimg/s]",
+            ep, "0G", ml[0], ml[1], ml[2], instances, R->o.img, done, R->nb, secs,
+            secs > 0 ? (double)done / secs : 0, secs > 0 ? (double)images / secs : 0);
+}
+
+/* Copy the EMA into the model for the validation hook, then restore the training weights. */
+static int validate_epoch(struct run *R, int epoch, struct trn_train_metrics *mt, float *save_p,
+                          float *save_b, char *err, size_t cap)
+{
+    memset(mt, 0, sizeof *mt);
+    if (!R->o.validate) return 0;
+    const size_t P = R->info->arena_len[TRN_ARENA_PARAM], B = R->info->arena_len[TRN_ARENA_BUFFER];
+    float *mp = trn_model_arena(R->m, TRN_ARENA_PARAM),
+          *mb = trn_model_arena(R->m, TRN_ARENA_BUFFER);
+    memcpy(save_p, mp, P * sizeof(float));
+    memcpy(save_b, mb, B * sizeof(float));
+    memcpy(mp, trn_ema_arena(R->ema, TRN_ARENA_PARAM), P * sizeof(float));
+    memcpy(mb, trn_ema_arena(R->ema, TRN_ARENA_BUFFER), B * sizeof(float));
+    const int rc = R->o.validate(R->o.validate_ctx, R->m, epoch, mt);
+    memcpy(mp, save_p, P * sizeof(float));
+    memcpy(mb, save_b, B * sizeof(float));
+    if (rc < 0)
+        seterr(err, cap, "validation of epoch %d failed: %s", epoch, trn_train_strerror(rc));
+    return rc;
+}
+
+int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *res, char *err,
+                  size_t err_cap)
+{
+    if (err && err_cap) err[0] = '\0';
+    if (!opts || !opts->run_dir || (!opts->resume && (!opts->records || !opts->cfg)) ||
+        opts->img < 32 || opts->batch_size < 1 || opts->epochs < 1 ||
+        (unsigned)opts->optimizer > TRN_OPTIM_ADAMW) {
+        seterr(err, err_cap, "bad training options");
+        return -EINVAL;
+    }
+    struct run *R = calloc(1, sizeof *R);
+    if (!R) return -ENOMEM;
+    R->o = *opts;
+    struct ckpt C;
+    memset(&C, 0, sizeof C);
+    float *save_p = NULL, *save_b = NULL;
+    int rc = setup(R, &C, err, err_cap);
+    ckpt_close(&C);
+    if (rc < 0) goto out;
+    if ((rc = write_run_files(R, err, err_cap)) < 0) goto out;
+    if (R->o.validate) {
+        save_p = malloc(R->info->arena_len[TRN_ARENA_PARAM] * sizeof(float) + 1);
+        save_b = malloc(R->info->arena_len[TRN_ARENA_BUFFER] * sizeof(float) + 1);
+        if (!save_p || !save_b) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    } else {
+        logline(R, "validation: not implemented yet; results.csv metrics/* and val/* columns are "
+                   "written as 0 and best.ckpt = last.ckpt (every fitness is 0)");
+    }
+    logline(R,
+            "%s%s: %" PRId64 " batches of %d per epoch (last %d), %d epochs, img %d, "
+            "accumulate %d, %s",
+            R->o.resume ? "Resuming from " : "Training", R->o.resume ? R->o.resume : "", R->nb,
+            R->o.batch_size, R->last_bs, R->o.epochs, R->o.img,
+            trn_optim_accumulate(trn_optim_get_opts(R->opt)), optim_names[R->o.optimizer]);
+    logline(R, "%11s%11s%11s%11s%11s%11s%11s", "Epoch", "GPU_mem", "box_loss", "obj_loss",
+            "cls_loss", "Instances", "Size");
+
+    const double t0 = now_s();
+    int64_t batches = 0, images = 0;
+    double first_loss = NAN, epoch_t0 = t0;
+    int64_t epoch_images = 0, epoch_batches = 0;
+    bool first_epoch = true;
+    bool stopped = false;
+    while (R->epoch < R->o.epochs) {
+        struct trn_batch b;
+        if ((rc = trn_loader_next(R->loader, &b)) < 0) {
+            seterr(err, err_cap, "%s: %s", R->o.records, trn_loader_error(R->loader));
+            goto out;
+        }
+        if (b.epoch != (uint32_t)R->epoch || b.step != (uint64_t)R->step) {
+            seterr(err, err_cap, "loader out of step (epoch %u batch %" PRIu64 ")", b.epoch,
+                   b.step);
+            rc = -EIO;
+            goto out;
+        }
+        struct trn_loss_items it;
+        if ((rc = train_batch(R, &b, &it, err, err_cap)) < 0) goto out;
+        R->msum[0] += it.lbox;
+        R->msum[1] += it.lobj;
+        R->msum[2] += it.lcls;
+        R->mcount++;
+        batches++;
+        images += b.n;
+        epoch_images += b.n;
+        epoch_batches++;
+        R->step++;
+        const double mloss[3] = { R->msum[0] / (double)R->mcount, R->msum[1] / (double)R->mcount,
+                                  R->msum[2] / (double)R->mcount };
+        if (R->step == R->nb) {
+            const int epoch = R->epoch;
+            progress(R, epoch, mloss, b.n_targets, epoch_batches, now_s() - epoch_t0, epoch_images);
+            if (first_epoch) first_loss = mloss[0] + mloss[1] + mloss[2];
+            first_epoch = false;
+            struct trn_train_metrics mt;
+            /* ---- per-epoch validation hook (see VALIDATION HOOK in train.h) ---- */
+            if ((rc = validate_epoch(R, epoch, &mt, save_p, save_b, err, err_cap)) < 0) goto out;
+            if ((rc = results_append(R, epoch, mloss, &mt, err, err_cap)) < 0) goto out;
+            const double fi = 0.1 * mt.map50 + 0.9 * mt.map; /* ultralytics' fitness */
+            if (fi > R->best_fitness) R->best_fitness = fi;
+            if (res) res->last_loss = mloss[0] + mloss[1] + mloss[2];
+            R->epoch++;
+            R->step = 0;
+            memset(R->msum, 0, sizeof R->msum);
+            R->mcount = 0;
+            if ((rc = save_named(R, "last", err, err_cap)) < 0) goto out;
+            if (fi == R->best_fitness && (rc = save_named(R, "best", err, err_cap)) < 0) goto out;
+            epoch_t0 = now_s();
+            epoch_images = epoch_batches = 0;
+        } else if (res) {
+            res->last_loss = mloss[0] + mloss[1] + mloss[2];
+        }
+        const bool stop =
+            (R->o.stop && *R->o.stop) || (R->o.stop_after > 0 && batches >= R->o.stop_after);
+        if (stop && R->epoch < R->o.epochs) {
+            if (R->step != 0 && (rc = save_named(R, "last", err, err_cap)) < 0) goto out;
+            logline(R,
+                    "stopped at epoch %d batch %" PRId64 "; saved %s/last.ckpt (resume with "
+                    "--resume)",
+                    R->epoch, R->step, R->weights_dir);
+            stopped = true;
+            break;
+        }
+    }
+    if (!stopped) {
+        logline(R, "%d epochs completed in %.3f hours.", R->o.epochs, (now_s() - t0) / 3600);
+        logline(R, "Results saved to %s", R->o.run_dir);
+    }
+    if (res) {
+        const double secs = now_s() - t0;
+        res->epoch = R->epoch;
+        res->step = R->step;
+        res->batches = batches;
+        res->images_per_s = secs > 0 ? (double)images / secs : 0;
+        res->first_loss = first_loss;
+        snprintf(res->last_path, sizeof res->last_path, "%s/last.ckpt", R->weights_dir);
+    }
+    rc = stopped ? TRN_TRAIN_STOPPED : 0;
+out:
+    free(save_p);
+    free(save_b);
+    run_free(R);
+    return rc;
+}

@@ -1,0 +1,538 @@
+/*
+ * val: the validation loop of val.py run() on the CPU (see val.h for what is reproduced).
+ */
+#include "val.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "loader.h"
+#include "net.h"
+#include "nms.h"
+
+void trn_val_opts_default(struct trn_val_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->img_size = 640;
+    o->batch_size = 32;
+    o->micro_batch = 4;
+    o->conf_thres = 0.001f;
+    o->iou_thres = 0.6;
+    o->max_det = TRN_NMS_MAX_DET;
+    o->rect = true;
+}
+
+void trn_val_result_free(struct trn_val_result *res)
+{
+    if (!res) return;
+    trn_ap_result_free(&res->ap);
+    free(res->confusion);
+    free(res->coco);
+    free(res->image_ids);
+    memset(res, 0, sizeof *res);
+}
+
+void trn_val_dets_to_rows(const struct trn_det *dets, size_t n, int image, float *rows)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct trn_det *d = &dets[i];
+        float *r = rows + 7 * i;
+        /* xyxy2xywh in float32, as output_to_target does on the float32 tensor */
+        r[0] = (float)image;
+        r[1] = (float)d->cls;
+        r[2] = (d->x1 + d->x2) / 2;
+        r[3] = (d->y1 + d->y2) / 2;
+        r[4] = d->x2 - d->x1;
+        r[5] = d->y2 - d->y1;
+        r[6] = d->conf;
+    }
+}
+
+const char *trn_val_strerror(int rc)
+{
+    const int c = rc < 0 ? -rc : rc;
+    if ((c >= TRN_MODEL_ESYNTAX && c <= TRN_MODEL_ESHAPE) || (c >= 2000 && c < 2100))
+        return trn_net_strerror(rc);
+    return trn_loader_strerror(rc);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void say(char *err, size_t cap, const char *fmt, ...)
+{
+    if (!err || !cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+}
+
+static void logf_(const struct trn_val_opts *o, const char *fmt, ...)
+{
+    if (!o->log) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    o->log(o->log_ctx, line);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * The image id of every record (save_json): read and decode each record once (the index
+ * summaries do not carry it). A record without an id (-1: a file stem that is not a number)
+ * gets its record number, as ultralytics would use the stem string, which COCO cannot take.
+ */
+static int read_image_ids(const struct ffr_reader *r, const struct trn_val_opts *o, int64_t *ids,
+                          char *err, size_t err_cap)
+{
+    const uint64_t n = ffr_reader_count(r);
+    struct ffr_decoder *dec = NULL;
+    int rc = ffr_decoder_create(&dec);
+    if (rc < 0) {
+        say(err, err_cap, "reading image ids: %s", ffr_strerror(rc));
+        return rc;
+    }
+    void *buf = NULL;
+    size_t cap = 0;
+    uint64_t fallback = 0;
+    for (uint64_t i = 0; i < n && rc == 0; i++) {
+        struct ffr_record_info ri;
+        rc = ffr_reader_info(r, i, &ri);
+        if (rc < 0) break;
+        if (ri.raw_len > cap) {
+            void *nb = realloc(buf, ri.raw_len);
+            if (!nb) {
+                rc = -ENOMEM;
+                break;
+            }
+            buf = nb;
+            cap = ri.raw_len;
+        }
+        const int64_t got = ffr_reader_read(r, dec, i, buf, cap);
+        if (got < 0) {
+            rc = (int)got;
+            say(err, err_cap, "record %" PRIu64 ": %s", i, ffr_strerror(rc));
+            break;
+        }
+        struct ffr_det_sample s;
+        rc = ffr_det_decode(buf, (size_t)got, &s);
+        if (rc < 0) {
+            say(err, err_cap, "record %" PRIu64 ": not a detection sample: %s", i,
+                ffr_strerror(rc));
+            break;
+        }
+        ids[i] = s.image_id;
+        if (s.image_id < 0) {
+            ids[i] = (int64_t)i;
+            fallback++;
+        }
+    }
+    if (rc == -ENOMEM) say(err, err_cap, "reading image ids: out of memory");
+    if (rc == 0 && fallback)
+        logf_(o,
+              "%" PRIu64 " records have no numeric image id: their record numbers are used as "
+              "image_id in the json",
+              fallback);
+    free(buf);
+    ffr_decoder_destroy(dec);
+    return rc;
+}
+
+/* Everything one run holds; freed by state_free. */
+struct state {
+    struct trn_loader *loader;
+    struct trn_net *net;
+    int net_h, net_w;
+    struct trn_nms *nms;
+    struct trn_val_stats *stats;
+    struct trn_confusion *cm;
+    float *stage;             /* micro x 3 x max_h x max_w */
+    struct trn_det *dets;     /* max_det */
+    struct trn_label *labels; /* label_cap */
+    size_t label_cap;
+    float *plot_rows; /* 7 floats per detection of a plotted batch */
+    size_t plot_cap, n_plot;
+    int64_t *ids;      /* save_json: image id per record */
+    uint8_t *seen_rec; /* save_json: records validated */
+    size_t coco_cap;
+};
+
+static void state_free(struct state *s)
+{
+    trn_loader_destroy(s->loader);
+    trn_net_destroy(s->net);
+    trn_nms_destroy(s->nms);
+    trn_val_stats_destroy(s->stats);
+    trn_confusion_destroy(s->cm);
+    free(s->stage);
+    free(s->dets);
+    free(s->labels);
+    free(s->plot_rows);
+    free(s->ids);
+    free(s->seen_rec);
+}
+
+static int check_opts(const struct trn_val_opts *o, int nc, char *err, size_t err_cap)
+{
+    if (o->img_size < 32 || o->batch_size < 1 || o->micro_batch < 1 ||
+        o->micro_batch > o->batch_size || !(o->conf_thres >= 0 && o->conf_thres < 1) ||
+        !(o->iou_thres >= 0 && o->iou_thres <= 1) || o->max_det < 1 || o->max_batches < 0) {
+        say(err, err_cap, "bad validation options");
+        return -EINVAL;
+    }
+    if (o->save_json && o->coco91 && nc > 80) {
+        say(err, err_cap, "COCO 91-id mapping asked for a model with %d classes (at most 80)", nc);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* The labels of batch image i, in the original image's pixels (val.py's labelsn). */
+static int image_labels(struct state *s, const struct trn_batch *b, int i, int nc, double gain,
+                        int *n_out, char *err, size_t err_cap)
+{
+    int n = 0;
+    for (size_t t = 0; t < b->n_targets; t++) {
+        const float *row = b->targets + 6 * t;
+        if ((int)row[0] != i) continue;
+        const float c = row[1];
+        if (!(c >= 0 && c < (float)nc)) {
+            say(err, err_cap, "record %" PRIu64 ": label class %g is not one of the model's %d",
+                b->info[i].index, (double)c, nc);
+            return -EINVAL;
+        }
+        if ((size_t)n == s->label_cap) {
+            const size_t cap = s->label_cap ? 2 * s->label_cap : 64;
+            struct trn_label *nl = realloc(s->labels, cap * sizeof *nl);
+            if (!nl) return -ENOMEM;
+            s->labels = nl;
+            s->label_cap = cap;
+        }
+        /* targets[:, 2:] *= [width, height] in float32, then xywh2xyxy and scale_boxes */
+        const float xywh[4] = { row[2] * (float)b->width, row[3] * (float)b->height,
+                                row[4] * (float)b->width, row[5] * (float)b->height };
+        float xyxy[4];
+        trn_xywh2xyxy(xywh, xyxy);
+        const struct trn_batch_image *bi = &b->info[i];
+        trn_scale_box(xyxy, gain, bi->pad_w, bi->pad_h, (int)bi->w0, (int)bi->h0);
+        struct trn_label *L = &s->labels[n++];
+        L->cls = (int)c;
+        L->x1 = xyxy[0];
+        L->y1 = xyxy[1];
+        L->x2 = xyxy[2];
+        L->y2 = xyxy[3];
+    }
+    *n_out = n;
+    return 0;
+}
+
+static int add_coco(struct state *s, struct trn_val_result *res, const struct trn_val_opts *o,
+                    int64_t image_id, size_t nd)
+{
+    if (res->n_coco + nd > s->coco_cap) {
+        size_t cap = s->coco_cap ? s->coco_cap : 4096;
+        while (cap < res->n_coco + nd)
+            cap *= 2;
+        struct trn_coco_det *nc = realloc(res->coco, cap * sizeof *nc);
+        if (!nc) return -ENOMEM;
+        res->coco = nc;
+        s->coco_cap = cap;
+    }
+    for (size_t k = 0; k < nd; k++) {
+        const int cls = s->dets[k].cls;
+        const int cat = o->coco91 ? trn_coco80_to_coco91(cls) : cls;
+        trn_coco_det_from(&s->dets[k], image_id, cat, &res->coco[res->n_coco++]);
+    }
+    return 0;
+}
+
+/* One batch image after the forward: NMS, mapping back, stats, json, plot rows. */
+static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_val_result *res,
+                      const struct trn_batch *b, int i, const float *pred, int rows, int no, int nc,
+                      bool plot, char *err, size_t err_cap)
+{
+    const struct trn_batch_image *bi = &b->info[i];
+    struct trn_nms_opts no_;
+    trn_nms_opts_default(&no_);
+    no_.conf_thres = o->conf_thres;
+    no_.iou_thres = o->iou_thres;
+    no_.max_det = o->max_det;
+    const int nd =
+        trn_nms_run(s->nms, pred, (size_t)rows, (size_t)no, nc, &no_, s->dets, (size_t)o->max_det);
+    if (nd < 0) {
+        say(err, err_cap, "NMS of record %" PRIu64 ": %s", bi->index, trn_nms_strerror(nd));
+        return nd;
+    }
+    if (plot && nd > 0) {
+        if (s->n_plot + (size_t)nd > s->plot_cap) {
+            size_t cap = s->plot_cap ? s->plot_cap : 1024;
+            while (cap < s->n_plot + (size_t)nd)
+                cap *= 2;
+            float *nr = realloc(s->plot_rows, cap * 7 * sizeof *nr);
+            if (!nr) return -ENOMEM;
+            s->plot_rows = nr;
+            s->plot_cap = cap;
+        }
+        trn_val_dets_to_rows(s->dets, (size_t)nd, i, s->plot_rows + 7 * s->n_plot);
+        s->n_plot += (size_t)nd;
+    }
+    /* shapes[si][1][0][0] = h / h0: the record's load_image resize (the letterbox ratio is 1 in
+     * validation; kept as a factor so that any other value is still honoured) */
+    if (bi->h0 < 1 || bi->w0 < 1 || bi->h < 1) {
+        say(err, err_cap, "record %" PRIu64 ": bad image size", bi->index);
+        return -EINVAL;
+    }
+    const double gain = (double)bi->ratio_h * ((double)bi->h / (double)bi->h0);
+    int nl = 0;
+    int rc = image_labels(s, b, i, nc, gain, &nl, err, err_cap);
+    if (rc < 0) {
+        if (rc == -ENOMEM) say(err, err_cap, "out of memory");
+        return rc;
+    }
+    rc = trn_scale_dets(s->dets, (size_t)nd, gain, bi->pad_w, bi->pad_h, (int)bi->w0, (int)bi->h0);
+    if (rc == 0) rc = trn_val_stats_add(s->stats, s->dets, (size_t)nd, s->labels, (size_t)nl);
+    if (rc == 0) rc = trn_confusion_add(s->cm, s->dets, (size_t)nd, s->labels, (size_t)nl);
+    if (rc < 0) {
+        say(err, err_cap, "record %" PRIu64 ": metrics: %s", bi->index, trn_metrics_strerror(rc));
+        return rc;
+    }
+    res->n_dets += nd;
+    if (o->save_json) {
+        s->seen_rec[bi->index] = 1;
+        rc = add_coco(s, res, o, s->ids[bi->index], (size_t)nd);
+        if (rc < 0) {
+            say(err, err_cap, "out of memory");
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int ensure_net(struct state *s, struct trn_model *m, const struct trn_val_opts *o, int h,
+                      int w, char *err, size_t err_cap)
+{
+    if (s->net && s->net_h == h && s->net_w == w) return 0;
+    trn_net_destroy(s->net);
+    s->net = NULL;
+    struct trn_net_opts no;
+    trn_net_opts_default(&no);
+    no.train = false;
+    no.threads = o->threads;
+    char msg[256] = "";
+    const int rc = trn_net_create(m, o->micro_batch, h, w, &no, &s->net, msg, sizeof msg);
+    if (rc < 0) {
+        say(err, err_cap, "network at %dx%d: %s", w, h, msg[0] ? msg : trn_net_strerror(rc));
+        return rc;
+    }
+    s->net_h = h;
+    s->net_w = w;
+    return 0;
+}
+
+static int plot_batch(struct state *s, const struct trn_val_opts *o, struct trn_val_result *res,
+                      const struct trn_batch *b, uint64_t step, char *err, size_t err_cap)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/val_batch%" PRIu64 "_labels.jpg", o->plot_dir, step);
+    int rc = trn_plot_batch(b, o->names, path, err, err_cap);
+    if (rc == 0) {
+        res->plots_written++;
+        snprintf(path, sizeof path, "%s/val_batch%" PRIu64 "_pred.jpg", o->plot_dir, step);
+        rc = trn_plot_preds(b, s->plot_rows, s->n_plot, o->names, path, err, err_cap);
+        if (rc == 0) res->plots_written++;
+    }
+    return rc;
+}
+
+int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct trn_val_opts *o_in,
+                struct trn_val_result *res, char *err, size_t err_cap)
+{
+    if (err && err_cap) err[0] = '\0';
+    if (!res) return -EINVAL;
+    memset(res, 0, sizeof *res);
+    if (!m || !r) {
+        say(err, err_cap, "no model or dataset");
+        return -EINVAL;
+    }
+    struct trn_val_opts o;
+    if (o_in)
+        o = *o_in;
+    else
+        trn_val_opts_default(&o);
+    const struct trn_model_info *mi = trn_model_info(m);
+    const int nc = mi->nc, no = mi->no;
+    int rc = check_opts(&o, nc, err, err_cap);
+    if (rc < 0) return rc;
+    res->nc = nc;
+    int gs = 32;
+    for (int l = 0; l < mi->nl; l++)
+        if (mi->stride[l] > gs) gs = mi->stride[l];
+
+    struct state s;
+    memset(&s, 0, sizeof s);
+    const uint64_t n_records = ffr_reader_count(r);
+    if (o.save_json) {
+        s.ids = malloc((n_records ? n_records : 1) * sizeof *s.ids);
+        s.seen_rec = calloc(n_records ? n_records : 1, 1);
+        if (!s.ids || !s.seen_rec) {
+            rc = -ENOMEM;
+            say(err, err_cap, "out of memory");
+            goto out;
+        }
+        rc = read_image_ids(r, &o, s.ids, err, err_cap);
+        if (rc < 0) goto out;
+    }
+
+    struct trn_loader_opts lo;
+    trn_loader_opts_default(&lo);
+    lo.mode = TRN_LOADER_VAL;
+    lo.img_size = o.img_size;
+    lo.batch_size = o.batch_size;
+    lo.workers = o.workers;
+    lo.rect = o.rect;
+    lo.stride = gs;
+    lo.rect_pad = 0.5;
+    lo.pixels = TRN_PIXELS_F32;
+    lo.bad_records = TRN_BAD_RECORD_FAIL;
+    lo.log = o.log;
+    lo.log_ctx = o.log_ctx;
+    char msg[512] = "";
+    rc = trn_loader_create(r, &lo, &s.loader, msg, sizeof msg);
+    if (rc < 0) {
+        say(err, err_cap, "%s", msg[0] ? msg : trn_loader_strerror(rc));
+        goto out;
+    }
+    struct trn_loader_info li;
+    trn_loader_info(s.loader, &li);
+    const size_t stage_len =
+        (size_t)o.micro_batch * 3 * (size_t)li.max_height * (size_t)li.max_width;
+    s.stage = malloc(stage_len * sizeof *s.stage);
+    s.dets = malloc((size_t)o.max_det * sizeof *s.dets);
+    if (!s.stage || !s.dets) {
+        rc = -ENOMEM;
+        say(err, err_cap, "out of memory");
+        goto out;
+    }
+    if ((rc = trn_nms_create(&s.nms)) < 0 || (rc = trn_val_stats_create(nc, &s.stats)) < 0 ||
+        (rc = trn_confusion_create(nc, 0.25f, 0.45f, &s.cm)) < 0) {
+        say(err, err_cap, "%s", trn_metrics_strerror(rc));
+        goto out;
+    }
+
+    uint64_t steps = li.steps;
+    if (o.max_batches > 0 && (uint64_t)o.max_batches < steps) steps = (uint64_t)o.max_batches;
+    double t_pre = 0, t_inf = 0, t_nms = 0;
+    for (uint64_t step = 0; step < steps; step++) {
+        double t0 = now_ms();
+        struct trn_batch b;
+        rc = trn_loader_next(s.loader, &b);
+        if (rc < 0) {
+            say(err, err_cap, "%s", trn_loader_error(s.loader));
+            goto out;
+        }
+        double t1 = now_ms();
+        t_pre += t1 - t0;
+        const bool plot = o.plot_dir && step < TRN_VAL_PLOT_BATCHES;
+        s.n_plot = 0;
+        rc = ensure_net(&s, m, &o, b.height, b.width, err, err_cap);
+        if (rc < 0) goto out;
+        const size_t img_len = 3 * (size_t)b.height * (size_t)b.width;
+        for (int c0 = 0; c0 < b.n; c0 += o.micro_batch) {
+            const int cn = b.n - c0 < o.micro_batch ? b.n - c0 : o.micro_batch;
+            t0 = now_ms();
+            memcpy(s.stage, (const float *)b.images + (size_t)c0 * img_len,
+                   (size_t)cn * img_len * sizeof(float));
+            /* a short last chunk: the spare images are zeros, computed and ignored */
+            if (cn < o.micro_batch)
+                memset(s.stage + (size_t)cn * img_len, 0,
+                       (size_t)(o.micro_batch - cn) * img_len * sizeof(float));
+            const float *out = NULL;
+            int rows = 0;
+            rc = trn_net_infer(s.net, s.stage, &out, &rows);
+            if (rc < 0) {
+                say(err, err_cap, "forward of step %" PRIu64 ": %s", step, trn_net_strerror(rc));
+                goto out;
+            }
+            t1 = now_ms();
+            t_inf += t1 - t0;
+            for (int k = 0; k < cn; k++) {
+                rc = post_image(&s, &o, res, &b, c0 + k, out + (size_t)k * (size_t)rows * no, rows,
+                                no, nc, plot, err, err_cap);
+                if (rc < 0) goto out;
+            }
+            t_nms += now_ms() - t1;
+        }
+        if (plot) {
+            rc = plot_batch(&s, &o, res, &b, step, err, err_cap);
+            if (rc < 0) goto out;
+        }
+    }
+
+    res->seen = trn_val_stats_seen(s.stats);
+    rc = trn_val_stats_compute(s.stats, &res->ap);
+    if (rc < 0) {
+        say(err, err_cap, "ap_per_class: %s", trn_metrics_strerror(rc));
+        goto out;
+    }
+    res->n_labels = res->ap.n_labels;
+    res->mp = res->ap.mp;
+    res->mr = res->ap.mr;
+    res->map50 = res->ap.map50;
+    res->map = res->ap.map5095;
+    res->fitness = trn_fitness(res->mp, res->mr, res->map50, res->map);
+    const size_t cm_len = (size_t)(nc + 1) * (size_t)(nc + 1);
+    res->confusion = malloc(cm_len * sizeof *res->confusion);
+    if (!res->confusion) {
+        rc = -ENOMEM;
+        say(err, err_cap, "out of memory");
+        goto out;
+    }
+    memcpy(res->confusion, trn_confusion_matrix(s.cm), cm_len * sizeof *res->confusion);
+    if (res->seen > 0) {
+        res->ms_pre = t_pre / res->seen;
+        res->ms_infer = t_inf / res->seen;
+        res->ms_nms = t_nms / res->seen;
+    }
+    if (o.save_json) {
+        size_t n = 0;
+        for (uint64_t i = 0; i < n_records; i++)
+            if (s.seen_rec[i]) n++;
+        res->image_ids = malloc((n ? n : 1) * sizeof *res->image_ids);
+        if (!res->image_ids) {
+            rc = -ENOMEM;
+            say(err, err_cap, "out of memory");
+            goto out;
+        }
+        n = 0;
+        for (uint64_t i = 0; i < n_records; i++)
+            if (s.seen_rec[i]) res->image_ids[n++] = s.ids[i];
+        qsort(res->image_ids, n, sizeof *res->image_ids, cmp_i64);
+        size_t u = 0;
+        for (size_t i = 0; i < n; i++)
+            if (u == 0 || res->image_ids[i] != res->image_ids[u - 1])
+                res->image_ids[u++] = res->image_ids[i];
+        res->n_image_ids = u;
+    }
+    rc = 0;
+out:
+    state_free(&s);
+    return rc;
+}

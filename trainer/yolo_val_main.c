@@ -1,0 +1,707 @@
+/*
+ * yolo-val: ultralytics' val.py (task val) on ffr records, on the CPU in float32.
+ *
+ *   yolo-val --records val.ffr --weights W [--cfg yolov5n] --img 640 --batch-size 32
+ *            --conf-thres 0.001 --iou-thres 0.6 --max-det 300 [--workers N] [--json]
+ *            [--save-json [--data instances.json]] [--verbose] [--project runs/val --name exp]
+ *
+ * W is an ultralytics .pt (its ema, else model; the architecture from the yaml it carries
+ * unless --cfg) or one of our checkpoints (docs/checkpoint.md: the EMA weights). Without
+ * --weights, --cfg gives a model with the deterministic initial weights (seed 0): a smoke run.
+ * Prints val.py's table ("all" first; per class with --verbose or fewer than 50 classes) and
+ * speed line; --json prints one object on stdout instead (the table then goes to stderr).
+ * --save-json writes DIR/<weights stem>_predictions.json as val.py does (COCO 91 ids for 80-class
+ * models) and, with --data, prints pycocotools' 12 summary lines from our COCOeval.
+ *
+ * Exit status: 0 done, 1 a file or dataset problem, 2 a bad command line.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cairo.h>
+#include <fontconfig/fontconfig.h>
+
+#include "cocoeval.h"
+#include "ffr.h"
+#include "model.h"
+#include "plots.h"
+#include "ptload.h"
+#include "val.h"
+
+#ifndef TRN_MODELS_DIR
+#define TRN_MODELS_DIR "trainer/models"
+#endif
+
+#define PROG "yolo-val"
+#define HINT "hint: " PROG " --help lists the options"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " --records FILE --weights W [options]\n"
+            "Validate a YOLOv5 model on ffr records (yolo-pack output) as ultralytics' val.py.\n\n"
+            "  --records FILE        validation dataset (ffr, packed at --img; --interp area)\n"
+            "  --weights W           ultralytics .pt, or our checkpoint (.ckpt); without it,\n"
+            "                        --cfg with the deterministic initial weights\n"
+            "  --cfg MODEL           model yaml (path or yolov5n/s/m/l/x); default: from W\n"
+            "  --img N               image size the records were packed at (default 640;\n"
+            "                        also --imgsz, --img-size)\n"
+            "  --batch-size N        rect batch size (default 32)\n"
+            "  --conf-thres X        confidence threshold (default 0.001)\n"
+            "  --iou-thres X         NMS IoU threshold (default 0.6)\n"
+            "  --max-det N           detections per image (default 300)\n"
+            "  --workers N           loader threads (default 0 = min(cores, 8))\n"
+            "  --threads N           compute threads (default 0: OpenBLAS's own)\n"
+            "  --micro-batch N       images per forward (memory only; default 4)\n"
+            "  --task val            the only task supported\n"
+            "  --json                print the metrics as one JSON object on stdout\n"
+            "  --save-json           write DIR/<weights>_predictions.json (COCO results)\n"
+            "  --data FILE           with --save-json: COCO annotations; run COCOeval\n"
+            "  --verbose             per-class rows for any number of classes\n"
+            "  --no-plots            do not write val_batchK_labels.jpg / _pred.jpg\n"
+            "  --project DIR         save to DIR/NAME (default runs/val)\n"
+            "  --name NAME           run name (default exp; exp2, ... when taken)\n"
+            "  --exist-ok            reuse DIR/NAME\n"
+            "  -h, --help            this help\n");
+}
+
+struct args {
+    const char *records, *weights, *cfg, *data, *task, *project, *name;
+    long img, batch, max_det, workers, threads, micro;
+    double conf, iou;
+    bool json, save_json, verbose, no_plots, exist_ok, help;
+};
+
+static int bad(const char *fmt, const char *a)
+{
+    fprintf(stderr, PROG ": ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, "\n" HINT "\n");
+    return 2;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* argparse style: --flag VALUE or --flag=VALUE. Returns 0 or the exit status 2. */
+static int parse_args(int argc, char **argv, struct args *A)
+{
+    memset(A, 0, sizeof *A);
+    A->project = "runs/val";
+    A->name = "exp";
+    A->task = "val";
+    A->img = 640;
+    A->batch = 32;
+    A->max_det = 300;
+    A->micro = 4;
+    A->conf = 0.001;
+    A->iou = 0.6;
+    static const struct {
+        const char *name;
+        int kind; /* 0 flag, 1 string, 2 integer, 3 number */
+        long lo, hi;
+    } opts[] = {
+        { "--records", 1, 0, 0 },       { "--weights", 1, 0, 0 },
+        { "--cfg", 1, 0, 0 },           { "--data", 1, 0, 0 },
+        { "--task", 1, 0, 0 },          { "--project", 1, 0, 0 },
+        { "--name", 1, 0, 0 },          { "--img", 2, 32, 16383 },
+        { "--imgsz", 2, 32, 16383 },    { "--img-size", 2, 32, 16383 },
+        { "--batch-size", 2, 1, 4096 }, { "--max-det", 2, 1, 100000 },
+        { "--workers", 2, 0, 256 },     { "--threads", 2, 0, 256 },
+        { "--micro-batch", 2, 1, 256 }, { "--conf-thres", 3, 0, 0 },
+        { "--iou-thres", 3, 0, 0 },     { "--json", 0, 0, 0 },
+        { "--save-json", 0, 0, 0 },     { "--verbose", 0, 0, 0 },
+        { "--no-plots", 0, 0, 0 },      { "--exist-ok", 0, 0, 0 },
+        { "--help", 0, 0, 0 },          { "-h", 0, 0, 0 },
+    };
+    const size_t n_opts = sizeof opts / sizeof opts[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        char key[64];
+        const char *eq = strchr(a, '=');
+        const char *val = NULL;
+        if (eq && !strncmp(a, "--", 2) && (size_t)(eq - a) < sizeof key) {
+            memcpy(key, a, (size_t)(eq - a));
+            key[eq - a] = '\0';
+            val = eq + 1;
+        } else {
+            snprintf(key, sizeof key, "%s", a);
+        }
+        size_t k = 0;
+        while (k < n_opts && strcmp(opts[k].name, key))
+            k++;
+        if (k == n_opts) return bad("unknown option '%s'", a);
+        if (opts[k].kind == 0) {
+            if (val) return bad("%s takes no value", key);
+            if (!strcmp(key, "--json")) A->json = true;
+            if (!strcmp(key, "--save-json")) A->save_json = true;
+            if (!strcmp(key, "--verbose")) A->verbose = true;
+            if (!strcmp(key, "--no-plots")) A->no_plots = true;
+            if (!strcmp(key, "--exist-ok")) A->exist_ok = true;
+            if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
+            continue;
+        }
+        if (!val) {
+            if (i + 1 >= argc) return bad("%s needs a value", key);
+            val = argv[++i];
+        }
+        if (opts[k].kind == 2) {
+            long v;
+            if (parse_long(val, opts[k].lo, opts[k].hi, &v) < 0) {
+                fprintf(stderr,
+                        PROG ": %s: bad value '%s' (a whole number in [%ld, %ld])\n" HINT "\n", key,
+                        val, opts[k].lo, opts[k].hi);
+                return 2;
+            }
+            if (!strncmp(key, "--img", 5)) A->img = v;
+            if (!strcmp(key, "--batch-size")) A->batch = v;
+            if (!strcmp(key, "--max-det")) A->max_det = v;
+            if (!strcmp(key, "--workers")) A->workers = v;
+            if (!strcmp(key, "--threads")) A->threads = v;
+            if (!strcmp(key, "--micro-batch")) A->micro = v;
+            continue;
+        }
+        if (opts[k].kind == 3) {
+            double v;
+            const bool conf = !strcmp(key, "--conf-thres");
+            if (parse_double(val, 0, conf ? 0.999999 : 1, &v) < 0) {
+                fprintf(stderr, PROG ": %s: bad value '%s' (a number in [0, %s])\n" HINT "\n", key,
+                        val, conf ? "1)" : "1");
+                return 2;
+            }
+            if (conf)
+                A->conf = v;
+            else
+                A->iou = v;
+            continue;
+        }
+        if (!val[0]) return bad("%s needs a non-empty value", key);
+        if (!strcmp(key, "--records")) A->records = val;
+        if (!strcmp(key, "--weights")) A->weights = val;
+        if (!strcmp(key, "--cfg")) A->cfg = val;
+        if (!strcmp(key, "--data")) A->data = val;
+        if (!strcmp(key, "--task")) A->task = val;
+        if (!strcmp(key, "--project")) A->project = val;
+        if (!strcmp(key, "--name")) A->name = val;
+    }
+    if (A->help) return 0;
+    if (strcmp(A->task, "val"))
+        return bad("--task %s: only 'val' is supported (train/test splits are separate record "
+                   "files: pass them with --records)",
+                   A->task);
+    if (!A->records) return bad("--records FILE is required%s", "");
+    if (!A->weights && !A->cfg)
+        return bad("--weights W (or --cfg MODEL for initial weights)%s", "");
+    if (A->data && !A->save_json) return bad("--data needs --save-json%s", "");
+    if (A->micro > A->batch) A->micro = A->batch;
+    return 0;
+}
+
+static void log_cb(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, PROG ": %s\n", msg);
+}
+
+/* mkdir -p. Returns 0 or -errno. */
+static int mkdirs(const char *path)
+{
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return -ENAMETOOLONG;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0777) < 0 && errno != EEXIST) return -errno;
+        *s = '/';
+    }
+    if (mkdir(p, 0777) < 0 && errno != EEXIST) return -errno;
+    return 0;
+}
+
+/* ultralytics' increment_path(Path(project) / name, exist_ok, mkdir=True). */
+static int run_dir(const struct args *A, char *dst, size_t cap)
+{
+    struct stat st;
+    if (snprintf(dst, cap, "%s/%s", A->project, A->name) >= (int)cap) return -ENAMETOOLONG;
+    if (!A->exist_ok && stat(dst, &st) == 0) {
+        for (int n = 2; n < 10000; n++) {
+            if (snprintf(dst, cap, "%s/%s%d", A->project, A->name, n) >= (int)cap)
+                return -ENAMETOOLONG;
+            if (stat(dst, &st) != 0) break;
+        }
+    }
+    return mkdirs(dst);
+}
+
+/* The value of a top-level "key: value" line of metadata text into dst ("" when absent). */
+static void meta_value(const char *meta, size_t len, const char *key, char *dst, size_t cap)
+{
+    dst[0] = '\0';
+    const size_t kl = strlen(key);
+    size_t i = 0;
+    while (i < len) {
+        size_t e = i;
+        while (e < len && meta[e] != '\n')
+            e++;
+        if (e - i > kl + 1 && !memcmp(meta + i, key, kl) && meta[i + kl] == ':') {
+            size_t v = i + kl + 1;
+            while (v < e && meta[v] == ' ')
+                v++;
+            size_t n = e - v < cap - 1 ? e - v : cap - 1;
+            memcpy(dst, meta + v, n);
+            dst[n] = '\0';
+            return;
+        }
+        i = e + 1;
+    }
+}
+
+static bool ends_with(const char *s, const char *suf)
+{
+    const size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Model from a yaml text or --cfg. Returns 0 or 1 (message printed). */
+static int model_from(const struct args *A, const char *yaml, size_t len, const char *yname, int nc,
+                      struct trn_model **m)
+{
+    struct trn_model_opts mo;
+    trn_model_opts_default(&mo);
+    mo.nc = nc;
+    char err[512] = "";
+    int rc;
+    if (A->cfg) {
+        char path[4096];
+        if (trn_model_cfg_find(A->cfg, TRN_MODELS_DIR, path, sizeof path)) {
+            fprintf(stderr,
+                    PROG ": %s: model yaml not found\nhint: give a path, or a name from "
+                         "trainer/models (yolov5n/s/m/l/x), or set FFYOLO_MODELS_DIR\n",
+                    A->cfg);
+            return 1;
+        }
+        rc = trn_model_load(path, &mo, m, err, sizeof err);
+    } else {
+        rc = trn_model_parse(yaml, len, yname, &mo, m, err, sizeof err);
+    }
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_model_strerror(rc));
+        return 1;
+    }
+    return 0;
+}
+
+/* An ultralytics .pt: architecture from its yaml (or --cfg), weights copied in. */
+static int load_pt(const struct args *A, int nc, struct trn_model **m)
+{
+    struct trn_pt *pt = NULL;
+    char err[512] = "";
+    int rc = trn_pt_open(A->weights, &pt, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_pt_strerror(rc));
+        return 1;
+    }
+    char *yaml = NULL;
+    int len = 0;
+    if (!A->cfg) {
+        len = trn_pt_model_yaml(pt, NULL, NULL, 0);
+        yaml = len >= 0 ? malloc((size_t)len + 1) : NULL;
+        if (!yaml) {
+            fprintf(stderr, PROG ": %s: no model yaml in the checkpoint (%s)\nhint: pass --cfg\n",
+                    A->weights, len < 0 ? trn_pt_strerror(len) : "out of memory");
+            trn_pt_close(pt);
+            return 1;
+        }
+        trn_pt_model_yaml(pt, NULL, yaml, (size_t)len + 1);
+    }
+    /* ultralytics asserts the weights' classes equal the dataset's: no override here */
+    (void)nc;
+    rc = model_from(A, yaml, (size_t)len, A->weights, 0, m);
+    free(yaml);
+    if (rc == 0) {
+        struct trn_pt_match mt;
+        const int c = trn_pt_copy_into_model(pt, NULL, *m, &mt, err, sizeof err);
+        if (c < 0) {
+            fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_pt_strerror(c));
+            trn_model_destroy(*m);
+            *m = NULL;
+            rc = 1;
+        }
+    }
+    trn_pt_close(pt);
+    return rc;
+}
+
+/* Read record k of a checkpoint whose summary must be `name`, exactly `bytes` long. */
+static int ckpt_record(const struct ffr_reader *r, uint64_t k, const char *name, void *dst,
+                       size_t bytes, char **text, size_t *text_len)
+{
+    struct ffr_record_info ri;
+    if (ffr_reader_info(r, k, &ri) < 0 || ri.summary_len != strlen(name) ||
+        memcmp(ri.summary, name, ri.summary_len))
+        return -EINVAL;
+    if (text) {
+        *text = malloc((size_t)ri.raw_len + 1);
+        if (!*text) return -ENOMEM;
+        dst = *text;
+        bytes = ri.raw_len;
+    }
+    if (ri.raw_len != bytes) return -EINVAL;
+    const int64_t got = ffr_reader_read(r, NULL, k, dst, bytes);
+    if (got < 0) return (int)got;
+    if (text) {
+        (*text)[got] = '\0';
+        *text_len = (size_t)got;
+    }
+    return 0;
+}
+
+/*
+ * Our checkpoint (trainer/train.h, docs/checkpoint.md): an ffr file with metadata
+ * "format: ffyolo-ckpt-1"; records 3 "ema.param", 4 "ema.buffer", 2 "model.count" and
+ * 8 "model.yaml"; nc from the metadata. Returns 0, 1 (message printed) or -1: not a checkpoint.
+ */
+static int load_ckpt(const struct args *A, struct trn_model **m)
+{
+    struct ffr_reader *r = NULL;
+    char err[512] = "";
+    if (ffr_reader_open(&r, A->weights, NULL, err, sizeof err) < 0) return -1;
+    size_t mlen = 0;
+    const char *meta = ffr_reader_metadata(r, &mlen);
+    char fmt[64], ncs[32];
+    meta_value(meta, mlen, "format", fmt, sizeof fmt);
+    if (strcmp(fmt, "ffyolo-ckpt-1")) {
+        ffr_reader_close(r);
+        return -1;
+    }
+    meta_value(meta, mlen, "nc", ncs, sizeof ncs);
+    long nc = 0;
+    if (ncs[0] && parse_long(ncs, 1, 65536, &nc) < 0) nc = 0;
+    char *yaml = NULL;
+    size_t ylen = 0;
+    int rc = ckpt_record(r, 8, "model.yaml", NULL, 0, &yaml, &ylen);
+    if (rc == 0) rc = model_from(A, yaml, ylen, A->weights, (int)nc, m) ? -EINVAL : 0;
+    free(yaml);
+    if (rc == 0) {
+        const struct trn_model_info *mi = trn_model_info(*m);
+        rc = ckpt_record(r, 3, "ema.param", trn_model_arena(*m, TRN_ARENA_PARAM),
+                         mi->arena_len[TRN_ARENA_PARAM] * sizeof(float), NULL, NULL);
+        if (rc == 0)
+            rc = ckpt_record(r, 4, "ema.buffer", trn_model_arena(*m, TRN_ARENA_BUFFER),
+                             mi->arena_len[TRN_ARENA_BUFFER] * sizeof(float), NULL, NULL);
+        if (rc == 0)
+            rc = ckpt_record(r, 2, "model.count", trn_model_arena(*m, TRN_ARENA_COUNT),
+                             mi->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t), NULL, NULL);
+        if (rc < 0)
+            fprintf(stderr, PROG ": %s: checkpoint records do not fit the model (%s)\n", A->weights,
+                    rc == -EINVAL ? "names or sizes differ" : ffr_strerror(rc));
+    }
+    ffr_reader_close(r);
+    if (rc < 0) {
+        trn_model_destroy(*m);
+        *m = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+static const char *class_name(const struct trn_plot_names *names, int c, char *buf, size_t cap)
+{
+    if (c >= 0 && c < names->n && names->names[c]) return names->names[c];
+    snprintf(buf, cap, "%d", c);
+    return buf;
+}
+
+/* val.py's table: header, "all", per class when verbose or nc < 50 (and nc > 1), speed. */
+static void print_table(FILE *f, const struct args *A, const struct trn_val_result *res,
+                        const struct trn_plot_names *names)
+{
+    fprintf(f, "%22s%11s%11s%11s%11s%11s%11s\n", "Class", "Images", "Instances", "P", "R", "mAP50",
+            "mAP50-95");
+    fprintf(f, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g\n", "all", res->seen, res->n_labels,
+            res->mp, res->mr, res->map50, res->map);
+    if (res->n_labels == 0)
+        fprintf(f, "WARNING: no labels found in val set, can not compute metrics without labels\n");
+    if ((A->verbose || res->nc < 50) && res->nc > 1) {
+        for (int i = 0; i < res->ap.n_cls; i++) {
+            char buf[16];
+            const int c = res->ap.cls[i];
+            fprintf(f, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g\n",
+                    class_name(names, c, buf, sizeof buf), res->seen, res->ap.nt[c], res->ap.p[i],
+                    res->ap.r[i], res->ap.ap50[i], res->ap.ap5095[i]);
+        }
+    }
+    fprintf(f,
+            "Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (%ld, 3, "
+            "%ld, %ld)\n",
+            res->ms_pre, res->ms_infer, res->ms_nms, A->batch, A->img, A->img);
+}
+
+/* A JSON number (non-finite as null). */
+static void jnum(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.17g", v);
+    else
+        fputs("null", f);
+}
+
+static void jstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void print_json(FILE *f, const struct args *A, const struct trn_val_result *res,
+                       const struct trn_plot_names *names, const double *coco)
+{
+    fprintf(f, "{\"images\": %d, \"instances\": %" PRId64 ", \"precision\": ", res->seen,
+            res->n_labels);
+    jnum(f, res->mp);
+    fputs(", \"recall\": ", f);
+    jnum(f, res->mr);
+    fputs(", \"map50\": ", f);
+    jnum(f, res->map50);
+    fputs(", \"map50_95\": ", f);
+    jnum(f, res->map);
+    fputs(", \"fitness\": ", f);
+    jnum(f, res->fitness);
+    fprintf(f, ", \"img\": %ld, \"conf_thres\": ", A->img);
+    jnum(f, A->conf);
+    fputs(", \"iou_thres\": ", f);
+    jnum(f, A->iou);
+    fprintf(f, ", \"detections\": %" PRId64 ", \"ms_per_image\": {\"pre\": ", res->n_dets);
+    jnum(f, res->ms_pre);
+    fputs(", \"inference\": ", f);
+    jnum(f, res->ms_infer);
+    fputs(", \"nms\": ", f);
+    jnum(f, res->ms_nms);
+    fputs("}, \"classes\": [", f);
+    for (int i = 0; i < res->ap.n_cls; i++) {
+        char buf[16];
+        const int c = res->ap.cls[i];
+        fprintf(f, "%s{\"class\": %d, \"name\": ", i ? ", " : "", c);
+        jstr(f, class_name(names, c, buf, sizeof buf));
+        fprintf(f, ", \"instances\": %" PRId64 ", \"precision\": ", res->ap.nt[c]);
+        jnum(f, res->ap.p[i]);
+        fputs(", \"recall\": ", f);
+        jnum(f, res->ap.r[i]);
+        fputs(", \"map50\": ", f);
+        jnum(f, res->ap.ap50[i]);
+        fputs(", \"map50_95\": ", f);
+        jnum(f, res->ap.ap5095[i]);
+        fputc('}', f);
+    }
+    fputc(']', f);
+    if (coco) {
+        fputs(", \"coco\": [", f);
+        for (int k = 0; k < TRN_COCO_NSTATS; k++) {
+            if (k) fputs(", ", f);
+            jnum(f, coco[k]);
+        }
+        fputc(']', f);
+    }
+    fputs("}\n", f);
+}
+
+/* pycocotools' COCOeval.summarize() lines. */
+static void print_coco(FILE *f, const double *s)
+{
+    static const struct {
+        bool ap;
+        const char *iou, *area;
+        int dets;
+    } rows[TRN_COCO_NSTATS] = {
+        { true, "0.50:0.95", "all", 100 },     { true, "0.50", "all", 100 },
+        { true, "0.75", "all", 100 },          { true, "0.50:0.95", "small", 100 },
+        { true, "0.50:0.95", "medium", 100 },  { true, "0.50:0.95", "large", 100 },
+        { false, "0.50:0.95", "all", 1 },      { false, "0.50:0.95", "all", 10 },
+        { false, "0.50:0.95", "all", 100 },    { false, "0.50:0.95", "small", 100 },
+        { false, "0.50:0.95", "medium", 100 }, { false, "0.50:0.95", "large", 100 },
+    };
+    for (int k = 0; k < TRN_COCO_NSTATS; k++)
+        fprintf(f, " %-18s %s @[ IoU=%-9s | area=%6s | maxDets=%3d ] = %0.3f\n",
+                rows[k].ap ? "Average Precision" : "Average Recall", rows[k].ap ? "(AP)" : "(AR)",
+                rows[k].iou, rows[k].area, rows[k].dets, s[k]);
+}
+
+/* val.py's save_json part: write the results list, then COCOeval with --data. */
+static int save_json(const struct args *A, const char *dir, const struct trn_val_result *res,
+                     FILE *out, double *stats, bool *have_stats)
+{
+    const char *base = A->weights ? strrchr(A->weights, '/') : NULL;
+    base = base ? base + 1 : A->weights ? A->weights : "init";
+    char stem[256];
+    snprintf(stem, sizeof stem, "%s", base);
+    char *dot = strrchr(stem, '.');
+    if (dot && dot != stem) *dot = '\0';
+    char path[PATH_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s_predictions.json", dir, stem);
+    FILE *f = fopen(path, "w");
+    int rc = f ? trn_coco_dets_write(f, res->coco, res->n_coco) : -errno;
+    if (f && fclose(f) != 0 && rc == 0) rc = -EIO;
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s: %s\n", path, strerror(-rc));
+        return 1;
+    }
+    fprintf(out, "\nsaved %zu detections to %s\n", res->n_coco, path);
+    if (!A->data) return 0;
+    struct trn_coco_gt gt;
+    char err[512] = "";
+    rc = trn_coco_gt_load(A->data, &gt, err, sizeof err);
+    if (rc == 0)
+        rc = trn_coco_eval(&gt, res->image_ids, res->n_image_ids, res->coco, res->n_coco, stats,
+                           err, sizeof err);
+    trn_coco_gt_free(&gt);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_coco_strerror(rc));
+        return 1;
+    }
+    fprintf(out, "COCOeval on %s (%zu images):\n", A->data, res->n_image_ids);
+    print_coco(out, stats);
+    *have_stats = true;
+    return 0;
+}
+
+static int run(const struct args *A)
+{
+    struct ffr_reader *r = NULL;
+    char err[768] = "";
+    int rc = ffr_reader_open(&r, A->records, NULL, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : ffr_strerror(rc));
+        return 1;
+    }
+    size_t mlen = 0;
+    const char *meta = ffr_reader_metadata(r, &mlen);
+    struct trn_plot_names names;
+    if (trn_plot_names_parse(meta, mlen, &names) < 0) {
+        fprintf(stderr, PROG ": out of memory\n");
+        ffr_reader_close(r);
+        return 1;
+    }
+    char interp[32];
+    meta_value(meta, mlen, "interp", interp, sizeof interp);
+    if (interp[0] && strcmp(interp, "area"))
+        fprintf(stderr,
+                PROG ": warning: %s was packed with --interp %s; ultralytics' val loader shrinks "
+                     "with INTER_AREA (yolo-pack --interp area)\n",
+                A->records, interp);
+    struct trn_model *m = NULL;
+    int ret = 1;
+    if (A->weights) {
+        struct stat st;
+        if (stat(A->weights, &st) != 0) {
+            fprintf(stderr, PROG ": %s: %s\n", A->weights, strerror(errno));
+            goto out;
+        }
+        rc = ends_with(A->weights, ".pt") ? -1 : load_ckpt(A, &m);
+        if (rc == 1) goto out;
+        if (rc < 0 && load_pt(A, names.n, &m)) goto out;
+    } else {
+        if (model_from(A, NULL, 0, NULL, names.n, &m)) goto out;
+        trn_model_init(m, 0);
+        fprintf(stderr, PROG ": no --weights: the initial weights of --cfg (seed 0)\n");
+    }
+    const struct trn_model_info *mi = trn_model_info(m);
+    if (names.n > 0 && names.n != mi->nc) {
+        fprintf(stderr,
+                PROG ": %s has %d classes, the model %d\nhint: weights trained on this dataset's "
+                     "classes are needed\n",
+                A->records, names.n, mi->nc);
+        goto out;
+    }
+    char dir[PATH_MAX - 64];
+    rc = run_dir(A, dir, sizeof dir);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": cannot create the run directory %s/%s: %s\n", A->project, A->name,
+                strerror(-rc));
+        goto out;
+    }
+    struct trn_val_opts vo;
+    trn_val_opts_default(&vo);
+    vo.img_size = (int)A->img;
+    vo.batch_size = (int)A->batch;
+    vo.micro_batch = (int)A->micro;
+    vo.workers = (unsigned)A->workers;
+    vo.threads = (int)A->threads;
+    vo.conf_thres = (float)A->conf;
+    vo.iou_thres = A->iou;
+    vo.max_det = (int)A->max_det;
+    vo.save_json = A->save_json;
+    vo.coco91 = mi->nc == 80;
+    vo.plot_dir = A->no_plots ? NULL : dir;
+    vo.names = &names;
+    vo.log = log_cb;
+    struct trn_val_result res;
+    rc = trn_val_run(m, r, &vo, &res, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s: %s\nhint: pack the dataset with yolo-pack --size %ld\n",
+                A->records, err[0] ? err : trn_val_strerror(rc), A->img);
+        trn_val_result_free(&res);
+        goto out;
+    }
+    FILE *tab = A->json ? stderr : stdout;
+    print_table(tab, A, &res, &names);
+    double stats[TRN_COCO_NSTATS];
+    bool have_stats = false;
+    ret = 0;
+    if (A->save_json) ret = save_json(A, dir, &res, tab, stats, &have_stats);
+    if (res.plots_written) fprintf(tab, "Results saved to %s\n", dir);
+    if (A->json && ret == 0) print_json(stdout, A, &res, &names, have_stats ? stats : NULL);
+    trn_val_result_free(&res);
+out:
+    trn_model_destroy(m);
+    trn_plot_names_free(&names);
+    ffr_reader_close(r);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    struct args A;
+    const int rc = parse_args(argc, argv, &A);
+    if (rc) return rc;
+    if (A.help) {
+        usage(stdout);
+        return 0;
+    }
+    const int ret = run(&A);
+    /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
+    cairo_debug_reset_static_data();
+    FcFini();
+    return ret;
+}
