@@ -510,7 +510,7 @@ static void test_samples(void)
         struct trn_aug_tile tiles[8];
         int total = 0;
         for (int t = 0; t < nt; t++) {
-            char p[32];
+            char p[64];
             snprintf(p, sizeof p, "sample/%d/tile%d", k, t);
             load_tile(&tb[t], p);
             tiles[t] = tb[t].t;
