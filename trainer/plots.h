@@ -97,6 +97,21 @@ int trn_plot_preds_render(const struct trn_batch *b, const float *preds, size_t 
 int trn_plot_preds(const struct trn_batch *b, const float *preds, size_t n_preds,
                    const struct trn_plot_names *names, const char *path, char *err, size_t err_cap);
 
+/*
+ * results.png as ultralytics' plot_results: the results.csv at csv_path (ultralytics' header and
+ * columns, spaces around fields allowed; column 0 the epoch) drawn as a 2 x 5 grid of panels,
+ * 2400 x 1200 pixels (12 x 6 inches at 200 dpi), in the order train/box_loss, train/obj_loss,
+ * train/cls_loss, metrics/precision, metrics/recall, val/box_loss, val/obj_loss, val/cls_loss,
+ * metrics/mAP_0.5, metrics/mAP_0.5:0.95 (csv columns 1 2 3 4 5 8 9 10 6 7), each the series
+ * against the epoch as a line with '.' markers and its gaussian_filter1d(sigma 3, mode
+ * 'reflect') smoothing dotted, titled with the column name; the legend in the second panel.
+ * Written as PNG to png_path. err: out, one line naming the file on error (may be NULL).
+ * Returns 0, -EINVAL (NULL path; a csv with fewer than 11 columns, a row with another field
+ * count or a field that is not a number, no rows), -ENOMEM, -EIO (cairo or a read error) or
+ * -errno opening the csv. Thread-safe as the other functions here.
+ */
+int trn_plot_results(const char *csv_path, const char *png_path, char *err, size_t err_cap);
+
 #ifdef __cplusplus
 }
 #endif

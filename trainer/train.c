@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include "net.h"
 #include "plots.h"
 #include "ptload.h"
+#include "val.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoints store arenas as raw little-endian bytes"
@@ -82,6 +84,7 @@ void trn_train_opts_default(struct trn_train_opts *o)
     o->epochs = 100;
     o->optimizer = TRN_OPTIM_SGD;
     o->device = "cpu";
+    o->patience = 100;
 }
 
 const char *trn_train_strerror(int rc)
@@ -424,6 +427,9 @@ struct run {
     int epoch;    /* position of the next batch */
     int64_t step; /* batch within the epoch */
     double best_fitness;
+    int best_epoch;              /* EarlyStopping's best_epoch: last epoch with fitness >= best */
+    struct ffr_reader *val_data; /* built-in validation's dataset, or NULL */
+    struct trn_plot_names val_names;
     double msum[3]; /* loss item sums of the epoch in progress */
     int64_t mcount; /* batches in msum */
     double lr[3];   /* lr of the last batch (x/lr0..2) */
@@ -528,6 +534,7 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
         fputc('\n', f);
     }
     yaml_num(f, "best_fitness", R->best_fitness);
+    fprintf(f, "best_epoch: %d\n", R->best_epoch);
     fprintf(f, "ema_updates: %" PRId64 "\noptim_steps: %" PRId64 "\nlast_opt_step: %" PRId64 "\n",
             trn_ema_updates(R->ema), c.steps, c.last_opt_step);
     yaml_num(f, "loss_sum_box", R->msum[0]);
@@ -809,6 +816,14 @@ static int resume_state(struct run *R, const struct ckpt *C, char *err, size_t c
         seterr(err, cap, "%s: checkpoint metadata lacks a counter", path);
         return -TRN_TRAIN_ECKPT;
     }
+    /* best_epoch came with validation; older checkpoints start EarlyStopping afresh (as
+     * ultralytics' resume does) */
+    int64_t be = 0;
+    if (meta_get(M, "best_epoch") && meta_i64(M, "best_epoch", 0, 1000000, &be)) {
+        seterr(err, cap, "%s: bad best_epoch in the checkpoint metadata", path);
+        return -TRN_TRAIN_ECKPT;
+    }
+    R->best_epoch = (int)be;
     if (step >= R->nb) {
         seterr(err, cap,
                "%s: saved at batch %" PRId64 " of an epoch of %" PRId64 " (another "
@@ -931,6 +946,8 @@ static void run_free(struct run *R)
 {
     trn_loader_destroy(R->loader);
     ffr_reader_close(R->data);
+    ffr_reader_close(R->val_data);
+    trn_plot_names_free(&R->val_names);
     trn_net_destroy(R->net);
     trn_net_destroy(R->net_last);
     trn_loss_destroy(R->loss);
@@ -1238,12 +1255,55 @@ static void progress(struct run *R, int epoch, const double ml[3], size_t instan
             secs > 0 ? (double)done / secs : 0, secs > 0 ? (double)images / secs : 0);
 }
 
-/* Copy the EMA into the model for the validation hook, then restore the training weights. */
-static int validate_epoch(struct run *R, int epoch, struct trn_train_metrics *mt, float *save_p,
-                          float *save_b, char *err, size_t cap)
+static void val_log(void *ctx, const char *msg)
+{
+    logline(ctx, "%s", msg);
+}
+
+/* The built-in validator: val.run as train.py calls it after each epoch (see VALIDATION). */
+static int builtin_val(struct run *R, struct trn_model *m, struct trn_train_metrics *mt, char *err,
+                       size_t cap)
+{
+    struct trn_val_opts vo;
+    trn_val_opts_default(&vo);
+    vo.img_size = R->o.img;
+    vo.batch_size = R->o.batch_size * 2; /* train.py: batch_size // WORLD_SIZE * 2 */
+    vo.micro_batch = vo.batch_size < 4 ? vo.batch_size : 4;
+    vo.workers = R->o.workers;
+    vo.threads = R->o.threads;
+    vo.conf_thres = 0.001f;
+    vo.iou_thres = 0.6;
+    vo.max_det = 300;
+    vo.rect = true;
+    vo.loss_hyp = &R->o.hyp;
+    vo.loss_img = R->o.img;
+    vo.names = &R->val_names;
+    vo.log = val_log;
+    vo.log_ctx = R;
+    struct trn_val_result vr;
+    char e[768] = "";
+    const int rc = trn_val_run(m, R->val_data, &vo, &vr, e, sizeof e);
+    if (rc < 0) {
+        seterr(err, cap, "%s: %s", R->o.val_records, e[0] ? e : trn_val_strerror(rc));
+    } else {
+        logline(R, "%22s%11s%11s%11s%11s%11s%11s", "Class", "Images", "Instances", "P", "R",
+                "mAP50", "mAP50-95");
+        logline(R, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g", "all", vr.seen, vr.n_labels,
+                vr.mp, vr.mr, vr.map50, vr.map);
+        *mt = (struct trn_train_metrics){ vr.mp,       vr.mr,       vr.map50,   vr.map,
+                                          vr.loss_box, vr.loss_obj, vr.loss_cls };
+    }
+    trn_val_result_free(&vr);
+    return rc;
+}
+
+/* Copy the EMA into the model, validate (hook or built-in), then restore the training weights.
+ * run: false leaves the metrics 0 (no validation this epoch). */
+static int validate_epoch(struct run *R, int epoch, bool run, struct trn_train_metrics *mt,
+                          float *save_p, float *save_b, char *err, size_t cap)
 {
     memset(mt, 0, sizeof *mt);
-    if (!R->o.validate) return 0;
+    if (!run || (!R->o.validate && !R->val_data)) return 0;
     const size_t P = R->info->arena_len[TRN_ARENA_PARAM], B = R->info->arena_len[TRN_ARENA_BUFFER];
     float *mp = trn_model_arena(R->m, TRN_ARENA_PARAM),
           *mb = trn_model_arena(R->m, TRN_ARENA_BUFFER);
@@ -1251,11 +1311,16 @@ static int validate_epoch(struct run *R, int epoch, struct trn_train_metrics *mt
     memcpy(save_b, mb, B * sizeof(float));
     memcpy(mp, trn_ema_arena(R->ema, TRN_ARENA_PARAM), P * sizeof(float));
     memcpy(mb, trn_ema_arena(R->ema, TRN_ARENA_BUFFER), B * sizeof(float));
-    const int rc = R->o.validate(R->o.validate_ctx, R->m, epoch, mt);
+    int rc;
+    if (R->o.validate) {
+        rc = R->o.validate(R->o.validate_ctx, R->m, epoch, mt);
+        if (rc < 0)
+            seterr(err, cap, "validation of epoch %d failed: %s", epoch, trn_train_strerror(rc));
+    } else {
+        rc = builtin_val(R, R->m, mt, err, cap);
+    }
     memcpy(mp, save_p, P * sizeof(float));
     memcpy(mb, save_b, B * sizeof(float));
-    if (rc < 0)
-        seterr(err, cap, "validation of epoch %d failed: %s", epoch, trn_train_strerror(rc));
     return rc;
 }
 
@@ -1279,7 +1344,17 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     ckpt_close(&C);
     if (rc < 0) goto out;
     if ((rc = write_run_files(R, err, err_cap)) < 0) goto out;
-    if (R->o.validate) {
+    if (!R->o.validate && R->o.val_records) {
+        char e[768] = "";
+        if ((rc = ffr_reader_open(&R->val_data, R->o.val_records, NULL, e, sizeof e)) < 0) {
+            seterr(err, err_cap, "%s", e[0] ? e : ffr_strerror(rc));
+            goto out;
+        }
+        size_t ml = 0;
+        const char *meta = ffr_reader_metadata(R->val_data, &ml);
+        if (meta && (rc = trn_plot_names_parse(meta, ml, &R->val_names)) < 0) goto out;
+    }
+    if (R->o.validate || R->val_data) {
         save_p = malloc(R->info->arena_len[TRN_ARENA_PARAM] * sizeof(float) + 1);
         save_b = malloc(R->info->arena_len[TRN_ARENA_BUFFER] * sizeof(float) + 1);
         if (!save_p || !save_b) {
@@ -1287,7 +1362,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             goto out;
         }
     } else {
-        logline(R, "validation: not implemented yet; results.csv metrics/* and val/* columns are "
+        logline(R, "validation: no val records; results.csv metrics/* and val/* columns are "
                    "written as 0 and best.ckpt = last.ckpt (every fitness is 0)");
     }
     logline(R,
@@ -1304,7 +1379,8 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     double first_loss = NAN, epoch_t0 = t0;
     int64_t epoch_images = 0, epoch_batches = 0;
     bool first_epoch = true;
-    bool stopped = false;
+    bool stopped = false, early = false, possible_stop = false;
+    const int patience = R->o.patience > 0 ? R->o.patience : INT_MAX;
     while (R->epoch < R->o.epochs) {
         struct trn_batch b;
         if ((rc = trn_loader_next(R->loader, &b)) < 0) {
@@ -1336,11 +1412,18 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             if (first_epoch) first_loss = mloss[0] + mloss[1] + mloss[2];
             first_epoch = false;
             struct trn_train_metrics mt;
-            /* ---- per-epoch validation hook (see VALIDATION HOOK in train.h) ---- */
-            if ((rc = validate_epoch(R, epoch, &mt, save_p, save_b, err, err_cap)) < 0) goto out;
-            if ((rc = results_append(R, epoch, mloss, &mt, err, err_cap)) < 0) goto out;
+            /* train.py: final_epoch = epoch + 1 == epochs or stopper.possible_stop */
+            const bool final = epoch + 1 == R->o.epochs || possible_stop;
+            if ((rc = validate_epoch(R, epoch, !R->o.noval || final, &mt, save_p, save_b, err,
+                                     err_cap)) < 0)
+                goto out;
             const double fi = 0.1 * mt.map50 + 0.9 * mt.map; /* ultralytics' fitness */
+            /* EarlyStopping.__call__: >= counts as an improvement */
+            if (fi >= R->best_fitness) R->best_epoch = epoch;
+            possible_stop = epoch - R->best_epoch >= patience - 1;
+            early = epoch - R->best_epoch >= patience;
             if (fi > R->best_fitness) R->best_fitness = fi;
+            if ((rc = results_append(R, epoch, mloss, &mt, err, err_cap)) < 0) goto out;
             if (res) res->last_loss = mloss[0] + mloss[1] + mloss[2];
             R->epoch++;
             R->step = 0;
@@ -1350,6 +1433,13 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             if (fi == R->best_fitness && (rc = save_named(R, "best", err, err_cap)) < 0) goto out;
             epoch_t0 = now_s();
             epoch_images = epoch_batches = 0;
+            if (early && R->epoch < R->o.epochs) {
+                logline(R,
+                        "Stopping training early as no improvement observed in last %d epochs. "
+                        "Best results observed at epoch %d, best model saved as best.ckpt.",
+                        patience, R->best_epoch);
+                break;
+            }
         } else if (res) {
             res->last_loss = mloss[0] + mloss[1] + mloss[2];
         }
@@ -1366,7 +1456,14 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         }
     }
     if (!stopped) {
-        logline(R, "%d epochs completed in %.3f hours.", R->o.epochs, (now_s() - t0) / 3600);
+        char csv[4200], png[4200], e[512] = "";
+        snprintf(csv, sizeof csv, "%s/results.csv", R->o.run_dir);
+        snprintf(png, sizeof png, "%s/results.png", R->o.run_dir);
+        if ((rc = trn_plot_results(csv, png, e, sizeof e)) < 0) {
+            seterr(err, err_cap, "results.png: %s", e);
+            goto out;
+        }
+        logline(R, "%d epochs completed in %.3f hours.", R->epoch, (now_s() - t0) / 3600);
         logline(R, "Results saved to %s", R->o.run_dir);
     }
     if (res) {
@@ -1378,7 +1475,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         res->first_loss = first_loss;
         snprintf(res->last_path, sizeof res->last_path, "%s/last.ckpt", R->weights_dir);
     }
-    rc = stopped ? TRN_TRAIN_STOPPED : 0;
+    rc = stopped || early ? TRN_TRAIN_STOPPED : 0;
 out:
     free(save_p);
     free(save_b);

@@ -13,12 +13,20 @@
  * Everything is allocated before the first batch; nothing is allocated per step (checkpoint
  * saves allocate, at epoch ends and at a stop).
  *
- * VALIDATION HOOK. trn_train_opts.validate is called after every epoch with the EMA weights
- * (as ultralytics validates ema.ema) and fills precision, recall, mAP50, mAP50-95 and the three
- * val losses. Until the validator exists it is NULL: the metric columns of results.csv are then
- * written as 0, fitness is 0 for every epoch, and so best.ckpt is saved every epoch (ultralytics
- * saves best whenever fitness == best_fitness: with every fitness 0, best = last). The log says
- * so once per run.
+ * VALIDATION (train.py's per-epoch val.run). After every epoch the EMA weights (ultralytics
+ * validates ema.ema) are copied into the model and validated, then the training weights are put
+ * back. With opts.validate set, that hook does it; otherwise, with opts.val_records, the run does
+ * it itself with trn_val_run (val.h) as train.py calls val.run: batch 2 x batch_size, img, conf
+ * 0.001, IoU 0.6, rect batches, max_det 300, and the val losses from ComputeLoss on the rect
+ * batches (same hyp gains). With opts.noval only the final epoch is validated (train.py's
+ * `if not noval or final_epoch`). Each validation logs val.py's header and its "all" line.
+ * fitness = 0.1 mAP@0.5 + 0.9 mAP@0.5:0.95; best_fitness = max; best.ckpt is written whenever
+ * fitness == best_fitness (so ties save best again, as ultralytics does). Without validation
+ * the metric columns of results.csv are 0, every fitness is 0 and best.ckpt = last.ckpt; the
+ * log says so once. EARLY STOP (ultralytics' EarlyStopping): an epoch with fitness >=
+ * the best so far is the best epoch; when epoch - best_epoch >= patience the run logs why and
+ * stops after that epoch's saves (returns TRN_TRAIN_STOPPED). At the end of a finished or early-
+ * stopped run results.png is drawn from results.csv (trn_plot_results).
  *
  * CHECKPOINT FORMAT (docs/checkpoint.md): one ffr file (ffr/include/ffr.h: written to a
  * temporary, fsynced, renamed into place; every record checksummed; an index), raw codec,
@@ -37,8 +45,8 @@
  *   10 "opt.yaml"      text                       the run's options, as opt.yaml
  * The index metadata is a YAML mapping (format: ffyolo-ckpt-1; epoch, step and ni of the NEXT
  * batch; epochs, img, batch_size, seed, optimizer, cos_lr, nc, names, records, val_records,
- * best_fitness, ema_updates, optim_steps, last_opt_step, the running loss sums of the epoch in
- * progress, arena lengths, and the tensor table: name, arena, offset and shape of every
+ * best_fitness, best_epoch, ema_updates, optim_steps, last_opt_step, the running loss sums of the
+ * epoch in progress, arena lengths, and the tensor table: name, arena, offset and shape of every
  * state-dict entry). No random state is stored: the loader's draws are a pure function of
  * (seed, epoch, position) and model init is keyed by the seed.
  *
@@ -91,9 +99,9 @@ struct trn_train_metrics {
 };
 
 /*
- * Per-epoch validation hook (not implemented yet: see VALIDATION HOOK). m: the model with the
- * EMA weights copied in (borrowed for the call; its arenas may be read, not kept). epoch:
- * 0-based. out: out. Returns 0 or a negative code (the run then stops with that error).
+ * Per-epoch validation hook (replaces the built-in validation; see VALIDATION). m: the model
+ * with the EMA weights copied in (borrowed for the call; its arenas may be read, not kept).
+ * epoch: 0-based. out: out. Returns 0 or a negative code (the run then stops with that error).
  */
 typedef int (*trn_train_val_fn)(void *ctx, struct trn_model *m, int epoch,
                                 struct trn_train_metrics *out);
@@ -101,7 +109,7 @@ typedef int (*trn_train_val_fn)(void *ctx, struct trn_model *m, int epoch,
 /* Options of a run; fill with trn_train_opts_default. Strings are borrowed for the call. */
 struct trn_train_opts {
     const char *records;     /* training dataset (ffr, packed at img) */
-    const char *val_records; /* validation dataset, recorded only (see validate) */
+    const char *val_records; /* validation dataset (ffr packed at img) or NULL: see VALIDATION */
     const char *cfg;         /* model yaml path (resolved); ignored when resuming */
     const char *weights;     /* NULL, an ultralytics .pt (its ema, else model) or one of our
                                 checkpoints (its EMA weights) as initial weights */
@@ -125,8 +133,11 @@ struct trn_train_opts {
     int64_t stop_after;                  /* > 0: stop after this many batches of this call
                                             (tests and debugging) */
     const volatile sig_atomic_t *stop;   /* non-NULL: stop when *stop becomes non-zero */
-    trn_train_val_fn validate;           /* NULL: no validation yet */
+    trn_train_val_fn validate;           /* NULL: built-in validation on val_records */
     void *validate_ctx;
+    bool noval;           /* validate the final epoch only [false] */
+    int patience;         /* early stop after this many epochs without
+                             improvement; <= 0: never [100] */
     trn_train_log_fn log; /* progress lines; NULL drops them */
     void *log_ctx;
 };
@@ -147,11 +158,12 @@ struct trn_train_result {
 
 /*
  * Train as the options say, writing into o->run_dir: hyp.yaml and opt.yaml at the start,
- * results.csv (one row per finished epoch, appended), weights/last.ckpt and weights/best.ckpt
- * after every epoch, and weights/last.ckpt when stopped. A failed checkpoint write leaves the
- * previous file intact (temporary + rename) and fails the run.
- * res: out (may be NULL). err: out, one line on failure (may be NULL).
- * Returns 0 (all epochs done), TRN_TRAIN_STOPPED, or a negative code (see ERRORS).
+ * results.csv (one row per finished epoch, appended), weights/last.ckpt after every epoch,
+ * weights/best.ckpt after every epoch whose fitness equals the best, weights/last.ckpt when
+ * stopped, and results.png at the end (not when stopped by opts.stop / stop_after). A failed
+ * checkpoint write leaves the previous file intact (temporary + rename) and fails the run. res: out
+ * (may be NULL). err: out, one line on failure (may be NULL). Returns 0 (all epochs done),
+ * TRN_TRAIN_STOPPED, or a negative code (see ERRORS).
  */
 int trn_train_run(const struct trn_train_opts *o, struct trn_train_result *res, char *err,
                   size_t err_cap);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "loader.h"
+#include "loss.h"
 #include "net.h"
 #include "nms.h"
 
@@ -170,8 +171,11 @@ struct state {
     size_t label_cap;
     float *plot_rows; /* 7 floats per detection of a plotted batch */
     size_t plot_cap, n_plot;
-    int64_t *ids;      /* save_json: image id per record */
-    uint8_t *seen_rec; /* save_json: records validated */
+    int64_t *ids;                         /* save_json: image id per record */
+    struct kern_ctx *loss_ctx;            /* loss_hyp: a caller-only context for the loss */
+    float *raw[TRN_MODEL_MAX_LEVELS];     /* loss_hyp: the batch's raw Detect outputs */
+    size_t raw_cap[TRN_MODEL_MAX_LEVELS]; /* floats allocated in raw[l] */
+    uint8_t *seen_rec;                    /* save_json: records validated */
     size_t coco_cap;
 };
 
@@ -188,6 +192,75 @@ static void state_free(struct state *s)
     free(s->plot_rows);
     free(s->ids);
     free(s->seen_rec);
+    kern_ctx_destroy(s->loss_ctx);
+    for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++)
+        free(s->raw[l]);
+}
+
+/*
+ * The raw Detect outputs of images c0 .. c0 + cn - 1 of the batch into s->raw (val.py keeps
+ * train_out for compute_loss). trn_net_infer does not hand out its raw outputs, so this runs
+ * the eval forward once more: the cost of the val losses, paid only when they are asked for.
+ */
+static int keep_raw(struct state *s, int bn, int c0, int cn, char *err, size_t err_cap)
+{
+    const float *outs[TRN_MODEL_MAX_LEVELS];
+    int rc = trn_net_forward(s->net, s->stage, false, outs);
+    if (rc < 0) {
+        say(err, err_cap, "forward for the val loss: %s", trn_net_strerror(rc));
+        return rc;
+    }
+    for (int l = 0; l < trn_net_levels(s->net); l++) {
+        int shape[5];
+        const long n = trn_net_output_shape(s->net, l, shape);
+        if (n <= 0) return -EINVAL;
+        const size_t per = (size_t)n / (size_t)shape[0]; /* floats per image */
+        if (s->raw_cap[l] < per * (size_t)bn) {
+            free(s->raw[l]);
+            s->raw_cap[l] = 0;
+            if (!(s->raw[l] = malloc(per * (size_t)bn * sizeof(float)))) {
+                say(err, err_cap, "out of memory");
+                return -ENOMEM;
+            }
+            s->raw_cap[l] = per * (size_t)bn;
+        }
+        memcpy(s->raw[l] + (size_t)c0 * per, outs[l], (size_t)cn * per * sizeof(float));
+    }
+    return 0;
+}
+
+/* ComputeLoss of one whole rect batch (val.py: loss += compute_loss(train_out, targets)[1]). */
+static int batch_loss(struct state *s, struct trn_model *m, const struct trn_val_opts *o,
+                      const struct trn_batch *b, uint64_t step, double sum[3], char *err,
+                      size_t err_cap)
+{
+    if (b->n_targets > (size_t)INT32_MAX / 64) return -E2BIG;
+    const int nt = (int)b->n_targets;
+    struct trn_loss_cfg cfg;
+    const int img = o->loss_img > 0 ? o->loss_img : o->img_size;
+    /* gains as train.py sets them for the training image size; grids of this rect batch */
+    int rc = trn_loss_cfg_from_model(m, o->loss_hyp, b->n, img, 0.0f, nt > 0 ? nt : 1, &cfg);
+    for (int l = 0; rc == 0 && l < cfg.nl; l++) {
+        int shape[5];
+        if (trn_net_output_shape(s->net, l, shape) <= 0) rc = -EINVAL;
+        cfg.ny[l] = shape[2];
+        cfg.nx[l] = shape[3];
+    }
+    struct trn_loss *L = NULL;
+    if (rc == 0) rc = trn_loss_create(&cfg, &L);
+    struct trn_loss_items it;
+    if (rc == 0)
+        rc = trn_loss_compute(L, s->loss_ctx, (const float *const *)s->raw, b->targets, nt, NULL,
+                              &it);
+    trn_loss_destroy(L);
+    if (rc < 0) {
+        say(err, err_cap, "val loss of step %" PRIu64 ": %s", step, trn_loss_strerror(rc));
+        return rc;
+    }
+    sum[0] += it.lbox;
+    sum[1] += it.lobj;
+    sum[2] += it.lcls;
+    return 0;
 }
 
 static int check_opts(const struct trn_val_opts *o, int nc, char *err, size_t err_cap)
@@ -437,6 +510,15 @@ int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct tr
         goto out;
     }
 
+    if (o.loss_hyp) {
+        struct kern_ctx_opts ko;
+        kern_ctx_opts_default(&ko);
+        if ((rc = kern_ctx_create(&ko, &s.loss_ctx)) < 0) {
+            say(err, err_cap, "kern context: %s", kern_strerror(rc));
+            goto out;
+        }
+    }
+    double loss_sum[3] = { 0, 0, 0 };
     uint64_t steps = li.steps;
     if (o.max_batches > 0 && (uint64_t)o.max_batches < steps) steps = (uint64_t)o.max_batches;
     double t_pre = 0, t_inf = 0, t_nms = 0;
@@ -464,6 +546,7 @@ int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct tr
             if (cn < o.micro_batch)
                 memset(s.stage + (size_t)cn * img_len, 0,
                        (size_t)(o.micro_batch - cn) * img_len * sizeof(float));
+            if (o.loss_hyp && (rc = keep_raw(&s, b.n, c0, cn, err, err_cap)) < 0) goto out;
             const float *out = NULL;
             int rows = 0;
             rc = trn_net_infer(s.net, s.stage, &out, &rows);
@@ -480,6 +563,8 @@ int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct tr
             }
             t_nms += now_ms() - t1;
         }
+        if (o.loss_hyp && (rc = batch_loss(&s, m, &o, &b, step, loss_sum, err, err_cap)) < 0)
+            goto out;
         if (plot) {
             rc = plot_batch(&s, &o, res, &b, step, err, err_cap);
             if (rc < 0) goto out;
@@ -498,6 +583,11 @@ int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct tr
     res->map50 = res->ap.map50;
     res->map = res->ap.map5095;
     res->fitness = trn_fitness(res->mp, res->mr, res->map50, res->map);
+    if (o.loss_hyp && steps > 0) {
+        res->loss_box = loss_sum[0] / (double)steps;
+        res->loss_obj = loss_sum[1] / (double)steps;
+        res->loss_cls = loss_sum[2] / (double)steps;
+    }
     const size_t cm_len = (size_t)(nc + 1) * (size_t)(nc + 1);
     res->confusion = malloc(cm_len * sizeof *res->confusion);
     if (!res->confusion) {

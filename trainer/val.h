@@ -39,6 +39,7 @@
 
 #include "cocoeval.h"
 #include "ffr.h"
+#include "hyp.h"
 #include "metrics.h"
 #include "model.h"
 #include "plots.h"
@@ -70,6 +71,13 @@ struct trn_val_opts {
     const char *plot_dir; /* non-NULL: write val_batchK_labels.jpg / _pred.jpg for the first
                              TRN_VAL_PLOT_BATCHES batches there (borrowed); default NULL */
     const struct trn_plot_names *names; /* class names for the plots (borrowed, may be NULL) */
+    const struct trn_hyp *loss_hyp;     /* non-NULL: also compute val.py's val losses with
+                                           ComputeLoss (loss.h) on each rect batch's raw Detect
+                                           outputs (eval mode) and the loader's targets, gains
+                                           scaled as train.py does for loss_img (borrowed);
+                                           default NULL */
+    int loss_img;                       /* loss_hyp: the TRAINING image size (obj gain scale);
+                                           0: img_size */
     trn_val_log_fn log;                 /* optional; NULL drops the lines */
     void *log_ctx;                      /* passed to log */
 };
@@ -79,19 +87,22 @@ void trn_val_opts_default(struct trn_val_opts *o);
 
 /* What a validation run found. Arrays are owned by the result (trn_val_result_free). */
 struct trn_val_result {
-    int seen;                  /* images validated (val.py's `seen`) */
-    int64_t n_labels;          /* labels over those images (nt.sum()) */
-    struct trn_ap_result ap;   /* ap_per_class: per-class rows and the means */
-    double mp, mr;             /* mean precision, recall (ap.mp, ap.mr) */
-    double map50, map;         /* mAP@0.5, mAP@0.5:0.95 */
-    double fitness;            /* 0.1 mAP@0.5 + 0.9 mAP@0.5:0.95 */
-    double *confusion;         /* (nc + 1)^2 counts, row-major [pred][true] (metrics.h) */
-    int nc;                    /* the model's classes */
-    int64_t n_dets;            /* detections kept after NMS, over all images */
-    double ms_pre;             /* per image: waiting for the loader (pre-process), ms */
-    double ms_infer;           /* per image: forward + decode, ms */
-    double ms_nms;             /* per image: NMS, mapping back, matching, ms */
-    int plots_written;         /* pictures written to plot_dir */
+    int seen;                            /* images validated (val.py's `seen`) */
+    int64_t n_labels;                    /* labels over those images (nt.sum()) */
+    struct trn_ap_result ap;             /* ap_per_class: per-class rows and the means */
+    double mp, mr;                       /* mean precision, recall (ap.mp, ap.mr) */
+    double map50, map;                   /* mAP@0.5, mAP@0.5:0.95 */
+    double fitness;                      /* 0.1 mAP@0.5 + 0.9 mAP@0.5:0.95 */
+    double loss_box, loss_obj, loss_cls; /* loss_hyp: ComputeLoss items (after the gains,
+                                            before x bs) averaged over batches, as val.py's
+                                            loss / len(dataloader); else 0 */
+    double *confusion;                   /* (nc + 1)^2 counts, row-major [pred][true] (metrics.h) */
+    int nc;                              /* the model's classes */
+    int64_t n_dets;                      /* detections kept after NMS, over all images */
+    double ms_pre;                       /* per image: waiting for the loader (pre-process), ms */
+    double ms_infer;                     /* per image: forward + decode, ms */
+    double ms_nms;                       /* per image: NMS, mapping back, matching, ms */
+    int plots_written;                   /* pictures written to plot_dir */
     struct trn_coco_det *coco; /* save_json: the results list in val.py's order, else NULL */
     size_t n_coco;             /* entries of coco */
     int64_t *image_ids;        /* save_json: the image id of every validated record (sorted,
