@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NPX         1000  /* ap_per_class's confidence grid, np.linspace(0, 1, 1000) */
-#define AP_EPS      1e-16 /* ap_per_class's eps */
-#define PW_BLOCK    128   /* numpy's PW_BLOCKSIZE */
-#define SMOOTH_FRAC 0.1   /* smooth(f1.mean(0), 0.1) */
+#define NPX         TRN_AP_NPX /* ap_per_class's confidence grid, np.linspace(0, 1, 1000) */
+#define AP_EPS      1e-16      /* ap_per_class's eps */
+#define PW_BLOCK    128        /* numpy's PW_BLOCKSIZE */
+#define SMOOTH_FRAC 0.1        /* smooth(f1.mean(0), 0.1) */
 
 /* ---------------------------------------------------------------------------------------- */
 /* numpy                                                                                     */
@@ -118,6 +118,25 @@ void trn_np_interp(const double *x, size_t nx, const double *xp, const double *f
     }
 }
 
+void trn_np_smooth(const double *y, size_t n, double f, double *out)
+{
+    /* nf = round(n * f * 2) // 2 + 1 (odd); yp = [y[0]] * half + y + [y[-1]] * half, read
+     * through clamped indices instead of a padded copy; the products summed in order. */
+    const size_t nf = (size_t)nearbyint((double)n * f * 2) / 2 + 1, half = nf / 2;
+    const double w = 1.0 / (double)nf;
+    for (size_t k = 0; k < n; k++) {
+        double s = 0.0;
+        for (size_t j = 0; j < nf; j++) {
+            const size_t at = k + j; /* index into yp */
+            const double v = at < half        ? 1.0 * y[0]
+                             : at >= half + n ? 1.0 * y[n - 1]
+                                              : y[at - half];
+            s += v * w;
+        }
+        out[k] = s;
+    }
+}
+
 double trn_np_trapz(const double *y, const double *x, size_t n)
 {
     if (n < 2) return 0.0;
@@ -130,9 +149,11 @@ double trn_np_trapz(const double *y, const double *x, size_t n)
     return s;
 }
 
-int trn_compute_ap(const double *recall, const double *precision, size_t n, double *ap)
+/* compute_ap; py: NULL, or out[NPX]: np.interp(px, mrec, mpre) on the envelope (the PR curve
+ * ap_per_class plots), px the NPX grid. */
+static int compute_ap_py(const double *recall, const double *precision, size_t n, double *ap,
+                         const double *px, double *py)
 {
-    if (!ap || ((!recall || !precision) && n)) return -EINVAL;
     double *mrec = malloc((n + 2) * sizeof(double));
     double *mpre = malloc((n + 2) * sizeof(double));
     double x[101], y[101];
@@ -151,6 +172,7 @@ int trn_compute_ap(const double *recall, const double *precision, size_t n, doub
         const double a = mpre[i], b = mpre[i + 1];
         mpre[i] = (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b);
     }
+    if (py) trn_np_interp(px, NPX, mrec, mpre, n + 2, mpre[0], mpre[n + 1], py);
     trn_np_linspace(0.0, 1.0, 101, x);
     trn_np_interp(x, 101, mrec, mpre, n + 2, mpre[0], mpre[n + 1], y);
     double t[100];
@@ -162,6 +184,12 @@ out:
     free(mrec);
     free(mpre);
     return rc;
+}
+
+int trn_compute_ap(const double *recall, const double *precision, size_t n, double *ap)
+{
+    if (!ap || ((!recall || !precision) && n)) return -EINVAL;
+    return compute_ap_py(recall, precision, n, ap, NULL, NULL);
 }
 
 double trn_fitness(double mp, double mr, double map50, double map)
@@ -285,6 +313,15 @@ void trn_ap_result_free(struct trn_ap_result *res)
     free(res->ap50);
     free(res->ap5095);
     free(res->nt);
+    free(res->curve_p);
+    free(res->curve_r);
+    free(res->curve_f1);
+    free(res->curve_pr);
+    free(res->pr_valid);
+    free(res->mean_pr);
+    free(res->mean_p);
+    free(res->mean_r);
+    free(res->mean_f1);
     memset(res, 0, sizeof(*res));
 }
 
@@ -337,15 +374,22 @@ int trn_ap_per_class(const uint8_t *tp, const float *conf, const int *pred_cls, 
 
     struct order *ord = malloc((n ? n : 1) * sizeof(*ord));
     double *px = malloc(NPX * sizeof(double)), *npx = malloc(NPX * sizeof(double));
-    double *pc = calloc(K * NPX, sizeof(double)), *rcv = calloc(K * NPX, sizeof(double));
-    double *f1 = calloc(K * NPX, sizeof(double));
+    /* The curves are kept in the result for the plots (ownership moves at the end). */
+    double *pc = res->curve_p = calloc(K * NPX, sizeof(double));
+    double *rcv = res->curve_r = calloc(K * NPX, sizeof(double));
+    double *f1 = res->curve_f1 = calloc(K * NPX, sizeof(double));
+    res->curve_pr = calloc(K * NPX, sizeof(double));
+    res->pr_valid = calloc(K, 1);
+    res->mean_pr = calloc(NPX, sizeof(double));
+    res->mean_p = calloc(NPX, sizeof(double));
+    res->mean_r = calloc(NPX, sizeof(double));
+    double *fm = res->mean_f1 = calloc(NPX, sizeof(double));
+    double *col_pr = malloc((K ? K : 1) * sizeof(double));
     double *xp = malloc((n ? n : 1) * sizeof(double));
     double *rec = malloc((n ? n : 1) * TRN_NIOU * sizeof(double));
     double *pre = malloc((n ? n : 1) * TRN_NIOU * sizeof(double));
     double *col_r = malloc((n ? n : 1) * sizeof(double)),
            *col_p = malloc((n ? n : 1) * sizeof(double));
-    double *fm = malloc(NPX * sizeof(double));
-    double *yp = NULL;
     int rc = -ENOMEM;
     res->n_cls = n_cls;
     res->cls = malloc(K * sizeof(int));
@@ -358,8 +402,9 @@ int trn_ap_per_class(const uint8_t *tp, const float *conf, const int *pred_cls, 
     res->ap50 = calloc(K, sizeof(double));
     res->ap5095 = calloc(K, sizeof(double));
     if (!ord || !px || !npx || !pc || !rcv || !f1 || !xp || !rec || !pre || !col_r || !col_p ||
-        !fm || !res->cls || !res->p || !res->r || !res->f1 || !res->tp || !res->fp || !res->ap ||
-        !res->ap50 || !res->ap5095)
+        !fm || !col_pr || !res->curve_pr || !res->pr_valid || !res->mean_pr || !res->mean_p ||
+        !res->mean_r || !res->cls || !res->p || !res->r || !res->f1 || !res->tp || !res->fp ||
+        !res->ap || !res->ap50 || !res->ap5095)
         goto out;
 
     for (size_t i = 0; i < n; i++)
@@ -391,10 +436,13 @@ int trn_ap_per_class(const uint8_t *tp, const float *conf, const int *pred_cls, 
         if (k > 0) {
             trn_np_interp(npx, NPX, xp, rec, k, 0.0, rec[k - 1], rcv + ci * NPX);
             trn_np_interp(npx, NPX, xp, pre, k, 1.0, pre[k - 1], pc + ci * NPX);
+            res->pr_valid[ci] = 1;
+            res->n_pr++;
             for (int t = 0; t < TRN_NIOU; t++) {
                 memcpy(col_r, rec + (size_t)t * n, k * sizeof(double));
                 memcpy(col_p, pre + (size_t)t * n, k * sizeof(double));
-                rc = trn_compute_ap(col_r, col_p, k, &res->ap[ci * TRN_NIOU + (size_t)t]);
+                rc = compute_ap_py(col_r, col_p, k, &res->ap[ci * TRN_NIOU + (size_t)t], px,
+                                   t == 0 ? res->curve_pr + ci * NPX : NULL);
                 if (rc < 0) goto out;
             }
         }
@@ -405,33 +453,29 @@ int trn_ap_per_class(const uint8_t *tp, const float *conf, const int *pred_cls, 
     for (size_t i = 0; i < K * NPX; i++)
         f1[i] = 2 * pc[i] * rcv[i] / (pc[i] + rcv[i] + AP_EPS);
     for (size_t k = 0; k < NPX; k++) {
-        double s = 0.0;
-        for (size_t c = 0; c < K; c++)
+        double s = 0.0, sp = 0.0, sr = 0.0;
+        for (size_t c = 0; c < K; c++) {
             s += f1[c * NPX + k];
-        fm[k] = s / (double)K;
-    }
-    /* smooth(y, f): nf = round(len(y) * f * 2) // 2 + 1 (odd), edge padding of nf // 2, then
-     * np.convolve(yp, np.ones(nf) / nf, 'valid'). */
-    const size_t nf = (size_t)nearbyint((double)NPX * SMOOTH_FRAC * 2) / 2 + 1, half = nf / 2;
-    yp = malloc((NPX + 2 * half) * sizeof(double));
-    if (!yp) goto out;
-    for (size_t k = 0; k < half; k++) {
-        yp[k] = 1.0 * fm[0];
-        yp[half + NPX + k] = 1.0 * fm[NPX - 1];
-    }
-    memcpy(yp + half, fm, NPX * sizeof(double));
-    const double w = 1.0 / (double)nf;
-    size_t best = 0;
-    double best_v = 0;
-    for (size_t k = 0; k < NPX; k++) {
-        double s = 0.0;
-        for (size_t j = 0; j < nf; j++)
-            s += yp[k + j] * w;
-        if (k == 0 || s > best_v) {
-            best_v = s;
-            best = k;
+            sp += pc[c * NPX + k];
+            sr += rcv[c * NPX + k];
         }
+        fm[k] = s / (double)K;
+        res->mean_p[k] = sp / (double)K;
+        res->mean_r[k] = sr / (double)K;
+        /* py.mean(1) of the (NPX, n_pr) stack: a contiguous row, numpy's pairwise sum */
+        size_t v = 0;
+        for (size_t c = 0; c < K; c++)
+            if (res->pr_valid[c]) col_pr[v++] = res->curve_pr[c * NPX + k];
+        res->mean_pr[k] = trn_np_mean(col_pr, v);
     }
+    /* smooth(f1.mean(0), 0.1), then its first argmax. */
+    double *sm = malloc(NPX * sizeof(double));
+    if (!sm) goto out;
+    trn_np_smooth(fm, NPX, SMOOTH_FRAC, sm);
+    size_t best = 0;
+    for (size_t k = 1; k < NPX; k++)
+        if (sm[k] > sm[best]) best = k;
+    free(sm);
     res->conf_index = (int)best;
     for (size_t c = 0; c < K; c++) {
         res->p[c] = pc[c * NPX + best];
@@ -451,16 +495,12 @@ out:
     free(ord);
     free(px);
     free(npx);
-    free(pc);
-    free(rcv);
-    free(f1);
     free(xp);
+    free(col_pr);
     free(rec);
     free(pre);
     free(col_r);
     free(col_p);
-    free(fm);
-    free(yp);
     return rc;
 }
 

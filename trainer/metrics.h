@@ -39,7 +39,8 @@
 extern "C" {
 #endif
 
-#define TRN_NIOU 10 /* IoU thresholds 0.50:0.05:0.95 */
+#define TRN_NIOU   10   /* IoU thresholds 0.50:0.05:0.95 */
+#define TRN_AP_NPX 1000 /* ap_per_class's plotting grid px = np.linspace(0, 1, 1000) */
 
 /* One ground-truth box in the same pixel space as the detections it is matched with. */
 struct trn_label {
@@ -66,6 +67,13 @@ void trn_np_linspace(double start, double stop, size_t num, double *out);
  */
 void trn_np_interp(const double *x, size_t nx, const double *xp, const double *fp, size_t nxp,
                    double left, double right, double *out);
+
+/*
+ * ultralytics' smooth(y, f): a box filter of nf = round(n * f * 2) // 2 + 1 elements over y
+ * padded with nf // 2 copies of its first and last values (np.convolve 'valid'; the products
+ * are summed in order, see the top). y: n >= 1 values; out: n values, must not alias y.
+ */
+void trn_np_smooth(const double *y, size_t n, double f, double *out);
 
 /* np.trapz(y, x) for n >= 2 points (0 for n < 2; NaN if its scratch allocation fails). */
 double trn_np_trapz(const double *y, const double *x, size_t n);
@@ -113,6 +121,19 @@ struct trn_ap_result {
     int conf_index;        /* index into the 1000-point confidence grid of the max smoothed F1 */
     double mp, mr;         /* mean P, R over the rows */
     double map50, map5095; /* mean AP@0.5, AP@0.5:0.95 over the rows */
+    /* The curves ultralytics plots (plot_pr_curve, plot_mc_curve), on the grid
+     * px[k] = np.linspace(0, 1, TRN_AP_NPX)[k]; NULL when n_cls == 0. */
+    double *curve_p;   /* [n_cls * TRN_AP_NPX] precision at confidence px[k] (IoU 0.5) */
+    double *curve_r;   /* [n_cls * TRN_AP_NPX] recall at confidence px[k] (IoU 0.5) */
+    double *curve_f1;  /* [n_cls * TRN_AP_NPX] 2 p r / (p + r + 1e-16) */
+    double *curve_pr;  /* [n_cls * TRN_AP_NPX] py: compute_ap's precision envelope at IoU 0.5
+                          interpolated at recall px[k]; 0 on rows without detections */
+    uint8_t *pr_valid; /* [n_cls] 1 when the class has detections: ultralytics only appends a
+                          py row for those, so only they enter mean_pr */
+    int n_pr;          /* rows with pr_valid (>= 1 whenever n_cls > 0) */
+    double *mean_pr;   /* [TRN_AP_NPX] py.mean(1) over the pr_valid rows */
+    double *mean_p, *mean_r, *mean_f1; /* [TRN_AP_NPX] mean(0) over all rows, unsmoothed (the
+                                          plots smooth with trn_np_smooth(.., 0.05)) */
 };
 
 /* Frees the arrays of *res and zeroes it; NULL is a no-op. */
@@ -121,10 +142,11 @@ void trn_ap_result_free(struct trn_ap_result *res);
 /*
  * ap_per_class(tp, conf, pred_cls, target_cls) as ultralytics: tp: n * TRN_NIOU flags (as from
  * trn_process_batch), conf: n confidences, pred_cls: n classes, target_cls: m label classes, all
- * in [0, nc). Also fills the val.py summary (mp, mr, map50, map5095, nt, n_labels) and, when no
- * detection is correct at any threshold (val.py's `stats[0].any()` false), leaves n_cls = 0 and
- * the means 0 as val.py does. res: out (zeroed first; free with trn_ap_result_free, also on
- * error). Returns 0, -EINVAL (NULL with a non-zero count, nc < 1, a class out of range), -ENOMEM.
+ * in [0, nc). Also fills the val.py summary (mp, mr, map50, map5095, nt, n_labels) and the
+ * plotted curves (curve_*, mean_*), and, when no detection is correct at any threshold (val.py's
+ * `stats[0].any()` false), leaves n_cls = 0, the curves NULL and the means 0 as val.py does.
+ * res: out (zeroed first; free with trn_ap_result_free, also on error). Returns 0, -EINVAL
+ * (NULL with a non-zero count, nc < 1, a class out of range), -ENOMEM.
  */
 int trn_ap_per_class(const uint8_t *tp, const float *conf, const int *pred_cls, size_t n,
                      const int *target_cls, size_t m, int nc, struct trn_ap_result *res);

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "loader.h"
+#include "metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,6 +112,88 @@ int trn_plot_preds(const struct trn_batch *b, const float *preds, size_t n_preds
  * -errno opening the csv. Thread-safe as the other functions here.
  */
 int trn_plot_results(const char *csv_path, const char *png_path, char *err, size_t err_cap);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Validation curves and the confusion matrix (val.py with plots=True; utils/metrics.py v7.0)  */
+
+#define TRN_PLOT_CURVE_W 2250 /* PR / F1 / P / R curves: figsize (9, 6) at dpi 250, pixels */
+#define TRN_PLOT_CURVE_H 1500
+#define TRN_PLOT_CM_W    3000 /* confusion_matrix.png: figsize (12, 9) at dpi 250, pixels */
+#define TRN_PLOT_CM_H    2250
+
+/* Which curve: PR_curve.png (plot_pr_curve) or F1_ / P_ / R_curve.png (plot_mc_curve). */
+enum trn_plot_curve {
+    TRN_PLOT_CURVE_PR = 0, /* precision vs recall at IoU 0.5 (trn_ap_result.curve_pr) */
+    TRN_PLOT_CURVE_F1 = 1, /* F1 vs confidence (curve_f1) */
+    TRN_PLOT_CURVE_P = 2,  /* precision vs confidence (curve_p) */
+    TRN_PLOT_CURVE_R = 3,  /* recall vs confidence (curve_r) */
+};
+
+/* A pixel rectangle of a rendered plot. For a curve: the data area, value (0, 0) at (x0, y1) and
+ * (1, 1) at (x1, y0). For the confusion matrix: the heatmap, (nc + 1) square cells, row k
+ * (predicted class k, nc = background) from the top, column k (true class k) from the left. */
+struct trn_plot_box {
+    double x0, y0; /* top-left corner, pixels */
+    double x1, y1; /* bottom-right corner, pixels */
+};
+
+/*
+ * Draw one curve of ap (as trn_ap_per_class fills it; n_cls >= 1) as ultralytics does, into a
+ * new TRN_PLOT_CURVE_W x TRN_PLOT_CURVE_H RGB8 image: axes 0..1, one thin line per class in
+ * matplotlib's colour cycle with a legend entry ("name 0.xyz" with its AP@0.5 for PR, "name"
+ * otherwise) when n_cls < 21, else grey lines without entries; the class mean as a thick blue
+ * (#0000FF) line: for PR the mean over classes with detections, labelled "all classes %.3f
+ * mAP@0.5" (ap->map50); for F1 / P / R the mean smoothed by trn_np_smooth(.., 0.05), labelled
+ * "all classes %.2f at %.3f" (its maximum and the first confidence reaching it). Legend right of
+ * the axes; title and axis labels as ultralytics'. Font: cairo's sans-serif, not DejaVu.
+ * names: class names (NULL or n = 0: numbers). rgb: out, malloc'd, caller frees; w, h: out;
+ * axes: out, the data area (may be NULL). Returns 0, -EINVAL (NULL ap / out pointer, n_cls < 1,
+ * an unknown curve), -ENOMEM, -EIO (cairo failed).
+ */
+int trn_plot_curve_render(const struct trn_ap_result *ap, enum trn_plot_curve which,
+                          const struct trn_plot_names *names, uint8_t **rgb, int *w, int *h,
+                          struct trn_plot_box *axes);
+
+/* trn_plot_curve_render's picture written as PNG to png_path. err: out, one line naming the file
+ * on error (may be NULL). Returns as trn_plot_curve_render, or -EIO when the PNG cannot be
+ * written. */
+int trn_plot_curve(const struct trn_ap_result *ap, enum trn_plot_curve which,
+                   const struct trn_plot_names *names, const char *png_path, char *err,
+                   size_t err_cap);
+
+/*
+ * ConfusionMatrix.plot(normalize=True) into a new TRN_PLOT_CM_W x TRN_PLOT_CM_H RGB8 image:
+ * matrix ((nc + 1)^2 counts, row-major [pred][true] as trn_confusion_matrix) divided by its
+ * column sums + 1e-9 (columns are the true classes), values < 0.005 left white and unprinted,
+ * the rest coloured with matplotlib's 'Blues' map (white to dark blue) from 0 to the largest
+ * value, printed "%.2f" when nc < 30 (dark text on light cells, white on dark, as seaborn);
+ * tick labels are the class names plus "background" when names has exactly nc names (and
+ * nc < 99), else numbers; x axis "True", y axis "Predicted"; a colour bar on the right.
+ * rgb: out, malloc'd, caller frees; w, h: out; cells: out, the heatmap (may be NULL).
+ * Returns 0, -EINVAL (NULL matrix / out pointer, nc < 1), -ENOMEM, -EIO (cairo failed).
+ */
+int trn_plot_confusion_render(const double *matrix, int nc, const struct trn_plot_names *names,
+                              uint8_t **rgb, int *w, int *h, struct trn_plot_box *cells);
+
+/* trn_plot_confusion_render's picture written as PNG to png_path. err as trn_plot_curve. */
+int trn_plot_confusion(const double *matrix, int nc, const struct trn_plot_names *names,
+                       const char *png_path, char *err, size_t err_cap);
+
+/*
+ * What val.py writes with plots=True, into the existing directory dir: PR_curve.png,
+ * F1_curve.png, P_curve.png and R_curve.png when ap->n_cls > 0 (ultralytics skips ap_per_class,
+ * and so the curves, when no detection is correct), and confusion_matrix.png when matrix is not
+ * NULL. written: out, pictures written (may be NULL). Returns 0 or the first error of the
+ * functions above (err names the file).
+ */
+int trn_plot_val(const struct trn_ap_result *ap, const double *matrix, int nc,
+                 const struct trn_plot_names *names, const char *dir, int *written, char *err,
+                 size_t err_cap);
+
+/* Frees cairo's and fontconfig's process-wide caches (font maps, glyph caches) so that a
+ * program that drew text exits clean under leak checkers. Call once, at exit, after all
+ * drawing. */
+void trn_plots_cleanup(void);
 
 #ifdef __cplusplus
 }

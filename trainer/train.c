@@ -1260,9 +1260,11 @@ static void val_log(void *ctx, const char *msg)
     logline(ctx, "%s", msg);
 }
 
-/* The built-in validator: val.run as train.py calls it after each epoch (see VALIDATION). */
-static int builtin_val(struct run *R, struct trn_model *m, struct trn_train_metrics *mt, char *err,
-                       size_t cap)
+/* The built-in validator: val.run as train.py calls it after each epoch (see VALIDATION).
+ * plots: the final epoch's validation also writes the PR / F1 / P / R curves and
+ * confusion_matrix.png into the run directory, as train.py's final val.run(plots=True). */
+static int builtin_val(struct run *R, struct trn_model *m, bool plots, struct trn_train_metrics *mt,
+                       char *err, size_t cap)
 {
     struct trn_val_opts vo;
     trn_val_opts_default(&vo);
@@ -1278,6 +1280,7 @@ static int builtin_val(struct run *R, struct trn_model *m, struct trn_train_metr
     vo.loss_hyp = &R->o.hyp;
     vo.loss_img = R->o.img;
     vo.names = &R->val_names;
+    vo.curves_dir = plots ? R->o.run_dir : NULL;
     vo.log = val_log;
     vo.log_ctx = R;
     struct trn_val_result vr;
@@ -1298,9 +1301,10 @@ static int builtin_val(struct run *R, struct trn_model *m, struct trn_train_metr
 }
 
 /* Copy the EMA into the model, validate (hook or built-in), then restore the training weights.
- * run: false leaves the metrics 0 (no validation this epoch). */
-static int validate_epoch(struct run *R, int epoch, bool run, struct trn_train_metrics *mt,
-                          float *save_p, float *save_b, char *err, size_t cap)
+ * run: false leaves the metrics 0 (no validation this epoch); final: the last epoch's. */
+static int validate_epoch(struct run *R, int epoch, bool run, bool final,
+                          struct trn_train_metrics *mt, float *save_p, float *save_b, char *err,
+                          size_t cap)
 {
     memset(mt, 0, sizeof *mt);
     if (!run || (!R->o.validate && !R->val_data)) return 0;
@@ -1317,7 +1321,7 @@ static int validate_epoch(struct run *R, int epoch, bool run, struct trn_train_m
         if (rc < 0)
             seterr(err, cap, "validation of epoch %d failed: %s", epoch, trn_train_strerror(rc));
     } else {
-        rc = builtin_val(R, R->m, mt, err, cap);
+        rc = builtin_val(R, R->m, final, mt, err, cap);
     }
     memcpy(mp, save_p, P * sizeof(float));
     memcpy(mb, save_b, B * sizeof(float));
@@ -1414,8 +1418,8 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             struct trn_train_metrics mt;
             /* train.py: final_epoch = epoch + 1 == epochs or stopper.possible_stop */
             const bool final = epoch + 1 == R->o.epochs || possible_stop;
-            if ((rc = validate_epoch(R, epoch, !R->o.noval || final, &mt, save_p, save_b, err,
-                                     err_cap)) < 0)
+            if ((rc = validate_epoch(R, epoch, !R->o.noval || final, final, &mt, save_p, save_b,
+                                     err, err_cap)) < 0)
                 goto out;
             const double fi = 0.1 * mt.map50 + 0.9 * mt.map; /* ultralytics' fitness */
             /* EarlyStopping.__call__: >= counts as an improvement */

@@ -596,6 +596,13 @@ int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct tr
         goto out;
     }
     memcpy(res->confusion, trn_confusion_matrix(s.cm), cm_len * sizeof *res->confusion);
+    if (o.curves_dir) {
+        int written = 0;
+        rc = trn_plot_val(&res->ap, res->confusion, nc, o.names, o.curves_dir, &written, err,
+                          err_cap);
+        res->plots_written += written;
+        if (rc < 0) goto out;
+    }
     if (res->seen > 0) {
         res->ms_pre = t_pre / res->seen;
         res->ms_infer = t_inf / res->seen;

@@ -55,21 +55,24 @@ typedef void (*trn_val_log_fn)(void *ctx, const char *msg);
 
 /* Validation options; fill with trn_val_opts_default(), then change fields. */
 struct trn_val_opts {
-    int img_size;         /* records must be packed at this long side; default 640 */
-    int batch_size;       /* images per rect batch (only shapes the batches); default 32 */
-    int micro_batch;      /* images per forward, 1..batch_size; default 4 (memory only) */
-    unsigned workers;     /* loader threads, 0 = the loader's default */
-    int threads;          /* kern context threads of the net (trn_net_opts.threads) */
-    float conf_thres;     /* default 0.001 */
-    double iou_thres;     /* NMS IoU; default 0.6 (0.65 for the final COCO numbers) */
-    int max_det;          /* detections per image; default 300 */
-    bool rect;            /* rect batches; default true (val.py's in-training and CLI val) */
-    bool save_json;       /* collect the COCO results list in the result; default false */
-    bool coco91;          /* save_json: category_id = coco80_to_coco91(cls) (needs nc <= 80);
-                             false: category_id = cls; default false */
-    int max_batches;      /* > 0: stop after this many batches (smoke runs); default 0: all */
-    const char *plot_dir; /* non-NULL: write val_batchK_labels.jpg / _pred.jpg for the first
-                             TRN_VAL_PLOT_BATCHES batches there (borrowed); default NULL */
+    int img_size;           /* records must be packed at this long side; default 640 */
+    int batch_size;         /* images per rect batch (only shapes the batches); default 32 */
+    int micro_batch;        /* images per forward, 1..batch_size; default 4 (memory only) */
+    unsigned workers;       /* loader threads, 0 = the loader's default */
+    int threads;            /* kern context threads of the net (trn_net_opts.threads) */
+    float conf_thres;       /* default 0.001 */
+    double iou_thres;       /* NMS IoU; default 0.6 (0.65 for the final COCO numbers) */
+    int max_det;            /* detections per image; default 300 */
+    bool rect;              /* rect batches; default true (val.py's in-training and CLI val) */
+    bool save_json;         /* collect the COCO results list in the result; default false */
+    bool coco91;            /* save_json: category_id = coco80_to_coco91(cls) (needs nc <= 80);
+                               false: category_id = cls; default false */
+    int max_batches;        /* > 0: stop after this many batches (smoke runs); default 0: all */
+    const char *plot_dir;   /* non-NULL: write val_batchK_labels.jpg / _pred.jpg for the first
+                               TRN_VAL_PLOT_BATCHES batches there (borrowed); default NULL */
+    const char *curves_dir; /* non-NULL: write PR_curve.png, F1_curve.png, P_curve.png,
+                               R_curve.png and confusion_matrix.png there at the end (val.py
+                               with plots=True; trn_plot_val) (borrowed); default NULL */
     const struct trn_plot_names *names; /* class names for the plots (borrowed, may be NULL) */
     const struct trn_hyp *loss_hyp;     /* non-NULL: also compute val.py's val losses with
                                            ComputeLoss (loss.h) on each rect batch's raw Detect
@@ -102,7 +105,7 @@ struct trn_val_result {
     double ms_pre;                       /* per image: waiting for the loader (pre-process), ms */
     double ms_infer;                     /* per image: forward + decode, ms */
     double ms_nms;                       /* per image: NMS, mapping back, matching, ms */
-    int plots_written;                   /* pictures written to plot_dir */
+    int plots_written;                   /* pictures written to plot_dir and curves_dir */
     struct trn_coco_det *coco; /* save_json: the results list in val.py's order, else NULL */
     size_t n_coco;             /* entries of coco */
     int64_t *image_ids;        /* save_json: the image id of every validated record (sorted,

@@ -11,6 +11,7 @@
 
 #include "hyp.h"
 #include "plot_batches.h"
+#include "plots.h"
 
 static void usage(FILE *f)
 {
@@ -122,6 +123,7 @@ int main(int argc, char **argv)
     char err[1024] = "";
     const int n = trn_plot_batches(records, &lo, dir, val ? "val_batch" : "train_batch",
                                    (int)batches, say_written, NULL, err, sizeof err);
+    trn_plots_cleanup();
     if (n < 0) {
         fprintf(stderr, "yolo-plot: %s\n", err[0] ? err : strerror(-n));
         return 1;

@@ -27,9 +27,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <cairo.h>
-#include <fontconfig/fontconfig.h>
-
 #include "bench_data.h"
 #include "ffr.h"
 #include "hyp.h"
@@ -653,8 +650,7 @@ int main(int argc, char **argv)
         if (A.plot) rc = do_plot(&A, &hyp);
         if (rc == 0 && A.bench) rc = do_bench(&A, &hyp);
         /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
-        cairo_debug_reset_static_data();
-        FcFini();
+        trn_plots_cleanup();
         return rc;
     }
     if (A.cfg && !A.resume) {
@@ -673,7 +669,6 @@ int main(int argc, char **argv)
         return bad("training needs --cfg MODEL (e.g. --cfg yolov5n) or --resume%s%s", "", "");
     }
     /* results.png drew text: cairo's and fontconfig's caches, for a clean exit under leak checks */
-    cairo_debug_reset_static_data();
-    FcFini();
+    trn_plots_cleanup();
     return rc;
 }

@@ -26,9 +26,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include <cairo.h>
-#include <fontconfig/fontconfig.h>
-
 #include "cocoeval.h"
 #include "ffr.h"
 #include "model.h"
@@ -66,7 +63,8 @@ static void usage(FILE *f)
             "  --save-json           write DIR/<weights>_predictions.json (COCO results)\n"
             "  --data FILE           with --save-json: COCO annotations; run COCOeval\n"
             "  --verbose             per-class rows for any number of classes\n"
-            "  --no-plots            do not write val_batchK_labels.jpg / _pred.jpg\n"
+            "  --no-plots            do not write val_batchK_labels.jpg / _pred.jpg, the\n"
+            "                        PR / F1 / P / R curves and confusion_matrix.png\n"
             "  --project DIR         save to DIR/NAME (default runs/val)\n"
             "  --name NAME           run name (default exp; exp2, ... when taken)\n"
             "  --exist-ok            reuse DIR/NAME\n"
@@ -664,6 +662,7 @@ static int run(const struct args *A)
     vo.save_json = A->save_json;
     vo.coco91 = mi->nc == 80;
     vo.plot_dir = A->no_plots ? NULL : dir;
+    vo.curves_dir = vo.plot_dir; /* val.py plots=True: PR/F1/P/R curves, confusion matrix */
     vo.names = &names;
     vo.log = log_cb;
     struct trn_val_result res;
@@ -701,7 +700,6 @@ int main(int argc, char **argv)
     }
     const int ret = run(&A);
     /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
-    cairo_debug_reset_static_data();
-    FcFini();
+    trn_plots_cleanup();
     return ret;
 }

@@ -1,0 +1,1133 @@
+/*
+ * yolo-detect: ultralytics/yolov5 v7.0 detect.py on JPEG files, directories and image list files.
+ *
+ *   yolo-detect --weights W(.pt|.ckpt) --source FILE|DIR|LIST.txt [--img 640] [--conf-thres 0.25]
+ *               [--iou-thres 0.45] [--max-det 1000] [--classes C ...] [--hide-labels]
+ *               [--hide-conf] [--save-txt] [--save-conf] [--save-json] [--project runs/detect]
+ *               [--name exp] [--exist-ok] [--nosave]
+ *
+ * Per image, as detect.py: cv2.imread (pack_image_decode: EXIF, grey and CMYK as OpenCV),
+ * letterbox(im0, img, stride=32, auto=True) (trn_aug_letterbox, INTER_LINEAR, 114 padding), an
+ * eval forward and the Detect decode on a net built for that input shape (nets are cached per
+ * shape), NMS with multi_label=False and agnostic=False, scale_boxes back to the original image,
+ * then the annotated image (Annotator: box + "name conf"), labels/<stem>.txt rows
+ * "cls cx cy w h [conf]" ('%g', normalised, lowest confidence first, appended as detect.py opens
+ * them with 'a') and, with --save-json, predictions.json in val.py's COCO results form.
+ *
+ * Differences from detect.py, on purpose: JPEG only (pack/image decodes exactly as OpenCV; any
+ * other file is reported as unreadable); annotated images are always written as .jpg; labels
+ * are drawn with cairo's sans-serif instead of OpenCV's Hershey font; --classes filters after
+ * NMS with max_det applied after the filter, which keeps the same boxes as detect.py's filter
+ * before NMS because NMS is class-aware. Class names: the checkpoint's metadata `names`; for a
+ * .pt (whose `names` list our .pt reader cannot return yet) the COCO names when nc == 80, else
+ * class numbers.
+ *
+ * Exit: 0, 1 (weights or run directory unusable, no images, or any image unreadable: the others
+ * are still processed), 2 (bad arguments).
+ */
+#include <cairo.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "augment.h"
+#include "cocoeval.h"
+#include "ffr.h"
+#include "image.h"
+#include "model.h"
+#include "net.h"
+#include "nms.h"
+#include "plots.h"
+#include "ptload.h"
+#include "train.h"
+
+#define PROG        "yolo-detect"
+#define MAX_CLASSES 1024
+#define MAX_NETS    8
+#define MAX_FILE    (512u << 20) /* largest image file read, bytes */
+#define LB_STRIDE   32           /* detect.py: letterbox(stride=max(int(model.stride.max()), 32)) */
+#define DET_JPEG_Q  95           /* cv2.imwrite's default JPEG quality */
+
+#ifndef TRN_MODELS_DIR
+#define TRN_MODELS_DIR "trainer/models"
+#endif
+
+struct args {
+    const char *weights, *source, *cfg, *project, *name;
+    long img, max_det, threads;
+    double conf, iou;
+    int classes[MAX_CLASSES]; /* --classes, in the order given */
+    int n_classes;            /* 0: every class */
+    bool hide_labels, hide_conf, save_txt, save_conf, save_json, exist_ok, nosave, help;
+};
+
+/* A list of image paths (malloc'd strings). */
+struct paths {
+    char **v;
+    size_t n, cap;
+};
+
+/* One network per input shape (detect.py's auto letterbox gives several shapes). */
+struct net_slot {
+    int w, h;
+    struct trn_net *net;
+    uint64_t used; /* last use, for evicting the oldest when the cache is full */
+};
+
+/* COCO class names: what the official yolov5*.pt files carry in `names`. */
+static const char *const coco_names[80] = {
+    "person",        "bicycle",      "car",
+    "motorcycle",    "airplane",     "bus",
+    "train",         "truck",        "boat",
+    "traffic light", "fire hydrant", "stop sign",
+    "parking meter", "bench",        "bird",
+    "cat",           "dog",          "horse",
+    "sheep",         "cow",          "elephant",
+    "bear",          "zebra",        "giraffe",
+    "backpack",      "umbrella",     "handbag",
+    "tie",           "suitcase",     "frisbee",
+    "skis",          "snowboard",    "sports ball",
+    "kite",          "baseball bat", "baseball glove",
+    "skateboard",    "surfboard",    "tennis racket",
+    "bottle",        "wine glass",   "cup",
+    "fork",          "knife",        "spoon",
+    "bowl",          "banana",       "apple",
+    "sandwich",      "orange",       "broccoli",
+    "carrot",        "hot dog",      "pizza",
+    "donut",         "cake",         "chair",
+    "couch",         "potted plant", "bed",
+    "dining table",  "toilet",       "tv",
+    "laptop",        "mouse",        "remote",
+    "keyboard",      "cell phone",   "microwave",
+    "oven",          "toaster",      "sink",
+    "refrigerator",  "book",         "clock",
+    "vase",          "scissors",     "teddy bear",
+    "hair drier",    "toothbrush",
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: " PROG " --weights W --source FILE|DIR|LIST.txt [options]\n"
+               "Detect objects in JPEG images as ultralytics' detect.py does.\n\n"
+               "  --weights W           ultralytics .pt, or our checkpoint (.ckpt)\n"
+               "  --cfg MODEL           model yaml (path or yolov5n/s/...): with --weights, the\n"
+               "                        architecture; without, the initial weights (seed 0)\n"
+               "  --source S            a JPEG, a directory of images, or a .txt list of paths\n"
+               "  --img N               inference size, pixels (default 640; also --imgsz)\n"
+               "  --conf-thres X        confidence threshold (default 0.25)\n"
+               "  --iou-thres X         NMS IoU threshold (default 0.45)\n"
+               "  --max-det N           detections per image (default 1000)\n"
+               "  --classes C [C ...]   keep only these classes\n"
+               "  --hide-labels         boxes without labels\n"
+               "  --hide-conf           labels without confidences\n"
+               "  --save-txt            write labels/<stem>.txt (cls cx cy w h, normalised)\n"
+               "  --save-conf           add the confidence to --save-txt rows\n"
+               "  --save-json           write predictions.json (COCO results format)\n"
+               "  --project DIR         save to DIR/NAME (default runs/detect)\n"
+               "  --name NAME           run name (default exp; exp2, ... when taken)\n"
+               "  --exist-ok            reuse DIR/NAME instead of incrementing\n"
+               "  --nosave              do not write annotated images\n"
+               "  --threads N           compute threads (default 0: the library's choice)\n"
+               "  -h, --help            this help\n");
+}
+
+static int bad(const char *fmt, const char *what)
+{
+    fprintf(stderr, PROG ": ");
+    fprintf(stderr, fmt, what);
+    fprintf(stderr, "\nhint: " PROG " --help\n");
+    return 2;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* Returns 0 to run, 2 on bad arguments (message printed). */
+static int parse_args(int argc, char **argv, struct args *A)
+{
+    memset(A, 0, sizeof *A);
+    A->project = "runs/detect";
+    A->name = "exp";
+    A->img = 640;
+    A->max_det = 1000;
+    A->conf = 0.25;
+    A->iou = 0.45;
+    for (int i = 1; i < argc; i++) {
+        const char *key = argv[i];
+        if (!strcmp(key, "-h") || !strcmp(key, "--help")) {
+            A->help = true;
+            return 0;
+        }
+        bool *flag = !strcmp(key, "--hide-labels") ? &A->hide_labels
+                     : !strcmp(key, "--hide-conf") ? &A->hide_conf
+                     : !strcmp(key, "--save-txt")  ? &A->save_txt
+                     : !strcmp(key, "--save-conf") ? &A->save_conf
+                     : !strcmp(key, "--save-json") ? &A->save_json
+                     : !strcmp(key, "--exist-ok")  ? &A->exist_ok
+                     : !strcmp(key, "--nosave")    ? &A->nosave
+                                                   : NULL;
+        if (flag) {
+            *flag = true;
+            continue;
+        }
+        if (!strcmp(key, "--classes")) {
+            int got = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
+                long c;
+                if (parse_long(argv[++i], 0, 65535, &c) < 0)
+                    return bad("--classes: '%s' is not a class index", argv[i]);
+                if (A->n_classes == MAX_CLASSES) return bad("--classes: too many%s", "");
+                A->classes[A->n_classes++] = (int)c;
+                got++;
+            }
+            if (!got) return bad("--classes needs at least one class index%s", "");
+            continue;
+        }
+        if (strncmp(key, "--", 2)) return bad("unexpected argument '%s'", key);
+        if (i + 1 >= argc) return bad("%s needs a value", key);
+        const char *val = argv[++i];
+        if (!strcmp(key, "--weights"))
+            A->weights = val;
+        else if (!strcmp(key, "--source"))
+            A->source = val;
+        else if (!strcmp(key, "--cfg"))
+            A->cfg = val;
+        else if (!strcmp(key, "--project"))
+            A->project = val;
+        else if (!strcmp(key, "--name"))
+            A->name = val;
+        else if (!strcmp(key, "--img") || !strcmp(key, "--imgsz") || !strcmp(key, "--img-size")) {
+            if (parse_long(val, 32, 8192, &A->img) < 0)
+                return bad("--img: '%s' is not a size in 32..8192", val);
+        } else if (!strcmp(key, "--conf-thres")) {
+            if (parse_double(val, 0, 1, &A->conf) < 0)
+                return bad("--conf-thres: '%s' is not in [0, 1]", val);
+        } else if (!strcmp(key, "--iou-thres")) {
+            if (parse_double(val, 0, 1, &A->iou) < 0)
+                return bad("--iou-thres: '%s' is not in [0, 1]", val);
+        } else if (!strcmp(key, "--max-det")) {
+            if (parse_long(val, 1, TRN_NMS_MAX_NMS, &A->max_det) < 0)
+                return bad("--max-det: '%s' is not in 1..30000", val);
+        } else if (!strcmp(key, "--threads")) {
+            if (parse_long(val, 0, 256, &A->threads) < 0)
+                return bad("--threads: '%s' is not in 0..256", val);
+        } else
+            return bad("unknown argument '%s'", key);
+    }
+    if (!A->source) return bad("--source FILE|DIR|LIST.txt is required%s", "");
+    if (!A->weights && !A->cfg)
+        return bad("--weights W (or --cfg MODEL for initial weights)%s", "");
+    if (!A->name[0] || strchr(A->name, '/'))
+        return bad("--name: '%s' is not a plain name", A->name);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Model                                                                                    */
+
+static bool ends_with_ci(const char *s, const char *suf)
+{
+    const size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+/* The value of a top-level "key: value" line of metadata text into dst ("" when absent). */
+static void meta_value(const char *meta, size_t len, const char *key, char *dst, size_t cap)
+{
+    dst[0] = '\0';
+    const size_t kl = strlen(key);
+    size_t i = 0;
+    while (i < len) {
+        size_t e = i;
+        while (e < len && meta[e] != '\n')
+            e++;
+        if (e - i > kl && !memcmp(meta + i, key, kl) && meta[i + kl] == ':') {
+            size_t v = i + kl + 1;
+            while (v < e && meta[v] == ' ')
+                v++;
+            const size_t n = e - v < cap - 1 ? e - v : cap - 1;
+            memcpy(dst, meta + v, n);
+            dst[n] = '\0';
+            return;
+        }
+        i = e + 1;
+    }
+}
+
+/* Model from a yaml text, or from --cfg when given. Returns 0 or 1 (message printed). */
+static int model_from(const struct args *A, const char *yaml, size_t len, const char *yname, int nc,
+                      struct trn_model **m)
+{
+    struct trn_model_opts mo;
+    trn_model_opts_default(&mo);
+    mo.nc = nc;
+    char err[512] = "";
+    int rc;
+    if (A->cfg) {
+        char path[4096];
+        if (trn_model_cfg_find(A->cfg, TRN_MODELS_DIR, path, sizeof path)) {
+            fprintf(stderr,
+                    PROG ": %s: model yaml not found\nhint: give a path, or a name from "
+                         "trainer/models (yolov5n/s/m/l/x), or set FFYOLO_MODELS_DIR\n",
+                    A->cfg);
+            return 1;
+        }
+        rc = trn_model_load(path, &mo, m, err, sizeof err);
+    } else {
+        rc = trn_model_parse(yaml, len, yname, &mo, m, err, sizeof err);
+    }
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_model_strerror(rc));
+        return 1;
+    }
+    return 0;
+}
+
+/* An ultralytics .pt: architecture from its yaml (or --cfg), the EMA (else model) weights. */
+static int load_pt(const struct args *A, struct trn_model **m)
+{
+    struct trn_pt *pt = NULL;
+    char err[512] = "";
+    int rc = trn_pt_open(A->weights, &pt, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_pt_strerror(rc));
+        return 1;
+    }
+    char *yaml = NULL;
+    int len = 0;
+    if (!A->cfg) {
+        len = trn_pt_model_yaml(pt, NULL, NULL, 0);
+        yaml = len >= 0 ? malloc((size_t)len + 1) : NULL;
+        if (!yaml) {
+            fprintf(stderr, PROG ": %s: no model yaml in the checkpoint (%s)\nhint: pass --cfg\n",
+                    A->weights, len < 0 ? trn_pt_strerror(len) : "out of memory");
+            trn_pt_close(pt);
+            return 1;
+        }
+        trn_pt_model_yaml(pt, NULL, yaml, (size_t)len + 1);
+    }
+    rc = model_from(A, yaml, (size_t)len, A->weights, 0, m);
+    free(yaml);
+    if (rc == 0) {
+        struct trn_pt_match mt;
+        const int c = trn_pt_copy_into_model(pt, NULL, *m, &mt, err, sizeof err);
+        if (c < 0) {
+            fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_pt_strerror(c));
+            trn_model_destroy(*m);
+            *m = NULL;
+            rc = 1;
+        }
+    }
+    trn_pt_close(pt);
+    return rc;
+}
+
+/* Read record k of a checkpoint whose summary must be `name`, exactly `bytes` long (or any
+ * length into a new NUL-terminated *text). */
+static int ckpt_record(const struct ffr_reader *r, uint64_t k, const char *name, void *dst,
+                       size_t bytes, char **text, size_t *text_len)
+{
+    struct ffr_record_info ri;
+    if (ffr_reader_info(r, k, &ri) < 0 || ri.summary_len != strlen(name) ||
+        memcmp(ri.summary, name, ri.summary_len))
+        return -EINVAL;
+    if (text) {
+        *text = malloc((size_t)ri.raw_len + 1);
+        if (!*text) return -ENOMEM;
+        dst = *text;
+        bytes = ri.raw_len;
+    }
+    if (ri.raw_len != bytes) return -EINVAL;
+    const int64_t got = ffr_reader_read(r, NULL, k, dst, bytes);
+    if (got < 0) return (int)got;
+    if (text) {
+        (*text)[got] = '\0';
+        *text_len = (size_t)got;
+    }
+    return 0;
+}
+
+/*
+ * Our checkpoint (trainer/train.h): an ffr file with metadata "format: ffyolo-ckpt-1"; the EMA
+ * weights in records 3 "ema.param", 4 "ema.buffer", 2 "model.count", the yaml in 8; nc and
+ * names in the metadata. Returns 0, 1 (message printed) or -1: not a checkpoint.
+ */
+static int load_ckpt(const struct args *A, struct trn_model **m, struct trn_plot_names *names)
+{
+    struct ffr_reader *r = NULL;
+    char err[512] = "";
+    if (ffr_reader_open(&r, A->weights, NULL, err, sizeof err) < 0) return -1;
+    size_t mlen = 0;
+    const char *meta = ffr_reader_metadata(r, &mlen);
+    char fmt[64], ncs[32];
+    meta_value(meta, mlen, "format", fmt, sizeof fmt);
+    if (strcmp(fmt, TRN_TRAIN_CKPT_FORMAT)) {
+        ffr_reader_close(r);
+        return -1;
+    }
+    meta_value(meta, mlen, "nc", ncs, sizeof ncs);
+    long nc = 0;
+    if (ncs[0] && parse_long(ncs, 1, 65536, &nc) < 0) nc = 0;
+    if (trn_plot_names_parse(meta, mlen, names) < 0) {
+        ffr_reader_close(r);
+        fprintf(stderr, PROG ": out of memory\n");
+        return 1;
+    }
+    char *yaml = NULL;
+    size_t ylen = 0;
+    int rc = ckpt_record(r, 8, "model.yaml", NULL, 0, &yaml, &ylen);
+    if (rc < 0)
+        fprintf(stderr, PROG ": %s: no model yaml in the checkpoint (%s)\n", A->weights,
+                rc == -EINVAL ? "record 8 is not model.yaml" : ffr_strerror(rc));
+    else if (model_from(A, yaml, ylen, A->weights, (int)nc, m))
+        rc = -EINVAL; /* message printed */
+    free(yaml);
+    if (rc == 0) {
+        const struct trn_model_info *mi = trn_model_info(*m);
+        rc = ckpt_record(r, 3, "ema.param", trn_model_arena(*m, TRN_ARENA_PARAM),
+                         mi->arena_len[TRN_ARENA_PARAM] * sizeof(float), NULL, NULL);
+        if (rc == 0)
+            rc = ckpt_record(r, 4, "ema.buffer", trn_model_arena(*m, TRN_ARENA_BUFFER),
+                             mi->arena_len[TRN_ARENA_BUFFER] * sizeof(float), NULL, NULL);
+        if (rc == 0)
+            rc = ckpt_record(r, 2, "model.count", trn_model_arena(*m, TRN_ARENA_COUNT),
+                             mi->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t), NULL, NULL);
+        if (rc < 0)
+            fprintf(stderr, PROG ": %s: checkpoint records do not fit the model (%s)\n", A->weights,
+                    rc == -EINVAL ? "names or sizes differ" : ffr_strerror(rc));
+    }
+    ffr_reader_close(r);
+    if (rc < 0) {
+        trn_model_destroy(*m);
+        *m = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sources                                                                                  */
+
+/* ultralytics' IMG_FORMATS: files of a directory that are taken as images. */
+static bool is_image_name(const char *s)
+{
+    static const char *const ext[] = { ".bmp", ".dng", ".jpeg", ".jpg",  ".mpo",
+                                       ".png", ".tif", ".tiff", ".webp", ".pfm" };
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
+        if (ends_with_ci(s, ext[i])) return true;
+    return false;
+}
+
+static int paths_add(struct paths *p, const char *dir, const char *name)
+{
+    if (p->n == p->cap) {
+        const size_t cap = p->cap ? 2 * p->cap : 64;
+        char **v = realloc(p->v, cap * sizeof *v);
+        if (!v) return -ENOMEM;
+        p->v = v;
+        p->cap = cap;
+    }
+    char *s;
+    if (dir ? asprintf(&s, "%s/%s", dir, name) < 0 : !(s = strdup(name))) return -ENOMEM;
+    p->v[p->n++] = s;
+    return 0;
+}
+
+static void paths_free(struct paths *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        free(p->v[i]);
+    free(p->v);
+    memset(p, 0, sizeof *p);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The images of directory `dir`, sorted by name (ultralytics sorts its glob). */
+static int add_dir(struct paths *p, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -errno;
+    const size_t first = p->n;
+    int rc = 0;
+    const struct dirent *e;
+    while ((e = readdir(d)) && rc == 0)
+        if (e->d_name[0] != '.' && is_image_name(e->d_name)) rc = paths_add(p, dir, e->d_name);
+    closedir(d);
+    qsort(p->v + first, p->n - first, sizeof *p->v, cmp_str);
+    return rc;
+}
+
+/* A file, a directory, or (for *.txt) a list of files and directories, one per line. */
+static int add_source(struct paths *p, const char *src, int depth)
+{
+    struct stat st;
+    if (stat(src, &st) != 0) {
+        fprintf(stderr, PROG ": %s: %s\n", src, strerror(errno));
+        return 1;
+    }
+    int rc;
+    if (S_ISDIR(st.st_mode)) {
+        rc = add_dir(p, src);
+    } else if (depth == 0 && ends_with_ci(src, ".txt")) {
+        FILE *f = fopen(src, "r");
+        if (!f) {
+            fprintf(stderr, PROG ": %s: %s\n", src, strerror(errno));
+            return 1;
+        }
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n;
+        int ln = 0, ret = 0;
+        while ((n = getline(&line, &cap, f)) >= 0) {
+            ln++;
+            while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' ||
+                             line[n - 1] == '\t'))
+                line[--n] = '\0';
+            const char *s = line;
+            while (*s == ' ' || *s == '\t')
+                s++;
+            if (!*s) continue;
+            if (stat(s, &st) != 0) {
+                fprintf(stderr, PROG ": %s:%d: %s: %s\n", src, ln, s, strerror(errno));
+                ret = 1;
+                continue;
+            }
+            const int r2 = add_source(p, s, depth + 1);
+            if (r2 < 0) {
+                free(line);
+                fclose(f);
+                return r2;
+            }
+            if (r2) ret = 1;
+        }
+        free(line);
+        fclose(f);
+        return ret;
+    } else {
+        rc = paths_add(p, NULL, src);
+    }
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s: %s\n", src, strerror(-rc));
+        return rc == -ENOMEM ? rc : 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Output                                                                                   */
+
+static int mkdirs(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -ENAMETOOLONG;
+    for (char *s = buf + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -errno;
+        *s = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -errno;
+    return 0;
+}
+
+/* increment_path(project / name, exist_ok): exp, exp2, exp3, ... */
+static int run_dir(const struct args *A, char *dst, size_t cap)
+{
+    struct stat st;
+    if (snprintf(dst, cap, "%s/%s", A->project, A->name) >= (int)cap) return -ENAMETOOLONG;
+    if (!A->exist_ok && stat(dst, &st) == 0) {
+        for (int n = 2; n < 100000; n++) {
+            if (snprintf(dst, cap, "%s/%s%d", A->project, A->name, n) >= (int)cap)
+                return -ENAMETOOLONG;
+            if (stat(dst, &st) != 0) break;
+        }
+    }
+    return mkdirs(dst);
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* The file name without directory and extension into dst. */
+static void stem_of(const char *path, char *dst, size_t cap)
+{
+    snprintf(dst, cap, "%s", base_name(path));
+    char *dot = strrchr(dst, '.');
+    if (dot && dot != dst) *dot = '\0';
+}
+
+static const char *class_name(const struct trn_plot_names *names, int c, char *buf, size_t cap)
+{
+    if (names && c >= 0 && c < names->n && names->names[c]) return names->names[c];
+    snprintf(buf, cap, "%d", c);
+    return buf;
+}
+
+/*
+ * The Annotator's box_label (utils/plots.py, cv2 path) on an RGB image: a box of width
+ * lw = max(round((h + w) / 2 * 0.003), 2) in the class colour, and when label != NULL a filled
+ * tag in that colour above the box (inside when there is no room) with the label in white.
+ */
+static int annotate(uint8_t *rgb, int w, int h, const struct trn_det *dets, int n,
+                    const struct trn_plot_names *names, const struct args *A)
+{
+    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
+    if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
+        cairo_surface_destroy(s);
+        return -ENOMEM;
+    }
+    cairo_surface_flush(s);
+    uint8_t *px = cairo_image_surface_get_data(s);
+    const int stride = cairo_image_surface_get_stride(s);
+    for (int y = 0; y < h; y++) {
+        uint32_t *row = (uint32_t *)(void *)(px + (size_t)y * (size_t)stride);
+        const uint8_t *src = rgb + (size_t)y * (size_t)w * 3;
+        for (int x = 0; x < w; x++)
+            row[x] = (uint32_t)src[3 * x] << 16 | (uint32_t)src[3 * x + 1] << 8 | src[3 * x + 2];
+    }
+    cairo_surface_mark_dirty(s);
+    cairo_t *cr = cairo_create(s);
+    const double lw = fmax(round((double)(h + w) / 2 * 0.003), 2);
+    /* cv2.getTextSize(fontScale = lw / 3) is about 22 * scale pixels tall for capitals; a sans
+     * font at 1.4x that em size has the same cap height */
+    const double font_px = 22.0 * lw / 3 * 1.4;
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(cr, font_px);
+    cairo_set_line_join(cr, CAIRO_LINE_JOIN_MITER);
+    /* detect.py draws reversed(det): the most confident box last, on top */
+    for (int i = n - 1; i >= 0; i--) {
+        const struct trn_det *d = &dets[i];
+        const uint32_t c = trn_plot_color(d->cls);
+        const double r = (c >> 16 & 255) / 255.0, g = (c >> 8 & 255) / 255.0, b = (c & 255) / 255.0;
+        const double x1 = floor(d->x1), y1 = floor(d->y1), x2 = floor(d->x2), y2 = floor(d->y2);
+        cairo_set_source_rgb(cr, r, g, b);
+        cairo_set_line_width(cr, lw);
+        cairo_rectangle(cr, x1, y1, x2 - x1, y2 - y1);
+        cairo_stroke(cr);
+        if (A->hide_labels) continue;
+        char label[160], num[32];
+        const char *nm = class_name(names, d->cls, num, sizeof num);
+        if (A->hide_conf)
+            snprintf(label, sizeof label, "%s", nm);
+        else
+            snprintf(label, sizeof label, "%s %.2f", nm, (double)d->conf);
+        cairo_text_extents_t te;
+        cairo_font_extents_t fe;
+        cairo_text_extents(cr, label, &te);
+        cairo_font_extents(cr, &fe);
+        const double tw = te.x_advance, th = fe.ascent;
+        const bool outside = y1 - th >= 3;
+        const double ty0 = outside ? y1 - th - 3 : y1, ty1 = outside ? y1 : y1 + th + 3;
+        cairo_rectangle(cr, x1 - lw / 2, ty0, tw + lw, ty1 - ty0);
+        cairo_fill(cr);
+        cairo_set_source_rgb(cr, 1, 1, 1);
+        cairo_move_to(cr, x1, outside ? y1 - 2 - fe.descent * 0.3 : y1 + th + 1);
+        cairo_show_text(cr, label);
+    }
+    cairo_surface_flush(s);
+    int rc = cairo_status(cr) == CAIRO_STATUS_SUCCESS ? 0 : -EIO;
+    for (int y = 0; y < h && rc == 0; y++) {
+        const uint32_t *row = (const uint32_t *)(const void *)(px + (size_t)y * (size_t)stride);
+        uint8_t *dst = rgb + (size_t)y * (size_t)w * 3;
+        for (int x = 0; x < w; x++) {
+            dst[3 * x] = (uint8_t)(row[x] >> 16);
+            dst[3 * x + 1] = (uint8_t)(row[x] >> 8);
+            dst[3 * x + 2] = (uint8_t)row[x];
+        }
+    }
+    cairo_destroy(cr);
+    cairo_surface_destroy(s);
+    return rc;
+}
+
+/* One COCO results entry (val.py's save_one_json) appended to the json text. */
+struct json_out {
+    FILE *f;
+    size_t n;
+};
+
+static void json_det(struct json_out *j, const char *stem, int category, const struct trn_det *d)
+{
+    /* image_id: int(stem) when the stem is numeric, else the stem (a JSON string) */
+    bool numeric = stem[0] != '\0';
+    for (const char *s = stem; *s; s++)
+        if (*s < '0' || *s > '9') numeric = false;
+    fprintf(j->f, "%s\n  {\"image_id\": ", j->n ? "," : "");
+    if (numeric) {
+        fprintf(j->f, "%lld", strtoll(stem, NULL, 10));
+    } else {
+        fputc('"', j->f);
+        for (const unsigned char *s = (const unsigned char *)stem; *s; s++) {
+            if (*s == '"' || *s == '\\')
+                fprintf(j->f, "\\%c", *s);
+            else if (*s < 0x20)
+                fprintf(j->f, "\\u%04x", *s);
+            else
+                fputc(*s, j->f);
+        }
+        fputc('"', j->f);
+    }
+    /* xyxy2xywh then box[:, :2] -= box[:, 2:] / 2: the top-left corner, rounded to 3 places */
+    const float bw = d->x2 - d->x1, bh = d->y2 - d->y1;
+    const float cx = (d->x1 + d->x2) / 2, cy = (d->y1 + d->y2) / 2;
+    fprintf(j->f, ", \"category_id\": %d, \"bbox\": [%.3f, %.3f, %.3f, %.3f], \"score\": %.5f}",
+            category, (double)(cx - bw / 2), (double)(cy - bh / 2), (double)bw, (double)bh,
+            (double)d->conf);
+    j->n++;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Detection                                                                                */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int read_file(const char *path, uint8_t **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -errno;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return -EISDIR;
+    }
+    if ((uint64_t)st.st_size > MAX_FILE) {
+        fclose(f);
+        return -EFBIG;
+    }
+    uint8_t *b = malloc((size_t)st.st_size + 1);
+    if (!b) {
+        fclose(f);
+        return -ENOMEM;
+    }
+    const size_t got = fread(b, 1, (size_t)st.st_size, f);
+    const int bad_read = ferror(f);
+    fclose(f);
+    if (bad_read) {
+        free(b);
+        return -EIO;
+    }
+    *buf = b;
+    *len = got;
+    return 0;
+}
+
+/* The net for an input of w x h, from the cache or new (evicting the least recently used). */
+static int net_for(struct trn_model *m, struct net_slot *slots, uint64_t tick, int w, int h,
+                   long threads, struct trn_net **out, char *err, size_t err_cap)
+{
+    int lru = 0;
+    for (int i = 0; i < MAX_NETS; i++) {
+        if (slots[i].net && slots[i].w == w && slots[i].h == h) {
+            slots[i].used = tick;
+            *out = slots[i].net;
+            return 0;
+        }
+        if (!slots[i].net || (slots[lru].net && slots[i].used < slots[lru].used)) lru = i;
+    }
+    trn_net_destroy(slots[lru].net);
+    slots[lru].net = NULL;
+    struct trn_net_opts no;
+    trn_net_opts_default(&no);
+    no.train = false;
+    no.threads = (int)threads;
+    const int rc = trn_net_create(m, 1, h, w, &no, &slots[lru].net, err, err_cap);
+    if (rc < 0) return rc;
+    slots[lru].w = w;
+    slots[lru].h = h;
+    slots[lru].used = tick;
+    *out = slots[lru].net;
+    return 0;
+}
+
+/* Per-run state. */
+struct detector {
+    const struct args *A;
+    struct trn_model *m;
+    const struct trn_plot_names *names;
+    int nc, img;
+    struct pack_image_decoder *dec;
+    struct trn_nms *nms;
+    struct net_slot slots[MAX_NETS];
+    uint64_t tick;
+    uint8_t *lb;    /* letterboxed RGB */
+    size_t lb_cap;  /* bytes */
+    float *in;      /* network input, CHW */
+    size_t in_cap;  /* floats */
+    uint8_t *im0;   /* copy of the decoded image to draw on */
+    size_t im0_cap; /* bytes */
+    struct trn_det *dets;
+    size_t dets_cap;
+    const char *dir; /* run directory */
+    struct json_out json;
+    double t_pre, t_inf, t_nms; /* summed ms */
+    int n_done, n_txt;
+    int last_w, last_h;
+};
+
+static int grow(void **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) return 0;
+    void *q = realloc(*p, need);
+    if (!q) return -ENOMEM;
+    *p = q;
+    *cap = need;
+    return 0;
+}
+
+static bool class_wanted(const struct args *A, int c)
+{
+    if (!A->n_classes) return true;
+    for (int i = 0; i < A->n_classes; i++)
+        if (A->classes[i] == c) return true;
+    return false;
+}
+
+/* Detect on one image. Returns 0, or 1 (this image failed, message printed), or < 0 (stop). */
+static int detect_one(struct detector *D, const char *path, size_t idx, size_t total)
+{
+    const struct args *A = D->A;
+    const double t0 = now_ms();
+    uint8_t *file = NULL;
+    size_t flen = 0;
+    int rc = read_file(path, &file, &flen);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": image %zu/%zu %s: %s\n", idx, total, path, strerror(-rc));
+        return rc == -ENOMEM ? rc : 1;
+    }
+    struct pack_image im;
+    rc = pack_image_decode(D->dec, file, flen, &im);
+    free(file);
+    if (rc < 0) {
+        const char *detail = pack_image_decoder_detail(D->dec);
+        if (!strcmp(detail, pack_image_strerror(rc))) detail = "";
+        fprintf(stderr, PROG ": image %zu/%zu %s: cannot read the image: %s%s%s\n", idx, total,
+                path, pack_image_strerror(rc), detail[0] ? ": " : "", detail);
+        return rc == -ENOMEM ? rc : 1;
+    }
+    const int w0 = im.width, h0 = im.height;
+    struct trn_aug_letterbox_opts lo;
+    trn_aug_letterbox_opts_default(&lo);
+    lo.auto_pad = true;
+    lo.stride = LB_STRIDE;
+    struct trn_aug_letterbox_plan plan;
+    char err[512] = "";
+    rc = trn_aug_letterbox_plan(w0, h0, D->img, D->img, &lo, &plan);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": image %zu/%zu %s: %dx%d cannot be letterboxed: %s\n", idx, total,
+                path, w0, h0, trn_aug_strerror(rc));
+        return 1;
+    }
+    const size_t lb_bytes = (size_t)plan.out_w * (size_t)plan.out_h * 3;
+    const size_t im0_bytes = (size_t)w0 * (size_t)h0 * 3;
+    if (grow((void **)&D->lb, &D->lb_cap, lb_bytes) ||
+        grow((void **)&D->in, &D->in_cap, lb_bytes * sizeof(float)) ||
+        grow((void **)&D->im0, &D->im0_cap, im0_bytes))
+        return -ENOMEM;
+    memcpy(D->im0, im.pixels, im0_bytes);
+    rc = trn_aug_letterbox(D->im0, w0, h0, &plan, D->lb, D->lb_cap);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s: letterbox: %s\n", path, trn_aug_strerror(rc));
+        return 1;
+    }
+    const size_t plane = (size_t)plan.out_w * (size_t)plan.out_h;
+    for (size_t p = 0; p < plane; p++)
+        for (int c = 0; c < 3; c++)
+            D->in[(size_t)c * plane + p] = (float)D->lb[3 * p + (size_t)c] / 255.0f;
+    const double t1 = now_ms();
+
+    struct trn_net *net = NULL;
+    rc = net_for(D->m, D->slots, ++D->tick, plan.out_w, plan.out_h, A->threads, &net, err,
+                 sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s: network for %dx%d: %s\n", path, plan.out_w, plan.out_h,
+                err[0] ? err : trn_net_strerror(rc));
+        return rc;
+    }
+    const float *pred = NULL;
+    int rows = 0;
+    rc = trn_net_infer(net, D->in, &pred, &rows);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s: inference: %s\n", path, trn_net_strerror(rc));
+        return rc;
+    }
+    const double t2 = now_ms();
+
+    struct trn_nms_opts no;
+    trn_nms_opts_default(&no);
+    no.conf_thres = (float)A->conf;
+    no.iou_thres = A->iou;
+    no.multi_label = 0;
+    no.agnostic = 0;
+    no.max_det = A->n_classes ? TRN_NMS_MAX_NMS : (int)A->max_det;
+    const int nd = trn_nms_run(D->nms, pred, (size_t)rows, (size_t)D->nc + 5, D->nc, &no, D->dets,
+                               D->dets_cap);
+    if (nd < 0) {
+        fprintf(stderr, PROG ": %s: NMS: %s\n", path, trn_nms_strerror(nd));
+        return nd;
+    }
+    int n = 0;
+    for (int i = 0; i < nd && n < A->max_det; i++)
+        if (class_wanted(A, D->dets[i].cls)) D->dets[n++] = D->dets[i];
+    double gain, padw, padh;
+    trn_ratio_pad(plan.out_w, plan.out_h, w0, h0, &gain, &padw, &padh);
+    trn_scale_dets(D->dets, (size_t)n, gain, padw, padh, w0, h0);
+    const double t3 = now_ms();
+    D->t_pre += t1 - t0;
+    D->t_inf += t2 - t1;
+    D->t_nms += t3 - t2;
+    D->last_w = plan.out_w;
+    D->last_h = plan.out_h;
+
+    /* detect.py's line: counts per class in class order, then the inference time */
+    char line[4096];
+    int len = snprintf(line, sizeof line, "image %zu/%zu %s: %dx%d ", idx, total, path, plan.out_h,
+                       plan.out_w);
+    int *count = calloc((size_t)D->nc, sizeof *count);
+    if (!count) return -ENOMEM;
+    for (int i = 0; i < n; i++)
+        count[D->dets[i].cls]++;
+    for (int c = 0; c < D->nc && len < (int)sizeof line - 200; c++) {
+        if (!count[c]) continue;
+        char num[32];
+        len += snprintf(line + len, sizeof line - (size_t)len, "%d %s%s, ", count[c],
+                        class_name(D->names, c, num, sizeof num), count[c] > 1 ? "s" : "");
+    }
+    free(count);
+    printf("%s%s%.1fms\n", line, n ? "" : "(no detections), ", t2 - t1);
+
+    char stem[NAME_MAX + 1];
+    stem_of(path, stem, sizeof stem);
+    int ret = 0;
+    if (A->save_txt && n > 0) {
+        char tp[PATH_MAX];
+        snprintf(tp, sizeof tp, "%s/labels/%s.txt", D->dir, stem);
+        FILE *f = fopen(tp, "a");
+        if (!f) {
+            fprintf(stderr, PROG ": %s: %s\n", tp, strerror(errno));
+            ret = 1;
+        } else {
+            for (int i = n - 1; i >= 0; i--) {
+                const struct trn_det *d = &D->dets[i];
+                /* xyxy2xywh(...) / gn in float32, as the torch tensors */
+                const float cx = (d->x1 + d->x2) / 2 / (float)w0;
+                const float cy = (d->y1 + d->y2) / 2 / (float)h0;
+                const float bw = (d->x2 - d->x1) / (float)w0;
+                const float bh = (d->y2 - d->y1) / (float)h0;
+                fprintf(f, "%d %g %g %g %g", d->cls, (double)cx, (double)cy, (double)bw,
+                        (double)bh);
+                if (A->save_conf) fprintf(f, " %g", (double)d->conf);
+                fputc('\n', f);
+            }
+            if (fclose(f) != 0) {
+                fprintf(stderr, PROG ": %s: %s\n", tp, strerror(errno));
+                ret = 1;
+            }
+            D->n_txt++;
+        }
+    }
+    if (D->json.f)
+        for (int i = 0; i < n; i++) {
+            const int cls = D->dets[i].cls;
+            json_det(&D->json, stem, D->nc == 80 ? trn_coco80_to_coco91(cls) : cls, &D->dets[i]);
+        }
+    if (!A->nosave) {
+        rc = annotate(D->im0, w0, h0, D->dets, n, D->names, A);
+        char ip[PATH_MAX];
+        const char *bn = base_name(path);
+        const bool jpg = ends_with_ci(bn, ".jpg") || ends_with_ci(bn, ".jpeg");
+        snprintf(ip, sizeof ip, "%s/%s%s", D->dir, jpg ? bn : stem, jpg ? "" : ".jpg");
+        if (rc == 0) rc = trn_plot_jpeg_write(D->im0, w0, h0, DET_JPEG_Q, ip, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, PROG ": %s: %s\n", ip, err[0] ? err : strerror(-rc));
+            ret = 1;
+        }
+    }
+    D->n_done++;
+    return ret;
+}
+
+static int run(const struct args *A)
+{
+    struct trn_model *m = NULL;
+    struct trn_plot_names names = { 0 };
+    struct detector D;
+    memset(&D, 0, sizeof D);
+    struct paths src = { 0 };
+    int ret = 1, rc;
+    char dir[PATH_MAX - 64] = "";
+
+    if (A->weights) {
+        struct stat st;
+        if (stat(A->weights, &st) != 0) {
+            fprintf(stderr, PROG ": %s: %s\n", A->weights, strerror(errno));
+            goto out;
+        }
+        rc = ends_with_ci(A->weights, ".pt") ? -1 : load_ckpt(A, &m, &names);
+        if (rc == 1) goto out;
+        if (rc < 0 && load_pt(A, &m)) goto out;
+    } else {
+        if (model_from(A, NULL, 0, NULL, 0, &m)) goto out;
+        trn_model_init(m, 0);
+        fprintf(stderr, PROG ": no --weights: the initial weights of --cfg (seed 0)\n");
+    }
+    const struct trn_model_info *mi = trn_model_info(m);
+    if (names.n != mi->nc) {
+        trn_plot_names_free(&names);
+        if (mi->nc == 80) {
+            names.names = calloc(80, sizeof *names.names);
+            if (!names.names) goto oom;
+            names.n = 80;
+            for (int c = 0; c < 80; c++)
+                if (!(names.names[c] = strdup(coco_names[c]))) goto oom;
+        }
+    }
+    for (int i = 0; i < A->n_classes; i++)
+        if (A->classes[i] >= mi->nc)
+            fprintf(stderr, PROG ": warning: --classes %d: the model has %d classes\n",
+                    A->classes[i], mi->nc);
+    /* check_img_size: a multiple of the largest stride */
+    int smax = LB_STRIDE;
+    for (int l = 0; l < mi->nl; l++)
+        if (mi->stride[l] > smax) smax = mi->stride[l];
+    D.img = (int)((A->img + smax - 1) / smax * smax);
+    if (D.img != A->img)
+        fprintf(stderr,
+                PROG ": warning: --img %ld must be a multiple of max stride %d, updating to %d\n",
+                A->img, smax, D.img);
+
+    rc = add_source(&src, A->source, 0);
+    if (rc < 0) goto oom;
+    int failed = rc;
+    if (src.n == 0) {
+        fprintf(stderr,
+                PROG ": %s: no images found\nhint: JPEG files, a directory of them, or a "
+                     ".txt list of paths\n",
+                A->source);
+        goto out;
+    }
+    rc = run_dir(A, dir, sizeof dir);
+    if (rc == 0 && A->save_txt) {
+        char lp[PATH_MAX];
+        snprintf(lp, sizeof lp, "%s/labels", dir);
+        rc = mkdirs(lp);
+    }
+    if (rc < 0) {
+        fprintf(stderr, PROG ": cannot create the run directory %s/%s: %s\n", A->project, A->name,
+                strerror(-rc));
+        goto out;
+    }
+    D.A = A;
+    D.m = m;
+    D.names = names.n ? &names : NULL;
+    D.nc = mi->nc;
+    D.dir = dir;
+    D.dets_cap = A->n_classes ? TRN_NMS_MAX_NMS : (size_t)A->max_det;
+    D.dets = malloc(D.dets_cap * sizeof *D.dets);
+    if (!D.dets || pack_image_decoder_create(NULL, &D.dec) < 0 || trn_nms_create(&D.nms) < 0)
+        goto oom;
+    char jp[PATH_MAX];
+    if (A->save_json) {
+        snprintf(jp, sizeof jp, "%s/predictions.json", dir);
+        D.json.f = fopen(jp, "w");
+        if (!D.json.f) {
+            fprintf(stderr, PROG ": %s: %s\n", jp, strerror(errno));
+            goto out;
+        }
+        fputc('[', D.json.f);
+    }
+    for (size_t i = 0; i < src.n; i++) {
+        rc = detect_one(&D, src.v[i], i + 1, src.n);
+        if (rc < 0) goto out;
+        if (rc) failed = 1;
+    }
+    if (D.json.f) {
+        fputs(D.json.n ? "\n]\n" : "]\n", D.json.f);
+        const int bad_close = fclose(D.json.f) != 0;
+        D.json.f = NULL;
+        if (bad_close) {
+            fprintf(stderr, PROG ": %s: %s\n", jp, strerror(errno));
+            failed = 1;
+        }
+    }
+    if (D.n_done > 0)
+        printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape "
+               "(1, 3, %d, %d)\n",
+               D.t_pre / D.n_done, D.t_inf / D.n_done, D.t_nms / D.n_done, D.img, D.img);
+    if (A->save_txt || !A->nosave) {
+        printf("Results saved to %s\n", dir);
+        if (A->save_txt) printf("%d labels saved to %s/labels\n", D.n_txt, dir);
+    }
+    if (A->save_json) printf("Saving %s (%zu detections)\n", jp, D.json.n);
+    if (failed) fprintf(stderr, PROG ": some images could not be processed (see above)\n");
+    ret = failed ? 1 : 0;
+    goto out;
+oom:
+    fprintf(stderr, PROG ": out of memory\n");
+    ret = 1;
+out:
+    if (D.json.f) fclose(D.json.f);
+    for (int i = 0; i < MAX_NETS; i++)
+        trn_net_destroy(D.slots[i].net);
+    trn_nms_destroy(D.nms);
+    pack_image_decoder_destroy(D.dec);
+    free(D.dets);
+    free(D.lb);
+    free(D.in);
+    free(D.im0);
+    paths_free(&src);
+    trn_plot_names_free(&names);
+    trn_model_destroy(m);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    struct args A;
+    const int rc = parse_args(argc, argv, &A);
+    if (rc) return rc;
+    if (A.help) {
+        usage(stdout);
+        return 0;
+    }
+    const int ret = run(&A);
+    trn_plots_cleanup(); /* cairo's and fontconfig's caches: a clean exit under leak checks */
+    return ret;
+}
