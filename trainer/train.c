@@ -111,11 +111,13 @@ static void seterr(char *err, size_t cap, const char *fmt, ...)
 
 int trn_train_results_header(char *dst, size_t dst_cap)
 {
+    /* snprintf-style: the length is returned even when dst is NULL or too small. */
+    char scratch[1];
     size_t n = 0;
     for (int k = 0; k < RESULTS_COLS; k++) {
-        const int w =
-            snprintf(dst ? dst + (n < dst_cap ? n : dst_cap) : NULL, n < dst_cap ? dst_cap - n : 0,
-                     "%s%20s", k ? "," : "", results_keys[k]);
+        char *at = dst && n < dst_cap ? dst + n : scratch;
+        const size_t room = dst && n < dst_cap ? dst_cap - n : 0;
+        const int w = snprintf(at, room, "%s%20s", k ? "," : "", results_keys[k]);
         if (w < 0) return -EINVAL;
         n += (size_t)w;
     }
