@@ -266,6 +266,10 @@ int pack_ds_stats_format(const struct pack_ds_stats *st, char *dst, size_t dst_c
 /* Name of a warning kind ("label-corrupt", ...), "unknown" for other values. */
 const char *pack_ds_warn_kind_name(enum pack_ds_warn_kind kind);
 
+/* COCO's 80 detection class names in ultralytics' class order (0 = person ... 79 =
+ * toothbrush), e.g. for models trained on COCO whose weights carry no names. */
+extern const char *const pack_coco80_names[80];
+
 /* Message for a return code of this module (PACK_DS_E* and errno values). Never NULL. */
 const char *pack_ds_strerror(int rc);
 

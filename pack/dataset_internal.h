@@ -185,7 +185,6 @@ void pack_coco_destroy(struct pack_coco *c);
 
 /* The canonical COCO category id (1..90) of class c (0..79), and its name. */
 extern const uint8_t pack_coco80_ids[80];
-extern const char *const pack_coco80_names[80];
 
 /* ---------------------------------------------------------------------------------------------
  * Dataset yaml (dsyaml.c)

@@ -32,6 +32,7 @@
 #include "plots.h"
 #include "ptload.h"
 #include "val.h"
+#include "weights.h"
 
 #ifndef TRN_MODELS_DIR
 #define TRN_MODELS_DIR "trainer/models"
@@ -256,178 +257,6 @@ static int run_dir(const struct args *A, char *dst, size_t cap)
     return mkdirs(dst);
 }
 
-/* The value of a top-level "key: value" line of metadata text into dst ("" when absent). */
-static void meta_value(const char *meta, size_t len, const char *key, char *dst, size_t cap)
-{
-    dst[0] = '\0';
-    const size_t kl = strlen(key);
-    size_t i = 0;
-    while (i < len) {
-        size_t e = i;
-        while (e < len && meta[e] != '\n')
-            e++;
-        if (e - i > kl + 1 && !memcmp(meta + i, key, kl) && meta[i + kl] == ':') {
-            size_t v = i + kl + 1;
-            while (v < e && meta[v] == ' ')
-                v++;
-            size_t n = e - v < cap - 1 ? e - v : cap - 1;
-            memcpy(dst, meta + v, n);
-            dst[n] = '\0';
-            return;
-        }
-        i = e + 1;
-    }
-}
-
-static bool ends_with(const char *s, const char *suf)
-{
-    const size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
-/* Model from a yaml text or --cfg. Returns 0 or 1 (message printed). */
-static int model_from(const struct args *A, const char *yaml, size_t len, const char *yname, int nc,
-                      struct trn_model **m)
-{
-    struct trn_model_opts mo;
-    trn_model_opts_default(&mo);
-    mo.nc = nc;
-    char err[512] = "";
-    int rc;
-    if (A->cfg) {
-        char path[4096];
-        if (trn_model_cfg_find(A->cfg, TRN_MODELS_DIR, path, sizeof path)) {
-            fprintf(stderr,
-                    PROG ": %s: model yaml not found\nhint: give a path, or a name from "
-                         "trainer/models (yolov5n/s/m/l/x), or set FFYOLO_MODELS_DIR\n",
-                    A->cfg);
-            return 1;
-        }
-        rc = trn_model_load(path, &mo, m, err, sizeof err);
-    } else {
-        rc = trn_model_parse(yaml, len, yname, &mo, m, err, sizeof err);
-    }
-    if (rc < 0) {
-        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_model_strerror(rc));
-        return 1;
-    }
-    return 0;
-}
-
-/* An ultralytics .pt: architecture from its yaml (or --cfg), weights copied in. */
-static int load_pt(const struct args *A, int nc, struct trn_model **m)
-{
-    struct trn_pt *pt = NULL;
-    char err[512] = "";
-    int rc = trn_pt_open(A->weights, &pt, err, sizeof err);
-    if (rc < 0) {
-        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_pt_strerror(rc));
-        return 1;
-    }
-    char *yaml = NULL;
-    int len = 0;
-    if (!A->cfg) {
-        len = trn_pt_model_yaml(pt, NULL, NULL, 0);
-        yaml = len >= 0 ? malloc((size_t)len + 1) : NULL;
-        if (!yaml) {
-            fprintf(stderr, PROG ": %s: no model yaml in the checkpoint (%s)\nhint: pass --cfg\n",
-                    A->weights, len < 0 ? trn_pt_strerror(len) : "out of memory");
-            trn_pt_close(pt);
-            return 1;
-        }
-        trn_pt_model_yaml(pt, NULL, yaml, (size_t)len + 1);
-    }
-    /* ultralytics asserts the weights' classes equal the dataset's: no override here */
-    (void)nc;
-    rc = model_from(A, yaml, (size_t)len, A->weights, 0, m);
-    free(yaml);
-    if (rc == 0) {
-        struct trn_pt_match mt;
-        const int c = trn_pt_copy_into_model(pt, NULL, *m, &mt, err, sizeof err);
-        if (c < 0) {
-            fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_pt_strerror(c));
-            trn_model_destroy(*m);
-            *m = NULL;
-            rc = 1;
-        }
-    }
-    trn_pt_close(pt);
-    return rc;
-}
-
-/* Read record k of a checkpoint whose summary must be `name`, exactly `bytes` long. */
-static int ckpt_record(const struct ffr_reader *r, uint64_t k, const char *name, void *dst,
-                       size_t bytes, char **text, size_t *text_len)
-{
-    struct ffr_record_info ri;
-    if (ffr_reader_info(r, k, &ri) < 0 || ri.summary_len != strlen(name) ||
-        memcmp(ri.summary, name, ri.summary_len))
-        return -EINVAL;
-    if (text) {
-        *text = malloc((size_t)ri.raw_len + 1);
-        if (!*text) return -ENOMEM;
-        dst = *text;
-        bytes = ri.raw_len;
-    }
-    if (ri.raw_len != bytes) return -EINVAL;
-    const int64_t got = ffr_reader_read(r, NULL, k, dst, bytes);
-    if (got < 0) return (int)got;
-    if (text) {
-        (*text)[got] = '\0';
-        *text_len = (size_t)got;
-    }
-    return 0;
-}
-
-/*
- * Our checkpoint (trainer/train.h, docs/checkpoint.md): an ffr file with metadata
- * "format: ffyolo-ckpt-1"; records 3 "ema.param", 4 "ema.buffer", 2 "model.count" and
- * 8 "model.yaml"; nc from the metadata. Returns 0, 1 (message printed) or -1: not a checkpoint.
- */
-static int load_ckpt(const struct args *A, struct trn_model **m)
-{
-    struct ffr_reader *r = NULL;
-    char err[512] = "";
-    if (ffr_reader_open(&r, A->weights, NULL, err, sizeof err) < 0) return -1;
-    size_t mlen = 0;
-    const char *meta = ffr_reader_metadata(r, &mlen);
-    char fmt[64], ncs[32];
-    meta_value(meta, mlen, "format", fmt, sizeof fmt);
-    if (strcmp(fmt, "ffyolo-ckpt-1")) {
-        ffr_reader_close(r);
-        return -1;
-    }
-    meta_value(meta, mlen, "nc", ncs, sizeof ncs);
-    long nc = 0;
-    if (ncs[0] && parse_long(ncs, 1, 65536, &nc) < 0) nc = 0;
-    char *yaml = NULL;
-    size_t ylen = 0;
-    int rc = ckpt_record(r, 8, "model.yaml", NULL, 0, &yaml, &ylen);
-    if (rc == 0) rc = model_from(A, yaml, ylen, A->weights, (int)nc, m) ? -EINVAL : 0;
-    free(yaml);
-    if (rc == 0) {
-        const struct trn_model_info *mi = trn_model_info(*m);
-        rc = ckpt_record(r, 3, "ema.param", trn_model_arena(*m, TRN_ARENA_PARAM),
-                         mi->arena_len[TRN_ARENA_PARAM] * sizeof(float), NULL, NULL);
-        if (rc == 0)
-            rc = ckpt_record(r, 4, "ema.buffer", trn_model_arena(*m, TRN_ARENA_BUFFER),
-                             mi->arena_len[TRN_ARENA_BUFFER] * sizeof(float), NULL, NULL);
-        if (rc == 0)
-            rc = ckpt_record(r, 2, "model.count", trn_model_arena(*m, TRN_ARENA_COUNT),
-                             mi->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t), NULL, NULL);
-        if (rc < 0)
-            fprintf(stderr, PROG ": %s: checkpoint records do not fit the model (%s)\n", A->weights,
-                    rc == -EINVAL ? "names or sizes differ" : ffr_strerror(rc));
-    }
-    ffr_reader_close(r);
-    if (rc < 0) {
-        trn_model_destroy(*m);
-        *m = NULL;
-        return 1;
-    }
-    return 0;
-}
-
 static const char *class_name(const struct trn_plot_names *names, int c, char *buf, size_t cap)
 {
     if (c >= 0 && c < names->n && names->names[c]) return names->names[c];
@@ -612,7 +441,7 @@ static int run(const struct args *A)
         return 1;
     }
     char interp[32];
-    meta_value(meta, mlen, "interp", interp, sizeof interp);
+    trn_meta_value(meta, mlen, "interp", interp, sizeof interp);
     if (interp[0] && strcmp(interp, "area"))
         fprintf(stderr,
                 PROG ": warning: %s was packed with --interp %s; ultralytics' val loader shrinks "
@@ -620,20 +449,14 @@ static int run(const struct args *A)
                 A->records, interp);
     struct trn_model *m = NULL;
     int ret = 1;
-    if (A->weights) {
-        struct stat st;
-        if (stat(A->weights, &st) != 0) {
-            fprintf(stderr, PROG ": %s: %s\n", A->weights, strerror(errno));
-            goto out;
-        }
-        rc = ends_with(A->weights, ".pt") ? -1 : load_ckpt(A, &m);
-        if (rc == 1) goto out;
-        if (rc < 0 && load_pt(A, names.n, &m)) goto out;
-    } else {
-        if (model_from(A, NULL, 0, NULL, names.n, &m)) goto out;
-        trn_model_init(m, 0);
-        fprintf(stderr, PROG ": no --weights: the initial weights of --cfg (seed 0)\n");
+    /* ultralytics asserts the weights' classes equal the dataset's: nc only for --cfg alone */
+    char werr[768] = "";
+    if (trn_weights_load(A->weights, A->cfg, names.n, &m, NULL, NULL, werr, sizeof werr) < 0) {
+        fprintf(stderr, PROG ": %s\n", werr);
+        goto out;
     }
+    if (!A->weights)
+        fprintf(stderr, PROG ": no --weights: the initial weights of --cfg (seed 0)\n");
     const struct trn_model_info *mi = trn_model_info(m);
     if (names.n > 0 && names.n != mi->nc) {
         fprintf(stderr,
