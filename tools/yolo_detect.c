@@ -48,6 +48,7 @@
 #include "net.h"
 #include "nms.h"
 #include "plots.h"
+#include "rundir.h"
 #include "ptload.h"
 #include "train.h"
 #include "weights.h"
@@ -341,37 +342,6 @@ static int add_source(struct paths *p, const char *src, int depth)
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Output                                                                                   */
-
-static int mkdirs(const char *path)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -ENAMETOOLONG;
-    for (char *s = buf + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -errno;
-        *s = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -errno;
-    return 0;
-}
-
-/* increment_path(project / name, exist_ok): exp, exp2, exp3, ... */
-static int run_dir(const struct args *A, char *dst, size_t cap)
-{
-    struct stat st;
-    if (snprintf(dst, cap, "%s/%s", A->project, A->name) >= (int)cap) return -ENAMETOOLONG;
-    if (!A->exist_ok && stat(dst, &st) == 0) {
-        for (int n = 2; n < 100000; n++) {
-            if (snprintf(dst, cap, "%s/%s%d", A->project, A->name, n) >= (int)cap)
-                return -ENAMETOOLONG;
-            if (stat(dst, &st) != 0) break;
-        }
-    }
-    return mkdirs(dst);
-}
-
 static const char *base_name(const char *path)
 {
     const char *s = strrchr(path, '/');
@@ -842,11 +812,11 @@ static int run(const struct args *A)
                 A->source);
         goto out;
     }
-    rc = run_dir(A, dir, sizeof dir);
+    rc = trn_run_dir(A->project, A->name, A->exist_ok, dir, sizeof dir);
     if (rc == 0 && A->save_txt) {
         char lp[PATH_MAX];
         snprintf(lp, sizeof lp, "%s/labels", dir);
-        rc = mkdirs(lp);
+        rc = trn_mkdirs(lp);
     }
     if (rc < 0) {
         fprintf(stderr, PROG ": cannot create the run directory %s/%s: %s\n", A->project, A->name,

@@ -33,6 +33,7 @@
 #include "loader.h"
 #include "model.h"
 #include "plots.h"
+#include "rundir.h"
 #include "train.h"
 
 #ifndef TRN_MODELS_DIR
@@ -286,39 +287,6 @@ static void log_cb(void *ctx, const char *msg)
     fprintf(stderr, PROG ": %s\n", msg);
 }
 
-/* mkdir -p. Returns 0 or -errno. */
-static int mkdirs(const char *path)
-{
-    char p[PATH_MAX];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return -ENAMETOOLONG;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0777) < 0 && errno != EEXIST) return -errno;
-        *s = '/';
-    }
-    if (mkdir(p, 0777) < 0 && errno != EEXIST) return -errno;
-    return 0;
-}
-
-/*
- * ultralytics' increment_path(Path(project) / name, exist_ok): the path itself when it does not
- * exist or exist_ok, else the first of path2, path3, ... that does not; then created.
- */
-static int run_dir(const struct args *A, char *dst, size_t cap)
-{
-    struct stat st;
-    if (snprintf(dst, cap, "%s/%s", A->project, A->name) >= (int)cap) return -ENAMETOOLONG;
-    if (!A->exist_ok && stat(dst, &st) == 0) {
-        for (int n = 2; n < 10000; n++) {
-            if (snprintf(dst, cap, "%s/%s%d", A->project, A->name, n) >= (int)cap)
-                return -ENAMETOOLONG;
-            if (stat(dst, &st) != 0) break;
-        }
-    }
-    return mkdirs(dst);
-}
-
 static int do_summary(const struct args *A)
 {
     char path[4096];
@@ -393,7 +361,7 @@ static int do_bench(const struct args *A, const struct trn_hyp *hyp)
 static int do_plot(const struct args *A, const struct trn_hyp *hyp)
 {
     char dir[PATH_MAX - 32];
-    int rc = run_dir(A, dir, sizeof dir);
+    int rc = trn_run_dir(A->project, A->name, A->exist_ok, dir, sizeof dir);
     if (rc < 0) {
         fprintf(stderr, PROG ": cannot create the run directory %s/%s...: %s\n", A->project,
                 A->name, strerror(-rc));
@@ -546,7 +514,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
         }
         o.resume = ckpt;
     } else {
-        rc = run_dir(A, dir, sizeof dir);
+        rc = trn_run_dir(A->project, A->name, A->exist_ok, dir, sizeof dir);
         if (rc < 0) {
             fprintf(stderr,
                     PROG ": cannot create the run directory %s/%s: %s\n"

@@ -30,6 +30,7 @@
 #include "ffr.h"
 #include "model.h"
 #include "plots.h"
+#include "rundir.h"
 #include "ptload.h"
 #include "val.h"
 #include "weights.h"
@@ -225,36 +226,6 @@ static void log_cb(void *ctx, const char *msg)
 {
     (void)ctx;
     fprintf(stderr, PROG ": %s\n", msg);
-}
-
-/* mkdir -p. Returns 0 or -errno. */
-static int mkdirs(const char *path)
-{
-    char p[PATH_MAX];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return -ENAMETOOLONG;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0777) < 0 && errno != EEXIST) return -errno;
-        *s = '/';
-    }
-    if (mkdir(p, 0777) < 0 && errno != EEXIST) return -errno;
-    return 0;
-}
-
-/* ultralytics' increment_path(Path(project) / name, exist_ok, mkdir=True). */
-static int run_dir(const struct args *A, char *dst, size_t cap)
-{
-    struct stat st;
-    if (snprintf(dst, cap, "%s/%s", A->project, A->name) >= (int)cap) return -ENAMETOOLONG;
-    if (!A->exist_ok && stat(dst, &st) == 0) {
-        for (int n = 2; n < 10000; n++) {
-            if (snprintf(dst, cap, "%s/%s%d", A->project, A->name, n) >= (int)cap)
-                return -ENAMETOOLONG;
-            if (stat(dst, &st) != 0) break;
-        }
-    }
-    return mkdirs(dst);
 }
 
 static const char *class_name(const struct trn_plot_names *names, int c, char *buf, size_t cap)
@@ -466,7 +437,7 @@ static int run(const struct args *A)
         goto out;
     }
     char dir[PATH_MAX - 64];
-    rc = run_dir(A, dir, sizeof dir);
+    rc = trn_run_dir(A->project, A->name, A->exist_ok, dir, sizeof dir);
     if (rc < 0) {
         fprintf(stderr, PROG ": cannot create the run directory %s/%s: %s\n", A->project, A->name,
                 strerror(-rc));
