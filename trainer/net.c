@@ -8,8 +8,16 @@
  * overwrites it (kern accum bit clear) and later ones add (KERN_ACCUM_DX), tracked per act by
  * `has`, so the gradient arena is never cleared. Parameter gradients always add
  * (KERN_ACCUM_DPARAM).
+ *
+ * On a CUDA context every arena above is device memory and the net keeps device copies of the
+ * model's parameter and buffer arenas (uploaded at each forward, since the optimizer and EMA still
+ * update the host model; BN running statistics come back after a training forward) plus host
+ * mirrors of what callers read (Detect outputs, decoded boxes, parameter gradients, views). The
+ * ops and the order of calls are the same on both backends: only where memory lives differs.
  */
 #include "net.h"
+
+#include "kern_cuda.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -23,6 +31,18 @@ struct trn_net {
     const struct kern_ops *K;
     struct kern_ctx *ctx;
     bool own_ctx;
+    bool gpu;       /* the device data path: a CUDA context (the arenas below are device
+                       memory), or trn_net_opts.device_path on the CPU ops */
+    float *d_param; /* gpu: device copy of the model's TRN_ARENA_PARAM arena */
+    float *d_buf;   /* gpu: device copy of TRN_ARENA_BUFFER (BN running stats, anchors) */
+    float *d_dout;  /* gpu: the callers' d_outputs staged on the device (head layout) */
+    float *h_head;  /* gpu: host mirror of head */
+    float *h_dec;   /* gpu: host mirror of dec */
+    float *h_grad;  /* gpu: host mirror of grad, refreshed after each backward */
+    float *h_view;  /* gpu: host copy of one activation for the view getters */
+    size_t n_head;  /* floats in head */
+    size_t n_dec;   /* floats in dec */
+    size_t n_view;  /* floats in h_view (the largest activation) */
     bool input_grad;
     bool trained; /* the last forward was a training forward: backward may run */
     struct trn_act_plan plan;
@@ -66,6 +86,7 @@ void trn_net_opts_default(struct trn_net_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->train = true;
+    o->device = -1;
 }
 
 static void *alloc_floats(size_t n, size_t elem)
@@ -76,6 +97,18 @@ static void *alloc_floats(size_t n, size_t elem)
     void *p = aligned_alloc(64, bytes);
     if (p) memset(p, 0, bytes);
     return p;
+}
+
+/* Zeroed tensor memory of the net's backend (device memory on CUDA); at least one element. */
+static void *alloc_tensor(struct trn_net *net, size_t n, size_t elem)
+{
+    void *p = NULL;
+    return kern_mem_alloc(net->ctx, (n ? n : 1) * elem, &p) == 0 ? p : NULL;
+}
+
+static size_t arena_bytes(const struct trn_net *net, int arena)
+{
+    return net->I->arena_len[arena] * sizeof(float);
 }
 
 static float *A(const struct trn_net *net, int a)
@@ -90,13 +123,13 @@ static float *D(const struct trn_net *net, int a)
 
 static float *P(const struct trn_net *net, int t)
 {
-    float *p = trn_model_arena(net->m, TRN_ARENA_PARAM);
+    float *p = net->gpu ? net->d_param : (float *)trn_model_arena(net->m, TRN_ARENA_PARAM);
     return p + trn_model_tensor(net->m, t)->offset;
 }
 
 static float *B(const struct trn_net *net, int t)
 {
-    float *p = trn_model_arena(net->m, TRN_ARENA_BUFFER);
+    float *p = net->gpu ? net->d_buf : (float *)trn_model_arena(net->m, TRN_ARENA_BUFFER);
     return p + trn_model_tensor(net->m, t)->offset;
 }
 
@@ -150,7 +183,6 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
     if (!net) return -ENOMEM;
     net->m = m;
     net->I = I;
-    net->K = kern_ops_ref();
     net->batch = batch;
     net->input_grad = o.train && o.input_grad;
     int rc = trn_model_plan(m, batch, h, w, &net->plan, err, err_cap);
@@ -174,24 +206,46 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         struct kern_ctx_opts ko;
         kern_ctx_opts_default(&ko);
         ko.threads = o.threads;
+        if (o.device >= 0) {
+            ko.backend = KERN_BACKEND_CUDA;
+            ko.device = o.device;
+        }
         if ((rc = kern_ctx_create(&ko, &net->ctx))) {
-            set_err(err, err_cap, "kern context", rc);
+            set_err(err, err_cap, o.device >= 0 ? "CUDA context" : "kern context", rc);
             goto fail_quiet;
         }
         net->own_ctx = true;
     }
+    const bool cuda = kern_ctx_backend(net->ctx) == KERN_BACKEND_CUDA;
+    net->gpu = cuda || o.device_path;
+    net->K = cuda ? kern_ops_cuda() : kern_ops_ref();
+    if (!net->K) {
+        rc = -KERN_EBACKEND;
+        set_err(err, err_cap, "CUDA ops", rc);
+        goto fail_quiet;
+    }
 
     rc = -ENOMEM;
-    net->act = alloc_floats(pl->total, sizeof(float));
+    net->act = alloc_tensor(net, pl->total, sizeof(float));
     net->has = calloc((size_t)pl->n_acts + 1, 1);
     net->cd = calloc((size_t)I->n_convs + 1, sizeof *net->cd);
     net->bn_off = calloc((size_t)I->n_convs + 1, sizeof *net->bn_off);
     net->pool_off = calloc((size_t)I->n_layers + 1, sizeof *net->pool_off);
     if (!net->act || !net->has || !net->cd || !net->bn_off || !net->pool_off) goto fail;
     if (o.train) {
-        net->dact = alloc_floats(pl->total, sizeof(float));
-        net->grad = alloc_floats(I->arena_len[TRN_ARENA_PARAM], sizeof(float));
+        net->dact = alloc_tensor(net, pl->total, sizeof(float));
+        net->grad = alloc_tensor(net, I->arena_len[TRN_ARENA_PARAM], sizeof(float));
         if (!net->dact || !net->grad) goto fail;
+    }
+    if (net->gpu) {
+        net->d_param = alloc_tensor(net, I->arena_len[TRN_ARENA_PARAM], sizeof(float));
+        net->d_buf = alloc_tensor(net, I->arena_len[TRN_ARENA_BUFFER], sizeof(float));
+        for (int a = 0; a < pl->n_acts; a++)
+            if (pl->acts[a].numel > net->n_view) net->n_view = pl->acts[a].numel;
+        net->h_view = alloc_floats(net->n_view, sizeof(float));
+        if (!net->d_param || !net->d_buf || !net->h_view) goto fail;
+        if (o.train && !(net->h_grad = alloc_floats(I->arena_len[TRN_ARENA_PARAM], sizeof(float))))
+            goto fail;
     }
 
     size_t ws = 0, n_stat = 0;
@@ -200,14 +254,14 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         const struct trn_act *x = &pl->acts[pl->convs[ci].in];
         kern_conv2d_init(&net->cd[ci], batch, c->c1, x->h, x->w, c->c2, c->k, c->s, c->p);
         size_t b = 0;
-        if ((rc = kern_ref_conv2d_workspace_size(net->ctx, &net->cd[ci], &b))) goto fail;
+        if ((rc = net->K->conv2d_workspace_size(net->ctx, &net->cd[ci], &b))) goto fail;
         if (b > ws) ws = b;
         net->bn_off[ci] = n_stat;
         if (c->bn) n_stat += 2 * (size_t)c->c2;
     }
     if ((rc = kern_ctx_reserve(net->ctx, ws))) goto fail;
     rc = -ENOMEM;
-    if (!(net->bn_stat = alloc_floats(n_stat, sizeof(float)))) goto fail;
+    if (!(net->bn_stat = alloc_tensor(net, n_stat, sizeof(float)))) goto fail;
 
     size_t n_idx = 0;
     for (int i = 0; i < I->n_layers; i++) {
@@ -215,7 +269,7 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         net->pool_off[i] = n_idx;
         if (L->type == TRN_MOD_SPPF) n_idx += 3 * pl->acts[pl->layers[i].pool[0]].numel;
     }
-    if (!(net->pool_idx = alloc_floats(n_idx, sizeof(int32_t)))) goto fail;
+    if (!(net->pool_idx = alloc_tensor(net, n_idx, sizeof(int32_t)))) goto fail;
 
     const struct trn_layer *Ld = trn_model_layer(m, I->detect);
     size_t n_head = 0;
@@ -232,9 +286,17 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         n_head += (r->numel + TRN_MODEL_ALIGN - 1) / TRN_MODEL_ALIGN * TRN_MODEL_ALIGN;
         net->dec_rows += I->na * r->h * r->w;
     }
-    net->head = alloc_floats(n_head, sizeof(float));
-    net->dec = alloc_floats((size_t)batch * (size_t)net->dec_rows * (size_t)I->no, sizeof(float));
+    net->n_head = n_head;
+    net->n_dec = (size_t)batch * (size_t)net->dec_rows * (size_t)I->no;
+    net->head = alloc_tensor(net, n_head, sizeof(float));
+    net->dec = alloc_tensor(net, net->n_dec, sizeof(float));
     if (!net->head || !net->dec) goto fail;
+    if (net->gpu) {
+        net->h_head = alloc_floats(n_head, sizeof(float));
+        net->h_dec = alloc_floats(net->n_dec, sizeof(float));
+        if (!net->h_head || !net->h_dec) goto fail;
+        if (o.train && !(net->d_dout = alloc_tensor(net, n_head, sizeof(float)))) goto fail;
+    }
     for (int t = 0; t < I->n_tensors; t++)
         if (trn_model_tensor(m, t)->role == TRN_T_ANCHORS)
             net->anchors = trn_model_tensor(m, t)->offset;
@@ -250,19 +312,23 @@ fail_quiet:
 void trn_net_destroy(struct trn_net *net)
 {
     if (!net) return;
+    if (net->ctx) {
+        /* Tensor memory goes back through the backend that gave it, before the context. */
+        void *const t[] = { net->act,  net->dact, net->grad,    net->bn_stat, net->pool_idx,
+                            net->head, net->dec,  net->d_param, net->d_buf,   net->d_dout };
+        for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
+            kern_mem_free(net->ctx, t[k]);
+    }
     if (net->own_ctx) kern_ctx_destroy(net->ctx);
     trn_act_plan_free(&net->plan);
-    free(net->act);
-    free(net->dact);
     free(net->has);
-    free(net->grad);
     free(net->cd);
     free(net->bn_off);
-    free(net->bn_stat);
     free(net->pool_off);
-    free(net->pool_idx);
-    free(net->head);
-    free(net->dec);
+    free(net->h_head);
+    free(net->h_dec);
+    free(net->h_grad);
+    free(net->h_view);
     free(net);
 }
 
@@ -420,16 +486,40 @@ static int layer_fwd(struct trn_net *net, int i, bool train)
     return 0;
 }
 
+/* The forward's own part, leaving its results where the backend keeps them. */
+static int forward_dev(struct trn_net *net, const float *images, bool train)
+{
+    net->trained = false;
+    if (net->gpu) {
+        /* The optimizer and EMA update the host model between steps. */
+        TRY(kern_mem_copy(net->ctx, net->d_param, trn_model_arena(net->m, TRN_ARENA_PARAM),
+                          arena_bytes(net, TRN_ARENA_PARAM), KERN_COPY_H2D));
+        TRY(kern_mem_copy(net->ctx, net->d_buf, trn_model_arena(net->m, TRN_ARENA_BUFFER),
+                          arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_H2D));
+    }
+    TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
+                      KERN_COPY_H2D));
+    for (int i = 0; i < net->I->n_layers; i++)
+        TRY(layer_fwd(net, i, train));
+    if (net->gpu && train)
+        TRY(kern_mem_copy(net->ctx, trn_model_arena(net->m, TRN_ARENA_BUFFER), net->d_buf,
+                          arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_D2H));
+    net->trained = train && net->dact;
+    return 0;
+}
+
 int trn_net_forward(struct trn_net *net, const float *images, bool train, const float **outputs)
 {
     if (!net || !images) return -EINVAL;
-    net->trained = false;
-    memcpy(net->act, images, net->plan.acts[0].numel * sizeof(float));
-    for (int i = 0; i < net->I->n_layers; i++)
-        TRY(layer_fwd(net, i, train));
-    net->trained = train && net->dact;
+    TRY(forward_dev(net, images, train));
+    const float *head = net->head;
+    if (net->gpu) {
+        TRY(kern_mem_copy(net->ctx, net->h_head, net->head, net->n_head * sizeof(float),
+                          KERN_COPY_D2H));
+        head = net->h_head;
+    }
     for (int l = 0; l < net->I->nl; l++) {
-        net->out_view[l] = net->head + net->head_off[l];
+        net->out_view[l] = head + net->head_off[l];
         if (outputs) outputs[l] = net->out_view[l];
     }
     return 0;
@@ -573,26 +663,60 @@ int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
     for (int l = 0; l < net->I->nl; l++)
         if (!d_outputs[l]) return -EINVAL;
     memset(net->has, 0, (size_t)net->plan.n_acts);
+    const float *dout[TRN_MODEL_MAX_LEVELS];
+    for (int l = 0; l < net->I->nl; l++) {
+        dout[l] = d_outputs[l];
+        if (net->gpu) {
+            float *const at = net->d_dout + net->head_off[l];
+            TRY(kern_mem_copy(net->ctx, at, d_outputs[l],
+                              (size_t)trn_net_output_shape(net, l, NULL) * sizeof(float),
+                              KERN_COPY_H2D));
+            dout[l] = at;
+        }
+    }
     for (int i = net->I->n_layers - 1; i >= 0; i--)
-        TRY(layer_bwd(net, i, d_outputs));
+        TRY(layer_bwd(net, i, dout));
     if (net->input_grad && !net->has[0])
-        memset(D(net, 0), 0, net->plan.acts[0].numel * sizeof(float));
+        TRY(kern_mem_zero(net->ctx, D(net, 0), net->plan.acts[0].numel * sizeof(float)));
+    if (net->gpu)
+        TRY(kern_mem_copy(net->ctx, net->h_grad, net->grad, arena_bytes(net, TRN_ARENA_PARAM),
+                          KERN_COPY_D2H));
     return 0;
 }
 
 void trn_net_zero_grad(struct trn_net *net)
 {
-    if (net && net->grad) memset(net->grad, 0, net->I->arena_len[TRN_ARENA_PARAM] * sizeof(float));
+    if (!net || !net->grad) return;
+    kern_mem_zero(net->ctx, net->grad, arena_bytes(net, TRN_ARENA_PARAM));
+    if (net->h_grad) memset(net->h_grad, 0, arena_bytes(net, TRN_ARENA_PARAM));
 }
 
 float *trn_net_grad(struct trn_net *net)
 {
-    return net ? net->grad : NULL;
+    return !net ? NULL : net->gpu ? net->h_grad : net->grad;
+}
+
+bool trn_net_on_device(const struct trn_net *net)
+{
+    return net && kern_ctx_backend(net->ctx) == KERN_BACKEND_CUDA;
+}
+
+/* A host view of act a's memory at p: p itself on the CPU, else a copy into h_view (the one
+ * view buffer: each getter's result is valid until the next getter call on a GPU net). */
+static const float *host_view(const struct trn_net *net, const float *p, int a)
+{
+    if (!net->gpu) return p;
+    struct trn_net *mut = (struct trn_net *)net;
+    const size_t n = net->plan.acts[a].numel;
+    if (n > net->n_view ||
+        kern_mem_copy(mut->ctx, mut->h_view, p, n * sizeof(float), KERN_COPY_D2H) < 0)
+        return NULL;
+    return net->h_view;
 }
 
 const float *trn_net_input_grad(const struct trn_net *net)
 {
-    return net && net->input_grad ? D(net, 0) : NULL;
+    return net && net->input_grad ? host_view(net, D(net, 0), 0) : NULL;
 }
 
 const float *trn_net_layer_output(const struct trn_net *net, int i, int shape[4])
@@ -605,13 +729,13 @@ const float *trn_net_layer_output(const struct trn_net *net, int i, int shape[4]
         shape[2] = a->h;
         shape[3] = a->w;
     }
-    return A(net, net->plan.layers[i].out);
+    return host_view(net, A(net, net->plan.layers[i].out), net->plan.layers[i].out);
 }
 
 const float *trn_net_act(const struct trn_net *net, int a)
 {
     if (!net || a < 0 || a >= net->plan.n_acts) return NULL;
-    return A(net, a);
+    return host_view(net, A(net, a), a);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -620,10 +744,12 @@ const float *trn_net_act(const struct trn_net *net, int a)
 int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows)
 {
     if (!net || !images || !out) return -EINVAL;
-    TRY(trn_net_forward(net, images, false, NULL));
+    TRY(forward_dev(net, images, false));
     const struct trn_model_info *I = net->I;
     const struct trn_layer *Ld = trn_model_layer(net->m, I->detect);
-    const float *anchors = (const float *)trn_model_arena(net->m, TRN_ARENA_BUFFER) + net->anchors;
+    const float *anchors =
+        (net->gpu ? net->d_buf : (const float *)trn_model_arena(net->m, TRN_ARENA_BUFFER)) +
+        net->anchors;
     const size_t no = (size_t)I->no;
     /* Decoded per image so that each image's rows of all levels are contiguous (torch.cat). */
     for (int b = 0; b < net->batch; b++) {
@@ -638,7 +764,10 @@ int trn_net_infer(struct trn_net *net, const float *images, const float **out, i
             row += per;
         }
     }
-    *out = net->dec;
+    if (net->gpu)
+        TRY(kern_mem_copy(net->ctx, net->h_dec, net->dec, net->n_dec * sizeof(float),
+                          KERN_COPY_D2H));
+    *out = net->gpu ? net->h_dec : net->dec;
     if (rows) *rows = net->dec_rows;
     return 0;
 }

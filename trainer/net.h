@@ -30,6 +30,15 @@
  * -TRN_MODEL_EUNSUPPORTED (an Upsample factor other than 2), or a kern code (-KERN_E*).
  * trn_net_strerror names each. The library never prints and never exits.
  *
+ * DEVICES. A net on a CUDA context (trn_net_opts.device) runs the same ops from kern_ops_cuda()
+ * on device memory; every pointer this API takes or returns stays host memory. Each forward
+ * uploads the model's parameters and buffers (the optimizer updates the host model), a training
+ * forward brings the BN running statistics back, outputs and decoded boxes are copied to host
+ * mirrors, and backward copies the gradients to a host mirror that trn_net_grad returns (writes
+ * to it are not seen by the device: call trn_net_zero_grad between steps, as the trainer does).
+ * The view getters (trn_net_layer_output, trn_net_act, trn_net_input_grad) share one host copy:
+ * on a GPU net each result is valid until the next getter call.
+ *
  * THREADS. A net is used by one thread at a time; it writes the model's BN buffers (training
  * forward) and reads its parameters, so two nets on one model must not run at once. Ops may use
  * the kern context's worker threads (trn_net_opts.threads).
@@ -56,9 +65,17 @@ struct trn_net_opts {
     bool train;           /* true: allocate gradients so trn_net_backward works; false: an
                              inference-only net (no gradient memory) */
     bool input_grad;      /* with train: backward also computes d loss / d images */
+    int device;           /* -1: the CPU reference ops; >= 0: the CUDA ops on that device (the
+                             net creates a CUDA context; -KERN_EBACKEND where the build has no
+                             CUDA or no device is visible). Ignored when ctx is given: the
+                             borrowed context's backend decides. */
+    bool device_path;     /* tests: on a CPU context, run the GPU net's data path anyway
+                             (separate parameter and buffer copies, host mirrors, every copy
+                             through kern_mem_copy) so that it is tested where no GPU is */
 };
 
-/* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false. */
+/* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false,
+ * device -1 (CPU). */
 void trn_net_opts_default(struct trn_net_opts *o);
 
 struct trn_net;
@@ -121,6 +138,9 @@ void trn_net_zero_grad(struct trn_net *net);
  * read and write it (the optimizer clips and consumes it).
  */
 float *trn_net_grad(struct trn_net *net);
+
+/* True when the net runs on a CUDA context (see DEVICES). */
+bool trn_net_on_device(const struct trn_net *net);
 
 /* d loss / d images (batch x ch x h x w) from the last backward, or NULL unless the net was
  * created with input_grad. Valid until the next backward. */

@@ -137,3 +137,47 @@ const char *kern_cuda_ctx_last_error(const struct kern_ctx *ctx)
     if (!ctx || ctx->backend != KERN_BACKEND_CUDA || !ctx->backend_state) return "";
     return ((const struct kern_cuda_state *)ctx->backend_state)->err;
 }
+
+int kern_cuda_mem_alloc(struct kern_ctx *ctx, size_t bytes, void **out)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if (!out) return -EINVAL;
+    *out = NULL;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) return kern_cuda_fail(ctx, e, "kern_mem_alloc");
+    /* Synchronous: the memory is handed out zeroed, like the CPU twin's. */
+    e = cudaMemset(p, 0, bytes);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        return kern_cuda_fail(ctx, e, "kern_mem_alloc");
+    }
+    *out = p;
+    return 0;
+}
+
+void kern_cuda_mem_free(struct kern_ctx *ctx, void *p)
+{
+    if (!ctx || ctx->backend != KERN_BACKEND_CUDA || !p) return;
+    cudaStreamSynchronize(kern_cuda_st(ctx)->stream);
+    cudaFree(p);
+}
+
+int kern_cuda_mem_copy(struct kern_ctx *ctx, void *dst, const void *src, size_t bytes, int dir)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    cudaStream_t s = kern_cuda_st(ctx)->stream;
+    const cudaMemcpyKind kind = dir == KERN_COPY_H2D   ? cudaMemcpyHostToDevice
+                                : dir == KERN_COPY_D2H ? cudaMemcpyDeviceToHost
+                                                       : cudaMemcpyDeviceToDevice;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s);
+    if (e == cudaSuccess && dir == KERN_COPY_D2H) e = cudaStreamSynchronize(s);
+    return e == cudaSuccess ? 0 : kern_cuda_fail(ctx, e, "kern_mem_copy");
+}
+
+int kern_cuda_mem_zero(struct kern_ctx *ctx, void *p, size_t bytes)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    const cudaError_t e = cudaMemsetAsync(p, 0, bytes, kern_cuda_st(ctx)->stream);
+    return e == cudaSuccess ? 0 : kern_cuda_fail(ctx, e, "kern_mem_zero");
+}

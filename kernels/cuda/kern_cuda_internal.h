@@ -35,6 +35,11 @@ int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out);
 void kern_cuda_ctx_destroy(struct kern_ctx *ctx);
 int kern_cuda_ctx_reserve(struct kern_ctx *ctx, size_t bytes);
 int kern_cuda_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t bytes);
+/* Device-memory versions of kern_mem_alloc / free / copy / zero (kern.h). */
+int kern_cuda_mem_alloc(struct kern_ctx *ctx, size_t bytes, void **out);
+void kern_cuda_mem_free(struct kern_ctx *ctx, void *p);
+int kern_cuda_mem_copy(struct kern_ctx *ctx, void *dst, const void *src, size_t bytes, int dir);
+int kern_cuda_mem_zero(struct kern_ctx *ctx, void *p, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -56,3 +56,32 @@ int kern_cuda_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t bytes)
     (void)bytes;
     return ctx ? -KERN_EBACKEND : -EINVAL;
 }
+
+int kern_cuda_mem_alloc(struct kern_ctx *ctx, size_t bytes, void **out)
+{
+    (void)bytes;
+    if (out) *out = NULL;
+    return ctx ? -KERN_EBACKEND : -EINVAL;
+}
+
+void kern_cuda_mem_free(struct kern_ctx *ctx, void *p)
+{
+    (void)ctx;
+    (void)p;
+}
+
+int kern_cuda_mem_copy(struct kern_ctx *ctx, void *dst, const void *src, size_t bytes, int dir)
+{
+    (void)dst;
+    (void)src;
+    (void)bytes;
+    (void)dir;
+    return ctx ? -KERN_EBACKEND : -EINVAL;
+}
+
+int kern_cuda_mem_zero(struct kern_ctx *ctx, void *p, size_t bytes)
+{
+    (void)p;
+    (void)bytes;
+    return ctx ? -KERN_EBACKEND : -EINVAL;
+}

@@ -128,6 +128,28 @@ KERN_API int kern_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t byte
 /* Returns the workspace size of ctx in bytes (0 for NULL). */
 KERN_API size_t kern_ctx_workspace_size(const struct kern_ctx *ctx);
 
+/*
+ * Tensor memory of ctx's backend, so that a caller (the trainer's net) plans its arenas once and
+ * runs unchanged on either backend: host memory (64-byte aligned) for CPU contexts, device memory
+ * (cudaMalloc, 256-byte aligned) for CUDA contexts.
+ *
+ * kern_mem_alloc: *out receives `bytes` of zeroed memory owned by the caller (free with
+ * kern_mem_free on a context of the same backend and device). bytes 0 gives NULL and 0.
+ * Errors: -EINVAL (NULL ctx or out), -ENOMEM, -KERN_EBACKEND.
+ * kern_mem_free: frees p (NULL ok). Waits for ctx's enqueued work first on CUDA.
+ * kern_mem_copy: copies bytes between memory of the directions' kinds (KERN_COPY_*). CPU
+ * contexts take every direction as host-to-host. On CUDA, host-to-device and device-to-device
+ * copies are enqueued on ctx's stream (the host source may be reused at once: it is staged),
+ * device-to-host waits, so the host may read dst when it returns. Errors: -EINVAL, -EIO.
+ * kern_mem_zero: zeroes bytes at p (ctx's kind of memory), enqueued on CUDA. Errors: -EINVAL,
+ * -EIO.
+ */
+enum { KERN_COPY_H2D = 1, KERN_COPY_D2H = 2, KERN_COPY_D2D = 3 };
+KERN_API int kern_mem_alloc(struct kern_ctx *ctx, size_t bytes, void **out);
+KERN_API void kern_mem_free(struct kern_ctx *ctx, void *p);
+KERN_API int kern_mem_copy(struct kern_ctx *ctx, void *dst, const void *src, size_t bytes, int dir);
+KERN_API int kern_mem_zero(struct kern_ctx *ctx, void *p, size_t bytes);
+
 /* ---------------------------------------------------------------------------------------- */
 /* conv2d: groups 1, dilation 1, no bias except where given                                 */
 

@@ -22,6 +22,10 @@ int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out);
 void kern_cuda_ctx_destroy(struct kern_ctx *ctx);
 int kern_cuda_ctx_reserve(struct kern_ctx *ctx, size_t bytes);
 int kern_cuda_ctx_set_workspace(struct kern_ctx *ctx, void *buf, size_t bytes);
+int kern_cuda_mem_alloc(struct kern_ctx *ctx, size_t bytes, void **out);
+void kern_cuda_mem_free(struct kern_ctx *ctx, void *p);
+int kern_cuda_mem_copy(struct kern_ctx *ctx, void *dst, const void *src, size_t bytes, int dir);
+int kern_cuda_mem_zero(struct kern_ctx *ctx, void *p, size_t bytes);
 
 #define KERN_WS_ALIGN 64u
 /* Below this many elements an op runs on the calling thread: a wake-up costs ~10-50 us. */
@@ -288,4 +292,47 @@ static const struct kern_ops kern_ref_ops = {
 const struct kern_ops *kern_ops_ref(void)
 {
     return &kern_ref_ops;
+}
+
+int kern_mem_alloc(struct kern_ctx *ctx, size_t bytes, void **out)
+{
+    if (!ctx || !out) return -EINVAL;
+    *out = NULL;
+    if (!bytes) return 0;
+    if (ctx->backend == KERN_BACKEND_CUDA) return kern_cuda_mem_alloc(ctx, bytes, out);
+    const size_t rounded = (bytes + KERN_WS_ALIGN - 1) / KERN_WS_ALIGN * KERN_WS_ALIGN;
+    if (rounded < bytes) return -ENOMEM;
+    void *const p = aligned_alloc(KERN_WS_ALIGN, rounded);
+    if (!p) return -ENOMEM;
+    memset(p, 0, rounded);
+    *out = p;
+    return 0;
+}
+
+void kern_mem_free(struct kern_ctx *ctx, void *p)
+{
+    if (!p) return;
+    if (ctx && ctx->backend == KERN_BACKEND_CUDA)
+        kern_cuda_mem_free(ctx, p);
+    else
+        free(p);
+}
+
+int kern_mem_copy(struct kern_ctx *ctx, void *dst, const void *src, size_t bytes, int dir)
+{
+    if (!ctx || (bytes && (!dst || !src)) || dir < KERN_COPY_H2D || dir > KERN_COPY_D2D)
+        return -EINVAL;
+    if (!bytes) return 0;
+    if (ctx->backend == KERN_BACKEND_CUDA) return kern_cuda_mem_copy(ctx, dst, src, bytes, dir);
+    memmove(dst, src, bytes);
+    return 0;
+}
+
+int kern_mem_zero(struct kern_ctx *ctx, void *p, size_t bytes)
+{
+    if (!ctx || (bytes && !p)) return -EINVAL;
+    if (!bytes) return 0;
+    if (ctx->backend == KERN_BACKEND_CUDA) return kern_cuda_mem_zero(ctx, p, bytes);
+    memset(p, 0, bytes);
+    return 0;
 }
