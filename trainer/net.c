@@ -43,6 +43,7 @@ struct trn_net {
     size_t n_head;  /* floats in head */
     size_t n_dec;   /* floats in dec */
     size_t n_view;  /* floats in h_view (the largest activation) */
+    size_t mem;     /* bytes of tensor memory allocated through alloc_tensor */
     bool input_grad;
     bool trained; /* the last forward was a training forward: backward may run */
     struct trn_act_plan plan;
@@ -103,7 +104,9 @@ static void *alloc_floats(size_t n, size_t elem)
 static void *alloc_tensor(struct trn_net *net, size_t n, size_t elem)
 {
     void *p = NULL;
-    return kern_mem_alloc(net->ctx, (n ? n : 1) * elem, &p) == 0 ? p : NULL;
+    if (kern_mem_alloc(net->ctx, (n ? n : 1) * elem, &p) < 0) return NULL;
+    net->mem += (n ? n : 1) * elem;
+    return p;
 }
 
 static size_t arena_bytes(const struct trn_net *net, int arena)
@@ -694,6 +697,11 @@ void trn_net_zero_grad(struct trn_net *net)
 float *trn_net_grad(struct trn_net *net)
 {
     return !net ? NULL : net->gpu ? net->h_grad : net->grad;
+}
+
+size_t trn_net_memory_bytes(const struct trn_net *net)
+{
+    return net ? net->mem + kern_ctx_workspace_size(net->ctx) : 0;
 }
 
 bool trn_net_on_device(const struct trn_net *net)

@@ -142,6 +142,11 @@ float *trn_net_grad(struct trn_net *net);
 /* True when the net runs on a CUDA context (see DEVICES). */
 bool trn_net_on_device(const struct trn_net *net);
 
+/* Bytes of tensor memory the net holds on its backend (device memory on CUDA): activations and
+ * their gradients, parameter gradients, BN statistics, pool indices, outputs, the device copies
+ * of the model's arenas, and the context's workspace. Host mirrors are not counted. */
+size_t trn_net_memory_bytes(const struct trn_net *net);
+
 /* d loss / d images (batch x ch x h x w) from the last backward, or NULL unless the net was
  * created with input_grad. Valid until the next backward. */
 const float *trn_net_input_grad(const struct trn_net *net);

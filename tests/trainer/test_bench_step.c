@@ -1,0 +1,61 @@
+/*
+ * trn_bench_step_run (`yolo-train --bench`) on the CPU reference with yolov5n at 64x64: the step
+ * runs, the loss is finite, the phase times add up to the step, the rates follow from them, the
+ * model facts are the model's; asking for a CUDA device where there is none is a clean error.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench_step.h"
+#include "kern.h"
+#include "kern_cuda.h"
+#include "tap.h"
+
+int main(void)
+{
+    struct trn_bench_step_opts o;
+    trn_bench_step_opts_default(&o);
+    o.cfg = TRN_TEST_MODELS_DIR "/yolov5n.yaml";
+    o.img = 64;
+    o.batch = 2;
+    o.warmup = 1;
+    o.steps = 2;
+    o.boxes = 3;
+    struct trn_bench_step_result r;
+    char err[256];
+    int rc = trn_bench_step_run(&o, &r, err, sizeof err);
+    ok(rc == 0, "CPU bench step runs: %s", rc ? err : "ok");
+    ok(isfinite(r.loss) && r.loss > 0, "the loss is finite and positive (%g)", r.loss);
+    const double sum = r.ms_forward + r.ms_loss + r.ms_backward + r.ms_optimizer + r.ms_ema;
+    ok(r.ms_forward > 0 && r.ms_backward > 0 && r.ms_loss >= 0 && r.ms_optimizer > 0 &&
+           r.ms_ema > 0,
+       "every phase took time (fwd %.2f loss %.2f bwd %.2f opt %.2f ema %.2f ms)", r.ms_forward,
+       r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema);
+    ok(fabs(sum - r.ms_step) <= 1e-9 * (1 + r.ms_step), "the phases add up to the step");
+    ok(fabs(r.img_per_s - o.batch * 1e3 / r.ms_step) <= 1e-6 * r.img_per_s,
+       "img/s = batch / step time (%.1f)", r.img_per_s);
+    is_int(r.params, 1872157, "yolov5n's parameter count");
+    ok(r.gflops_img > 0.01 && r.gflops_img < 4.5 * 64 * 64 / (640.0 * 640.0) + 0.01,
+       "forward GFLOPs per image at 64 scale down from 4.5 at 640 (%.4f)", r.gflops_img);
+    ok(fabs(r.tflops - 3 * r.gflops_img * o.batch / r.ms_step) <= 1e-9 + 1e-6 * r.tflops,
+       "TFLOP/s = 3 x forward FLOPs x batch / step");
+    ok(r.net_bytes > 4 * 1872157, "the net holds at least its gradients (%zu bytes)", r.net_bytes);
+    is_int(r.on_device, 0, "CPU run is not on a device");
+
+    struct trn_bench_step_opts bad = o;
+    bad.batch = 0;
+    is_int(trn_bench_step_run(&bad, &r, err, sizeof err), -EINVAL, "batch 0 refused");
+    bad = o;
+    bad.cfg = "/nonexistent/model.yaml";
+    rc = trn_bench_step_run(&bad, &r, err, sizeof err);
+    ok(rc < 0 && strstr(err, "/nonexistent/model.yaml"), "a missing yaml is named: %s", err);
+    if (kern_cuda_device_count() == 0) {
+        bad = o;
+        bad.device = 0;
+        rc = trn_bench_step_run(&bad, &r, err, sizeof err);
+        ok(rc == -KERN_EBACKEND && strstr(err, "net"), "device 0 without a GPU: %s", err);
+    }
+    return tap_done();
+}
