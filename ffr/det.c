@@ -10,7 +10,7 @@
 #include "ffr_internal.h"
 
 static const uint8_t det_magic[4] = { 'Y', 'D', 'E', 'T' };
-#define DET_HEADER  64u
+#define DET_HEADER  FFR_DET_PIXEL_OFFSET
 #define DET_VERSION 1u
 
 static uint64_t pad4(uint64_t x)
@@ -130,7 +130,7 @@ int64_t ffr_det_encode(const struct ffr_det_sample *s, void *dst, size_t dst_cap
     p += DET_HEADER;
     if (s->pixel_format == FFR_DET_RGB8_SUB)
         ffr_det_sub_filter(p, s->pixels, s->h, s->w);
-    else if (s->pixel_bytes)
+    else if (s->pixel_bytes && s->pixels != p)
         memcpy(p, s->pixels, s->pixel_bytes);
     memset(p + s->pixel_bytes, 0, (size_t)(pad4(s->pixel_bytes) - s->pixel_bytes));
     p += pad4(s->pixel_bytes);

@@ -25,6 +25,11 @@ extern const uint8_t ffr_frame_magic[4];
 
 /* XXH3-64, seed 0, built inline (XXH_INLINE_ALL) in hash.c. */
 uint64_t ffr_xxh3(const void *p, size_t n);
+/* The vector builds of XXH3 (x86-64 only, FFR_HASH_X86; hash.c calls them after a CPU check)
+ * and the name of the one ffr_xxh3 uses: "avx512", "avx2", "sse2" or "portable". */
+uint64_t ffr_xxh3_avx2(const void *p, size_t n);
+uint64_t ffr_xxh3_avx512(const void *p, size_t n);
+const char *ffr_hash_impl(void);
 
 static inline uint16_t ffr_rd16(const uint8_t *p)
 {

@@ -395,8 +395,10 @@ int pack_image_interp_resolve(enum pack_image_interp interp, int w0, int h0, int
     return -EINVAL;
 }
 
-int pack_image_load(struct pack_image_decoder *dec, int size, enum pack_image_interp interp,
-                    const void *src, size_t src_len, struct pack_image *out)
+/* pack_image_load, with a resize written to dst (dst_cap bytes) when dst is given. */
+static int load_impl(struct pack_image_decoder *dec, int size, enum pack_image_interp interp,
+                     const void *src, size_t src_len, uint8_t *dst, size_t dst_cap,
+                     struct pack_image *out)
 {
     if (!dec || !out || size < 0 || (unsigned)interp > PACK_IMAGE_INTERP_AUTO_VAL) return -EINVAL;
     struct pack_image img;
@@ -419,17 +421,66 @@ int pack_image_load(struct pack_image_decoder *dec, int size, enum pack_image_in
         return 0;
     }
     const size_t work = pack_image_resize_work_size(dw, dh, img.width, img.height, img.interp);
-    if (reserve((void **)&dec->out, &dec->out_cap, (size_t)dw * (size_t)dh * 3) < 0 ||
+    const size_t bytes = (size_t)dw * (size_t)dh * 3;
+    if (dst && bytes > dst_cap) return -ENOSPC;
+    if ((!dst && reserve((void **)&dec->out, &dec->out_cap, bytes) < 0) ||
         reserve(&dec->work, &dec->work_cap, work ? work : 1) < 0)
         return -ENOMEM;
-    rc = pack_image_resize(dec->out, dw, dh, 3 * (size_t)dw, img.pixels, img.width, img.height,
+    uint8_t *const to = dst ? dst : dec->out;
+    rc = pack_image_resize(to, dw, dh, 3 * (size_t)dw, img.pixels, img.width, img.height,
                            3 * (size_t)img.width, img.interp, dec->work, dec->work_cap);
     if (rc < 0) return rc;
-    img.pixels = dec->out;
+    img.pixels = to;
     img.width = dw;
     img.height = dh;
     img.resized = 1;
     *out = img;
+    return 0;
+}
+
+int pack_image_load(struct pack_image_decoder *dec, int size, enum pack_image_interp interp,
+                    const void *src, size_t src_len, struct pack_image *out)
+{
+    return load_impl(dec, size, interp, src, src_len, NULL, 0, out);
+}
+
+int pack_image_load_into(struct pack_image_decoder *dec, int size, enum pack_image_interp interp,
+                         const void *src, size_t src_len, uint8_t *dst, size_t dst_cap,
+                         struct pack_image *out)
+{
+    if (!dec || !out || !dst) return -EINVAL;
+    /* When the decoded image is already the result (no resize, no EXIF turn, no CMYK
+     * conversion), libjpeg-turbo writes it straight into dst: the decoder's own buffer is
+     * swapped for dst for the one call. The header is walked twice; it is tiny. */
+    struct pack_image_info info;
+    int direct = 0;
+    if (pack_image_probe(src, src_len, &info) == 0 && info.orientation == 1 &&
+        info.components != 4) {
+        int dw = info.width, dh = info.height;
+        const int same =
+            size == 0 || (pack_image_target_size(info.width, info.height, size, &dw, &dh) == 0 &&
+                          dw == info.width && dh == info.height);
+        direct = same && (size_t)dw * (size_t)dh * 3 <= dst_cap;
+    }
+    int rc;
+    if (direct) {
+        uint8_t *const own = dec->dec;
+        const size_t own_cap = dec->dec_cap;
+        dec->dec = dst;
+        dec->dec_cap = dst_cap;
+        rc = load_impl(dec, size, interp, src, src_len, NULL, 0, out);
+        dec->dec = own;
+        dec->dec_cap = own_cap;
+    } else {
+        rc = load_impl(dec, size, interp, src, src_len, dst, dst_cap, out);
+    }
+    if (rc < 0) return rc;
+    if (out->pixels != dst) {
+        const size_t bytes = (size_t)out->width * (size_t)out->height * 3;
+        if (bytes > dst_cap) return -ENOSPC;
+        memcpy(dst, out->pixels, bytes);
+        out->pixels = dst;
+    }
     return 0;
 }
 

@@ -170,6 +170,19 @@ int pack_image_load(struct pack_image_decoder *dec, int size, enum pack_image_in
                     const void *src, size_t src_len, struct pack_image *out);
 
 /*
+ * pack_image_load_into: pack_image_load with the resulting pixels written to dst instead of the
+ * decoder's buffers, so that yolo-pack decodes or resizes straight into a record (without the
+ * copy into it). When no resize, EXIF turn or CMYK conversion is needed, libjpeg-turbo decodes
+ * into dst directly. dst: dst_cap bytes, at least width * height * 3 of the result (probe the
+ * header and use pack_image_target_size to size it). out->pixels == dst on success.
+ * Returns as pack_image_load, and -EINVAL for a NULL dst, -ENOSPC when the result does not fit
+ * (dst's contents are then undefined).
+ */
+int pack_image_load_into(struct pack_image_decoder *dec, int size, enum pack_image_interp interp,
+                         const void *src, size_t src_len, uint8_t *dst, size_t dst_cap,
+                         struct pack_image *out);
+
+/*
  * pack_image_decoder_detail: a message about the last error or warning of dec ("" if none),
  * e.g. libjpeg-turbo's "Premature end of JPEG file" or "coded size 40000x300 is above the limit
  * 32768". Owned by dec; valid until the next call on it.

@@ -5,12 +5,14 @@
  * appender takes slots strictly in sample order, so the file does not depend on N.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,14 +99,22 @@ static int grow(uint8_t **p, size_t *cap, size_t need)
 
 static int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -errno;
+    /* open + read, not stdio: no FILE and no buffer of its own per image. */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
     struct stat st;
-    int rc = fstat(fileno(f), &st) < 0 ? -errno : 0;
+    int rc = fstat(fd, &st) < 0 ? -errno : 0;
     if (rc == 0 && !S_ISREG(st.st_mode)) rc = -EINVAL;
     if (rc == 0) rc = grow(buf, cap, (size_t)st.st_size + 1);
-    if (rc == 0 && fread(*buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) rc = -EIO;
-    fclose(f);
+    size_t got = 0;
+    while (rc == 0 && got < (size_t)st.st_size) {
+        const ssize_t k = read(fd, *buf + got, (size_t)st.st_size - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) rc = -errno;
+        if (k == 0) rc = -EIO; /* shrank under us */
+        if (k > 0) got += (size_t)k;
+    }
+    close(fd);
     if (rc == 0) *len = (size_t)st.st_size;
     return rc;
 }
@@ -116,11 +126,19 @@ static int grow_frame(struct slot *s, size_t stored)
     const size_t need =
         (FFR_FRAME_HEADER_SIZE + stored + PACK_ALIGN - 1) & ~(size_t)(PACK_ALIGN - 1);
     if (need <= s->stored_cap) return 0;
+    /* In 2 MiB huge pages where the kernel gives them (THP "madvise" mode): each O_DIRECT
+     * write pins its buffer's pages, and pinning 300 small pages per record cost ~3% of the
+     * whole job (docs/benchmarks.md); one huge page costs next to nothing. */
+    const size_t huge = (size_t)2 << 20;
+    const size_t cap = (need + need / 4 + huge - 1) & ~(huge - 1);
     void *p = NULL;
-    if (posix_memalign(&p, PACK_ALIGN, need + need / 4) != 0) return -ENOMEM;
+    if (posix_memalign(&p, huge, cap) != 0) return -ENOMEM;
+#ifdef MADV_HUGEPAGE
+    madvise(p, cap, MADV_HUGEPAGE); /* advice only: small pages work too */
+#endif
     free(s->stored);
     s->stored = p;
-    s->stored_cap = need + need / 4;
+    s->stored_cap = cap;
     return 0;
 }
 
@@ -159,9 +177,69 @@ static int process(struct worker *w, size_t i, struct slot *s)
         return 1;
     }
     s->bytes_in = len;
+
+    /* Labels and polygons in the record's layout. */
+    if ((rc = grow((uint8_t **)&w->labels, &w->labels_cap, 20 * (size_t)ds->n_rows + 4)) < 0 ||
+        (rc = grow((uint8_t **)&w->seg_counts, &w->seg_cap, 4 * (size_t)ds->n_rows + 4)) < 0)
+        return rc;
+    for (uint32_t r = 0; r < ds->n_rows; r++) {
+        const struct pack_ds_row *row = &ds->rows[r];
+        float *l = w->labels + 5 * (size_t)r;
+        l[0] = (float)row->cls;
+        l[1] = row->cx;
+        l[2] = row->cy;
+        l[3] = row->w;
+        l[4] = row->h;
+        w->seg_counts[r] = row->seg_count;
+    }
+    const char *slash = strrchr(ds->image_path, '/');
+    const char *name = slash ? slash + 1 : ds->image_path;
+    struct ffr_det_sample smp = {
+        .n_labels = ds->n_rows,
+        .labels = w->labels,
+        .n_points = ds->n_seg_points,
+        .seg_counts = ds->n_seg_points ? w->seg_counts : NULL,
+        .seg_points = ds->n_seg_points ? ds->seg_xy : NULL,
+        .image_id = ds->image_id,
+        .name = name,
+        .name_len = (uint32_t)strlen(name),
+    };
+    smp.pixel_format =
+        o->codec == PACK_CODEC_ZSTD && o->sub_filter ? FFR_DET_RGB8_SUB : FFR_DET_RGB8;
+
+    /* Plain RGB8 records get their pixels decoded (or resized) straight into place: into the
+     * slot's frame when stored raw, into the sample buffer that zstd reads otherwise. The
+     * header says the size; if it does not parse, the plain path below reports why. */
+    uint8_t *into = NULL;
+    size_t into_cap = 0;
+    struct pack_image_info info;
+    int dw = 0, dh = 0;
+    if (o->codec != PACK_CODEC_JPEG && smp.pixel_format == FFR_DET_RGB8 &&
+        pack_image_probe(w->file, len, &info) == 0 &&
+        (o->size == 0 ? (dw = info.width, dh = info.height, 0)
+                      : pack_image_target_size(info.width, info.height, o->size, &dw, &dh)) == 0) {
+        smp.h = (uint32_t)dh;
+        smp.w = (uint32_t)dw;
+        smp.pixel_bytes = (uint32_t)((size_t)dw * (size_t)dh * 3);
+        const size_t need = ffr_det_encoded_size(&smp);
+        if (need && o->codec == PACK_CODEC_RAW) {
+            if ((rc = grow_frame(s, need)) < 0) return rc;
+            into = s->stored + FFR_FRAME_HEADER_SIZE + FFR_DET_PIXEL_OFFSET;
+            into_cap = s->stored_cap - FFR_FRAME_HEADER_SIZE - FFR_DET_PIXEL_OFFSET;
+        } else if (need) {
+            if ((rc = grow(&w->sample, &w->sample_cap, need)) < 0) return rc;
+            into = w->sample + FFR_DET_PIXEL_OFFSET;
+            into_cap = w->sample_cap - FFR_DET_PIXEL_OFFSET;
+        }
+    }
     struct pack_image img;
-    rc = pack_image_load(w->dec, o->size, (enum pack_image_interp)w->j->interp, w->file, len, &img);
+    const enum pack_image_interp interp = (enum pack_image_interp)w->j->interp;
+    rc = into ? pack_image_load_into(w->dec, o->size, interp, w->file, len, into, into_cap, &img)
+              : pack_image_load(w->dec, o->size, interp, w->file, len, &img);
+    if (rc == -ENOSPC) /* the header walk and libjpeg disagree on the size: decode plainly */
+        rc = pack_image_load(w->dec, o->size, interp, w->file, len, &img);
     if (rc == -ENOMEM) return rc;
+    const uint8_t *const placed = rc == 0 && into && img.pixels == into ? into : NULL;
     if (rc < 0) {
         const char *what = pack_image_strerror(rc), *detail = pack_image_decoder_detail(w->dec);
         const int same = !detail[0] || strcmp(what, detail) == 0;
@@ -186,40 +264,12 @@ static int process(struct worker *w, size_t i, struct slot *s)
                  ds->image_path);
     }
 
-    /* Labels and polygons in the record's layout. */
-    if ((rc = grow((uint8_t **)&w->labels, &w->labels_cap, 20 * (size_t)ds->n_rows + 4)) < 0 ||
-        (rc = grow((uint8_t **)&w->seg_counts, &w->seg_cap, 4 * (size_t)ds->n_rows + 4)) < 0)
-        return rc;
-    for (uint32_t r = 0; r < ds->n_rows; r++) {
-        const struct pack_ds_row *row = &ds->rows[r];
-        float *l = w->labels + 5 * (size_t)r;
-        l[0] = (float)row->cls;
-        l[1] = row->cx;
-        l[2] = row->cy;
-        l[3] = row->w;
-        l[4] = row->h;
-        w->seg_counts[r] = row->seg_count;
-    }
-    const char *slash = strrchr(ds->image_path, '/');
-    const char *name = slash ? slash + 1 : ds->image_path;
-    struct ffr_det_sample smp = {
-        .h = (uint32_t)img.height,
-        .w = (uint32_t)img.width,
-        .h0 = (uint32_t)img.src_height,
-        .w0 = (uint32_t)img.src_width,
-        .pixels = img.pixels,
-        .pixel_bytes = (uint32_t)((size_t)img.width * (size_t)img.height * 3),
-        .n_labels = ds->n_rows,
-        .labels = w->labels,
-        .n_points = ds->n_seg_points,
-        .seg_counts = ds->n_seg_points ? w->seg_counts : NULL,
-        .seg_points = ds->n_seg_points ? ds->seg_xy : NULL,
-        .image_id = ds->image_id,
-        .name = name,
-        .name_len = (uint32_t)strlen(name),
-    };
-    smp.pixel_format =
-        o->codec == PACK_CODEC_ZSTD && o->sub_filter ? FFR_DET_RGB8_SUB : FFR_DET_RGB8;
+    smp.h = (uint32_t)img.height;
+    smp.w = (uint32_t)img.width;
+    smp.h0 = (uint32_t)img.src_height;
+    smp.w0 = (uint32_t)img.src_width;
+    smp.pixels = img.pixels;
+    smp.pixel_bytes = (uint32_t)((size_t)img.width * (size_t)img.height * 3);
     if (o->codec == PACK_CODEC_JPEG) {
         unsigned char *jp = w->jpeg;
         unsigned long jlen = w->jpeg_cap;
@@ -240,15 +290,18 @@ static int process(struct worker *w, size_t i, struct slot *s)
      * room, then the stored bytes, in a 4096-aligned buffer the writer can hand to O_DIRECT. */
     uint8_t *at;
     if (o->codec != PACK_CODEC_ZSTD) {
-        /* Stored as is: encode straight into the frame, no further copy of the pixels. */
+        /* Stored as is: encode straight into the frame (where the pixels already are when
+         * they were decoded into place: grow_frame keeps a frame that is big enough). */
         if ((rc = grow_frame(s, need)) < 0) return rc;
         at = s->stored + FFR_FRAME_HEADER_SIZE;
+        if (placed && placed != at + FFR_DET_PIXEL_OFFSET) return -EFAULT; /* frame moved */
         const int64_t n = ffr_det_encode(&smp, at, s->stored_cap - FFR_FRAME_HEADER_SIZE);
         if (n < 0) return (int)n;
         s->stored_len = s->raw_len = (size_t)n;
         s->codec = FFR_CODEC_RAW;
     } else {
         if ((rc = grow(&w->sample, &w->sample_cap, need)) < 0) return rc;
+        if (placed && placed != w->sample + FFR_DET_PIXEL_OFFSET) return -EFAULT; /* moved */
         const int64_t n = ffr_det_encode(&smp, w->sample, w->sample_cap);
         if (n < 0) return (int)n;
         if ((rc = grow_frame(s, ffr_encode_bound((size_t)n))) < 0) return rc;
@@ -437,7 +490,8 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
     eff.interp = j.interp;
     j.o = &eff;
     const int nt = o->threads > 0 ? o->threads : 1;
-    j.window = 4 * (size_t)nt;
+    /* Enough slots that the appender finds runs of finished records to write at once. */
+    j.window = 4 * (size_t)nt + 8;
     pthread_mutex_init(&j.mu, NULL);
     pthread_cond_init(&j.cv_worker, NULL);
     pthread_cond_init(&j.cv_writer, NULL);
@@ -494,11 +548,19 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
     }
     double last_draw = 0;
     size_t shown = 0, more = 0;
+    /* The appender takes every slot that is done, in order, and writes the ready ones with one
+     * ffr_writer_append_frames call: one system call and one device wait per run instead of
+     * per record (and fewer wake-ups of this thread). */
+    struct ffr_frame_in *run = calloc(j.window, sizeof *run);
+    if (!run) {
+        rc = -ENOMEM;
+        goto out;
+    }
     while (j.written < j.n) {
         pthread_mutex_lock(&j.mu);
-        struct slot *s = &j.slots[j.written % j.window];
+        const struct slot *s0 = &j.slots[j.written % j.window];
         while (!(stop && *stop) &&
-               (s->idx != j.written || s->state == SLOT_FREE || s->state == SLOT_BUSY)) {
+               (s0->idx != j.written || s0->state == SLOT_FREE || s0->state == SLOT_BUSY)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 100000000;
@@ -508,45 +570,67 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
             }
             pthread_cond_timedwait(&j.cv_writer, &j.mu, &ts);
         }
+        size_t m = 0; /* slots done, in order from j.written */
+        while (j.written + m < j.n && m < j.window) {
+            const struct slot *q = &j.slots[(j.written + m) % j.window];
+            if (q->idx != j.written + m || q->state == SLOT_FREE || q->state == SLOT_BUSY) break;
+            m++;
+        }
         pthread_mutex_unlock(&j.mu);
         if (stop && *stop) {
             rc = -EINTR;
             break;
         }
-        if (s->state == SLOT_FATAL) {
-            rc = s->fatal_rc;
-            fprintf(log, "\nyolo-pack: %s: %s\n", pack_ds_get(ds, s->idx)->image_path,
-                    pack_image_strerror(rc));
+        size_t nin = 0, taken = 0;
+        for (; taken < m && rc == 0; taken++) {
+            struct slot *s = &j.slots[(j.written + taken) % j.window];
+            if (s->state == SLOT_FATAL) {
+                rc = s->fatal_rc;
+                fprintf(log, "\nyolo-pack: %s: %s\n", pack_ds_get(ds, s->idx)->image_path,
+                        pack_image_strerror(rc));
+                break;
+            }
+            if (s->msg[0]) {
+                if (o->strict) {
+                    fprintf(log, "\nyolo-pack: %s (--strict)\n", s->msg);
+                    rc = -PACK_DS_ESTRICT;
+                    break;
+                }
+                if (shown++ < o->max_warnings_shown)
+                    fprintf(log, "%swarning: %s\n", o->progress ? "\r" : "", s->msg);
+                else
+                    more++;
+            }
+            r.bytes_in += s->bytes_in;
+            r.corrupt_images += (uint64_t)s->corrupt;
+            r.restored_images += (uint64_t)s->restored;
+            if (s->state == SLOT_READY) {
+                run[nin++] = (struct ffr_frame_in){ .codec = s->codec,
+                                                    .frame = s->stored,
+                                                    .frame_cap = s->stored_cap,
+                                                    .stored_len = s->stored_len,
+                                                    .raw_len = s->raw_len,
+                                                    .hash = s->hash,
+                                                    .hash_set = 1,
+                                                    .summary = s->summary,
+                                                    .summary_len = s->summary_len };
+                r.backgrounds += (uint64_t)s->background;
+                r.bytes_raw += s->raw_len;
+            }
+        }
+        /* What came before a fatal or --strict slot is written, as one by one would have. */
+        const int wrc = nin ? ffr_writer_append_frames(fw, run, nin) : 0;
+        if (wrc < 0) {
+            fprintf(log, "\nyolo-pack: writing %s: %s\n", o->output, ffr_strerror(wrc));
+            rc = wrc;
             break;
         }
-        if (s->msg[0]) {
-            if (o->strict) {
-                fprintf(log, "\nyolo-pack: %s (--strict)\n", s->msg);
-                rc = -PACK_DS_ESTRICT;
-                break;
-            }
-            if (shown++ < o->max_warnings_shown)
-                fprintf(log, "%swarning: %s\n", o->progress ? "\r" : "", s->msg);
-            else
-                more++;
-        }
-        r.bytes_in += s->bytes_in;
-        r.corrupt_images += (uint64_t)s->corrupt;
-        r.restored_images += (uint64_t)s->restored;
-        if (s->state == SLOT_READY) {
-            rc = ffr_writer_append_frame(fw, s->codec, s->stored, s->stored_cap, s->stored_len,
-                                         s->raw_len, &s->hash, s->summary, s->summary_len);
-            if (rc < 0) {
-                fprintf(log, "\nyolo-pack: writing %s: %s\n", o->output, ffr_strerror(rc));
-                break;
-            }
-            r.packed++;
-            r.backgrounds += (uint64_t)s->background;
-            r.bytes_raw += s->raw_len;
-        }
+        r.packed += nin;
+        if (rc < 0) break;
         pthread_mutex_lock(&j.mu);
-        s->state = SLOT_FREE;
-        j.written++;
+        for (size_t q = 0; q < m; q++)
+            j.slots[(j.written + q) % j.window].state = SLOT_FREE;
+        j.written += m;
         pthread_cond_broadcast(&j.cv_worker);
         pthread_mutex_unlock(&j.mu);
         if (o->progress && (now_s() - last_draw > 0.2 || j.written == j.n)) {
@@ -554,6 +638,7 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
             last_draw = now_s();
         }
     }
+    free(run);
     if (o->progress) fputc('\n', log);
     if (more) fprintf(log, "(%zu more warnings not shown)\n", more);
     r.seconds = now_s() - t0;

@@ -103,6 +103,27 @@ FFR_API int ffr_writer_append_encoded(struct ffr_writer *w, int codec, const voi
                                       size_t stored_len, size_t raw_len, const void *data_hash_opt,
                                       const void *summary, size_t summary_len);
 
+/* One frame for ffr_writer_append_frames: the arguments of ffr_writer_append_frame. */
+struct ffr_frame_in {
+    int codec;
+    void *frame; /* laid out as for ffr_writer_append_frame */
+    size_t frame_cap;
+    size_t stored_len;
+    size_t raw_len;
+    uint64_t hash; /* the xxh3 of the stored bytes when hash_set */
+    int hash_set;
+    const void *summary;
+    size_t summary_len;
+};
+
+/*
+ * Appends n frames in order, as n calls of ffr_writer_append_frame would, but with one writev
+ * per run of frames (at most 64, cut at shard boundaries): one system call and one wait for the
+ * device per run instead of per record. Returns 0 or the first error (the writer is then failed;
+ * records before the failing one may have been written).
+ */
+FFR_API int ffr_writer_append_frames(struct ffr_writer *w, const struct ffr_frame_in *in, size_t n);
+
 /*
  * Appends a record whose frame the caller laid out in place: `frame` has FFR_FRAME_HEADER_SIZE
  * free bytes, then the stored_len stored bytes, and room up to frame_cap, at least the record's
@@ -282,6 +303,10 @@ FFR_API int ffr_reader_verify(const struct ffr_reader *r, struct ffr_decoder *d,
 /* Detection samples (docs/format.md section 8): one image and its labels per record.        */
 
 enum { FFR_DET_RGB8 = 0, FFR_DET_RGB8_SUB = 1, FFR_DET_JPEG = 2 };
+/* Where the pixels start in an encoded sample (right after its 64-byte header; format.md 9), so
+ * that a producer can decode an image straight into its place in the record and hand
+ * ffr_det_encode that same pointer (no copy is then made). */
+#define FFR_DET_PIXEL_OFFSET 64u
 
 /* A detection sample. For encoding, the caller fills it; after decoding, pointers are views
  * into the decoded buffer (valid while that buffer is). */
@@ -306,8 +331,9 @@ FFR_API size_t ffr_det_encoded_size(const struct ffr_det_sample *s);
 
 /*
  * Serialises s into dst. With pixel_format FFR_DET_RGB8_SUB, s->pixels must hold plain RGB8
- * pixels: the filter is applied here. Returns bytes written or -EINVAL (inconsistent sample),
- * -FFR_ETOOBIG (dst_cap too small).
+ * pixels: the filter is applied here. For the other formats s->pixels may already sit at
+ * dst + FFR_DET_PIXEL_OFFSET (they are then left in place); any other overlap is not allowed.
+ * Returns bytes written or -EINVAL (inconsistent sample), -FFR_ETOOBIG (dst_cap too small).
  */
 FFR_API int64_t ffr_det_encode(const struct ffr_det_sample *s, void *dst, size_t dst_cap);
 
