@@ -73,7 +73,8 @@ static const struct ffrt_cmd commands[] = {
     { "bench",
       "ffr bench [FILE] [--mode random|seq] [--batch N] [--qd N] [--io auto|uring|pread|mmap]\n"
       "          [--direct|--buffered] [--verify] [--decompress] [--pixels] [--threads N]\n"
-      "          [--seconds S] [--drop-cache] [--sqpoll] [--jpeg-baseline DIR [--size N]] [--json]",
+      "          [--seconds S] [--drop-cache] [--sqpoll] [--jpeg-baseline DIR [--size N]]\n"
+      "          [--cache-dir DIR] [--json]",
       "Reads records as the trainer does: batches of record numbers (random, or sequential),\n"
       "each record's aligned extent read with the chosen engine into pinned memory, checked\n"
       "(--verify: xxh3) and decoded (--decompress: zstd; --pixels: also the detection\n"
@@ -85,7 +86,11 @@ static const struct ffrt_cmd commands[] = {
       "--direct).\n"
       "--jpeg-baseline DIR also reads the .jpg files under DIR the way a PyTorch data loader\n"
       "does (open, read, decode with libjpeg-turbo, resize so the long side is --size, default\n"
-      "640) with the same threads and batch, and prints records/s over images/s as one ratio.\n\n"
+      "640) with the same threads and batch, and prints records/s over images/s as one ratio.\n"
+      "FILE may be an http(s):// URL (range requests, docs/sharing.md): the remote arm.\n"
+      "--cache-dir DIR fills a node-local cache from FILE (verified, atomic; ffr_cache) and\n"
+      "reads the cached copy too: prints the local or remote arm, the cache fill, the cached\n"
+      "arm and `ratio: cached / remote` (or local).\n\n"
       "  --batch N    records per batch (default 64)     --qd N   queue depth (default 32)\n"
       "  --sqpoll     an io_uring submission-polling thread (falls back, saying so)\n"
       "  --json       one object: mb_per_s, records_per_s, p50_ms, p99_ms, ... and\n"

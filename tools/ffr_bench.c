@@ -47,7 +47,8 @@ static uint64_t xorshift(uint64_t *s)
 
 struct cfg {
     const struct ffrt_cmd *cmd;
-    struct ffr_reader *r;
+    const struct ffr_reader *r;
+    const char *url; /* remote arm: the dataset's URL (each worker opens its own client) */
     int random;
     uint64_t batch, qd, threads;
     double seconds;
@@ -181,6 +182,76 @@ static void *ffr_worker(void *arg)
     free(q);
     ffio_pinned_free(&pin);
     ffio_records_close(rr);
+    return NULL;
+}
+
+/* The remote arm: records over HTTP range requests (ffio_remote_*), one client per thread,
+ * checked and decoded as they land, as ffr_worker does locally. */
+static void *remote_worker(void *arg)
+{
+    struct worker *w = arg;
+    struct cfg *c = w->c;
+    struct ffio_http_opts ho;
+    ffio_http_opts_default(&ho);
+    ho.max_in_flight = (unsigned)(c->qd < 256 ? c->qd : 256);
+    struct ffio_http *h = NULL;
+    struct ffio_remote *rm = NULL;
+    char err[512] = "";
+    int rc = ffio_http_create(&ho, &h);
+    if (rc == 0) rc = ffio_remote_open(h, c->url, NULL, &rm, err, sizeof err);
+    const size_t ext = (size_t)c->max_extent, raw = (size_t)c->max_raw;
+    uint8_t *mem = rc == 0 ? malloc(c->batch * (ext + raw)) : NULL;
+    struct ffio_record_req *q = rc == 0 ? calloc(c->batch, sizeof *q) : NULL;
+    if (rc < 0 || !mem || !q) {
+        snprintf(w->a.first_error, sizeof w->a.first_error, "%s",
+                 err[0]   ? err
+                 : rc < 0 ? ffio_strerror(rc)
+                          : "out of memory");
+        w->a.fatal = 1;
+    }
+    const struct ffr_reader *r = rm ? ffio_remote_reader(rm) : NULL;
+    const uint64_t n = r ? ffr_reader_count(r) : 0;
+    const double end = now_s() + c->seconds;
+    while (!w->a.fatal && now_s() < end) {
+        uint64_t first = 0;
+        if (!c->random) first = atomic_fetch_add(&c->seq_next, c->batch) % n;
+        for (uint64_t k = 0; k < c->batch; k++)
+            q[k] = (struct ffio_record_req){
+                .index = c->random ? xorshift(&w->seed) % n : (first + k) % n,
+                .extent = mem + k * ext,
+                .extent_cap = ext,
+                .dst = c->decompress ? mem + c->batch * ext + k * raw : NULL,
+                .dst_cap = raw,
+            };
+        const double t0 = now_s();
+        rc = ffio_remote_read(rm, q, c->batch);
+        if (rc < 0) {
+            snprintf(w->a.first_error, sizeof w->a.first_error, "%s", ffio_http_last_error(h));
+            w->a.fatal = 1;
+            break;
+        }
+        for (uint64_t k = 0; k < c->batch; k++) {
+            if (q[k].result < 0) {
+                if (!w->a.errors++)
+                    snprintf(w->a.first_error, sizeof w->a.first_error, "record %" PRIu64 ": %s",
+                             q[k].index,
+                             q[k].result <= -1000 || !ffio_http_last_error(h)[0]
+                                 ? ffr_strerror((int)q[k].result)
+                                 : ffio_http_last_error(h));
+                w->a.fatal = 1;
+                continue;
+            }
+            struct ffr_record_info in;
+            ffr_reader_info(r, q[k].index, &in);
+            w->a.bytes += in.frame_len;
+            w->a.items++;
+        }
+        add_lat(&w->a, 1e3 * (now_s() - t0));
+    }
+    free(q);
+    free(mem);
+    ffio_remote_close(rm);
+    ffio_http_destroy(h);
     return NULL;
 }
 
@@ -332,10 +403,183 @@ static int drop_cache_fd(int fd)
     return posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0 ? 0 : -1;
 }
 
+/* Largest extent and decoded size over the dataset: the per-record buffer sizes. */
+static void size_buffers(struct cfg *c)
+{
+    const uint64_t n = ffr_reader_count(c->r);
+    for (uint64_t i = 0; i < n; i++) {
+        struct ffr_record_info in;
+        ffr_reader_info(c->r, i, &in);
+        if (in.extent_len > c->max_extent) c->max_extent = in.extent_len;
+        if (in.raw_len > c->max_raw) c->max_raw = in.raw_len;
+    }
+}
+
+static void print_arm(const char *label, const struct arm *a, double secs)
+{
+    printf("  %-7s %.1f MB/s (MB = 10^6 B), %.1f records/s, batch latency p50 %.2f ms, p99 %.2f "
+           "ms, %" PRIu64 " errors\n",
+           label, (double)a->bytes / 1e6 / secs, (double)a->items / secs, pct(a, 0.5), pct(a, 0.99),
+           a->errors);
+}
+
+static void json_arm(cJSON *j, const char *label, const struct arm *a, double secs)
+{
+    cJSON *o = cJSON_AddObjectToObject(j, label);
+    cJSON_AddNumberToObject(o, "seconds", secs);
+    cJSON_AddNumberToObject(o, "records", (double)a->items);
+    cJSON_AddNumberToObject(o, "bytes", (double)a->bytes);
+    cJSON_AddNumberToObject(o, "mb_per_s", (double)a->bytes / 1e6 / secs);
+    cJSON_AddNumberToObject(o, "records_per_s", (double)a->items / secs);
+    cJSON_AddNumberToObject(o, "p50_ms", pct(a, 0.5));
+    cJSON_AddNumberToObject(o, "p99_ms", pct(a, 0.99));
+    cJSON_AddNumberToObject(o, "errors", (double)a->errors);
+}
+
+/*
+ * Remote and cached reads, side by side in one run: the source (a URL read with HTTP range
+ * requests, or a local path through the engine), then with --cache-dir the node cache filled
+ * from it (timed: the cold copy) and read through the engine, and the ratio of the two rates.
+ */
+static int bench_shared(struct cfg *c, const char *src, const char *cache_dir, int json,
+                        const char *mode)
+{
+    const struct ffrt_cmd *cmd = c->cmd;
+    const int is_url = ffio_http_is_url(src);
+    struct ffio_http *h = NULL;
+    struct ffio_remote *rm = NULL;
+    struct ffr_reader *lr = NULL, *cr = NULL;
+    struct ffr_cache *cache = NULL;
+    struct arm src_arm = { 0 }, cache_arm = { 0 };
+    double src_secs = 0, cache_secs = 0, fill_secs = 0;
+    uint64_t fill_bytes = 0;
+    int fetched = 0;
+    char err[1024] = "", cached[4096] = "";
+    cJSON *j = json ? cJSON_CreateObject() : NULL;
+    int rc = FFRT_EXIT_OK;
+    struct ffio_http_opts ho;
+    ffio_http_opts_default(&ho);
+    if (is_url || cache_dir) {
+        const int e = ffio_http_create(&ho, &h);
+        if (e < 0 && is_url) {
+            rc = ffrt_fail(cmd, "%s: %s", src,
+                           e == -ENOTSUP ? "this build has no libcurl (libcurl4-openssl-dev)"
+                                         : ffio_strerror(e));
+            goto out;
+        }
+    }
+    if (is_url) {
+        if (ffio_remote_open(h, src, NULL, &rm, err, sizeof err) < 0) {
+            rc = ffrt_fail(cmd, "%s", err);
+            goto out;
+        }
+        c->r = ffio_remote_reader(rm);
+        c->url = src;
+    } else {
+        if (ffr_reader_open(&lr, src, NULL, err, sizeof err) < 0) {
+            rc = ffrt_fail(cmd, "%s", err);
+            goto out;
+        }
+        c->r = lr;
+    }
+    if (!ffr_reader_count(c->r)) {
+        rc = ffrt_fail(cmd, "%s: no records to read", src);
+        goto out;
+    }
+    size_buffers(c);
+    if (run_arm(c, is_url ? remote_worker : ffr_worker, NULL, 0, 0, &src_arm, &src_secs) < 0 ||
+        src_arm.fatal) {
+        rc = ffrt_fail(cmd, "%s: %s", src, src_arm.first_error[0] ? src_arm.first_error : "failed");
+        goto out;
+    }
+    if (cache_dir) {
+        struct ffr_cache_source source;
+        ffio_http_cache_source(h, &source);
+        struct ffr_cache_opts co;
+        ffr_cache_opts_default(&co);
+        co.source = h ? &source : NULL;
+        if (ffr_cache_open(&cache, cache_dir, &co, err, sizeof err) < 0) {
+            rc = ffrt_fail(cmd, "%s", err);
+            goto out;
+        }
+        const double t0 = now_s();
+        fetched = ffr_cache_dataset(cache, src, cached, sizeof cached, err, sizeof err);
+        fill_secs = now_s() - t0;
+        if (fetched < 0) {
+            rc = ffrt_fail(cmd, "%s", err);
+            goto out;
+        }
+        struct ffr_cache_stats cs;
+        ffr_cache_stats(cache, &cs);
+        fill_bytes = cs.fetched_bytes;
+        if (ffr_reader_open(&cr, cached, NULL, err, sizeof err) < 0) {
+            rc = ffrt_fail(cmd, "%s", err);
+            goto out;
+        }
+        c->r = cr;
+        c->url = NULL;
+        atomic_store(&c->seq_next, 0);
+        if (run_arm(c, ffr_worker, NULL, 0, 0, &cache_arm, &cache_secs) < 0 || cache_arm.fatal) {
+            rc = ffrt_fail(cmd, "%s: %s", cached,
+                           cache_arm.first_error[0] ? cache_arm.first_error : "failed");
+            goto out;
+        }
+    }
+    const char *src_label = is_url ? "remote" : "local";
+    const double src_rps = (double)src_arm.items / src_secs;
+    if (!json) {
+        printf("ffr bench %s: %s, batch %" PRIu64 ", qd %" PRIu64 ", %" PRIu64 " thread%s, %.1f s "
+               "per arm%s\n",
+               src, mode, c->batch, c->qd, c->threads, c->threads == 1 ? "" : "s", c->seconds,
+               c->decompress ? ", decompress" : "");
+        print_arm(src_label, &src_arm, src_secs);
+        if (cache_dir) {
+            printf("  fill    %s: %d shard%s fetched, %.1f MB in %.2f s (%.1f MB/s), verified "
+                   "(%s)\n",
+                   cached, fetched, fetched == 1 ? "" : "s", (double)fill_bytes / 1e6, fill_secs,
+                   fill_secs > 0 ? (double)fill_bytes / 1e6 / fill_secs : 0.0,
+                   fetched ? "cold" : "all reused");
+            print_arm("cached", &cache_arm, cache_secs);
+            printf("ratio: cached %.1f records/s / %s %.1f records/s = %.2fx\n",
+                   (double)cache_arm.items / cache_secs, src_label, src_rps,
+                   (double)cache_arm.items / cache_secs / src_rps);
+        }
+    } else {
+        cJSON_AddStringToObject(j, "file", src);
+        cJSON_AddStringToObject(j, "mode", mode);
+        cJSON_AddNumberToObject(j, "batch", (double)c->batch);
+        cJSON_AddNumberToObject(j, "threads", (double)c->threads);
+        cJSON_AddNumberToObject(j, "records_per_s", src_rps);
+        cJSON_AddNumberToObject(j, "mb_per_s", (double)src_arm.bytes / 1e6 / src_secs);
+        json_arm(j, src_label, &src_arm, src_secs);
+        if (cache_dir) {
+            json_arm(j, "cached", &cache_arm, cache_secs);
+            cJSON_AddNumberToObject(j, "cache_fetched_shards", fetched);
+            cJSON_AddNumberToObject(j, "cache_fill_seconds", fill_secs);
+            cJSON_AddNumberToObject(j, "cache_fill_bytes", (double)fill_bytes);
+            cJSON_AddNumberToObject(j, "ratio", (double)cache_arm.items / cache_secs / src_rps);
+        }
+        char *text = cJSON_PrintUnformatted(j);
+        if (text) puts(text);
+        free(text);
+    }
+    if (src_arm.errors || cache_arm.errors) rc = FFRT_EXIT_FAIL;
+out:
+    cJSON_Delete(j);
+    free(src_arm.lat);
+    free(cache_arm.lat);
+    ffr_reader_close(cr);
+    ffr_cache_close(cache);
+    ffr_reader_close(lr);
+    ffio_remote_close(rm);
+    ffio_http_destroy(h);
+    return rc;
+}
+
 int ffrt_cmd_bench(const struct ffrt_cmd *cmd, int argc, char **argv)
 {
     const char *mode = "random", *batch = "64", *qd = "32", *io = "auto", *seconds = "5";
-    const char *threads = "1", *jpeg_dir = NULL, *size_s = "640";
+    const char *threads = "1", *jpeg_dir = NULL, *size_s = "640", *cache_dir = NULL;
     int direct = 0, buffered = 0, verify = 0, decompress = 0, pixels = 0, json = 0, drop = 0;
     int sqpoll = 0;
     const struct ffrt_opt opts[] = {
@@ -346,6 +590,7 @@ int ffrt_cmd_bench(const struct ffrt_cmd *cmd, int argc, char **argv)
         { "seconds", 0, NULL, &seconds },
         { "threads", 'j', NULL, &threads },
         { "jpeg-baseline", 0, NULL, &jpeg_dir },
+        { "cache-dir", 0, NULL, &cache_dir },
         { "size", 0, NULL, &size_s },
         { "direct", 0, &direct, NULL },
         { "buffered", 0, &buffered, NULL },
@@ -391,6 +636,13 @@ int ffrt_cmd_bench(const struct ffrt_cmd *cmd, int argc, char **argv)
     c.sqpoll = sqpoll;
     c.pixels = pixels;
     c.decompress = decompress || pixels;
+    if (a.n_pos == 1 && (ffio_http_is_url(a.pos[0]) || cache_dir)) {
+        if (pixels || jpeg_dir)
+            return ffrt_usage_error(cmd, "--pixels and --jpeg-baseline are for local files "
+                                         "without --cache-dir");
+        return bench_shared(&c, a.pos[0], cache_dir, json, mode);
+    }
+    if (cache_dir) return ffrt_usage_error(cmd, "--cache-dir needs a FILE or URL");
 
     struct ffrt_ds ds = { 0 };
     struct arm fa = { 0 }, ja = { 0 };

@@ -1,29 +1,41 @@
 /*
  * yolo-detect: ultralytics/yolov5 v7.0 detect.py on JPEG files, directories and image list files.
  *
- *   yolo-detect --weights W(.pt|.ckpt) --source FILE|DIR|LIST.txt [--img 640] [--conf-thres 0.25]
- *               [--iou-thres 0.45] [--max-det 1000] [--classes C ...] [--hide-labels]
- *               [--hide-conf] [--save-txt] [--save-conf] [--save-json] [--project runs/detect]
- *               [--name exp] [--exist-ok] [--nosave]
+ *   yolo-detect --weights W [W ...] --source FILE|DIR|LIST.txt [--img 640] [--augment]
+ *               [--conf-thres 0.25] [--iou-thres 0.45] [--max-det 1000] [--classes C ...]
+ *               [--hide-labels] [--hide-conf] [--save-txt] [--save-conf] [--save-json]
+ *               [--project runs/detect] [--name exp] [--exist-ok] [--nosave]
  *
  * Per image, as detect.py: cv2.imread (pack_image_decode: EXIF, grey and CMYK as OpenCV),
- * letterbox(im0, img, stride=32, auto=True) (trn_aug_letterbox, INTER_LINEAR, 114 padding), an
- * eval forward and the Detect decode on a net built for that input shape (nets are cached per
- * shape), NMS with multi_label=False and agnostic=False, scale_boxes back to the original image,
+ * letterbox(im0, img, stride=max(model stride, 32), auto=True) (trn_aug_letterbox, INTER_LINEAR,
+ * 114 padding), an eval forward and the Detect decode on a net built for that input shape (nets
+ * are cached per shape), with --augment ultralytics' test-time augmentation (scales 1, 0.83,
+ * 0.67, the middle one flipped left-right, merged before NMS) and with several --weights
+ * ultralytics' Ensemble (outputs concatenated before NMS, stride the largest, class names from
+ * the first; the models must have the same classes) (trainer/tta.h), NMS with
+ * multi_label=False and agnostic=False, scale_boxes back to the original image,
  * then the annotated image (Annotator: box + "name conf"), labels/<stem>.txt rows
  * "cls cx cy w h [conf]" ('%g', normalised, lowest confidence first, appended as detect.py opens
  * them with 'a') and, with --save-json, predictions.json in val.py's COCO results form.
  *
+ * A list file holds one path per line (blank lines skipped): a path that exists as written (from
+ * the working directory, as detect.py's LoadImages resolves it) is taken, else the same path
+ * relative to the list's folder (newer ultralytics' LoadImages fallback); a line naming nothing
+ * is reported with the list's name and line and skipped, as is an unreadable image.
+ *
  * Differences from detect.py, on purpose: JPEG only (pack/image decodes exactly as OpenCV; any
- * other file is reported as unreadable); annotated images are always written as .jpg; labels
+ * other file is reported as unreadable); a missing list entry is skipped with an error instead of
+ * stopping the run; list entries keep their order (detect.py sorts them); annotated images are
+ * always written as .jpg; labels
  * are drawn with cairo's sans-serif instead of OpenCV's Hershey font; --classes filters after
  * NMS with max_det applied after the filter, which keeps the same boxes as detect.py's filter
  * before NMS because NMS is class-aware. Class names: the checkpoint's metadata `names`; for a
  * .pt (whose `names` list our .pt reader cannot return yet) the COCO names when nc == 80, else
  * class numbers.
  *
- * Exit: 0, 1 (weights or run directory unusable, no images, or any image unreadable: the others
- * are still processed), 2 (bad arguments).
+ * Exit: 0, 1 (weights or run directory unusable, models of different classes, no images, or any
+ * source skipped: the others are still processed and the count of skipped ones is printed),
+ * 2 (bad arguments).
  */
 #include <cairo.h>
 #include <dirent.h>
@@ -51,11 +63,13 @@
 #include "rundir.h"
 #include "ptload.h"
 #include "train.h"
+#include "tta.h"
 #include "weights.h"
 
 #define PROG        "yolo-detect"
 #define MAX_CLASSES 1024
-#define MAX_NETS    8
+#define MAX_NETS    8 /* nets kept for the shapes seen (LRU), over all models and branches */
+#define MAX_WEIGHTS TRN_TTA_MAX_MODELS
 #define MAX_FILE    (512u << 20) /* largest image file read, bytes */
 #define LB_STRIDE   32           /* detect.py: letterbox(stride=max(int(model.stride.max()), 32)) */
 #define DET_JPEG_Q  95           /* cv2.imwrite's default JPEG quality */
@@ -65,12 +79,14 @@
 #endif
 
 struct args {
-    const char *weights, *source, *cfg, *project, *name;
+    const char *weights[MAX_WEIGHTS]; /* --weights, in the order given (an ensemble if > 1) */
+    int n_weights;
+    const char *source, *cfg, *project, *name;
     long img, max_det, threads;
     double conf, iou;
     int classes[MAX_CLASSES]; /* --classes, in the order given */
     int n_classes;            /* 0: every class */
-    bool hide_labels, hide_conf, save_txt, save_conf, save_json, exist_ok, nosave, help;
+    bool hide_labels, hide_conf, save_txt, save_conf, save_json, exist_ok, nosave, augment, help;
 };
 
 /* A list of image paths (malloc'd strings). */
@@ -79,22 +95,18 @@ struct paths {
     size_t n, cap;
 };
 
-/* One network per input shape (detect.py's auto letterbox gives several shapes). */
-struct net_slot {
-    int w, h;
-    struct trn_net *net;
-    uint64_t used; /* last use, for evicting the oldest when the cache is full */
-};
-
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: " PROG " --weights W --source FILE|DIR|LIST.txt [options]\n"
+    fprintf(f, "usage: " PROG " --weights W [W ...] --source FILE|DIR|LIST.txt [options]\n"
                "Detect objects in JPEG images as ultralytics' detect.py does.\n\n"
-               "  --weights W           ultralytics .pt, or our checkpoint (.ckpt)\n"
+               "  --weights W [W ...]   ultralytics .pt, or our checkpoint (.ckpt); several:\n"
+               "                        an ensemble (same classes; names from the first)\n"
                "  --cfg MODEL           model yaml (path or yolov5n/s/...): with --weights, the\n"
                "                        architecture; without, the initial weights (seed 0)\n"
                "  --source S            a JPEG, a directory of images, or a .txt list of paths\n"
+               "                        (as written, else relative to the list's folder)\n"
                "  --img N               inference size, pixels (default 640; also --imgsz)\n"
+               "  --augment             test-time augmentation (scales 1, 0.83, 0.67; flip)\n"
                "  --conf-thres X        confidence threshold (default 0.25)\n"
                "  --iou-thres X         NMS IoU threshold (default 0.45)\n"
                "  --max-det N           detections per image (default 1000)\n"
@@ -163,6 +175,7 @@ static int parse_args(int argc, char **argv, struct args *A)
                      : !strcmp(key, "--save-json") ? &A->save_json
                      : !strcmp(key, "--exist-ok")  ? &A->exist_ok
                      : !strcmp(key, "--nosave")    ? &A->nosave
+                     : !strcmp(key, "--augment")   ? &A->augment
                                                    : NULL;
         if (flag) {
             *flag = true;
@@ -181,12 +194,21 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!got) return bad("--classes needs at least one class index%s", "");
             continue;
         }
+        if (!strcmp(key, "--weights")) {
+            int got = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
+                if (A->n_weights == MAX_WEIGHTS) return bad("--weights: more than 16 models%s", "");
+                if (!argv[i + 1][0]) return bad("--weights: an empty path%s", "");
+                A->weights[A->n_weights++] = argv[++i];
+                got++;
+            }
+            if (!got) return bad("--weights needs at least one file%s", "");
+            continue;
+        }
         if (strncmp(key, "--", 2)) return bad("unexpected argument '%s'", key);
         if (i + 1 >= argc) return bad("%s needs a value", key);
         const char *val = argv[++i];
-        if (!strcmp(key, "--weights"))
-            A->weights = val;
-        else if (!strcmp(key, "--source"))
+        if (!strcmp(key, "--source"))
             A->source = val;
         else if (!strcmp(key, "--cfg"))
             A->cfg = val;
@@ -213,7 +235,7 @@ static int parse_args(int argc, char **argv, struct args *A)
             return bad("unknown argument '%s'", key);
     }
     if (!A->source) return bad("--source FILE|DIR|LIST.txt is required%s", "");
-    if (!A->weights && !A->cfg)
+    if (!A->n_weights && !A->cfg)
         return bad("--weights W (or --cfg MODEL for initial weights)%s", "");
     if (!A->name[0] || strchr(A->name, '/'))
         return bad("--name: '%s' is not a plain name", A->name);
@@ -285,13 +307,38 @@ static int add_dir(struct paths *p, const char *dir)
     return rc;
 }
 
-/* A file, a directory, or (for *.txt) a list of files and directories, one per line. */
-static int add_source(struct paths *p, const char *src, int depth)
+/*
+ * A list entry: `line` as written when it exists, else relative to the folder of `list` (when
+ * line is relative and list has a folder). dst: out, the path to use. Returns 0, or -errno of
+ * the path as written (the file is named by the caller).
+ */
+static int list_entry(const char *list, const char *line, char *dst, size_t cap)
+{
+    struct stat st;
+    if (stat(line, &st) == 0) {
+        snprintf(dst, cap, "%s", line);
+        return 0;
+    }
+    const int first = -errno;
+    const char *slash = strrchr(list, '/');
+    if (line[0] == '/' || !slash) return first;
+    const int n = snprintf(dst, cap, "%.*s/%s", (int)(slash - list), list, line);
+    if (n < 0 || (size_t)n >= cap) return -ENAMETOOLONG;
+    return stat(dst, &st) == 0 ? 0 : first;
+}
+
+/*
+ * A file, a directory, or (for *.txt) a list of files and directories, one per line. Entries
+ * that cannot be used are reported (file, and list line) and counted in *skipped. Returns 0, or
+ * -ENOMEM (stop).
+ */
+static int add_source(struct paths *p, const char *src, int depth, int *skipped)
 {
     struct stat st;
     if (stat(src, &st) != 0) {
         fprintf(stderr, PROG ": %s: %s\n", src, strerror(errno));
-        return 1;
+        ++*skipped;
+        return 0;
     }
     int rc;
     if (S_ISDIR(st.st_mode)) {
@@ -300,13 +347,15 @@ static int add_source(struct paths *p, const char *src, int depth)
         FILE *f = fopen(src, "r");
         if (!f) {
             fprintf(stderr, PROG ": %s: %s\n", src, strerror(errno));
-            return 1;
+            ++*skipped;
+            return 0;
         }
         char *line = NULL;
         size_t cap = 0;
         ssize_t n;
-        int ln = 0, ret = 0;
-        while ((n = getline(&line, &cap, f)) >= 0) {
+        int ln = 0;
+        rc = 0;
+        while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
             ln++;
             while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' ||
                              line[n - 1] == '\t'))
@@ -315,28 +364,31 @@ static int add_source(struct paths *p, const char *src, int depth)
             while (*s == ' ' || *s == '\t')
                 s++;
             if (!*s) continue;
-            if (stat(s, &st) != 0) {
-                fprintf(stderr, PROG ": %s:%d: %s: %s\n", src, ln, s, strerror(errno));
-                ret = 1;
+            char path[PATH_MAX];
+            const int e = list_entry(src, s, path, sizeof path);
+            if (e < 0) {
+                fprintf(stderr, PROG ": %s:%d: %s: %s (also not found relative to the list)\n", src,
+                        ln, s, strerror(-e));
+                ++*skipped;
                 continue;
             }
-            const int r2 = add_source(p, s, depth + 1);
-            if (r2 < 0) {
-                free(line);
-                fclose(f);
-                return r2;
-            }
-            if (r2) ret = 1;
+            rc = add_source(p, path, depth + 1, skipped);
         }
+        const int bad_read = ferror(f);
         free(line);
         fclose(f);
-        return ret;
+        if (rc == 0 && bad_read) {
+            fprintf(stderr, PROG ": %s: read error after line %d\n", src, ln);
+            ++*skipped;
+        }
+        return rc;
     } else {
         rc = paths_add(p, NULL, src);
     }
+    if (rc == -ENOMEM) return rc;
     if (rc < 0) {
         fprintf(stderr, PROG ": %s: %s\n", src, strerror(-rc));
-        return rc == -ENOMEM ? rc : 1;
+        ++*skipped;
     }
     return 0;
 }
@@ -516,44 +568,14 @@ static int read_file(const char *path, uint8_t **buf, size_t *len)
     return 0;
 }
 
-/* The net for an input of w x h, from the cache or new (evicting the least recently used). */
-static int net_for(struct trn_model *m, struct net_slot *slots, uint64_t tick, int w, int h,
-                   long threads, struct trn_net **out, char *err, size_t err_cap)
-{
-    int lru = 0;
-    for (int i = 0; i < MAX_NETS; i++) {
-        if (slots[i].net && slots[i].w == w && slots[i].h == h) {
-            slots[i].used = tick;
-            *out = slots[i].net;
-            return 0;
-        }
-        if (!slots[i].net || (slots[lru].net && slots[i].used < slots[lru].used)) lru = i;
-    }
-    trn_net_destroy(slots[lru].net);
-    slots[lru].net = NULL;
-    struct trn_net_opts no;
-    trn_net_opts_default(&no);
-    no.train = false;
-    no.threads = (int)threads;
-    const int rc = trn_net_create(m, 1, h, w, &no, &slots[lru].net, err, err_cap);
-    if (rc < 0) return rc;
-    slots[lru].w = w;
-    slots[lru].h = h;
-    slots[lru].used = tick;
-    *out = slots[lru].net;
-    return 0;
-}
-
 /* Per-run state. */
 struct detector {
     const struct args *A;
-    struct trn_model *m;
+    struct trn_tta *tta; /* the model or ensemble, with --augment's branches */
     const struct trn_plot_names *names;
-    int nc, img;
+    int nc, img, stride; /* stride: the letterbox's, max(model stride, 32) */
     struct pack_image_decoder *dec;
     struct trn_nms *nms;
-    struct net_slot slots[MAX_NETS];
-    uint64_t tick;
     uint8_t *lb;    /* letterboxed RGB */
     size_t lb_cap;  /* bytes */
     float *in;      /* network input, CHW */
@@ -613,7 +635,7 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
     struct trn_aug_letterbox_opts lo;
     trn_aug_letterbox_opts_default(&lo);
     lo.auto_pad = true;
-    lo.stride = LB_STRIDE;
+    lo.stride = D->stride;
     struct trn_aug_letterbox_plan plan;
     char err[512] = "";
     rc = trn_aug_letterbox_plan(w0, h0, D->img, D->img, &lo, &plan);
@@ -640,19 +662,12 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
             D->in[(size_t)c * plane + p] = (float)D->lb[3 * p + (size_t)c] / 255.0f;
     const double t1 = now_ms();
 
-    struct trn_net *net = NULL;
-    rc = net_for(D->m, D->slots, ++D->tick, plan.out_w, plan.out_h, A->threads, &net, err,
-                 sizeof err);
-    if (rc < 0) {
-        fprintf(stderr, PROG ": %s: network for %dx%d: %s\n", path, plan.out_w, plan.out_h,
-                err[0] ? err : trn_net_strerror(rc));
-        return rc;
-    }
     const float *pred = NULL;
     int rows = 0;
-    rc = trn_net_infer(net, D->in, &pred, &rows);
+    rc = trn_tta_infer(D->tta, D->in, plan.out_h, plan.out_w, &pred, &rows, err, sizeof err);
     if (rc < 0) {
-        fprintf(stderr, PROG ": %s: inference: %s\n", path, trn_net_strerror(rc));
+        fprintf(stderr, PROG ": %s: inference at %dx%d: %s\n", path, plan.out_w, plan.out_h,
+                err[0] ? err : trn_net_strerror(rc));
         return rc;
     }
     const double t2 = now_ms();
@@ -753,7 +768,8 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
 
 static int run(const struct args *A)
 {
-    struct trn_model *m = NULL;
+    struct trn_model *models[MAX_WEIGHTS] = { 0 };
+    const int n_models = A->n_weights ? A->n_weights : 1;
     struct trn_plot_names names = { 0 };
     struct detector D;
     memset(&D, 0, sizeof D);
@@ -761,23 +777,26 @@ static int run(const struct args *A)
     int ret = 1, rc;
     char dir[PATH_MAX - 64] = "";
 
-    char werr[768] = "", *meta = NULL;
-    size_t mlen = 0;
-    rc = trn_weights_load(A->weights, A->cfg, 0, &m, &meta, &mlen, werr, sizeof werr);
-    if (rc < 0) {
-        fprintf(stderr, PROG ": %s\n", werr);
-        goto out;
-    }
-    if (!A->weights)
-        fprintf(stderr, PROG ": no --weights: the initial weights of --cfg (seed 0)\n");
-    /* A checkpoint carries the dataset's class names in its metadata. */
-    if (meta && trn_plot_names_parse(meta, mlen, &names) < 0) {
+    for (int k = 0; k < n_models; k++) {
+        char werr[768] = "", *meta = NULL;
+        size_t mlen = 0;
+        rc = trn_weights_load(A->n_weights ? A->weights[k] : NULL, A->cfg, 0, &models[k],
+                              k == 0 ? &meta : NULL, k == 0 ? &mlen : NULL, werr, sizeof werr);
+        if (rc < 0) {
+            fprintf(stderr, PROG ": %s\n", werr);
+            goto out;
+        }
+        /* A checkpoint carries the dataset's class names in its metadata; an ensemble takes the
+         * first model's, as ultralytics' Ensemble does. */
+        if (meta && trn_plot_names_parse(meta, mlen, &names) < 0) {
+            free(meta);
+            goto oom;
+        }
         free(meta);
-        fprintf(stderr, PROG ": out of memory\n");
-        goto out;
     }
-    free(meta);
-    const struct trn_model_info *mi = trn_model_info(m);
+    if (!A->n_weights)
+        fprintf(stderr, PROG ": no --weights: the initial weights of --cfg (seed 0)\n");
+    const struct trn_model_info *mi = trn_model_info(models[0]);
     if (names.n != mi->nc) {
         trn_plot_names_free(&names);
         if (mi->nc == 80) {
@@ -788,23 +807,43 @@ static int run(const struct args *A)
                 if (!(names.names[c] = strdup(pack_coco80_names[c]))) goto oom;
         }
     }
+    struct trn_tta_opts to;
+    trn_tta_opts_default(&to);
+    to.augment = A->augment;
+    to.threads = (int)A->threads;
+    /* detect.py's auto letterbox gives several shapes: keep nets for a few of them */
+    const int per_shape = n_models * (A->augment ? TRN_TTA_BRANCHES : 1);
+    to.max_shapes = MAX_NETS / per_shape > 1 ? MAX_NETS / per_shape : 1;
+    char terr[512] = "";
+    rc = trn_tta_create(models, n_models, 1, &to, &D.tta, terr, sizeof terr);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", terr[0] ? terr : trn_net_strerror(rc));
+        if (rc == -EINVAL && n_models > 1)
+            fprintf(stderr, "hint: every --weights of an ensemble must detect the same classes\n");
+        goto out;
+    }
+    if (n_models > 1) {
+        fprintf(stderr, PROG ": Ensemble created with");
+        for (int k = 0; k < n_models; k++)
+            fprintf(stderr, " %s", A->weights[k]);
+        fprintf(stderr, "\n");
+    }
     for (int i = 0; i < A->n_classes; i++)
         if (A->classes[i] >= mi->nc)
             fprintf(stderr, PROG ": warning: --classes %d: the model has %d classes\n",
                     A->classes[i], mi->nc);
     /* check_img_size: a multiple of the largest stride */
-    int smax = LB_STRIDE;
-    for (int l = 0; l < mi->nl; l++)
-        if (mi->stride[l] > smax) smax = mi->stride[l];
+    const int smax = trn_tta_stride(D.tta) > LB_STRIDE ? trn_tta_stride(D.tta) : LB_STRIDE;
+    D.stride = smax;
     D.img = (int)((A->img + smax - 1) / smax * smax);
     if (D.img != A->img)
         fprintf(stderr,
                 PROG ": warning: --img %ld must be a multiple of max stride %d, updating to %d\n",
                 A->img, smax, D.img);
 
-    rc = add_source(&src, A->source, 0);
+    int skipped = 0;
+    rc = add_source(&src, A->source, 0, &skipped);
     if (rc < 0) goto oom;
-    int failed = rc;
     if (src.n == 0) {
         fprintf(stderr,
                 PROG ": %s: no images found\nhint: JPEG files, a directory of them, or a "
@@ -824,7 +863,6 @@ static int run(const struct args *A)
         goto out;
     }
     D.A = A;
-    D.m = m;
     D.names = names.n ? &names : NULL;
     D.nc = mi->nc;
     D.dir = dir;
@@ -842,10 +880,11 @@ static int run(const struct args *A)
         }
         fputc('[', D.json.f);
     }
+    int failed = 0;
     for (size_t i = 0; i < src.n; i++) {
         rc = detect_one(&D, src.v[i], i + 1, src.n);
         if (rc < 0) goto out;
-        if (rc) failed = 1;
+        if (rc) failed++;
     }
     if (D.json.f) {
         fputs(D.json.n ? "\n]\n" : "]\n", D.json.f);
@@ -853,7 +892,7 @@ static int run(const struct args *A)
         D.json.f = NULL;
         if (bad_close) {
             fprintf(stderr, PROG ": %s: %s\n", jp, strerror(errno));
-            failed = 1;
+            failed++;
         }
     }
     if (D.n_done > 0)
@@ -865,16 +904,21 @@ static int run(const struct args *A)
         if (A->save_txt) printf("%d labels saved to %s/labels\n", D.n_txt, dir);
     }
     if (A->save_json) printf("Saving %s (%zu detections)\n", jp, D.json.n);
-    if (failed) fprintf(stderr, PROG ": some images could not be processed (see above)\n");
-    ret = failed ? 1 : 0;
+    if (failed || skipped) {
+        const int unreadable = (int)src.n - D.n_done;
+        fprintf(stderr,
+                PROG ": %d of %zu images detected; skipped: %d unreadable images, %d missing "
+                     "sources or list lines; %d outputs not written (see above)\n",
+                D.n_done, src.n, unreadable, skipped, failed - unreadable);
+    }
+    ret = failed || skipped ? 1 : 0;
     goto out;
 oom:
     fprintf(stderr, PROG ": out of memory\n");
     ret = 1;
 out:
     if (D.json.f) fclose(D.json.f);
-    for (int i = 0; i < MAX_NETS; i++)
-        trn_net_destroy(D.slots[i].net);
+    trn_tta_destroy(D.tta);
     trn_nms_destroy(D.nms);
     pack_image_decoder_destroy(D.dec);
     free(D.dets);
@@ -883,7 +927,8 @@ out:
     free(D.im0);
     paths_free(&src);
     trn_plot_names_free(&names);
-    trn_model_destroy(m);
+    for (int k = 0; k < n_models; k++)
+        trn_model_destroy(models[k]);
     return ret;
 }
 

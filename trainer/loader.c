@@ -552,7 +552,11 @@ static int worker_setup(struct worker *w)
             return rc;
         }
     }
-    w->sampler = l->sampler;
+    /* Its own copy: a shard-aware sampler's table changes with the epoch. */
+    if ((rc = trn_sampler_copy(&w->sampler, &l->sampler)) < 0) {
+        snprintf(w->msg, sizeof w->msg, "out of memory");
+        return rc;
+    }
     return 0;
 }
 
@@ -569,6 +573,7 @@ static void worker_teardown(struct worker *w)
     free(w->hwc);
     w->hwc = NULL;
     trn_aug_ws_destroy(w->ws);
+    trn_sampler_destroy(&w->sampler);
     w->ws = NULL;
 }
 
@@ -834,7 +839,27 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     so.world_size = o->world_size;
     so.rank = o->rank;
     so.shuffle = o->mode == TRN_LOADER_TRAIN;
-    rc = trn_sampler_init(&l->sampler, &so);
+    /* Several ranks on a sharded dataset: the shard-aware partition, so that a node reads a
+     * few shards per epoch, not all of them (docs/sharing.md). One rank keeps the plain order. */
+    const uint32_t n_shards = ffr_reader_shard_count(r);
+    uint64_t *shard_counts = NULL;
+    if (o->mode == TRN_LOADER_TRAIN && o->world_size > 1 && n_shards > 1) {
+        shard_counts = calloc(n_shards, sizeof *shard_counts);
+        if (!shard_counts) {
+            rc = fail(err, err_cap, -ENOMEM, "out of memory");
+            goto fail_out;
+        }
+        for (uint32_t k = 0; k < n_shards; k++) {
+            struct ffr_shard_info si;
+            if ((rc = ffr_reader_shard(r, k, &si)) < 0) break;
+            shard_counts[k] = si.count;
+        }
+        so.shard_counts = shard_counts;
+        so.n_shards = n_shards;
+        so.local_world_size = o->local_world_size ? o->local_world_size : o->world_size;
+    }
+    if (rc >= 0) rc = trn_sampler_init(&l->sampler, &so);
+    free(shard_counts); /* copied by trn_sampler_init */
     if (rc < 0) {
         fail(err, err_cap, rc, "sampler: bad options");
         goto fail_out;
@@ -948,6 +973,7 @@ void trn_loader_destroy(struct trn_loader *l)
     free(l->meta);
     free(l->order);
     free(l->shapes);
+    trn_sampler_destroy(&l->sampler);
     free((void *)l->bad);
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_done);

@@ -87,6 +87,11 @@ struct trn_loader_opts {
     uint64_t seed;                   /* shuffle and augmentation seed; default 0 */
     uint32_t world_size;             /* ranks; default 1 */
     uint32_t rank;                   /* this rank, < world_size; default 0 */
+    uint32_t local_world_size;       /* TRAIN on a sharded dataset with world_size > 1: ranks
+                                        per node (consecutive ranks share one), for the
+                                        shard-aware partition in which each node reads about
+                                        n_shards / nodes + 2 shards per epoch (trainer/sampler.h,
+                                        docs/sharing.md); 0 (default) = world_size, one node */
     uint32_t epoch;                  /* start position: epoch; default 0 */
     uint64_t step;                   /* start position: batch within the epoch; default 0 */
     bool rect;                       /* VAL: ultralytics' rect batch shapes (sorted by aspect

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Philox4x32 constants from the paper (multipliers and Weyl key increments). */
@@ -16,6 +17,25 @@
 
 /* Stream reserved for deriving the permutation key of an epoch (position 0). */
 #define STREAM_PERM_KEY 255u
+/* Shard mode: the epoch's shard order (position 0) and each node's span shuffle (position =
+ * node). */
+#define STREAM_SHARD_KEY 254u
+#define STREAM_NODE_KEY  253u
+/* The epoch that keys a sticky shard order (any fixed value: the order then depends on the seed
+ * only). */
+#define STICKY_EPOCH 0xffffffffu
+
+/* The shard layout: immutable counts and natural first indices, plus the epoch's order. */
+struct trn_shard_table {
+    uint32_t n_shards;
+    uint32_t nodes;    /* ceil(world_size / local) */
+    uint32_t local;    /* ranks per node */
+    uint64_t *first;   /* [n_shards] global number of each shard's first record */
+    uint64_t *count;   /* [n_shards] records */
+    uint32_t *order;   /* [n_shards] the shard in each slot of the epoch's virtual order */
+    uint64_t *start;   /* [n_shards + 1] virtual position where each slot begins */
+    uint64_t node_key; /* the epoch's key for the node-span shuffles */
+};
 
 static inline void philox_round(uint32_t x[4], const uint32_t k[2])
 {
@@ -232,15 +252,107 @@ void trn_sampler_opts_default(struct trn_sampler_opts *o)
     o->shuffle = true;
 }
 
+/* One allocation holds every array, so a copy is one memcpy and a free is one free. */
+static struct trn_shard_table *table_alloc(uint32_t n_shards)
+{
+    const size_t ns = n_shards;
+    const size_t bytes = sizeof(struct trn_shard_table) + ns * 8 * 3 + 8 + ns * 4;
+    struct trn_shard_table *t = calloc(1, bytes);
+    if (!t) return NULL;
+    uint64_t *u = (uint64_t *)(t + 1);
+    t->n_shards = n_shards;
+    t->first = u;
+    t->count = u + ns;
+    t->start = u + 2 * ns;
+    t->order = (uint32_t *)(u + 3 * ns + 1);
+    return t;
+}
+
+static size_t table_bytes(const struct trn_shard_table *t)
+{
+    return sizeof *t + (size_t)t->n_shards * 8 * 3 + 8 + (size_t)t->n_shards * 4;
+}
+
 int trn_sampler_init(struct trn_sampler *s, const struct trn_sampler_opts *o)
 {
     if (!s) return -EINVAL;
     memset(s, 0, sizeof *s);
     if (!o || o->n == 0 || o->n > (1ull << 62) || o->world_size == 0 || o->rank >= o->world_size)
         return -EINVAL;
+    if (o->n_shards) {
+        const uint32_t local = o->local_world_size ? o->local_world_size : 1;
+        if (!o->shard_counts || local > o->world_size) return -EINVAL;
+        uint64_t sum = 0;
+        for (uint32_t k = 0; k < o->n_shards; k++) {
+            if (o->shard_counts[k] > o->n - sum) return -EINVAL;
+            sum += o->shard_counts[k];
+        }
+        if (sum != o->n) return -EINVAL;
+        struct trn_shard_table *t = table_alloc(o->n_shards);
+        if (!t) return -ENOMEM;
+        t->local = local;
+        t->nodes = (o->world_size + local - 1) / local;
+        sum = 0;
+        for (uint32_t k = 0; k < o->n_shards; k++) {
+            t->first[k] = sum;
+            t->count[k] = o->shard_counts[k];
+            sum += o->shard_counts[k];
+        }
+        s->shards = t;
+    }
     s->opts = *o;
+    s->opts.shard_counts = NULL; /* borrowed only during init */
     trn_sampler_set_epoch(s, 0);
     return 0;
+}
+
+int trn_sampler_copy(struct trn_sampler *dst, const struct trn_sampler *src)
+{
+    *dst = *src;
+    if (!src->shards) return 0;
+    const size_t bytes = table_bytes(src->shards);
+    struct trn_shard_table *t = malloc(bytes);
+    if (!t) {
+        memset(dst, 0, sizeof *dst);
+        return -ENOMEM;
+    }
+    memcpy(t, src->shards, bytes);
+    /* Re-point the arrays into the new block (same offsets). */
+    const ptrdiff_t d = (char *)t - (char *)src->shards;
+    t->first = (uint64_t *)((char *)t->first + d);
+    t->count = (uint64_t *)((char *)t->count + d);
+    t->start = (uint64_t *)((char *)t->start + d);
+    t->order = (uint32_t *)((char *)t->order + d);
+    dst->shards = t;
+    return 0;
+}
+
+void trn_sampler_destroy(struct trn_sampler *s)
+{
+    if (!s) return;
+    free(s->shards);
+    memset(s, 0, sizeof *s);
+}
+
+/* The epoch's shard order: a keyed bijection of the slots (identity without shuffle), and the
+ * virtual position where each slot starts. */
+static void table_set_epoch(struct trn_shard_table *t, const struct trn_sampler_opts *o,
+                            uint32_t epoch)
+{
+    struct trn_rng r;
+    trn_rng_init(&r, o->seed, o->sticky_shards ? STICKY_EPOCH : epoch, 0, STREAM_SHARD_KEY);
+    struct trn_perm p;
+    (void)trn_perm_init(&p, t->n_shards, trn_rng_u64(&r)); /* n_shards >= 1: cannot fail */
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < t->n_shards; k++) {
+        const uint32_t sh = o->shuffle ? (uint32_t)trn_perm_apply(&p, k) : k;
+        t->order[k] = sh;
+        t->start[k] = at;
+        at += t->count[sh];
+    }
+    t->start[t->n_shards] = at;
+    trn_rng_init(&r, o->seed, epoch, 0, STREAM_NODE_KEY);
+    t->node_key = trn_rng_u64(&r);
 }
 
 void trn_sampler_set_epoch(struct trn_sampler *s, uint32_t epoch)
@@ -250,6 +362,121 @@ void trn_sampler_set_epoch(struct trn_sampler *s, uint32_t epoch)
     s->epoch = epoch;
     /* n was checked in trn_sampler_init, so this cannot fail. */
     (void)trn_perm_init(&s->perm, s->opts.n, trn_rng_u64(&r));
+    if (s->shards) table_set_epoch(s->shards, &s->opts, epoch);
+}
+
+uint32_t trn_sampler_node_count(const struct trn_sampler *s)
+{
+    return s->shards ? s->shards->nodes : 1;
+}
+
+uint32_t trn_sampler_node(const struct trn_sampler *s)
+{
+    return s->shards ? s->opts.rank / s->shards->local : 0;
+}
+
+/* Node m's span of the virtual order: it starts at *base and holds *len positions (before the
+ * wrap at n), and has *ranks ranks. */
+static void node_span(const struct trn_sampler *s, uint32_t m, uint64_t *base, uint64_t *len,
+                      uint32_t *ranks)
+{
+    const struct trn_shard_table *t = s->shards;
+    const uint64_t per_rank = trn_sampler_rank_count(s);
+    const uint32_t first_rank = m * t->local;
+    const uint32_t left = s->opts.world_size - first_rank;
+    *ranks = left < t->local ? left : t->local;
+    *base = per_rank * first_rank;
+    *len = per_rank * *ranks;
+}
+
+/* The dataset index at virtual position v (wrapping at n, DistributedSampler's padding). */
+static uint64_t virtual_index(const struct trn_shard_table *t, uint64_t n, uint64_t v)
+{
+    v %= n;
+    /* The last slot whose start is <= v and which is not empty: upper bound, minus one. */
+    uint32_t lo = 0, hi = t->n_shards; /* start[lo] <= v < start[hi] */
+    while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (t->start[mid] <= v)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const uint32_t sh = t->order[lo];
+    return t->first[sh] + (v - t->start[lo]);
+}
+
+/* Where the node's q-th position (after its shuffle) lands in its span. */
+static uint64_t node_shuffle(const struct trn_sampler *s, uint32_t m, uint64_t len, uint64_t q)
+{
+    if (!s->opts.shuffle || len <= 1) return q;
+    const uint64_t key = mix64(s->shards->node_key ^ mix64((uint64_t)m + 1));
+    struct trn_perm p;
+    const uint64_t b = s->opts.shuffle_block;
+    if (!b || b >= len) {
+        (void)trn_perm_init(&p, len, key);
+        return trn_perm_apply(&p, q);
+    }
+    const uint64_t blk = q / b, at = blk * b;
+    const uint64_t blen = len - at < b ? len - at : b;
+    (void)trn_perm_init(&p, blen, mix64(key + (blk + 1) * 0x9e3779b97f4a7c15ull));
+    /* Windows start at a random offset of the span each epoch: with fixed boundaries a sample
+     * at offset o of its shard could only ever fall in windows that meet o + k * shard size, so
+     * its step in the epoch would not be uniform (docs/sharing.md). */
+    const uint64_t rot = mix64(key ^ 0x5851f42d4c957f2dull) % len;
+    const uint64_t u = at + trn_perm_apply(&p, q - at) + rot;
+    return u >= len ? u - len : u;
+}
+
+int64_t trn_sampler_node_shards(const struct trn_sampler *s, uint32_t node, uint32_t *out,
+                                size_t cap)
+{
+    if (!s->shards || node >= s->shards->nodes) return -EINVAL;
+    const struct trn_shard_table *t = s->shards;
+    uint64_t base, len;
+    uint32_t ranks;
+    node_span(s, node, &base, &len, &ranks);
+    /* The span [base, base + len) of the padded order is at most two ranges of [0, n): the
+     * part before the wrap and the padding that repeats the start. */
+    const uint64_t n = s->opts.n;
+    uint64_t ranges[3][2];
+    int nr = 0;
+    if (base < n) {
+        ranges[nr][0] = base;
+        ranges[nr][1] = base + len < n ? base + len : n;
+        nr++;
+    }
+    if (base + len > n) {
+        /* Padding: positions [max(base, n), base + len) repeat the order from v mod n. */
+        const uint64_t p0 = base > n ? base : n, plen = base + len - p0, a = p0 % n;
+        if (plen >= n) {
+            ranges[nr][0] = 0;
+            ranges[nr++][1] = n;
+        } else if (a + plen <= n) {
+            ranges[nr][0] = a;
+            ranges[nr++][1] = a + plen;
+        } else {
+            ranges[nr][0] = a;
+            ranges[nr++][1] = n;
+            ranges[nr][0] = 0;
+            ranges[nr++][1] = a + plen - n;
+        }
+    }
+    int64_t found = 0;
+    for (int i = 0; i < nr; i++) {
+        for (uint32_t k = 0; k < t->n_shards; k++) {
+            if (t->start[k + 1] <= ranges[i][0] || t->start[k] >= ranges[i][1] ||
+                t->start[k] == t->start[k + 1])
+                continue;
+            int dup = 0;
+            for (int64_t j = 0; j < found && (size_t)j < cap; j++)
+                dup |= out[j] == t->order[k];
+            if (dup) continue;
+            if ((size_t)found < cap) out[found] = t->order[k];
+            found++;
+        }
+    }
+    return found;
 }
 
 uint64_t trn_sampler_rank_count(const struct trn_sampler *s)
@@ -270,8 +497,31 @@ uint64_t trn_sampler_position(const struct trn_sampler *s, uint64_t local)
 
 uint64_t trn_sampler_index(const struct trn_sampler *s, uint64_t g)
 {
-    const uint64_t x = g % s->opts.n;
-    return s->opts.shuffle ? trn_perm_apply(&s->perm, x) : x;
+    if (!s->shards) {
+        const uint64_t x = g % s->opts.n;
+        return s->opts.shuffle ? trn_perm_apply(&s->perm, x) : x;
+    }
+    const uint32_t w = s->opts.world_size;
+    g %= trn_sampler_total(s);
+    const uint32_t rank = (uint32_t)(g % w), m = rank / s->shards->local;
+    uint64_t base, len;
+    uint32_t ranks;
+    node_span(s, m, &base, &len, &ranks);
+    /* The node's q-th position: local ranks take its shuffled span round-robin. */
+    const uint64_t q = (g / w) * ranks + (rank - m * s->shards->local);
+    return virtual_index(s->shards, s->opts.n, base + node_shuffle(s, m, len, q));
+}
+
+/* A uniform draw for a mosaic partner: over the dataset, or in shard mode over the span of the
+ * node holding position g. */
+static uint64_t draw_partner(const struct trn_sampler *s, struct trn_rng *r, uint64_t g)
+{
+    if (!s->shards) return trn_rng_below(r, s->opts.n);
+    const uint32_t m = (uint32_t)(g % trn_sampler_total(s) % s->opts.world_size) / s->shards->local;
+    uint64_t base, len;
+    uint32_t ranks;
+    node_span(s, m, &base, &len, &ranks);
+    return virtual_index(s->shards, s->opts.n, base + trn_rng_below(r, len));
 }
 
 void trn_sampler_rng(const struct trn_sampler *s, uint64_t g, uint32_t stream, struct trn_rng *r)
@@ -280,11 +530,12 @@ void trn_sampler_rng(const struct trn_sampler *s, uint64_t g, uint32_t stream, s
 }
 
 /* ultralytics' load_mosaic index choice: `base` plus 3 uniform partners, then shuffled. */
-static void draw_mosaic(struct trn_rng *r, uint64_t n, uint64_t base, uint64_t tiles[4])
+static void draw_mosaic(const struct trn_sampler *s, struct trn_rng *r, uint64_t g, uint64_t base,
+                        uint64_t tiles[4])
 {
     tiles[0] = base;
     for (int k = 1; k < 4; k++)
-        tiles[k] = trn_rng_below(r, n);
+        tiles[k] = draw_partner(s, r, g);
     /* Fisher-Yates from the end, as Python's random.shuffle. */
     for (int i = 3; i > 0; i--) {
         const uint64_t j = trn_rng_below(r, (uint64_t)i + 1);
@@ -299,7 +550,6 @@ void trn_sampler_plan(const struct trn_sampler *s, uint64_t g, const struct trn_
 {
     static const struct trn_plan_probs none = { 0 };
     const struct trn_plan_probs *p = probs ? probs : &none;
-    const uint64_t n = s->opts.n;
     struct trn_rng r;
     uint64_t tiles[4], mix[4];
 
@@ -309,9 +559,9 @@ void trn_sampler_plan(const struct trn_sampler *s, uint64_t g, const struct trn_
     trn_sampler_rng(s, g, TRN_STREAM_PLAN, &r);
 
     out->mosaic = trn_rng_bernoulli(&r, p->mosaic);
-    draw_mosaic(&r, n, out->index, tiles);
+    draw_mosaic(s, &r, g, out->index, tiles);
     const bool mixup = trn_rng_bernoulli(&r, p->mixup);
-    draw_mosaic(&r, n, trn_rng_below(&r, n), mix);
+    draw_mosaic(s, &r, g, draw_partner(s, &r, g), mix);
     out->flipud = trn_rng_bernoulli(&r, p->flipud);
     out->fliplr = trn_rng_bernoulli(&r, p->fliplr);
 

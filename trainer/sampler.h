@@ -24,6 +24,18 @@
  * per rank, global step k covers exactly the positions [k*b*W, (k+1)*b*W): the set of samples
  * of a global batch does not depend on W, only which rank holds which.
  *
+ * Shard-aware partition (opts.n_shards > 0; docs/sharing.md has the scheme and its statistics).
+ * Ranks are grouped into nodes of opts.local_world_size consecutive ranks. Each epoch the shards
+ * are put in a keyed random order and concatenated into a "virtual order" of the n samples
+ * (padded to total by wrapping, the rule above); node m takes the contiguous span
+ * [rank_count * m * L, rank_count * (m * L + L_m)) of it, so a node reads about
+ * n_shards / nodes + 2 shards per epoch instead of all of them. Within its span a node
+ * shuffles its samples with a keyed bijection (all of the span, or independent windows of
+ * opts.shuffle_block positions), and its local ranks take the result round-robin, so the
+ * position g -> rank mapping (r = g mod W), the counts and the padding rule are the same as in
+ * the plain layout: only which sample sits at g changes. In shard mode the sampler owns a small
+ * table (O(n_shards)): copy it with trn_sampler_copy() and free it with trn_sampler_destroy().
+ *
  * Augmentation draws (recipe S5). For the sample at position g, trn_sampler_plan() decides the
  * mosaic (probability hyp.mosaic), its 3 partners drawn uniformly with replacement from the
  * whole dataset and the 4 shuffled as ultralytics' load_mosaic does, mixup (probability
@@ -166,6 +178,19 @@ struct trn_sampler_opts {
     uint32_t rank;       /* this rank, < world_size; default 0 */
     bool shuffle;        /* true (default): per-epoch keyed shuffle; false: identity order
                             (validation), padding still wraps */
+    /* Shard-aware partition (see the top of this file); n_shards == 0 (default): plain. */
+    const uint64_t *shard_counts; /* records of each shard in dataset order (the sum must be n);
+                                     read during trn_sampler_init only (copied) */
+    uint32_t n_shards;            /* entries in shard_counts; 0 = not shard-aware */
+    uint32_t local_world_size;    /* ranks per node (consecutive ranks share a node),
+                                     1..world_size; 0 = 1 */
+    uint64_t shuffle_block;       /* 0 (default): shuffle a node's whole span each epoch; else
+                                     shuffle windows of this many positions (fewer shards open
+                                     at once, less mixing) */
+    bool sticky_shards;           /* false (default): the shard order changes every epoch; true:
+                                     it depends on the seed only, so each node reads the same
+                                     shards every epoch (a node cache holds 1/nodes of the data)
+                                     while the order within the node still changes */
 };
 
 /* Fill *o with the defaults above (n = 0: the caller sets it). o: out. */
@@ -176,20 +201,52 @@ void trn_sampler_opts_default(struct trn_sampler_opts *o);
  * permutation of the current epoch. Fields are private; copy it into each thread that needs
  * one. Const functions may be called concurrently on one sampler.
  */
+struct trn_shard_table;
+
 struct trn_sampler {
-    struct trn_sampler_opts opts; /* as given */
-    uint32_t epoch;               /* epoch of `perm` */
-    struct trn_perm perm;         /* the shuffle of `epoch` (identity when !opts.shuffle) */
+    struct trn_sampler_opts opts;   /* as given (opts.shard_counts is not kept: NULL) */
+    uint32_t epoch;                 /* epoch of `perm` */
+    struct trn_perm perm;           /* the shuffle of `epoch` (identity when !opts.shuffle) */
+    struct trn_shard_table *shards; /* shard mode: owned table of the epoch's shard order;
+                                       NULL in the plain layout */
 };
 
 /*
  * Initialise s for epoch 0. Returns 0, or -EINVAL (n == 0, n > 2^62, world_size == 0,
- * rank >= world_size, o == NULL). s: out.
+ * rank >= world_size, o == NULL; in shard mode: shard_counts NULL, counts not summing to n,
+ * local_world_size > world_size), -ENOMEM (shard table). s: out; on success, in shard mode, s
+ * owns a table that trn_sampler_destroy() frees (a plain sampler owns nothing).
  */
 int trn_sampler_init(struct trn_sampler *s, const struct trn_sampler_opts *o);
 
-/* Switch to epoch `epoch` (recomputes the permutation key: O(1)). Not thread-safe on s. */
+/*
+ * Copy src into dst with its own shard table (a plain `*dst = *src` shares the table, which
+ * trn_sampler_set_epoch then changes under the other copy). Returns 0 or -ENOMEM (then dst is
+ * zeroed). dst: out, not initialised.
+ */
+int trn_sampler_copy(struct trn_sampler *dst, const struct trn_sampler *src);
+
+/* Free what s owns (the shard table) and zero it. Accepts NULL and plain samplers. */
+void trn_sampler_destroy(struct trn_sampler *s);
+
+/* Switch to epoch `epoch` (recomputes the permutation key: O(1); in shard mode also the shard
+ * order: O(n_shards)). Not thread-safe on s. */
 void trn_sampler_set_epoch(struct trn_sampler *s, uint32_t epoch);
+
+/* Number of nodes: ceil(world_size / local_world_size) (1 when not shard-aware). */
+uint32_t trn_sampler_node_count(const struct trn_sampler *s);
+
+/* The node of this rank: rank / local_world_size (0 when not shard-aware). */
+uint32_t trn_sampler_node(const struct trn_sampler *s);
+
+/*
+ * The shards node `node` reads in the current epoch (shard mode), padding included, in the
+ * order the node's span meets them, written to out[0, min(count, cap)). Returns the count
+ * (call with cap 0 to size out), or -EINVAL (not shard-aware, node >= trn_sampler_node_count).
+ * Use it to prefetch a node's shards into a cache before the epoch (ffr_cache_*).
+ */
+int64_t trn_sampler_node_shards(const struct trn_sampler *s, uint32_t node, uint32_t *out,
+                                size_t cap);
 
 /* Samples this rank takes per epoch: ceil(n / world_size). */
 uint64_t trn_sampler_rank_count(const struct trn_sampler *s);
@@ -200,7 +257,8 @@ uint64_t trn_sampler_total(const struct trn_sampler *s);
 /* Global position of this rank's local sample i (i < rank_count): i * world_size + rank. */
 uint64_t trn_sampler_position(const struct trn_sampler *s, uint64_t local);
 
-/* Dataset index at global position g of the current epoch (g < total; g >= n wraps). */
+/* Dataset index at global position g of the current epoch (g < total; g >= n wraps; in shard
+ * mode the virtual order wraps). O(1) plain, O(log n_shards) in shard mode. */
 uint64_t trn_sampler_index(const struct trn_sampler *s, uint64_t g);
 
 /* Probabilities the plan draws against (from the hyp file: trn_hyp). Each in [0, 1]. */
@@ -231,7 +289,10 @@ struct trn_plan {
  * Fisher-Yates shuffle of {index, partners}; the mixup decision; the mixup mosaic's base
  * index (uniform, as ultralytics' random.randint(0, n - 1)), its 3 partners and its shuffle;
  * flipud; fliplr. Every step draws whether or not its branch is taken, so a plan's partners do
- * not move when a probability changes. probs: NULL = no mosaic, no mixup, no flips.
+ * not move when a probability changes. In shard mode, partners and the mixup base are drawn
+ * uniformly from the span of the node holding g (so mosaics read no other node's shards; over
+ * the epochs' shard orders each partner is still uniform over the dataset).
+ * probs: NULL = no mosaic, no mixup, no flips.
  * out: out. Thread-safe (s is not modified).
  */
 void trn_sampler_plan(const struct trn_sampler *s, uint64_t g, const struct trn_plan_probs *probs,

@@ -84,6 +84,7 @@ void trn_train_opts_default(struct trn_train_opts *o)
     o->epochs = 100;
     o->optimizer = TRN_OPTIM_SGD;
     o->device = "cpu";
+    o->gpu = -1;
     o->patience = 100;
 }
 
@@ -419,6 +420,7 @@ struct run {
     struct ffr_reader *data;
     struct trn_loader *loader;
     struct kern_ctx *ctx;
+    struct kern_ctx *gpu_ctx;       /* o.gpu >= 0: the CUDA context the nets run on */
     struct trn_net *net, *net_last; /* full batches; the epoch's short last batch (or NULL) */
     struct trn_loss *loss, *loss_last;
     float *dp[TRN_MODEL_MAX_LEVELS], *dp_last[TRN_MODEL_MAX_LEVELS];
@@ -438,13 +440,18 @@ struct run {
     char weights_dir[4000];
     char resume_records[4096], resume_val[4096], resume_cfg[4096]; /* strings when resuming */
     char resume_weights[4096], resume_hyp[4096], resume_project[4096], resume_name[1024];
+    struct trn_dist *dist; /* the job's communicator, or NULL for one process */
+    int rank, world;       /* this rank and the number of ranks (0 and 1 without dist) */
+    int local_bs;          /* images per step on this rank: batch_size / world */
+    float *acc;            /* world > 1: gradients summed over ranks since the last optimizer
+                              step (PARAM layout); the nets' arenas then hold one batch's only */
 };
 
 static void logline(const struct run *R, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void logline(const struct run *R, const char *fmt, ...)
 {
-    if (!R->o.log) return;
+    if (!R->o.log || R->rank != 0) return;
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -456,6 +463,12 @@ static void logline(const struct run *R, const char *fmt, ...)
 static void loader_log(void *ctx, const char *msg)
 {
     const struct run *R = ctx;
+    if (R->world > 1 && R->rank != 0 && R->o.log) {
+        char line[1024];
+        snprintf(line, sizeof line, "rank %d: loader: %s", R->rank, msg);
+        R->o.log(R->o.log_ctx, line);
+        return;
+    }
     logline(R, "loader: %s", msg);
 }
 
@@ -537,6 +550,7 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
     }
     yaml_num(f, "best_fitness", R->best_fitness);
     fprintf(f, "best_epoch: %d\n", R->best_epoch);
+    fprintf(f, "world_size: %d\n", R->world);
     fprintf(f, "ema_updates: %" PRId64 "\noptim_steps: %" PRId64 "\nlast_opt_step: %" PRId64 "\n",
             trn_ema_updates(R->ema), c.steps, c.last_opt_step);
     yaml_num(f, "loss_sum_box", R->msum[0]);
@@ -566,6 +580,12 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
     return text;
 }
 
+/* Where the gradients accumulated since the last optimizer step live. */
+static float *grad_arena(const struct run *R)
+{
+    return R->acc ? R->acc : trn_net_grad(R->net);
+}
+
 /* Save the run's state to path (ffr: temporary, fsync, rename). The previous file at path stays
  * intact on any failure. */
 static int ckpt_save(struct run *R, const char *path, char *err, size_t cap)
@@ -584,7 +604,7 @@ static int ckpt_save(struct run *R, const char *path, char *err, size_t cap)
         { trn_ema_arena(R->ema, TRN_ARENA_BUFFER), I->arena_len[TRN_ARENA_BUFFER] * sizeof(float) },
         { trn_optim_state(R->opt, 0, NULL), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
         { s1, s1 ? l1 * sizeof(float) : 0 },
-        { trn_net_grad(R->net), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
+        { grad_arena(R), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
         { R->model_yaml, R->model_yaml_len },
         { R->hyp_text, R->hyp_len },
         { R->opt_text, R->opt_len },
@@ -798,13 +818,13 @@ static int resume_state(struct run *R, const struct ckpt *C, char *err, size_t c
     if (!rc)
         rc = ckpt_read(C, path, R_MODEL_COUNT, trn_model_arena(R->m, TRN_ARENA_COUNT),
                        I->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t), err, cap);
-    if (!rc)
+    if (!rc && R->ema)
         rc = ckpt_read(C, path, R_EMA_PARAM, trn_ema_arena(R->ema, TRN_ARENA_PARAM), P, err, cap);
-    if (!rc)
+    if (!rc && R->ema)
         rc = ckpt_read(C, path, R_EMA_BUFFER, trn_ema_arena(R->ema, TRN_ARENA_BUFFER), B, err, cap);
     if (!rc) rc = ckpt_read(C, path, R_OPT0, trn_optim_state(R->opt, 0, NULL), P, err, cap);
     if (!rc) rc = ckpt_read(C, path, R_OPT1, s1, s1 ? l1 * sizeof(float) : 0, err, cap);
-    if (!rc) rc = ckpt_read(C, path, R_GRAD, trn_net_grad(R->net), P, err, cap);
+    if (!rc) rc = ckpt_read(C, path, R_GRAD, grad_arena(R), P, err, cap);
     if (rc) return rc;
     int64_t epoch, step, upd, steps, last;
     struct trn_optim_counters c;
@@ -829,14 +849,14 @@ static int resume_state(struct run *R, const struct ckpt *C, char *err, size_t c
     if (step >= R->nb) {
         seterr(err, cap,
                "%s: saved at batch %" PRId64 " of an epoch of %" PRId64 " (another "
-               "dataset or batch size?)",
+               "dataset, or a world size whose epochs are shorter?)",
                path, step, R->nb);
         return -TRN_TRAIN_ECKPT;
     }
     c.steps = steps;
     c.last_opt_step = last;
     trn_optim_set_counters(R->opt, &c);
-    trn_ema_set_updates(R->ema, upd);
+    if (R->ema) trn_ema_set_updates(R->ema, upd);
     R->epoch = (int)epoch;
     R->step = step;
     return 0;
@@ -917,7 +937,7 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
 {
     struct trn_net_opts no;
     trn_net_opts_default(&no);
-    no.ctx = R->ctx;
+    no.ctx = R->gpu_ctx ? R->gpu_ctx : R->ctx;
     char e[512] = "";
     int rc = trn_net_create(R->m, bs, R->o.img, R->o.img, &no, net, e, sizeof e);
     if (rc < 0) {
@@ -960,7 +980,9 @@ static void run_free(struct run *R)
     }
     trn_optim_destroy(R->opt);
     trn_ema_destroy(R->ema);
+    free(R->acc);
     kern_ctx_destroy(R->ctx);
+    kern_ctx_destroy(R->gpu_ctx); /* after the nets, whose memory it holds */
     trn_model_destroy(R->m);
     for (int k = 0; k < R->n_names; k++)
         free(R->names[k]);
@@ -984,6 +1006,17 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
         seterr(err, cap, "hyp: %s", e);
         return rc;
     }
+    /* train.py: batch_size // WORLD_SIZE per rank, which must divide exactly here (a rounded
+     * batch would make the global batch, and so the optimizer's settings, depend on the world) */
+    if (o->batch_size % R->world != 0) {
+        seterr(err, cap,
+               "--batch-size %d is the global batch and must be divisible by the world size %d "
+               "(%d ranks)",
+               o->batch_size, R->world, R->world);
+        return -EINVAL;
+    }
+    R->local_bs = o->batch_size / R->world;
+    if (R->world > 1 && !R->dist) return -EINVAL;
     rc = ffr_reader_open(&R->data, o->records, NULL, e, sizeof e);
     if (rc < 0) {
         seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
@@ -1028,11 +1061,24 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
         seterr(err, cap, "kern context: %s", kern_strerror(rc));
         return rc;
     }
+    if (o->gpu >= 0) {
+        kern_ctx_opts_default(&ko);
+        ko.backend = KERN_BACKEND_CUDA;
+        ko.device = o->gpu;
+        if ((rc = kern_ctx_create(&ko, &R->gpu_ctx)) < 0) {
+            seterr(err, cap, "CUDA device %d: %s", o->gpu,
+                   rc == -KERN_EBACKEND ? "no such device, or this build has no CUDA"
+                                        : kern_strerror(rc));
+            return rc;
+        }
+    }
 
     struct trn_loader_opts lo;
     trn_loader_opts_default(&lo);
     lo.img_size = o->img;
-    lo.batch_size = o->batch_size;
+    lo.batch_size = R->local_bs;
+    lo.world_size = (uint32_t)R->world;
+    lo.rank = (uint32_t)R->rank;
     lo.workers = o->workers;
     lo.seed = o->seed;
     lo.pixels = TRN_PIXELS_F32;
@@ -1062,17 +1108,22 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
     struct trn_loader_info li;
     trn_loader_info(R->loader, &li);
     R->nb = (int64_t)li.steps;
-    R->last_bs = (int)(li.rank_samples - (li.steps - 1) * (uint64_t)o->batch_size);
+    R->last_bs = (int)(li.rank_samples - (li.steps - 1) * (uint64_t)R->local_bs);
 
     /* A mosaic holds 4 records' labels, a mixup 8; clipping only removes rows. */
     const int64_t per = max_labels(R->data) * (o->hyp.mixup > 0 ? 8 : 4) + 8;
-    rc = make_net_loss(R, o->batch_size, &R->net, &R->loss, R->dp, per * o->batch_size, err, cap);
-    if (rc == 0 && R->last_bs != o->batch_size)
+    rc = make_net_loss(R, R->local_bs, &R->net, &R->loss, R->dp, per * R->local_bs, err, cap);
+    if (rc == 0 && R->last_bs != R->local_bs)
         rc = make_net_loss(R, R->last_bs, &R->net_last, &R->loss_last, R->dp_last, per * R->last_bs,
                            err, cap);
     if (rc < 0) return rc;
     trn_net_zero_grad(R->net);
     trn_net_zero_grad(R->net_last);
+    if (R->world > 1 &&
+        !(R->acc = calloc(R->info->arena_len[TRN_ARENA_PARAM] + 1, sizeof *R->acc))) {
+        seterr(err, cap, "out of memory");
+        return -ENOMEM;
+    }
 
     struct trn_optim_opts oo;
     trn_optim_opts_default(&oo);
@@ -1083,8 +1134,9 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
     oo.epochs = o->epochs;
     oo.nb = R->nb;
     oo.cos_lr = o->cos_lr;
+    /* only rank 0 keeps the EMA (it alone validates and saves) */
     if ((rc = trn_optim_create(R->m, &oo, &R->opt)) < 0 ||
-        (rc = trn_ema_create(R->m, &R->ema)) < 0) {
+        (R->rank == 0 && (rc = trn_ema_create(R->m, &R->ema)) < 0)) {
         seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
         return rc;
     }
@@ -1186,14 +1238,14 @@ static int save_named(struct run *R, const char *which, char *err, size_t cap)
 static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss_items *items,
                        char *err, size_t cap)
 {
-    const bool short_batch = b->n != R->o.batch_size;
+    const bool short_batch = b->n != R->local_bs;
     struct trn_net *net = short_batch ? R->net_last : R->net;
     struct trn_loss *loss = short_batch ? R->loss_last : R->loss;
     float *const *dp = short_batch ? R->dp_last : R->dp;
     if (!net || (short_batch && b->n != R->last_bs) || b->height != R->o.img ||
         b->width != R->o.img || b->pixels != TRN_PIXELS_F32) {
         seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
-               b->width, R->o.batch_size, R->o.img, R->o.img);
+               b->width, R->local_bs, R->o.img, R->o.img);
         return -EINVAL;
     }
     const float *out[TRN_MODEL_MAX_LEVELS];
@@ -1218,7 +1270,21 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
         return rc;
     }
     float *grad = trn_net_grad(R->net);
-    if (short_batch) {
+    if (R->world > 1) {
+        /* this batch's gradients (the net's arena was zero before its backward), summed over the
+         * ranks, then added to the accumulation since the last optimizer step */
+        float *bg = trn_net_grad(net);
+        const size_t n = R->info->arena_len[TRN_ARENA_PARAM];
+        if ((rc = trn_dist_allreduce_f32(R->dist, bg, n)) < 0) {
+            seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
+                   b->step, trn_dist_error(R->dist));
+            return rc;
+        }
+        for (size_t i = 0; i < n; i++)
+            R->acc[i] += bg[i];
+        trn_net_zero_grad(net);
+        grad = R->acc;
+    } else if (short_batch) {
         /* the accumulated gradients live in the main net's arena */
         float *g2 = trn_net_grad(R->net_last);
         const size_t n = R->info->arena_len[TRN_ARENA_PARAM];
@@ -1236,7 +1302,7 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
     }
     for (int g = 0; g < 3; g++)
         R->lr[g] = rep.sched.lr[g];
-    if (rep.stepped &&
+    if (rep.stepped && R->ema &&
         (rc = trn_ema_update(R->ema, params, trn_model_arena(R->m, TRN_ARENA_BUFFER))) < 0) {
         seterr(err, cap, "EMA: %s", trn_optim_strerror(rc));
         return rc;
@@ -1262,16 +1328,36 @@ static void val_log(void *ctx, const char *msg)
     logline(ctx, "%s", msg);
 }
 
+/* val.py's per-class rows (verbose), names from the val dataset's metadata. */
+static void log_class_rows(struct run *R, const struct trn_val_result *vr)
+{
+    if (vr->nc <= 1) return;
+    for (int i = 0; i < vr->ap.n_cls; i++) {
+        const int c = vr->ap.cls[i];
+        char num[16];
+        const char *name = c < R->val_names.n && R->val_names.names[c] ? R->val_names.names[c]
+                           : c < R->n_names                            ? R->names[c]
+                                                                       : NULL;
+        if (!name) {
+            snprintf(num, sizeof num, "%d", c);
+            name = num;
+        }
+        logline(R, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g", name, vr->seen, vr->ap.nt[c],
+                vr->ap.p[i], vr->ap.r[i], vr->ap.ap50[i], vr->ap.ap5095[i]);
+    }
+}
+
 /* The built-in validator: val.run as train.py calls it after each epoch (see VALIDATION).
- * plots: the final epoch's validation also writes the PR / F1 / P / R curves and
- * confusion_matrix.png into the run directory, as train.py's final val.run(plots=True). */
-static int builtin_val(struct run *R, struct trn_model *m, bool plots, struct trn_train_metrics *mt,
+ * best: the final validation of best.ckpt (train.py's val.run(verbose=True, plots=True) on
+ * best.pt): also the per-class rows, the PR / F1 / P / R curves, confusion_matrix.png and the
+ * val_batchK pictures in the run directory. */
+static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn_train_metrics *mt,
                        char *err, size_t cap)
 {
     struct trn_val_opts vo;
     trn_val_opts_default(&vo);
     vo.img_size = R->o.img;
-    vo.batch_size = R->o.batch_size * 2; /* train.py: batch_size // WORLD_SIZE * 2 */
+    vo.batch_size = R->local_bs * 2; /* train.py: batch_size // WORLD_SIZE * 2 */
     vo.micro_batch = vo.batch_size < 4 ? vo.batch_size : 4;
     vo.workers = R->o.workers;
     vo.threads = R->o.threads;
@@ -1282,7 +1368,8 @@ static int builtin_val(struct run *R, struct trn_model *m, bool plots, struct tr
     vo.loss_hyp = &R->o.hyp;
     vo.loss_img = R->o.img;
     vo.names = &R->val_names;
-    vo.curves_dir = plots ? R->o.run_dir : NULL;
+    vo.curves_dir = best ? R->o.run_dir : NULL;
+    vo.plot_dir = best ? R->o.run_dir : NULL;
     vo.log = val_log;
     vo.log_ctx = R;
     struct trn_val_result vr;
@@ -1295,6 +1382,7 @@ static int builtin_val(struct run *R, struct trn_model *m, bool plots, struct tr
                 "mAP50", "mAP50-95");
         logline(R, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g", "all", vr.seen, vr.n_labels,
                 vr.mp, vr.mr, vr.map50, vr.map);
+        if (best) log_class_rows(R, &vr);
         *mt = (struct trn_train_metrics){ vr.mp,       vr.mr,       vr.map50,   vr.map,
                                           vr.loss_box, vr.loss_obj, vr.loss_cls };
     }
@@ -1303,10 +1391,9 @@ static int builtin_val(struct run *R, struct trn_model *m, bool plots, struct tr
 }
 
 /* Copy the EMA into the model, validate (hook or built-in), then restore the training weights.
- * run: false leaves the metrics 0 (no validation this epoch); final: the last epoch's. */
-static int validate_epoch(struct run *R, int epoch, bool run, bool final,
-                          struct trn_train_metrics *mt, float *save_p, float *save_b, char *err,
-                          size_t cap)
+ * run: false leaves the metrics 0 (no validation this epoch). */
+static int validate_epoch(struct run *R, int epoch, bool run, struct trn_train_metrics *mt,
+                          float *save_p, float *save_b, char *err, size_t cap)
 {
     memset(mt, 0, sizeof *mt);
     if (!run || (!R->o.validate && !R->val_data)) return 0;
@@ -1323,34 +1410,148 @@ static int validate_epoch(struct run *R, int epoch, bool run, bool final,
         if (rc < 0)
             seterr(err, cap, "validation of epoch %d failed: %s", epoch, trn_train_strerror(rc));
     } else {
-        rc = builtin_val(R, R->m, final, mt, err, cap);
+        rc = builtin_val(R, R->m, false, mt, err, cap);
     }
     memcpy(mp, save_p, P * sizeof(float));
     memcpy(mb, save_b, B * sizeof(float));
     return rc;
 }
 
+/* train.py's last step: validate best.ckpt's EMA weights with the per-class table and the plots
+ * (the model's weights are replaced: the run is over and last.ckpt saved). */
+static int validate_best(struct run *R, char *err, size_t cap)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/best.ckpt", R->weights_dir);
+    logline(R, "Validating %s...", p);
+    struct ckpt C;
+    int rc = ckpt_open(p, &C, err, cap);
+    if (rc < 0) return rc;
+    const struct trn_model_info *I = R->info;
+    rc = ckpt_read(&C, p, R_EMA_PARAM, trn_model_arena(R->m, TRN_ARENA_PARAM),
+                   I->arena_len[TRN_ARENA_PARAM] * sizeof(float), err, cap);
+    if (!rc)
+        rc = ckpt_read(&C, p, R_EMA_BUFFER, trn_model_arena(R->m, TRN_ARENA_BUFFER),
+                       I->arena_len[TRN_ARENA_BUFFER] * sizeof(float), err, cap);
+    ckpt_close(&C);
+    struct trn_train_metrics mt;
+    if (!rc) rc = builtin_val(R, R->m, true, &mt, err, cap);
+    return rc;
+}
+
+/* A digest of the parameters' bytes: at epoch ends the ranks check they still hold the same. */
+static int64_t params_digest(const struct run *R)
+{
+    const uint32_t *w = (const uint32_t *)trn_model_arena(R->m, TRN_ARENA_PARAM);
+    const size_t n = R->info->arena_len[TRN_ARENA_PARAM];
+    uint64_t h = 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ w[i]) * 0x100000001b3u;
+        h ^= h >> 29;
+    }
+    return (int64_t)(h >> 1); /* non-negative: -h cannot overflow */
+}
+
+/* Start equal: rank 0's parameters, buffers and counters go to every rank (as DDP's constructor
+ * broadcasts the module state). */
+static int dist_start(struct run *R, char *err, size_t cap)
+{
+    const struct trn_model_info *I = R->info;
+    static const int arena[3] = { TRN_ARENA_PARAM, TRN_ARENA_BUFFER, TRN_ARENA_COUNT };
+    for (int k = 0; k < 3; k++) {
+        const size_t esz = arena[k] == TRN_ARENA_COUNT ? sizeof(int64_t) : sizeof(float);
+        const int rc = trn_dist_broadcast(R->dist, trn_model_arena(R->m, arena[k]),
+                                          I->arena_len[arena[k]] * esz, false);
+        if (rc < 0) {
+            seterr(err, cap, "broadcasting rank 0's weights: %s", trn_dist_error(R->dist));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* An epoch's end on every rank: rank 0's status (it validated and saved) and early-stop
+ * decision reach the others, and the ranks compare their weight digests. rc0: this rank's
+ * status so far. Returns rc0 when it failed, else 0 or the error every rank then stops with. */
+static int dist_epoch_sync(struct run *R, int epoch, int rc0, bool *early, char *err, size_t cap)
+{
+    const int64_t h = params_digest(R);
+    int64_t v[4] = { rc0 < 0 ? rc0 : 0, R->rank == 0 && *early ? -1 : 0, h, -h };
+    const int rc = trn_dist_allreduce_i64(R->dist, v, 4, TRN_DIST_MIN);
+    if (rc < 0) {
+        if (rc0 < 0) return rc0;
+        seterr(err, cap, "end of epoch %d: %s", epoch, trn_dist_error(R->dist));
+        return rc;
+    }
+    if (rc0 < 0) return rc0;
+    if (v[0] < 0) {
+        seterr(err, cap, "another rank failed at the end of epoch %d (rank 0's log says why)",
+               epoch);
+        return -ECANCELED;
+    }
+    if (v[2] != -v[3]) {
+        seterr(err, cap,
+               "the ranks' weights differ after epoch %d (digest %" PRId64 " here, %" PRId64
+               " .. %" PRId64 " over the ranks)",
+               epoch, h, v[2], -v[3]);
+        return -EPROTO;
+    }
+    *early = v[1] < 0;
+    return 0;
+}
+
+/* Every rank's stop request (the largest signal number) after a batch; 0: go on. */
+static int dist_stop_vote(struct run *R, int64_t *sig, char *err, size_t cap)
+{
+    if (R->world == 1) return 0;
+    const int rc = trn_dist_allreduce_i64(R->dist, sig, 1, TRN_DIST_MAX);
+    if (rc < 0) seterr(err, cap, "agreeing on a stop: %s", trn_dist_error(R->dist));
+    return rc;
+}
+
+/* Rank 0's status after something only it did (a save) reaches every rank. */
+static int dist_status(struct run *R, int rc0, const char *what, char *err, size_t cap)
+{
+    if (R->world == 1) return rc0;
+    int64_t v = rc0 < 0 ? rc0 : 0;
+    const int rc = trn_dist_allreduce_i64(R->dist, &v, 1, TRN_DIST_MIN);
+    if (rc0 < 0) return rc0;
+    if (rc < 0) {
+        seterr(err, cap, "%s: %s", what, trn_dist_error(R->dist));
+        return rc;
+    }
+    if (v < 0) {
+        seterr(err, cap, "rank 0 failed: %s (its log says why)", what);
+        return -ECANCELED;
+    }
+    return 0;
+}
+
 int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *res, char *err,
                   size_t err_cap)
 {
     if (err && err_cap) err[0] = '\0';
-    if (!opts || !opts->run_dir || (!opts->resume && (!opts->records || !opts->cfg)) ||
-        opts->img < 32 || opts->batch_size < 1 || opts->epochs < 1 ||
-        (unsigned)opts->optimizer > TRN_OPTIM_ADAMW) {
+    const int rank = opts ? trn_dist_rank(opts->dist) : 0;
+    if (!opts || (!opts->run_dir && rank == 0) ||
+        (!opts->resume && (!opts->records || !opts->cfg)) || opts->img < 32 ||
+        opts->batch_size < 1 || opts->epochs < 1 || (unsigned)opts->optimizer > TRN_OPTIM_ADAMW) {
         seterr(err, err_cap, "bad training options");
         return -EINVAL;
     }
     struct run *R = calloc(1, sizeof *R);
     if (!R) return -ENOMEM;
     R->o = *opts;
+    R->dist = opts->dist;
+    R->rank = rank;
+    R->world = trn_dist_world(opts->dist);
     struct ckpt C;
     memset(&C, 0, sizeof C);
     float *save_p = NULL, *save_b = NULL;
     int rc = setup(R, &C, err, err_cap);
     ckpt_close(&C);
     if (rc < 0) goto out;
-    if ((rc = write_run_files(R, err, err_cap)) < 0) goto out;
-    if (!R->o.validate && R->o.val_records) {
+    if (R->rank == 0 && (rc = write_run_files(R, err, err_cap)) < 0) goto out;
+    if (R->rank == 0 && !R->o.validate && R->o.val_records) {
         char e[768] = "";
         if ((rc = ffr_reader_open(&R->val_data, R->o.val_records, NULL, e, sizeof e)) < 0) {
             seterr(err, err_cap, "%s", e[0] ? e : ffr_strerror(rc));
@@ -1360,7 +1561,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         const char *meta = ffr_reader_metadata(R->val_data, &ml);
         if (meta && (rc = trn_plot_names_parse(meta, ml, &R->val_names)) < 0) goto out;
     }
-    if (R->o.validate || R->val_data) {
+    if (R->rank == 0 && (R->o.validate || R->val_data)) {
         save_p = malloc(R->info->arena_len[TRN_ARENA_PARAM] * sizeof(float) + 1);
         save_b = malloc(R->info->arena_len[TRN_ARENA_BUFFER] * sizeof(float) + 1);
         if (!save_p || !save_b) {
@@ -1371,17 +1572,21 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         logline(R, "validation: no val records; results.csv metrics/* and val/* columns are "
                    "written as 0 and best.ckpt = last.ckpt (every fitness is 0)");
     }
+    if (R->world > 1 && (rc = dist_start(R, err, err_cap)) < 0) goto out;
     logline(R,
             "%s%s: %" PRId64 " batches of %d per epoch (last %d), %d epochs, img %d, "
             "accumulate %d, %s",
             R->o.resume ? "Resuming from " : "Training", R->o.resume ? R->o.resume : "", R->nb,
-            R->o.batch_size, R->last_bs, R->o.epochs, R->o.img,
+            R->o.batch_size, R->last_bs * R->world, R->o.epochs, R->o.img,
             trn_optim_accumulate(trn_optim_get_opts(R->opt)), optim_names[R->o.optimizer]);
+    if (R->world > 1)
+        logline(R, "DDP: %d ranks over %s, %d images per rank per batch, gradients summed",
+                R->world, trn_dist_backend_name(trn_dist_backend(R->dist)), R->local_bs);
     logline(R, "%11s%11s%11s%11s%11s%11s%11s", "Epoch", "GPU_mem", "box_loss", "obj_loss",
             "cls_loss", "Instances", "Size");
 
     const double t0 = now_s();
-    int64_t batches = 0, images = 0;
+    int64_t batches = 0, images = 0, stop_sig = 0;
     double first_loss = NAN, epoch_t0 = t0;
     int64_t epoch_images = 0, epoch_batches = 0;
     bool first_epoch = true;
@@ -1417,26 +1622,32 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             progress(R, epoch, mloss, b.n_targets, epoch_batches, now_s() - epoch_t0, epoch_images);
             if (first_epoch) first_loss = mloss[0] + mloss[1] + mloss[2];
             first_epoch = false;
-            struct trn_train_metrics mt;
-            /* train.py: final_epoch = epoch + 1 == epochs or stopper.possible_stop */
-            const bool final = epoch + 1 == R->o.epochs || possible_stop;
-            if ((rc = validate_epoch(R, epoch, !R->o.noval || final, final, &mt, save_p, save_b,
-                                     err, err_cap)) < 0)
-                goto out;
-            const double fi = 0.1 * mt.map50 + 0.9 * mt.map; /* ultralytics' fitness */
-            /* EarlyStopping.__call__: >= counts as an improvement */
-            if (fi >= R->best_fitness) R->best_epoch = epoch;
-            possible_stop = epoch - R->best_epoch >= patience - 1;
-            early = epoch - R->best_epoch >= patience;
-            if (fi > R->best_fitness) R->best_fitness = fi;
-            if ((rc = results_append(R, epoch, mloss, &mt, err, err_cap)) < 0) goto out;
+            int erc = 0;
+            double fi = 0;
+            if (R->rank == 0) {
+                struct trn_train_metrics mt;
+                /* train.py: final_epoch = epoch + 1 == epochs or stopper.possible_stop */
+                const bool final = epoch + 1 == R->o.epochs || possible_stop;
+                erc = validate_epoch(R, epoch, !R->o.noval || final, &mt, save_p, save_b, err,
+                                     err_cap);
+                fi = 0.1 * mt.map50 + 0.9 * mt.map; /* ultralytics' fitness */
+                /* EarlyStopping.__call__: >= counts as an improvement */
+                if (fi >= R->best_fitness) R->best_epoch = epoch;
+                possible_stop = epoch - R->best_epoch >= patience - 1;
+                early = epoch - R->best_epoch >= patience;
+                if (fi > R->best_fitness) R->best_fitness = fi;
+                if (!erc) erc = results_append(R, epoch, mloss, &mt, err, err_cap);
+            }
             if (res) res->last_loss = mloss[0] + mloss[1] + mloss[2];
             R->epoch++;
             R->step = 0;
             memset(R->msum, 0, sizeof R->msum);
             R->mcount = 0;
-            if ((rc = save_named(R, "last", err, err_cap)) < 0) goto out;
-            if (fi == R->best_fitness && (rc = save_named(R, "best", err, err_cap)) < 0) goto out;
+            if (R->rank == 0 && !erc) erc = save_named(R, "last", err, err_cap);
+            if (R->rank == 0 && !erc && fi == R->best_fitness)
+                erc = save_named(R, "best", err, err_cap);
+            if (R->world > 1) erc = dist_epoch_sync(R, epoch, erc, &early, err, err_cap);
+            if ((rc = erc) < 0) goto out;
             epoch_t0 = now_s();
             epoch_images = epoch_batches = 0;
             if (early && R->epoch < R->o.epochs) {
@@ -1449,10 +1660,15 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         } else if (res) {
             res->last_loss = mloss[0] + mloss[1] + mloss[2];
         }
-        const bool stop =
-            (R->o.stop && *R->o.stop) || (R->o.stop_after > 0 && batches >= R->o.stop_after);
+        /* preemption: every rank finishes this batch, the ranks agree, rank 0 saves */
+        stop_sig = R->o.stop ? (int64_t)*R->o.stop : 0;
+        if ((rc = dist_stop_vote(R, &stop_sig, err, err_cap)) < 0) goto out;
+        const bool stop = stop_sig != 0 || (R->o.stop_after > 0 && batches >= R->o.stop_after);
         if (stop && R->epoch < R->o.epochs) {
-            if (R->step != 0 && (rc = save_named(R, "last", err, err_cap)) < 0) goto out;
+            int src = 0;
+            if (R->rank == 0 && R->step != 0) src = save_named(R, "last", err, err_cap);
+            if ((rc = dist_status(R, src, "saving last.ckpt at the stop", err, err_cap)) < 0)
+                goto out;
             logline(R,
                     "stopped at epoch %d batch %" PRId64 "; saved %s/last.ckpt (resume with "
                     "--resume)",
@@ -1461,7 +1677,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             break;
         }
     }
-    if (!stopped) {
+    if (!stopped && R->rank == 0) {
         char csv[4200], png[4200], e[512] = "";
         snprintf(csv, sizeof csv, "%s/results.csv", R->o.run_dir);
         snprintf(png, sizeof png, "%s/results.png", R->o.run_dir);
@@ -1470,6 +1686,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             goto out;
         }
         logline(R, "%d epochs completed in %.3f hours.", R->epoch, (now_s() - t0) / 3600);
+        if (R->val_data && (rc = validate_best(R, err, err_cap)) < 0) goto out;
         logline(R, "Results saved to %s", R->o.run_dir);
     }
     if (res) {
@@ -1477,8 +1694,9 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         res->epoch = R->epoch;
         res->step = R->step;
         res->batches = batches;
-        res->images_per_s = secs > 0 ? (double)images / secs : 0;
+        res->images_per_s = secs > 0 ? (double)images * R->world / secs : 0;
         res->first_loss = first_loss;
+        res->stop_signal = stopped ? (int)stop_sig : 0;
         snprintf(res->last_path, sizeof res->last_path, "%s/last.ckpt", R->weights_dir);
     }
     rc = stopped || early ? TRN_TRAIN_STOPPED : 0;

@@ -26,7 +26,11 @@
  * log says so once. EARLY STOP (ultralytics' EarlyStopping): an epoch with fitness >=
  * the best so far is the best epoch; when epoch - best_epoch >= patience the run logs why and
  * stops after that epoch's saves (returns TRN_TRAIN_STOPPED). At the end of a finished or early-
- * stopped run results.png is drawn from results.csv (trn_plot_results).
+ * stopped run results.png is drawn from results.csv (trn_plot_results), and then, with the
+ * built-in validation, best.ckpt's EMA weights are validated once more as train.py does with
+ * best.pt: val.py's table with a row per class, and the plots (PR / F1 / P / R curves,
+ * confusion_matrix.png, val_batchK_labels/pred.jpg) in the run directory. The per-epoch
+ * validations write no plots (train.py passes plots=False there).
  *
  * CHECKPOINT FORMAT (docs/checkpoint.md): one ffr file (ffr/include/ffr.h: written to a
  * temporary, fsynced, renamed into place; every record checksummed; an index), raw codec,
@@ -52,7 +56,26 @@
  *
  * STOPPING. opts.stop (set from a signal handler) and opts.stop_after are checked after each
  * completed batch: the batch's update is finished, last.ckpt is saved at the position of the
- * next batch, and trn_train_run returns TRN_TRAIN_STOPPED.
+ * next batch, and trn_train_run returns TRN_TRAIN_STOPPED. With several ranks the ranks first
+ * agree (an all-reduce of every rank's *stop, so a signal delivered to one rank stops all of them
+ * after the same batch), rank 0 saves, and every rank learns whether the save succeeded.
+ *
+ * RANKS (opts.dist, recipe S7; docs/distributed.md). batch_size is the GLOBAL batch: each of the
+ * W ranks loads batch_size / W images per step (refused when W does not divide it), ranks take
+ * DistributedSampler's disjoint partitions (loader.h), and the optimizer's accumulate and weight
+ * decay use the global batch as train.py does. Rank 0's parameters and buffers are broadcast
+ * before the first batch, so all ranks start equal. After each backward the batch's gradients
+ * (of the per-rank loss, which includes x per-rank batch) are summed over the ranks in buckets
+ * (DDP averages the gradients of loss x W: the same sum) and added to the accumulated
+ * gradients; every rank then runs the same optimizer step on the same bytes. The all-reduce runs
+ * after the whole backward: the net does not expose per-layer gradient readiness, and on the CPU
+ * path compute and the collective would share the same cores anyway. BatchNorm uses each rank's
+ * own batch statistics (DDP without SyncBatchNorm). Only rank 0 validates, keeps the EMA, logs,
+ * and writes results.csv, plots and checkpoints (run_dir may be NULL on the other ranks); at
+ * every epoch end the ranks exchange rank 0's early-stop decision and status and check that
+ * their weights are still the same bytes (a mismatch is an error, not a silent divergence). A
+ * checkpoint holds the summed pending gradients, so it resumes on any world size that divides
+ * the batch.
  *
  * ERRORS. int functions return >= 0 on success or a negative code: -errno (-EINVAL bad options,
  * -ENOMEM, -ENOENT, -EACCES, -ENOSPC, -EIO from files), -TRN_TRAIN_ECKPT (a checkpoint that
@@ -72,6 +95,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dist.h"
 #include "hyp.h"
 #include "model.h"
 #include "optim.h"
@@ -116,30 +140,36 @@ struct trn_train_opts {
     const char *resume;      /* NULL, or a checkpoint to continue: every setting below except
                                 workers, threads, stop, stop_after, log and validate then comes
                                 from the checkpoint, and run_dir must be its run directory */
-    const char *run_dir;     /* existing, writable run directory (runs/train/expN) */
+    const char *run_dir;     /* existing, writable run directory (runs/train/expN); may be
+                                NULL on ranks other than 0 */
     const char *hyp_path;    /* recorded in opt.yaml only */
     const char *project, *name, *device; /* recorded in opt.yaml only */
-    struct trn_hyp hyp;                  /* hyperparameters [scratch-low] */
-    int img;                             /* image size, multiple of the max stride [640] */
-    int batch_size;                      /* images per batch [16] */
-    int epochs;                          /* [100] */
-    int nc;                              /* > 0: classes (override the yaml); 0: from the
-                                            dataset's metadata nc/names, else the yaml's */
-    unsigned workers;                    /* loader threads, 0 = auto */
-    int threads;                         /* kern threads (0 = caller + OpenBLAS's own) */
-    uint64_t seed;                       /* model init, shuffle, augmentation [0] */
-    enum trn_optim_kind optimizer;       /* [SGD] */
-    bool cos_lr;                         /* cosine lr schedule */
-    int64_t stop_after;                  /* > 0: stop after this many batches of this call
-                                            (tests and debugging) */
-    const volatile sig_atomic_t *stop;   /* non-NULL: stop when *stop becomes non-zero */
-    trn_train_val_fn validate;           /* NULL: built-in validation on val_records */
+    int gpu; /* -1 [default]: the CPU reference ops; >= 0: the network runs on this CUDA device
+                (the loss, optimizer and EMA stay on the host for now: docs/design.md) */
+    struct trn_hyp hyp;                /* hyperparameters [scratch-low] */
+    int img;                           /* image size, multiple of the max stride [640] */
+    int batch_size;                    /* images per global batch (all ranks) [16] */
+    int epochs;                        /* [100] */
+    int nc;                            /* > 0: classes (override the yaml); 0: from the
+                                          dataset's metadata nc/names, else the yaml's */
+    unsigned workers;                  /* loader threads, 0 = auto */
+    int threads;                       /* kern threads (0 = caller + OpenBLAS's own) */
+    uint64_t seed;                     /* model init, shuffle, augmentation [0] */
+    enum trn_optim_kind optimizer;     /* [SGD] */
+    bool cos_lr;                       /* cosine lr schedule */
+    int64_t stop_after;                /* > 0: stop after this many batches of this call
+                                          (tests and debugging) */
+    const volatile sig_atomic_t *stop; /* non-NULL: stop when *stop becomes non-zero */
+    trn_train_val_fn validate;         /* NULL: built-in validation on val_records */
     void *validate_ctx;
     bool noval;           /* validate the final epoch only [false] */
     int patience;         /* early stop after this many epochs without
                              improvement; <= 0: never [100] */
-    trn_train_log_fn log; /* progress lines; NULL drops them */
+    trn_train_log_fn log; /* progress lines; NULL drops them (only rank 0 logs) */
     void *log_ctx;
+    struct trn_dist *dist; /* NULL: one process; else the job's communicator (borrowed; see
+                              RANKS). On a collective's failure the run returns its code and
+                              err has trn_dist_error's line: the caller then aborts the job */
 };
 
 /* Fill o with the defaults in brackets. o: out. Thread-safe. */
@@ -153,6 +183,8 @@ struct trn_train_result {
     double images_per_s;  /* training throughput of this call (images / wall second) */
     double first_loss;    /* mean total loss (box + obj + cls) of this call's first epoch */
     double last_loss;     /* mean total loss of this call's last (possibly partial) epoch */
+    int stop_signal;      /* the *stop value that stopped the run, agreed over the ranks (the
+                             largest); 0 when not stopped by opts.stop */
     char last_path[4096]; /* weights/last.ckpt */
 };
 

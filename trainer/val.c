@@ -16,6 +16,7 @@
 #include "loss.h"
 #include "net.h"
 #include "nms.h"
+#include "tta.h"
 
 void trn_val_opts_default(struct trn_val_opts *o)
 {
@@ -160,8 +161,7 @@ static int read_image_ids(const struct ffr_reader *r, const struct trn_val_opts 
 /* Everything one run holds; freed by state_free. */
 struct state {
     struct trn_loader *loader;
-    struct trn_net *net;
-    int net_h, net_w;
+    struct trn_tta *tta; /* the models (one, or an ensemble), with or without augment */
     struct trn_nms *nms;
     struct trn_val_stats *stats;
     struct trn_confusion *cm;
@@ -182,7 +182,7 @@ struct state {
 static void state_free(struct state *s)
 {
     trn_loader_destroy(s->loader);
-    trn_net_destroy(s->net);
+    trn_tta_destroy(s->tta);
     trn_nms_destroy(s->nms);
     trn_val_stats_destroy(s->stats);
     trn_confusion_destroy(s->cm);
@@ -202,17 +202,22 @@ static void state_free(struct state *s)
  * train_out for compute_loss). trn_net_infer does not hand out its raw outputs, so this runs
  * the eval forward once more: the cost of the val losses, paid only when they are asked for.
  */
-static int keep_raw(struct state *s, int bn, int c0, int cn, char *err, size_t err_cap)
+static int keep_raw(struct state *s, const struct trn_batch *b, int c0, int cn, char *err,
+                    size_t err_cap)
 {
+    const int bn = b->n;
+    struct trn_net *net = NULL;
+    int rc = trn_tta_net(s->tta, 0, b->height, b->width, &net, err, err_cap);
+    if (rc < 0) return rc;
     const float *outs[TRN_MODEL_MAX_LEVELS];
-    int rc = trn_net_forward(s->net, s->stage, false, outs);
+    rc = trn_net_forward(net, s->stage, false, outs);
     if (rc < 0) {
         say(err, err_cap, "forward for the val loss: %s", trn_net_strerror(rc));
         return rc;
     }
-    for (int l = 0; l < trn_net_levels(s->net); l++) {
+    for (int l = 0; l < trn_net_levels(net); l++) {
         int shape[5];
-        const long n = trn_net_output_shape(s->net, l, shape);
+        const long n = trn_net_output_shape(net, l, shape);
         if (n <= 0) return -EINVAL;
         const size_t per = (size_t)n / (size_t)shape[0]; /* floats per image */
         if (s->raw_cap[l] < per * (size_t)bn) {
@@ -239,10 +244,13 @@ static int batch_loss(struct state *s, struct trn_model *m, const struct trn_val
     struct trn_loss_cfg cfg;
     const int img = o->loss_img > 0 ? o->loss_img : o->img_size;
     /* gains as train.py sets them for the training image size; grids of this rect batch */
-    int rc = trn_loss_cfg_from_model(m, o->loss_hyp, b->n, img, 0.0f, nt > 0 ? nt : 1, &cfg);
+    struct trn_net *net = NULL;
+    int rc = trn_tta_net(s->tta, 0, b->height, b->width, &net, err, err_cap);
+    if (rc < 0) return rc;
+    rc = trn_loss_cfg_from_model(m, o->loss_hyp, b->n, img, 0.0f, nt > 0 ? nt : 1, &cfg);
     for (int l = 0; rc == 0 && l < cfg.nl; l++) {
         int shape[5];
-        if (trn_net_output_shape(s->net, l, shape) <= 0) rc = -EINVAL;
+        if (trn_net_output_shape(net, l, shape) <= 0) rc = -EINVAL;
         cfg.ny[l] = shape[2];
         cfg.nx[l] = shape[3];
     }
@@ -399,27 +407,6 @@ static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_
     return 0;
 }
 
-static int ensure_net(struct state *s, struct trn_model *m, const struct trn_val_opts *o, int h,
-                      int w, char *err, size_t err_cap)
-{
-    if (s->net && s->net_h == h && s->net_w == w) return 0;
-    trn_net_destroy(s->net);
-    s->net = NULL;
-    struct trn_net_opts no;
-    trn_net_opts_default(&no);
-    no.train = false;
-    no.threads = o->threads;
-    char msg[256] = "";
-    const int rc = trn_net_create(m, o->micro_batch, h, w, &no, &s->net, msg, sizeof msg);
-    if (rc < 0) {
-        say(err, err_cap, "network at %dx%d: %s", w, h, msg[0] ? msg : trn_net_strerror(rc));
-        return rc;
-    }
-    s->net_h = h;
-    s->net_w = w;
-    return 0;
-}
-
 static int plot_batch(struct state *s, const struct trn_val_opts *o, struct trn_val_result *res,
                       const struct trn_batch *b, uint64_t step, char *err, size_t err_cap)
 {
@@ -435,32 +422,51 @@ static int plot_batch(struct state *s, const struct trn_val_opts *o, struct trn_
     return rc;
 }
 
-int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct trn_val_opts *o_in,
+int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct trn_val_opts *o,
                 struct trn_val_result *res, char *err, size_t err_cap)
+{
+    return trn_val_run_ensemble(&m, 1, r, o, res, err, err_cap);
+}
+
+int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const struct ffr_reader *r,
+                         const struct trn_val_opts *o_in, struct trn_val_result *res, char *err,
+                         size_t err_cap)
 {
     if (err && err_cap) err[0] = '\0';
     if (!res) return -EINVAL;
     memset(res, 0, sizeof *res);
-    if (!m || !r) {
+    if (!models || n_models < 1 || !models[0] || !r) {
         say(err, err_cap, "no model or dataset");
         return -EINVAL;
     }
+    struct trn_model *m = models[0];
     struct trn_val_opts o;
     if (o_in)
         o = *o_in;
     else
         trn_val_opts_default(&o);
     const struct trn_model_info *mi = trn_model_info(m);
-    const int nc = mi->nc, no = mi->no;
+    const int nc = mi->nc;
     int rc = check_opts(&o, nc, err, err_cap);
     if (rc < 0) return rc;
+    if (o.loss_hyp && n_models > 1) {
+        say(err, err_cap, "val losses are for one model, not an ensemble");
+        return -EINVAL;
+    }
     res->nc = nc;
-    int gs = 32;
-    for (int l = 0; l < mi->nl; l++)
-        if (mi->stride[l] > gs) gs = mi->stride[l];
 
     struct state s;
     memset(&s, 0, sizeof s);
+    struct trn_tta_opts to;
+    trn_tta_opts_default(&to);
+    /* val.py: compute_loss ? model(im) : model(im, augment=augment) */
+    to.augment = o.augment && !o.loss_hyp;
+    to.threads = o.threads;
+    rc = trn_tta_create(models, n_models, o.micro_batch, &to, &s.tta, err, err_cap);
+    if (rc < 0) return rc;
+    const int no = trn_tta_no(s.tta);
+    /* the loader's stride: max(int(model.stride.max()), 32), the ensemble's largest */
+    const int gs = trn_tta_stride(s.tta) > 32 ? trn_tta_stride(s.tta) : 32;
     const uint64_t n_records = ffr_reader_count(r);
     if (o.save_json) {
         s.ids = malloc((n_records ? n_records : 1) * sizeof *s.ids);
@@ -534,8 +540,6 @@ int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct tr
         t_pre += t1 - t0;
         const bool plot = o.plot_dir && step < TRN_VAL_PLOT_BATCHES;
         s.n_plot = 0;
-        rc = ensure_net(&s, m, &o, b.height, b.width, err, err_cap);
-        if (rc < 0) goto out;
         const size_t img_len = 3 * (size_t)b.height * (size_t)b.width;
         for (int c0 = 0; c0 < b.n; c0 += o.micro_batch) {
             const int cn = b.n - c0 < o.micro_batch ? b.n - c0 : o.micro_batch;
@@ -546,12 +550,14 @@ int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct tr
             if (cn < o.micro_batch)
                 memset(s.stage + (size_t)cn * img_len, 0,
                        (size_t)(o.micro_batch - cn) * img_len * sizeof(float));
-            if (o.loss_hyp && (rc = keep_raw(&s, b.n, c0, cn, err, err_cap)) < 0) goto out;
+            if (o.loss_hyp && (rc = keep_raw(&s, &b, c0, cn, err, err_cap)) < 0) goto out;
             const float *out = NULL;
             int rows = 0;
-            rc = trn_net_infer(s.net, s.stage, &out, &rows);
+            char why[384] = "";
+            rc = trn_tta_infer(s.tta, s.stage, b.height, b.width, &out, &rows, why, sizeof why);
             if (rc < 0) {
-                say(err, err_cap, "forward of step %" PRIu64 ": %s", step, trn_net_strerror(rc));
+                say(err, err_cap, "forward of step %" PRIu64 ": %s", step,
+                    why[0] ? why : trn_net_strerror(rc));
                 goto out;
             }
             t1 = now_ms();

@@ -4,9 +4,10 @@
  *   - the loader in VAL mode with rect batches (images sorted by aspect ratio, ultralytics'
  *     batch shapes with pad 0.5 and stride max(model stride, 32)), letterbox with 114 padding,
  *     pixels / 255 in float32;
- *   - an eval forward and the Detect decode (trn_net_infer), run in chunks of `micro_batch`
- *     images (eval-mode BatchNorm makes every image independent, so chunking changes nothing
- *     but memory); one net per distinct batch shape, rebuilt when the shape changes;
+ *   - an eval forward and the Detect decode (trn_net_infer; with `augment` or several models,
+ *     ultralytics' TTA and Ensemble through tta.h), run in chunks of `micro_batch` images
+ * (eval-mode BatchNorm makes every image independent, so chunking changes nothing but memory); one
+ * net per distinct batch shape, rebuilt when the shape changes;
  *   - multi-label, class-aware NMS (trn_nms_run with the conf / iou / max_det given);
  *   - predictions and labels mapped back to the ORIGINAL image (h0, w0) as val.py does with
  *     `shapes`: gain = h / h0 (the load_image resize the records hold; the letterbox ratio is 1
@@ -81,6 +82,10 @@ struct trn_val_opts {
                                            default NULL */
     int loss_img;                       /* loss_hyp: the TRAINING image size (obj gain scale);
                                            0: img_size */
+    bool augment;                       /* val.py --augment: ultralytics' test-time
+                                           augmentation (tta.h) for every model; ignored with
+                                           loss_hyp, as val.py's compute_loss path ignores it;
+                                           default false */
     trn_val_log_fn log;                 /* optional; NULL drops the lines */
     void *log_ctx;                      /* passed to log */
 };
@@ -126,6 +131,17 @@ void trn_val_result_free(struct trn_val_result *res);
  */
 int trn_val_run(struct trn_model *m, const struct ffr_reader *r, const struct trn_val_opts *o,
                 struct trn_val_result *res, char *err, size_t err_cap);
+
+/*
+ * trn_val_run for an ensemble (ultralytics' Ensemble, tta.h): the n_models models (borrowed,
+ * read-only) run on every batch and their outputs are concatenated before NMS; the loader's
+ * stride is the largest of theirs; models[0] gives nc (every model must have it). n_models == 1
+ * is trn_val_run. Returns what trn_val_run returns, and -EINVAL for models of different class
+ * counts or loss_hyp with more than one model (err says which).
+ */
+int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const struct ffr_reader *r,
+                         const struct trn_val_opts *o, struct trn_val_result *res, char *err,
+                         size_t err_cap);
 
 /*
  * ultralytics' output_to_target for a plot: n detections of batch image `image` (xyxy, batch

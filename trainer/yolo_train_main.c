@@ -6,12 +6,23 @@
  * --summary (the model table of --cfg), --bench-data (the loader alone, timed) and --plot
  * (train_batch0..2.jpg in the run directory) as tools.
  *
- * Signals: SIGINT (Ctrl-C) and SIGTERM let the current batch finish, save weights/last.ckpt at
- * the next batch's position (so --resume continues exactly there) and exit 130 (SIGINT) or 143
- * (SIGTERM), the shell's 128 + signal. A second signal ends the process at once.
+ * Signals: SIGINT (Ctrl-C), SIGTERM and SIGUSR1 let the current batch finish (on every rank: the
+ * ranks agree after each batch), save weights/last.ckpt at the next batch's position (so --resume
+ * continues exactly there) and exit: 130 for SIGINT (the shell's 128 + signal), 0 for SIGTERM and
+ * SIGUSR1, which clusters send before preempting a job (Slurm's --signal, scancel, HFAI's
+ * suspend): the job was saved, not failed. A second SIGINT ends the process at once; repeated
+ * SIGTERM / SIGUSR1 are absorbed (a launcher and the cluster may both deliver one).
  *
- * Exit status: 0 done, 1 failure (a file, the dataset, a checkpoint that cannot be written),
- * 2 bad command line, 130 / 143 stopped by SIGINT / SIGTERM with last.ckpt saved.
+ * Ranks (docs/distributed.md): torchrun's, Slurm's or Open MPI's variables make this process one
+ * rank of a job (trainer/dist.h); --nproc-per-node N starts N local ranks itself (fork + exec of
+ * this program with torchrun's variables, the TCP backend on 127.0.0.1), forwards the stop
+ * signals to them, and ends the others when one fails. A rank whose job fails (a peer died or
+ * hung past --dist-timeout, a file error on rank 0) prints why and ends the job (MPI_Abort under
+ * mpirun).
+ *
+ * Exit status: 0 done or preempted (SIGTERM / SIGUSR1, last.ckpt saved), 1 failure (a file, the
+ * dataset, a checkpoint that cannot be written, a failed rank), 2 bad command line, 130 stopped
+ * by SIGINT with last.ckpt saved.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -23,11 +34,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_data.h"
+#include "bench_step.h"
+#include "kern_cuda.h"
+#include "dist.h"
 #include "ffr.h"
 #include "hyp.h"
 #include "loader.h"
@@ -71,10 +90,17 @@ static void usage(FILE *f)
         "                        op splits N ways, BLAS single-threaded)\n"
         "  --seed S              global seed (default 0)\n"
         "  --resume [DIR]        resume the most recent run under --project, or the given run\n"
-        "                        directory or .ckpt, bit-exactly from where it stopped\n"
+        "                        directory or .ckpt, bit-exactly from where it stopped (on any\n"
+        "                        number of ranks that divides --batch-size)\n"
         "  --noval               validate only after the final epoch\n"
         "  --nosave              save only the final checkpoint\n"
         "  --save-period N       save a checkpoint every N epochs (default -1: off)\n"
+        "Distributed (docs/distributed.md; ranks from torchrun, Slurm or mpirun variables):\n"
+        "  --nproc-per-node N    start N local ranks (TCP on 127.0.0.1; default 1)\n"
+        "  --dist-backend B      auto, tcp or mpi (default auto: mpi under mpirun, else tcp)\n"
+        "  --dist-timeout S      seconds a rank waits for the others in a collective before the\n"
+        "                        job fails (default 1800); also bounds the rendezvous\n"
+        "  --sync-bn             SyncBatchNorm (not available yet with more than one rank)\n"
         "Output:\n"
         "  --project DIR         save to DIR/NAME (default runs/train)\n"
         "  --name NAME           run name (default exp; exp2, exp3, ... when taken)\n"
@@ -83,6 +109,10 @@ static void usage(FILE *f)
         "  --stop-after-steps K  stop after K batches: save weights/last.ckpt and exit 0\n"
         "Tools:\n"
         "  --summary             print the model summary of --cfg and exit\n"
+        "  --bench               time the training step alone on synthetic batches of --cfg at\n"
+        "                        --img and --batch-size on --device (no records): img/s, ms per\n"
+        "                        phase, TFLOP/s, memory; --json for one object\n"
+        "  --bench-steps N       --bench: timed steps (default 10); --bench-warmup N (default 3)\n"
         "  --bench-data          run only the loader at full augmentation; print images/s\n"
         "  --seconds S           --bench-data measuring time (default 10)\n"
         "  --page-cache          --bench-data: buffered reads instead of O_DIRECT\n"
@@ -90,16 +120,19 @@ static void usage(FILE *f)
         "  --plot                write train_batch0..2.jpg (batches with labels) to the run\n"
         "                        directory and exit\n"
         "  -h, --help            this help\n\n"
-        "Exit status: 0 done, 1 failure, 2 bad command line, 130/143 stopped by SIGINT/SIGTERM\n"
-        "(weights/last.ckpt saved; --resume continues from it).\n");
+        "Exit status: 0 done, or stopped by SIGTERM/SIGUSR1 (preemption); 1 failure; 2 bad\n"
+        "command line; 130 stopped by SIGINT (weights/last.ckpt saved in every stop; --resume\n"
+        "continues from it).\n");
 }
 
 struct args {
     const char *records, *val_records, *cfg, *weights, *hyp, *device, *resume;
-    const char *project, *name, *optimizer;
+    const char *project, *name, *optimizer, *dist_backend;
     long img, batch, epochs, workers, threads, nc, patience, save_period, seed, stop_after;
-    double seconds;
-    bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, help;
+    long nproc, bench_steps, bench_warmup;
+    bool bench_step;
+    double seconds, dist_timeout;
+    bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, help, sync_bn;
 };
 
 static int bad(const char *fmt, const char *a, const char *b)
@@ -144,10 +177,15 @@ static int parse_args(int argc, char **argv, struct args *A)
     A->optimizer = "SGD";
     A->img = 640;
     A->batch = 16;
+    A->bench_steps = 10;
+    A->bench_warmup = 3;
     A->epochs = 100;
     A->patience = 100;
     A->save_period = -1;
     A->seconds = 10;
+    A->nproc = 1;
+    A->dist_timeout = 1800;
+    A->dist_backend = "auto";
     static const struct {
         const char *name;
         int kind; /* 0 flag, 1 string, 2 integer */
@@ -163,6 +201,10 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--name", 1, 0, 0 },
         { "--optimizer", 1, 0, 0 },
         { "--seconds", 1, 0, 0 },
+        { "--dist-timeout", 1, 0, 0 },
+        { "--dist-backend", 1, 0, 0 },
+        { "--nproc-per-node", 2, 1, 1024 },
+        { "--sync-bn", 0, 0, 0 },
         { "--img", 2, 32, 16383 },
         { "--imgsz", 2, 32, 16383 },
         { "--img-size", 2, 32, 16383 },
@@ -177,6 +219,9 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--stop-after-steps", 2, 1, LONG_MAX },
         { "--summary", 0, 0, 0 },
         { "--bench-data", 0, 0, 0 },
+        { "--bench", 0, 0, 0 },
+        { "--bench-steps", 2, 1, 100000 },
+        { "--bench-warmup", 2, 0, 100000 },
         { "--json", 0, 0, 0 },
         { "--plot", 0, 0, 0 },
         { "--exist-ok", 0, 0, 0 },
@@ -217,6 +262,7 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (val) return bad("%s takes no value%s", key, "");
             if (!strcmp(key, "--summary")) A->summary = true;
             if (!strcmp(key, "--bench-data")) A->bench = true;
+            if (!strcmp(key, "--bench")) A->bench_step = true;
             if (!strcmp(key, "--json")) A->json = true;
             if (!strcmp(key, "--plot")) A->plot = true;
             if (!strcmp(key, "--exist-ok")) A->exist_ok = true;
@@ -224,6 +270,7 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--noval")) A->noval = true;
             if (!strcmp(key, "--nosave")) A->nosave = true;
             if (!strcmp(key, "--page-cache")) A->page_cache = true;
+            if (!strcmp(key, "--sync-bn")) A->sync_bn = true;
             if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
             continue;
         }
@@ -250,6 +297,9 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--save-period")) A->save_period = v;
             if (!strcmp(key, "--seed")) A->seed = v;
             if (!strcmp(key, "--stop-after-steps")) A->stop_after = v;
+            if (!strcmp(key, "--nproc-per-node")) A->nproc = v;
+            if (!strcmp(key, "--bench-steps")) A->bench_steps = v;
+            if (!strcmp(key, "--bench-warmup")) A->bench_warmup = v;
             continue;
         }
         if (!strcmp(key, "--records")) A->records = val;
@@ -261,6 +311,14 @@ static int parse_args(int argc, char **argv, struct args *A)
         if (!strcmp(key, "--project")) A->project = val;
         if (!strcmp(key, "--name")) A->name = val;
         if (!strcmp(key, "--optimizer")) A->optimizer = val;
+        if (!strcmp(key, "--dist-backend")) A->dist_backend = val;
+        if (!strcmp(key, "--dist-timeout")) {
+            char *end = NULL;
+            errno = 0;
+            A->dist_timeout = strtod(val, &end);
+            if (errno || end == val || *end || !(A->dist_timeout > 0) || A->dist_timeout > 604800)
+                return bad("--dist-timeout: bad value '%s'%s (seconds in (0, 604800])", val, "");
+        }
         if (!strcmp(key, "--seconds")) {
             char *end = NULL;
             errno = 0;
@@ -276,6 +334,10 @@ static int parse_args(int argc, char **argv, struct args *A)
     if (A->device && !device_ok(A->device))
         return bad("--device: '%s' is not cpu or a list of device numbers (0 or 0,1)%s", A->device,
                    "");
+    enum trn_dist_backend db;
+    if (trn_dist_backend_parse(A->dist_backend, &db) < 0 || db == TRN_DIST_SINGLE)
+        return bad("--dist-backend: '%s' is not one of auto, tcp, mpi, nccl%s", A->dist_backend,
+                   "");
     if (!A->project[0] || !A->name[0])
         return bad("--project and --name must not be empty%s%s", "", "");
     return 0;
@@ -285,6 +347,75 @@ static void log_cb(void *ctx, const char *msg)
 {
     (void)ctx;
     fprintf(stderr, PROG ": %s\n", msg);
+}
+
+/* The CUDA device this process uses for --device D: -1 for the CPU. D is "cpu", a list "0,1"
+ * (local rank k takes the k-th, wrapping), or empty/absent: device 0 when one is visible.
+ * Returns -2 (after saying why) when a device is asked for and none is usable. */
+static int pick_gpu(const char *d, int local_rank)
+{
+    const int count = kern_cuda_device_count();
+    if (!d || !d[0]) return count > 0 ? local_rank % count : -1;
+    if (!strcmp(d, "cpu")) return -1;
+    int ids[64], n = 0;
+    for (const char *p = d; *p && n < 64;) {
+        ids[n++] = (int)strtol(p, (char **)&p, 10);
+        if (*p == ',') p++;
+    }
+    const int id = n ? ids[local_rank % n] : 0;
+    if (id >= count) {
+        fprintf(stderr,
+                PROG ": --device %s: CUDA device %d is not there (%d visible%s)\n"
+                     "hint: --device cpu runs the CPU reference path\n",
+                d, id, count, count ? "" : "; or this build has no CUDA");
+        return -2;
+    }
+    return id;
+}
+
+static int do_bench_step(const struct args *A)
+{
+    char path[4096];
+    if (trn_model_cfg_find(A->cfg, TRN_MODELS_DIR, path, sizeof path)) {
+        fprintf(stderr, PROG ": %s: model yaml not found\n", A->cfg);
+        return 1;
+    }
+    const int gpu = pick_gpu(A->device, 0);
+    if (gpu == -2) return 1;
+    struct trn_bench_step_opts o;
+    trn_bench_step_opts_default(&o);
+    o.cfg = path;
+    o.img = (int)A->img;
+    o.batch = (int)A->batch;
+    o.device = gpu;
+    o.threads = (int)A->threads;
+    o.steps = (int)A->bench_steps;
+    o.warmup = (int)A->bench_warmup;
+    o.seed = (uint64_t)A->seed;
+    struct trn_bench_step_result r;
+    char err[512] = "";
+    const int rc = trn_bench_step_run(&o, &r, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": --bench: %s\n", err[0] ? err : trn_train_strerror(rc));
+        return 1;
+    }
+    const char *slash = strrchr(path, '/');
+    if (A->json)
+        printf("{\"impl\": \"ffyolo\", \"model\": \"%s\", \"device\": \"%s\", \"img\": %d, "
+               "\"batch\": %d, \"img_per_s\": %.3f, \"ms_step\": %.4f, \"ms_forward\": %.4f, "
+               "\"ms_loss\": %.4f, \"ms_backward\": %.4f, \"ms_optimizer\": %.4f, "
+               "\"ms_ema\": %.4f, \"gflops_img\": %.4f, \"tflops\": %.4f, \"net_bytes\": %zu, "
+               "\"params\": %lld, \"loss\": %.6g, \"steps\": %d}\n",
+               slash ? slash + 1 : path, r.on_device ? "cuda" : "cpu", o.img, o.batch, r.img_per_s,
+               r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
+               r.gflops_img, r.tflops, r.net_bytes, r.params, r.loss, o.steps);
+    else
+        printf("%s img %d batch %d on %s: %.1f img/s, %.2f ms/step (forward %.2f, loss %.2f, "
+               "backward %.2f, optimizer %.2f, EMA %.2f), %.3f TFLOP/s, net %.0f MiB\n",
+               slash ? slash + 1 : path, o.img, o.batch, r.on_device ? "cuda" : "cpu", r.img_per_s,
+               r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
+               r.tflops, (double)r.net_bytes / (1 << 20));
+    return 0;
 }
 
 static int do_summary(const struct args *A)
@@ -421,17 +552,18 @@ static int do_plot(const struct args *A, const struct trn_hyp *hyp)
 static volatile sig_atomic_t stop_signal;
 
 /*
- * SIGINT and SIGTERM: the first asks for a clean stop; a second ends the process at once (a
- * checkpoint being written then is still a temporary: the previous last.ckpt stays intact).
- * They are blocked in the threads the run creates (the loader's workers and the compute threads
- * inherit the mask, so none of their io_uring waits or reads is interrupted) and taken by a
- * sigwait thread; threads that existed before (OpenBLAS starts its pool at load time) run the
- * same logic as a handler.
+ * SIGINT, SIGTERM and SIGUSR1: the first asks for a clean stop; a second SIGINT ends the process
+ * at once (a checkpoint being written then is still a temporary: the previous last.ckpt stays
+ * intact), repeated SIGTERM / SIGUSR1 are absorbed (see the top). They are blocked in the threads
+ * the run creates (the loader's workers and the compute threads inherit the mask, so none of
+ * their io_uring waits or reads is interrupted) and taken by a sigwait thread; threads that
+ * existed before (OpenBLAS starts its pool at load time) run the same logic as a handler. Only
+ * async-signal-safe work: one store to a sig_atomic_t, or _exit.
  */
 static void on_stop_signal(int sig)
 {
-    if (stop_signal) _exit(128 + sig);
-    stop_signal = sig;
+    if (sig == SIGINT && stop_signal) _exit(128 + sig);
+    if (!stop_signal) stop_signal = sig;
 }
 
 static void *signal_thread(void *arg)
@@ -496,12 +628,14 @@ static int find_resume(const struct args *A, char *ckpt, size_t cap, char *dir, 
     return 0;
 }
 
-static int do_train(const struct args *A, const struct trn_hyp *hyp, const char *cfg_path)
+static int do_train(const struct args *A, const struct trn_hyp *hyp, const char *cfg_path,
+                    struct trn_dist *dist, int local_world)
 {
     struct trn_train_opts o;
     trn_train_opts_default(&o);
     char dir[PATH_MAX - 64], ckpt[PATH_MAX];
     int rc;
+    const int rank = trn_dist_rank(dist);
     if (A->resume) {
         rc = find_resume(A, ckpt, sizeof ckpt, dir, sizeof dir);
         if (rc < 0) {
@@ -513,7 +647,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
             return 1;
         }
         o.resume = ckpt;
-    } else {
+    } else if (rank == 0) {
         rc = trn_run_dir(A->project, A->name, A->exist_ok, dir, sizeof dir);
         if (rc < 0) {
             fprintf(stderr,
@@ -523,18 +657,25 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
             return 1;
         }
     }
-    if (A->nosave || A->save_period != -1)
+    if (rank != 0) {
+        /* rank 0 speaks for the job; the others only report their own failures */
+    } else if (A->nosave || A->save_period != -1)
         fprintf(stderr, PROG ": note: --nosave and --save-period are not used yet\n");
-    if (A->noval && !A->val_records)
+    if (rank == 0 && A->noval && !A->val_records)
         fprintf(stderr, PROG ": note: --noval without --val-records: nothing to validate\n");
-    if (A->device && strcmp(A->device, "cpu") && A->device[0])
-        fprintf(stderr, PROG ": note: --device %s: training runs on the CPU reference path\n",
-                A->device);
+    o.gpu = pick_gpu(A->device, dist ? trn_dist_local_rank(dist) : 0);
+    if (o.gpu == -2) return 1;
+    if (rank == 0 && o.gpu >= 0)
+        fprintf(stderr,
+                PROG ": the network runs on CUDA device %d; the loss, optimizer, EMA and "
+                     "validation on the CPU\n",
+                o.gpu);
     o.records = A->records;
     o.val_records = A->val_records;
     o.cfg = cfg_path;
     o.weights = A->weights;
-    o.run_dir = dir;
+    o.run_dir = rank == 0 || A->resume ? dir : NULL; /* only rank 0 writes */
+    o.dist = dist;
     o.hyp_path = A->hyp;
     o.project = A->project;
     o.name = A->name;
@@ -545,8 +686,9 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.epochs = (int)A->epochs;
     o.nc = (int)A->nc;
     o.workers = (unsigned)A->workers;
-    /* one compute thread per core: OpenBLAS's own threads beside the loader's oversubscribe */
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* one compute thread per core (shared by the ranks of this node): OpenBLAS's own threads
+     * beside the loader's oversubscribe */
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN) / (local_world > 0 ? local_world : 1);
     o.threads = A->threads > 0 ? (int)A->threads : cores > 1 ? (int)(cores < 64 ? cores : 64) : 0;
     o.seed = (uint64_t)A->seed;
     o.optimizer = !strcmp(A->optimizer, "Adam")    ? TRN_OPTIM_ADAM
@@ -565,10 +707,12 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     static sigset_t stop_set;
     sigemptyset(&stop_set);
     sigaddset(&stop_set, SIGINT);
     sigaddset(&stop_set, SIGTERM);
+    sigaddset(&stop_set, SIGUSR1);
     pthread_t sig_thread;
     if (pthread_sigmask(SIG_BLOCK, &stop_set, NULL) != 0 ||
         pthread_create(&sig_thread, NULL, signal_thread, &stop_set) != 0) {
@@ -580,12 +724,205 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     char err[1024] = "";
     rc = trn_train_run(&o, &res, err, sizeof err);
     if (rc < 0) {
+        if (trn_dist_world(dist) > 1) {
+            fprintf(stderr, PROG ": rank %d: %s\n" PROG ": rank %d: ending the job\n", rank,
+                    err[0] ? err : trn_train_strerror(rc), rank);
+            trn_dist_abort(dist, 1);
+        }
         fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_train_strerror(rc));
         return 1;
     }
-    printf("%lld batches, %.2f img/s; %s\n", (long long)res.batches, res.images_per_s,
-           res.last_path);
-    if (rc == TRN_TRAIN_STOPPED && stop_signal) return 128 + (int)stop_signal;
+    if (rank == 0)
+        printf("%lld batches, %.2f img/s; %s\n", (long long)res.batches, res.images_per_s,
+               res.last_path);
+    /* SIGTERM / SIGUSR1 are preemption: saved, so success; SIGINT is the user's stop */
+    if (rc == TRN_TRAIN_STOPPED && res.stop_signal == SIGINT) return 128 + SIGINT;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* --nproc-per-node: local ranks started by this process                                    */
+
+#define RANKS_GRACE_S 5.0
+
+/* A port p with p and p + 1 free now (the TCP star listens on MASTER_PORT + 1). */
+static int free_port_pair(void)
+{
+    for (int attempt = 0; attempt < 64; attempt++) {
+        const int a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const int b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t l = sizeof sa;
+        int p = -1;
+        if (a >= 0 && b >= 0 && bind(a, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+            getsockname(a, (struct sockaddr *)&sa, &l) == 0) {
+            p = ntohs(sa.sin_port);
+            sa.sin_port = htons((uint16_t)(p + 1));
+            if (p >= 65534 || bind(b, (struct sockaddr *)&sa, sizeof sa) != 0) p = -1;
+        }
+        if (a >= 0) close(a);
+        if (b >= 0) close(b);
+        if (p > 0) return p;
+    }
+    return -1;
+}
+
+/*
+ * Start n ranks of this program (torchrun's variables, TCP on 127.0.0.1), each in its own process
+ * group (so a terminal's Ctrl-C reaches only this parent, which forwards it once) and ended by
+ * SIGTERM if this parent dies. Forward SIGINT / SIGTERM / SIGUSR1; when a rank fails, give the
+ * others RANKS_GRACE_S to end (they notice the closed connection at once; only a hung or stopped
+ * rank stays), then SIGKILL them.
+ * Returns the exit status: 0 when every rank exits 0, else the first failure's.
+ */
+static int spawn_local_ranks(const struct args *A, int argc, char **argv)
+{
+    char **cargv = calloc((size_t)argc + 1, sizeof *cargv);
+    pid_t *pid = calloc((size_t)A->nproc, sizeof *pid);
+    if (!cargv || !pid) {
+        fprintf(stderr, PROG ": out of memory\n");
+        free(cargv);
+        free(pid);
+        return 1;
+    }
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--nproc-per-node")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(argv[i], "--nproc-per-node=", 17)) continue;
+        cargv[n++] = argv[i];
+    }
+    const char *mp = getenv("MASTER_PORT");
+    const int port = mp ? atoi(mp) : free_port_pair();
+    if (port <= 0 || port > 65534) {
+        fprintf(stderr,
+                PROG ": --nproc-per-node: no free port pair on 127.0.0.1 (set MASTER_PORT)\n");
+        free(cargv);
+        free(pid);
+        return 1;
+    }
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    const pid_t parent = getpid();
+    int alive = 0, status = 0;
+    for (int r = 0; r < A->nproc; r++) {
+        const pid_t p = fork();
+        if (p == 0) {
+            char v[5][64];
+            snprintf(v[0], sizeof v[0], "%d", r);
+            snprintf(v[1], sizeof v[1], "%ld", A->nproc);
+            snprintf(v[2], sizeof v[2], "%d", port);
+            setenv("RANK", v[0], 1);
+            setenv("LOCAL_RANK", v[0], 1);
+            setenv("WORLD_SIZE", v[1], 1);
+            setenv("LOCAL_WORLD_SIZE", v[1], 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_PORT", v[2], 1);
+            setpgid(0, 0);
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent) _exit(1); /* the parent died before prctl */
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            execv("/proc/self/exe", cargv);
+            fprintf(stderr, PROG ": rank %d: cannot exec /proc/self/exe: %s\n", r, strerror(errno));
+            _exit(127);
+        }
+        if (p < 0) {
+            fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
+            status = 1;
+            break;
+        }
+        pid[r] = p;
+        alive++;
+        fprintf(stderr, PROG ": started rank %d of %ld (pid %ld)\n", r, A->nproc, (long)p);
+    }
+    double kill_at = status ? 0 : -1; /* when to SIGKILL the ranks left (after a failure) */
+    while (alive > 0) {
+        if (kill_at >= 0) {
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec >= kill_at) {
+                for (int r = 0; r < A->nproc; r++)
+                    if (pid[r] > 0) kill(pid[r], SIGKILL);
+            }
+        }
+        struct timespec wait = { 0, 200 * 1000 * 1000 };
+        const int sig = sigtimedwait(&set, NULL, &wait);
+        if (sig == SIGINT || sig == SIGTERM || sig == SIGUSR1) {
+            for (int r = 0; r < A->nproc; r++)
+                if (pid[r] > 0) kill(pid[r], sig);
+        }
+        int st = 0;
+        pid_t p;
+        while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+            int r = 0;
+            while (r < A->nproc && pid[r] != p)
+                r++;
+            if (r == A->nproc) continue;
+            pid[r] = -1;
+            alive--;
+            const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            if (code != 0) {
+                if (!WIFEXITED(st))
+                    fprintf(stderr, PROG ": rank %d was killed by signal %d\n", r, WTERMSIG(st));
+                if (!status) status = code;
+                if (kill_at < 0) {
+                    struct timespec t;
+                    clock_gettime(CLOCK_MONOTONIC, &t);
+                    kill_at = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec + RANKS_GRACE_S;
+                }
+            }
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    free(cargv);
+    free(pid);
+    return status;
+}
+
+/* Join the job the launcher's variables describe (a communicator of one without them). */
+static int join_job(const struct args *A, struct trn_dist **dist, int *local_world)
+{
+    extern char **environ;
+    struct trn_dist_env env;
+    char err[768] = "";
+    if (trn_dist_env_parse((const char *const *)environ, &env, err, sizeof err) < 0) {
+        fprintf(stderr, PROG ": launcher environment: %s\n", err);
+        return 1;
+    }
+    *local_world = env.local_world_size;
+    if (A->sync_bn && env.world_size > 1) {
+        fprintf(stderr,
+                PROG ": --sync-bn is not available yet with %d ranks: the network does not let "
+                     "BatchNorm's statistics be all-reduced (docs/distributed.md)\n"
+                     "hint: leave it out: each rank then normalises with its own batch, as DDP "
+                     "without SyncBatchNorm\n",
+                env.world_size);
+        return 2;
+    }
+    struct trn_dist_opts o;
+    trn_dist_opts_default(&o);
+    trn_dist_backend_parse(A->dist_backend, &o.backend);
+    o.timeout_s = A->dist_timeout;
+    const int rc = trn_dist_create(&env, &o, dist, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": rank %d of %d: cannot join the job: %s\n", env.rank, env.world_size,
+                err[0] ? err : trn_dist_strerror(rc));
+        return 1;
+    }
+    if (env.world_size > 1)
+        fprintf(stderr, PROG ": rank %d of %d (local %d, pid %ld) joined over %s\n", env.rank,
+                env.world_size, env.local_rank, (long)getpid(),
+                trn_dist_backend_name(trn_dist_backend(*dist)));
     return 0;
 }
 
@@ -601,6 +938,10 @@ int main(int argc, char **argv)
     if (A.summary) {
         if (!A.cfg) return bad("--summary needs --cfg MODEL (e.g. --cfg yolov5s)%s%s", "", "");
         return do_summary(&A);
+    }
+    if (A.bench_step) {
+        if (!A.cfg) return bad("--bench needs --cfg MODEL (e.g. --cfg yolov5s)%s%s", "", "");
+        return do_bench_step(&A);
     }
     if (!A.records && !A.resume) return bad("--records FILE is required%s%s", "", "");
 
@@ -621,6 +962,16 @@ int main(int argc, char **argv)
         trn_plots_cleanup();
         return rc;
     }
+    if (A.nproc > 1) {
+        if (getenv("RANK") || getenv("SLURM_PROCID") || getenv("OMPI_COMM_WORLD_RANK"))
+            return bad("--nproc-per-node: this process is already a rank of a job (RANK, "
+                       "SLURM_PROCID or OMPI_COMM_WORLD_RANK is set)%s%s",
+                       "", "");
+        return spawn_local_ranks(&A, argc, argv);
+    }
+    struct trn_dist *dist = NULL;
+    int local_world = 1;
+    if ((rc = join_job(&A, &dist, &local_world)) != 0) return rc;
     if (A.cfg && !A.resume) {
         char path[PATH_MAX];
         if (trn_model_cfg_find(A.cfg, TRN_MODELS_DIR, path, sizeof path)) {
@@ -628,14 +979,17 @@ int main(int argc, char **argv)
                     PROG ": %s: model yaml not found\n"
                          "hint: give a path, or a name from trainer/models (yolov5n/s/m/l/x)\n",
                     A.cfg);
+            trn_dist_destroy(dist);
             return 1;
         }
-        rc = do_train(&A, &hyp, path);
+        rc = do_train(&A, &hyp, path, dist, local_world);
     } else if (A.resume) {
-        rc = do_train(&A, &hyp, NULL);
+        rc = do_train(&A, &hyp, NULL, dist, local_world);
     } else {
+        trn_dist_destroy(dist);
         return bad("training needs --cfg MODEL (e.g. --cfg yolov5n) or --resume%s%s", "", "");
     }
+    trn_dist_destroy(dist);
     /* results.png drew text: cairo's and fontconfig's caches, for a clean exit under leak checks */
     trn_plots_cleanup();
     return rc;

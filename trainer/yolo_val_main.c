@@ -1,13 +1,15 @@
 /*
  * yolo-val: ultralytics' val.py (task val) on ffr records, on the CPU in float32.
  *
- *   yolo-val --records val.ffr --weights W [--cfg yolov5n] --img 640 --batch-size 32
- *            --conf-thres 0.001 --iou-thres 0.6 --max-det 300 [--workers N] [--json]
+ *   yolo-val --records val.ffr --weights W [W ...] [--cfg yolov5n] --img 640 --batch-size 32
+ *            --conf-thres 0.001 --iou-thres 0.6 --max-det 300 [--augment] [--workers N] [--json]
  *            [--save-json [--data instances.json]] [--verbose] [--project runs/val --name exp]
  *
  * W is an ultralytics .pt (its ema, else model; the architecture from the yaml it carries
  * unless --cfg) or one of our checkpoints (docs/checkpoint.md: the EMA weights). Without
  * --weights, --cfg gives a model with the deterministic initial weights (seed 0): a smoke run.
+ * Several --weights form ultralytics' Ensemble (outputs concatenated before NMS; every model must
+ * have the dataset's classes); --augment is val.py's test-time augmentation (trainer/tta.h).
  * Prints val.py's table ("all" first; per class with --verbose or fewer than 50 classes) and
  * speed line; --json prints one object on stdout instead (the table then goes to stderr).
  * --save-json writes DIR/<weights stem>_predictions.json as val.py does (COCO 91 ids for 80-class
@@ -32,6 +34,7 @@
 #include "plots.h"
 #include "rundir.h"
 #include "ptload.h"
+#include "tta.h"
 #include "val.h"
 #include "weights.h"
 
@@ -48,8 +51,9 @@ static void usage(FILE *f)
             "usage: " PROG " --records FILE --weights W [options]\n"
             "Validate a YOLOv5 model on ffr records (yolo-pack output) as ultralytics' val.py.\n\n"
             "  --records FILE        validation dataset (ffr, packed at --img; --interp area)\n"
-            "  --weights W           ultralytics .pt, or our checkpoint (.ckpt); without it,\n"
-            "                        --cfg with the deterministic initial weights\n"
+            "  --weights W [W ...]   ultralytics .pt, or our checkpoint (.ckpt); several: an\n"
+            "                        ensemble; without it, --cfg with the deterministic\n"
+            "                        initial weights\n"
             "  --cfg MODEL           model yaml (path or yolov5n/s/m/l/x); default: from W\n"
             "  --img N               image size the records were packed at (default 640;\n"
             "                        also --imgsz, --img-size)\n"
@@ -57,6 +61,7 @@ static void usage(FILE *f)
             "  --conf-thres X        confidence threshold (default 0.001)\n"
             "  --iou-thres X         NMS IoU threshold (default 0.6)\n"
             "  --max-det N           detections per image (default 300)\n"
+            "  --augment             test-time augmentation (scales 1, 0.83, 0.67; lr flip)\n"
             "  --workers N           loader threads (default 0 = min(cores, 8))\n"
             "  --threads N           compute threads (default 0: OpenBLAS's own)\n"
             "  --micro-batch N       images per forward (memory only; default 4)\n"
@@ -75,9 +80,11 @@ static void usage(FILE *f)
 
 struct args {
     const char *records, *weights, *cfg, *data, *task, *project, *name;
+    const char *ensemble[TRN_TTA_MAX_MODELS]; /* every --weights; weights = ensemble[0] */
+    int n_weights;
     long img, batch, max_det, workers, threads, micro;
     double conf, iou;
-    bool json, save_json, verbose, no_plots, exist_ok, help;
+    bool json, save_json, verbose, no_plots, exist_ok, augment, help;
 };
 
 static int bad(const char *fmt, const char *a)
@@ -126,18 +133,31 @@ static int parse_args(int argc, char **argv, struct args *A)
         int kind; /* 0 flag, 1 string, 2 integer, 3 number */
         long lo, hi;
     } opts[] = {
-        { "--records", 1, 0, 0 },       { "--weights", 1, 0, 0 },
-        { "--cfg", 1, 0, 0 },           { "--data", 1, 0, 0 },
-        { "--task", 1, 0, 0 },          { "--project", 1, 0, 0 },
-        { "--name", 1, 0, 0 },          { "--img", 2, 32, 16383 },
-        { "--imgsz", 2, 32, 16383 },    { "--img-size", 2, 32, 16383 },
-        { "--batch-size", 2, 1, 4096 }, { "--max-det", 2, 1, 100000 },
-        { "--workers", 2, 0, 256 },     { "--threads", 2, 0, 256 },
-        { "--micro-batch", 2, 1, 256 }, { "--conf-thres", 3, 0, 0 },
-        { "--iou-thres", 3, 0, 0 },     { "--json", 0, 0, 0 },
-        { "--save-json", 0, 0, 0 },     { "--verbose", 0, 0, 0 },
-        { "--no-plots", 0, 0, 0 },      { "--exist-ok", 0, 0, 0 },
-        { "--help", 0, 0, 0 },          { "-h", 0, 0, 0 },
+        { "--records", 1, 0, 0 },
+        { "--weights", 1, 0, 0 },
+        { "--cfg", 1, 0, 0 },
+        { "--data", 1, 0, 0 },
+        { "--task", 1, 0, 0 },
+        { "--project", 1, 0, 0 },
+        { "--name", 1, 0, 0 },
+        { "--img", 2, 32, 16383 },
+        { "--imgsz", 2, 32, 16383 },
+        { "--img-size", 2, 32, 16383 },
+        { "--batch-size", 2, 1, 4096 },
+        { "--max-det", 2, 1, 100000 },
+        { "--workers", 2, 0, 256 },
+        { "--threads", 2, 0, 256 },
+        { "--micro-batch", 2, 1, 256 },
+        { "--conf-thres", 3, 0, 0 },
+        { "--iou-thres", 3, 0, 0 },
+        { "--json", 0, 0, 0 },
+        { "--save-json", 0, 0, 0 },
+        { "--verbose", 0, 0, 0 },
+        { "--no-plots", 0, 0, 0 },
+        { "--exist-ok", 0, 0, 0 },
+        { "--augment", 0, 0, 0 },
+        { "--help", 0, 0, 0 },
+        { "-h", 0, 0, 0 },
     };
     const size_t n_opts = sizeof opts / sizeof opts[0];
     for (int i = 1; i < argc; i++) {
@@ -163,6 +183,7 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--verbose")) A->verbose = true;
             if (!strcmp(key, "--no-plots")) A->no_plots = true;
             if (!strcmp(key, "--exist-ok")) A->exist_ok = true;
+            if (!strcmp(key, "--augment")) A->augment = true;
             if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
             continue;
         }
@@ -202,7 +223,20 @@ static int parse_args(int argc, char **argv, struct args *A)
         }
         if (!val[0]) return bad("%s needs a non-empty value", key);
         if (!strcmp(key, "--records")) A->records = val;
-        if (!strcmp(key, "--weights")) A->weights = val;
+        if (!strcmp(key, "--weights")) {
+            /* ultralytics' nargs='+': more paths up to the next option make an ensemble */
+            if (!eq && !strncmp(val, "--", 2)) return bad("%s needs a value", key);
+            A->n_weights = 0;
+            for (;;) {
+                if (A->n_weights == TRN_TTA_MAX_MODELS)
+                    return bad("--weights: more than %s models", "16");
+                if (!val[0]) return bad("--weights: an empty path%s", "");
+                A->ensemble[A->n_weights++] = val;
+                if (eq || i + 1 >= argc || argv[i + 1][0] == '-') break;
+                val = argv[++i];
+            }
+            A->weights = A->ensemble[0];
+        }
         if (!strcmp(key, "--cfg")) A->cfg = val;
         if (!strcmp(key, "--data")) A->data = val;
         if (!strcmp(key, "--task")) A->task = val;
@@ -418,24 +452,37 @@ static int run(const struct args *A)
                 PROG ": warning: %s was packed with --interp %s; ultralytics' val loader shrinks "
                      "with INTER_AREA (yolo-pack --interp area)\n",
                 A->records, interp);
-    struct trn_model *m = NULL;
+    struct trn_model *models[TRN_TTA_MAX_MODELS] = { 0 };
+    const int n_models = A->n_weights ? A->n_weights : 1;
     int ret = 1;
-    /* ultralytics asserts the weights' classes equal the dataset's: nc only for --cfg alone */
-    char werr[768] = "";
-    if (trn_weights_load(A->weights, A->cfg, names.n, &m, NULL, NULL, werr, sizeof werr) < 0) {
-        fprintf(stderr, PROG ": %s\n", werr);
-        goto out;
+    const struct trn_model_info *mi = NULL;
+    for (int k = 0; k < n_models; k++) {
+        const char *w = A->n_weights ? A->ensemble[k] : NULL;
+        /* ultralytics asserts the weights' classes equal the dataset's: nc only for --cfg alone */
+        char werr[768] = "";
+        if (trn_weights_load(w, A->cfg, names.n, &models[k], NULL, NULL, werr, sizeof werr) < 0) {
+            fprintf(stderr, PROG ": %s\n", werr);
+            goto out;
+        }
+        mi = trn_model_info(models[k]);
+        if ((names.n > 0 && names.n != mi->nc) || mi->nc != trn_model_info(models[0])->nc) {
+            fprintf(stderr,
+                    PROG ": %s has %d classes, the model %s %d\nhint: weights trained on this "
+                         "dataset's classes are needed%s\n",
+                    A->records, names.n > 0 ? names.n : trn_model_info(models[0])->nc,
+                    w ? w : "(--cfg)", mi->nc, n_models > 1 ? " (every model of an ensemble)" : "");
+            goto out;
+        }
     }
     if (!A->weights)
         fprintf(stderr, PROG ": no --weights: the initial weights of --cfg (seed 0)\n");
-    const struct trn_model_info *mi = trn_model_info(m);
-    if (names.n > 0 && names.n != mi->nc) {
-        fprintf(stderr,
-                PROG ": %s has %d classes, the model %d\nhint: weights trained on this dataset's "
-                     "classes are needed\n",
-                A->records, names.n, mi->nc);
-        goto out;
+    if (n_models > 1) {
+        fprintf(stderr, PROG ": Ensemble created with");
+        for (int k = 0; k < n_models; k++)
+            fprintf(stderr, " %s", A->ensemble[k]);
+        fprintf(stderr, "\n");
     }
+    mi = trn_model_info(models[0]);
     char dir[PATH_MAX - 64];
     rc = trn_run_dir(A->project, A->name, A->exist_ok, dir, sizeof dir);
     if (rc < 0) {
@@ -460,7 +507,8 @@ static int run(const struct args *A)
     vo.names = &names;
     vo.log = log_cb;
     struct trn_val_result res;
-    rc = trn_val_run(m, r, &vo, &res, err, sizeof err);
+    vo.augment = A->augment;
+    rc = trn_val_run_ensemble(models, n_models, r, &vo, &res, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, PROG ": %s: %s\nhint: pack the dataset with yolo-pack --size %ld\n",
                 A->records, err[0] ? err : trn_val_strerror(rc), A->img);
@@ -477,7 +525,8 @@ static int run(const struct args *A)
     if (A->json && ret == 0) print_json(stdout, A, &res, &names, have_stats ? stats : NULL);
     trn_val_result_free(&res);
 out:
-    trn_model_destroy(m);
+    for (int k = 0; k < n_models; k++)
+        trn_model_destroy(models[k]);
     trn_plot_names_free(&names);
     ffr_reader_close(r);
     return ret;

@@ -365,6 +365,128 @@ FFR_API int64_t ffr_det_summary_encode(const struct ffr_det_sample *s, void *dst
 /* Parses a summary (views into buf). Returns 0 or -FFR_ECORRUPT. */
 FFR_API int ffr_det_summary_decode(const void *buf, size_t len, struct ffr_det_summary *out);
 
+/* ---------------------------------------------------------------------------------------- */
+/* --- share: node-local shard cache (ffr_cache.c; docs/sharing.md) ---                      */
+/*
+ * Copies the shards of a dataset from shared storage (or, through a caller-supplied source, from
+ * a URL) into a directory on node-local disk, and hands back a local manifest to open with
+ * ffr_reader_open. A shard enters the cache only after it was checked against the manifest
+ * (size, record count, index hash: the index holds every record's data hash) and every byte of
+ * it was verified (ffr_reader_verify_all); it is written under a temporary name, fsync'ed and
+ * renamed, so a killed copy or a short download never becomes visible. Cached shards are named
+ * by their index hash and size, so datasets with equal shard names do not collide and a changed
+ * source shard is fetched anew. Reuse checks the size, header, trailer and index hash (cheap);
+ * opts.full_verify checks every byte. A shard that fails the check is removed and fetched again.
+ * Under opts.max_bytes the least recently used entries (modification time, set on every use)
+ * are evicted before a new shard is fetched.
+ *
+ * Processes: several processes (the local ranks of a node) may use one directory at once. A
+ * shard is fetched by one of them while the others wait on a lock (flock) and then reuse it.
+ * Eviction unlinks files: a reader that has a shard open keeps reading it.
+ * Threads: a struct ffr_cache is used by one thread at a time; use one per thread.
+ */
+
+/* Where shards come from when they are not local files: e.g. ffio_http_cache_source() (ffio.h)
+ * for http(s) URLs. Both callbacks return 0 or a negative error, and write one line naming src
+ * into err (err_cap > 0) on failure. They may be called from several processes at once. */
+struct ffr_cache_source {
+    /* *size = the bytes of src. */
+    int (*size)(void *ctx, const char *src, uint64_t *size, char *err, size_t err_cap);
+    /* Writes bytes [0, size) of src into fd at offsets [0, size) (pwrite: fd is a fresh file of
+     * that size). A short source is an error (-FFR_ETRUNC); the cache checks what was written
+     * whatever this returns. */
+    int (*fetch)(void *ctx, const char *src, int fd, uint64_t size, char *err, size_t err_cap);
+    void *ctx; /* passed to both */
+};
+
+struct ffr_cache_opts {
+    uint64_t max_bytes; /* evict LRU entries to keep the directory under this; 0 = no limit */
+    int full_verify;    /* 1: reuse verifies every byte; 0 (default): size, trailer, index hash */
+    int durable;        /* 1 (default): fsync each shard and the directory before renaming */
+    const struct ffr_cache_source *source; /* NULL: sources are local paths (copied); else
+                                              used for every source (borrowed: must outlive the
+                                              cache) */
+};
+
+/* Fills *o: no size limit, cheap reuse checks, durable, local sources. */
+FFR_API void ffr_cache_opts_default(struct ffr_cache_opts *o);
+
+struct ffr_cache;
+
+/*
+ * Opens (creating it, and its parent, when missing) the cache directory `dir`. opts may be NULL
+ * (defaults; copied). Removes temporaries left by processes that died. On success *out owns the
+ * cache. Returns 0, -EINVAL, -ENOMEM or -errno from mkdir/open (err gets one line naming dir).
+ */
+FFR_API int ffr_cache_open(struct ffr_cache **out, const char *dir,
+                           const struct ffr_cache_opts *opts, char *err, size_t err_cap);
+
+/* Frees the handle (the directory stays). Accepts NULL. */
+FFR_API void ffr_cache_close(struct ffr_cache *c);
+
+/* One shard as the manifest describes it. */
+struct ffr_cache_shard {
+    const char *file;    /* the shard's file name in the manifest */
+    uint64_t bytes;      /* its size */
+    uint64_t records;    /* its record count */
+    uint64_t index_hash; /* its index hash */
+};
+
+/*
+ * Makes shard `want` present and verified in the cache, fetching it from `src` (a local path
+ * or, with a source, e.g. a URL) when it is missing or fails its check, and writes its cached
+ * path into path (path_cap bytes). Returns 1 when it was fetched, 0 when the cached copy was
+ * reused. Errors: -FFR_ESHARD (the source differs from `want`: size, records or index hash),
+ * -FFR_ETRUNC (the source is shorter than `want`), -FFR_ECHECKSUM / -FFR_ECORRUPT (the fetched
+ * bytes are damaged), -ENOSPC (the shard does not fit under max_bytes even with every other
+ * entry evicted), -ENAMETOOLONG, -errno, or the source's error; err gets one line naming src.
+ * Nothing is left under the final name on error.
+ */
+FFR_API int ffr_cache_shard(struct ffr_cache *c, const char *src,
+                            const struct ffr_cache_shard *want, char *path, size_t path_cap,
+                            char *err, size_t err_cap);
+
+/*
+ * Caches a whole dataset: `src` is a manifest or a single record file (local path, or a URL
+ * with a source). Every shard is fetched or reused as ffr_cache_shard does, then a manifest
+ * naming the cached shards is written into the cache (atomically) and its path written to path:
+ * open it with ffr_reader_open. A single file is cached under a name made from src and its size.
+ * The dataset's own shards are never evicted to make room for each other. Returns the number of
+ * shards fetched (0: all reused) or the errors of ffr_cache_shard, plus -FFR_EBADMAGIC /
+ * -FFR_ECORRUPT / -FFR_EVERSION for a bad manifest.
+ */
+FFR_API int ffr_cache_dataset(struct ffr_cache *c, const char *src, char *path, size_t path_cap,
+                              char *err, size_t err_cap);
+
+/*
+ * Parses manifest text (docs/format.md 7) into its shard list, for callers that fetch shards
+ * themselves (ffio's remote reader). On success *out is a malloc'ed array of *n entries whose
+ * `file` strings it owns: free with ffr_manifest_shards_free. Returns 0, or -FFR_EBADMAGIC,
+ * -FFR_EVERSION, -FFR_ECORRUPT, -FFR_ETOOBIG, -ENOMEM with one line in err.
+ */
+FFR_API int ffr_manifest_shards(const void *text, size_t len, struct ffr_cache_shard **out,
+                                uint32_t *n, char *err, size_t err_cap);
+
+/* Frees a list from ffr_manifest_shards. Accepts NULL. */
+FFR_API void ffr_manifest_shards_free(struct ffr_cache_shard *s, uint32_t n);
+
+/* 1 when the first n bytes of a file say "manifest" rather than "record file". */
+FFR_API int ffr_manifest_sniff_text(const void *head, size_t n);
+
+/* Counters of one handle since ffr_cache_open. */
+struct ffr_cache_stats {
+    uint64_t hits;          /* shards reused */
+    uint64_t fetches;       /* shards fetched (including re-fetches) */
+    uint64_t fetched_bytes; /* bytes fetched */
+    uint64_t damaged;       /* cached shards that failed their check and were removed */
+    uint64_t evicted;       /* entries evicted */
+    uint64_t evicted_bytes; /* their bytes */
+};
+
+/* Fills *out. */
+FFR_API void ffr_cache_stats(const struct ffr_cache *c, struct ffr_cache_stats *out);
+/* --- end share --- */
+
 #ifdef __cplusplus
 }
 #endif

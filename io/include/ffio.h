@@ -431,6 +431,141 @@ FFIO_API int ffio_records_read(struct ffio_records *rr, struct ffio_record_req *
 FFIO_API int ffio_records_describe(const struct ffio_records *rr, const struct ffio_record_req *req,
                                    char *buf, size_t cap);
 
+/* ---------------------------------------------------------------------------------------- */
+/* --- share: extents and records over HTTP(S) (ffio_http.c; docs/sharing.md) ---             */
+/*
+ * Reads byte ranges of URLs with HTTP Range requests (libcurl; the build may leave it out:
+ * ffio_http_available() says), several in flight at once on one curl multi handle, which keeps
+ * connections alive between requests. A transfer that fails on the way (refused or dropped
+ * connection, timeout, a 5xx or 408/429 answer, a body shorter than asked) is retried after a
+ * backoff that doubles each time (opts.backoff_ms, up to 5 s), resuming after the bytes already
+ * received; a range is complete only when exactly its bytes arrived in a 206 answer whose
+ * Content-Range names them, so a truncated body is never accepted. Other answers fail at once:
+ * 404 -ENOENT, 401/403 -EACCES, 416 -ENODATA (past the end), a server that ignores Range
+ * -EPROTO. ffio_http_last_error() then gives one line with the URL, offset, length and cause.
+ *
+ * The remote reader (ffio_remote_*) opens an ffr file or manifest by URL: it fetches each
+ * file's header, trailer and index with range requests into a sparse local skeleton that
+ * ffr_reader_open checks as it checks any file (hashes, layout), then reads records as extents
+ * over HTTP and checks and decodes each with ffr_frame_decode, like ffio_records_read.
+ *
+ * Threads: a struct ffio_http (and a struct ffio_remote, which uses one) is used by one thread
+ * at a time. ffio_http_available and ffio_http_opts_default are thread-safe.
+ */
+
+/* HTTP client options; fill with ffio_http_opts_default(). */
+struct ffio_http_opts {
+    unsigned max_in_flight;      /* transfers at once, 1..256; default 8 */
+    unsigned retries;            /* further attempts of a transfer that fail in a row
+                                    without bringing a new byte; default 6 */
+    unsigned backoff_ms;         /* delay before the first retry, doubled each time, at most
+                                    5000; default 50 */
+    unsigned connect_timeout_ms; /* default 10000 */
+    unsigned stall_timeout_s;    /* abort (and retry) a transfer that moves under 1 KiB/s for
+                                    this long; default 30 */
+    size_t fetch_chunk;          /* ffio_http_fetch: bytes per range request; default 8 MiB */
+    bool tls_verify;             /* check https certificates and host names; default true */
+    ffio_log_fn log;             /* optional: one line per retry (FFIO_LOG_WARN) */
+    void *log_ctx;               /* passed to log */
+};
+
+/* Fills *o with the defaults above. */
+FFIO_API void ffio_http_opts_default(struct ffio_http_opts *o);
+
+/* Whether this build can read URLs (it was built with libcurl). Thread-safe. */
+FFIO_API bool ffio_http_available(void);
+
+/* 1 when path is an http:// or https:// URL. Thread-safe. */
+FFIO_API bool ffio_http_is_url(const char *path);
+
+struct ffio_http;
+
+/*
+ * Creates a client. opts may be NULL (defaults; copied). Returns 0, -EINVAL (bad options),
+ * -ENOMEM, or -ENOTSUP when the build has no libcurl. On success *out owns the client.
+ */
+FFIO_API int ffio_http_create(const struct ffio_http_opts *opts, struct ffio_http **out);
+
+/* Frees the client and closes its connections. Accepts NULL. */
+FFIO_API void ffio_http_destroy(struct ffio_http *h);
+
+/* Sets *size to the bytes of url (a HEAD request, retried as above). Returns 0 or an error as
+ * above (-ENOENT, -EACCES, -EIO after the retries, -EPROTO without a Content-Length). */
+FFIO_API int ffio_http_size(struct ffio_http *h, const char *url, uint64_t *size);
+
+/* One range of a URL to read. */
+struct ffio_http_extent {
+    const char *url; /* in: borrowed until ffio_http_read returns */
+    void *dst;       /* in: receives `length` bytes */
+    uint64_t offset; /* in: first byte */
+    uint64_t length; /* in: bytes; 0 completes at once */
+    int64_t res;     /* out: length, or a negative error (the range's bytes at dst are then not
+                        meaningful) */
+};
+
+/*
+ * Reads n ranges, up to opts.max_in_flight at once, retrying as above. Returns the number of
+ * ranges that failed (see res; ffio_http_last_error describes the first), or -EINVAL / -ENOMEM
+ * when nothing could be started.
+ */
+FFIO_API int ffio_http_read(struct ffio_http *h, struct ffio_http_extent *x, size_t n);
+
+/*
+ * Writes bytes [0, size) of url into fd at the same offsets, in ranges of opts.fetch_chunk
+ * read in parallel. Returns 0 or the error of the first failed range.
+ */
+FFIO_API int ffio_http_fetch(struct ffio_http *h, const char *url, int fd, uint64_t size);
+
+/* The last failure as one line ("URL offset O length L: cause, after N attempts"); "" when
+ * none. Valid until the next call on h. */
+FFIO_API const char *ffio_http_last_error(const struct ffio_http *h);
+
+/* Counters since creation. */
+struct ffio_http_stats {
+    uint64_t requests; /* HTTP requests sent, retries included */
+    uint64_t retries;  /* transfers restarted after a failure */
+    uint64_t bytes;    /* body bytes accepted */
+};
+
+/* Fills *out. */
+FFIO_API void ffio_http_stats(const struct ffio_http *h, struct ffio_http_stats *out);
+
+/* Fills *out so that an ffr cache (ffr_cache_opts.source) fetches URLs through h (borrowed:
+ * it must outlive the cache). Local paths given to that cache are still copied as files. */
+FFIO_API void ffio_http_cache_source(struct ffio_http *h, struct ffr_cache_source *out);
+
+struct ffio_remote;
+
+/*
+ * Opens the ffr file or manifest at url (shards are fetched beside it: the manifest's
+ * directory URL plus each file name). h is borrowed and must outlive the result. opts may be
+ * NULL. Returns 0, an ffr_reader_open error (the skeleton is checked as a local file would be),
+ * or an HTTP error as above; err gets one line naming the URL.
+ */
+FFIO_API int ffio_remote_open(struct ffio_http *h, const char *url,
+                              const struct ffr_reader_opts *opts, struct ffio_remote **out,
+                              char *err, size_t err_cap);
+
+/* Closes it. Accepts NULL. */
+FFIO_API void ffio_remote_close(struct ffio_remote *rm);
+
+/* The reader over the skeleton: count, info, summaries, metadata (its record reads are not
+ * meaningful: use ffio_remote_read). Valid while rm lives. */
+FFIO_API const struct ffr_reader *ffio_remote_reader(const struct ffio_remote *rm);
+
+/* The URL of shard k, or NULL. */
+FFIO_API const char *ffio_remote_url(const struct ffio_remote *rm, uint32_t k);
+
+/*
+ * Reads n records as ffio_records_read does (same request fields and results; `extent` needs
+ * only frame_len bytes, any alignment). Every record's frame and data hash are checked. With
+ * dst NULL nothing is decoded: `payload` points at the stored bytes in `extent` and `result`
+ * is the stored length (for a raw record, the record itself). Returns the number of failed
+ * requests, or a negative error when nothing could be started.
+ */
+FFIO_API int ffio_remote_read(struct ffio_remote *rm, struct ffio_record_req *reqs, size_t n);
+/* --- end share --- */
+
 #ifdef __cplusplus
 }
 #endif

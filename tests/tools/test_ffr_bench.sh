@@ -49,6 +49,59 @@ check $? "forced fallback from io_uring is said once: $(head -c 200 "$work/err")
 [ $? = 2 ]; check $? "no file and no baseline exits 2"
 "$ffr" bench "$work/missing.ffr" --seconds 0.1 >/dev/null 2>&1
 [ $? = 1 ]; check $? "a missing file exits 1"
+# --- share: cached and remote reads ---
+# A sharded pack, benchmarked locally against a node cache, then (with nginx) over HTTP.
+mkdir -p "$work/sh"
+"$pack" "$work/s" -o "$work/sh/d.ffr" --shard-size 64K -q 2>/dev/null
+check $? "a sharded dataset to benchmark"
+json_arms() {
+    /usr/bin/python3 -c '
+import json, sys
+j = json.loads(sys.argv[1])
+arms = sys.argv[3:]
+good = all(a in j and j[a]["records_per_s"] > 0 and j[a]["errors"] == 0 for a in arms)
+good = good and j["ratio"] > 0 and j["cache_fetched_shards"] == int(sys.argv[2])
+sys.exit(0 if good else 1)' "$@" 2>/dev/null
+}
+shards=$(grep -c 'file:' "$work/sh/d.ffr")
+out=$("$ffr" bench "$work/sh/d.ffr" --cache-dir "$work/cache" --seconds 0.3 --batch 8 --verify --json 2>"$work/err")
+json_arms "$out" "$shards" local cached
+check $? "--cache-dir: local and cached arms and the ratio; $shards shards fetched $(head -c 300 "$work/err")"
+out=$("$ffr" bench "$work/sh/d.ffr" --cache-dir "$work/cache" --seconds 0.3 --batch 8 --json 2>/dev/null)
+json_arms "$out" 0 local cached
+check $? "a second run reuses every cached shard"
+text=$("$ffr" bench "$work/sh/d.ffr" --cache-dir "$work/cache" --seconds 0.3 --batch 8 2>/dev/null)
+[[ $text == *"ratio: cached"* && $text == *"local"* && $text == *"fill"* ]]
+check $? "text output prints the local, fill and cached lines and the ratio"
+nginx=
+for x in /usr/sbin/nginx /usr/bin/nginx; do [ -x "$x" ] && nginx=$x; done
+if [ -n "$nginx" ]; then
+    port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    t="$work/ngx/tmp"
+    chmod 755 "$work" # nginx started as root serves from worker processes that are not
+    mkdir -p "$t"
+    printf '%s\n' "daemon off;" "worker_processes 1;" "pid $work/ngx/nginx.pid;" \
+        "error_log $work/ngx/error.log;" "events { worker_connections 64; }" \
+        "http { access_log off; client_body_temp_path $t; proxy_temp_path $t;" \
+        "  fastcgi_temp_path $t; uwsgi_temp_path $t; scgi_temp_path $t;" \
+        "  server { listen 127.0.0.1:$port; root $work/sh; } }" >"$work/ngx/nginx.conf"
+    "$nginx" -p "$work/ngx" -c "$work/ngx/nginx.conf" -e "$work/ngx/error.log" 2>/dev/null &
+    ngx_pid=$!
+    trap 'kill $ngx_pid 2>/dev/null; wait $ngx_pid 2>/dev/null; rm -rf "$work"' EXIT
+    for _ in $(seq 100); do
+        (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break
+        sleep 0.05
+    done
+    out=$("$ffr" bench "http://127.0.0.1:$port/d.ffr" --cache-dir "$work/cache2" --seconds 0.3 --batch 8 --json 2>"$work/err")
+    json_arms "$out" "$shards" remote cached
+    check $? "a URL over nginx: remote and cached arms $(head -c 300 "$work/err")"
+    "$ffr" bench "http://127.0.0.1:$port/missing.ffr" --seconds 0.1 >/dev/null 2>"$work/err"
+    [ $? = 1 ] && grep -q "missing.ffr" "$work/err"
+    check $? "a missing URL exits 1 naming it: $(head -c 200 "$work/err")"
+else
+    echo "# nginx not installed: the remote arm is not tested here"
+fi
+# --- end share ---
 echo "1..$n"
 echo "# $((n - failed)) passed, $failed failed"
 [ $failed = 0 ]

@@ -2,9 +2,12 @@
 # yolo-detect as a user runs it. Synthetic part (always): a yolo-synth dataset, a checkpoint from
 # one epoch of yolo-train on it, then detection on a directory, a list file with a corrupt image,
 # the output files (annotated JPEGs, labels/*.txt, predictions.json) checked against the printed
-# per-image counts, the filters (--max-det, --classes, --nosave), run directory numbering and bad
+# per-image counts, the json boxes against the txt rows, the filters (--max-det, --classes,
+# --nosave), --augment, an ensemble of one checkpoint twice (same detections as once), list entries
+# relative to the list's folder, the skipped-count line, run directory numbering and bad
 # arguments. Shared part (when ../shared is there): the official yolov5n.pt on coco128 images
-# finds the labelled objects (same class, IoU > 0.5 with a label).
+# finds the labelled objects (same class, IoU > 0.5 with a label), also with --augment, and an
+# ensemble of it with the 3-class checkpoint is refused.
 # Usage: test_yolo_detect.sh YOLO_DETECT YOLO_SYNTH YOLO_PACK YOLO_TRAIN SHARED_DIR
 set -u
 detect=$(realpath "$1") synth=$(realpath "$2") pack=$(realpath "$3") train=$(realpath "$4")
@@ -73,6 +76,44 @@ for e in j:
 EOF
 }
 
+# check_json_txt DIR IMAGES_DIR: every predictions.json box (xywh, original pixels) is a
+# labels/<stem>.txt row (normalised centre xywh) of the same image, class and score, within
+# rounding (json: 3 decimals; txt: %g of float32). Image sizes from the JPEG SOF header.
+check_json_txt() {
+    $py - "$@" <<'EOF'
+import json, os, struct, sys
+d, imgs = sys.argv[1], sys.argv[2]
+def jpeg_size(p):
+    b = open(p, "rb").read()
+    i = 2
+    while i + 9 < len(b):
+        if b[i] != 0xFF: i += 1; continue
+        m = b[i + 1]
+        if m in (0xC0, 0xC1, 0xC2):
+            h, w = struct.unpack(">HH", b[i + 5:i + 9])
+            return w, h
+        i += 2 + struct.unpack(">H", b[i + 2:i + 4])[0]
+    sys.exit("no SOF in " + p)
+rows = {}
+for f in os.listdir(os.path.join(d, "labels")):
+    stem = f[:-4]
+    w, h = jpeg_size(os.path.join(imgs, stem + ".jpg"))
+    for r in open(os.path.join(d, "labels", f)):
+        c, x, y, bw, bh, conf = [float(v) for v in r.split()]
+        rows.setdefault(int(stem), []).append(
+            (int(c), (x - bw / 2) * w, (y - bh / 2) * h, bw * w, bh * h, conf))
+j = json.load(open(os.path.join(d, "predictions.json")))
+for e in j:
+    cand = rows.get(e["image_id"], [])
+    if not any(c == e["category_id"] and abs(conf - e["score"]) < 1e-4 and
+               all(abs(u - v) < 0.02 + 1e-4 * abs(v) for u, v in zip(e["bbox"], (x, y, bw, bh)))
+               for c, x, y, bw, bh, conf in cand):
+        sys.exit("json box %r has no txt row (image %d has %d)" % (e, e["image_id"], len(cand)))
+n = sum(len(v) for v in rows.values())
+if len(j) != n or n == 0: sys.exit("json %d boxes, txt %d rows" % (len(j), n))
+EOF
+}
+
 # --- a directory -----------------------------------------------------------------------------
 "$detect" --weights "$ckpt" --source "$imgs" --img 64 --conf-thres 0.0001 --max-det 6 \
     --save-txt --save-conf --save-json --project "$work/d" --name e >"$work/e.log" 2>"$work/e.err"
@@ -86,6 +127,31 @@ check $? "annotated JPEGs, txt rows and json agree with the printed counts $err"
 ok=0
 for f in "$work"/d/e/labels/*.txt; do [ "$(wc -l <"$f")" -le 6 ] || ok=1; done
 check $ok "--max-det 6 keeps at most 6 rows per image"
+err=$(check_json_txt "$work/d/e" "$imgs" 2>&1)
+check $? "every json box (original pixels) is a txt row of its image, class and score $err"
+
+# --- --augment and ensembles -------------------------------------------------------------------
+"$detect" --weights "$ckpt" --source "$imgs" --img 64 --conf-thres 0.0001 --max-det 6 --augment \
+    --save-txt --save-conf --save-json --project "$work/d" --name aug >"$work/a.log" 2>"$work/a.err"
+check $? "--augment exits 0 ($(head -c 200 "$work/a.err"))"
+err=$(check_run "$work/d/aug" "$work/a.log" 3 2>&1) && err=$(check_json_txt "$work/d/aug" "$imgs" 2>&1)
+check $? "--augment: annotated images, txt rows and json agree $err"
+! diff -r "$work/d/e/labels" "$work/d/aug/labels" >/dev/null
+check $? "--augment changes the detections"
+"$detect" --weights "$ckpt" --source "$imgs" --img 64 --conf-thres 0.0001 --max-det 6 \
+    --save-txt --save-conf --nosave --project "$work/d" --name once >/dev/null 2>&1 &&
+    "$detect" --weights "$ckpt" "$ckpt" --source "$imgs" --img 64 --conf-thres 0.0001 \
+        --max-det 6 --save-txt --save-conf --nosave --project "$work/d" --name twice \
+        >"$work/t.log" 2>"$work/t.err"
+check $? "--weights CKPT CKPT (an ensemble) exits 0 ($(head -c 200 "$work/t.err"))"
+grep -q "Ensemble created with $ckpt $ckpt" "$work/t.err" &&
+    [ "$(ls "$work"/d/once/labels | wc -l)" -gt 0 ] &&
+    diff -r "$work/d/once/labels" "$work/d/twice/labels" >/dev/null
+check $? "the same checkpoint twice gives exactly the detections of once (after NMS)"
+"$detect" --weights "$ckpt" "$ckpt" --source "$imgs" --img 64 --conf-thres 0.0001 --augment \
+    --nosave --save-txt --project "$work/d" --name twiceaug >/dev/null 2>&1 &&
+    [ "$(ls "$work"/d/twiceaug/labels | wc -l)" -gt 0 ]
+check $? "an ensemble with --augment runs"
 
 # --- filters, numbering, --nosave --------------------------------------------------------------
 "$detect" --weights "$ckpt" --source "$imgs" --img 64 --conf-thres 0.0001 --classes 1 \
@@ -118,6 +184,23 @@ check $? "both bad files are named on stderr: $(tr '\n' '|' <"$work/l.err" | hea
 [ -f "$work/d/list/000000000001.jpg" ] && [ -f "$work/d/list/000000000004.jpg" ] &&
     grep -q '^image 4/4 ' "$work/l.log"
 check $? "the good images before and after it are still processed"
+grep -q '2 of 4 images detected; skipped: 2 unreadable images, 0 missing' "$work/l.err"
+check $? "the skipped count is printed: $(grep -o 'images detected.*' "$work/l.err" | head -c 200)"
+
+# list entries relative to the list's folder; a missing one is named with its line and skipped
+mkdir -p "$work/lists/sub" "$work/elsewhere"
+cp "$imgs/000000000002.jpg" "$work/lists/sub/two.jpg"
+printf 'sub/two.jpg\n../s/images/train2017/000000000005.jpg\nsub/nothing.jpg\n%s\n' \
+    "$imgs/000000000006.jpg" >"$work/lists/rel.txt"
+(cd "$work/elsewhere" && "$detect" --weights "$ckpt" --source ../lists/rel.txt --img 64 \
+    --project "$work/d" --name rel >"$work/r.log" 2>"$work/r.err")
+rc=$?
+[ $rc = 1 ] && grep -q '^image 3/3 ' "$work/r.log" && [ -f "$work/d/rel/two.jpg" ] &&
+    [ -f "$work/d/rel/000000000005.jpg" ] && [ -f "$work/d/rel/000000000006.jpg" ]
+check $? "list entries relative to the list's folder are found from another directory (rc $rc)"
+grep -q 'rel.txt:3: sub/nothing.jpg' "$work/r.err" &&
+    grep -q '3 of 3 images detected; skipped: 0 unreadable images, 1 missing' "$work/r.err"
+check $? "a missing list entry is named (list:line) and counted: $(tr '\n' '|' <"$work/r.err" | head -c 300)"
 
 # --- bad arguments and files -------------------------------------------------------------------
 expect() {
@@ -137,6 +220,8 @@ expect 2 --weights "$ckpt" --source "$imgs" --classes
 expect 2 --weights "$ckpt" --source "$imgs" --classes cat
 expect 2 --weights "$ckpt" --source "$imgs" --frobnicate
 expect 2 --weights "$ckpt" --source
+expect 2 --weights --source "$imgs"
+expect 1 --weights "$ckpt" "$work/missing.pt" --source "$imgs"
 expect 1 --weights "$work/missing.pt" --source "$imgs"
 expect 1 --weights "$work/list.txt" --source "$imgs"
 expect 1 --weights "$ckpt" --source "$work/missing-dir"
@@ -189,6 +274,15 @@ if not any(e["image_id"] == 438 and e["category_id"] == 60 for e in j): bad.appe
 print("".join("# " + b + "\n" for b in bad), end=""); sys.exit(1 if bad else 0)
 EOF
     check $? "known objects found: donuts, elephant, person + skateboard, person + bus (IoU > 0.5)"
+    "$detect" --weights "$pt" --source "$list" --augment --save-txt --save-conf \
+        --project "$work/d" --name cocoaug >"$work/ca.log" 2>"$work/ca.err" &&
+        grep -Eq '^image 1/4 .*: 480x640 [0-9]+ donuts, ' "$work/ca.log"
+    check $? "yolov5n.pt --augment finds the donuts: $(grep -o 'image 1/4.*' "$work/ca.log" | head -c 200)"
+    "$detect" --weights "$pt" "$ckpt" --source "$list" --project "$work/d" --name mix \
+        >/dev/null 2>"$work/mix.err"
+    rc=$?
+    [ $rc = 1 ] && grep -q 'different class counts' "$work/mix.err"
+    check $? "an ensemble of 80- and 3-class models is refused (rc $rc): $(tr '\n' '|' <"$work/mix.err" | head -c 200)"
 else
     skip "no $pt or $coco (../shared)"
 fi

@@ -341,6 +341,56 @@ static void test_train(void)
     unsave(a, RUN);
 }
 
+/* A sharded dataset, 4 ranks in 2 nodes: the shard-aware partition (trainer/sampler.h) still
+ * gives every record exactly once per epoch, and each node reads fewer shards than all. */
+static void test_shard_ranks(void)
+{
+    struct ffr_reader *r = open_ds("train-shards.ffr");
+    const uint32_t ns = r ? ffr_reader_shard_count(r) : 0;
+    if (!ok(ns >= 4, "the sharded dataset has %u shards (>= 4)", ns)) {
+        ffr_reader_close(r);
+        return;
+    }
+    int seen[N_TRAIN] = { 0 }, good = 1;
+    unsigned char used[2][64] = { { 0 } }; /* per node: shards its ranks read */
+    for (uint32_t rk = 0; rk < 4; rk++) {
+        struct trn_loader_opts o;
+        train_opts(&o, 1);
+        o.world_size = 4;
+        o.rank = rk;
+        o.local_world_size = 2;
+        o.batch_size = 3; /* 24 records / 4 ranks = 6 = two batches */
+        struct saved b[2];
+        memset(b, 0, sizeof b);
+        char err[512] = "";
+        const int rc = collect("train-shards.ffr", &o, b, 2, NULL, err, sizeof err);
+        good &= rc == 0 && b[0].n == 3 && b[1].n == 3;
+        if (rc) tap_diag("rank %u: %s", rk, err);
+        for (int i = 0; i < 2 && rc == 0; i++)
+            for (int j = 0; j < b[i].n; j++) {
+                const uint64_t idx = b[i].info[j].index;
+                seen[idx % N_TRAIN]++;
+                for (uint32_t k = 0; k < ns && k < 64; k++) {
+                    struct ffr_shard_info si;
+                    if (ffr_reader_shard(r, k, &si) == 0 && idx >= si.first &&
+                        idx < si.first + si.count)
+                        used[rk / 2][k] = 1;
+                }
+            }
+        unsave(b, 2);
+    }
+    for (int k = 0; k < N_TRAIN; k++)
+        good &= seen[k] == 1;
+    ok(good, "sharded, world 4 in 2 nodes: every record exactly once in the epoch");
+    int per_node[2] = { 0, 0 };
+    for (int nd = 0; nd < 2; nd++)
+        for (uint32_t k = 0; k < ns && k < 64; k++)
+            per_node[nd] += used[nd][k];
+    ok(per_node[0] < (int)ns && per_node[1] < (int)ns,
+       "each node reads fewer than all %u shards (%d and %d)", ns, per_node[0], per_node[1]);
+    ffr_reader_close(r);
+}
+
 /* With every augmentation off, a training sample is the letterboxed record: exact pixels and
  * labels (the identity warp samples integer positions). */
 static void test_identity(void)
@@ -730,6 +780,9 @@ int main(int argc, char **argv)
             pack, dir, dir, IMG) == 0 &&
         run("%s %s/synth -o %s/val.ffr --size %d --split val2017 -q -j 1", pack, dir, dir, IMG) ==
             0 &&
+        run("%s %s/synth -o %s/train-shards.ffr --size %d --split train2017 -q -j 1 "
+            "--shard-size 150K",
+            pack, dir, dir, IMG) == 0 &&
         run("%s %s/synthc --split train2017=%d --seed 6 --min-side 48 --max-side 200 --format "
             "coco --classes 4 --max-objects 5",
             synth, dir, N_TRAIN) == 0 &&
@@ -740,6 +793,7 @@ int main(int argc, char **argv)
         return tap_done();
     }
     test_train();
+    test_shard_ranks();
     test_identity();
     test_val();
     test_segments();

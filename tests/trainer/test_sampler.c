@@ -376,6 +376,343 @@ static void test_statistics(void)
     ok(big, "below(2^63 + 1) in range");
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Shard-aware partition                                                                    */
+
+static int make_sharded(struct trn_sampler *s, uint64_t n, const uint64_t *counts, uint32_t ns,
+                        uint64_t seed, uint32_t w, uint32_t local, uint32_t r, uint64_t block,
+                        bool sticky)
+{
+    struct trn_sampler_opts o;
+    trn_sampler_opts_default(&o);
+    o.n = n;
+    o.seed = seed;
+    o.world_size = w;
+    o.rank = r;
+    o.shard_counts = counts;
+    o.n_shards = ns;
+    o.local_world_size = local;
+    o.shuffle_block = block;
+    o.sticky_shards = sticky;
+    return trn_sampler_init(s, &o);
+}
+
+/* Random shard sizes summing to n, some of them empty (as a writer's last shard can be). */
+static void split_counts(uint64_t n, uint32_t ns, uint64_t seed, uint64_t *counts)
+{
+    struct trn_rng r;
+    trn_rng_init(&r, seed, 0, 0, TRN_STREAM_USER);
+    uint64_t left = n;
+    for (uint32_t k = 0; k + 1 < ns; k++) {
+        const uint64_t c = trn_rng_below(&r, 4) == 0 ? 0 : trn_rng_below(&r, 2 * n / ns + 2);
+        counts[k] = c < left ? c : left;
+        left -= counts[k];
+    }
+    counts[ns - 1] = left;
+}
+
+static uint32_t shard_of(const uint64_t *counts, uint32_t ns, uint64_t idx)
+{
+    for (uint32_t k = 0; k < ns; k++) {
+        if (idx < counts[k]) return k;
+        idx -= counts[k];
+    }
+    return UINT32_MAX;
+}
+
+/* Every epoch, across all ranks: equal counts per rank, each sample exactly once plus the
+ * padding (T - n extra draws, each sample at most ceil(pad / n) extra times), for odd sizes,
+ * world sizes, ranks per node, shard counts and windows. */
+static void test_shard_partition(void)
+{
+    static const uint64_t sizes[] = { 1, 2, 7, 97, 1001 };
+    static const uint32_t shard_n[] = { 1, 3, 8, 13 };
+    static const uint64_t blocks[] = { 0, 5 };
+    int all = 1, cases = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+        for (size_t ki = 0; ki < sizeof shard_n / sizeof *shard_n; ki++)
+            for (uint32_t w = 1; w <= 7; w++)
+                for (uint32_t local = 1; local <= w; local += (w > 2 ? 2 : 1))
+                    for (size_t bi = 0; bi < 2; bi++) {
+                        const uint64_t n = sizes[si];
+                        const uint32_t ns = shard_n[ki];
+                        uint64_t counts[13];
+                        split_counts(n, ns, n * 31 + ns, counts);
+                        const uint64_t per = (n + w - 1) / w, pad = per * w - n;
+                        uint32_t *seen = calloc(n, sizeof *seen);
+                        int good = 1;
+                        for (uint32_t epoch = 0; epoch < 2; epoch++) {
+                            memset(seen, 0, n * sizeof *seen);
+                            for (uint32_t r = 0; r < w; r++) {
+                                struct trn_sampler s;
+                                good &= make_sharded(&s, n, counts, ns, 7, w, local, r, blocks[bi],
+                                                     false) == 0;
+                                trn_sampler_set_epoch(&s, epoch);
+                                good &= trn_sampler_rank_count(&s) == per;
+                                for (uint64_t i = 0; i < per; i++) {
+                                    const uint64_t idx =
+                                        trn_sampler_index(&s, trn_sampler_position(&s, i));
+                                    if (idx < n)
+                                        seen[idx]++;
+                                    else
+                                        good = 0;
+                                }
+                                trn_sampler_destroy(&s);
+                            }
+                            uint64_t extra = 0;
+                            for (uint64_t i = 0; i < n; i++) {
+                                good &= seen[i] >= 1 && seen[i] <= 1 + (pad + n - 1) / n;
+                                extra += seen[i] - 1;
+                            }
+                            good &= extra == pad;
+                        }
+                        free(seen);
+                        if (!good)
+                            ok(0, "n=%llu shards=%u world=%u local=%u block=%llu",
+                               (unsigned long long)n, ns, w, local, (unsigned long long)blocks[bi]);
+                        all &= good;
+                        cases++;
+                    }
+    ok(all,
+       "shard mode: %d cases of n, shards, world, ranks per node, window: equal counts per "
+       "rank, every sample once plus the padding, every epoch",
+       cases);
+
+    struct trn_sampler s;
+    const uint64_t c3[3] = { 4, 0, 6 };
+    is_int(make_sharded(&s, 11, c3, 3, 1, 2, 1, 0, 0, false), -EINVAL, "counts not summing to n");
+    is_int(make_sharded(&s, 10, NULL, 3, 1, 2, 1, 0, 0, false), -EINVAL, "NULL shard counts");
+    is_int(make_sharded(&s, 10, c3, 3, 1, 2, 3, 0, 0, false), -EINVAL,
+           "more ranks per node than ranks");
+    ok(make_sharded(&s, 10, c3, 3, 1, 4, 2, 3, 0, false) == 0 && trn_sampler_node(&s) == 1 &&
+           trn_sampler_node_count(&s) == 2,
+       "rank 3 of 4 with 2 per node is on node 1 of 2");
+    trn_sampler_destroy(&s);
+    trn_sampler_destroy(NULL);
+}
+
+/* The order is a pure function of (seed, epoch, position), survives a copy, and changes from
+ * one epoch to the next. */
+static void test_shard_determinism(void)
+{
+    enum { N = 3001, NS = 17 };
+    uint64_t counts[NS];
+    split_counts(N, NS, 5, counts);
+    struct trn_sampler a, b, c;
+    make_sharded(&a, N, counts, NS, 99, 8, 4, 5, 0, false);
+    make_sharded(&b, N, counts, NS, 99, 8, 4, 5, 0, false);
+    trn_sampler_set_epoch(&a, 4);
+    trn_sampler_set_epoch(&b, 9);
+    trn_sampler_set_epoch(&b, 4);
+    int same = trn_sampler_copy(&c, &a) == 0;
+    trn_sampler_set_epoch(&a, 5); /* must not move c: it has its own table */
+    trn_sampler_set_epoch(&a, 4);
+    uint64_t moved = 0, samples = trn_sampler_rank_count(&a);
+    struct trn_sampler e5;
+    trn_sampler_copy(&e5, &b);
+    trn_sampler_set_epoch(&e5, 5);
+    for (uint64_t i = 0; i < samples; i++) {
+        const uint64_t g = trn_sampler_position(&a, i);
+        same &= trn_sampler_index(&a, g) == trn_sampler_index(&b, g) &&
+                trn_sampler_index(&c, g) == trn_sampler_index(&a, g);
+        moved += trn_sampler_index(&e5, g) != trn_sampler_index(&a, g);
+    }
+    ok(same, "same (seed, epoch, position): same sample, for a re-made sampler and for a copy");
+    ok(moved > samples * 9 / 10, "epoch 5 moves %llu of %llu samples of this rank",
+       (unsigned long long)moved, (unsigned long long)samples);
+    trn_sampler_destroy(&a);
+    trn_sampler_destroy(&b);
+    trn_sampler_destroy(&c);
+    trn_sampler_destroy(&e5);
+
+    /* shuffle = false (validation): node spans in dataset order, each node reads a range. */
+    struct trn_sampler v;
+    struct trn_sampler_opts o;
+    trn_sampler_opts_default(&o);
+    o.n = N;
+    o.world_size = 4;
+    o.rank = 2;
+    o.shard_counts = counts;
+    o.n_shards = NS;
+    o.local_world_size = 2;
+    o.shuffle = false;
+    int ordered = trn_sampler_init(&v, &o) == 0;
+    uint64_t prev = 0;
+    for (uint64_t i = 0; i < trn_sampler_rank_count(&v) && ordered; i++) {
+        const uint64_t idx = trn_sampler_index(&v, trn_sampler_position(&v, i));
+        ordered &= i == 0 || idx > prev || idx < 10; /* only the padding wraps to the start */
+        prev = idx;
+    }
+    ok(ordered, "without shuffle a rank reads its node's contiguous range in order");
+    trn_sampler_destroy(&v);
+}
+
+/* Shards each node touches in one epoch: shard mode against the plain (naive) partition, and
+ * trn_sampler_node_shards against what the ranks actually read. */
+static void test_shard_locality(void)
+{
+    enum { N = 20000, NS = 64 };
+    uint64_t counts[NS];
+    for (uint32_t k = 0; k < NS; k++)
+        counts[k] = N / NS + (k % 3 == 0 ? 7 : k % 3 == 1 ? -7 : 0);
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k + 1 < NS; k++)
+        sum += counts[k];
+    counts[NS - 1] = N - sum;
+    static const uint32_t cfg[][2] = { { 16, 8 }, { 32, 4 }, { 7, 1 }, { 64, 1 } };
+    for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++) {
+        const uint32_t w = cfg[ci][0], local = cfg[ci][1], nodes = (w + local - 1) / local;
+        uint32_t worst = 0, worst_naive = 0;
+        int listed = 1;
+        for (uint32_t m = 0; m < nodes; m++) {
+            uint8_t hit[NS] = { 0 }, hit_naive[NS] = { 0 };
+            struct trn_sampler s;
+            for (uint32_t r = m * local; r < w && r < (m + 1) * local; r++) {
+                struct trn_sampler p;
+                make_sharded(&s, N, counts, NS, 3, w, local, r, 0, false);
+                make(&p, N, 3, w, r);
+                trn_sampler_set_epoch(&s, 2);
+                trn_sampler_set_epoch(&p, 2);
+                for (uint64_t i = 0; i < trn_sampler_rank_count(&s); i++) {
+                    hit[shard_of(counts, NS, trn_sampler_index(&s, trn_sampler_position(&s, i)))] =
+                        1;
+                    hit_naive[shard_of(counts, NS,
+                                       trn_sampler_index(&p, trn_sampler_position(&p, i)))] = 1;
+                }
+                if (r + 1 < w && r + 1 < (m + 1) * local) trn_sampler_destroy(&s);
+            }
+            uint32_t a = 0, b = 0;
+            for (uint32_t k = 0; k < NS; k++) {
+                a += hit[k];
+                b += hit_naive[k];
+            }
+            uint32_t list[NS];
+            const int64_t got = trn_sampler_node_shards(&s, m, list, NS);
+            uint8_t in_list[NS] = { 0 };
+            for (int64_t j = 0; j < got && j < NS; j++)
+                in_list[list[j]] = 1;
+            listed &= got == (int64_t)a && !memcmp(in_list, hit, sizeof hit);
+            trn_sampler_destroy(&s);
+            if (a > worst) worst = a;
+            if (b > worst_naive) worst_naive = b;
+        }
+        /* A node's span covers N / nodes samples: about NS / nodes shards plus the two it
+         * shares with its neighbours (and the padding's, at the end). */
+        const uint32_t bound = (NS + nodes - 1) / nodes + 3;
+        ok(worst <= bound && worst_naive == NS,
+           "world %u, %u per node (%u nodes): a node reads at most %u of %u shards (bound %u); "
+           "the plain partition reads %u",
+           w, local, nodes, worst, NS, bound, worst_naive);
+        ok(listed, "world %u, %u per node: trn_sampler_node_shards lists exactly what is read", w,
+           local);
+    }
+    struct trn_sampler s;
+    make(&s, 10, 1, 2, 0);
+    uint32_t x;
+    is_int(trn_sampler_node_shards(&s, 0, &x, 1), -EINVAL, "node_shards needs shard mode");
+}
+
+/* Across epochs each sample's position in the epoch is uniform: chi-square of every sample's
+ * histogram over the positions (or steps), averaged over the samples, against its mean plus 5
+ * standard deviations; and the node holding a sample is uniform. */
+static void shard_uniformity(uint64_t block, bool sticky, const char *what)
+{
+    enum { N = 96, NS = 8, W = 4, LOCAL = 2, B = 4, EPOCHS = 3000 };
+    uint64_t counts[NS];
+    for (uint32_t k = 0; k < NS; k++)
+        counts[k] = N / NS;
+    const uint64_t per = N / W, steps = per / B;
+    uint64_t *step_hist = calloc((size_t)N * steps, sizeof *step_hist);
+    uint64_t *pos_hist = calloc((size_t)N * N, sizeof *pos_hist);
+    uint64_t node_hist[N][2];
+    memset(node_hist, 0, sizeof node_hist);
+    uint64_t same_shard = 0, pairs = 0;
+    struct trn_sampler s[W];
+    for (uint32_t r = 0; r < W; r++)
+        make_sharded(&s[r], N, counts, NS, 11, W, LOCAL, r, block, sticky);
+    for (uint32_t e = 0; e < EPOCHS; e++) {
+        uint64_t batch[W * B];
+        for (uint32_t r = 0; r < W; r++)
+            trn_sampler_set_epoch(&s[r], e);
+        for (uint64_t g = 0; g < N; g++) {
+            const uint32_t r = (uint32_t)(g % W);
+            const uint64_t idx = trn_sampler_index(&s[r], g);
+            pos_hist[idx * N + g]++;
+            step_hist[idx * steps + g / W / B]++;
+            node_hist[idx][r / LOCAL]++;
+            batch[g % (W * B)] = idx;
+            if (g % (W * B) == W * B - 1)
+                for (uint32_t i = 0; i < W * B; i++)
+                    for (uint32_t j = i + 1; j < W * B; j++) {
+                        pairs++;
+                        same_shard += batch[i] / (N / NS) == batch[j] / (N / NS);
+                    }
+        }
+    }
+    double c_pos = 0, c_step = 0, c_node = 0;
+    for (uint64_t i = 0; i < N; i++) {
+        c_pos += chi2(pos_hist + i * N, N, (double)EPOCHS / N);
+        c_step += chi2(step_hist + i * steps, steps, (double)EPOCHS / steps);
+        c_node += chi2(node_hist[i], 2, EPOCHS / 2.0);
+    }
+    c_pos /= N;
+    c_step /= N;
+    c_node /= N;
+    /* chi2 with k bins has mean k - 1 and variance 2 (k - 1); the mean over N samples has
+     * variance 2 (k - 1) / N (samples are nearly independent). */
+    const double df_pos = N - 1, df_step = (double)steps - 1;
+    if (!sticky)
+        ok(c_node < 1 + 5 * sqrt(2.0 / N), "%s: the node of a sample is uniform (chi2 mean %.2f)",
+           what, c_node);
+    else
+        ok(c_node > 100, "%s: a sample stays on its node (chi2 mean %.0f)", what, c_node);
+    if (!block && !sticky) /* sticky: only the node's positions, by design */
+        ok(c_pos < df_pos + 5 * sqrt(2 * df_pos / N),
+           "%s: a sample's position in the epoch is uniform over all %d (chi2 mean %.1f, df %.0f)",
+           what, N, c_pos, df_pos);
+    ok(c_step < df_step + 5 * sqrt(2 * df_step / N),
+       "%s: a sample's step in the epoch is uniform over %llu steps (chi2 mean %.2f, df %.0f)",
+       what, (unsigned long long)steps, c_step, df_step);
+    tap_diag("%s: P(two samples of a global batch share a shard) = %.3f (uniform shuffle: %.3f)",
+             what, (double)same_shard / (double)pairs, (double)(N / NS - 1) / (N - 1));
+    for (uint32_t r = 0; r < W; r++)
+        trn_sampler_destroy(&s[r]);
+    free(step_hist);
+    free(pos_hist);
+}
+
+static void test_shard_statistics(void)
+{
+    shard_uniformity(0, false, "whole-span shuffle");
+    shard_uniformity(6, false, "windows of 6");
+    shard_uniformity(0, true, "sticky shards");
+
+    /* Mosaic partners come from the node's own shards. */
+    enum { N = 4000, NS = 40 };
+    uint64_t counts[NS];
+    for (uint32_t k = 0; k < NS; k++)
+        counts[k] = N / NS;
+    struct trn_sampler s;
+    make_sharded(&s, N, counts, NS, 8, 8, 2, 5, 0, false);
+    trn_sampler_set_epoch(&s, 1);
+    uint32_t mine[NS];
+    const int64_t k = trn_sampler_node_shards(&s, trn_sampler_node(&s), mine, NS);
+    uint8_t own[NS] = { 0 };
+    for (int64_t j = 0; j < k; j++)
+        own[mine[j]] = 1;
+    const struct trn_plan_probs pr = { .mosaic = 1, .mixup = 1 };
+    int inside = 1;
+    for (uint64_t i = 0; i < 200; i++) {
+        struct trn_plan p;
+        trn_sampler_plan(&s, trn_sampler_position(&s, i), &pr, &p);
+        for (int t = 0; t < 4; t++)
+            inside &= own[p.tiles[t] / (N / NS)] && own[p.mixup_tiles[t] / (N / NS)];
+    }
+    ok(inside && k <= NS / 4 + 3, "mosaic and mixup tiles come from the node's %lld shards",
+       (long long)k);
+    trn_sampler_destroy(&s);
+}
+
 int main(void)
 {
     test_philox_kat();
@@ -383,5 +720,9 @@ int main(void)
     test_partition();
     test_determinism();
     test_statistics();
+    test_shard_partition();
+    test_shard_determinism();
+    test_shard_locality();
+    test_shard_statistics();
     return tap_done();
 }

@@ -5,11 +5,16 @@
  *               table and the JSON object, counts the images and labels, gives mAP in [0, 1]
  *               (near 0 for random weights), writes the val_batchK pictures and a COCO results
  *               list with one entry per detection;
- *   --bad       bad command lines exit 2, missing or broken files exit 1;
+ *               the same with --augment (test-time augmentation) runs and finds other boxes;
+ *   --bad       bad command lines exit 2, missing or broken files exit 1 (also an ensemble's
+ *               second weights);
  *   --coco128 N the official yolov5n.pt on coco128 packed at N (640 or 320): mAP in a band
  *               around the measured value; at 640 also COCOeval against coco128-json's
- *               annotations (skips, 77, without ../shared).
- * usage: test_yolo_val YOLO_VAL YOLO_SYNTH YOLO_PACK SHARED_DIR [--bad | --coco128 N]
+ *               annotations (skips, 77, without ../shared);
+ *   --tta       yolov5n.pt on 8 coco128 images at 320: an ensemble of yolov5n.pt twice gives
+ *               exactly the single model's metrics and detections; --augment changes them
+ *               within a band; an ensemble with --augment runs (skips without ../shared).
+ * usage: test_yolo_val YOLO_VAL YOLO_SYNTH YOLO_PACK SHARED_DIR [--bad | --coco128 N | --tta]
  */
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -192,6 +197,33 @@ static void test_synthetic(const char *val, const char *synth, const char *pack)
        "entries have bbox[4], a class id (nc 4: no COCO mapping) and a score > conf");
     cJSON_Delete(pred);
     free(pj);
+
+    /* --augment: the same run through val.py's test-time augmentation; every detection kept
+     * (random weights fill max_det either way) */
+    rc = run("%s --records %s/val.ffr --cfg yolov5n --img 320 --batch-size 4 --project %s/runs "
+             "--name t --json --no-plots --max-det 100000",
+             val, dir, dir);
+    out = out_text("stdout");
+    j = out ? cJSON_Parse(out) : NULL;
+    const long all_dets = (long)num(j, "detections");
+    cJSON_Delete(j);
+    free(out);
+    ok(rc == 0 && all_dets > 0, "--max-det 100000: %ld detections", all_dets);
+    rc = run("%s --records %s/val.ffr --cfg yolov5n --img 320 --batch-size 4 --project %s/runs "
+             "--name t --json --no-plots --max-det 100000 --augment",
+             val, dir, dir);
+    is_int(rc, 0, "yolo-val --augment exits 0");
+    if (rc) show_stderr();
+    out = out_text("stdout");
+    j = out ? cJSON_Parse(out) : NULL;
+    const double amap50 = num(j, "map50");
+    is_int((long)num(j, "images"), 10, "--augment: 10 images");
+    is_int((long)num(j, "instances"), want_labels, "--augment: every label counted");
+    ok(amap50 >= 0 && amap50 <= 1, "--augment: mAP50 in [0, 1] (%g)", amap50);
+    ok((long)num(j, "detections") > 0 && (long)num(j, "detections") != all_dets,
+       "--augment: other detections (%ld vs %ld)", (long)num(j, "detections"), all_dets);
+    cJSON_Delete(j);
+    free(out);
 }
 
 static void test_bad(const char *val, const char *synth, const char *pack)
@@ -209,6 +241,8 @@ static void test_bad(const char *val, const char *synth, const char *pack)
     is_int(run("%s --records x.ffr --weights w.pt --data a.json", val), 2,
            "--data without --save-json: exit 2");
     is_int(run("%s --records x.ffr --weights w.pt --batch-size", val), 2, "missing value: exit 2");
+    is_int(run("%s --records x.ffr --weights --augment", val), 2,
+           "--weights without a file: exit 2");
     is_int(run("%s --help", val), 0, "--help: exit 0");
 
     is_int(run("%s --records %s/missing.ffr --cfg yolov5n --project %s/runs", val, dir, dir), 1,
@@ -234,6 +268,12 @@ static void test_bad(const char *val, const char *synth, const char *pack)
     }
     is_int(run("%s --records %s/val.ffr --weights %s --project %s/runs", val, dir, junk, dir), 1,
            "a broken .pt: exit 1");
+    is_int(run("%s --records %s/val.ffr --weights %s %s/gone.pt --project %s/runs", val, dir, junk,
+               dir, dir),
+           1, "an ensemble with a broken and a missing .pt: exit 1");
+    e = out_text("stderr");
+    ok(e && strstr(e, "junk.pt"), "the message names the first bad file");
+    free(e);
     is_int(run("%s --records %s/val.ffr --cfg %s/nope.yaml --project %s/runs", val, dir, dir, dir),
            1, "missing --cfg file: exit 1");
     is_int(run("%s --records %s/val.ffr --cfg yolov5n --img 640 --project %s/runs", val, dir, dir),
@@ -298,6 +338,79 @@ static void test_coco128(const char *val, const char *pack, const char *shared, 
     free(out);
 }
 
+static double absd(double x)
+{
+    return x < 0 ? -x : x;
+}
+
+/* One --json run on records rec; *j gets the object (free with cJSON_Delete). Returns the exit. */
+static int json_run(const char *val, const char *rec, const char *weights, const char *extra,
+                    cJSON **j)
+{
+    const int rc = run("%s --records %s --weights %s --img 320 --batch-size 8 --project %s/runs "
+                       "--json --no-plots %s",
+                       val, rec, weights, dir, extra);
+    if (rc) show_stderr();
+    char *out = out_text("stdout");
+    *j = out ? cJSON_Parse(out) : NULL;
+    free(out);
+    return rc;
+}
+
+static void test_tta(const char *val, const char *pack, const char *shared)
+{
+    char ds[PATH_MAX + 64], w[PATH_MAX + 64], sh[PATH_MAX];
+    /* absolute: yolo-pack reads list entries relative to the list's folder */
+    if (!realpath(shared, sh)) tap_skip_all("no ../shared");
+    snprintf(ds, sizeof ds, "%s/datasets/coco128/images/train2017", sh);
+    snprintf(w, sizeof w, "%s/weights/yolov5n.pt", sh);
+    if (access(ds, R_OK) || access(w, R_OK))
+        tap_skip_all("no ../shared/datasets/coco128 or weights/yolov5n.pt");
+    /* the first 8 images (a list yolo-pack reads; labels beside them as YOLO lays them out),
+     * with 80 class names so that the 80-class model fits */
+    const int made = run("ls %s/*.jpg | sort | head -8 > %s/list.txt && seq 0 79 | sed "
+                         "'s/^/class/' > %s/names.txt && %s %s/list.txt -o %s/c8.ffr --size 320 "
+                         "--interp area --names %s/names.txt -q",
+                         ds, dir, dir, pack, dir, dir, dir) == 0;
+    if (!ok(made, "yolo-pack 8 coco128 images at 320")) {
+        show_stderr();
+        return;
+    }
+    char rec[600], pair[2 * PATH_MAX + 200];
+    snprintf(rec, sizeof rec, "%s/c8.ffr", dir);
+    snprintf(pair, sizeof pair, "%s %s", w, w);
+    cJSON *one = NULL, *two = NULL, *aug = NULL, *both = NULL;
+    is_int(json_run(val, rec, w, "", &one), 0, "yolov5n.pt alone");
+    is_int(json_run(val, rec, pair, "", &two), 0, "--weights yolov5n.pt yolov5n.pt");
+    char *e = out_text("stderr");
+    ok(e && strstr(e, "Ensemble created with"), "the ensemble is announced");
+    free(e);
+    const double m1 = num(one, "map50_95"), m2 = num(two, "map50_95");
+    tap_diag("8 images @320: single mAP50 %.4f mAP50-95 %.4f, %ld detections", num(one, "map50"),
+             m1, (long)num(one, "detections"));
+    ok(m1 > 0.1 && m1 == m2 && num(one, "map50") == num(two, "map50") &&
+           num(one, "precision") == num(two, "precision") &&
+           num(one, "detections") == num(two, "detections"),
+       "the same model twice: exactly the single model's mAP, P and detections (%.6f, %.6f)", m1,
+       m2);
+    is_int(json_run(val, rec, w, "--augment", &aug), 0, "yolov5n.pt --augment");
+    const double ma = num(aug, "map50_95");
+    tap_diag("--augment: mAP50 %.4f mAP50-95 %.4f, %ld detections", num(aug, "map50"), ma,
+             (long)num(aug, "detections"));
+    /* TTA merges three views of the same model: other boxes, a close mAP (a wrong mapping of
+     * the flipped or scaled branches back to the image would pull it far down) */
+    ok(num(aug, "detections") != num(one, "detections") && ma != m1,
+       "--augment changes the detections and mAP");
+    ok(absd(ma - m1) < 0.06 && absd(num(aug, "map50") - num(one, "map50")) < 0.08,
+       "--augment mAP50-95 %.4f within 0.06 of plain %.4f", ma, m1);
+    is_int(json_run(val, rec, pair, "--augment", &both), 0, "ensemble with --augment");
+    ok(num(both, "map50_95") == ma, "ensemble of one model twice with --augment == --augment");
+    cJSON_Delete(one);
+    cJSON_Delete(two);
+    cJSON_Delete(aug);
+    cJSON_Delete(both);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
@@ -306,7 +419,7 @@ int main(int argc, char **argv)
         return 99;
     }
     const char *mode = argc > 5 ? argv[5] : "";
-    if (!strcmp(mode, "--coco128")) {
+    if (!strcmp(mode, "--coco128") || !strcmp(mode, "--tta")) {
         char p[1024];
         snprintf(p, sizeof p, "%s/datasets/coco128", argv[4]);
         if (access(p, R_OK)) tap_skip_all("no ../shared/datasets/coco128");
@@ -319,6 +432,8 @@ int main(int argc, char **argv)
         test_bad(val_abs, argv[2], argv[3]);
     else if (!strcmp(mode, "--coco128"))
         test_coco128(val_abs, argv[3], argv[4], argc > 6 ? atoi(argv[6]) : 640);
+    else if (!strcmp(mode, "--tta"))
+        test_tta(val_abs, argv[3], argv[4]);
     else
         test_synthetic(val_abs, argv[2], argv[3]);
     const int rc = tap_done();

@@ -1,0 +1,408 @@
+/*
+ * The node-local shard cache (ffr_cache_*): a sharded dataset is cached and read back equal to
+ * the source; reuse, damaged entries detected and fetched again, a killed copy and a short or
+ * damaged source never visible under a final name, LRU eviction under the size limit, and
+ * several processes fetching the same shards at once (each shard fetched exactly once).
+ * argv[1]: a scratch directory on a real disk (the build directory).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ffr.h"
+#include "tap.h"
+
+static char root[4096];
+
+/* A dataset of `n` records of 2500..3500 random bytes, sharded at `shard_bytes`. */
+static int make_dataset(const char *path, uint32_t n, uint64_t shard_bytes, uint64_t seed)
+{
+    struct ffr_writer_opts o;
+    ffr_writer_opts_default(&o);
+    o.shard_bytes = shard_bytes;
+    o.durable = 0;
+    struct ffr_writer *w;
+    if (ffr_writer_open(&w, path, &o) < 0) return -1;
+    uint8_t buf[4000];
+    for (uint32_t i = 0; i < n; i++) {
+        const size_t len = 2500 + (size_t)((seed + i * 7919) % 1000);
+        for (size_t k = 0; k < len; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            buf[k] = (uint8_t)(seed >> 56);
+        }
+        if (ffr_writer_append(w, buf, len, &i, sizeof i) < 0) {
+            ffr_writer_abort(w);
+            return -1;
+        }
+    }
+    return ffr_writer_close(w);
+}
+
+/* 1 when both paths open and hold the same records. */
+static int same_records(const char *a, const char *b)
+{
+    struct ffr_reader *ra = NULL, *rb = NULL;
+    int same = ffr_reader_open(&ra, a, NULL, NULL, 0) == 0 &&
+               ffr_reader_open(&rb, b, NULL, NULL, 0) == 0 &&
+               ffr_reader_count(ra) == ffr_reader_count(rb);
+    static uint8_t x[8192], y[8192];
+    for (uint64_t i = 0; same && i < ffr_reader_count(ra); i++) {
+        const int64_t nx = ffr_reader_read(ra, NULL, i, x, sizeof x);
+        const int64_t ny = ffr_reader_read(rb, NULL, i, y, sizeof y);
+        same = nx > 0 && nx == ny && !memcmp(x, y, (size_t)nx);
+    }
+    ffr_reader_close(ra);
+    ffr_reader_close(rb);
+    return same;
+}
+
+static int flip_byte(const char *path, off_t off)
+{
+    const int fd = open(path, O_RDWR);
+    uint8_t b;
+    int rc = fd >= 0 && pread(fd, &b, 1, off) == 1 ? 0 : -1;
+    b ^= 0x5a;
+    if (rc == 0 && pwrite(fd, &b, 1, off) != 1) rc = -1;
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* Files in dir: total, and how many are temporaries. */
+static void count_dir(const char *dir, int *finals, int *temps, uint64_t *bytes)
+{
+    *finals = *temps = 0;
+    if (bytes) *bytes = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strncmp(e->d_name, ".tmp-", 5)) {
+            (*temps)++;
+        } else if (e->d_name[0] != '.') {
+            (*finals)++;
+            if (bytes) {
+                char p[8192];
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                *bytes += (uint64_t)file_size(p);
+            }
+        }
+    }
+    if (d) closedir(d);
+}
+
+/* A test source: copies a local file, optionally short, dying half way, or slowly with a log. */
+struct src_ctx {
+    int mode;          /* 0 copy, 1 write half then SIGKILL self, 2 write half and claim success */
+    const char *log;   /* append "fetch SRC" here (mode 0), or NULL */
+    unsigned delay_ms; /* sleep before copying */
+    unsigned long calls; /* fetches made by this process */
+};
+
+static int src_size(void *ctx, const char *src, uint64_t *size, char *err, size_t cap)
+{
+    (void)ctx;
+    const off_t n = file_size(src);
+    if (n < 0) {
+        snprintf(err, cap, "%s: missing", src);
+        return -ENOENT;
+    }
+    *size = (uint64_t)n;
+    return 0;
+}
+
+static int src_fetch(void *ctx, const char *src, int fd, uint64_t size, char *err, size_t cap)
+{
+    struct src_ctx *s = ctx;
+    s->calls++;
+    if (s->delay_ms) {
+        const struct timespec t = { 0, (long)s->delay_ms * 1000000L };
+        nanosleep(&t, NULL);
+    }
+    if (s->log) {
+        const int lf = open(s->log, O_WRONLY | O_APPEND | O_CREAT, 0644);
+        char line[4200];
+        const int n = snprintf(line, sizeof line, "fetch %s\n", src);
+        if (lf >= 0) {
+            const ssize_t wr = write(lf, line, (size_t)n);
+            (void)wr; /* a lost log line shows up as a wrong count below */
+            close(lf);
+        }
+    }
+    const int in = open(src, O_RDONLY);
+    if (in < 0) {
+        snprintf(err, cap, "%s: cannot open", src);
+        return -ENOENT;
+    }
+    uint8_t *buf = malloc((size_t)size);
+    int rc = buf && pread(in, buf, (size_t)size, 0) == (ssize_t)size ? 0 : -EIO;
+    close(in);
+    const size_t give = s->mode ? (size_t)size / 2 : (size_t)size;
+    if (rc == 0 && pwrite(fd, buf, give, 0) != (ssize_t)give) rc = -EIO;
+    free(buf);
+    if (s->mode == 1) raise(SIGKILL); /* a copy killed half way */
+    return rc;
+}
+
+static int open_cache(struct ffr_cache **c, const char *dir, uint64_t max_bytes, int full,
+                      const struct ffr_cache_source *src)
+{
+    struct ffr_cache_opts o;
+    ffr_cache_opts_default(&o);
+    o.max_bytes = max_bytes;
+    o.full_verify = full;
+    o.source = src;
+    o.durable = 0; /* the scratch disk is shared with other builds: spare it the fsyncs */
+    char err[512];
+    const int rc = ffr_cache_open(c, dir, &o, err, sizeof err);
+    if (rc < 0) tap_diag("ffr_cache_open: %s", err);
+    return rc;
+}
+
+/* Shard k's manifest description (from a reader of the source). */
+static void shard_want(struct ffr_reader *r, uint32_t k, struct ffr_cache_shard *w, char *src,
+                       size_t cap)
+{
+    struct ffr_shard_info si;
+    ffr_reader_shard(r, k, &si);
+    snprintf(src, cap, "%s", si.path);
+    const char *slash = strrchr(si.path, '/');
+    w->file = slash ? slash + 1 : si.path;
+    w->bytes = si.file_size;
+    w->records = si.count;
+    w->index_hash = si.index_hash;
+}
+
+int main(int argc, char **argv)
+{
+    const char *base = argc > 1 ? argv[1] : "/tmp";
+    snprintf(root, sizeof root, "%s/ffr_cache_test.%ld", base, (long)getpid());
+    if (mkdir(root, 0755) < 0) {
+        printf("# cannot create %s\n", root);
+        return 99;
+    }
+    char src[4200], cdir[4200], path[4200], err[1024], cmd[8500];
+    snprintf(src, sizeof src, "%s/src/data.ffr", root);
+    snprintf(cmd, sizeof cmd, "%s/src", root);
+    mkdir(cmd, 0755);
+    ok(make_dataset(src, 60, 48 * 1024, 1) == 0, "a sharded source dataset");
+    struct ffr_reader *sr = NULL;
+    ffr_reader_open(&sr, src, NULL, NULL, 0);
+    const uint32_t ns = ffr_reader_shard_count(sr);
+    ok(ns >= 4, "it has %u shards", ns);
+
+    /* Cache it, read it back, reuse it. */
+    snprintf(cdir, sizeof cdir, "%s/cache1/nested", root);
+    struct ffr_cache *c;
+    struct ffr_cache_stats st;
+    ok(open_cache(&c, cdir, 0, 0, NULL) == 0, "cache directory created");
+    int rc = ffr_cache_dataset(c, src, path, sizeof path, err, sizeof err);
+    is_int(rc, (int)ns, "first use fetches every shard (%s)", rc < 0 ? err : path);
+    ok(same_records(src, path), "the cached manifest opens and every record equals the source");
+    ffr_cache_close(c);
+    open_cache(&c, cdir, 0, 0, NULL);
+    rc = ffr_cache_dataset(c, src, path, sizeof path, err, sizeof err);
+    ffr_cache_stats(c, &st);
+    ok(rc == 0 && st.hits == ns && st.fetches == 0, "a later run reuses all %u shards", ns);
+
+    /* A damaged cached shard: its index (cheap check) is caught and fetched again. */
+    struct ffr_reader *cr = NULL;
+    ffr_reader_open(&cr, path, NULL, NULL, 0);
+    struct ffr_shard_info si;
+    ffr_reader_shard(cr, 1, &si);
+    char victim[4200];
+    snprintf(victim, sizeof victim, "%s", si.path);
+    /* The index starts at a multiple of the alignment (4096) less than 512 bytes of padding
+     * before the trailer: a byte of its first row. */
+    const uint64_t index_at =
+        (si.file_size - FFR_TRAILER_SIZE - si.index_bytes) / 4096 * 4096 + 64 + 8;
+    ffr_reader_close(cr);
+    ok(flip_byte(victim, (off_t)index_at) == 0, "damage the cached shard's index");
+    rc = ffr_cache_dataset(c, src, path, sizeof path, err, sizeof err);
+    ffr_cache_stats(c, &st);
+    ok(rc == 1 && st.damaged == 1, "the damaged shard is detected and fetched again (rc %d)", rc);
+    ok(same_records(src, path), "the records are right again");
+
+    /* A damaged record: the cheap check does not read records (the reader's hash check on
+     * every read does), full_verify catches it at reuse. */
+    ok(flip_byte(victim, 4096 + 100) == 0, "damage a record of the cached shard");
+    rc = ffr_cache_dataset(c, src, path, sizeof path, err, sizeof err);
+    ok(rc == 0, "the cheap reuse check (size, trailer, index hash) passes over record bytes");
+    ffr_reader_open(&cr, path, NULL, NULL, 0);
+    ffr_reader_shard(cr, 1, &si);
+    uint8_t rec[8192];
+    is_int(ffr_reader_read(cr, NULL, si.first, rec, sizeof rec), -FFR_ECHECKSUM,
+           "but reading the damaged record fails its checksum");
+    ffr_reader_close(cr);
+    ffr_cache_close(c);
+    open_cache(&c, cdir, 0, 1, NULL);
+    rc = ffr_cache_dataset(c, src, path, sizeof path, err, sizeof err);
+    ffr_cache_stats(c, &st);
+    ok(rc == 1 && st.damaged == 1, "full_verify finds the damaged record and fetches the shard");
+    ok(same_records(src, path), "and the records are right");
+    ffr_cache_close(c);
+
+    /* A copy killed half way leaves only a temporary, which the next fetch removes. */
+    snprintf(cdir, sizeof cdir, "%s/cache2", root);
+    struct ffr_cache_shard want;
+    char ssrc[4200];
+    shard_want(sr, 0, &want, ssrc, sizeof ssrc);
+    struct src_ctx kill_ctx = { .mode = 1 };
+    const struct ffr_cache_source killer = { src_size, src_fetch, &kill_ctx };
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        struct ffr_cache *cc;
+        if (open_cache(&cc, cdir, 0, 0, &killer) < 0) _exit(3);
+        ffr_cache_shard(cc, ssrc, &want, NULL, 0, NULL, 0);
+        _exit(4); /* not reached: the fetch kills the process */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int finals, temps;
+    count_dir(cdir, &finals, &temps, NULL);
+    ok(WIFSIGNALED(status) && finals == 0 && temps == 1,
+       "a copy killed half way leaves no entry, only a temporary (%d, %d)", finals, temps);
+    open_cache(&c, cdir, 0, 0, NULL);
+    rc = ffr_cache_shard(c, ssrc, &want, path, sizeof path, err, sizeof err);
+    count_dir(cdir, &finals, &temps, NULL);
+    ok(rc == 1 && finals == 1 && temps == 0 && file_size(path) == (off_t)want.bytes,
+       "the next fetch succeeds and removes the stale temporary");
+
+    /* A source that sends half the bytes and claims success: refused, nothing visible. */
+    ffr_cache_close(c);
+    snprintf(cdir, sizeof cdir, "%s/cache3", root);
+    struct src_ctx short_ctx = { .mode = 2 };
+    const struct ffr_cache_source shorty = { src_size, src_fetch, &short_ctx };
+    open_cache(&c, cdir, 0, 0, &shorty);
+    rc = ffr_cache_shard(c, ssrc, &want, path, sizeof path, err, sizeof err);
+    count_dir(cdir, &finals, &temps, NULL);
+    ok(rc == -FFR_ETRUNC && finals == 0 && temps == 0,
+       "a short body is refused and leaves nothing: %s", err);
+    ffr_cache_close(c);
+
+    /* The source differs from the manifest, or is damaged. */
+    open_cache(&c, cdir, 0, 0, NULL);
+    struct ffr_cache_shard bad = want;
+    bad.index_hash ^= 1;
+    rc = ffr_cache_shard(c, ssrc, &bad, path, sizeof path, err, sizeof err);
+    count_dir(cdir, &finals, &temps, NULL);
+    ok(rc == -FFR_ESHARD && finals == 0 && temps == 0, "a source unlike its manifest entry: %s",
+       err);
+    char dsrc[4200];
+    snprintf(dsrc, sizeof dsrc, "%s/src/damaged.ffr", root);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", ssrc, dsrc);
+    ok(system(cmd) == 0 && flip_byte(dsrc, 4096 + 200) == 0, "a copy of shard 0 with a bad byte");
+    rc = ffr_cache_shard(c, dsrc, &want, path, sizeof path, err, sizeof err);
+    count_dir(cdir, &finals, &temps, NULL);
+    ok(rc == -FFR_ECHECKSUM && finals == 0 && temps == 0,
+       "a damaged source is caught before it enters the cache: %s", err);
+    ffr_cache_close(c);
+
+    /* LRU eviction under the limit. */
+    snprintf(cdir, sizeof cdir, "%s/cache4", root);
+    struct ffr_cache_shard w[3];
+    char wsrc[3][4200], wpath[3][4200];
+    uint64_t biggest = 0;
+    for (uint32_t k = 0; k < 3; k++) {
+        shard_want(sr, k, &w[k], wsrc[k], sizeof wsrc[k]);
+        if (w[k].bytes > biggest) biggest = w[k].bytes;
+    }
+    const uint64_t limit = biggest * 5 / 2;
+    open_cache(&c, cdir, limit, 0, NULL);
+    int good = ffr_cache_shard(c, wsrc[0], &w[0], wpath[0], sizeof wpath[0], err, sizeof err) == 1;
+    good &= ffr_cache_shard(c, wsrc[1], &w[1], wpath[1], sizeof wpath[1], err, sizeof err) == 1;
+    good &= ffr_cache_shard(c, wsrc[0], &w[0], wpath[0], sizeof wpath[0], err, sizeof err) == 0;
+    good &= ffr_cache_shard(c, wsrc[2], &w[2], wpath[2], sizeof wpath[2], err, sizeof err) == 1;
+    uint64_t used;
+    count_dir(cdir, &finals, &temps, &used);
+    ffr_cache_stats(c, &st);
+    ok(good && st.evicted == 1 && file_size(wpath[0]) > 0 && file_size(wpath[1]) < 0 &&
+           file_size(wpath[2]) > 0 && used <= limit,
+       "over the limit the least recently used shard (1, not 0) is evicted: %" PRIu64
+       " bytes of %" PRIu64,
+       used, limit);
+    ffr_cache_close(c);
+    open_cache(&c, cdir, biggest / 2, 0, NULL);
+    rc = ffr_cache_shard(c, wsrc[1], &w[1], path, sizeof path, err, sizeof err);
+    ok(rc == -ENOSPC, "a shard larger than the limit: %s", err);
+    ffr_cache_close(c);
+    open_cache(&c, cdir, biggest * 2, 0, NULL);
+    rc = ffr_cache_dataset(c, src, path, sizeof path, err, sizeof err);
+    ok(rc == -ENOSPC, "a dataset that cannot fit: %s", err);
+    ffr_cache_close(c);
+
+    /* Four processes cache the same dataset at once: each shard is fetched exactly once. */
+    snprintf(cdir, sizeof cdir, "%s/cache5", root);
+    char log[4200];
+    snprintf(log, sizeof log, "%s/fetch.log", root);
+    struct src_ctx slow = { .mode = 0, .log = log, .delay_ms = 20 };
+    const struct ffr_cache_source slow_src = { src_size, src_fetch, &slow };
+    pid_t kids[4];
+    fflush(stdout);
+    for (int k = 0; k < 4; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            struct ffr_cache *cc;
+            char p[4200], e[1024];
+            if (open_cache(&cc, cdir, 0, 0, &slow_src) < 0) _exit(3);
+            const int r = ffr_cache_dataset(cc, src, p, sizeof p, e, sizeof e);
+            ffr_cache_close(cc);
+            _exit(r >= 0 && same_records(src, p) ? 0 : 5);
+        }
+    }
+    int all_ok = 1;
+    for (int k = 0; k < 4; k++) {
+        waitpid(kids[k], &status, 0);
+        all_ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    int lines = 0, shard_lines = 0;
+    FILE *lf = fopen(log, "r");
+    for (char line[4300]; lf && fgets(line, sizeof line, lf);) {
+        lines++;
+        shard_lines += strstr(line, "data-0") != NULL;
+    }
+    if (lf) fclose(lf);
+    /* ns shard fetches, plus one read of the manifest per process. */
+    ok(all_ok && shard_lines == (int)ns && lines == (int)ns + 4,
+       "4 processes at once: all read the right records, %d shard fetches for %u shards",
+       shard_lines, ns);
+    count_dir(cdir, &finals, &temps, NULL);
+    ok(temps == 0 && finals == (int)ns + 1, "no temporaries left; %u shards and one manifest", ns);
+
+    /* A single record file, and a stale temporary of a dead process removed at open. */
+    snprintf(cdir, sizeof cdir, "%s/cache6", root);
+    char one[4200];
+    snprintf(one, sizeof one, "%s/src/one.ffr", root);
+    make_dataset(one, 5, 0, 9);
+    open_cache(&c, cdir, 0, 0, NULL);
+    rc = ffr_cache_dataset(c, one, path, sizeof path, err, sizeof err);
+    const int rc2 = ffr_cache_dataset(c, one, path, sizeof path, err, sizeof err);
+    ok(rc == 1 && rc2 == 0 && same_records(one, path), "a single file is cached, then reused");
+    ffr_cache_close(c);
+    snprintf(cmd, sizeof cmd, "%s/.tmp-x-999999999-0", cdir);
+    const int tf = open(cmd, O_WRONLY | O_CREAT, 0644);
+    if (tf >= 0) close(tf);
+    open_cache(&c, cdir, 0, 0, NULL);
+    ok(file_size(cmd) < 0, "a temporary of a process that is gone is removed at open");
+    ffr_cache_close(c);
+    is_int(ffr_cache_open(&c, "", NULL, NULL, 0), -EINVAL, "empty directory name");
+    ffr_cache_close(NULL);
+
+    ffr_reader_close(sr);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0) tap_diag("could not remove %s", root);
+    return tap_done();
+}

@@ -1,0 +1,372 @@
+/*
+ * yolo-export: a trained model for other runtimes, as ultralytics' export.py for ONNX and as a
+ * plain PyTorch state dict (trainer/export.h).
+ *
+ *   yolo-export --weights W [--cfg MODEL] --include onnx|pt [--include ...] [--img N | H W]
+ *               [--batch N] [--dynamic] [--half] [--nms] [--conf-thres X] [--iou-thres X]
+ *               [--max-det N] [--opset N] [-o OUT]
+ *
+ * W: our checkpoint (best.ckpt / last.ckpt), an ultralytics .pt, or (with --cfg) a plain state
+ * dict such as `--include pt` writes. Outputs beside W unless -o: <stem>.onnx and
+ * <stem>_state_dict.pt (never the weights file itself). Class names: the checkpoint's metadata,
+ * else COCO's when nc is 80, else "class<i>".
+ *
+ * Exit: 0, 1 (weights unreadable, export or write failed), 2 (bad arguments).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "dataset.h"
+#include "export.h"
+#include "model.h"
+#include "plots.h"
+#include "ptload.h"
+#include "weights.h"
+
+#define PROG "yolo-export"
+
+struct args {
+    const char *weights, *cfg, *out;
+    bool onnx, pt, dynamic, half, nms, help;
+    long img_h, img_w, batch, max_det, opset;
+    double conf, iou;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " --weights W --include onnx|pt [options]\n"
+            "Export a model as ONNX (inference graph, Detect decode inside) or as a PyTorch\n"
+            "state dict with ultralytics' parameter names.\n\n"
+            "  --weights W         our checkpoint (.ckpt), an ultralytics .pt, or with --cfg a\n"
+            "                      plain state dict .pt\n"
+            "  --cfg MODEL         model yaml (path or yolov5n/s/...) replacing W's own\n"
+            "  --include F         onnx or pt; repeat or comma-separate for both\n"
+            "  --img N | H W       ONNX input size, pixels (default 640; also --imgsz)\n"
+            "  --batch N           ONNX batch size (default 1)\n"
+            "  --dynamic           ONNX: symbolic batch, height and width\n"
+            "  --half              fp16 weights (and ONNX input/outputs)\n"
+            "  --nms               ONNX: append NonMaxSuppression, output 'detections' [n, 7]:\n"
+            "                      batch x1 y1 x2 y2 conf class\n"
+            "  --conf-thres X      --nms score threshold (default 0.25)\n"
+            "  --iou-thres X       --nms IoU threshold (default 0.45)\n"
+            "  --max-det N         --nms boxes per image and class (default 100)\n"
+            "  --opset N           ONNX opset, %d..%d (default %d)\n"
+            "  -o OUT              output file (one --include only); default beside W:\n"
+            "                      <stem>.onnx, <stem>_state_dict.pt\n"
+            "  -h, --help          this help\n",
+            TRN_EXPORT_OPSET_MIN, TRN_EXPORT_OPSET_MAX, TRN_EXPORT_OPSET_DEFAULT);
+}
+
+static int bad(const char *fmt, const char *what)
+{
+    fprintf(stderr, PROG ": ");
+    fprintf(stderr, fmt, what);
+    fprintf(stderr, "\nhint: " PROG " --help\n");
+    return 2;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* "onnx", "pt" or "onnx,pt" into A. */
+static int parse_include(const char *s, struct args *A)
+{
+    char buf[64];
+    if (strlen(s) >= sizeof buf) return -EINVAL;
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    int n = 0;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
+        if (!strcasecmp(t, "onnx"))
+            A->onnx = true;
+        else if (!strcasecmp(t, "pt") || !strcasecmp(t, "torch"))
+            A->pt = true;
+        else
+            return -EINVAL;
+    }
+    return n ? 0 : -EINVAL;
+}
+
+/* Returns 0 to run, 2 on bad arguments (message printed). */
+static int parse_args(int argc, char **argv, struct args *A)
+{
+    memset(A, 0, sizeof *A);
+    A->img_h = A->img_w = 640;
+    A->batch = 1;
+    A->conf = 0.25;
+    A->iou = 0.45;
+    A->max_det = 100;
+    A->opset = TRN_EXPORT_OPSET_DEFAULT;
+    for (int i = 1; i < argc; i++) {
+        const char *key = argv[i];
+        if (!strcmp(key, "-h") || !strcmp(key, "--help")) {
+            A->help = true;
+            return 0;
+        }
+        bool *flag = !strcmp(key, "--dynamic") ? &A->dynamic
+                     : !strcmp(key, "--half")  ? &A->half
+                     : !strcmp(key, "--nms")   ? &A->nms
+                                               : NULL;
+        if (flag) {
+            *flag = true;
+            continue;
+        }
+        if (strncmp(key, "-", 1)) return bad("unexpected argument '%s'", key);
+        if (i + 1 >= argc) return bad("%s needs a value", key);
+        const char *val = argv[++i];
+        if (!strcmp(key, "--weights")) {
+            A->weights = val;
+        } else if (!strcmp(key, "--cfg")) {
+            A->cfg = val;
+        } else if (!strcmp(key, "-o") || !strcmp(key, "--output")) {
+            A->out = val;
+        } else if (!strcmp(key, "--include")) {
+            if (parse_include(val, A) < 0)
+                return bad("--include: '%s' is not onnx or pt (or onnx,pt)", val);
+        } else if (!strcmp(key, "--img") || !strcmp(key, "--imgsz") || !strcmp(key, "--img-size")) {
+            if (parse_long(val, 32, 16384, &A->img_h) < 0)
+                return bad("--img: '%s' is not a size in 32..16384", val);
+            A->img_w = A->img_h;
+            /* a second number: H W, as ultralytics' --imgsz H W */
+            if (i + 1 < argc && argv[i + 1][0] != '-' &&
+                parse_long(argv[i + 1], 32, 16384, &A->img_w) == 0)
+                i++;
+            else if (i + 1 < argc && argv[i + 1][0] != '-')
+                return bad("--img: '%s' is not a size in 32..16384", argv[i + 1]);
+        } else if (!strcmp(key, "--batch") || !strcmp(key, "--batch-size")) {
+            if (parse_long(val, 1, 65536, &A->batch) < 0)
+                return bad("--batch: '%s' is not in 1..65536", val);
+        } else if (!strcmp(key, "--conf-thres")) {
+            if (parse_double(val, 0, 1, &A->conf) < 0)
+                return bad("--conf-thres: '%s' is not in [0, 1]", val);
+        } else if (!strcmp(key, "--iou-thres")) {
+            if (parse_double(val, 0, 1, &A->iou) < 0)
+                return bad("--iou-thres: '%s' is not in [0, 1]", val);
+        } else if (!strcmp(key, "--max-det")) {
+            if (parse_long(val, 1, 100000, &A->max_det) < 0)
+                return bad("--max-det: '%s' is not in 1..100000", val);
+        } else if (!strcmp(key, "--opset")) {
+            if (parse_long(val, TRN_EXPORT_OPSET_MIN, TRN_EXPORT_OPSET_MAX, &A->opset) < 0)
+                return bad("--opset: '%s' is not a supported opset (12..17)", val);
+        } else {
+            return bad("unknown argument '%s'", key);
+        }
+    }
+    if (!A->weights) return bad("--weights W is required%s", "");
+    if (!A->onnx && !A->pt) return bad("--include onnx|pt is required%s", "");
+    if (A->out && A->onnx && A->pt) return bad("-o names one file: give one --include%s", "");
+    if (A->nms && !A->onnx) return bad("--nms applies to --include onnx%s", "");
+    return 0;
+}
+
+static bool ends_with_ci(const char *s, const char *suf)
+{
+    const size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+/* The default output: W without its extension + suffix. */
+static void out_path(const char *weights, const char *suffix, char *dst, size_t cap)
+{
+    snprintf(dst, cap, "%s", weights);
+    char *slash = strrchr(dst, '/'), *dot = strrchr(dst, '.');
+    if (dot && (!slash || dot > slash + 1)) *dot = '\0';
+    const size_t n = strlen(dst);
+    snprintf(dst + n, cap - n, "%s", suffix);
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* The class count of a plain state dict for the architecture of m: from the size of its first
+ * Detect bias (na * (nc + 5)); 0 if it cannot tell. */
+static int state_dict_nc(const char *path, const struct trn_model *m)
+{
+    const struct trn_model_info *I = trn_model_info(m);
+    const struct trn_conv *c = trn_model_conv(m, trn_model_layer(m, I->detect)->conv0);
+    const char *want = c && c->bias >= 0 ? trn_model_tensor(m, c->bias)->name : NULL;
+    struct trn_pt *pt = NULL;
+    if (!want || trn_pt_open(path, &pt, NULL, 0) < 0) return 0;
+    const struct trn_pt_tensor *sd = NULL;
+    const int n = trn_pt_state_dict(pt, "", &sd, NULL, 0);
+    int nc = 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(sd[i].name, want) && sd[i].ndim == 1 && sd[i].numel % I->na == 0 &&
+            sd[i].numel / I->na > 5 && sd[i].numel / I->na - 5 <= 65536)
+            nc = (int)(sd[i].numel / I->na - 5);
+    trn_pt_close(pt);
+    return nc;
+}
+
+/* The model: trn_weights_load, or with --cfg a plain state dict (torch.save(state_dict()) or
+ * our --include pt), which carries no architecture of its own (its class count is read from the
+ * Detect bias). */
+static int load(const struct args *A, struct trn_model **m, char **meta, size_t *mlen)
+{
+    char err[768] = "";
+    int rc = trn_weights_load(A->weights, A->cfg, 0, m, meta, mlen, err, sizeof err);
+    if (rc == 0) return 0;
+    if (A->cfg && rc != -ENOENT && ends_with_ci(A->weights, ".pt")) {
+        char err2[768] = "";
+        int r2 = trn_weights_load(NULL, A->cfg, 0, m, NULL, NULL, err2, sizeof err2);
+        const int nc = r2 == 0 ? state_dict_nc(A->weights, *m) : 0;
+        if (r2 == 0 && nc > 0 && nc != trn_model_info(*m)->nc) {
+            trn_model_destroy(*m);
+            *m = NULL;
+            r2 = trn_weights_load(NULL, A->cfg, nc, m, NULL, NULL, err2, sizeof err2);
+        }
+        if (r2 == 0) r2 = trn_pt_load_into_model(A->weights, "", *m, err2, sizeof err2);
+        if (r2 == 0) return 0;
+        trn_model_destroy(*m);
+        *m = NULL;
+        /* the state-dict reading says more than "no key 'model'" */
+        if (err2[0]) snprintf(err, sizeof err, "%s", err2);
+    }
+    fprintf(stderr, PROG ": %s\n", err[0] ? err : strerror(-rc));
+    if (rc != -ENOENT && !A->cfg && ends_with_ci(A->weights, ".pt"))
+        fprintf(stderr, "hint: a plain state dict needs --cfg MODEL (its architecture)\n");
+    return 1;
+}
+
+static int run(const struct args *A)
+{
+    struct trn_model *m = NULL;
+    struct trn_plot_names names = { 0 };
+    char *meta = NULL;
+    size_t mlen = 0;
+    int ret = 1;
+    if (load(A, &m, &meta, &mlen)) goto out;
+    if (meta && trn_plot_names_parse(meta, mlen, &names) < 0) {
+        fprintf(stderr, PROG ": out of memory\n");
+        goto out;
+    }
+    const struct trn_model_info *mi = trn_model_info(m);
+    const char *const *nm = NULL;
+    if (names.n == mi->nc) {
+        nm = (const char *const *)names.names;
+        for (int c = 0; c < names.n; c++)
+            if (!names.names[c]) nm = NULL; /* gaps: numbers for all, not a partial list */
+    } else if (mi->nc == 80) {
+        nm = pack_coco80_names;
+    }
+    char path[PATH_MAX];
+    if (A->onnx) {
+        struct trn_export_opts o;
+        trn_export_opts_default(&o);
+        int smax = 32;
+        for (int l = 0; l < mi->nl; l++)
+            if (mi->stride[l] > smax) smax = mi->stride[l];
+        o.img_h = (int)((A->img_h + smax - 1) / smax * smax);
+        o.img_w = (int)((A->img_w + smax - 1) / smax * smax);
+        if (o.img_h != A->img_h || o.img_w != A->img_w)
+            fprintf(stderr,
+                    PROG ": warning: --img %ldx%ld must be a multiple of max stride %d, updating "
+                         "to %dx%d\n",
+                    A->img_h, A->img_w, smax, o.img_h, o.img_w);
+        o.batch = (int)A->batch;
+        o.dynamic = A->dynamic;
+        o.half = A->half;
+        o.nms = A->nms;
+        o.conf_thres = (float)A->conf;
+        o.iou_thres = (float)A->iou;
+        o.max_det = (int)A->max_det;
+        o.opset = (int)A->opset;
+        o.names = nm;
+        o.n_names = nm ? mi->nc : 0;
+        o.source = A->weights;
+        if (A->out)
+            snprintf(path, sizeof path, "%s", A->out);
+        else
+            out_path(A->weights, ".onnx", path, sizeof path);
+        if (same_file(path, A->weights)) {
+            fprintf(stderr, PROG ": %s: the output would overwrite the weights\n", path);
+            goto out;
+        }
+        char err[768] = "";
+        const int rc = trn_export_onnx(m, &o, path, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, PROG ": ONNX export failed: %s\n",
+                    err[0] ? err : trn_export_strerror(rc));
+            goto out;
+        }
+        struct stat st;
+        const double mb = stat(path, &st) == 0 ? (double)st.st_size / 1e6 : 0;
+        char shape[96];
+        if (o.dynamic)
+            snprintf(shape, sizeof shape, "input [batch, %d, height, width], metadata %dx%d",
+                     mi->ch, o.img_h, o.img_w);
+        else
+            snprintf(shape, sizeof shape, "input %dx%dx%dx%d", o.batch, mi->ch, o.img_h, o.img_w);
+        printf("ONNX: %s (%.1f MB, opset %d, %s, %s%s)\n", path, mb, o.opset,
+               o.half ? "fp16" : "fp32", shape, o.nms ? ", NMS" : "");
+    }
+    if (A->pt) {
+        if (A->out)
+            snprintf(path, sizeof path, "%s", A->out);
+        else
+            out_path(A->weights, "_state_dict.pt", path, sizeof path);
+        if (same_file(path, A->weights)) {
+            fprintf(stderr, PROG ": %s: the output would overwrite the weights\n", path);
+            goto out;
+        }
+        char err[768] = "";
+        const int rc = trn_export_pt(m, A->half, path, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, PROG ": PyTorch export failed: %s\n",
+                    err[0] ? err : trn_export_strerror(rc));
+            goto out;
+        }
+        struct stat st;
+        const double mb = stat(path, &st) == 0 ? (double)st.st_size / 1e6 : 0;
+        printf("PyTorch: %s (%.1f MB, %d tensors, %s state dict)\n", path, mb, mi->n_tensors,
+               A->half ? "fp16" : "fp32");
+    }
+    ret = 0;
+out:
+    free(meta);
+    trn_plot_names_free(&names);
+    trn_model_destroy(m);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    struct args A;
+    const int rc = parse_args(argc, argv, &A);
+    if (rc) return rc;
+    if (A.help) {
+        usage(stdout);
+        return 0;
+    }
+    const int ret = run(&A);
+    trn_plots_cleanup(); /* fontconfig's caches (plots.h links them): clean leak checks */
+    return ret;
+}

@@ -1,0 +1,50 @@
+/*
+ * dist's private interface between dist.c (env, TCP star, MPI) and dist_nccl.c (the NCCL
+ * backend, compiled only with TRN_HAVE_NCCL). Not for other modules: include dist.h.
+ */
+#ifndef TRN_DIST_INTERNAL_H
+#define TRN_DIST_INTERNAL_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES; checked by a static assert in dist_nccl.c). */
+#define TRN_DIST_NCCL_ID_BYTES 128
+
+struct trn_dist_nccl;
+
+/* Rank 0: a fresh ncclUniqueId into id (TRN_DIST_NCCL_ID_BYTES, out). Returns 0 or -EIO with a
+ * line in err. */
+int trn_dist_nccl_unique_id(void *id, char *err, size_t err_cap);
+
+/*
+ * Select the device, make a stream and join the NCCL communicator of the id (non-blocking init,
+ * polled until timeout_s). out: out. Returns 0, -EIO (a CUDA or NCCL error), -ETIMEDOUT (the
+ * init did not complete: the communicator was aborted), -ENOMEM; err: out, one line.
+ */
+int trn_dist_nccl_create(const void *id, int rank, int world, int device, double timeout_s,
+                         struct trn_dist_nccl **out, char *err, size_t err_cap);
+
+/* Sum of device floats in place, in buckets of `bucket` floats, all enqueued on the stream then
+ * polled until done or timeout_s (then the communicator is aborted: -ETIMEDOUT). */
+int trn_dist_nccl_allreduce_f32(struct trn_dist_nccl *c, float *dev, size_t n, size_t bucket,
+                                double timeout_s, char *err, size_t err_cap);
+
+/* Rank 0's device bytes to every rank, in place; same polling as the all-reduce. */
+int trn_dist_nccl_broadcast(struct trn_dist_nccl *c, void *dev, size_t bytes, double timeout_s,
+                            char *err, size_t err_cap);
+
+/* ncclCommDestroy and free (NULL ok). */
+void trn_dist_nccl_destroy(struct trn_dist_nccl *c);
+
+/* ncclCommAbort and free (NULL ok): for faults, never waits for peers. */
+void trn_dist_nccl_abort(struct trn_dist_nccl *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
