@@ -47,6 +47,7 @@
 #include "bench_step.h"
 #include "kern_cuda.h"
 #include "dist.h"
+#include "ffio.h"
 #include "ffr.h"
 #include "hyp.h"
 #include "loader.h"
@@ -72,6 +73,11 @@ static void usage(FILE *f)
         "Data and model:\n"
         "  --records FILE        training dataset (ffr, packed at --img)\n"
         "  --val-records FILE    validation dataset (ffr)\n"
+        "  --cache-dir DIR       copy the datasets' shards into DIR (node-local disk) first,\n"
+        "                        verified, reused by later runs; FILE may then be an http(s)\n"
+        "                        URL (docs/sharing.md)\n"
+        "  --cache-max SIZE      keep DIR under SIZE bytes (K, M, G, T), least recently used\n"
+        "                        shards evicted\n"
         "  --cfg MODEL           model yaml: a path or a name (yolov5n/s/m/l/x) looked up in\n"
         "                        $FFYOLO_MODELS_DIR, ./trainer/models, " TRN_MODELS_DIR "\n"
         "  --nc N                override the yaml's number of classes\n"
@@ -127,7 +133,8 @@ static void usage(FILE *f)
 
 struct args {
     const char *records, *val_records, *cfg, *weights, *hyp, *device, *resume;
-    const char *project, *name, *optimizer, *dist_backend;
+    const char *project, *name, *optimizer, *dist_backend, *cache_dir;
+    unsigned long long cache_max;
     long img, batch, epochs, workers, threads, nc, patience, save_period, seed, stop_after;
     long nproc, bench_steps, bench_warmup;
     bool bench_step;
@@ -229,6 +236,8 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--noval", 0, 0, 0 },
         { "--nosave", 0, 0, 0 },
         { "--page-cache", 0, 0, 0 },
+        { "--cache-dir", 1, 0, 0 },
+        { "--cache-max", 1, 0, 0 },
         { "--help", 0, 0, 0 },
         { "-h", 0, 0, 0 },
     };
@@ -312,6 +321,21 @@ static int parse_args(int argc, char **argv, struct args *A)
         if (!strcmp(key, "--name")) A->name = val;
         if (!strcmp(key, "--optimizer")) A->optimizer = val;
         if (!strcmp(key, "--dist-backend")) A->dist_backend = val;
+        if (!strcmp(key, "--cache-dir")) A->cache_dir = val;
+        if (!strcmp(key, "--cache-max")) {
+            char *end = NULL;
+            errno = 0;
+            const double v = strtod(val, &end);
+            const double mul = !end || !*end       ? 1
+                               : !strcmp(end, "K") ? 1e3
+                               : !strcmp(end, "M") ? 1e6
+                               : !strcmp(end, "G") ? 1e9
+                               : !strcmp(end, "T") ? 1e12
+                                                   : -1;
+            if (errno || end == val || mul < 0 || !(v > 0) || v * mul > 1.8e19)
+                return bad("--cache-max: bad size '%s'%s (bytes, or with K, M, G, T)", val, "");
+            A->cache_max = (unsigned long long)(v * mul);
+        }
         if (!strcmp(key, "--dist-timeout")) {
             char *end = NULL;
             errno = 0;
@@ -628,6 +652,42 @@ static int find_resume(const struct args *A, char *ckpt, size_t cap, char *dir, 
     return 0;
 }
 
+/* --cache-dir: the dataset's shards copied (or, for an http(s) URL, downloaded) into the
+ * node-local cache, verified, and the cached manifest's path in local. Every local rank calls
+ * it; the cache's locks fetch each shard once per node. Returns 0 or 1 (after saying why). */
+static int cache_dataset(const struct args *A, const char *src, char *local, size_t cap)
+{
+    struct ffio_http *h = NULL;
+    struct ffr_cache_source cs;
+    char err[1024] = "";
+    int rc = 0;
+    if (ffio_http_is_url(src)) {
+        if ((rc = ffio_http_create(NULL, &h)) < 0) {
+            fprintf(stderr, PROG ": %s: %s\n", src,
+                    rc == -ENOTSUP ? "this build reads no URLs (built without libcurl)"
+                                   : strerror(-rc));
+            return 1;
+        }
+        ffio_http_cache_source(h, &cs);
+    }
+    struct ffr_cache_opts co;
+    ffr_cache_opts_default(&co);
+    co.source = h ? &cs : NULL;
+    co.max_bytes = A->cache_max;
+    struct ffr_cache *c = NULL;
+    rc = ffr_cache_open(&c, A->cache_dir, &co, err, sizeof err);
+    if (rc >= 0) rc = ffr_cache_dataset(c, src, local, cap, err, sizeof err);
+    ffr_cache_close(c);
+    ffio_http_destroy(h);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": --cache-dir %s: %s\n", A->cache_dir,
+                err[0] ? err : ffr_strerror(rc));
+        return 1;
+    }
+    if (rc > 0) fprintf(stderr, PROG ": %s: %d shard(s) fetched into %s\n", src, rc, A->cache_dir);
+    return 0;
+}
+
 static int do_train(const struct args *A, const struct trn_hyp *hyp, const char *cfg_path,
                     struct trn_dist *dist, int local_world)
 {
@@ -672,6 +732,21 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
                 o.gpu);
     o.records = A->records;
     o.val_records = A->val_records;
+    static char cached[2][PATH_MAX];
+    if (A->cache_dir && A->records) {
+        if (cache_dataset(A, A->records, cached[0], sizeof cached[0])) return 1;
+        o.records = cached[0];
+    }
+    if (A->cache_dir && A->val_records) {
+        if (cache_dataset(A, A->val_records, cached[1], sizeof cached[1])) return 1;
+        o.val_records = cached[1];
+    }
+    if (!A->cache_dir && ((o.records && ffio_http_is_url(o.records)) ||
+                          (o.val_records && ffio_http_is_url(o.val_records)))) {
+        fprintf(stderr, PROG ": reading records by URL needs --cache-dir DIR (a node-local copy, "
+                             "verified)\n");
+        return 1;
+    }
     o.cfg = cfg_path;
     o.weights = A->weights;
     o.run_dir = rank == 0 || A->resume ? dir : NULL; /* only rank 0 writes */
