@@ -229,7 +229,7 @@ static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, char 
     }
     closedir(d);
     if (rc == 0 && used + need > c->o.max_bytes) {
-        qsort(v, nv, sizeof *v, cmp_victim);
+        if (nv) qsort(v, nv, sizeof *v, cmp_victim);
         for (size_t i = 0; i < nv && used + need > c->o.max_bytes; i++) {
             if (unlinkat(c->dfd, v[i].name, 0) < 0) continue;
             used -= v[i].bytes;

@@ -847,7 +847,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
     }
     if (!mkdtemp(dir)) {
         rc = -errno;
-        snprintf(e2, sizeof e2, "%s: %s", dir, strerror(errno));
+        snprintf(e2, sizeof e2, "%.900s: %s", dir, strerror(errno));
         dir[0] = '\0';
         goto out;
     }
@@ -918,7 +918,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
     if (rc < 0) {
         /* Name the URL rather than the skeleton's temporary path. */
         const char *tail = strstr(why, dir) ? why + strlen(dir) : why;
-        snprintf(e2, sizeof e2, "%s (remote %s): %s", url, dir, tail);
+        snprintf(e2, sizeof e2, "%.300s (remote %.200s): %.400s", url, dir, tail);
         goto out;
     }
     rc = ffr_decoder_create(&rm->dec);
