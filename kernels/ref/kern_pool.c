@@ -15,6 +15,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "kern_internal.h"
@@ -43,6 +44,59 @@ struct pool_job {
     int add;               /* bwd: dx += */
 };
 
+/* The window rule of PyTorch's CPU max_pool2d, scanning row-major: take v when v > m or v is
+ * NaN. So the result is the last NaN of the window if it has one, else its first maximum. */
+#define POOL_TAKE(v, m) ((v) > (m) || isnan(v))
+
+/* Separable form of the k x k stride-1 window for planes of at most SEP_MAX row results: a
+ * horizontal pass keeps each row segment's winner (value and column), a vertical pass picks
+ * among the rows with the same rule. Equal to the direct scan: with no NaN the first row holding
+ * the maximum wins and, in it, the first column; with NaNs the last row holding one and, in it,
+ * the last. k + k comparisons per output instead of k * k (SPPF's 5x5: 10 instead of 25). */
+#define SEP_MAX 16384
+
+static void maxpool_plane_sep(const struct kern_pool2d *d, int oh, int ow, const float *xp,
+                              float *yp, int32_t *ip)
+{
+    float rv[SEP_MAX];
+    int32_t rc[SEP_MAX];
+    for (int iy = 0; iy < d->h_in; iy++) {
+        const float *const row = xp + (size_t)iy * d->w_in;
+        for (int ox = 0; ox < ow; ox++) {
+            int x0 = ox - d->pad, x1 = x0 + d->k;
+            if (x0 < 0) x0 = 0;
+            if (x1 > d->w_in) x1 = d->w_in;
+            float m = -INFINITY;
+            int best = x0;
+            for (int ix = x0; ix < x1; ix++)
+                if (POOL_TAKE(row[ix], m)) {
+                    m = row[ix];
+                    best = ix;
+                }
+            rv[(size_t)iy * ow + ox] = m;
+            rc[(size_t)iy * ow + ox] = best;
+        }
+    }
+    for (int oy = 0; oy < oh; oy++) {
+        int y0 = oy - d->pad, y1 = y0 + d->k;
+        if (y0 < 0) y0 = 0;
+        if (y1 > d->h_in) y1 = d->h_in;
+        for (int ox = 0; ox < ow; ox++) {
+            float m = -INFINITY;
+            int best = y0 * d->w_in + rc[(size_t)y0 * ow + ox];
+            for (int iy = y0; iy < y1; iy++) {
+                const float v = rv[(size_t)iy * ow + ox];
+                if (POOL_TAKE(v, m)) {
+                    m = v;
+                    best = iy * d->w_in + rc[(size_t)iy * ow + ox];
+                }
+            }
+            yp[(size_t)oy * ow + ox] = m;
+            if (ip) ip[(size_t)oy * ow + ox] = best;
+        }
+    }
+}
+
 static void maxpool_fwd_task(void *arg, int w, int nw)
 {
     const struct pool_job *const j = arg;
@@ -51,7 +105,13 @@ static void maxpool_fwd_task(void *arg, int w, int nw)
     const size_t in_plane = (size_t)d->h_in * d->w_in, out_plane = (size_t)oh * ow;
     size_t lo, hi;
     kern_share((size_t)d->n * (size_t)d->c, w, nw, &lo, &hi);
+    const bool sep = d->stride == 1 && d->k > 2 && (size_t)d->h_in * (size_t)ow <= SEP_MAX;
     for (size_t pl = lo; pl < hi; pl++) {
+        if (sep) {
+            maxpool_plane_sep(d, oh, ow, j->in + pl * in_plane, j->out + pl * out_plane,
+                              j->idx ? j->idx + pl * out_plane : NULL);
+            continue;
+        }
         const float *const xp = j->in + pl * in_plane;
         float *const yp = j->out + pl * out_plane;
         int32_t *const ip = j->idx ? j->idx + pl * out_plane : NULL;
@@ -70,7 +130,7 @@ static void maxpool_fwd_task(void *arg, int w, int nw)
                     for (int ix = x0; ix < x1; ix++) {
                         const int at = iy * d->w_in + ix;
                         const float v = xp[at];
-                        if (v > m || isnan(v)) {
+                        if (POOL_TAKE(v, m)) {
                             m = v;
                             best = at;
                         }
