@@ -51,6 +51,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cli.h"
 #include "augment.h"
 #include "cocoeval.h"
 #include "dataset.h"
@@ -132,26 +133,6 @@ static int bad(const char *fmt, const char *what)
     return 2;
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -EINVAL;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    const double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -EINVAL;
-    *out = v;
-    return 0;
-}
-
 /* Returns 0 to run, 2 on bad arguments (message printed). */
 static int parse_args(int argc, char **argv, struct args *A)
 {
@@ -185,7 +166,7 @@ static int parse_args(int argc, char **argv, struct args *A)
             int got = 0;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
                 long c;
-                if (parse_long(argv[++i], 0, 65535, &c) < 0)
+                if (trn_cli_long(argv[++i], 0, 65535, &c) < 0)
                     return bad("--classes: '%s' is not a class index", argv[i]);
                 if (A->n_classes == MAX_CLASSES) return bad("--classes: too many%s", "");
                 A->classes[A->n_classes++] = (int)c;
@@ -217,19 +198,19 @@ static int parse_args(int argc, char **argv, struct args *A)
         else if (!strcmp(key, "--name"))
             A->name = val;
         else if (!strcmp(key, "--img") || !strcmp(key, "--imgsz") || !strcmp(key, "--img-size")) {
-            if (parse_long(val, 32, 8192, &A->img) < 0)
+            if (trn_cli_long(val, 32, 8192, &A->img) < 0)
                 return bad("--img: '%s' is not a size in 32..8192", val);
         } else if (!strcmp(key, "--conf-thres")) {
-            if (parse_double(val, 0, 1, &A->conf) < 0)
+            if (trn_cli_double(val, 0, 1, &A->conf) < 0)
                 return bad("--conf-thres: '%s' is not in [0, 1]", val);
         } else if (!strcmp(key, "--iou-thres")) {
-            if (parse_double(val, 0, 1, &A->iou) < 0)
+            if (trn_cli_double(val, 0, 1, &A->iou) < 0)
                 return bad("--iou-thres: '%s' is not in [0, 1]", val);
         } else if (!strcmp(key, "--max-det")) {
-            if (parse_long(val, 1, TRN_NMS_MAX_NMS, &A->max_det) < 0)
+            if (trn_cli_long(val, 1, TRN_NMS_MAX_NMS, &A->max_det) < 0)
                 return bad("--max-det: '%s' is not in 1..30000", val);
         } else if (!strcmp(key, "--threads")) {
-            if (parse_long(val, 0, 256, &A->threads) < 0)
+            if (trn_cli_long(val, 0, 256, &A->threads) < 0)
                 return bad("--threads: '%s' is not in 0..256", val);
         } else
             return bad("unknown argument '%s'", key);

@@ -22,6 +22,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "cli.h"
 #include "dataset.h"
 #include "export.h"
 #include "model.h"
@@ -70,26 +71,6 @@ static int bad(const char *fmt, const char *what)
     fprintf(stderr, fmt, what);
     fprintf(stderr, "\nhint: " PROG " --help\n");
     return 2;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -EINVAL;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    const double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -EINVAL;
-    *out = v;
-    return 0;
 }
 
 /* "onnx", "pt" or "onnx,pt" into A. */
@@ -148,29 +129,29 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (parse_include(val, A) < 0)
                 return bad("--include: '%s' is not onnx or pt (or onnx,pt)", val);
         } else if (!strcmp(key, "--img") || !strcmp(key, "--imgsz") || !strcmp(key, "--img-size")) {
-            if (parse_long(val, 32, 16384, &A->img_h) < 0)
+            if (trn_cli_long(val, 32, 16384, &A->img_h) < 0)
                 return bad("--img: '%s' is not a size in 32..16384", val);
             A->img_w = A->img_h;
             /* a second number: H W, as ultralytics' --imgsz H W */
             if (i + 1 < argc && argv[i + 1][0] != '-' &&
-                parse_long(argv[i + 1], 32, 16384, &A->img_w) == 0)
+                trn_cli_long(argv[i + 1], 32, 16384, &A->img_w) == 0)
                 i++;
             else if (i + 1 < argc && argv[i + 1][0] != '-')
                 return bad("--img: '%s' is not a size in 32..16384", argv[i + 1]);
         } else if (!strcmp(key, "--batch") || !strcmp(key, "--batch-size")) {
-            if (parse_long(val, 1, 65536, &A->batch) < 0)
+            if (trn_cli_long(val, 1, 65536, &A->batch) < 0)
                 return bad("--batch: '%s' is not in 1..65536", val);
         } else if (!strcmp(key, "--conf-thres")) {
-            if (parse_double(val, 0, 1, &A->conf) < 0)
+            if (trn_cli_double(val, 0, 1, &A->conf) < 0)
                 return bad("--conf-thres: '%s' is not in [0, 1]", val);
         } else if (!strcmp(key, "--iou-thres")) {
-            if (parse_double(val, 0, 1, &A->iou) < 0)
+            if (trn_cli_double(val, 0, 1, &A->iou) < 0)
                 return bad("--iou-thres: '%s' is not in [0, 1]", val);
         } else if (!strcmp(key, "--max-det")) {
-            if (parse_long(val, 1, 100000, &A->max_det) < 0)
+            if (trn_cli_long(val, 1, 100000, &A->max_det) < 0)
                 return bad("--max-det: '%s' is not in 1..100000", val);
         } else if (!strcmp(key, "--opset")) {
-            if (parse_long(val, TRN_EXPORT_OPSET_MIN, TRN_EXPORT_OPSET_MAX, &A->opset) < 0)
+            if (trn_cli_long(val, TRN_EXPORT_OPSET_MIN, TRN_EXPORT_OPSET_MAX, &A->opset) < 0)
                 return bad("--opset: '%s' is not a supported opset (12..17)", val);
         } else {
             return bad("unknown argument '%s'", key);

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "cli.h"
 #include "cocoeval.h"
 #include "ffr.h"
 #include "model.h"
@@ -93,26 +94,6 @@ static int bad(const char *fmt, const char *a)
     fprintf(stderr, fmt, a);
     fprintf(stderr, "\n" HINT "\n");
     return 2;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    const double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
 }
 
 /* argparse style: --flag VALUE or --flag=VALUE. Returns 0 or the exit status 2. */
@@ -193,7 +174,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         }
         if (opts[k].kind == 2) {
             long v;
-            if (parse_long(val, opts[k].lo, opts[k].hi, &v) < 0) {
+            if (trn_cli_long(val, opts[k].lo, opts[k].hi, &v) < 0) {
                 fprintf(stderr,
                         PROG ": %s: bad value '%s' (a whole number in [%ld, %ld])\n" HINT "\n", key,
                         val, opts[k].lo, opts[k].hi);
@@ -210,7 +191,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         if (opts[k].kind == 3) {
             double v;
             const bool conf = !strcmp(key, "--conf-thres");
-            if (parse_double(val, 0, conf ? 0.999999 : 1, &v) < 0) {
+            if (trn_cli_double(val, 0, conf ? 0.999999 : 1, &v) < 0) {
                 fprintf(stderr, PROG ": %s: bad value '%s' (a number in [0, %s])\n" HINT "\n", key,
                         val, conf ? "1)" : "1");
                 return 2;

@@ -23,25 +23,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_parity_ref import Model, build_targets  # noqa: E402  (the model parsed from the yaml)
-
-
-def ciou(b1, b2, eps=1e-7):
-    (x1, y1, w1, h1), (x2, y2, w2, h2) = b1.chunk(4, -1), b2.chunk(4, -1)
-    b1x1, b1x2, b1y1, b1y2 = x1 - w1 / 2, x1 + w1 / 2, y1 - h1 / 2, y1 + h1 / 2
-    b2x1, b2x2, b2y1, b2y2 = x2 - w2 / 2, x2 + w2 / 2, y2 - h2 / 2, y2 + h2 / 2
-    inter = (torch.minimum(b1x2, b2x2) - torch.maximum(b1x1, b2x1)).clamp(0) * \
-        (torch.minimum(b1y2, b2y2) - torch.maximum(b1y1, b2y1)).clamp(0)
-    union = w1 * h1 + w2 * h2 - inter + eps
-    iou = inter / union
-    cw = torch.maximum(b1x2, b2x2) - torch.minimum(b1x1, b2x1)
-    ch = torch.maximum(b1y2, b2y2) - torch.minimum(b1y1, b2y1)
-    c2 = cw ** 2 + ch ** 2 + eps
-    rho2 = ((b2x1 + b2x2 - b1x1 - b1x2) ** 2 + (b2y1 + b2y2 - b1y1 - b1y2) ** 2) / 4
-    v = (4 / math.pi ** 2) * torch.pow(torch.atan(w2 / h2) - torch.atan(w1 / h1), 2)
-    with torch.no_grad():
-        alpha = v / (v - iou + (1 + eps))
-    return (iou - (rho2 / c2 + v * alpha)).squeeze(-1)
+from make_parity_ref import Model, build_targets, ciou  # noqa: E402  (the model from the yaml)
 
 
 def loss_fn(p, bt, nc, gains=(0.05, 1.0, 0.5), balance=(4.0, 1.0, 0.4)):
