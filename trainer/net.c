@@ -64,6 +64,10 @@ struct trn_net {
     float *dec;     /* decoded boxes, (bs, dec_rows, no) */
     int dec_rows;   /* sum over levels of na * ny * nx */
     size_t anchors; /* offset of the anchors tensor in the buffer arena */
+    int (*bn_allreduce)(void *, double *, size_t); /* SyncBatchNorm hook, or NULL */
+    void *bn_allreduce_ctx;
+    double *bn_sums; /* SyncBatchNorm: one layer's KERN_BN_SUMS_LEN(c) sums (backend memory) */
+    double *h_sums;  /* SyncBatchNorm on the device path: their host staging for the hook */
 };
 
 #define TRY(x)                           \
@@ -300,6 +304,19 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         if (!net->h_head || !net->h_dec) goto fail;
         if (o.train && !(net->d_dout = alloc_tensor(net, n_head, sizeof(float)))) goto fail;
     }
+    if (o.bn_allreduce) {
+        int c_max = 0;
+        for (int ci = 0; ci < I->n_convs; ci++) {
+            const struct trn_conv *c = trn_model_conv(m, ci);
+            if (c->bn && c->c2 > c_max) c_max = c->c2;
+        }
+        net->bn_allreduce = o.bn_allreduce;
+        net->bn_allreduce_ctx = o.bn_allreduce_ctx;
+        net->bn_sums = alloc_tensor(net, KERN_BN_SUMS_LEN(c_max), sizeof(double));
+        if (!net->bn_sums) goto fail;
+        if (net->gpu && !(net->h_sums = alloc_floats(KERN_BN_SUMS_LEN(c_max), sizeof(double))))
+            goto fail;
+    }
     for (int t = 0; t < I->n_tensors; t++)
         if (trn_model_tensor(m, t)->role == TRN_T_ANCHORS)
             net->anchors = trn_model_tensor(m, t)->offset;
@@ -317,8 +334,9 @@ void trn_net_destroy(struct trn_net *net)
     if (!net) return;
     if (net->ctx) {
         /* Tensor memory goes back through the backend that gave it, before the context. */
-        void *const t[] = { net->act,  net->dact, net->grad,    net->bn_stat, net->pool_idx,
-                            net->head, net->dec,  net->d_param, net->d_buf,   net->d_dout };
+        void *const t[] = { net->act,      net->dact,   net->grad,   net->bn_stat,
+                            net->pool_idx, net->head,   net->dec,    net->d_param,
+                            net->d_buf,    net->d_dout, net->bn_sums };
         for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
             kern_mem_free(net->ctx, t[k]);
     }
@@ -332,6 +350,7 @@ void trn_net_destroy(struct trn_net *net)
     free(net->h_dec);
     free(net->h_grad);
     free(net->h_view);
+    free(net->h_sums);
     free(net);
 }
 
@@ -362,6 +381,22 @@ long trn_net_output_shape(const struct trn_net *net, int level, int shape[5])
 /* ---------------------------------------------------------------------------------------- */
 /* Forward                                                                                  */
 
+/* SyncBatchNorm: sum bn_sums (a c-channel layer's) over the ranks through the hook, which
+ * takes host memory: on the device path the sums go through h_sums. */
+static int bn_sync(struct trn_net *net, int c)
+{
+    const size_t n = KERN_BN_SUMS_LEN(c);
+    double *host = net->bn_sums;
+    if (net->gpu) {
+        TRY(kern_mem_copy(net->ctx, net->h_sums, net->bn_sums, n * sizeof(double), KERN_COPY_D2H));
+        host = net->h_sums;
+    }
+    TRY(net->bn_allreduce(net->bn_allreduce_ctx, host, n));
+    if (net->gpu)
+        TRY(kern_mem_copy(net->ctx, net->bn_sums, host, n * sizeof(double), KERN_COPY_H2D));
+    return 0;
+}
+
 static int conv_fwd(struct trn_net *net, int ci, bool train)
 {
     const struct kern_ops *K = net->K;
@@ -374,9 +409,17 @@ static int conv_fwd(struct trn_net *net, int ci, bool train)
     bn_desc(net, ci, &d);
     if (train) {
         float *mean = net->bn_stat + net->bn_off[ci];
-        TRY(K->bn_silu_fwd_train(net->ctx, &d, A(net, ac->act), mean, mean + c->c2,
-                                 B(net, c->bn_mean), B(net, c->bn_var), A(net, ac->conv),
-                                 P(net, c->bn_weight), P(net, c->bn_bias)));
+        if (net->bn_allreduce) {
+            TRY(K->bn_stats(net->ctx, &d, net->bn_sums, A(net, ac->conv)));
+            TRY(bn_sync(net, c->c2));
+            TRY(K->bn_silu_fwd_apply(net->ctx, &d, A(net, ac->act), mean, mean + c->c2,
+                                     B(net, c->bn_mean), B(net, c->bn_var), A(net, ac->conv),
+                                     P(net, c->bn_weight), P(net, c->bn_bias), net->bn_sums));
+        } else {
+            TRY(K->bn_silu_fwd_train(net->ctx, &d, A(net, ac->act), mean, mean + c->c2,
+                                     B(net, c->bn_mean), B(net, c->bn_var), A(net, ac->conv),
+                                     P(net, c->bn_weight), P(net, c->bn_bias)));
+        }
         int64_t *cnt = trn_model_arena(net->m, TRN_ARENA_COUNT);
         cnt[trn_model_tensor(net->m, c->bn_count)->offset] += 1;
     } else {
@@ -544,9 +587,21 @@ static int conv_bwd(struct trn_net *net, int ci)
         bn_desc(net, ci, &d);
         const float *mean = net->bn_stat + net->bn_off[ci];
         net->has[ac->conv] = 1;
-        TRY(K->bn_silu_bwd(net->ctx, &d, D(net, ac->conv), G(net, c->bn_weight), G(net, c->bn_bias),
-                           D(net, ac->act), A(net, ac->conv), P(net, c->bn_weight),
-                           P(net, c->bn_bias), mean, mean + c->c2, KERN_ACCUM_DPARAM));
+        if (net->bn_allreduce) {
+            TRY(K->bn_silu_bwd_reduce(net->ctx, &d, net->bn_sums, G(net, c->bn_weight),
+                                      G(net, c->bn_bias), D(net, ac->act), A(net, ac->conv),
+                                      P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
+                                      KERN_ACCUM_DPARAM));
+            TRY(bn_sync(net, c->c2));
+            TRY(K->bn_silu_bwd_apply(net->ctx, &d, D(net, ac->conv), D(net, ac->act),
+                                     A(net, ac->conv), P(net, c->bn_weight), P(net, c->bn_bias),
+                                     mean, mean + c->c2, net->bn_sums, 0));
+        } else {
+            TRY(K->bn_silu_bwd(net->ctx, &d, D(net, ac->conv), G(net, c->bn_weight),
+                               G(net, c->bn_bias), D(net, ac->act), A(net, ac->conv),
+                               P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
+                               KERN_ACCUM_DPARAM));
+        }
     } else if (c->bias >= 0) {
         TRY(K->conv2d_bwd_bias(net->ctx, &net->cd[ci], G(net, c->bias), D(net, ac->conv),
                                KERN_ACCUM_DPARAM));

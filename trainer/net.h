@@ -20,6 +20,15 @@
  * running_var (momentum 0.03, unbiased variance) in the model's buffer arena and adds 1 to each
  * num_batches_tracked, as PyTorch's train mode does; an eval forward normalises with the running
  * statistics and changes nothing in the model.
+ * SyncBatchNorm (trn_net_opts.bn_allreduce set): a training forward computes each BN layer's
+ * statistics in phases (kern.h "Batch norm in phases"): this net's per-channel sums, the hook
+ * (which sums them over the data-parallel ranks), then the normalisation with the global mean and
+ * biased variance and the running-stat update with the global count's unbiased variance; the
+ * backward likewise sums (sum dz, sum dz xhat) before computing dx. The BN parameter gradients
+ * stay this net's own (the caller's gradient all-reduce sums them, as DDP with PyTorch's
+ * SyncBatchNorm does). The hook runs once per BN layer, in layer order in the forward and in
+ * reverse order in the backward, the same sequence for every net of one model: so every rank
+ * must run the same forwards and backwards (any batch size: the count is summed too).
  *
  * GRADIENTS. trn_net_backward ADDS (+=) into the parameter grad arena, so calls over several
  * micro-batches accumulate; trn_net_zero_grad clears it. The input gradient (optional) is
@@ -27,7 +36,8 @@
  *
  * ERRORS. Functions returning int give 0 on success or a negative code: -EINVAL (bad
  * arguments or call order), -ENOMEM, -TRN_MODEL_ESHAPE (an image size the model cannot take),
- * -TRN_MODEL_EUNSUPPORTED (an Upsample factor other than 2), or a kern code (-KERN_E*).
+ * -TRN_MODEL_EUNSUPPORTED (an Upsample factor other than 2), a kern code (-KERN_E*), or
+ * what trn_net_opts.bn_allreduce returned.
  * trn_net_strerror names each. The library never prints and never exits.
  *
  * DEVICES. A net on a CUDA context (trn_net_opts.device) runs the same ops from kern_ops_cuda()
@@ -72,6 +82,12 @@ struct trn_net_opts {
     bool device_path;     /* tests: on a CPU context, run the GPU net's data path anyway
                              (separate parameter and buffer copies, host mirrors, every copy
                              through kern_mem_copy) so that it is tested where no GPU is */
+    /* SyncBatchNorm (see BATCH NORM): NULL for per-net batch statistics, or a function that
+       sums buf[0..n) (host memory, KERN_BN_SUMS_LEN(c) doubles of one BN layer) elementwise
+       over every rank in place, the same bytes on every rank, and returns 0 or a negative code
+       (then the forward or backward stops and returns it). Called from the net's thread. */
+    int (*bn_allreduce)(void *ctx, double *buf, size_t n);
+    void *bn_allreduce_ctx; /* bn_allreduce's first argument (borrowed) */
 };
 
 /* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false,

@@ -445,6 +445,7 @@ struct run {
     int local_bs;          /* images per step on this rank: batch_size / world */
     float *acc;            /* world > 1: gradients summed over ranks since the last optimizer
                               step (PARAM layout); the nets' arenas then hold one batch's only */
+    bool bn_sync_failed;   /* a SyncBatchNorm all-reduce failed: err gets trn_dist_error */
 };
 
 static void logline(const struct run *R, const char *fmt, ...)
@@ -500,8 +501,9 @@ static char *opt_yaml(const struct run *R, size_t *len)
     yaml_quote(f, o->project ? o->project : "");
     fprintf(f, "\nname: ");
     yaml_quote(f, o->name ? o->name : "");
-    fprintf(f, "\ncos_lr: %s\nlabel_smoothing: 0.0\nseed: %" PRIu64 "\nnc: %d\nsave_dir: ",
-            o->cos_lr ? "true" : "false", o->seed, R->info->nc);
+    fprintf(
+        f, "\ncos_lr: %s\nlabel_smoothing: 0.0\nseed: %" PRIu64 "\nnc: %d\nsync_bn: %s\nsave_dir: ",
+        o->cos_lr ? "true" : "false", o->seed, R->info->nc, o->sync_bn ? "true" : "false");
     yaml_quote(f, o->run_dir);
     fputc('\n', f);
     if (fclose(f) != 0) {
@@ -524,8 +526,8 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
             R->epoch, R->step, (int64_t)R->epoch * R->nb + R->step, R->nb);
     fprintf(f, "epochs: %d\nimg: %d\nbatch_size: %d\nseed: %" PRIu64 "\n", o->epochs, o->img,
             o->batch_size, o->seed);
-    fprintf(f, "optimizer: %s\ncos_lr: %s\nnc: %d\n", optim_names[o->optimizer],
-            o->cos_lr ? "true" : "false", R->info->nc);
+    fprintf(f, "optimizer: %s\ncos_lr: %s\nnc: %d\nsync_bn: %s\n", optim_names[o->optimizer],
+            o->cos_lr ? "true" : "false", R->info->nc, o->sync_bn ? "true" : "false");
     fprintf(f, "names:\n");
     for (int k = 0; k < R->n_names; k++) {
         fprintf(f, "  - ");
@@ -763,6 +765,8 @@ static int resume_opts(struct run *R, const struct ckpt *C, char *err, size_t ca
                    : !strcmp(opt, "AdamW") ? TRN_OPTIM_ADAMW
                                            : TRN_OPTIM_SGD;
     o->cos_lr = !strcmp(cos, "true");
+    const char *sb = meta_get(M, "sync_bn"); /* absent in checkpoints older than the option */
+    o->sync_bn = sb && !strcmp(sb, "true");
     copy_meta_str(M, "records", R->resume_records, sizeof R->resume_records, &o->records);
     copy_meta_str(M, "val_records", R->resume_val, sizeof R->resume_val, &o->val_records);
     copy_meta_str(M, "cfg", R->resume_cfg, sizeof R->resume_cfg, &o->cfg);
@@ -932,12 +936,26 @@ static int64_t max_labels(const struct ffr_reader *r)
     return most;
 }
 
+/* SyncBatchNorm (opts.sync_bn): a BN layer's sums from the net, summed over the ranks. */
+static int bn_allreduce(void *ctx, double *buf, size_t n)
+{
+    struct run *const R = ctx;
+    const int rc = trn_dist_allreduce_f64(R->dist, buf, n);
+    if (rc < 0) R->bn_sync_failed = true;
+    return rc;
+}
+
 static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn_loss **loss,
                          float **dp, int64_t max_t, char *err, size_t cap)
 {
     struct trn_net_opts no;
     trn_net_opts_default(&no);
     no.ctx = R->gpu_ctx ? R->gpu_ctx : R->ctx;
+    if (R->world > 1 && R->o.sync_bn) {
+        /* the training nets only: validation (rank 0 alone) runs eval forwards on its own net */
+        no.bn_allreduce = bn_allreduce;
+        no.bn_allreduce_ctx = R;
+    }
     char e[512] = "";
     int rc = trn_net_create(R->m, bs, R->o.img, R->o.img, &no, net, e, sizeof e);
     if (rc < 0) {
@@ -1251,7 +1269,12 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
     const float *out[TRN_MODEL_MAX_LEVELS];
     int rc = trn_net_forward(net, b->images, true, out);
     if (rc < 0) {
-        seterr(err, cap, "forward: %s", trn_net_strerror(rc));
+        if (R->bn_sync_failed)
+            seterr(err, cap,
+                   "SyncBatchNorm all-reduce in the forward at epoch %u batch %" PRIu64 ": %s",
+                   b->epoch, b->step, trn_dist_error(R->dist));
+        else
+            seterr(err, cap, "forward: %s", trn_net_strerror(rc));
         return rc;
     }
     if (b->n_targets > (size_t)INT32_MAX) return -E2BIG;
@@ -1266,7 +1289,12 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
         return -ERANGE;
     }
     if ((rc = trn_net_backward(net, (const float *const *)dp)) < 0) {
-        seterr(err, cap, "backward: %s", trn_net_strerror(rc));
+        if (R->bn_sync_failed)
+            seterr(err, cap,
+                   "SyncBatchNorm all-reduce in the backward at epoch %u batch %" PRIu64 ": %s",
+                   b->epoch, b->step, trn_dist_error(R->dist));
+        else
+            seterr(err, cap, "backward: %s", trn_net_strerror(rc));
         return rc;
     }
     float *grad = trn_net_grad(R->net);
@@ -1580,8 +1608,9 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             R->o.batch_size, R->last_bs * R->world, R->o.epochs, R->o.img,
             trn_optim_accumulate(trn_optim_get_opts(R->opt)), optim_names[R->o.optimizer]);
     if (R->world > 1)
-        logline(R, "DDP: %d ranks over %s, %d images per rank per batch, gradients summed",
-                R->world, trn_dist_backend_name(trn_dist_backend(R->dist)), R->local_bs);
+        logline(R, "DDP: %d ranks over %s, %d images per rank per batch, gradients summed%s",
+                R->world, trn_dist_backend_name(trn_dist_backend(R->dist)), R->local_bs,
+                R->o.sync_bn ? ", SyncBatchNorm" : "");
     logline(R, "%11s%11s%11s%11s%11s%11s%11s", "Epoch", "GPU_mem", "box_loss", "obj_loss",
             "cls_loss", "Instances", "Size");
 

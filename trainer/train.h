@@ -70,12 +70,16 @@
  * gradients; every rank then runs the same optimizer step on the same bytes. The all-reduce runs
  * after the whole backward: the net does not expose per-layer gradient readiness, and on the CPU
  * path compute and the collective would share the same cores anyway. BatchNorm uses each rank's
- * own batch statistics (DDP without SyncBatchNorm). Only rank 0 validates, keeps the EMA, logs,
- * and writes results.csv, plots and checkpoints (run_dir may be NULL on the other ranks); at
- * every epoch end the ranks exchange rank 0's early-stop decision and status and check that
- * their weights are still the same bytes (a mismatch is an error, not a silent divergence). A
- * checkpoint holds the summed pending gradients, so it resumes on any world size that divides
- * the batch.
+ * own batch statistics (DDP without SyncBatchNorm) unless opts.sync_bn: then the training nets
+ * sum every BN layer's statistics, and in backward its (sum dz, sum dz xhat), over the ranks
+ * (trn_net_opts.bn_allreduce over trn_dist_allreduce_f64), which is PyTorch's SyncBatchNorm
+ * (docs/distributed.md: 2 ranks x batch 2 then train as 1 rank x batch 4 to float rounding when
+ * the ranks match as many targets, the losses being per-rank means). Only rank 0 validates,
+ * keeps the EMA, logs, and writes results.csv, plots and checkpoints (run_dir may be NULL on the
+ * other ranks); at every epoch end the ranks exchange rank 0's early-stop decision and status and
+ * check that their weights are still the same bytes (a mismatch is an error, not a silent
+ * divergence). A checkpoint holds the summed pending gradients, so it resumes on any world size
+ * that divides the batch.
  *
  * ERRORS. int functions return >= 0 on success or a negative code: -errno (-EINVAL bad options,
  * -ENOMEM, -ENOENT, -EACCES, -ENOSPC, -EIO from files), -TRN_TRAIN_ECKPT (a checkpoint that
@@ -170,6 +174,9 @@ struct trn_train_opts {
     struct trn_dist *dist; /* NULL: one process; else the job's communicator (borrowed; see
                               RANKS). On a collective's failure the run returns its code and
                               err has trn_dist_error's line: the caller then aborts the job */
+    bool sync_bn;          /* SyncBatchNorm over the ranks (see RANKS); no effect with one rank
+                              (ultralytics converts only under DDP). Recorded in the checkpoint
+                              and opt.yaml; when resuming it comes from the checkpoint [false] */
 };
 
 /* Fill o with the defaults in brackets. o: out. Thread-safe. */

@@ -106,7 +106,8 @@ static void usage(FILE *f)
         "  --dist-backend B      auto, tcp or mpi (default auto: mpi under mpirun, else tcp)\n"
         "  --dist-timeout S      seconds a rank waits for the others in a collective before the\n"
         "                        job fails (default 1800); also bounds the rendezvous\n"
-        "  --sync-bn             SyncBatchNorm (not available yet with more than one rank)\n"
+        "  --sync-bn             SyncBatchNorm: BatchNorm statistics over the global batch\n"
+        "                        (all ranks), as PyTorch's; no effect on one rank\n"
         "Output:\n"
         "  --project DIR         save to DIR/NAME (default runs/train)\n"
         "  --name NAME           run name (default exp; exp2, exp3, ... when taken)\n"
@@ -770,6 +771,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
                   : !strcmp(A->optimizer, "AdamW") ? TRN_OPTIM_ADAMW
                                                    : TRN_OPTIM_SGD;
     o.cos_lr = A->cos_lr;
+    o.sync_bn = A->sync_bn; /* when resuming, the checkpoint's setting wins */
     o.noval = A->noval;
     o.patience = (int)A->patience;
     o.stop_after = A->stop_after;
@@ -975,15 +977,6 @@ static int join_job(const struct args *A, struct trn_dist **dist, int *local_wor
         return 1;
     }
     *local_world = env.local_world_size;
-    if (A->sync_bn && env.world_size > 1) {
-        fprintf(stderr,
-                PROG ": --sync-bn is not available yet with %d ranks: the network does not let "
-                     "BatchNorm's statistics be all-reduced (docs/distributed.md)\n"
-                     "hint: leave it out: each rank then normalises with its own batch, as DDP "
-                     "without SyncBatchNorm\n",
-                env.world_size);
-        return 2;
-    }
     struct trn_dist_opts o;
     trn_dist_opts_default(&o);
     trn_dist_backend_parse(A->dist_backend, &o.backend);

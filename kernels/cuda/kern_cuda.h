@@ -179,6 +179,47 @@ KERN_API int kern_cuda_ciou_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT db1,
                                 const float *KERN_RESTRICT b1, const float *KERN_RESTRICT b2,
                                 size_t n, unsigned accum);
 
+/* The twins of kern.h's "Batch norm in phases" (SyncBatchNorm): the sums buffer is device memory
+ * too. */
+KERN_API int kern_cuda_bn_stats(struct kern_ctx *ctx, const struct kern_bn *d,
+                                double *KERN_RESTRICT sums, const float *KERN_RESTRICT x);
+KERN_API int
+kern_cuda_bn_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT y,
+                       float *KERN_RESTRICT save_mean, float *KERN_RESTRICT save_invstd,
+                       float *KERN_RESTRICT running_mean, float *KERN_RESTRICT running_var,
+                       const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                       const float *KERN_RESTRICT beta, const double *KERN_RESTRICT sums);
+KERN_API int
+kern_cuda_bn_silu_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT y,
+                            float *KERN_RESTRICT save_mean, float *KERN_RESTRICT save_invstd,
+                            float *KERN_RESTRICT running_mean, float *KERN_RESTRICT running_var,
+                            const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                            const float *KERN_RESTRICT beta, const double *KERN_RESTRICT sums);
+KERN_API int kern_cuda_bn_bwd_reduce(struct kern_ctx *ctx, const struct kern_bn *d,
+                                     double *KERN_RESTRICT sums, float *KERN_RESTRICT dgamma,
+                                     float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
+                                     const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                                     const float *KERN_RESTRICT beta,
+                                     const float *KERN_RESTRICT save_mean,
+                                     const float *KERN_RESTRICT save_invstd, unsigned accum);
+KERN_API int kern_cuda_bn_silu_bwd_reduce(
+    struct kern_ctx *ctx, const struct kern_bn *d, double *KERN_RESTRICT sums,
+    float *KERN_RESTRICT dgamma, float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
+    const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
+    const float *KERN_RESTRICT save_mean, const float *KERN_RESTRICT save_invstd, unsigned accum);
+KERN_API int kern_cuda_bn_bwd_apply(struct kern_ctx *ctx, const struct kern_bn *d,
+                                    float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
+                                    const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                                    const float *KERN_RESTRICT beta,
+                                    const float *KERN_RESTRICT save_mean,
+                                    const float *KERN_RESTRICT save_invstd,
+                                    const double *KERN_RESTRICT sums, unsigned accum);
+KERN_API int kern_cuda_bn_silu_bwd_apply(
+    struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT dx,
+    const float *KERN_RESTRICT dy, const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+    const float *KERN_RESTRICT beta, const float *KERN_RESTRICT save_mean,
+    const float *KERN_RESTRICT save_invstd, const double *KERN_RESTRICT sums, unsigned accum);
+
 #ifdef __cplusplus
 }
 #endif

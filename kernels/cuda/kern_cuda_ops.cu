@@ -35,6 +35,13 @@ static const struct kern_ops kern_cuda_ops = {
     kern_cuda_bce_logits_bwd,
     kern_cuda_ciou_fwd,
     kern_cuda_ciou_bwd,
+    kern_cuda_bn_stats,
+    kern_cuda_bn_fwd_apply,
+    kern_cuda_bn_silu_fwd_apply,
+    kern_cuda_bn_bwd_reduce,
+    kern_cuda_bn_silu_bwd_reduce,
+    kern_cuda_bn_bwd_apply,
+    kern_cuda_bn_silu_bwd_apply,
 };
 
 const struct kern_ops *kern_ops_cuda(void)

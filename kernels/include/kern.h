@@ -453,6 +453,110 @@ KERN_API int kern_ref_ciou_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT db1,
                                size_t n, unsigned accum);
 
 /* ---------------------------------------------------------------------------------------- */
+/* Batch norm in phases, for SyncBatchNorm                                                  */
+
+/*
+ * The training BN and BN+SiLU above, split where a data-parallel caller sums per-channel
+ * statistics over its ranks, as PyTorch's SyncBatchNorm does:
+ *
+ *   forward:  kern_ref_bn_stats(x) -> sums;  sum sums over the ranks;
+ *             kern_ref_bn[_silu]_fwd_apply(sums) -> y, save_mean, save_invstd, running stats
+ *   backward: kern_ref_bn[_silu]_bwd_reduce(dy) -> sums, dgamma, dbeta;  sum sums over the ranks;
+ *             kern_ref_bn[_silu]_bwd_apply(sums) -> dx
+ *
+ * SUMS. KERN_BN_SUMS_LEN(c) = 2c + 1 doubles of the backend's tensor memory (device memory for
+ * CUDA): sums[0..c) and sums[c..2c) hold two per-channel sums and sums[2c] the number of
+ * elements per channel they cover (n * hw on one rank). The caller adds the ranks' buffers
+ * elementwise (any order, any transport), so the apply ops read the global sums AND the global
+ * count N: ranks may hold different batch sizes. Without the sum (one rank) the phases compute
+ * what kern_ref_bn[_silu]_fwd_train and _bwd compute, up to rounding.
+ *   kern_ref_bn_stats:         (sum x, sum x^2, n hw)
+ *   kern_ref_bn*_bwd_reduce:   (sum dz, sum dz xhat, n hw), dz = dy for BN, dy silu'(z) for
+ *                              BN+SiLU (z = xhat gamma + beta recomputed), xhat = (x -
+ *                              save_mean) save_invstd
+ * WHY DOUBLE. The forward needs a sum it can add over ranks, so the variance comes back as
+ * E[x^2] - mean^2 after the sum, which cancels when |mean| >> std: in float pairs the relative
+ * error of the variance would be about 6e-8 (mean / std)^2 (1e-4 at mean = 40 std); in double it
+ * is 1e-16 (mean / std)^2, negligible below mean = 1e4 std (the bound the CUDA BN forward already
+ * has). Locally each rank still computes its channel mean and sum of squared deviations as the
+ * fused op does (two-level, Chan's merge) and only then forms sum x^2 = M2 + N mean^2, so no
+ * float sum of squares is ever formed. Backends need float64 sums: TCP, MPI and NCCL all have
+ * them; the buffers are 2c + 1 values per layer, never the activations.
+ *
+ * FORWARD APPLY. mean = sums[ch] / N, var = max(sums[c + ch] / N - mean^2, 0) (biased) and
+ * invstd = 1 / sqrt(var + eps) normalise x; save_mean, save_invstd receive them (for backward;
+ * either may be NULL); running_mean, running_var (both or neither) are updated with momentum and
+ * the UNBIASED global variance var N / (N - 1), as SyncBatchNorm's
+ * batch_norm_gather_stats_with_counts.
+ * BACKWARD. bwd_reduce writes this rank's sums, and dgamma = sum dz xhat, dbeta = sum dz of THIS
+ * rank's batch (=|+= by KERN_ACCUM_DPARAM; both may be NULL): parameter gradients stay local,
+ * as in SyncBatchNorm, and the data-parallel gradient all-reduce sums them like every other
+ * parameter's. bwd_apply: dx (=|+= by KERN_ACCUM_DX) = gamma invstd (dz - sum dz / N - xhat
+ * sum(dz xhat) / N) with the reduced sums and N.
+ * The BN and BN+SiLU variants of each phase have the same parameter list. In the backward
+ * phases beta is read only by the BN+SiLU ones (it may be NULL for plain BN), and gamma by every
+ * one but kern_ref_bn_bwd_reduce (NULL allowed there).
+ * save_mean and save_invstd given to the backward phases come from the forward apply on the
+ * same x.
+ * Errors: -EINVAL as the fused ops (bad shape, NULL tensors, a local n * hw < 2 when running
+ * stats are updated). The summed values are not checked (on CUDA they are in device memory):
+ * the count must be >= 1, and >= 2 when running stats are updated.
+ */
+#define KERN_BN_SUMS_LEN(c) (2u * (size_t)(c) + 1u)
+
+/* Forward phase 1: sums (KERN_BN_SUMS_LEN(d->c), overwritten) = (sum x, sum x^2, n hw). */
+KERN_API int kern_ref_bn_stats(struct kern_ctx *ctx, const struct kern_bn *d,
+                               double *KERN_RESTRICT sums, const float *KERN_RESTRICT x);
+
+/* Forward phase 2: y = bn(x) with the summed statistics (see FORWARD APPLY). */
+KERN_API int
+kern_ref_bn_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT y,
+                      float *KERN_RESTRICT save_mean, float *KERN_RESTRICT save_invstd,
+                      float *KERN_RESTRICT running_mean, float *KERN_RESTRICT running_var,
+                      const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                      const float *KERN_RESTRICT beta, const double *KERN_RESTRICT sums);
+
+/* Forward phase 2 with SiLU: y = silu(bn(x)); as kern_ref_bn_fwd_apply. */
+KERN_API int
+kern_ref_bn_silu_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT y,
+                           float *KERN_RESTRICT save_mean, float *KERN_RESTRICT save_invstd,
+                           float *KERN_RESTRICT running_mean, float *KERN_RESTRICT running_var,
+                           const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                           const float *KERN_RESTRICT beta, const double *KERN_RESTRICT sums);
+
+/* Backward phase 1 (BN): sums = (sum dy, sum dy xhat, n hw); local dgamma, dbeta. */
+KERN_API int kern_ref_bn_bwd_reduce(struct kern_ctx *ctx, const struct kern_bn *d,
+                                    double *KERN_RESTRICT sums, float *KERN_RESTRICT dgamma,
+                                    float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
+                                    const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                                    const float *KERN_RESTRICT beta,
+                                    const float *KERN_RESTRICT save_mean,
+                                    const float *KERN_RESTRICT save_invstd, unsigned accum);
+
+/* Backward phase 1 (BN+SiLU, dy the gradient of the SiLU output): as above with dz. */
+KERN_API int kern_ref_bn_silu_bwd_reduce(
+    struct kern_ctx *ctx, const struct kern_bn *d, double *KERN_RESTRICT sums,
+    float *KERN_RESTRICT dgamma, float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
+    const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
+    const float *KERN_RESTRICT save_mean, const float *KERN_RESTRICT save_invstd, unsigned accum);
+
+/* Backward phase 2 (BN): dx from the summed (sum dy, sum dy xhat, N). KERN_ACCUM_DX. */
+KERN_API int kern_ref_bn_bwd_apply(struct kern_ctx *ctx, const struct kern_bn *d,
+                                   float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
+                                   const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                                   const float *KERN_RESTRICT beta,
+                                   const float *KERN_RESTRICT save_mean,
+                                   const float *KERN_RESTRICT save_invstd,
+                                   const double *KERN_RESTRICT sums, unsigned accum);
+
+/* Backward phase 2 (BN+SiLU): dx from the summed (sum dz, sum dz xhat, N). KERN_ACCUM_DX. */
+KERN_API int kern_ref_bn_silu_bwd_apply(
+    struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT dx,
+    const float *KERN_RESTRICT dy, const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+    const float *KERN_RESTRICT beta, const float *KERN_RESTRICT save_mean,
+    const float *KERN_RESTRICT save_invstd, const double *KERN_RESTRICT sums, unsigned accum);
+
+/* ---------------------------------------------------------------------------------------- */
 /* Backend table                                                                            */
 
 /*
@@ -510,6 +614,26 @@ struct kern_ops {
     int (*ciou_fwd)(struct kern_ctx *, float *, const float *, const float *, size_t);
     int (*ciou_bwd)(struct kern_ctx *, float *, float *, const float *, const float *,
                     const float *, size_t, unsigned);
+    /* Batch norm in phases (SyncBatchNorm); appended so that older initialisers stay valid. */
+    int (*bn_stats)(struct kern_ctx *, const struct kern_bn *, double *, const float *);
+    int (*bn_fwd_apply)(struct kern_ctx *, const struct kern_bn *, float *, float *, float *,
+                        float *, float *, const float *, const float *, const float *,
+                        const double *);
+    int (*bn_silu_fwd_apply)(struct kern_ctx *, const struct kern_bn *, float *, float *, float *,
+                             float *, float *, const float *, const float *, const float *,
+                             const double *);
+    int (*bn_bwd_reduce)(struct kern_ctx *, const struct kern_bn *, double *, float *, float *,
+                         const float *, const float *, const float *, const float *, const float *,
+                         const float *, unsigned);
+    int (*bn_silu_bwd_reduce)(struct kern_ctx *, const struct kern_bn *, double *, float *, float *,
+                              const float *, const float *, const float *, const float *,
+                              const float *, const float *, unsigned);
+    int (*bn_bwd_apply)(struct kern_ctx *, const struct kern_bn *, float *, const float *,
+                        const float *, const float *, const float *, const float *, const float *,
+                        const double *, unsigned);
+    int (*bn_silu_bwd_apply)(struct kern_ctx *, const struct kern_bn *, float *, const float *,
+                             const float *, const float *, const float *, const float *,
+                             const float *, const double *, unsigned);
 };
 
 /* The CPU reference table (kern_ref_*); its contexts are KERN_BACKEND_CPU. Never NULL. */

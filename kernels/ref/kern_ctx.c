@@ -287,6 +287,13 @@ static const struct kern_ops kern_ref_ops = {
     .bce_logits_bwd = kern_ref_bce_logits_bwd,
     .ciou_fwd = kern_ref_ciou_fwd,
     .ciou_bwd = kern_ref_ciou_bwd,
+    .bn_stats = kern_ref_bn_stats,
+    .bn_fwd_apply = kern_ref_bn_fwd_apply,
+    .bn_silu_fwd_apply = kern_ref_bn_silu_fwd_apply,
+    .bn_bwd_reduce = kern_ref_bn_bwd_reduce,
+    .bn_silu_bwd_reduce = kern_ref_bn_silu_bwd_reduce,
+    .bn_bwd_apply = kern_ref_bn_bwd_apply,
+    .bn_silu_bwd_apply = kern_ref_bn_silu_bwd_apply,
 };
 
 const struct kern_ops *kern_ops_ref(void)

@@ -215,6 +215,139 @@ static void test_bn(int silu, int n, int c, int hw, unsigned accum)
         free(frees[i]);
 }
 
+/* ---- batch norm in phases (SyncBatchNorm): kern_cuda_bn_stats and friends ---- */
+
+/* Device copy of host doubles h[0..n). */
+static double *d_up_f64(const double *h, size_t n)
+{
+    double *const d = d_alloc(n * sizeof(double));
+    const cudaError_t e = cudaMemcpy(d, h, n * sizeof(double), cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) bail("cudaMemcpy up", e);
+    return d;
+}
+
+/* The device sums d[0..n) against the reference's: |gpu - ref| <= atol + rtol |ref|. */
+static void cmp_f64(const char *what, const double *d, const double *ref, size_t n, double atol,
+                    double rtol)
+{
+    double *const got = malloc(n * sizeof(double));
+    if (!got || kern_cuda_ctx_sync(g_gpu) < 0 ||
+        cudaMemcpy(got, d, n * sizeof(double), cudaMemcpyDeviceToHost) != cudaSuccess) {
+        printf("Bail out! copying sums back\n");
+        exit(99);
+    }
+    double worst = 0.0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs(got[i] - ref[i]);
+        if (!(e <= atol + rtol * fabs(ref[i]))) {
+            if (bad++ < 4) printf("#   %s[%zu]: got %.17g want %.17g\n", what, i, got[i], ref[i]);
+        }
+        if (!(e <= worst)) worst = e;
+    }
+    ok(bad == 0, "%s: %zu sums, atol %.1e rtol %.1e (max abs err %.3g)", what, n, atol, rtol,
+       worst);
+    free(got);
+}
+
+/*
+ * Each phase on both backends from the same inputs; the apply phases take the reference's sums
+ * (uploaded) so that every phase is compared on its own. Tolerances as test_bn; the sums differ
+ * by the reference's float chunk sums (the GPU adds every element in double; forward: x^2 per
+ * element on the GPU, M2 + N mean^2 on the CPU), so the forward's get 1e-5 of N.
+ */
+static void test_bn_sync(int silu, int n, int c, int hw, unsigned accum)
+{
+    struct kern_bn d;
+    kern_bn_init(&d, n, c, hw);
+    const size_t cnt = (size_t)n * c * hw, cc = (size_t)c, ns = KERN_BN_SUMS_LEN(c);
+    const char *const nm = silu ? "bn_silu" : "bn";
+    tap_diag("%s phases: n %d c %d hw %d accum %u", nm, n, c, hw, accum);
+    float *const x = rnd(cnt, -3.0f, 5.0f), *const dy = rnd(cnt, -1.0f, 1.0f);
+    float *const gamma = rnd(cc, 0.5f, 1.5f), *const beta = rnd(cc, -0.5f, 0.5f);
+    float *const rm = rnd(cc, -0.2f, 0.2f), *const rv = rnd(cc, 0.5f, 2.0f);
+    float *const y = kt_alloc(cnt), *const sm = kt_alloc(cc), *const si = kt_alloc(cc);
+    float *const dx = rnd(cnt, -1.0f, 1.0f), *const dg = rnd(cc, -1.0f, 1.0f);
+    float *const db = rnd(cc, -1.0f, 1.0f);
+    double *const fs = malloc(ns * sizeof(double)), *const bs = malloc(ns * sizeof(double));
+    if (!fs || !bs) exit(99);
+    float *const x_d = d_up(x, cnt), *const dy_d = d_up(dy, cnt), *const g_d = d_up(gamma, cc);
+    float *const b_d = d_up(beta, cc), *const rm_d = d_up(rm, cc), *const rv_d = d_up(rv, cc);
+    float *const y_d = d_canary(y, cnt), *const sm_d = d_canary(sm, cc);
+    float *const si_d = d_canary(si, cc);
+    if (!(accum & KERN_ACCUM_DX)) kt_poison(dx, cnt);
+    if (!(accum & KERN_ACCUM_DPARAM)) kt_poison(dg, cc), kt_poison(db, cc);
+    float *const dx_d = d_up(dx, cnt), *const dg_d = d_up(dg, cc), *const db_d = d_up(db, cc);
+    double *const fs_d = d_alloc(ns * sizeof(double)), *const bs_d = d_alloc(ns * sizeof(double));
+    char what[96];
+
+    CK(kern_ref_bn_stats(g_cpu, &d, fs, x));
+    CK(kern_cuda_bn_stats(g_gpu, &d, fs_d, x_d));
+    snprintf(what, sizeof(what), "%s bn_stats sums", nm);
+    /* the reference sums each L1 chunk in float lanes: ~1e-6 of the magnitude per sum */
+    cmp_f64(what, fs_d, fs, ns, 1e-5 * (double)n * hw, 1e-5);
+    double *const fs2_d = d_up_f64(fs, ns);
+    if (silu) {
+        CK(kern_ref_bn_silu_fwd_apply(g_cpu, &d, y, sm, si, rm, rv, x, gamma, beta, fs));
+        CK(kern_cuda_bn_silu_fwd_apply(g_gpu, &d, y_d, sm_d, si_d, rm_d, rv_d, x_d, g_d, b_d,
+                                       fs2_d));
+    } else {
+        CK(kern_ref_bn_fwd_apply(g_cpu, &d, y, sm, si, rm, rv, x, gamma, beta, fs));
+        CK(kern_cuda_bn_fwd_apply(g_gpu, &d, y_d, sm_d, si_d, rm_d, rv_d, x_d, g_d, b_d, fs2_d));
+    }
+    snprintf(what, sizeof(what), "%s_fwd_apply y", nm);
+    cmp(what, y_d, y, cnt, 1e-5, 1e-4);
+    snprintf(what, sizeof(what), "%s_fwd_apply save_mean", nm);
+    cmp(what, sm_d, sm, cc, 1e-6, 1e-5);
+    snprintf(what, sizeof(what), "%s_fwd_apply save_invstd", nm);
+    cmp(what, si_d, si, cc, 1e-6, 1e-5);
+    snprintf(what, sizeof(what), "%s_fwd_apply running_mean", nm);
+    cmp(what, rm_d, rm, cc, 1e-6, 1e-5);
+    snprintf(what, sizeof(what), "%s_fwd_apply running_var", nm);
+    cmp(what, rv_d, rv, cc, 1e-6, 1e-5);
+
+    float *const sm2_d = d_up(sm, cc), *const si2_d = d_up(si, cc);
+    if (silu) {
+        CK(kern_ref_bn_silu_bwd_reduce(g_cpu, &d, bs, dg, db, dy, x, gamma, beta, sm, si, accum));
+        CK(kern_cuda_bn_silu_bwd_reduce(g_gpu, &d, bs_d, dg_d, db_d, dy_d, x_d, g_d, b_d, sm2_d,
+                                        si2_d, accum));
+    } else {
+        CK(kern_ref_bn_bwd_reduce(g_cpu, &d, bs, dg, db, dy, x, gamma, beta, sm, si, accum));
+        CK(kern_cuda_bn_bwd_reduce(g_gpu, &d, bs_d, dg_d, db_d, dy_d, x_d, g_d, b_d, sm2_d, si2_d,
+                                   accum));
+    }
+    snprintf(what, sizeof(what), "%s_bwd_reduce sums", nm);
+    cmp_f64(what, bs_d, bs, ns, 1e-4, 1e-4); /* as test_bn's dgamma, dbeta */
+    snprintf(what, sizeof(what), "%s_bwd_reduce dgamma", nm);
+    cmp(what, dg_d, dg, cc, 1e-4, 1e-4);
+    snprintf(what, sizeof(what), "%s_bwd_reduce dbeta", nm);
+    cmp(what, db_d, db, cc, 1e-4, 1e-4);
+    double *const bs2_d = d_up_f64(bs, ns);
+    if (silu) {
+        CK(kern_ref_bn_silu_bwd_apply(g_cpu, &d, dx, dy, x, gamma, beta, sm, si, bs, accum));
+        CK(kern_cuda_bn_silu_bwd_apply(g_gpu, &d, dx_d, dy_d, x_d, g_d, b_d, sm2_d, si2_d, bs2_d,
+                                       accum));
+    } else {
+        CK(kern_ref_bn_bwd_apply(g_cpu, &d, dx, dy, x, gamma, beta, sm, si, bs, accum));
+        CK(kern_cuda_bn_bwd_apply(g_gpu, &d, dx_d, dy_d, x_d, g_d, b_d, sm2_d, si2_d, bs2_d,
+                                  accum));
+    }
+    snprintf(what, sizeof(what), "%s_bwd_apply dx", nm);
+    cmp(what, dx_d, dx, cnt, 2e-5, 1e-4);
+    const struct kern_ops *const K = kern_ops_cuda();
+    ok(K && K->bn_stats == kern_cuda_bn_stats &&
+           K->bn_silu_bwd_apply == kern_cuda_bn_silu_bwd_apply,
+       "kern_ops_cuda() carries the phases");
+
+    void *const frees_d[] = { x_d,  dy_d, g_d,  b_d,  rm_d, rv_d,  y_d,   sm_d,  si_d,
+                              dx_d, dg_d, db_d, fs_d, bs_d, fs2_d, sm2_d, si2_d, bs2_d };
+    for (size_t i = 0; i < sizeof(frees_d) / sizeof(frees_d[0]); i++)
+        cudaFree(frees_d[i]);
+    void *const frees[] = { x, dy, gamma, beta, rm, rv, y, sm, si, dx, dg, db, fs, bs };
+    for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++)
+        free(frees[i]);
+}
+
 /* ---- max pool, upsample ---- */
 
 static void test_maxpool(int n, int c, int h, int w, int k, int s, int p, unsigned accum)
@@ -581,8 +714,13 @@ int main(int argc, char **argv)
             test_bn(0, kt_randint(1, 4), kt_randint(1, 40), kt_randint(2, 900), accum);
             test_bn(1, kt_randint(1, 4), kt_randint(1, 40), kt_randint(2, 900), accum);
         }
-        test_bn(1, 2, 3, 80 * 80, KERN_ACCUM_DX); /* many chunks per channel */
-        test_bn(0, 2, 5, 1, 0);                   /* N = 2, one pixel per plane */
+        test_bn(1, 2, 3, 80 * 80, KERN_ACCUM_DX);         /* many chunks per channel */
+        test_bn(0, 2, 5, 1, 0);                           /* N = 2, one pixel per plane */
+        for (unsigned accum = 0; accum < 4; accum += 3) { /* SyncBatchNorm's phases */
+            test_bn_sync(0, kt_randint(1, 4), kt_randint(1, 40), kt_randint(2, 900), accum);
+            test_bn_sync(1, kt_randint(1, 4), kt_randint(1, 40), kt_randint(2, 900), accum);
+        }
+        test_bn_sync(1, 2, 3, 80 * 80, 0); /* many chunks per channel */
         for (unsigned accum = 0; accum < 2; accum++) {
             test_maxpool(2, 3, 20, 20, 5, 1, 2, accum); /* SPPF */
             test_maxpool(1, 2, 13, 11, 3, 2, 1, accum);
