@@ -23,7 +23,8 @@
  */
 #if defined(__x86_64__) && defined(__GNUC__) && KERN_HAS_ATTRIBUTE(target_clones) && \
     !defined(__SANITIZE_ADDRESS__) && !defined(__COVERITY__)
-#define KERN_VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define KERN_VEC_CLONES \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define KERN_VEC_CLONES
 #endif
