@@ -31,23 +31,10 @@
 #include "ffr.h"
 #include "model.h"
 #include "net.h"
+#include "run_testutil.h"
 #include "tap.h"
 
-static char dir[256];
 static const char *train, *synth, *pack, *models;
-
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096], full[4700];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s >%s/stdout.txt 2>%s/stderr.txt", cmd, dir, dir);
-    const int st = system(full);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 static char *file_in(const char *name)
 {

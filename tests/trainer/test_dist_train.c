@@ -35,25 +35,12 @@
 
 #include "ffr.h"
 #include "sampler.h"
+#include "run_testutil.h"
 #include "tap.h"
 
-static char dir[256];
 static const char *train, *synth, *pack, *models, *mpirun;
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096], full[4700];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s >%s/stdout.txt 2>%s/stderr.txt", cmd, dir, dir);
-    const int st = system(full);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-static char *slurp(const char *path)
+static char *slurp_or_empty(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return calloc(1, 1);
@@ -80,7 +67,7 @@ static char *file_in(const char *name)
 {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    return slurp(p);
+    return slurp_or_empty(p);
 }
 
 static void show(const char *name)

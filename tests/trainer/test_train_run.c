@@ -26,47 +26,10 @@
 
 #include "ffr.h"
 #include "hyp.h"
+#include "run_testutil.h"
 #include "tap.h"
 
-static char dir[256];
 static const char *train, *synth, *pack, *models;
-
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096], full[4700];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s >%s/stdout.txt 2>%s/stderr.txt", cmd, dir, dir);
-    const int st = system(full);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *s = NULL;
-    size_t n = 0, cap = 0, got;
-    char buf[65536];
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (n + got + 1 > cap) {
-            cap = 2 * (n + got + 1);
-            char *g = realloc(s, cap);
-            if (!g) break;
-            s = g;
-        }
-        memcpy(s + n, buf, got);
-        n += got;
-    }
-    fclose(f);
-    if (!s) s = calloc(1, 1);
-    if (s) s[n] = '\0';
-    if (len) *len = n;
-    return s;
-}
 
 static void show_stderr(void)
 {

@@ -19,47 +19,18 @@
 #include <cairo.h>
 
 #include "ffr.h"
+#include "run_testutil.h"
 #include "tap.h"
 
 #define COLS 14
 
-static char dir[256];
 static const char *train, *val, *synth, *pack, *models;
-
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096], full[4700];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s >%s/stdout.txt 2>%s/stderr.txt", cmd, dir, dir);
-    const int st = system(full);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
-    if (s) {
-        const size_t got = fread(s, 1, (size_t)(n > 0 ? n : 0), f);
-        s[got] = '\0';
-    }
-    fclose(f);
-    return s;
-}
 
 static void show_output(void)
 {
     char p[300];
     snprintf(p, sizeof p, "%s/stderr.txt", dir);
-    char *e = slurp(p);
+    char *e = slurp(p, NULL);
     if (e && e[0]) tap_diag("stderr: %.2000s", e);
     free(e);
 }
@@ -157,7 +128,7 @@ static void test_val(void)
     is_int(rc, 0, "yolo-train with --val-records");
     if (rc) show_output();
     snprintf(p, sizeof p, "%s/stdout.txt", dir);
-    char *out = slurp(p);
+    char *out = slurp(p, NULL);
     ok(out && strstr(out, "mAP50-95") && strstr(out, "                   all"),
        "the val table is printed each epoch");
     free(out);
@@ -208,7 +179,7 @@ static void test_val(void)
     is_int(rc, 0, "yolo-val --weights best.ckpt");
     if (rc) show_output();
     snprintf(p, sizeof p, "%s/stdout.txt", dir);
-    out = slurp(p);
+    out = slurp(p, NULL);
     const char *m50 = out ? strstr(out, "\"map50\"") : NULL;
     const char *m95 = out ? strstr(out, "\"map50_95\"") : NULL;
     double a = m50 ? strtod(strchr(m50, ':') + 1, NULL) : -1;
@@ -220,7 +191,7 @@ static void test_val(void)
     free(out);
     rc = run("%s --records %s/va.ffr --weights %s --img 96 --batch-size 16 --workers 1", val, dir,
              best_ckpt);
-    out = slurp(p);
+    out = slurp(p, NULL);
     ok(rc == 0 && out && strstr(out, "mAP50-95") && strstr(out, "rectangle"),
        "yolo-val prints the per-class table with the dataset's names");
     free(out);

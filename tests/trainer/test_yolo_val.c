@@ -27,51 +27,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "run_testutil.h"
 #include "tap.h"
-
-static char dir[256];
-
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096], full[4700];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s >%s/stdout.txt 2>%s/stderr.txt", cmd, dir, dir);
-    const int st = system(full);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *s = NULL;
-    size_t n = 0, cap = 0, got;
-    char buf[65536];
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (n + got + 1 > cap) {
-            cap = 2 * (n + got + 1);
-            char *g = realloc(s, cap);
-            if (!g) break;
-            s = g;
-        }
-        memcpy(s + n, buf, got);
-        n += got;
-    }
-    fclose(f);
-    if (!s) s = calloc(1, 1);
-    if (s) s[n] = '\0';
-    return s;
-}
 
 static char *out_text(const char *which)
 {
     char p[512];
     snprintf(p, sizeof p, "%s/%s.txt", dir, which);
-    return slurp(p);
+    return slurp(p, NULL);
 }
 
 static void show_stderr(void)
@@ -185,7 +148,7 @@ static void test_synthetic(const char *val, const char *synth, const char *pack)
     free(out);
     char path[512];
     snprintf(path, sizeof path, "%s/runs/t2/init_predictions.json", dir);
-    char *pj = slurp(path);
+    char *pj = slurp(path, NULL);
     cJSON *pred = pj ? cJSON_Parse(pj) : NULL;
     ok(cJSON_IsArray(pred), "--save-json wrote a JSON list (%s)", path);
     is_int(cJSON_GetArraySize(pred), dets, "one COCO entry per detection");
