@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "bench_data.h"
+#include "cli.h"
 #include "bench_step.h"
 #include "kern_cuda.h"
 #include "dist.h"
@@ -149,16 +150,6 @@ static int bad(const char *fmt, const char *a, const char *b)
     fprintf(stderr, fmt, a, b);
     fprintf(stderr, "\n" HINT "\n");
     return 2;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
 }
 
 static bool device_ok(const char *d)
@@ -290,7 +281,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         }
         if (opts[k].kind == 2) {
             long v;
-            if (parse_long(val, opts[k].lo, opts[k].hi, &v) < 0) {
+            if (trn_cli_long(val, opts[k].lo, opts[k].hi, &v) < 0) {
                 char range[64];
                 snprintf(range, sizeof range, " (a whole number in [%ld, %ld])", opts[k].lo,
                          opts[k].hi);
@@ -337,21 +328,12 @@ static int parse_args(int argc, char **argv, struct args *A)
                 return bad("--cache-max: bad size '%s'%s (bytes, or with K, M, G, T)", val, "");
             A->cache_max = (unsigned long long)(v * mul);
         }
-        if (!strcmp(key, "--dist-timeout")) {
-            char *end = NULL;
-            errno = 0;
-            A->dist_timeout = strtod(val, &end);
-            if (errno || end == val || *end || !(A->dist_timeout > 0) || A->dist_timeout > 604800)
-                return bad("--dist-timeout: bad value '%s'%s (seconds in (0, 604800])", val, "");
-        }
-        if (!strcmp(key, "--seconds")) {
-            char *end = NULL;
-            errno = 0;
-            A->seconds = strtod(val, &end);
-            if (errno || end == val || *end || !(A->seconds > 0) || A->seconds > 86400)
-                return bad("--seconds: bad value '%s'%s (a number of seconds in (0, 86400])", val,
-                           "");
-        }
+        if (!strcmp(key, "--dist-timeout") &&
+            (trn_cli_double(val, 0, 604800, &A->dist_timeout) < 0 || !(A->dist_timeout > 0)))
+            return bad("--dist-timeout: bad value '%s'%s (seconds in (0, 604800])", val, "");
+        if (!strcmp(key, "--seconds") &&
+            (trn_cli_double(val, 0, 86400, &A->seconds) < 0 || !(A->seconds > 0)))
+            return bad("--seconds: bad value '%s'%s (a number of seconds in (0, 86400])", val, "");
     }
     if (strcmp(A->optimizer, "SGD") && strcmp(A->optimizer, "Adam") &&
         strcmp(A->optimizer, "AdamW"))

@@ -24,40 +24,6 @@
 
 #include "kern_cuda_internal.h"
 
-#define BN_TARGET_BLOCKS 1024
-#define BN_MIN_CHUNK     2048 /* elements per block, at least */
-
-static int bn_check(const struct kern_bn *d)
-{
-    if (!d || d->n < 1 || d->c < 1 || d->hw < 1) return -EINVAL;
-    if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
-    /* partials (2 doubles per chunk) and coefficients (3 floats) of every channel must fit */
-    if ((size_t)d->c * 16u > KERN_CUDA_SCRATCH_BYTES / 2) return -EINVAL;
-    return 0;
-}
-
-static int bn_chunks(const struct kern_bn *d)
-{
-    const size_t cnt = (size_t)d->n * (size_t)d->hw;
-    size_t k = (BN_TARGET_BLOCKS + (size_t)d->c - 1) / (size_t)d->c;
-    const size_t by_size = (cnt + BN_MIN_CHUNK - 1) / BN_MIN_CHUNK;
-    const size_t by_scratch = KERN_CUDA_SCRATCH_BYTES / 2 / ((size_t)d->c * 16u);
-    if (k > by_size) k = by_size;
-    if (k > by_scratch) k = by_scratch;
-    return k < 1 ? 1 : (int)k;
-}
-
-__device__ __forceinline__ float sigmoid_dev(float v)
-{
-    return 1.0f / (1.0f + expf(-v));
-}
-
-__device__ __forceinline__ float silu_grad_dev(float v)
-{
-    const float s = sigmoid_dev(v);
-    return s * (1.0f + v * (1.0f - s));
-}
-
 /*
  * Pass 1. mode 0: sums of x and x^2. mode 1: sums of dz and dz xhat, dz = dy (silu 0) or
  * dy silu'(xhat gamma + beta) (silu 1). part[(ch * chunks + k) * 2 + {0, 1}].
@@ -91,7 +57,7 @@ __global__ void bn_partial(double *__restrict__ part, const float *__restrict__ 
             } else {
                 const float xh = (v - m) * is;
                 float gz = dy[off + j];
-                if (silu) gz *= silu_grad_dev(xh * g + bt);
+                if (silu) gz *= kern_cuda_silu_grad(xh * g + bt);
                 s += gz;
                 q += (double)gz * xh;
             }
@@ -156,7 +122,7 @@ __global__ void bn_apply_fwd(float *__restrict__ y, const float *__restrict__ x,
     float *const yp = y + plane * (size_t)hw;
     for (int j = threadIdx.x; j < hw; j += blockDim.x) {
         const float z = xp[j] * a + b;
-        yp[j] = silu ? z * sigmoid_dev(z) : z;
+        yp[j] = silu ? z * kern_cuda_sigmoid(z) : z;
     }
 }
 
@@ -197,15 +163,10 @@ __global__ void bn_apply_bwd(float *__restrict__ dx, const float *__restrict__ d
     for (int j = threadIdx.x; j < hw; j += blockDim.x) {
         const float xh = (x[off + j] - m) * is;
         float gz = dy[off + j];
-        if (silu) gz *= silu_grad_dev(xh * g + bt);
+        if (silu) gz *= kern_cuda_silu_grad(xh * g + bt);
         const float v = k * (gz - mdy - xh * mdyx);
         dx[off + j] = add ? dx[off + j] + v : v;
     }
-}
-
-static unsigned chan_blocks(int c)
-{
-    return (unsigned)((c + KERN_CUDA_THREADS - 1) / KERN_CUDA_THREADS);
 }
 
 static int bn_fwd_train_common(struct kern_ctx *ctx, const struct kern_bn *d, float *y,
@@ -214,7 +175,7 @@ static int bn_fwd_train_common(struct kern_ctx *ctx, const struct kern_bn *d, fl
                                const float *beta, int silu)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    const int rc = bn_check(d);
+    const int rc = kern_cuda_bn_check(d);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta) return -EINVAL;
     if (!running_mean != !running_var) return -EINVAL;
@@ -222,11 +183,11 @@ static int bn_fwd_train_common(struct kern_ctx *ctx, const struct kern_bn *d, fl
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     double *const part = (double *)st->scratch;
     float *const coef = (float *)((char *)st->scratch + KERN_CUDA_SCRATCH_BYTES / 2);
-    const int chunks = bn_chunks(d);
+    const int chunks = kern_cuda_bn_chunks(d);
     const double cnt = (double)d->n * (double)d->hw;
     bn_partial<<<dim3((unsigned)d->c, (unsigned)chunks), KERN_CUDA_THREADS, 0, st->stream>>>(
         part, x, NULL, NULL, NULL, NULL, NULL, d->n, d->c, d->hw, chunks, 0, 0);
-    bn_finalize_fwd<<<chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
+    bn_finalize_fwd<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         coef, save_mean, save_invstd, running_mean, running_var, part, gamma, beta, d->c, chunks,
         cnt, d->eps, d->momentum);
     bn_apply_fwd<<<(unsigned)((size_t)d->n * (size_t)d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
@@ -259,12 +220,12 @@ static int bn_fwd_eval_common(struct kern_ctx *ctx, const struct kern_bn *d, flo
                               const float *running_mean, const float *running_var, int silu)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    const int rc = bn_check(d);
+    const int rc = kern_cuda_bn_check(d);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta || !running_mean || !running_var) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     float *const coef = (float *)((char *)st->scratch + KERN_CUDA_SCRATCH_BYTES / 2);
-    bn_coef_eval<<<chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
+    bn_coef_eval<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         coef, gamma, beta, running_mean, running_var, d->c, d->eps);
     bn_apply_fwd<<<(unsigned)((size_t)d->n * (size_t)d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         y, x, coef, d->c, d->hw, silu);
@@ -295,7 +256,7 @@ static int bn_bwd_common(struct kern_ctx *ctx, const struct kern_bn *d, float *d
 {
     KERN_CHECK_CUDA_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
-    const int rc = bn_check(d);
+    const int rc = kern_cuda_bn_check(d);
     if (rc < 0) return rc;
     if (!dx || !dy || !x || !gamma || !save_mean || !save_invstd) return -EINVAL;
     if (!dgamma != !dbeta) return -EINVAL;
@@ -303,11 +264,11 @@ static int bn_bwd_common(struct kern_ctx *ctx, const struct kern_bn *d, float *d
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     double *const part = (double *)st->scratch;
     float *const coef = (float *)((char *)st->scratch + KERN_CUDA_SCRATCH_BYTES / 2);
-    const int chunks = bn_chunks(d);
+    const int chunks = kern_cuda_bn_chunks(d);
     const double cnt = (double)d->n * (double)d->hw;
     bn_partial<<<dim3((unsigned)d->c, (unsigned)chunks), KERN_CUDA_THREADS, 0, st->stream>>>(
         part, x, dy, gamma, beta, save_mean, save_invstd, d->n, d->c, d->hw, chunks, 1, silu);
-    bn_finalize_bwd<<<chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
+    bn_finalize_bwd<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         coef, dgamma, dbeta, part, gamma, save_invstd, d->c, chunks, cnt,
         (accum & KERN_ACCUM_DPARAM) != 0);
     bn_apply_bwd<<<(unsigned)((size_t)d->n * (size_t)d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
@@ -342,7 +303,7 @@ __global__ void silu_fwd_kernel(float *y, const float *x, size_t count)
     KERN_CUDA_LOOP(i, count)
     {
         const float v = x[i];
-        y[i] = v * sigmoid_dev(v);
+        y[i] = v * kern_cuda_sigmoid(v);
     }
 }
 
@@ -351,7 +312,7 @@ __global__ void silu_bwd_kernel(float *dx, const float *dy, const float *__restr
 {
     KERN_CUDA_LOOP(i, count)
     {
-        const float g = dy[i] * silu_grad_dev(x[i]);
+        const float g = dy[i] * kern_cuda_silu_grad(x[i]);
         dx[i] = add ? dx[i] + g : g;
     }
 }

@@ -21,45 +21,6 @@
 
 #include "kern_cuda_internal.h"
 
-#define BNS_TARGET_BLOCKS 1024
-#define BNS_MIN_CHUNK     2048 /* elements per block, at least */
-
-static int bns_check(const struct kern_bn *d)
-{
-    if (!d || d->n < 1 || d->c < 1 || d->hw < 1) return -EINVAL;
-    if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
-    /* partials (2 doubles per chunk) and coefficients (2 floats) of every channel must fit */
-    if ((size_t)d->c * 16u > KERN_CUDA_SCRATCH_BYTES / 2) return -EINVAL;
-    return 0;
-}
-
-static int bns_chunks(const struct kern_bn *d)
-{
-    const size_t cnt = (size_t)d->n * (size_t)d->hw;
-    size_t k = (BNS_TARGET_BLOCKS + (size_t)d->c - 1) / (size_t)d->c;
-    const size_t by_size = (cnt + BNS_MIN_CHUNK - 1) / BNS_MIN_CHUNK;
-    const size_t by_scratch = KERN_CUDA_SCRATCH_BYTES / 2 / ((size_t)d->c * 16u);
-    if (k > by_size) k = by_size;
-    if (k > by_scratch) k = by_scratch;
-    return k < 1 ? 1 : (int)k;
-}
-
-static unsigned bns_chan_blocks(int c)
-{
-    return (unsigned)((c + KERN_CUDA_THREADS - 1) / KERN_CUDA_THREADS);
-}
-
-static __device__ __forceinline__ float bns_sigmoid(float v)
-{
-    return 1.0f / (1.0f + expf(-v));
-}
-
-static __device__ __forceinline__ float bns_silu_grad(float v)
-{
-    const float s = bns_sigmoid(v);
-    return s * (1.0f + v * (1.0f - s));
-}
-
 /*
  * Pass 1. mode 0: sums of x and x^2. mode 1: sums of dz and dz xhat, dz = dy (silu 0) or
  * dy silu'(xhat gamma + beta) (silu 1). part[(ch * chunks + k) * 2 + {0, 1}].
@@ -93,7 +54,7 @@ static __global__ void bns_partial(double *__restrict__ part, const float *__res
             } else {
                 const float xh = (v - m) * is;
                 float gz = dy[off + j];
-                if (silu) gz *= bns_silu_grad(xh * g + bt);
+                if (silu) gz *= kern_cuda_silu_grad(xh * g + bt);
                 s += gz;
                 q += (double)gz * xh;
             }
@@ -165,7 +126,7 @@ static __global__ void bns_apply_fwd(float *__restrict__ y, const float *__restr
     float *const yp = y + plane * (size_t)hw;
     for (int j = threadIdx.x; j < hw; j += blockDim.x) {
         const float z = xp[j] * a + b;
-        yp[j] = silu ? z * bns_sigmoid(z) : z;
+        yp[j] = silu ? z * kern_cuda_sigmoid(z) : z;
     }
 }
 
@@ -187,7 +148,7 @@ static __global__ void bns_apply_bwd(float *__restrict__ dx, const float *__rest
     for (int j = threadIdx.x; j < hw; j += blockDim.x) {
         const float xh = (x[off + j] - m) * is;
         float gz = dy[off + j];
-        if (silu) gz *= bns_silu_grad(xh * g + bt);
+        if (silu) gz *= kern_cuda_silu_grad(xh * g + bt);
         const float v = k * (gz - mdy - xh * mdyx);
         dx[off + j] = add ? dx[off + j] + v : v;
     }
@@ -200,15 +161,15 @@ int kern_cuda_bn_stats(struct kern_ctx *ctx, const struct kern_bn *d, double *__
                        const float *__restrict__ x)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    const int rc = bns_check(d);
+    const int rc = kern_cuda_bn_check(d);
     if (rc < 0) return rc;
     if (!sums || !x) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     double *const part = (double *)st->scratch;
-    const int chunks = bns_chunks(d);
+    const int chunks = kern_cuda_bn_chunks(d);
     bns_partial<<<dim3((unsigned)d->c, (unsigned)chunks), KERN_CUDA_THREADS, 0, st->stream>>>(
         part, x, NULL, NULL, NULL, NULL, NULL, d->n, d->c, d->hw, chunks, 0, 0);
-    bns_finalize<<<bns_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
+    bns_finalize<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         sums, NULL, NULL, part, d->c, chunks, (double)d->n * (double)d->hw, 0);
     return kern_cuda_launched(ctx, "bn_stats");
 }
@@ -219,14 +180,14 @@ static int fwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float
                             const float *beta, const double *sums, int silu)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    const int rc = bns_check(d);
+    const int rc = kern_cuda_bn_check(d);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta || !sums) return -EINVAL;
     if (!running_mean != !running_var) return -EINVAL;
     if (running_mean && (size_t)d->n * (size_t)d->hw < 2) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     float *const coef = (float *)((char *)st->scratch + KERN_CUDA_SCRATCH_BYTES / 2);
-    bns_coef_fwd<<<bns_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
+    bns_coef_fwd<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         coef, save_mean, save_invstd, running_mean, running_var, sums, gamma, beta, d->c, d->eps,
         d->momentum);
     bns_apply_fwd<<<(unsigned)((size_t)d->n * (size_t)d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
@@ -265,17 +226,17 @@ static int bwd_reduce_common(struct kern_ctx *ctx, const struct kern_bn *d, doub
 {
     KERN_CHECK_CUDA_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
-    const int rc = bns_check(d);
+    const int rc = kern_cuda_bn_check(d);
     if (rc < 0) return rc;
     if (!sums || !dy || !x || !save_mean || !save_invstd) return -EINVAL;
     if (!dgamma != !dbeta) return -EINVAL;
     if (silu && (!gamma || !beta)) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     double *const part = (double *)st->scratch;
-    const int chunks = bns_chunks(d);
+    const int chunks = kern_cuda_bn_chunks(d);
     bns_partial<<<dim3((unsigned)d->c, (unsigned)chunks), KERN_CUDA_THREADS, 0, st->stream>>>(
         part, x, dy, gamma, beta, save_mean, save_invstd, d->n, d->c, d->hw, chunks, 1, silu);
-    bns_finalize<<<bns_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
+    bns_finalize<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         sums, dgamma, dbeta, part, d->c, chunks, (double)d->n * (double)d->hw,
         (accum & KERN_ACCUM_DPARAM) != 0);
     return kern_cuda_launched(ctx, "bn_bwd_reduce");
@@ -311,7 +272,7 @@ static int bwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float
 {
     KERN_CHECK_CUDA_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
-    const int rc = bns_check(d);
+    const int rc = kern_cuda_bn_check(d);
     if (rc < 0) return rc;
     if (!dx || !dy || !x || !gamma || !save_mean || !save_invstd || !sums) return -EINVAL;
     if (silu && !beta) return -EINVAL;

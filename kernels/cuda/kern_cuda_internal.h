@@ -120,6 +120,47 @@ static __device__ __forceinline__ void kern_cuda_block_sum2(double &a, double &b
     }
 }
 
+/* Batch norm (kern_cuda_bn.cu, kern_cuda_bn_sync.cu): the shared argument check, the number of
+ * chunks each channel's reduction is split into, and the per-channel launch width. */
+#define KERN_CUDA_BN_TARGET_BLOCKS 1024
+#define KERN_CUDA_BN_MIN_CHUNK     2048 /* elements per block, at least */
+
+static inline int kern_cuda_bn_check(const struct kern_bn *d)
+{
+    if (!d || d->n < 1 || d->c < 1 || d->hw < 1) return -EINVAL;
+    if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
+    /* partials (2 doubles per chunk) and coefficients (at most 3 floats) of every channel */
+    if ((size_t)d->c * 16u > KERN_CUDA_SCRATCH_BYTES / 2) return -EINVAL;
+    return 0;
+}
+
+static inline int kern_cuda_bn_chunks(const struct kern_bn *d)
+{
+    const size_t cnt = (size_t)d->n * (size_t)d->hw;
+    size_t k = (KERN_CUDA_BN_TARGET_BLOCKS + (size_t)d->c - 1) / (size_t)d->c;
+    const size_t by_size = (cnt + KERN_CUDA_BN_MIN_CHUNK - 1) / KERN_CUDA_BN_MIN_CHUNK;
+    const size_t by_scratch = KERN_CUDA_SCRATCH_BYTES / 2 / ((size_t)d->c * 16u);
+    if (k > by_size) k = by_size;
+    if (k > by_scratch) k = by_scratch;
+    return k < 1 ? 1 : (int)k;
+}
+
+static inline unsigned kern_cuda_chan_blocks(int c)
+{
+    return (unsigned)((c + KERN_CUDA_THREADS - 1) / KERN_CUDA_THREADS);
+}
+
+static __device__ __forceinline__ float kern_cuda_sigmoid(float v)
+{
+    return 1.0f / (1.0f + expf(-v));
+}
+
+static __device__ __forceinline__ float kern_cuda_silu_grad(float v)
+{
+    const float s = kern_cuda_sigmoid(v);
+    return s * (1.0f + v * (1.0f - s));
+}
+
 #define KERN_CUDA_LOOP(i, count)                                                \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); \
          i += (size_t)blockDim.x * gridDim.x)

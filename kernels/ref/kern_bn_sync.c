@@ -6,12 +6,12 @@
  * running_mean, running_var, save_mean, save_invstd, dgamma, dbeta (c); sums
  * (KERN_BN_SUMS_LEN(c) = 2c + 1 doubles): two per-channel sums, then the element count.
  *
- * stats: per channel the mean and the sum of squared deviations M2 exactly as kern_bn.c's
- * training forward computes them (L1-sized float chunks, 16 lanes, chunk results merged in
- * double with Chan's update), then sum x = N mean and sum x^2 = M2 + N mean^2 in double.
- * fwd_apply: mean = S1 / N, var = S2 / N - mean^2 (double), then kern_bn.c's y = x a + b.
- * bwd_reduce: kern_bn.c's first backward pass (float chunks of 16 lanes, totals in double).
- * bwd_apply: kern_bn.c's second backward pass with the summed means.
+ * Every per-element loop is kern_bn.c's, shared through kern_bn_common.h: stats takes the
+ * channel moments of the fused training forward (kern_bn_moments) and forms sum x = N mean and
+ * sum x^2 = M2 + N mean^2 in double; fwd_apply computes mean = S1 / N, var = S2 / N - mean^2
+ * (double) and applies y = x a + b (kern_bn_apply_channel); bwd_reduce is the fused backward's
+ * first pass (kern_bn_dz_chunk, kern_bn_grad_sums), bwd_apply its second with the summed means
+ * (kern_bn_dx_channel).
  * So with one rank the phases give the fused ops' results up to the rounding of the variance.
  *
  * Gradients: dx overwrites unless accum has KERN_ACCUM_DX; dgamma and dbeta overwrite unless
@@ -20,103 +20,9 @@
  * whatever the split, so results do not depend on the thread count.
  */
 #include <math.h>
-#include <stdint.h>
-#include <string.h>
 
-#include "compiler.h"
+#include "kern_bn_common.h"
 #include "kern_internal.h"
-
-/* As kern_bn.c, so that the phases and the fused ops agree. */
-#define BNS_LANES 16
-#define BNS_CHUNK 1024
-
-static int bns_check(const struct kern_bn *d)
-{
-    if (!d || d->n < 1 || d->c < 1 || d->hw < 1) return -EINVAL;
-    if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
-    return 0;
-}
-
-/*
- * exp(v) for v in [-87.3, 88.7] without libm, vectorisable: kern_bn.c's bn_expf (Cody-Waite
- * reduction, Cephes' degree-6 polynomial, 2^n added into the exponent), kept identical so that
- * the fused and the phased SiLU give the same bits. Callers clamp v.
- */
-static inline float bns_expf(float v)
-{
-    const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    const float t = v * 1.44269504088896341f + magic;
-    const float nf = t - magic;
-    uint32_t tb, mb;
-    memcpy(&tb, &t, sizeof tb);
-    memcpy(&mb, &magic, sizeof mb);
-    const uint32_t n = tb - mb;
-    const float r = (v - nf * 0.693359375f) - nf * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    uint32_t pb;
-    memcpy(&pb, &p, sizeof pb);
-    pb += n << 23;
-    memcpy(&p, &pb, sizeof p);
-    return p;
-}
-
-static inline float bns_sigmoid(float v)
-{
-    float m = -v;
-    m = m < -87.0f ? -87.0f : m;
-    m = m > 88.0f ? 88.0f : m;
-    return 1.0f / (1.0f + bns_expf(m));
-}
-
-static inline float bns_silu_grad(float v)
-{
-    const float s = bns_sigmoid(v);
-    return s * (1.0f + v * (1.0f - s));
-}
-
-static double bns_lanes(const float *acc)
-{
-    double s = 0.0;
-    for (int k = 0; k < BNS_LANES; k++)
-        s += acc[k];
-    return s;
-}
-
-/* Sum of x[0..len), len <= BNS_CHUNK. */
-KERN_VEC_CLONES static float bns_chunk_sum(const float *restrict x, size_t len)
-{
-    float acc[BNS_LANES] = { 0 };
-    size_t j = 0;
-    for (; j + BNS_LANES <= len; j += BNS_LANES)
-        for (int k = 0; k < BNS_LANES; k++)
-            acc[k] += x[j + k];
-    for (; j < len; j++)
-        acc[0] += x[j];
-    return (float)bns_lanes(acc);
-}
-
-/* Sum of (x - m)^2 over x[0..len), len <= BNS_CHUNK. */
-KERN_VEC_CLONES static float bns_chunk_sq(const float *restrict x, size_t len, float m)
-{
-    float acc[BNS_LANES] = { 0 };
-    size_t j = 0;
-    for (; j + BNS_LANES <= len; j += BNS_LANES)
-        for (int k = 0; k < BNS_LANES; k++) {
-            const float t = x[j + k] - m;
-            acc[k] += t * t;
-        }
-    for (; j < len; j++) {
-        const float t = x[j] - m;
-        acc[0] += t * t;
-    }
-    return (float)bns_lanes(acc);
-}
 
 /* Everything a phase needs, shared by its workers; each worker takes a range of channels. */
 struct bns_job {
@@ -139,27 +45,11 @@ static void stats_task(void *arg, int w, int nw)
 {
     const struct bns_job *const j = arg;
     const struct kern_bn *const d = j->d;
-    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
     size_t lo, hi;
     kern_share((size_t)d->c, w, nw, &lo, &hi);
     for (size_t c = lo; c < hi; c++) {
-        /* kern_bn.c's bn_channel_stats: chunk mean and squares about it, merged in double */
-        double mean = 0.0, q = 0.0, seen = 0.0;
-        for (int i = 0; i < d->n; i++) {
-            const float *const xc = j->x + (size_t)i * plane + c * hw;
-            for (size_t j0 = 0; j0 < hw; j0 += BNS_CHUNK) {
-                const size_t len = hw - j0 < BNS_CHUNK ? hw - j0 : BNS_CHUNK;
-                const double nb = (double)len;
-                const double mb = (double)bns_chunk_sum(xc + j0, len) / nb;
-                const float mf = (float)mb;
-                const double qb = (double)bns_chunk_sq(xc + j0, len, mf) -
-                                  nb * (mb - (double)mf) * (mb - (double)mf);
-                const double tot = seen + nb, delta = mb - mean;
-                mean += delta * nb / tot;
-                q += qb + delta * delta * seen * nb / tot;
-                seen = tot;
-            }
-        }
+        double mean, q, seen;
+        kern_bn_moments(d, c, j->x, &mean, &q, &seen);
         j->sums[c] = seen * mean;
         j->sums[(size_t)d->c + c] = q + seen * mean * mean;
     }
@@ -169,33 +59,13 @@ int kern_ref_bn_stats(struct kern_ctx *ctx, const struct kern_bn *d, double *res
                       const float *restrict x)
 {
     KERN_CHECK_CPU_CTX(ctx);
-    const int rc = bns_check(d);
+    const int rc = kern_bn_check(d);
     if (rc < 0) return rc;
     KERN_RETURN_IF(!sums || !x, -EINVAL);
     struct bns_job j = { .d = d, .sums = sums, .x = x };
     kern_parallel(ctx, stats_task, &j, (size_t)d->n * d->c * (size_t)d->hw);
     sums[2 * (size_t)d->c] = (double)d->n * (double)d->hw;
     return 0;
-}
-
-/* y = x a + b (then SiLU) over channel c, for every image: kern_bn.c's bn_apply_channel. */
-KERN_VEC_CLONES static void apply_channel(const struct kern_bn *d, size_t c, float *restrict y,
-                                          const float *restrict x, float a, float b, int silu)
-{
-    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
-    for (int i = 0; i < d->n; i++) {
-        const float *const xc = x + (size_t)i * plane + c * hw;
-        float *const yc = y + (size_t)i * plane + c * hw;
-        if (silu) {
-            for (size_t k = 0; k < hw; k++) {
-                const float z = xc[k] * a + b;
-                yc[k] = z * bns_sigmoid(z);
-            }
-        } else {
-            for (size_t k = 0; k < hw; k++)
-                yc[k] = xc[k] * a + b;
-        }
-    }
 }
 
 static void fwd_apply_task(void *arg, int w, int nw)
@@ -221,7 +91,7 @@ static void fwd_apply_task(void *arg, int w, int nw)
         }
         const float a = (float)(j->gamma[c] * invstd);
         const float b = (float)(j->beta[c] - mean * j->gamma[c] * invstd);
-        apply_channel(d, c, j->y, j->x, a, b, j->silu);
+        kern_bn_apply_channel(d, c, j->y, j->x, a, b, j->silu);
     }
 }
 
@@ -232,7 +102,7 @@ static int fwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float
                             const float *restrict beta, const double *restrict sums, int silu)
 {
     KERN_CHECK_CPU_CTX(ctx);
-    const int rc = bns_check(d);
+    const int rc = kern_bn_check(d);
     if (rc < 0) return rc;
     KERN_RETURN_IF(!y || !x || !gamma || !beta || !sums, -EINVAL);
     KERN_RETURN_IF(!running_mean != !running_var, -EINVAL);
@@ -275,37 +145,6 @@ int kern_ref_bn_silu_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d, fl
 /* ---------------------------------------------------------------------------------------- */
 /* Backward                                                                                 */
 
-/* Sums of g[0..len) and g xhat, len <= BNS_CHUNK (kern_bn.c's lane order). */
-KERN_VEC_CLONES static void reduce_chunk(const float *restrict g, const float *restrict x,
-                                         size_t len, float mean, float invstd, float *s1, float *s2)
-{
-    float a1[BNS_LANES] = { 0 }, a2[BNS_LANES] = { 0 };
-    size_t k = 0;
-    for (; k + BNS_LANES <= len; k += BNS_LANES)
-        for (int l = 0; l < BNS_LANES; l++) {
-            const float v = g[k + l];
-            a1[l] += v;
-            a2[l] += v * ((x[k + l] - mean) * invstd);
-        }
-    for (; k < len; k++) {
-        a1[0] += g[k];
-        a2[0] += g[k] * ((x[k] - mean) * invstd);
-    }
-    *s1 = (float)bns_lanes(a1);
-    *s2 = (float)bns_lanes(a2);
-}
-
-/* dz = dy silu'(xhat g + bt) over a chunk. */
-KERN_VEC_CLONES static void dz_chunk(float *restrict gz, const float *restrict dy,
-                                     const float *restrict x, size_t len, float mean, float invstd,
-                                     float g, float bt)
-{
-    for (size_t k = 0; k < len; k++) {
-        const float xh = (x[k] - mean) * invstd;
-        gz[k] = dy[k] * bns_silu_grad(xh * g + bt);
-    }
-}
-
 static void bwd_reduce_task(void *arg, int w, int nw)
 {
     const struct bns_job *const j = arg;
@@ -313,22 +152,22 @@ static void bwd_reduce_task(void *arg, int w, int nw)
     const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
     size_t lo, hi;
     kern_share((size_t)d->c, w, nw, &lo, &hi);
-    float tmp[BNS_CHUNK];
+    float tmp[KERN_BN_CHUNK];
     for (size_t c = lo; c < hi; c++) {
         const float mean = j->mean_in[c], invstd = j->invstd_in[c];
         const float g = j->silu ? j->gamma[c] : 0.0f, bt = j->silu ? j->beta[c] : 0.0f;
         double sdy = 0.0, sdyx = 0.0;
         for (int i = 0; i < d->n; i++) {
             const size_t off = (size_t)i * plane + c * hw;
-            for (size_t j0 = 0; j0 < hw; j0 += BNS_CHUNK) {
-                const size_t len = hw - j0 < BNS_CHUNK ? hw - j0 : BNS_CHUNK;
+            for (size_t j0 = 0; j0 < hw; j0 += KERN_BN_CHUNK) {
+                const size_t len = hw - j0 < KERN_BN_CHUNK ? hw - j0 : KERN_BN_CHUNK;
                 const float *gz = j->dy + off + j0;
                 if (j->silu) {
-                    dz_chunk(tmp, gz, j->x + off + j0, len, mean, invstd, g, bt);
+                    kern_bn_dz_chunk(tmp, gz, j->x + off + j0, len, mean, invstd, g, bt);
                     gz = tmp;
                 }
                 float s1, s2;
-                reduce_chunk(gz, j->x + off + j0, len, mean, invstd, &s1, &s2);
+                kern_bn_grad_sums(gz, j->x + off + j0, len, mean, invstd, &s1, &s2);
                 sdy += s1;
                 sdyx += s2;
             }
@@ -356,7 +195,7 @@ static int bwd_reduce_common(struct kern_ctx *ctx, const struct kern_bn *d, doub
 {
     KERN_CHECK_CPU_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
-    const int rc = bns_check(d);
+    const int rc = kern_bn_check(d);
     if (rc < 0) return rc;
     KERN_RETURN_IF(!sums || !dy || !x || !save_mean || !save_invstd, -EINVAL);
     KERN_RETURN_IF(!dgamma != !dbeta, -EINVAL);
@@ -399,42 +238,6 @@ int kern_ref_bn_silu_bwd_reduce(struct kern_ctx *ctx, const struct kern_bn *d,
                              save_invstd, accum, 1);
 }
 
-/* dx (=|+=) k (dz - mdy - xhat mdyx) over channel c, for every image (dz recomputed). */
-KERN_VEC_CLONES static void bwd_apply_channel(const struct kern_bn *d, size_t c, float *restrict dx,
-                                              const float *restrict dy, const float *restrict x,
-                                              float mean, float invstd, float g, float bt,
-                                              float mdy, float mdyx, int add, int silu)
-{
-    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
-    const float k = g * invstd;
-    for (int i = 0; i < d->n; i++) {
-        const size_t off = (size_t)i * plane + c * hw;
-        const float *const xc = x + off, *const dyc = dy + off;
-        float *const dxc = dx + off;
-        if (silu && !add) {
-            for (size_t e = 0; e < hw; e++) {
-                const float xh = (xc[e] - mean) * invstd;
-                dxc[e] = k * (dyc[e] * bns_silu_grad(xh * g + bt) - mdy - xh * mdyx);
-            }
-        } else if (silu) {
-            for (size_t e = 0; e < hw; e++) {
-                const float xh = (xc[e] - mean) * invstd;
-                dxc[e] += k * (dyc[e] * bns_silu_grad(xh * g + bt) - mdy - xh * mdyx);
-            }
-        } else if (!add) {
-            for (size_t e = 0; e < hw; e++) {
-                const float xh = (xc[e] - mean) * invstd;
-                dxc[e] = k * (dyc[e] - mdy - xh * mdyx);
-            }
-        } else {
-            for (size_t e = 0; e < hw; e++) {
-                const float xh = (xc[e] - mean) * invstd;
-                dxc[e] += k * (dyc[e] - mdy - xh * mdyx);
-            }
-        }
-    }
-}
-
 static void bwd_apply_task(void *arg, int w, int nw)
 {
     const struct bns_job *const j = arg;
@@ -444,10 +247,10 @@ static void bwd_apply_task(void *arg, int w, int nw)
     size_t lo, hi;
     kern_share(cc, w, nw, &lo, &hi);
     for (size_t c = lo; c < hi; c++)
-        bwd_apply_channel(d, c, j->dx, j->dy, j->x, j->mean_in[c], j->invstd_in[c], j->gamma[c],
-                          j->silu ? j->beta[c] : 0.0f, (float)(j->sums_in[c] / cnt),
-                          (float)(j->sums_in[cc + c] / cnt), (j->accum & KERN_ACCUM_DX) != 0,
-                          j->silu);
+        kern_bn_dx_channel(d, c, j->dx, j->dy, j->x, j->mean_in[c], j->invstd_in[c], j->gamma[c],
+                           j->silu ? j->beta[c] : 0.0f, (float)(j->sums_in[c] / cnt),
+                           (float)(j->sums_in[cc + c] / cnt), (j->accum & KERN_ACCUM_DX) != 0,
+                           j->silu, 0);
 }
 
 static int bwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float *restrict dx,
@@ -458,7 +261,7 @@ static int bwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float
 {
     KERN_CHECK_CPU_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
-    const int rc = bns_check(d);
+    const int rc = kern_bn_check(d);
     if (rc < 0) return rc;
     KERN_RETURN_IF(!dx || !dy || !x || !gamma || !save_mean || !save_invstd || !sums, -EINVAL);
     KERN_RETURN_IF(silu && !beta, -EINVAL);

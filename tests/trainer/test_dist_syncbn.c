@@ -33,46 +33,9 @@
 #include "net.h"
 #include "run_testutil.h"
 #include "tap.h"
+#include "dist_testutil.h"
 
 static const char *train, *synth, *pack, *models;
-
-static char *file_in(const char *name)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "rb");
-    char *s = calloc(1, 1 << 20);
-    if (f && s) {
-        const size_t n = fread(s, 1, (1 << 20) - 1, f);
-        s[n] = '\0';
-    }
-    if (f) fclose(f);
-    return s;
-}
-
-static void show(const char *name)
-{
-    char *e = file_in(name);
-    if (e && e[0]) tap_diag("%s: %s", name, e);
-    free(e);
-}
-
-/* A hyp with every augmentation off: each sample is its own letterboxed image. */
-static const char *write_hyp(void)
-{
-    static char p[512];
-    snprintf(p, sizeof p, "%s/hyp.noaug.yaml", dir);
-    FILE *f = fopen(p, "w");
-    if (!f) return NULL;
-    fputs("lr0: 0.02\nlrf: 0.01\nmomentum: 0.937\nweight_decay: 0.0005\nwarmup_epochs: 3.0\n"
-          "warmup_momentum: 0.8\nwarmup_bias_lr: 0.1\nbox: 0.05\ncls: 0.5\ncls_pw: 1.0\nobj: 1.0\n"
-          "obj_pw: 1.0\niou_t: 0.2\nanchor_t: 4.0\nfl_gamma: 0.0\nhsv_h: 0.0\nhsv_s: 0.0\n"
-          "hsv_v: 0.0\ndegrees: 0.0\ntranslate: 0.0\nscale: 0.0\nshear: 0.0\nperspective: 0.0\n"
-          "flipud: 0.0\nfliplr: 0.0\nmosaic: 0.0\nmixup: 0.0\ncopy_paste: 0.0\n",
-          f);
-    fclose(f);
-    return p;
-}
 
 /*
  * n distinct yolo-synth images of 64 x 64 pixels, all given the label file of the first, packed
@@ -94,46 +57,7 @@ static int make_data(int n)
     return run("%s %s/synth/synth.yaml -o %s/u.ffr --size 64 -q -j 1", pack, dir, dir) == 0;
 }
 
-/* Record `record` ("model.param", ...) of a run's last.ckpt as floats, malloc'd; *n: count. */
-static float *ckpt_floats(const char *name, const char *record, size_t *n)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/runs/%s/weights/last.ckpt", dir, name);
-    struct ffr_reader *r = NULL;
-    *n = 0;
-    if (ffr_reader_open(&r, path, NULL, NULL, 0) < 0) return NULL;
-    float *out = NULL;
-    for (uint64_t i = 0; i < ffr_reader_count(r) && !out; i++) {
-        struct ffr_record_info ri;
-        if (ffr_reader_info(r, i, &ri) < 0 || ri.summary_len != strlen(record) ||
-            memcmp(ri.summary, record, ri.summary_len))
-            continue;
-        out = malloc(ri.raw_len + 4);
-        if (out && ffr_reader_read(r, NULL, i, out, ri.raw_len) == (int64_t)ri.raw_len)
-            *n = ri.raw_len / 4;
-    }
-    ffr_reader_close(r);
-    return out;
-}
-
 /* Largest |a - b| / (1e-3 + |b|) over a record of two runs; -1 when unreadable or empty. */
-static double rel_diff(const char *run_a, const char *run_b, const char *rec)
-{
-    size_t na = 0, nb = 0;
-    float *a = ckpt_floats(run_a, rec, &na), *b = ckpt_floats(run_b, rec, &nb);
-    double worst = -1;
-    if (a && b && na == nb && na > 100) {
-        worst = 0;
-        for (size_t i = 0; i < na; i++) {
-            const double d = fabs((double)a[i] - (double)b[i]) / (1e-3 + fabs((double)b[i]));
-            if (!(d <= worst)) worst = d; /* NaN wins */
-        }
-    }
-    free(a);
-    free(b);
-    return worst;
-}
-
 /* The same bytes in the weights, buffers, counters, EMA, optimizer state and gradients. */
 static bool same_state(const char *run_a, const char *run_b)
 {
@@ -412,9 +336,9 @@ int main(int argc, char **argv)
     rc = run("%s " COMMON " --name nosync --nproc-per-node 2", train, models, hyp, dir, dir);
     is_int(rc, 0, "2 ranks x batch 2 without --sync-bn");
 
-    const double dm = rel_diff("sync", "one", "model.param");
-    const double de = rel_diff("sync", "one", "ema.param");
-    const double db = rel_diff("sync", "one", "model.buffer");
+    const double dm = rel_diff("sync", "one", "model.param", 100);
+    const double de = rel_diff("sync", "one", "ema.param", 100);
+    const double db = rel_diff("sync", "one", "model.buffer", 100);
     tap_diag("--sync-bn 2x2 vs 1x4, largest relative difference: weights %.3g, EMA %.3g, BN "
              "running stats %.3g",
              dm, de, db);
@@ -422,8 +346,8 @@ int main(int argc, char **argv)
        "--sync-bn: weights and EMA agree with 1 rank to %g (got %.3g, %.3g)", EQUIV_TOL, dm, de);
     ok(db >= 0 && db < EQUIV_TOL,
        "--sync-bn: BN running mean and (unbiased, global-count) variance agree (got %.3g)", db);
-    const double du = rel_diff("nosync", "one", "model.param");
-    const double dub = rel_diff("nosync", "one", "model.buffer");
+    const double du = rel_diff("nosync", "one", "model.param", 100);
+    const double dub = rel_diff("nosync", "one", "model.buffer", 100);
     tap_diag("without --sync-bn: weights %.3g, BN running stats %.3g", du, dub);
     ok(du > 10 * EQUIV_TOL && dub > 10 * EQUIV_TOL,
        "control: without --sync-bn the same 2 ranks differ (weights %.3g, running stats %.3g, "

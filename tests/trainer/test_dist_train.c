@@ -37,62 +37,9 @@
 #include "sampler.h"
 #include "run_testutil.h"
 #include "tap.h"
+#include "dist_testutil.h"
 
 static const char *train, *synth, *pack, *models, *mpirun;
-
-static char *slurp_or_empty(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return calloc(1, 1);
-    char *s = NULL;
-    size_t n = 0, cap = 0, got;
-    char buf[65536];
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (n + got + 1 > cap) {
-            cap = 2 * (n + got + 1);
-            char *g = realloc(s, cap);
-            if (!g) break;
-            s = g;
-        }
-        memcpy(s + n, buf, got);
-        n += got;
-    }
-    fclose(f);
-    if (!s) s = calloc(1, 1);
-    if (s) s[n] = '\0';
-    return s;
-}
-
-static char *file_in(const char *name)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    return slurp_or_empty(p);
-}
-
-static void show(const char *name)
-{
-    char *e = file_in(name);
-    if (e && e[0]) tap_diag("%s: %s", name, e);
-    free(e);
-}
-
-/* A hyp with every augmentation off: each sample is its own letterboxed image. */
-static const char *write_hyp(void)
-{
-    static char p[512];
-    snprintf(p, sizeof p, "%s/hyp.noaug.yaml", dir);
-    FILE *f = fopen(p, "w");
-    if (!f) return NULL;
-    fputs("lr0: 0.02\nlrf: 0.01\nmomentum: 0.937\nweight_decay: 0.0005\nwarmup_epochs: 3.0\n"
-          "warmup_momentum: 0.8\nwarmup_bias_lr: 0.1\nbox: 0.05\ncls: 0.5\ncls_pw: 1.0\nobj: 1.0\n"
-          "obj_pw: 1.0\niou_t: 0.2\nanchor_t: 4.0\nfl_gamma: 0.0\nhsv_h: 0.0\nhsv_s: 0.0\n"
-          "hsv_v: 0.0\ndegrees: 0.0\ntranslate: 0.0\nscale: 0.0\nshear: 0.0\nperspective: 0.0\n"
-          "flipud: 0.0\nfliplr: 0.0\nmosaic: 0.0\nmixup: 0.0\ncopy_paste: 0.0\n",
-          f);
-    fclose(f);
-    return p;
-}
 
 /* yolo-synth images into DIR/synth_NAME (YOLO layout). */
 static int make_synth(const char *name, int n)
@@ -137,26 +84,6 @@ static int make_paired(const char *name, int n, uint64_t seed)
     }
     return run("%s %s/%s -o %s/%s.ffr --size 64 -q -j 1 --names a,b,c", pack, dir, name, dir,
                name) == 0;
-}
-
-/* A float record of a checkpoint ("model.param", "ema.param"), malloc'd; *n: floats. */
-static float *ckpt_floats(const char *path, const char *record, size_t *n)
-{
-    struct ffr_reader *r = NULL;
-    *n = 0;
-    if (ffr_reader_open(&r, path, NULL, NULL, 0) < 0) return NULL;
-    float *out = NULL;
-    for (uint64_t i = 0; i < ffr_reader_count(r) && !out; i++) {
-        struct ffr_record_info ri;
-        if (ffr_reader_info(r, i, &ri) < 0 || ri.summary_len != strlen(record) ||
-            memcmp(ri.summary, record, ri.summary_len))
-            continue;
-        out = malloc(ri.raw_len + 4);
-        if (out && ffr_reader_read(r, NULL, i, out, ri.raw_len) == (int64_t)ri.raw_len)
-            *n = ri.raw_len / 4;
-    }
-    ffr_reader_close(r);
-    return out;
 }
 
 /* The bytes of records 0 .. 9 of a checkpoint (all but opt.yaml, which names the run). */
@@ -207,26 +134,6 @@ static long long ckpt_meta_int(const char *path, const char *key)
 }
 
 /* Largest |a - b| / (1e-3 + |b|) over the two runs' record `rec`; -1 when unreadable. */
-static double rel_diff(const char *run_a, const char *run_b, const char *rec)
-{
-    char pa[512], pb[512];
-    snprintf(pa, sizeof pa, "%s/runs/%s/weights/last.ckpt", dir, run_a);
-    snprintf(pb, sizeof pb, "%s/runs/%s/weights/last.ckpt", dir, run_b);
-    size_t na = 0, nb = 0;
-    float *a = ckpt_floats(pa, rec, &na), *b = ckpt_floats(pb, rec, &nb);
-    double worst = -1;
-    if (a && b && na == nb && na > 1000) {
-        worst = 0;
-        for (size_t i = 0; i < na; i++) {
-            const double d = fabs((double)a[i] - (double)b[i]) / (1e-3 + fabs((double)b[i]));
-            if (!(d <= worst)) worst = d; /* NaN wins */
-        }
-    }
-    free(a);
-    free(b);
-    return worst;
-}
-
 static bool same_bytes(const char *run_a, const char *run_b)
 {
     char pa[512], pb[512];
@@ -274,8 +181,8 @@ static void test_equiv(void)
     char p[512];
     snprintf(p, sizeof p, "%s/runs/two2", dir);
     ok(stat(p, &st) != 0, "one run directory for the job (the other rank made none)");
-    const double dm = rel_diff("two", "one", "model.param"),
-                 de = rel_diff("two", "one", "ema.param");
+    const double dm = rel_diff("two", "one", "model.param", 1000),
+                 de = rel_diff("two", "one", "ema.param", 1000);
     tap_diag("largest relative difference, 2x2 vs 1x4: weights %.3g, EMA %.3g", dm, de);
     ok(dm >= 0 && dm < EQUIV_TOL && de >= 0 && de < EQUIV_TOL,
        "the weights and the EMA agree to %g (got %.3g, %.3g)", EQUIV_TOL, dm, de);
@@ -286,7 +193,7 @@ static void test_equiv(void)
              dir);
     rc |= run("%s --records %s/u.ffr --epochs 1 " COMMON " --name utwo --nproc-per-node 2", train,
               dir, models, hyp, dir);
-    const double du = rel_diff("utwo", "uone", "model.param");
+    const double du = rel_diff("utwo", "uone", "model.param", 1000);
     tap_diag("control, distinct images: largest relative difference %.3g", du);
     ok(rc == 0 && du > 10 * EQUIV_TOL,
        "control: with distinct images per-rank BatchNorm moves the weights by %.3g (> %g)", du,
@@ -318,7 +225,7 @@ static void test_mpi(bool mpi_built)
     ok(strstr(err, "rank 1 of 2") && strstr(err, "joined over mpi"),
        "the ranks come from Open MPI's variables and use the MPI backend");
     free(err);
-    const double dm = rel_diff("mpi", "one", "model.param");
+    const double dm = rel_diff("mpi", "one", "model.param", 1000);
     ok(dm >= 0 && dm < EQUIV_TOL, "MPI 2x2 vs 1x4: weights agree to %g (got %.3g)", EQUIV_TOL, dm);
     ok(same_bytes("mpi", "two"),
        "MPI and TCP runs give the same bytes (one GEMM thread each; a sum of two values does not "

@@ -1,0 +1,106 @@
+/*
+ * The pieces of batch norm that the fused ops (kern_bn.c) and the phased ones for SyncBatchNorm
+ * (kern_bn_sync.c) share, so that both compute every value the same way: argument checks, the
+ * vectorisable exp/sigmoid, the chunked channel moments, the forward apply, and the backward's
+ * chunk sums and dx pass. Private to kernels/ref.
+ */
+#ifndef KERN_BN_COMMON_H
+#define KERN_BN_COMMON_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kern.h"
+
+/*
+ * Sums run in float over chunks that stay in L1, KERN_BN_LANES independent lanes (so that the
+ * compiler can vectorise a float reduction without reassociating), then the chunk totals in
+ * double: the error is that of a KERN_BN_CHUNK / KERN_BN_LANES element float sum.
+ */
+#define KERN_BN_LANES 16
+#define KERN_BN_CHUNK 1024
+
+static inline int kern_bn_check(const struct kern_bn *d)
+{
+    if (!d || d->n < 1 || d->c < 1 || d->hw < 1) return -EINVAL;
+    if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
+    return 0;
+}
+
+/*
+ * exp(v) for v in [-87.3, 88.7], vectorisable: no libm call, no branch, only float and int32
+ * arithmetic. n = round(v / ln 2) by the 1.5 * 2^23 trick (the integer sits in the low mantissa
+ * bits), r = v - n ln 2 in two parts (Cody-Waite), exp(r) by the degree-6 polynomial of Cephes'
+ * expf (relative error about 1 ulp), then 2^n added into the exponent field. Callers clamp v.
+ */
+static inline float kern_bn_expf(float v)
+{
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    const float t = v * 1.44269504088896341f + magic;
+    const float nf = t - magic;
+    uint32_t tb, mb;
+    memcpy(&tb, &t, sizeof tb);
+    memcpy(&mb, &magic, sizeof mb);
+    const uint32_t n = tb - mb; /* round(v log2 e), two's complement */
+    const float r = (v - nf * 0.693359375f) - nf * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t pb;
+    memcpy(&pb, &p, sizeof pb);
+    pb += n << 23;
+    memcpy(&p, &pb, sizeof p);
+    return p;
+}
+
+/* 1 / (1 + exp(-v)) for any float v (clamped where exp(-v) leaves the float range). */
+static inline float kern_bn_sigmoid(float v)
+{
+    float m = -v;
+    m = m < -87.0f ? -87.0f : m;
+    m = m > 88.0f ? 88.0f : m;
+    return 1.0f / (1.0f + kern_bn_expf(m));
+}
+
+static inline float kern_bn_silu_grad(float v)
+{
+    const float s = kern_bn_sigmoid(v);
+    return s * (1.0f + v * (1.0f - s));
+}
+
+/*
+ * Channel c of x (n, c, hw): *count elements, their *mean and the sum of squared deviations *m2,
+ * in one pass over memory (each L1 chunk read twice, chunks merged in double by Chan et al.'s
+ * pairwise update).
+ */
+void kern_bn_moments(const struct kern_bn *d, size_t c, const float *restrict x, double *mean,
+                     double *m2, double *count);
+
+/* y = x a + b (then SiLU) over channel c, for every image. */
+void kern_bn_apply_channel(const struct kern_bn *d, size_t c, float *restrict y,
+                           const float *restrict x, float a, float b, int silu);
+
+/* dz = dy silu'(xhat g + bt) over x[0..len), xhat = (x - mean) invstd, into gz. */
+void kern_bn_dz_chunk(float *restrict gz, const float *restrict dy, const float *restrict x,
+                      size_t len, float mean, float invstd, float g, float bt);
+
+/* *s1 = sum of g[0..len), *s2 = sum of g xhat, len <= KERN_BN_CHUNK, in lanes. */
+void kern_bn_grad_sums(const float *restrict g, const float *restrict x, size_t len, float mean,
+                       float invstd, float *s1, float *s2);
+
+/*
+ * The backward's dx pass over channel c: dx (= or += with add) k (dz - mdy - xhat mdyx),
+ * k = g invstd, dz = dy (silu 0) or dy silu'(xhat g + bt) recomputed (silu 1), or, with
+ * dz_in_dx (silu, not add), the dz an earlier pass parked in dx.
+ */
+void kern_bn_dx_channel(const struct kern_bn *d, size_t c, float *restrict dx,
+                        const float *restrict dy, const float *restrict x, float mean, float invstd,
+                        float g, float bt, float mdy, float mdyx, int add, int silu, int dz_in_dx);
+
+#endif
