@@ -220,6 +220,12 @@ KERN_API int kern_cuda_bn_silu_bwd_apply(
     const float *KERN_RESTRICT beta, const float *KERN_RESTRICT save_mean,
     const float *KERN_RESTRICT save_invstd, const double *KERN_RESTRICT sums, unsigned accum);
 
+/* --- optim --- */
+
+/* --- yololoss --- */
+
+/* --- augment --- */
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,6 +42,9 @@ static const struct kern_ops kern_cuda_ops = {
     kern_cuda_bn_silu_bwd_reduce,
     kern_cuda_bn_bwd_apply,
     kern_cuda_bn_silu_bwd_apply,
+    /* --- optim --- */
+    /* --- yololoss --- */
+    /* --- augment --- */
 };
 
 const struct kern_ops *kern_ops_cuda(void)

@@ -556,6 +556,12 @@ KERN_API int kern_ref_bn_silu_bwd_apply(
     const float *KERN_RESTRICT beta, const float *KERN_RESTRICT save_mean,
     const float *KERN_RESTRICT save_invstd, const double *KERN_RESTRICT sums, unsigned accum);
 
+/* --- optim --- */
+
+/* --- yololoss --- */
+
+/* --- augment --- */
+
 /* ---------------------------------------------------------------------------------------- */
 /* Backend table                                                                            */
 
@@ -634,6 +640,9 @@ struct kern_ops {
     int (*bn_silu_bwd_apply)(struct kern_ctx *, const struct kern_bn *, float *, const float *,
                              const float *, const float *, const float *, const float *,
                              const float *, const double *, unsigned);
+    /* --- optim --- */
+    /* --- yololoss --- */
+    /* --- augment --- */
 };
 
 /* The CPU reference table (kern_ref_*); its contexts are KERN_BACKEND_CPU. Never NULL. */

@@ -294,6 +294,9 @@ static const struct kern_ops kern_ref_ops = {
     .bn_silu_bwd_reduce = kern_ref_bn_silu_bwd_reduce,
     .bn_bwd_apply = kern_ref_bn_bwd_apply,
     .bn_silu_bwd_apply = kern_ref_bn_silu_bwd_apply,
+    /* --- optim --- */
+    /* --- yololoss --- */
+    /* --- augment --- */
 };
 
 const struct kern_ops *kern_ops_ref(void)
