@@ -1,7 +1,11 @@
 /*
  * augment.h: hyperparameters, draws, mosaic, random_perspective's geometry and labels, the
- * output label conversion, rect batch shapes and the whole-sample pipelines. Pixel kernels are
- * in augment_warp.c (geometry) and augment_color.c (HSV, mixup, flips).
+ * output label conversion, rect batch shapes and the whole-sample pipelines. The pixel work is
+ * the kern library's augmentation ops (kernels/ref/kern_augment.c, and its CUDA twin): a sample
+ * is first planned (plan_sample: labels on the host, a struct kern_aug_sample for the pixels),
+ * then either run op by op on the CPU (trn_aug_train_sample: paste, warp, mixup, HSV, flips) or
+ * fused for a whole batch on any kern context (trn_aug_train_batch). augment_warp.c keeps the
+ * OpenCV-compatible warp entry points, resize and letterbox; augment_color.c HSV, mixup, flips.
  *
  * Label arithmetic follows numpy's types in ultralytics: label arrays are float32 and numpy
  * (1.x value-based casting and 2.x NEP 50 alike) keeps float32 when they meet Python ints and
@@ -12,10 +16,28 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_SIDE 16383
+
+/* ---- the CPU kern context ------------------------------------------------------------- */
+
+static struct kern_ctx *g_cpu;
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+
+static void cpu_ctx_init(void)
+{
+    /* caller-only threads, no workspace: the augmentation ops need neither */
+    if (kern_ctx_create(NULL, &g_cpu) < 0) g_cpu = NULL;
+}
+
+struct kern_ctx *trn_aug_cpu_ctx(void)
+{
+    pthread_once(&g_cpu_once, cpu_ctx_init);
+    return g_cpu;
+}
 
 /* ---- hyperparameters and draws ---------------------------------------------------------- */
 
@@ -167,29 +189,18 @@ static long long tile_points(const struct trn_aug_tile *t)
     return n;
 }
 
-int trn_aug_mosaic4(int s, int xc, int yc, const struct trn_aug_tile tiles[4], uint8_t *canvas,
-                    struct trn_aug_boxes *out)
+/*
+ * load_mosaic's placement: tile 0's bottom-right corner at (xc, yc), tile 1's bottom-left,
+ * tile 2's top-right, tile 3's top-left, each cropped to the 2s x 2s canvas. pix: the pixel
+ * pointers to put in the regions (NULL: the tiles' own).
+ */
+static void mosaic_canvas(int s, int xc, int yc, const struct trn_aug_tile tiles[4],
+                          const uint8_t *const *pix, struct kern_aug_canvas *c)
 {
-    if (s < 1 || s > MAX_SIDE || !tiles || !canvas || !out || xc < 0 || yc < 0 || xc > 2 * s ||
-        yc > 2 * s || (out->cap_rows > 0 && !out->rows))
-        return -EINVAL;
-    long long rows = 0, points = 0;
-    bool segs = false;
-    for (int i = 0; i < 4; i++) {
-        if (!tile_ok(&tiles[i])) return -EINVAL;
-        const long long p = tile_points(&tiles[i]);
-        if (p < 0) return -EINVAL;
-        rows += tiles[i].n_labels;
-        points += p;
-        segs = segs || tiles[i].seg_n != NULL;
-    }
-    if (segs && !out->seg_n) return -EINVAL;
-    if (points > 0 && !out->seg_xy) return -EINVAL;
-
     const int s2 = 2 * s;
-    const size_t cstep = (size_t)s2 * 3;
-    memset(canvas, TRN_AUG_FILL, cstep * (size_t)s2);
-    int x1a[4], y1a[4], x1b[4], y1b[4];
+    memset(c, 0, sizeof *c);
+    c->w = c->h = s2;
+    c->n_paste = 4;
     for (int i = 0; i < 4; i++) {
         const int w = tiles[i].w, h = tiles[i].h;
         int xa0, ya0, xa1, ya1, xb0, yb0;
@@ -210,22 +221,52 @@ int trn_aug_mosaic4(int s, int xc, int yc, const struct trn_aug_tile tiles[4], u
         }
 #undef MAX
 #undef MIN
-        x1a[i] = xa0, y1a[i] = ya0, x1b[i] = xb0, y1b[i] = yb0;
-        const size_t tstep = (size_t)w * 3, len = (size_t)(xa1 - xa0) * 3;
-        for (int y = ya0; y < ya1; y++)
-            memcpy(canvas + (size_t)y * cstep + (size_t)xa0 * 3,
-                   tiles[i].pixels + (size_t)(yb0 + y - ya0) * tstep + (size_t)xb0 * 3, len);
+        c->paste[i] = (struct kern_aug_paste){
+            .src = pix ? pix[i] : tiles[i].pixels,
+            .src_w = w,
+            .src_h = h,
+            .src_x = xb0,
+            .src_y = yb0,
+            .dst_x = xa0,
+            .dst_y = ya0,
+            .w = xa1 - xa0,
+            .h = ya1 - ya0,
+        };
     }
-    if (rows > out->cap_rows || (size_t)points > out->cap_points) return -ENOSPC;
+}
 
-    /* Labels: xywhn2xyxy(labels, w, h, padw, padh), then clip to [0, 2s], all float32. */
-    const float hi = (float)s2;
+/* The rows and points of 4 checked tiles (capacities checked by the caller); -EINVAL when a
+ * tile's points are missing. */
+static int mosaic_count(const struct trn_aug_tile tiles[4], long long *rows, long long *points,
+                        bool *segs)
+{
+    *rows = 0, *points = 0, *segs = false;
+    for (int i = 0; i < 4; i++) {
+        if (!tile_ok(&tiles[i])) return -EINVAL;
+        const long long p = tile_points(&tiles[i]);
+        if (p < 0) return -EINVAL;
+        *rows += tiles[i].n_labels;
+        *points += p;
+        *segs = *segs || tiles[i].seg_n != NULL;
+    }
+    return 0;
+}
+
+/*
+ * The mosaic's labels: xywhn2xyxy with each tile's size and offset (padw = canvas x - tile x of
+ * its region), then clipped to [0, 2s], all float32. Capacities were checked.
+ */
+static int mosaic_labels(int s, const struct trn_aug_tile tiles[4], const struct kern_aug_canvas *c,
+                         bool segs, struct trn_aug_boxes *out)
+{
+    const float hi = (float)(2 * s);
     int n = 0;
     size_t np = 0;
     for (int i = 0; i < 4; i++) {
         const struct trn_aug_tile *t = &tiles[i];
         const float w = (float)t->w, h = (float)t->h;
-        const float padw = (float)(x1a[i] - x1b[i]), padh = (float)(y1a[i] - y1b[i]);
+        const struct kern_aug_paste *p = &c->paste[i];
+        const float padw = (float)(p->dst_x - p->src_x), padh = (float)(p->dst_y - p->src_y);
         size_t tp = 0;
         for (int j = 0; j < t->n_labels; j++, n++) {
             const float *l = t->labels + 5 * (size_t)j;
@@ -240,10 +281,10 @@ int trn_aug_mosaic4(int s, int xc, int yc, const struct trn_aug_tile tiles[4], u
             const uint32_t k = t->seg_n ? t->seg_n[j] : 0;
             if (out->seg_n) out->seg_n[n] = k;
             for (uint32_t q = 0; q < k; q++, tp++, np++) {
-                const float *p = t->seg_xy + 2 * tp;
+                const float *pt = t->seg_xy + 2 * tp;
                 float *o = out->seg_xy + 2 * np;
-                o[0] = fminf(fmaxf(w * p[0] + padw, 0.f), hi);
-                o[1] = fminf(fmaxf(h * p[1] + padh, 0.f), hi);
+                o[0] = fminf(fmaxf(w * pt[0] + padw, 0.f), hi);
+                o[1] = fminf(fmaxf(h * pt[1] + padh, 0.f), hi);
             }
         }
     }
@@ -251,6 +292,27 @@ int trn_aug_mosaic4(int s, int xc, int yc, const struct trn_aug_tile tiles[4], u
     out->n = n;
     out->n_points = np;
     return n;
+}
+
+int trn_aug_mosaic4(int s, int xc, int yc, const struct trn_aug_tile tiles[4], uint8_t *canvas,
+                    struct trn_aug_boxes *out)
+{
+    if (s < 1 || s > MAX_SIDE || !tiles || !canvas || !out || xc < 0 || yc < 0 || xc > 2 * s ||
+        yc > 2 * s || (out->cap_rows > 0 && !out->rows))
+        return -EINVAL;
+    long long rows, points;
+    bool segs;
+    if (mosaic_count(tiles, &rows, &points, &segs) < 0) return -EINVAL;
+    if (segs && !out->seg_n) return -EINVAL;
+    if (points > 0 && !out->seg_xy) return -EINVAL;
+    struct kern_ctx *const k = trn_aug_cpu_ctx();
+    if (!k) return -ENOMEM;
+    struct kern_aug_canvas c;
+    mosaic_canvas(s, xc, yc, tiles, NULL, &c);
+    const int rc = kern_ref_aug_paste(k, canvas, &c);
+    if (rc < 0) return rc;
+    if (rows > out->cap_rows || (size_t)points > out->cap_points) return -ENOSPC;
+    return mosaic_labels(s, tiles, &c, segs, out);
 }
 
 /* ---- random_perspective ----------------------------------------------------------------- */
@@ -367,29 +429,10 @@ static void corner_box(const float *r, const double M[9], bool persp, int w, int
     box[3] = fmin(fmax(y1, 0), h);
 }
 
-int trn_aug_random_perspective(const uint8_t *src, int src_w, int src_h, uint8_t *dst, int dst_w,
-                               int dst_h, const struct trn_aug_persp_draws *d,
-                               struct trn_aug_boxes *boxes)
+/* random_perspective's labels, given its matrix M (forward) and output size. */
+static int perspective_labels(const double M[9], const struct trn_aug_persp_draws *d, int dst_w,
+                              int dst_h, struct trn_aug_boxes *boxes)
 {
-    if (!src || !dst || !d || !boxes || src_w < 1 || src_h < 1 || dst_w < 1 || dst_h < 1 ||
-        src_w > 32767 || src_h > 32767 || dst_w > 32767 || dst_h > 32767 || boxes->n < 0 ||
-        (boxes->n > 0 && !boxes->rows))
-        return -EINVAL;
-    double M[9];
-    trn_aug_perspective_matrix(src_w, src_h, dst_w, dst_h, d, M);
-    static const double eye[9] = { 1, 0, 0, 0, 1, 0, 0, 0, 1 };
-    bool changed = src_w != dst_w || src_h != dst_h;
-    for (int i = 0; i < 9; i++)
-        changed = changed || M[i] != eye[i];
-    int rc;
-    if (!changed)
-        memcpy(dst, src, (size_t)src_w * (size_t)src_h * 3), rc = 0;
-    else if (d->perspective)
-        rc = trn_aug_warp_perspective(src, src_w, src_h, M, dst, dst_w, dst_h, TRN_AUG_FILL);
-    else
-        rc = trn_aug_warp_affine(src, src_w, src_h, M, dst, dst_w, dst_h, TRN_AUG_FILL);
-    if (rc < 0) return rc;
-
     const int n = boxes->n;
     bool use_seg = false;
     if (boxes->seg_n && boxes->seg_xy)
@@ -417,6 +460,31 @@ int trn_aug_random_perspective(const uint8_t *src, int src_w, int src_h, uint8_t
     boxes->seg_n = NULL;
     boxes->n_points = 0;
     return kept;
+}
+
+int trn_aug_random_perspective(const uint8_t *src, int src_w, int src_h, uint8_t *dst, int dst_w,
+                               int dst_h, const struct trn_aug_persp_draws *d,
+                               struct trn_aug_boxes *boxes)
+{
+    if (!src || !dst || !d || !boxes || src_w < 1 || src_h < 1 || dst_w < 1 || dst_h < 1 ||
+        src_w > 32767 || src_h > 32767 || dst_w > 32767 || dst_h > 32767 || boxes->n < 0 ||
+        (boxes->n > 0 && !boxes->rows))
+        return -EINVAL;
+    double M[9];
+    trn_aug_perspective_matrix(src_w, src_h, dst_w, dst_h, d, M);
+    static const double eye[9] = { 1, 0, 0, 0, 1, 0, 0, 0, 1 };
+    bool changed = src_w != dst_w || src_h != dst_h;
+    for (int i = 0; i < 9; i++)
+        changed = changed || M[i] != eye[i];
+    int rc;
+    if (!changed)
+        memcpy(dst, src, (size_t)src_w * (size_t)src_h * 3), rc = 0;
+    else if (d->perspective)
+        rc = trn_aug_warp_perspective(src, src_w, src_h, M, dst, dst_w, dst_h, TRN_AUG_FILL);
+    else
+        rc = trn_aug_warp_affine(src, src_w, src_h, M, dst, dst_w, dst_h, TRN_AUG_FILL);
+    if (rc < 0) return rc;
+    return perspective_labels(M, d, dst_w, dst_h, boxes);
 }
 
 /* ---- output labels and rect shapes ------------------------------------------------------ */
@@ -550,11 +618,16 @@ void trn_aug_ws_destroy(struct trn_aug_ws *ws)
     free(ws);
 }
 
-/* Mosaic + random_perspective of tiles[0..4) into dst (s x s); rows at `rows`. */
-static int mosaic_sample(struct trn_aug_ws *ws, const struct trn_aug_mosaic_draws *m,
-                         const struct trn_aug_tile *tiles, uint8_t *dst, float *rows, int cap_rows)
+/*
+ * The plan of one mosaic (tiles[0..4) + random_perspective into s x s): canvas and inverse
+ * warp into the plan's slot k, labels at `rows`.
+ */
+static int mosaic_plan(struct trn_aug_ws *ws, const struct trn_aug_mosaic_draws *m,
+                       const struct trn_aug_tile *tiles, const uint8_t *const *pix,
+                       struct kern_aug_sample *p, int k, float *rows, int cap_rows)
 {
     const int s = ws->s;
+    if (m->xc < 0 || m->yc < 0 || m->xc > 2 * s || m->yc > 2 * s) return -EINVAL;
     struct trn_aug_boxes b = {
         .rows = rows,
         .seg_n = ws->seg_n,
@@ -562,17 +635,54 @@ static int mosaic_sample(struct trn_aug_ws *ws, const struct trn_aug_mosaic_draw
         .cap_rows = cap_rows,
         .cap_points = ws->cap_points,
     };
-    int rc = trn_aug_mosaic4(s, m->xc, m->yc, tiles, ws->canvas, &b);
-    if (rc < 0) return rc;
+    long long nrows, points;
+    bool segs;
+    if (mosaic_count(tiles, &nrows, &points, &segs) < 0) return -EINVAL;
+    if (nrows > b.cap_rows || (size_t)points > b.cap_points) return -ENOSPC;
+    mosaic_canvas(s, m->xc, m->yc, tiles, pix, &p->canvas[k]);
+    mosaic_labels(s, tiles, &p->canvas[k], segs, &b);
     /* border -s/2 on each side: the 2s canvas becomes s */
-    return trn_aug_random_perspective(ws->canvas, 2 * s, 2 * s, dst, s, s, &m->persp, &b);
+    double M[9];
+    trn_aug_perspective_matrix(2 * s, 2 * s, s, s, &m->persp, M);
+    kern_aug_warp_invert(M, m->persp.perspective, p->inv[k]);
+    p->perspective[k] = m->persp.perspective;
+    return perspective_labels(M, &m->persp, s, s, &b);
 }
 
-int trn_aug_train_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
-                         const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
-                         int n_tiles, uint8_t *dst, float *rows, int cap_rows)
+/* letterbox's geometry and the labels it gives (class, x1, y1, x2, y2 in pixels of s x s). */
+static int letterbox_plan(const struct trn_aug_tile *t, int s, struct trn_aug_letterbox_plan *p,
+                          float *rows)
 {
-    if (!ws || !hyp || !d || !tiles || !dst || (cap_rows > 0 && !rows) || cap_rows < 0)
+    struct trn_aug_letterbox_opts o;
+    trn_aug_letterbox_opts_default(&o);
+    const int rc = trn_aug_letterbox_plan(t->w, t->h, s, s, &o, p);
+    if (rc < 0) return rc;
+    if (p->out_w != s || p->out_h != s) return -EINVAL;
+    const float fw = (float)(p->ratio_w * t->w), fh = (float)(p->ratio_h * t->h);
+    const float pw = (float)p->pad_w, ph = (float)p->pad_h;
+    for (int j = 0; j < t->n_labels; j++) {
+        const float *l = t->labels + 5 * (size_t)j;
+        float *r = rows + 5 * (size_t)j;
+        r[0] = l[0];
+        r[1] = fw * (l[1] - l[3] / 2) + pw;
+        r[2] = fh * (l[2] - l[4] / 2) + ph;
+        r[3] = fw * (l[1] + l[3] / 2) + pw;
+        r[4] = fh * (l[2] + l[4] / 2) + ph;
+    }
+    return 0;
+}
+
+/*
+ * trn_aug_train_sample's planning: labels into rows, pixels into *p. gpu: every pixel must be
+ * described by p (a resizing letterbox is -ENOTSUP); otherwise a letterbox sample's canvas is
+ * left empty and trn_aug_train_sample letterboxes on the host.
+ */
+static int plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                       const struct trn_aug_draws *d, const struct trn_aug_tile *tiles, int n_tiles,
+                       const uint8_t *const *pix, bool gpu, struct kern_aug_sample *p, float *rows,
+                       int cap_rows)
+{
+    if (!ws || !hyp || !d || !tiles || !p || (cap_rows > 0 && !rows) || cap_rows < 0)
         return -EINVAL;
     int rc = trn_aug_hyp_validate(hyp);
     if (rc < 0) return rc;
@@ -581,59 +691,143 @@ int trn_aug_train_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
     long long total = 0, pts[2] = { 0, 0 };
     for (int i = 0; i < n_tiles; i++) {
         if (!tile_ok(&tiles[i])) return -EINVAL;
-        const long long p = tile_points(&tiles[i]);
-        if (p < 0) return -EINVAL;
+        if (pix && !pix[i]) return -EINVAL;
+        const long long q = tile_points(&tiles[i]);
+        if (q < 0) return -EINVAL;
         total += tiles[i].n_labels;
-        pts[i / 4] += p;
+        pts[i / 4] += q;
     }
     if (total > cap_rows) return -ENOSPC;
     rc = ws_reserve(ws, total, pts[0] > pts[1] ? pts[0] : pts[1]);
     if (rc < 0) return rc;
+    memset(p, 0, sizeof *p);
     const int s = ws->s;
     int n;
     if (d->mosaic) {
-        n = mosaic_sample(ws, &d->mos, tiles, dst, rows, cap_rows);
+        n = mosaic_plan(ws, &d->mos, tiles, pix, p, 0, rows, cap_rows);
         if (n < 0) return n;
         if (d->mixup) {
             if (!(d->mixup_ratio >= 0 && d->mixup_ratio <= 1)) return -EINVAL;
-            const int n2 = mosaic_sample(ws, &d->mixmos, tiles + 4, ws->mix, rows + 5 * (size_t)n,
-                                         cap_rows - n);
+            const int n2 = mosaic_plan(ws, &d->mixmos, tiles + 4, pix ? pix + 4 : NULL, p, 1,
+                                       rows + 5 * (size_t)n, cap_rows - n);
             if (n2 < 0) return n2;
-            trn_aug_mixup(dst, ws->mix, (size_t)s * (size_t)s * 3, d->mixup_ratio);
+            p->mixup = 1;
+            p->mixup_ratio = d->mixup_ratio;
             n += n2;
         }
     } else {
         /* letterbox(img, s, auto=False, scaleup=True), labels by ratio and pad, then
          * random_perspective with border 0 and no segments (as ultralytics calls it). */
         const struct trn_aug_tile *t = &tiles[0];
-        struct trn_aug_letterbox_opts o;
-        trn_aug_letterbox_opts_default(&o);
-        struct trn_aug_letterbox_plan p;
-        rc = trn_aug_letterbox_plan(t->w, t->h, s, s, &o, &p);
+        struct trn_aug_letterbox_plan lp;
+        rc = letterbox_plan(t, s, &lp, rows);
         if (rc < 0) return rc;
-        if (p.out_w != s || p.out_h != s) return -EINVAL;
-        rc = trn_aug_letterbox(t->pixels, t->w, t->h, &p, ws->canvas, 4 * (size_t)s * s * 3);
-        if (rc < 0) return rc;
-        const float fw = (float)(p.ratio_w * t->w), fh = (float)(p.ratio_h * t->h);
-        const float pw = (float)p.pad_w, ph = (float)p.pad_h;
-        for (int j = 0; j < t->n_labels; j++) {
-            const float *l = t->labels + 5 * (size_t)j;
-            float *r = rows + 5 * (size_t)j;
-            r[0] = l[0];
-            r[1] = fw * (l[1] - l[3] / 2) + pw;
-            r[2] = fh * (l[2] - l[4] / 2) + ph;
-            r[3] = fw * (l[1] + l[3] / 2) + pw;
-            r[4] = fh * (l[2] + l[4] / 2) + ph;
+        p->canvas[0].w = p->canvas[0].h = s;
+        if (lp.new_w == t->w && lp.new_h == t->h) {
+            /* no resize: letterbox is a paste onto the 114 canvas */
+            p->canvas[0].n_paste = 1;
+            p->canvas[0].paste[0] = (struct kern_aug_paste){
+                .src = pix ? pix[0] : t->pixels,
+                .src_w = t->w,
+                .src_h = t->h,
+                .dst_x = lp.left,
+                .dst_y = lp.top,
+                .w = t->w,
+                .h = t->h,
+            };
+        } else if (gpu) {
+            return -ENOTSUP;
         }
+        double M[9];
+        trn_aug_perspective_matrix(s, s, s, s, &d->mos.persp, M);
+        kern_aug_warp_invert(M, d->mos.persp.perspective, p->inv[0]);
+        p->perspective[0] = d->mos.persp.perspective;
         struct trn_aug_boxes b = { .rows = rows, .n = t->n_labels, .cap_rows = cap_rows };
-        n = trn_aug_random_perspective(ws->canvas, s, s, dst, s, s, &d->mos.persp, &b);
+        n = perspective_labels(M, &d->mos.persp, s, s, &b);
         if (n < 0) return n;
     }
     trn_aug_xyxy_to_xywhn(rows, n, s, s, 1e-3);
-    trn_aug_hsv(dst, s, s, &d->hsv);
-    if (d->flipud) trn_aug_flip_ud(dst, s, s, rows, n);
-    if (d->fliplr) trn_aug_flip_lr(dst, s, s, rows, n);
+    p->hsv = d->hsv.apply;
+    if (d->hsv.apply) kern_aug_hsv_lut_init(&p->lut, d->hsv.gain);
+    p->flip_ud = d->flipud;
+    p->flip_lr = d->fliplr;
+    if (d->flipud) trn_aug_flip_ud(NULL, s, s, rows, n);
+    if (d->fliplr) trn_aug_flip_lr(NULL, s, s, rows, n);
     return n;
+}
+
+int trn_aug_plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                        const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
+                        int n_tiles, const uint8_t *const *pixels, struct kern_aug_sample *plan,
+                        float *rows, int cap_rows)
+{
+    return plan_sample(ws, hyp, d, tiles, n_tiles, pixels, true, plan, rows, cap_rows);
+}
+
+/* Paste canvas k of p onto ws->canvas and warp it into dst (s x s), on the CPU. */
+static int cpu_warp(struct kern_ctx *k, struct trn_aug_ws *ws, const struct kern_aug_sample *p,
+                    int i, uint8_t *dst)
+{
+    const struct kern_aug_canvas *c = &p->canvas[i];
+    int rc = kern_ref_aug_paste(k, ws->canvas, c);
+    if (rc < 0) return rc;
+    return kern_ref_aug_warp(k, dst, ws->s, ws->s, ws->canvas, c->w, c->h, p->inv[i],
+                             p->perspective[i], TRN_AUG_FILL);
+}
+
+int trn_aug_train_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                         const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
+                         int n_tiles, uint8_t *dst, float *rows, int cap_rows)
+{
+    if (!dst) return -EINVAL;
+    struct kern_aug_sample p;
+    const int n = plan_sample(ws, hyp, d, tiles, n_tiles, NULL, false, &p, rows, cap_rows);
+    if (n < 0) return n;
+    struct kern_ctx *const k = trn_aug_cpu_ctx();
+    if (!k) return -ENOMEM;
+    const int s = ws->s;
+    int rc;
+    if (!d->mosaic && p.canvas[0].n_paste == 0) {
+        /* a resizing letterbox: done here, then warped from ws->canvas */
+        struct trn_aug_letterbox_opts o;
+        trn_aug_letterbox_opts_default(&o);
+        struct trn_aug_letterbox_plan lp;
+        rc = trn_aug_letterbox_plan(tiles[0].w, tiles[0].h, s, s, &o, &lp);
+        if (rc == 0)
+            rc = trn_aug_letterbox(tiles[0].pixels, tiles[0].w, tiles[0].h, &lp, ws->canvas,
+                                   4 * (size_t)s * s * 3);
+        if (rc == 0)
+            rc = kern_ref_aug_warp(k, dst, s, s, ws->canvas, s, s, p.inv[0], p.perspective[0],
+                                   TRN_AUG_FILL);
+    } else {
+        rc = cpu_warp(k, ws, &p, 0, dst);
+    }
+    if (rc == 0 && p.mixup) {
+        rc = cpu_warp(k, ws, &p, 1, ws->mix);
+        if (rc == 0) rc = kern_ref_aug_mixup(k, dst, ws->mix, (size_t)s * s * 3, p.mixup_ratio);
+    }
+    if (rc == 0 && p.hsv) rc = kern_ref_aug_hsv(k, dst, s, s, &p.lut);
+    if (rc == 0 && (p.flip_lr || p.flip_ud))
+        rc = kern_ref_aug_flip(k, dst, s, s, p.flip_lr, p.flip_ud);
+    return rc < 0 ? rc : n;
+}
+
+int trn_aug_train_batch(struct kern_ctx *ctx, const struct kern_ops *K, struct trn_aug_ws *ws,
+                        const struct trn_aug_hyp *hyp, struct trn_aug_batch_item *items, int n,
+                        struct kern_aug_sample *plans, int dtype, void *dst)
+{
+    if (!ctx || !K || !K->aug_batch || !ws || !items || n < 1 || !plans || !dst ||
+        K->backend != kern_ctx_backend(ctx))
+        return -EINVAL;
+    for (int i = 0; i < n; i++) {
+        struct trn_aug_batch_item *it = &items[i];
+        it->n_rows = 0;
+        const int nr = plan_sample(ws, hyp, it->d, it->tiles, it->n_tiles, it->pixels, true,
+                                   &plans[i], it->rows, it->cap_rows);
+        if (nr < 0) return nr;
+        it->n_rows = nr;
+    }
+    return K->aug_batch(ctx, dst, dtype, ws->s, plans, n);
 }
 
 int trn_aug_val_sample(const struct trn_aug_tile *tile, int shape_h, int shape_w, uint8_t *dst,
@@ -678,7 +872,7 @@ const char *trn_aug_strerror(int rc)
     case -ENOMEM:
         return "augment: out of memory";
     case -ENOTSUP:
-        return "augment: recipe feature not implemented (copy_paste > 0)";
+        return "augment: not supported (copy_paste > 0, or a GPU plan of a resizing letterbox)";
     default:
         return rc < 0 ? strerror(-rc) : "augment: unknown status";
     }

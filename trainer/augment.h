@@ -36,6 +36,12 @@
  * Thread safety: every function is thread-safe on distinct outputs; const inputs may be shared.
  * A struct trn_aug_ws is used by one thread at a time (one per worker). trn_aug_hsv builds a
  * 540 KiB constant table on first use (pthread_once).
+ *
+ * Pixels. The pixel work (paste, warp, HSV, flips, mixup, the batch tensor) is done by the kern
+ * library's augmentation ops (kern.h "Augmentation pixels"): on the CPU through one process-wide
+ * CPU context (trn_aug_cpu_ctx), and for a whole batch on any kern context, a GPU included,
+ * through trn_aug_plan_sample + trn_aug_train_batch: the draws and the labels stay on the host,
+ * the pixels are computed where the tiles are, with the same bytes.
  */
 #ifndef TRN_AUGMENT_H
 #define TRN_AUGMENT_H
@@ -43,6 +49,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kern.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -434,6 +442,64 @@ int trn_aug_train_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
 int trn_aug_val_sample(const struct trn_aug_tile *tile, int shape_h, int shape_w, uint8_t *dst,
                        size_t dst_cap, float *rows, int cap_rows,
                        struct trn_aug_letterbox_plan *plan);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Pixels on a kern context (GPU batches)                                                   */
+
+/*
+ * The CPU kern context that the functions above run their pixel ops on, created on first use
+ * (pthread_once) and kept for the process. The kern augmentation ops (except the batch op) may
+ * share it between threads (kern.h). NULL only if it could not be created (out of memory): the
+ * int functions then return -ENOMEM, and trn_aug_hsv, trn_aug_mixup and the flips leave the
+ * image unchanged.
+ */
+struct kern_ctx *trn_aug_cpu_ctx(void);
+
+/*
+ * Plan one training sample without touching its pixels: the labels exactly as
+ * trn_aug_train_sample computes them (rows, return value, errors), and *plan, the pixel
+ * descriptor that kern_*_aug_batch turns into the same image. Tile geometry and labels are read
+ * from `tiles`; the pixel pointers put into the plan are pixels[k] (the tiles' copies in a kern
+ * context's memory, e.g. device memory), or tiles[k].pixels when pixels is NULL.
+ * A non-mosaic sample whose letterbox would resize (the tile's long side is not s) has no plan:
+ * -ENOTSUP (the loader's records are packed at the training size; resize them on the host).
+ * ws, hyp, d, tiles, n_tiles, rows, cap_rows: as trn_aug_train_sample. plan: out.
+ * Returns the number of rows or the errors of trn_aug_train_sample, or -ENOTSUP.
+ */
+int trn_aug_plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                        const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
+                        int n_tiles, const uint8_t *const *pixels, struct kern_aug_sample *plan,
+                        float *rows, int cap_rows);
+
+/* One sample of a batch for trn_aug_train_batch. */
+struct trn_aug_batch_item {
+    const struct trn_aug_draws *d;    /* the sample's draws */
+    const struct trn_aug_tile *tiles; /* n_tiles tiles (geometry, labels; host memory) */
+    int n_tiles;                      /* 1, 4 or 8, as d says */
+    const uint8_t *const *pixels;     /* n_tiles pixel pointers in ctx's memory, or NULL: the
+                                         tiles' own (CPU contexts) */
+    float *rows;                      /* out: [cap_rows][5] normalised (class, cx, cy, w, h) */
+    int cap_rows;                     /* capacity of rows */
+    int n_rows;                       /* out: rows written */
+};
+
+/*
+ * A whole training batch on a kern context: every item is planned on the host
+ * (trn_aug_plan_sample: labels into item->rows, n_rows), then one K->aug_batch call writes the
+ * n images into dst, (n, 3, s, s) NCHW in ctx's memory, uint8 or float / 255 (dtype
+ * KERN_AUG_U8 / KERN_AUG_F32: the loader's TRN_PIXELS_U8 / _F32). On a CPU context the bytes
+ * equal trn_aug_train_sample's images stored as the loader stores them; on CUDA they are the
+ * same (tests/kernels/test_cuda_parity_augment.c), enqueued on ctx's stream (the tiles must
+ * stay valid until it has run; the host arrays may be reused on return).
+ * ctx, K: a context and the op table of its backend (kern_ops_ref() / kern_ops_cuda()).
+ * ws: the host workspace for labels (its s is the output side). plans: n host descriptors of
+ * scratch (caller-owned, so no allocation per batch). Returns 0, the first planning error
+ * (items before it are planned, nothing written), -EINVAL (bad arguments, K of another backend)
+ * or the kern op's error.
+ */
+int trn_aug_train_batch(struct kern_ctx *ctx, const struct kern_ops *K, struct trn_aug_ws *ws,
+                        const struct trn_aug_hyp *hyp, struct trn_aug_batch_item *items, int n,
+                        struct kern_aug_sample *plans, int dtype, void *dst);
 
 /* A static string naming rc (0, or a negative errno value from this module). */
 const char *trn_aug_strerror(int rc);

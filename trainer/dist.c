@@ -10,6 +10,13 @@
  * the collective's deadline: a dead peer shows as end-of-file or a reset at once, a hung one as a
  * timeout. Headers travel in host byte order: every rank of a job runs the same little-endian
  * build (the trainer's checkpoints assume the same).
+ *
+ * The communication thread (dist.h OVERLAP): started at the first trn_dist_grad_begin, it runs a
+ * FIFO of jobs, and from then on every collective goes through it: gradient buckets are queued
+ * and not waited for, every other call queues its job and waits for it. So the communicator's
+ * state (sockets, seq, tmp, err, broken; MPI; NCCL) is touched by one thread at a time (the
+ * caller's before the thread starts, the thread's after), and the order of collectives is the
+ * order in which the caller issued them, the same on every rank.
  */
 #include "dist.h"
 
@@ -21,7 +28,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +76,21 @@ struct wire_hdr {
     uint64_t bytes; /* payload bytes that follow (HELLO: the world size) */
 };
 
+/* A collective for the communication thread. */
+enum job_kind { JOB_REDUCE = 1, JOB_BCAST, JOB_GRAD };
+
+struct job {
+    enum job_kind kind;
+    void *buf;           /* REDUCE / BCAST: the caller's buffer */
+    size_t n;            /* REDUCE, GRAD: elements; BCAST: bytes */
+    enum dtype dt;       /* REDUCE */
+    enum trn_dist_op op; /* REDUCE */
+    bool device;         /* BCAST: device memory (NCCL) */
+    float *host;         /* GRAD: the bucket (host memory) */
+    float *dev;          /* GRAD, NCCL: the bucket in device memory */
+    void *event;         /* GRAD, NCCL: recorded on the producer's stream at launch */
+};
+
 struct trn_dist {
     enum trn_dist_backend backend;
     int rank, world, local_rank;
@@ -81,7 +105,39 @@ struct trn_dist {
     bool mpi_finalize;          /* we called MPI_Init, so we finalize */
     struct trn_dist_nccl *nccl; /* NCCL backend state */
     char err[640];
+
+    /* Communication thread (see the top of the file). Fields below `mu` are guarded by it. */
+    bool thread_ok; /* the backend may run on another thread than the creator's */
+    bool thread_on; /* started: every collective goes through the queue */
+    bool sync_init; /* mu and the condition variables exist */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_job;  /* a job was queued, or quit */
+    pthread_cond_t cv_done; /* a job completed */
+    struct job *q;          /* ring of q_cap jobs; job k (k counts from 0) at q[k % q_cap] */
+    size_t q_cap;
+    uint64_t q_head; /* the oldest job not completed (the thread's current one) */
+    uint64_t q_tail; /* jobs queued so far */
+    bool quit;       /* destroy: the thread ends once the queue is empty */
+    int sync_rc;     /* result of the last job the caller waits for */
+    int grad_rc;     /* first error of this backward's buckets (0: none) */
+    bool waiting;    /* trn_dist_grad_wait has begun for this backward */
+    struct trn_dist_grad_stats st;
+
+    /* Bucketing (caller's thread only). */
+    bool overlap;              /* opts.overlap */
+    size_t first_bucket_bytes; /* opts.first_bucket_bytes, at most bucket_bytes */
+    bool in_step;              /* between trn_dist_grad_begin and trn_dist_grad_wait */
+    size_t step_len;           /* floats the ranges must cover */
+    size_t step_seen;          /* floats reported so far */
+    float *b_host, *b_dev;     /* the open bucket's start (the lowest address) */
+    void *b_stream;            /* the producer stream of its last range */
+    size_t b_n;                /* floats in the open bucket (0: none open) */
+    int b_index;               /* buckets launched in this backward */
 };
+
+static int sync_init(struct trn_dist *d);
+static void comm_stop(struct trn_dist *d);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Names                                                                                     */
@@ -143,6 +199,8 @@ void trn_dist_opts_default(struct trn_dist_opts *o)
     o->bucket_bytes = (size_t)25 << 20;
     o->port_offset = 1;
     o->device = -1;
+    o->overlap = true;
+    o->first_bucket_bytes = (size_t)1 << 20;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -814,11 +872,14 @@ static int mpi_open(struct trn_dist *d, const struct trn_dist_env *env)
     MPI_Initialized(&inited);
     if (!inited) {
         int provided = 0;
-        /* only the training thread calls MPI */
-        mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+        /* one thread calls MPI at a time: the caller's, then the communication thread's */
+        mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
         if (mrc != MPI_SUCCESS) return mpi_fail(d, mrc, "init");
         d->mpi_finalize = true;
     }
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    d->thread_ok = level >= MPI_THREAD_SERIALIZED;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -858,6 +919,11 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     d->timeout_s = o.timeout_s;
     d->bucket_bytes = o.bucket_bytes & ~(size_t)7;
     d->listen_fd = -1;
+    d->overlap = o.overlap;
+    d->first_bucket_bytes = o.first_bucket_bytes >= 4 && o.first_bucket_bytes < d->bucket_bytes
+                                ? o.first_bucket_bytes
+                                : d->bucket_bytes;
+    d->thread_ok = true; /* TCP and NCCL; MPI decides in mpi_open */
     enum trn_dist_backend b = o.backend;
     if (b == TRN_DIST_AUTO)
         b = env->source == TRN_DIST_SRC_OMPI && TRN_HAVE_MPI ? TRN_DIST_MPI : TRN_DIST_TCP;
@@ -907,6 +973,11 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     }
     d->broken = false;
     d->err[0] = '\0';
+    if (d->world > 1 && (rc = sync_init(d)) < 0) {
+        seterr(err, err_cap, "cannot create the communication thread's locks: %s", strerror(-rc));
+        trn_dist_destroy(d);
+        return rc;
+    }
     *out = d;
     return 0;
 }
@@ -914,6 +985,7 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
 void trn_dist_destroy(struct trn_dist *d)
 {
     if (!d) return;
+    comm_stop(d);
 #if TRN_HAVE_NCCL
     if (d->broken)
         trn_dist_nccl_abort(d->nccl);
@@ -925,6 +997,12 @@ void trn_dist_destroy(struct trn_dist *d)
     if (d->mpi_finalize) MPI_Finalize();
 #endif
     free(d->tmp);
+    free(d->q);
+    if (d->sync_init) {
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->cv_job);
+        pthread_cond_destroy(&d->cv_done);
+    }
     free(d);
 }
 
@@ -987,10 +1065,10 @@ static int reduce(struct trn_dist *d, void *buf, size_t n, enum dtype dt, enum t
     return star_reduce(d, buf, n, dt, op);
 }
 
-int trn_dist_allreduce_f32(struct trn_dist *d, float *buf, size_t n)
+static int exec_allreduce_f32(struct trn_dist *d, float *buf, size_t n)
 {
 #if TRN_HAVE_NCCL
-    if (d && d->backend == TRN_DIST_NCCL) {
+    if (d->backend == TRN_DIST_NCCL) {
         const int rc = usable(d, buf, n);
         if (rc < 0) return rc;
         char e[512] = "";
@@ -1002,17 +1080,7 @@ int trn_dist_allreduce_f32(struct trn_dist *d, float *buf, size_t n)
     return reduce(d, buf, n, DT_F32, TRN_DIST_SUM);
 }
 
-int trn_dist_allreduce_f64(struct trn_dist *d, double *buf, size_t n)
-{
-    return reduce(d, buf, n, DT_F64, TRN_DIST_SUM);
-}
-
-int trn_dist_allreduce_i64(struct trn_dist *d, int64_t *buf, size_t n, enum trn_dist_op op)
-{
-    return reduce(d, buf, n, DT_I64, op);
-}
-
-int trn_dist_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool device)
+static int exec_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool device)
 {
     int rc = usable(d, buf, bytes);
     if (rc < 0 || d->world == 1) return rc;
@@ -1028,6 +1096,345 @@ int trn_dist_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool device)
     if (d->backend == TRN_DIST_MPI) return mpi_bcast(d, buf, bytes);
 #endif
     return star_bcast(d, buf, bytes, OP_BROADCAST);
+}
+
+/* A gradient bucket: the same all-reduce as a whole arena's, on a slice of it. */
+static int exec_grad(struct trn_dist *d, const struct job *j)
+{
+#if TRN_HAVE_NCCL
+    if (d->backend == TRN_DIST_NCCL) {
+        const int rc = usable(d, j->dev, j->n);
+        if (rc < 0) return rc;
+        char e[512] = "";
+        const int r = trn_dist_nccl_grad_bucket(d->nccl, j->event, j->dev, j->host, j->n,
+                                                d->bucket_bytes / 4, d->timeout_s, e, sizeof e);
+        return r < 0 ? fail(d, r, "gradient bucket: %s", e) : 0;
+    }
+#endif
+    return reduce(d, j->host, j->n, DT_F32, TRN_DIST_SUM);
+}
+
+static int exec_job(struct trn_dist *d, const struct job *j)
+{
+    switch (j->kind) {
+    case JOB_REDUCE:
+        return j->dt == DT_F32 ? exec_allreduce_f32(d, j->buf, j->n)
+                               : reduce(d, j->buf, j->n, j->dt, j->op);
+    case JOB_BCAST:
+        return exec_broadcast(d, j->buf, j->n, j->device);
+    case JOB_GRAD:
+        return exec_grad(d, j);
+    }
+    return -EINVAL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The communication thread                                                                  */
+
+static int sync_init(struct trn_dist *d)
+{
+    pthread_condattr_t ca;
+    int e = pthread_condattr_init(&ca);
+    if (e) return -e;
+    /* the caller's bounded waits measure monotonic time, like every deadline here */
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    e = pthread_mutex_init(&d->mu, NULL);
+    if (!e && (e = pthread_cond_init(&d->cv_job, &ca)) != 0) pthread_mutex_destroy(&d->mu);
+    if (!e && (e = pthread_cond_init(&d->cv_done, &ca)) != 0) {
+        pthread_cond_destroy(&d->cv_job);
+        pthread_mutex_destroy(&d->mu);
+    }
+    pthread_condattr_destroy(&ca);
+    if (e) return -e;
+    d->sync_init = true;
+    return 0;
+}
+
+static void *comm_main(void *arg)
+{
+    struct trn_dist *const d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (d->q_head == d->q_tail && !d->quit)
+            pthread_cond_wait(&d->cv_job, &d->mu);
+        if (d->q_head == d->q_tail) break; /* quit with nothing left */
+        /* a copy: the caller may grow (move) the ring while this job runs */
+        const struct job j = d->q[d->q_head % d->q_cap];
+        if (j.kind == JOB_GRAD) d->st.started++;
+        pthread_mutex_unlock(&d->mu);
+        const int rc = exec_job(d, &j);
+        pthread_mutex_lock(&d->mu);
+        d->q_head++;
+        if (j.kind == JOB_GRAD) {
+            if (rc < 0 && !d->grad_rc) d->grad_rc = rc;
+            d->st.done++;
+            if (!d->waiting) d->st.done_early++;
+        } else {
+            d->sync_rc = rc;
+        }
+        pthread_cond_broadcast(&d->cv_done);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* Start the thread (once). Signals stay with the caller's threads: the trainer's SIGTERM and
+ * SIGUSR1 handlers must run there, not interrupt a collective. Without a thread (a backend that
+ * cannot, or pthread_create failed) the caller runs everything itself. */
+static void comm_start(struct trn_dist *d)
+{
+    if (d->thread_on || !d->thread_ok || !d->sync_init || d->world == 1) return;
+    if (!d->q) {
+        d->q_cap = 64;
+        if (!(d->q = malloc(d->q_cap * sizeof *d->q))) {
+            d->q_cap = 0;
+            return;
+        }
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    d->thread_on = pthread_create(&d->thread, NULL, comm_main, d) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void comm_stop(struct trn_dist *d)
+{
+    if (!d->thread_on) return;
+    pthread_mutex_lock(&d->mu);
+    d->quit = true;
+    pthread_cond_broadcast(&d->cv_job);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->thread, NULL);
+    d->thread_on = false;
+}
+
+/* Queue j (the caller holds mu). Returns its ticket (jobs queued up to and including it). */
+static int enqueue_locked(struct trn_dist *d, const struct job *j, uint64_t *ticket)
+{
+    if (d->q_tail - d->q_head == d->q_cap) {
+        /* grows only while a backward has more buckets in flight than any before it */
+        const size_t cap = 2 * d->q_cap;
+        struct job *q = malloc(cap * sizeof *q);
+        if (!q) return -ENOMEM;
+        for (uint64_t k = d->q_head; k < d->q_tail; k++)
+            q[k % cap] = d->q[k % d->q_cap];
+        free(d->q);
+        d->q = q;
+        d->q_cap = cap;
+    }
+    d->q[d->q_tail % d->q_cap] = *j;
+    *ticket = ++d->q_tail;
+    pthread_cond_signal(&d->cv_job);
+    return 0;
+}
+
+/* Wait (the caller holds mu) until the first `ticket` jobs are done. Each job ends by its own
+ * deadline; this bound only catches a thread that stopped making progress at all. */
+static int wait_ticket_locked(struct trn_dist *d, uint64_t ticket)
+{
+    uint64_t seen = d->q_head;
+    double limit = now_s() + d->timeout_s + 60;
+    while (d->q_head < ticket) {
+        const double t = limit < now_s() + 3600 ? limit : now_s() + 3600;
+        struct timespec ts = { (time_t)t, (long)((t - floor(t)) * 1e9) };
+        pthread_cond_timedwait(&d->cv_done, &d->mu, &ts);
+        if (d->q_head != seen) {
+            seen = d->q_head;
+            limit = now_s() + d->timeout_s + 60;
+        } else if (now_s() > limit) {
+            /* the thread may still write d->err: report here, through the caller's own line */
+            return -ETIMEDOUT;
+        }
+    }
+    return 0;
+}
+
+/* Run a collective the caller waits for: on the thread when it runs, else here. */
+static int run_job(struct trn_dist *d, const struct job *j)
+{
+    if (!d || !d->thread_on) return d ? exec_job(d, j) : -EINVAL;
+    uint64_t ticket = 0;
+    pthread_mutex_lock(&d->mu);
+    int rc = enqueue_locked(d, j, &ticket);
+    if (rc == 0) rc = wait_ticket_locked(d, ticket);
+    if (rc == 0) rc = d->sync_rc;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+int trn_dist_allreduce_f32(struct trn_dist *d, float *buf, size_t n)
+{
+    const struct job j = { .kind = JOB_REDUCE, .buf = buf, .n = n, .dt = DT_F32 };
+    return run_job(d, &j);
+}
+
+int trn_dist_allreduce_f64(struct trn_dist *d, double *buf, size_t n)
+{
+    const struct job j = { .kind = JOB_REDUCE, .buf = buf, .n = n, .dt = DT_F64 };
+    return run_job(d, &j);
+}
+
+int trn_dist_allreduce_i64(struct trn_dist *d, int64_t *buf, size_t n, enum trn_dist_op op)
+{
+    if ((unsigned)op > TRN_DIST_MIN) return -EINVAL;
+    const struct job j = { .kind = JOB_REDUCE, .buf = buf, .n = n, .dt = DT_I64, .op = op };
+    return run_job(d, &j);
+}
+
+int trn_dist_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool device)
+{
+    const struct job j = { .kind = JOB_BCAST, .buf = buf, .n = bytes, .device = device };
+    return run_job(d, &j);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Overlapped gradient all-reduce                                                            */
+
+bool trn_dist_overlap(const struct trn_dist *d)
+{
+    return d && d->world > 1 && d->overlap && d->thread_ok && d->sync_init;
+}
+
+int trn_dist_grad_begin(struct trn_dist *d, size_t len)
+{
+    if (!d || len == 0 || d->in_step) return -EINVAL;
+    if (d->world == 1) return 0;
+    if (d->overlap) comm_start(d);
+    d->in_step = true;
+    d->step_len = len;
+    d->step_seen = 0;
+    d->b_n = 0;
+    d->b_index = 0;
+    if (d->sync_init) pthread_mutex_lock(&d->mu);
+    const uint64_t steps = d->st.steps;
+    memset(&d->st, 0, sizeof d->st);
+    d->st.steps = steps;
+    d->grad_rc = 0;
+    d->waiting = false;
+    if (d->sync_init) pthread_mutex_unlock(&d->mu);
+    return 0;
+}
+
+/* Launch the open bucket: queue it for the thread, or reduce it here. */
+static int bucket_launch(struct trn_dist *d)
+{
+    if (d->b_n == 0) return 0;
+    struct job j = { .kind = JOB_GRAD, .n = d->b_n, .host = d->b_host, .dev = d->b_dev };
+    const int slot = d->b_index++;
+    d->b_n = 0;
+    int rc = 0;
+#if TRN_HAVE_NCCL
+    if (d->backend == TRN_DIST_NCCL) {
+        char e[512] = "";
+        /* recorded here, on the producer's thread; the comm stream waits for it, not the host */
+        if ((rc = trn_dist_nccl_event(d->nccl, slot, d->b_stream, &j.event, e, sizeof e)) < 0)
+            return fail(d, rc, "gradient bucket %d: %s", slot, e);
+    }
+#else
+    (void)slot;
+#endif
+    if (!d->thread_on) {
+        /* no thread: the same sums now, on the caller's thread */
+        rc = exec_job(d, &j);
+        if (d->sync_init) pthread_mutex_lock(&d->mu);
+        d->st.buckets++;
+        d->st.started++;
+        d->st.done++;
+        d->st.last_bucket_bytes = j.n * sizeof(float);
+        if (d->st.first_launch_at == 0) d->st.first_launch_at = d->st.ranges;
+        if (rc < 0 && !d->grad_rc) d->grad_rc = rc;
+        if (!d->waiting) d->st.done_early++;
+        if (d->sync_init) pthread_mutex_unlock(&d->mu);
+        return rc;
+    }
+    uint64_t ticket = 0;
+    pthread_mutex_lock(&d->mu);
+    rc = enqueue_locked(d, &j, &ticket);
+    if (rc == 0) {
+        d->st.buckets++;
+        d->st.last_bucket_bytes = j.n * sizeof(float);
+        if (d->st.first_launch_at == 0) d->st.first_launch_at = d->st.ranges;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+int trn_dist_grad_ready(struct trn_dist *d, float *host, float *dev, void *stream, size_t count)
+{
+    if (d && d->world == 1) return 0;
+    if (!d || !d->in_step || (!host && count)) return -EINVAL;
+    if (d->backend == TRN_DIST_NCCL && count && !dev) {
+        snprintf(d->err, sizeof d->err,
+                 "rank %d: the NCCL backend all-reduces device memory: the net must run on the "
+                 "GPU",
+                 d->rank);
+        return -EINVAL;
+    }
+    if (count > d->step_len - d->step_seen) return -EINVAL;
+    if (d->sync_init) pthread_mutex_lock(&d->mu);
+    d->st.ranges++;
+    const int failed = d->grad_rc;
+    if (d->sync_init) pthread_mutex_unlock(&d->mu);
+    if (failed) return failed; /* stop the backward: the job is over */
+    if (count == 0) return 0;
+    d->step_seen += count;
+    /* a bucket is one run of memory: a range that does not continue it closes it */
+    int rc = 0;
+    if (d->b_n && host + count == d->b_host && (!dev || dev + count == d->b_dev)) {
+        d->b_host = host;
+        d->b_dev = dev;
+        d->b_n += count;
+    } else if (d->b_n && d->b_host + d->b_n == host && (!dev || d->b_dev + d->b_n == dev)) {
+        d->b_n += count;
+    } else {
+        if ((rc = bucket_launch(d)) < 0) return rc;
+        d->b_host = host;
+        d->b_dev = dev;
+        d->b_n = count;
+    }
+    d->b_stream = stream;
+    const size_t cap = d->b_index == 0 ? d->first_bucket_bytes : d->bucket_bytes;
+    if (d->b_n * sizeof(float) >= cap) rc = bucket_launch(d);
+    return rc;
+}
+
+int trn_dist_grad_wait(struct trn_dist *d)
+{
+    if (d && d->world == 1) return 0;
+    if (!d || !d->in_step) return -EINVAL;
+    int rc = 0;
+    if (d->step_seen == d->step_len) rc = bucket_launch(d);
+    d->b_n = 0; /* an incomplete backward: its last bucket is not reduced (the run is over) */
+    if (d->sync_init) pthread_mutex_lock(&d->mu);
+    d->waiting = true;
+    int wrc = d->thread_on ? wait_ticket_locked(d, d->q_tail) : 0;
+    if (d->grad_rc) rc = d->grad_rc;
+    if (!rc) rc = wrc;
+    d->st.steps++;
+    if (d->sync_init) pthread_mutex_unlock(&d->mu);
+    d->in_step = false;
+    if (rc == -ETIMEDOUT && wrc == -ETIMEDOUT && !d->grad_rc)
+        snprintf(d->err, sizeof d->err,
+                 "rank %d: the communication thread made no progress for %g s (gradient buckets)",
+                 d->rank, d->timeout_s + 60);
+    if (!rc && d->step_seen != d->step_len) {
+        snprintf(d->err, sizeof d->err,
+                 "rank %d: the gradient ranges covered %zu of %zu floats (a backward reported "
+                 "too few)",
+                 d->rank, d->step_seen, d->step_len);
+        rc = -EINVAL;
+    }
+    return rc;
+}
+
+int trn_dist_grad_stats(struct trn_dist *d, struct trn_dist_grad_stats *out)
+{
+    if (!d || !out) return -EINVAL;
+    if (d->sync_init) pthread_mutex_lock(&d->mu);
+    *out = d->st;
+    if (d->sync_init) pthread_mutex_unlock(&d->mu);
+    return 0;
 }
 
 int trn_dist_barrier(struct trn_dist *d)

@@ -44,7 +44,33 @@
  * trn_dist_strerror names them; trn_dist_error has the line. The library never prints; only
  * trn_dist_abort ends the process (for programs, style guide rule 15).
  *
- * THREADS. A communicator is used by one thread at a time. The env functions are pure and
+ * OVERLAP (trn_dist_grad_*). The gradient all-reduce of a backward is split into buckets that
+ * are reduced while the backward goes on, as PyTorch's DistributedDataParallel does: the caller
+ * reports each final range of the gradient arena (trainer/net.h's gradient-ready hook: one yaml
+ * row at a time, last row first); ranges fill a bucket in the order reported until it holds
+ * opts.bucket_bytes (DDP's bucket_cap_mb; the first bucket closes at first_bucket_bytes, DDP's
+ * 1 MiB first bucket), and a full bucket is launched at once; trn_dist_grad_wait launches the
+ * last one and waits for all before the optimizer step. Buckets run on a communication thread
+ * that the communicator starts at the first trn_dist_grad_begin (TCP, MPI when Open MPI grants
+ * MPI_THREAD_SERIALIZED, NCCL); from then on EVERY collective of the communicator, gradient
+ * buckets and blocking calls alike (SyncBatchNorm's sums during the backward, the epoch's flags),
+ * runs on that thread in the order the caller issued it. The caller's thread is the only one
+ * issuing, and every rank issues the same sequence, so every rank runs the same sequence of
+ * collectives: no rank can be in a bucket while another is in a BN sum (which would deadlock or
+ * mix buffers). The SUMS do not depend on the buckets: each element is summed over the ranks by
+ * the backend in the same order as in one whole-arena all-reduce (TCP: rank order on rank 0;
+ * MPI and NCCL with 2 ranks: a + b == b + a), so the result is the same bits with or without
+ * overlap and for any bucket size (at more than 2 ranks MPI and NCCL choose their algorithm by
+ * message size, so bucket sizes may change the last bits there, as with DDP). Faults: a bucket
+ * that fails makes later trn_dist_grad_ready calls and every later collective return the error
+ * (the line names the peer), so the backward stops at its next row; a hung peer ends the bucket
+ * at its deadline. The caller's waits are bounded too (timeout_s + 60 s of no progress on the
+ * communication thread: -ETIMEDOUT). With opts.overlap false, or where the backend cannot run on
+ * a second thread, each bucket is reduced on the caller's thread when it fills (the same sums,
+ * no overlap).
+ *
+ * THREADS. A communicator is used by one thread at a time (its communication thread is its
+ * own; trn_dist_grad_stats may be called from any thread). The env functions are pure and
  * thread-safe.
  */
 #ifndef TRN_DIST_H
@@ -120,6 +146,10 @@ struct trn_dist_opts {
                                       bucket_cap_mb] */
     int port_offset;               /* TCP star port = master_port + port_offset, >= 0 [1] */
     int device;                    /* NCCL: CUDA device ordinal [-1: local_rank] */
+    bool overlap;                  /* trn_dist_grad_*: reduce buckets on a communication thread
+                                      while the backward goes on [true] */
+    size_t first_bucket_bytes;     /* the first gradient bucket of a backward closes here, bytes
+                                      (at most bucket_bytes is used) [1 MiB, DDP's first bucket] */
 };
 
 /* Fill o with the defaults in brackets. */
@@ -185,6 +215,44 @@ int trn_dist_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool device)
 
 /* Wait until every rank has called it (or the deadline). */
 int trn_dist_barrier(struct trn_dist *d);
+
+/*
+ * Overlapped gradient all-reduce (see OVERLAP). One backward: trn_dist_grad_begin(d, len) with
+ * the arena's length in floats; trn_dist_grad_ready for each final range, in the order they
+ * become final (a range adjacent to the open bucket's extends it; any other closes it first);
+ * trn_dist_grad_wait before the gradients are read. Every range is summed over the ranks in
+ * place (host memory; NCCL: dev, device memory, after the work on `stream` so far (a
+ * cudaStream_t, NULL for the legacy stream), and the sums are then copied into host). The ranges
+ * must cover len floats in all. Between ready and the end of wait the caller must not touch a
+ * reported range. With world size 1 all three are no-ops.
+ * begin returns 0 or -EINVAL (a step already open, len 0); ready returns 0, -EINVAL (no open
+ * step, more than len floats, NCCL without dev), -ENOMEM, or the error of a bucket that already
+ * failed (then stop the backward and call wait); wait returns 0, -EINVAL (the ranges did not
+ * cover len), or the first bucket's collective error (trn_dist_error names the peer). wait
+ * always drains: after it returns no bucket is in flight.
+ */
+int trn_dist_grad_begin(struct trn_dist *d, size_t len);
+int trn_dist_grad_ready(struct trn_dist *d, float *host, float *dev, void *stream, size_t count);
+int trn_dist_grad_wait(struct trn_dist *d);
+
+/* Whether trn_dist_grad_* overlaps buckets with the caller (opts.overlap, world > 1, and a
+ * backend that can run on the communication thread). */
+bool trn_dist_overlap(const struct trn_dist *d);
+
+/* Counters of the current (or last) backward's buckets, for tests and logs; not timings. */
+struct trn_dist_grad_stats {
+    uint64_t steps;           /* backwards completed (trn_dist_grad_wait calls) */
+    uint64_t ranges;          /* trn_dist_grad_ready calls of this backward */
+    uint64_t buckets;         /* buckets launched in this backward */
+    uint64_t first_launch_at; /* ranges reported when the first bucket was launched (0: none) */
+    uint64_t started;         /* buckets the communication thread has started */
+    uint64_t done;            /* buckets completed (successfully or not) */
+    uint64_t done_early;      /* buckets completed before trn_dist_grad_wait was called */
+    size_t last_bucket_bytes; /* bytes of the last bucket launched */
+};
+
+/* Copy the counters into *out (thread-safe). Returns 0 or -EINVAL. */
+int trn_dist_grad_stats(struct trn_dist *d, struct trn_dist_grad_stats *out);
 
 /* The line describing the last error ("" when none); valid until the next call on d. */
 const char *trn_dist_error(const struct trn_dist *d);

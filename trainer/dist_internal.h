@@ -33,6 +33,24 @@ int trn_dist_nccl_create(const void *id, int rank, int world, int device, double
 int trn_dist_nccl_allreduce_f32(struct trn_dist_nccl *c, float *dev, size_t n, size_t bucket,
                                 double timeout_s, char *err, size_t err_cap);
 
+/*
+ * The event of gradient bucket `slot` (an index within one backward; events are pooled and reused
+ * across backwards), recorded now on the producer's `stream` (cudaStream_t; NULL: the legacy
+ * stream), into *event. Called on the thread that produced the gradients. Returns 0, -ENOMEM or
+ * -EIO (err: a line).
+ */
+int trn_dist_nccl_event(struct trn_dist_nccl *c, int slot, void *stream, void **event, char *err,
+                        size_t err_cap);
+
+/*
+ * A gradient bucket on the communicator's own stream: wait for event (from trn_dist_nccl_event;
+ * NULL: none), sum dev[0..n) in place in chunks of `bucket` floats, then copy the sums to host
+ * (NULL: none), all polled until timeout_s. May run on another thread than the one that made the
+ * communicator (it selects the device). Returns as trn_dist_nccl_allreduce_f32.
+ */
+int trn_dist_nccl_grad_bucket(struct trn_dist_nccl *c, void *event, float *dev, float *host,
+                              size_t n, size_t bucket, double timeout_s, char *err, size_t err_cap);
+
 /* Rank 0's device bytes to every rank, in place; same polling as the all-reduce. */
 int trn_dist_nccl_broadcast(struct trn_dist_nccl *c, void *dev, size_t bytes, double timeout_s,
                             char *err, size_t err_cap);

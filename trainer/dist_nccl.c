@@ -23,8 +23,10 @@ _Static_assert(NCCL_UNIQUE_ID_BYTES == TRN_DIST_NCCL_ID_BYTES, "ncclUniqueId siz
 
 struct trn_dist_nccl {
     ncclComm_t comm;
-    cudaStream_t stream;
+    cudaStream_t stream; /* the communicator's own: collectives and gradient buckets */
     int device;
+    cudaEvent_t *ev; /* gradient buckets' producer events, by slot (created on demand) */
+    int n_ev;        /* events at ev */
 };
 
 static double now_s(void)
@@ -159,6 +161,71 @@ int trn_dist_nccl_allreduce_f32(struct trn_dist_nccl *c, float *dev, size_t n, s
     return wait_stream(c, deadline, "all-reduce", err, err_cap);
 }
 
+int trn_dist_nccl_event(struct trn_dist_nccl *c, int slot, void *stream, void **event, char *err,
+                        size_t err_cap)
+{
+    if (!c || slot < 0 || !event) return -EINVAL;
+    if (slot >= c->n_ev) {
+        /* grows only while backwards launch more buckets than before: steady state allocates
+         * nothing */
+        const int n = slot + 8;
+        cudaEvent_t *e = realloc(c->ev, (size_t)n * sizeof *e);
+        if (!e) return -ENOMEM;
+        c->ev = e;
+        for (; c->n_ev < n; c->n_ev++) {
+            const cudaError_t ce =
+                cudaEventCreateWithFlags(&c->ev[c->n_ev], cudaEventDisableTiming);
+            if (ce != cudaSuccess) {
+                snprintf(err, err_cap, "cudaEventCreate: %s", cudaGetErrorString(ce));
+                return -EIO;
+            }
+        }
+    }
+    const cudaError_t ce = cudaEventRecord(c->ev[slot], (cudaStream_t)stream);
+    if (ce != cudaSuccess) {
+        snprintf(err, err_cap, "cudaEventRecord: %s", cudaGetErrorString(ce));
+        return -EIO;
+    }
+    *event = (void *)c->ev[slot];
+    return 0;
+}
+
+int trn_dist_nccl_grad_bucket(struct trn_dist_nccl *c, void *event, float *dev, float *host,
+                              size_t n, size_t bucket, double timeout_s, char *err, size_t err_cap)
+{
+    if (!c || !dev || bucket == 0) return -EINVAL;
+    const double deadline = now_s() + timeout_s;
+    /* the communication thread: the device is per thread */
+    cudaError_t ce = cudaSetDevice(c->device);
+    /* ordered after the backward's writes to dev without blocking the producer's stream */
+    if (ce == cudaSuccess && event) ce = cudaStreamWaitEvent(c->stream, (cudaEvent_t)event, 0);
+    if (ce != cudaSuccess) {
+        snprintf(err, err_cap, "NCCL gradient bucket: CUDA: %s", cudaGetErrorString(ce));
+        return -EIO;
+    }
+    for (size_t off = 0; off < n; off += bucket) {
+        const size_t k = n - off < bucket ? n - off : bucket;
+        const ncclResult_t r =
+            ncclAllReduce(dev + off, dev + off, k, ncclFloat32, ncclSum, c->comm, c->stream);
+        if (r != ncclSuccess && r != ncclInProgress) {
+            snprintf(err, err_cap, "ncclAllReduce: %s", ncclGetErrorString(r));
+            return -EIO;
+        }
+        const int rc = wait_comm(c, deadline, "gradient bucket enqueue", err, err_cap);
+        if (rc < 0) return rc;
+    }
+    if (host) {
+        /* enqueued behind the all-reduce: a hung peer shows as a timeout in wait_stream, never
+         * as a copy blocking for ever */
+        ce = cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream);
+        if (ce != cudaSuccess) {
+            snprintf(err, err_cap, "NCCL gradient bucket copy: %s", cudaGetErrorString(ce));
+            return -EIO;
+        }
+    }
+    return wait_stream(c, deadline, "gradient bucket", err, err_cap);
+}
+
 int trn_dist_nccl_broadcast(struct trn_dist_nccl *c, void *dev, size_t bytes, double timeout_s,
                             char *err, size_t err_cap)
 {
@@ -187,6 +254,9 @@ void trn_dist_nccl_destroy(struct trn_dist_nccl *c)
         else
             ncclCommDestroy(c->comm);
     }
+    for (int k = 0; k < c->n_ev; k++)
+        cudaEventDestroy(c->ev[k]);
+    free(c->ev);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
 }
@@ -195,6 +265,9 @@ void trn_dist_nccl_abort(struct trn_dist_nccl *c)
 {
     if (!c) return;
     if (c->comm) ncclCommAbort(c->comm);
+    for (int k = 0; k < c->n_ev; k++)
+        cudaEventDestroy(c->ev[k]);
+    free(c->ev);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
 }

@@ -1,7 +1,9 @@
 /*
  * loss: YOLOv5's ComputeLoss (ultralytics v7.0 utils/loss.py; docs/yolov5-recipe.md S3), forward
- * and the gradient of the total loss with respect to the three Detect outputs, in float32 on the
- * CPU (BCE-with-logits of the objectness and CIoU through kern's reference ops).
+ * and the gradient of the total loss with respect to the three Detect outputs, in float32. The
+ * computation is kern's whole-loss op (kern.h "The whole YOLOv5 loss"): trn_loss_compute runs
+ * its CPU reference on host buffers; trn_loss_compute_dev runs any backend's (the CUDA twin on
+ * device buffers, no host round trip) from the same configuration.
  *
  * INPUTS. p[l] (bs, na, ny_l, nx_l, no) float32, the raw Detect logits of level l permuted as
  * PyTorch's Detect returns them in training (kern_ref_detect_reshape_fwd), no = nc + 5 with
@@ -148,6 +150,44 @@ struct trn_loss_items {
  */
 int trn_loss_compute(struct trn_loss *L, struct kern_ctx *ctx, const float *const *p,
                      const float *targets, int nt, float *const *dp, struct trn_loss_items *items);
+
+/*
+ * cfg as kern's descriptor (struct kern_yolo_loss; positive weights and gr 1). out: out.
+ * Returns 0 or -EINVAL (bad cfg, or one kern refuses: more than 2^29 entry slots or cells).
+ */
+int trn_loss_kern_desc(const struct trn_loss_cfg *cfg, struct kern_yolo_loss *out);
+
+/*
+ * Copies the op's KERN_YOLO_OUT_N floats (host memory: download them first on a device) into
+ * *items. Returns 0, -EINVAL (NULL), or -TRN_LOSS_ETARGET when the status slot flags a bad
+ * target count or row (the device path checks them on the device; the losses are then NaN).
+ */
+int trn_loss_items_from_out(const float *out, struct trn_loss_items *items);
+
+/*
+ * THE DEVICE PATH. The whole loss and its gradient through K->yolo_loss on ctx (K = kern_ops_cuda()
+ * with a CUDA context, or kern_ops_ref() with a CPU one), for a training step that stays on the
+ * device and can be captured in a CUDA graph: no host sync, no allocation, nothing read back.
+ *
+ * trn_loss_dev_scratch_bytes: the scratch size for cfg on K / ctx into *bytes; allocate it once
+ * at setup (kern_mem_alloc on ctx, or kern_ctx_reserve and pass scratch NULL to use the
+ * context's workspace). Returns 0, -EINVAL, or a kern error.
+ * trn_loss_compute_dev: p, dp: nl tensor pointers of ctx's memory (host arrays of device
+ * pointers on CUDA); dp NULL skips the gradient, else dp[l] is overwritten (accum 0) or added to
+ * (KERN_ACCUM_DX). targets: (cfg->max_targets, 6) rows in ctx's memory, of which the first *nt
+ * are used; nt: ONE int in ctx's memory (the loader's upload of the batch's count). out:
+ * KERN_YOLO_OUT_N floats in ctx's memory (overwritten), for trn_loss_items_from_out after a
+ * download. scratch, scratch_bytes: as above (scratch NULL: the context's workspace).
+ * Returns 0, -EINVAL, or a kern error (kern_strerror): on CUDA the op is only enqueued, and bad
+ * counts or rows show in out's status (-E2BIG and -TRN_LOSS_ETARGET come only from
+ * trn_loss_compute). Thread safety: as ctx (one thread at a time).
+ */
+int trn_loss_dev_scratch_bytes(const struct trn_loss_cfg *cfg, const struct kern_ops *K,
+                               struct kern_ctx *ctx, size_t *bytes);
+int trn_loss_compute_dev(const struct trn_loss_cfg *cfg, const struct kern_ops *K,
+                         struct kern_ctx *ctx, const float *const *p, const float *targets,
+                         const int *nt, float *const *dp, unsigned accum, float *out, void *scratch,
+                         size_t scratch_bytes);
 
 /* A message for any code returned above (falls back to strerror / kern_strerror). */
 const char *trn_loss_strerror(int rc);

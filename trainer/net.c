@@ -68,6 +68,10 @@ struct trn_net {
     void *bn_allreduce_ctx;
     double *bn_sums; /* SyncBatchNorm: one layer's KERN_BN_SUMS_LEN(c) sums (backend memory) */
     double *h_sums;  /* SyncBatchNorm on the device path: their host staging for the hook */
+    int (*grad_ready)(void *, const struct trn_net_grad_range *); /* or NULL (net.h GRADIENTS) */
+    void *grad_ready_ctx;
+    size_t *row_start; /* grad_ready: row i's gradients are [row_start[i], row_start[i + 1]) of
+                          the PARAM arena; n_layers + 1 entries, 0 .. arena_len */
 };
 
 #define TRY(x)                           \
@@ -173,6 +177,53 @@ static void bn_desc(const struct trn_net *net, int ci, struct kern_bn *d)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Creation                                                                                 */
+
+/* The gradient-ready hook's row ranges (net.h GRADIENTS): each row's PARAM tensors must lie in
+ * one stretch, the stretches in row order; a row's range runs to the next row's first tensor, so
+ * the ranges tile the arena (padding included) and a row without parameters gets an empty one. */
+static int row_ranges(struct trn_net *net, char *err, size_t err_cap)
+{
+    const struct trn_model_info *I = net->I;
+    const int nr = I->n_layers;
+    const size_t len = I->arena_len[TRN_ARENA_PARAM];
+    size_t *lo = malloc(((size_t)nr + 1) * sizeof *lo), *hi = calloc((size_t)nr + 1, sizeof *hi);
+    net->row_start = lo;
+    if (!lo || !hi) {
+        free(hi);
+        return -ENOMEM;
+    }
+    for (int i = 0; i <= nr; i++)
+        lo[i] = SIZE_MAX;
+    int bad = -1;
+    for (int t = 0; t < I->n_tensors; t++) {
+        const struct trn_tensor *T = trn_model_tensor(net->m, t);
+        if (T->arena != TRN_ARENA_PARAM) continue;
+        if (T->layer < 0 || T->layer >= nr) {
+            if (err && err_cap)
+                snprintf(err, err_cap, "gradient-ready hook: tensor %s has no row", T->name);
+            free(hi);
+            return -EINVAL;
+        }
+        if (T->offset < lo[T->layer]) lo[T->layer] = T->offset;
+        if (T->offset + T->numel > hi[T->layer]) hi[T->layer] = T->offset + T->numel;
+    }
+    lo[nr] = len;
+    for (int i = nr - 1; i >= 0 && bad < 0; i--) {
+        if (lo[i] == SIZE_MAX) lo[i] = lo[i + 1]; /* no parameters: an empty range */
+        if (hi[i] > lo[i + 1]) bad = i;           /* overlaps a later row */
+    }
+    lo[0] = 0; /* any leading padding goes with row 0 */
+    free(hi);
+    if (bad >= 0) {
+        if (err && err_cap)
+            snprintf(err, err_cap,
+                     "gradient-ready hook: the parameters of row %d are not one stretch of the "
+                     "arena in row order",
+                     bad);
+        return -EINVAL;
+    }
+    return 0;
+}
 
 int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct trn_net_opts *opts,
                    struct trn_net **out, char *err, size_t err_cap)
@@ -317,6 +368,9 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         if (net->gpu && !(net->h_sums = alloc_floats(KERN_BN_SUMS_LEN(c_max), sizeof(double))))
             goto fail;
     }
+    if (o.grad_ready && o.train && (rc = row_ranges(net, err, err_cap)) < 0) goto fail_quiet;
+    net->grad_ready = o.train ? o.grad_ready : NULL;
+    net->grad_ready_ctx = o.grad_ready_ctx;
     for (int t = 0; t < I->n_tensors; t++)
         if (trn_model_tensor(m, t)->role == TRN_T_ANCHORS)
             net->anchors = trn_model_tensor(m, t)->offset;
@@ -351,6 +405,7 @@ void trn_net_destroy(struct trn_net *net)
     free(net->h_grad);
     free(net->h_view);
     free(net->h_sums);
+    free(net->row_start);
     free(net);
 }
 
@@ -715,6 +770,23 @@ static int layer_bwd(struct trn_net *net, int i, const float *const *d_outputs)
     return 0;
 }
 
+/* Row i's parameter gradients are final: on the device path bring them to the host mirror, then
+ * tell the hook. */
+static int row_ready(struct trn_net *net, int i)
+{
+    const size_t off = net->row_start[i], n = net->row_start[i + 1] - off;
+    struct trn_net_grad_range g = {
+        .layer = i, .offset = off, .count = n, .host = net->grad + off
+    };
+    if (net->gpu) {
+        g.host = net->h_grad + off;
+        g.dev = net->grad + off;
+        g.stream = kern_cuda_ctx_stream(net->ctx);
+        if (n) TRY(kern_mem_copy(net->ctx, g.host, g.dev, n * sizeof(float), KERN_COPY_D2H));
+    }
+    return net->grad_ready(net->grad_ready_ctx, &g);
+}
+
 int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
 {
     if (!net || !d_outputs || !net->trained) return -EINVAL;
@@ -732,11 +804,13 @@ int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
             dout[l] = at;
         }
     }
-    for (int i = net->I->n_layers - 1; i >= 0; i--)
+    for (int i = net->I->n_layers - 1; i >= 0; i--) {
         TRY(layer_bwd(net, i, dout));
+        if (net->grad_ready) TRY(row_ready(net, i));
+    }
     if (net->input_grad && !net->has[0])
         TRY(kern_mem_zero(net->ctx, D(net, 0), net->plan.acts[0].numel * sizeof(float)));
-    if (net->gpu)
+    if (net->gpu && !net->grad_ready)
         TRY(kern_mem_copy(net->ctx, net->h_grad, net->grad, arena_bytes(net, TRN_ARENA_PARAM),
                           KERN_COPY_D2H));
     return 0;

@@ -33,11 +33,21 @@
  * GRADIENTS. trn_net_backward ADDS (+=) into the parameter grad arena, so calls over several
  * micro-batches accumulate; trn_net_zero_grad clears it. The input gradient (optional) is
  * overwritten (=) by each backward.
+ * Gradient-ready hook (trn_net_opts.grad_ready, for data-parallel all-reduce overlapped with
+ * backward): every parameter belongs to exactly one yaml row, and the PARAM layout keeps each
+ * row's tensors together in row order, so row i owns one range [start_i, start_{i+1}) of the
+ * arena (its padding included; the ranges of rows 0 .. n_layers - 1 tile the whole arena; a row
+ * without parameters has an empty range). Backward walks the rows in reverse and no row writes
+ * another's parameter gradients, so once row i's backward is done its range is final for this
+ * backward: the hook is called then, once per row, n_layers - 1 down to 0. From that call until
+ * the backward returns the net never touches the range again, so the hook may hand it to another
+ * thread (which must be done with it before the next forward, backward, zero_grad or
+ * trn_net_grad write on this net).
  *
  * ERRORS. Functions returning int give 0 on success or a negative code: -EINVAL (bad
  * arguments or call order), -ENOMEM, -TRN_MODEL_ESHAPE (an image size the model cannot take),
  * -TRN_MODEL_EUNSUPPORTED (an Upsample factor other than 2), a kern code (-KERN_E*), or
- * what trn_net_opts.bn_allreduce returned.
+ * what trn_net_opts.bn_allreduce or grad_ready returned.
  * trn_net_strerror names each. The library never prints and never exits.
  *
  * DEVICES. A net on a CUDA context (trn_net_opts.device) runs the same ops from kern_ops_cuda()
@@ -66,6 +76,19 @@
 extern "C" {
 #endif
 
+/* One row's final parameter gradients (see GRADIENTS, gradient-ready hook). */
+struct trn_net_grad_range {
+    int layer;     /* yaml row */
+    size_t offset; /* first float of the row's range in the PARAM arena layout */
+    size_t count;  /* floats in the range (0 for a row without parameters) */
+    float *host;   /* trn_net_grad(net) + offset: the final gradient in host memory (on the device
+                      data path the range has just been copied to the host mirror) */
+    float *dev;    /* device data path: the same range of the net's backend gradient arena (device
+                      memory on CUDA), valid for the net's life; NULL on the CPU path */
+    void *stream;  /* CUDA: the cudaStream_t (as void *) on which dev was produced; every write
+                      to the range is enqueued there before the call. NULL otherwise */
+};
+
 /* Options for trn_net_create. */
 struct trn_net_opts {
     int threads;          /* threads of the kern context the net creates (kern_ctx_opts.threads:
@@ -88,6 +111,13 @@ struct trn_net_opts {
        (then the forward or backward stops and returns it). Called from the net's thread. */
     int (*bn_allreduce)(void *ctx, double *buf, size_t n);
     void *bn_allreduce_ctx; /* bn_allreduce's first argument (borrowed) */
+    /* Gradient-ready hook (see GRADIENTS): NULL, or a function told of each row's final range,
+       n_layers - 1 down to 0, during trn_net_backward (train nets only). g is valid for the call.
+       A negative return stops the backward, which returns it. Called from the net's thread. On
+       the device data path each range is copied to the host mirror before its call, and backward
+       then skips its whole-arena copy (the hook's consumer may be writing the mirror). */
+    int (*grad_ready)(void *ctx, const struct trn_net_grad_range *g);
+    void *grad_ready_ctx; /* grad_ready's first argument (borrowed) */
 };
 
 /* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false,

@@ -2,8 +2,15 @@
  * Optimizer, schedule and EMA (see optim.h). Parameters, gradients and state share the PARAM
  * arena's layout; updates overwrite (=) params and state, gradients are read (step) or scaled /
  * zeroed in place (clip, zero_grad).
+ *
+ * The SGD step, the gradient norm, the clip and the EMA are the kern ops (kern.h "Optimizer
+ * step"): one implementation, the CPU reference here and its CUDA twin on the device
+ * (trn_optim_dev_*). The segment table lists the group tensors group by group, in the order of
+ * the model's group lists, so the double sum of the norm runs in the order it always did.
  */
 #include "optim.h"
+
+#include "kern.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,16 +20,20 @@
 struct trn_optim {
     struct trn_optim_opts o;
     const struct trn_model *m;
-    int n_group[3];        /* tensors per group */
-    const int *group[3];   /* tensor indices (the model's lists) */
-    size_t len;            /* PARAM arena floats */
-    float *s0, *s1;        /* momentum_buffer / exp_avg, exp_avg_sq (Adam only) */
-    double wd1;            /* group 1's scaled weight decay */
-    int64_t steps;         /* optimizer steps taken */
-    int64_t last_opt_step; /* ni of the last step, -1 before any */
+    int n_group[3];             /* tensors per group */
+    const int *group[3];        /* tensor indices (the model's lists) */
+    size_t len;                 /* PARAM arena floats */
+    float *s0, *s1;             /* momentum_buffer / exp_avg, exp_avg_sq (Adam only) */
+    double wd1;                 /* group 1's scaled weight decay */
+    int64_t steps;              /* optimizer steps taken */
+    int64_t last_opt_step;      /* ni of the last step, -1 before any */
+    struct kern_ctx *kc;        /* CPU context of the kern ops */
+    struct kern_optim_seg *seg; /* group tensors, group by group (host table) */
+    size_t n_seg, total;        /* segments (0: no group tensor), their elements */
 };
 
 struct trn_ema {
+    struct kern_ctx *kc; /* CPU context of the kern ops */
     const struct trn_model *m;
     size_t len[2];   /* PARAM, BUFFER arena floats */
     float *arena[2]; /* copies */
@@ -152,6 +163,30 @@ int trn_optim_schedule(const struct trn_optim_opts *o, int epoch, int64_t ni,
     return 0;
 }
 
+/* The segment table of the three groups (tensors with elements only). */
+static int optim_build_table(struct trn_optim *opt)
+{
+    size_t n = 0;
+    for (int g = 0; g < 3; g++)
+        n += (size_t)opt->n_group[g];
+    opt->seg = calloc(n ? n : 1, sizeof *opt->seg);
+    if (!opt->seg) return -ENOMEM;
+    n = 0;
+    for (int g = 0; g < 3; g++) {
+        for (int k = 0; k < opt->n_group[g]; k++) {
+            const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
+            if (!T || T->numel == 0) continue;
+            opt->seg[n].offset = T->offset;
+            opt->seg[n].count = T->numel;
+            opt->seg[n].group = g;
+            n++;
+        }
+    }
+    opt->n_seg = n;
+    if (n == 0) return 0;
+    return kern_optim_segs_prepare(opt->seg, n, opt->len, 3, &opt->total);
+}
+
 int trn_optim_create(const struct trn_model *m, const struct trn_optim_opts *o,
                      struct trn_optim **out)
 {
@@ -180,6 +215,10 @@ int trn_optim_create(const struct trn_model *m, const struct trn_optim_opts *o,
     }
     opt->wd1 = trn_optim_weight_decay(o);
     opt->last_opt_step = -1;
+    if ((rc = optim_build_table(opt)) < 0 || (rc = kern_ctx_create(NULL, &opt->kc)) < 0) {
+        trn_optim_destroy(opt);
+        return rc == -KERN_EBACKEND ? -EINVAL : rc;
+    }
     *out = opt;
     return 0;
 }
@@ -187,6 +226,8 @@ int trn_optim_create(const struct trn_model *m, const struct trn_optim_opts *o,
 void trn_optim_destroy(struct trn_optim *opt)
 {
     if (!opt) return;
+    kern_ctx_destroy(opt->kc);
+    free(opt->seg);
     free(opt->s0);
     free(opt->s1);
     free(opt);
@@ -201,41 +242,36 @@ int trn_optim_clip(const struct trn_optim *opt, float *grads, double max_norm, d
 {
     if (!opt || !grads) return -EINVAL;
     double ss = 0.0;
-    for (int g = 0; g < 3; g++) {
-        for (int k = 0; k < opt->n_group[g]; k++) {
-            const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
-            const float *const x = grads + T->offset;
-            for (size_t i = 0; i < T->numel; i++)
-                ss += (double)x[i] * (double)x[i];
-        }
-    }
+    int rc = opt->n_seg
+                 ? kern_ref_optim_sumsq(opt->kc, &ss, grads, opt->seg, opt->n_seg, opt->total)
+                 : 0;
+    if (rc < 0) return -EINVAL;
     const double n = sqrt(ss);
     if (norm) *norm = n;
     if (!(max_norm > 0.0)) return 0;
     /* clip_coef = max_norm / (total_norm + 1e-6), float32 tensors in PyTorch. */
     const float coef = (float)max_norm / ((float)n + 1e-6f);
     if (!(coef < 1.0f)) return 0;
-    for (int g = 0; g < 3; g++) {
-        for (int k = 0; k < opt->n_group[g]; k++) {
-            const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
-            float *const x = grads + T->offset;
-            for (size_t i = 0; i < T->numel; i++)
-                x[i] *= coef;
-        }
-    }
-    return 1;
+    int32_t found_inf = 0; /* the unscale op is the in-place scale; its flag is not needed */
+    rc = kern_ref_amp_unscale(opt->kc, grads, opt->seg, opt->n_seg, opt->total, coef, &found_inf);
+    return rc < 0 ? -EINVAL : 1;
 }
 
-static void optim_sgd_tensor(float *restrict th, float *restrict buf, const float *restrict gr,
-                             size_t n, float lr, float mom, float wd, int first)
+/* The SGD descriptor of one step: python's doubles rounded to float, as PyTorch's kernels do. */
+static void optim_sgd_desc(const struct trn_optim *opt, const struct trn_optim_sched *s,
+                           struct kern_sgd *d)
 {
-    for (size_t i = 0; i < n; i++) {
-        float g = gr[i];
-        if (wd != 0.0f) g = g + wd * th[i];
-        const float b = first ? g : buf[i] * mom + g;
-        buf[i] = b;
-        g = g + mom * b;
-        th[i] = th[i] + (-lr) * g;
+    memset(d, 0, sizeof *d);
+    d->n_seg = opt->n_seg;
+    d->total = opt->total;
+    d->n_groups = 3;
+    d->nesterov = 1;
+    d->first = opt->steps == 0;
+    d->grad_scale = 1.0f;
+    for (int g = 0; g < 3; g++) {
+        d->group[g].lr = (float)s->lr[g];
+        d->group[g].momentum = (float)s->momentum;
+        d->group[g].weight_decay = g == 1 ? (float)opt->wd1 : 0.0f;
     }
 }
 
@@ -266,17 +302,12 @@ int trn_optim_step(struct trn_optim *opt, float *params, const float *grads,
     for (int g = 0; g < 3; g++)
         if (!isfinite(s->lr[g])) return -EINVAL;
     const struct trn_optim_opts *const o = &opt->o;
-    const int first = opt->steps == 0;
     if (o->kind == TRN_OPTIM_SGD) {
-        const float mom = (float)s->momentum;
-        for (int g = 0; g < 3; g++) {
-            const float lr = (float)s->lr[g], wd = g == 1 ? (float)opt->wd1 : 0.0f;
-            for (int k = 0; k < opt->n_group[g]; k++) {
-                const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
-                optim_sgd_tensor(params + T->offset, opt->s0 + T->offset, grads + T->offset,
-                                 T->numel, lr, mom, wd, first);
-            }
-        }
+        struct kern_sgd d;
+        optim_sgd_desc(opt, s, &d);
+        if (opt->n_seg &&
+            kern_ref_sgd_step(opt->kc, &d, params, opt->s0, NULL, grads, opt->seg, NULL, NULL) < 0)
+            return -EINVAL;
     } else {
         const double t = (double)(opt->steps + 1), b1 = o->momentum, b2 = o->beta2;
         const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
@@ -363,6 +394,11 @@ int trn_ema_create(const struct trn_model *m, struct trn_ema **out)
     if (!m || !out) return -EINVAL;
     struct trn_ema *const e = calloc(1, sizeof *e);
     if (!e) return -ENOMEM;
+    const int rc = kern_ctx_create(NULL, &e->kc);
+    if (rc < 0) {
+        free(e);
+        return rc == -ENOMEM ? rc : -EINVAL;
+    }
     e->m = m;
     const enum trn_arena which[2] = { TRN_ARENA_PARAM, TRN_ARENA_BUFFER };
     for (int k = 0; k < 2; k++) {
@@ -382,6 +418,7 @@ int trn_ema_create(const struct trn_model *m, struct trn_ema **out)
 void trn_ema_destroy(struct trn_ema *e)
 {
     if (!e) return;
+    kern_ctx_destroy(e->kc);
     free(e->arena[0]);
     free(e->arena[1]);
     free(e);
@@ -400,15 +437,8 @@ int trn_ema_update(struct trn_ema *e, const float *params, const float *buffers)
     /* v *= d; v += (1 - d) * msd[k]: two float32 ops with python's doubles rounded. */
     const float df = (float)d, omd = (float)(1.0 - d);
     const float *const src[2] = { params, buffers };
-    for (int k = 0; k < 2; k++) {
-        float *const v = e->arena[k];
-        const float *const x = src[k];
-        for (size_t i = 0; i < e->len[k]; i++) {
-            const float a = v[i] * df;
-            const float b = omd * x[i];
-            v[i] = a + b;
-        }
-    }
+    for (int k = 0; k < 2; k++)
+        if (kern_ref_ema_update(e->kc, e->arena[k], src[k], e->len[k], df, omd) < 0) return -EINVAL;
     return 0;
 }
 
@@ -430,10 +460,105 @@ void trn_ema_set_updates(struct trn_ema *e, int64_t updates)
     if (e && updates >= 0) e->updates = updates;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* The step on a kern backend                                                               */
+
+struct trn_optim_dev {
+    struct trn_optim *opt;
+    const struct kern_ops *K;
+    struct kern_ctx *ctx;
+    struct kern_optim_seg *seg; /* backend memory: opt's table */
+    float *mom;                 /* backend memory: momentum buffers, PARAM layout */
+    double *sumsq;              /* backend memory: sum of squares of the last step */
+    int32_t *found_inf;         /* backend memory: overflow flag for the caller */
+};
+
+int trn_optim_dev_create(struct trn_optim *opt, const struct kern_ops *K, struct kern_ctx *ctx,
+                         struct trn_optim_dev **out)
+{
+    if (!opt || !K || !ctx || !out || !K->sgd_step || !K->optim_sumsq) return -EINVAL;
+    if (K->backend != kern_ctx_backend(ctx)) return -EINVAL;
+    if (opt->o.kind != TRN_OPTIM_SGD) return -ENOTSUP;
+    struct trn_optim_dev *const dv = calloc(1, sizeof *dv);
+    if (!dv) return -ENOMEM;
+    dv->opt = opt;
+    dv->K = K;
+    dv->ctx = ctx;
+    const size_t seg_bytes = opt->n_seg * sizeof *opt->seg;
+    int rc = kern_mem_alloc(ctx, opt->len * sizeof(float), (void **)&dv->mom);
+    if (rc == 0) rc = kern_mem_alloc(ctx, sizeof(double), (void **)&dv->sumsq);
+    if (rc == 0) rc = kern_mem_alloc(ctx, sizeof(int32_t), (void **)&dv->found_inf);
+    if (rc == 0 && seg_bytes) rc = kern_mem_alloc(ctx, seg_bytes, (void **)&dv->seg);
+    if (rc == 0 && seg_bytes) rc = kern_mem_copy(ctx, dv->seg, opt->seg, seg_bytes, KERN_COPY_H2D);
+    if (rc < 0) {
+        trn_optim_dev_destroy(dv);
+        return rc;
+    }
+    *out = dv;
+    return 0;
+}
+
+void trn_optim_dev_destroy(struct trn_optim_dev *dv)
+{
+    if (!dv) return;
+    kern_mem_free(dv->ctx, dv->seg);
+    kern_mem_free(dv->ctx, dv->mom);
+    kern_mem_free(dv->ctx, dv->sumsq);
+    kern_mem_free(dv->ctx, dv->found_inf);
+    free(dv);
+}
+
+int trn_optim_dev_step(struct trn_optim_dev *dv, float *params, const float *grads,
+                       const struct trn_optim_sched *s, const struct trn_optim_dev_step_opts *o)
+{
+    if (!dv || !params || !grads || !s) return -EINVAL;
+    for (int g = 0; g < 3; g++)
+        if (!isfinite(s->lr[g])) return -EINVAL;
+    struct trn_optim *const opt = dv->opt;
+    const struct trn_optim_dev_step_opts none = { 1.0f, 0, NULL, 0.0 };
+    if (!o) o = &none;
+    if (!isfinite(o->grad_scale) || (o->ema && !isfinite(o->ema_decay))) return -EINVAL;
+    struct kern_sgd d;
+    optim_sgd_desc(opt, s, &d);
+    d.grad_scale = o->grad_scale;
+    d.max_norm = opt->o.max_grad_norm > 0.0 ? (float)opt->o.max_grad_norm : 0.0f;
+    d.skip_nonfinite = o->skip_nonfinite != 0;
+    d.ema_decay = (float)o->ema_decay;
+    d.ema_weight = (float)(1.0 - o->ema_decay);
+    if (opt->n_seg) {
+        int rc = 0;
+        if (d.max_norm > 0.0f || d.skip_nonfinite)
+            rc = dv->K->optim_sumsq(dv->ctx, dv->sumsq, grads, dv->seg, opt->n_seg, opt->total);
+        if (rc == 0)
+            rc = dv->K->sgd_step(dv->ctx, &d, params, dv->mom, o->ema, grads, dv->seg,
+                                 d.max_norm > 0.0f || d.skip_nonfinite ? dv->sumsq : NULL, NULL);
+        if (rc < 0) return rc;
+    }
+    opt->steps++;
+    return 0;
+}
+
+int trn_optim_dev_zero_grad(struct trn_optim_dev *dv, float *grads)
+{
+    if (!dv || !grads) return -EINVAL;
+    return kern_mem_zero(dv->ctx, grads, dv->opt->len * sizeof(float));
+}
+
+void *trn_optim_dev_buffer(struct trn_optim_dev *dv, int k)
+{
+    if (!dv) return NULL;
+    if (k == 0) return dv->mom;
+    if (k == 1) return dv->sumsq;
+    if (k == 2) return dv->found_inf;
+    return NULL;
+}
+
 const char *trn_optim_strerror(int rc)
 {
     if (rc >= 0) return "success";
     if (rc == -EINVAL) return "invalid argument";
     if (rc == -ENOMEM) return "out of memory";
+    if (rc == -ENOTSUP) return "not supported on the device (Adam/AdamW stay on the host)";
+    if (rc == -KERN_EBACKEND) return "kern backend not available";
     return strerror(-rc);
 }

@@ -217,6 +217,66 @@ float *trn_ema_arena(struct trn_ema *e, enum trn_arena a);
 int64_t trn_ema_updates(const struct trn_ema *e);
 void trn_ema_set_updates(struct trn_ema *e, int64_t updates);
 
+/* ---------------------------------------------------------------------------------------- */
+/* The step on a kern backend (device buffers)                                              */
+
+/*
+ * The SGD step of an optimizer with parameters, gradients and EMA in a kern backend's memory
+ * (device memory for CUDA): per step one sum-of-squares launch and one multi-tensor launch that
+ * scales, clips, steps and updates the EMA (kern.h "Optimizer step"); nothing waits for the
+ * host. Bitwise the CPU path's update given the same norm (the norm's double sum may differ
+ * in its last bits on CUDA). SGD only: Adam/AdamW stay on the host (-ENOTSUP).
+ *
+ * struct kern_ctx and struct kern_ops come from kern.h; only pointers are used here.
+ */
+struct kern_ctx;
+struct kern_ops;
+struct trn_optim_dev;
+
+/*
+ * Plan the device step of opt on ctx with table K (kern_ops_ref() or kern_ops_cuda(), matching
+ * ctx's backend): uploads the segment table and allocates the momentum buffers (arena_len[PARAM]
+ * floats, zeroed), the sum of squares (1 double) and an overflow flag (1 int32), all with
+ * kern_mem_alloc. opt, K and ctx are borrowed and must outlive it; opt's counters (steps) are
+ * shared with the host path. out: on success the plan (free with trn_optim_dev_destroy).
+ * Returns 0, -EINVAL, -ENOTSUP (Adam/AdamW), -ENOMEM, -EIO, -KERN_EBACKEND.
+ */
+int trn_optim_dev_create(struct trn_optim *opt, const struct kern_ops *K, struct kern_ctx *ctx,
+                         struct trn_optim_dev **out);
+
+/* Free a plan and its device memory (waits for ctx's work). NULL is allowed. */
+void trn_optim_dev_destroy(struct trn_optim_dev *dv);
+
+/* How one device step treats the gradients. */
+struct trn_optim_dev_step_opts {
+    float grad_scale;   /* 1 / loss scale under fp16 AMP (trn_amp_inv_scale), else 1 */
+    int skip_nonfinite; /* 1: skip params and momentum when a gradient is Inf / NaN (fp16) */
+    float *ema;         /* EMA copy of the PARAM arena in backend memory, or NULL for none */
+    double ema_decay;   /* trn_ema_decay(updates after this step); read when ema != NULL */
+};
+
+/*
+ * One step as trn_optim_step after trn_optim_clip (max_grad_norm of the options): sum of
+ * squares of grads into the plan's device double, then the fused step on params (PARAM layout,
+ * backend memory) with the lr and momentum of s, the EMA when o->ema is given, then steps += 1.
+ * Enqueued on ctx's stream; grads are read, not cleared (trn_optim_dev_zero_grad). o may be
+ * NULL (grad_scale 1, no skip, no EMA). Returns 0, -EINVAL, or a kern error (-EIO).
+ */
+int trn_optim_dev_step(struct trn_optim_dev *dv, float *params, const float *grads,
+                       const struct trn_optim_sched *s, const struct trn_optim_dev_step_opts *o);
+
+/* Zero the whole gradient arena (padding included, which is zero anyway). Enqueued. */
+int trn_optim_dev_zero_grad(struct trn_optim_dev *dv, float *grads);
+
+/*
+ * The plan's device buffers, owned by dv, valid for its life: k = 0 the momentum buffers
+ * (arena_len[PARAM] floats, for checkpoints), k = 1 the sum of squares of the last step (one
+ * double: copy it back to log the norm or, with skip_nonfinite, to learn whether the step was
+ * skipped: !isfinite), k = 2 an int32 overflow flag for the caller's own kern amp_unscale calls.
+ * NULL for other k.
+ */
+void *trn_optim_dev_buffer(struct trn_optim_dev *dv, int k);
+
 /* A message for any code returned above. */
 const char *trn_optim_strerror(int rc);
 

@@ -446,6 +446,9 @@ struct run {
     float *acc;            /* world > 1: gradients summed over ranks since the last optimizer
                               step (PARAM layout); the nets' arenas then hold one batch's only */
     bool bn_sync_failed;   /* a SyncBatchNorm all-reduce failed: err gets trn_dist_error */
+    bool overlap;          /* world > 1: the nets hand each row's final gradients to
+                              trn_dist_grad_ready during backward (dist.h OVERLAP) */
+    bool grad_sync_failed; /* a gradient bucket failed: err gets trn_dist_error */
 };
 
 static void logline(const struct run *R, const char *fmt, ...)
@@ -945,12 +948,25 @@ static int bn_allreduce(void *ctx, double *buf, size_t n)
     return rc;
 }
 
+/* Overlapped gradient all-reduce: a row's gradients are final, so its bucket may fill and go. */
+static int grad_ready(void *ctx, const struct trn_net_grad_range *g)
+{
+    struct run *const R = ctx;
+    const int rc = trn_dist_grad_ready(R->dist, g->host, g->dev, g->stream, g->count);
+    if (rc < 0) R->grad_sync_failed = true;
+    return rc;
+}
+
 static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn_loss **loss,
                          float **dp, int64_t max_t, char *err, size_t cap)
 {
     struct trn_net_opts no;
     trn_net_opts_default(&no);
     no.ctx = R->gpu_ctx ? R->gpu_ctx : R->ctx;
+    if (R->overlap) {
+        no.grad_ready = grad_ready;
+        no.grad_ready_ctx = R;
+    }
     if (R->world > 1 && R->o.sync_bn) {
         /* the training nets only: validation (rank 0 alone) runs eval forwards on its own net */
         no.bn_allreduce = bn_allreduce;
@@ -1035,6 +1051,7 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
     }
     R->local_bs = o->batch_size / R->world;
     if (R->world > 1 && !R->dist) return -EINVAL;
+    R->overlap = R->world > 1 && trn_dist_overlap(R->dist);
     rc = ffr_reader_open(&R->data, o->records, NULL, e, sizeof e);
     if (rc < 0) {
         seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
@@ -1288,7 +1305,22 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
         seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
         return -ERANGE;
     }
-    if ((rc = trn_net_backward(net, (const float *const *)dp)) < 0) {
+    const size_t n_grad = R->info->arena_len[TRN_ARENA_PARAM];
+    /* the net's arena is zero before its backward (see below), so the buckets sum this batch's
+     * gradients alone, as the whole-arena all-reduce does */
+    if (R->overlap && (rc = trn_dist_grad_begin(R->dist, n_grad)) < 0) {
+        seterr(err, cap, "gradient all-reduce: cannot start (%s)", trn_dist_strerror(rc));
+        return rc;
+    }
+    rc = trn_net_backward(net, (const float *const *)dp);
+    /* no bucket may still be in flight when this returns, error or not */
+    const int wrc = R->overlap ? trn_dist_grad_wait(R->dist) : 0;
+    if (rc < 0 || wrc < 0) {
+        if (R->grad_sync_failed || (rc == 0 && wrc < 0)) {
+            seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
+                   b->step, trn_dist_error(R->dist));
+            return rc < 0 ? rc : wrc;
+        }
         if (R->bn_sync_failed)
             seterr(err, cap,
                    "SyncBatchNorm all-reduce in the backward at epoch %u batch %" PRIu64 ": %s",
@@ -1302,8 +1334,8 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
         /* this batch's gradients (the net's arena was zero before its backward), summed over the
          * ranks, then added to the accumulation since the last optimizer step */
         float *bg = trn_net_grad(net);
-        const size_t n = R->info->arena_len[TRN_ARENA_PARAM];
-        if ((rc = trn_dist_allreduce_f32(R->dist, bg, n)) < 0) {
+        const size_t n = n_grad;
+        if (!R->overlap && (rc = trn_dist_allreduce_f32(R->dist, bg, n)) < 0) {
             seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
                    b->step, trn_dist_error(R->dist));
             return rc;
@@ -1608,9 +1640,12 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             R->o.batch_size, R->last_bs * R->world, R->o.epochs, R->o.img,
             trn_optim_accumulate(trn_optim_get_opts(R->opt)), optim_names[R->o.optimizer]);
     if (R->world > 1)
-        logline(R, "DDP: %d ranks over %s, %d images per rank per batch, gradients summed%s",
+        logline(R,
+                "DDP: %d ranks over %s, %d images per rank per batch, gradients summed%s; "
+                "all-reduced %s",
                 R->world, trn_dist_backend_name(trn_dist_backend(R->dist)), R->local_bs,
-                R->o.sync_bn ? ", SyncBatchNorm" : "");
+                R->o.sync_bn ? ", SyncBatchNorm" : "",
+                R->overlap ? "in buckets overlapped with backward" : "after backward");
     logline(R, "%11s%11s%11s%11s%11s%11s%11s", "Epoch", "GPU_mem", "box_loss", "obj_loss",
             "cls_loss", "Instances", "Size");
 

@@ -109,6 +109,13 @@ static void usage(FILE *f)
         "                        job fails (default 1800); also bounds the rendezvous\n"
         "  --sync-bn             SyncBatchNorm: BatchNorm statistics over the global batch\n"
         "                        (all ranks), as PyTorch's; no effect on one rank\n"
+        "  --bucket-cap-mb MB    gradient all-reduce bucket cap in MiB (default 25, as DDP's; the\n"
+        "                        first bucket of a backward closes at min(1, MB))\n"
+        "  --no-grad-overlap     all-reduce the gradients after backward instead of in buckets\n"
+        "                        during it (the same sums; for comparison)\n");
+    /* two strings: one would pass the 4095 characters C11 compilers must take */
+    fprintf(
+        f,
         "Output:\n"
         "  --project DIR         save to DIR/NAME (default runs/train)\n"
         "  --name NAME           run name (default exp; exp2, exp3, ... when taken)\n"
@@ -142,6 +149,8 @@ struct args {
     bool bench_step;
     double seconds, dist_timeout;
     bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, help, sync_bn;
+    bool no_grad_overlap; /* --no-grad-overlap: all-reduce the gradients after backward */
+    double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
 
 static int bad(const char *fmt, const char *a, const char *b)
@@ -185,6 +194,7 @@ static int parse_args(int argc, char **argv, struct args *A)
     A->nproc = 1;
     A->dist_timeout = 1800;
     A->dist_backend = "auto";
+    A->bucket_cap_mb = 25;
     static const struct {
         const char *name;
         int kind; /* 0 flag, 1 string, 2 integer */
@@ -204,6 +214,8 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--dist-backend", 1, 0, 0 },
         { "--nproc-per-node", 2, 1, 1024 },
         { "--sync-bn", 0, 0, 0 },
+        { "--no-grad-overlap", 0, 0, 0 },
+        { "--bucket-cap-mb", 1, 0, 0 },
         { "--img", 2, 32, 16383 },
         { "--imgsz", 2, 32, 16383 },
         { "--img-size", 2, 32, 16383 },
@@ -272,6 +284,7 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--nosave")) A->nosave = true;
             if (!strcmp(key, "--page-cache")) A->page_cache = true;
             if (!strcmp(key, "--sync-bn")) A->sync_bn = true;
+            if (!strcmp(key, "--no-grad-overlap")) A->no_grad_overlap = true;
             if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
             continue;
         }
@@ -328,6 +341,10 @@ static int parse_args(int argc, char **argv, struct args *A)
                 return bad("--cache-max: bad size '%s'%s (bytes, or with K, M, G, T)", val, "");
             A->cache_max = (unsigned long long)(v * mul);
         }
+        /* at least 4096 bytes, the communicator's smallest bucket */
+        if (!strcmp(key, "--bucket-cap-mb") &&
+            (trn_cli_double(val, 4096.0 / 1048576.0, 65536, &A->bucket_cap_mb) < 0))
+            return bad("--bucket-cap-mb: bad value '%s'%s (MiB in [0.00390625, 65536])", val, "");
         if (!strcmp(key, "--dist-timeout") &&
             (trn_cli_double(val, 0, 604800, &A->dist_timeout) < 0 || !(A->dist_timeout > 0)))
             return bad("--dist-timeout: bad value '%s'%s (seconds in (0, 604800])", val, "");
@@ -963,6 +980,8 @@ static int join_job(const struct args *A, struct trn_dist **dist, int *local_wor
     trn_dist_opts_default(&o);
     trn_dist_backend_parse(A->dist_backend, &o.backend);
     o.timeout_s = A->dist_timeout;
+    o.bucket_bytes = (size_t)(A->bucket_cap_mb * 1048576.0);
+    o.overlap = !A->no_grad_overlap;
     const int rc = trn_dist_create(&env, &o, dist, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, PROG ": rank %d of %d: cannot join the job: %s\n", env.rank, env.world_size,

@@ -221,10 +221,74 @@ KERN_API int kern_cuda_bn_silu_bwd_apply(
     const float *KERN_RESTRICT save_invstd, const double *KERN_RESTRICT sums, unsigned accum);
 
 /* --- optim --- */
+/* The twins of kern.h's "Optimizer step, ..." ops. The segment table, sumsq, found_inf and every
+ * buffer are device memory; the struct kern_sgd descriptor is host memory (its scalars travel as
+ * kernel arguments). kern_cuda_optim_sumsq uses the context scratch for its block partials. The
+ * SGD step, EMA, unscale and casts are bitwise equal to the CPU's (no FMA contraction); the sum
+ * of squares matches within double rounding. Nothing waits for the host. */
+KERN_API int kern_cuda_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *d,
+                                float *KERN_RESTRICT params, float *KERN_RESTRICT momentum,
+                                float *KERN_RESTRICT ema, const float *KERN_RESTRICT grads,
+                                const struct kern_optim_seg *KERN_RESTRICT seg,
+                                const double *KERN_RESTRICT sumsq,
+                                const int32_t *KERN_RESTRICT found_inf);
+KERN_API int kern_cuda_optim_sumsq(struct kern_ctx *ctx, double *KERN_RESTRICT sumsq,
+                                   const float *KERN_RESTRICT grads,
+                                   const struct kern_optim_seg *KERN_RESTRICT seg, size_t n_seg,
+                                   size_t total);
+KERN_API int kern_cuda_ema_update(struct kern_ctx *ctx, float *KERN_RESTRICT ema,
+                                  const float *KERN_RESTRICT x, size_t count, float decay,
+                                  float weight);
+KERN_API int kern_cuda_amp_unscale(struct kern_ctx *ctx, float *KERN_RESTRICT grads,
+                                   const struct kern_optim_seg *KERN_RESTRICT seg, size_t n_seg,
+                                   size_t total, float scale, int32_t *KERN_RESTRICT found_inf);
+KERN_API int kern_cuda_cast_f32_bf16(struct kern_ctx *ctx, uint16_t *KERN_RESTRICT dst,
+                                     const float *KERN_RESTRICT src, size_t count);
+KERN_API int kern_cuda_cast_bf16_f32(struct kern_ctx *ctx, float *KERN_RESTRICT dst,
+                                     const uint16_t *KERN_RESTRICT src, size_t count);
+KERN_API int kern_cuda_cast_f32_f16(struct kern_ctx *ctx, uint16_t *KERN_RESTRICT dst,
+                                    const float *KERN_RESTRICT src, size_t count);
+KERN_API int kern_cuda_cast_f16_f32(struct kern_ctx *ctx, float *KERN_RESTRICT dst,
+                                    const uint16_t *KERN_RESTRICT src, size_t count);
 
 /* --- yololoss --- */
 
+/*
+ * The twins of kern.h's whole YOLOv5 loss. Every pointer but d and the p / dp arrays themselves
+ * is device memory (targets, nt, out, scratch, p[l], dp[l]); nothing is read back, so the op is
+ * asynchronous and graph-capturable. *nt and the rows are checked on the device: a bad count is
+ * taken as 0 and bad rows are skipped, flagged in out[KERN_YOLO_OUT_STATUS] with NaN losses (the
+ * reference returns -EINVAL). build_targets gives every (level, offset, anchor, target) a fixed
+ * slot, so entry order is slot order; the last entry of a cell wins tobj by an atomicMax on the
+ * slot; gradients are gathered per cell in slot order after a stable sort by cell, so results
+ * are bitwise reproducible, and equal the reference's up to expf/atanf rounding.
+ * kern_cuda_yolo_loss_scratch_size asks CUB for its sort's temporary size, which depends on the
+ * device: it needs a visible device (-EIO without one) and ctx may be NULL.
+ */
+KERN_API int kern_cuda_yolo_loss_scratch_size(struct kern_ctx *ctx, const struct kern_yolo_loss *d,
+                                              size_t *bytes);
+KERN_API int kern_cuda_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d,
+                                 float *const *dp, float *KERN_RESTRICT out, const float *const *p,
+                                 const float *KERN_RESTRICT targets, const int *KERN_RESTRICT nt,
+                                 void *scratch, size_t scratch_bytes, unsigned accum);
+
 /* --- augment --- */
+KERN_API int kern_cuda_aug_paste(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT canvas,
+                                 const struct kern_aug_canvas *c);
+KERN_API int kern_cuda_aug_warp(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT dst, int dst_w,
+                                int dst_h, const uint8_t *KERN_RESTRICT src, int src_w, int src_h,
+                                const double inv[9], int perspective, uint8_t border);
+KERN_API int kern_cuda_aug_hsv(struct kern_ctx *ctx, uint8_t *img, int w, int h,
+                               const struct kern_aug_hsv_lut *lut);
+KERN_API int kern_cuda_aug_flip(struct kern_ctx *ctx, uint8_t *img, int w, int h, int lr, int ud);
+KERN_API int kern_cuda_aug_mixup(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT img,
+                                 const uint8_t *KERN_RESTRICT img2, size_t n, double r);
+KERN_API int kern_cuda_aug_to_nchw(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype,
+                                   const uint8_t *KERN_RESTRICT hwc, int w, int h);
+/* The descriptors travel as kernel parameters (no copy; graph-capturable): the host array may
+ * be reused as soon as the call returns. */
+KERN_API int kern_cuda_aug_batch(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype, int s,
+                                 const struct kern_aug_sample *samples, int n);
 
 #ifdef __cplusplus
 }

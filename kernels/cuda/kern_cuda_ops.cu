@@ -43,8 +43,25 @@ static const struct kern_ops kern_cuda_ops = {
     kern_cuda_bn_bwd_apply,
     kern_cuda_bn_silu_bwd_apply,
     /* --- optim --- */
+    kern_cuda_sgd_step,
+    kern_cuda_optim_sumsq,
+    kern_cuda_ema_update,
+    kern_cuda_amp_unscale,
+    kern_cuda_cast_f32_bf16,
+    kern_cuda_cast_bf16_f32,
+    kern_cuda_cast_f32_f16,
+    kern_cuda_cast_f16_f32,
     /* --- yololoss --- */
+    kern_cuda_yolo_loss_scratch_size,
+    kern_cuda_yolo_loss,
     /* --- augment --- */
+    kern_cuda_aug_paste,
+    kern_cuda_aug_warp,
+    kern_cuda_aug_hsv,
+    kern_cuda_aug_flip,
+    kern_cuda_aug_mixup,
+    kern_cuda_aug_to_nchw,
+    kern_cuda_aug_batch,
 };
 
 const struct kern_ops *kern_ops_cuda(void)

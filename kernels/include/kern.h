@@ -557,10 +557,427 @@ KERN_API int kern_ref_bn_silu_bwd_apply(
     const float *KERN_RESTRICT save_invstd, const double *KERN_RESTRICT sums, unsigned accum);
 
 /* --- optim --- */
+/* ---------------------------------------------------------------------------------------- */
+/* Optimizer step, gradient norm, EMA and AMP casts over flat parameter buffers             */
+
+/*
+ * FLAT BUFFERS. The trainer keeps every parameter in one arena (float32, tensors at fixed
+ * offsets, padding between them); the gradients, the SGD momentum buffers and the EMA copy use
+ * the same layout (same offsets). A SEGMENT TABLE names the tensors an op touches: elements
+ * [offset, offset + count) of every buffer, with the index of its parameter group (its lr,
+ * momentum and weight decay). Elements outside the segments (padding, frozen tensors) are never
+ * read or written. Segments must not overlap; their order is the order of the double sums of
+ * kern_*_optim_sumsq on the CPU. The table lives in the backend's tensor memory (device memory
+ * for CUDA: build it once at setup with kern_optim_segs_prepare, then kern_mem_copy it over),
+ * so a step launches one kernel however many tensors the model has (docs/design.md).
+ */
+#define KERN_OPTIM_MAX_GROUPS 4
+
+struct kern_optim_seg {
+    size_t offset; /* first element of the tensor in every flat buffer */
+    size_t count;  /* elements, >= 1 */
+    size_t start;  /* sum of the counts of the segments before it (kern_optim_segs_prepare) */
+    int group;     /* parameter group, 0 <= group < the descriptor's n_groups */
+    int pad_;      /* zero; keeps the layout the same for host and device compilers */
+};
+
+/*
+ * Checks a host segment table for buffers of `len` elements and `n_groups` groups, and fills
+ * every seg[i].start (and pad_). Pure host function, no context: call it at setup, before
+ * copying the table to the device. total: out, the sum of the counts (the `total` argument of
+ * the ops). Returns 0; -EINVAL for NULL pointers, n_seg 0, a count of 0, a segment past len, a
+ * group out of [0, n_groups), n_groups out of [1, KERN_OPTIM_MAX_GROUPS], or two segments that
+ * overlap (nothing is written then). Thread-safe on distinct tables.
+ */
+KERN_API int kern_optim_segs_prepare(struct kern_optim_seg *seg, size_t n_seg, size_t len,
+                                     int n_groups, size_t *total);
+
+/* The settings of one parameter group, as PyTorch's param_groups hold them (rounded to float). */
+struct kern_sgd_group {
+    float lr;           /* learning rate, >= 0 */
+    float momentum;     /* in [0, 1) */
+    float weight_decay; /* L2 term added to the gradient (0: none), >= 0 */
+};
+
+/*
+ * One SGD step (torch.optim.SGD, dampening 0, single-tensor float32 semantics) over the segments,
+ * with gradient scaling, clipping and the EMA fused in the same pass:
+ *   mult = grad_scale, times c = max_norm / (norm + 1e-6) when sumsq is given, max_norm > 0 and
+ *     c < 1 (clip_grad_norm_); norm = sqrt(*sumsq) * grad_scale: the norm of the scaled gradients
+ *     as PyTorch computes it after GradScaler.unscale_ (grad_scale a power of two);
+ *   g = grad * mult (skipped when mult == 1); g = g + wd theta (wd != 0);
+ *   buf = g on the first step, else momentum buf + g;
+ *   g = nesterov ? g + momentum buf : buf;  theta = theta - lr g;
+ *   ema (when given) = ema ema_decay + ema_weight theta (the updated theta; ModelEMA).
+ * Every operation is one float32 rounding in this order (no fused multiply-add), so the CPU and
+ * CUDA ops agree bit for bit given the same *sumsq.
+ */
+struct kern_sgd {
+    size_t n_seg;       /* segments in the table, >= 1 */
+    size_t total;       /* sum of their counts (kern_optim_segs_prepare's total) */
+    int n_groups;       /* groups used, 1..KERN_OPTIM_MAX_GROUPS */
+    int nesterov;       /* 1: nesterov momentum (YOLOv5) */
+    int first;          /* 1: the momentum buffers are not set yet (buf = g, never read) */
+    int skip_nonfinite; /* 1: a non-finite *sumsq acts as found_inf (fp16 AMP: the norm pass is
+                           the overflow check, no separate unscale pass) */
+    float grad_scale;   /* gradient multiplier applied first: 1 / loss scale under AMP, else 1 */
+    float max_norm;     /* clipping threshold on the unscaled norm; <= 0: no clipping */
+    float ema_decay;    /* EMA d (float of ModelEMA's double d) */
+    float ema_weight;   /* EMA 1 - d, rounded from double (not 1 - ema_decay in float) */
+    struct kern_sgd_group group[KERN_OPTIM_MAX_GROUPS]; /* indexed by kern_optim_seg.group */
+};
+
+/*
+ * The SGD step above. params, momentum (the buffers), ema: flat buffers, updated in place (=);
+ * ema may be NULL (no EMA). grads: read only (a clip does not write them). seg: the segment
+ * table (d->n_seg entries, backend memory). sumsq: NULL, or one double of backend memory (from
+ * kern_*_optim_sumsq, on the same stream: no host round trip); read when d->max_norm > 0 or
+ * d->skip_nonfinite.
+ * found_inf: NULL, or one int32 of backend memory: when it is nonzero params and momentum are
+ * left alone (GradScaler's skipped step, decided on the device) and only the EMA is updated
+ * (train.py runs ema.update after a skipped scaler.step too). Momentum buffers that start
+ * zeroed make a skipped first step harmless: buf = momentum 0 + g is g. The buffers must not
+ * overlap each other.
+ * Errors: -EINVAL (NULL buffers, bad descriptor; on the CPU also a segment table that does not
+ * match d); nothing is written then.
+ */
+KERN_API int kern_ref_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *d,
+                               float *KERN_RESTRICT params, float *KERN_RESTRICT momentum,
+                               float *KERN_RESTRICT ema, const float *KERN_RESTRICT grads,
+                               const struct kern_optim_seg *KERN_RESTRICT seg,
+                               const double *KERN_RESTRICT sumsq,
+                               const int32_t *KERN_RESTRICT found_inf);
+
+/*
+ * *sumsq (one double of backend memory, overwritten) = sum over the segments of grads^2, each
+ * square exact in double. The CPU sums in table order, element by element; CUDA sums fixed
+ * per-block partials in a fixed order: deterministic run to run, equal to the CPU's within
+ * double rounding. Non-finite gradients give a non-finite sum. total: as kern_sgd.total.
+ * Errors: -EINVAL.
+ */
+KERN_API int kern_ref_optim_sumsq(struct kern_ctx *ctx, double *KERN_RESTRICT sumsq,
+                                  const float *KERN_RESTRICT grads,
+                                  const struct kern_optim_seg *KERN_RESTRICT seg, size_t n_seg,
+                                  size_t total);
+
+/*
+ * ema = ema decay + weight x over count elements (two float32 products and a sum, no FMA), for
+ * the EMA of the buffer arena (BN running stats, anchors) and of whole arenas. decay, weight:
+ * ModelEMA's d and 1 - d, each rounded from double. Errors: -EINVAL (NULL with count > 0).
+ */
+KERN_API int kern_ref_ema_update(struct kern_ctx *ctx, float *KERN_RESTRICT ema,
+                                 const float *KERN_RESTRICT x, size_t count, float decay,
+                                 float weight);
+
+/*
+ * AMP unscale and check over the segments (torch._amp_foreach_non_finite_check_and_unscale_):
+ * grads *= scale in place; *found_inf (one int32 of backend memory) is set to 1 when any
+ * gradient is Inf or NaN, and left alone otherwise (zero it before the first op of a step).
+ * Also the in-place clip of the CPU trainer (scale = the clip factor). Errors: -EINVAL.
+ */
+KERN_API int kern_ref_amp_unscale(struct kern_ctx *ctx, float *KERN_RESTRICT grads,
+                                  const struct kern_optim_seg *KERN_RESTRICT seg, size_t n_seg,
+                                  size_t total, float scale, int32_t *KERN_RESTRICT found_inf);
+
+/*
+ * Casts between float32 and the 16-bit AMP types, count elements, as PyTorch's .to() on the CPU:
+ * round to nearest, ties to even; overflow gives +-Inf; fp16 subnormals are kept (gradual
+ * underflow); NaN becomes a quiet NaN: 0x7e00 | sign for fp16 (as PyTorch), 0x7fc0 for bf16
+ * (c10::BFloat16's scalar rule; torch 1.13's AVX2 loop writes 0xffff: any NaN is as good). bf16
+ * keeps float32's range (no scaler needed); fp16 needs the dynamic loss scaler. The widening casts
+ * are exact. Errors: -EINVAL (NULL with count > 0).
+ */
+KERN_API int kern_ref_cast_f32_bf16(struct kern_ctx *ctx, uint16_t *KERN_RESTRICT dst,
+                                    const float *KERN_RESTRICT src, size_t count);
+KERN_API int kern_ref_cast_bf16_f32(struct kern_ctx *ctx, float *KERN_RESTRICT dst,
+                                    const uint16_t *KERN_RESTRICT src, size_t count);
+KERN_API int kern_ref_cast_f32_f16(struct kern_ctx *ctx, uint16_t *KERN_RESTRICT dst,
+                                   const float *KERN_RESTRICT src, size_t count);
+KERN_API int kern_ref_cast_f16_f32(struct kern_ctx *ctx, float *KERN_RESTRICT dst,
+                                   const uint16_t *KERN_RESTRICT src, size_t count);
 
 /* --- yololoss --- */
 
+/* ---------------------------------------------------------------------------------------- */
+/* The whole YOLOv5 loss (ComputeLoss) in one call: forward and gradient                    */
+
+/*
+ * ultralytics v7.0 utils/loss.py ComputeLoss (docs/yolov5-recipe.md S3), build_targets included,
+ * with the gradient of the total to the Detect outputs, so that the training step needs no host
+ * round trip (CUDA: every result stays in device memory; the op is graph-capturable).
+ *
+ * p[l], dp[l]  (bs, na, ny_l, nx_l, no), no = nc + 5, the raw logits of level l as Detect
+ *              returns them in training (kern_ref_detect_reshape_fwd); k: 0-1 xy, 2-3 wh,
+ *              4 objectness, 5.. classes. p and dp are host arrays of nl tensor pointers.
+ * targets      (max_targets, 6) rows (image, class, x_centre, y_centre, w, h), xywh normalised
+ *              to [0, 1]; the first *nt are used. nt: ONE int in tensor memory (device memory for
+ *              CUDA), so a captured step reads each batch's count without a host sync.
+ * out          KERN_YOLO_OUT_N floats in tensor memory (overwritten; see KERN_YOLO_OUT_*).
+ *
+ * BUILD_TARGETS, per level: every (target, anchor) pair in grid units is kept when
+ * max(r, 1/r) < anchor_t for both r = (w, h) / anchor; each kept pair yields its centre cell and
+ * the neighbours of the five-offset rule (g = 0.5: left when frac(gx) < 0.5 and gx > 1, up
+ * likewise in y, right when frac(nx - gx) < 0.5 and nx - gx > 1, down likewise); the cell
+ * (gi, gj) = trunc(gxy - offset) is clamped to the grid and tbox = (gx - gi, gy - gj, gw, gh) is
+ * taken after the clamp. ENTRY ORDER is PyTorch's: offset (centre, left, up, right, down), then
+ * anchor, then target.
+ * LOSS, per level: lbox += mean(1 - CIoU(pbox, tbox)), pxy = 2 sigmoid - 0.5, pwh =
+ * (2 sigmoid)^2 anchor; tobj[b, a, gj, gi] = max(CIoU, 0) (detached; (1 - gr) + gr max(CIoU, 0)
+ * when gr < 1); when several entries hit one cell THE LAST ENTRY IN ENTRY ORDER WINS (PyTorch's
+ * CPU index_put_ writes in order); lcls += BCE(class logits, one-hot smoothed to cp = 1 - eps/2,
+ * cn = eps/2, pos_weight cls_pw) over n nc, only when nc > 1; lobj += balance[l]
+ * BCE(objectness, tobj, pos_weight obj_pw) over bs na ny nx. Then lbox *= box, lobj *= obj,
+ * lcls *= cls, total = (lbox + lobj + lcls) bs. BCE pos_weight w: (1 - t) x + (1 + (w - 1) t)
+ * (log1p(exp(-|x|)) + max(-x, 0)); with w = 1 exactly the usual max(x, 0) - x t +
+ * log1p(exp(-|x|)). Means are summed in double; everything else is float32 in PyTorch's order.
+ * GRADIENT (dp may be NULL: loss only): d total / d p[l], alpha of CIoU held constant;
+ * duplicates accumulate (autograd's index backward), each entry adding its contribution to its
+ * cell in entry order. dp[l] (=|+=) by KERN_ACCUM_DX: overwritten, every element written, or
+ * added to. dp must not alias p.
+ * SCRATCH: kern_*_yolo_loss_scratch_size(ctx, d) bytes, 16-byte aligned, given as scratch, or
+ * scratch NULL to use the context's workspace; -KERN_EWORKSPACE when it is smaller. The layout
+ * differs between backends and is private except through kern_ref_yolo_loss_entries.
+ * ERRORS: -EINVAL (bad descriptor, NULL pointers, accum bits; reference only: *nt outside
+ * [0, max_targets] or a target row that is not finite, has an image outside [0, bs), a class
+ * outside [0, nc) or a negative size; nothing is written), -KERN_EWORKSPACE, -KERN_EBACKEND.
+ * The CUDA twin cannot see *nt or the rows at call time: it treats a bad count as 0 and skips
+ * bad rows, and flags both in out[KERN_YOLO_OUT_STATUS] with NaN losses (see there).
+ */
+#define KERN_YOLO_MAX_LEVELS  8  /* detection levels */
+#define KERN_YOLO_MAX_ANCHORS 16 /* anchors per level */
+#define KERN_YOLO_OFFSETS     5  /* centre, left, up, right, down */
+
+/* Indices into the op's `out` floats. */
+enum {
+    KERN_YOLO_OUT_LBOX = 0,    /* box loss after the gain, before x bs (what ultralytics logs) */
+    KERN_YOLO_OUT_LOBJ = 1,    /* objectness loss after the gain */
+    KERN_YOLO_OUT_LCLS = 2,    /* class loss after the gain */
+    KERN_YOLO_OUT_TOTAL = 3,   /* (lbox + lobj + lcls) bs: what the gradient differentiates */
+    KERN_YOLO_OUT_RAW_BOX = 4, /* sum over levels of mean(1 - CIoU), before the gain */
+    KERN_YOLO_OUT_RAW_OBJ = 5, /* sum over levels of balance x objectness BCE, before the gain */
+    KERN_YOLO_OUT_RAW_CLS = 6, /* sum over levels of the class BCE, before the gain */
+    KERN_YOLO_OUT_STATUS = 7,  /* 0, or (CUDA) a sum of KERN_YOLO_BAD_*: every loss above is NaN */
+    KERN_YOLO_OUT_N = 8
+};
+#define KERN_YOLO_BAD_COUNT 1 /* *nt outside [0, max_targets] (treated as 0) */
+#define KERN_YOLO_BAD_ROW   2 /* some target row invalid (skipped) */
+
+struct kern_yolo_loss {
+    int nl;          /* levels, 1..KERN_YOLO_MAX_LEVELS */
+    int na;          /* anchors per level, 1..KERN_YOLO_MAX_ANCHORS */
+    int nc;          /* classes, 1..1000000 (no = nc + 5) */
+    int bs;          /* images per batch, >= 1 */
+    int max_targets; /* most target rows per call, >= 1: sizes the scratch (and the CUDA grid) */
+    int ny[KERN_YOLO_MAX_LEVELS], nx[KERN_YOLO_MAX_LEVELS];        /* grid of level l, 1..65536 */
+    float anchors[KERN_YOLO_MAX_LEVELS][KERN_YOLO_MAX_ANCHORS][2]; /* (w, h), grid units, > 0 */
+    float balance[KERN_YOLO_MAX_LEVELS]; /* objectness weight per level (4.0, 1.0, 0.4) */
+    float box, obj, cls;   /* loss gains, finite (train.py's scaled hyp.box, obj, cls) */
+    float anchor_t;        /* anchor-multiple threshold, > 0 (4.0) */
+    float label_smoothing; /* eps in [0, 1) */
+    float cls_pw, obj_pw;  /* BCE positive weights, > 0 (1.0) */
+    float gr;              /* iou ratio of the objectness target, in [0, 1] (1.0) */
+};
+
+/*
+ * Fills *d with the YOLOv5 defaults for nl levels of na anchors, nc classes, bs images and
+ * max_targets rows: gains box 0.05, obj 1.0, cls 0.5, anchor_t 4, no smoothing, pos weights 1,
+ * gr 1, balance [4.0, 1.0, 0.4] (three levels) or [4.0, 1.0, 0.25, 0.06, 0.02]; grids and
+ * anchors zero (the caller sets them). Thread-safe.
+ */
+KERN_API void kern_yolo_loss_init(struct kern_yolo_loss *d, int nl, int na, int nc, int bs,
+                                  int max_targets);
+
+/* Checks a descriptor (the ranges above; entry and cell counts must fit int32). 0 or -EINVAL. */
+KERN_API int kern_yolo_loss_check(const struct kern_yolo_loss *d);
+
+/*
+ * Bytes of scratch the op needs for d on ctx's backend into *bytes. ctx may be NULL (the size
+ * depends on the backend only). Errors: -EINVAL, -KERN_EBACKEND.
+ */
+KERN_API int kern_ref_yolo_loss_scratch_size(struct kern_ctx *ctx, const struct kern_yolo_loss *d,
+                                             size_t *bytes);
+
+/* The whole loss and its gradient (see above). nt, targets, out, dp, p: host memory here. */
+KERN_API int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d,
+                                float *const *dp, float *KERN_RESTRICT out, const float *const *p,
+                                const float *KERN_RESTRICT targets, const int *KERN_RESTRICT nt,
+                                void *scratch, size_t scratch_bytes, unsigned accum);
+
+/*
+ * Reference only, host helpers for inspection and the trainer's tests. build_targets alone into
+ * scratch (as kern_ref_yolo_loss's first phase): returns the number of entries over all levels,
+ * or -EINVAL (bad arguments, nt, or rows; every level is then left with 0 entries),
+ * -KERN_EWORKSPACE. scratch: as the op's (never NULL here). Thread-safe on distinct scratch.
+ */
+KERN_API int kern_ref_yolo_build_targets(const struct kern_yolo_loss *d, void *scratch,
+                                         size_t scratch_bytes, const float *targets, int nt);
+
+/* The entries of one level left in a reference scratch by the last build, in entry order. */
+struct kern_yolo_entries {
+    int n;             /* entries */
+    const int *b;      /* (n) image index */
+    const int *a;      /* (n) anchor index */
+    const int *gj;     /* (n) cell row, clamped */
+    const int *gi;     /* (n) cell column, clamped */
+    const int *cls;    /* (n) class */
+    const float *tbox; /* (n, 4) gx - gi, gy - gj, gw, gh in grid units */
+    const float *ciou; /* (n) CIoU of the prediction, after kern_ref_yolo_loss (else stale) */
+};
+
+/*
+ * Views of level l (0 <= l < nl) of a reference scratch into *out, valid while the scratch is
+ * and until the next build into it. Errors: -EINVAL, -KERN_EWORKSPACE (scratch too small).
+ */
+KERN_API int kern_ref_yolo_loss_entries(const struct kern_yolo_loss *d, const void *scratch,
+                                        size_t scratch_bytes, int l, struct kern_yolo_entries *out);
+
 /* --- augment --- */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Augmentation pixels: mosaic paste, warp, HSV, flips, mixup, the batch tensor (uint8)      */
+
+/*
+ * The pixel work of YOLOv5's training augmentation (trainer/augment.h keeps the draws and the
+ * labels), so that it runs on either backend and the GPU builds batches in device memory.
+ *
+ * IMAGES. RGB8, HWC, h rows of w * 3 bytes with no padding, sizes 1..32767 (OpenCV's
+ * fixed-point coordinates are 16-bit). Pixel pointers are the backend's memory (device memory
+ * for CUDA); descriptors (struct kern_aug_*), matrices and LUTs are host memory, read during
+ * the call only. The arithmetic is OpenCV 4.x's uint8 code paths as trainer/augment.h
+ * documents them (warpAffine / warpPerspective INTER_LINEAR fixed point, cvtColor HSV 8-bit,
+ * numpy's truncating casts); the CUDA twins use only integer and correctly rounded IEEE
+ * operations in the same order (no contraction), so they give the same bytes.
+ * THREADS. Unlike the other ops, all but kern_ref_aug_batch use nothing of a CPU context but its
+ * backend (no workspace, no worker threads): one CPU context may serve them from any number of
+ * threads at once. Errors: -EINVAL (NULL pointers, sizes out of range, regions outside their
+ * images), -KERN_EBACKEND; the CUDA twins also -EIO / -ENOMEM as kern_cuda.h says.
+ */
+#define KERN_AUG_FILL      114 /* grey of the mosaic canvas and of the warp border (ultralytics) */
+#define KERN_AUG_MAX_PASTE 4   /* regions of one canvas: the 4 tiles of a mosaic */
+
+/* Element type of the batch tensor (the trainer's TRN_PIXELS_*). */
+enum { KERN_AUG_U8 = 0, KERN_AUG_F32 = 1 };
+
+/* One rectangle copied from a tile onto a canvas. */
+struct kern_aug_paste {
+    const uint8_t *src; /* tile pixels, src_h rows of src_w * 3 bytes (backend memory) */
+    int src_w, src_h;   /* tile size, 1..32767 */
+    int src_x, src_y;   /* top-left of the region in the tile, >= 0 */
+    int dst_x, dst_y;   /* top-left of the region on the canvas, >= 0 */
+    int w, h;           /* region size in pixels, >= 0 (0: nothing); inside tile and canvas */
+};
+
+/*
+ * A canvas filled with KERN_AUG_FILL and regions pasted in order (a later region wins where
+ * they overlap; the mosaic's never do). The fused batch op samples it without materialising it.
+ */
+struct kern_aug_canvas {
+    int w, h;                                        /* canvas size, 1..32767 */
+    int n_paste;                                     /* regions in use, 0..KERN_AUG_MAX_PASTE */
+    struct kern_aug_paste paste[KERN_AUG_MAX_PASTE]; /* [0, n_paste) in paste order */
+};
+
+/* Returns 0 when c is a valid canvas (sizes, counts, every region inside its tile and the
+ * canvas, src non-NULL for non-empty regions), else -EINVAL. Host only, any thread. */
+KERN_API int kern_aug_canvas_check(const struct kern_aug_canvas *c);
+
+/*
+ * The inverse (destination -> source) of a forward warp matrix M (row-major 3x3, source pixel
+ * to destination), as cv::warpAffine (perspective 0: 1 / (m0 m4 - m1 m3) and the explicit 2x3
+ * formulas; only M[0..6) read; inv[6..9) = 0, 0, 1) and cv::warpPerspective (cv::invert
+ * DECOMP_LU: cofactors over a double determinant; a singular M gives zeros) compute it before
+ * sampling. inv: out. Host only, any thread.
+ */
+KERN_API void kern_aug_warp_invert(const double M[9], int perspective, double inv[9]);
+
+/*
+ * canvas (c->h rows of c->w * 3 bytes) = KERN_AUG_FILL, then every region of c copied on.
+ * The regions' tiles must not overlap the canvas.
+ */
+KERN_API int kern_ref_aug_paste(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT canvas,
+                                const struct kern_aug_canvas *c);
+
+/*
+ * dst (dst_w x dst_h) = src (src_w x src_h) sampled at inv (from kern_aug_warp_invert) with
+ * INTER_LINEAR and BORDER_CONSTANT `border`, as cv::warpAffine (perspective 0, inv 2x3) or
+ * cv::warpPerspective (inv 3x3) with WARP_INVERSE_MAP: affine source coordinates in fixed
+ * point (AB_BITS 10, 5 fraction bits), perspective ones per 1024/min(dst_h, 16)-column block
+ * in double; 15-bit bilinear weights; taps outside src read `border`. dst must not overlap src.
+ */
+KERN_API int kern_ref_aug_warp(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT dst, int dst_w,
+                               int dst_h, const uint8_t *KERN_RESTRICT src, int src_w, int src_h,
+                               const double inv[9], int perspective, uint8_t border);
+
+/* augment_hsv's per-image lookup tables, applied to OpenCV's 8-bit H, S and V. */
+struct kern_aug_hsv_lut {
+    uint8_t h[256]; /* H (0..179) -> (uint8)((H * gain_h) mod 180) */
+    uint8_t s[256]; /* S -> (uint8)clip(S * gain_s, 0, 255) */
+    uint8_t v[256]; /* V -> (uint8)clip(V * gain_v, 0, 255) */
+};
+
+/* Fill *lut from the gains (H, S, V multipliers 1 + U(-1, 1) hsv_*) as ultralytics' augment_hsv
+ * (numpy float64, truncating casts). lut: out. Host only, any thread. */
+KERN_API void kern_aug_hsv_lut_init(struct kern_aug_hsv_lut *lut, const double gain[3]);
+
+/*
+ * augment_hsv in place on img (w x h): RGB -> HSV (OpenCV 8-bit, integer tables), the LUTs,
+ * HSV -> RGB (OpenCV 8-bit, float), whose AVX2 SIMD loop truncates each row's first
+ * w / 32 * 32 pixels while its scalar tail rounds (the row width matters; rows of 640 are all
+ * truncated). -EINVAL also when lut->h maps some H in 0..179 to 180 or more (kern_aug_hsv_lut_init
+ * never does).
+ */
+KERN_API int kern_ref_aug_hsv(struct kern_ctx *ctx, uint8_t *img, int w, int h,
+                              const struct kern_aug_hsv_lut *lut);
+
+/* Mirror img (w x h) in place: left-right when lr != 0, top-bottom when ud != 0. */
+KERN_API int kern_ref_aug_flip(struct kern_ctx *ctx, uint8_t *img, int w, int h, int lr, int ud);
+
+/*
+ * mixup in place: img[i] = (uint8)(img[i] r + img2[i] (1 - r)) in double, truncated (numpy's
+ * astype(uint8)). n bytes each; r in [0, 1].
+ */
+KERN_API int kern_ref_aug_mixup(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT img,
+                                const uint8_t *KERN_RESTRICT img2, size_t n, double r);
+
+/*
+ * One HWC image (w x h) to planar CHW: dst is 3 planes of h * w elements (R, G, B), uint8
+ * (KERN_AUG_U8) or float32 value / 255.0f (KERN_AUG_F32): the loader's batch layout.
+ */
+KERN_API int kern_ref_aug_to_nchw(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype,
+                                  const uint8_t *KERN_RESTRICT hwc, int w, int h);
+
+/*
+ * Everything about the pixels of one training sample (s x s), prepared on the host from the
+ * random draws (the trainer's trn_aug_plan_sample): warp canvas[0] by inv[0]; with mixup also
+ * canvas[1] by inv[1] and blend (first image weight mixup_ratio); HSV; flips. The CUDA twin takes
+ * the descriptors as kernel parameters (16 per launch; CUDA 12.1+ driver for their 21 KB).
+ */
+struct kern_aug_sample {
+    struct kern_aug_canvas canvas[2]; /* source canvas of each warp; [1] read only with mixup */
+    double inv[2][9];                 /* inverse warp matrices (kern_aug_warp_invert) */
+    int perspective[2];               /* 1: warpPerspective, 0: warpAffine (inv 2x3) */
+    int mixup;                        /* 1: blend with the second warp */
+    double mixup_ratio;               /* weight of the first image, [0, 1] */
+    int hsv;                          /* 1: apply lut */
+    struct kern_aug_hsv_lut lut;      /* HSV tables when hsv */
+    int flip_lr, flip_ud;             /* 1: mirror left-right / top-bottom (after HSV) */
+};
+
+/* Returns 0 when smp is a valid sample for output side s, else -EINVAL. Host only. */
+KERN_API int kern_aug_sample_check(const struct kern_aug_sample *smp, int s);
+
+/*
+ * The fused batch write: for each of the n samples, every output pixel is computed in one pass
+ * (warp taps read straight from the pasted regions, KERN_AUG_FILL elsewhere, which equals
+ * pasting onto a canvas and warping it with border KERN_AUG_FILL; then mixup, HSV, flips) and
+ * written to image i of dst, (n, 3, s, s) NCHW, uint8 or float / 255 (dtype). Bytes equal to
+ * kern_ref_aug_paste + _warp (+ the same for canvas[1] and _mixup) + _hsv + _flip + _to_nchw.
+ * samples: n host descriptors; their tile pointers are the backend's memory. s: 1..32767;
+ * n >= 1. Images are split over the context's threads (one thread at a time per context for
+ * this op, as the other ops); the split never changes a byte.
+ */
+KERN_API int kern_ref_aug_batch(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype, int s,
+                                const struct kern_aug_sample *samples, int n);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Backend table                                                                            */
@@ -641,8 +1058,30 @@ struct kern_ops {
                              const float *, const float *, const float *, const float *,
                              const float *, const double *, unsigned);
     /* --- optim --- */
+    int (*sgd_step)(struct kern_ctx *, const struct kern_sgd *, float *, float *, float *,
+                    const float *, const struct kern_optim_seg *, const double *, const int32_t *);
+    int (*optim_sumsq)(struct kern_ctx *, double *, const float *, const struct kern_optim_seg *,
+                       size_t, size_t);
+    int (*ema_update)(struct kern_ctx *, float *, const float *, size_t, float, float);
+    int (*amp_unscale)(struct kern_ctx *, float *, const struct kern_optim_seg *, size_t, size_t,
+                       float, int32_t *);
+    int (*cast_f32_bf16)(struct kern_ctx *, uint16_t *, const float *, size_t);
+    int (*cast_bf16_f32)(struct kern_ctx *, float *, const uint16_t *, size_t);
+    int (*cast_f32_f16)(struct kern_ctx *, uint16_t *, const float *, size_t);
+    int (*cast_f16_f32)(struct kern_ctx *, float *, const uint16_t *, size_t);
     /* --- yololoss --- */
+    int (*yolo_loss_scratch_size)(struct kern_ctx *, const struct kern_yolo_loss *, size_t *);
+    int (*yolo_loss)(struct kern_ctx *, const struct kern_yolo_loss *, float *const *, float *,
+                     const float *const *, const float *, const int *, void *, size_t, unsigned);
     /* --- augment --- */
+    int (*aug_paste)(struct kern_ctx *, uint8_t *, const struct kern_aug_canvas *);
+    int (*aug_warp)(struct kern_ctx *, uint8_t *, int, int, const uint8_t *, int, int,
+                    const double *, int, uint8_t);
+    int (*aug_hsv)(struct kern_ctx *, uint8_t *, int, int, const struct kern_aug_hsv_lut *);
+    int (*aug_flip)(struct kern_ctx *, uint8_t *, int, int, int, int);
+    int (*aug_mixup)(struct kern_ctx *, uint8_t *, const uint8_t *, size_t, double);
+    int (*aug_to_nchw)(struct kern_ctx *, void *, int, const uint8_t *, int, int);
+    int (*aug_batch)(struct kern_ctx *, void *, int, int, const struct kern_aug_sample *, int);
 };
 
 /* The CPU reference table (kern_ref_*); its contexts are KERN_BACKEND_CPU. Never NULL. */

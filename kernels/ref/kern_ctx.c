@@ -295,8 +295,25 @@ static const struct kern_ops kern_ref_ops = {
     .bn_bwd_apply = kern_ref_bn_bwd_apply,
     .bn_silu_bwd_apply = kern_ref_bn_silu_bwd_apply,
     /* --- optim --- */
+    .sgd_step = kern_ref_sgd_step,
+    .optim_sumsq = kern_ref_optim_sumsq,
+    .ema_update = kern_ref_ema_update,
+    .amp_unscale = kern_ref_amp_unscale,
+    .cast_f32_bf16 = kern_ref_cast_f32_bf16,
+    .cast_bf16_f32 = kern_ref_cast_bf16_f32,
+    .cast_f32_f16 = kern_ref_cast_f32_f16,
+    .cast_f16_f32 = kern_ref_cast_f16_f32,
     /* --- yololoss --- */
+    .yolo_loss_scratch_size = kern_ref_yolo_loss_scratch_size,
+    .yolo_loss = kern_ref_yolo_loss,
     /* --- augment --- */
+    .aug_paste = kern_ref_aug_paste,
+    .aug_warp = kern_ref_aug_warp,
+    .aug_hsv = kern_ref_aug_hsv,
+    .aug_flip = kern_ref_aug_flip,
+    .aug_mixup = kern_ref_aug_mixup,
+    .aug_to_nchw = kern_ref_aug_to_nchw,
+    .aug_batch = kern_ref_aug_batch,
 };
 
 const struct kern_ops *kern_ops_ref(void)

@@ -2,7 +2,8 @@
  * ComputeLoss (trainer/loss.h): build_targets on a hand-worked example (cells, neighbours,
  * borders, clamping, PyTorch's order), CIoU and the class BCE against a double-precision
  * re-derivation, the duplicate-cell rule, stability at large logits, the gradient against
- * central finite differences for each term, target validation, and the gains train.py derives.
+ * central finite differences for each term, target validation, the gains train.py derives, and
+ * the device entry (trn_loss_compute_dev) run through the CPU op table.
  */
 #include <errno.h>
 #include <math.h>
@@ -448,6 +449,63 @@ static void check_errors(void)
     trn_loss_destroy(L);
 }
 
+/* The device entry (trn_loss_compute_dev) through the CPU op table: the same bits as
+ * trn_loss_compute, accumulation, the status slot, and the kern error for a bad count. */
+static void check_device_path(void)
+{
+    struct trn_loss_cfg c = small_cfg();
+    c.label_smoothing = 0.1f;
+    struct trn_loss *L = NULL;
+    trn_loss_create(&c, &L);
+    float *p[2], *da[2], *db[2];
+    size_t len[2];
+    random_outputs(&c, p, len, 2.0f);
+    for (int l = 0; l < 2; l++) {
+        da[l] = malloc(len[l] * sizeof(float));
+        db[l] = malloc(len[l] * sizeof(float));
+        for (size_t i = 0; i < len[l]; i++)
+            db[l][i] = NAN;
+    }
+    struct trn_loss_items ia, ib;
+    ok(trn_loss_compute(L, ctx, (const float *const *)p, AB, 2, da, &ia) == 0, "host path");
+    size_t bytes = 0;
+    ok(trn_loss_dev_scratch_bytes(&c, kern_ops_ref(), ctx, &bytes) == 0 && bytes > 0,
+       "device path: scratch size (%zu bytes)", bytes);
+    void *s = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    float out[KERN_YOLO_OUT_N];
+    int nt = 2;
+    ok(trn_loss_compute_dev(&c, kern_ops_ref(), ctx, (const float *const *)p, AB, &nt, db, 0, out,
+                            s, bytes) == 0 &&
+           trn_loss_items_from_out(out, &ib) == 0,
+       "device path through kern_ops_ref() runs");
+    int same = !memcmp(&ia, &ib, sizeof ia);
+    for (int l = 0; l < 2; l++)
+        same &= !memcmp(da[l], db[l], len[l] * sizeof(float));
+    ok(same, "device path: the same loss and gradient bits as trn_loss_compute");
+    ok(trn_loss_compute_dev(&c, kern_ops_ref(), ctx, (const float *const *)p, AB, &nt, db,
+                            KERN_ACCUM_DX, out, s, bytes) == 0,
+       "device path: accumulate");
+    double worst = 0.0;
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; i < len[l]; i++)
+            worst = fmax(worst, fabs(db[l][i] - 2.0 * da[l][i]) / (1e-6 + fabs(2.0 * da[l][i])));
+    ok(worst < 1e-5, "device path: KERN_ACCUM_DX adds a second gradient (rel %.3g)", worst);
+    out[KERN_YOLO_OUT_STATUS] = (float)KERN_YOLO_BAD_ROW;
+    is_int(trn_loss_items_from_out(out, &ib), -TRN_LOSS_ETARGET,
+           "a flagged status reads as a bad target");
+    nt = 9;
+    is_int(trn_loss_compute_dev(&c, kern_ops_ref(), ctx, (const float *const *)p, AB, &nt, db, 0,
+                                out, s, bytes),
+           -EINVAL, "device path: a count above max_targets is a kern -EINVAL");
+    free(s);
+    for (int l = 0; l < 2; l++) {
+        free(p[l]);
+        free(da[l]);
+        free(db[l]);
+    }
+    trn_loss_destroy(L);
+}
+
 static const char tiny_yaml[] = "nc: 2\n"
                                 "depth_multiple: 0.33\n"
                                 "width_multiple: 0.125\n"
@@ -509,6 +567,7 @@ int main(void)
     check_grad("cls term", 0.0f, 0.0f, 1.0f, 5, 7);
     check_grad("all terms, obj+cls columns", 0.05f, 1.0f, 0.5f, 4, 7);
     check_errors();
+    check_device_path();
     check_cfg_from_model();
     kern_ctx_destroy(ctx);
     return tap_done();

@@ -2,7 +2,8 @@
  * Optimizer, schedule and EMA (trainer/optim.h) on a tiny model's arenas: SGD + nesterov +
  * weight decay over three warmup steps against a hand-unrolled double computation, Adam and
  * AdamW likewise, the warmup / lr schedule values against the formulas, the accumulation step
- * policy, weight-decay scaling, gradient clipping and the EMA update.
+ * policy, weight-decay scaling, gradient clipping and the EMA update. The device variant
+ * (trn_optim_dev_*) runs on the CPU backend here and must equal the host path bit for bit.
  */
 #include <errno.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kern.h"
 #include "optim.h"
 #include "tap.h"
 
@@ -395,6 +397,86 @@ static void check_ema(void)
     trn_ema_destroy(e);
 }
 
+/* Two optimizers, one driven by clip + step + trn_ema_update on host arrays, the other by
+ * trn_optim_dev_step (kern_ops_ref, CPU context) with the EMA fused: every step, clipped or not,
+ * gives the same bits in params, momentum and EMA. */
+static void check_dev(void)
+{
+    struct trn_optim_opts o;
+    trn_optim_opts_default(&o);
+    o.nb = 50;
+    o.max_grad_norm = 2.0;
+    struct trn_optim *ha = NULL, *dv_opt = NULL;
+    struct trn_optim_dev *dv = NULL;
+    struct kern_ctx *ctx = NULL;
+    struct trn_ema *ema = NULL;
+    trn_optim_create(M, &o, &ha);
+    trn_optim_create(M, &o, &dv_opt);
+    kern_ctx_create(NULL, &ctx);
+    trn_ema_create(M, &ema);
+    is_int(trn_optim_dev_create(dv_opt, kern_ops_ref(), ctx, &dv), 0,
+           "device plan on the CPU backend");
+    float *const p_h = malloc(PLEN * 4), *const p_d = malloc(PLEN * 4);
+    float *const g_h = malloc(PLEN * 4), *const g_d = malloc(PLEN * 4);
+    float *const ema_d = malloc(PLEN * 4);
+    memcpy(p_h, trn_model_arena(M, TRN_ARENA_PARAM), PLEN * 4);
+    memcpy(p_d, p_h, PLEN * 4);
+    memcpy(ema_d, trn_ema_arena(ema, TRN_ARENA_PARAM), PLEN * 4);
+    const float *const B = trn_model_arena(M, TRN_ARENA_BUFFER);
+    int same = 1, clipped = 0;
+    for (int k = 0; k < 6; k++) {
+        random_grads(g_h, k % 2 ? 0.001f : 1.0f); /* odd steps: below max_norm, no clip */
+        memcpy(g_d, g_h, PLEN * 4);
+        struct trn_optim_sched s;
+        trn_optim_schedule(&o, 0, k, &s);
+        clipped += trn_optim_clip(ha, g_h, o.max_grad_norm, NULL);
+        trn_optim_step(ha, p_h, g_h, &s);
+        trn_ema_update(ema, p_h, B);
+        const struct trn_optim_dev_step_opts so = { 1.0f, 0, ema_d,
+                                                    trn_ema_decay(trn_ema_updates(ema)) };
+        same &= trn_optim_dev_step(dv, p_d, g_d, &s, &so) == 0;
+        same &= memcmp(p_h, p_d, PLEN * 4) == 0;
+        same &= memcmp(trn_optim_state(ha, 0, NULL), trn_optim_dev_buffer(dv, 0), PLEN * 4) == 0;
+        same &= memcmp(trn_ema_arena(ema, TRN_ARENA_PARAM), ema_d, PLEN * 4) == 0;
+    }
+    is_int(clipped, 3, "the host path clipped the 3 large-gradient steps");
+    ok(same, "6 device steps (clip, nesterov, wd, fused EMA) bitwise equal to the host path");
+    struct trn_optim_counters c;
+    trn_optim_get_counters(dv_opt, &c);
+    is_int(c.steps, 6, "device steps counted");
+    /* Overflow skip (fp16): an Inf gradient leaves params alone, the EMA still moves. */
+    memcpy(g_d, g_h, PLEN * 4);
+    for (size_t i = 0; i < PLEN; i++)
+        if (elem_group[i] == 1) {
+            g_d[i] = INFINITY;
+            break;
+        }
+    memcpy(p_h, p_d, PLEN * 4);
+    struct trn_optim_sched s;
+    trn_optim_schedule(&o, 0, 6, &s);
+    const struct trn_optim_dev_step_opts so = { 0x1p-16f, 1, ema_d, 0.5 };
+    is_int(trn_optim_dev_step(dv, p_d, g_d, &s, &so), 0, "device step with an Inf gradient");
+    const double ss = *(const double *)trn_optim_dev_buffer(dv, 1);
+    ok(memcmp(p_h, p_d, PLEN * 4) == 0 && !isfinite(ss),
+       "skip_nonfinite: params untouched, the sum of squares says why");
+    is_int(trn_optim_dev_zero_grad(dv, g_d), 0, "zero_grad");
+    ok(g_d[0] == 0.0f && g_d[PLEN - 1] == 0.0f, "gradients zeroed");
+    /* Adam stays on the host. */
+    struct trn_optim *adam = NULL;
+    struct trn_optim_dev *dv2 = NULL;
+    o.kind = TRN_OPTIM_ADAM;
+    trn_optim_create(M, &o, &adam);
+    is_int(trn_optim_dev_create(adam, kern_ops_ref(), ctx, &dv2), -ENOTSUP,
+           "Adam on the device: -ENOTSUP");
+    trn_optim_destroy(adam);
+    trn_optim_dev_destroy(dv);
+    trn_optim_destroy(ha);
+    trn_optim_destroy(dv_opt);
+    trn_ema_destroy(ema);
+    kern_ctx_destroy(ctx);
+    free(p_h), free(p_d), free(g_h), free(g_d), free(ema_d);
+}
+
 int main(void)
 {
     char err[256];
@@ -414,6 +496,7 @@ int main(void)
     check_accumulation();
     check_clip();
     check_ema();
+    check_dev();
     struct trn_optim *opt = NULL;
     struct trn_optim_opts o;
     trn_optim_opts_default(&o);

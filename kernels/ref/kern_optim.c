@@ -1,0 +1,297 @@
+/*
+ * Optimizer ops, CPU reference: the multi-tensor SGD step (with gradient scaling, clipping and
+ * the EMA fused), the squared gradient norm, the plain EMA, AMP unscale-and-check and the
+ * float32 <-> bf16 / fp16 casts (kern.h "Optimizer step, ...").
+ *
+ * Layout: flat float32 buffers (parameters, gradients, momentum buffers, EMA) sharing one layout;
+ * a segment table (offset, count, group) selects the elements; nothing else is touched.
+ * Updates overwrite (=) params, momentum and ema in place; grads are read only, except by
+ * kern_ref_amp_unscale, which scales them in place.
+ *
+ * Float semantics: each statement below is one float32 rounding, in the order PyTorch's
+ * single-tensor CPU kernels use (trainer/optim.c calls these ops, so CPU training is these
+ * loops). This file takes no KERN_VEC_CLONES: the baseline x86-64 target has no FMA, so the
+ * kernels' -ffp-contract=fast cannot fuse a product into a sum here and change a rounding
+ * (the CUDA twin uses __fmul_rn / __fadd_rn for the same reason). test_optim_ops checks it bit
+ * for bit against a plain restatement compiled without contraction. Runs on the calling thread:
+ * the step is memory bound and a few ms for YOLOv5s on one core.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kern_internal.h"
+
+int kern_optim_segs_prepare(struct kern_optim_seg *seg, size_t n_seg, size_t len, int n_groups,
+                            size_t *total)
+{
+    KERN_RETURN_IF(!seg || !total || n_seg == 0, -EINVAL);
+    KERN_RETURN_IF(n_groups < 1 || n_groups > KERN_OPTIM_MAX_GROUPS, -EINVAL);
+    for (size_t i = 0; i < n_seg; i++) {
+        const struct kern_optim_seg *const s = &seg[i];
+        KERN_RETURN_IF(s->count == 0 || s->offset > len || s->count > len - s->offset, -EINVAL);
+        KERN_RETURN_IF(s->group < 0 || s->group >= n_groups, -EINVAL);
+    }
+    /* Overlap check without allocating: tables are a few hundred entries, set up once. */
+    for (size_t i = 0; i < n_seg; i++)
+        for (size_t j = i + 1; j < n_seg; j++)
+            KERN_RETURN_IF(seg[i].offset < seg[j].offset + seg[j].count &&
+                               seg[j].offset < seg[i].offset + seg[i].count,
+                           -EINVAL);
+    size_t t = 0;
+    for (size_t i = 0; i < n_seg; i++) {
+        seg[i].start = t;
+        seg[i].pad_ = 0;
+        t += seg[i].count;
+    }
+    *total = t;
+    return 0;
+}
+
+/* The table matches the descriptor: starts are the running sums, totals agree, groups exist. */
+static int optim_segs_check(const struct kern_optim_seg *seg, size_t n_seg, size_t total,
+                            int n_groups)
+{
+    KERN_RETURN_IF(!seg || n_seg == 0, -EINVAL);
+    size_t t = 0;
+    for (size_t i = 0; i < n_seg; i++) {
+        KERN_RETURN_IF(seg[i].start != t || seg[i].count == 0, -EINVAL);
+        KERN_RETURN_IF(seg[i].group < 0 || seg[i].group >= n_groups, -EINVAL);
+        t += seg[i].count;
+    }
+    KERN_RETURN_IF(t != total, -EINVAL);
+    return 0;
+}
+
+static int sgd_desc_check(const struct kern_sgd *d)
+{
+    KERN_RETURN_IF(!d || d->n_seg == 0 || d->total == 0, -EINVAL);
+    KERN_RETURN_IF(d->n_groups < 1 || d->n_groups > KERN_OPTIM_MAX_GROUPS, -EINVAL);
+    KERN_RETURN_IF(!isfinite(d->grad_scale) || !isfinite(d->max_norm), -EINVAL);
+    KERN_RETURN_IF(!isfinite(d->ema_decay) || !isfinite(d->ema_weight), -EINVAL);
+    for (int g = 0; g < d->n_groups; g++) {
+        const struct kern_sgd_group *const G = &d->group[g];
+        KERN_RETURN_IF(!isfinite(G->lr) || !isfinite(G->momentum) || !isfinite(G->weight_decay),
+                       -EINVAL);
+    }
+    return 0;
+}
+
+/* The gradient multiplier: grad_scale, times the clip factor of clip_grad_norm_ when it is < 1.
+ * The factor is computed as PyTorch does on float32 tensors: max_norm / (norm + 1e-6). */
+static float sgd_grad_mult(const struct kern_sgd *d, const double *sumsq)
+{
+    float mult = d->grad_scale;
+    if (sumsq && d->max_norm > 0.0f) {
+        const double norm = sqrt(*sumsq) * (double)d->grad_scale;
+        const float coef = d->max_norm / ((float)norm + 1e-6f);
+        if (coef < 1.0f) mult = d->grad_scale * coef;
+    }
+    return mult;
+}
+
+/* The EMA of a skipped step: theta unchanged. */
+static void sgd_segment_ema_only(float *restrict ema, const float *restrict th, size_t n,
+                                 const struct kern_sgd *d)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float a = ema[i] * d->ema_decay;
+        const float c = d->ema_weight * th[i];
+        ema[i] = a + c;
+    }
+}
+
+static void sgd_segment(float *restrict th, float *restrict buf, float *restrict ema,
+                        const float *restrict gr, size_t n, const struct kern_sgd_group *G,
+                        const struct kern_sgd *d, float mult)
+{
+    const float lr = G->lr, mom = G->momentum, wd = G->weight_decay;
+    const float ed = d->ema_decay, ew = d->ema_weight;
+    for (size_t i = 0; i < n; i++) {
+        float g = gr[i];
+        if (mult != 1.0f) g = g * mult;
+        if (wd != 0.0f) g = g + wd * th[i];
+        const float b = d->first ? g : buf[i] * mom + g;
+        buf[i] = b;
+        g = d->nesterov ? g + mom * b : b;
+        const float t = th[i] + (-lr) * g;
+        th[i] = t;
+        if (ema) {
+            const float a = ema[i] * ed;
+            const float c = ew * t;
+            ema[i] = a + c;
+        }
+    }
+}
+
+int kern_ref_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *d, float *restrict params,
+                      float *restrict momentum, float *restrict ema, const float *restrict grads,
+                      const struct kern_optim_seg *restrict seg, const double *restrict sumsq,
+                      const int32_t *restrict found_inf)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    int rc = sgd_desc_check(d);
+    if (rc < 0) return rc;
+    KERN_RETURN_IF(!params || !momentum || !grads, -EINVAL);
+    if ((rc = optim_segs_check(seg, d->n_seg, d->total, d->n_groups)) < 0) return rc;
+    if ((found_inf && *found_inf) || (d->skip_nonfinite && sumsq && !isfinite(*sumsq))) {
+        if (ema)
+            for (size_t s = 0; s < d->n_seg; s++)
+                sgd_segment_ema_only(ema + seg[s].offset, params + seg[s].offset, seg[s].count, d);
+        return 0;
+    }
+    const float mult = sgd_grad_mult(d, sumsq);
+    for (size_t s = 0; s < d->n_seg; s++) {
+        const size_t o = seg[s].offset;
+        sgd_segment(params + o, momentum + o, ema ? ema + o : NULL, grads + o, seg[s].count,
+                    &d->group[seg[s].group], d, mult);
+    }
+    return 0;
+}
+
+int kern_ref_optim_sumsq(struct kern_ctx *ctx, double *restrict sumsq, const float *restrict grads,
+                         const struct kern_optim_seg *restrict seg, size_t n_seg, size_t total)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!sumsq || !grads || total == 0, -EINVAL);
+    const int rc = optim_segs_check(seg, n_seg, total, KERN_OPTIM_MAX_GROUPS);
+    if (rc < 0) return rc;
+    double ss = 0.0;
+    for (size_t s = 0; s < n_seg; s++) {
+        const float *const x = grads + seg[s].offset;
+        for (size_t i = 0; i < seg[s].count; i++)
+            ss += (double)x[i] * (double)x[i];
+    }
+    *sumsq = ss;
+    return 0;
+}
+
+int kern_ref_ema_update(struct kern_ctx *ctx, float *restrict ema, const float *restrict x,
+                        size_t count, float decay, float weight)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(count && (!ema || !x), -EINVAL);
+    for (size_t i = 0; i < count; i++) {
+        const float a = ema[i] * decay;
+        const float b = weight * x[i];
+        ema[i] = a + b;
+    }
+    return 0;
+}
+
+int kern_ref_amp_unscale(struct kern_ctx *ctx, float *restrict grads,
+                         const struct kern_optim_seg *restrict seg, size_t n_seg, size_t total,
+                         float scale, int32_t *restrict found_inf)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!grads || !found_inf || total == 0, -EINVAL);
+    const int rc = optim_segs_check(seg, n_seg, total, KERN_OPTIM_MAX_GROUPS);
+    if (rc < 0) return rc;
+    int bad = 0;
+    for (size_t s = 0; s < n_seg; s++) {
+        float *const x = grads + seg[s].offset;
+        for (size_t i = 0; i < seg[s].count; i++) {
+            bad |= !isfinite(x[i]);
+            x[i] = x[i] * scale;
+        }
+    }
+    if (bad) *found_inf = 1;
+    return 0;
+}
+
+/* ---- casts: integer rounding, identical in kern_cuda_optim.cu ---- */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* c10::BFloat16's round_to_nearest_even: add 0x7fff plus the lowest kept bit, truncate.
+ * Values that round past the largest bf16 carry into the exponent and become Inf. */
+static uint16_t bf16_from_f32(float f)
+{
+    const uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* IEEE binary16 from binary32, round to nearest even, with subnormals and overflow to Inf. */
+static uint16_t f16_from_f32(float f)
+{
+    const uint32_t u = f32_bits(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 (or Inf): Inf */
+    if (a >= 0x38800000u) {                                  /* >= 2^-14: normal */
+        const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);    /* round at bit 13 */
+        return (uint16_t)(sign | ((r - 0x38000000u) >> 13)); /* rebias 127 -> 15 */
+    }
+    if (a < 0x33000000u) return sign; /* < 2^-25: +-0 */
+    /* Subnormal: m 2^(e-150) with the implicit bit; the result counts units of 2^-24. */
+    const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126u - e; /* 14..24 bits to drop */
+    const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    const uint32_t up = rem > half || (rem == half && (q & 1u));
+    return (uint16_t)(sign | (q + up));
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return f32_from_bits(sign | 0x7f800000u | (m << 13));
+    if (e != 0) return f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
+    /* Zero or subnormal: m 2^-24, exact in float. */
+    const float v = (float)m * 0x1p-24f;
+    return sign ? -v : v;
+}
+
+int kern_ref_cast_f32_bf16(struct kern_ctx *ctx, uint16_t *restrict dst, const float *restrict src,
+                           size_t count)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(count && (!dst || !src), -EINVAL);
+    for (size_t i = 0; i < count; i++)
+        dst[i] = bf16_from_f32(src[i]);
+    return 0;
+}
+
+int kern_ref_cast_bf16_f32(struct kern_ctx *ctx, float *restrict dst, const uint16_t *restrict src,
+                           size_t count)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(count && (!dst || !src), -EINVAL);
+    for (size_t i = 0; i < count; i++)
+        dst[i] = f32_from_bits((uint32_t)src[i] << 16);
+    return 0;
+}
+
+int kern_ref_cast_f32_f16(struct kern_ctx *ctx, uint16_t *restrict dst, const float *restrict src,
+                          size_t count)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(count && (!dst || !src), -EINVAL);
+    for (size_t i = 0; i < count; i++)
+        dst[i] = f16_from_f32(src[i]);
+    return 0;
+}
+
+int kern_ref_cast_f16_f32(struct kern_ctx *ctx, float *restrict dst, const uint16_t *restrict src,
+                          size_t count)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(count && (!dst || !src), -EINVAL);
+    for (size_t i = 0; i < count; i++)
+        dst[i] = f16_to_f32(src[i]);
+    return 0;
+}
