@@ -50,6 +50,9 @@
 #include "ffr.h"
 #include "hyp.h"
 
+struct kern_ctx; /* kern.h: the GPU augmentation context (trn_loader_opts.pix_ctx) */
+struct kern_ops;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -107,6 +110,12 @@ struct trn_loader_opts {
                                         off, a corrupted record is no longer detected) */
     trn_loader_log_fn log;           /* optional; NULL drops the lines */
     void *log_ctx;                   /* passed to log */
+    struct kern_ctx *pix_ctx;        /* TRAIN: when set, the augmented batch tensor is built in
+                                        this context's memory by pix_ops->aug_batch (GPU
+                                        augmentation; a CPU context runs the reference) and
+                                        given as trn_batch.device_images; NULL (default): on the
+                                        host only */
+    const struct kern_ops *pix_ops;  /* the table for pix_ctx's backend */
 };
 
 /* Fill *o with the defaults documented above. o: out. Thread-safe. */
@@ -141,6 +150,10 @@ struct trn_batch {
                                    cy, w, h (normalised to width, height); pinned */
     size_t n_targets;           /* rows */
     const struct trn_batch_image *info; /* n entries */
+    const void *device_images; /* with trn_loader_opts.pix_ctx: the image tensor (same layout and
+                                  type as images) in pix_ctx's memory, ordered on its stream
+                                  before trn_loader_next returns; NULL otherwise. images is then
+                                  not filled. */
 };
 
 /* Static facts about a loader. */
