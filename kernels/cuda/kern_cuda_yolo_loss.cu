@@ -39,6 +39,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "kern_ciou_common.h"
 #include "kern_cuda_internal.h"
 
 #define YL_PARTS 128 /* partial sums per level: blocks of yl_build and yl_obj along x */
@@ -206,106 +207,6 @@ static __device__ void yl_block_sum4(double v[4])
     __syncthreads();
 }
 
-/* The terms of one CIoU evaluation (as kern_loss.c's ciou_terms). */
-struct yl_ciou {
-    float b1x1, b1x2, b1y1, b1y2, b2x1, b2x2, b2y1, b2y2;
-    float iw_raw, ih_raw, iw, ih;
-    float inter, uni, iou;
-    float cw, ch, c2;
-    float ddx, ddy, rho2;
-    float r1, r2, dd, v, alpha;
-    float ciou;
-};
-
-#define YL_KV ((float)(4.0 / (M_PI * M_PI)))
-
-static __device__ void yl_ciou_eval(const float *p, const float *q, yl_ciou *s)
-{
-    const float eps = KERN_CIOU_EPS;
-    const float x1 = p[0], y1 = p[1], w1 = p[2], h1 = p[3];
-    const float x2 = q[0], y2 = q[1], w2 = q[2], h2 = q[3];
-    const float w1_ = w1 / 2.0f, h1_ = h1 / 2.0f, w2_ = w2 / 2.0f, h2_ = h2 / 2.0f;
-    s->b1x1 = x1 - w1_;
-    s->b1x2 = x1 + w1_;
-    s->b1y1 = y1 - h1_;
-    s->b1y2 = y1 + h1_;
-    s->b2x1 = x2 - w2_;
-    s->b2x2 = x2 + w2_;
-    s->b2y1 = y2 - h2_;
-    s->b2y2 = y2 + h2_;
-    s->iw_raw = fminf(s->b1x2, s->b2x2) - fmaxf(s->b1x1, s->b2x1);
-    s->ih_raw = fminf(s->b1y2, s->b2y2) - fmaxf(s->b1y1, s->b2y1);
-    s->iw = s->iw_raw > 0.0f ? s->iw_raw : 0.0f;
-    s->ih = s->ih_raw > 0.0f ? s->ih_raw : 0.0f;
-    s->inter = s->iw * s->ih;
-    s->uni = w1 * h1 + w2 * h2 - s->inter + eps;
-    s->iou = s->inter / s->uni;
-    s->cw = fmaxf(s->b1x2, s->b2x2) - fminf(s->b1x1, s->b2x1);
-    s->ch = fmaxf(s->b1y2, s->b2y2) - fminf(s->b1y1, s->b2y1);
-    s->c2 = s->cw * s->cw + s->ch * s->ch + eps;
-    s->ddx = s->b2x1 + s->b2x2 - s->b1x1 - s->b1x2;
-    s->ddy = s->b2y1 + s->b2y2 - s->b1y1 - s->b1y2;
-    s->rho2 = (s->ddx * s->ddx + s->ddy * s->ddy) / 4.0f;
-    s->r1 = w1 / h1;
-    s->r2 = w2 / h2;
-    s->dd = atanf(s->r2) - atanf(s->r1);
-    s->v = YL_KV * (s->dd * s->dd);
-    s->alpha = s->v / (s->v - s->iou + (1.0f + eps));
-    s->ciou = s->iou - (s->rho2 / s->c2 + s->v * s->alpha);
-}
-
-static __device__ __forceinline__ void yl_minmax_grad(float a, float b, float g, int lo, float *ga,
-                                                      float *gb)
-{
-    if (a == b) {
-        *ga += g / 2.0f;
-        *gb += g / 2.0f;
-    } else if ((a < b) == (lo != 0)) {
-        *ga += g;
-    } else {
-        *gb += g;
-    }
-}
-
-/* d1 = g dCIoU/d(pbox p), alpha constant (kern_ref_ciou_bwd without db2). */
-static __device__ void yl_ciou_grad(const float *p, const float *q, float g, float d1[4])
-{
-    yl_ciou s;
-    yl_ciou_eval(p, q, &s);
-    const float g_iou = g, g_rho2 = -g / s.c2, g_c2 = g * s.rho2 / (s.c2 * s.c2);
-    const float g_v = -g * s.alpha;
-    float gc[8] = { 0 };
-    float gw1 = 0.0f, gh1 = 0.0f;
-    const float g_uni = -g_iou * s.inter / (s.uni * s.uni);
-    const float g_inter = g_iou / s.uni - g_uni;
-    gw1 += g_uni * p[3];
-    gh1 += g_uni * p[2];
-    const float g_iw = s.iw_raw >= 0.0f ? g_inter * s.ih : 0.0f;
-    const float g_ih = s.ih_raw >= 0.0f ? g_inter * s.iw : 0.0f;
-    yl_minmax_grad(s.b1x2, s.b2x2, g_iw, 1, &gc[1], &gc[5]);
-    yl_minmax_grad(s.b1x1, s.b2x1, -g_iw, 0, &gc[0], &gc[4]);
-    yl_minmax_grad(s.b1y2, s.b2y2, g_ih, 1, &gc[3], &gc[7]);
-    yl_minmax_grad(s.b1y1, s.b2y1, -g_ih, 0, &gc[2], &gc[6]);
-    const float g_cw = g_c2 * 2.0f * s.cw, g_ch = g_c2 * 2.0f * s.ch;
-    yl_minmax_grad(s.b1x2, s.b2x2, g_cw, 0, &gc[1], &gc[5]);
-    yl_minmax_grad(s.b1x1, s.b2x1, -g_cw, 1, &gc[0], &gc[4]);
-    yl_minmax_grad(s.b1y2, s.b2y2, g_ch, 0, &gc[3], &gc[7]);
-    yl_minmax_grad(s.b1y1, s.b2y1, -g_ch, 1, &gc[2], &gc[6]);
-    const float g_ddx = g_rho2 * s.ddx / 2.0f, g_ddy = g_rho2 * s.ddy / 2.0f;
-    gc[0] -= g_ddx;
-    gc[1] -= g_ddx;
-    gc[2] -= g_ddy;
-    gc[3] -= g_ddy;
-    const float g_dd = g_v * YL_KV * 2.0f * s.dd;
-    const float g_r1 = -g_dd / (1.0f + s.r1 * s.r1);
-    gw1 += g_r1 / p[3];
-    gh1 -= g_r1 * p[2] / (p[3] * p[3]);
-    d1[0] = gc[0] + gc[1];
-    d1[1] = gc[2] + gc[3];
-    d1[2] = gw1 + (gc[1] - gc[0]) / 2.0f;
-    d1[3] = gh1 + (gc[3] - gc[2]) / 2.0f;
-}
-
 /* ---- kernels ---- */
 
 __global__ void yl_init(yl_args A)
@@ -393,8 +294,8 @@ __global__ void yl_build(yl_args A)
                 float *const pbg = A.pbox + 4 * (size_t)g;
                 for (int k = 0; k < 4; k++)
                     pbg[k] = pb[k];
-                yl_ciou cs;
-                yl_ciou_eval(pb, tb, &cs);
+                kern_ciou_terms cs;
+                kern_ciou_eval(pb, tb, &cs);
                 A.ciou[g] = cs.ciou;
                 atomicMax(&A.winner[key], g);
                 acc[0] += 1.0;
@@ -515,7 +416,7 @@ __global__ void yl_grad(yl_args A, int n_slots)
             const float *const ps = A.p[l] + r;
             float *const ds = A.dp[l] + r;
             float db[4];
-            yl_ciou_grad(A.pbox + 4 * (size_t)g, A.tbox + 4 * (size_t)g, A.scales[l], db);
+            kern_ciou_grad(A.pbox + 4 * (size_t)g, A.tbox + 4 * (size_t)g, A.scales[l], db, NULL);
             for (int k = 0; k < 2; k++) {
                 const float s = kern_cuda_sigmoid(ps[k]);
                 ds[k] += db[k] * 2.0f * (s * (1.0f - s));
