@@ -34,39 +34,12 @@
 #include "kern_cuda_internal.h"
 #include "kern_testutil.h"
 #include "tap.h"
-
-static struct kern_ctx *g_cpu, *g_gpu;
-
-#define CK(expr)                                                     \
-    do {                                                             \
-        const int rc_ = (expr);                                      \
-        if (rc_ < 0)                                                 \
-            printf("#   %s -> %s (%s)\n", #expr, kern_strerror(rc_), \
-                   kern_cuda_ctx_last_error(g_gpu));                 \
-        ok(rc_ == 0, "%s returns 0", #expr);                         \
-    } while (0)
-
-static void bail(const char *what, cudaError_t e)
-{
-    printf("Bail out! %s: %s\n", what, cudaGetErrorString(e));
-    exit(99);
-}
-
-static void *d_alloc(size_t bytes)
-{
-    void *p = NULL;
-    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 4);
-    if (e != cudaSuccess) bail("cudaMalloc", e);
-    return p;
-}
+#include "cuda_testutil.h"
 
 /* Device copy of host h[0..n). */
 static float *d_up(const float *h, size_t n)
 {
-    float *const d = d_alloc(n * sizeof(float));
-    const cudaError_t e = cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) bail("cudaMemcpy up", e);
-    return d;
+    return kct_up(h, n * sizeof(float));
 }
 
 /* Device buffer of n canaries; the host twin h (if given) is poisoned too. */
@@ -83,14 +56,7 @@ static float *d_canary(float *h, size_t n)
 /* Waits for the GPU context, then copies d[0..n) to h. */
 static void d_down(float *h, const float *d, size_t n)
 {
-    const int rc = kern_cuda_ctx_sync(g_gpu);
-    if (rc < 0) {
-        printf("Bail out! kern_cuda_ctx_sync: %s (%s)\n", kern_strerror(rc),
-               kern_cuda_ctx_last_error(g_gpu));
-        exit(99);
-    }
-    const cudaError_t e = cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) bail("cudaMemcpy down", e);
+    kct_down(h, d, n * sizeof(float));
 }
 
 /* Copies the device result d[0..n) back and compares it with ref. */
@@ -220,10 +186,7 @@ static void test_bn(int silu, int n, int c, int hw, unsigned accum)
 /* Device copy of host doubles h[0..n). */
 static double *d_up_f64(const double *h, size_t n)
 {
-    double *const d = d_alloc(n * sizeof(double));
-    const cudaError_t e = cudaMemcpy(d, h, n * sizeof(double), cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) bail("cudaMemcpy up", e);
-    return d;
+    return kct_up(h, n * sizeof(double));
 }
 
 /* The device sums d[0..n) against the reference's: |gpu - ref| <= atol + rtol |ref|. */
@@ -278,7 +241,8 @@ static void test_bn_sync(int silu, int n, int c, int hw, unsigned accum)
     if (!(accum & KERN_ACCUM_DX)) kt_poison(dx, cnt);
     if (!(accum & KERN_ACCUM_DPARAM)) kt_poison(dg, cc), kt_poison(db, cc);
     float *const dx_d = d_up(dx, cnt), *const dg_d = d_up(dg, cc), *const db_d = d_up(db, cc);
-    double *const fs_d = d_alloc(ns * sizeof(double)), *const bs_d = d_alloc(ns * sizeof(double));
+    double *const fs_d = kct_alloc(ns * sizeof(double)), *const bs_d =
+                                                             kct_alloc(ns * sizeof(double));
     char what[96];
 
     CK(kern_ref_bn_stats(g_cpu, &d, fs, x));
@@ -369,7 +333,7 @@ static void test_maxpool(int n, int c, int h, int w, int k, int s, int p, unsign
     int32_t *const idx_g = malloc(no * sizeof(int32_t));
     if (!idx || !idx_g) exit(99);
     float *const x_d = d_up(x, ni), *const dy_d = d_up(dy, no), *const y_d = d_canary(y, no);
-    int32_t *const idx_d = d_alloc(no * sizeof(int32_t));
+    int32_t *const idx_d = kct_alloc(no * sizeof(int32_t));
     cudaMemset(idx_d, 0xff, no * sizeof(int32_t));
     CK(kern_ref_maxpool2d_fwd(g_cpu, &d, y, idx, x));
     CK(kern_cuda_maxpool2d_fwd(g_gpu, &d, y_d, idx_d, x_d));
@@ -639,8 +603,9 @@ static void run_bench(void)
     /* YOLOv5s at 640, batch 64: the 160x160 stage (64 channels) and the SPPF (20x20). */
     const int n = 64, c = 64, hw = 160 * 160;
     const size_t cnt = (size_t)n * c * hw;
-    float *const x = d_alloc(cnt * 4), *const y = d_alloc(cnt * 4), *const dy = d_alloc(cnt * 4);
-    float *const dx = d_alloc(cnt * 4), *const v = d_alloc(4096 * 4);
+    float *const x = kct_alloc(cnt * 4), *const y = kct_alloc(cnt * 4),
+                 *const dy = kct_alloc(cnt * 4);
+    float *const dx = kct_alloc(cnt * 4), *const v = kct_alloc(4096 * 4);
     cudaMemset(x, 0, cnt * 4), cudaMemset(dy, 0, cnt * 4), cudaMemset(v, 0, 4096 * 4);
     struct kern_bn bn;
     kern_bn_init(&bn, n, c, hw);
@@ -654,7 +619,7 @@ static void run_bench(void)
     BENCH("upsample2x_fwd", cnt * 4 * 5 / 4, 0,
           kern_cuda_upsample2x_fwd(g_gpu, y, x, n * c / 4, 160, 160));
     const struct kern_pool2d pd = { 64, 256, 20, 20, 5, 1, 2 };
-    int32_t *const idx = d_alloc((size_t)64 * 256 * 400 * 4);
+    int32_t *const idx = kct_alloc((size_t)64 * 256 * 400 * 4);
     BENCH("maxpool2d_fwd SPPF", (size_t)64 * 256 * 400 * 12, 0,
           kern_cuda_maxpool2d_fwd(g_gpu, &pd, y, idx, x));
     BENCH("maxpool2d_bwd SPPF", (size_t)64 * 256 * 400 * 12, 0,
@@ -664,7 +629,7 @@ static void run_bench(void)
     size_t ws = 0;
     if (kern_cuda_conv2d_workspace_size(g_gpu, &cd, &ws) == 0 &&
         kern_cuda_ctx_reserve(g_gpu, ws) == 0) {
-        float *const wt = d_alloc((size_t)64 * 64 * 9 * 4);
+        float *const wt = kct_alloc((size_t)64 * 64 * 9 * 4);
         cudaMemset(wt, 0, (size_t)64 * 64 * 9 * 4);
         const double fl = kern_conv2d_flops(&cd);
         BENCH("conv2d_fwd 3x3 64->64 fp32", cnt * 8, fl,
@@ -683,28 +648,7 @@ static void run_bench(void)
 
 int main(int argc, char **argv)
 {
-    int bench = 0, have_seed = 0;
-    for (int i = 1; i < argc; i++) {
-        bench |= !strcmp(argv[i], "--bench");
-        have_seed |= !strcmp(argv[i], "--seed");
-    }
-    if (kern_cuda_device_count() <= 0) {
-        /* Registered with the exit-code protocol: 77 is meson's skip (issue 8 asks for it). */
-        printf("1..0 # SKIP no CUDA device\n");
-        exit(77);
-    }
-    /* Fresh draws each run unless --seed replays one. */
-    kt_seed_from_args(argc, argv,
-                      have_seed ? 0 : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid());
-    struct kern_ctx_opts o;
-    kern_ctx_opts_default(&o);
-    o.backend = KERN_BACKEND_CUDA;
-    int rc = kern_ctx_create(NULL, &g_cpu);
-    if (rc == 0) rc = kern_cuda_ctx_create(&o, &g_gpu);
-    if (rc < 0) {
-        printf("Bail out! context: %s\n", kern_strerror(rc));
-        return 99;
-    }
+    const int bench = kct_start(argc, argv);
     if (bench) {
         run_bench();
     } else {
@@ -735,7 +679,6 @@ int main(int argc, char **argv)
         test_conv(3, 32, 10, 12, 32, 3, 1, 1, 0);
         test_conv(2, 32, 9, 9, 24, 1, 1, 0, KERN_ACCUM_DPARAM);
     }
-    kern_cuda_ctx_destroy(g_gpu);
-    kern_ctx_destroy(g_cpu);
+    kct_end();
     return tap_done();
 }

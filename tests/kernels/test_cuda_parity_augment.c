@@ -27,54 +27,15 @@
 #include "kern_cuda.h"
 #include "kern_testutil.h"
 #include "tap.h"
+#include "cuda_testutil.h"
 
-static struct kern_ctx *g_cpu, *g_gpu;
 static int g_worst; /* largest uint8 difference seen */
-
-static void bail(const char *what, const char *why)
-{
-    printf("Bail out! %s: %s\n", what, why);
-    exit(99);
-}
-
-static void *d_alloc(size_t bytes)
-{
-    void *p = NULL;
-    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 4);
-    if (e != cudaSuccess) bail("cudaMalloc", cudaGetErrorString(e));
-    return p;
-}
-
-static void *d_up(const void *h, size_t bytes)
-{
-    void *d = d_alloc(bytes);
-    const cudaError_t e = cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) bail("cudaMemcpy up", cudaGetErrorString(e));
-    return d;
-}
-
-/* A poisoned device buffer. */
-static void *d_poison(size_t bytes)
-{
-    void *d = d_alloc(bytes);
-    const cudaError_t e = cudaMemset(d, 0xA5, bytes ? bytes : 4);
-    if (e != cudaSuccess) bail("cudaMemset", cudaGetErrorString(e));
-    return d;
-}
-
-static void d_down(void *h, const void *d, size_t bytes)
-{
-    const int rc = kern_cuda_ctx_sync(g_gpu);
-    if (rc < 0) bail("kern_cuda_ctx_sync", kern_cuda_ctx_last_error(g_gpu));
-    const cudaError_t e = cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) bail("cudaMemcpy down", cudaGetErrorString(e));
-}
 
 /* Compares the device bytes d with the CPU's ref (uint8 values, or floats when f32). */
 static void cmp(const char *what, const void *d, const void *ref, size_t bytes, bool f32)
 {
     uint8_t *got = malloc(bytes ? bytes : 1);
-    d_down(got, d, bytes);
+    kct_down(got, d, bytes);
     double maxd = 0;
     size_t bad = 0, first = 0;
     const size_t n = f32 ? bytes / 4 : bytes;
@@ -97,15 +58,6 @@ static void cmp(const char *what, const void *d, const void *ref, size_t bytes, 
     if (bad) tap_diag("%zu values over tolerance, first at %zu", bad, first);
     free(got);
 }
-
-#define CK(expr)                                                     \
-    do {                                                             \
-        const int rc_ = (expr);                                      \
-        if (rc_ < 0)                                                 \
-            printf("#   %s -> %s (%s)\n", #expr, kern_strerror(rc_), \
-                   kern_cuda_ctx_last_error(g_gpu));                 \
-        ok(rc_ == 0, "%s returns 0", #expr);                         \
-    } while (0)
 
 /* ---- random inputs (as tests/kernels/test_augment_ops.c) ------------------------------------ */
 
@@ -155,7 +107,7 @@ static void rand_canvas(struct kern_aug_canvas *c, struct kern_aug_canvas *dc, i
         struct kern_aug_paste *p = &c->paste[i];
         p->src_w = kt_randint(1, cw), p->src_h = kt_randint(1, ch);
         tiles[i] = rand_image(p->src_w, p->src_h);
-        dtiles[i] = d_up(tiles[i], (size_t)p->src_w * p->src_h * 3);
+        dtiles[i] = kct_up(tiles[i], (size_t)p->src_w * p->src_h * 3);
         p->src = tiles[i];
         p->w = kt_randint(0, p->src_w), p->h = kt_randint(0, p->src_h);
         if (kt_randint(0, 5) == 0) p->w = 0;
@@ -185,7 +137,7 @@ static void test_paste(void)
     uint8_t *tiles[4], *dtiles[4];
     rand_canvas(&c, &dc, cw, ch, n, tiles, dtiles);
     const size_t bytes = (size_t)cw * ch * 3;
-    uint8_t *ref = malloc(bytes), *d = d_poison(bytes);
+    uint8_t *ref = malloc(bytes), *d = kct_poison(bytes);
     CK(kern_ref_aug_paste(g_cpu, ref, &c));
     CK(kern_cuda_aug_paste(g_gpu, d, &dc));
     char what[64];
@@ -201,12 +153,12 @@ static void test_warp(int persp)
     const int sw = kt_randint(1, 700), sh = kt_randint(1, 700);
     const int dw = kt_randint(1, 700), dh = kt_randint(1, 700);
     const uint8_t border = (uint8_t)kt_randint(0, 255);
-    uint8_t *src = rand_image(sw, sh), *dsrc = d_up(src, (size_t)sw * sh * 3);
+    uint8_t *src = rand_image(sw, sh), *dsrc = kct_up(src, (size_t)sw * sh * 3);
     double M[9], inv[9];
     rand_matrix(sw, sh, dw, dh, persp, M);
     kern_aug_warp_invert(M, persp, inv);
     const size_t bytes = (size_t)dw * dh * 3;
-    uint8_t *ref = malloc(bytes), *d = d_poison(bytes);
+    uint8_t *ref = malloc(bytes), *d = kct_poison(bytes);
     CK(kern_ref_aug_warp(g_cpu, ref, dw, dh, src, sw, sh, inv, persp, border));
     CK(kern_cuda_aug_warp(g_gpu, d, dw, dh, dsrc, sw, sh, inv, persp, border));
     char what[80];
@@ -221,7 +173,7 @@ static void test_pixels(void)
     const int w = kt_randint(1, 700), h = kt_randint(1, 300);
     const size_t bytes = (size_t)w * h * 3;
     uint8_t *a = rand_image(w, h), *b = rand_image(w, h), *ref = malloc(bytes);
-    uint8_t *da = d_up(a, bytes), *db = d_up(b, bytes);
+    uint8_t *da = kct_up(a, bytes), *db = kct_up(b, bytes);
     char what[64];
 
     struct kern_aug_hsv_lut lut;
@@ -235,7 +187,7 @@ static void test_pixels(void)
     for (int mode = 1; mode < 4; mode++) {
         const int fw = w | (mode == 1 ? 1 : 0), fh = h | (mode == 2 ? 1 : 0); /* odd sizes too */
         const size_t fb = (size_t)fw * fh * 3;
-        uint8_t *img = rand_image(fw, fh), *dimg = d_up(img, fb);
+        uint8_t *img = rand_image(fw, fh), *dimg = kct_up(img, fb);
         CK(kern_ref_aug_flip(g_cpu, img, fw, fh, mode & 1, mode >> 1));
         CK(kern_cuda_aug_flip(g_gpu, dimg, fw, fh, mode & 1, mode >> 1));
         snprintf(what, sizeof what, "flip lr=%d ud=%d %dx%d", mode & 1, mode >> 1, fw, fh);
@@ -253,7 +205,7 @@ static void test_pixels(void)
 
     for (int dtype = 0; dtype < 2; dtype++) {
         const size_t ob = bytes * (dtype ? 4 : 1);
-        uint8_t *oref = malloc(ob), *od = d_poison(ob);
+        uint8_t *oref = malloc(ob), *od = kct_poison(ob);
         cudaMemcpy(da, a, bytes, cudaMemcpyHostToDevice);
         CK(kern_ref_aug_to_nchw(g_cpu, oref, dtype, a, w, h));
         CK(kern_cuda_aug_to_nchw(g_gpu, od, dtype, da, w, h));
@@ -293,7 +245,7 @@ static void test_batch(int dtype)
         mix += p[i].mixup, persp += p[i].perspective[0];
     }
     const size_t bytes = (size_t)n * 3 * s * s * (dtype ? 4 : 1);
-    uint8_t *ref = malloc(bytes), *d = d_poison(bytes);
+    uint8_t *ref = malloc(bytes), *d = kct_poison(bytes);
     CK(kern_ref_aug_batch(g_cpu, ref, dtype, s, p, n));
     CK(kern_cuda_aug_batch(g_gpu, d, dtype, s, dp, n));
     char what[96];
@@ -317,7 +269,7 @@ static void run_bench(void)
     uint8_t *tiles[4], *dtiles[4];
     for (int t = 0; t < 4; t++) {
         tiles[t] = rand_image(TW, TH);
-        dtiles[t] = d_up(tiles[t], (size_t)TW * TH * 3);
+        dtiles[t] = kct_up(tiles[t], (size_t)TW * TH * 3);
     }
     struct kern_aug_sample *p = calloc(B, sizeof *p);
     for (int i = 0; i < B; i++) {
@@ -341,7 +293,7 @@ static void run_bench(void)
         p[i].flip_lr = i & 1;
     }
     const size_t bytes = (size_t)B * 3 * S * S * sizeof(float);
-    void *d = d_poison(bytes);
+    void *d = kct_poison(bytes);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -370,29 +322,11 @@ static void run_bench(void)
 
 int main(int argc, char **argv)
 {
-    int have_seed = 0, bench = 0;
-    for (int i = 1; i < argc; i++) {
-        have_seed |= !strcmp(argv[i], "--seed");
-        bench |= !strcmp(argv[i], "--bench");
-    }
-    if (kern_cuda_device_count() <= 0) {
-        /* Registered with the exit-code protocol: 77 is meson's skip (issue 8 asks for it). */
-        printf("1..0 # SKIP no CUDA device\n");
-        exit(77);
-    }
-    kt_seed_from_args(argc, argv,
-                      have_seed ? 0 : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid());
-    struct kern_ctx_opts o;
-    kern_ctx_opts_default(&o);
-    o.backend = KERN_BACKEND_CUDA;
-    int rc = kern_ctx_create(NULL, &g_cpu);
-    if (rc == 0) rc = kern_ctx_create(&o, &g_gpu);
-    if (rc < 0) bail("context", kern_strerror(rc));
+    const int bench = kct_start(argc, argv);
 
     if (bench) {
         run_bench();
-        kern_ctx_destroy(g_gpu);
-        kern_ctx_destroy(g_cpu);
+        kct_end();
         return tap_done();
     }
     for (int k = 0; k < 3; k++)
@@ -414,7 +348,6 @@ int main(int argc, char **argv)
        "kern_ops_cuda() holds the augmentation twins");
     is_int(kern_cuda_aug_paste(g_cpu, NULL, NULL), -KERN_EBACKEND, "a CPU context: -KERN_EBACKEND");
     tap_diag("largest difference over all ops: %d (uint8 units)", g_worst);
-    kern_ctx_destroy(g_gpu);
-    kern_ctx_destroy(g_cpu);
+    kct_end();
     return tap_done();
 }

@@ -28,58 +28,14 @@
 #include "kern_cuda.h"
 #include "kern_testutil.h"
 #include "tap.h"
-
-static struct kern_ctx *g_cpu, *g_gpu;
-
-static void bail(const char *what, cudaError_t e)
-{
-    printf("Bail out! %s: %s\n", what, cudaGetErrorString(e));
-    exit(99);
-}
-
-static void *d_alloc(size_t bytes)
-{
-    void *p = NULL;
-    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 4);
-    if (e != cudaSuccess) bail("cudaMalloc", e);
-    return p;
-}
-
-static void *d_up(const void *h, size_t bytes)
-{
-    void *const d = d_alloc(bytes);
-    const cudaError_t e = cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) bail("cudaMemcpy up", e);
-    return d;
-}
-
-static void d_down(void *h, const void *d, size_t bytes)
-{
-    const int rc = kern_cuda_ctx_sync(g_gpu);
-    if (rc < 0) {
-        printf("Bail out! kern_cuda_ctx_sync: %s (%s)\n", kern_strerror(rc),
-               kern_cuda_ctx_last_error(g_gpu));
-        exit(99);
-    }
-    const cudaError_t e = cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) bail("cudaMemcpy down", e);
-}
-
-#define CK(expr)                                                     \
-    do {                                                             \
-        const int rc_ = (expr);                                      \
-        if (rc_ < 0)                                                 \
-            printf("#   %s -> %s (%s)\n", #expr, kern_strerror(rc_), \
-                   kern_cuda_ctx_last_error(g_gpu));                 \
-        ok(rc_ == 0, "%s returns 0", #expr);                         \
-    } while (0)
+#include "cuda_testutil.h"
 
 /* The device result d (bytes) equals the host reference bit for bit (NaN canaries included). */
 static int cmp_bits(const char *what, const void *d, const void *ref, size_t bytes, size_t elem)
 {
     unsigned char *const got = malloc(bytes ? bytes : 1);
     if (!got) exit(99);
-    d_down(got, d, bytes);
+    kct_down(got, d, bytes);
     size_t bad = 0, first = (size_t)-1;
     for (size_t i = 0; i < bytes / elem; i++) {
         if (memcmp(got + i * elem, (const unsigned char *)ref + i * elem, elem)) {
@@ -143,18 +99,19 @@ static void test_optim(int n_groups, int nesterov, int clip)
     fill_masked(buf, seg, n_seg, len, -0.5f, 0.5f);
     fill_masked(ema, seg, n_seg, len, -1.0f, 1.0f);
     fill_masked(gr, seg, n_seg, len, -4.0f, 4.0f);
-    struct kern_optim_seg *const seg_d = d_up(seg, n_seg * sizeof *seg);
-    float *const th_d = d_up(th, fb), *const buf_d = d_up(buf, fb), *const ema_d = d_up(ema, fb);
-    float *const gr_d = d_up(gr, fb);
-    double *const ss_d = d_alloc(sizeof(double));
+    struct kern_optim_seg *const seg_d = kct_up(seg, n_seg * sizeof *seg);
+    float *const th_d = kct_up(th, fb), *const buf_d = kct_up(buf, fb),
+                 *const ema_d = kct_up(ema, fb);
+    float *const gr_d = kct_up(gr, fb);
+    double *const ss_d = kct_alloc(sizeof(double));
 
     /* Sum of squares: relative 1e-12, and bitwise reproducible run to run. */
     double ss = 0.0, ss_g = 0.0, ss_g2 = 0.0;
     CK(kern_ref_optim_sumsq(g_cpu, &ss, gr, seg, n_seg, total));
     CK(kern_cuda_optim_sumsq(g_gpu, ss_d, gr_d, seg_d, n_seg, total));
-    d_down(&ss_g, ss_d, sizeof ss_g);
+    kct_down(&ss_g, ss_d, sizeof ss_g);
     CK(kern_cuda_optim_sumsq(g_gpu, ss_d, gr_d, seg_d, n_seg, total));
-    d_down(&ss_g2, ss_d, sizeof ss_g2);
+    kct_down(&ss_g2, ss_d, sizeof ss_g2);
     const double rel = fabs(ss_g - ss) / ss;
     ok(rel <= 1e-12, "optim_sumsq: rel err %.3g <= 1e-12", rel);
     ok(memcmp(&ss_g, &ss_g2, sizeof ss_g) == 0, "optim_sumsq: bitwise reproducible");
@@ -171,7 +128,7 @@ static void test_optim(int n_groups, int nesterov, int clip)
         d.group[g].momentum = kt_uniform(0.8f, 0.95f);
         d.group[g].weight_decay = g == 1 ? 5e-4f : 0.0f;
     }
-    double *const ss_cpu_d = d_up(&ss, sizeof ss);
+    double *const ss_cpu_d = kct_up(&ss, sizeof ss);
     for (int k = 0; k < 3; k++) {
         d.first = k == 0;
         CK(kern_ref_sgd_step(g_cpu, &d, th, buf, ema, gr, seg, &ss, NULL));
@@ -184,14 +141,14 @@ static void test_optim(int n_groups, int nesterov, int clip)
     /* With the device's own sum: the clip factor may differ by an ulp. */
     float *const th2 = kt_alloc(len);
     memcpy(th2, th, fb);
-    float *const th2_d = d_up(th2, fb), *const buf2_d = d_up(buf, fb);
+    float *const th2_d = kct_up(th2, fb), *const buf2_d = kct_up(buf, fb);
     float *const buf2 = kt_alloc(len);
     memcpy(buf2, buf, fb);
     d.first = 0;
     CK(kern_ref_sgd_step(g_cpu, &d, th2, buf2, NULL, gr, seg, &ss, NULL));
     CK(kern_cuda_sgd_step(g_gpu, &d, th2_d, buf2_d, NULL, gr_d, seg_d, ss_d, NULL));
     float *const got = kt_alloc(len);
-    d_down(got, th2_d, fb);
+    kct_down(got, th2_d, fb);
     /* Gather the segments (the padding is checked bitwise above) and compare once. */
     float *const a = kt_alloc(total), *const b = kt_alloc(total);
     for (size_t s = 0; s < n_seg; s++) {
@@ -203,7 +160,7 @@ static void test_optim(int n_groups, int nesterov, int clip)
 
     /* found_inf / skip_nonfinite: params untouched, EMA moves. */
     int32_t one = 1;
-    int32_t *const one_d = d_up(&one, sizeof one);
+    int32_t *const one_d = kct_up(&one, sizeof one);
     CK(kern_ref_sgd_step(g_cpu, &d, th, buf, ema, gr, seg, &ss, &one));
     CK(kern_cuda_sgd_step(g_gpu, &d, th_d, buf_d, ema_d, gr_d, seg_d, ss_cpu_d, one_d));
     cmp_bits("sgd_step found_inf: params", th_d, th, fb, 4);
@@ -214,7 +171,7 @@ static void test_optim(int n_groups, int nesterov, int clip)
     float *const x = kt_alloc(len), *const v = kt_alloc(len);
     kt_fill(x, len, -1.0f, 1.0f);
     kt_fill(v, len, -1.0f, 1.0f);
-    float *const x_d = d_up(x, fb), *const v_d = d_up(v, fb);
+    float *const x_d = kct_up(x, fb), *const v_d = kct_up(v, fb);
     const double ed = 0.9999 * (1.0 - exp(-(double)kt_randint(1, 5000) / 2000.0));
     CK(kern_ref_ema_update(g_cpu, v, x, len, (float)ed, (float)(1.0 - ed)));
     CK(kern_cuda_ema_update(g_gpu, v_d, x_d, len, (float)ed, (float)(1.0 - ed)));
@@ -222,18 +179,18 @@ static void test_optim(int n_groups, int nesterov, int clip)
 
     /* Unscale: values and flag, with and without an Inf. */
     int32_t flag = 0, flag_g = -1;
-    int32_t *const flag_d = d_up(&flag, sizeof flag);
+    int32_t *const flag_d = kct_up(&flag, sizeof flag);
     CK(kern_ref_amp_unscale(g_cpu, gr, seg, n_seg, total, 0x1p-16f, &flag));
     CK(kern_cuda_amp_unscale(g_gpu, gr_d, seg_d, n_seg, total, 0x1p-16f, flag_d));
     cmp_bits("amp_unscale grads", gr_d, gr, fb, 4);
-    d_down(&flag_g, flag_d, sizeof flag_g);
+    kct_down(&flag_g, flag_d, sizeof flag_g);
     ok(flag == 0 && flag_g == 0, "amp_unscale: finite grads leave both flags 0");
     const size_t at = seg[kt_randint(0, (int)n_seg - 1)].offset;
     gr[at] = INFINITY;
     cudaMemcpy(gr_d + at, gr + at, sizeof(float), cudaMemcpyHostToDevice);
     CK(kern_ref_amp_unscale(g_cpu, gr, seg, n_seg, total, 1.0f, &flag));
     CK(kern_cuda_amp_unscale(g_gpu, gr_d, seg_d, n_seg, total, 1.0f, flag_d));
-    d_down(&flag_g, flag_d, sizeof flag_g);
+    kct_down(&flag_g, flag_d, sizeof flag_g);
     ok(flag == 1 && flag_g == 1, "amp_unscale: an Inf sets both flags");
 
     cudaFree(seg_d), cudaFree(th_d), cudaFree(buf_d), cudaFree(ema_d), cudaFree(gr_d);
@@ -256,8 +213,8 @@ static void test_casts(void)
     }
     for (uint32_t i = 0; i < 65536; i++)
         h2[i] = (uint16_t)i;
-    float *const f_d = d_up(f, n * 4), *const w_d = d_alloc(n * 4);
-    uint16_t *const h_d = d_alloc(n * 2), *const all_d = d_up(h2, 65536 * 2);
+    float *const f_d = kct_up(f, n * 4), *const w_d = kct_alloc(n * 4);
+    uint16_t *const h_d = kct_alloc(n * 2), *const all_d = kct_up(h2, 65536 * 2);
     float *const w = kt_alloc(65536);
     cudaMemset(h_d, 0xa5, n * 2), memset(h, 0xa5, n * 2);
     CK(kern_ref_cast_f32_bf16(g_cpu, h, f, n));
@@ -294,31 +251,13 @@ static void test_contracts(void)
 
 int main(int argc, char **argv)
 {
-    int have_seed = 0;
-    for (int i = 1; i < argc; i++)
-        have_seed |= !strcmp(argv[i], "--seed");
-    if (kern_cuda_device_count() <= 0) {
-        printf("1..0 # SKIP no CUDA device\n");
-        exit(77);
-    }
-    kt_seed_from_args(argc, argv,
-                      have_seed ? 0 : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid());
-    struct kern_ctx_opts o;
-    kern_ctx_opts_default(&o);
-    o.backend = KERN_BACKEND_CUDA;
-    int rc = kern_ctx_create(NULL, &g_cpu);
-    if (rc == 0) rc = kern_ctx_create(&o, &g_gpu);
-    if (rc < 0) {
-        printf("Bail out! context: %s\n", kern_strerror(rc));
-        return 99;
-    }
+    kct_start(argc, argv);
     test_contracts();
     test_optim(3, 1, 1);
     test_optim(1, 0, 0);
     test_optim(4, 1, 1);
     test_optim(2, 1, 0);
     test_casts();
-    kern_ctx_destroy(g_gpu);
-    kern_ctx_destroy(g_cpu);
+    kct_end();
     return tap_done();
 }

@@ -36,43 +36,7 @@
 #include "kern_cuda.h"
 #include "kern_testutil.h"
 #include "tap.h"
-
-static struct kern_ctx *g_cpu, *g_gpu;
-
-static void bail(const char *what, cudaError_t e)
-{
-    printf("Bail out! %s: %s\n", what, cudaGetErrorString(e));
-    exit(99);
-}
-
-static void *d_alloc(size_t bytes)
-{
-    void *p = NULL;
-    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 4);
-    if (e != cudaSuccess) bail("cudaMalloc", e);
-    return p;
-}
-
-static void d_put(void *d, const void *h, size_t bytes)
-{
-    /* Pageable copies may still be in flight when cudaMemcpy returns, and the context's stream
-     * does not wait for the legacy one: synchronise before any op reads d. */
-    cudaError_t e = cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) bail("cudaMemcpy up", e);
-}
-
-static void d_get(void *h, const void *d, size_t bytes)
-{
-    const int rc = kern_cuda_ctx_sync(g_gpu);
-    if (rc < 0) {
-        printf("Bail out! kern_cuda_ctx_sync: %s (%s)\n", kern_strerror(rc),
-               kern_cuda_ctx_last_error(g_gpu));
-        exit(99);
-    }
-    const cudaError_t e = cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) bail("cudaMemcpy down", e);
-}
+#include "cuda_testutil.h"
 
 struct prob {
     struct kern_yolo_loss d;
@@ -142,22 +106,22 @@ static void prob_fill(struct prob *P, int nt_max)
         P->p[l] = kt_alloc(P->len[l]);
         kt_fill(P->p[l], P->len[l], -4.0f, 4.0f);
         P->dp[l] = kt_alloc(P->len[l]);
-        P->p_d[l] = d_alloc(P->len[l] * sizeof(float));
-        P->dp_d[l] = d_alloc(P->len[l] * sizeof(float));
-        d_put(P->p_d[l], P->p[l], P->len[l] * sizeof(float));
+        P->p_d[l] = kct_alloc(P->len[l] * sizeof(float));
+        P->dp_d[l] = kct_alloc(P->len[l] * sizeof(float));
+        kct_put(P->p_d[l], P->p[l], P->len[l] * sizeof(float));
     }
-    P->t_d = d_alloc((size_t)P->d.max_targets * 6 * sizeof(float));
-    d_put(P->t_d, P->t, (size_t)P->d.max_targets * 6 * sizeof(float));
-    P->nt_d = d_alloc(sizeof(int));
-    d_put(P->nt_d, &P->nt, sizeof(int));
-    P->out_d = d_alloc(KERN_YOLO_OUT_N * sizeof(float));
+    P->t_d = kct_alloc((size_t)P->d.max_targets * 6 * sizeof(float));
+    kct_put(P->t_d, P->t, (size_t)P->d.max_targets * 6 * sizeof(float));
+    P->nt_d = kct_alloc(sizeof(int));
+    kct_put(P->nt_d, &P->nt, sizeof(int));
+    P->out_d = kct_alloc(KERN_YOLO_OUT_N * sizeof(float));
     if (kern_ref_yolo_loss_scratch_size(g_cpu, &P->d, &P->b_cpu) < 0 ||
         kern_cuda_yolo_loss_scratch_size(g_gpu, &P->d, &P->b_gpu) < 0) {
         printf("Bail out! scratch sizes\n");
         exit(99);
     }
     P->s_cpu = aligned_alloc(64, (P->b_cpu + 63) & ~(size_t)63);
-    P->s_gpu = d_alloc(P->b_gpu);
+    P->s_gpu = kct_alloc(P->b_gpu);
 }
 
 static void prob_free(struct prob *P)
@@ -184,11 +148,11 @@ static void prob_prefill(struct prob *P, unsigned accum)
             kt_fill(P->dp[l], P->len[l], -1e-2f, 1e-2f);
         else
             kt_poison(P->dp[l], P->len[l]);
-        d_put(P->dp_d[l], P->dp[l], P->len[l] * sizeof(float));
+        kct_put(P->dp_d[l], P->dp[l], P->len[l] * sizeof(float));
     }
     float canary[KERN_YOLO_OUT_N];
     kt_poison(canary, KERN_YOLO_OUT_N);
-    d_put(P->out_d, canary, sizeof canary);
+    kct_put(P->out_d, canary, sizeof canary);
 }
 
 static int gpu_run(struct prob *P, unsigned accum, int grad, void *scratch, size_t bytes)
@@ -211,14 +175,14 @@ static void compare(struct prob *P, const char *what, unsigned accum, int grad)
     if (!ok(rr == 0 && rg == 0, "%s: both run (ref %d, cuda %d %s)", what, rr, rg,
             kern_cuda_ctx_last_error(g_gpu)))
         return;
-    d_get(out_g, P->out_d, sizeof out_g);
+    kct_down(out_g, P->out_d, sizeof out_g);
     char name[200];
     snprintf(name, sizeof name, "%s: loss values", what);
     kt_check_close_f(name, out_g, out_r, KERN_YOLO_OUT_N, 1e-6, 2e-5);
     if (!grad) return;
     for (int l = 0; l < P->d.nl; l++) {
         float *got = kt_alloc(P->len[l]);
-        d_get(got, P->dp_d[l], P->len[l] * sizeof(float));
+        kct_down(got, P->dp_d[l], P->len[l] * sizeof(float));
         double amax = 0.0;
         for (size_t i = 0; i < P->len[l]; i++)
             amax = fmax(amax, fabs(P->dp[l][i]));
@@ -268,12 +232,12 @@ static void test_special(void)
     /* Repeatability: a second GPU run gives the same bits. */
     float o1[KERN_YOLO_OUT_N], o2[KERN_YOLO_OUT_N];
     float *g1 = kt_alloc(P.len[0]), *g2 = kt_alloc(P.len[0]);
-    d_get(o1, P.out_d, sizeof o1);
-    d_get(g1, P.dp_d[0], P.len[0] * sizeof(float));
+    kct_down(o1, P.out_d, sizeof o1);
+    kct_down(g1, P.dp_d[0], P.len[0] * sizeof(float));
     prob_prefill(&P, 0);
     gpu_run(&P, 0, 1, P.s_gpu, P.b_gpu);
-    d_get(o2, P.out_d, sizeof o2);
-    d_get(g2, P.dp_d[0], P.len[0] * sizeof(float));
+    kct_down(o2, P.out_d, sizeof o2);
+    kct_down(g2, P.dp_d[0], P.len[0] * sizeof(float));
     ok(!memcmp(o1, o2, sizeof o1) && !memcmp(g1, g2, P.len[0] * sizeof(float)),
        "GPU runs are bitwise repeatable (loss and dp[0])");
 
@@ -281,8 +245,8 @@ static void test_special(void)
     ok(kern_ctx_reserve(g_gpu, P.b_gpu) == 0, "workspace reserved");
     prob_prefill(&P, 0);
     ok(gpu_run(&P, 0, 1, NULL, 0) == 0, "scratch NULL: the context's workspace");
-    d_get(o2, P.out_d, sizeof o2);
-    d_get(g2, P.dp_d[0], P.len[0] * sizeof(float));
+    kct_down(o2, P.out_d, sizeof o2);
+    kct_down(g2, P.dp_d[0], P.len[0] * sizeof(float));
     ok(!memcmp(o1, o2, sizeof o1) && !memcmp(g1, g2, P.len[0] * sizeof(float)),
        "the same bits through the workspace");
 
@@ -299,18 +263,18 @@ static void test_special(void)
        cudaGetErrorString(e));
     if (e == cudaSuccess && rc == 0) {
         P.nt = P.nt / 3;
-        d_put(P.nt_d, &P.nt, sizeof(int));
+        kct_put(P.nt_d, &P.nt, sizeof(int));
         prob_prefill(&P, 0);
         e = cudaGraphLaunch(exec, s);
         ok(e == cudaSuccess, "graph replay launches");
         float out_r[KERN_YOLO_OUT_N], out_g[KERN_YOLO_OUT_N];
         kern_ref_yolo_loss(g_cpu, &P.d, P.dp, out_r, (const float *const *)P.p, P.t, &P.nt, P.s_cpu,
                            P.b_cpu, 0);
-        d_get(out_g, P.out_d, sizeof out_g);
+        kct_down(out_g, P.out_d, sizeof out_g);
         kt_check_close_f("graph replay with a new count: loss values", out_g, out_r,
                          KERN_YOLO_OUT_N, 1e-6, 2e-5);
         float *got = kt_alloc(P.len[1]);
-        d_get(got, P.dp_d[1], P.len[1] * sizeof(float));
+        kct_down(got, P.dp_d[1], P.len[1] * sizeof(float));
         double amax = 0.0;
         for (size_t i = 0; i < P.len[1]; i++)
             amax = fmax(amax, fabs(P.dp[1][i]));
@@ -325,17 +289,17 @@ static void test_special(void)
     float o[KERN_YOLO_OUT_N];
     const int bad_counts[2] = { -3, 301 };
     for (int i = 0; i < 2; i++) {
-        d_put(P.nt_d, &bad_counts[i], sizeof(int));
+        kct_put(P.nt_d, &bad_counts[i], sizeof(int));
         gpu_run(&P, 0, 1, P.s_gpu, P.b_gpu);
-        d_get(o, P.out_d, sizeof o);
+        kct_down(o, P.out_d, sizeof o);
         ok(o[KERN_YOLO_OUT_STATUS] == (float)KERN_YOLO_BAD_COUNT && isnan(o[KERN_YOLO_OUT_TOTAL]),
            "count %d: status BAD_COUNT, total NaN", bad_counts[i]);
     }
-    d_put(P.nt_d, &P.nt, sizeof(int));
+    kct_put(P.nt_d, &P.nt, sizeof(int));
     P.t[1] = 80.0f; /* class out of range in row 0 */
-    d_put(P.t_d, P.t, 6 * sizeof(float));
+    kct_put(P.t_d, P.t, 6 * sizeof(float));
     gpu_run(&P, 0, 1, P.s_gpu, P.b_gpu);
-    d_get(o, P.out_d, sizeof o);
+    kct_down(o, P.out_d, sizeof o);
     ok(o[KERN_YOLO_OUT_STATUS] == (float)KERN_YOLO_BAD_ROW && isnan(o[KERN_YOLO_OUT_LBOX]),
        "a bad row: status BAD_ROW, losses NaN");
     is_int(kern_ref_yolo_loss(g_cpu, &P.d, P.dp, o, (const float *const *)P.p, P.t, &P.nt, P.s_cpu,
@@ -363,30 +327,11 @@ static void test_empty(void)
 
 int main(int argc, char **argv)
 {
-    int have_seed = 0;
-    for (int i = 1; i < argc; i++)
-        have_seed |= !strcmp(argv[i], "--seed");
-    if (kern_cuda_device_count() <= 0) {
-        /* Registered with the exit-code protocol: 77 is meson's skip (issue 8 asks for it). */
-        printf("1..0 # SKIP no CUDA device\n");
-        exit(77);
-    }
-    kt_seed_from_args(argc, argv,
-                      have_seed ? 0 : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid());
-    struct kern_ctx_opts o;
-    kern_ctx_opts_default(&o);
-    o.backend = KERN_BACKEND_CUDA;
-    int rc = kern_ctx_create(NULL, &g_cpu);
-    if (rc == 0) rc = kern_ctx_create(&o, &g_gpu);
-    if (rc < 0) {
-        printf("Bail out! context: %s\n", kern_strerror(rc));
-        return 99;
-    }
+    kct_start(argc, argv);
     for (int i = 0; i < 6; i++)
         test_random(i % 2, i % 3 == 2 ? KERN_ACCUM_DX : 0);
     test_empty();
     test_special();
-    kern_ctx_destroy(g_gpu);
-    kern_ctx_destroy(g_cpu);
+    kct_end();
     return tap_done();
 }
