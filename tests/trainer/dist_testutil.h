@@ -1,8 +1,9 @@
 /*
- * What the distributed-training tests (test_dist_train.c, test_dist_syncbn.c) share beyond
- * run_testutil.h: a file of the scratch directory as text, a no-augmentation hyp, and the float
- * records of a run's last checkpoint compared between two runs. Header-only (static inline).
- * Include after run_testutil.h, ffr.h and tap.h.
+ * What the distributed-training tests (test_dist_train.c, test_dist_syncbn.c,
+ * test_dist_overlap.c) share beyond run_testutil.h: a file of the scratch directory as text, a
+ * no-augmentation hyp, the float records of a run's last checkpoint compared between two runs,
+ * and the paired dataset on which 2 ranks x batch 2 equals 1 rank x batch 4. Header-only
+ * (static inline). Include after run_testutil.h, ffr.h, sampler.h and tap.h.
  */
 #ifndef DIST_TESTUTIL_H
 #define DIST_TESTUTIL_H
@@ -88,6 +89,46 @@ static inline double rel_diff(const char *run_a, const char *run_b, const char *
     free(a);
     free(b);
     return worst;
+}
+
+/* yolo-synth (program synth) makes dir/synth_NAME: n small images of 3 classes, YOLO layout. */
+static inline int dist_make_synth(const char *synth, const char *name, int n)
+{
+    return run("%s %s/synth_%s --split train2017=%d --seed 5 --min-side 48 --max-side 128 "
+               "--format yolo --classes 3 --max-objects 3",
+               synth, dir, name, n) == 0;
+}
+
+/*
+ * dir/NAME.ffr (packed by the program pack): 2n records from n synth images, each image twice,
+ * placed so that for seed `seed` the epoch-0 positions 4k, 4k+1 (rank 0 and rank 1 of global
+ * step k at 2 ranks) hold the same image, and so do 4k+2, 4k+3: per-rank BatchNorm statistics
+ * then equal the global batch's. yolo-pack orders a folder's files by name, so record i is file i.
+ */
+static inline int dist_make_paired(const char *synth, const char *pack, const char *name, int n,
+                                   uint64_t seed)
+{
+    if (!dist_make_synth(synth, name, n)) return 0;
+    struct trn_sampler s;
+    struct trn_sampler_opts so;
+    trn_sampler_opts_default(&so);
+    so.n = (uint64_t)2 * (uint64_t)n;
+    so.seed = seed;
+    if (trn_sampler_init(&s, &so) < 0) return 0;
+    trn_sampler_set_epoch(&s, 0);
+    if (run("mkdir -p %s/%s/images/train %s/%s/labels/train", dir, name, dir, name)) return 0;
+    for (int g = 0; g < 2 * n; g++) {
+        const int src = g / 2 + 1; /* positions 2j and 2j+1 share synth image j */
+        const uint64_t rec = trn_sampler_index(&s, (uint64_t)g);
+        if (run("cp %s/synth_%s/images/train2017/%012d.jpg %s/%s/images/train/%03llu.jpg && "
+                "(cp %s/synth_%s/labels/train2017/%012d.txt %s/%s/labels/train/%03llu.txt "
+                "2>/dev/null || true)",
+                dir, name, src, dir, name, (unsigned long long)rec, dir, name, src, dir, name,
+                (unsigned long long)rec))
+            return 0;
+    }
+    return run("%s %s/%s -o %s/%s.ffr --size 64 -q -j 1 --names a,b,c", pack, dir, name, dir,
+               name) == 0;
 }
 
 #endif

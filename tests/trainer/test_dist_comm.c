@@ -24,35 +24,10 @@
 #include <unistd.h>
 
 #include "dist.h"
+#include "port_testutil.h"
 #include "tap.h"
 
 static char dir[64];
-
-/* A port p with p and p + 1 both free now (the star listens on MASTER_PORT + 1). */
-static int free_port_pair(void)
-{
-    for (int attempt = 0; attempt < 50; attempt++) {
-        const int a = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t l = sizeof sa;
-        if (bind(a, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-            getsockname(a, (struct sockaddr *)&sa, &l) < 0) {
-            close(a);
-            continue;
-        }
-        const int p = ntohs(sa.sin_port);
-        const int b = socket(AF_INET, SOCK_STREAM, 0);
-        sa.sin_port = htons((uint16_t)(p + 1));
-        const int good = p < 65534 && bind(b, (struct sockaddr *)&sa, sizeof sa) == 0;
-        close(a);
-        close(b);
-        if (good) return p;
-    }
-    return 29400;
-}
 
 static int port;
 
@@ -113,7 +88,7 @@ static void spawn(child_fn fn, int world, bool reverse, int *status, pid_t *pids
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -f %s/r*.txt", dir);
     if (system(cmd) != 0) tap_diag("cleanup failed");
-    port = free_port_pair();
+    port = free_port_pair(29400);
     for (int k = 0; k < world; k++) {
         const int r = reverse ? world - 1 - k : k;
         const pid_t pid = fork();

@@ -48,6 +48,7 @@
 #include "net.h"
 #include "sampler.h"
 #include "run_testutil.h"
+#include "port_testutil.h"
 #include "tap.h"
 #include "dist_testutil.h"
 
@@ -55,32 +56,6 @@ static const char *models, *train, *synth, *pack, *mpirun;
 
 /* ---------------------------------------------------------------------------------------- */
 /* Ranks as processes                                                                        */
-
-/* A port p with p and p + 1 both free now (the star listens on MASTER_PORT + 1). */
-static int free_port_pair(void)
-{
-    for (int attempt = 0; attempt < 50; attempt++) {
-        const int a = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t l = sizeof sa;
-        if (bind(a, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-            getsockname(a, (struct sockaddr *)&sa, &l) < 0) {
-            close(a);
-            continue;
-        }
-        const int p = ntohs(sa.sin_port);
-        const int b = socket(AF_INET, SOCK_STREAM, 0);
-        sa.sin_port = htons((uint16_t)(p + 1));
-        const int good = p < 65534 && bind(b, (struct sockaddr *)&sa, sizeof sa) == 0;
-        close(a);
-        close(b);
-        if (good) return p;
-    }
-    return 29500;
-}
 
 static int port;
 
@@ -142,7 +117,7 @@ static void spawn(child_fn fn, int *status, pid_t *pids, bool wait_all)
         snprintf(p, sizeof p, "%s/r%d.txt", dir, r);
         unlink(p);
     }
-    port = free_port_pair();
+    port = free_port_pair(29500);
     for (int r = 0; r < 2; r++) {
         const pid_t pid = fork();
         if (pid == 0) {
@@ -347,7 +322,9 @@ static void test_net(void)
     spawn(child_plain, st, pids, true);
     for (int r = 0; r < 2; r++) {
         char *n = read_note(r);
-        tap_diag("rank %d (status %d): %s", r, st[r], n);
+        tap_diag("rank %d (status %d):", r, st[r]);
+        for (char *line = n ? strtok(n, "\n") : NULL; line; line = strtok(NULL, "\n"))
+            tap_diag("  %s", line); /* one "# " per line: TAP has no multi-line comments */
         free(n);
     }
     ok(st[0] == 0 && st[1] == 0,
@@ -407,41 +384,6 @@ static void test_faults(void)
 /* ---------------------------------------------------------------------------------------- */
 /* train / mpi: yolo-train                                                                   */
 
-static int make_synth(const char *name, int n)
-{
-    return run("%s %s/synth_%s --split train2017=%d --seed 5 --min-side 48 --max-side 128 "
-               "--format yolo --classes 3 --max-objects 3",
-               synth, dir, name, n) == 0;
-}
-
-/* 2n records, each of n synth images twice, placed so that at 2 ranks the two ranks of every
- * global step of epoch 0 hold the same image (as test_dist_train.c's equivalence dataset), so
- * per-rank BatchNorm statistics equal the global batch's. */
-static int make_paired(const char *name, int n, uint64_t seed)
-{
-    if (!make_synth(name, n)) return 0;
-    struct trn_sampler s;
-    struct trn_sampler_opts so;
-    trn_sampler_opts_default(&so);
-    so.n = (uint64_t)2 * (uint64_t)n;
-    so.seed = seed;
-    if (trn_sampler_init(&s, &so) < 0) return 0;
-    trn_sampler_set_epoch(&s, 0);
-    if (run("mkdir -p %s/%s/images/train %s/%s/labels/train", dir, name, dir, name)) return 0;
-    for (int g = 0; g < 2 * n; g++) {
-        const int src = g / 2 + 1;
-        const uint64_t rec = trn_sampler_index(&s, (uint64_t)g);
-        if (run("cp %s/synth_%s/images/train2017/%012d.jpg %s/%s/images/train/%03llu.jpg && "
-                "(cp %s/synth_%s/labels/train2017/%012d.txt %s/%s/labels/train/%03llu.txt "
-                "2>/dev/null || true)",
-                dir, name, src, dir, name, (unsigned long long)rec, dir, name, src, dir, name,
-                (unsigned long long)rec))
-            return 0;
-    }
-    return run("%s %s/%s -o %s/%s.ffr --size 64 -q -j 1 --names a,b,c", pack, dir, name, dir,
-               name) == 0;
-}
-
 /* Records 0 .. 9 of two runs' last.ckpt (all but opt.yaml, which names the run) are equal. */
 static bool ckpt_same(const char *run_a, const char *run_b)
 {
@@ -470,7 +412,9 @@ static bool ckpt_same(const char *run_a, const char *run_b)
 static void test_train(void)
 {
     const char *hyp = write_hyp();
-    if (!ok(hyp && make_paired("p", 16, 7), "dataset made (32 records as 16 pairs)")) return;
+    if (!ok(hyp && dist_make_paired(synth, pack, "p", 16, 7),
+            "dataset made (32 records as 16 pairs)"))
+        return;
     int rc = run("%s --records %s/p.ffr " COMMON " --name one", train, dir, models, hyp, dir);
     is_int(rc, 0, "1 rank x batch 4");
     rc = run("%s --records %s/p.ffr " COMMON " --name ovl --nproc-per-node 2 " SMALL, train, dir,
@@ -516,7 +460,7 @@ static void test_mpi(bool mpi_built)
         tap_skip_all("mpirun not found (apt-get install openmpi-bin)");
     if (!mpi_built) tap_skip_all("yolo-train built without Open MPI (libopenmpi-dev)");
     const char *hyp = write_hyp();
-    if (!ok(hyp && make_paired("p", 16, 7), "dataset made")) return;
+    if (!ok(hyp && dist_make_paired(synth, pack, "p", 16, 7), "dataset made")) return;
     /* one GEMM thread everywhere, as test_dist_train.c's mpi mode: the same bits per launcher */
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);

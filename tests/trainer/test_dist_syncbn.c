@@ -32,6 +32,7 @@
 #include "model.h"
 #include "net.h"
 #include "run_testutil.h"
+#include "sampler.h"
 #include "tap.h"
 #include "dist_testutil.h"
 

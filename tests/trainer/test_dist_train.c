@@ -41,48 +41,11 @@
 
 static const char *train, *synth, *pack, *models, *mpirun;
 
-/* yolo-synth images into DIR/synth_NAME (YOLO layout). */
-static int make_synth(const char *name, int n)
-{
-    return run("%s %s/synth_%s --split train2017=%d --seed 5 --min-side 48 --max-side 128 "
-               "--format yolo --classes 3 --max-objects 3",
-               synth, dir, name, n) == 0;
-}
-
 /* Pack DIR/synth_NAME as is into DIR/NAME.ffr at 64 pixels. */
 static int make_data(const char *name, int n)
 {
-    return make_synth(name, n) && run("%s %s/synth_%s/synth.yaml -o %s/%s.ffr --size 64 -q -j 1",
-                                      pack, dir, name, dir, name) == 0;
-}
-
-/*
- * 2n records from n synth images, each image twice, placed so that for seed `seed` the epoch-0
- * positions 4k, 4k+1 (rank 0 and rank 1 of global step k at 2 ranks) hold the same image, and
- * so do 4k+2, 4k+3. yolo-pack orders a folder's files by name, so record i is file i.
- */
-static int make_paired(const char *name, int n, uint64_t seed)
-{
-    if (!make_synth(name, n)) return 0;
-    struct trn_sampler s;
-    struct trn_sampler_opts so;
-    trn_sampler_opts_default(&so);
-    so.n = (uint64_t)2 * (uint64_t)n;
-    so.seed = seed;
-    if (trn_sampler_init(&s, &so) < 0) return 0;
-    trn_sampler_set_epoch(&s, 0);
-    if (run("mkdir -p %s/%s/images/train %s/%s/labels/train", dir, name, dir, name)) return 0;
-    for (int g = 0; g < 2 * n; g++) {
-        const int src = g / 2 + 1; /* positions 2j and 2j+1 share synth image j */
-        const uint64_t rec = trn_sampler_index(&s, (uint64_t)g);
-        if (run("cp %s/synth_%s/images/train2017/%012d.jpg %s/%s/images/train/%03llu.jpg && "
-                "(cp %s/synth_%s/labels/train2017/%012d.txt %s/%s/labels/train/%03llu.txt "
-                "2>/dev/null || true)",
-                dir, name, src, dir, name, (unsigned long long)rec, dir, name, src, dir, name,
-                (unsigned long long)rec))
-            return 0;
-    }
-    return run("%s %s/%s -o %s/%s.ffr --size 64 -q -j 1 --names a,b,c", pack, dir, name, dir,
+    return dist_make_synth(synth, name, n) &&
+           run("%s %s/synth_%s/synth.yaml -o %s/%s.ffr --size 64 -q -j 1", pack, dir, name, dir,
                name) == 0;
 }
 
@@ -157,7 +120,7 @@ static bool same_bytes(const char *run_a, const char *run_b)
 static bool paired_ready(void)
 {
     static int state = -1;
-    if (state < 0) state = make_paired("p", 16, 7) && make_data("u", 32);
+    if (state < 0) state = dist_make_paired(synth, pack, "p", 16, 7) && make_data("u", 32);
     return state == 1;
 }
 
