@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "hyp.h"
+#include "kern_cuda.h"
 #include "loss.h"
 #include "model.h"
 #include "net.h"
@@ -54,10 +55,42 @@ struct bench {
     struct trn_ema *ema;
     float *images, *targets;
     float *dp[TRN_MODEL_MAX_LEVELS];
+    /* the resident step: buffers in the net's backend memory */
+    struct kern_ctx *dctx;
+    const struct kern_ops *dK;
+    struct trn_optim_dev *odev;
+    float *d_ema[2], *d_targets, *d_out, *d_images;
+    float *d_dp[TRN_MODEL_MAX_LEVELS];
+    int *d_nt;
+    void *d_scratch;
+    size_t scratch_bytes, bytes;
 };
+
+/* Backend memory for the resident step, counted in b->bytes. */
+static int dalloc(struct bench *b, size_t bytes, void **out)
+{
+    const int rc = kern_mem_alloc(b->dctx, bytes, out);
+    if (rc == 0) b->bytes += bytes;
+    return rc;
+}
+
+/* Wait for the context's queued work (CUDA); a no-op on the CPU, whose ops are synchronous. */
+static int dsync(struct bench *b)
+{
+    return kern_ctx_backend(b->dctx) == KERN_BACKEND_CUDA ? kern_cuda_ctx_sync(b->dctx) : 0;
+}
 
 static void bench_free(struct bench *b)
 {
+    if (b->dctx) {
+        void *const t[] = { b->d_ema[0], b->d_ema[1], b->d_targets, b->d_out,
+                            b->d_images, b->d_nt,     b->d_scratch };
+        for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
+            kern_mem_free(b->dctx, t[k]);
+        for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++)
+            kern_mem_free(b->dctx, b->d_dp[l]);
+    }
+    trn_optim_dev_destroy(b->odev);
     for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++)
         free(b->dp[l]);
     free(b->images);
@@ -68,6 +101,102 @@ static void bench_free(struct bench *b)
     kern_ctx_destroy(b->cpu);
     trn_net_destroy(b->net);
     trn_model_destroy(b->m);
+}
+
+/* Plan the resident step: the device optimizer and the loss on the net's context, the EMA, the
+ * batch and the targets uploaded once. */
+static int resident_setup(struct bench *b, const struct trn_model_info *I, int nt, size_t n_img,
+                          char *err, size_t err_cap)
+{
+    b->dctx = trn_net_kern_ctx(b->net);
+    b->dK = trn_net_kern_ops(b->net);
+    const size_t P = I->arena_len[TRN_ARENA_PARAM], B = I->arena_len[TRN_ARENA_BUFFER];
+    int rc = trn_optim_dev_create(b->opt, b->dK, b->dctx, &b->odev);
+    if (rc < 0) {
+        snprintf(err, err_cap, "device optimizer: %s", trn_optim_strerror(rc));
+        return rc;
+    }
+    b->bytes += P * sizeof(float) + sizeof(double) + sizeof(int32_t); /* momentum, sumsq, flag */
+    const struct trn_loss_cfg *cfg = trn_loss_get_cfg(b->loss);
+    rc = trn_loss_dev_scratch_bytes(cfg, b->dK, b->dctx, &b->scratch_bytes);
+    if (!rc) rc = dalloc(b, P * sizeof(float), (void **)&b->d_ema[0]);
+    if (!rc) rc = dalloc(b, B * sizeof(float), (void **)&b->d_ema[1]);
+    if (!rc) rc = dalloc(b, (size_t)cfg->max_targets * 6 * sizeof(float), (void **)&b->d_targets);
+    if (!rc) rc = dalloc(b, KERN_YOLO_OUT_N * sizeof(float), (void **)&b->d_out);
+    if (!rc) rc = dalloc(b, sizeof(int), (void **)&b->d_nt);
+    if (!rc) rc = dalloc(b, n_img * sizeof(float), (void **)&b->d_images);
+    if (!rc && b->scratch_bytes) rc = dalloc(b, b->scratch_bytes, &b->d_scratch);
+    for (int l = 0; l < I->nl && !rc; l++)
+        rc = dalloc(b, (size_t)trn_net_output_shape(b->net, l, NULL) * sizeof(float),
+                    (void **)&b->d_dp[l]);
+    if (!rc) rc = trn_net_set_resident(b->net, true);
+    if (!rc) rc = trn_net_sync_model(b->net, KERN_COPY_H2D);
+    if (!rc)
+        rc = kern_mem_copy(b->dctx, b->d_ema[0], trn_ema_arena(b->ema, TRN_ARENA_PARAM),
+                           P * sizeof(float), KERN_COPY_H2D);
+    if (!rc)
+        rc = kern_mem_copy(b->dctx, b->d_ema[1], trn_ema_arena(b->ema, TRN_ARENA_BUFFER),
+                           B * sizeof(float), KERN_COPY_H2D);
+    if (!rc && nt > 0)
+        rc = kern_mem_copy(b->dctx, b->d_targets, b->targets, (size_t)nt * 6 * sizeof(float),
+                           KERN_COPY_H2D);
+    if (!rc) rc = kern_mem_copy(b->dctx, b->d_nt, &nt, sizeof nt, KERN_COPY_H2D);
+    if (rc < 0) snprintf(err, err_cap, "resident step setup: %s", kern_strerror(rc));
+    return rc;
+}
+
+/* One resident step (train.c's train_batch_resident without the accumulation policy: every
+ * step is an optimizer step); t: out, the clock after each of the 5 phases. */
+static int resident_step(struct bench *b, const struct trn_model_info *I, size_t n_img,
+                         const struct trn_optim_sched *sch, int64_t upd, double t[5], float *loss,
+                         char *err, size_t err_cap)
+{
+    const float *out[TRN_MODEL_MAX_LEVELS];
+    /* the loader's host batch goes up, as train.c does when it has no device batch */
+    int rc = kern_mem_copy(b->dctx, b->d_images, b->images, n_img * sizeof(float), KERN_COPY_H2D);
+    if (!rc) rc = trn_net_forward_dev(b->net, b->d_images, true, true, out);
+    if (!rc) rc = dsync(b);
+    t[0] = now_s();
+    if (rc < 0) {
+        snprintf(err, err_cap, "forward: %s", trn_net_strerror(rc));
+        return rc;
+    }
+    float raw[KERN_YOLO_OUT_N];
+    struct trn_loss_items items;
+    rc = trn_loss_compute_dev(trn_loss_get_cfg(b->loss), b->dK, b->dctx, out, b->d_targets, b->d_nt,
+                              b->d_dp, 0, b->d_out, b->d_scratch, b->scratch_bytes);
+    if (!rc) rc = kern_mem_copy(b->dctx, raw, b->d_out, sizeof raw, KERN_COPY_D2H);
+    if (!rc) rc = trn_loss_items_from_out(raw, &items);
+    t[1] = now_s();
+    if (rc < 0) {
+        snprintf(err, err_cap, "loss: %s", trn_loss_strerror(rc));
+        return rc;
+    }
+    *loss = items.total;
+    rc = trn_net_backward_dev(b->net, (const float *const *)b->d_dp);
+    if (!rc) rc = dsync(b);
+    t[2] = now_s();
+    if (rc < 0) {
+        snprintf(err, err_cap, "backward: %s", trn_net_strerror(rc));
+        return rc;
+    }
+    const double d = trn_ema_decay(upd);
+    const struct trn_optim_dev_step_opts so = { 1.0f, 0, b->d_ema[0], d };
+    float *grad = trn_net_dev_grad(b->net);
+    rc = trn_optim_dev_step(b->odev, trn_net_dev_arena(b->net, TRN_ARENA_PARAM), grad, sch, &so);
+    if (!rc) rc = trn_optim_dev_zero_grad(b->odev, grad);
+    if (!rc) rc = dsync(b);
+    t[3] = now_s();
+    if (rc < 0) {
+        snprintf(err, err_cap, "optimizer: %s", kern_strerror(rc));
+        return rc;
+    }
+    rc = b->dK->ema_update(b->dctx, b->d_ema[1], trn_net_dev_arena(b->net, TRN_ARENA_BUFFER),
+                           I->arena_len[TRN_ARENA_BUFFER], (float)d, (float)(1.0 - d));
+    if (!rc) rc = dsync(b);
+    t[4] = now_s();
+    if (rc < 0) snprintf(err, err_cap, "EMA: %s", kern_strerror(rc));
+    return rc;
 }
 
 int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_step_result *r,
@@ -91,6 +220,7 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     trn_net_opts_default(&no);
     no.threads = o->threads;
     no.device = o->device;
+    no.device_path = o->device_path != 0;
     if ((rc = trn_net_create(b.m, o->batch, o->img, o->img, &no, &b.net, msg, sizeof msg)) < 0) {
         snprintf(err, err_cap, "net: %s", msg);
         goto out;
@@ -142,7 +272,22 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     if ((rc = trn_optim_schedule(&oo, 0, 1000000, &sch)) < 0) goto out;
     float *params = trn_model_arena(b.m, TRN_ARENA_PARAM);
     float *buffers = trn_model_arena(b.m, TRN_ARENA_BUFFER);
-    for (int it = 0; it < o->warmup + o->steps; it++) {
+    const bool resident = trn_net_on_device(b.net) || o->device_path;
+    if (resident && (rc = resident_setup(&b, I, nt, n_img, err, err_cap)) < 0) goto out;
+    for (int it = 0; resident && it < o->warmup + o->steps; it++) {
+        double t[5];
+        const double t0 = now_s();
+        float loss = NAN;
+        if ((rc = resident_step(&b, I, n_img, &sch, it + 1, t, &loss, err, err_cap)) < 0) goto out;
+        r->loss = loss;
+        if (it < o->warmup) continue;
+        t_fwd += t[0] - t0;
+        t_loss += t[1] - t[0];
+        t_bwd += t[2] - t[1];
+        t_opt += t[3] - t[2];
+        t_ema += t[4] - t[3];
+    }
+    for (int it = 0; !resident && it < o->warmup + o->steps; it++) {
         const double t0 = now_s();
         const float *out[TRN_MODEL_MAX_LEVELS];
         if ((rc = trn_net_forward(b.net, b.images, true, out)) < 0) {
@@ -195,6 +340,8 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     r->tflops = r->ms_step > 0 ? 3.0 * r->gflops_img * o->batch / r->ms_step : 0;
     r->net_bytes = trn_net_memory_bytes(b.net);
     r->on_device = trn_net_on_device(b.net);
+    r->resident = resident;
+    r->peak_bytes = r->net_bytes + b.bytes;
     r->params = (long long)I->n_params;
     rc = isfinite(r->loss) ? 0 : -ERANGE;
     if (rc) snprintf(err, err_cap, "the loss is not finite");

@@ -7,6 +7,12 @@
  * its gradient, backward, gradient clipping + SGD (nesterov, weight decay, the recipe's groups)
  * and the EMA update. Images are uniform noise and targets a fixed random set of boxes per
  * image (the loss then does real build_targets work); both are drawn once from the seed.
+ *
+ * On a device (or the device data path) the step is train.c's resident step: the batch is uploaded
+ * once, then forward, the device loss (trn_loss_compute_dev), backward into the device gradient
+ * arena, trn_optim_dev_step (clip + SGD + the parameters' EMA in one pass), the buffers' EMA and
+ * zero grad run on the net's context with nothing copied per step but the 8 loss floats. Each
+ * phase ends with a stream sync so that its time is its own.
  */
 #ifndef TRN_BENCH_STEP_H
 #define TRN_BENCH_STEP_H
@@ -28,12 +34,15 @@ struct trn_bench_step_opts {
     int steps;       /* timed steps, >= 1 */
     int boxes;       /* target boxes per image, >= 0 */
     uint64_t seed;
+    int device_path; /* tests: the resident step on the CPU ops (trn_net_opts.device_path) */
 };
 
 /* Defaults: img 640, batch 16, CPU, threads 0, warmup 3, steps 10, 8 boxes, seed 0. */
 void trn_bench_step_opts_default(struct trn_bench_step_opts *o);
 
-/* Phase times are means over the timed steps, in milliseconds. */
+/* Phase times are means over the timed steps, in milliseconds. On the resident step ms_forward
+ * includes the batch's upload, ms_loss the loss floats' download, ms_optimizer the fused EMA of
+ * the parameters, and ms_ema the buffers' EMA alone. */
 struct trn_bench_step_result {
     double img_per_s;    /* batch / mean step time */
     double ms_step;      /* whole step */
@@ -48,6 +57,10 @@ struct trn_bench_step_result {
     int on_device;       /* the net ran on a CUDA device */
     long long params;    /* parameter count */
     double loss;         /* the last step's total loss (a finite number says the step is real) */
+    int resident;        /* the resident step ran (device or device data path) */
+    size_t peak_bytes;   /* resident: every byte of backend memory the step holds (net,
+                            momentum, EMA, loss scratch, targets, output gradients), all
+                            allocated before the first step, so also the peak; else net_bytes */
 };
 
 /*

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "augment.h"
+#include "kern_cuda.h"
 #include "sampler.h"
 
 /* Tiles a sample reads at most: a mosaic of 4 and a mixup mosaic of 4. */
@@ -41,6 +42,21 @@ struct rec_meta {
     uint32_t h, w, h0, w0; /* stored and original sizes */
     uint32_t n_labels;     /* label rows */
 };
+
+/*
+ * Where one tile of a GPU-augmented sample sits in its slot's arena (and at the same offset in
+ * the arena's device twin).
+ */
+struct arena_tile {
+    uint64_t record; /* dataset record whose decoded pixels these are; NO_RECORD for a sample
+                        built on the host (never shared with another tile) */
+    size_t off;      /* bytes from the arena's start, 64-aligned */
+    size_t bytes;    /* h * w * 3 */
+    size_t dev_off;  /* consumer: offset of the device copy this tile's plan reads (its own, or
+                        that of the first tile of the batch with the same record) */
+};
+
+#define NO_RECORD UINT64_MAX
 
 /* One ring buffer. */
 struct slot {
@@ -58,6 +74,15 @@ struct slot {
     float *rows;                  /* staging: [batch_size][cap_rows][5] per-sample rows */
     int *n_rows;                  /* [batch_size] rows per sample */
     struct trn_batch_image *info; /* [batch_size] */
+    /* GPU augmentation (pix_ctx set, TRAIN): no images above; the tiles instead. */
+    struct ffio_pinned arena;      /* [batch_size] regions of region_bytes: each sample's decoded
+                                      tiles, packed (or its host-built image) */
+    struct arena_tile *tiles;      /* [batch_size][MAX_TILES] */
+    int *n_tiles;                  /* [batch_size] tiles in use per sample */
+    struct kern_aug_sample *plans; /* [batch_size]: pixel pointers into arena until the
+                                      consumer rewrites them to the device twin */
+    void *dev_tiles;               /* pix_ctx memory, the arena's twin (same size and layout) */
+    void *dev_images;              /* pix_ctx memory, batch_size * 3 * s * s elements */
 };
 
 struct worker {
@@ -78,6 +103,11 @@ struct worker {
 struct trn_loader {
     const struct ffr_reader *r;
     struct trn_loader_opts o;
+    bool pix;                    /* GPU augmentation: TRAIN with o.pix_ctx */
+    int tiles_per_sample;        /* pix: most tiles a sample reads (1, 4 or 8 from the probs) */
+    size_t region_bytes;         /* pix: arena bytes per sample */
+    size_t device_bytes;         /* pix: pix_ctx memory held */
+    atomic_bool told_host_built; /* pix: the one-time log line about host-built samples is out */
     struct trn_aug_hyp aug;
     struct trn_plan_probs probs;
     struct trn_sampler sampler; /* template for the workers */
@@ -118,6 +148,14 @@ struct trn_loader {
     uint64_t err_seq;  /* batch it belongs to: batches before it are still delivered */
     char errmsg[512];
     char errcopy[512]; /* what trn_loader_error returned last */
+
+    /* pix, consumer only: the batch's first tile of each record (open addressing, keyed by
+     * record, entries valid when their stamp is dd_now) */
+    uint64_t *dd_key;
+    size_t *dd_off;
+    uint32_t *dd_stamp;
+    size_t dd_mask; /* table size - 1 (a power of two >= 2 tiles per batch) */
+    uint32_t dd_now;
 
     _Atomic uint8_t *bad; /* [n]: 1 once a record is known bad */
     atomic_uint_fast64_t n_bad, n_images;
@@ -392,6 +430,71 @@ static void store_image(const struct trn_loader *l, const uint8_t *hwc, int h, i
     }
 }
 
+/*
+ * A plan that reproduces the s x s RGB8 image img as it is: one paste covering an s x s canvas
+ * and the identity warp. Exact: identity coordinates have no fraction in the warp's fixed point
+ * (X = x * 32 + 16 >> 5 bits), so each output pixel is its source pixel with weight 1024 / 1024;
+ * no HSV, flips or mixup (the image has them already).
+ */
+static void identity_plan(struct kern_aug_sample *p, const uint8_t *img, int s)
+{
+    memset(p, 0, sizeof *p);
+    p->canvas[0].w = p->canvas[0].h = s;
+    p->canvas[0].n_paste = 1;
+    p->canvas[0].paste[0] =
+        (struct kern_aug_paste){ .src = img, .src_w = s, .src_h = s, .w = s, .h = s };
+    p->inv[0][0] = p->inv[0][4] = p->inv[0][8] = 1;
+}
+
+/*
+ * GPU augmentation, worker side: copy the sample's decoded tiles into its region of the slot's
+ * arena and plan it (labels into rows exactly as trn_aug_train_sample; the pixels in
+ * sl->plans[j], pointing into the arena until the consumer moves them to the device twin).
+ * A sample without a plan (-ENOTSUP: a letterbox that must resize, when a record's long side is
+ * not exactly img_size) is built on the host by trn_aug_train_sample and uploaded whole, with an
+ * identity plan: the same bytes, at the cost of the CPU augmentation for that sample (reported
+ * once through the log). Returns the row count or a trn_aug error.
+ */
+static int plan_on_arena(struct worker *w, struct slot *sl, int j, const struct trn_aug_draws *d,
+                         const struct trn_aug_tile *tiles, int n_tiles, const uint64_t *idx,
+                         float *rows)
+{
+    struct trn_loader *l = w->l;
+    const size_t base = (size_t)j * l->region_bytes;
+    uint8_t *const region = (uint8_t *)sl->arena.ptr + base;
+    struct arena_tile *const at = sl->tiles + (size_t)j * MAX_TILES;
+    const uint8_t *pix[MAX_TILES];
+    size_t off = 0;
+    for (int k = 0; k < n_tiles; k++) {
+        const size_t bytes = (size_t)tiles[k].w * (size_t)tiles[k].h * 3;
+        /* Never true: region_bytes holds tiles_per_sample tiles of max_pixels (n_tiles follows
+         * the same probabilities), and every tile is checked against its index summary. */
+        if (n_tiles > l->tiles_per_sample || off + bytes > l->region_bytes) return -EINVAL;
+        memcpy(region + off, tiles[k].pixels, bytes);
+        at[k] = (struct arena_tile){ .record = idx[k], .off = base + off, .bytes = bytes };
+        pix[k] = region + off;
+        off += ALIGN_UP(bytes, 64);
+    }
+    sl->n_tiles[j] = n_tiles;
+    int nr = trn_aug_plan_sample(w->ws, &l->aug, d, tiles, n_tiles, pix, &sl->plans[j], rows,
+                                 l->cap_rows);
+    if (nr != -ENOTSUP) return nr;
+    nr = trn_aug_train_sample(w->ws, &l->aug, d, tiles, n_tiles, w->hwc, rows, l->cap_rows);
+    if (nr < 0) return nr;
+    const int s = l->o.img_size;
+    memcpy(region, w->hwc, (size_t)s * (size_t)s * 3);
+    at[0] = (struct arena_tile){ .record = NO_RECORD, .off = base, .bytes = (size_t)s * s * 3 };
+    sl->n_tiles[j] = 1;
+    identity_plan(&sl->plans[j], region, s);
+    if (!atomic_exchange(&l->told_host_built, true))
+        log_line(l,
+                 "record %" PRIu64 " is stored at %dx%d: its letterbox to %d needs a resize, "
+                 "which GPU augmentation does not plan; such samples are augmented on the CPU "
+                 "and uploaded whole (same bytes; reported once)",
+                 idx[0], tiles[0].w, tiles[0].h, s);
+    return nr;
+}
+
 static int make_sample(struct worker *w, struct slot *sl, int j)
 {
     struct trn_loader *l = w->l;
@@ -450,11 +553,15 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
         d.mixup_ratio = trn_rng_beta(&r, 32.0, 32.0);
         trn_aug_draw_hsv(&l->aug, uniform_cb, &r, &d.hsv);
 
-        nr = trn_aug_train_sample(w->ws, &l->aug, &d, tiles, n_tiles, w->hwc, rows, l->cap_rows);
+        if (l->pix)
+            nr = plan_on_arena(w, sl, j, &d, tiles, n_tiles, idx, rows);
+        else
+            nr =
+                trn_aug_train_sample(w->ws, &l->aug, &d, tiles, n_tiles, w->hwc, rows, l->cap_rows);
         if (nr < 0) {
             snprintf(w->msg, sizeof w->msg,
-                     "augmenting the sample at position %" PRIu64 " (record %" PRIu64 "): %s", g,
-                     own, trn_aug_strerror(nr));
+                     "augmenting the sample at position %" PRIu64 " (record %" PRIu64 "%s): %s", g,
+                     own, l->pix ? ", GPU plan" : "", trn_aug_strerror(nr));
             return nr;
         }
         /* The image's own record, after any bad-record replacement. */
@@ -464,7 +571,8 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
                 info->index = idx[k];
                 break;
             }
-        store_image(l, w->hwc, s, s, (char *)sl->images + (size_t)j * 3 * s * s * l->elem);
+        if (!l->pix)
+            store_image(l, w->hwc, s, s, (char *)sl->images + (size_t)j * 3 * s * s * l->elem);
     } else {
         int rc = load_tiles(w, idx, 1, tiles);
         if (rc < 0) return rc;
@@ -751,6 +859,15 @@ static int check_opts(const struct trn_loader_opts *o, char *err, size_t cap)
         return fail(err, cap, -EINVAL, "unknown pixel type %d", (int)o->pixels);
     if (o->bad_records != TRN_BAD_RECORD_SKIP && o->bad_records != TRN_BAD_RECORD_FAIL)
         return fail(err, cap, -EINVAL, "unknown bad-record policy %d", (int)o->bad_records);
+    if (o->mode == TRN_LOADER_TRAIN && o->pix_ctx) {
+        const int be = kern_ctx_backend(o->pix_ctx);
+        if (!o->pix_ops || !o->pix_ops->aug_batch || o->pix_ops->backend != be)
+            return fail(err, cap, -EINVAL, "GPU augmentation: pix_ops %s (pix_ctx is a %s context)",
+                        !o->pix_ops              ? "is missing"
+                        : !o->pix_ops->aug_batch ? "has no aug_batch"
+                                                 : "is the table of another backend",
+                        be == KERN_BACKEND_CUDA ? "CUDA" : "CPU");
+    }
     char why[160];
     if (trn_hyp_check(&o->hyp, why, sizeof why) < 0)
         return fail(err, cap, -EINVAL, "hyperparameters: %s", why);
@@ -773,6 +890,50 @@ static void hyp_to_aug(const struct trn_hyp *h, struct trn_aug_hyp *a)
     a->mosaic = h->mosaic;
     a->mixup = h->mixup;
     a->copy_paste = h->copy_paste;
+}
+
+/*
+ * GPU augmentation memory, all at setup: per slot a pinned arena of batch_size regions (the
+ * pinned path of the ring: cudaHostAlloc when CUDA is usable, so the uploads are DMA from it),
+ * its twin and the image tensor in pix_ctx's memory, the plans; the consumer's dedup table.
+ */
+static int setup_pix(struct trn_loader *l, char *err, size_t cap)
+{
+    struct kern_ctx *const ctx = l->o.pix_ctx;
+    const size_t b = (size_t)l->o.batch_size, s = (size_t)l->o.img_size;
+    l->tiles_per_sample = l->probs.mosaic <= 0 ? 1 : l->probs.mixup > 0 ? 8 : 4;
+    const size_t tile_cap = ALIGN_UP(l->max_pixels, 64), host_built = ALIGN_UP(s * s * 3, 64);
+    l->region_bytes = (size_t)l->tiles_per_sample * tile_cap;
+    if (l->region_bytes < host_built) l->region_bytes = host_built;
+    const size_t arena = b * l->region_bytes, images = b * 3 * s * s * l->elem;
+    for (unsigned i = 0; i < l->depth; i++) {
+        struct slot *sl = &l->slots[i];
+        int rc = ffio_pinned_alloc(arena, 0, &sl->arena);
+        if (rc < 0)
+            return fail(err, cap, rc, "allocating %zu bytes of pinned tile memory: %s", arena,
+                        ffio_strerror(rc));
+        l->pinned_bytes += sl->arena.size;
+        sl->tiles = calloc(b * MAX_TILES, sizeof *sl->tiles);
+        sl->n_tiles = calloc(b, sizeof *sl->n_tiles);
+        sl->plans = calloc(b, sizeof *sl->plans);
+        if (!sl->tiles || !sl->n_tiles || !sl->plans)
+            return fail(err, cap, -ENOMEM, "out of memory");
+        rc = kern_mem_alloc(ctx, arena, &sl->dev_tiles);
+        if (rc == 0) rc = kern_mem_alloc(ctx, images, &sl->dev_images);
+        if (rc < 0)
+            return fail(err, cap, rc, "allocating %zu bytes of GPU augmentation memory: %s",
+                        arena + images, kern_strerror(rc));
+        l->device_bytes += arena + images;
+    }
+    size_t t = 16;
+    while (t < 2 * b * MAX_TILES)
+        t *= 2;
+    l->dd_mask = t - 1;
+    l->dd_key = malloc(t * sizeof *l->dd_key);
+    l->dd_off = malloc(t * sizeof *l->dd_off);
+    l->dd_stamp = calloc(t, sizeof *l->dd_stamp);
+    if (!l->dd_key || !l->dd_off || !l->dd_stamp) return fail(err, cap, -ENOMEM, "out of memory");
+    return 0;
 }
 
 static unsigned default_workers(void)
@@ -800,6 +961,11 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     if (!l) return fail(err, err_cap, -ENOMEM, "out of memory");
     l->r = r;
     l->o = *o;
+    l->pix = o->mode == TRN_LOADER_TRAIN && o->pix_ctx;
+    if (!l->pix) {
+        l->o.pix_ctx = NULL;
+        l->o.pix_ops = NULL;
+    }
     if (l->o.mode == TRN_LOADER_TRAIN) {
         hyp_to_aug(&o->hyp, &l->aug);
         rc = trn_aug_hyp_validate(&l->aug);
@@ -891,7 +1057,10 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
         goto fail_out;
     }
     const size_t b = (size_t)o->batch_size;
-    const size_t img_bytes = ALIGN_UP(b * 3 * (size_t)l->max_h * (size_t)l->max_w * l->elem, 64);
+    /* With GPU augmentation the host builds no images: the ring holds targets only, and each
+     * slot an arena of the batch's tiles. */
+    const size_t img_bytes =
+        l->pix ? 0 : ALIGN_UP(b * 3 * (size_t)l->max_h * (size_t)l->max_w * l->elem, 64);
     const size_t tgt_bytes = b * (size_t)l->cap_rows * 6 * sizeof(float);
     for (unsigned i = 0; i < l->depth; i++) {
         struct slot *sl = &l->slots[i];
@@ -913,6 +1082,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
             goto fail_out;
         }
     }
+    if (l->pix && (rc = setup_pix(l, err, err_cap)) < 0) goto fail_out;
 
     /* The workers set themselves up in their own threads (engines are per thread). */
     l->n_workers = o->workers ? o->workers : default_workers();
@@ -964,12 +1134,24 @@ void trn_loader_destroy(struct trn_loader *l)
         if (l->workers[i].joinable) pthread_join(l->workers[i].thread, NULL);
     free(l->workers);
     for (unsigned i = 0; l->slots && i < l->depth; i++) {
+        struct slot *sl = &l->slots[i];
+        if (l->o.pix_ctx) {
+            kern_mem_free(l->o.pix_ctx, sl->dev_tiles);
+            kern_mem_free(l->o.pix_ctx, sl->dev_images);
+        }
+        ffio_pinned_free(&sl->arena);
+        free(sl->tiles);
+        free(sl->n_tiles);
+        free(sl->plans);
         ffio_pinned_free(&l->slots[i].mem);
         free(l->slots[i].rows);
         free(l->slots[i].n_rows);
         free(l->slots[i].info);
     }
     free(l->slots);
+    free(l->dd_key);
+    free(l->dd_off);
+    free(l->dd_stamp);
     free(l->meta);
     free(l->order);
     free(l->shapes);
@@ -984,6 +1166,110 @@ void trn_loader_destroy(struct trn_loader *l)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Consumer                                                                                 */
+
+/*
+ * The batch's first tile of `record` (its device offset), or NULL after noting `off` as the
+ * first; the table lives for one batch (dd_now).
+ */
+static const size_t *dedup(struct trn_loader *l, uint64_t record, size_t off)
+{
+    /* Fibonacci hashing: records of a batch are spread, but consecutive ones are common. */
+    size_t h = (size_t)((record * 0x9E3779B97F4A7C15ull) >> 32) & l->dd_mask;
+    for (;; h = (h + 1) & l->dd_mask) {
+        if (l->dd_stamp[h] != l->dd_now) {
+            l->dd_stamp[h] = l->dd_now;
+            l->dd_key[h] = record;
+            l->dd_off[h] = off;
+            return NULL;
+        }
+        if (l->dd_key[h] == record) return &l->dd_off[h];
+    }
+}
+
+/*
+ * GPU augmentation, consumer side, on pix_ctx: upload the slot's tiles (each record once per
+ * batch: a tile whose record already came earlier in the batch reads that copy), point the plans
+ * at the device copies, run aug_batch into the slot's image tensor, and on CUDA wait for the
+ * stream, so that the arena is free for the workers (the uploads read it by DMA until then) and
+ * the tensor complete on return. Returns 0 or a kern error with l->errmsg-style text in msg.
+ */
+static int pix_batch(struct trn_loader *l, struct slot *sl, char *msg, size_t cap)
+{
+    struct kern_ctx *const ctx = l->o.pix_ctx;
+    const bool cuda = kern_ctx_backend(ctx) == KERN_BACKEND_CUDA;
+    const uint8_t *const host = sl->arena.ptr;
+    uint8_t *const dev = sl->dev_tiles;
+    size_t run_off = 0, run_len = 0, sent = 0;
+    int rc = 0;
+    if (++l->dd_now == 0) {
+        memset(l->dd_stamp, 0, (l->dd_mask + 1) * sizeof *l->dd_stamp);
+        l->dd_now = 1;
+    }
+    for (int j = 0; j < sl->n && rc == 0; j++) {
+        for (int k = 0; k < sl->n_tiles[j] && rc == 0; k++) {
+            struct arena_tile *t = &sl->tiles[(size_t)j * MAX_TILES + k];
+            t->dev_off = t->off;
+            const size_t *first = t->record == NO_RECORD ? NULL : dedup(l, t->record, t->off);
+            if (first) {
+                t->dev_off = *first;
+                continue;
+            }
+            /* Copies coalesce over a sample's packed tiles (gaps < 64 bytes of alignment). */
+            if (run_len && t->off >= run_off + run_len && t->off - (run_off + run_len) < 64) {
+                run_len = t->off + t->bytes - run_off;
+                continue;
+            }
+            if (run_len)
+                rc = kern_mem_copy(ctx, dev + run_off, host + run_off, run_len, KERN_COPY_H2D);
+            sent += run_len;
+            run_off = t->off;
+            run_len = t->bytes;
+        }
+    }
+    if (rc == 0 && run_len)
+        rc = kern_mem_copy(ctx, dev + run_off, host + run_off, run_len, KERN_COPY_H2D);
+    sent += run_len;
+    if (rc < 0) {
+        snprintf(msg, cap, "uploading %zu bytes of tiles", sent);
+        goto out;
+    }
+    for (int j = 0; j < sl->n; j++) {
+        struct kern_aug_sample *p = &sl->plans[j];
+        const struct arena_tile *t = &sl->tiles[(size_t)j * MAX_TILES];
+        for (int c = 0; c < 1 + (p->mixup != 0); c++)
+            for (int q = 0; q < p->canvas[c].n_paste; q++) {
+                struct kern_aug_paste *ps = &p->canvas[c].paste[q];
+                int k = 0;
+                while (k < sl->n_tiles[j] && ps->src != host + t[k].off)
+                    k++;
+                if (k == sl->n_tiles[j]) {
+                    /* Never true: plan_on_arena plans from these tiles' arena copies. */
+                    snprintf(msg, cap, "a plan reads outside its sample's tiles");
+                    rc = -EINVAL;
+                    goto out;
+                }
+                ps->src = dev + t[k].dev_off;
+            }
+    }
+    rc = l->o.pix_ops->aug_batch(ctx, sl->dev_images,
+                                 l->o.pixels == TRN_PIXELS_F32 ? KERN_AUG_F32 : KERN_AUG_U8,
+                                 l->o.img_size, sl->plans, sl->n);
+    if (rc < 0) snprintf(msg, cap, "aug_batch over %d images", sl->n);
+out:
+    if (cuda) {
+        /* Also after a failure: no upload may still read the arena when it goes back. */
+        const int s = kern_cuda_ctx_sync(ctx);
+        if (rc == 0 && s < 0) {
+            rc = s;
+            snprintf(msg, cap, "waiting for the uploads and aug_batch");
+        }
+    }
+    if (rc < 0 && cuda) {
+        const size_t used = strlen(msg);
+        snprintf(msg + used, cap - used, " (%s)", kern_cuda_ctx_last_error(ctx));
+    }
+    return rc;
+}
 
 int trn_loader_next(struct trn_loader *l, struct trn_batch *out)
 {
@@ -1013,7 +1299,7 @@ int trn_loader_next(struct trn_loader *l, struct trn_batch *out)
     out->height = sl->height;
     out->width = sl->width;
     out->pixels = l->o.pixels;
-    out->images = sl->images;
+    out->images = l->pix ? NULL : sl->images;
     out->image_bytes = (size_t)sl->n * 3 * (size_t)sl->height * (size_t)sl->width * l->elem;
     out->targets = sl->targets;
     out->n_targets = sl->n_targets;
@@ -1021,7 +1307,29 @@ int trn_loader_next(struct trn_loader *l, struct trn_batch *out)
     l->holding = true;
     l->deliver++;
     pthread_mutex_unlock(&l->mu);
-    return 0;
+    if (!l->pix) return 0;
+
+    /* The slot is the consumer's until the next call (workers wait for its release), so its
+     * upload runs outside the lock. */
+    char msg[400];
+    msg[0] = '\0';
+    const int rc = pix_batch(l, sl, msg, sizeof msg);
+    if (rc == 0) {
+        out->device_images = sl->dev_images;
+        return 0;
+    }
+    pthread_mutex_lock(&l->mu);
+    if (!l->err || sl->seq < l->err_seq) {
+        l->err = rc;
+        l->err_seq = sl->seq;
+        snprintf(l->errmsg, sizeof l->errmsg,
+                 "GPU augmentation of batch %" PRIu64 " of epoch %" PRIu32 ": %s: %s", sl->step,
+                 sl->epoch, msg, kern_strerror(rc));
+    }
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    memset(out, 0, sizeof *out);
+    return rc;
 }
 
 int trn_loader_set_position(struct trn_loader *l, uint32_t epoch, uint64_t step)
@@ -1068,6 +1376,7 @@ void trn_loader_info(struct trn_loader *l, struct trn_loader_info *out)
     out->depth = l->depth;
     out->pinned_bytes = l->pinned_bytes;
     out->pinned_kind = l->pinned_kind;
+    out->device_bytes = l->device_bytes;
     out->bad_records = atomic_load(&l->n_bad);
     out->images = atomic_load(&l->n_images);
 }

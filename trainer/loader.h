@@ -35,6 +35,20 @@
  * wrapping), which keeps the batches deterministic; with TRN_BAD_RECORD_FAIL the loader stops
  * and trn_loader_next returns the error. No batch ever holds pixels of a bad record.
  *
+ * GPU augmentation (TRAIN with trn_loader_opts.pix_ctx). The workers do everything above but
+ * the pixels: they decode the sample's tiles into a per-slot pinned arena (ffio_pinned_alloc:
+ * cudaHostAlloc memory when CUDA is usable) and plan the sample on the host (trainer/augment.h
+ * trn_aug_plan_sample: the labels and targets are exactly the host path's). trn_loader_next then
+ * uploads the slot's tiles into their device twin with kern_mem_copy (each record once per
+ * batch, however many mosaics use it), runs pix_ops->aug_batch into the slot's device image
+ * tensor, and on a CUDA context waits for the stream before returning (so the arena can go
+ * back to the workers and the tensor is complete on any stream). device_images equals the host
+ * path's images byte for byte (tests/trainer/test_loader_gpu_aug.c on a CPU context; the CUDA
+ * twins equal the CPU reference, tests/kernels/test_cuda_parity_augment.c). A sample that has no
+ * plan (a record whose long side is not exactly img_size, without mosaic: its letterbox needs a
+ * resize) is augmented on the host and uploaded whole (logged once), never dropped. The
+ * memory: trn_loader_info's pinned_bytes and device_bytes.
+ *
  * Threads. One consumer thread calls trn_loader_next / set_epoch / set_position / info / error;
  * the loader's workers run in the background. The log callback is called from worker threads,
  * one call at a time (the loader serialises them).
@@ -110,12 +124,15 @@ struct trn_loader_opts {
                                         off, a corrupted record is no longer detected) */
     trn_loader_log_fn log;           /* optional; NULL drops the lines */
     void *log_ctx;                   /* passed to log */
-    struct kern_ctx *pix_ctx;        /* TRAIN: when set, the augmented batch tensor is built in
-                                        this context's memory by pix_ops->aug_batch (GPU
-                                        augmentation; a CPU context runs the reference) and
-                                        given as trn_batch.device_images; NULL (default): on the
-                                        host only */
-    const struct kern_ops *pix_ops;  /* the table for pix_ctx's backend */
+    struct kern_ctx *pix_ctx;        /* TRAIN: when set, GPU augmentation (see "GPU
+                                        augmentation" above): the batch tensor is built in this
+                                        context's memory by pix_ops->aug_batch and given as
+                                        trn_batch.device_images. Borrowed: must outlive the
+                                        loader; used only inside trn_loader_create, _next and
+                                        _destroy, on the calling thread. NULL (default), or
+                                        VAL mode: the host path */
+    const struct kern_ops *pix_ops;  /* the table of pix_ctx's backend (kern_ops_ref() for a CPU
+                                        context, kern_ops_cuda() for CUDA); checked */
 };
 
 /* Fill *o with the defaults documented above. o: out. Thread-safe. */
@@ -144,16 +161,20 @@ struct trn_batch {
     int n;                      /* images, <= batch_size (less only for the epoch's last batch) */
     int height, width;          /* image tensor is n x 3 x height x width (NCHW, RGB) */
     enum trn_pixel_type pixels; /* element type of images */
-    const void *images;         /* n * 3 * height * width elements, pinned memory */
-    size_t image_bytes;         /* bytes at images */
+    const void *images;         /* n * 3 * height * width elements, pinned memory; NULL with
+                                   GPU augmentation (see device_images) */
+    size_t image_bytes;         /* bytes at images (or at device_images) */
     const float *targets;       /* [n_targets][6]: image index in the batch, class, cx,
                                    cy, w, h (normalised to width, height); pinned */
     size_t n_targets;           /* rows */
     const struct trn_batch_image *info; /* n entries */
-    const void *device_images; /* with trn_loader_opts.pix_ctx: the image tensor (same layout and
-                                  type as images) in pix_ctx's memory, ordered on its stream
-                                  before trn_loader_next returns; NULL otherwise. images is then
-                                  not filled. */
+    const void *device_images;          /* TRAIN with trn_loader_opts.pix_ctx: the image tensor (the
+                                           layout and type images would have) in pix_ctx's memory,
+                                           complete when trn_loader_next returns (on CUDA the loader has
+                                           waited for pix_ctx's stream), image_bytes long. Valid as the
+                                           other views; the loader next writes it depth batches later, in
+                                           a trn_loader_next call, after work already enqueued on
+                                           pix_ctx's stream. NULL otherwise. */
 };
 
 /* Static facts about a loader. */
@@ -164,10 +185,13 @@ struct trn_loader_info {
     int max_height, max_width; /* largest batch image size (rect batches vary) */
     unsigned workers;          /* worker threads running */
     unsigned depth;            /* ring buffers */
-    size_t pinned_bytes;       /* pinned memory held by the ring */
+    size_t pinned_bytes;       /* pinned memory held by the ring (with GPU augmentation, the
+                                  tile arenas included) */
     enum ffio_pinned_kind pinned_kind; /* how the ring memory was obtained */
     uint64_t bad_records;              /* distinct bad records found so far */
     uint64_t images;                   /* samples produced so far */
+    size_t device_bytes; /* pix_ctx memory held (GPU augmentation): per ring buffer the tiles'
+                            device twin and the image tensor; 0 without */
 };
 
 struct trn_loader;
@@ -180,8 +204,9 @@ struct trn_loader;
  * o: options (NULL = defaults); copied. out: out, the loader (NULL on error). err: out, err_cap
  * bytes, one line on error (may be NULL).
  * Returns 0, or -EINVAL (bad option, not a detection dataset, images not at img_size, rect with
- * world_size > 1), -ENOMEM, -FFR_ECORRUPT (a summary does not parse), or the error of a worker's
- * ffio_records_open / ffio_pinned_alloc / thread creation.
+ * world_size > 1, pix_ops missing or of another backend than pix_ctx), -ENOMEM, -FFR_ECORRUPT
+ * (a summary does not parse), the error of kern_mem_alloc on pix_ctx, or the error of a
+ * worker's ffio_records_open / ffio_pinned_alloc / thread creation.
  */
 int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *o,
                       struct trn_loader **out, char *err, size_t err_cap);
@@ -191,10 +216,13 @@ void trn_loader_destroy(struct trn_loader *l);
 
 /*
  * The next batch, in order (epoch by epoch without end: the caller decides when to stop).
- * Releases the previous batch's buffer to the workers. Blocks until the batch is ready.
+ * Releases the previous batch's buffer to the workers. Blocks until the batch is ready; with
+ * GPU augmentation also until pix_ctx's stream is idle (the work enqueued on it before the call,
+ * a previous training step included, then this batch's uploads and aug_batch).
  * out: out, views valid as struct trn_batch says. Returns 0, or the error that stopped the
  * loader (a bad record with TRN_BAD_RECORD_FAIL: -FFR_ECHECKSUM, -FFR_ECORRUPT, -EIO, ...; an
- * augmentation or I/O engine failure; -ENOTSUP for JPEG records); trn_loader_error() has the
+ * augmentation or I/O engine failure; -ENOTSUP for JPEG records; with GPU augmentation the
+ * error of kern_mem_copy / aug_batch / the stream, e.g. -EIO); trn_loader_error() has the
  * line. The error stays until trn_loader_set_position.
  */
 int trn_loader_next(struct trn_loader *l, struct trn_batch *out);

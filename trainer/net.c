@@ -45,7 +45,9 @@ struct trn_net {
     size_t n_view;  /* floats in h_view (the largest activation) */
     size_t mem;     /* bytes of tensor memory allocated through alloc_tensor */
     bool input_grad;
-    bool trained; /* the last forward was a training forward: backward may run */
+    bool trained;  /* the last forward was a training forward: backward may run */
+    bool resident; /* gpu: d_param / d_buf are the master copies (net.h RESIDENT) */
+    bool shared;   /* gpu: d_param / d_buf belong to another net (trn_net_opts.share) */
     struct trn_act_plan plan;
     int batch;
     float *act;             /* plan.total floats */
@@ -295,7 +297,23 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         net->grad = alloc_tensor(net, I->arena_len[TRN_ARENA_PARAM], sizeof(float));
         if (!net->dact || !net->grad) goto fail;
     }
-    if (net->gpu) {
+    if (o.share && (o.share->m != m || o.share->ctx != net->ctx || o.share->gpu != net->gpu ||
+                    o.share->shared)) {
+        rc = -EINVAL;
+        set_err(err, err_cap, "trn_net_opts.share: not a net of this model and context", rc);
+        goto fail_quiet;
+    }
+    if (net->gpu && o.share) {
+        net->shared = true;
+        net->d_param = o.share->d_param;
+        net->d_buf = o.share->d_buf;
+        for (int a = 0; a < pl->n_acts; a++)
+            if (pl->acts[a].numel > net->n_view) net->n_view = pl->acts[a].numel;
+        net->h_view = alloc_floats(net->n_view, sizeof(float));
+        if (!net->h_view) goto fail;
+        if (o.train && !(net->h_grad = alloc_floats(I->arena_len[TRN_ARENA_PARAM], sizeof(float))))
+            goto fail;
+    } else if (net->gpu) {
         net->d_param = alloc_tensor(net, I->arena_len[TRN_ARENA_PARAM], sizeof(float));
         net->d_buf = alloc_tensor(net, I->arena_len[TRN_ARENA_BUFFER], sizeof(float));
         for (int a = 0; a < pl->n_acts; a++)
@@ -388,9 +406,17 @@ void trn_net_destroy(struct trn_net *net)
     if (!net) return;
     if (net->ctx) {
         /* Tensor memory goes back through the backend that gave it, before the context. */
-        void *const t[] = { net->act,      net->dact,   net->grad,   net->bn_stat,
-                            net->pool_idx, net->head,   net->dec,    net->d_param,
-                            net->d_buf,    net->d_dout, net->bn_sums };
+        void *const t[] = { net->act,
+                            net->dact,
+                            net->grad,
+                            net->bn_stat,
+                            net->pool_idx,
+                            net->head,
+                            net->dec,
+                            net->shared ? NULL : net->d_param,
+                            net->shared ? NULL : net->d_buf,
+                            net->d_dout,
+                            net->bn_sums };
         for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
             kern_mem_free(net->ctx, t[k]);
     }
@@ -587,11 +613,12 @@ static int layer_fwd(struct trn_net *net, int i, bool train)
     return 0;
 }
 
-/* The forward's own part, leaving its results where the backend keeps them. */
-static int forward_dev(struct trn_net *net, const float *images, bool train)
+/* The forward's own part, leaving its results where the backend keeps them. images: host
+ * memory, or backend memory when images_dev. */
+static int forward_dev(struct trn_net *net, const float *images, bool images_dev, bool train)
 {
     net->trained = false;
-    if (net->gpu) {
+    if (net->gpu && !net->resident) {
         /* The optimizer and EMA update the host model between steps. */
         TRY(kern_mem_copy(net->ctx, net->d_param, trn_model_arena(net->m, TRN_ARENA_PARAM),
                           arena_bytes(net, TRN_ARENA_PARAM), KERN_COPY_H2D));
@@ -599,10 +626,10 @@ static int forward_dev(struct trn_net *net, const float *images, bool train)
                           arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_H2D));
     }
     TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
-                      KERN_COPY_H2D));
+                      images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
     for (int i = 0; i < net->I->n_layers; i++)
         TRY(layer_fwd(net, i, train));
-    if (net->gpu && train)
+    if (net->gpu && train && !net->resident)
         TRY(kern_mem_copy(net->ctx, trn_model_arena(net->m, TRN_ARENA_BUFFER), net->d_buf,
                           arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_D2H));
     net->trained = train && net->dact;
@@ -612,7 +639,7 @@ static int forward_dev(struct trn_net *net, const float *images, bool train)
 int trn_net_forward(struct trn_net *net, const float *images, bool train, const float **outputs)
 {
     if (!net || !images) return -EINVAL;
-    TRY(forward_dev(net, images, train));
+    TRY(forward_dev(net, images, false, train));
     const float *head = net->head;
     if (net->gpu) {
         TRY(kern_mem_copy(net->ctx, net->h_head, net->head, net->n_head * sizeof(float),
@@ -623,6 +650,16 @@ int trn_net_forward(struct trn_net *net, const float *images, bool train, const 
         net->out_view[l] = head + net->head_off[l];
         if (outputs) outputs[l] = net->out_view[l];
     }
+    return 0;
+}
+
+int trn_net_forward_dev(struct trn_net *net, const float *images, bool images_dev, bool train,
+                        const float **outputs)
+{
+    if (!net || !images) return -EINVAL;
+    TRY(forward_dev(net, images, images_dev, train));
+    for (int l = 0; l < net->I->nl; l++)
+        if (outputs) outputs[l] = net->head + net->head_off[l];
     return 0;
 }
 
@@ -787,12 +824,27 @@ static int row_ready(struct trn_net *net, int i)
     return net->grad_ready(net->grad_ready_ctx, &g);
 }
 
+/* The backward's own part; dout: the output gradients in backend memory. */
+static int backward_dev(struct trn_net *net, const float *const *dout)
+{
+    memset(net->has, 0, (size_t)net->plan.n_acts);
+    for (int i = net->I->n_layers - 1; i >= 0; i--) {
+        TRY(layer_bwd(net, i, dout));
+        if (net->grad_ready) TRY(row_ready(net, i));
+    }
+    if (net->input_grad && !net->has[0])
+        TRY(kern_mem_zero(net->ctx, D(net, 0), net->plan.acts[0].numel * sizeof(float)));
+    if (net->gpu && !net->grad_ready && !net->resident)
+        TRY(kern_mem_copy(net->ctx, net->h_grad, net->grad, arena_bytes(net, TRN_ARENA_PARAM),
+                          KERN_COPY_D2H));
+    return 0;
+}
+
 int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
 {
     if (!net || !d_outputs || !net->trained) return -EINVAL;
     for (int l = 0; l < net->I->nl; l++)
         if (!d_outputs[l]) return -EINVAL;
-    memset(net->has, 0, (size_t)net->plan.n_acts);
     const float *dout[TRN_MODEL_MAX_LEVELS];
     for (int l = 0; l < net->I->nl; l++) {
         dout[l] = d_outputs[l];
@@ -804,16 +856,15 @@ int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
             dout[l] = at;
         }
     }
-    for (int i = net->I->n_layers - 1; i >= 0; i--) {
-        TRY(layer_bwd(net, i, dout));
-        if (net->grad_ready) TRY(row_ready(net, i));
-    }
-    if (net->input_grad && !net->has[0])
-        TRY(kern_mem_zero(net->ctx, D(net, 0), net->plan.acts[0].numel * sizeof(float)));
-    if (net->gpu && !net->grad_ready)
-        TRY(kern_mem_copy(net->ctx, net->h_grad, net->grad, arena_bytes(net, TRN_ARENA_PARAM),
-                          KERN_COPY_D2H));
-    return 0;
+    return backward_dev(net, dout);
+}
+
+int trn_net_backward_dev(struct trn_net *net, const float *const *d_outputs)
+{
+    if (!net || !d_outputs || !net->trained) return -EINVAL;
+    for (int l = 0; l < net->I->nl; l++)
+        if (!d_outputs[l]) return -EINVAL;
+    return backward_dev(net, d_outputs);
 }
 
 void trn_net_zero_grad(struct trn_net *net)
@@ -836,6 +887,66 @@ size_t trn_net_memory_bytes(const struct trn_net *net)
 bool trn_net_on_device(const struct trn_net *net)
 {
     return net && kern_ctx_backend(net->ctx) == KERN_BACKEND_CUDA;
+}
+
+int trn_net_set_resident(struct trn_net *net, bool on)
+{
+    if (!net) return -EINVAL;
+    if (net->gpu) net->resident = on;
+    return 0;
+}
+
+bool trn_net_resident(const struct trn_net *net)
+{
+    return net && net->resident;
+}
+
+float *trn_net_dev_arena(struct trn_net *net, enum trn_arena a)
+{
+    if (!net || (a != TRN_ARENA_PARAM && a != TRN_ARENA_BUFFER)) return NULL;
+    if (net->gpu) return a == TRN_ARENA_PARAM ? net->d_param : net->d_buf;
+    return trn_model_arena(net->m, a);
+}
+
+float *trn_net_dev_grad(struct trn_net *net)
+{
+    return net ? net->grad : NULL;
+}
+
+struct kern_ctx *trn_net_kern_ctx(const struct trn_net *net)
+{
+    return net ? net->ctx : NULL;
+}
+
+const struct kern_ops *trn_net_kern_ops(const struct trn_net *net)
+{
+    return net ? net->K : NULL;
+}
+
+int trn_net_sync_model(struct trn_net *net, int dir)
+{
+    if (!net || (dir != KERN_COPY_H2D && dir != KERN_COPY_D2H)) return -EINVAL;
+    if (!net->gpu) return 0;
+    for (int k = 0; k < 2; k++) {
+        const int a = k ? TRN_ARENA_BUFFER : TRN_ARENA_PARAM;
+        float *const host = trn_model_arena(net->m, a), *const dev = k ? net->d_buf : net->d_param;
+        if (dir == KERN_COPY_H2D)
+            TRY(kern_mem_copy(net->ctx, dev, host, arena_bytes(net, a), KERN_COPY_H2D));
+        else
+            TRY(kern_mem_copy(net->ctx, host, dev, arena_bytes(net, a), KERN_COPY_D2H));
+    }
+    return 0;
+}
+
+int trn_net_sync_grad(struct trn_net *net, int dir)
+{
+    if (!net || (dir != KERN_COPY_H2D && dir != KERN_COPY_D2H)) return -EINVAL;
+    if (!net->gpu || !net->grad) return 0;
+    if (dir == KERN_COPY_H2D)
+        return kern_mem_copy(net->ctx, net->grad, net->h_grad, arena_bytes(net, TRN_ARENA_PARAM),
+                             KERN_COPY_H2D);
+    return kern_mem_copy(net->ctx, net->h_grad, net->grad, arena_bytes(net, TRN_ARENA_PARAM),
+                         KERN_COPY_D2H);
 }
 
 /* A host view of act a's memory at p: p itself on the CPU, else a copy into h_view (the one
@@ -881,7 +992,7 @@ const float *trn_net_act(const struct trn_net *net, int a)
 int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows)
 {
     if (!net || !images || !out) return -EINVAL;
-    TRY(forward_dev(net, images, false));
+    TRY(forward_dev(net, images, false, false));
     const struct trn_model_info *I = net->I;
     const struct trn_layer *Ld = trn_model_layer(net->m, I->detect);
     const float *anchors =

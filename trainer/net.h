@@ -59,6 +59,17 @@
  * The view getters (trn_net_layer_output, trn_net_act, trn_net_input_grad) share one host copy:
  * on a GPU net each result is valid until the next getter call.
  *
+ * RESIDENT. trn_net_set_resident(net, true) turns the device copies of the parameter and buffer
+ * arenas (trn_net_dev_arena) into the master copies: forwards no longer upload the model's arenas
+ * nor bring the BN running statistics back, and backward leaves the gradients in the backend's
+ * arena (trn_net_dev_grad) without refreshing the host mirror (the gradient-ready hook still gets
+ * each row's host copy). The caller then updates parameters on the device (trn_optim_dev_step)
+ * and moves them with trn_net_sync_model / trn_net_sync_grad where the host needs them
+ * (checkpoints, validation, resume). With trn_net_forward_dev and trn_net_backward_dev, whose
+ * inputs and outputs are backend memory, a training step copies nothing but the batch. On a CPU
+ * net (not the device data path) the model's arenas are the backend's: resident is a no-op and
+ * the dev getters return the model's arenas and the grad arena.
+ *
  * THREADS. A net is used by one thread at a time; it writes the model's BN buffers (training
  * forward) and reads its parameters, so two nets on one model must not run at once. Ops may use
  * the kern context's worker threads (trn_net_opts.threads).
@@ -117,7 +128,12 @@ struct trn_net_opts {
        the device data path each range is copied to the host mirror before its call, and backward
        then skips its whole-arena copy (the hook's consumer may be writing the mirror). */
     int (*grad_ready)(void *ctx, const struct trn_net_grad_range *g);
-    void *grad_ready_ctx; /* grad_ready's first argument (borrowed) */
+    void *grad_ready_ctx;  /* grad_ready's first argument (borrowed) */
+    struct trn_net *share; /* NULL, or a net of the same model on the same borrowed context (ctx)
+                              and data path, not itself sharing, that outlives this one: on the
+                              device data path this net uses its device copies of the parameter
+                              and buffer arenas instead of its own (the trainer's short last-batch
+                              net beside the main one, both resident). -EINVAL otherwise */
 };
 
 /* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false,
@@ -192,6 +208,59 @@ bool trn_net_on_device(const struct trn_net *net);
  * their gradients, parameter gradients, BN statistics, pool indices, outputs, the device copies
  * of the model's arenas, and the context's workspace. Host mirrors are not counted. */
 size_t trn_net_memory_bytes(const struct trn_net *net);
+
+/*
+ * Forward pass with the outputs left in the backend's memory (RESIDENT). images: batch x ch x h x
+ * w float NCHW, host memory, or backend memory (device memory on CUDA, e.g. the loader's
+ * trn_batch.device_images; ordered before the call on the net's stream) when images_dev; copied
+ * in. outputs: as trn_net_forward's, but pointers to backend memory (the head arena, no host
+ * copy); valid until the next forward. Returns as trn_net_forward.
+ */
+int trn_net_forward_dev(struct trn_net *net, const float *images, bool images_dev, bool train,
+                        const float **outputs);
+
+/*
+ * Backward pass as trn_net_backward with d_outputs in the backend's memory (the loss's gradient
+ * from trn_loss_compute_dev; no upload). Returns as trn_net_backward.
+ */
+int trn_net_backward_dev(struct trn_net *net, const float *const *d_outputs);
+
+/* Make the device copies the master copies, or not (RESIDENT). No-op on a CPU net. Returns 0 or
+ * -EINVAL (NULL). */
+int trn_net_set_resident(struct trn_net *net, bool on);
+
+/* Whether the net is resident (false for a CPU net). */
+bool trn_net_resident(const struct trn_net *net);
+
+/*
+ * The parameter (TRN_ARENA_PARAM) or buffer (TRN_ARENA_BUFFER) arena the ops read, in the
+ * backend's memory: the device copy on the device data path (a sharing net's: the shared one),
+ * the model's arena on a CPU net; NULL for another arena or NULL net. Valid for the net's life.
+ */
+float *trn_net_dev_arena(struct trn_net *net, enum trn_arena a);
+
+/* The parameter grad arena in the backend's memory (PARAM layout; what backward adds into); the
+ * same as trn_net_grad on a CPU net; NULL for an inference net. Valid for the net's life. */
+float *trn_net_dev_grad(struct trn_net *net);
+
+/* The kern context and table the net runs on (for the caller's own ops on its memory: the
+ * device loss and optimizer). Borrowed, valid for the net's life. */
+struct kern_ctx *trn_net_kern_ctx(const struct trn_net *net);
+const struct kern_ops *trn_net_kern_ops(const struct trn_net *net);
+
+/*
+ * Copy the model's PARAM and BUFFER arenas to the device copies (dir KERN_COPY_H2D: resume,
+ * loaded weights) or back (KERN_COPY_D2H: checkpoints, validation). No-op on a CPU net.
+ * Returns 0, -EINVAL (NULL, bad dir) or a kern error.
+ */
+int trn_net_sync_model(struct trn_net *net, int dir);
+
+/*
+ * Copy the host mirror of the grad arena (trn_net_grad) to the backend's arena (KERN_COPY_H2D:
+ * an all-reduce summed the mirror, or a resume restored it) or back (KERN_COPY_D2H). No-op on a
+ * CPU net or an inference net. Returns 0, -EINVAL, or a kern error.
+ */
+int trn_net_sync_grad(struct trn_net *net, int dir);
 
 /* d loss / d images (batch x ch x h x w) from the last backward, or NULL unless the net was
  * created with input_grad. Valid until the next backward. */

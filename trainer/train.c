@@ -449,6 +449,23 @@ struct run {
     bool overlap;          /* world > 1: the nets hand each row's final gradients to
                               trn_dist_grad_ready during backward (dist.h OVERLAP) */
     bool grad_sync_failed; /* a gradient bucket failed: err gets trn_dist_error */
+    /* The resident step (docs/design.md): with the nets on a device (or the device data path)
+       and SGD, parameters, gradients, momentum and EMA stay in the nets' backend memory; the
+       host copies (model arenas, optimizer state, EMA, grad arena / acc) are refreshed by
+       resident_download where the host reads them and uploaded once by resident_upload. */
+    bool device_path;           /* trn_train_opts.device_path: trn_net_opts.device_path */
+    bool resident;              /* the resident step runs */
+    const struct kern_ops *dK;  /* the nets' table */
+    struct kern_ctx *dctx;      /* the nets' context */
+    struct trn_optim_dev *odev; /* the device SGD plan (momentum buffers in dctx's memory) */
+    float *d_ema[2];            /* rank 0: the EMA's PARAM and BUFFER arenas (dctx memory) */
+    float *d_acc;               /* world > 1: acc in dctx memory */
+    float *d_targets;           /* the batch's target rows (dctx memory) */
+    int *d_nt;                  /* their count (one int, dctx memory) */
+    float *d_out;               /* the loss op's KERN_YOLO_OUT_N floats (dctx memory) */
+    void *d_scratch;            /* the loss op's scratch (dctx memory) */
+    size_t scratch_bytes;       /* its size (the larger of the two losses') */
+    float *d_dp[TRN_MODEL_MAX_LEVELS], *d_dp_last[TRN_MODEL_MAX_LEVELS]; /* loss gradients */
 };
 
 static void logline(const struct run *R, const char *fmt, ...)
@@ -593,9 +610,13 @@ static float *grad_arena(const struct run *R)
 
 /* Save the run's state to path (ffr: temporary, fsync, rename). The previous file at path stays
  * intact on any failure. */
+static int resident_download(struct run *R, char *err, size_t cap);
+
 static int ckpt_save(struct run *R, const char *path, char *err, size_t cap)
 {
     const struct trn_model_info *I = R->info;
+    const int drc = resident_download(R, err, cap);
+    if (drc < 0) return drc;
     size_t l1 = 0;
     float *s1 = trn_optim_state(R->opt, 1, &l1);
     const struct {
@@ -963,6 +984,9 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
     struct trn_net_opts no;
     trn_net_opts_default(&no);
     no.ctx = R->gpu_ctx ? R->gpu_ctx : R->ctx;
+    no.device_path = R->device_path;
+    /* the short last batch's net runs on the main net's device copies of the model */
+    if (R->net && (R->gpu_ctx || R->device_path)) no.share = R->net;
     if (R->overlap) {
         no.grad_ready = grad_ready;
         no.grad_ready_ctx = R;
@@ -1012,6 +1036,17 @@ static void run_free(struct run *R)
         free(R->dp[l]);
         free(R->dp_last[l]);
     }
+    if (R->dctx) {
+        void *const t[] = { R->d_ema[0], R->d_ema[1], R->d_acc,    R->d_targets,
+                            R->d_nt,     R->d_out,    R->d_scratch };
+        for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
+            kern_mem_free(R->dctx, t[k]);
+        for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++) {
+            kern_mem_free(R->dctx, R->d_dp[l]);
+            kern_mem_free(R->dctx, R->d_dp_last[l]);
+        }
+    }
+    trn_optim_dev_destroy(R->odev);
     trn_optim_destroy(R->opt);
     trn_ema_destroy(R->ema);
     free(R->acc);
@@ -1096,6 +1131,7 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
         seterr(err, cap, "kern context: %s", kern_strerror(rc));
         return rc;
     }
+    R->device_path = o->gpu < 0 && o->device_path;
     if (o->gpu >= 0) {
         kern_ctx_opts_default(&ko);
         ko.backend = KERN_BACKEND_CUDA;
@@ -1370,6 +1406,257 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* The resident step                                                                        */
+
+/* One copy between host memory and the nets' backend memory (dir KERN_COPY_H2D or _D2H). */
+static int dcopy(struct run *R, void *dev, void *host, size_t bytes, int dir)
+{
+    if (!bytes) return 0;
+    return dir == KERN_COPY_H2D ? kern_mem_copy(R->dctx, dev, host, bytes, dir)
+                                : kern_mem_copy(R->dctx, host, dev, bytes, dir);
+}
+
+/* The host copies <-> the backend's: model arenas, momentum, EMA and the gradients accumulated
+ * since the last optimizer step (the main net's arena, or acc with several ranks). */
+static int resident_sync(struct run *R, int dir)
+{
+    const struct trn_model_info *I = R->info;
+    const size_t P = I->arena_len[TRN_ARENA_PARAM] * sizeof(float);
+    const size_t B = I->arena_len[TRN_ARENA_BUFFER] * sizeof(float);
+    int rc = trn_net_sync_model(R->net, dir);
+    if (!rc)
+        rc = dcopy(R, trn_optim_dev_buffer(R->odev, 0), trn_optim_state(R->opt, 0, NULL), P, dir);
+    if (!rc && R->ema) rc = dcopy(R, R->d_ema[0], trn_ema_arena(R->ema, TRN_ARENA_PARAM), P, dir);
+    if (!rc && R->ema) rc = dcopy(R, R->d_ema[1], trn_ema_arena(R->ema, TRN_ARENA_BUFFER), B, dir);
+    if (!rc)
+        rc = R->world > 1 ? dcopy(R, R->d_acc, R->acc, P, dir) : trn_net_sync_grad(R->net, dir);
+    return rc;
+}
+
+static int resident_download(struct run *R, char *err, size_t cap)
+{
+    if (!R->resident) return 0;
+    const int rc = resident_sync(R, KERN_COPY_D2H);
+    if (rc < 0)
+        seterr(err, cap, "copying the training state from the device: %s", kern_strerror(rc));
+    return rc;
+}
+
+/* Plan the resident step once the host state is final (after resume and dist_start): the device
+ * optimizer, the EMA and loss buffers, then one upload of everything. SGD only: Adam and AdamW
+ * have no device op and keep the host step (parameters up, gradients down every step). */
+static int resident_setup(struct run *R, char *err, size_t cap)
+{
+    if (!R->gpu_ctx && !R->device_path) return 0;
+    if (R->o.optimizer != TRN_OPTIM_SGD) {
+        logline(R,
+                "%s has no device step: the optimizer and EMA run on the host (parameters go "
+                "up and gradients come down every batch)",
+                optim_names[R->o.optimizer]);
+        return 0;
+    }
+    R->dK = trn_net_kern_ops(R->net);
+    R->dctx = trn_net_kern_ctx(R->net);
+    const struct trn_model_info *I = R->info;
+    const size_t P = I->arena_len[TRN_ARENA_PARAM], B = I->arena_len[TRN_ARENA_BUFFER];
+    int rc = trn_optim_dev_create(R->opt, R->dK, R->dctx, &R->odev);
+    const struct trn_loss *const losses[2] = { R->loss, R->loss_last };
+    int max_t = 1;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        if (!losses[k]) continue;
+        size_t b = 0;
+        rc = trn_loss_dev_scratch_bytes(trn_loss_get_cfg(losses[k]), R->dK, R->dctx, &b);
+        if (b > R->scratch_bytes) R->scratch_bytes = b;
+        if (trn_loss_get_cfg(losses[k])->max_targets > max_t)
+            max_t = trn_loss_get_cfg(losses[k])->max_targets;
+    }
+    if (rc == 0 && R->ema) rc = kern_mem_alloc(R->dctx, P * sizeof(float), (void **)&R->d_ema[0]);
+    if (rc == 0 && R->ema) rc = kern_mem_alloc(R->dctx, B * sizeof(float), (void **)&R->d_ema[1]);
+    if (rc == 0 && R->world > 1)
+        rc = kern_mem_alloc(R->dctx, P * sizeof(float), (void **)&R->d_acc);
+    if (rc == 0)
+        rc = kern_mem_alloc(R->dctx, (size_t)max_t * 6 * sizeof(float), (void **)&R->d_targets);
+    if (rc == 0) rc = kern_mem_alloc(R->dctx, sizeof(int), (void **)&R->d_nt);
+    if (rc == 0) rc = kern_mem_alloc(R->dctx, KERN_YOLO_OUT_N * sizeof(float), (void **)&R->d_out);
+    if (rc == 0 && R->scratch_bytes) rc = kern_mem_alloc(R->dctx, R->scratch_bytes, &R->d_scratch);
+    for (int l = 0; l < I->nl && rc == 0; l++) {
+        rc = kern_mem_alloc(R->dctx, (size_t)trn_net_output_shape(R->net, l, NULL) * sizeof(float),
+                            (void **)&R->d_dp[l]);
+        if (rc == 0 && R->net_last)
+            rc = kern_mem_alloc(R->dctx,
+                                (size_t)trn_net_output_shape(R->net_last, l, NULL) * sizeof(float),
+                                (void **)&R->d_dp_last[l]);
+    }
+    if (rc == 0) rc = trn_net_set_resident(R->net, true);
+    if (rc == 0 && R->net_last) rc = trn_net_set_resident(R->net_last, true);
+    if (rc < 0) {
+        seterr(err, cap, "the device training step: %s",
+               rc == -ENOTSUP || rc == -ENOMEM ? trn_optim_strerror(rc) : kern_strerror(rc));
+        return rc;
+    }
+    R->resident = true;
+    if ((rc = resident_sync(R, KERN_COPY_H2D)) < 0) {
+        seterr(err, cap, "copying the training state to the device: %s", kern_strerror(rc));
+        return rc;
+    }
+    logline(R, "resident step: parameters, gradients, momentum%s and the loss stay in %s memory",
+            R->ema ? ", EMA" : "", R->gpu_ctx ? "device" : "backend (device data path)");
+    return 0;
+}
+
+/* One batch as train_batch, every tensor in the nets' backend memory: forward, the device loss,
+ * backward into the device grad arena, the fused clip + SGD + EMA, the buffers' EMA, zero grad.
+ * The host sees the 8 loss floats only (and, with several ranks over TCP or MPI, each batch's
+ * gradients on their way through the all-reduce). */
+static int train_batch_resident(struct run *R, const struct trn_batch *b,
+                                struct trn_loss_items *items, char *err, size_t cap)
+{
+    const bool short_batch = b->n != R->local_bs;
+    struct trn_net *net = short_batch ? R->net_last : R->net;
+    const struct trn_loss *loss = short_batch ? R->loss_last : R->loss;
+    float *const *dp = short_batch ? R->d_dp_last : R->d_dp;
+    if (!net || (short_batch && b->n != R->last_bs) || b->height != R->o.img ||
+        b->width != R->o.img || b->pixels != TRN_PIXELS_F32) {
+        seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
+               b->width, R->local_bs, R->o.img, R->o.img);
+        return -EINVAL;
+    }
+    const struct kern_ops *const K = R->dK;
+    const float *out[TRN_MODEL_MAX_LEVELS];
+    /* a batch the loader built on this context needs no upload */
+    const bool on_dev = b->device_images != NULL;
+    int rc = trn_net_forward_dev(net, on_dev ? (const float *)b->device_images : b->images, on_dev,
+                                 true, out);
+    if (rc < 0) {
+        if (R->bn_sync_failed)
+            seterr(err, cap,
+                   "SyncBatchNorm all-reduce in the forward at epoch %u batch %" PRIu64 ": %s",
+                   b->epoch, b->step, trn_dist_error(R->dist));
+        else
+            seterr(err, cap, "forward: %s", trn_net_strerror(rc));
+        return rc;
+    }
+    const struct trn_loss_cfg *cfg = trn_loss_get_cfg(loss);
+    if (b->n_targets > (size_t)cfg->max_targets) {
+        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+               trn_loss_strerror(-E2BIG));
+        return -E2BIG;
+    }
+    const int nt = (int)b->n_targets;
+    float raw[KERN_YOLO_OUT_N];
+    rc = dcopy(R, R->d_targets, (void *)b->targets, (size_t)nt * 6 * sizeof(float), KERN_COPY_H2D);
+    if (!rc) rc = dcopy(R, R->d_nt, (void *)&nt, sizeof nt, KERN_COPY_H2D);
+    if (!rc)
+        rc = trn_loss_compute_dev(cfg, K, R->dctx, out, R->d_targets, R->d_nt, dp, 0, R->d_out,
+                                  R->d_scratch, R->scratch_bytes);
+    /* the one read-back of the step: what the log and the finite check need */
+    if (!rc) rc = dcopy(R, R->d_out, raw, sizeof raw, KERN_COPY_D2H);
+    if (!rc) rc = trn_loss_items_from_out(raw, items);
+    if (rc < 0) {
+        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+               trn_loss_strerror(rc));
+        return rc;
+    }
+    if (!isfinite(items->total)) {
+        seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
+        return -ERANGE;
+    }
+    const size_t n_grad = R->info->arena_len[TRN_ARENA_PARAM];
+    if (R->overlap && (rc = trn_dist_grad_begin(R->dist, n_grad)) < 0) {
+        seterr(err, cap, "gradient all-reduce: cannot start (%s)", trn_dist_strerror(rc));
+        return rc;
+    }
+    rc = trn_net_backward_dev(net, (const float *const *)dp);
+    const int wrc = R->overlap ? trn_dist_grad_wait(R->dist) : 0;
+    if (rc < 0 || wrc < 0) {
+        if (R->grad_sync_failed || (rc == 0 && wrc < 0)) {
+            seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
+                   b->step, trn_dist_error(R->dist));
+            return rc < 0 ? rc : wrc;
+        }
+        if (R->bn_sync_failed)
+            seterr(err, cap,
+                   "SyncBatchNorm all-reduce in the backward at epoch %u batch %" PRIu64 ": %s",
+                   b->epoch, b->step, trn_dist_error(R->dist));
+        else
+            seterr(err, cap, "backward: %s", trn_net_strerror(rc));
+        return rc;
+    }
+    float *grad = trn_net_dev_grad(R->net);
+    if (R->world > 1) {
+        /* as train_batch: this batch's gradients summed over the ranks, added to acc. NCCL sums
+         * the device arena in place; TCP and MPI sum the host mirror (the hook's row copies, or
+         * one whole download here), which then goes back up before the add. */
+        float *bg = trn_net_dev_grad(net);
+        const bool nccl = trn_dist_backend(R->dist) == TRN_DIST_NCCL;
+        if (!R->overlap && nccl) {
+            rc = trn_dist_allreduce_f32(R->dist, bg, n_grad);
+        } else if (!R->overlap) {
+            rc = trn_net_sync_grad(net, KERN_COPY_D2H);
+            if (rc == 0) rc = trn_dist_allreduce_f32(R->dist, trn_net_grad(net), n_grad);
+        }
+        if (rc < 0) {
+            seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
+                   b->step, trn_dist_error(R->dist));
+            return rc;
+        }
+        if (!nccl) rc = trn_net_sync_grad(net, KERN_COPY_H2D);
+        if (rc == 0) rc = K->add_bwd(R->dctx, R->d_acc, bg, n_grad, KERN_ACCUM_DX);
+        if (rc < 0) {
+            seterr(err, cap, "gradient accumulation: %s", kern_strerror(rc));
+            return rc;
+        }
+        trn_net_zero_grad(net);
+        grad = R->d_acc;
+    } else if (short_batch) {
+        rc = K->add_bwd(R->dctx, grad, trn_net_dev_grad(R->net_last), n_grad, KERN_ACCUM_DX);
+        if (rc < 0) {
+            seterr(err, cap, "gradient accumulation: %s", kern_strerror(rc));
+            return rc;
+        }
+        trn_net_zero_grad(R->net_last);
+    }
+    /* trn_optim_after_batch's policy, the step itself on the device */
+    const int64_t ni = (int64_t)b->epoch * R->nb + (int64_t)b->step;
+    struct trn_optim_sched sch;
+    struct trn_optim_counters c;
+    if ((rc = trn_optim_schedule(trn_optim_get_opts(R->opt), (int)b->epoch, ni, &sch)) < 0 ||
+        (rc = trn_optim_get_counters(R->opt, &c)) < 0) {
+        seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+        return rc;
+    }
+    for (int g = 0; g < 3; g++)
+        R->lr[g] = sch.lr[g];
+    if (ni - c.last_opt_step < sch.accumulate) return 0;
+    const int64_t upd = R->ema ? trn_ema_updates(R->ema) + 1 : 0;
+    const double d = trn_ema_decay(upd);
+    const struct trn_optim_dev_step_opts so = {
+        .grad_scale = 1.0f, .skip_nonfinite = 0, .ema = R->ema ? R->d_ema[0] : NULL, .ema_decay = d
+    };
+    float *const params = trn_net_dev_arena(R->net, TRN_ARENA_PARAM);
+    rc = trn_optim_dev_step(R->odev, params, grad, &sch, &so);
+    if (rc == 0) rc = trn_optim_dev_zero_grad(R->odev, grad);
+    if (rc < 0) {
+        seterr(err, cap, "optimizer: %s",
+               rc == -EINVAL ? trn_optim_strerror(rc) : kern_strerror(rc));
+        return rc;
+    }
+    if (R->ema) {
+        rc = K->ema_update(R->dctx, R->d_ema[1], trn_net_dev_arena(R->net, TRN_ARENA_BUFFER),
+                           R->info->arena_len[TRN_ARENA_BUFFER], (float)d, (float)(1.0 - d));
+        if (rc < 0) {
+            seterr(err, cap, "EMA: %s", kern_strerror(rc));
+            return rc;
+        }
+        trn_ema_set_updates(R->ema, upd);
+    }
+    trn_optim_get_counters(R->opt, &c); /* steps: counted by the device step */
+    c.last_opt_step = ni;
+    trn_optim_set_counters(R->opt, &c);
+    return 0;
+}
+
 /* The line ultralytics' tqdm bar ends an epoch with. */
 static void progress(struct run *R, int epoch, const double ml[3], size_t instances, int64_t done,
                      double secs, int64_t images)
@@ -1633,6 +1920,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
                    "written as 0 and best.ckpt = last.ckpt (every fitness is 0)");
     }
     if (R->world > 1 && (rc = dist_start(R, err, err_cap)) < 0) goto out;
+    if ((rc = resident_setup(R, err, err_cap)) < 0) goto out;
     logline(R,
             "%s%s: %" PRId64 " batches of %d per epoch (last %d), %d epochs, img %d, "
             "accumulate %d, %s",
@@ -1669,7 +1957,9 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             goto out;
         }
         struct trn_loss_items it;
-        if ((rc = train_batch(R, &b, &it, err, err_cap)) < 0) goto out;
+        rc = R->resident ? train_batch_resident(R, &b, &it, err, err_cap)
+                         : train_batch(R, &b, &it, err, err_cap);
+        if (rc < 0) goto out;
         R->msum[0] += it.lbox;
         R->msum[1] += it.lobj;
         R->msum[2] += it.lcls;
@@ -1686,9 +1976,10 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             progress(R, epoch, mloss, b.n_targets, epoch_batches, now_s() - epoch_t0, epoch_images);
             if (first_epoch) first_loss = mloss[0] + mloss[1] + mloss[2];
             first_epoch = false;
-            int erc = 0;
+            /* validation, the checkpoints and the ranks' weight digests read the host copies */
+            int erc = resident_download(R, err, err_cap);
             double fi = 0;
-            if (R->rank == 0) {
+            if (R->rank == 0 && !erc) {
                 struct trn_train_metrics mt;
                 /* train.py: final_epoch = epoch + 1 == epochs or stopper.possible_stop */
                 const bool final = epoch + 1 == R->o.epochs || possible_stop;

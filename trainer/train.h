@@ -149,16 +149,20 @@ struct trn_train_opts {
     const char *hyp_path;    /* recorded in opt.yaml only */
     const char *project, *name, *device; /* recorded in opt.yaml only */
     int gpu; /* -1 [default]: the CPU reference ops; >= 0: the network runs on this CUDA device
-                (the loss, optimizer and EMA stay on the host for now: docs/design.md) */
-    struct trn_hyp hyp;                /* hyperparameters [scratch-low] */
-    int img;                           /* image size, multiple of the max stride [640] */
-    int batch_size;                    /* images per global batch (all ranks) [16] */
-    int epochs;                        /* [100] */
-    int nc;                            /* > 0: classes (override the yaml); 0: from the
-                                          dataset's metadata nc/names, else the yaml's */
-    unsigned workers;                  /* loader threads, 0 = auto */
-    int threads;                       /* kern threads (0 = caller + OpenBLAS's own) */
-    uint64_t seed;                     /* model init, shuffle, augmentation [0] */
+                (with SGD the resident step: loss, optimizer and EMA on the device too;
+                Adam/AdamW keep the host optimizer; docs/design.md) */
+    bool device_path;   /* gpu < 0: run the GPU path (device arenas, kern_mem copies, the resident
+                           step) on the CPU ops, bit for bit with the CPU path: a test mode for
+                           machines without a GPU [false] */
+    struct trn_hyp hyp; /* hyperparameters [scratch-low] */
+    int img;            /* image size, multiple of the max stride [640] */
+    int batch_size;     /* images per global batch (all ranks) [16] */
+    int epochs;         /* [100] */
+    int nc;             /* > 0: classes (override the yaml); 0: from the
+                           dataset's metadata nc/names, else the yaml's */
+    unsigned workers;   /* loader threads, 0 = auto */
+    int threads;        /* kern threads (0 = caller + OpenBLAS's own) */
+    uint64_t seed;      /* model init, shuffle, augmentation [0] */
     enum trn_optim_kind optimizer;     /* [SGD] */
     bool cos_lr;                       /* cosine lr schedule */
     int64_t stop_after;                /* > 0: stop after this many batches of this call

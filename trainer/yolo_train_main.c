@@ -112,7 +112,9 @@ static void usage(FILE *f)
         "  --bucket-cap-mb MB    gradient all-reduce bucket cap in MiB (default 25, as DDP's; the\n"
         "                        first bucket of a backward closes at min(1, MB))\n"
         "  --no-grad-overlap     all-reduce the gradients after backward instead of in buckets\n"
-        "                        during it (the same sums; for comparison)\n");
+        "                        during it (the same sums; for comparison)\n"
+        "  --device-path         with --device cpu: run the GPU training path (device arenas,\n"
+        "                        the resident step) on the CPU ops; a test mode\n");
     /* two strings: one would pass the 4095 characters C11 compilers must take */
     fprintf(
         f,
@@ -150,6 +152,7 @@ struct args {
     double seconds, dist_timeout;
     bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, help, sync_bn;
     bool no_grad_overlap; /* --no-grad-overlap: all-reduce the gradients after backward */
+    bool device_path;     /* --device-path: the GPU path on the CPU ops (tests) */
     double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
 
@@ -215,6 +218,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--nproc-per-node", 2, 1, 1024 },
         { "--sync-bn", 0, 0, 0 },
         { "--no-grad-overlap", 0, 0, 0 },
+        { "--device-path", 0, 0, 0 },
         { "--bucket-cap-mb", 1, 0, 0 },
         { "--img", 2, 32, 16383 },
         { "--imgsz", 2, 32, 16383 },
@@ -285,6 +289,7 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--page-cache")) A->page_cache = true;
             if (!strcmp(key, "--sync-bn")) A->sync_bn = true;
             if (!strcmp(key, "--no-grad-overlap")) A->no_grad_overlap = true;
+            if (!strcmp(key, "--device-path")) A->device_path = true;
             if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
             continue;
         }
@@ -412,6 +417,7 @@ static int do_bench_step(const struct args *A)
     o.img = (int)A->img;
     o.batch = (int)A->batch;
     o.device = gpu;
+    o.device_path = gpu < 0 && A->device_path;
     o.threads = (int)A->threads;
     o.steps = (int)A->bench_steps;
     o.warmup = (int)A->bench_warmup;
@@ -429,16 +435,20 @@ static int do_bench_step(const struct args *A)
                "\"batch\": %d, \"img_per_s\": %.3f, \"ms_step\": %.4f, \"ms_forward\": %.4f, "
                "\"ms_loss\": %.4f, \"ms_backward\": %.4f, \"ms_optimizer\": %.4f, "
                "\"ms_ema\": %.4f, \"gflops_img\": %.4f, \"tflops\": %.4f, \"net_bytes\": %zu, "
-               "\"params\": %lld, \"loss\": %.6g, \"steps\": %d}\n",
+               "\"peak_bytes\": %zu, \"resident\": %s, \"params\": %lld, \"loss\": %.6g, "
+               "\"steps\": %d}\n",
                slash ? slash + 1 : path, r.on_device ? "cuda" : "cpu", o.img, o.batch, r.img_per_s,
                r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
-               r.gflops_img, r.tflops, r.net_bytes, r.params, r.loss, o.steps);
+               r.gflops_img, r.tflops, r.net_bytes, r.peak_bytes, r.resident ? "true" : "false",
+               r.params, r.loss, o.steps);
     else
         printf("%s img %d batch %d on %s: %.1f img/s, %.2f ms/step (forward %.2f, loss %.2f, "
-               "backward %.2f, optimizer %.2f, EMA %.2f), %.3f TFLOP/s, net %.0f MiB\n",
+               "backward %.2f, optimizer %.2f, EMA %.2f), %.3f TFLOP/s, net %.0f MiB, peak %.0f "
+               "MiB%s\n",
                slash ? slash + 1 : path, o.img, o.batch, r.on_device ? "cuda" : "cpu", r.img_per_s,
                r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
-               r.tflops, (double)r.net_bytes / (1 << 20));
+               r.tflops, (double)r.net_bytes / (1 << 20), (double)r.peak_bytes / (1 << 20),
+               r.resident ? " (resident step)" : "");
     return 0;
 }
 
@@ -727,8 +737,8 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     if (o.gpu == -2) return 1;
     if (rank == 0 && o.gpu >= 0)
         fprintf(stderr,
-                PROG ": the network runs on CUDA device %d; the loss, optimizer, EMA and "
-                     "validation on the CPU\n",
+                PROG ": the network runs on CUDA device %d; with SGD the loss, optimizer and "
+                     "EMA too (the resident step); validation on the CPU\n",
                 o.gpu);
     o.records = A->records;
     o.val_records = A->val_records;
@@ -771,6 +781,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
                                                    : TRN_OPTIM_SGD;
     o.cos_lr = A->cos_lr;
     o.sync_bn = A->sync_bn; /* when resuming, the checkpoint's setting wins */
+    o.device_path = A->device_path;
     o.noval = A->noval;
     o.patience = (int)A->patience;
     o.stop_after = A->stop_after;

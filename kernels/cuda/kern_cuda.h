@@ -290,6 +290,23 @@ KERN_API int kern_cuda_aug_to_nchw(struct kern_ctx *ctx, void *KERN_RESTRICT dst
 KERN_API int kern_cuda_aug_batch(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype, int s,
                                  const struct kern_aug_sample *samples, int n);
 
+/* --- graph --- */
+/* kern_ref_ema_update_dyn's twin: dyn is device memory, read by the kernel when it runs. */
+KERN_API int kern_cuda_ema_update_dyn(struct kern_ctx *ctx, float *KERN_RESTRICT ema,
+                                      const float *KERN_RESTRICT x, size_t count,
+                                      const struct kern_sgd_dyn *KERN_RESTRICT dyn);
+/*
+ * The CUDA side of kern_graph_capture / _replay / _destroy (kern.h "Graphs"), called by
+ * kernels/ref/kern_graph.c for CUDA contexts; callers use the kern_graph_* calls. capture: *exec
+ * receives the instantiated graph (a cudaGraphExec_t), already launched once; the errors are
+ * kern_graph_capture's. replay: one cudaGraphLaunch on ctx's stream (-EIO on failure). destroy:
+ * waits for ctx's stream, then frees exec (NULL ok). CUDA builds only, as the ops.
+ */
+KERN_API int kern_cuda_graph_capture(struct kern_ctx *ctx, kern_graph_fn fn, void *arg,
+                                     void **exec);
+KERN_API int kern_cuda_graph_replay(struct kern_ctx *ctx, void *exec);
+KERN_API void kern_cuda_graph_destroy(struct kern_ctx *ctx, void *exec);
+
 #ifdef __cplusplus
 }
 #endif

@@ -62,6 +62,8 @@ static const struct kern_ops kern_cuda_ops = {
     kern_cuda_aug_mixup,
     kern_cuda_aug_to_nchw,
     kern_cuda_aug_batch,
+    /* --- graph --- */
+    kern_cuda_ema_update_dyn,
 };
 
 const struct kern_ops *kern_ops_cuda(void)

@@ -79,33 +79,51 @@ __global__ void sgd_step_kernel(kern_sgd d, float *__restrict__ th, float *__res
                                 const double *__restrict__ sumsq,
                                 const int32_t *__restrict__ found_inf)
 {
+    /* The per-step scalars: the descriptor's (kernel parameters), or those in device memory at
+     * d.dyn, which a replayed graph reads afresh each step. One load per block; the same float
+     * values either way, so the results are bitwise the same. */
+    __shared__ kern_sgd_dyn sc;
+    if (threadIdx.x == 0) {
+        if (d.dyn) {
+            sc = *d.dyn;
+        } else {
+            for (int g = 0; g < KERN_OPTIM_MAX_GROUPS; g++)
+                sc.group[g] = d.group[g];
+            sc.first = d.first;
+            sc.grad_scale = d.grad_scale;
+            sc.ema_decay = d.ema_decay;
+            sc.ema_weight = d.ema_weight;
+        }
+    }
+    __syncthreads();
     if ((found_inf && *found_inf) ||
         (d.skip_nonfinite && sumsq &&
          !isfinite(*sumsq))) { /* skipped step: theta unchanged, the EMA still moves */
         if (ema)
             seg_walk(seg, d.n_seg, d.total, OPTIM_CHUNK, [&](size_t, size_t i) {
-                ema[i] = __fadd_rn(__fmul_rn(ema[i], d.ema_decay), __fmul_rn(d.ema_weight, th[i]));
+                ema[i] =
+                    __fadd_rn(__fmul_rn(ema[i], sc.ema_decay), __fmul_rn(sc.ema_weight, th[i]));
             });
         return;
     }
-    float mult = d.grad_scale;
+    float mult = sc.grad_scale;
     if (sumsq && d.max_norm > 0.0f) {
-        const double norm = sqrt(*sumsq) * (double)d.grad_scale;
+        const double norm = sqrt(*sumsq) * (double)sc.grad_scale;
         const float coef = __fdiv_rn(d.max_norm, __fadd_rn((float)norm, 1e-6f));
-        if (coef < 1.0f) mult = __fmul_rn(d.grad_scale, coef);
+        if (coef < 1.0f) mult = __fmul_rn(sc.grad_scale, coef);
     }
     seg_walk(seg, d.n_seg, d.total, OPTIM_CHUNK, [&](size_t s, size_t i) {
-        const kern_sgd_group G = d.group[seg[s].group];
+        const kern_sgd_group G = sc.group[seg[s].group];
         float g = gr[i];
         const float t0 = th[i];
         if (mult != 1.0f) g = __fmul_rn(g, mult);
         if (G.weight_decay != 0.0f) g = __fadd_rn(g, __fmul_rn(G.weight_decay, t0));
-        const float b = d.first ? g : __fadd_rn(__fmul_rn(buf[i], G.momentum), g);
+        const float b = sc.first ? g : __fadd_rn(__fmul_rn(buf[i], G.momentum), g);
         buf[i] = b;
         g = d.nesterov ? __fadd_rn(g, __fmul_rn(G.momentum, b)) : b;
         const float t = __fadd_rn(t0, __fmul_rn(-G.lr, g));
         th[i] = t;
-        if (ema) ema[i] = __fadd_rn(__fmul_rn(ema[i], d.ema_decay), __fmul_rn(d.ema_weight, t));
+        if (ema) ema[i] = __fadd_rn(__fmul_rn(ema[i], sc.ema_decay), __fmul_rn(sc.ema_weight, t));
     });
 }
 
@@ -113,7 +131,9 @@ static int sgd_desc_check(const kern_sgd *d)
 {
     if (!d || d->n_seg == 0 || d->total == 0) return -EINVAL;
     if (d->n_groups < 1 || d->n_groups > KERN_OPTIM_MAX_GROUPS) return -EINVAL;
-    if (!isfinite(d->grad_scale) || !isfinite(d->max_norm)) return -EINVAL;
+    if (!isfinite(d->max_norm)) return -EINVAL;
+    if (d->dyn) return 0; /* the per-step scalars are on the device: the kernel reads them */
+    if (!isfinite(d->grad_scale)) return -EINVAL;
     if (!isfinite(d->ema_decay) || !isfinite(d->ema_weight)) return -EINVAL;
     for (int g = 0; g < d->n_groups; g++)
         if (!isfinite(d->group[g].lr) || !isfinite(d->group[g].momentum) ||
@@ -199,6 +219,28 @@ int kern_cuda_ema_update(struct kern_ctx *ctx, float *__restrict__ ema, const fl
     ema_kernel<<<kern_cuda_blocks(count), KERN_CUDA_THREADS, 0, kern_cuda_st(ctx)->stream>>>(
         ema, x, count, decay, weight);
     return kern_cuda_launched(ctx, "ema_update");
+}
+
+__global__ void ema_dyn_kernel(float *__restrict__ ema, const float *__restrict__ x, size_t count,
+                               const kern_sgd_dyn *__restrict__ dyn)
+{
+    const float decay = dyn->ema_decay, weight = dyn->ema_weight;
+    KERN_CUDA_LOOP(i, count)
+    {
+        ema[i] = __fadd_rn(__fmul_rn(ema[i], decay), __fmul_rn(weight, x[i]));
+    }
+}
+
+int kern_cuda_ema_update_dyn(struct kern_ctx *ctx, float *__restrict__ ema,
+                             const float *__restrict__ x, size_t count,
+                             const struct kern_sgd_dyn *__restrict__ dyn)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if (!dyn || (count && (!ema || !x))) return -EINVAL;
+    if (count == 0) return 0;
+    ema_dyn_kernel<<<kern_cuda_blocks(count), KERN_CUDA_THREADS, 0, kern_cuda_st(ctx)->stream>>>(
+        ema, x, count, dyn);
+    return kern_cuda_launched(ctx, "ema_update_dyn");
 }
 
 /* ---- AMP unscale and check ---- */

@@ -139,8 +139,11 @@ KERN_API size_t kern_ctx_workspace_size(const struct kern_ctx *ctx);
  * kern_mem_free: frees p (NULL ok). Waits for ctx's enqueued work first on CUDA.
  * kern_mem_copy: copies bytes between memory of the directions' kinds (KERN_COPY_*). CPU
  * contexts take every direction as host-to-host. On CUDA, host-to-device and device-to-device
- * copies are enqueued on ctx's stream (the host source may be reused at once: it is staged),
- * device-to-host waits, so the host may read dst when it returns. Errors: -EINVAL, -EIO.
+ * copies are enqueued on ctx's stream (cudaMemcpyAsync): from pageable host memory the driver
+ * stages the source before the call returns, so it may be reused at once; from pinned memory
+ * (cudaHostAlloc) the copy reads the source until it completes on the stream, so the source
+ * must stay unchanged until the stream gets there (sync the context or wait on later work).
+ * Device-to-host waits, so the host may read dst when it returns. Errors: -EINVAL, -EIO.
  * kern_mem_zero: zeroes bytes at p (ctx's kind of memory), enqueued on CUDA. Errors: -EINVAL,
  * -EIO.
  */
@@ -611,7 +614,28 @@ struct kern_sgd_group {
  *   ema (when given) = ema ema_decay + ema_weight theta (the updated theta; ModelEMA).
  * Every operation is one float32 rounding in this order (no fused multiply-add), so the CPU and
  * CUDA ops agree bit for bit given the same *sumsq.
+ *
+ * PER-STEP SCALARS IN MEMORY (dyn). A captured graph (kern_graph_capture) bakes every kernel
+ * argument, but warmup changes lr and momentum every step, ModelEMA's decay grows every step,
+ * `first` holds on the first step only and an fp16 scaler changes grad_scale. With dyn != NULL
+ * the op reads those from *dyn (one struct kern_sgd_dyn of the backend's memory: device memory
+ * on CUDA, read by the kernel when it runs) instead of from this descriptor: group[g].lr,
+ * .momentum, .weight_decay (g < n_groups), first, grad_scale, ema_decay, ema_weight; the host
+ * copies of those fields are then ignored (not read, not checked). The caller updates *dyn
+ * before each replay (kern_mem_copy H2D, enqueued on the context's stream, so it is ordered
+ * before the replay that reads it). The values and their rounding are the same, so a step with
+ * dyn equals the step with the same host fields bit for bit, on either backend. The CPU op
+ * checks the dyn values as it checks the host fields (-EINVAL for non-finite ones); the CUDA op
+ * cannot (they are on the device): non-finite values there give non-finite parameters.
  */
+struct kern_sgd_dyn {
+    struct kern_sgd_group group[KERN_OPTIM_MAX_GROUPS]; /* lr, momentum, weight decay per group */
+    int32_t first;                                      /* as kern_sgd.first */
+    float grad_scale;                                   /* as kern_sgd.grad_scale */
+    float ema_decay;                                    /* as kern_sgd.ema_decay */
+    float ema_weight;                                   /* as kern_sgd.ema_weight */
+};
+
 struct kern_sgd {
     size_t n_seg;       /* segments in the table, >= 1 */
     size_t total;       /* sum of their counts (kern_optim_segs_prepare's total) */
@@ -625,6 +649,9 @@ struct kern_sgd {
     float ema_decay;    /* EMA d (float of ModelEMA's double d) */
     float ema_weight;   /* EMA 1 - d, rounded from double (not 1 - ema_decay in float) */
     struct kern_sgd_group group[KERN_OPTIM_MAX_GROUPS]; /* indexed by kern_optim_seg.group */
+    const struct kern_sgd_dyn *dyn; /* NULL: the host fields above; else the per-step scalars
+                                       in backend memory (see dyn above); last, so that
+                                       zero-initialised descriptors keep today's behaviour */
 };
 
 /*
@@ -668,6 +695,17 @@ KERN_API int kern_ref_optim_sumsq(struct kern_ctx *ctx, double *KERN_RESTRICT su
 KERN_API int kern_ref_ema_update(struct kern_ctx *ctx, float *KERN_RESTRICT ema,
                                  const float *KERN_RESTRICT x, size_t count, float decay,
                                  float weight);
+
+/*
+ * kern_ref_ema_update with decay and weight read from dyn->ema_decay and dyn->ema_weight (one
+ * struct kern_sgd_dyn of backend memory, the buffer kern_sgd.dyn points to), for the EMA of the
+ * buffer arena inside a captured step, where ModelEMA's d changes every step. Bit for bit the
+ * same as kern_ref_ema_update with those values. Errors: -EINVAL (NULL dyn, NULL with
+ * count > 0; on the CPU also non-finite dyn values).
+ */
+KERN_API int kern_ref_ema_update_dyn(struct kern_ctx *ctx, float *KERN_RESTRICT ema,
+                                     const float *KERN_RESTRICT x, size_t count,
+                                     const struct kern_sgd_dyn *KERN_RESTRICT dyn);
 
 /*
  * AMP unscale and check over the segments (torch._amp_foreach_non_finite_check_and_unscale_):
@@ -979,6 +1017,95 @@ KERN_API int kern_aug_sample_check(const struct kern_aug_sample *smp, int s);
 KERN_API int kern_ref_aug_batch(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype, int s,
                                 const struct kern_aug_sample *samples, int n);
 
+/* --- graph --- */
+/* ---------------------------------------------------------------------------------------- */
+/* Graphs: a caller's sequence of ops captured once and replayed (one CUDA graph per step)  */
+
+/*
+ * A training step is a few thousand small launches; on the GPU their launch gaps cost more than
+ * the work. A graph records the ops a caller's function enqueues on a context once and replays
+ * them with one launch. The backend decides what recording means:
+ *   CPU:  capture calls fn(arg) once and keeps (fn, arg); replay calls fn(arg) again. So a CPU
+ *         "graph" is exactly a direct call (same results, same errors), and the trainer's code
+ *         path is the same on both backends.
+ *   CUDA: capture runs fn(arg) between cudaStreamBeginCapture and cudaStreamEndCapture on the
+ *         context's stream (nothing executes while recording), instantiates the graph, then
+ *         launches it once; replay is one cudaGraphLaunch on the stream (asynchronous, like the
+ *         ops). Mode cudaStreamCaptureModeThreadLocal: an unsafe call (cudaMalloc, a
+ *         synchronisation, ...) made by the capturing thread fails the capture, while other
+ *         threads (the data loader's uploads, other devices' contexts) are not disturbed, as
+ *         cudaStreamCaptureModeGlobal would do; Relaxed would let a cudaMalloc inside fn pass
+ *         silently, uncaptured.
+ * On both backends kern_graph_capture therefore has the effect of one call of fn(arg), and each
+ * kern_graph_replay the effect of one more.
+ *
+ * WHAT A REPLAY SEES. The ops' arguments are frozen at capture: the same pointers, shapes, and
+ * host scalars (lr, decay, ...) at every replay. Only the contents of memory change. So every
+ * value that changes between steps must be read from backend memory that the caller rewrites
+ * before each replay: the input batch, the targets and their count (kern_*_yolo_loss reads nt
+ * from memory), the SGD / EMA scalars (struct kern_sgd_dyn through kern_sgd.dyn,
+ * kern_*_ema_update_dyn). fn must take the same path at every call (no branch on step-dependent
+ * host state) and must not read results on the host.
+ *
+ * CAPTURE-SAFE CUDA OPS. Every kern_cuda_* op that only enqueues kernels (and cuDNN / CUB calls)
+ * on the stream: the BN family, SiLU, pool, upsample, concat, add, detect, bce_logits_bwd, CIoU,
+ * kern_cuda_yolo_loss (its scratch sized at setup), sgd_step, optim_sumsq, ema_update(_dyn),
+ * amp_unscale, the casts, the aug ops; kern_mem_zero; kern_mem_copy D2D; conv2d fwd / bwd_data /
+ * bwd_filter / bwd_bias and kern_cuda_conv2d_workspace_size ONCE THEIR SHAPE IS PLANNED (called
+ * before, outside the capture). NOT capture-safe (the capture fails with -ENOTSUP):
+ *   - kern_cuda_bce_logits_fwd (waits on the stream to return a host float; use
+ *     kern_cuda_yolo_loss, whose outputs stay on the device);
+ *   - the first conv2d op or kern_cuda_conv2d_workspace_size of a new shape (creates the cuDNN
+ *     handle, runs cudnnFind*, which allocates and synchronises);
+ *   - kern_mem_alloc, kern_mem_free, kern_ctx_reserve, kern_ctx_set_workspace (cudaMalloc /
+ *     cudaFree / synchronise), kern_ctx_create / kern_ctx_destroy;
+ *   - kern_mem_copy D2H (it waits), kern_cuda_ctx_sync, and any cudaMemcpy (non-async),
+ *     cudaStreamSynchronize or cudaDeviceSynchronize of the caller's own;
+ *   - kern_mem_copy H2D from pageable host memory (rejected or, at best, a copy that re-reads
+ *     the same host address at every replay): upload the batch and the per-step scalars BEFORE
+ *     the replay, from pinned memory, with kern_mem_copy on the context's stream.
+ * Plan first: run fn once directly (it makes the conv plans and sizes the workspaces), then
+ * capture.
+ */
+struct kern_graph;
+
+/* The recorded function: enqueues ops on the context it was written for and returns 0 or the
+ * first negative code of an op (and stops there). */
+typedef int (*kern_graph_fn)(void *arg);
+
+/*
+ * Records fn(arg) on ctx as a graph and runs it once (see above). arg is borrowed: it must stay
+ * valid (and, on the CPU, keep describing the same work) until kern_graph_destroy, because the
+ * CPU replay calls fn(arg) again. On success *out owns the new graph; returns 0. On error *out
+ * is NULL, nothing was run on CUDA (on the CPU, fn ran once and its error is returned), and ctx
+ * is usable again:
+ *   -EINVAL       NULL ctx, fn or out;
+ *   -ENOTSUP      CUDA: an op inside fn is not capture-safe (cudaErrorStreamCaptureUnsupported,
+ *                 ...Invalidated, ...Implicit, ...); kern_cuda_ctx_last_error(ctx) names the CUDA
+ *                 error and, when fn's op recorded one, the op;
+ *   -EBUSY        CUDA: ctx's stream is already being captured (graphs do not nest);
+ *   fn's own code CUDA: fn failed for another reason (-EINVAL, -KERN_EWORKSPACE, ...);
+ *   -ENOMEM       the graph could not be allocated;
+ *   -EIO          CUDA: instantiation or the first launch failed (kern_cuda_ctx_last_error).
+ * Thread safety: as any op on ctx (one thread at a time), and on CUDA the same thread for the
+ * whole capture.
+ */
+KERN_API int kern_graph_capture(struct kern_ctx *ctx, kern_graph_fn fn, void *arg,
+                                struct kern_graph **out);
+
+/*
+ * Runs the recorded work once more on its context: CPU, fn(arg) again, returning its code; CUDA,
+ * one cudaGraphLaunch on the context's stream, returning as soon as it is enqueued (results
+ * visible after kern_cuda_ctx_sync or a D2H kern_mem_copy; memory read by the graph may be
+ * rewritten by work enqueued on the same stream after the replay). The context must still exist.
+ * Errors: -EINVAL (NULL g), -EIO (CUDA launch failure, kern_cuda_ctx_last_error), fn's code (CPU).
+ */
+KERN_API int kern_graph_replay(struct kern_graph *g);
+
+/* Frees g (after the replays enqueued on CUDA finish using it). Accepts NULL. Call it before
+ * kern_ctx_destroy of its context. */
+KERN_API void kern_graph_destroy(struct kern_graph *g);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Backend table                                                                            */
 
@@ -1082,6 +1209,9 @@ struct kern_ops {
     int (*aug_mixup)(struct kern_ctx *, uint8_t *, const uint8_t *, size_t, double);
     int (*aug_to_nchw)(struct kern_ctx *, void *, int, const uint8_t *, int, int);
     int (*aug_batch)(struct kern_ctx *, void *, int, int, const struct kern_aug_sample *, int);
+    /* --- graph --- */
+    int (*ema_update_dyn)(struct kern_ctx *, float *, const float *, size_t,
+                          const struct kern_sgd_dyn *);
 };
 
 /* The CPU reference table (kern_ref_*); its contexts are KERN_BACKEND_CPU. Never NULL. */

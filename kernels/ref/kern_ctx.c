@@ -314,6 +314,8 @@ static const struct kern_ops kern_ref_ops = {
     .aug_mixup = kern_ref_aug_mixup,
     .aug_to_nchw = kern_ref_aug_to_nchw,
     .aug_batch = kern_ref_aug_batch,
+    /* --- graph --- */
+    .ema_update_dyn = kern_ref_ema_update_dyn,
 };
 
 const struct kern_ops *kern_ops_ref(void)

@@ -63,6 +63,23 @@ static int optim_segs_check(const struct kern_optim_seg *seg, size_t n_seg, size
     return 0;
 }
 
+/* *e = d with the per-step scalars of d->dyn (host memory here) in place of the host fields,
+ * and dyn cleared: the step below then runs the same statements on the same values, so a step
+ * with dyn is bit for bit the step with those host fields. */
+static void sgd_desc_effective(const struct kern_sgd *d, struct kern_sgd *e)
+{
+    *e = *d;
+    const struct kern_sgd_dyn *const y = d->dyn;
+    if (!y) return;
+    for (int g = 0; g < KERN_OPTIM_MAX_GROUPS; g++)
+        e->group[g] = y->group[g];
+    e->first = y->first;
+    e->grad_scale = y->grad_scale;
+    e->ema_decay = y->ema_decay;
+    e->ema_weight = y->ema_weight;
+    e->dyn = NULL;
+}
+
 static int sgd_desc_check(const struct kern_sgd *d)
 {
     KERN_RETURN_IF(!d || d->n_seg == 0 || d->total == 0, -EINVAL);
@@ -124,12 +141,16 @@ static void sgd_segment(float *restrict th, float *restrict buf, float *restrict
     }
 }
 
-int kern_ref_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *d, float *restrict params,
+int kern_ref_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *desc, float *restrict params,
                       float *restrict momentum, float *restrict ema, const float *restrict grads,
                       const struct kern_optim_seg *restrict seg, const double *restrict sumsq,
                       const int32_t *restrict found_inf)
 {
     KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!desc, -EINVAL);
+    struct kern_sgd eff;
+    sgd_desc_effective(desc, &eff);
+    const struct kern_sgd *const d = &eff;
     int rc = sgd_desc_check(d);
     if (rc < 0) return rc;
     KERN_RETURN_IF(!params || !momentum || !grads, -EINVAL);
@@ -177,6 +198,14 @@ int kern_ref_ema_update(struct kern_ctx *ctx, float *restrict ema, const float *
         ema[i] = a + b;
     }
     return 0;
+}
+
+int kern_ref_ema_update_dyn(struct kern_ctx *ctx, float *restrict ema, const float *restrict x,
+                            size_t count, const struct kern_sgd_dyn *restrict dyn)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!dyn || !isfinite(dyn->ema_decay) || !isfinite(dyn->ema_weight), -EINVAL);
+    return kern_ref_ema_update(ctx, ema, x, count, dyn->ema_decay, dyn->ema_weight);
 }
 
 int kern_ref_amp_unscale(struct kern_ctx *ctx, float *restrict grads,

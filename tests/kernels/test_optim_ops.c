@@ -376,6 +376,50 @@ static void test_norm_clip(void)
 
 /* ---- plain EMA and unscale ---- */
 
+/* ---- per-step scalars in memory (kern_sgd.dyn) on the skipped-step paths ---- */
+
+static void test_sgd_dyn_skip(void)
+{
+    enum { LEN = 2000 };
+    struct kern_optim_seg seg[2] = { { 5, 900, 0, 0, 0 }, { 1000, 990, 0, 1, 0 } };
+    size_t total = 0;
+    if (kern_optim_segs_prepare(seg, 2, LEN, 2, &total) < 0) exit(99);
+    static float th[LEN], th0[LEN], buf[LEN], buf0[LEN], ema[LEN], r_ema[LEN], gr[LEN];
+    kt_fill(th, LEN, -1.0f, 1.0f);
+    kt_fill(buf, LEN, -1.0f, 1.0f);
+    kt_fill(ema, LEN, -1.0f, 1.0f);
+    kt_fill(gr, LEN, -1.0f, 1.0f);
+    memcpy(th0, th, sizeof th);
+    memcpy(buf0, buf, sizeof buf);
+    memcpy(r_ema, ema, sizeof ema);
+    const double ed = kt_uniform(0.5f, 0.999f);
+    struct kern_sgd_dyn dyn;
+    memset(&dyn, 0, sizeof dyn);
+    dyn.group[0].lr = dyn.group[1].lr = 0.01f;
+    dyn.group[0].momentum = dyn.group[1].momentum = 0.9f;
+    dyn.grad_scale = 1.0f;
+    dyn.ema_decay = (float)ed;
+    dyn.ema_weight = (float)(1.0 - ed);
+    struct kern_sgd d;
+    memset(&d, 0, sizeof d);
+    d.n_seg = 2, d.total = total, d.n_groups = 2, d.nesterov = 1, d.skip_nonfinite = 1;
+    d.ema_decay = d.ema_weight = NAN; /* ignored with dyn */
+    d.dyn = &dyn;
+    const int32_t found = 1;
+    const double nan_ss = NAN;
+    int rc = kern_ref_sgd_step(g_ctx, &d, th, buf, ema, gr, seg, NULL, &found);
+    rc |= kern_ref_sgd_step(g_ctx, &d, th, buf, ema, gr, seg, &nan_ss, NULL);
+    for (int k = 0; k < 2; k++)
+        for (size_t s = 0; s < 2; s++)
+            for (size_t i = seg[s].offset; i < seg[s].offset + seg[s].count; i++)
+                r_ema[i] = torch_ema(r_ema[i], th0[i], ed);
+    is_int(rc, 0, "dyn, found_inf and non-finite sumsq steps return 0");
+    ok(count_bit_diffs(th, th0, LEN) + count_bit_diffs(buf, buf0, LEN) == 0,
+       "skipped steps with dyn leave params and momentum alone");
+    const size_t bad = count_bit_diffs(ema, r_ema, LEN);
+    ok(bad == 0, "their EMA uses dyn's decay, bitwise (%zu differ)", bad);
+}
+
 static void test_ema_unscale(void)
 {
     const size_t n = (size_t)kt_randint(1, 30000);
@@ -588,6 +632,7 @@ int main(int argc, char **argv)
     test_sgd(1, 0, 3);
     test_norm_clip();
     test_ema_unscale();
+    test_sgd_dyn_skip();
     test_casts();
     kern_ctx_destroy(g_ctx);
     return tap_done();

@@ -44,6 +44,25 @@ int main(void)
     ok(r.net_bytes > 4 * 1872157, "the net holds at least its gradients (%zu bytes)", r.net_bytes);
     is_int(r.on_device, 0, "CPU run is not on a device");
 
+    is_int(r.resident, 0, "the CPU path runs the host step");
+
+    /* the resident step on the device data path (CPU ops): the same numbers, bit for bit */
+    struct trn_bench_step_opts dv = o;
+    dv.device_path = 1;
+    struct trn_bench_step_result rd;
+    rc = trn_bench_step_run(&dv, &rd, err, sizeof err);
+    ok(rc == 0, "resident bench step runs on the device data path: %s", rc ? err : "ok");
+    is_int(rd.resident, 1, "... and says it ran the resident step");
+    ok(rd.loss == r.loss, "... its last loss is the host step's, bit for bit (%.9g, %.9g)", rd.loss,
+       r.loss);
+    ok(rd.ms_forward > 0 && rd.ms_backward > 0 && rd.ms_optimizer > 0 && rd.ms_ema > 0,
+       "... every phase took time (fwd %.2f loss %.2f bwd %.2f opt %.2f ema %.2f ms)",
+       rd.ms_forward, rd.ms_loss, rd.ms_backward, rd.ms_optimizer, rd.ms_ema);
+    ok(rd.peak_bytes > rd.net_bytes + 2 * 4 * 1872157,
+       "... peak memory counts the net, momentum and EMA (%zu > %zu + 2 x params x 4)",
+       rd.peak_bytes, rd.net_bytes);
+    ok(r.peak_bytes == r.net_bytes, "the host step's peak is the net's memory");
+
     struct trn_bench_step_opts bad = o;
     bad.batch = 0;
     is_int(trn_bench_step_run(&bad, &r, err, sizeof err), -EINVAL, "batch 0 refused");

@@ -12,11 +12,18 @@
  * kern_mem_copy) on the CPU ops (trn_net_opts.device_path). Runs everywhere, and must agree
  * bit for bit, so the data path is tested before any GPU sees it.
  *
+ * RESIDENT (net.h): a third net, resident, fed through trn_net_forward_dev / backward_dev with
+ * the images and output gradients in its backend memory, must give the same outputs, BN
+ * statistics and gradients once they are brought back with trn_net_sync_model / sync_grad, and
+ * must leave the host model and mirror alone until then; a net sharing its device copies
+ * (trn_net_opts.share) reads them, and sharing across models is refused.
+ *
  * Tolerance: fp32 on both sides, but cuDNN picks its own algorithms (Winograd, FFT, TF32 tensor
  * cores where allowed) and sums in other orders, so errors are measured relative to each
  * tensor's largest magnitude: outputs and boxes within 2e-3, gradients within 1e-2 (they go
  * through ~60 layers of backward), BN statistics within 1e-3.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -192,6 +199,139 @@ out:
     trn_model_destroy(mg);
 }
 
+/* A resident net (and one sharing its device copies) against the CPU net, see RESIDENT. */
+static void run_resident(int batch, int h, int w)
+{
+    char err[256], what[160];
+    struct trn_model *mc = load(), *mg = load();
+    const struct trn_model_info *I = trn_model_info(mc);
+    struct trn_net_opts o;
+    trn_net_opts_default(&o);
+    struct trn_net *nc = NULL, *ng = NULL, *ns = NULL, *bad = NULL;
+    struct kern_ctx *ctx = NULL;
+    if (trn_net_create(mc, batch, h, w, &o, &nc, err, sizeof err)) {
+        printf("Bail out! CPU net: %s\n", err);
+        exit(99);
+    }
+    struct kern_ctx_opts ko;
+    kern_ctx_opts_default(&ko);
+    if (!emulate) {
+        ko.backend = KERN_BACKEND_CUDA;
+        ko.device = 0;
+    }
+    int rc = kern_ctx_create(&ko, &ctx);
+    o.ctx = ctx;
+    o.device_path = emulate;
+    if (!rc) rc = trn_net_create(mg, batch, h, w, &o, &ng, err, sizeof err);
+    if (!rc) {
+        o.share = ng;
+        o.train = false;
+        rc = trn_net_create(mg, 1, h, w, &o, &ns, err, sizeof err);
+    }
+    checks++;
+    if (rc) {
+        printf("FAIL resident nets: %s\n", err);
+        failures++;
+        goto out;
+    }
+    printf("ok   resident net and a net sharing its device copies created\n");
+    {
+        struct trn_net_opts ob = o;
+        ob.share = nc; /* another model, another context */
+        rc = trn_net_create(mg, 1, h, w, &ob, &bad, err, sizeof err);
+        check(rc == -EINVAL && !bad, "rc", rc, 0, "sharing another model's net is refused");
+    }
+    const bool shares =
+        trn_net_dev_arena(ns, TRN_ARENA_PARAM) == trn_net_dev_arena(ng, TRN_ARENA_PARAM);
+    check(shares, "same", shares, 1, "the sharing net reads the shared parameter copy");
+    trn_net_set_resident(ng, true);
+    check(trn_net_resident(ng), "resident", trn_net_resident(ng), 1, "resident flag set");
+    const struct kern_ops *K = trn_net_kern_ops(ng);
+    check(K != NULL && trn_net_kern_ctx(ng) == ctx, "ok", K != NULL, 1, "the net's ops and ctx");
+    rc = trn_net_sync_model(ng, KERN_COPY_H2D);
+
+    const size_t n_img = (size_t)batch * 3 * (size_t)h * (size_t)w;
+    const size_t nb = I->arena_len[TRN_ARENA_BUFFER], np = I->arena_len[TRN_ARENA_PARAM];
+    float *img = malloc(n_img * sizeof(float)), *d_img = NULL;
+    float *buf0 = malloc(nb * sizeof(float)), *host = malloc(np * sizeof(float));
+    for (size_t i = 0; i < n_img; i++)
+        img[i] = urandf();
+    memcpy(buf0, trn_model_arena(mg, TRN_ARENA_BUFFER), nb * sizeof(float));
+    if (!rc) rc = kern_mem_alloc(ctx, n_img * sizeof(float), (void **)&d_img);
+    if (!rc) rc = kern_mem_copy(ctx, d_img, img, n_img * sizeof(float), KERN_COPY_H2D);
+    const float *oc[8], *og[8];
+    float *d_dout[8] = { 0 }, *dout[8] = { 0 };
+    const int nl = trn_net_levels(nc);
+    trn_net_zero_grad(nc);
+    trn_net_zero_grad(ng);
+    if (rc || trn_net_forward(nc, img, true, oc) ||
+        (rc = trn_net_forward_dev(ng, d_img, true, true, og))) {
+        printf("FAIL resident training forward: %s\n", trn_net_strerror(rc));
+        failures++;
+        goto free_all;
+    }
+    for (int l = 0; l < nl; l++) {
+        const size_t n = (size_t)trn_net_output_shape(nc, l, NULL);
+        float *got = malloc(n * sizeof(float));
+        dout[l] = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            dout[l][i] = (urandf() - 0.5f) * 1e-2f;
+        rc = kern_mem_copy(ctx, got, og[l], n * sizeof(float), KERN_COPY_D2H);
+        if (!rc) rc = kern_mem_alloc(ctx, n * sizeof(float), (void **)&d_dout[l]);
+        if (!rc) rc = kern_mem_copy(ctx, d_dout[l], dout[l], n * sizeof(float), KERN_COPY_H2D);
+        const double e = rc ? INFINITY : rel_err(got, oc[l], n);
+        snprintf(what, sizeof what, "resident %dx%d level %d Detect output (backend memory)", h, w,
+                 l);
+        check(e <= tol(2e-3), "rel err", e, tol(2e-3), what);
+        free(got);
+    }
+    {
+        const int same = memcmp(buf0, trn_model_arena(mg, TRN_ARENA_BUFFER), nb * 4) == 0;
+        check(same, "unchanged", same, 1, "resident: the host BN buffers are not brought back");
+        rc = trn_net_sync_model(ng, KERN_COPY_D2H);
+        const double e = rc ? INFINITY
+                            : rel_err(trn_model_arena(mg, TRN_ARENA_BUFFER),
+                                      trn_model_arena(mc, TRN_ARENA_BUFFER), nb);
+        check(e <= tol(1e-3), "rel err", e, tol(1e-3),
+              "resident: BN running stats after trn_net_sync_model");
+    }
+    if (trn_net_backward(nc, (const float *const *)dout) ||
+        (rc = trn_net_backward_dev(ng, (const float *const *)d_dout))) {
+        printf("FAIL resident backward: %s\n", trn_net_strerror(rc));
+        failures++;
+        goto free_all;
+    }
+    {
+        const float *mirror = trn_net_grad(ng);
+        int zero = 1;
+        for (size_t i = 0; i < np; i++)
+            zero &= mirror[i] == 0.0f;
+        check(zero, "zero", zero, 1, "resident: backward leaves the host gradient mirror alone");
+        rc = kern_mem_copy(ctx, host, trn_net_dev_grad(ng), np * sizeof(float), KERN_COPY_D2H);
+        const double e = rc ? INFINITY : rel_err(host, trn_net_grad(nc), np);
+        check(e <= tol(1e-2), "rel err", e, tol(1e-2), "resident: parameter gradients (device)");
+        rc = trn_net_sync_grad(ng, KERN_COPY_D2H);
+        const int same = !rc && memcmp(trn_net_grad(ng), host, np * sizeof(float)) == 0;
+        check(same, "same", same, 1, "trn_net_sync_grad brings the device gradients to the mirror");
+    }
+free_all:
+    for (int l = 0; l < nl; l++) {
+        free(dout[l]);
+        kern_mem_free(ctx, d_dout[l]);
+    }
+    kern_mem_free(ctx, d_img);
+    free(img);
+    free(buf0);
+    free(host);
+out:
+    trn_net_destroy(ns);
+    trn_net_destroy(ng);
+    trn_net_destroy(nc);
+    kern_ctx_destroy(ctx);
+    trn_model_destroy(mc);
+    trn_model_destroy(mg);
+}
+
 int main(int argc, char **argv)
 {
     emulate = argc > 1 && strcmp(argv[1], "--device-path") == 0;
@@ -220,6 +360,7 @@ int main(int argc, char **argv)
     }
     run_shape(2, 128, 128);
     run_shape(2, 96, 160);
+    run_resident(2, 96, 128);
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

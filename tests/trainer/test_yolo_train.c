@@ -106,7 +106,8 @@ static void test_bench(void)
     cJSON *j = o ? cJSON_Parse(o) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "images_per_s");
     ok(cJSON_IsObject(j) && cJSON_IsNumber(v) && v->valuedouble > 0,
-       "prints a JSON object with images_per_s > 0 (%s)", o ? o : "");
+       "prints a JSON object with images_per_s > 0 (%.*s)", o ? (int)strcspn(o, "\n") : 0,
+       o ? o : "");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "mosaic");
     ok(cJSON_IsNumber(m) && m->valuedouble == 1.0, "at full augmentation (mosaic 1)");
     cJSON_Delete(j);
