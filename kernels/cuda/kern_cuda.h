@@ -307,6 +307,35 @@ KERN_API int kern_cuda_graph_capture(struct kern_ctx *ctx, kern_graph_fn fn, voi
 KERN_API int kern_cuda_graph_replay(struct kern_ctx *ctx, void *exec);
 KERN_API void kern_cuda_graph_destroy(struct kern_ctx *ctx, void *exec);
 
+/* --- lowp --- */
+/*
+ * The twins of kern.h's reduced-precision convs (kern_ref_conv2d_lowp_*): cuDNN with data type
+ * BFLOAT16 / HALF (FLOAT for KERN_DT_F32), compute type FLOAT, CUDNN_TENSOR_OP_MATH (tensor
+ * cores; FMA math for KERN_DT_F32, no TF32), tensor format NCHW or NHWC. Plans (descriptors,
+ * algorithms, workspace sizes) are cached per (shape, dtype, layout), as the float32 ones: plan
+ * every shape before a graph capture. Differences from the reference, inside the parity
+ * tolerances: cuDNN's summation order; fwd with bias rounds twice (y = r(r(S) + b), cuDNN's
+ * AddTensor on the reduced-type y); bwd_data with KERN_ACCUM_DX blends dx_old in cuDNN's
+ * epilogue. bwd_filter and bwd_bias compute r(S) into the workspace (reduced type: the legacy
+ * API wants dw in the input type) and one kernel widens it into (or adds it to) the float32
+ * dw / db.
+ */
+KERN_API int kern_cuda_conv2d_lowp_workspace_size(struct kern_ctx *ctx,
+                                                  const struct kern_conv2d_lowp *d, size_t *bytes);
+KERN_API int kern_cuda_conv2d_lowp_fwd(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                       void *KERN_RESTRICT y, const void *KERN_RESTRICT x,
+                                       const void *KERN_RESTRICT w, const void *KERN_RESTRICT bias);
+KERN_API int kern_cuda_conv2d_lowp_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                            void *KERN_RESTRICT dx, const void *KERN_RESTRICT dy,
+                                            const void *KERN_RESTRICT w, unsigned accum);
+KERN_API int kern_cuda_conv2d_lowp_bwd_filter(struct kern_ctx *ctx,
+                                              const struct kern_conv2d_lowp *d,
+                                              float *KERN_RESTRICT dw, const void *KERN_RESTRICT dy,
+                                              const void *KERN_RESTRICT x, unsigned accum);
+KERN_API int kern_cuda_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                            float *KERN_RESTRICT db, const void *KERN_RESTRICT dy,
+                                            unsigned accum);
+
 #ifdef __cplusplus
 }
 #endif

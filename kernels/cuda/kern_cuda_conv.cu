@@ -16,7 +16,7 @@
  * API earns its verbosity only for fusions (conv + bias + SiLU, conv + BN statistics): that is
  * the next step, and it slots in behind the same struct kern_conv_plan.
  *
- * Plans: one per distinct struct kern_conv2d (and, later, dtype), made at setup by
+ * Plans: one per distinct (struct kern_conv2d, data type, layout), made at setup by
  * kern_cuda_conv2d_workspace_size (or lazily by the first op on a new shape): descriptors, the
  * three algorithms chosen once by cudnnFind* (fastest deterministic one whose workspace fits
  * KERN_CONV_WS_CAP; cudnnGet*_v7 heuristics if Find fails), and their workspace sizes. The
@@ -24,8 +24,8 @@
  * kernels and allocates, so plan every shape before capturing a CUDA graph.
  *
  * Math: the fp32 path uses CUDNN_FMA_MATH (no TF32) so that it matches the fp32 CPU reference
- * to fp32 tolerances. The bf16/fp16 path will set the data type per plan with
- * CUDNN_DATA_FLOAT compute and CUDNN_TENSOR_OP_MATH; nothing else here changes.
+ * to fp32 tolerances. The bf16/fp16 path (kern_cuda_conv2d_lowp_*, "lowp" below) sets the data
+ * type per plan with CUDNN_DATA_FLOAT compute and CUDNN_TENSOR_OP_MATH, in NCHW or NHWC.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +44,9 @@ void kern_cuda_conv_release(struct kern_ctx *ctx);
 
 struct kern_conv_plan {
     struct kern_conv_plan *next;
-    struct kern_conv2d d;  /* the key (memcmp: the struct has no padding, all ints) */
-    cudnnDataType_t dtype; /* tensor data type; CUDNN_DATA_FLOAT for now */
+    struct kern_conv2d d;  /* the key (memcmp: the struct has no padding, all ints) ... */
+    cudnnDataType_t dtype; /* ... with the tensor data type (FLOAT, BFLOAT16, HALF) ... */
+    int layout;            /* ... and the layout (KERN_LAYOUT_*: cuDNN format NCHW or NHWC) */
     int h_out, w_out;      /* output plane */
     cudnnTensorDescriptor_t xd, yd, bd;
     cudnnFilterDescriptor_t wd;
@@ -179,23 +180,29 @@ static int plan_search(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_p
 static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p)
 {
     const struct kern_conv2d *const d = &p->d;
+    const cudnnTensorFormat_t fmt =
+        p->layout == KERN_LAYOUT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&p->xd));
     CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&p->yd));
     CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&p->bd));
     CUDNN_TRY(ctx, cudnnCreateFilterDescriptor(&p->wd));
     CUDNN_TRY(ctx, cudnnCreateConvolutionDescriptor(&p->cd));
-    CUDNN_TRY(ctx, cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NCHW, p->dtype, d->n, d->c_in,
-                                              d->h_in, d->w_in));
-    CUDNN_TRY(ctx, cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NCHW, p->dtype, d->n, d->c_out,
-                                              p->h_out, p->w_out));
+    CUDNN_TRY(ctx,
+              cudnnSetTensor4dDescriptor(p->xd, fmt, p->dtype, d->n, d->c_in, d->h_in, d->w_in));
+    CUDNN_TRY(ctx,
+              cudnnSetTensor4dDescriptor(p->yd, fmt, p->dtype, d->n, d->c_out, p->h_out, p->w_out));
     CUDNN_TRY(ctx,
               cudnnSetTensor4dDescriptor(p->bd, CUDNN_TENSOR_NCHW, p->dtype, 1, d->c_out, 1, 1));
-    CUDNN_TRY(ctx, cudnnSetFilter4dDescriptor(p->wd, p->dtype, CUDNN_TENSOR_NCHW, d->c_out, d->c_in,
-                                              d->k_h, d->k_w));
+    CUDNN_TRY(ctx,
+              cudnnSetFilter4dDescriptor(p->wd, p->dtype, fmt, d->c_out, d->c_in, d->k_h, d->k_w));
     CUDNN_TRY(ctx,
               cudnnSetConvolution2dDescriptor(p->cd, d->pad_h, d->pad_w, d->stride_h, d->stride_w,
                                               1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, CUDNN_FMA_MATH));
+    /* float32: no TF32 (matches the fp32 reference); 16-bit types: tensor cores, fp32 sums (the
+     * compute type above is FLOAT: cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF configurations). */
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->dtype == CUDNN_DATA_FLOAT
+                                                          ? CUDNN_FMA_MATH
+                                                          : CUDNN_TENSOR_OP_MATH));
     int n, c, oh, ow;
     CUDNN_TRY(ctx, cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &oh, &ow));
     if (n != d->n || c != d->c_out || oh != p->h_out || ow != p->w_out)
@@ -203,14 +210,15 @@ static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_pl
     return plan_search(ctx, h, p);
 }
 
-/* The cached plan of shape d, made on first use. */
-static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, struct kern_conv_plan **out)
+/* The cached plan of shape d, data type dt and layout, made on first use. */
+static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, cudnnDataType_t dt,
+                    int layout, struct kern_conv_plan **out)
 {
     int oh, ow;
     if (conv_out_hw(d, &oh, &ow) < 0) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     for (struct kern_conv_plan *p = st->plans; p; p = p->next) {
-        if (!memcmp(&p->d, d, sizeof(*d)) && p->dtype == CUDNN_DATA_FLOAT) {
+        if (!memcmp(&p->d, d, sizeof(*d)) && p->dtype == dt && p->layout == layout) {
             *out = p;
             return 0;
         }
@@ -222,7 +230,8 @@ static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, struct ke
     struct kern_conv_plan *const p = (struct kern_conv_plan *)calloc(1, sizeof(*p));
     if (!p) return -ENOMEM;
     p->d = *d;
-    p->dtype = CUDNN_DATA_FLOAT;
+    p->dtype = dt;
+    p->layout = layout;
     p->h_out = oh;
     p->w_out = ow;
     rc = plan_build(ctx, h, p);
@@ -242,7 +251,7 @@ int kern_cuda_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv
     KERN_CHECK_CUDA_CTX(ctx);
     if (!bytes) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, &p);
+    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
     if (rc < 0) return rc;
     size_t m = p->ws_fwd > p->ws_data ? p->ws_fwd : p->ws_data;
     *bytes = m > p->ws_filter ? m : p->ws_filter;
@@ -256,7 +265,7 @@ int kern_cuda_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d, floa
     KERN_CHECK_CUDA_CTX(ctx);
     if (!y || !x || !w) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, &p);
+    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
     if (rc < 0) return rc;
     if (p->ws_fwd > ctx->ws_size) return -KERN_EWORKSPACE;
     const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
@@ -276,7 +285,7 @@ int kern_cuda_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d,
     KERN_CHECK_ACCUM(accum);
     if (!dx || !dy || !w) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, &p);
+    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
     if (rc < 0) return rc;
     if (p->ws_data > ctx->ws_size) return -KERN_EWORKSPACE;
     const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
@@ -295,7 +304,7 @@ int kern_cuda_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *
     KERN_CHECK_ACCUM(accum);
     if (!dw || !dy || !x) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, &p);
+    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
     if (rc < 0) return rc;
     if (p->ws_filter > ctx->ws_size) return -KERN_EWORKSPACE;
     const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
@@ -314,12 +323,236 @@ int kern_cuda_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d,
     KERN_CHECK_ACCUM(accum);
     if (!db || !dy) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, &p);
+    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
     if (rc < 0) return rc;
     const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
     const float one = 1.0f, beta = (accum & KERN_ACCUM_DPARAM) ? 1.0f : 0.0f;
     CUDNN_TRY(ctx, cudnnConvolutionBackwardBias(h, &one, p->yd, dy, &beta, p->bd, db));
     return 0;
+}
+
+/* --- lowp --- */
+/*
+ * Reduced-precision convs (kern.h "conv2d in reduced precision"). cuDNN does the three
+ * convolutions in the plan's data type with float32 compute. Its legacy API takes dw in the
+ * input type (no mixed x/dy bf16 with dw float32), so bwd_filter writes r(S) to the head of
+ * the workspace and lp_widen_kernel widens it into (or adds it to) the float32 dw; the bias of
+ * fwd and the whole of bwd_bias are small kernels of our own (same formula for every dtype and
+ * layout, no dependence on which types cudnnAddTensor / BackwardBias accept).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+/* Offset of cuDNN's workspace after the reduced-type dw at the head of ctx's workspace. */
+#define LP_ALIGN 256
+
+static size_t lp_round_up(size_t n)
+{
+    return (n + LP_ALIGN - 1) / LP_ALIGN * LP_ALIGN;
+}
+
+static __device__ __forceinline__ float lp_load(int dt, const void *p, size_t i)
+{
+    if (dt == KERN_DT_BF16) return __uint_as_float((unsigned)((const unsigned short *)p)[i] << 16);
+    if (dt == KERN_DT_F16) return __half2float(__ushort_as_half(((const unsigned short *)p)[i]));
+    return ((const float *)p)[i];
+}
+
+static __device__ __forceinline__ void lp_store(int dt, void *p, size_t i, float v)
+{
+    if (dt == KERN_DT_BF16)
+        ((unsigned short *)p)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    else if (dt == KERN_DT_F16)
+        ((unsigned short *)p)[i] = __half_as_ushort(__float2half_rn(v));
+    else
+        ((float *)p)[i] = v;
+}
+
+/* r(v) widened back to float32. */
+static __device__ __forceinline__ float lp_round(int dt, float v)
+{
+    if (dt == KERN_DT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    if (dt == KERN_DT_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
+/* dst (=|+=) widen(src), n elements (dw: same layout on both sides). */
+static __global__ void lp_widen_kernel(float *__restrict__ dst, const void *__restrict__ src,
+                                       size_t n, int dt, int add)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float v = lp_load(dt, src, i);
+        dst[i] = add ? dst[i] + v : v;
+    }
+}
+
+/* y = r(y + b[channel]) over n images of c channels and p positions. */
+static __global__ void lp_bias_kernel(void *__restrict__ y, const void *__restrict__ b, size_t n,
+                                      int c, size_t p, int dt, int nhwc)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int ch = nhwc ? (int)(i % (size_t)c) : (int)((i / p) % (size_t)c);
+        lp_store(dt, y, i, lp_load(dt, y, i) + lp_load(dt, b, (size_t)ch));
+    }
+}
+
+/* One block per channel: db[c] (=|+=) r((float)(sum of dy in double)), fixed order. */
+static __global__ void lp_bwd_bias_kernel(float *__restrict__ db, const void *__restrict__ dy,
+                                          int n, int c, size_t p, int dt, int nhwc, int add)
+{
+    const int ch = blockIdx.x;
+    const size_t per = (size_t)n * p;
+    double s = 0.0, unused = 0.0;
+    for (size_t k = threadIdx.x; k < per; k += blockDim.x) {
+        const size_t i = k / p, q = k % p;
+        const size_t at =
+            nhwc ? (i * p + q) * (size_t)c + (size_t)ch : (i * (size_t)c + (size_t)ch) * p + q;
+        s += (double)lp_load(dt, dy, at);
+    }
+    kern_cuda_block_sum2(s, unused);
+    if (threadIdx.x == 0) {
+        const float v = lp_round(dt, (float)s);
+        db[ch] = add ? db[ch] + v : v;
+    }
+}
+
+static int lp_check(const struct kern_conv2d_lowp *d, cudnnDataType_t *dt)
+{
+    if (!d || (d->layout != KERN_LAYOUT_NCHW && d->layout != KERN_LAYOUT_NHWC)) return -EINVAL;
+    switch (d->dtype) {
+    case KERN_DT_F32:
+        *dt = CUDNN_DATA_FLOAT;
+        return 0;
+    case KERN_DT_BF16:
+        *dt = CUDNN_DATA_BFLOAT16;
+        return 0;
+    case KERN_DT_F16:
+        *dt = CUDNN_DATA_HALF;
+        return 0;
+    default:
+        return -EINVAL;
+    }
+}
+
+static int lp_plan(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                   struct kern_conv_plan **p)
+{
+    cudnnDataType_t dt;
+    const int rc = lp_check(d, &dt);
+    if (rc < 0) return rc;
+    return plan_get(ctx, &d->conv, dt, d->layout, p);
+}
+
+/* Bytes of the reduced-type dw kept at the head of the workspace by bwd_filter (0 for f32). */
+static size_t lp_dw_bytes(const struct kern_conv2d_lowp *d)
+{
+    if (d->dtype == KERN_DT_F32) return 0;
+    const struct kern_conv2d *const c = &d->conv;
+    return lp_round_up((size_t)c->c_out * c->c_in * c->k_h * c->k_w * 2);
+}
+
+int kern_cuda_conv2d_lowp_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                         size_t *bytes)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if (!bytes) return -EINVAL;
+    struct kern_conv_plan *p;
+    const int rc = lp_plan(ctx, d, &p);
+    if (rc < 0) return rc;
+    const size_t m = p->ws_fwd > p->ws_data ? p->ws_fwd : p->ws_data;
+    const size_t f = lp_dw_bytes(d) + p->ws_filter;
+    *bytes = m > f ? m : f;
+    return 0;
+}
+
+int kern_cuda_conv2d_lowp_fwd(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                              void *__restrict__ y, const void *__restrict__ x,
+                              const void *__restrict__ w, const void *__restrict__ bias)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if (!y || !x || !w) return -EINVAL;
+    struct kern_conv_plan *p;
+    const int rc = lp_plan(ctx, d, &p);
+    if (rc < 0) return rc;
+    if (p->ws_fwd > ctx->ws_size) return -KERN_EWORKSPACE;
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    const cudnnHandle_t h = (cudnnHandle_t)st->cudnn;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->fwd_math));
+    CUDNN_TRY(ctx, cudnnConvolutionForward(h, &one, p->xd, x, p->wd, w, p->cd, p->fwd, ctx->ws,
+                                           p->ws_fwd, &zero, p->yd, y));
+    if (!bias) return 0;
+    const size_t pos = (size_t)p->h_out * p->w_out, n = (size_t)d->conv.n * d->conv.c_out * pos;
+    lp_bias_kernel<<<kern_cuda_blocks(n), KERN_CUDA_THREADS, 0, st->stream>>>(
+        y, bias, n, d->conv.c_out, pos, d->dtype, d->layout == KERN_LAYOUT_NHWC);
+    return kern_cuda_launched(ctx, "conv2d_lowp_fwd bias");
+}
+
+int kern_cuda_conv2d_lowp_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                   void *__restrict__ dx, const void *__restrict__ dy,
+                                   const void *__restrict__ w, unsigned accum)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    if (!dx || !dy || !w) return -EINVAL;
+    struct kern_conv_plan *p;
+    const int rc = lp_plan(ctx, d, &p);
+    if (rc < 0) return rc;
+    if (p->ws_data > ctx->ws_size) return -KERN_EWORKSPACE;
+    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
+    const float one = 1.0f, beta = (accum & KERN_ACCUM_DX) ? 1.0f : 0.0f;
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->data_math));
+    CUDNN_TRY(ctx, cudnnConvolutionBackwardData(h, &one, p->wd, w, p->yd, dy, p->cd, p->bwd_data,
+                                                ctx->ws, p->ws_data, &beta, p->xd, dx));
+    return 0;
+}
+
+int kern_cuda_conv2d_lowp_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                     float *__restrict__ dw, const void *__restrict__ dy,
+                                     const void *__restrict__ x, unsigned accum)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    if (!dw || !dy || !x) return -EINVAL;
+    struct kern_conv_plan *p;
+    const int rc = lp_plan(ctx, d, &p);
+    if (rc < 0) return rc;
+    const size_t head = lp_dw_bytes(d);
+    if (head + p->ws_filter > ctx->ws_size) return -KERN_EWORKSPACE;
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    const cudnnHandle_t h = (cudnnHandle_t)st->cudnn;
+    const int add = (accum & KERN_ACCUM_DPARAM) != 0;
+    const float one = 1.0f, beta = (head == 0 && add) ? 1.0f : 0.0f;
+    void *const out = head ? ctx->ws : (void *)dw;
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->filter_math));
+    CUDNN_TRY(ctx, cudnnConvolutionBackwardFilter(h, &one, p->xd, x, p->yd, dy, p->cd,
+                                                  p->bwd_filter, (char *)ctx->ws + head,
+                                                  p->ws_filter, &beta, p->wd, out));
+    if (!head) return 0;
+    const struct kern_conv2d *const c = &d->conv;
+    const size_t n = (size_t)c->c_out * c->c_in * c->k_h * c->k_w;
+    lp_widen_kernel<<<kern_cuda_blocks(n), KERN_CUDA_THREADS, 0, st->stream>>>(dw, ctx->ws, n,
+                                                                               d->dtype, add);
+    return kern_cuda_launched(ctx, "conv2d_lowp_bwd_filter widen");
+}
+
+int kern_cuda_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                   float *__restrict__ db, const void *__restrict__ dy,
+                                   unsigned accum)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    if (!db || !dy) return -EINVAL;
+    cudnnDataType_t dt;
+    int oh, ow;
+    if (lp_check(d, &dt) < 0 || conv_out_hw(&d->conv, &oh, &ow) < 0) return -EINVAL;
+    lp_bwd_bias_kernel<<<(unsigned)d->conv.c_out, KERN_CUDA_THREADS, 0,
+                         kern_cuda_st(ctx)->stream>>>(
+        db, dy, d->conv.n, d->conv.c_out, (size_t)oh * ow, d->dtype, d->layout == KERN_LAYOUT_NHWC,
+        (accum & KERN_ACCUM_DPARAM) != 0);
+    return kern_cuda_launched(ctx, "conv2d_lowp_bwd_bias");
 }
 
 #else /* no cuDNN: the conv ops exist (the table needs them) but say the backend lacks them */
@@ -367,6 +600,50 @@ int kern_cuda_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *
 
 int kern_cuda_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d,
                               float *__restrict__ db, const float *__restrict__ dy, unsigned accum)
+{
+    (void)d, (void)db, (void)dy, (void)accum;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+/* --- lowp --- */
+int kern_cuda_conv2d_lowp_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                         size_t *bytes)
+{
+    (void)d, (void)bytes;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+
+int kern_cuda_conv2d_lowp_fwd(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                              void *__restrict__ y, const void *__restrict__ x,
+                              const void *__restrict__ w, const void *__restrict__ bias)
+{
+    (void)d, (void)y, (void)x, (void)w, (void)bias;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+
+int kern_cuda_conv2d_lowp_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                   void *__restrict__ dx, const void *__restrict__ dy,
+                                   const void *__restrict__ w, unsigned accum)
+{
+    (void)d, (void)dx, (void)dy, (void)w, (void)accum;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+
+int kern_cuda_conv2d_lowp_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                     float *__restrict__ dw, const void *__restrict__ dy,
+                                     const void *__restrict__ x, unsigned accum)
+{
+    (void)d, (void)dw, (void)dy, (void)x, (void)accum;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+
+int kern_cuda_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                   float *__restrict__ db, const void *__restrict__ dy,
+                                   unsigned accum)
 {
     (void)d, (void)db, (void)dy, (void)accum;
     KERN_CHECK_CUDA_CTX(ctx);

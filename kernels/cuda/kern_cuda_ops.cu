@@ -64,6 +64,12 @@ static const struct kern_ops kern_cuda_ops = {
     kern_cuda_aug_batch,
     /* --- graph --- */
     kern_cuda_ema_update_dyn,
+    /* --- lowp --- */
+    kern_cuda_conv2d_lowp_workspace_size,
+    kern_cuda_conv2d_lowp_fwd,
+    kern_cuda_conv2d_lowp_bwd_data,
+    kern_cuda_conv2d_lowp_bwd_filter,
+    kern_cuda_conv2d_lowp_bwd_bias,
 };
 
 const struct kern_ops *kern_ops_cuda(void)

@@ -1106,6 +1106,89 @@ KERN_API int kern_graph_replay(struct kern_graph *g);
  * kern_ctx_destroy of its context. */
 KERN_API void kern_graph_destroy(struct kern_graph *g);
 
+/* --- lowp --- */
+/* ---------------------------------------------------------------------------------------- */
+/* conv2d in reduced precision (AMP): bf16 / fp16 tensors, fp32 accumulation, NCHW or NHWC  */
+
+/*
+ * The convolutions of PyTorch's autocast: inputs and weights in bf16 (or fp16), products and
+ * sums in float32, outputs in the reduced type; the parameter gradients come back as float32
+ * so that they add straight into the fp32 master gradients. These are separate entry points
+ * with their own descriptor: struct kern_conv2d and the float32 kern_*_conv2d_* ops above are
+ * unchanged (bit for bit).
+ *
+ * ELEMENT TYPES (dtype). KERN_DT_BF16 and KERN_DT_F16 tensors are arrays of uint16_t holding
+ * the bit patterns (bf16: the top half of a float32; fp16: IEEE binary16), as the casts
+ * kern_*_cast_f32_bf16 / _f16 write them. KERN_DT_F32 is float32 (then these ops are float32
+ * convolutions with a layout choice). Let r(v) be the rounding of a float32 v to dtype, round to
+ * nearest, ties to even, overflow to +-Inf, fp16 subnormals kept (as the casts; identity for
+ * KERN_DT_F32), and S the exact-product float32 sum the op computes (every product of two
+ * 16-bit values is exact in float32; the order of the float32 additions is the backend's).
+ * The CPU reference defines:
+ *   fwd          y  = r(S + b)                 bias (dtype, optional) added in float32 before the
+ *                                              one rounding
+ *   bwd_data     dx = r(S)  |  r(dx_old + S)   with KERN_ACCUM_DX (dx_old widened, float32 add)
+ *   bwd_filter   dw = r(S)  |  dw_old + r(S)   dw float32; r(S) widened exactly
+ *   bwd_bias     db = r(S)  |  db_old + r(S)   db float32; S the sum of dy over n, h, w in
+ *                                              double, rounded to float32
+ * The gradients r(S) of the parameters are what PyTorch gives: under autocast the conv's weight
+ * gradient is a bf16 tensor that the cast's backward widens and accumulates into the fp32 .grad.
+ * The reduced-type dw also matches cuDNN's legacy API, which requires dw in the input type
+ * (the CUDA twin computes r(S) into its workspace, then widens and adds it in one kernel).
+ * fp16 gradients can overflow to Inf: that is the dynamic loss scaler's signal (kern_sgd
+ * skip_nonfinite / kern_*_amp_unscale found_inf), as in PyTorch.
+ *
+ * LAYOUT. KERN_LAYOUT_NCHW: x (n, c_in, h, w), y (n, c_out, h_out, w_out), w and dw (c_out,
+ * c_in, k_h, k_w), as the float32 ops. KERN_LAYOUT_NHWC (PyTorch channels_last): x (n, h, w,
+ * c_in), y (n, h_out, w_out, c_out), w and dw (c_out, k_h, k_w, c_in). Bias and db: (c_out).
+ * The layout only moves elements: the CPU reference gives the same values bit for bit in both.
+ *
+ * WORKSPACE. kern_*_conv2d_lowp_workspace_size, as the float32 ops: reserve the maximum once.
+ * CPU: per working thread c_in h_in w_in + c_out h_out w_out floats more than the float32 op
+ * (the widened image and the float32 output), plus c_out c_in k_h k_w floats shared (widened
+ * weights, or the float32 dw sum). CUDA: the cuDNN algorithms' need plus, for bwd_filter and
+ * bwd_bias, the reduced-type dw / db (16-byte aligned).
+ *
+ * Errors, aliasing, threads and accumulation bits: as the float32 conv2d ops (-EINVAL also for
+ * a dtype or layout outside the enums).
+ */
+enum { KERN_DT_F32 = 0, KERN_DT_BF16 = 1, KERN_DT_F16 = 2 };
+enum { KERN_LAYOUT_NCHW = 0, KERN_LAYOUT_NHWC = 1 };
+
+struct kern_conv2d_lowp {
+    struct kern_conv2d conv; /* the shape, as for the float32 ops */
+    int dtype;               /* KERN_DT_*: type of x, w, bias, y, dx, dy (dw, db are float32) */
+    int layout;              /* KERN_LAYOUT_*: of x, y, dx, dy, w, dw */
+};
+
+/* Fills *d with the shape *conv (copied), dtype and layout. NULL d or conv: nothing. */
+KERN_API void kern_conv2d_lowp_init(struct kern_conv2d_lowp *d, const struct kern_conv2d *conv,
+                                    int dtype, int layout);
+
+/* Bytes of workspace for the four lowp ops of d on ctx (see WORKSPACE). Errors: -EINVAL. */
+KERN_API int kern_ref_conv2d_lowp_workspace_size(struct kern_ctx *ctx,
+                                                 const struct kern_conv2d_lowp *d, size_t *bytes);
+
+/* y = r(conv(x, w) + bias); bias (c_out, dtype) may be NULL. y is overwritten. */
+KERN_API int kern_ref_conv2d_lowp_fwd(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                      void *KERN_RESTRICT y, const void *KERN_RESTRICT x,
+                                      const void *KERN_RESTRICT w, const void *KERN_RESTRICT bias);
+
+/* dx (dtype) = r(S) or r(dx + S) given dy (dtype) and w (dtype). Uses KERN_ACCUM_DX. */
+KERN_API int kern_ref_conv2d_lowp_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                           void *KERN_RESTRICT dx, const void *KERN_RESTRICT dy,
+                                           const void *KERN_RESTRICT w, unsigned accum);
+
+/* dw (float32, layout) = r(S) or dw + r(S), summed over the batch. Uses KERN_ACCUM_DPARAM. */
+KERN_API int kern_ref_conv2d_lowp_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                             float *KERN_RESTRICT dw, const void *KERN_RESTRICT dy,
+                                             const void *KERN_RESTRICT x, unsigned accum);
+
+/* db[c_out] (float32) = r(S) or db + r(S), S the sum of dy. Uses KERN_ACCUM_DPARAM. */
+KERN_API int kern_ref_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                           float *KERN_RESTRICT db, const void *KERN_RESTRICT dy,
+                                           unsigned accum);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Backend table                                                                            */
 
@@ -1212,6 +1295,16 @@ struct kern_ops {
     /* --- graph --- */
     int (*ema_update_dyn)(struct kern_ctx *, float *, const float *, size_t,
                           const struct kern_sgd_dyn *);
+    /* --- lowp --- */
+    int (*conv2d_lowp_workspace_size)(struct kern_ctx *, const struct kern_conv2d_lowp *, size_t *);
+    int (*conv2d_lowp_fwd)(struct kern_ctx *, const struct kern_conv2d_lowp *, void *, const void *,
+                           const void *, const void *);
+    int (*conv2d_lowp_bwd_data)(struct kern_ctx *, const struct kern_conv2d_lowp *, void *,
+                                const void *, const void *, unsigned);
+    int (*conv2d_lowp_bwd_filter)(struct kern_ctx *, const struct kern_conv2d_lowp *, float *,
+                                  const void *, const void *, unsigned);
+    int (*conv2d_lowp_bwd_bias)(struct kern_ctx *, const struct kern_conv2d_lowp *, float *,
+                                const void *, unsigned);
 };
 
 /* The CPU reference table (kern_ref_*); its contexts are KERN_BACKEND_CPU. Never NULL. */

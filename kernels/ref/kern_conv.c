@@ -511,3 +511,422 @@ int kern_ref_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d, 
     kern_parallel(ctx, conv_bias_task, &j, (size_t)d->n * d->c_out * j.p);
     return 0;
 }
+
+/* --- lowp --- */
+/*
+ * Reduced-precision conv2d (kern.h "conv2d in reduced precision"): the float32 machinery above
+ * on widened copies. Per image a worker widens x[i] (or dy[i]) from dtype and layout into a
+ * float32 NCHW image of its slot, runs the float32 im2col + sgemm into a float32 output image,
+ * and rounds that once into dtype and layout (adding the old contents first when accumulating).
+ * Weights are widened once per call into the shared area, which bwd_filter uses instead as
+ * the float32 dw sum (worker 0's; the others' partials are added to it in worker order, then
+ * the sum is rounded to dtype, widened back and stored or added to dw).
+ * Workspace: shared c_out K floats, then per slot col, partial dw, phase split (as above), the
+ * widened input image (c_in h_in w_in floats) and the float32 output image (c_out P floats).
+ */
+static uint32_t lp_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float lp_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The rounding rules of kern_ref_cast_f32_bf16 / _f16 (kern_optim.c), restated here so the
+ * per-image loops stay inside this file's workers. */
+static uint16_t lp_bf16_from_f32(float f)
+{
+    const uint32_t u = lp_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static uint16_t lp_f16_from_f32(float f)
+{
+    const uint32_t u = lp_bits(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: Inf */
+    if (a >= 0x38800000u) {                                  /* normal */
+        const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+    }
+    if (a < 0x33000000u) return sign; /* below half the smallest subnormal (ties to 0 too) */
+    const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126u - e;
+    const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    const uint32_t up = rem > half || (rem == half && (q & 1u));
+    return (uint16_t)(sign | (q + up));
+}
+
+static float lp_f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return lp_from_bits(sign | 0x7f800000u | (m << 13));
+    if (e != 0) return lp_from_bits(sign | ((e + 112u) << 23) | (m << 13));
+    const float v = (float)m * 0x1p-24f;
+    return sign ? -v : v;
+}
+
+static float lp_get(int dt, const void *p, size_t i)
+{
+    if (dt == KERN_DT_BF16) return lp_from_bits((uint32_t)((const uint16_t *)p)[i] << 16);
+    if (dt == KERN_DT_F16) return lp_f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* Stores r(v) at element i of a dtype array. */
+static void lp_set(int dt, void *p, size_t i, float v)
+{
+    if (dt == KERN_DT_BF16)
+        ((uint16_t *)p)[i] = lp_bf16_from_f32(v);
+    else if (dt == KERN_DT_F16)
+        ((uint16_t *)p)[i] = lp_f16_from_f32(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+/* r(v) widened back to float32 (exact). */
+static float lp_round(int dt, float v)
+{
+    if (dt == KERN_DT_BF16) return lp_from_bits((uint32_t)lp_bf16_from_f32(v) << 16);
+    if (dt == KERN_DT_F16) return lp_f16_to_f32(lp_f16_from_f32(v));
+    return v;
+}
+
+/* Element index, in a layout, of element (ch, s) of an image of c channels and hw positions
+ * starting at base. */
+static size_t lp_index(int layout, size_t base, int ch, size_t s, int c, size_t hw)
+{
+    return layout == KERN_LAYOUT_NHWC ? base + s * (size_t)c + (size_t)ch
+                                      : base + (size_t)ch * hw + s;
+}
+
+/* dst (c, hw) float32 NCHW = the image at base of src (dtype, layout), widened. */
+static void lp_load(int dt, int layout, float *restrict dst, const void *restrict src, size_t base,
+                    int c, size_t hw)
+{
+    for (int ch = 0; ch < c; ch++)
+        for (size_t s = 0; s < hw; s++)
+            dst[(size_t)ch * hw + s] = lp_get(dt, src, lp_index(layout, base, ch, s, c, hw));
+}
+
+/* The image at base of dst (dtype, layout) = r(src) or r(dst + src); src (c, hw) NCHW. */
+static void lp_store(int dt, int layout, void *restrict dst, size_t base, const float *restrict src,
+                     int c, size_t hw, int add)
+{
+    for (int ch = 0; ch < c; ch++) {
+        for (size_t s = 0; s < hw; s++) {
+            const size_t at = lp_index(layout, base, ch, s, c, hw);
+            const float v = src[(size_t)ch * hw + s];
+            lp_set(dt, dst, at, add ? lp_get(dt, dst, at) + v : v);
+        }
+    }
+}
+
+struct lp_plan {
+    struct conv_plan pl;
+    size_t shared; /* floats: widened w, or the float32 dw sum */
+    size_t xf, yf; /* floats per slot: widened input image, float32 output image */
+    size_t slot;   /* floats per slot in all */
+};
+
+static int lp_check(const struct kern_conv2d_lowp *d)
+{
+    if (!d) return -EINVAL;
+    if (d->dtype < KERN_DT_F32 || d->dtype > KERN_DT_F16) return -EINVAL;
+    if (d->layout != KERN_LAYOUT_NCHW && d->layout != KERN_LAYOUT_NHWC) return -EINVAL;
+    return 0;
+}
+
+static int lp_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                        struct lp_plan *lp)
+{
+    int rc = lp_check(d);
+    if (rc < 0) return rc;
+    rc = conv_plan_init(ctx, &d->conv, &lp->pl);
+    if (rc < 0) return rc;
+    lp->shared = round16((size_t)d->conv.c_out * (size_t)lp->pl.kk);
+    lp->xf = round16(lp->pl.x_img);
+    lp->yf = round16(lp->pl.y_img);
+    lp->slot = lp->pl.col + lp->pl.dw + lp->pl.xs + lp->xf + lp->yf;
+    return 0;
+}
+
+static size_t lp_plan_bytes(const struct lp_plan *lp)
+{
+    return (lp->shared + (size_t)lp->pl.slots * lp->slot) * sizeof(float);
+}
+
+void kern_conv2d_lowp_init(struct kern_conv2d_lowp *d, const struct kern_conv2d *conv, int dtype,
+                           int layout)
+{
+    if (!d || !conv) return;
+    d->conv = *conv;
+    d->dtype = dtype;
+    d->layout = layout;
+}
+
+int kern_ref_conv2d_lowp_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                        size_t *bytes)
+{
+    struct lp_plan lp;
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!bytes, -EINVAL);
+    const int rc = lp_plan_init(ctx, d, &lp);
+    if (rc < 0) return rc;
+    *bytes = lp_plan_bytes(&lp);
+    return 0;
+}
+
+static int lp_prepare(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d, struct lp_plan *lp)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    const int rc = lp_plan_init(ctx, d, lp);
+    if (rc < 0) return rc;
+    if (lp_plan_bytes(lp) > ctx->ws_size) return -KERN_EWORKSPACE;
+    return 0;
+}
+
+struct lp_job {
+    const struct kern_conv2d_lowp *d;
+    const struct lp_plan *lp;
+    float *ws;         /* shared area, then the slots */
+    void *out;         /* y, dx (dtype) or dw (float32) */
+    const void *a, *b; /* fwd: x, bias; bwd_data: dy; bwd_filter: dy, x */
+    unsigned accum;
+    int nw;
+};
+
+/* Slot w's areas. */
+struct lp_slot {
+    float *col, *dw, *xs, *xf, *yf;
+};
+
+static struct lp_slot lp_slot_of(const struct lp_job *j, int w)
+{
+    const struct conv_plan *const pl = &j->lp->pl;
+    float *const base = j->ws + j->lp->shared + (size_t)w * j->lp->slot;
+    const struct lp_slot s = { base, base + pl->col, pl->xs ? base + pl->col + pl->dw : NULL,
+                               base + pl->col + pl->dw + pl->xs,
+                               base + pl->col + pl->dw + pl->xs + j->lp->xf };
+    return s;
+}
+
+/* Widens the weights (c_out images of c_in x k_h k_w, in the layout) into the shared area. */
+static void lp_load_weights(const struct lp_job *j, const void *w)
+{
+    const struct kern_conv2d *const c = &j->d->conv;
+    const size_t khw = (size_t)c->k_h * c->k_w, kk = (size_t)j->lp->pl.kk;
+    for (int o = 0; o < c->c_out; o++)
+        lp_load(j->d->dtype, j->d->layout, j->ws + (size_t)o * kk, w, (size_t)o * kk, c->c_in, khw);
+}
+
+static void lp_fwd_task(void *arg, int w, int nw)
+{
+    const struct lp_job *const j = arg;
+    const struct kern_conv2d *const d = &j->d->conv;
+    const struct conv_plan *const pl = &j->lp->pl;
+    const struct lp_slot sl = lp_slot_of(j, w);
+    const size_t hw_in = (size_t)d->h_in * d->w_in;
+    for (int i = w; i < d->n; i += nw) {
+        lp_load(j->d->dtype, j->d->layout, sl.xf, j->a, (size_t)i * pl->x_img, d->c_in, hw_in);
+        const float *b = sl.xf;
+        if (pl->col) {
+            if (sl.xs) phase_split(sl.xs, sl.xf, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
+            im2col(d, pl->oh, pl->ow, sl.col, sl.xf, sl.xs);
+            b = sl.col;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pl->p, pl->kk, 1.0f, j->ws,
+                    pl->kk, b, pl->p, 0.0f, sl.yf, pl->p);
+        if (j->b) {
+            for (int c = 0; c < d->c_out; c++) {
+                float *const yc = sl.yf + (size_t)c * pl->p;
+                const float bc = lp_get(j->d->dtype, j->b, (size_t)c);
+                for (int k = 0; k < pl->p; k++)
+                    yc[k] += bc;
+            }
+        }
+        lp_store(j->d->dtype, j->d->layout, j->out, (size_t)i * pl->y_img, sl.yf, d->c_out,
+                 (size_t)pl->p, 0);
+    }
+}
+
+int kern_ref_conv2d_lowp_fwd(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                             void *restrict y, const void *restrict x, const void *restrict w,
+                             const void *restrict bias)
+{
+    struct lp_plan lp;
+    KERN_RETURN_IF(!y || !x || !w, -EINVAL);
+    const int rc = lp_prepare(ctx, d, &lp);
+    if (rc < 0) return rc;
+    const size_t work = (size_t)d->conv.n * (lp.pl.x_img + lp.pl.y_img);
+    struct lp_job j = { d, &lp, ctx->ws, y, x, bias, 0, kern_parallel_width(ctx, work) };
+    lp_load_weights(&j, w);
+    kern_parallel(ctx, lp_fwd_task, &j, work);
+    return 0;
+}
+
+static void lp_bwd_data_task(void *arg, int w, int nw)
+{
+    const struct lp_job *const j = arg;
+    const struct kern_conv2d *const d = &j->d->conv;
+    const struct conv_plan *const pl = &j->lp->pl;
+    const struct lp_slot sl = lp_slot_of(j, w);
+    const size_t hw_in = (size_t)d->h_in * d->w_in;
+    for (int i = w; i < d->n; i += nw) {
+        lp_load(j->d->dtype, j->d->layout, sl.yf, j->a, (size_t)i * pl->y_img, d->c_out,
+                (size_t)pl->p);
+        if (!pl->col) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f,
+                        j->ws, pl->kk, sl.yf, pl->p, 0.0f, sl.xf, pl->p);
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f,
+                        j->ws, pl->kk, sl.yf, pl->p, 0.0f, sl.col, pl->p);
+            if (sl.xs) {
+                memset(sl.xs, 0, pl->x_img * sizeof(float));
+                col2im_add(d, pl->oh, pl->ow, sl.xs, sl.col, 1);
+                phase_merge(sl.xf, sl.xs, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w, 0);
+            } else {
+                memset(sl.xf, 0, pl->x_img * sizeof(float));
+                col2im_add(d, pl->oh, pl->ow, sl.xf, sl.col, 0);
+            }
+        }
+        lp_store(j->d->dtype, j->d->layout, j->out, (size_t)i * pl->x_img, sl.xf, d->c_in, hw_in,
+                 (j->accum & KERN_ACCUM_DX) != 0);
+    }
+}
+
+int kern_ref_conv2d_lowp_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                  void *restrict dx, const void *restrict dy,
+                                  const void *restrict w, unsigned accum)
+{
+    struct lp_plan lp;
+    KERN_CHECK_ACCUM(accum);
+    KERN_RETURN_IF(!dx || !dy || !w, -EINVAL);
+    const int rc = lp_prepare(ctx, d, &lp);
+    if (rc < 0) return rc;
+    const size_t work = (size_t)d->conv.n * (lp.pl.x_img + lp.pl.y_img);
+    struct lp_job j = { d, &lp, ctx->ws, dx, dy, NULL, accum, kern_parallel_width(ctx, work) };
+    lp_load_weights(&j, w);
+    kern_parallel(ctx, lp_bwd_data_task, &j, work);
+    return 0;
+}
+
+/* Worker 0 sums into the shared area, worker w > 0 into its slot's partial dw. */
+static void lp_bwd_filter_task(void *arg, int w, int nw)
+{
+    const struct lp_job *const j = arg;
+    const struct kern_conv2d *const d = &j->d->conv;
+    const struct conv_plan *const pl = &j->lp->pl;
+    if (w >= pl->slots) return; /* no images, no slot */
+    const struct lp_slot sl = lp_slot_of(j, w);
+    float *const acc = w == 0 ? j->ws : sl.dw;
+    const size_t hw_in = (size_t)d->h_in * d->w_in;
+    int first = 1;
+    for (int i = w; i < d->n; i += nw) {
+        lp_load(j->d->dtype, j->d->layout, sl.xf, j->b, (size_t)i * pl->x_img, d->c_in, hw_in);
+        lp_load(j->d->dtype, j->d->layout, sl.yf, j->a, (size_t)i * pl->y_img, d->c_out,
+                (size_t)pl->p);
+        const float *b = sl.xf;
+        if (pl->col) {
+            if (sl.xs) phase_split(sl.xs, sl.xf, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
+            im2col(d, pl->oh, pl->ow, sl.col, sl.xf, sl.xs);
+            b = sl.col;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->c_out, pl->kk, pl->p, 1.0f, sl.yf,
+                    pl->p, b, pl->p, first ? 0.0f : 1.0f, acc, (int)pl->kk);
+        first = 0;
+    }
+}
+
+/* Adds the partials to the sum in worker order, rounds it to dtype and stores or adds it to dw
+ * (float32, in the layout). */
+static void lp_filter_finish_task(void *arg, int w, int nw)
+{
+    const struct lp_job *const j = arg;
+    const struct kern_conv2d *const d = &j->d->conv;
+    const size_t kk = (size_t)j->lp->pl.kk, khw = (size_t)d->k_h * d->k_w;
+    const size_t total = (size_t)d->c_out * kk;
+    const int parts = j->nw < d->n ? j->nw : d->n;
+    const int add = (j->accum & KERN_ACCUM_DPARAM) != 0;
+    float *const dw = j->out;
+    size_t lo, hi;
+    kern_share(total, w, nw, &lo, &hi);
+    for (size_t k = lo; k < hi; k++) {
+        float s = j->ws[k];
+        for (int p = 1; p < parts; p++)
+            s += lp_slot_of(j, p).dw[k];
+        const size_t o = k / kk, rem = k % kk;
+        const size_t at = lp_index(j->d->layout, o * kk, (int)(rem / khw), rem % khw, d->c_in, khw);
+        const float v = lp_round(j->d->dtype, s);
+        dw[at] = add ? dw[at] + v : v;
+    }
+}
+
+int kern_ref_conv2d_lowp_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                    float *restrict dw, const void *restrict dy,
+                                    const void *restrict x, unsigned accum)
+{
+    struct lp_plan lp;
+    KERN_CHECK_ACCUM(accum);
+    KERN_RETURN_IF(!dw || !dy || !x, -EINVAL);
+    const int rc = lp_prepare(ctx, d, &lp);
+    if (rc < 0) return rc;
+    const size_t work = (size_t)d->conv.n * (lp.pl.x_img + lp.pl.y_img);
+    struct lp_job j = { d, &lp, ctx->ws, dw, dy, x, accum, kern_parallel_width(ctx, work) };
+    kern_parallel(ctx, lp_bwd_filter_task, &j, work);
+    kern_parallel(ctx, lp_filter_finish_task, &j, (size_t)d->conv.c_out * (size_t)lp.pl.kk);
+    return 0;
+}
+
+struct lp_bias_job {
+    const struct kern_conv2d_lowp *d;
+    float *db;
+    const void *dy;
+    size_t p;
+    unsigned accum;
+};
+
+static void lp_bias_task(void *arg, int w, int nw)
+{
+    const struct lp_bias_job *const j = arg;
+    const struct kern_conv2d *const d = &j->d->conv;
+    size_t lo, hi;
+    kern_share((size_t)d->c_out, w, nw, &lo, &hi);
+    for (size_t c = lo; c < hi; c++) {
+        double s = 0.0;
+        for (int i = 0; i < d->n; i++) {
+            const size_t base = (size_t)i * (size_t)d->c_out * j->p;
+            for (size_t k = 0; k < j->p; k++)
+                s += lp_get(j->d->dtype, j->dy,
+                            lp_index(j->d->layout, base, (int)c, k, d->c_out, j->p));
+        }
+        const float v = lp_round(j->d->dtype, (float)s);
+        j->db[c] = (j->accum & KERN_ACCUM_DPARAM) ? j->db[c] + v : v;
+    }
+}
+
+int kern_ref_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
+                                  float *restrict db, const void *restrict dy, unsigned accum)
+{
+    int oh, ow;
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_CHECK_ACCUM(accum);
+    KERN_RETURN_IF(!db || !dy, -EINVAL);
+    int rc = lp_check(d);
+    if (rc < 0) return rc;
+    rc = kern_conv2d_out_hw(&d->conv, &oh, &ow);
+    if (rc < 0) return rc;
+    struct lp_bias_job j = { d, db, dy, (size_t)oh * (size_t)ow, accum };
+    kern_parallel(ctx, lp_bias_task, &j, (size_t)d->conv.n * d->conv.c_out * j.p);
+    return 0;
+}

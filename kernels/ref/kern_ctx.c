@@ -316,6 +316,12 @@ static const struct kern_ops kern_ref_ops = {
     .aug_batch = kern_ref_aug_batch,
     /* --- graph --- */
     .ema_update_dyn = kern_ref_ema_update_dyn,
+    /* --- lowp --- */
+    .conv2d_lowp_workspace_size = kern_ref_conv2d_lowp_workspace_size,
+    .conv2d_lowp_fwd = kern_ref_conv2d_lowp_fwd,
+    .conv2d_lowp_bwd_data = kern_ref_conv2d_lowp_bwd_data,
+    .conv2d_lowp_bwd_filter = kern_ref_conv2d_lowp_bwd_filter,
+    .conv2d_lowp_bwd_bias = kern_ref_conv2d_lowp_bwd_bias,
 };
 
 const struct kern_ops *kern_ops_ref(void)
