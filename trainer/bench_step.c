@@ -64,6 +64,10 @@ struct bench {
     int *d_nt;
     void *d_scratch;
     size_t scratch_bytes, bytes;
+    /* cuda_graph: the captured step and what it reads per step */
+    struct kern_graph *g;
+    struct kern_sgd_dyn *d_dyn; /* lr, momentum, first, EMA decay (backend memory) */
+    size_t n_buf;               /* floats of the BUFFER arena */
 };
 
 /* Backend memory for the resident step, counted in b->bytes. */
@@ -82,6 +86,8 @@ static int dsync(struct bench *b)
 
 static void bench_free(struct bench *b)
 {
+    kern_graph_destroy(b->g);
+    if (b->dctx) kern_mem_free(b->dctx, b->d_dyn);
     if (b->dctx) {
         void *const t[] = { b->d_ema[0], b->d_ema[1], b->d_targets, b->d_out,
                             b->d_images, b->d_nt,     b->d_scratch };
@@ -199,6 +205,67 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
     return rc;
 }
 
+/* The recorded step (train.c's graph_step_run, every step an optimizer step): reads only b's
+ * fixed buffers, so a replay redoes it with the batch and scalars uploaded before. */
+static int bench_graph_run(void *arg)
+{
+    struct bench *b = arg;
+    const float *out[TRN_MODEL_MAX_LEVELS];
+    float *const grad = trn_net_dev_grad(b->net);
+    int rc = trn_net_forward_dev(b->net, trn_net_dev_input(b->net), true, true, out);
+    if (!rc)
+        rc = trn_loss_compute_dev(trn_loss_get_cfg(b->loss), b->dK, b->dctx, out, b->d_targets,
+                                  b->d_nt, b->d_dp, 0, b->d_out, b->d_scratch, b->scratch_bytes);
+    if (!rc) rc = trn_net_backward_dev(b->net, (const float *const *)b->d_dp);
+    const struct trn_optim_dev_step_opts so = { .grad_scale = 1.0f, .ema = b->d_ema[0] };
+    if (!rc)
+        rc = trn_optim_dev_step_dyn(b->odev, trn_net_dev_arena(b->net, TRN_ARENA_PARAM), grad,
+                                    b->d_dyn, &so);
+    if (!rc) rc = trn_optim_dev_zero_grad(b->odev, grad);
+    if (!rc)
+        rc = b->dK->ema_update_dyn(b->dctx, b->d_ema[1],
+                                   trn_net_dev_arena(b->net, TRN_ARENA_BUFFER), b->n_buf, b->d_dyn);
+    return rc;
+}
+
+/* One step through the graph (captured on the first call): the batch and the step's scalars
+ * uploaded, the replay, the loss floats read back (which waits for the step); the host counts
+ * the optimizer step a replay cannot. */
+static int graph_step(struct bench *b, size_t n_img, const struct trn_optim_sched *sch, int64_t upd,
+                      float *loss, char *err, size_t err_cap)
+{
+    struct kern_sgd_dyn dyn;
+    const struct trn_optim_dev_step_opts so = { .grad_scale = 1.0f,
+                                                .ema = b->d_ema[0],
+                                                .ema_decay = trn_ema_decay(upd) };
+    int rc = trn_optim_dev_dyn_fill(b->odev, sch, &so, &dyn);
+    if (!rc)
+        rc = kern_mem_copy(b->dctx, trn_net_dev_input(b->net), b->images, n_img * sizeof(float),
+                           KERN_COPY_H2D);
+    if (!rc) rc = kern_mem_copy(b->dctx, b->d_dyn, &dyn, sizeof dyn, KERN_COPY_H2D);
+    const char *what = "replay";
+    if (!rc && b->g) {
+        rc = kern_graph_replay(b->g);
+    } else if (!rc) {
+        what = "capture";
+        rc = kern_graph_capture(b->dctx, bench_graph_run, b, &b->g);
+    }
+    float raw[KERN_YOLO_OUT_N];
+    struct trn_loss_items items;
+    if (!rc) rc = kern_mem_copy(b->dctx, raw, b->d_out, sizeof raw, KERN_COPY_D2H);
+    if (!rc) rc = trn_loss_items_from_out(raw, &items);
+    if (rc < 0) {
+        snprintf(err, err_cap, "graph %s: %s", what, kern_strerror(rc));
+        return rc;
+    }
+    struct trn_optim_counters c;
+    trn_optim_get_counters(b->opt, &c);
+    c.steps++;
+    trn_optim_set_counters(b->opt, &c);
+    *loss = items.total;
+    return 0;
+}
+
 int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_step_result *r,
                        char *err, size_t err_cap)
 {
@@ -267,20 +334,36 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
         if (!(b.dp[l] = malloc((size_t)trn_net_output_shape(b.net, l, NULL) * sizeof(float))))
             goto out;
 
-    double t_fwd = 0, t_loss = 0, t_bwd = 0, t_opt = 0, t_ema = 0;
+    double t_fwd = 0, t_loss = 0, t_bwd = 0, t_opt = 0, t_ema = 0, t_graph = 0;
     struct trn_optim_sched sch;
     if ((rc = trn_optim_schedule(&oo, 0, 1000000, &sch)) < 0) goto out;
     float *params = trn_model_arena(b.m, TRN_ARENA_PARAM);
     float *buffers = trn_model_arena(b.m, TRN_ARENA_BUFFER);
     const bool resident = trn_net_on_device(b.net) || o->device_path;
     if (resident && (rc = resident_setup(&b, I, nt, n_img, err, err_cap)) < 0) goto out;
-    for (int it = 0; resident && it < o->warmup + o->steps; it++) {
+    const bool graph = resident && o->cuda_graph;
+    /* the graph is captured after one direct step (cuDNN plans), and neither is timed */
+    const int warmup = graph && o->warmup < 2 ? 2 : o->warmup;
+    if (graph) {
+        b.n_buf = I->arena_len[TRN_ARENA_BUFFER];
+        if ((rc = dalloc(&b, sizeof(struct kern_sgd_dyn), (void **)&b.d_dyn)) < 0) {
+            snprintf(err, err_cap, "graph buffers: %s", kern_strerror(rc));
+            goto out;
+        }
+    }
+    for (int it = 0; resident && it < warmup + o->steps; it++) {
         double t[5];
         const double t0 = now_s();
         float loss = NAN;
+        if (graph && it > 0) {
+            if ((rc = graph_step(&b, n_img, &sch, it + 1, &loss, err, err_cap)) < 0) goto out;
+            r->loss = loss;
+            if (it >= warmup) t_graph += now_s() - t0;
+            continue;
+        }
         if ((rc = resident_step(&b, I, n_img, &sch, it + 1, t, &loss, err, err_cap)) < 0) goto out;
         r->loss = loss;
-        if (it < o->warmup) continue;
+        if (it < warmup) continue;
         t_fwd += t[0] - t0;
         t_loss += t[1] - t[0];
         t_bwd += t[2] - t[1];
@@ -335,6 +418,8 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     r->ms_optimizer = t_opt * k;
     r->ms_ema = t_ema * k;
     r->ms_step = r->ms_forward + r->ms_loss + r->ms_backward + r->ms_optimizer + r->ms_ema;
+    if (graph) r->ms_step = t_graph * k;
+    r->graph = graph;
     r->img_per_s = r->ms_step > 0 ? o->batch * 1e3 / r->ms_step : 0;
     r->gflops_img = trn_model_gflops(b.m, o->img, false);
     r->tflops = r->ms_step > 0 ? 3.0 * r->gflops_img * o->batch / r->ms_step : 0;

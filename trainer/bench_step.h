@@ -35,6 +35,10 @@ struct trn_bench_step_opts {
     int boxes;       /* target boxes per image, >= 0 */
     uint64_t seed;
     int device_path; /* tests: the resident step on the CPU ops (trn_net_opts.device_path) */
+    int cuda_graph;  /* resident: the step (forward, loss, backward, SGD + EMA) captured once as a
+                        graph (kern_graph_*) after one direct step and replayed for the timed
+                        steps (warmup then at least 2: the direct step and the capture); the
+                        same updates as the direct step, so the same loss */
 };
 
 /* Defaults: img 640, batch 16, CPU, threads 0, warmup 3, steps 10, 8 boxes, seed 0. */
@@ -61,6 +65,9 @@ struct trn_bench_step_result {
     size_t peak_bytes;   /* resident: every byte of backend memory the step holds (net,
                             momentum, EMA, loss scratch, targets, output gradients), all
                             allocated before the first step, so also the peak; else net_bytes */
+    int graph;           /* the timed steps were graph replays (cuda_graph): ms_step is the whole
+                            step (batch and scalars up, one replay, loss floats down) and the
+                            phase times are 0 (one launch has no phases) */
 };
 
 /*

@@ -48,6 +48,7 @@ struct trn_net {
     bool trained;  /* the last forward was a training forward: backward may run */
     bool resident; /* gpu: d_param / d_buf are the master copies (net.h RESIDENT) */
     bool shared;   /* gpu: d_param / d_buf belong to another net (trn_net_opts.share) */
+    bool no_count; /* training forwards leave num_batches_tracked alone (trn_net_set_count) */
     struct trn_act_plan plan;
     int batch;
     float *act;             /* plan.total floats */
@@ -501,8 +502,10 @@ static int conv_fwd(struct trn_net *net, int ci, bool train)
                                      B(net, c->bn_mean), B(net, c->bn_var), A(net, ac->conv),
                                      P(net, c->bn_weight), P(net, c->bn_bias)));
         }
-        int64_t *cnt = trn_model_arena(net->m, TRN_ARENA_COUNT);
-        cnt[trn_model_tensor(net->m, c->bn_count)->offset] += 1;
+        if (!net->no_count) {
+            int64_t *cnt = trn_model_arena(net->m, TRN_ARENA_COUNT);
+            cnt[trn_model_tensor(net->m, c->bn_count)->offset] += 1;
+        }
     } else {
         TRY(K->bn_silu_fwd_eval(net->ctx, &d, A(net, ac->act), A(net, ac->conv),
                                 P(net, c->bn_weight), P(net, c->bn_bias), B(net, c->bn_mean),
@@ -625,8 +628,10 @@ static int forward_dev(struct trn_net *net, const float *images, bool images_dev
         TRY(kern_mem_copy(net->ctx, net->d_buf, trn_model_arena(net->m, TRN_ARENA_BUFFER),
                           arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_H2D));
     }
-    TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
-                      images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
+    /* a batch already in the input slot (trn_net_dev_input) needs no copy */
+    if (!(images_dev && images == net->act))
+        TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
+                          images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
     for (int i = 0; i < net->I->n_layers; i++)
         TRY(layer_fwd(net, i, train));
     if (net->gpu && train && !net->resident)
@@ -894,6 +899,29 @@ int trn_net_set_resident(struct trn_net *net, bool on)
     if (!net) return -EINVAL;
     if (net->gpu) net->resident = on;
     return 0;
+}
+
+int trn_net_set_count(struct trn_net *net, bool on)
+{
+    if (!net) return -EINVAL;
+    net->no_count = !on;
+    return 0;
+}
+
+int trn_net_count_batches(struct trn_net *net, int64_t n)
+{
+    if (!net || n < 0) return -EINVAL;
+    int64_t *cnt = trn_model_arena(net->m, TRN_ARENA_COUNT);
+    for (int ci = 0; ci < net->I->n_convs; ci++) {
+        const struct trn_conv *c = trn_model_conv(net->m, ci);
+        if (c->bn) cnt[trn_model_tensor(net->m, c->bn_count)->offset] += n;
+    }
+    return 0;
+}
+
+float *trn_net_dev_input(struct trn_net *net)
+{
+    return net ? net->act : NULL;
 }
 
 bool trn_net_resident(const struct trn_net *net)

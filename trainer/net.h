@@ -229,6 +229,26 @@ int trn_net_backward_dev(struct trn_net *net, const float *const *d_outputs);
  * -EINVAL (NULL). */
 int trn_net_set_resident(struct trn_net *net, bool on);
 
+/*
+ * Whether training forwards add 1 to each BN layer's num_batches_tracked (the model's COUNT arena,
+ * host memory) [on]. A training step captured in a graph (kern_graph_capture) and replayed runs the
+ * device work only, not the host code: the trainer then turns counting off and adds every step
+ * itself with trn_net_count_batches, so the counts are the same however the step ran. Returns 0
+ * or -EINVAL (NULL).
+ */
+int trn_net_set_count(struct trn_net *net, bool on);
+
+/* Add n (>= 0) to every BN layer's num_batches_tracked, as n training forwards would. Returns 0 or
+ * -EINVAL. */
+int trn_net_count_batches(struct trn_net *net, int64_t n);
+
+/*
+ * The input slot of the net's activations (batch x ch x h x w floats, backend memory), valid for
+ * the net's life. trn_net_forward_dev(net, trn_net_dev_input(net), true, ...) reads the batch
+ * where it is, with no copy: a captured step uploads each batch there before its replay.
+ */
+float *trn_net_dev_input(struct trn_net *net);
+
 /* Whether the net is resident (false for a CPU net). */
 bool trn_net_resident(const struct trn_net *net);
 

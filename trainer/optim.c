@@ -538,6 +538,50 @@ int trn_optim_dev_step(struct trn_optim_dev *dv, float *params, const float *gra
     return 0;
 }
 
+int trn_optim_dev_dyn_fill(const struct trn_optim_dev *dv, const struct trn_optim_sched *s,
+                           const struct trn_optim_dev_step_opts *o, struct kern_sgd_dyn *out)
+{
+    if (!dv || !s || !out) return -EINVAL;
+    for (int g = 0; g < 3; g++)
+        if (!isfinite(s->lr[g])) return -EINVAL;
+    const struct trn_optim_dev_step_opts none = { 1.0f, 0, NULL, 0.0 };
+    if (!o) o = &none;
+    if (!isfinite(o->grad_scale) || (o->ema && !isfinite(o->ema_decay))) return -EINVAL;
+    /* the descriptor trn_optim_dev_step would build, so the roundings are its own */
+    struct kern_sgd d;
+    optim_sgd_desc(dv->opt, s, &d);
+    memset(out, 0, sizeof *out);
+    for (int g = 0; g < KERN_OPTIM_MAX_GROUPS; g++)
+        out->group[g] = d.group[g];
+    out->first = d.first;
+    out->grad_scale = o->grad_scale;
+    out->ema_decay = o->ema ? (float)o->ema_decay : 0.0f;
+    out->ema_weight = o->ema ? (float)(1.0 - o->ema_decay) : 1.0f;
+    return 0;
+}
+
+int trn_optim_dev_step_dyn(struct trn_optim_dev *dv, float *params, const float *grads,
+                           const struct kern_sgd_dyn *dyn, const struct trn_optim_dev_step_opts *o)
+{
+    if (!dv || !params || !grads || !dyn) return -EINVAL;
+    const struct trn_optim *const opt = dv->opt;
+    if (!opt->n_seg) return 0;
+    /* the host fields are ignored with dyn (kern.h): only the layout and the options stay */
+    const struct trn_optim_sched zero = { .accumulate = 1 };
+    struct kern_sgd d;
+    optim_sgd_desc(opt, &zero, &d);
+    d.dyn = dyn;
+    d.max_norm = opt->o.max_grad_norm > 0.0 ? (float)opt->o.max_grad_norm : 0.0f;
+    d.skip_nonfinite = o && o->skip_nonfinite != 0;
+    const bool norm = d.max_norm > 0.0f || d.skip_nonfinite;
+    int rc = 0;
+    if (norm) rc = dv->K->optim_sumsq(dv->ctx, dv->sumsq, grads, dv->seg, opt->n_seg, opt->total);
+    if (rc == 0)
+        rc = dv->K->sgd_step(dv->ctx, &d, params, dv->mom, o ? o->ema : NULL, grads, dv->seg,
+                             norm ? dv->sumsq : NULL, NULL);
+    return rc;
+}
+
 int trn_optim_dev_zero_grad(struct trn_optim_dev *dv, float *grads)
 {
     if (!dv || !grads) return -EINVAL;

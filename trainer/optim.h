@@ -231,6 +231,7 @@ void trn_ema_set_updates(struct trn_ema *e, int64_t updates);
  */
 struct kern_ctx;
 struct kern_ops;
+struct kern_sgd_dyn;
 struct trn_optim_dev;
 
 /*
@@ -264,6 +265,31 @@ struct trn_optim_dev_step_opts {
  */
 int trn_optim_dev_step(struct trn_optim_dev *dv, float *params, const float *grads,
                        const struct trn_optim_sched *s, const struct trn_optim_dev_step_opts *o);
+
+/*
+ * The per-step scalars of trn_optim_dev_step (lr, momentum and weight decay of each group, first,
+ * grad_scale, the EMA's decay and 1 - decay) as a struct kern_sgd_dyn (kern.h), for a step that
+ * reads them from backend memory (trn_optim_dev_step_dyn inside a captured graph). Host only: out
+ * is host memory, which the caller copies into its backend buffer before the step runs. The values
+ * are rounded exactly as trn_optim_dev_step rounds them (first = no step taken yet), so the two
+ * steps agree bit for bit. o: as trn_optim_dev_step's (ema_decay read when o->ema != NULL, else
+ * decay 0). Returns 0 or -EINVAL (NULL, non-finite lr, grad_scale or decay).
+ */
+int trn_optim_dev_dyn_fill(const struct trn_optim_dev *dv, const struct trn_optim_sched *s,
+                           const struct trn_optim_dev_step_opts *o, struct kern_sgd_dyn *out);
+
+/*
+ * trn_optim_dev_step with the per-step scalars read from dyn (one struct kern_sgd_dyn of the
+ * plan's backend memory, filled by trn_optim_dev_dyn_fill and copied in before the step runs):
+ * the ops' arguments are the same at every call, so the call can be captured once in a graph
+ * (kern_graph_capture) and replayed. o: ema and skip_nonfinite as trn_optim_dev_step's (its
+ * grad_scale and ema_decay are ignored: dyn has them); may be NULL. Unlike trn_optim_dev_step it
+ * does NOT count the step (a replay runs no host code): the caller adds 1 to the optimizer's
+ * steps (trn_optim_set_counters) for every step that runs. Enqueued on ctx's stream. Returns 0,
+ * -EINVAL, or a kern error (the CPU op also checks dyn's values: -EINVAL).
+ */
+int trn_optim_dev_step_dyn(struct trn_optim_dev *dv, float *params, const float *grads,
+                           const struct kern_sgd_dyn *dyn, const struct trn_optim_dev_step_opts *o);
 
 /* Zero the whole gradient arena (padding included, which is zero anyway). Enqueued. */
 int trn_optim_dev_zero_grad(struct trn_optim_dev *dv, float *grads);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "ffio.h"
 #include "ffr.h"
 #include "kern.h"
 #include "loader.h"
@@ -406,6 +407,40 @@ static int meta_f64(const struct meta *M, const char *key, double *out)
 /* ---------------------------------------------------------------------------------------- */
 /* The run                                                                                   */
 
+/* The frozen arguments of one captured step (--cuda-graph, docs/design.md "One CUDA graph per
+ * training step"): everything graph_step_run reads, set once in graph_setup and never written
+ * again, because a CUDA replay re-runs the recorded ops with these pointers and sizes, and a CPU
+ * replay calls graph_step_run with them. What changes per step lives in the memory they point
+ * to: the batch (the net's input slot), the targets and their count, the kern_sgd_dyn scalars. */
+struct graph_step {
+    struct trn_net *net;            /* the full batches' net */
+    const struct trn_loss_cfg *cfg; /* its loss */
+    const struct kern_ops *K;
+    struct kern_ctx *ctx;
+    const float *input;         /* trn_net_dev_input(net): the batch, uploaded before the run */
+    const float *targets;       /* d_targets */
+    const int *nt;              /* d_nt: their count */
+    float *const *dp;           /* d_dp: the loss's gradients to the outputs */
+    float *out;                 /* d_out: the loss floats, read after the run */
+    void *scratch;              /* d_scratch */
+    size_t scratch_bytes;       /* its size */
+    bool step;                  /* false: accumulate only; true: then the optimizer step + EMA */
+    struct trn_optim_dev *odev; /* the device SGD plan */
+    float *params, *grad;       /* the nets' device PARAM and grad arenas */
+    float *ema_param;           /* d_ema[0], or NULL without EMA */
+    float *ema_buf;             /* d_ema[1], or NULL without EMA */
+    const float *buf;           /* the device BUFFER arena (the BN running stats) */
+    size_t n_buf;               /* its floats */
+    const struct kern_sgd_dyn *dyn; /* d_dyn: lr, momentum, first, EMA decay of this step */
+    const char **phase;             /* host: the phase that failed (error messages only) */
+};
+
+/* One slot of the pinned staging the per-step values are uploaded from. */
+struct graph_stage {
+    struct kern_sgd_dyn dyn; /* the optimizer step's scalars */
+    int32_t nt;              /* the batch's target rows */
+};
+
 /* Everything a run holds; allocated once in setup. */
 struct run {
     struct trn_train_opts o; /* effective options (from the checkpoint when resuming) */
@@ -466,6 +501,20 @@ struct run {
     void *d_scratch;            /* the loss op's scratch (dctx memory) */
     size_t scratch_bytes;       /* its size (the larger of the two losses') */
     float *d_dp[TRN_MODEL_MAX_LEVELS], *d_dp_last[TRN_MODEL_MAX_LEVELS]; /* loss gradients */
+    /* --cuda-graph: the full batches' resident step as two graphs, run directly once, then
+       captured and replayed (train_batch_graph). The short last batch runs train_batch_resident. */
+    bool graph;                 /* full batches take train_batch_graph */
+    struct graph_step gs[2];    /* frozen arguments: [0] accumulate only, [1] with the step */
+    struct kern_graph *g[2];    /* the captured graphs, or NULL */
+    int64_t g_direct[2];        /* direct (uncaptured) runs of each kind since setup */
+    int64_t g_replays;          /* replays since setup (the capture's own run not counted) */
+    int64_t g_direct_all;       /* full batches run directly since setup */
+    int64_t g_captures;         /* successful captures since setup */
+    size_t g_ws;                /* dctx's workspace size when captured (a change drops them) */
+    const char *g_phase;        /* the phase graph_step_run failed in */
+    struct kern_sgd_dyn *d_dyn; /* the per-step SGD / EMA scalars (dctx memory) */
+    struct ffio_pinned stage;   /* two struct graph_stage slots (pinned with a GPU) */
+    int64_t stage_n;            /* slots used so far: slot stage_n & 1 is next */
 };
 
 static void logline(const struct run *R, const char *fmt, ...)
@@ -1024,6 +1073,10 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
 
 static void run_free(struct run *R)
 {
+    kern_graph_destroy(R->g[0]); /* before the nets and the context they record */
+    kern_graph_destroy(R->g[1]);
+    if (R->dctx) kern_mem_free(R->dctx, R->d_dyn);
+    ffio_pinned_free(&R->stage);
     trn_loader_destroy(R->loader);
     ffr_reader_close(R->data);
     ffr_reader_close(R->val_data);
@@ -1398,6 +1451,17 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
     }
     for (int g = 0; g < 3; g++)
         R->lr[g] = rep.sched.lr[g];
+    /* a device net's backward adds into its backend arena and then copies the whole arena to the
+     * host mirror: the step's zeroing of the mirror, and the short batch's sum added to it above,
+     * must reach the backend arena too, or the next backward brings stale gradients back */
+    if (R->world == 1 && (R->gpu_ctx || R->device_path)) {
+        if (rep.stepped)
+            trn_net_zero_grad(R->net);
+        else if (short_batch && (rc = trn_net_sync_grad(R->net, KERN_COPY_H2D)) < 0) {
+            seterr(err, cap, "gradient accumulation: %s", trn_net_strerror(rc));
+            return rc;
+        }
+    }
     if (rep.stepped && R->ema &&
         (rc = trn_ema_update(R->ema, params, trn_model_arena(R->m, TRN_ARENA_BUFFER))) < 0) {
         seterr(err, cap, "EMA: %s", trn_optim_strerror(rc));
@@ -1654,6 +1718,248 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
     trn_optim_get_counters(R->opt, &c); /* steps: counted by the device step */
     c.last_opt_step = ni;
     trn_optim_set_counters(R->opt, &c);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The step as a graph (--cuda-graph)                                                       */
+
+/* The recorded step: forward, the device loss, backward and, for the step kind, the fused clip +
+ * SGD + parameter EMA, zero grad and the buffers' EMA. Reads only s and the memory it points to,
+ * takes the same path at every call and never waits for the device (kern.h "Graphs"). */
+static int graph_step_run(void *arg)
+{
+    const struct graph_step *s = arg;
+    const float *out[TRN_MODEL_MAX_LEVELS];
+    *s->phase = "forward";
+    int rc = trn_net_forward_dev(s->net, s->input, true, true, out);
+    if (rc < 0) return rc;
+    *s->phase = "loss";
+    rc = trn_loss_compute_dev(s->cfg, s->K, s->ctx, out, s->targets, s->nt, s->dp, 0, s->out,
+                              s->scratch, s->scratch_bytes);
+    if (rc < 0) return rc;
+    *s->phase = "backward";
+    if ((rc = trn_net_backward_dev(s->net, (const float *const *)s->dp)) < 0 || !s->step) return rc;
+    *s->phase = "optimizer";
+    const struct trn_optim_dev_step_opts so = { .grad_scale = 1.0f, .ema = s->ema_param };
+    rc = trn_optim_dev_step_dyn(s->odev, s->params, s->grad, s->dyn, &so);
+    if (rc == 0) rc = trn_optim_dev_zero_grad(s->odev, s->grad);
+    if (rc == 0 && s->ema_buf) {
+        *s->phase = "EMA";
+        rc = s->K->ema_update_dyn(s->ctx, s->ema_buf, s->buf, s->n_buf, s->dyn);
+    }
+    return rc;
+}
+
+/* After resident_setup: turn the graph step on where it can run, or say why not. */
+static int graph_setup(struct run *R, char *err, size_t cap)
+{
+    if (!R->o.cuda_graph) return 0;
+    const char *why = NULL;
+    char what[128];
+    if (!R->gpu_ctx && !R->device_path) {
+        why = "the CPU path has no device step (use --device N, or --device-path to test)";
+    } else if (!R->resident) {
+        snprintf(what, sizeof what, "%s has no device step", optim_names[R->o.optimizer]);
+        why = what;
+    } else if (R->world > 1 && R->o.sync_bn) {
+        why = "--sync-bn (its all-reduce is a host round trip inside the forward and backward)";
+    } else if (R->world > 1) {
+        snprintf(what, sizeof what,
+                 "%d ranks (the gradient all-reduce runs between backward and the step)", R->world);
+        why = what;
+    } else if (!R->dK->ema_update_dyn || !R->dK->sgd_step) {
+        why = "the backend has no per-step scalars in memory";
+    }
+    if (why) {
+        logline(R, "cuda graph: off, the step runs directly: %s", why);
+        return 0;
+    }
+    int rc = kern_mem_alloc(R->dctx, sizeof(struct kern_sgd_dyn), (void **)&R->d_dyn);
+    if (rc == 0)
+        rc = ffio_pinned_alloc(2 * sizeof(struct graph_stage),
+                               R->gpu_ctx ? 0u : FFIO_PINNED_HOST_ONLY, &R->stage);
+    if (rc < 0) {
+        seterr(err, cap, "cuda graph buffers: %s", kern_strerror(rc));
+        return rc;
+    }
+    for (int k = 0; k < 2; k++) {
+        R->gs[k] = (struct graph_step){
+            .net = R->net,
+            .cfg = trn_loss_get_cfg(R->loss),
+            .K = R->dK,
+            .ctx = R->dctx,
+            .input = trn_net_dev_input(R->net),
+            .targets = R->d_targets,
+            .nt = R->d_nt,
+            .dp = R->d_dp,
+            .out = R->d_out,
+            .scratch = R->d_scratch,
+            .scratch_bytes = R->scratch_bytes,
+            .step = k == 1,
+            .odev = R->odev,
+            .params = trn_net_dev_arena(R->net, TRN_ARENA_PARAM),
+            .grad = trn_net_dev_grad(R->net),
+            .ema_param = R->ema ? R->d_ema[0] : NULL,
+            .ema_buf = R->ema ? R->d_ema[1] : NULL,
+            .buf = trn_net_dev_arena(R->net, TRN_ARENA_BUFFER),
+            .n_buf = R->info->arena_len[TRN_ARENA_BUFFER],
+            .dyn = R->d_dyn,
+            .phase = &R->g_phase,
+        };
+    }
+    /* a replay runs no host code: num_batches_tracked is counted by train_batch_graph */
+    trn_net_set_count(R->net, false);
+    R->graph = true;
+    logline(R,
+            "cuda graph: the full batches' step (forward, loss, backward, optimizer, EMA) runs "
+            "directly once, then as %s graphs (accumulate only / with the optimizer step); the "
+            "short last batch runs directly",
+            R->gpu_ctx ? "CUDA" : "CPU-backend");
+    return 0;
+}
+
+/* Drop the graphs (they are captured again after one more direct run). */
+static void graph_drop(struct run *R)
+{
+    for (int k = 0; k < 2; k++) {
+        kern_graph_destroy(R->g[k]);
+        R->g[k] = NULL;
+        R->g_direct[k] = 0;
+    }
+}
+
+/* A full batch through the graph step: the batch, the targets, their count and the step's
+ * scalars uploaded into the fixed buffers graph_step_run reads, then the step run directly (the
+ * first time of each kind: cuDNN plans, workspaces), captured (the second) or replayed; the host
+ * keeps the counters a replay cannot (optimizer steps, EMA updates, num_batches_tracked) and reads
+ * the loss floats afterwards. Results are train_batch_resident's byte for byte; only a non-finite
+ * loss is found after the step rather than before it (the run fails either way). */
+static int train_batch_graph(struct run *R, const struct trn_batch *b, struct trn_loss_items *items,
+                             char *err, size_t cap)
+{
+    if (b->n != R->local_bs || b->height != R->o.img || b->width != R->o.img ||
+        b->pixels != TRN_PIXELS_F32) {
+        seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
+               b->width, R->local_bs, R->o.img, R->o.img);
+        return -EINVAL;
+    }
+    const struct trn_loss_cfg *cfg = R->gs[0].cfg;
+    if (b->n_targets > (size_t)cfg->max_targets) {
+        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+               trn_loss_strerror(-E2BIG));
+        return -E2BIG;
+    }
+    /* trn_optim_after_batch's policy: which of the two graphs this batch runs */
+    const int64_t ni = (int64_t)b->epoch * R->nb + (int64_t)b->step;
+    struct trn_optim_sched sch;
+    struct trn_optim_counters c;
+    int rc;
+    if ((rc = trn_optim_schedule(trn_optim_get_opts(R->opt), (int)b->epoch, ni, &sch)) < 0 ||
+        (rc = trn_optim_get_counters(R->opt, &c)) < 0) {
+        seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+        return rc;
+    }
+    for (int g = 0; g < 3; g++)
+        R->lr[g] = sch.lr[g];
+    const int k = ni - c.last_opt_step >= sch.accumulate;
+    const int64_t upd = R->ema ? trn_ema_updates(R->ema) + 1 : 0;
+    struct graph_stage *const st = (struct graph_stage *)R->stage.ptr + (R->stage_n++ & 1);
+    st->nt = (int32_t)b->n_targets;
+    if (k) {
+        const struct trn_optim_dev_step_opts so = { .grad_scale = 1.0f,
+                                                    .ema = R->ema ? R->d_ema[0] : NULL,
+                                                    .ema_decay = trn_ema_decay(upd) };
+        if ((rc = trn_optim_dev_dyn_fill(R->odev, &sch, &so, &st->dyn)) < 0) {
+            seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+            return rc;
+        }
+    }
+    /* the uploads, enqueued before the run that reads them (pinned sources on CUDA: the loader's
+     * batch and targets, this slot, which the next batch does not reuse) */
+    const bool on_dev = b->device_images != NULL;
+    const size_t img_bytes =
+        (size_t)b->n * 3 * (size_t)b->height * (size_t)b->width * sizeof(float);
+    rc = kern_mem_copy(R->dctx, (void *)R->gs[0].input, on_dev ? b->device_images : b->images,
+                       img_bytes, on_dev ? KERN_COPY_D2D : KERN_COPY_H2D);
+    if (!rc && b->n_targets)
+        rc = kern_mem_copy(R->dctx, R->d_targets, b->targets, b->n_targets * 6 * sizeof(float),
+                           KERN_COPY_H2D);
+    if (!rc) rc = kern_mem_copy(R->dctx, R->d_nt, &st->nt, sizeof st->nt, KERN_COPY_H2D);
+    if (!rc && k) rc = kern_mem_copy(R->dctx, R->d_dyn, &st->dyn, sizeof st->dyn, KERN_COPY_H2D);
+    if (rc < 0) {
+        seterr(err, cap, "uploading the batch: %s", kern_strerror(rc));
+        return rc;
+    }
+    /* a workspace that grew since the capture is a new buffer: the graphs' pointers are stale */
+    if ((R->g[0] || R->g[1]) && kern_ctx_workspace_size(R->dctx) != R->g_ws) {
+        logline(R, "cuda graph: the context's workspace changed; capturing the step again");
+        graph_drop(R);
+    }
+    static const char *const kind[2] = { "accumulate-only", "optimizer" };
+    R->g_phase = "step";
+    bool ran = false;
+    if (R->g[k]) {
+        rc = kern_graph_replay(R->g[k]);
+        R->g_replays++;
+        ran = true;
+    } else if (R->g_direct[k] > 0) {
+        rc = R->o.cuda_graph_fail
+                 ? -ENOTSUP
+                 : kern_graph_capture(R->dctx, graph_step_run, &R->gs[k], &R->g[k]);
+        const bool cuda = kern_ctx_backend(R->dctx) == KERN_BACKEND_CUDA;
+        if (rc == 0) {
+            ran = true;
+            R->g_captures++;
+            R->g_ws = kern_ctx_workspace_size(R->dctx);
+            logline(R, "cuda graph: captured the %s step at epoch %u batch %" PRIu64, kind[k],
+                    b->epoch, b->step);
+        } else if (cuda || R->o.cuda_graph_fail) {
+            /* nothing ran: this batch runs directly, the following ones as before the graphs */
+            logline(R,
+                    "cuda graph: capturing the %s step failed (%s); the step runs directly from "
+                    "here",
+                    kind[k], kern_strerror(rc));
+            graph_drop(R);
+            R->graph = false;
+            rc = 0;
+        }
+        /* else the CPU backend's capture ran the step, which failed: rc is its error */
+    }
+    if (!ran && rc == 0) {
+        rc = graph_step_run(&R->gs[k]);
+        R->g_direct[k]++;
+        R->g_direct_all++;
+    }
+    if (rc < 0) {
+        seterr(err, cap, "%s at epoch %u batch %" PRIu64 ": %s", R->g_phase, b->epoch, b->step,
+               !strcmp(R->g_phase, "loss")        ? trn_loss_strerror(rc)
+               : !strcmp(R->g_phase, "optimizer") ? trn_optim_strerror(rc)
+                                                  : trn_net_strerror(rc));
+        return rc;
+    }
+    /* the host's share of the step */
+    trn_net_count_batches(R->net, 1);
+    if (!R->graph) trn_net_set_count(R->net, true);
+    if (k) {
+        trn_optim_get_counters(R->opt, &c);
+        c.steps++;
+        c.last_opt_step = ni;
+        trn_optim_set_counters(R->opt, &c);
+        if (R->ema) trn_ema_set_updates(R->ema, upd);
+    }
+    float raw[KERN_YOLO_OUT_N];
+    rc = kern_mem_copy(R->dctx, raw, R->d_out, sizeof raw, KERN_COPY_D2H);
+    if (!rc) rc = trn_loss_items_from_out(raw, items);
+    if (rc < 0) {
+        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+               trn_loss_strerror(rc));
+        return rc;
+    }
+    if (!isfinite(items->total)) {
+        seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
+        return -ERANGE;
+    }
     return 0;
 }
 
@@ -1921,6 +2227,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     }
     if (R->world > 1 && (rc = dist_start(R, err, err_cap)) < 0) goto out;
     if ((rc = resident_setup(R, err, err_cap)) < 0) goto out;
+    if ((rc = graph_setup(R, err, err_cap)) < 0) goto out;
     logline(R,
             "%s%s: %" PRId64 " batches of %d per epoch (last %d), %d epochs, img %d, "
             "accumulate %d, %s",
@@ -1957,8 +2264,11 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             goto out;
         }
         struct trn_loss_items it;
-        rc = R->resident ? train_batch_resident(R, &b, &it, err, err_cap)
-                         : train_batch(R, &b, &it, err, err_cap);
+        if (R->graph && b.n == R->local_bs)
+            rc = train_batch_graph(R, &b, &it, err, err_cap);
+        else
+            rc = R->resident ? train_batch_resident(R, &b, &it, err, err_cap)
+                             : train_batch(R, &b, &it, err, err_cap);
         if (rc < 0) goto out;
         R->msum[0] += it.lbox;
         R->msum[1] += it.lobj;
@@ -2054,6 +2364,12 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         res->stop_signal = stopped ? (int)stop_sig : 0;
         snprintf(res->last_path, sizeof res->last_path, "%s/last.ckpt", R->weights_dir);
     }
+    if (R->gs[0].net)
+        logline(R,
+                "cuda graph: %" PRId64 " full batches replayed, %" PRId64 " captured, %" PRId64
+                " run directly (%s)",
+                R->g_replays, R->g_captures, R->g_direct_all,
+                R->graph ? "graphs in use" : "fell back to the direct step");
     rc = stopped || early ? TRN_TRAIN_STOPPED : 0;
 out:
     free(save_p);

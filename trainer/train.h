@@ -181,6 +181,13 @@ struct trn_train_opts {
     bool sync_bn;          /* SyncBatchNorm over the ranks (see RANKS); no effect with one rank
                               (ultralytics converts only under DDP). Recorded in the checkpoint
                               and opt.yaml; when resuming it comes from the checkpoint [false] */
+    bool cuda_graph;       /* the resident step's full batches captured once as a graph and
+                              replayed (kern_graph_*: a CUDA graph on a GPU; on the device data
+                              path the same code with the CPU backend's graphs, which call again).
+                              Falls back to the direct step, with a log line, where it cannot:
+                              several ranks, SyncBatchNorm, Adam/AdamW, a failed capture. Not
+                              recorded: a resume takes the caller's [false] */
+    bool cuda_graph_fail;  /* tests: with cuda_graph, act as if the capture failed (-ENOTSUP) */
 };
 
 /* Fill o with the defaults in brackets. o: out. Thread-safe. */

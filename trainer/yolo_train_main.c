@@ -114,7 +114,11 @@ static void usage(FILE *f)
         "  --no-grad-overlap     all-reduce the gradients after backward instead of in buckets\n"
         "                        during it (the same sums; for comparison)\n"
         "  --device-path         with --device cpu: run the GPU training path (device arenas,\n"
-        "                        the resident step) on the CPU ops; a test mode\n");
+        "                        the resident step) on the CPU ops; a test mode\n"
+        "  --cuda-graph          capture the resident step of the full batches once as a CUDA\n"
+        "                        graph and replay it (one rank, SGD; else a log line and the\n"
+        "                        direct step); with --device-path the same code on the CPU;\n"
+        "                        with --bench the timed steps are replays\n");
     /* two strings: one would pass the 4095 characters C11 compilers must take */
     fprintf(
         f,
@@ -124,6 +128,7 @@ static void usage(FILE *f)
         "  --exist-ok            reuse DIR/NAME instead of incrementing\n"
         "Testing:\n"
         "  --stop-after-steps K  stop after K batches: save weights/last.ckpt and exit 0\n"
+        "  --cuda-graph-test-fail  with --cuda-graph: act as if the capture failed (fallback)\n"
         "Tools:\n"
         "  --summary             print the model summary of --cfg and exit\n"
         "  --bench               time the training step alone on synthetic batches of --cfg at\n"
@@ -153,6 +158,8 @@ struct args {
     bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, help, sync_bn;
     bool no_grad_overlap; /* --no-grad-overlap: all-reduce the gradients after backward */
     bool device_path;     /* --device-path: the GPU path on the CPU ops (tests) */
+    bool cuda_graph;      /* --cuda-graph: the step captured once and replayed */
+    bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
     double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
 
@@ -219,6 +226,8 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--sync-bn", 0, 0, 0 },
         { "--no-grad-overlap", 0, 0, 0 },
         { "--device-path", 0, 0, 0 },
+        { "--cuda-graph", 0, 0, 0 },
+        { "--cuda-graph-test-fail", 0, 0, 0 },
         { "--bucket-cap-mb", 1, 0, 0 },
         { "--img", 2, 32, 16383 },
         { "--imgsz", 2, 32, 16383 },
@@ -290,6 +299,8 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--sync-bn")) A->sync_bn = true;
             if (!strcmp(key, "--no-grad-overlap")) A->no_grad_overlap = true;
             if (!strcmp(key, "--device-path")) A->device_path = true;
+            if (!strcmp(key, "--cuda-graph")) A->cuda_graph = true;
+            if (!strcmp(key, "--cuda-graph-test-fail")) A->cuda_graph_fail = true;
             if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
             continue;
         }
@@ -422,6 +433,7 @@ static int do_bench_step(const struct args *A)
     o.steps = (int)A->bench_steps;
     o.warmup = (int)A->bench_warmup;
     o.seed = (uint64_t)A->seed;
+    o.cuda_graph = A->cuda_graph;
     struct trn_bench_step_result r;
     char err[512] = "";
     const int rc = trn_bench_step_run(&o, &r, err, sizeof err);
@@ -435,20 +447,21 @@ static int do_bench_step(const struct args *A)
                "\"batch\": %d, \"img_per_s\": %.3f, \"ms_step\": %.4f, \"ms_forward\": %.4f, "
                "\"ms_loss\": %.4f, \"ms_backward\": %.4f, \"ms_optimizer\": %.4f, "
                "\"ms_ema\": %.4f, \"gflops_img\": %.4f, \"tflops\": %.4f, \"net_bytes\": %zu, "
-               "\"peak_bytes\": %zu, \"resident\": %s, \"params\": %lld, \"loss\": %.6g, "
-               "\"steps\": %d}\n",
+               "\"peak_bytes\": %zu, \"resident\": %s, \"graph\": %s, \"params\": %lld, "
+               "\"loss\": %.9g, \"steps\": %d}\n",
                slash ? slash + 1 : path, r.on_device ? "cuda" : "cpu", o.img, o.batch, r.img_per_s,
                r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
                r.gflops_img, r.tflops, r.net_bytes, r.peak_bytes, r.resident ? "true" : "false",
-               r.params, r.loss, o.steps);
+               r.graph ? "true" : "false", r.params, r.loss, o.steps);
     else
         printf("%s img %d batch %d on %s: %.1f img/s, %.2f ms/step (forward %.2f, loss %.2f, "
                "backward %.2f, optimizer %.2f, EMA %.2f), %.3f TFLOP/s, net %.0f MiB, peak %.0f "
-               "MiB%s\n",
+               "MiB%s%s\n",
                slash ? slash + 1 : path, o.img, o.batch, r.on_device ? "cuda" : "cpu", r.img_per_s,
                r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
                r.tflops, (double)r.net_bytes / (1 << 20), (double)r.peak_bytes / (1 << 20),
-               r.resident ? " (resident step)" : "");
+               r.resident ? " (resident step)" : "",
+               r.graph ? " (graph replays: phases not split)" : "");
     return 0;
 }
 
@@ -782,6 +795,8 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.cos_lr = A->cos_lr;
     o.sync_bn = A->sync_bn; /* when resuming, the checkpoint's setting wins */
     o.device_path = A->device_path;
+    o.cuda_graph = A->cuda_graph;
+    o.cuda_graph_fail = A->cuda_graph_fail;
     o.noval = A->noval;
     o.patience = (int)A->patience;
     o.stop_after = A->stop_after;
