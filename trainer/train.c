@@ -1358,6 +1358,65 @@ static int save_named(struct run *R, const char *which, char *err, size_t cap)
     return ckpt_save(R, p, err, cap);
 }
 
+/* The loader's batch has the shape the nets were built for. */
+static int check_batch(const struct run *R, const struct trn_batch *b, const struct trn_net *net,
+                       bool short_batch, char *err, size_t cap)
+{
+    if (!net || (short_batch && b->n != R->last_bs) || b->height != R->o.img ||
+        b->width != R->o.img || b->pixels != TRN_PIXELS_F32) {
+        seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
+               b->width, R->local_bs, R->o.img, R->o.img);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Says why a training forward failed (a SyncBatchNorm all-reduce names the rank); returns rc. */
+static int forward_failed(const struct run *R, const struct trn_batch *b, int rc, char *err,
+                          size_t cap)
+{
+    if (R->bn_sync_failed)
+        seterr(err, cap,
+               "SyncBatchNorm all-reduce in the forward at epoch %u batch %" PRIu64 ": %s",
+               b->epoch, b->step, trn_dist_error(R->dist));
+    else
+        seterr(err, cap, "forward: %s", trn_net_strerror(rc));
+    return rc;
+}
+
+/*
+ * The backward of a training batch (on the device arenas when dev), with the gradient buckets
+ * all-reduced while it runs when R->overlap. The net's arena is zero before its backward, so the
+ * buckets sum this batch's gradients alone, as the whole-arena all-reduce does; no bucket is in
+ * flight when this returns, error or not.
+ */
+static int backward(struct run *R, struct trn_net *net, float *const *dp, bool dev,
+                    const struct trn_batch *b, char *err, size_t cap)
+{
+    int rc;
+    if (R->overlap &&
+        (rc = trn_dist_grad_begin(R->dist, R->info->arena_len[TRN_ARENA_PARAM])) < 0) {
+        seterr(err, cap, "gradient all-reduce: cannot start (%s)", trn_dist_strerror(rc));
+        return rc;
+    }
+    rc = dev ? trn_net_backward_dev(net, (const float *const *)dp)
+             : trn_net_backward(net, (const float *const *)dp);
+    const int wrc = R->overlap ? trn_dist_grad_wait(R->dist) : 0;
+    if (rc >= 0 && wrc >= 0) return 0;
+    if (R->grad_sync_failed || (rc >= 0 && wrc < 0)) {
+        seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+               trn_dist_error(R->dist));
+        return rc < 0 ? rc : wrc;
+    }
+    if (R->bn_sync_failed)
+        seterr(err, cap,
+               "SyncBatchNorm all-reduce in the backward at epoch %u batch %" PRIu64 ": %s",
+               b->epoch, b->step, trn_dist_error(R->dist));
+    else
+        seterr(err, cap, "backward: %s", trn_net_strerror(rc));
+    return rc;
+}
+
 /* One batch: forward, loss, backward, optimizer policy, EMA. */
 static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss_items *items,
                        char *err, size_t cap)
@@ -1366,23 +1425,11 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
     struct trn_net *net = short_batch ? R->net_last : R->net;
     struct trn_loss *loss = short_batch ? R->loss_last : R->loss;
     float *const *dp = short_batch ? R->dp_last : R->dp;
-    if (!net || (short_batch && b->n != R->last_bs) || b->height != R->o.img ||
-        b->width != R->o.img || b->pixels != TRN_PIXELS_F32) {
-        seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
-               b->width, R->local_bs, R->o.img, R->o.img);
-        return -EINVAL;
-    }
+    int rc = check_batch(R, b, net, short_batch, err, cap);
+    if (rc < 0) return rc;
     const float *out[TRN_MODEL_MAX_LEVELS];
-    int rc = trn_net_forward(net, b->images, true, out);
-    if (rc < 0) {
-        if (R->bn_sync_failed)
-            seterr(err, cap,
-                   "SyncBatchNorm all-reduce in the forward at epoch %u batch %" PRIu64 ": %s",
-                   b->epoch, b->step, trn_dist_error(R->dist));
-        else
-            seterr(err, cap, "forward: %s", trn_net_strerror(rc));
-        return rc;
-    }
+    rc = trn_net_forward(net, b->images, true, out);
+    if (rc < 0) return forward_failed(R, b, rc, err, cap);
     if (b->n_targets > (size_t)INT32_MAX) return -E2BIG;
     rc = trn_loss_compute(loss, R->ctx, out, b->targets, (int)b->n_targets, dp, items);
     if (rc < 0) {
@@ -1395,29 +1442,7 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
         return -ERANGE;
     }
     const size_t n_grad = R->info->arena_len[TRN_ARENA_PARAM];
-    /* the net's arena is zero before its backward (see below), so the buckets sum this batch's
-     * gradients alone, as the whole-arena all-reduce does */
-    if (R->overlap && (rc = trn_dist_grad_begin(R->dist, n_grad)) < 0) {
-        seterr(err, cap, "gradient all-reduce: cannot start (%s)", trn_dist_strerror(rc));
-        return rc;
-    }
-    rc = trn_net_backward(net, (const float *const *)dp);
-    /* no bucket may still be in flight when this returns, error or not */
-    const int wrc = R->overlap ? trn_dist_grad_wait(R->dist) : 0;
-    if (rc < 0 || wrc < 0) {
-        if (R->grad_sync_failed || (rc == 0 && wrc < 0)) {
-            seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
-                   b->step, trn_dist_error(R->dist));
-            return rc < 0 ? rc : wrc;
-        }
-        if (R->bn_sync_failed)
-            seterr(err, cap,
-                   "SyncBatchNorm all-reduce in the backward at epoch %u batch %" PRIu64 ": %s",
-                   b->epoch, b->step, trn_dist_error(R->dist));
-        else
-            seterr(err, cap, "backward: %s", trn_net_strerror(rc));
-        return rc;
-    }
+    if ((rc = backward(R, net, dp, false, b, err, cap)) < 0) return rc;
     float *grad = trn_net_grad(R->net);
     if (R->world > 1) {
         /* this batch's gradients (the net's arena was zero before its backward), summed over the
@@ -1580,27 +1605,15 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
     struct trn_net *net = short_batch ? R->net_last : R->net;
     const struct trn_loss *loss = short_batch ? R->loss_last : R->loss;
     float *const *dp = short_batch ? R->d_dp_last : R->d_dp;
-    if (!net || (short_batch && b->n != R->last_bs) || b->height != R->o.img ||
-        b->width != R->o.img || b->pixels != TRN_PIXELS_F32) {
-        seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
-               b->width, R->local_bs, R->o.img, R->o.img);
-        return -EINVAL;
-    }
+    int rc = check_batch(R, b, net, short_batch, err, cap);
+    if (rc < 0) return rc;
     const struct kern_ops *const K = R->dK;
     const float *out[TRN_MODEL_MAX_LEVELS];
     /* a batch the loader built on this context needs no upload */
     const bool on_dev = b->device_images != NULL;
-    int rc = trn_net_forward_dev(net, on_dev ? (const float *)b->device_images : b->images, on_dev,
-                                 true, out);
-    if (rc < 0) {
-        if (R->bn_sync_failed)
-            seterr(err, cap,
-                   "SyncBatchNorm all-reduce in the forward at epoch %u batch %" PRIu64 ": %s",
-                   b->epoch, b->step, trn_dist_error(R->dist));
-        else
-            seterr(err, cap, "forward: %s", trn_net_strerror(rc));
-        return rc;
-    }
+    rc = trn_net_forward_dev(net, on_dev ? (const float *)b->device_images : b->images, on_dev,
+                             true, out);
+    if (rc < 0) return forward_failed(R, b, rc, err, cap);
     const struct trn_loss_cfg *cfg = trn_loss_get_cfg(loss);
     if (b->n_targets > (size_t)cfg->max_targets) {
         seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
@@ -1627,26 +1640,7 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
         return -ERANGE;
     }
     const size_t n_grad = R->info->arena_len[TRN_ARENA_PARAM];
-    if (R->overlap && (rc = trn_dist_grad_begin(R->dist, n_grad)) < 0) {
-        seterr(err, cap, "gradient all-reduce: cannot start (%s)", trn_dist_strerror(rc));
-        return rc;
-    }
-    rc = trn_net_backward_dev(net, (const float *const *)dp);
-    const int wrc = R->overlap ? trn_dist_grad_wait(R->dist) : 0;
-    if (rc < 0 || wrc < 0) {
-        if (R->grad_sync_failed || (rc == 0 && wrc < 0)) {
-            seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
-                   b->step, trn_dist_error(R->dist));
-            return rc < 0 ? rc : wrc;
-        }
-        if (R->bn_sync_failed)
-            seterr(err, cap,
-                   "SyncBatchNorm all-reduce in the backward at epoch %u batch %" PRIu64 ": %s",
-                   b->epoch, b->step, trn_dist_error(R->dist));
-        else
-            seterr(err, cap, "backward: %s", trn_net_strerror(rc));
-        return rc;
-    }
+    if ((rc = backward(R, net, dp, true, b, err, cap)) < 0) return rc;
     float *grad = trn_net_dev_grad(R->net);
     if (R->world > 1) {
         /* as train_batch: this batch's gradients summed over the ranks, added to acc. NCCL sums
