@@ -245,6 +245,55 @@ static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, cudnnData
     return 0;
 }
 
+/* The largest workspace of the plan's three ops, bwd_filter's after head bytes of its own. */
+static size_t plan_ws_bytes(const struct kern_conv_plan *p, size_t head)
+{
+    const size_t m = p->ws_fwd > p->ws_data ? p->ws_fwd : p->ws_data;
+    const size_t f = head + p->ws_filter;
+    return m > f ? m : f;
+}
+
+/* y = conv(x, w), no bias, in the plan's data type and layout. */
+static int plan_fwd(struct kern_ctx *ctx, struct kern_conv_plan *p, void *y, const void *x,
+                    const void *w)
+{
+    if (p->ws_fwd > ctx->ws_size) return -KERN_EWORKSPACE;
+    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->fwd_math));
+    CUDNN_TRY(ctx, cudnnConvolutionForward(h, &one, p->xd, x, p->wd, w, p->cd, p->fwd, ctx->ws,
+                                           p->ws_fwd, &zero, p->yd, y));
+    return 0;
+}
+
+/* dx (=|+=) conv^T(dy, w), in the plan's data type and layout. */
+static int plan_bwd_data(struct kern_ctx *ctx, struct kern_conv_plan *p, void *dx, const void *dy,
+                         const void *w, unsigned accum)
+{
+    if (p->ws_data > ctx->ws_size) return -KERN_EWORKSPACE;
+    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
+    const float one = 1.0f, beta = (accum & KERN_ACCUM_DX) ? 1.0f : 0.0f;
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->data_math));
+    CUDNN_TRY(ctx, cudnnConvolutionBackwardData(h, &one, p->wd, w, p->yd, dy, p->cd, p->bwd_data,
+                                                ctx->ws, p->ws_data, &beta, p->xd, dx));
+    return 0;
+}
+
+/* out = beta out + dw(x, dy) in the plan's data type; cuDNN's workspace starts head bytes into
+ * ctx's (the lowp path keeps its reduced-type dw there). */
+static int plan_bwd_filter(struct kern_ctx *ctx, struct kern_conv_plan *p, void *out,
+                           const void *dy, const void *x, size_t head, float beta)
+{
+    if (head + p->ws_filter > ctx->ws_size) return -KERN_EWORKSPACE;
+    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
+    const float one = 1.0f;
+    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->filter_math));
+    CUDNN_TRY(ctx, cudnnConvolutionBackwardFilter(h, &one, p->xd, x, p->yd, dy, p->cd,
+                                                  p->bwd_filter, (char *)ctx->ws + head,
+                                                  p->ws_filter, &beta, p->wd, out));
+    return 0;
+}
+
 int kern_cuda_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d *d,
                                     size_t *bytes)
 {
@@ -253,8 +302,7 @@ int kern_cuda_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv
     struct kern_conv_plan *p;
     const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
     if (rc < 0) return rc;
-    size_t m = p->ws_fwd > p->ws_data ? p->ws_fwd : p->ws_data;
-    *bytes = m > p->ws_filter ? m : p->ws_filter;
+    *bytes = plan_ws_bytes(p, 0);
     return 0;
 }
 
@@ -265,15 +313,13 @@ int kern_cuda_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d, floa
     KERN_CHECK_CUDA_CTX(ctx);
     if (!y || !x || !w) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
+    int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
     if (rc < 0) return rc;
-    if (p->ws_fwd > ctx->ws_size) return -KERN_EWORKSPACE;
+    rc = plan_fwd(ctx, p, y, x, w);
+    if (rc < 0 || !bias) return rc;
     const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
-    const float one = 1.0f, zero = 0.0f;
-    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->fwd_math));
-    CUDNN_TRY(ctx, cudnnConvolutionForward(h, &one, p->xd, x, p->wd, w, p->cd, p->fwd, ctx->ws,
-                                           p->ws_fwd, &zero, p->yd, y));
-    if (bias) CUDNN_TRY(ctx, cudnnAddTensor(h, &one, p->bd, bias, &one, p->yd, y));
+    const float one = 1.0f;
+    CUDNN_TRY(ctx, cudnnAddTensor(h, &one, p->bd, bias, &one, p->yd, y));
     return 0;
 }
 
@@ -287,13 +333,7 @@ int kern_cuda_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d,
     struct kern_conv_plan *p;
     const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
     if (rc < 0) return rc;
-    if (p->ws_data > ctx->ws_size) return -KERN_EWORKSPACE;
-    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
-    const float one = 1.0f, beta = (accum & KERN_ACCUM_DX) ? 1.0f : 0.0f;
-    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->data_math));
-    CUDNN_TRY(ctx, cudnnConvolutionBackwardData(h, &one, p->wd, w, p->yd, dy, p->cd, p->bwd_data,
-                                                ctx->ws, p->ws_data, &beta, p->xd, dx));
-    return 0;
+    return plan_bwd_data(ctx, p, dx, dy, w, accum);
 }
 
 int kern_cuda_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *d,
@@ -306,14 +346,7 @@ int kern_cuda_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *
     struct kern_conv_plan *p;
     const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
     if (rc < 0) return rc;
-    if (p->ws_filter > ctx->ws_size) return -KERN_EWORKSPACE;
-    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
-    const float one = 1.0f, beta = (accum & KERN_ACCUM_DPARAM) ? 1.0f : 0.0f;
-    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->filter_math));
-    CUDNN_TRY(ctx,
-              cudnnConvolutionBackwardFilter(h, &one, p->xd, x, p->yd, dy, p->cd, p->bwd_filter,
-                                             ctx->ws, p->ws_filter, &beta, p->wd, dw));
-    return 0;
+    return plan_bwd_filter(ctx, p, dw, dy, x, 0, (accum & KERN_ACCUM_DPARAM) ? 1.0f : 0.0f);
 }
 
 int kern_cuda_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d,
@@ -461,9 +494,7 @@ int kern_cuda_conv2d_lowp_workspace_size(struct kern_ctx *ctx, const struct kern
     struct kern_conv_plan *p;
     const int rc = lp_plan(ctx, d, &p);
     if (rc < 0) return rc;
-    const size_t m = p->ws_fwd > p->ws_data ? p->ws_fwd : p->ws_data;
-    const size_t f = lp_dw_bytes(d) + p->ws_filter;
-    *bytes = m > f ? m : f;
+    *bytes = plan_ws_bytes(p, lp_dw_bytes(d));
     return 0;
 }
 
@@ -474,16 +505,11 @@ int kern_cuda_conv2d_lowp_fwd(struct kern_ctx *ctx, const struct kern_conv2d_low
     KERN_CHECK_CUDA_CTX(ctx);
     if (!y || !x || !w) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = lp_plan(ctx, d, &p);
+    int rc = lp_plan(ctx, d, &p);
     if (rc < 0) return rc;
-    if (p->ws_fwd > ctx->ws_size) return -KERN_EWORKSPACE;
+    rc = plan_fwd(ctx, p, y, x, w);
+    if (rc < 0 || !bias) return rc;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
-    const cudnnHandle_t h = (cudnnHandle_t)st->cudnn;
-    const float one = 1.0f, zero = 0.0f;
-    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->fwd_math));
-    CUDNN_TRY(ctx, cudnnConvolutionForward(h, &one, p->xd, x, p->wd, w, p->cd, p->fwd, ctx->ws,
-                                           p->ws_fwd, &zero, p->yd, y));
-    if (!bias) return 0;
     const size_t pos = (size_t)p->h_out * p->w_out, n = (size_t)d->conv.n * d->conv.c_out * pos;
     lp_bias_kernel<<<kern_cuda_blocks(n), KERN_CUDA_THREADS, 0, st->stream>>>(
         y, bias, n, d->conv.c_out, pos, d->dtype, d->layout == KERN_LAYOUT_NHWC);
@@ -500,13 +526,7 @@ int kern_cuda_conv2d_lowp_bwd_data(struct kern_ctx *ctx, const struct kern_conv2
     struct kern_conv_plan *p;
     const int rc = lp_plan(ctx, d, &p);
     if (rc < 0) return rc;
-    if (p->ws_data > ctx->ws_size) return -KERN_EWORKSPACE;
-    const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
-    const float one = 1.0f, beta = (accum & KERN_ACCUM_DX) ? 1.0f : 0.0f;
-    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->data_math));
-    CUDNN_TRY(ctx, cudnnConvolutionBackwardData(h, &one, p->wd, w, p->yd, dy, p->cd, p->bwd_data,
-                                                ctx->ws, p->ws_data, &beta, p->xd, dx));
-    return 0;
+    return plan_bwd_data(ctx, p, dx, dy, w, accum);
 }
 
 int kern_cuda_conv2d_lowp_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
@@ -517,20 +537,14 @@ int kern_cuda_conv2d_lowp_bwd_filter(struct kern_ctx *ctx, const struct kern_con
     KERN_CHECK_ACCUM(accum);
     if (!dw || !dy || !x) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = lp_plan(ctx, d, &p);
+    int rc = lp_plan(ctx, d, &p);
     if (rc < 0) return rc;
     const size_t head = lp_dw_bytes(d);
-    if (head + p->ws_filter > ctx->ws_size) return -KERN_EWORKSPACE;
-    struct kern_cuda_state *const st = kern_cuda_st(ctx);
-    const cudnnHandle_t h = (cudnnHandle_t)st->cudnn;
     const int add = (accum & KERN_ACCUM_DPARAM) != 0;
-    const float one = 1.0f, beta = (head == 0 && add) ? 1.0f : 0.0f;
     void *const out = head ? ctx->ws : (void *)dw;
-    CUDNN_TRY(ctx, cudnnSetConvolutionMathType(p->cd, p->filter_math));
-    CUDNN_TRY(ctx, cudnnConvolutionBackwardFilter(h, &one, p->xd, x, p->yd, dy, p->cd,
-                                                  p->bwd_filter, (char *)ctx->ws + head,
-                                                  p->ws_filter, &beta, p->wd, out));
-    if (!head) return 0;
+    rc = plan_bwd_filter(ctx, p, out, dy, x, head, (head == 0 && add) ? 1.0f : 0.0f);
+    if (rc < 0 || !head) return rc;
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
     const struct kern_conv2d *const c = &d->conv;
     const size_t n = (size_t)c->c_out * c->c_in * c->k_h * c->k_w;
     lp_widen_kernel<<<kern_cuda_blocks(n), KERN_CUDA_THREADS, 0, st->stream>>>(dw, ctx->ws, n,

@@ -88,10 +88,18 @@ static size_t round16(size_t n)
     return (n + 15) / 16 * 16;
 }
 
+/* Element access by dtype and layout, defined with the lowp ops below; with KERN_DT_F32 and
+ * KERN_LAYOUT_NCHW they are plain float32 loads, so the float32 ops share code through them. */
+static float lp_get(int dt, const void *p, size_t i);
+static float lp_round(int dt, float v);
+static size_t lp_index(int layout, size_t base, int ch, size_t s, int c, size_t hw);
+
 /*
  * How one call splits its work. Worker w of nw takes images w, w + nw, ...; it owns workspace
  * slot w: col (K x P floats, unless pointwise) and, for bwd_filter with nw > 1 and w > 0, a
- * partial dw (c_out x K floats). Slots are 64-byte aligned.
+ * partial dw (c_out x K floats). Slots are 64-byte aligned. The lowp ops (below) put a shared
+ * area before the slots and two float32 images at the end of each slot; the float32 ops have
+ * none of these (zero sizes), so both share one layout.
  */
 struct conv_plan {
     int oh, ow;          /* output plane */
@@ -99,10 +107,13 @@ struct conv_plan {
     size_t x_img, y_img; /* floats per image of x and y */
     size_t col, dw;      /* floats per slot for col and the partial dw */
     size_t xs;           /* floats per slot for the phase-split image (strided convs) */
+    size_t xf, yf;       /* floats per slot: widened input, float32 output image (lowp, else 0) */
+    size_t shared;       /* floats before the slots: widened w or the float32 dw sum (lowp) */
+    size_t slot;         /* floats per slot in all */
     int slots;           /* workers that can have images: min(threads, n) */
 };
 
-static int conv_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d *d,
+static int conv_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d *d, int lowp,
                           struct conv_plan *pl)
 {
     const int rc = kern_conv2d_out_hw(d, &pl->oh, &pl->ow);
@@ -115,24 +126,58 @@ static int conv_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d *
     pl->col = conv_is_pointwise(d) ? 0 : round16((size_t)pl->kk * (size_t)pl->p);
     pl->dw = pl->slots > 1 ? round16((size_t)d->c_out * (size_t)pl->kk) : 0;
     pl->xs = conv_phase_split(d) ? round16(pl->x_img) : 0;
+    pl->shared = lowp ? round16((size_t)d->c_out * (size_t)pl->kk) : 0;
+    pl->xf = lowp ? round16(pl->x_img) : 0;
+    pl->yf = lowp ? round16(pl->y_img) : 0;
+    pl->slot = pl->col + pl->dw + pl->xs + pl->xf + pl->yf;
     return 0;
 }
 
 static size_t conv_plan_bytes(const struct conv_plan *pl)
 {
-    /* One slot layout for all three ops keeps the offsets simple. */
-    return (size_t)pl->slots * (pl->col + pl->dw + pl->xs) * sizeof(float);
+    /* One slot layout for all the ops keeps the offsets simple. */
+    return (pl->shared + (size_t)pl->slots * pl->slot) * sizeof(float);
 }
 
-int kern_ref_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d *d, size_t *bytes)
+static int lp_check(const struct kern_conv2d_lowp *d)
+{
+    if (!d) return -EINVAL;
+    if (d->dtype < KERN_DT_F32 || d->dtype > KERN_DT_F16) return -EINVAL;
+    if (d->layout != KERN_LAYOUT_NCHW && d->layout != KERN_LAYOUT_NHWC) return -EINVAL;
+    return 0;
+}
+
+/*
+ * The plan of a float32 conv d (dl NULL) or of the lowp conv dl (d unused), checking ctx first
+ * and then dl, as every entry point does.
+ */
+static int conv_plan_checked(struct kern_ctx *ctx, const struct kern_conv2d_lowp *dl,
+                             const struct kern_conv2d *d, struct conv_plan *pl)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    if (dl) {
+        const int rc = lp_check(dl);
+        if (rc < 0) return rc;
+        d = &dl->conv;
+    }
+    return conv_plan_init(ctx, d, dl != NULL, pl);
+}
+
+static int conv_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d_lowp *dl,
+                               const struct kern_conv2d *d, size_t *bytes)
 {
     struct conv_plan pl;
     KERN_CHECK_CPU_CTX(ctx);
     KERN_RETURN_IF(!bytes, -EINVAL);
-    const int rc = conv_plan_init(ctx, d, &pl);
+    const int rc = conv_plan_checked(ctx, dl, d, &pl);
     if (rc < 0) return rc;
     *bytes = conv_plan_bytes(&pl);
     return 0;
+}
+
+int kern_ref_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d *d, size_t *bytes)
+{
+    return conv_workspace_size(ctx, NULL, d, bytes);
 }
 
 /* Output columns [*lo, *hi) whose input index o * s - p + k lies inside [0, size). */
@@ -298,14 +343,93 @@ static void col2im_add(const struct kern_conv2d *d, int oh, int ow, float *restr
     }
 }
 
-/* Entry checks shared by the three ops: the plan, and a big enough workspace. */
-static int conv_prepare(struct kern_ctx *ctx, const struct kern_conv2d *d, struct conv_plan *pl)
+/* Entry checks shared by the ops: the plan (see conv_plan_checked), and a big enough workspace. */
+static int conv_prepare(struct kern_ctx *ctx, const struct kern_conv2d_lowp *dl,
+                        const struct kern_conv2d *d, struct conv_plan *pl)
 {
-    KERN_CHECK_CPU_CTX(ctx);
-    const int rc = conv_plan_init(ctx, d, pl);
+    const int rc = conv_plan_checked(ctx, dl, d, pl);
     if (rc < 0) return rc;
     if (conv_plan_bytes(pl) > ctx->ws_size) return -KERN_EWORKSPACE;
     return 0;
+}
+
+/* Slot w's areas (xs NULL for unstrided convs; xf, yf empty for the float32 ops). */
+struct conv_slot {
+    float *col, *dw, *xs, *xf, *yf;
+};
+
+static struct conv_slot conv_slot_of(float *ws, const struct conv_plan *pl, int w)
+{
+    float *const base = ws + pl->shared + (size_t)w * pl->slot;
+    const struct conv_slot s = { base, base + pl->col, pl->xs ? base + pl->col + pl->dw : NULL,
+                                 base + pl->col + pl->dw + pl->xs,
+                                 base + pl->col + pl->dw + pl->xs + pl->xf };
+    return s;
+}
+
+/* The GEMM's right operand for image x: col built from x (through sl.xs when strided), or x
+ * itself for pointwise convs. */
+static const float *conv_cols(const struct kern_conv2d *d, const struct conv_plan *pl,
+                              const struct conv_slot *sl, const float *x)
+{
+    if (!pl->col) return x;
+    if (sl->xs) phase_split(sl->xs, x, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
+    im2col(d, pl->oh, pl->ow, sl->col, x, sl->xs);
+    return sl->col;
+}
+
+/* y (c_out, P) = w . col(x), one float32 image, no bias. */
+static void conv_fwd_image(const struct kern_conv2d *d, const struct conv_plan *pl,
+                           const struct conv_slot *sl, float *y, const float *x, const float *w)
+{
+    const float *const b = conv_cols(d, pl, sl, x);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pl->p, pl->kk, 1.0f, w, pl->kk,
+                b, pl->p, 0.0f, y, pl->p);
+}
+
+/* y[c] += bias[c] (bias of dtype dt) over one float32 image. */
+static void conv_add_bias(int dt, const struct kern_conv2d *d, const struct conv_plan *pl, float *y,
+                          const void *bias)
+{
+    for (int c = 0; c < d->c_out; c++) {
+        float *const yc = y + (size_t)c * pl->p;
+        const float bc = lp_get(dt, bias, (size_t)c);
+        for (int k = 0; k < pl->p; k++)
+            yc[k] += bc;
+    }
+}
+
+/* dx (=|+=) col2im(w^T . dy), one float32 image. */
+static void conv_bwd_data_image(const struct kern_conv2d *d, const struct conv_plan *pl,
+                                const struct conv_slot *sl, float *dx, const float *dy,
+                                const float *w, int add)
+{
+    if (!pl->col) {
+        /* Pointwise: dcol is dx itself; beta 0 makes BLAS ignore the old contents. */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f, w,
+                    pl->kk, dy, pl->p, add ? 1.0f : 0.0f, dx, pl->p);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f, w, pl->kk,
+                dy, pl->p, 0.0f, sl->col, pl->p);
+    if (sl->xs) {
+        memset(sl->xs, 0, pl->x_img * sizeof(float));
+        col2im_add(d, pl->oh, pl->ow, sl->xs, sl->col, 1);
+        phase_merge(dx, sl->xs, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w, add);
+    } else {
+        if (!add) memset(dx, 0, pl->x_img * sizeof(float));
+        col2im_add(d, pl->oh, pl->ow, dx, sl->col, 0);
+    }
+}
+
+/* dw (c_out, K) = beta dw + dy . col(x)^T, one float32 image. */
+static void conv_dw_image(const struct kern_conv2d *d, const struct conv_plan *pl,
+                          const struct conv_slot *sl, float *dw, const float *dy, const float *x,
+                          float beta)
+{
+    const float *const b = conv_cols(d, pl, sl, x);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->c_out, pl->kk, pl->p, 1.0f, dy, pl->p,
+                b, pl->p, beta, dw, (int)pl->kk);
 }
 
 struct conv_job {
@@ -319,42 +443,16 @@ struct conv_job {
     int nw; /* workers taking part (kern_parallel_width) */
 };
 
-static float *conv_slot(const struct conv_job *j, int w)
-{
-    return j->ws + (size_t)w * (j->pl->col + j->pl->dw + j->pl->xs);
-}
-
-/* The phase-split image of slot w (NULL for unstrided convs). */
-static float *conv_slot_xs(const struct conv_job *j, int w)
-{
-    return j->pl->xs ? conv_slot(j, w) + j->pl->col + j->pl->dw : NULL;
-}
-
 static void conv_fwd_task(void *arg, int w, int nw)
 {
     const struct conv_job *const j = arg;
     const struct kern_conv2d *const d = j->d;
     const struct conv_plan *const pl = j->pl;
-    float *const col = conv_slot(j, w), *const xs = conv_slot_xs(j, w);
+    const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     for (int i = w; i < d->n; i += nw) {
-        const float *const xi = j->a + (size_t)i * pl->x_img;
         float *const yi = j->out + (size_t)i * pl->y_img;
-        const float *b = xi;
-        if (pl->col) {
-            if (xs) phase_split(xs, xi, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
-            im2col(d, pl->oh, pl->ow, col, xi, xs);
-            b = col;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pl->p, pl->kk, 1.0f, j->b,
-                    pl->kk, b, pl->p, 0.0f, yi, pl->p);
-        if (j->bias) {
-            for (int c = 0; c < d->c_out; c++) {
-                float *const yc = yi + (size_t)c * pl->p;
-                const float bc = j->bias[c];
-                for (int k = 0; k < pl->p; k++)
-                    yc[k] += bc;
-            }
-        }
+        conv_fwd_image(d, pl, &sl, yi, j->a + (size_t)i * pl->x_img, j->b);
+        if (j->bias) conv_add_bias(KERN_DT_F32, d, pl, yi, j->bias);
     }
 }
 
@@ -364,7 +462,7 @@ int kern_ref_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d, float
 {
     struct conv_plan pl;
     KERN_RETURN_IF(!y || !x || !w, -EINVAL);
-    const int rc = conv_prepare(ctx, d, &pl);
+    const int rc = conv_prepare(ctx, NULL, d, &pl);
     if (rc < 0) return rc;
     const size_t work = (size_t)d->n * (pl.x_img + pl.y_img);
     struct conv_job j = { d, &pl, ctx->ws, y, x, w, bias, 0, kern_parallel_width(ctx, work) };
@@ -377,28 +475,11 @@ static void conv_bwd_data_task(void *arg, int w, int nw)
     const struct conv_job *const j = arg;
     const struct kern_conv2d *const d = j->d;
     const struct conv_plan *const pl = j->pl;
-    float *const col = conv_slot(j, w), *const xs = conv_slot_xs(j, w);
+    const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     const int add = (j->accum & KERN_ACCUM_DX) != 0;
-    for (int i = w; i < d->n; i += nw) {
-        float *const dxi = j->out + (size_t)i * pl->x_img;
-        const float *const dyi = j->a + (size_t)i * pl->y_img;
-        if (!pl->col) {
-            /* Pointwise: dcol is dx itself; beta 0 makes BLAS ignore the old contents. */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f,
-                        j->b, pl->kk, dyi, pl->p, add ? 1.0f : 0.0f, dxi, pl->p);
-            continue;
-        }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f, j->b,
-                    pl->kk, dyi, pl->p, 0.0f, col, pl->p);
-        if (xs) {
-            memset(xs, 0, pl->x_img * sizeof(float));
-            col2im_add(d, pl->oh, pl->ow, xs, col, 1);
-            phase_merge(dxi, xs, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w, add);
-        } else {
-            if (!add) memset(dxi, 0, pl->x_img * sizeof(float));
-            col2im_add(d, pl->oh, pl->ow, dxi, col, 0);
-        }
-    }
+    for (int i = w; i < d->n; i += nw)
+        conv_bwd_data_image(d, pl, &sl, j->out + (size_t)i * pl->x_img,
+                            j->a + (size_t)i * pl->y_img, j->b, add);
 }
 
 int kern_ref_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d, float *restrict dx,
@@ -407,7 +488,7 @@ int kern_ref_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d, 
     struct conv_plan pl;
     KERN_CHECK_ACCUM(accum);
     KERN_RETURN_IF(!dx || !dy || !w, -EINVAL);
-    const int rc = conv_prepare(ctx, d, &pl);
+    const int rc = conv_prepare(ctx, NULL, d, &pl);
     if (rc < 0) return rc;
     const size_t work = (size_t)d->n * (pl.x_img + pl.y_img);
     struct conv_job j = { d, &pl, ctx->ws, dx, dy, w, NULL, accum, kern_parallel_width(ctx, work) };
@@ -424,21 +505,13 @@ static void conv_bwd_filter_task(void *arg, int w, int nw)
     const struct conv_job *const j = arg;
     const struct kern_conv2d *const d = j->d;
     const struct conv_plan *const pl = j->pl;
-    float *const col = conv_slot(j, w), *const xs = conv_slot_xs(j, w);
-    float *const dw = w == 0 ? j->out : col + pl->col;
+    const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
+    float *const dw = w == 0 ? j->out : sl.dw;
     int first = 1;
     for (int i = w; i < d->n; i += nw) {
-        const float *const xi = j->b + (size_t)i * pl->x_img;
-        const float *b = xi;
-        if (pl->col) {
-            if (xs) phase_split(xs, xi, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
-            im2col(d, pl->oh, pl->ow, col, xi, xs);
-            b = col;
-        }
         const int keep = !first || (w == 0 && (j->accum & KERN_ACCUM_DPARAM));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->c_out, pl->kk, pl->p, 1.0f,
-                    j->a + (size_t)i * pl->y_img, pl->p, b, pl->p, keep ? 1.0f : 0.0f, dw,
-                    (int)pl->kk);
+        conv_dw_image(d, pl, &sl, dw, j->a + (size_t)i * pl->y_img, j->b + (size_t)i * pl->x_img,
+                      keep ? 1.0f : 0.0f);
         first = 0;
     }
 }
@@ -451,7 +524,7 @@ static void conv_reduce_task(void *arg, int w, int nw)
     size_t lo, hi;
     kern_share(total, w, nw, &lo, &hi);
     for (int s = 1; s < parts; s++) {
-        const float *const part = conv_slot(j, s) + j->pl->col;
+        const float *const part = conv_slot_of(j->ws, j->pl, s).dw;
         for (size_t k = lo; k < hi; k++)
             j->out[k] += part[k];
     }
@@ -464,7 +537,7 @@ int kern_ref_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *d
     struct conv_plan pl;
     KERN_CHECK_ACCUM(accum);
     KERN_RETURN_IF(!dw || !dy || !x, -EINVAL);
-    const int rc = conv_prepare(ctx, d, &pl);
+    const int rc = conv_prepare(ctx, NULL, d, &pl);
     if (rc < 0) return rc;
     const size_t work = (size_t)d->n * (pl.x_img + pl.y_img);
     struct conv_job j = { d, &pl, ctx->ws, dw, dy, x, NULL, accum, kern_parallel_width(ctx, work) };
@@ -476,40 +549,66 @@ int kern_ref_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *d
 
 struct conv_bias_job {
     const struct kern_conv2d *d;
+    int dtype, layout; /* of dy (float32 NCHW for the float32 op) */
     float *db;
-    const float *dy;
+    const void *dy;
     size_t p;
     unsigned accum;
 };
 
+/* db[c] (=|+=) r((float)(sum of dy[., c] in double)), images in order. */
 static void conv_bias_task(void *arg, int w, int nw)
 {
     const struct conv_bias_job *const j = arg;
+    const struct kern_conv2d *const d = j->d;
+    const int plain = j->dtype == KERN_DT_F32 && j->layout == KERN_LAYOUT_NCHW;
     size_t lo, hi;
-    kern_share((size_t)j->d->c_out, w, nw, &lo, &hi);
+    kern_share((size_t)d->c_out, w, nw, &lo, &hi);
     for (size_t c = lo; c < hi; c++) {
         double s = 0.0;
-        for (int i = 0; i < j->d->n; i++) {
-            const float *const dyc = j->dy + ((size_t)i * j->d->c_out + c) * j->p;
+        for (int i = 0; i < d->n; i++) {
+            const size_t base = (size_t)i * (size_t)d->c_out * j->p;
+            if (plain) { /* the float32 op's hot case, without the per-element dispatch */
+                const float *const dyc = (const float *)j->dy + base + c * j->p;
+                for (size_t k = 0; k < j->p; k++)
+                    s += dyc[k];
+                continue;
+            }
             for (size_t k = 0; k < j->p; k++)
-                s += dyc[k];
+                s += lp_get(j->dtype, j->dy, lp_index(j->layout, base, (int)c, k, d->c_out, j->p));
         }
-        j->db[c] = (j->accum & KERN_ACCUM_DPARAM) ? j->db[c] + (float)s : (float)s;
+        const float v = lp_round(j->dtype, (float)s);
+        j->db[c] = (j->accum & KERN_ACCUM_DPARAM) ? j->db[c] + v : v;
     }
 }
 
-int kern_ref_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d, float *restrict db,
-                             const float *restrict dy, unsigned accum)
+/* bwd_bias of a float32 conv d (dl NULL) or of the lowp conv dl, with the same entry checks. */
+static int conv_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d_lowp *dl,
+                         const struct kern_conv2d *d, float *db, const void *dy, unsigned accum)
 {
     int oh, ow;
     KERN_CHECK_CPU_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
     KERN_RETURN_IF(!db || !dy, -EINVAL);
-    const int rc = kern_conv2d_out_hw(d, &oh, &ow);
+    struct conv_bias_job j = { d, KERN_DT_F32, KERN_LAYOUT_NCHW, db, dy, 0, accum };
+    if (dl) {
+        const int rc = lp_check(dl);
+        if (rc < 0) return rc;
+        j.d = &dl->conv;
+        j.dtype = dl->dtype;
+        j.layout = dl->layout;
+    }
+    const int rc = kern_conv2d_out_hw(j.d, &oh, &ow);
     if (rc < 0) return rc;
-    struct conv_bias_job j = { d, db, dy, (size_t)oh * (size_t)ow, accum };
-    kern_parallel(ctx, conv_bias_task, &j, (size_t)d->n * d->c_out * j.p);
+    j.p = (size_t)oh * (size_t)ow;
+    kern_parallel(ctx, conv_bias_task, &j, (size_t)j.d->n * j.d->c_out * j.p);
     return 0;
+}
+
+int kern_ref_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d, float *restrict db,
+                             const float *restrict dy, unsigned accum)
+{
+    return conv_bwd_bias(ctx, NULL, d, db, dy, accum);
 }
 
 /* --- lowp --- */
@@ -632,40 +731,6 @@ static void lp_store(int dt, int layout, void *restrict dst, size_t base, const 
     }
 }
 
-struct lp_plan {
-    struct conv_plan pl;
-    size_t shared; /* floats: widened w, or the float32 dw sum */
-    size_t xf, yf; /* floats per slot: widened input image, float32 output image */
-    size_t slot;   /* floats per slot in all */
-};
-
-static int lp_check(const struct kern_conv2d_lowp *d)
-{
-    if (!d) return -EINVAL;
-    if (d->dtype < KERN_DT_F32 || d->dtype > KERN_DT_F16) return -EINVAL;
-    if (d->layout != KERN_LAYOUT_NCHW && d->layout != KERN_LAYOUT_NHWC) return -EINVAL;
-    return 0;
-}
-
-static int lp_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
-                        struct lp_plan *lp)
-{
-    int rc = lp_check(d);
-    if (rc < 0) return rc;
-    rc = conv_plan_init(ctx, &d->conv, &lp->pl);
-    if (rc < 0) return rc;
-    lp->shared = round16((size_t)d->conv.c_out * (size_t)lp->pl.kk);
-    lp->xf = round16(lp->pl.x_img);
-    lp->yf = round16(lp->pl.y_img);
-    lp->slot = lp->pl.col + lp->pl.dw + lp->pl.xs + lp->xf + lp->yf;
-    return 0;
-}
-
-static size_t lp_plan_bytes(const struct lp_plan *lp)
-{
-    return (lp->shared + (size_t)lp->pl.slots * lp->slot) * sizeof(float);
-}
-
 void kern_conv2d_lowp_init(struct kern_conv2d_lowp *d, const struct kern_conv2d *conv, int dtype,
                            int layout)
 {
@@ -678,27 +743,12 @@ void kern_conv2d_lowp_init(struct kern_conv2d_lowp *d, const struct kern_conv2d 
 int kern_ref_conv2d_lowp_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
                                         size_t *bytes)
 {
-    struct lp_plan lp;
-    KERN_CHECK_CPU_CTX(ctx);
-    KERN_RETURN_IF(!bytes, -EINVAL);
-    const int rc = lp_plan_init(ctx, d, &lp);
-    if (rc < 0) return rc;
-    *bytes = lp_plan_bytes(&lp);
-    return 0;
-}
-
-static int lp_prepare(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d, struct lp_plan *lp)
-{
-    KERN_CHECK_CPU_CTX(ctx);
-    const int rc = lp_plan_init(ctx, d, lp);
-    if (rc < 0) return rc;
-    if (lp_plan_bytes(lp) > ctx->ws_size) return -KERN_EWORKSPACE;
-    return 0;
+    return conv_workspace_size(ctx, d, NULL, bytes);
 }
 
 struct lp_job {
     const struct kern_conv2d_lowp *d;
-    const struct lp_plan *lp;
+    const struct conv_plan *pl;
     float *ws;         /* shared area, then the slots */
     void *out;         /* y, dx (dtype) or dw (float32) */
     const void *a, *b; /* fwd: x, bias; bwd_data: dy; bwd_filter: dy, x */
@@ -706,26 +756,11 @@ struct lp_job {
     int nw;
 };
 
-/* Slot w's areas. */
-struct lp_slot {
-    float *col, *dw, *xs, *xf, *yf;
-};
-
-static struct lp_slot lp_slot_of(const struct lp_job *j, int w)
-{
-    const struct conv_plan *const pl = &j->lp->pl;
-    float *const base = j->ws + j->lp->shared + (size_t)w * j->lp->slot;
-    const struct lp_slot s = { base, base + pl->col, pl->xs ? base + pl->col + pl->dw : NULL,
-                               base + pl->col + pl->dw + pl->xs,
-                               base + pl->col + pl->dw + pl->xs + j->lp->xf };
-    return s;
-}
-
 /* Widens the weights (c_out images of c_in x k_h k_w, in the layout) into the shared area. */
 static void lp_load_weights(const struct lp_job *j, const void *w)
 {
     const struct kern_conv2d *const c = &j->d->conv;
-    const size_t khw = (size_t)c->k_h * c->k_w, kk = (size_t)j->lp->pl.kk;
+    const size_t khw = (size_t)c->k_h * c->k_w, kk = (size_t)j->pl->kk;
     for (int o = 0; o < c->c_out; o++)
         lp_load(j->d->dtype, j->d->layout, j->ws + (size_t)o * kk, w, (size_t)o * kk, c->c_in, khw);
 }
@@ -734,72 +769,55 @@ static void lp_fwd_task(void *arg, int w, int nw)
 {
     const struct lp_job *const j = arg;
     const struct kern_conv2d *const d = &j->d->conv;
-    const struct conv_plan *const pl = &j->lp->pl;
-    const struct lp_slot sl = lp_slot_of(j, w);
+    const struct conv_plan *const pl = j->pl;
+    const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     const size_t hw_in = (size_t)d->h_in * d->w_in;
     for (int i = w; i < d->n; i += nw) {
         lp_load(j->d->dtype, j->d->layout, sl.xf, j->a, (size_t)i * pl->x_img, d->c_in, hw_in);
-        const float *b = sl.xf;
-        if (pl->col) {
-            if (sl.xs) phase_split(sl.xs, sl.xf, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
-            im2col(d, pl->oh, pl->ow, sl.col, sl.xf, sl.xs);
-            b = sl.col;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pl->p, pl->kk, 1.0f, j->ws,
-                    pl->kk, b, pl->p, 0.0f, sl.yf, pl->p);
-        if (j->b) {
-            for (int c = 0; c < d->c_out; c++) {
-                float *const yc = sl.yf + (size_t)c * pl->p;
-                const float bc = lp_get(j->d->dtype, j->b, (size_t)c);
-                for (int k = 0; k < pl->p; k++)
-                    yc[k] += bc;
-            }
-        }
+        conv_fwd_image(d, pl, &sl, sl.yf, sl.xf, j->ws);
+        if (j->b) conv_add_bias(j->d->dtype, d, pl, sl.yf, j->b);
         lp_store(j->d->dtype, j->d->layout, j->out, (size_t)i * pl->y_img, sl.yf, d->c_out,
                  (size_t)pl->p, 0);
     }
+}
+
+/* Plans a lowp op, widens w (when given) into the shared area, and runs task over the images,
+ * then finish (when given) over the c_out K weight elements. */
+static int lp_run(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d, void *out, const void *a,
+                  const void *b, const void *w, unsigned accum, void (*task)(void *, int, int),
+                  void (*finish)(void *, int, int))
+{
+    struct conv_plan pl;
+    const int rc = conv_prepare(ctx, d, NULL, &pl);
+    if (rc < 0) return rc;
+    const size_t work = (size_t)d->conv.n * (pl.x_img + pl.y_img);
+    struct lp_job j = { d, &pl, ctx->ws, out, a, b, accum, kern_parallel_width(ctx, work) };
+    if (w) lp_load_weights(&j, w);
+    kern_parallel(ctx, task, &j, work);
+    if (finish) kern_parallel(ctx, finish, &j, (size_t)d->conv.c_out * (size_t)pl.kk);
+    return 0;
 }
 
 int kern_ref_conv2d_lowp_fwd(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
                              void *restrict y, const void *restrict x, const void *restrict w,
                              const void *restrict bias)
 {
-    struct lp_plan lp;
     KERN_RETURN_IF(!y || !x || !w, -EINVAL);
-    const int rc = lp_prepare(ctx, d, &lp);
-    if (rc < 0) return rc;
-    const size_t work = (size_t)d->conv.n * (lp.pl.x_img + lp.pl.y_img);
-    struct lp_job j = { d, &lp, ctx->ws, y, x, bias, 0, kern_parallel_width(ctx, work) };
-    lp_load_weights(&j, w);
-    kern_parallel(ctx, lp_fwd_task, &j, work);
-    return 0;
+    return lp_run(ctx, d, y, x, bias, w, 0, lp_fwd_task, NULL);
 }
 
 static void lp_bwd_data_task(void *arg, int w, int nw)
 {
     const struct lp_job *const j = arg;
     const struct kern_conv2d *const d = &j->d->conv;
-    const struct conv_plan *const pl = &j->lp->pl;
-    const struct lp_slot sl = lp_slot_of(j, w);
+    const struct conv_plan *const pl = j->pl;
+    const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     const size_t hw_in = (size_t)d->h_in * d->w_in;
     for (int i = w; i < d->n; i += nw) {
         lp_load(j->d->dtype, j->d->layout, sl.yf, j->a, (size_t)i * pl->y_img, d->c_out,
                 (size_t)pl->p);
-        if (!pl->col) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f,
-                        j->ws, pl->kk, sl.yf, pl->p, 0.0f, sl.xf, pl->p);
-        } else {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pl->kk, pl->p, d->c_out, 1.0f,
-                        j->ws, pl->kk, sl.yf, pl->p, 0.0f, sl.col, pl->p);
-            if (sl.xs) {
-                memset(sl.xs, 0, pl->x_img * sizeof(float));
-                col2im_add(d, pl->oh, pl->ow, sl.xs, sl.col, 1);
-                phase_merge(sl.xf, sl.xs, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w, 0);
-            } else {
-                memset(sl.xf, 0, pl->x_img * sizeof(float));
-                col2im_add(d, pl->oh, pl->ow, sl.xf, sl.col, 0);
-            }
-        }
+        /* Overwrite the float32 image; accumulation happens in dtype, in lp_store. */
+        conv_bwd_data_image(d, pl, &sl, sl.xf, sl.yf, j->ws, 0);
         lp_store(j->d->dtype, j->d->layout, j->out, (size_t)i * pl->x_img, sl.xf, d->c_in, hw_in,
                  (j->accum & KERN_ACCUM_DX) != 0);
     }
@@ -809,16 +827,9 @@ int kern_ref_conv2d_lowp_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d
                                   void *restrict dx, const void *restrict dy,
                                   const void *restrict w, unsigned accum)
 {
-    struct lp_plan lp;
     KERN_CHECK_ACCUM(accum);
     KERN_RETURN_IF(!dx || !dy || !w, -EINVAL);
-    const int rc = lp_prepare(ctx, d, &lp);
-    if (rc < 0) return rc;
-    const size_t work = (size_t)d->conv.n * (lp.pl.x_img + lp.pl.y_img);
-    struct lp_job j = { d, &lp, ctx->ws, dx, dy, NULL, accum, kern_parallel_width(ctx, work) };
-    lp_load_weights(&j, w);
-    kern_parallel(ctx, lp_bwd_data_task, &j, work);
-    return 0;
+    return lp_run(ctx, d, dx, dy, NULL, w, accum, lp_bwd_data_task, NULL);
 }
 
 /* Worker 0 sums into the shared area, worker w > 0 into its slot's partial dw. */
@@ -826,9 +837,9 @@ static void lp_bwd_filter_task(void *arg, int w, int nw)
 {
     const struct lp_job *const j = arg;
     const struct kern_conv2d *const d = &j->d->conv;
-    const struct conv_plan *const pl = &j->lp->pl;
+    const struct conv_plan *const pl = j->pl;
     if (w >= pl->slots) return; /* no images, no slot */
-    const struct lp_slot sl = lp_slot_of(j, w);
+    const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     float *const acc = w == 0 ? j->ws : sl.dw;
     const size_t hw_in = (size_t)d->h_in * d->w_in;
     int first = 1;
@@ -836,14 +847,7 @@ static void lp_bwd_filter_task(void *arg, int w, int nw)
         lp_load(j->d->dtype, j->d->layout, sl.xf, j->b, (size_t)i * pl->x_img, d->c_in, hw_in);
         lp_load(j->d->dtype, j->d->layout, sl.yf, j->a, (size_t)i * pl->y_img, d->c_out,
                 (size_t)pl->p);
-        const float *b = sl.xf;
-        if (pl->col) {
-            if (sl.xs) phase_split(sl.xs, sl.xf, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
-            im2col(d, pl->oh, pl->ow, sl.col, sl.xf, sl.xs);
-            b = sl.col;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->c_out, pl->kk, pl->p, 1.0f, sl.yf,
-                    pl->p, b, pl->p, first ? 0.0f : 1.0f, acc, (int)pl->kk);
+        conv_dw_image(d, pl, &sl, acc, sl.yf, sl.xf, first ? 0.0f : 1.0f);
         first = 0;
     }
 }
@@ -854,7 +858,7 @@ static void lp_filter_finish_task(void *arg, int w, int nw)
 {
     const struct lp_job *const j = arg;
     const struct kern_conv2d *const d = &j->d->conv;
-    const size_t kk = (size_t)j->lp->pl.kk, khw = (size_t)d->k_h * d->k_w;
+    const size_t kk = (size_t)j->pl->kk, khw = (size_t)d->k_h * d->k_w;
     const size_t total = (size_t)d->c_out * kk;
     const int parts = j->nw < d->n ? j->nw : d->n;
     const int add = (j->accum & KERN_ACCUM_DPARAM) != 0;
@@ -864,7 +868,7 @@ static void lp_filter_finish_task(void *arg, int w, int nw)
     for (size_t k = lo; k < hi; k++) {
         float s = j->ws[k];
         for (int p = 1; p < parts; p++)
-            s += lp_slot_of(j, p).dw[k];
+            s += conv_slot_of(j->ws, j->pl, p).dw[k];
         const size_t o = k / kk, rem = k % kk;
         const size_t at = lp_index(j->d->layout, o * kk, (int)(rem / khw), rem % khw, d->c_in, khw);
         const float v = lp_round(j->d->dtype, s);
@@ -876,57 +880,13 @@ int kern_ref_conv2d_lowp_bwd_filter(struct kern_ctx *ctx, const struct kern_conv
                                     float *restrict dw, const void *restrict dy,
                                     const void *restrict x, unsigned accum)
 {
-    struct lp_plan lp;
     KERN_CHECK_ACCUM(accum);
     KERN_RETURN_IF(!dw || !dy || !x, -EINVAL);
-    const int rc = lp_prepare(ctx, d, &lp);
-    if (rc < 0) return rc;
-    const size_t work = (size_t)d->conv.n * (lp.pl.x_img + lp.pl.y_img);
-    struct lp_job j = { d, &lp, ctx->ws, dw, dy, x, accum, kern_parallel_width(ctx, work) };
-    kern_parallel(ctx, lp_bwd_filter_task, &j, work);
-    kern_parallel(ctx, lp_filter_finish_task, &j, (size_t)d->conv.c_out * (size_t)lp.pl.kk);
-    return 0;
-}
-
-struct lp_bias_job {
-    const struct kern_conv2d_lowp *d;
-    float *db;
-    const void *dy;
-    size_t p;
-    unsigned accum;
-};
-
-static void lp_bias_task(void *arg, int w, int nw)
-{
-    const struct lp_bias_job *const j = arg;
-    const struct kern_conv2d *const d = &j->d->conv;
-    size_t lo, hi;
-    kern_share((size_t)d->c_out, w, nw, &lo, &hi);
-    for (size_t c = lo; c < hi; c++) {
-        double s = 0.0;
-        for (int i = 0; i < d->n; i++) {
-            const size_t base = (size_t)i * (size_t)d->c_out * j->p;
-            for (size_t k = 0; k < j->p; k++)
-                s += lp_get(j->d->dtype, j->dy,
-                            lp_index(j->d->layout, base, (int)c, k, d->c_out, j->p));
-        }
-        const float v = lp_round(j->d->dtype, (float)s);
-        j->db[c] = (j->accum & KERN_ACCUM_DPARAM) ? j->db[c] + v : v;
-    }
+    return lp_run(ctx, d, dw, dy, x, NULL, accum, lp_bwd_filter_task, lp_filter_finish_task);
 }
 
 int kern_ref_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
                                   float *restrict db, const void *restrict dy, unsigned accum)
 {
-    int oh, ow;
-    KERN_CHECK_CPU_CTX(ctx);
-    KERN_CHECK_ACCUM(accum);
-    KERN_RETURN_IF(!db || !dy, -EINVAL);
-    int rc = lp_check(d);
-    if (rc < 0) return rc;
-    rc = kern_conv2d_out_hw(&d->conv, &oh, &ow);
-    if (rc < 0) return rc;
-    struct lp_bias_job j = { d, db, dy, (size_t)oh * (size_t)ow, accum };
-    kern_parallel(ctx, lp_bias_task, &j, (size_t)d->conv.n * d->conv.c_out * j.p);
-    return 0;
+    return conv_bwd_bias(ctx, d, NULL, db, dy, accum);
 }
