@@ -28,6 +28,7 @@
 #include <cblas.h>
 
 #include "kern_internal.h"
+#include "kern_lowp_common.h"
 
 void kern_conv2d_init(struct kern_conv2d *d, int n, int c_in, int h_in, int w_in, int c_out, int k,
                       int stride, int pad)
@@ -623,62 +624,10 @@ int kern_ref_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d, 
  * Workspace: shared c_out K floats, then per slot col, partial dw, phase split (as above), the
  * widened input image (c_in h_in w_in floats) and the float32 output image (c_out P floats).
  */
-static uint32_t lp_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float lp_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* The rounding rules of kern_ref_cast_f32_bf16 / _f16 (kern_optim.c), restated here so the
- * per-image loops stay inside this file's workers. */
-static uint16_t lp_bf16_from_f32(float f)
-{
-    const uint32_t u = lp_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static uint16_t lp_f16_from_f32(float f)
-{
-    const uint32_t u = lp_bits(f);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: Inf */
-    if (a >= 0x38800000u) {                                  /* normal */
-        const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
-        return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-    }
-    if (a < 0x33000000u) return sign; /* below half the smallest subnormal (ties to 0 too) */
-    const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - e;
-    const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    const uint32_t up = rem > half || (rem == half && (q & 1u));
-    return (uint16_t)(sign | (q + up));
-}
-
-static float lp_f16_to_f32(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu) return lp_from_bits(sign | 0x7f800000u | (m << 13));
-    if (e != 0) return lp_from_bits(sign | ((e + 112u) << 23) | (m << 13));
-    const float v = (float)m * 0x1p-24f;
-    return sign ? -v : v;
-}
-
 static float lp_get(int dt, const void *p, size_t i)
 {
-    if (dt == KERN_DT_BF16) return lp_from_bits((uint32_t)((const uint16_t *)p)[i] << 16);
-    if (dt == KERN_DT_F16) return lp_f16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == KERN_DT_BF16) return kern_f32_from_bits((uint32_t)((const uint16_t *)p)[i] << 16);
+    if (dt == KERN_DT_F16) return kern_f16_to_f32(((const uint16_t *)p)[i]);
     return ((const float *)p)[i];
 }
 
@@ -686,9 +635,9 @@ static float lp_get(int dt, const void *p, size_t i)
 static void lp_set(int dt, void *p, size_t i, float v)
 {
     if (dt == KERN_DT_BF16)
-        ((uint16_t *)p)[i] = lp_bf16_from_f32(v);
+        ((uint16_t *)p)[i] = kern_bf16_from_f32(v);
     else if (dt == KERN_DT_F16)
-        ((uint16_t *)p)[i] = lp_f16_from_f32(v);
+        ((uint16_t *)p)[i] = kern_f16_from_f32(v);
     else
         ((float *)p)[i] = v;
 }
@@ -696,8 +645,8 @@ static void lp_set(int dt, void *p, size_t i, float v)
 /* r(v) widened back to float32 (exact). */
 static float lp_round(int dt, float v)
 {
-    if (dt == KERN_DT_BF16) return lp_from_bits((uint32_t)lp_bf16_from_f32(v) << 16);
-    if (dt == KERN_DT_F16) return lp_f16_to_f32(lp_f16_from_f32(v));
+    if (dt == KERN_DT_BF16) return kern_f32_from_bits((uint32_t)kern_bf16_from_f32(v) << 16);
+    if (dt == KERN_DT_F16) return kern_f16_to_f32(kern_f16_from_f32(v));
     return v;
 }
 

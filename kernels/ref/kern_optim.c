@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kern_internal.h"
+#include "kern_lowp_common.h"
 
 int kern_optim_segs_prepare(struct kern_optim_seg *seg, size_t n_seg, size_t len, int n_groups,
                             size_t *total)
@@ -230,68 +231,13 @@ int kern_ref_amp_unscale(struct kern_ctx *ctx, float *restrict grads,
 
 /* ---- casts: integer rounding, identical in kern_cuda_optim.cu ---- */
 
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* c10::BFloat16's round_to_nearest_even: add 0x7fff plus the lowest kept bit, truncate.
- * Values that round past the largest bf16 carry into the exponent and become Inf. */
-static uint16_t bf16_from_f32(float f)
-{
-    const uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* IEEE binary16 from binary32, round to nearest even, with subnormals and overflow to Inf. */
-static uint16_t f16_from_f32(float f)
-{
-    const uint32_t u = f32_bits(f);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 (or Inf): Inf */
-    if (a >= 0x38800000u) {                                  /* >= 2^-14: normal */
-        const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);    /* round at bit 13 */
-        return (uint16_t)(sign | ((r - 0x38000000u) >> 13)); /* rebias 127 -> 15 */
-    }
-    if (a < 0x33000000u) return sign; /* < 2^-25: +-0 */
-    /* Subnormal: m 2^(e-150) with the implicit bit; the result counts units of 2^-24. */
-    const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - e; /* 14..24 bits to drop */
-    const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    const uint32_t up = rem > half || (rem == half && (q & 1u));
-    return (uint16_t)(sign | (q + up));
-}
-
-static float f16_to_f32(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu) return f32_from_bits(sign | 0x7f800000u | (m << 13));
-    if (e != 0) return f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
-    /* Zero or subnormal: m 2^-24, exact in float. */
-    const float v = (float)m * 0x1p-24f;
-    return sign ? -v : v;
-}
-
 int kern_ref_cast_f32_bf16(struct kern_ctx *ctx, uint16_t *restrict dst, const float *restrict src,
                            size_t count)
 {
     KERN_CHECK_CPU_CTX(ctx);
     KERN_RETURN_IF(count && (!dst || !src), -EINVAL);
     for (size_t i = 0; i < count; i++)
-        dst[i] = bf16_from_f32(src[i]);
+        dst[i] = kern_bf16_from_f32(src[i]);
     return 0;
 }
 
@@ -301,7 +247,7 @@ int kern_ref_cast_bf16_f32(struct kern_ctx *ctx, float *restrict dst, const uint
     KERN_CHECK_CPU_CTX(ctx);
     KERN_RETURN_IF(count && (!dst || !src), -EINVAL);
     for (size_t i = 0; i < count; i++)
-        dst[i] = f32_from_bits((uint32_t)src[i] << 16);
+        dst[i] = kern_f32_from_bits((uint32_t)src[i] << 16);
     return 0;
 }
 
@@ -311,7 +257,7 @@ int kern_ref_cast_f32_f16(struct kern_ctx *ctx, uint16_t *restrict dst, const fl
     KERN_CHECK_CPU_CTX(ctx);
     KERN_RETURN_IF(count && (!dst || !src), -EINVAL);
     for (size_t i = 0; i < count; i++)
-        dst[i] = f16_from_f32(src[i]);
+        dst[i] = kern_f16_from_f32(src[i]);
     return 0;
 }
 
@@ -321,6 +267,6 @@ int kern_ref_cast_f16_f32(struct kern_ctx *ctx, float *restrict dst, const uint1
     KERN_CHECK_CPU_CTX(ctx);
     KERN_RETURN_IF(count && (!dst || !src), -EINVAL);
     for (size_t i = 0; i < count; i++)
-        dst[i] = f16_to_f32(src[i]);
+        dst[i] = kern_f16_to_f32(src[i]);
     return 0;
 }
