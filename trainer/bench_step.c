@@ -288,6 +288,7 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     no.threads = o->threads;
     no.device = o->device;
     no.device_path = o->device_path != 0;
+    no.amp = o->amp;
     if ((rc = trn_net_create(b.m, o->batch, o->img, o->img, &no, &b.net, msg, sizeof msg)) < 0) {
         snprintf(err, err_cap, "net: %s", msg);
         goto out;

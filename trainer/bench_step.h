@@ -39,6 +39,8 @@ struct trn_bench_step_opts {
                         graph (kern_graph_*) after one direct step and replayed for the timed
                         steps (warmup then at least 2: the direct step and the capture); the
                         same updates as the direct step, so the same loss */
+    int amp;         /* the net's convs (trn_net_opts.amp): KERN_DT_F32 [default], KERN_DT_BF16,
+                        KERN_DT_F16 (timing only: no loss scaler, the loss gradient unscaled) */
 };
 
 /* Defaults: img 640, batch 16, CPU, threads 0, warmup 3, steps 10, 8 boxes, seed 0. */

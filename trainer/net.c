@@ -75,6 +75,14 @@ struct trn_net {
     void *grad_ready_ctx;
     size_t *row_start; /* grad_ready: row i's gradients are [row_start[i], row_start[i + 1]) of
                           the PARAM arena; n_layers + 1 entries, 0 .. arena_len */
+    /* AMP (net.h AUTOCAST): every conv in amp's dtype through these scratch tensors (backend
+       memory, allocated once); all NULL with amp == KERN_DT_F32. */
+    int amp;                     /* KERN_DT_*: the convs' compute type */
+    struct kern_conv2d_lowp *lp; /* per conv: cd[ci] with amp's dtype, NCHW */
+    uint16_t *w16;               /* the PARAM arena cast to amp, refreshed by every forward */
+    uint16_t *x16;               /* a conv's input (forward, bwd_filter) or its dx (bwd_data) */
+    uint16_t *y16;               /* a conv's output (forward) or its dy (backward) */
+    float *dx32;                 /* bwd_data's widened dx when it adds into an existing gradient */
 };
 
 #define TRY(x)                           \
@@ -99,6 +107,7 @@ void trn_net_opts_default(struct trn_net_opts *o)
     memset(o, 0, sizeof *o);
     o->train = true;
     o->device = -1;
+    o->amp = KERN_DT_F32;
 }
 
 static void *alloc_floats(size_t n, size_t elem)
@@ -150,6 +159,26 @@ static float *B(const struct trn_net *net, int t)
 static float *G(const struct trn_net *net, int t)
 {
     return net->grad + trn_model_tensor(net->m, t)->offset;
+}
+
+/* Tensor t of the parameters cast to the AMP dtype (w16, same offsets as the PARAM arena). */
+static const uint16_t *P16(const struct trn_net *net, int t)
+{
+    return net->w16 + trn_model_tensor(net->m, t)->offset;
+}
+
+/* float32 -> the AMP dtype, n elements (autocast's cast of a conv's operands). */
+static int to_lowp(const struct trn_net *net, uint16_t *dst, const float *src, size_t n)
+{
+    return net->amp == KERN_DT_BF16 ? net->K->cast_f32_bf16(net->ctx, dst, src, n)
+                                    : net->K->cast_f32_f16(net->ctx, dst, src, n);
+}
+
+/* The AMP dtype -> float32 (exact). */
+static int from_lowp(const struct trn_net *net, float *dst, const uint16_t *src, size_t n)
+{
+    return net->amp == KERN_DT_BF16 ? net->K->cast_bf16_f32(net->ctx, dst, src, n)
+                                    : net->K->cast_f16_f32(net->ctx, dst, src, n);
 }
 
 /* The accum bit for the next gradient written into act a: overwrite first, add afterwards. */
@@ -240,9 +269,14 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         trn_net_opts_default(&o);
     const struct trn_model_info *I = trn_model_info(m);
     if (I->nl > TRN_MODEL_MAX_LEVELS) return -EINVAL;
+    if (o.amp != KERN_DT_F32 && o.amp != KERN_DT_BF16 && o.amp != KERN_DT_F16) {
+        if (err && err_cap) snprintf(err, err_cap, "trn_net_opts.amp: unknown dtype %d", o.amp);
+        return -EINVAL;
+    }
     struct trn_net *net = calloc(1, sizeof *net);
     if (!net) return -ENOMEM;
     net->m = m;
+    net->amp = o.amp;
     net->I = I;
     net->batch = batch;
     net->input_grad = o.train && o.input_grad;
@@ -325,7 +359,9 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
             goto fail;
     }
 
-    size_t ws = 0, n_stat = 0;
+    size_t ws = 0, n_stat = 0, n_x = 0, n_y = 0;
+    if (net->amp != KERN_DT_F32 && !(net->lp = calloc((size_t)I->n_convs + 1, sizeof *net->lp)))
+        goto fail;
     for (int ci = 0; ci < I->n_convs; ci++) {
         const struct trn_conv *c = trn_model_conv(m, ci);
         const struct trn_act *x = &pl->acts[pl->convs[ci].in];
@@ -333,11 +369,25 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         size_t b = 0;
         if ((rc = net->K->conv2d_workspace_size(net->ctx, &net->cd[ci], &b))) goto fail;
         if (b > ws) ws = b;
+        if (net->lp) {
+            kern_conv2d_lowp_init(&net->lp[ci], &net->cd[ci], net->amp, KERN_LAYOUT_NCHW);
+            if ((rc = net->K->conv2d_lowp_workspace_size(net->ctx, &net->lp[ci], &b))) goto fail;
+            if (b > ws) ws = b;
+            if (x->numel > n_x) n_x = x->numel;
+            if (pl->acts[pl->convs[ci].conv].numel > n_y) n_y = pl->acts[pl->convs[ci].conv].numel;
+        }
         net->bn_off[ci] = n_stat;
         if (c->bn) n_stat += 2 * (size_t)c->c2;
     }
     if ((rc = kern_ctx_reserve(net->ctx, ws))) goto fail;
     rc = -ENOMEM;
+    if (net->lp) {
+        net->w16 = alloc_tensor(net, I->arena_len[TRN_ARENA_PARAM], sizeof(uint16_t));
+        net->x16 = alloc_tensor(net, n_x, sizeof(uint16_t));
+        net->y16 = alloc_tensor(net, n_y, sizeof(uint16_t));
+        if (!net->w16 || !net->x16 || !net->y16) goto fail;
+        if (o.train && !(net->dx32 = alloc_tensor(net, n_x, sizeof(float)))) goto fail;
+    }
     if (!(net->bn_stat = alloc_tensor(net, n_stat, sizeof(float)))) goto fail;
 
     size_t n_idx = 0;
@@ -417,7 +467,11 @@ void trn_net_destroy(struct trn_net *net)
                             net->shared ? NULL : net->d_param,
                             net->shared ? NULL : net->d_buf,
                             net->d_dout,
-                            net->bn_sums };
+                            net->bn_sums,
+                            net->w16,
+                            net->x16,
+                            net->y16,
+                            net->dx32 };
         for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
             kern_mem_free(net->ctx, t[k]);
     }
@@ -425,6 +479,7 @@ void trn_net_destroy(struct trn_net *net)
     trn_act_plan_free(&net->plan);
     free(net->has);
     free(net->cd);
+    free(net->lp);
     free(net->bn_off);
     free(net->pool_off);
     free(net->h_head);
@@ -484,8 +539,16 @@ static int conv_fwd(struct trn_net *net, int ci, bool train)
     const struct kern_ops *K = net->K;
     const struct trn_conv *c = trn_model_conv(net->m, ci);
     const struct trn_act_conv *ac = &net->plan.convs[ci];
-    TRY(K->conv2d_fwd(net->ctx, &net->cd[ci], A(net, ac->conv), A(net, ac->in), P(net, c->weight),
-                      c->bias >= 0 ? P(net, c->bias) : NULL));
+    if (net->lp) {
+        /* autocast: the input cast to the dtype, the lowp conv, its output widened back */
+        TRY(to_lowp(net, net->x16, A(net, ac->in), net->plan.acts[ac->in].numel));
+        TRY(K->conv2d_lowp_fwd(net->ctx, &net->lp[ci], net->y16, net->x16, P16(net, c->weight),
+                               c->bias >= 0 ? P16(net, c->bias) : NULL));
+        TRY(from_lowp(net, A(net, ac->conv), net->y16, net->plan.acts[ac->conv].numel));
+    } else {
+        TRY(K->conv2d_fwd(net->ctx, &net->cd[ci], A(net, ac->conv), A(net, ac->in),
+                          P(net, c->weight), c->bias >= 0 ? P(net, c->bias) : NULL));
+    }
     if (!c->bn) return 0;
     struct kern_bn d;
     bn_desc(net, ci, &d);
@@ -632,6 +695,9 @@ static int forward_dev(struct trn_net *net, const float *images, bool images_dev
     if (!(images_dev && images == net->act))
         TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
                           images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
+    if (net->lp) /* once per forward: the optimizer changes the master weights between them */
+        TRY(to_lowp(net, net->w16, trn_net_dev_arena(net, TRN_ARENA_PARAM),
+                    net->I->arena_len[TRN_ARENA_PARAM]));
     for (int i = 0; i < net->I->n_layers; i++)
         TRY(layer_fwd(net, i, train));
     if (net->gpu && train && !net->resident)
@@ -671,6 +737,30 @@ int trn_net_forward_dev(struct trn_net *net, const float *images, bool images_de
 /* ---------------------------------------------------------------------------------------- */
 /* Backward                                                                                 */
 
+/* The conv's own backward under autocast, from the float32 gradient at its raw output: dy cast
+ * to the dtype (the backward of the output's widening), the parameter gradients added into the
+ * float32 arena as float32, dx widened and then written or added as the float32 path does. */
+static int conv_bwd_lowp(struct trn_net *net, int ci)
+{
+    const struct kern_ops *K = net->K;
+    const struct trn_conv *c = trn_model_conv(net->m, ci);
+    const struct trn_act_conv *ac = &net->plan.convs[ci];
+    const struct kern_conv2d_lowp *d = &net->lp[ci];
+    const size_t n_in = net->plan.acts[ac->in].numel;
+    TRY(to_lowp(net, net->y16, D(net, ac->conv), net->plan.acts[ac->conv].numel));
+    if (!c->bn && c->bias >= 0)
+        TRY(K->conv2d_lowp_bwd_bias(net->ctx, d, G(net, c->bias), net->y16, KERN_ACCUM_DPARAM));
+    TRY(to_lowp(net, net->x16, A(net, ac->in), n_in)); /* the forward's cast, recomputed */
+    TRY(K->conv2d_lowp_bwd_filter(net->ctx, d, G(net, c->weight), net->y16, net->x16,
+                                  KERN_ACCUM_DPARAM));
+    if (ac->in == 0 && !net->input_grad) return 0;
+    TRY(K->conv2d_lowp_bwd_data(net->ctx, d, net->x16, net->y16, P16(net, c->weight), 0));
+    const unsigned accum = accum_for(net, ac->in);
+    if (!accum) return from_lowp(net, D(net, ac->in), net->x16, n_in);
+    TRY(from_lowp(net, net->dx32, net->x16, n_in));
+    return K->add_bwd(net->ctx, D(net, ac->in), net->dx32, n_in, KERN_ACCUM_DX);
+}
+
 /* Backward of conv ci from the gradient at its SiLU output (Detect: its raw output). */
 static int conv_bwd(struct trn_net *net, int ci)
 {
@@ -699,10 +789,11 @@ static int conv_bwd(struct trn_net *net, int ci)
                                P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
                                KERN_ACCUM_DPARAM));
         }
-    } else if (c->bias >= 0) {
+    }
+    if (net->lp) return conv_bwd_lowp(net, ci);
+    if (!c->bn && c->bias >= 0)
         TRY(K->conv2d_bwd_bias(net->ctx, &net->cd[ci], G(net, c->bias), D(net, ac->conv),
                                KERN_ACCUM_DPARAM));
-    }
     TRY(K->conv2d_bwd_filter(net->ctx, &net->cd[ci], G(net, c->weight), D(net, ac->conv),
                              A(net, ac->in), KERN_ACCUM_DPARAM));
     if (ac->in != 0 || net->input_grad)

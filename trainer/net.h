@@ -70,6 +70,19 @@
  * net (not the device data path) the model's arenas are the backend's: resident is a no-op and
  * the dev getters return the model's arenas and the grad arena.
  *
+ * AUTOCAST (trn_net_opts.amp = KERN_DT_BF16 or KERN_DT_F16), as torch.autocast with every conv
+ * in the lower-precision list and nothing else: each forward casts the whole PARAM arena to the
+ * dtype once (the master weights stay float32; the optimizer updates them between forwards), and
+ * each conv casts its float32 input to the dtype, runs kern's conv2d_lowp (float32 accumulation,
+ * bias in the dtype for Detect) and widens its output into the usual float32 activation, so BN,
+ * SiLU, pools, upsample, concat, the residual adds, Detect's reshape and the loss are float32 as
+ * before. Backward casts the conv's float32 output gradient to the dtype, adds the float32
+ * weight / bias gradients (each rounded to the dtype, as autocast's) into the grad arena, and
+ * widens dx before writing or adding it as the float32 path does. fp16 gradients can overflow
+ * to Inf: the trainer's loss scaler (trainer/amp.h) checks for that. The scratch (the cast
+ * PARAM arena, one input, one output and one float32 dx of the largest conv) is allocated at
+ * creation in the backend's memory and counted in trn_net_memory_bytes.
+ *
  * THREADS. A net is used by one thread at a time; it writes the model's BN buffers (training
  * forward) and reads its parameters, so two nets on one model must not run at once. Ops may use
  * the kern context's worker threads (trn_net_opts.threads).
@@ -134,10 +147,12 @@ struct trn_net_opts {
                               device data path this net uses its device copies of the parameter
                               and buffer arenas instead of its own (the trainer's short last-batch
                               net beside the main one, both resident). -EINVAL otherwise */
+    int amp; /* KERN_DT_F32 [default]: float32 throughout, bit for bit as before; KERN_DT_BF16 or
+                KERN_DT_F16: autocast, see AUTOCAST. -EINVAL for another value */
 };
 
 /* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false,
- * device -1 (CPU). */
+ * device -1 (CPU), amp KERN_DT_F32. */
 void trn_net_opts_default(struct trn_net_opts *o);
 
 struct trn_net;

@@ -21,6 +21,7 @@
 
 #include "ffio.h"
 #include "ffr.h"
+#include "amp.h"
 #include "kern.h"
 #include "loader.h"
 #include "loss.h"
@@ -87,6 +88,8 @@ void trn_train_opts_default(struct trn_train_opts *o)
     o->device = "cpu";
     o->gpu = -1;
     o->patience = 100;
+    o->amp = KERN_DT_F32;
+    o->amp_inf_ni = -1;
 }
 
 const char *trn_train_strerror(int rc)
@@ -515,6 +518,9 @@ struct run {
     struct kern_sgd_dyn *d_dyn; /* the per-step SGD / EMA scalars (dctx memory) */
     struct ffio_pinned stage;   /* two struct graph_stage slots (pinned with a GPU) */
     int64_t stage_n;            /* slots used so far: slot stage_n & 1 is next */
+    struct trn_amp *amp;        /* o.amp == KERN_DT_F16: the loss scaler (train.h AMP), else NULL */
+    struct kern_optim_seg *d_seg; /* resident fp16: one segment per loss gradient level, the
+                                     main net's then the short batch net's (dctx memory) */
 };
 
 static void logline(const struct run *R, const char *fmt, ...)
@@ -582,6 +588,12 @@ static char *opt_yaml(const struct run *R, size_t *len)
     return text;
 }
 
+/* The checkpoint's and the log's name of an amp dtype (trn_amp_dtype_name's). */
+static const char *amp_name(int dt)
+{
+    return dt == KERN_DT_BF16 ? "bf16" : dt == KERN_DT_F16 ? "fp16" : "fp32";
+}
+
 static char *ckpt_metadata(const struct run *R, size_t *len)
 {
     const struct trn_train_opts *o = &R->o;
@@ -624,6 +636,13 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
     fprintf(f, "world_size: %d\n", R->world);
     fprintf(f, "ema_updates: %" PRId64 "\noptim_steps: %" PRId64 "\nlast_opt_step: %" PRId64 "\n",
             trn_ema_updates(R->ema), c.steps, c.last_opt_step);
+    fprintf(f, "amp: %s\n", amp_name(o->amp));
+    if (R->amp) {
+        struct trn_amp_state st;
+        trn_amp_get_state(R->amp, &st);
+        yaml_num(f, "amp_scale", st.scale);
+        fprintf(f, "amp_growth_tracker: %" PRId64 "\n", st.growth_tracker);
+    }
     yaml_num(f, "loss_sum_box", R->msum[0]);
     yaml_num(f, "loss_sum_obj", R->msum[1]);
     yaml_num(f, "loss_sum_cls", R->msum[2]);
@@ -840,6 +859,14 @@ static int resume_opts(struct run *R, const struct ckpt *C, char *err, size_t ca
     o->cos_lr = !strcmp(cos, "true");
     const char *sb = meta_get(M, "sync_bn"); /* absent in checkpoints older than the option */
     o->sync_bn = sb && !strcmp(sb, "true");
+    /* absent in checkpoints older than AMP: those runs were float32 */
+    const char *am = meta_get(M, "amp");
+    enum trn_amp_dtype adt = TRN_AMP_OFF;
+    if (am && trn_amp_dtype_parse(am, &adt) < 0) {
+        seterr(err, cap, "%s: bad amp in the checkpoint metadata", o->resume);
+        return -TRN_TRAIN_ECKPT;
+    }
+    o->amp = adt == TRN_AMP_BF16 ? KERN_DT_BF16 : adt == TRN_AMP_FP16 ? KERN_DT_F16 : KERN_DT_F32;
     copy_meta_str(M, "records", R->resume_records, sizeof R->resume_records, &o->records);
     copy_meta_str(M, "val_records", R->resume_val, sizeof R->resume_val, &o->val_records);
     copy_meta_str(M, "cfg", R->resume_cfg, sizeof R->resume_cfg, &o->cfg);
@@ -923,6 +950,19 @@ static int resume_state(struct run *R, const struct ckpt *C, char *err, size_t c
         return -TRN_TRAIN_ECKPT;
     }
     R->best_epoch = (int)be;
+    /* the loss scaler's state; absent (older checkpoints, or saved by a bf16 / fp32 run): the
+     * default state, as a fresh GradScaler */
+    if (R->amp && meta_get(M, "amp_scale")) {
+        struct trn_amp_state st = { 0 };
+        double sc = 0;
+        int64_t tr = 0;
+        if (meta_f64(M, "amp_scale", &sc) || meta_i64(M, "amp_growth_tracker", 0, INT64_MAX, &tr) ||
+            (st.scale = (float)sc, st.growth_tracker = tr, trn_amp_set_state(R->amp, &st) < 0)) {
+            seterr(err, cap, "%s: bad amp_scale / amp_growth_tracker in the checkpoint metadata",
+                   path);
+            return -TRN_TRAIN_ECKPT;
+        }
+    }
     if (step >= R->nb) {
         seterr(err, cap,
                "%s: saved at batch %" PRId64 " of an epoch of %" PRId64 " (another "
@@ -1034,6 +1074,7 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
     trn_net_opts_default(&no);
     no.ctx = R->gpu_ctx ? R->gpu_ctx : R->ctx;
     no.device_path = R->device_path;
+    no.amp = R->o.amp;
     /* the short last batch's net runs on the main net's device copies of the model */
     if (R->net && (R->gpu_ctx || R->device_path)) no.share = R->net;
     if (R->overlap) {
@@ -1099,6 +1140,8 @@ static void run_free(struct run *R)
             kern_mem_free(R->dctx, R->d_dp_last[l]);
         }
     }
+    if (R->dctx) kern_mem_free(R->dctx, R->d_seg);
+    trn_amp_destroy(R->amp);
     trn_optim_dev_destroy(R->odev);
     trn_optim_destroy(R->opt);
     trn_ema_destroy(R->ema);
@@ -1185,6 +1228,19 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
         return rc;
     }
     R->device_path = o->gpu < 0 && o->device_path;
+    if (o->amp != KERN_DT_F32 && o->amp != KERN_DT_BF16 && o->amp != KERN_DT_F16) {
+        seterr(err, cap, "amp: unknown dtype %d", o->amp);
+        return -EINVAL;
+    }
+    if (o->amp == KERN_DT_F16) {
+        struct trn_amp_opts ao;
+        trn_amp_opts_default(&ao);
+        ao.dtype = TRN_AMP_FP16;
+        if ((rc = trn_amp_create(&ao, &R->amp)) < 0) {
+            seterr(err, cap, "amp: %s", trn_amp_strerror(rc));
+            return rc;
+        }
+    }
     if (o->gpu >= 0) {
         kern_ctx_opts_default(&ko);
         ko.backend = KERN_BACKEND_CUDA;
@@ -1417,6 +1473,82 @@ static int backward(struct run *R, struct trn_net *net, float *const *dp, bool d
     return rc;
 }
 
+/* fp16 (train.h AMP): the loss gradient seed times the scale, on the host (dp) or, for the
+ * resident step, in the nets' memory through kern amp_unscale over segs (one per level). The
+ * test hook opts.amp_inf_ni puts an Inf into batch ni's seed. */
+static int amp_scale_seed(struct run *R, struct trn_net *net, float *const *dp, bool dev,
+                          const struct kern_optim_seg *segs, int64_t ni)
+{
+    if (!R->amp) return 0;
+    const float scale = trn_amp_scale(R->amp);
+    for (int l = 0; l < R->info->nl; l++) {
+        const size_t n = (size_t)trn_net_output_shape(net, l, NULL);
+        int rc = 0;
+        if (!dev) {
+            for (size_t i = 0; i < n; i++)
+                dp[l][i] *= scale;
+        } else {
+            rc = R->dK->amp_unscale(R->dctx, dp[l], segs + l, 1, n, scale,
+                                    trn_optim_dev_buffer(R->odev, 2));
+        }
+        if (rc < 0) return rc;
+    }
+    if (ni != R->o.amp_inf_ni) return 0;
+    float inf = INFINITY;
+    if (!dev) {
+        dp[0][0] = inf;
+        return 0;
+    }
+    return kern_mem_copy(R->dctx, dp[0], &inf, sizeof inf, KERN_COPY_H2D);
+}
+
+/* After an fp16 optimizer step (taken or skipped): the scaler's update, and a log line for a
+ * skipped one. */
+static void amp_after_step(struct run *R, bool found_inf, const struct trn_batch *b)
+{
+    trn_amp_update(R->amp, found_inf);
+    if (found_inf)
+        logline(R,
+                "fp16 loss scaler: Inf/NaN gradients at epoch %u batch %" PRIu64
+                ": optimizer step skipped, scale now %g",
+                b->epoch, b->step, (double)trn_amp_scale(R->amp));
+}
+
+/* trn_optim_after_batch under the fp16 loss scaler (GradScaler.unscale_, clip, step, update):
+ * on a step, the gradients are multiplied by 1 / scale and checked; with an Inf or NaN the
+ * parameters and momentum stay, the gradients are zeroed and the step is counted as taken for
+ * the accumulation (last_opt_step), as scaler.step with optimizer.zero_grad after it. */
+static int amp_host_step(struct run *R, float *params, float *grad, const struct trn_batch *b,
+                         int64_t ni, struct trn_optim_report *rep)
+{
+    struct trn_optim_counters c;
+    int rc = trn_optim_schedule(trn_optim_get_opts(R->opt), (int)b->epoch, ni, &rep->sched);
+    if (rc == 0) rc = trn_optim_get_counters(R->opt, &c);
+    if (rc < 0) return rc;
+    rep->stepped = false;
+    if (ni - c.last_opt_step < rep->sched.accumulate) return 0;
+    const float inv = trn_amp_inv_scale(R->amp);
+    const size_t n = R->info->arena_len[TRN_ARENA_PARAM];
+    bool found = false;
+    for (size_t i = 0; i < n; i++) {
+        grad[i] *= inv;
+        if (!isfinite(grad[i])) found = true;
+    }
+    if (!found) {
+        rc = trn_optim_after_batch(R->opt, params, grad, (int)b->epoch, ni, rep);
+        if (rc < 0) return rc;
+    } else {
+        memset(grad, 0, n * sizeof(float));
+        c.last_opt_step = ni;
+        trn_optim_set_counters(R->opt, &c);
+        rep->stepped = true;
+        rep->grad_norm = NAN;
+        rep->clipped = false;
+    }
+    amp_after_step(R, found, b);
+    return 1;
+}
+
 /* One batch: forward, loss, backward, optimizer policy, EMA. */
 static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss_items *items,
                        char *err, size_t cap)
@@ -1442,6 +1574,7 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
         return -ERANGE;
     }
     const size_t n_grad = R->info->arena_len[TRN_ARENA_PARAM];
+    amp_scale_seed(R, net, dp, false, NULL, (int64_t)b->epoch * R->nb + (int64_t)b->step);
     if ((rc = backward(R, net, dp, false, b, err, cap)) < 0) return rc;
     float *grad = trn_net_grad(R->net);
     if (R->world > 1) {
@@ -1469,7 +1602,8 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
     const int64_t ni = (int64_t)b->epoch * R->nb + (int64_t)b->step;
     struct trn_optim_report rep;
     float *params = trn_model_arena(R->m, TRN_ARENA_PARAM);
-    rc = trn_optim_after_batch(R->opt, params, grad, (int)b->epoch, ni, &rep);
+    rc = R->amp ? amp_host_step(R, params, grad, b, ni, &rep)
+                : trn_optim_after_batch(R->opt, params, grad, (int)b->epoch, ni, &rep);
     if (rc < 0) {
         seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
         return rc;
@@ -1568,6 +1702,18 @@ static int resident_setup(struct run *R, char *err, size_t cap)
         rc = kern_mem_alloc(R->dctx, (size_t)max_t * 6 * sizeof(float), (void **)&R->d_targets);
     if (rc == 0) rc = kern_mem_alloc(R->dctx, sizeof(int), (void **)&R->d_nt);
     if (rc == 0) rc = kern_mem_alloc(R->dctx, KERN_YOLO_OUT_N * sizeof(float), (void **)&R->d_out);
+    if (rc == 0 && R->amp) {
+        struct kern_optim_seg segs[2 * TRN_MODEL_MAX_LEVELS];
+        memset(segs, 0, sizeof segs);
+        for (int l = 0; l < I->nl; l++) {
+            segs[l].count = (size_t)trn_net_output_shape(R->net, l, NULL);
+            segs[I->nl + l].count =
+                (size_t)trn_net_output_shape(R->net_last ? R->net_last : R->net, l, NULL);
+        }
+        const size_t sb = 2 * (size_t)I->nl * sizeof *segs;
+        rc = kern_mem_alloc(R->dctx, sb, (void **)&R->d_seg);
+        if (rc == 0) rc = kern_mem_copy(R->dctx, R->d_seg, segs, sb, KERN_COPY_H2D);
+    }
     if (rc == 0 && R->scratch_bytes) rc = kern_mem_alloc(R->dctx, R->scratch_bytes, &R->d_scratch);
     for (int l = 0; l < I->nl && rc == 0; l++) {
         rc = kern_mem_alloc(R->dctx, (size_t)trn_net_output_shape(R->net, l, NULL) * sizeof(float),
@@ -1629,6 +1775,10 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
                                   R->d_scratch, R->scratch_bytes);
     /* the one read-back of the step: what the log and the finite check need */
     if (!rc) rc = dcopy(R, R->d_out, raw, sizeof raw, KERN_COPY_D2H);
+    if (!rc)
+        rc = amp_scale_seed(R, net, dp, true,
+                            R->d_seg ? R->d_seg + (short_batch ? R->info->nl : 0) : NULL,
+                            (int64_t)b->epoch * R->nb + (int64_t)b->step);
     if (!rc) rc = trn_loss_items_from_out(raw, items);
     if (rc < 0) {
         seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
@@ -1689,11 +1839,16 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
     if (ni - c.last_opt_step < sch.accumulate) return 0;
     const int64_t upd = R->ema ? trn_ema_updates(R->ema) + 1 : 0;
     const double d = trn_ema_decay(upd);
-    const struct trn_optim_dev_step_opts so = {
-        .grad_scale = 1.0f, .skip_nonfinite = 0, .ema = R->ema ? R->d_ema[0] : NULL, .ema_decay = d
-    };
+    const struct trn_optim_dev_step_opts so = { .grad_scale = trn_amp_inv_scale(R->amp),
+                                                .skip_nonfinite = R->amp != NULL,
+                                                .ema = R->ema ? R->d_ema[0] : NULL,
+                                                .ema_decay = d };
     float *const params = trn_net_dev_arena(R->net, TRN_ARENA_PARAM);
     rc = trn_optim_dev_step(R->odev, params, grad, &sch, &so);
+    double sumsq = 0;
+    /* the skip was decided on the device: its sum of squares tells the scaler */
+    if (rc == 0 && R->amp)
+        rc = dcopy(R, trn_optim_dev_buffer(R->odev, 1), &sumsq, sizeof sumsq, KERN_COPY_D2H);
     if (rc == 0) rc = trn_optim_dev_zero_grad(R->odev, grad);
     if (rc < 0) {
         seterr(err, cap, "optimizer: %s",
@@ -1711,7 +1866,10 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
     }
     trn_optim_get_counters(R->opt, &c); /* steps: counted by the device step */
     c.last_opt_step = ni;
+    /* a skipped step leaves the momentum alone: the next one is still the first when this was */
+    if (R->amp && !isfinite(sumsq)) c.steps--;
     trn_optim_set_counters(R->opt, &c);
+    if (R->amp) amp_after_step(R, !isfinite(sumsq), b);
     return 0;
 }
 
@@ -1756,6 +1914,8 @@ static int graph_setup(struct run *R, char *err, size_t cap)
     } else if (!R->resident) {
         snprintf(what, sizeof what, "%s has no device step", optim_names[R->o.optimizer]);
         why = what;
+    } else if (R->amp) {
+        why = "fp16 loss scaling (the scale and the skip are host decisions at every step)";
     } else if (R->world > 1 && R->o.sync_bn) {
         why = "--sync-bn (its all-reduce is a host round trip inside the forward and backward)";
     } else if (R->world > 1) {

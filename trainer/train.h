@@ -81,6 +81,18 @@
  * divergence). A checkpoint holds the summed pending gradients, so it resumes on any world size
  * that divides the batch.
  *
+ * AMP (opts.amp). bf16 and fp16 run every conv of the training nets in that dtype (net.h
+ * AUTOCAST) with float32 master weights, gradients and optimizer. fp16 adds the dynamic loss
+ * scaler (trainer/amp.h, GradScaler's defaults): the loss gradient that seeds backward is
+ * multiplied by the scale; at each optimizer step the accumulated gradients are multiplied by
+ * 1 / scale and checked for Inf / NaN (host step: in place before the clip; resident step: the
+ * fused step's grad_scale and skip_nonfinite); with an overflow the parameters and momentum are
+ * left alone (the EMA still updates and the gradients are zeroed, as train.py with
+ * scaler.step), then the scale is updated (halved on an overflow, doubled after 2000 clean
+ * steps). The scale and growth tracker are saved in the checkpoint metadata (amp_scale,
+ * amp_growth_tracker) and restored by a resume; checkpoints without them start from the
+ * default state. fp16 turns cuda_graph off (the scale and the skip are host decisions per step).
+ *
  * ERRORS. int functions return >= 0 on success or a negative code: -errno (-EINVAL bad options,
  * -ENOMEM, -ENOENT, -EACCES, -ENOSPC, -EIO from files), -TRN_TRAIN_ECKPT (a checkpoint that
  * does not parse or does not fit the model), or the codes of the modules below (ffr, model, net,
@@ -188,6 +200,12 @@ struct trn_train_opts {
                               several ranks, SyncBatchNorm, Adam/AdamW, a failed capture. Not
                               recorded: a resume takes the caller's [false] */
     bool cuda_graph_fail;  /* tests: with cuda_graph, act as if the capture failed (-ENOTSUP) */
+    int amp;               /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],
+                              KERN_DT_BF16, or KERN_DT_F16 with the dynamic loss scaler of
+                              trainer/amp.h (see AMP). Validation stays float32. Recorded in the
+                              checkpoint; when resuming it comes from there (fp32 when absent) */
+    int64_t amp_inf_ni;    /* tests: >= 0 with fp16: batch ni's loss gradient gets an Inf, so the
+                              optimizer step that includes it is skipped [-1] */
 };
 
 /* Fill o with the defaults in brackets. o: out. Thread-safe. */

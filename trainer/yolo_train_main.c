@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "amp.h"
 #include "bench_data.h"
 #include "cli.h"
 #include "bench_step.h"
@@ -118,7 +119,10 @@ static void usage(FILE *f)
         "  --cuda-graph          capture the resident step of the full batches once as a CUDA\n"
         "                        graph and replay it (one rank, SGD; else a log line and the\n"
         "                        direct step); with --device-path the same code on the CPU;\n"
-        "                        with --bench the timed steps are replays\n");
+        "                        with --bench the timed steps are replays\n"
+        "  --amp T               the convolutions' dtype: bf16, fp16 (with the dynamic loss\n"
+        "                        scaler) or fp32 (default: fp32 on --device cpu, bf16 on a GPU;\n"
+        "                        a resume keeps the checkpoint's); validation stays fp32\n");
     /* two strings: one would pass the 4095 characters C11 compilers must take */
     fprintf(
         f,
@@ -129,6 +133,8 @@ static void usage(FILE *f)
         "Testing:\n"
         "  --stop-after-steps K  stop after K batches: save weights/last.ckpt and exit 0\n"
         "  --cuda-graph-test-fail  with --cuda-graph: act as if the capture failed (fallback)\n"
+        "  --amp-test-inf-at NI  with --amp fp16: put an Inf into batch NI's loss gradient (the\n"
+        "                        scaler must skip that step and halve its scale)\n"
         "Tools:\n"
         "  --summary             print the model summary of --cfg and exit\n"
         "  --bench               time the training step alone on synthetic batches of --cfg at\n"
@@ -150,6 +156,8 @@ static void usage(FILE *f)
 struct args {
     const char *records, *val_records, *cfg, *weights, *hyp, *device, *resume;
     const char *project, *name, *optimizer, *dist_backend, *cache_dir;
+    const char *amp; /* --amp: bf16, fp16, fp32, or NULL for the device's default */
+    long amp_inf_at; /* --amp-test-inf-at NI, plus 1 (0: not given) */
     unsigned long long cache_max;
     long img, batch, epochs, workers, threads, nc, patience, save_period, seed, stop_after;
     long nproc, bench_steps, bench_warmup;
@@ -219,6 +227,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--project", 1, 0, 0 },
         { "--name", 1, 0, 0 },
         { "--optimizer", 1, 0, 0 },
+        { "--amp", 1, 0, 0 },
         { "--seconds", 1, 0, 0 },
         { "--dist-timeout", 1, 0, 0 },
         { "--dist-backend", 1, 0, 0 },
@@ -241,6 +250,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--save-period", 2, -1, 1000000 },
         { "--seed", 2, 0, LONG_MAX },
         { "--stop-after-steps", 2, 1, LONG_MAX },
+        { "--amp-test-inf-at", 2, 0, LONG_MAX },
         { "--summary", 0, 0, 0 },
         { "--bench-data", 0, 0, 0 },
         { "--bench", 0, 0, 0 },
@@ -327,6 +337,7 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--save-period")) A->save_period = v;
             if (!strcmp(key, "--seed")) A->seed = v;
             if (!strcmp(key, "--stop-after-steps")) A->stop_after = v;
+            if (!strcmp(key, "--amp-test-inf-at")) A->amp_inf_at = v + 1;
             if (!strcmp(key, "--nproc-per-node")) A->nproc = v;
             if (!strcmp(key, "--bench-steps")) A->bench_steps = v;
             if (!strcmp(key, "--bench-warmup")) A->bench_warmup = v;
@@ -341,6 +352,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         if (!strcmp(key, "--project")) A->project = val;
         if (!strcmp(key, "--name")) A->name = val;
         if (!strcmp(key, "--optimizer")) A->optimizer = val;
+        if (!strcmp(key, "--amp")) A->amp = val;
         if (!strcmp(key, "--dist-backend")) A->dist_backend = val;
         if (!strcmp(key, "--cache-dir")) A->cache_dir = val;
         if (!strcmp(key, "--cache-max")) {
@@ -371,6 +383,9 @@ static int parse_args(int argc, char **argv, struct args *A)
     if (strcmp(A->optimizer, "SGD") && strcmp(A->optimizer, "Adam") &&
         strcmp(A->optimizer, "AdamW"))
         return bad("--optimizer: '%s' is not one of SGD, Adam, AdamW%s", A->optimizer, "");
+    enum trn_amp_dtype adt;
+    if (A->amp && trn_amp_dtype_parse(A->amp, &adt) < 0)
+        return bad("--amp: '%s' is not one of bf16, fp16, fp32%s", A->amp, "");
     if (A->device && !device_ok(A->device))
         return bad("--device: '%s' is not cpu or a list of device numbers (0 or 0,1)%s", A->device,
                    "");
@@ -413,6 +428,14 @@ static int pick_gpu(const char *d, int local_rank)
     return id;
 }
 
+/* --amp as a kern dtype; without it fp32 on the CPU, bf16 on a GPU (gpu >= 0). */
+static int amp_dtype(const struct args *A, int gpu)
+{
+    enum trn_amp_dtype t = gpu >= 0 ? TRN_AMP_BF16 : TRN_AMP_OFF;
+    if (A->amp) trn_amp_dtype_parse(A->amp, &t);
+    return t == TRN_AMP_BF16 ? KERN_DT_BF16 : t == TRN_AMP_FP16 ? KERN_DT_F16 : KERN_DT_F32;
+}
+
 static int do_bench_step(const struct args *A)
 {
     char path[4096];
@@ -434,6 +457,7 @@ static int do_bench_step(const struct args *A)
     o.warmup = (int)A->bench_warmup;
     o.seed = (uint64_t)A->seed;
     o.cuda_graph = A->cuda_graph;
+    o.amp = amp_dtype(A, gpu);
     struct trn_bench_step_result r;
     char err[512] = "";
     const int rc = trn_bench_step_run(&o, &r, err, sizeof err);
@@ -797,9 +821,11 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.device_path = A->device_path;
     o.cuda_graph = A->cuda_graph;
     o.cuda_graph_fail = A->cuda_graph_fail;
+    o.amp = amp_dtype(A, o.gpu); /* when resuming, the checkpoint's */
     o.noval = A->noval;
     o.patience = (int)A->patience;
     o.stop_after = A->stop_after;
+    o.amp_inf_ni = A->amp_inf_at - 1;
     o.stop = &stop_signal;
     o.log = print_line;
     struct sigaction sa;
