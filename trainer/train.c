@@ -1427,6 +1427,34 @@ static int check_batch(const struct run *R, const struct trn_batch *b, const str
     return 0;
 }
 
+/* The batch's targets fit the loss's fixed target buffers. */
+static int targets_fit(const struct trn_loss_cfg *cfg, const struct trn_batch *b, char *err,
+                       size_t cap)
+{
+    if (b->n_targets <= (size_t)cfg->max_targets) return 0;
+    seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+           trn_loss_strerror(-E2BIG));
+    return -E2BIG;
+}
+
+/* The device step's loss floats (raw, read back after rc, the result of the step so far) into
+ * items, with the finite check. */
+static int loss_from_device(int rc, const float *raw, const struct trn_batch *b,
+                            struct trn_loss_items *items, char *err, size_t cap)
+{
+    if (!rc) rc = trn_loss_items_from_out(raw, items);
+    if (rc < 0) {
+        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+               trn_loss_strerror(rc));
+        return rc;
+    }
+    if (!isfinite(items->total)) {
+        seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
+        return -ERANGE;
+    }
+    return 0;
+}
+
 /* Says why a training forward failed (a SyncBatchNorm all-reduce names the rank); returns rc. */
 static int forward_failed(const struct run *R, const struct trn_batch *b, int rc, char *err,
                           size_t cap)
@@ -1761,11 +1789,7 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
                              true, out);
     if (rc < 0) return forward_failed(R, b, rc, err, cap);
     const struct trn_loss_cfg *cfg = trn_loss_get_cfg(loss);
-    if (b->n_targets > (size_t)cfg->max_targets) {
-        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
-               trn_loss_strerror(-E2BIG));
-        return -E2BIG;
-    }
+    if ((rc = targets_fit(cfg, b, err, cap)) < 0) return rc;
     const int nt = (int)b->n_targets;
     float raw[KERN_YOLO_OUT_N];
     rc = dcopy(R, R->d_targets, (void *)b->targets, (size_t)nt * 6 * sizeof(float), KERN_COPY_H2D);
@@ -1779,16 +1803,7 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
         rc = amp_scale_seed(R, net, dp, true,
                             R->d_seg ? R->d_seg + (short_batch ? R->info->nl : 0) : NULL,
                             (int64_t)b->epoch * R->nb + (int64_t)b->step);
-    if (!rc) rc = trn_loss_items_from_out(raw, items);
-    if (rc < 0) {
-        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
-               trn_loss_strerror(rc));
-        return rc;
-    }
-    if (!isfinite(items->total)) {
-        seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
-        return -ERANGE;
-    }
+    if ((rc = loss_from_device(rc, raw, b, items, err, cap)) < 0) return rc;
     const size_t n_grad = R->info->arena_len[TRN_ARENA_PARAM];
     if ((rc = backward(R, net, dp, true, b, err, cap)) < 0) return rc;
     float *grad = trn_net_dev_grad(R->net);
@@ -1992,23 +2007,14 @@ static void graph_drop(struct run *R)
 static int train_batch_graph(struct run *R, const struct trn_batch *b, struct trn_loss_items *items,
                              char *err, size_t cap)
 {
-    if (b->n != R->local_bs || b->height != R->o.img || b->width != R->o.img ||
-        b->pixels != TRN_PIXELS_F32) {
-        seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
-               b->width, R->local_bs, R->o.img, R->o.img);
-        return -EINVAL;
-    }
+    /* full batches only: a short one is not this net's shape (NULL net: the check says so) */
+    int rc = check_batch(R, b, b->n == R->local_bs ? R->net : NULL, false, err, cap);
     const struct trn_loss_cfg *cfg = R->gs[0].cfg;
-    if (b->n_targets > (size_t)cfg->max_targets) {
-        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
-               trn_loss_strerror(-E2BIG));
-        return -E2BIG;
-    }
+    if (rc < 0 || (rc = targets_fit(cfg, b, err, cap)) < 0) return rc;
     /* trn_optim_after_batch's policy: which of the two graphs this batch runs */
     const int64_t ni = (int64_t)b->epoch * R->nb + (int64_t)b->step;
     struct trn_optim_sched sch;
     struct trn_optim_counters c;
-    int rc;
     if ((rc = trn_optim_schedule(trn_optim_get_opts(R->opt), (int)b->epoch, ni, &sch)) < 0 ||
         (rc = trn_optim_get_counters(R->opt, &c)) < 0) {
         seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
@@ -2104,17 +2110,7 @@ static int train_batch_graph(struct run *R, const struct trn_batch *b, struct tr
     }
     float raw[KERN_YOLO_OUT_N];
     rc = kern_mem_copy(R->dctx, raw, R->d_out, sizeof raw, KERN_COPY_D2H);
-    if (!rc) rc = trn_loss_items_from_out(raw, items);
-    if (rc < 0) {
-        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
-               trn_loss_strerror(rc));
-        return rc;
-    }
-    if (!isfinite(items->total)) {
-        seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
-        return -ERANGE;
-    }
-    return 0;
+    return loss_from_device(rc, raw, b, items, err, cap);
 }
 
 /* The line ultralytics' tqdm bar ends an epoch with. */

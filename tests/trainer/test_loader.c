@@ -19,26 +19,13 @@
 
 #include "ffr.h"
 #include "loader.h"
+#include "run_testutil.h"
 #include "tap.h"
+#include "loader_testutil.h"
 
 #define IMG     128
 #define N_TRAIN 24
 #define N_VAL   11
-
-static char dir[256];
-
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096], full[4700];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s >%s/stdout.txt 2>%s/stderr.txt", cmd, dir, dir);
-    const int st = system(full);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 /* Log lines collected from the loader (called from its workers, serialised by it). */
 struct logbuf {
@@ -52,14 +39,6 @@ static void log_cb(void *ctx, const char *msg)
     const size_t used = strlen(b->text);
     snprintf(b->text + used, sizeof b->text - used, "%s\n", msg);
     b->lines++;
-}
-
-static int count(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
-        n++;
-    return n;
 }
 
 /* A copy of one batch. */
@@ -104,18 +83,6 @@ static int same(const struct saved *a, const struct saved *b)
            memcmp(a->images, b->images, a->bytes) == 0 &&
            memcmp(a->targets, b->targets, a->nt * 6 * sizeof(float)) == 0 &&
            memcmp(a->info, b->info, (size_t)a->n * sizeof a->info[0]) == 0;
-}
-
-static struct ffr_reader *open_ds(const char *name)
-{
-    char path[512], err[256];
-    struct ffr_reader *r = NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (ffr_reader_open(&r, path, NULL, err, sizeof err) < 0) {
-        printf("# cannot open %s: %s\n", path, err);
-        return NULL;
-    }
-    return r;
 }
 
 static void train_opts(struct trn_loader_opts *o, unsigned workers)
@@ -677,28 +644,6 @@ static int write_undecodable(uint64_t bad)
     rc = rc == 0 ? ffr_writer_close(w) : (ffr_writer_abort(w), rc);
     free(buf);
     ffr_reader_close(r);
-    return rc;
-}
-
-/* Flip one stored byte of record `bad` in a copy of train.ffr: its checksum fails. */
-static int write_checksum_bad(uint64_t bad)
-{
-    struct ffr_reader *r = open_ds("train.ffr");
-    if (!r) return -1;
-    struct ffr_record_info info;
-    ffr_reader_info(r, bad, &info);
-    ffr_reader_close(r);
-    if (run("cp %s/train.ffr %s/checksum.ffr", dir, dir) != 0) return -1;
-    char path[512];
-    snprintf(path, sizeof path, "%s/checksum.ffr", dir);
-    const int fd = open(path, O_RDWR);
-    if (fd < 0) return -1;
-    uint8_t byte;
-    const off_t at = (off_t)(info.offset + FFR_FRAME_HEADER_SIZE + info.stored_len / 2);
-    int rc = pread(fd, &byte, 1, at) == 1 ? 0 : -1;
-    byte ^= 0x40;
-    if (rc == 0 && pwrite(fd, &byte, 1, at) != 1) rc = -1;
-    close(fd);
     return rc;
 }
 

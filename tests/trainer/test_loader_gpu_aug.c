@@ -22,7 +22,9 @@
 #include "ffr.h"
 #include "kern.h"
 #include "loader.h"
+#include "run_testutil.h"
 #include "tap.h"
+#include "loader_testutil.h"
 
 #define IMG         128
 #define N_TRAIN     24
@@ -30,21 +32,6 @@
 #define BATCH       5
 #define EPOCH_STEPS 5 /* ceil(24 / 5) */
 #define RUN         (2 * EPOCH_STEPS)
-
-static char dir[256];
-
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-    char cmd[4096], full[4700];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s >%s/stdout.txt 2>%s/stderr.txt", cmd, dir, dir);
-    const int st = system(full);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
 
 struct logbuf {
     char text[8192];
@@ -55,14 +42,6 @@ static void log_cb(void *ctx, const char *msg)
     struct logbuf *b = ctx;
     const size_t used = strlen(b->text);
     snprintf(b->text + used, sizeof b->text - used, "%s\n", msg);
-}
-
-static int count(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
-        n++;
-    return n;
 }
 
 /* A copy of one batch; pixels from images or device_images (a CPU context's memory is host). */
@@ -125,18 +104,6 @@ static int all_same(const struct saved *a, const struct saved *b, int n, int wan
         *bytes += a[i].bytes;
     }
     return eq;
-}
-
-static struct ffr_reader *open_ds(const char *name)
-{
-    char path[512], err[256];
-    struct ffr_reader *r = NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (ffr_reader_open(&r, path, NULL, err, sizeof err) < 0) {
-        printf("# cannot open %s: %s\n", path, err);
-        return NULL;
-    }
-    return r;
 }
 
 static void train_opts(struct trn_loader_opts *o, unsigned workers)
@@ -400,28 +367,6 @@ static void test_val(struct kern_ctx *k)
         unsave(a, 3);
         unsave(b, 3);
     }
-}
-
-/* Flip one stored byte of record `bad` in a copy of train.ffr: its checksum fails. */
-static int write_checksum_bad(uint64_t bad)
-{
-    struct ffr_reader *r = open_ds("train.ffr");
-    if (!r) return -1;
-    struct ffr_record_info info;
-    ffr_reader_info(r, bad, &info);
-    ffr_reader_close(r);
-    if (run("cp %s/train.ffr %s/checksum.ffr", dir, dir) != 0) return -1;
-    char path[512];
-    snprintf(path, sizeof path, "%s/checksum.ffr", dir);
-    const int fd = open(path, O_RDWR);
-    if (fd < 0) return -1;
-    uint8_t byte;
-    const off_t at = (off_t)(info.offset + FFR_FRAME_HEADER_SIZE + info.stored_len / 2);
-    int rc = pread(fd, &byte, 1, at) == 1 ? 0 : -1;
-    byte ^= 0x40;
-    if (rc == 0 && pwrite(fd, &byte, 1, at) != 1) rc = -1;
-    close(fd);
-    return rc;
 }
 
 static void test_bad_records(struct kern_ctx *k)
