@@ -336,6 +336,14 @@ KERN_API int kern_cuda_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct k
                                             float *KERN_RESTRICT db, const void *KERN_RESTRICT dy,
                                             unsigned accum);
 
+/* --- resadd --- */
+
+/* --- stride --- */
+
+/* --- stream --- */
+
+/* --- wcast --- */
+
 #ifdef __cplusplus
 }
 #endif

@@ -70,6 +70,10 @@ static const struct kern_ops kern_cuda_ops = {
     kern_cuda_conv2d_lowp_bwd_data,
     kern_cuda_conv2d_lowp_bwd_filter,
     kern_cuda_conv2d_lowp_bwd_bias,
+    /* --- resadd --- */
+    /* --- stride --- */
+    /* --- stream --- */
+    /* --- wcast --- */
 };
 
 const struct kern_ops *kern_ops_cuda(void)

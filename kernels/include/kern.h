@@ -231,6 +231,12 @@ struct kern_bn {
     int hw;         /* elements per plane (height * width), >= 1 */
     float eps;      /* added to the variance; KERN_BN_EPS for YOLOv5 */
     float momentum; /* running-stat update weight; KERN_BN_MOMENTUM for YOLOv5 */
+    /* Elements from one image to the next in y and dy, the output side (a channel slice of a
+       wider tensor: producers write a concat's slice, no copy); 0: c * hw (dense). x and dx are
+       always dense. */
+    size_t y_nstride;
+    /* The same for the residual input r of the fused residual-add ops; 0: c * hw (dense). */
+    size_t r_nstride;
 };
 
 /* Fills *d with the shape and the YOLOv5 eps (1e-3) and momentum (0.03). */
@@ -1189,6 +1195,14 @@ KERN_API int kern_ref_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct ke
                                            float *KERN_RESTRICT db, const void *KERN_RESTRICT dy,
                                            unsigned accum);
 
+/* --- resadd --- */
+
+/* --- stride --- */
+
+/* --- stream --- */
+
+/* --- wcast --- */
+
 /* ---------------------------------------------------------------------------------------- */
 /* Backend table                                                                            */
 
@@ -1305,6 +1319,10 @@ struct kern_ops {
                                   const void *, const void *, unsigned);
     int (*conv2d_lowp_bwd_bias)(struct kern_ctx *, const struct kern_conv2d_lowp *, float *,
                                 const void *, unsigned);
+    /* --- resadd --- */
+    /* --- stride --- */
+    /* --- stream --- */
+    /* --- wcast --- */
 };
 
 /* The CPU reference table (kern_ref_*); its contexts are KERN_BACKEND_CPU. Never NULL. */

@@ -35,6 +35,8 @@ void kern_bn_init(struct kern_bn *d, int n, int c, int hw)
     d->hw = hw;
     d->eps = KERN_BN_EPS;
     d->momentum = KERN_BN_MOMENTUM;
+    d->y_nstride = 0;
+    d->r_nstride = 0;
 }
 
 static double lanes_sum(const float *acc)

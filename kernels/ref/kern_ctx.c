@@ -322,6 +322,10 @@ static const struct kern_ops kern_ref_ops = {
     .conv2d_lowp_bwd_data = kern_ref_conv2d_lowp_bwd_data,
     .conv2d_lowp_bwd_filter = kern_ref_conv2d_lowp_bwd_filter,
     .conv2d_lowp_bwd_bias = kern_ref_conv2d_lowp_bwd_bias,
+    /* --- resadd --- */
+    /* --- stride --- */
+    /* --- stream --- */
+    /* --- wcast --- */
 };
 
 const struct kern_ops *kern_ops_ref(void)
