@@ -337,10 +337,72 @@ KERN_API int kern_cuda_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct k
                                             unsigned accum);
 
 /* --- resadd --- */
+/*
+ * The twins of kern.h's BN + SiLU + residual add (kern_ref_bn_silu_add_fwd_*): the BN forward's
+ * statistics and coefficient kernels (kern_cuda_bn.cu, kern_cuda_bn_sync.cu), then one apply
+ * kernel that writes silu(x a + b) + r. The product of the SiLU is rounded before the add
+ * (__fmul_rn, no FMA), so the result is bit for bit that of kern_cuda_bn_silu_fwd_* followed by
+ * kern_cuda_add_fwd; against the CPU reference it differs as the BN+SiLU ops do.
+ */
+KERN_API int
+kern_cuda_bn_silu_add_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d,
+                                float *KERN_RESTRICT y, float *KERN_RESTRICT save_mean,
+                                float *KERN_RESTRICT save_invstd, float *KERN_RESTRICT running_mean,
+                                float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
+                                const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
+                                const float *KERN_RESTRICT r);
+KERN_API int kern_cuda_bn_silu_add_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d,
+                                            float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
+                                            const float *KERN_RESTRICT gamma,
+                                            const float *KERN_RESTRICT beta,
+                                            const float *KERN_RESTRICT running_mean,
+                                            const float *KERN_RESTRICT running_var,
+                                            const float *KERN_RESTRICT r);
+KERN_API int
+kern_cuda_bn_silu_add_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d,
+                                float *KERN_RESTRICT y, float *KERN_RESTRICT save_mean,
+                                float *KERN_RESTRICT save_invstd, float *KERN_RESTRICT running_mean,
+                                float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
+                                const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
+                                const double *KERN_RESTRICT sums, const float *KERN_RESTRICT r);
 
 /* --- stride --- */
+/* Channel slices (kern.h): the twins of kern_ref_upsample2x_ns_* and kern_ref_cast_*_ns. */
+KERN_API int kern_cuda_upsample2x_ns_fwd(struct kern_ctx *ctx, float *KERN_RESTRICT y,
+                                         const float *KERN_RESTRICT x, int n, int c, int h, int w,
+                                         size_t y_nstride, size_t x_nstride);
+KERN_API int kern_cuda_upsample2x_ns_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
+                                         const float *KERN_RESTRICT dy, int n, int c, int h, int w,
+                                         size_t x_nstride, size_t y_nstride, unsigned accum);
+KERN_API int kern_cuda_cast_f32_lowp_ns(struct kern_ctx *ctx, int dtype,
+                                        uint16_t *KERN_RESTRICT dst, const float *KERN_RESTRICT src,
+                                        int n, size_t inner, size_t src_nstride);
+KERN_API int kern_cuda_cast_lowp_f32_ns(struct kern_ctx *ctx, int dtype, float *KERN_RESTRICT dst,
+                                        const uint16_t *KERN_RESTRICT src, int n, size_t inner,
+                                        size_t dst_nstride, unsigned accum);
 
 /* --- stream --- */
+/*
+ * The CUDA side of kern.h "Queues and events", called by kernels/ref/kern_stream.c for CUDA
+ * contexts (CUDA builds only, as the ops); callers use kern_mem_copy_on and kern_event_*. The
+ * queues: KERN_QUEUE_COMPUTE is the context's stream, KERN_QUEUE_COPY its copy stream. ev is a
+ * cudaEvent_t (cudaEventDisableTiming) as void *. Each call checks its arguments as the public
+ * one, makes ctx's device current on the calling thread when it is not (any thread may call),
+ * and on failure writes "what: CUDA text (name)" into err (cap bytes: the calling thread's
+ * buffer behind kern_stream_last_error); KERN_QUEUE_COMPUTE failures also go to
+ * kern_cuda_ctx_last_error. record / wait on KERN_QUEUE_COMPUTE while that stream is capturing
+ * are refused with -EIO and a cudaErrorStreamCaptureUnsupported text (kern_graph_capture then
+ * fails with -ENOTSUP). query returns 1 (done) or 0 (cudaErrorNotReady).
+ */
+KERN_API int kern_cuda_mem_copy_on(struct kern_ctx *ctx, int queue, void *dst, const void *src,
+                                   size_t bytes, int dir, char *err, size_t cap);
+KERN_API int kern_cuda_event_create(struct kern_ctx *ctx, void **ev, char *err, size_t cap);
+KERN_API void kern_cuda_event_destroy(void *ev);
+KERN_API int kern_cuda_event_record(struct kern_ctx *ctx, int queue, void *ev, char *err,
+                                    size_t cap);
+KERN_API int kern_cuda_event_wait(struct kern_ctx *ctx, int queue, void *ev, char *err, size_t cap);
+KERN_API int kern_cuda_event_sync(void *ev, char *err, size_t cap);
+KERN_API int kern_cuda_event_query(void *ev, char *err, size_t cap);
 
 /* --- wcast --- */
 

@@ -24,6 +24,17 @@
 
 #include "kern_cuda_internal.h"
 
+/* kern_cuda_bn_check plus the output side: y and dy step y_nstride >= c hw (0: dense). */
+static int bn_check_ysn(const struct kern_bn *d, size_t *ysn)
+{
+    const int rc = kern_cuda_bn_check(d);
+    if (rc < 0) return rc;
+    const size_t dense = (size_t)d->c * (size_t)d->hw;
+    if (d->y_nstride && d->y_nstride < dense) return -EINVAL;
+    *ysn = d->y_nstride ? d->y_nstride : dense;
+    return 0;
+}
+
 /*
  * Pass 1. mode 0: sums of x and x^2. mode 1: sums of dz and dz xhat, dz = dy (silu 0) or
  * dy silu'(xhat gamma + beta) (silu 1). part[(ch * chunks + k) * 2 + {0, 1}].
@@ -32,7 +43,7 @@ __global__ void bn_partial(double *__restrict__ part, const float *__restrict__ 
                            const float *__restrict__ dy, const float *__restrict__ gamma,
                            const float *__restrict__ beta, const float *__restrict__ mean,
                            const float *__restrict__ invstd, int n, int c, int hw, int chunks,
-                           int mode, int silu)
+                           int mode, int silu, size_t ysn)
 {
     const int ch = blockIdx.x, k = blockIdx.y;
     const size_t cnt = (size_t)n * (size_t)hw;
@@ -49,6 +60,7 @@ __global__ void bn_partial(double *__restrict__ part, const float *__restrict__ 
         const size_t p0 = i * (size_t)hw;
         const size_t j0 = lo > p0 ? lo - p0 : 0, j1 = hi - p0 < (size_t)hw ? hi - p0 : (size_t)hw;
         const size_t off = (i * (size_t)c + (size_t)ch) * (size_t)hw;
+        const size_t yoff = i * ysn + (size_t)ch * (size_t)hw;
         for (size_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
             const float v = x[off + j];
             if (mode == 0) {
@@ -56,7 +68,7 @@ __global__ void bn_partial(double *__restrict__ part, const float *__restrict__ 
                 q += (double)v * v;
             } else {
                 const float xh = (v - m) * is;
-                float gz = dy[off + j];
+                float gz = dy[yoff + j];
                 if (silu) gz *= kern_cuda_silu_grad(xh * g + bt);
                 s += gz;
                 q += (double)gz * xh;
@@ -113,13 +125,13 @@ __global__ void bn_coef_eval(float *__restrict__ coef, const float *__restrict__
 
 /* Pass 3, forward: y = x a + b (then SiLU), one block per plane. */
 __global__ void bn_apply_fwd(float *__restrict__ y, const float *__restrict__ x,
-                             const float *__restrict__ coef, int c, int hw, int silu)
+                             const float *__restrict__ coef, int c, int hw, int silu, size_t ysn)
 {
     const size_t plane = blockIdx.x;
     const int ch = (int)(plane % (size_t)c);
     const float a = coef[ch], b = coef[c + ch];
     const float *const xp = x + plane * (size_t)hw;
-    float *const yp = y + plane * (size_t)hw;
+    float *const yp = y + plane / (size_t)c * ysn + (size_t)ch * (size_t)hw;
     for (int j = threadIdx.x; j < hw; j += blockDim.x) {
         const float z = xp[j] * a + b;
         yp[j] = silu ? z * kern_cuda_sigmoid(z) : z;
@@ -153,16 +165,16 @@ __global__ void bn_apply_bwd(float *__restrict__ dx, const float *__restrict__ d
                              const float *__restrict__ x, const float *__restrict__ coef,
                              const float *__restrict__ gamma, const float *__restrict__ beta,
                              const float *__restrict__ mean, const float *__restrict__ invstd,
-                             int c, int hw, int silu, int add)
+                             int c, int hw, int silu, int add, size_t ysn)
 {
     const size_t plane = blockIdx.x;
     const int ch = (int)(plane % (size_t)c);
     const float mdy = coef[ch], mdyx = coef[c + ch], k = coef[2 * c + ch];
     const float m = mean[ch], is = invstd[ch], g = gamma[ch], bt = silu ? beta[ch] : 0.0f;
-    const size_t off = plane * (size_t)hw;
+    const size_t off = plane * (size_t)hw, yoff = plane / (size_t)c * ysn + (size_t)ch * (size_t)hw;
     for (int j = threadIdx.x; j < hw; j += blockDim.x) {
         const float xh = (x[off + j] - m) * is;
-        float gz = dy[off + j];
+        float gz = dy[yoff + j];
         if (silu) gz *= kern_cuda_silu_grad(xh * g + bt);
         const float v = k * (gz - mdy - xh * mdyx);
         dx[off + j] = add ? dx[off + j] + v : v;
@@ -175,7 +187,8 @@ static int bn_fwd_train_common(struct kern_ctx *ctx, const struct kern_bn *d, fl
                                const float *beta, int silu)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    const int rc = kern_cuda_bn_check(d);
+    size_t ysn = 0;
+    const int rc = bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta) return -EINVAL;
     if (!running_mean != !running_var) return -EINVAL;
@@ -186,12 +199,12 @@ static int bn_fwd_train_common(struct kern_ctx *ctx, const struct kern_bn *d, fl
     const int chunks = kern_cuda_bn_chunks(d);
     const double cnt = (double)d->n * (double)d->hw;
     bn_partial<<<dim3((unsigned)d->c, (unsigned)chunks), KERN_CUDA_THREADS, 0, st->stream>>>(
-        part, x, NULL, NULL, NULL, NULL, NULL, d->n, d->c, d->hw, chunks, 0, 0);
+        part, x, NULL, NULL, NULL, NULL, NULL, d->n, d->c, d->hw, chunks, 0, 0, (size_t)0);
     bn_finalize_fwd<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         coef, save_mean, save_invstd, running_mean, running_var, part, gamma, beta, d->c, chunks,
         cnt, d->eps, d->momentum);
     bn_apply_fwd<<<(unsigned)((size_t)d->n * (size_t)d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
-        y, x, coef, d->c, d->hw, silu);
+        y, x, coef, d->c, d->hw, silu, ysn);
     return kern_cuda_launched(ctx, "bn_fwd_train");
 }
 
@@ -220,7 +233,8 @@ static int bn_fwd_eval_common(struct kern_ctx *ctx, const struct kern_bn *d, flo
                               const float *running_mean, const float *running_var, int silu)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    const int rc = kern_cuda_bn_check(d);
+    size_t ysn = 0;
+    const int rc = bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta || !running_mean || !running_var) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
@@ -228,7 +242,7 @@ static int bn_fwd_eval_common(struct kern_ctx *ctx, const struct kern_bn *d, flo
     bn_coef_eval<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         coef, gamma, beta, running_mean, running_var, d->c, d->eps);
     bn_apply_fwd<<<(unsigned)((size_t)d->n * (size_t)d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
-        y, x, coef, d->c, d->hw, silu);
+        y, x, coef, d->c, d->hw, silu, ysn);
     return kern_cuda_launched(ctx, "bn_fwd_eval");
 }
 
@@ -249,6 +263,40 @@ int kern_cuda_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d, fl
     return bn_fwd_eval_common(ctx, d, y, x, gamma, beta, running_mean, running_var, 1);
 }
 
+/*
+ * Hooks for the fused residual add (kern_cuda_resadd.cu): passes 1 and 2 of the training
+ * forward, or the eval coefficients, into the scratch; *coef = (a, b) per channel there.
+ */
+int kern_cuda_bn_coef_train(struct kern_ctx *ctx, const struct kern_bn *d, float *save_mean,
+                            float *save_invstd, float *running_mean, float *running_var,
+                            const float *x, const float *gamma, const float *beta,
+                            const float **coef)
+{
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    double *const part = (double *)st->scratch;
+    float *const cf = (float *)((char *)st->scratch + KERN_CUDA_SCRATCH_BYTES / 2);
+    const int chunks = kern_cuda_bn_chunks(d);
+    bn_partial<<<dim3((unsigned)d->c, (unsigned)chunks), KERN_CUDA_THREADS, 0, st->stream>>>(
+        part, x, NULL, NULL, NULL, NULL, NULL, d->n, d->c, d->hw, chunks, 0, 0, (size_t)0);
+    bn_finalize_fwd<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
+        cf, save_mean, save_invstd, running_mean, running_var, part, gamma, beta, d->c, chunks,
+        (double)d->n * (double)d->hw, d->eps, d->momentum);
+    *coef = cf;
+    return kern_cuda_launched(ctx, "bn_coef_train");
+}
+
+int kern_cuda_bn_coef_eval(struct kern_ctx *ctx, const struct kern_bn *d, const float *gamma,
+                           const float *beta, const float *running_mean, const float *running_var,
+                           const float **coef)
+{
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    float *const cf = (float *)((char *)st->scratch + KERN_CUDA_SCRATCH_BYTES / 2);
+    bn_coef_eval<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
+        cf, gamma, beta, running_mean, running_var, d->c, d->eps);
+    *coef = cf;
+    return kern_cuda_launched(ctx, "bn_coef_eval");
+}
+
 static int bn_bwd_common(struct kern_ctx *ctx, const struct kern_bn *d, float *dx, float *dgamma,
                          float *dbeta, const float *dy, const float *x, const float *gamma,
                          const float *beta, const float *save_mean, const float *save_invstd,
@@ -256,7 +304,8 @@ static int bn_bwd_common(struct kern_ctx *ctx, const struct kern_bn *d, float *d
 {
     KERN_CHECK_CUDA_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
-    const int rc = kern_cuda_bn_check(d);
+    size_t ysn = 0;
+    const int rc = bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!dx || !dy || !x || !gamma || !save_mean || !save_invstd) return -EINVAL;
     if (!dgamma != !dbeta) return -EINVAL;
@@ -267,13 +316,13 @@ static int bn_bwd_common(struct kern_ctx *ctx, const struct kern_bn *d, float *d
     const int chunks = kern_cuda_bn_chunks(d);
     const double cnt = (double)d->n * (double)d->hw;
     bn_partial<<<dim3((unsigned)d->c, (unsigned)chunks), KERN_CUDA_THREADS, 0, st->stream>>>(
-        part, x, dy, gamma, beta, save_mean, save_invstd, d->n, d->c, d->hw, chunks, 1, silu);
+        part, x, dy, gamma, beta, save_mean, save_invstd, d->n, d->c, d->hw, chunks, 1, silu, ysn);
     bn_finalize_bwd<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         coef, dgamma, dbeta, part, gamma, save_invstd, d->c, chunks, cnt,
         (accum & KERN_ACCUM_DPARAM) != 0);
     bn_apply_bwd<<<(unsigned)((size_t)d->n * (size_t)d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         dx, dy, x, coef, gamma, beta, save_mean, save_invstd, d->c, d->hw, silu,
-        (accum & KERN_ACCUM_DX) != 0);
+        (accum & KERN_ACCUM_DX) != 0, ysn);
     return kern_cuda_launched(ctx, "bn_bwd");
 }
 

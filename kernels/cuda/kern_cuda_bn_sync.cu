@@ -21,6 +21,17 @@
 
 #include "kern_cuda_internal.h"
 
+/* kern_cuda_bn_check plus the output side: y and dy step y_nstride >= c hw (0: dense). */
+static int bn_check_ysn(const struct kern_bn *d, size_t *ysn)
+{
+    const int rc = kern_cuda_bn_check(d);
+    if (rc < 0) return rc;
+    const size_t dense = (size_t)d->c * (size_t)d->hw;
+    if (d->y_nstride && d->y_nstride < dense) return -EINVAL;
+    *ysn = d->y_nstride ? d->y_nstride : dense;
+    return 0;
+}
+
 /*
  * Pass 1. mode 0: sums of x and x^2. mode 1: sums of dz and dz xhat, dz = dy (silu 0) or
  * dy silu'(xhat gamma + beta) (silu 1). part[(ch * chunks + k) * 2 + {0, 1}].
@@ -29,7 +40,7 @@ static __global__ void bns_partial(double *__restrict__ part, const float *__res
                                    const float *__restrict__ dy, const float *__restrict__ gamma,
                                    const float *__restrict__ beta, const float *__restrict__ mean,
                                    const float *__restrict__ invstd, int n, int c, int hw,
-                                   int chunks, int mode, int silu)
+                                   int chunks, int mode, int silu, size_t ysn)
 {
     const int ch = blockIdx.x, k = blockIdx.y;
     const size_t cnt = (size_t)n * (size_t)hw;
@@ -46,6 +57,7 @@ static __global__ void bns_partial(double *__restrict__ part, const float *__res
         const size_t p0 = i * (size_t)hw;
         const size_t j0 = lo > p0 ? lo - p0 : 0, j1 = hi - p0 < (size_t)hw ? hi - p0 : (size_t)hw;
         const size_t off = (i * (size_t)c + (size_t)ch) * (size_t)hw;
+        const size_t yoff = i * ysn + (size_t)ch * (size_t)hw;
         for (size_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
             const float v = x[off + j];
             if (mode == 0) {
@@ -53,7 +65,7 @@ static __global__ void bns_partial(double *__restrict__ part, const float *__res
                 q += (double)v * v;
             } else {
                 const float xh = (v - m) * is;
-                float gz = dy[off + j];
+                float gz = dy[yoff + j];
                 if (silu) gz *= kern_cuda_silu_grad(xh * g + bt);
                 s += gz;
                 q += (double)gz * xh;
@@ -117,13 +129,14 @@ static __global__ void bns_coef_fwd(float *__restrict__ coef, float *__restrict_
 
 /* Forward: y = x a + b (then SiLU), one block per plane. */
 static __global__ void bns_apply_fwd(float *__restrict__ y, const float *__restrict__ x,
-                                     const float *__restrict__ coef, int c, int hw, int silu)
+                                     const float *__restrict__ coef, int c, int hw, int silu,
+                                     size_t ysn)
 {
     const size_t plane = blockIdx.x;
     const int ch = (int)(plane % (size_t)c);
     const float a = coef[ch], b = coef[c + ch];
     const float *const xp = x + plane * (size_t)hw;
-    float *const yp = y + plane * (size_t)hw;
+    float *const yp = y + plane / (size_t)c * ysn + (size_t)ch * (size_t)hw;
     for (int j = threadIdx.x; j < hw; j += blockDim.x) {
         const float z = xp[j] * a + b;
         yp[j] = silu ? z * kern_cuda_sigmoid(z) : z;
@@ -136,7 +149,7 @@ static __global__ void bns_apply_bwd(float *__restrict__ dx, const float *__rest
                                      const float *__restrict__ gamma,
                                      const float *__restrict__ beta, const float *__restrict__ mean,
                                      const float *__restrict__ invstd, int c, int hw, int silu,
-                                     int add)
+                                     int add, size_t ysn)
 {
     const size_t plane = blockIdx.x;
     const int ch = (int)(plane % (size_t)c);
@@ -144,10 +157,10 @@ static __global__ void bns_apply_bwd(float *__restrict__ dx, const float *__rest
     const float mdy = (float)(sums[ch] / cnt), mdyx = (float)(sums[c + ch] / cnt);
     const float m = mean[ch], is = invstd[ch], g = gamma[ch], bt = silu ? beta[ch] : 0.0f;
     const float k = g * is;
-    const size_t off = plane * (size_t)hw;
+    const size_t off = plane * (size_t)hw, yoff = plane / (size_t)c * ysn + (size_t)ch * (size_t)hw;
     for (int j = threadIdx.x; j < hw; j += blockDim.x) {
         const float xh = (x[off + j] - m) * is;
-        float gz = dy[off + j];
+        float gz = dy[yoff + j];
         if (silu) gz *= kern_cuda_silu_grad(xh * g + bt);
         const float v = k * (gz - mdy - xh * mdyx);
         dx[off + j] = add ? dx[off + j] + v : v;
@@ -168,10 +181,26 @@ int kern_cuda_bn_stats(struct kern_ctx *ctx, const struct kern_bn *d, double *__
     double *const part = (double *)st->scratch;
     const int chunks = kern_cuda_bn_chunks(d);
     bns_partial<<<dim3((unsigned)d->c, (unsigned)chunks), KERN_CUDA_THREADS, 0, st->stream>>>(
-        part, x, NULL, NULL, NULL, NULL, NULL, d->n, d->c, d->hw, chunks, 0, 0);
+        part, x, NULL, NULL, NULL, NULL, NULL, d->n, d->c, d->hw, chunks, 0, 0, (size_t)0);
     bns_finalize<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         sums, NULL, NULL, part, d->c, chunks, (double)d->n * (double)d->hw, 0);
     return kern_cuda_launched(ctx, "bn_stats");
+}
+
+/* Hook for the fused residual add (kern_cuda_resadd.cu): fwd_apply's coefficients from the
+ * summed buffer (saves, running update) into the scratch; *coef = (a, b) per channel there. */
+int kern_cuda_bn_coef_sums(struct kern_ctx *ctx, const struct kern_bn *d, float *save_mean,
+                           float *save_invstd, float *running_mean, float *running_var,
+                           const float *gamma, const float *beta, const double *sums,
+                           const float **coef)
+{
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    float *const cf = (float *)((char *)st->scratch + KERN_CUDA_SCRATCH_BYTES / 2);
+    bns_coef_fwd<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
+        cf, save_mean, save_invstd, running_mean, running_var, sums, gamma, beta, d->c, d->eps,
+        d->momentum);
+    *coef = cf;
+    return kern_cuda_launched(ctx, "bn_coef_sums");
 }
 
 static int fwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float *y,
@@ -180,7 +209,8 @@ static int fwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float
                             const float *beta, const double *sums, int silu)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    const int rc = kern_cuda_bn_check(d);
+    size_t ysn = 0;
+    const int rc = bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta || !sums) return -EINVAL;
     if (!running_mean != !running_var) return -EINVAL;
@@ -191,7 +221,7 @@ static int fwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float
         coef, save_mean, save_invstd, running_mean, running_var, sums, gamma, beta, d->c, d->eps,
         d->momentum);
     bns_apply_fwd<<<(unsigned)((size_t)d->n * (size_t)d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
-        y, x, coef, d->c, d->hw, silu);
+        y, x, coef, d->c, d->hw, silu, ysn);
     return kern_cuda_launched(ctx, "bn_fwd_apply");
 }
 
@@ -226,7 +256,8 @@ static int bwd_reduce_common(struct kern_ctx *ctx, const struct kern_bn *d, doub
 {
     KERN_CHECK_CUDA_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
-    const int rc = kern_cuda_bn_check(d);
+    size_t ysn = 0;
+    const int rc = bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!sums || !dy || !x || !save_mean || !save_invstd) return -EINVAL;
     if (!dgamma != !dbeta) return -EINVAL;
@@ -235,7 +266,7 @@ static int bwd_reduce_common(struct kern_ctx *ctx, const struct kern_bn *d, doub
     double *const part = (double *)st->scratch;
     const int chunks = kern_cuda_bn_chunks(d);
     bns_partial<<<dim3((unsigned)d->c, (unsigned)chunks), KERN_CUDA_THREADS, 0, st->stream>>>(
-        part, x, dy, gamma, beta, save_mean, save_invstd, d->n, d->c, d->hw, chunks, 1, silu);
+        part, x, dy, gamma, beta, save_mean, save_invstd, d->n, d->c, d->hw, chunks, 1, silu, ysn);
     bns_finalize<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         sums, dgamma, dbeta, part, d->c, chunks, (double)d->n * (double)d->hw,
         (accum & KERN_ACCUM_DPARAM) != 0);
@@ -272,14 +303,15 @@ static int bwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float
 {
     KERN_CHECK_CUDA_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
-    const int rc = kern_cuda_bn_check(d);
+    size_t ysn = 0;
+    const int rc = bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!dx || !dy || !x || !gamma || !save_mean || !save_invstd || !sums) return -EINVAL;
     if (silu && !beta) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     bns_apply_bwd<<<(unsigned)((size_t)d->n * (size_t)d->c), KERN_CUDA_THREADS, 0, st->stream>>>(
         dx, dy, x, sums, gamma, beta, save_mean, save_invstd, d->c, d->hw, silu,
-        (accum & KERN_ACCUM_DX) != 0);
+        (accum & KERN_ACCUM_DX) != 0, ysn);
     return kern_cuda_launched(ctx, "bn_bwd_apply");
 }
 

@@ -2,7 +2,9 @@
  * conv2d through cuDNN 9 (its own translation unit, style guide rule 30).
  *
  * Shapes (NCHW, float32, dense, device memory): x, dx (n, c_in, h_in, w_in); w, dw (c_out, c_in,
- * k_h, k_w) (PyTorch Conv2d layout); y, dy (n, c_out, h_out, w_out); bias, db (c_out).
+ * k_h, k_w) (PyTorch Conv2d layout); y, dy (n, c_out, h_out, w_out); bias, db (c_out). x and dx
+ * may step x_nstride elements per image (a concat's channel slice): the plan's x descriptor is
+ * then NCHW with that n-stride (cudnnSetTensor4dDescriptorEx), part of the plan's key.
  * Groups 1, dilation 1, zero padding; cross-correlation as PyTorch (CUDNN_CROSS_CORRELATION).
  *
  * Gradients: dx overwrites unless accum has KERN_ACCUM_DX; dw and db overwrite unless accum has
@@ -27,6 +29,7 @@
  * to fp32 tolerances. The bf16/fp16 path (kern_cuda_conv2d_lowp_*, "lowp" below) sets the data
  * type per plan with CUDNN_DATA_FLOAT compute and CUDNN_TENSOR_OP_MATH, in NCHW or NHWC.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +47,7 @@ void kern_cuda_conv_release(struct kern_ctx *ctx);
 
 struct kern_conv_plan {
     struct kern_conv_plan *next;
-    struct kern_conv2d d;  /* the key (memcmp: the struct has no padding, all ints) ... */
+    struct kern_conv2d d;  /* the key (conv_key_eq: the shape and the effective x n-stride) ... */
     cudnnDataType_t dtype; /* ... with the tensor data type (FLOAT, BFLOAT16, HALF) ... */
     int layout;            /* ... and the layout (KERN_LAYOUT_*: cuDNN format NCHW or NHWC) */
     int h_out, w_out;      /* output plane */
@@ -70,11 +73,28 @@ static int cudnn_fail(struct kern_ctx *ctx, cudnnStatus_t s, const char *where)
         if (s_ != CUDNN_STATUS_SUCCESS) return cudnn_fail(ctx, s_, #expr); \
     } while (0)
 
+/* Elements from one image of x to the next: x_nstride, or c_in h_in w_in when 0 (dense). */
+static size_t conv_x_nstride(const struct kern_conv2d *d)
+{
+    return d->x_nstride ? d->x_nstride : (size_t)d->c_in * d->h_in * d->w_in;
+}
+
+/* Plan keys compare field by field (x_nstride after the ints leaves padding that memcmp would
+ * read), with the effective stride: 0 and the dense stride are one plan. */
+static bool conv_key_eq(const struct kern_conv2d *a, const struct kern_conv2d *b)
+{
+    return a->n == b->n && a->c_in == b->c_in && a->h_in == b->h_in && a->w_in == b->w_in &&
+           a->c_out == b->c_out && a->k_h == b->k_h && a->k_w == b->k_w &&
+           a->stride_h == b->stride_h && a->stride_w == b->stride_w && a->pad_h == b->pad_h &&
+           a->pad_w == b->pad_w && conv_x_nstride(a) == conv_x_nstride(b);
+}
+
 static int conv_out_hw(const struct kern_conv2d *d, int *oh, int *ow)
 {
     if (!d || d->n < 1 || d->c_in < 1 || d->h_in < 1 || d->w_in < 1 || d->c_out < 1) return -EINVAL;
     if (d->k_h < 1 || d->k_w < 1 || d->stride_h < 1 || d->stride_w < 1) return -EINVAL;
     if (d->pad_h < 0 || d->pad_w < 0) return -EINVAL;
+    if (d->x_nstride && d->x_nstride < (size_t)d->c_in * d->h_in * d->w_in) return -EINVAL;
     const long long hp = (long long)d->h_in + 2LL * d->pad_h,
                     wp = (long long)d->w_in + 2LL * d->pad_w;
     if (hp < d->k_h || wp < d->k_w) return -EINVAL;
@@ -187,8 +207,17 @@ static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_pl
     CUDNN_TRY(ctx, cudnnCreateTensorDescriptor(&p->bd));
     CUDNN_TRY(ctx, cudnnCreateFilterDescriptor(&p->wd));
     CUDNN_TRY(ctx, cudnnCreateConvolutionDescriptor(&p->cd));
-    CUDNN_TRY(ctx,
-              cudnnSetTensor4dDescriptor(p->xd, fmt, p->dtype, d->n, d->c_in, d->h_in, d->w_in));
+    if (conv_x_nstride(d) != (size_t)d->c_in * d->h_in * d->w_in) {
+        /* a channel slice: NCHW strides with a wider image step (float32 NCHW only) */
+        if (conv_x_nstride(d) > (size_t)INT_MAX)
+            return cudnn_fail(ctx, CUDNN_STATUS_BAD_PARAM, "x_nstride");
+        CUDNN_TRY(ctx, cudnnSetTensor4dDescriptorEx(p->xd, p->dtype, d->n, d->c_in, d->h_in,
+                                                    d->w_in, (int)conv_x_nstride(d),
+                                                    d->h_in * d->w_in, d->w_in, 1));
+    } else {
+        CUDNN_TRY(
+            ctx, cudnnSetTensor4dDescriptor(p->xd, fmt, p->dtype, d->n, d->c_in, d->h_in, d->w_in));
+    }
     CUDNN_TRY(ctx,
               cudnnSetTensor4dDescriptor(p->yd, fmt, p->dtype, d->n, d->c_out, p->h_out, p->w_out));
     CUDNN_TRY(ctx,
@@ -218,7 +247,7 @@ static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, cudnnData
     if (conv_out_hw(d, &oh, &ow) < 0) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     for (struct kern_conv_plan *p = st->plans; p; p = p->next) {
-        if (!memcmp(&p->d, d, sizeof(*d)) && p->dtype == dt && p->layout == layout) {
+        if (conv_key_eq(&p->d, d) && p->dtype == dt && p->layout == layout) {
             *out = p;
             return 0;
         }
@@ -475,6 +504,7 @@ static int lp_plan(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
     cudnnDataType_t dt;
     const int rc = lp_check(d, &dt);
     if (rc < 0) return rc;
+    if (d->conv.x_nstride) return -EINVAL; /* kern.h: the lowp ops take dense tensors */
     return plan_get(ctx, &d->conv, dt, d->layout, p);
 }
 

@@ -5,10 +5,12 @@
  * no CUDA op (the CPU tests of a CUDA build) links neither the kernels nor libcudnn.
  *
  * The stream is non-blocking so the ops never serialise against the legacy default stream; the
- * caller orders its own work through kern_cuda_ctx_stream(). The scratch is allocated once at
- * creation (reductions never allocate); the cuDNN handle is created lazily by the first conv
- * plan because cudnnCreate costs ~100 ms and a context without convolutions (the loss) needs
- * none.
+ * caller orders its own work through kern_cuda_ctx_stream(). A second non-blocking stream, the
+ * copy queue of kern.h "Queues and events" (kern_cuda_stream.cu), is made here too, so that a
+ * loader thread enqueueing uploads never races the ops thread to create it. The scratch is
+ * allocated once at creation (reductions never allocate); the cuDNN handle is created lazily by
+ * the first conv plan because cudnnCreate costs ~100 ms and a context without convolutions (the
+ * loss) needs none.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +61,7 @@ int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out)
     int rc = 0;
     cudaError_t e = cudaSetDevice(o->device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st->copy_stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaMalloc(&st->scratch, KERN_CUDA_SCRATCH_BYTES);
     if (e == cudaSuccess) e = cudaMallocHost((void **)&st->host_loss, sizeof(float));
     if (e != cudaSuccess) rc = kern_cuda_fail(ctx, e, "kern_cuda_ctx_create");
@@ -77,11 +80,13 @@ void kern_cuda_ctx_destroy(struct kern_ctx *ctx)
     if (st) {
         cudaSetDevice(ctx->device);
         if (st->stream) cudaStreamSynchronize(st->stream);
+        if (st->copy_stream) cudaStreamSynchronize(st->copy_stream);
         if (st->conv_release) st->conv_release(ctx);
         if (ctx->ws_owned) cudaFree(ctx->ws);
         cudaFree(st->scratch);
         cudaFreeHost(st->host_loss);
         if (st->stream) cudaStreamDestroy(st->stream);
+        if (st->copy_stream) cudaStreamDestroy(st->copy_stream);
         free(st);
     }
     free(ctx);
@@ -160,6 +165,7 @@ void kern_cuda_mem_free(struct kern_ctx *ctx, void *p)
 {
     if (!ctx || ctx->backend != KERN_BACKEND_CUDA || !p) return;
     cudaStreamSynchronize(kern_cuda_st(ctx)->stream);
+    cudaStreamSynchronize(kern_cuda_st(ctx)->copy_stream); /* an upload may still write p */
     cudaFree(p);
 }
 

@@ -56,6 +56,8 @@ struct kern_conv_plan; /* kern_cuda_conv.cu: one cuDNN plan per conv2d shape */
 
 struct kern_cuda_state {
     cudaStream_t stream;          /* every op runs here; created non-blocking */
+    cudaStream_t copy_stream;     /* KERN_QUEUE_COPY (kern_cuda_stream.cu); non-blocking, made
+                                     with the context so a second thread never races to make it */
     void *cudnn;                  /* cudnnHandle_t bound to stream; NULL until the first conv */
     void *scratch;                /* KERN_CUDA_SCRATCH_BYTES of device memory, 256-aligned */
     float *host_loss;             /* pinned host float: the BCE loss comes back through it */
@@ -160,6 +162,26 @@ static __device__ __forceinline__ float kern_cuda_silu_grad(float v)
     const float s = kern_cuda_sigmoid(v);
     return s * (1.0f + v * (1.0f - s));
 }
+
+/*
+ * The BN forward's per-channel coefficients (a, b: bn(x) = x a + b) into the scratch, for ops
+ * that apply them with a kernel of their own (kern_cuda_resadd.cu): the training forward's
+ * passes 1 and 2 (statistics, saves, running update; kern_cuda_bn.cu), the eval coefficients
+ * (kern_cuda_bn.cu), SyncBatchNorm's apply phase (kern_cuda_bn_sync.cu). Enqueued on ctx's
+ * stream; *coef: c floats of a then c of b, valid until the next BN op on ctx. Arguments are
+ * the caller's to check (kern_cuda_bn_check). Returns 0 or the launch error.
+ */
+int kern_cuda_bn_coef_train(struct kern_ctx *ctx, const struct kern_bn *d, float *save_mean,
+                            float *save_invstd, float *running_mean, float *running_var,
+                            const float *x, const float *gamma, const float *beta,
+                            const float **coef);
+int kern_cuda_bn_coef_eval(struct kern_ctx *ctx, const struct kern_bn *d, const float *gamma,
+                           const float *beta, const float *running_mean, const float *running_var,
+                           const float **coef);
+int kern_cuda_bn_coef_sums(struct kern_ctx *ctx, const struct kern_bn *d, float *save_mean,
+                           float *save_invstd, float *running_mean, float *running_var,
+                           const float *gamma, const float *beta, const double *sums,
+                           const float **coef);
 
 #define KERN_CUDA_LOOP(i, count)                                                \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); \

@@ -3,7 +3,8 @@
  *
  * Layout: flat float32 buffers in device memory sharing one layout; a device segment table
  * (offset, count, start, group) selects the elements. Updates overwrite (=) params, momentum and
- * ema in place; grads are read only, except by kern_cuda_amp_unscale (scaled in place).
+ * ema in place (and the step's optional 16-bit copy of params, kern_sgd.params_lowp); grads are
+ * read only, except by kern_cuda_amp_unscale (scaled in place).
  *
  * MULTI-TENSOR WALK. The segments, laid end to end, form a virtual index space [0, total)
  * (seg.start is each one's first virtual index). Block b takes the chunk [b CH, (b + 1) CH),
@@ -73,6 +74,17 @@ static unsigned optim_blocks(size_t total, size_t ch)
 
 /* ---- SGD step ---- */
 
+/* The casts' roundings (defined with the cast kernels below), for the step's 16-bit copy. */
+static __device__ __forceinline__ uint16_t bf16_from_f32(float f);
+static __device__ __forceinline__ uint16_t f16_from_f32(float f);
+
+/* params_lowp[i] = params[i] cast to dtype (kern_sgd.params_lowp); nothing when lp is NULL. */
+static __device__ __forceinline__ void sgd_store_lowp(uint16_t *__restrict__ lp, int dtype,
+                                                      size_t i, float t)
+{
+    if (lp) lp[i] = dtype == KERN_DT_BF16 ? bf16_from_f32(t) : f16_from_f32(t);
+}
+
 __global__ void sgd_step_kernel(kern_sgd d, float *__restrict__ th, float *__restrict__ buf,
                                 float *__restrict__ ema, const float *__restrict__ gr,
                                 const kern_optim_seg *__restrict__ seg,
@@ -96,13 +108,17 @@ __global__ void sgd_step_kernel(kern_sgd d, float *__restrict__ th, float *__res
         }
     }
     __syncthreads();
+    uint16_t *const lp = (uint16_t *)d.params_lowp;
     if ((found_inf && *found_inf) ||
         (d.skip_nonfinite && sumsq &&
          !isfinite(*sumsq))) { /* skipped step: theta unchanged, the EMA still moves */
-        if (ema)
+        if (ema || lp)
             seg_walk(seg, d.n_seg, d.total, OPTIM_CHUNK, [&](size_t, size_t i) {
-                ema[i] =
-                    __fadd_rn(__fmul_rn(ema[i], sc.ema_decay), __fmul_rn(sc.ema_weight, th[i]));
+                const float t = th[i];
+                if (ema)
+                    ema[i] =
+                        __fadd_rn(__fmul_rn(ema[i], sc.ema_decay), __fmul_rn(sc.ema_weight, t));
+                sgd_store_lowp(lp, d.lowp_dtype, i, t);
             });
         return;
     }
@@ -124,6 +140,7 @@ __global__ void sgd_step_kernel(kern_sgd d, float *__restrict__ th, float *__res
         const float t = __fadd_rn(t0, __fmul_rn(-G.lr, g));
         th[i] = t;
         if (ema) ema[i] = __fadd_rn(__fmul_rn(ema[i], sc.ema_decay), __fmul_rn(sc.ema_weight, t));
+        sgd_store_lowp(lp, d.lowp_dtype, i, t);
     });
 }
 
@@ -132,6 +149,8 @@ static int sgd_desc_check(const kern_sgd *d)
     if (!d || d->n_seg == 0 || d->total == 0) return -EINVAL;
     if (d->n_groups < 1 || d->n_groups > KERN_OPTIM_MAX_GROUPS) return -EINVAL;
     if (!isfinite(d->max_norm)) return -EINVAL;
+    if (d->params_lowp && d->lowp_dtype != KERN_DT_BF16 && d->lowp_dtype != KERN_DT_F16)
+        return -EINVAL;
     if (d->dyn) return 0; /* the per-step scalars are on the device: the kernel reads them */
     if (!isfinite(d->grad_scale)) return -EINVAL;
     if (!isfinite(d->ema_decay) || !isfinite(d->ema_weight)) return -EINVAL;

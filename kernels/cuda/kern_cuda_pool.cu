@@ -6,6 +6,10 @@
  * (int32). Window scanned row-major, replaced only by a greater value or a NaN: the reference's
  * (and PyTorch's CPU) rule, so y and idx match it exactly.
  * Upsample: x (planes, h, w) -> y (planes, 2h, 2w), y[oy][ox] = x[oy / 2][ox / 2].
+ * Channel slices: x/dx and y/dy may each step their own n-stride (kern_pool2d.x_nstride and
+ * y_nstride; the _ns upsample ops), dense within an image: plane p = i c + ch starts at
+ * i nstride + ch plane_size (plane_at). idx stays dense. Threads still index the dense
+ * element e; only the addresses of the strided sides move.
  *
  * Gradients: dx overwrites unless accum has KERN_ACCUM_DX (overwritten dx is never read).
  * Both backwards loop over the INPUT (one thread per dx element gathers its dy terms) instead of
@@ -27,14 +31,42 @@ static int pool_out_hw(const struct kern_pool2d *d, int *h_out, int *w_out)
     if ((long long)d->h_in * d->w_in > INT_MAX) return -EINVAL;
     const int hp = d->h_in + 2 * d->pad, wp = d->w_in + 2 * d->pad;
     if (hp < d->k || wp < d->k) return -EINVAL;
-    *h_out = (hp - d->k) / d->stride + 1;
-    *w_out = (wp - d->k) / d->stride + 1;
+    const int oh = (hp - d->k) / d->stride + 1, ow = (wp - d->k) / d->stride + 1;
+    if (d->x_nstride && d->x_nstride < (size_t)d->c * d->h_in * d->w_in) return -EINVAL;
+    if (d->y_nstride && d->y_nstride < (size_t)d->c * oh * ow) return -EINVAL;
+    *h_out = oh;
+    *w_out = ow;
     return 0;
 }
 
 struct pool_geom {
     int h_in, w_in, oh, ow, k, stride, pad;
+    int c;             /* channels per image */
+    size_t x_ns, y_ns; /* n-strides of the x and y sides (elements, never 0 here) */
 };
+
+static pool_geom pool_geom_of(const struct kern_pool2d *d, int oh, int ow)
+{
+    const size_t x_img = (size_t)d->c * d->h_in * d->w_in, y_img = (size_t)d->c * oh * ow;
+    pool_geom g;
+    g.h_in = d->h_in;
+    g.w_in = d->w_in;
+    g.oh = oh;
+    g.ow = ow;
+    g.k = d->k;
+    g.stride = d->stride;
+    g.pad = d->pad;
+    g.c = d->c;
+    g.x_ns = d->x_nstride ? d->x_nstride : x_img;
+    g.y_ns = d->y_nstride ? d->y_nstride : y_img;
+    return g;
+}
+
+/* Start of plane p (image p / c, channel p % c) with images ns apart and planes `plane` long. */
+static __device__ __forceinline__ size_t plane_at(size_t p, int c, size_t ns, size_t plane)
+{
+    return p / (size_t)c * ns + p % (size_t)c * plane;
+}
 
 __global__ void maxpool_fwd_kernel(float *__restrict__ y, int32_t *__restrict__ idx,
                                    const float *__restrict__ x, size_t total, pool_geom g)
@@ -49,7 +81,7 @@ __global__ void maxpool_fwd_kernel(float *__restrict__ y, int32_t *__restrict__ 
         y1 = y1 > g.h_in ? g.h_in : y1;
         x0 = x0 < 0 ? 0 : x0;
         x1 = x1 > g.w_in ? g.w_in : x1;
-        const float *const xp = x + plane * (size_t)g.h_in * g.w_in;
+        const float *const xp = x + plane_at(plane, g.c, g.x_ns, (size_t)g.h_in * g.w_in);
         int best = y0 * g.w_in + x0;
         float m = -INFINITY;
         for (int iy = y0; iy < y1; iy++)
@@ -61,7 +93,7 @@ __global__ void maxpool_fwd_kernel(float *__restrict__ y, int32_t *__restrict__ 
                     best = at;
                 }
             }
-        y[e] = m;
+        y[plane_at(plane, g.c, g.y_ns, (size_t)g.oh * g.ow) + (size_t)r] = m;
         if (idx) idx[e] = best;
     }
 }
@@ -83,15 +115,16 @@ __global__ void maxpool_bwd_kernel(float *__restrict__ dx, const float *__restri
         int oy1 = (iy + g.pad) / g.stride, ox1 = (ix + g.pad) / g.stride;
         oy1 = oy1 >= g.oh ? g.oh - 1 : oy1;
         ox1 = ox1 >= g.ow ? g.ow - 1 : ox1;
-        const float *const dyp = dy + plane * out_plane;
+        const float *const dyp = dy + plane_at(plane, g.c, g.y_ns, out_plane);
         const int32_t *const ip = idx + plane * out_plane;
-        float s = add ? dx[e] : 0.0f;
+        float *const dxe = dx + plane_at(plane, g.c, g.x_ns, in_plane) + (size_t)at;
+        float s = add ? *dxe : 0.0f;
         for (int oy = oy0; oy <= oy1; oy++)
             for (int ox = ox0; ox <= ox1; ox++) {
                 const int o = oy * g.ow + ox;
                 if (ip[o] == at) s += dyp[o];
             }
-        dx[e] = s;
+        *dxe = s;
     }
 }
 
@@ -104,7 +137,7 @@ int kern_cuda_maxpool2d_fwd(struct kern_ctx *ctx, const struct kern_pool2d *d,
     const int rc = pool_out_hw(d, &oh, &ow);
     if (rc < 0) return rc;
     if (!y || !x) return -EINVAL;
-    const pool_geom g = { d->h_in, d->w_in, oh, ow, d->k, d->stride, d->pad };
+    const pool_geom g = pool_geom_of(d, oh, ow);
     const size_t total = (size_t)d->n * d->c * (size_t)oh * ow;
     maxpool_fwd_kernel<<<kern_cuda_blocks(total), KERN_CUDA_THREADS, 0,
                          kern_cuda_st(ctx)->stream>>>(y, idx, x, total, g);
@@ -121,7 +154,7 @@ int kern_cuda_maxpool2d_bwd(struct kern_ctx *ctx, const struct kern_pool2d *d,
     const int rc = pool_out_hw(d, &oh, &ow);
     if (rc < 0) return rc;
     if (!dx || !dy || !idx) return -EINVAL;
-    const pool_geom g = { d->h_in, d->w_in, oh, ow, d->k, d->stride, d->pad };
+    const pool_geom g = pool_geom_of(d, oh, ow);
     const size_t total = (size_t)d->n * d->c * (size_t)d->h_in * d->w_in;
     maxpool_bwd_kernel<<<kern_cuda_blocks(total), KERN_CUDA_THREADS, 0,
                          kern_cuda_st(ctx)->stream>>>(dx, dy, idx, total, g,
@@ -129,26 +162,30 @@ int kern_cuda_maxpool2d_bwd(struct kern_ctx *ctx, const struct kern_pool2d *d,
     return kern_cuda_launched(ctx, "maxpool2d_bwd");
 }
 
-static int upsample_check(struct kern_ctx *ctx, const void *a, const void *b, int planes, int h,
-                          int w)
+/* Also the n-strides: the x side's >= c h w, the y side's >= 4 c h w (0: dense). */
+static int upsample_check(struct kern_ctx *ctx, const void *a, const void *b, int n, int c, int h,
+                          int w, size_t x_ns, size_t y_ns)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    if (!a || !b || planes < 1 || h < 1 || w < 1) return -EINVAL;
-    if ((long long)h * w * 4 > INT_MAX) return -EINVAL;
+    if (!a || !b || n < 1 || c < 1 || h < 1 || w < 1) return -EINVAL;
+    if ((long long)h * w * 4 > INT_MAX || (long long)n * c > INT_MAX) return -EINVAL;
+    const size_t img = (size_t)c * (size_t)h * (size_t)w;
+    if ((x_ns && x_ns < img) || (y_ns && y_ns < 4 * img)) return -EINVAL;
     return 0;
 }
 
 /* One thread per input pixel writes its 2x2 block (two float2 stores). */
 __global__ void upsample_fwd_kernel(float *__restrict__ y, const float *__restrict__ x,
-                                    size_t total, int h, int w)
+                                    size_t total, int h, int w, int c, size_t x_ns, size_t y_ns)
 {
     KERN_CUDA_LOOP(e, total)
     {
         const size_t plane = e / ((size_t)h * w);
         const int r = (int)(e - plane * (size_t)h * w);
         const int iy = r / w, ix = r - iy * w;
-        const float v = x[e];
-        float *const row = y + plane * 4 * (size_t)h * w + (size_t)(2 * iy) * (2 * w) + 2 * ix;
+        const float v = x[plane_at(plane, c, x_ns, (size_t)h * w) + (size_t)r];
+        float *const row =
+            y + plane_at(plane, c, y_ns, 4 * (size_t)h * w) + (size_t)(2 * iy) * (2 * w) + 2 * ix;
         row[0] = v;
         row[1] = v;
         row[2 * w] = v;
@@ -157,7 +194,8 @@ __global__ void upsample_fwd_kernel(float *__restrict__ y, const float *__restri
 }
 
 __global__ void upsample_bwd_kernel(float *__restrict__ dx, const float *__restrict__ dy,
-                                    size_t total, int h, int w, int add)
+                                    size_t total, int h, int w, int add, int c, size_t x_ns,
+                                    size_t y_ns)
 {
     KERN_CUDA_LOOP(e, total)
     {
@@ -165,33 +203,51 @@ __global__ void upsample_bwd_kernel(float *__restrict__ dx, const float *__restr
         const int r = (int)(e - plane * (size_t)h * w);
         const int iy = r / w, ix = r - iy * w;
         const float *const r0 =
-            dy + plane * 4 * (size_t)h * w + (size_t)(2 * iy) * (2 * w) + 2 * ix;
+            dy + plane_at(plane, c, y_ns, 4 * (size_t)h * w) + (size_t)(2 * iy) * (2 * w) + 2 * ix;
         const float *const r1 = r0 + 2 * w;
         const float s = ((r0[0] + r0[1]) + r1[0]) + r1[1];
-        dx[e] = add ? dx[e] + s : s;
+        float *const o = dx + plane_at(plane, c, x_ns, (size_t)h * w) + (size_t)r;
+        *o = add ? *o + s : s;
     }
 }
 
 int kern_cuda_upsample2x_fwd(struct kern_ctx *ctx, float *__restrict__ y,
                              const float *__restrict__ x, int planes, int h, int w)
 {
-    const int rc = upsample_check(ctx, y, x, planes, h, w);
-    if (rc < 0) return rc;
-    const size_t total = (size_t)planes * h * w;
-    upsample_fwd_kernel<<<kern_cuda_blocks(total), KERN_CUDA_THREADS, 0,
-                          kern_cuda_st(ctx)->stream>>>(y, x, total, h, w);
-    return kern_cuda_launched(ctx, "upsample2x_fwd");
+    return kern_cuda_upsample2x_ns_fwd(ctx, y, x, planes, 1, h, w, 0, 0);
 }
 
 int kern_cuda_upsample2x_bwd(struct kern_ctx *ctx, float *__restrict__ dx,
                              const float *__restrict__ dy, int planes, int h, int w, unsigned accum)
 {
-    KERN_CHECK_ACCUM(accum);
-    const int rc = upsample_check(ctx, dx, dy, planes, h, w);
+    return kern_cuda_upsample2x_ns_bwd(ctx, dx, dy, planes, 1, h, w, 0, 0, accum);
+}
+
+/* --- stride --- */
+int kern_cuda_upsample2x_ns_fwd(struct kern_ctx *ctx, float *__restrict__ y,
+                                const float *__restrict__ x, int n, int c, int h, int w,
+                                size_t y_nstride, size_t x_nstride)
+{
+    const int rc = upsample_check(ctx, y, x, n, c, h, w, x_nstride, y_nstride);
     if (rc < 0) return rc;
-    const size_t total = (size_t)planes * h * w;
+    const size_t img = (size_t)c * h * w, total = (size_t)n * img;
+    upsample_fwd_kernel<<<kern_cuda_blocks(total), KERN_CUDA_THREADS, 0,
+                          kern_cuda_st(ctx)->stream>>>(
+        y, x, total, h, w, c, x_nstride ? x_nstride : img, y_nstride ? y_nstride : 4 * img);
+    return kern_cuda_launched(ctx, "upsample2x_fwd");
+}
+
+int kern_cuda_upsample2x_ns_bwd(struct kern_ctx *ctx, float *__restrict__ dx,
+                                const float *__restrict__ dy, int n, int c, int h, int w,
+                                size_t x_nstride, size_t y_nstride, unsigned accum)
+{
+    KERN_CHECK_ACCUM(accum);
+    const int rc = upsample_check(ctx, dx, dy, n, c, h, w, x_nstride, y_nstride);
+    if (rc < 0) return rc;
+    const size_t img = (size_t)c * h * w, total = (size_t)n * img;
     upsample_bwd_kernel<<<kern_cuda_blocks(total), KERN_CUDA_THREADS, 0,
-                          kern_cuda_st(ctx)->stream>>>(dx, dy, total, h, w,
-                                                       (accum & KERN_ACCUM_DX) != 0);
+                          kern_cuda_st(ctx)->stream>>>(
+        dx, dy, total, h, w, (accum & KERN_ACCUM_DX) != 0, c, x_nstride ? x_nstride : img,
+        y_nstride ? y_nstride : 4 * img);
     return kern_cuda_launched(ctx, "upsample2x_bwd");
 }

@@ -169,9 +169,15 @@ struct kern_conv2d {
     int k_h, k_w;           /* kernel size, >= 1 */
     int stride_h, stride_w; /* stride, >= 1 */
     int pad_h, pad_w;       /* zero padding on each side, >= 0 */
+    /* Elements from one image to the next in x and dx (a channel slice of a wider tensor, as a
+       concat's input read in place: image i's c_in planes start at x + i * x_nstride, dense
+       within the image); 0: c_in h_in w_in (dense); else >= c_in h_in w_in (-EINVAL). Elements
+       between the images are never read, and bwd_data never writes them. y, dy, w are dense.
+       The lowp ops (struct kern_conv2d_lowp) take dense tensors only: 0 there (-EINVAL). */
+    size_t x_nstride;
 };
 
-/* Fills *d for a square kernel, stride and padding (the YOLOv5 case). */
+/* Fills *d for a square kernel, stride and padding (the YOLOv5 case); x_nstride 0 (dense). */
 KERN_API void kern_conv2d_init(struct kern_conv2d *d, int n, int c_in, int h_in, int w_in,
                                int c_out, int k, int stride, int pad);
 
@@ -329,6 +335,11 @@ struct kern_pool2d {
     int k;          /* square window, >= 1 */
     int stride;     /* >= 1 */
     int pad;        /* 0 <= pad <= k / 2 */
+    /* Elements from one image to the next in x, dx (x_nstride) and in y, dy (y_nstride), so
+       that either side may be a channel slice of a wider tensor (SPPF's pools read and write
+       their concat buffer in place); 0: c h w of that side (dense); else at least that (-EINVAL).
+       Elements between images are never touched. idx is always dense (n, c, h_out, w_out). */
+    size_t x_nstride, y_nstride;
 };
 
 /* Computes the output size. Errors: -EINVAL (bad or empty shape). */
@@ -633,6 +644,16 @@ struct kern_sgd_group {
  * dyn equals the step with the same host fields bit for bit, on either backend. The CPU op
  * checks the dyn values as it checks the host fields (-EINVAL for non-finite ones); the CUDA op
  * cannot (they are on the device): non-finite values there give non-finite parameters.
+ *
+ * REDUCED-PRECISION COPY (params_lowp). Under AMP every forward reads the parameters cast to
+ * bf16 / fp16; casting the whole arena before each forward re-reads every parameter. With
+ * params_lowp set the op also writes, for every element of the segments, params_lowp[i] = the
+ * cast of the float32 params[i] it leaves (updated, or unchanged on a skipped step), rounded as
+ * kern_*_cast_f32_bf16 / _f16 round: bit for bit the cast run after the step, over the
+ * segments. Elements outside the segments are not written (they are not updated either, so a
+ * copy cast once stays current there). params_lowp must not overlap the other buffers.
+ * lowp_dtype is a host field (never in dyn): it is fixed for a buffer, so a captured graph may
+ * bake it.
  */
 struct kern_sgd_dyn {
     struct kern_sgd_group group[KERN_OPTIM_MAX_GROUPS]; /* lr, momentum, weight decay per group */
@@ -655,6 +676,11 @@ struct kern_sgd {
     float ema_decay;    /* EMA d (float of ModelEMA's double d) */
     float ema_weight;   /* EMA 1 - d, rounded from double (not 1 - ema_decay in float) */
     struct kern_sgd_group group[KERN_OPTIM_MAX_GROUPS]; /* indexed by kern_optim_seg.group */
+    void *params_lowp; /* NULL: none; else the reduced-precision copy of params (same layout,
+                          16-bit elements of lowp_dtype, backend memory) that the op writes in
+                          the same pass (see REDUCED-PRECISION COPY) */
+    int lowp_dtype;    /* KERN_DT_BF16 or KERN_DT_F16 (kern.h "lowp"): params_lowp's type; read
+                          only when params_lowp is set */
     const struct kern_sgd_dyn *dyn; /* NULL: the host fields above; else the per-step scalars
                                        in backend memory (see dyn above); last, so that
                                        zero-initialised descriptors keep today's behaviour */
@@ -671,8 +697,9 @@ struct kern_sgd {
  * (train.py runs ema.update after a skipped scaler.step too). Momentum buffers that start
  * zeroed make a skipped first step harmless: buf = momentum 0 + g is g. The buffers must not
  * overlap each other.
- * Errors: -EINVAL (NULL buffers, bad descriptor; on the CPU also a segment table that does not
- * match d); nothing is written then.
+ * Errors: -EINVAL (NULL buffers, bad descriptor, params_lowp with a lowp_dtype other than
+ * KERN_DT_BF16 / KERN_DT_F16; on the CPU also a segment table that does not match d); nothing is
+ * written then.
  */
 KERN_API int kern_ref_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *d,
                                float *KERN_RESTRICT params, float *KERN_RESTRICT momentum,
@@ -1196,10 +1223,211 @@ KERN_API int kern_ref_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct ke
                                            unsigned accum);
 
 /* --- resadd --- */
+/* ---------------------------------------------------------------------------------------- */
+/* BN + SiLU + residual add, fused (the YOLOv5 bottleneck's x + cv2(cv1(x)))                */
+
+/*
+ * y = silu(bn(x)) + r in one pass: the three BN+SiLU forwards above (training, eval, and the
+ * SyncBatchNorm apply phase) with a residual r (n, c, hw) added to the SiLU output, so that the
+ * SiLU output is never stored. Every parameter, update and error is the unfused op's; r comes
+ * last. The result is bit for bit that of the unfused composition on the same backend:
+ * bn_silu_fwd_* into y, then add_fwd(y, y, r) (the SiLU output is rounded to float before the
+ * add; no fused multiply-add across the two).
+ * STRIDES. y steps d->y_nstride elements from one image to the next and r steps d->r_nstride
+ * (0: c hw, dense), so either may be a channel slice of a wider tensor: element (i, ch, p) of y
+ * is y[i y_nstride + ch hw + p]; elements between the slices are never touched. x is dense.
+ * -EINVAL also for a nonzero stride below c hw, or a NULL r.
+ * ALIASING. y must not overlap x or r (the prototypes carry KERN_RESTRICT).
+ * BACKWARD. No op of its own: d(sum)/d(silu output) = 1, so kern_ref_bn_silu_bwd (or the
+ * phased backward) reads the sum's gradient as dy, and r's gradient is the sum's too.
+ */
+KERN_API int
+kern_ref_bn_silu_add_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d,
+                               float *KERN_RESTRICT y, float *KERN_RESTRICT save_mean,
+                               float *KERN_RESTRICT save_invstd, float *KERN_RESTRICT running_mean,
+                               float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
+                               const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
+                               const float *KERN_RESTRICT r);
+
+/* Eval: y = silu(bn_eval(x)) + r; as kern_ref_bn_silu_fwd_eval. */
+KERN_API int kern_ref_bn_silu_add_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d,
+                                           float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
+                                           const float *KERN_RESTRICT gamma,
+                                           const float *KERN_RESTRICT beta,
+                                           const float *KERN_RESTRICT running_mean,
+                                           const float *KERN_RESTRICT running_var,
+                                           const float *KERN_RESTRICT r);
+
+/* SyncBatchNorm forward phase 2: y = silu(bn(x)) + r with the summed statistics; as
+ * kern_ref_bn_silu_fwd_apply. */
+KERN_API int
+kern_ref_bn_silu_add_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d,
+                               float *KERN_RESTRICT y, float *KERN_RESTRICT save_mean,
+                               float *KERN_RESTRICT save_invstd, float *KERN_RESTRICT running_mean,
+                               float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
+                               const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
+                               const double *KERN_RESTRICT sums, const float *KERN_RESTRICT r);
 
 /* --- stride --- */
+/* ---------------------------------------------------------------------------------------- */
+/* Channel slices: producers and consumers of a concat's inputs work in place               */
+
+/*
+ * A Concat (and C3's and SPPF's concats) need not copy: each input can live in its channel
+ * slice of the concat's output, written there by its producer and read there by its consumers.
+ * A channel slice [c_off, c_off + c) of an (n, C, h, w) tensor is dense within an image (c h w
+ * elements from base + c_off h w) and strided across the batch: image i starts nstride = C h w
+ * elements after image i - 1. The ops that produce or consume such tensors take that n-stride
+ * (0 always means dense, the default of every init function and of a zeroed descriptor, with
+ * results bit for bit those of a dense call):
+ *   struct kern_bn.y_nstride       the output y and its gradient dy of every BN / BN+SiLU op
+ *   struct kern_conv2d.x_nstride   the input x and its gradient dx of the float32 conv2d ops
+ *   struct kern_pool2d.x_nstride, .y_nstride   max pool's input and output sides
+ *   kern_*_upsample2x_ns_fwd / _bwd            nearest x2 upsample with both sides strided
+ *   kern_*_cast_f32_lowp_ns / _lowp_f32_ns     AMP casts between a slice and dense scratch
+ * Elements between the images (the other channels of the concat) are never read nor written,
+ * so several producers may fill one concat buffer, each its own slice.
+ */
+
+/*
+ * Nearest x2 upsample with n-strides: x (n, c, h, w) -> y (n, c, 2h, 2w) as
+ * kern_ref_upsample2x_fwd (planes = n c), with image i of y at y + i * y_nstride (0: 4 c h w)
+ * and of x at x + i * x_nstride (0: c h w). Errors: -EINVAL (bad shape, NULL, a non-zero stride
+ * below its dense value).
+ */
+KERN_API int kern_ref_upsample2x_ns_fwd(struct kern_ctx *ctx, float *KERN_RESTRICT y,
+                                        const float *KERN_RESTRICT x, int n, int c, int h, int w,
+                                        size_t y_nstride, size_t x_nstride);
+
+/* Its backward: dx (=|+=) the 2x2 block sums of dy, with the same strides. KERN_ACCUM_DX. */
+KERN_API int kern_ref_upsample2x_ns_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
+                                        const float *KERN_RESTRICT dy, int n, int c, int h, int w,
+                                        size_t x_nstride, size_t y_nstride, unsigned accum);
+
+/*
+ * Autocast's casts for a conv whose float32 input is a channel slice. dtype: KERN_DT_BF16 or
+ * KERN_DT_F16; the float32 side is n images of `inner` elements, image i at i * nstride (0:
+ * inner); the 16-bit side is dense (n, inner). Roundings as kern_ref_cast_f32_bf16 / _f16 (and
+ * the exact widenings), so the result is the dense cast of the gathered slice bit for bit.
+ * kern_ref_cast_f32_lowp_ns: dst (16-bit, overwritten) = r(src slice).
+ * kern_ref_cast_lowp_f32_ns: dst slice (=|+=) widen(src) (KERN_ACCUM_DX: one float32 add, as a
+ * widen into scratch then kern_ref_add_bwd would).
+ * Errors: -EINVAL (dtype, n < 0, a non-zero nstride < inner, NULL with n inner > 0).
+ */
+KERN_API int kern_ref_cast_f32_lowp_ns(struct kern_ctx *ctx, int dtype, uint16_t *KERN_RESTRICT dst,
+                                       const float *KERN_RESTRICT src, int n, size_t inner,
+                                       size_t src_nstride);
+KERN_API int kern_ref_cast_lowp_f32_ns(struct kern_ctx *ctx, int dtype, float *KERN_RESTRICT dst,
+                                       const uint16_t *KERN_RESTRICT src, int n, size_t inner,
+                                       size_t dst_nstride, unsigned accum);
 
 /* --- stream --- */
+/* ---------------------------------------------------------------------------------------- */
+/* Queues and events: uploads on a copy queue, overlapped with the ops                      */
+
+/*
+ * A context has two queues. KERN_QUEUE_COMPUTE is where every op, kern_mem_copy / _zero and
+ * kern_graph_* run (on CUDA the context's stream, kern_cuda_ctx_stream). KERN_QUEUE_COPY is a
+ * second queue for copies only (on CUDA a second non-blocking stream, made with the context), so
+ * that an upload of the next batch runs on the copy engine while the step's kernels run. The
+ * queues are ordered against each other only through events: kern_event_record marks the work
+ * enqueued so far on a queue; kern_event_wait makes later work on a queue wait for it, on the
+ * device (the host does not wait); kern_event_sync / kern_event_query let the host wait / look.
+ * The usual pattern (trainer/loader.c), with COPY / COMPUTE for KERN_QUEUE_*:
+ *   copy thread:  kern_mem_copy_on(ctx, COPY, dev, pinned, n, KERN_COPY_H2D);
+ *                 kern_event_record(ctx, COPY, up);
+ *   ops thread:   kern_event_wait(ctx, COMPUTE, up); ops reading dev ...
+ *   copy thread:  kern_event_sync(up) before it rewrites `pinned`.
+ *
+ * CPU CONTEXTS. Everything is synchronous: kern_mem_copy_on copies before it returns (memmove,
+ * as kern_mem_copy), record and wait do nothing, every event is always complete (query 1, sync
+ * 0). So code written for the CUDA pattern runs unchanged, and its results are the same bytes.
+ *
+ * CUDA CONTEXTS. Events are cudaEventDisableTiming events of the context's device; record is
+ * cudaEventRecord on the queue's stream, wait cudaStreamWaitEvent, sync cudaEventSynchronize,
+ * query cudaEventQuery. A never-recorded event is complete. Re-recording an event replaces what
+ * it marks; a wait or sync uses what it marked when the wait / sync was called.
+ *
+ * THREADS. The ops use a context from one thread at a time (kern.h THREADS); these calls are
+ * freer, so that loader workers can upload the next batch during the step:
+ *   - kern_mem_copy_on, kern_event_record and kern_event_wait on KERN_QUEUE_COPY may be called
+ *     from other threads than the one running ops on ctx, concurrently with it (several threads
+ *     may enqueue copies; their relative order on the queue is then the order of the calls);
+ *   - kern_event_create / _destroy / _sync / _query: from any thread, any number at once;
+ *   - KERN_QUEUE_COMPUTE calls belong to the thread running ops on ctx.
+ * One event is not recorded by two threads at once, nor destroyed while another call uses it:
+ * the caller orders those (the loader's mutex does). On CUDA these calls make ctx's device the
+ * calling thread's current device when it is not. Failures are described, per thread, by
+ * kern_stream_last_error(); COMPUTE-queue failures also by kern_cuda_ctx_last_error (which
+ * belongs to the ops thread: COPY-queue failures do not write it).
+ *
+ * GRAPH CAPTURE (kern.h "Graphs") records the COMPUTE queue only. While a capture is running:
+ *   - other threads may use the COPY queue and the host-side event calls freely (the capture's
+ *     mode is thread-local): the loader keeps uploading;
+ *   - inside the captured fn, kern_event_record / kern_event_wait on KERN_QUEUE_COMPUTE are
+ *     refused on CUDA (-EIO, and the capture fails with -ENOTSUP; a CPU graph is a call, where
+ *     they do nothing): a recorded event would mark the capture, not a replay, and a wait on an
+ *     event recorded outside the graph would be frozen into it. So wait on the compute queue
+ *     BEFORE kern_graph_capture / kern_graph_replay: the replay is enqueued after the wait,
+ *     so the wait covers it. kern_mem_copy_on on
+ *     KERN_QUEUE_COMPUTE is kern_mem_copy, with its capture rules. COPY-queue calls from inside
+ *     fn are not part of the graph (they run once, at capture): do not make them there.
+ */
+enum { KERN_QUEUE_COMPUTE = 0, KERN_QUEUE_COPY = 1 };
+
+struct kern_event;
+
+/*
+ * kern_mem_copy on the given queue: the same directions, argument checks and memory rules (see
+ * kern_mem_copy). KERN_QUEUE_COMPUTE is exactly kern_mem_copy. On KERN_QUEUE_COPY of a CUDA
+ * context: enqueued on the copy stream; a pinned source must stay unchanged until the copy
+ * completes (record an event after it, kern_event_sync before rewriting the source); a pageable
+ * source may be reused at once (the driver staged it); D2H waits for the copy queue, so dst is
+ * readable on return. Errors: -EINVAL (NULL ctx, NULL dst or src with bytes > 0, a bad
+ * direction or queue; nothing copied), -EIO / -ENOMEM (CUDA failure), -KERN_EBACKEND.
+ */
+KERN_API int kern_mem_copy_on(struct kern_ctx *ctx, int queue, void *dst, const void *src,
+                              size_t bytes, int dir);
+
+/*
+ * Creates an event of ctx (of its backend and device) into *out, owned by the caller (free with
+ * kern_event_destroy before ctx is destroyed). New events are complete. Errors: -EINVAL (NULL
+ * ctx or out), -ENOMEM, -EIO (cudaEventCreateWithFlags failed), -KERN_EBACKEND.
+ */
+KERN_API int kern_event_create(struct kern_ctx *ctx, struct kern_event **out);
+
+/* Destroys ev (NULL ok). Work it marks may still be pending: it completes regardless. */
+KERN_API void kern_event_destroy(struct kern_event *ev);
+
+/*
+ * Marks in ev the work enqueued so far on ctx's `queue` (KERN_QUEUE_*). ev must be an event of
+ * ctx. Errors: -EINVAL (NULL ctx or ev, bad queue, ev of another context), -EIO (CUDA failure,
+ * or KERN_QUEUE_COMPUTE while it is being captured; see GRAPH CAPTURE).
+ */
+KERN_API int kern_event_record(struct kern_ctx *ctx, int queue, struct kern_event *ev);
+
+/*
+ * Makes work enqueued later on ctx's `queue` wait, on the device, until the work ev marks is
+ * done; returns at once. ev may be an event of another context of the same backend (on CUDA,
+ * also of another device). Errors: -EINVAL (NULL ctx or ev, bad queue), -KERN_EBACKEND (ev of
+ * another backend), -EIO (CUDA failure, or KERN_QUEUE_COMPUTE while it is being captured).
+ */
+KERN_API int kern_event_wait(struct kern_ctx *ctx, int queue, struct kern_event *ev);
+
+/*
+ * The host waits until the work ev marks is done. Returns 0, -EINVAL (NULL ev) or -EIO (the
+ * marked work failed, or a CUDA failure).
+ */
+KERN_API int kern_event_sync(struct kern_event *ev);
+
+/* Whether the work ev marks is done: 1 yes, 0 not yet; -EINVAL (NULL ev), -EIO. Never waits. */
+KERN_API int kern_event_query(struct kern_event *ev);
+
+/*
+ * The calling thread's description of its last failed call of this section ("" when none; a
+ * thread-local buffer, valid until that thread's next failing call). Never NULL.
+ */
+KERN_API const char *kern_stream_last_error(void);
 
 /* --- wcast --- */
 
@@ -1320,7 +1548,23 @@ struct kern_ops {
     int (*conv2d_lowp_bwd_bias)(struct kern_ctx *, const struct kern_conv2d_lowp *, float *,
                                 const void *, unsigned);
     /* --- resadd --- */
+    int (*bn_silu_add_fwd_train)(struct kern_ctx *, const struct kern_bn *, float *, float *,
+                                 float *, float *, float *, const float *, const float *,
+                                 const float *, const float *);
+    int (*bn_silu_add_fwd_eval)(struct kern_ctx *, const struct kern_bn *, float *, const float *,
+                                const float *, const float *, const float *, const float *,
+                                const float *);
+    int (*bn_silu_add_fwd_apply)(struct kern_ctx *, const struct kern_bn *, float *, float *,
+                                 float *, float *, float *, const float *, const float *,
+                                 const float *, const double *, const float *);
     /* --- stride --- */
+    int (*upsample2x_ns_fwd)(struct kern_ctx *, float *, const float *, int, int, int, int, size_t,
+                             size_t);
+    int (*upsample2x_ns_bwd)(struct kern_ctx *, float *, const float *, int, int, int, int, size_t,
+                             size_t, unsigned);
+    int (*cast_f32_lowp_ns)(struct kern_ctx *, int, uint16_t *, const float *, int, size_t, size_t);
+    int (*cast_lowp_f32_ns)(struct kern_ctx *, int, float *, const uint16_t *, int, size_t, size_t,
+                            unsigned);
     /* --- stream --- */
     /* --- wcast --- */
 };

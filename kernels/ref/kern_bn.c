@@ -1,9 +1,10 @@
 /*
  * Batch norm (BatchNorm2d), SiLU, and BN+SiLU fused, CPU reference.
  *
- * Shapes (NCHW, float32, dense): x, y, dx, dy (n, c, hw) with hw = h * w; gamma, beta,
- * running_mean, running_var, save_mean, save_invstd, dgamma, dbeta (c). SiLU ops take flat
- * element counts.
+ * Shapes (NCHW, float32): x, y, dx, dy (n, c, hw) with hw = h * w; gamma, beta, running_mean,
+ * running_var, save_mean, save_invstd, dgamma, dbeta (c). x and dx are dense; y and dy step
+ * d->y_nstride elements from image to image (a channel slice of a concat buffer; 0: dense), so
+ * y's gaps between images are never touched. SiLU ops take flat element counts.
  *
  * Training forward: per channel, mean and biased variance over N = n * hw elements (summed in
  * double, two passes); invstd = 1 / sqrt(var + eps); y = x * a + b with a = gamma * invstd,
@@ -119,11 +120,10 @@ void kern_bn_moments(const struct kern_bn *d, size_t c, const float *restrict x,
     *count = seen;
 }
 
-/* Batch statistics of channel c, plus the optional saves and running-stat update. */
-static void bn_channel_stats(const struct kern_bn *d, int c, const float *restrict x,
-                             double *mean_out, double *invstd_out, float *restrict save_mean,
-                             float *restrict save_invstd, float *restrict running_mean,
-                             float *restrict running_var)
+void kern_bn_channel_stats(const struct kern_bn *d, int c, const float *restrict x,
+                           double *mean_out, double *invstd_out, float *restrict save_mean,
+                           float *restrict save_invstd, float *restrict running_mean,
+                           float *restrict running_var)
 {
     const double cnt = (double)d->n * (double)d->hw;
     double mean, q, seen;
@@ -144,10 +144,10 @@ static void bn_channel_stats(const struct kern_bn *d, int c, const float *restri
 KERN_VEC_CLONES void kern_bn_apply_channel(const struct kern_bn *d, size_t c, float *restrict y,
                                            const float *restrict x, float a, float b, int silu)
 {
-    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
+    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw, ysn = kern_bn_y_nstride(d);
     for (int i = 0; i < d->n; i++) {
         const float *const xc = x + (size_t)i * plane + c * hw;
-        float *const yc = y + (size_t)i * plane + c * hw;
+        float *const yc = y + (size_t)i * ysn + c * hw;
         if (silu) {
             for (size_t j = 0; j < hw; j++) {
                 const float z = xc[j] * a + b;
@@ -167,8 +167,8 @@ static void bn_train_task(void *arg, int w, int nw)
     kern_share((size_t)j->d->c, w, nw, &lo, &hi);
     for (int c = (int)lo; c < (int)hi; c++) {
         double mean, invstd;
-        bn_channel_stats(j->d, c, j->x, &mean, &invstd, j->save_mean, j->save_invstd,
-                         j->running_mean, j->running_var);
+        kern_bn_channel_stats(j->d, c, j->x, &mean, &invstd, j->save_mean, j->save_invstd,
+                              j->running_mean, j->running_var);
         const float a = (float)(j->gamma[c] * invstd);
         const float b = (float)(j->beta[c] - mean * j->gamma[c] * invstd);
         kern_bn_apply_channel(j->d, c, j->y, j->x, a, b, j->silu);
@@ -305,11 +305,11 @@ KERN_VEC_CLONES void kern_bn_dx_channel(const struct kern_bn *d, size_t c, float
                                         float mean, float invstd, float g, float bt, float mdy,
                                         float mdyx, int add, int silu, int dz_in_dx)
 {
-    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
+    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw, ysn = kern_bn_y_nstride(d);
     const float k = g * invstd;
     for (int i = 0; i < d->n; i++) {
         const size_t off = (size_t)i * plane + c * hw;
-        const float *const xc = x + off, *const dyc = dy + off;
+        const float *const xc = x + off, *const dyc = dy + (size_t)i * ysn + c * hw;
         float *const dxc = dx + off;
         if (dz_in_dx) {
             for (size_t j = 0; j < hw; j++) {
@@ -351,16 +351,17 @@ static void bn_bwd_channel(const struct kern_bn *d, int c, float *restrict dx,
                            const float *restrict beta, float mean, float invstd, unsigned accum,
                            int silu)
 {
-    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
+    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw, ysn = kern_bn_y_nstride(d);
     const int add_dx = (accum & KERN_ACCUM_DX) != 0;
     const float g = gamma[c], bt = silu ? beta[c] : 0.0f;
     float tmp[KERN_BN_CHUNK];
     double sdy = 0.0, sdyx = 0.0;
     for (int i = 0; i < d->n; i++) {
         const size_t off = (size_t)i * plane + (size_t)c * hw;
+        const size_t yoff = (size_t)i * ysn + (size_t)c * hw;
         for (size_t j0 = 0; j0 < hw; j0 += KERN_BN_CHUNK) {
             const size_t len = hw - j0 < KERN_BN_CHUNK ? hw - j0 : KERN_BN_CHUNK;
-            const float *gz = dy + off + j0;
+            const float *gz = dy + yoff + j0;
             if (silu) {
                 float *const park = add_dx ? tmp : dx + off + j0;
                 kern_bn_dz_chunk(park, gz, x + off + j0, len, mean, invstd, g, bt);

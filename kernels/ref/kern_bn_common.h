@@ -26,7 +26,15 @@ static inline int kern_bn_check(const struct kern_bn *d)
 {
     if (!d || d->n < 1 || d->c < 1 || d->hw < 1) return -EINVAL;
     if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
+    /* a channel slice is at least as wide as its own channels: images never overlap */
+    if (d->y_nstride && d->y_nstride < (size_t)d->c * (size_t)d->hw) return -EINVAL;
     return 0;
+}
+
+/* Elements from one image to the next in y and dy: d->y_nstride, or c * hw when 0 (dense). */
+static inline size_t kern_bn_y_nstride(const struct kern_bn *d)
+{
+    return d->y_nstride ? d->y_nstride : (size_t)d->c * (size_t)d->hw;
 }
 
 /*
@@ -82,7 +90,27 @@ static inline float kern_bn_silu_grad(float v)
 void kern_bn_moments(const struct kern_bn *d, size_t c, const float *restrict x, double *mean,
                      double *m2, double *count);
 
-/* y = x a + b (then SiLU) over channel c, for every image. */
+/*
+ * Batch statistics of channel c of x (the training forward's): *mean_out and *invstd_out in
+ * double, save_mean[c] and save_invstd[c] when non-NULL, and the running-stat update when
+ * running_mean is non-NULL.
+ */
+void kern_bn_channel_stats(const struct kern_bn *d, int c, const float *restrict x,
+                           double *mean_out, double *invstd_out, float *restrict save_mean,
+                           float *restrict save_invstd, float *restrict running_mean,
+                           float *restrict running_var);
+
+/*
+ * SyncBatchNorm's forward apply for channel c (kern_bn_sync.c): the statistics from the summed
+ * buffer, the saves and running update as kern_bn_channel_stats, and *a, *b such that
+ * bn(x) = x a + b.
+ */
+void kern_bn_sums_coef(const struct kern_bn *d, size_t c, const double *restrict sums,
+                       float *restrict save_mean, float *restrict save_invstd,
+                       float *restrict running_mean, float *restrict running_var,
+                       const float *restrict gamma, const float *restrict beta, float *a, float *b);
+
+/* y = x a + b (then SiLU) over channel c, for every image; y steps kern_bn_y_nstride(d). */
 void kern_bn_apply_channel(const struct kern_bn *d, size_t c, float *restrict y,
                            const float *restrict x, float a, float b, int silu);
 
@@ -95,7 +123,8 @@ void kern_bn_grad_sums(const float *restrict g, const float *restrict x, size_t 
                        float invstd, float *s1, float *s2);
 
 /*
- * The backward's dx pass over channel c: dx (= or += with add) k (dz - mdy - xhat mdyx),
+ * The backward's dx pass over channel c (dy steps kern_bn_y_nstride(d), x and dx are dense):
+ * dx (= or += with add) k (dz - mdy - xhat mdyx),
  * k = g invstd, dz = dy (silu 0) or dy silu'(xhat g + bt) recomputed (silu 1), or, with
  * dz_in_dx (silu, not add), the dz an earlier pass parked in dx.
  */

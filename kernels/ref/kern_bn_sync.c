@@ -2,7 +2,8 @@
  * Batch norm and BN+SiLU in phases (SyncBatchNorm), CPU reference. Contracts in kern.h,
  * "Batch norm in phases".
  *
- * Shapes (NCHW, float32, dense): x, y, dx, dy (n, c, hw) with hw = h * w; gamma, beta,
+ * Shapes (NCHW, float32): x, y, dx, dy (n, c, hw) with hw = h * w, x and dx dense, y and dy
+ * stepping d->y_nstride elements per image (0: dense; kern_bn.c); gamma, beta,
  * running_mean, running_var, save_mean, save_invstd, dgamma, dbeta (c); sums
  * (KERN_BN_SUMS_LEN(c) = 2c + 1 doubles): two per-channel sums, then the element count.
  *
@@ -68,29 +69,38 @@ int kern_ref_bn_stats(struct kern_ctx *ctx, const struct kern_bn *d, double *res
     return 0;
 }
 
+void kern_bn_sums_coef(const struct kern_bn *d, size_t c, const double *restrict sums,
+                       float *restrict save_mean, float *restrict save_invstd,
+                       float *restrict running_mean, float *restrict running_var,
+                       const float *restrict gamma, const float *restrict beta, float *a, float *b)
+{
+    const size_t cc = (size_t)d->c;
+    const double cnt = sums[2 * cc];
+    const double mean = sums[c] / cnt;
+    double var = sums[cc + c] / cnt - mean * mean;
+    if (var < 0.0) var = 0.0; /* rounding of E[x^2] - mean^2; a NaN stays NaN */
+    const double invstd = 1.0 / sqrt(var + (double)d->eps);
+    if (save_mean) save_mean[c] = (float)mean;
+    if (save_invstd) save_invstd[c] = (float)invstd;
+    if (running_mean) {
+        const double m = d->momentum;
+        running_mean[c] = (float)((1.0 - m) * running_mean[c] + m * mean);
+        running_var[c] = (float)((1.0 - m) * running_var[c] + m * var * cnt / (cnt - 1.0));
+    }
+    *a = (float)(gamma[c] * invstd);
+    *b = (float)(beta[c] - mean * gamma[c] * invstd);
+}
+
 static void fwd_apply_task(void *arg, int w, int nw)
 {
     const struct bns_job *const j = arg;
     const struct kern_bn *const d = j->d;
-    const size_t cc = (size_t)d->c;
-    const double cnt = j->sums_in[2 * cc];
     size_t lo, hi;
-    kern_share(cc, w, nw, &lo, &hi);
+    kern_share((size_t)d->c, w, nw, &lo, &hi);
     for (size_t c = lo; c < hi; c++) {
-        const double mean = j->sums_in[c] / cnt;
-        double var = j->sums_in[cc + c] / cnt - mean * mean;
-        if (var < 0.0) var = 0.0; /* rounding of E[x^2] - mean^2; a NaN stays NaN */
-        const double invstd = 1.0 / sqrt(var + (double)d->eps);
-        if (j->save_mean) j->save_mean[c] = (float)mean;
-        if (j->save_invstd) j->save_invstd[c] = (float)invstd;
-        if (j->running_mean) {
-            const double m = d->momentum;
-            j->running_mean[c] = (float)((1.0 - m) * j->running_mean[c] + m * mean);
-            j->running_var[c] =
-                (float)((1.0 - m) * j->running_var[c] + m * var * cnt / (cnt - 1.0));
-        }
-        const float a = (float)(j->gamma[c] * invstd);
-        const float b = (float)(j->beta[c] - mean * j->gamma[c] * invstd);
+        float a, b;
+        kern_bn_sums_coef(d, c, j->sums_in, j->save_mean, j->save_invstd, j->running_mean,
+                          j->running_var, j->gamma, j->beta, &a, &b);
         kern_bn_apply_channel(d, c, j->y, j->x, a, b, j->silu);
     }
 }
@@ -149,7 +159,7 @@ static void bwd_reduce_task(void *arg, int w, int nw)
 {
     const struct bns_job *const j = arg;
     const struct kern_bn *const d = j->d;
-    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
+    const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw, ysn = kern_bn_y_nstride(d);
     size_t lo, hi;
     kern_share((size_t)d->c, w, nw, &lo, &hi);
     float tmp[KERN_BN_CHUNK];
@@ -158,10 +168,10 @@ static void bwd_reduce_task(void *arg, int w, int nw)
         const float g = j->silu ? j->gamma[c] : 0.0f, bt = j->silu ? j->beta[c] : 0.0f;
         double sdy = 0.0, sdyx = 0.0;
         for (int i = 0; i < d->n; i++) {
-            const size_t off = (size_t)i * plane + c * hw;
+            const size_t off = (size_t)i * plane + c * hw, yoff = (size_t)i * ysn + c * hw;
             for (size_t j0 = 0; j0 < hw; j0 += KERN_BN_CHUNK) {
                 const size_t len = hw - j0 < KERN_BN_CHUNK ? hw - j0 : KERN_BN_CHUNK;
-                const float *gz = j->dy + off + j0;
+                const float *gz = j->dy + yoff + j0;
                 if (j->silu) {
                     kern_bn_dz_chunk(tmp, gz, j->x + off + j0, len, mean, invstd, g, bt);
                     gz = tmp;

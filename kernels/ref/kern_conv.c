@@ -1,8 +1,10 @@
 /*
  * conv2d, CPU reference: im2col + OpenBLAS sgemm, one image at a time.
  *
- * Shapes (NCHW, float32, dense):
+ * Shapes (NCHW, float32, dense but for x_nstride):
  *   x  (n, c_in, h_in, w_in)     w  (c_out, c_in, k_h, k_w)     bias, db  (c_out)
+ *   (x and dx: image i at i * x_nstride when set, a concat's channel slice read in place; every
+ *   per-image step is then just that pointer offset)
  *   y  (n, c_out, h_out, w_out)  with h_out = (h_in + 2 pad_h - k_h) / stride_h + 1
  * Per image, with K = c_in k_h k_w and P = h_out w_out:
  *   col (K, P) = im2col(x[i]),   y[i] (c_out, P) = w (c_out, K) . col
@@ -42,6 +44,7 @@ void kern_conv2d_init(struct kern_conv2d *d, int n, int c_in, int h_in, int w_in
     d->k_h = d->k_w = k;
     d->stride_h = d->stride_w = stride;
     d->pad_h = d->pad_w = pad;
+    d->x_nstride = 0;
 }
 
 int kern_conv2d_out_hw(const struct kern_conv2d *d, int *h_out, int *w_out)
@@ -106,6 +109,7 @@ struct conv_plan {
     int oh, ow;          /* output plane */
     int kk, p;           /* GEMM sizes: K = c_in k_h k_w, P = oh ow */
     size_t x_img, y_img; /* floats per image of x and y */
+    size_t x_ns;         /* floats from one image of x (and dx) to the next: x_nstride or x_img */
     size_t col, dw;      /* floats per slot for col and the partial dw */
     size_t xs;           /* floats per slot for the phase-split image (strided convs) */
     size_t xf, yf;       /* floats per slot: widened input, float32 output image (lowp, else 0) */
@@ -123,6 +127,9 @@ static int conv_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d *
     pl->p = pl->oh * pl->ow;
     pl->x_img = (size_t)d->c_in * d->h_in * d->w_in;
     pl->y_img = (size_t)d->c_out * pl->p;
+    /* A channel slice is at least as wide as its own channels; the lowp ops are dense only. */
+    if (d->x_nstride && (d->x_nstride < pl->x_img || lowp)) return -EINVAL;
+    pl->x_ns = d->x_nstride ? d->x_nstride : pl->x_img;
     pl->slots = ctx->threads < d->n ? ctx->threads : d->n;
     pl->col = conv_is_pointwise(d) ? 0 : round16((size_t)pl->kk * (size_t)pl->p);
     pl->dw = pl->slots > 1 ? round16((size_t)d->c_out * (size_t)pl->kk) : 0;
@@ -452,7 +459,7 @@ static void conv_fwd_task(void *arg, int w, int nw)
     const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     for (int i = w; i < d->n; i += nw) {
         float *const yi = j->out + (size_t)i * pl->y_img;
-        conv_fwd_image(d, pl, &sl, yi, j->a + (size_t)i * pl->x_img, j->b);
+        conv_fwd_image(d, pl, &sl, yi, j->a + (size_t)i * pl->x_ns, j->b);
         if (j->bias) conv_add_bias(KERN_DT_F32, d, pl, yi, j->bias);
     }
 }
@@ -479,8 +486,8 @@ static void conv_bwd_data_task(void *arg, int w, int nw)
     const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     const int add = (j->accum & KERN_ACCUM_DX) != 0;
     for (int i = w; i < d->n; i += nw)
-        conv_bwd_data_image(d, pl, &sl, j->out + (size_t)i * pl->x_img,
-                            j->a + (size_t)i * pl->y_img, j->b, add);
+        conv_bwd_data_image(d, pl, &sl, j->out + (size_t)i * pl->x_ns, j->a + (size_t)i * pl->y_img,
+                            j->b, add);
 }
 
 int kern_ref_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d, float *restrict dx,
@@ -511,7 +518,7 @@ static void conv_bwd_filter_task(void *arg, int w, int nw)
     int first = 1;
     for (int i = w; i < d->n; i += nw) {
         const int keep = !first || (w == 0 && (j->accum & KERN_ACCUM_DPARAM));
-        conv_dw_image(d, pl, &sl, dw, j->a + (size_t)i * pl->y_img, j->b + (size_t)i * pl->x_img,
+        conv_dw_image(d, pl, &sl, dw, j->a + (size_t)i * pl->y_img, j->b + (size_t)i * pl->x_ns,
                       keep ? 1.0f : 0.0f);
         first = 0;
     }

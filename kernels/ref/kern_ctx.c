@@ -323,7 +323,14 @@ static const struct kern_ops kern_ref_ops = {
     .conv2d_lowp_bwd_filter = kern_ref_conv2d_lowp_bwd_filter,
     .conv2d_lowp_bwd_bias = kern_ref_conv2d_lowp_bwd_bias,
     /* --- resadd --- */
+    .bn_silu_add_fwd_train = kern_ref_bn_silu_add_fwd_train,
+    .bn_silu_add_fwd_eval = kern_ref_bn_silu_add_fwd_eval,
+    .bn_silu_add_fwd_apply = kern_ref_bn_silu_add_fwd_apply,
     /* --- stride --- */
+    .upsample2x_ns_fwd = kern_ref_upsample2x_ns_fwd,
+    .upsample2x_ns_bwd = kern_ref_upsample2x_ns_bwd,
+    .cast_f32_lowp_ns = kern_ref_cast_f32_lowp_ns,
+    .cast_lowp_f32_ns = kern_ref_cast_lowp_f32_ns,
     /* --- stream --- */
     /* --- wcast --- */
 };

@@ -5,8 +5,8 @@
  *
  * Layout: flat float32 buffers (parameters, gradients, momentum buffers, EMA) sharing one layout;
  * a segment table (offset, count, group) selects the elements; nothing else is touched.
- * Updates overwrite (=) params, momentum and ema in place; grads are read only, except by
- * kern_ref_amp_unscale, which scales them in place.
+ * Updates overwrite (=) params, momentum and ema in place (and the step's optional 16-bit copy
+ * of params); grads are read only, except by kern_ref_amp_unscale, which scales them in place.
  *
  * Float semantics: each statement below is one float32 rounding, in the order PyTorch's
  * single-tensor CPU kernels use (trainer/optim.c calls these ops, so CPU training is these
@@ -155,18 +155,30 @@ int kern_ref_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *desc, float *
     int rc = sgd_desc_check(d);
     if (rc < 0) return rc;
     KERN_RETURN_IF(!params || !momentum || !grads, -EINVAL);
+    KERN_RETURN_IF(d->params_lowp && d->lowp_dtype != KERN_DT_BF16 && d->lowp_dtype != KERN_DT_F16,
+                   -EINVAL);
     if ((rc = optim_segs_check(seg, d->n_seg, d->total, d->n_groups)) < 0) return rc;
     if ((found_inf && *found_inf) || (d->skip_nonfinite && sumsq && !isfinite(*sumsq))) {
         if (ema)
             for (size_t s = 0; s < d->n_seg; s++)
                 sgd_segment_ema_only(ema + seg[s].offset, params + seg[s].offset, seg[s].count, d);
-        return 0;
+    } else {
+        const float mult = sgd_grad_mult(d, sumsq);
+        for (size_t s = 0; s < d->n_seg; s++) {
+            const size_t o = seg[s].offset;
+            sgd_segment(params + o, momentum + o, ema ? ema + o : NULL, grads + o, seg[s].count,
+                        &d->group[seg[s].group], d, mult);
+        }
     }
-    const float mult = sgd_grad_mult(d, sumsq);
-    for (size_t s = 0; s < d->n_seg; s++) {
+    /* The reduced-precision copy of what the step left (kern.h REDUCED-PRECISION COPY): the
+     * cast ops' loops over the segments, so the bits are theirs. */
+    uint16_t *const lp = d->params_lowp;
+    for (size_t s = 0; lp && s < d->n_seg; s++) {
         const size_t o = seg[s].offset;
-        sgd_segment(params + o, momentum + o, ema ? ema + o : NULL, grads + o, seg[s].count,
-                    &d->group[seg[s].group], d, mult);
+        rc = d->lowp_dtype == KERN_DT_BF16
+                 ? kern_ref_cast_f32_bf16(ctx, lp + o, params + o, seg[s].count)
+                 : kern_ref_cast_f32_f16(ctx, lp + o, params + o, seg[s].count);
+        if (rc < 0) return rc;
     }
     return 0;
 }

@@ -9,6 +9,9 @@
  * stride < k, as SPPF's MaxPool2d(5, 1, 2)).
  * Upsample: x (planes, h, w) -> y (planes, 2h, 2w), y[oy][ox] = x[oy / 2][ox / 2]; backward sums
  * each 2x2 block of dy.
+ * Channel slices: x/dx and y/dy may each step their own n-stride (kern_pool2d.x_nstride and
+ * y_nstride; the _ns upsample ops' arguments), dense within an image; plane p = i c + ch then
+ * starts at i nstride + ch plane_size, which is p plane_size when dense. idx stays dense.
  *
  * Gradients: dx overwrites unless accum has KERN_ACCUM_DX (overwritten dx is never read).
  * Threads: planes are split over the context's threads; results do not depend on the count.
@@ -29,9 +32,21 @@ int kern_pool2d_out_hw(const struct kern_pool2d *d, int *h_out, int *w_out)
     if ((long long)d->h_in * d->w_in > INT_MAX) return -EINVAL;
     const int hp = d->h_in + 2 * d->pad, wp = d->w_in + 2 * d->pad;
     if (hp < d->k || wp < d->k) return -EINVAL;
-    *h_out = (hp - d->k) / d->stride + 1;
-    *w_out = (wp - d->k) / d->stride + 1;
+    const int oh = (hp - d->k) / d->stride + 1, ow = (wp - d->k) / d->stride + 1;
+    /* a channel slice is at least as wide as its own channels */
+    if (d->x_nstride && d->x_nstride < (size_t)d->c * d->h_in * d->w_in) return -EINVAL;
+    if (d->y_nstride && d->y_nstride < (size_t)d->c * oh * ow) return -EINVAL;
+    *h_out = oh;
+    *w_out = ow;
     return 0;
+}
+
+/* Start of plane p (= image p / c, channel p % c) of a tensor whose images step ns elements
+ * (0: dense) and whose planes hold `plane` elements. */
+static size_t plane_at(size_t p, int c, size_t ns, size_t plane)
+{
+    if (!ns) return p * plane;
+    return p / (size_t)c * ns + p % (size_t)c * plane;
 }
 
 struct pool_job {
@@ -108,12 +123,13 @@ static void maxpool_fwd_task(void *arg, int w, int nw)
     const bool sep = d->stride == 1 && d->k > 2 && (size_t)d->h_in * (size_t)ow <= SEP_MAX;
     for (size_t pl = lo; pl < hi; pl++) {
         if (sep) {
-            maxpool_plane_sep(d, oh, ow, j->in + pl * in_plane, j->out + pl * out_plane,
+            maxpool_plane_sep(d, oh, ow, j->in + plane_at(pl, d->c, d->x_nstride, in_plane),
+                              j->out + plane_at(pl, d->c, d->y_nstride, out_plane),
                               j->idx ? j->idx + pl * out_plane : NULL);
             continue;
         }
-        const float *const xp = j->in + pl * in_plane;
-        float *const yp = j->out + pl * out_plane;
+        const float *const xp = j->in + plane_at(pl, d->c, d->x_nstride, in_plane);
+        float *const yp = j->out + plane_at(pl, d->c, d->y_nstride, out_plane);
         int32_t *const ip = j->idx ? j->idx + pl * out_plane : NULL;
         for (int oy = 0; oy < oh; oy++) {
             int y0 = oy * d->stride - d->pad, y1 = y0 + d->k;
@@ -165,8 +181,8 @@ static void maxpool_bwd_task(void *arg, int w, int nw)
     size_t lo, hi;
     kern_share((size_t)d->n * (size_t)d->c, w, nw, &lo, &hi);
     for (size_t pl = lo; pl < hi; pl++) {
-        float *const dxp = j->out + pl * in_plane;
-        const float *const dyp = j->in + pl * out_plane;
+        float *const dxp = j->out + plane_at(pl, d->c, d->x_nstride, in_plane);
+        const float *const dyp = j->in + plane_at(pl, d->c, d->y_nstride, out_plane);
         const int32_t *const ip = j->idx_in + pl * out_plane;
         if (!j->add) memset(dxp, 0, in_plane * sizeof(float));
         for (size_t k = 0; k < out_plane; k++) {
@@ -192,12 +208,15 @@ int kern_ref_maxpool2d_bwd(struct kern_ctx *ctx, const struct kern_pool2d *d, fl
     return 0;
 }
 
-static int upsample_check(struct kern_ctx *ctx, const void *a, const void *b, int planes, int h,
-                          int w)
+/* Also the n-strides: the x side's >= c h w, the y side's >= 4 c h w (0: dense). */
+static int upsample_check(struct kern_ctx *ctx, const void *a, const void *b, int n, int c, int h,
+                          int w, size_t x_ns, size_t y_ns)
 {
     KERN_CHECK_CPU_CTX(ctx);
-    KERN_RETURN_IF(!a || !b || planes < 1 || h < 1 || w < 1, -EINVAL);
+    KERN_RETURN_IF(!a || !b || n < 1 || c < 1 || h < 1 || w < 1, -EINVAL);
     KERN_RETURN_IF((long long)h * w * 4 > INT_MAX, -EINVAL);
+    const size_t img = (size_t)c * (size_t)h * (size_t)w;
+    KERN_RETURN_IF((x_ns && x_ns < img) || (y_ns && y_ns < 4 * img), -EINVAL);
     return 0;
 }
 
@@ -206,6 +225,8 @@ struct up_job {
     const float *in;
     int planes, h, w;
     int add;
+    int c;             /* channels per image (planes = n c) */
+    size_t x_ns, y_ns; /* n-strides of the x and y sides (0: dense) */
 };
 
 static void upsample_fwd_task(void *arg, int w_, int nw)
@@ -216,8 +237,8 @@ static void upsample_fwd_task(void *arg, int w_, int nw)
     size_t lo, hi;
     kern_share((size_t)j->planes, w_, nw, &lo, &hi);
     for (size_t pl = lo; pl < hi; pl++) {
-        const float *const xp = j->in + pl * (size_t)h * w;
-        float *const yp = j->out + pl * 4 * (size_t)h * w;
+        const float *const xp = j->in + plane_at(pl, j->c, j->x_ns, (size_t)h * w);
+        float *const yp = j->out + plane_at(pl, j->c, j->y_ns, 4 * (size_t)h * w);
         for (int iy = 0; iy < h; iy++) {
             float *const row = yp + 2 * (size_t)iy * wo;
             for (int ix = 0; ix < w; ix++) {
@@ -233,9 +254,17 @@ static void upsample_fwd_task(void *arg, int w_, int nw)
 int kern_ref_upsample2x_fwd(struct kern_ctx *ctx, float *restrict y, const float *restrict x,
                             int planes, int h, int w)
 {
-    const int rc = upsample_check(ctx, y, x, planes, h, w);
+    return kern_ref_upsample2x_ns_fwd(ctx, y, x, planes, 1, h, w, 0, 0);
+}
+
+int kern_ref_upsample2x_ns_fwd(struct kern_ctx *ctx, float *restrict y, const float *restrict x,
+                               int n, int c, int h, int w, size_t y_nstride, size_t x_nstride)
+{
+    const int rc = upsample_check(ctx, y, x, n, c, h, w, x_nstride, y_nstride);
     if (rc < 0) return rc;
-    struct up_job j = { y, x, planes, h, w, 0 };
+    KERN_RETURN_IF((long long)n * c > INT_MAX, -EINVAL);
+    const int planes = n * c;
+    struct up_job j = { y, x, planes, h, w, 0, c, x_nstride, y_nstride };
     kern_parallel(ctx, upsample_fwd_task, &j, (size_t)planes * h * w * 5);
     return 0;
 }
@@ -248,8 +277,8 @@ static void upsample_bwd_task(void *arg, int w_, int nw)
     size_t lo, hi;
     kern_share((size_t)j->planes, w_, nw, &lo, &hi);
     for (size_t pl = lo; pl < hi; pl++) {
-        float *const dxp = j->out + pl * (size_t)h * w;
-        const float *const dyp = j->in + pl * 4 * (size_t)h * w;
+        float *const dxp = j->out + plane_at(pl, j->c, j->x_ns, (size_t)h * w);
+        const float *const dyp = j->in + plane_at(pl, j->c, j->y_ns, 4 * (size_t)h * w);
         for (int iy = 0; iy < h; iy++) {
             const float *const r0 = dyp + 2 * (size_t)iy * wo, *const r1 = r0 + wo;
             for (int ix = 0; ix < w; ix++) {
@@ -265,10 +294,20 @@ static void upsample_bwd_task(void *arg, int w_, int nw)
 int kern_ref_upsample2x_bwd(struct kern_ctx *ctx, float *restrict dx, const float *restrict dy,
                             int planes, int h, int w, unsigned accum)
 {
+    return kern_ref_upsample2x_ns_bwd(ctx, dx, dy, planes, 1, h, w, 0, 0, accum);
+}
+
+int kern_ref_upsample2x_ns_bwd(struct kern_ctx *ctx, float *restrict dx, const float *restrict dy,
+                               int n, int c, int h, int w, size_t x_nstride, size_t y_nstride,
+                               unsigned accum)
+{
     KERN_CHECK_ACCUM(accum);
-    const int rc = upsample_check(ctx, dx, dy, planes, h, w);
+    const int rc = upsample_check(ctx, dx, dy, n, c, h, w, x_nstride, y_nstride);
     if (rc < 0) return rc;
-    struct up_job j = { dx, dy, planes, h, w, (accum & KERN_ACCUM_DX) != 0 };
+    KERN_RETURN_IF((long long)n * c > INT_MAX, -EINVAL);
+    const int planes = n * c;
+    const int add = (accum & KERN_ACCUM_DX) != 0;
+    struct up_job j = { dx, dy, planes, h, w, add, c, x_nstride, y_nstride };
     kern_parallel(ctx, upsample_bwd_task, &j, (size_t)planes * h * w * 5);
     return 0;
 }

@@ -32,6 +32,7 @@ static void desc_of(const struct shape *s, struct kern_conv2d *d)
     d->stride_w = s->sw;
     d->pad_h = s->ph;
     d->pad_w = s->pw;
+    d->x_nstride = 0;
 }
 
 /* Naive direct convolution in double: y, dx, dw from their definitions. */

@@ -316,7 +316,7 @@ static void test_bn_sync(int silu, int n, int c, int hw, unsigned accum)
 
 static void test_maxpool(int n, int c, int h, int w, int k, int s, int p, unsigned accum)
 {
-    const struct kern_pool2d d = { n, c, h, w, k, s, p };
+    const struct kern_pool2d d = { n, c, h, w, k, s, p, 0, 0 };
     int oh, ow;
     if (kern_pool2d_out_hw(&d, &oh, &ow) < 0) {
         ok(0, "maxpool shape");
@@ -618,7 +618,7 @@ static void run_bench(void)
                                 v + 64, 0));
     BENCH("upsample2x_fwd", cnt * 4 * 5 / 4, 0,
           kern_cuda_upsample2x_fwd(g_gpu, y, x, n * c / 4, 160, 160));
-    const struct kern_pool2d pd = { 64, 256, 20, 20, 5, 1, 2 };
+    const struct kern_pool2d pd = { 64, 256, 20, 20, 5, 1, 2, 0, 0 };
     int32_t *const idx = kct_alloc((size_t)64 * 256 * 400 * 4);
     BENCH("maxpool2d_fwd SPPF", (size_t)64 * 256 * 400 * 12, 0,
           kern_cuda_maxpool2d_fwd(g_gpu, &pd, y, idx, x));

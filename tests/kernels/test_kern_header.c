@@ -41,7 +41,7 @@ int main(void)
     ok(oh == 320 && ow == 320, "stem k6 s2 p2 on 640 gives 320x320 (got %dx%d)", oh, ow);
     ok(kern_conv2d_flops(&d) == 2.0 * 8 * 32 * 320 * 320 * 3 * 36, "conv2d FLOPs, 2 per MAC");
 
-    struct kern_pool2d p = { 1, 256, 20, 20, 5, 1, 2 };
+    struct kern_pool2d p = { 1, 256, 20, 20, 5, 1, 2, 0, 0 };
     is_int(kern_pool2d_out_hw(&p, &oh, &ow), 0, "SPPF pool shape valid");
     ok(oh == 20 && ow == 20, "MaxPool2d(5, 1, 2) keeps 20x20");
 

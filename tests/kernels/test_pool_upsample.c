@@ -52,7 +52,7 @@ static double fd_loss(void *p)
 static void check_pool(int n, int c, int h, int w, int k, int stride, int pad, int ties,
                        const char *label)
 {
-    struct kern_pool2d d = { n, c, h, w, k, stride, pad };
+    struct kern_pool2d d = { n, c, h, w, k, stride, pad, 0, 0 };
     int oh, ow;
     struct kern_ctx *const ctx = kt_ctx(0);
     if (kern_pool2d_out_hw(&d, &oh, &ow) < 0) {
@@ -118,7 +118,7 @@ static void check_pool(int n, int c, int h, int w, int k, int stride, int pad, i
 static void check_pool_special(void)
 {
     struct kern_ctx *const ctx = kt_ctx(0);
-    struct kern_pool2d d = { 1, 1, 3, 3, 3, 1, 1 };
+    struct kern_pool2d d = { 1, 1, 3, 3, 3, 1, 1, 0, 0 };
     float x[9], y[9];
     int32_t idx[9];
     for (int i = 0; i < 9; i++)
@@ -136,7 +136,7 @@ static void check_pool_special(void)
     x[2] = NAN;
     kern_ref_maxpool2d_fwd(ctx, &d, y, idx, x);
     ok(isnan(y[1]) && idx[1] == 2 && y[6] == 7.0f, "NaN propagates and is the argmax, as PyTorch");
-    struct kern_pool2d bad = { 1, 1, 4, 4, 3, 1, 2 };
+    struct kern_pool2d bad = { 1, 1, 4, 4, 3, 1, 2, 0, 0 };
     int oh, ow;
     is_int(kern_pool2d_out_hw(&bad, &oh, &ow), -EINVAL, "pad > k/2 refused, as PyTorch");
     is_int(kern_ref_maxpool2d_bwd(ctx, &d, y, x, NULL, 0), -EINVAL, "bwd without indices refused");
@@ -205,7 +205,7 @@ static void check_upsample(int planes, int h, int w)
 static void check_threads(void)
 {
     struct kern_ctx *const c1 = kt_ctx_threads(1), *const c3 = kt_ctx_threads(3);
-    const struct kern_pool2d d = { 2, 5, 40, 40, 5, 1, 2 };
+    const struct kern_pool2d d = { 2, 5, 40, 40, 5, 1, 2, 0, 0 };
     const size_t n = 2 * 5 * 40 * 40;
     float *const x = kt_alloc(n), *const y1 = kt_alloc(n), *const y3 = kt_alloc(n);
     float *const u1 = kt_alloc(4 * n), *const u3 = kt_alloc(4 * n), *const du = kt_alloc(4 * n);

@@ -202,7 +202,7 @@ static void check_rest(struct kern_ctx *ctx)
     }
     /* MaxPool2d(5, 1, 2) with ties */
     {
-        const struct kern_pool2d d = { 2, 3, 6, 7, 5, 1, 2 };
+        const struct kern_pool2d d = { 2, 3, 6, 7, 5, 1, 2, 0, 0 };
         const size_t n = 2 * 3 * 6 * 7;
         float *const x = get("maxpool.x", n), *const y = get("maxpool.y", n);
         float *const idx = get("maxpool.idx", n), *const r = get("maxpool.r", n);
