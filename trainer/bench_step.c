@@ -118,6 +118,10 @@ static int resident_setup(struct bench *b, const struct trn_model_info *I, int n
     b->dK = trn_net_kern_ops(b->net);
     const size_t P = I->arena_len[TRN_ARENA_PARAM], B = I->arena_len[TRN_ARENA_BUFFER];
     int rc = trn_optim_dev_create(b->opt, b->dK, b->dctx, &b->odev);
+    /* the steps keep the net's AMP weights current (net.h AMP WEIGHTS) */
+    int ldt = 0;
+    void *const lowp = trn_net_dev_params_lowp(b->net, &ldt);
+    if (rc == 0) rc = trn_optim_dev_set_params_lowp(b->odev, lowp, ldt);
     if (rc < 0) {
         snprintf(err, err_cap, "device optimizer: %s", trn_optim_strerror(rc));
         return rc;
@@ -244,6 +248,8 @@ static int graph_step(struct bench *b, size_t n_img, const struct trn_optim_sche
                            KERN_COPY_H2D);
     if (!rc) rc = kern_mem_copy(b->dctx, b->d_dyn, &dyn, sizeof dyn, KERN_COPY_H2D);
     const char *what = "replay";
+    /* the captured forward finds the AMP weights current and records no cast (net.h) */
+    if (!rc) rc = trn_net_lowp_refresh(b->net);
     if (!rc && b->g) {
         rc = kern_graph_replay(b->g);
     } else if (!rc) {

@@ -13,6 +13,21 @@
  * Locking: one mutex guards the task counters, the slot states and the error; samples are built
  * outside it. `gen` changes on every set_position, and results of older generations are dropped
  * (set_position waits for in-flight tasks first, so nothing writes a slot after it is reset).
+ *
+ * GPU augmentation overlaps the upload with the step. The worker that completes a batch also
+ * uploads its tiles, on pix_ctx's copy queue (kern.h "Queues and events"), and records the
+ * slot's up_ev, before it marks the slot ready: the copy starts the moment the batch is whole,
+ * typically while the consumer's previous step still runs on the compute queue, rather than when
+ * the consumer asks for the batch (uploading at the start of trn_loader_next for the next ready
+ * slot would also overlap, but only with slots already whole at that call, and would put the
+ * dedup and the enqueueing on the training thread). trn_loader_next makes the compute queue wait
+ * for up_ev on the device, enqueues aug_batch, records aug_ev and returns without waiting. Reuse
+ * is ordered by the two events, never by a host wait on the consumer: a worker syncs up_ev on
+ * the host before it rewrites the slot's pinned arena (in practice long complete: the slot went
+ * round the ring), and the next upload into the slot's device tiles waits, on the copy queue,
+ * for aug_ev (the previous aug_batch that reads them). The slot's image tensor is rewritten only
+ * by a later aug_batch on the compute queue, after the steps that read it. On a CPU context all
+ * of this is synchronous and the bytes are those of the host path.
  */
 #include "loader.h"
 
@@ -83,6 +98,18 @@ struct slot {
                                       consumer rewrites them to the device twin */
     void *dev_tiles;               /* pix_ctx memory, the arena's twin (same size and layout) */
     void *dev_images;              /* pix_ctx memory, batch_size * 3 * s * s elements */
+    /* The overlapped upload (see "GPU augmentation" below): up_ev marks the slot's tile uploads
+     * on pix_ctx's copy queue (the consumer's aug_batch waits for it on the device; a worker
+     * waits for it on the host before it rewrites the arena); aug_ev marks the slot's aug_batch
+     * on the compute queue (the next upload into dev_tiles waits for it on the copy queue). */
+    struct kern_event *up_ev;
+    struct kern_event *aug_ev;
+    /* The batch's first tile of each record (open addressing, keyed by record, entries valid
+     * when their stamp is dd_now), used by the worker that uploads the slot. */
+    uint64_t *dd_key;
+    size_t *dd_off;
+    uint32_t *dd_stamp;
+    uint32_t dd_now;
 };
 
 struct worker {
@@ -149,13 +176,8 @@ struct trn_loader {
     char errmsg[512];
     char errcopy[512]; /* what trn_loader_error returned last */
 
-    /* pix, consumer only: the batch's first tile of each record (open addressing, keyed by
-     * record, entries valid when their stamp is dd_now) */
-    uint64_t *dd_key;
-    size_t *dd_off;
-    uint32_t *dd_stamp;
-    size_t dd_mask; /* table size - 1 (a power of two >= 2 tiles per batch) */
-    uint32_t dd_now;
+    size_t dd_mask; /* pix: slot dedup table size - 1 (a power of two >= 2 tiles per batch) */
+    atomic_uint_fast64_t n_uploads, upload_bytes; /* pix: batches and bytes uploaded */
 
     _Atomic uint8_t *bad; /* [n]: 1 once a record is known bad */
     atomic_uint_fast64_t n_bad, n_images;
@@ -553,9 +575,17 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
         d.mixup_ratio = trn_rng_beta(&r, 32.0, 32.0);
         trn_aug_draw_hsv(&l->aug, uniform_cb, &r, &d.hsv);
 
-        if (l->pix)
+        if (l->pix) {
+            /* The slot's previous upload may still read the arena. */
+            const int up = kern_event_sync(sl->up_ev);
+            if (up < 0) {
+                snprintf(w->msg, sizeof w->msg,
+                         "waiting for the upload of the slot's previous batch: %s (%s)",
+                         kern_strerror(up), kern_stream_last_error());
+                return up;
+            }
             nr = plan_on_arena(w, sl, j, &d, tiles, n_tiles, idx, rows);
-        else
+        } else
             nr =
                 trn_aug_train_sample(w->ws, &l->aug, &d, tiles, n_tiles, w->hwc, rows, l->cap_rows);
         if (nr < 0) {
@@ -617,6 +647,111 @@ static void pack_targets(const struct trn_loader *l, struct slot *sl)
         }
     }
     sl->n_targets = t;
+}
+
+/*
+ * The batch's first tile of `record` in slot sl (its device offset), or NULL after noting `off`
+ * as the first; the table lives for one batch (sl->dd_now).
+ */
+static const size_t *dedup(const struct trn_loader *l, struct slot *sl, uint64_t record, size_t off)
+{
+    /* Fibonacci hashing: records of a batch are spread, but consecutive ones are common. */
+    size_t h = (size_t)((record * 0x9E3779B97F4A7C15ull) >> 32) & l->dd_mask;
+    for (;; h = (h + 1) & l->dd_mask) {
+        if (sl->dd_stamp[h] != sl->dd_now) {
+            sl->dd_stamp[h] = sl->dd_now;
+            sl->dd_key[h] = record;
+            sl->dd_off[h] = off;
+            return NULL;
+        }
+        if (sl->dd_key[h] == record) return &sl->dd_off[h];
+    }
+}
+
+/*
+ * GPU augmentation, upload, by the worker that completed the slot (outside the lock; the slot
+ * is neither READY nor claimable until it returns): the slot's tiles go to their device twin on
+ * pix_ctx's copy queue, each record once per batch (a tile whose record already came earlier in
+ * the batch reads that copy), the plans are pointed at the device copies, and up_ev marks the
+ * uploads. The copy queue first waits for the slot's previous aug_batch (aug_ev), which reads the
+ * device tiles. On failure whatever was enqueued is waited for, so that no copy still reads the
+ * arena when workers rewrite it. Returns 0 or a kern error with the text in msg.
+ */
+static int pix_upload(struct trn_loader *l, struct slot *sl, char *msg, size_t cap)
+{
+    struct kern_ctx *const ctx = l->o.pix_ctx;
+    const uint8_t *const host = sl->arena.ptr;
+    uint8_t *const dev = sl->dev_tiles;
+    size_t run_off = 0, run_len = 0, sent = 0;
+    int rc = kern_event_wait(ctx, KERN_QUEUE_COPY, sl->aug_ev);
+    if (rc < 0) {
+        snprintf(msg, cap, "ordering the upload after the slot's previous aug_batch (%s)",
+                 kern_stream_last_error());
+        goto out;
+    }
+    if (++sl->dd_now == 0) {
+        memset(sl->dd_stamp, 0, (l->dd_mask + 1) * sizeof *sl->dd_stamp);
+        sl->dd_now = 1;
+    }
+    for (int j = 0; j < sl->n && rc == 0; j++) {
+        for (int k = 0; k < sl->n_tiles[j] && rc == 0; k++) {
+            struct arena_tile *t = &sl->tiles[(size_t)j * MAX_TILES + k];
+            t->dev_off = t->off;
+            const size_t *first = t->record == NO_RECORD ? NULL : dedup(l, sl, t->record, t->off);
+            if (first) {
+                t->dev_off = *first;
+                continue;
+            }
+            /* Copies coalesce over a sample's packed tiles (gaps < 64 bytes of alignment). */
+            if (run_len && t->off >= run_off + run_len && t->off - (run_off + run_len) < 64) {
+                run_len = t->off + t->bytes - run_off;
+                continue;
+            }
+            if (run_len)
+                rc = kern_mem_copy_on(ctx, KERN_QUEUE_COPY, dev + run_off, host + run_off, run_len,
+                                      KERN_COPY_H2D);
+            sent += run_len;
+            run_off = t->off;
+            run_len = t->bytes;
+        }
+    }
+    if (rc == 0 && run_len)
+        rc = kern_mem_copy_on(ctx, KERN_QUEUE_COPY, dev + run_off, host + run_off, run_len,
+                              KERN_COPY_H2D);
+    sent += run_len;
+    if (rc < 0) {
+        snprintf(msg, cap, "uploading %zu bytes of tiles (%s)", sent, kern_stream_last_error());
+        goto out;
+    }
+    for (int j = 0; j < sl->n; j++) {
+        struct kern_aug_sample *p = &sl->plans[j];
+        const struct arena_tile *t = &sl->tiles[(size_t)j * MAX_TILES];
+        for (int c = 0; c < 1 + (p->mixup != 0); c++)
+            for (int q = 0; q < p->canvas[c].n_paste; q++) {
+                struct kern_aug_paste *ps = &p->canvas[c].paste[q];
+                int k = 0;
+                while (k < sl->n_tiles[j] && ps->src != host + t[k].off)
+                    k++;
+                if (k == sl->n_tiles[j]) {
+                    /* Never true: plan_on_arena plans from these tiles' arena copies. */
+                    snprintf(msg, cap, "a plan reads outside its sample's tiles");
+                    rc = -EINVAL;
+                    goto out;
+                }
+                ps->src = dev + t[k].dev_off;
+            }
+    }
+    rc = kern_event_record(ctx, KERN_QUEUE_COPY, sl->up_ev);
+    if (rc < 0) snprintf(msg, cap, "marking the upload (%s)", kern_stream_last_error());
+out:
+    if (rc < 0) {
+        if (kern_event_record(ctx, KERN_QUEUE_COPY, sl->up_ev) == 0)
+            (void)kern_event_sync(sl->up_ev);
+        return rc;
+    }
+    atomic_fetch_add(&l->n_uploads, 1);
+    atomic_fetch_add(&l->upload_bytes, sent);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -735,8 +870,18 @@ static void *worker_main(void *arg)
             } else if (--sl->remaining == 0) {
                 pthread_mutex_unlock(&l->mu);
                 pack_targets(l, sl);
+                char up_msg[400]; /* as the consumer's pix_batch text */
+                const int up = l->pix ? pix_upload(l, sl, up_msg, sizeof up_msg) : 0;
                 pthread_mutex_lock(&l->mu);
-                if (gen == l->gen) sl->state = SLOT_READY;
+                if (gen == l->gen && up < 0 && (!l->err || seq < l->err_seq)) {
+                    l->err = up;
+                    l->err_seq = seq;
+                    snprintf(l->errmsg, sizeof l->errmsg,
+                             "GPU augmentation of batch %" PRIu64 " of epoch %" PRIu32 ": %s: %s",
+                             sl->step, sl->epoch, up_msg, kern_strerror(up));
+                } else if (gen == l->gen && up == 0) {
+                    sl->state = SLOT_READY;
+                }
                 pthread_cond_broadcast(&l->cv_done);
             }
         }
@@ -924,15 +1069,24 @@ static int setup_pix(struct trn_loader *l, char *err, size_t cap)
             return fail(err, cap, rc, "allocating %zu bytes of GPU augmentation memory: %s",
                         arena + images, kern_strerror(rc));
         l->device_bytes += arena + images;
+        rc = kern_event_create(ctx, &sl->up_ev);
+        if (rc == 0) rc = kern_event_create(ctx, &sl->aug_ev);
+        if (rc < 0)
+            return fail(err, cap, rc, "GPU augmentation events: %s (%s)", kern_strerror(rc),
+                        kern_stream_last_error());
     }
     size_t t = 16;
     while (t < 2 * b * MAX_TILES)
         t *= 2;
     l->dd_mask = t - 1;
-    l->dd_key = malloc(t * sizeof *l->dd_key);
-    l->dd_off = malloc(t * sizeof *l->dd_off);
-    l->dd_stamp = calloc(t, sizeof *l->dd_stamp);
-    if (!l->dd_key || !l->dd_off || !l->dd_stamp) return fail(err, cap, -ENOMEM, "out of memory");
+    for (unsigned i = 0; i < l->depth; i++) {
+        struct slot *sl = &l->slots[i];
+        sl->dd_key = malloc(t * sizeof *sl->dd_key);
+        sl->dd_off = malloc(t * sizeof *sl->dd_off);
+        sl->dd_stamp = calloc(t, sizeof *sl->dd_stamp);
+        if (!sl->dd_key || !sl->dd_off || !sl->dd_stamp)
+            return fail(err, cap, -ENOMEM, "out of memory");
+    }
     return 0;
 }
 
@@ -1136,9 +1290,16 @@ void trn_loader_destroy(struct trn_loader *l)
     for (unsigned i = 0; l->slots && i < l->depth; i++) {
         struct slot *sl = &l->slots[i];
         if (l->o.pix_ctx) {
+            /* An upload may still read the arena and write the device tiles. */
+            if (sl->up_ev) (void)kern_event_sync(sl->up_ev);
             kern_mem_free(l->o.pix_ctx, sl->dev_tiles);
             kern_mem_free(l->o.pix_ctx, sl->dev_images);
         }
+        kern_event_destroy(sl->up_ev);
+        kern_event_destroy(sl->aug_ev);
+        free(sl->dd_key);
+        free(sl->dd_off);
+        free(sl->dd_stamp);
         ffio_pinned_free(&sl->arena);
         free(sl->tiles);
         free(sl->n_tiles);
@@ -1149,9 +1310,6 @@ void trn_loader_destroy(struct trn_loader *l)
         free(l->slots[i].info);
     }
     free(l->slots);
-    free(l->dd_key);
-    free(l->dd_off);
-    free(l->dd_stamp);
     free(l->meta);
     free(l->order);
     free(l->shapes);
@@ -1168,105 +1326,33 @@ void trn_loader_destroy(struct trn_loader *l)
 /* Consumer                                                                                 */
 
 /*
- * The batch's first tile of `record` (its device offset), or NULL after noting `off` as the
- * first; the table lives for one batch (dd_now).
- */
-static const size_t *dedup(struct trn_loader *l, uint64_t record, size_t off)
-{
-    /* Fibonacci hashing: records of a batch are spread, but consecutive ones are common. */
-    size_t h = (size_t)((record * 0x9E3779B97F4A7C15ull) >> 32) & l->dd_mask;
-    for (;; h = (h + 1) & l->dd_mask) {
-        if (l->dd_stamp[h] != l->dd_now) {
-            l->dd_stamp[h] = l->dd_now;
-            l->dd_key[h] = record;
-            l->dd_off[h] = off;
-            return NULL;
-        }
-        if (l->dd_key[h] == record) return &l->dd_off[h];
-    }
-}
-
-/*
- * GPU augmentation, consumer side, on pix_ctx: upload the slot's tiles (each record once per
- * batch: a tile whose record already came earlier in the batch reads that copy), point the plans
- * at the device copies, run aug_batch into the slot's image tensor, and on CUDA wait for the
- * stream, so that the arena is free for the workers (the uploads read it by DMA until then) and
- * the tensor complete on return. Returns 0 or a kern error with l->errmsg-style text in msg.
+ * GPU augmentation, consumer side, on pix_ctx's compute queue: wait on the device for the slot's
+ * upload (up_ev), run aug_batch into the slot's image tensor, and mark it (aug_ev) for the
+ * slot's next upload. No host wait: the tensor is complete in compute-queue order, and the
+ * arena's reuse is ordered by up_ev (see the top of this file). Returns 0 or a kern error with
+ * l->errmsg-style text in msg.
  */
 static int pix_batch(struct trn_loader *l, struct slot *sl, char *msg, size_t cap)
 {
     struct kern_ctx *const ctx = l->o.pix_ctx;
-    const bool cuda = kern_ctx_backend(ctx) == KERN_BACKEND_CUDA;
-    const uint8_t *const host = sl->arena.ptr;
-    uint8_t *const dev = sl->dev_tiles;
-    size_t run_off = 0, run_len = 0, sent = 0;
-    int rc = 0;
-    if (++l->dd_now == 0) {
-        memset(l->dd_stamp, 0, (l->dd_mask + 1) * sizeof *l->dd_stamp);
-        l->dd_now = 1;
-    }
-    for (int j = 0; j < sl->n && rc == 0; j++) {
-        for (int k = 0; k < sl->n_tiles[j] && rc == 0; k++) {
-            struct arena_tile *t = &sl->tiles[(size_t)j * MAX_TILES + k];
-            t->dev_off = t->off;
-            const size_t *first = t->record == NO_RECORD ? NULL : dedup(l, t->record, t->off);
-            if (first) {
-                t->dev_off = *first;
-                continue;
-            }
-            /* Copies coalesce over a sample's packed tiles (gaps < 64 bytes of alignment). */
-            if (run_len && t->off >= run_off + run_len && t->off - (run_off + run_len) < 64) {
-                run_len = t->off + t->bytes - run_off;
-                continue;
-            }
-            if (run_len)
-                rc = kern_mem_copy(ctx, dev + run_off, host + run_off, run_len, KERN_COPY_H2D);
-            sent += run_len;
-            run_off = t->off;
-            run_len = t->bytes;
-        }
-    }
-    if (rc == 0 && run_len)
-        rc = kern_mem_copy(ctx, dev + run_off, host + run_off, run_len, KERN_COPY_H2D);
-    sent += run_len;
+    int rc = kern_event_wait(ctx, KERN_QUEUE_COMPUTE, sl->up_ev);
     if (rc < 0) {
-        snprintf(msg, cap, "uploading %zu bytes of tiles", sent);
-        goto out;
+        snprintf(msg, cap, "ordering aug_batch after the upload (%s)", kern_stream_last_error());
+    } else {
+        rc = l->o.pix_ops->aug_batch(ctx, sl->dev_images,
+                                     l->o.pixels == TRN_PIXELS_F32 ? KERN_AUG_F32 : KERN_AUG_U8,
+                                     l->o.img_size, sl->plans, sl->n);
+        if (rc < 0 && kern_ctx_backend(ctx) == KERN_BACKEND_CUDA)
+            snprintf(msg, cap, "aug_batch over %d images (%s)", sl->n,
+                     kern_cuda_ctx_last_error(ctx));
+        else if (rc < 0)
+            snprintf(msg, cap, "aug_batch over %d images", sl->n);
     }
-    for (int j = 0; j < sl->n; j++) {
-        struct kern_aug_sample *p = &sl->plans[j];
-        const struct arena_tile *t = &sl->tiles[(size_t)j * MAX_TILES];
-        for (int c = 0; c < 1 + (p->mixup != 0); c++)
-            for (int q = 0; q < p->canvas[c].n_paste; q++) {
-                struct kern_aug_paste *ps = &p->canvas[c].paste[q];
-                int k = 0;
-                while (k < sl->n_tiles[j] && ps->src != host + t[k].off)
-                    k++;
-                if (k == sl->n_tiles[j]) {
-                    /* Never true: plan_on_arena plans from these tiles' arena copies. */
-                    snprintf(msg, cap, "a plan reads outside its sample's tiles");
-                    rc = -EINVAL;
-                    goto out;
-                }
-                ps->src = dev + t[k].dev_off;
-            }
-    }
-    rc = l->o.pix_ops->aug_batch(ctx, sl->dev_images,
-                                 l->o.pixels == TRN_PIXELS_F32 ? KERN_AUG_F32 : KERN_AUG_U8,
-                                 l->o.img_size, sl->plans, sl->n);
-    if (rc < 0) snprintf(msg, cap, "aug_batch over %d images", sl->n);
-out:
-    if (cuda) {
-        /* Also after a failure: no upload may still read the arena when it goes back. */
-        const int s = kern_cuda_ctx_sync(ctx);
-        if (rc == 0 && s < 0) {
-            rc = s;
-            snprintf(msg, cap, "waiting for the uploads and aug_batch");
-        }
-    }
-    if (rc < 0 && cuda) {
-        const size_t used = strlen(msg);
-        snprintf(msg + used, cap - used, " (%s)", kern_cuda_ctx_last_error(ctx));
+    /* Also after a failure: what aug_batch enqueued may still read the device tiles. */
+    const int marked = kern_event_record(ctx, KERN_QUEUE_COMPUTE, sl->aug_ev);
+    if (rc == 0 && marked < 0) {
+        rc = marked;
+        snprintf(msg, cap, "marking aug_batch (%s)", kern_stream_last_error());
     }
     return rc;
 }
@@ -1310,7 +1396,8 @@ int trn_loader_next(struct trn_loader *l, struct trn_batch *out)
     if (!l->pix) return 0;
 
     /* The slot is the consumer's until the next call (workers wait for its release), so its
-     * upload runs outside the lock. */
+     * aug_batch is enqueued outside the lock; its upload was enqueued by the worker that
+     * completed it. */
     char msg[400];
     msg[0] = '\0';
     const int rc = pix_batch(l, sl, msg, sizeof msg);
@@ -1377,6 +1464,8 @@ void trn_loader_info(struct trn_loader *l, struct trn_loader_info *out)
     out->pinned_bytes = l->pinned_bytes;
     out->pinned_kind = l->pinned_kind;
     out->device_bytes = l->device_bytes;
+    out->uploads = atomic_load(&l->n_uploads);
+    out->upload_bytes = atomic_load(&l->upload_bytes);
     out->bad_records = atomic_load(&l->n_bad);
     out->images = atomic_load(&l->n_images);
 }

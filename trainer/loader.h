@@ -38,11 +38,15 @@
  * GPU augmentation (TRAIN with trn_loader_opts.pix_ctx). The workers do everything above but
  * the pixels: they decode the sample's tiles into a per-slot pinned arena (ffio_pinned_alloc:
  * cudaHostAlloc memory when CUDA is usable) and plan the sample on the host (trainer/augment.h
- * trn_aug_plan_sample: the labels and targets are exactly the host path's). trn_loader_next then
- * uploads the slot's tiles into their device twin with kern_mem_copy (each record once per
- * batch, however many mosaics use it), runs pix_ops->aug_batch into the slot's device image
- * tensor, and on a CUDA context waits for the stream before returning (so the arena can go
- * back to the workers and the tensor is complete on any stream). device_images equals the host
+ * trn_aug_plan_sample: the labels and targets are exactly the host path's). The worker that
+ * completes a batch uploads the slot's tiles into their device twin on pix_ctx's copy queue
+ * (kern_mem_copy_on KERN_QUEUE_COPY; each record once per batch, however many mosaics use it)
+ * and records an event, so on a GPU the upload overlaps the training step running on the
+ * compute queue. trn_loader_next makes the compute queue wait for that event (on the device),
+ * enqueues pix_ops->aug_batch into the slot's device image tensor and returns without waiting
+ * on the host: the tensor is complete in the order of pix_ctx's compute queue. A slot's pinned
+ * arena is rewritten only after its upload event completed, and its device tiles only after
+ * the aug_batch that read them (events, kern.h "Queues and events"). device_images equals the host
  * path's images byte for byte (tests/trainer/test_loader_gpu_aug.c on a CPU context; the CUDA
  * twins equal the CPU reference, tests/kernels/test_cuda_parity_augment.c). A sample that has no
  * plan (a record whose long side is not exactly img_size, without mosaic: its letterbox needs a
@@ -128,9 +132,11 @@ struct trn_loader_opts {
                                         augmentation" above): the batch tensor is built in this
                                         context's memory by pix_ops->aug_batch and given as
                                         trn_batch.device_images. Borrowed: must outlive the
-                                        loader; used only inside trn_loader_create, _next and
-                                        _destroy, on the calling thread. NULL (default), or
-                                        VAL mode: the host path */
+                                        loader; its ops and compute queue are used only inside
+                                        trn_loader_create, _next and _destroy, on the calling
+                                        thread; the worker threads use its copy queue and
+                                        events (the calls kern.h allows from another thread).
+                                        NULL (default), or VAL mode: the host path */
     const struct kern_ops *pix_ops;  /* the table of pix_ctx's backend (kern_ops_ref() for a CPU
                                         context, kern_ops_cuda() for CUDA); checked */
 };
@@ -170,11 +176,14 @@ struct trn_batch {
     const struct trn_batch_image *info; /* n entries */
     const void *device_images;          /* TRAIN with trn_loader_opts.pix_ctx: the image tensor (the
                                            layout and type images would have) in pix_ctx's memory,
-                                           complete when trn_loader_next returns (on CUDA the loader has
-                                           waited for pix_ctx's stream), image_bytes long. Valid as the
-                                           other views; the loader next writes it depth batches later, in
-                                           a trn_loader_next call, after work already enqueued on
-                                           pix_ctx's stream. NULL otherwise. */
+                                           image_bytes long, written by work that trn_loader_next
+                                           enqueued on pix_ctx's compute queue: complete for work
+                                           enqueued there after the call (on a CPU context, at
+                                           return); another stream or the host must wait first
+                                           (kern_cuda_ctx_sync, an event). Valid as the other views;
+                                           the loader next writes it depth batches later, in a
+                                           trn_loader_next call, after work already enqueued on
+                                           that queue. NULL otherwise. */
 };
 
 /* Static facts about a loader. */
@@ -190,8 +199,11 @@ struct trn_loader_info {
     enum ffio_pinned_kind pinned_kind; /* how the ring memory was obtained */
     uint64_t bad_records;              /* distinct bad records found so far */
     uint64_t images;                   /* samples produced so far */
-    size_t device_bytes; /* pix_ctx memory held (GPU augmentation): per ring buffer the tiles'
-                            device twin and the image tensor; 0 without */
+    size_t device_bytes;   /* pix_ctx memory held (GPU augmentation): per ring buffer the tiles'
+                              device twin and the image tensor; 0 without */
+    uint64_t uploads;      /* GPU augmentation: batches whose tiles were enqueued on the copy
+                              queue so far (by the workers, ahead of trn_loader_next) */
+    uint64_t upload_bytes; /* and their bytes (each record once per batch) */
 };
 
 struct trn_loader;
@@ -216,13 +228,15 @@ void trn_loader_destroy(struct trn_loader *l);
 
 /*
  * The next batch, in order (epoch by epoch without end: the caller decides when to stop).
- * Releases the previous batch's buffer to the workers. Blocks until the batch is ready; with
- * GPU augmentation also until pix_ctx's stream is idle (the work enqueued on it before the call,
- * a previous training step included, then this batch's uploads and aug_batch).
+ * Releases the previous batch's buffer to the workers. Blocks until the batch is ready (with
+ * GPU augmentation: its samples built and its upload enqueued on pix_ctx's copy queue), then,
+ * with GPU augmentation, enqueues its aug_batch on pix_ctx's compute queue behind the upload and
+ * returns without waiting for either.
  * out: out, views valid as struct trn_batch says. Returns 0, or the error that stopped the
  * loader (a bad record with TRN_BAD_RECORD_FAIL: -FFR_ECHECKSUM, -FFR_ECORRUPT, -EIO, ...; an
  * augmentation or I/O engine failure; -ENOTSUP for JPEG records; with GPU augmentation the
- * error of kern_mem_copy / aug_batch / the stream, e.g. -EIO); trn_loader_error() has the
+ * error of the upload (kern_mem_copy_on, kern_event_*) or of aug_batch, e.g. -EIO, for the
+ * batch it belongs to: earlier batches are still delivered); trn_loader_error() has the
  * line. The error stays until trn_loader_set_position.
  */
 int trn_loader_next(struct trn_loader *l, struct trn_batch *out);

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1486,9 +1487,244 @@ static int plan_conv(struct planner *pl, const struct trn_model *m, int ci, int 
     ac->bn = ac->act = ac->add = -1;
     if ((ac->conv = act_add(pl, c->name, c->bn ? "conv" : "out", c->c2, h, w)) < 0) return ac->conv;
     if (!c->bn) return ac->conv;
-    if ((ac->bn = act_add(pl, c->name, "bn", c->c2, h, w)) < 0) return ac->bn;
+    /* no pre-SiLU slot: BN and SiLU run fused (trn_act_conv.bn stays -1) */
     if ((ac->act = act_add(pl, c->name, "act", c->c2, h, w)) < 0) return ac->act;
     return ac->act;
+}
+
+/* A shortcut bottleneck's cv2 (conv ci, cv1 = ci - 1, input x = cv1's input): its conv output,
+ * then the sum in place of its SiLU output (trn_act_conv.act). Returns the sum. */
+static int plan_conv_sum(struct planner *pl, const struct trn_model *m, int ci, int in, int c_out,
+                         int h, int w)
+{
+    const struct trn_conv *c = &m->convs[ci];
+    struct trn_act_conv *ac = &pl->p->convs[ci];
+    ac->in = in;
+    ac->bn = ac->act = ac->add = -1;
+    if ((ac->conv = act_add(pl, c->name, "conv", c->c2, h, w)) < 0) return ac->conv;
+    return ac->add = act_add(pl, c->name, "add", c_out, h, w);
+}
+
+/*
+ * The gradient offsets (trn_act.doff, trn_act_plan.dtotal). alias[a] >= 0: act a's gradient is
+ * act alias[a]'s, a later act (a bottleneck input and its sum), so in reverse order every target
+ * is final before the acts that point at it; the others get their own slots in act order.
+ */
+static void plan_grad_offsets(struct trn_act_plan *p, const int *alias, const int *gcat,
+                              const int *gcoff)
+{
+    size_t t = 0;
+    for (int a = 0; a < p->n_acts; a++) {
+        if (alias[a] >= 0 || gcat[a] >= 0) continue;
+        t = (t + TRN_MODEL_ALIGN - 1) / TRN_MODEL_ALIGN * TRN_MODEL_ALIGN;
+        p->acts[a].doff = t;
+        t += p->acts[a].numel;
+    }
+    for (int a = 0; a < p->n_acts; a++) { /* gcat: a concat buffer, never placed itself */
+        if (gcat[a] < 0) continue;
+        const struct trn_act *C = &p->acts[gcat[a]];
+        p->acts[a].doff = C->doff + (size_t)gcoff[a] * (size_t)C->h * (size_t)C->w;
+        p->acts[a].dnstride = (size_t)C->c * (size_t)C->h * (size_t)C->w;
+    }
+    for (int a = p->n_acts - 1; a >= 0; a--) {
+        if (alias[a] < 0) continue;
+        p->acts[a].doff = p->acts[alias[a]].doff;
+        p->acts[a].dnstride = p->acts[alias[a]].dnstride;
+    }
+    p->dtotal = (t + TRN_MODEL_ALIGN - 1) / TRN_MODEL_ALIGN * TRN_MODEL_ALIGN;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Concat without copies (trn_act.nstride, dnstride)                                         */
+
+/* One input of a concat buffer: act `act` goes to channels [c_off, ..) of act `cat`. */
+struct slice_src {
+    int act, cat, c_off;
+};
+
+/* What conv ci hands on (net.c's conv_out): the residual sum, the SiLU output or the raw conv. */
+static int plan_conv_out(const struct trn_act_plan *p, int ci)
+{
+    const struct trn_act_conv *ac = &p->convs[ci];
+    return ac->add >= 0 ? ac->add : ac->act >= 0 ? ac->act : ac->conv;
+}
+
+/* Every concat input of the plan in row order (net.c's cat_fwd calls): C3 (branch, cv2), SPPF
+ * (x, three pools), Concat (from order). s: room for 4 n_layers + TRN_MODEL_MAX_FROM n_layers. */
+static int slice_sources(const struct trn_model *m, const struct trn_act_plan *p,
+                         struct slice_src *s)
+{
+    int k = 0;
+    for (int i = 0; i < m->info.n_layers; i++) {
+        const struct trn_layer *L = &m->layers[i];
+        const struct trn_act_layer *al = &p->layers[i];
+        const int c0 = L->conv0;
+        if (L->type == TRN_MOD_C3) {
+            const int br = plan_conv_out(p, L->n ? c0 + 4 + 2 * (L->n - 1) : c0);
+            s[k++] = (struct slice_src){ br, al->cat, 0 };
+            s[k++] = (struct slice_src){ plan_conv_out(p, c0 + 1), al->cat, L->hidden };
+        } else if (L->type == TRN_MOD_SPPF) {
+            s[k++] = (struct slice_src){ plan_conv_out(p, c0), al->cat, 0 };
+            for (int j = 0; j < 3; j++)
+                s[k++] = (struct slice_src){ al->pool[j], al->cat, (j + 1) * L->hidden };
+        } else if (L->type == TRN_MOD_CONCAT) {
+            int off = 0;
+            for (int j = 0; j < L->n_from; j++) {
+                const int src = L->from[j] < 0 ? 0 : p->layers[L->from[j]].out;
+                s[k++] = (struct slice_src){ src, al->cat, off };
+                off += p->acts[src].c;
+            }
+        }
+    }
+    return k;
+}
+
+static void note_reader(int *rmin, int *rmax, int a, int row)
+{
+    if (a < 0) return;
+    if (row < rmin[a]) rmin[a] = row;
+    if (row > rmax[a]) rmax[a] = row;
+}
+
+/*
+ * Concat without copies: decide which concat inputs live in their concat buffer's channel slice
+ * and move them there. Forward (offset, nstride): an input of exactly one concat slot, not the
+ * image, produced by an op that can write a strided output (a BN+SiLU or BN+SiLU+add output, a
+ * pool, an upsample) and whose slice starts TRN_MODEL_ALIGN-aligned; the other acts are packed
+ * again in act order, so the arena shrinks by the placed ones. Gradient (gcat[a], gcoff[a] for
+ * plan_grad_offsets): only for a forward-placed act whose gradient storage (its own and that of
+ * the acts sharing it through alias) gets no contribution before the concat buffer's gradient is
+ * written, because that buffer's first writer overwrites the whole of it: every other reader of
+ * that storage must run its backward after every reader of the buffer (rows below the first
+ * reader of a Concat row's buffer; inside the row for a C3 / SPPF buffer, whose reader cv3 / cv2
+ * runs first), and none may be a residual pair that net.c passes on with a flat add (pass_bwd).
+ * Returns 0 or -ENOMEM.
+ */
+static int plan_slices(const struct trn_model *m, struct trn_act_plan *p, const int *alias,
+                       int *gcat, int *gcoff)
+{
+    const struct trn_model_info *I = &m->info;
+    const int na = p->n_acts;
+    const size_t ns_max = (size_t)I->n_layers * (4 + TRN_MODEL_MAX_FROM);
+    struct slice_src *s = malloc(ns_max * sizeof *s);
+    int *cnt = calloc((size_t)na, sizeof *cnt), *prod = calloc((size_t)na, sizeof *prod);
+    int *rmin = malloc((size_t)na * sizeof *rmin), *rmax = malloc((size_t)na * sizeof *rmax);
+    int *flat = calloc((size_t)na, sizeof *flat), *catrow = malloc((size_t)na * sizeof *catrow);
+    int *fcat = malloc((size_t)na * sizeof *fcat), *fcoff = calloc((size_t)na, sizeof *fcoff);
+    int rc = -ENOMEM;
+    if (!s || !cnt || !prod || !rmin || !rmax || !flat || !catrow || !fcat || !fcoff) goto out;
+    for (int a = 0; a < na; a++) {
+        rmin[a] = INT_MAX;
+        rmax[a] = -1;
+        catrow[a] = fcat[a] = gcat[a] = -1;
+        gcoff[a] = 0;
+    }
+    /* who reads what (concat copies aside), who can write a slice, residual pairs */
+    for (int i = 0; i < I->n_layers; i++) {
+        const struct trn_layer *L = &m->layers[i];
+        const struct trn_act_layer *al = &p->layers[i];
+        for (int ci = L->conv0; ci < L->conv0 + L->n_conv; ci++) {
+            const struct trn_act_conv *ac = &p->convs[ci];
+            note_reader(rmin, rmax, ac->in, i);
+            if (m->convs[ci].bn) {
+                if (ac->act >= 0) prod[ac->act] = 1;
+                if (ac->add >= 0) prod[ac->add] = 1;
+            }
+            if (ac->add >= 0 && ci > 0) {
+                const int x = p->convs[ci - 1].in;
+                if (alias[x] != ac->add) flat[x] = flat[ac->add] = 1; /* net.c pass_bwd */
+            }
+        }
+        if (al->cat >= 0) catrow[al->cat] = i;
+        if (L->type == TRN_MOD_SPPF) {
+            note_reader(rmin, rmax, plan_conv_out(p, L->conv0), i);
+            for (int j = 0; j < 3; j++) {
+                prod[al->pool[j]] = 1;
+                if (j < 2) note_reader(rmin, rmax, al->pool[j], i);
+            }
+        } else if (L->type == TRN_MOD_UPSAMPLE) {
+            note_reader(rmin, rmax, L->from[0] < 0 ? 0 : p->layers[L->from[0]].out, i);
+            prod[al->out] = 1;
+        }
+    }
+    const int n_src = slice_sources(m, p, s);
+    for (int k = 0; k < n_src; k++)
+        cnt[s[k].act]++;
+    /* forward placement */
+    for (int k = 0; k < n_src; k++) {
+        const int a = s[k].act, cat = s[k].cat;
+        const struct trn_act *A = &p->acts[a], *C = &p->acts[cat];
+        const size_t plane = (size_t)C->h * (size_t)C->w;
+        if (a == 0 || cnt[a] != 1 || !prod[a] || A->n != C->n || A->h != C->h || A->w != C->w ||
+            s[k].c_off + A->c > C->c || (size_t)s[k].c_off * plane % TRN_MODEL_ALIGN)
+            continue;
+        fcat[a] = cat;
+        fcoff[a] = s[k].c_off;
+    }
+    /* gradient placement: a root of its gradient-sharing group, with the order above */
+    for (int a = 0; a < na; a++) {
+        if (fcat[a] < 0 || alias[a] >= 0) continue;
+        int gmin = INT_MAX, gmax = -1, bad = 0;
+        for (int b = 0; b < na; b++) {
+            int r = b;
+            while (alias[r] >= 0)
+                r = alias[r];
+            if (r != a) continue;
+            bad |= flat[b];
+            if (rmin[b] < gmin) gmin = rmin[b];
+            if (rmax[b] > gmax) gmax = rmax[b];
+        }
+        const int cat = fcat[a], row = catrow[cat];
+        const int internal =
+            row >= 0 && (m->layers[row].type == TRN_MOD_C3 || m->layers[row].type == TRN_MOD_SPPF);
+        if (internal)
+            bad |= gmax >= 0 && (gmin != row || gmax != row);
+        else
+            bad |= gmax >= 0 && gmax >= rmin[cat];
+        if (bad) continue;
+        gcat[a] = cat;
+        gcoff[a] = fcoff[a];
+    }
+    /* pack the unplaced acts again in act order, then point the placed ones into their slices */
+    size_t t = 0;
+    for (int a = 0; a < na; a++) {
+        struct trn_act *A = &p->acts[a];
+        A->nstride = A->dnstride = 0;
+        if (fcat[a] >= 0) continue;
+        t = (t + TRN_MODEL_ALIGN - 1) / TRN_MODEL_ALIGN * TRN_MODEL_ALIGN;
+        A->offset = t;
+        t += A->numel;
+    }
+    for (int a = 0; a < na; a++) {
+        if (fcat[a] < 0) continue;
+        struct trn_act *A = &p->acts[a];
+        const struct trn_act *C = &p->acts[fcat[a]];
+        A->offset = C->offset + (size_t)fcoff[a] * (size_t)C->h * (size_t)C->w;
+        A->nstride = (size_t)C->c * (size_t)C->h * (size_t)C->w;
+    }
+    p->total = (t + TRN_MODEL_ALIGN - 1) / TRN_MODEL_ALIGN * TRN_MODEL_ALIGN;
+    rc = 0;
+out:
+    free(s);
+    free(cnt);
+    free(prod);
+    free(rmin);
+    free(rmax);
+    free(flat);
+    free(catrow);
+    free(fcat);
+    free(fcoff);
+    return rc;
+}
+
+/* Rows whose `from` lists row src (each listing counts). */
+static int row_readers(const struct trn_model *m, int src)
+{
+    int k = 0;
+    for (int i = 0; i < m->info.n_layers; i++)
+        for (int j = 0; j < m->layers[i].n_from; j++)
+            k += m->layers[i].from[j] == src;
+    return k;
 }
 
 void trn_act_plan_free(struct trn_act_plan *p)
@@ -1507,7 +1743,8 @@ int trn_model_plan(const struct trn_model *m, int batch, int h, int w, struct tr
         return -EINVAL;
     const struct trn_model_info *I = &m->info;
     memset(out, 0, sizeof *out);
-    int *buf = calloc((size_t)(2 * I->n_layers + 2 * I->n_convs + 4), sizeof *buf);
+    int *buf = calloc((size_t)(2 * I->n_layers + 4 * I->n_convs + 4), sizeof *buf);
+    int *alias = NULL, *gcat = NULL, *gcoff = NULL, n_alias = 0;
     out->convs = calloc((size_t)I->n_convs + 1, sizeof *out->convs);
     out->layers = calloc((size_t)I->n_layers + 1, sizeof *out->layers);
     struct planner pl = { .p = out, .batch = batch };
@@ -1517,6 +1754,8 @@ int trn_model_plan(const struct trn_model *m, int batch, int h, int w, struct tr
         goto out;
     }
     int *lh = buf, *lw = buf + I->n_layers, *cvh = lw + I->n_layers, *cvw = cvh + I->n_convs;
+    /* gradient sharing (plan_grad_offsets): act alias_of[k] takes act alias_to[k]'s gradient */
+    int *alias_of = cvw + I->n_convs, *alias_to = alias_of + I->n_convs;
     if ((rc = propagate(m, I->name, h, w, lh, lw, cvh, cvw, err, err_cap))) goto out;
     out->batch = batch;
     out->h = h;
@@ -1548,10 +1787,15 @@ int trn_model_plan(const struct trn_model *m, int batch, int h, int w, struct tr
             for (int j = 0; j < L->n; j++) {
                 const int y = x;
                 TRY_ACT(x = plan_conv(&pl, m, c0 + 2 * j, y, H, W));
-                TRY_ACT(x = plan_conv(&pl, m, c0 + 2 * j + 1, x, H, W));
-                if (L->shortcut) {
-                    TRY_ACT(x = act_add(&pl, m->convs[c0 + 2 * j + 1].name, "add", L->c_out, H, W));
-                    out->convs[c0 + 2 * j + 1].add = x;
+                if (!L->shortcut) {
+                    TRY_ACT(x = plan_conv(&pl, m, c0 + 2 * j + 1, x, H, W));
+                    continue;
+                }
+                TRY_ACT(x = plan_conv_sum(&pl, m, c0 + 2 * j + 1, x, L->c_out, H, W));
+                /* copy j > 0 reads copy j - 1's output, which nothing else reads */
+                if (y != input && (j > 0 || row_readers(m, L->from[0]) == 1)) {
+                    alias_of[n_alias] = y;
+                    alias_to[n_alias++] = x;
                 }
             }
             break;
@@ -1560,12 +1804,15 @@ int trn_model_plan(const struct trn_model *m, int batch, int h, int w, struct tr
             TRY_ACT(y = plan_conv(&pl, m, c0, x, H, W)); /* cv1 */
             for (int j = 0; j < L->n; j++) {
                 const int b1 = c0 + 3 + 2 * j;
+                const int b_in = y; /* cv1's output or the previous sum: read only here */
                 TRY_ACT(y = plan_conv(&pl, m, b1, y, H, W));
-                TRY_ACT(y = plan_conv(&pl, m, b1 + 1, y, H, W));
-                if (L->shortcut) {
-                    TRY_ACT(y = act_add(&pl, m->convs[b1 + 1].name, "add", L->hidden, H, W));
-                    out->convs[b1 + 1].add = y;
+                if (!L->shortcut) {
+                    TRY_ACT(y = plan_conv(&pl, m, b1 + 1, y, H, W));
+                    continue;
                 }
+                TRY_ACT(y = plan_conv_sum(&pl, m, b1 + 1, y, L->hidden, H, W));
+                alias_of[n_alias] = b_in;
+                alias_to[n_alias++] = y;
             }
             TRY_ACT(plan_conv(&pl, m, c0 + 1, x, H, W)); /* cv2 */
             TRY_ACT(al->cat = act_add(&pl, name, "cat", 2 * L->hidden, H, W));
@@ -1606,7 +1853,23 @@ int trn_model_plan(const struct trn_model *m, int batch, int h, int w, struct tr
 #undef TRY_ACT
     rc = 0;
     out->total = (pl.total + TRN_MODEL_ALIGN - 1) / TRN_MODEL_ALIGN * TRN_MODEL_ALIGN;
+    alias = malloc((size_t)out->n_acts * sizeof *alias);
+    gcat = malloc((size_t)out->n_acts * sizeof *gcat);
+    gcoff = malloc((size_t)out->n_acts * sizeof *gcoff);
+    if (!alias || !gcat || !gcoff) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (int a = 0; a < out->n_acts; a++)
+        alias[a] = -1;
+    for (int k = 0; k < n_alias; k++)
+        alias[alias_of[k]] = alias_to[k];
+    if ((rc = plan_slices(m, out, alias, gcat, gcoff)) < 0) goto out;
+    plan_grad_offsets(out, alias, gcat, gcoff);
 out:
+    free(alias);
+    free(gcat);
+    free(gcoff);
     free(buf);
     if (rc) trn_act_plan_free(out);
     return rc < 0 ? rc : 0;

@@ -333,20 +333,33 @@ int trn_model_summary(const struct trn_model *m, char *dst, size_t dst_cap);
 
 /* One activation tensor, N x C x H x W float, in the activation arena. */
 struct trn_act {
-    char name[56]; /* e.g. "input", "model.2.cv1.conv", "model.2.cv1.bn", "model.2.cv1.act",
+    char name[56]; /* e.g. "input", "model.2.cv1.conv", "model.2.cv1.act",
                       "model.2.m.0.add", "model.2.cat", "model.9.pool1", "model.11.out" */
     size_t offset; /* floats from the arena start, a multiple of TRN_MODEL_ALIGN */
     int n, c, h, w;
-    size_t numel; /* n*c*h*w */
+    size_t numel;    /* n*c*h*w */
+    size_t doff;     /* its gradient: floats from the start of the gradient arena (dtotal floats), a
+                        multiple of TRN_MODEL_ALIGN. Acts whose gradients are equal by construction
+                        share one: a bottleneck's input whose only readers are that bottleneck's
+                        cv1 and residual add has the add's (see trn_model_plan). */
+    size_t nstride;  /* 0: dense (image i at offset + i c h w). Else the act is a channel slice
+                        of a concat buffer (CONCAT SLICES in trn_model_plan): image i at
+                        offset + i * nstride, nstride = the buffer's c h w; offset then lies
+                        inside the buffer's range */
+    size_t dnstride; /* the same for its gradient at doff (0: dense) */
 };
 
 /* Where each conv reads and writes (indices into acts). */
 struct trn_act_conv {
     int in;   /* input */
     int conv; /* conv output (pre-BN; Detect: the head output incl. bias) */
-    int bn;   /* BN output (pre-SiLU), -1 for Detect */
-    int act;  /* SiLU output, -1 for Detect */
-    int add;  /* bottleneck cv2 with shortcut: act + the bottleneck input; else -1 */
+    int bn;   /* always -1: BN and SiLU run fused, no pre-SiLU tensor is kept (the field stays for
+                 the layout's callers) */
+    int act;  /* SiLU output; -1 for Detect, and for a bottleneck cv2 with shortcut, whose SiLU
+                 output is never stored: its forward writes silu(bn) + input into add at once,
+                 and the gradient of its SiLU output is add's */
+    int add;  /* bottleneck cv2 with shortcut: its SiLU output + the bottleneck input (the
+                 input: convs[this - 1].in); else -1 */
 };
 
 /* Per row: its output and internal buffers (indices into acts, -1 if none). */
@@ -365,12 +378,29 @@ struct trn_act_plan {
     struct trn_act_conv *convs;   /* per conv of the model */
     struct trn_act_layer *layers; /* per row */
     size_t total;                 /* floats in the arena, padding included */
+    size_t dtotal;                /* floats in the gradient arena (acts[].doff), padding
+                                     included; <= total */
 };
 
 /*
  * Plan the activations of a forward pass at batch x ch x h x w: every conv's output, BN output
- * and SiLU output, residual sums, concatenation buffers, pool and upsample outputs, the Detect
- * outputs, each at its own offset, so one allocation of plan->total floats serves every step.
+ * and SiLU output (but a shortcut bottleneck cv2's, see trn_act_conv.act), residual sums,
+ * concatenation buffers, pool and upsample outputs, the Detect outputs, each at its own offset,
+ * so one allocation of plan->total floats serves every step. Their gradients get offsets (doff)
+ * in a second arena of plan->dtotal floats; a bottleneck input x shares its residual sum's
+ * gradient when nothing else reads x (inside a C3: always; the input of a Bottleneck row's first
+ * copy: when no other row reads the same row output, and it is not the image), since dL/dx =
+ * dL/dsum + what cv1 adds: cv1's backward accumulates into the sum's gradient after cv2's
+ * backward has read it, with no copy.
+ * CONCAT SLICES. A concat input that fills exactly one concat slot, is not the image, is written
+ * by a BN+SiLU (+add), max pool or upsample and starts TRN_MODEL_ALIGN-aligned in its slot is
+ * placed in its concat buffer's channel slice (nstride != 0): its producer writes the buffer and
+ * its readers read it there, so the forward needs no copy and the arena has no separate tensor
+ * for it. Its gradient is placed in the buffer's gradient slice too (dnstride != 0) when no other
+ * reader of that gradient storage (the act and those sharing it) runs its backward before the
+ * buffer's readers have written the buffer's gradient (they overwrite it whole): readers in rows
+ * below the first reader of a Concat row's buffer, or inside the C3 / SPPF row owning it. Others
+ * keep a dense gradient and a copy out of the buffer's.
  * out: filled on success; free with trn_act_plan_free. Returns 0, -EINVAL (batch, h or w < 1),
  * -TRN_MODEL_ESHAPE (e.g. h not a multiple of the largest stride makes a Concat's inputs
  * differ; err says which row), -ENOMEM.

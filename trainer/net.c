@@ -2,7 +2,10 @@
  * Forward and backward of the YOLOv5 network (see net.h).
  *
  * Tensors are NCHW float32 in the activation arena of trn_model_plan; the activation-gradient
- * arena has the same layout, so the gradient of act a is at dact + acts[a].offset. Backward
+ * arena (plan.dtotal floats) holds the gradient of act a at dact + acts[a].doff, where a
+ * bottleneck input and its residual sum may share one (trn_model_plan), and concat inputs may
+ * be channel slices of their buffer in either arena (trn_act.nstride, dnstride: every op that
+ * touches them is given that n-stride; cat_fwd / cat_bwd skip them, by address). Backward
  * walks the rows in reverse: every consumer of a row has a larger index, so a row's output
  * gradient is complete when the row is reached. The first gradient written into an activation
  * overwrites it (kern accum bit clear) and later ones add (KERN_ACCUM_DX), tracked per act by
@@ -40,6 +43,8 @@ struct trn_net {
     float *h_dec;   /* gpu: host mirror of dec */
     float *h_grad;  /* gpu: host mirror of grad, refreshed after each backward */
     float *h_view;  /* gpu: host copy of one activation for the view getters */
+    float **sview;  /* CPU net: per act, NULL or a dense copy of a concat slice for the view
+                       getters (made at the first call, refreshed by each) */
     size_t n_head;  /* floats in head */
     size_t n_dec;   /* floats in dec */
     size_t n_view;  /* floats in h_view (the largest activation) */
@@ -51,16 +56,18 @@ struct trn_net {
     bool no_count; /* training forwards leave num_batches_tracked alone (trn_net_set_count) */
     struct trn_act_plan plan;
     int batch;
-    float *act;             /* plan.total floats */
-    float *dact;            /* plan.total floats, or NULL (inference net) */
-    unsigned char *has;     /* per act: its gradient has been written in this backward */
-    float *grad;            /* arena_len[PARAM] floats, or NULL */
-    struct kern_conv2d *cd; /* per conv */
-    size_t *bn_off;         /* per conv: offset of its save_mean in bn_stat (invstd follows) */
-    float *bn_stat;         /* BN batch mean and invstd for backward */
-    size_t *pool_off;       /* per row: offset of its 3 pools' indices in pool_idx */
-    int32_t *pool_idx;      /* SPPF max-pool argmax indices */
-    float *head;            /* Detect outputs, permuted, all levels */
+    float *act;              /* plan.total floats */
+    float *dact;             /* plan.dtotal floats, or NULL (inference net) */
+    unsigned char *has;      /* per act: its gradient has been written in this backward */
+    float *grad;             /* arena_len[PARAM] floats, or NULL */
+    struct kern_conv2d *cd;  /* per conv; x_nstride: its input act's (forward, bwd_filter) */
+    struct kern_conv2d *cdb; /* per conv: cd[ci] with x_nstride of the input's gradient
+                                (bwd_data), which differs where only one is a concat slice */
+    size_t *bn_off;          /* per conv: offset of its save_mean in bn_stat (invstd follows) */
+    float *bn_stat;          /* BN batch mean and invstd for backward */
+    size_t *pool_off;        /* per row: offset of its 3 pools' indices in pool_idx */
+    int32_t *pool_idx;       /* SPPF max-pool argmax indices */
+    float *head;             /* Detect outputs, permuted, all levels */
     size_t head_off[TRN_MODEL_MAX_LEVELS];
     struct kern_detect det[TRN_MODEL_MAX_LEVELS];
     const float *out_view[TRN_MODEL_MAX_LEVELS];
@@ -79,10 +86,19 @@ struct trn_net {
        memory, allocated once); all NULL with amp == KERN_DT_F32. */
     int amp;                     /* KERN_DT_*: the convs' compute type */
     struct kern_conv2d_lowp *lp; /* per conv: cd[ci] with amp's dtype, NCHW */
-    uint16_t *w16;               /* the PARAM arena cast to amp, refreshed by every forward */
+    uint16_t *w16;               /* the PARAM arena cast to amp (net.h AMP WEIGHTS); the
+                                    share's when it has the same amp (w16_own false) */
     uint16_t *x16;               /* a conv's input (forward, bwd_filter) or its dx (bwd_data) */
     uint16_t *y16;               /* a conv's output (forward) or its dy (backward) */
     float *dx32;                 /* bwd_data's widened dx when it adds into an existing gradient */
+    /* --- wcast --- */
+    struct trn_net *pown; /* the net owning the parameter storage the ops read (the share on the
+                             device data path, else this net): its w16_ok tracks its w16 */
+    bool w16_own;         /* w16 was allocated by this net */
+    bool w16_ok;          /* (pown only) w16 holds the cast of the current parameters */
+    bool fixed;           /* trn_net_opts.fixed_params */
+    bool up_ok;           /* fixed non-resident device net: d_param / d_buf hold the host model */
+    int64_t n_casts;      /* whole-arena casts of the parameters so far (trn_net_lowp_casts) */
 };
 
 #define TRY(x)                           \
@@ -141,7 +157,7 @@ static float *A(const struct trn_net *net, int a)
 
 static float *D(const struct trn_net *net, int a)
 {
-    return net->dact + net->plan.acts[a].offset;
+    return net->dact + net->plan.acts[a].doff;
 }
 
 static float *P(const struct trn_net *net, int t)
@@ -205,6 +221,33 @@ static void bn_desc(const struct trn_net *net, int ci, struct kern_bn *d)
 {
     const struct trn_act *a = &net->plan.acts[net->plan.convs[ci].conv];
     kern_bn_init(d, a->n, a->c, a->h * a->w);
+}
+
+/* Elements per image of act a, and its n-strides (0: dense; trn_act.nstride, dnstride): a concat
+ * input that lives in its concat buffer's channel slice (model.h CONCAT SLICES). */
+static size_t img_of(const struct trn_net *net, int a)
+{
+    const struct trn_act *t = &net->plan.acts[a];
+    return (size_t)t->c * (size_t)t->h * (size_t)t->w;
+}
+
+static size_t NS(const struct trn_net *net, int a)
+{
+    return net->plan.acts[a].nstride;
+}
+
+static size_t DNS(const struct trn_net *net, int a)
+{
+    return net->plan.acts[a].dnstride;
+}
+
+/* Act a cast to the AMP dtype into the dense scratch dst (through its slice when it has one). */
+static int act_to_lowp(const struct trn_net *net, uint16_t *dst, int a)
+{
+    const struct trn_act *t = &net->plan.acts[a];
+    if (!t->nstride) return to_lowp(net, dst, A(net, a), t->numel);
+    return net->K->cast_f32_lowp_ns(net->ctx, net->amp, dst, A(net, a), t->n, img_of(net, a),
+                                    t->nstride);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -324,11 +367,13 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
     net->act = alloc_tensor(net, pl->total, sizeof(float));
     net->has = calloc((size_t)pl->n_acts + 1, 1);
     net->cd = calloc((size_t)I->n_convs + 1, sizeof *net->cd);
+    net->cdb = calloc((size_t)I->n_convs + 1, sizeof *net->cdb);
     net->bn_off = calloc((size_t)I->n_convs + 1, sizeof *net->bn_off);
     net->pool_off = calloc((size_t)I->n_layers + 1, sizeof *net->pool_off);
-    if (!net->act || !net->has || !net->cd || !net->bn_off || !net->pool_off) goto fail;
+    if (!net->act || !net->has || !net->cd || !net->cdb || !net->bn_off || !net->pool_off)
+        goto fail;
     if (o.train) {
-        net->dact = alloc_tensor(net, pl->total, sizeof(float));
+        net->dact = alloc_tensor(net, pl->dtotal, sizeof(float));
         net->grad = alloc_tensor(net, I->arena_len[TRN_ARENA_PARAM], sizeof(float));
         if (!net->dact || !net->grad) goto fail;
     }
@@ -358,6 +403,7 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         if (o.train && !(net->h_grad = alloc_floats(I->arena_len[TRN_ARENA_PARAM], sizeof(float))))
             goto fail;
     }
+    if (!net->gpu && !(net->sview = calloc((size_t)pl->n_acts + 1, sizeof *net->sview))) goto fail;
 
     size_t ws = 0, n_stat = 0, n_x = 0, n_y = 0;
     if (net->amp != KERN_DT_F32 && !(net->lp = calloc((size_t)I->n_convs + 1, sizeof *net->lp)))
@@ -366,11 +412,20 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         const struct trn_conv *c = trn_model_conv(m, ci);
         const struct trn_act *x = &pl->acts[pl->convs[ci].in];
         kern_conv2d_init(&net->cd[ci], batch, c->c1, x->h, x->w, c->c2, c->k, c->s, c->p);
+        net->cdb[ci] = net->cd[ci];
+        net->cd[ci].x_nstride = x->nstride;
+        net->cdb[ci].x_nstride = x->dnstride;
         size_t b = 0;
         if ((rc = net->K->conv2d_workspace_size(net->ctx, &net->cd[ci], &b))) goto fail;
         if (b > ws) ws = b;
+        if (o.train && x->dnstride != x->nstride) { /* its own plan on CUDA */
+            if ((rc = net->K->conv2d_workspace_size(net->ctx, &net->cdb[ci], &b))) goto fail;
+            if (b > ws) ws = b;
+        }
         if (net->lp) {
-            kern_conv2d_lowp_init(&net->lp[ci], &net->cd[ci], net->amp, KERN_LAYOUT_NCHW);
+            /* the lowp convs are dense: slices go through the _ns casts and the scratch */
+            kern_conv2d_lowp_init(&net->lp[ci], &net->cdb[ci], net->amp, KERN_LAYOUT_NCHW);
+            net->lp[ci].conv.x_nstride = 0;
             if ((rc = net->K->conv2d_lowp_workspace_size(net->ctx, &net->lp[ci], &b))) goto fail;
             if (b > ws) ws = b;
             if (x->numel > n_x) n_x = x->numel;
@@ -381,8 +436,15 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
     }
     if ((rc = kern_ctx_reserve(net->ctx, ws))) goto fail;
     rc = -ENOMEM;
+    /* a net on another's parameters also reads that net's cast of them (same dtype) */
+    net->pown = net->shared ? o.share : net;
+    net->fixed = o.fixed_params;
+    if (net->lp && net->pown != net && net->pown->amp == net->amp) net->w16 = net->pown->w16;
     if (net->lp) {
-        net->w16 = alloc_tensor(net, I->arena_len[TRN_ARENA_PARAM], sizeof(uint16_t));
+        if (!net->w16) {
+            net->w16 = alloc_tensor(net, I->arena_len[TRN_ARENA_PARAM], sizeof(uint16_t));
+            net->w16_own = true;
+        }
         net->x16 = alloc_tensor(net, n_x, sizeof(uint16_t));
         net->y16 = alloc_tensor(net, n_y, sizeof(uint16_t));
         if (!net->w16 || !net->x16 || !net->y16) goto fail;
@@ -468,7 +530,7 @@ void trn_net_destroy(struct trn_net *net)
                             net->shared ? NULL : net->d_buf,
                             net->d_dout,
                             net->bn_sums,
-                            net->w16,
+                            net->w16_own ? net->w16 : NULL,
                             net->x16,
                             net->y16,
                             net->dx32 };
@@ -476,9 +538,14 @@ void trn_net_destroy(struct trn_net *net)
             kern_mem_free(net->ctx, t[k]);
     }
     if (net->own_ctx) kern_ctx_destroy(net->ctx);
+    if (net->sview)
+        for (int a = 0; a < net->plan.n_acts; a++)
+            free(net->sview[a]);
+    free(net->sview);
     trn_act_plan_free(&net->plan);
     free(net->has);
     free(net->cd);
+    free(net->cdb);
     free(net->lp);
     free(net->bn_off);
     free(net->pool_off);
@@ -541,7 +608,7 @@ static int conv_fwd(struct trn_net *net, int ci, bool train)
     const struct trn_act_conv *ac = &net->plan.convs[ci];
     if (net->lp) {
         /* autocast: the input cast to the dtype, the lowp conv, its output widened back */
-        TRY(to_lowp(net, net->x16, A(net, ac->in), net->plan.acts[ac->in].numel));
+        TRY(act_to_lowp(net, net->x16, ac->in));
         TRY(K->conv2d_lowp_fwd(net->ctx, &net->lp[ci], net->y16, net->x16, P16(net, c->weight),
                                c->bias >= 0 ? P16(net, c->bias) : NULL));
         TRY(from_lowp(net, A(net, ac->conv), net->y16, net->plan.acts[ac->conv].numel));
@@ -552,47 +619,62 @@ static int conv_fwd(struct trn_net *net, int ci, bool train)
     if (!c->bn) return 0;
     struct kern_bn d;
     bn_desc(net, ci, &d);
+    /* A shortcut bottleneck's cv2 writes silu(bn) + the bottleneck input (cv1's input) straight
+     * into the sum: its SiLU output is never stored (trn_act_conv.act). */
+    const bool sum = ac->add >= 0;
+    float *const y = A(net, sum ? ac->add : ac->act);
+    const float *const r = sum ? A(net, net->plan.convs[ci - 1].in) : NULL;
+    d.y_nstride = NS(net, sum ? ac->add : ac->act); /* a concat slice writes in place */
+    if (sum) d.r_nstride = NS(net, net->plan.convs[ci - 1].in);
     if (train) {
         float *mean = net->bn_stat + net->bn_off[ci];
         if (net->bn_allreduce) {
             TRY(K->bn_stats(net->ctx, &d, net->bn_sums, A(net, ac->conv)));
             TRY(bn_sync(net, c->c2));
-            TRY(K->bn_silu_fwd_apply(net->ctx, &d, A(net, ac->act), mean, mean + c->c2,
-                                     B(net, c->bn_mean), B(net, c->bn_var), A(net, ac->conv),
-                                     P(net, c->bn_weight), P(net, c->bn_bias), net->bn_sums));
+            if (sum)
+                TRY(K->bn_silu_add_fwd_apply(
+                    net->ctx, &d, y, mean, mean + c->c2, B(net, c->bn_mean), B(net, c->bn_var),
+                    A(net, ac->conv), P(net, c->bn_weight), P(net, c->bn_bias), net->bn_sums, r));
+            else
+                TRY(K->bn_silu_fwd_apply(net->ctx, &d, y, mean, mean + c->c2, B(net, c->bn_mean),
+                                         B(net, c->bn_var), A(net, ac->conv), P(net, c->bn_weight),
+                                         P(net, c->bn_bias), net->bn_sums));
+        } else if (sum) {
+            TRY(K->bn_silu_add_fwd_train(net->ctx, &d, y, mean, mean + c->c2, B(net, c->bn_mean),
+                                         B(net, c->bn_var), A(net, ac->conv), P(net, c->bn_weight),
+                                         P(net, c->bn_bias), r));
         } else {
-            TRY(K->bn_silu_fwd_train(net->ctx, &d, A(net, ac->act), mean, mean + c->c2,
-                                     B(net, c->bn_mean), B(net, c->bn_var), A(net, ac->conv),
-                                     P(net, c->bn_weight), P(net, c->bn_bias)));
+            TRY(K->bn_silu_fwd_train(net->ctx, &d, y, mean, mean + c->c2, B(net, c->bn_mean),
+                                     B(net, c->bn_var), A(net, ac->conv), P(net, c->bn_weight),
+                                     P(net, c->bn_bias)));
         }
         if (!net->no_count) {
             int64_t *cnt = trn_model_arena(net->m, TRN_ARENA_COUNT);
             cnt[trn_model_tensor(net->m, c->bn_count)->offset] += 1;
         }
+    } else if (sum) {
+        TRY(K->bn_silu_add_fwd_eval(net->ctx, &d, y, A(net, ac->conv), P(net, c->bn_weight),
+                                    P(net, c->bn_bias), B(net, c->bn_mean), B(net, c->bn_var), r));
     } else {
-        TRY(K->bn_silu_fwd_eval(net->ctx, &d, A(net, ac->act), A(net, ac->conv),
-                                P(net, c->bn_weight), P(net, c->bn_bias), B(net, c->bn_mean),
-                                B(net, c->bn_var)));
+        TRY(K->bn_silu_fwd_eval(net->ctx, &d, y, A(net, ac->conv), P(net, c->bn_weight),
+                                P(net, c->bn_bias), B(net, c->bn_mean), B(net, c->bn_var)));
     }
     return 0;
 }
 
-/* A bottleneck made of convs cv1, cv1 + 1 reading act x; adds x when it has a shortcut. */
-static int bottleneck_fwd(struct trn_net *net, int cv1, int x, bool train)
+/* A bottleneck made of convs cv1, cv1 + 1; with a shortcut cv2's forward adds cv1's input. */
+static int bottleneck_fwd(struct trn_net *net, int cv1, bool train)
 {
     TRY(conv_fwd(net, cv1, train));
-    TRY(conv_fwd(net, cv1 + 1, train));
-    const struct trn_act_conv *ac = &net->plan.convs[cv1 + 1];
-    if (ac->add >= 0)
-        TRY(net->K->add_fwd(net->ctx, A(net, ac->add), A(net, ac->act), A(net, x),
-                            net->plan.acts[ac->add].numel));
-    return 0;
+    return conv_fwd(net, cv1 + 1, train);
 }
 
 /* Copy act src into channels [c_off, ..) of act dst. */
 static int cat_fwd(struct trn_net *net, int dst, int src, int c_off)
 {
     const struct trn_act *y = &net->plan.acts[dst], *x = &net->plan.acts[src];
+    /* placed in its slice by the plan: its producer has written it there */
+    if (x->nstride && A(net, src) == A(net, dst) + (size_t)c_off * x->h * x->w) return 0;
     return net->K->concat_fwd(net->ctx, A(net, dst), A(net, src), x->n, x->c, x->h * x->w, y->c,
                               c_off);
 }
@@ -621,13 +703,13 @@ static int layer_fwd(struct trn_net *net, int i, bool train)
         break;
     case TRN_MOD_BOTTLENECK:
         for (int j = 0; j < L->n; j++)
-            TRY(bottleneck_fwd(net, c0 + 2 * j, net->plan.convs[c0 + 2 * j].in, train));
+            TRY(bottleneck_fwd(net, c0 + 2 * j, train));
         break;
     case TRN_MOD_C3: {
         TRY(conv_fwd(net, c0, train));
         for (int j = 0; j < L->n; j++) {
             const int b1 = c0 + 3 + 2 * j;
-            TRY(bottleneck_fwd(net, b1, net->plan.convs[b1].in, train));
+            TRY(bottleneck_fwd(net, b1, train));
         }
         TRY(conv_fwd(net, c0 + 1, train));
         /* Bottleneck branch first (common.py C3.forward). */
@@ -644,6 +726,8 @@ static int layer_fwd(struct trn_net *net, int i, bool train)
         int src = conv_out(net, c0);
         TRY(cat_fwd(net, al->cat, src, 0));
         for (int j = 0; j < 3; j++) {
+            d.x_nstride = NS(net, src);
+            d.y_nstride = NS(net, al->pool[j]);
             TRY(K->maxpool2d_fwd(net->ctx, &d, A(net, al->pool[j]),
                                  net->pool_idx + net->pool_off[i] +
                                      (size_t)j * net->plan.acts[al->pool[j]].numel,
@@ -656,7 +740,8 @@ static int layer_fwd(struct trn_net *net, int i, bool train)
     }
     case TRN_MOD_UPSAMPLE: {
         const struct trn_act *a = &net->plan.acts[x];
-        TRY(K->upsample2x_fwd(net->ctx, A(net, al->out), A(net, x), a->n * a->c, a->h, a->w));
+        TRY(K->upsample2x_ns_fwd(net->ctx, A(net, al->out), A(net, x), a->n, a->c, a->h, a->w,
+                                 NS(net, al->out), NS(net, x)));
         break;
     }
     case TRN_MOD_CONCAT: {
@@ -679,25 +764,42 @@ static int layer_fwd(struct trn_net *net, int i, bool train)
     return 0;
 }
 
+/* The AMP weights of a forward (net.h AMP WEIGHTS): the PARAM arena cast into w16 unless the
+ * cast there is known to be current. uploaded: this forward has just copied the host parameters
+ * over the device copy (a non-resident device net), which makes any earlier cast of it stale. */
+static int lowp_weights(struct trn_net *net, bool uploaded)
+{
+    struct trn_net *const o = net->pown;
+    const bool follows = net->w16 == o->w16; /* the cast whose state o->w16_ok is */
+    if (uploaded) o->w16_ok = false;
+    if (follows && o->w16_ok && (net->fixed || net->resident)) return 0;
+    TRY(to_lowp(net, net->w16, trn_net_dev_arena(net, TRN_ARENA_PARAM),
+                net->I->arena_len[TRN_ARENA_PARAM]));
+    net->n_casts++;
+    if (follows) o->w16_ok = true;
+    return 0;
+}
+
 /* The forward's own part, leaving its results where the backend keeps them. images: host
  * memory, or backend memory when images_dev. */
 static int forward_dev(struct trn_net *net, const float *images, bool images_dev, bool train)
 {
     net->trained = false;
-    if (net->gpu && !net->resident) {
-        /* The optimizer and EMA update the host model between steps. */
+    /* The optimizer and EMA update the host model between steps; a fixed_params net's model
+       changes only where trn_net_params_changed says so (validation uploads once). */
+    const bool upload = net->gpu && !net->resident && !(net->fixed && net->up_ok);
+    if (upload) {
         TRY(kern_mem_copy(net->ctx, net->d_param, trn_model_arena(net->m, TRN_ARENA_PARAM),
                           arena_bytes(net, TRN_ARENA_PARAM), KERN_COPY_H2D));
         TRY(kern_mem_copy(net->ctx, net->d_buf, trn_model_arena(net->m, TRN_ARENA_BUFFER),
                           arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_H2D));
+        net->up_ok = net->fixed && !net->shared && !train;
     }
     /* a batch already in the input slot (trn_net_dev_input) needs no copy */
     if (!(images_dev && images == net->act))
         TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
                           images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
-    if (net->lp) /* once per forward: the optimizer changes the master weights between them */
-        TRY(to_lowp(net, net->w16, trn_net_dev_arena(net, TRN_ARENA_PARAM),
-                    net->I->arena_len[TRN_ARENA_PARAM]));
+    if (net->lp) TRY(lowp_weights(net, upload));
     for (int i = 0; i < net->I->n_layers; i++)
         TRY(layer_fwd(net, i, train));
     if (net->gpu && train && !net->resident)
@@ -750,12 +852,16 @@ static int conv_bwd_lowp(struct trn_net *net, int ci)
     TRY(to_lowp(net, net->y16, D(net, ac->conv), net->plan.acts[ac->conv].numel));
     if (!c->bn && c->bias >= 0)
         TRY(K->conv2d_lowp_bwd_bias(net->ctx, d, G(net, c->bias), net->y16, KERN_ACCUM_DPARAM));
-    TRY(to_lowp(net, net->x16, A(net, ac->in), n_in)); /* the forward's cast, recomputed */
+    TRY(act_to_lowp(net, net->x16, ac->in)); /* the forward's cast, recomputed */
     TRY(K->conv2d_lowp_bwd_filter(net->ctx, d, G(net, c->weight), net->y16, net->x16,
                                   KERN_ACCUM_DPARAM));
     if (ac->in == 0 && !net->input_grad) return 0;
     TRY(K->conv2d_lowp_bwd_data(net->ctx, d, net->x16, net->y16, P16(net, c->weight), 0));
     const unsigned accum = accum_for(net, ac->in);
+    if (DNS(net, ac->in)) /* a gradient slice: widened (=|+=) straight into it */
+        return K->cast_lowp_f32_ns(net->ctx, net->amp, D(net, ac->in), net->x16,
+                                   net->plan.acts[ac->in].n, img_of(net, ac->in), DNS(net, ac->in),
+                                   accum);
     if (!accum) return from_lowp(net, D(net, ac->in), net->x16, n_in);
     TRY(from_lowp(net, net->dx32, net->x16, n_in));
     return K->add_bwd(net->ctx, D(net, ac->in), net->dx32, n_in, KERN_ACCUM_DX);
@@ -767,25 +873,28 @@ static int conv_bwd(struct trn_net *net, int ci)
     const struct kern_ops *K = net->K;
     const struct trn_conv *c = trn_model_conv(net->m, ci);
     const struct trn_act_conv *ac = &net->plan.convs[ci];
-    const int top = c->bn ? ac->act : ac->conv;
+    /* the gradient at its SiLU output: a shortcut bottleneck cv2's is its sum's (the SiLU output
+       is not stored, and d(sum) / d(silu output) = 1) */
+    const int top = !c->bn ? ac->conv : ac->act >= 0 ? ac->act : ac->add;
     if (!net->has[top]) return 0; /* nothing downstream used it: zero gradient */
     if (c->bn) {
         struct kern_bn d;
         bn_desc(net, ci, &d);
+        d.y_nstride = DNS(net, top);
         const float *mean = net->bn_stat + net->bn_off[ci];
         net->has[ac->conv] = 1;
         if (net->bn_allreduce) {
             TRY(K->bn_silu_bwd_reduce(net->ctx, &d, net->bn_sums, G(net, c->bn_weight),
-                                      G(net, c->bn_bias), D(net, ac->act), A(net, ac->conv),
+                                      G(net, c->bn_bias), D(net, top), A(net, ac->conv),
                                       P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
                                       KERN_ACCUM_DPARAM));
             TRY(bn_sync(net, c->c2));
-            TRY(K->bn_silu_bwd_apply(net->ctx, &d, D(net, ac->conv), D(net, ac->act),
-                                     A(net, ac->conv), P(net, c->bn_weight), P(net, c->bn_bias),
-                                     mean, mean + c->c2, net->bn_sums, 0));
+            TRY(K->bn_silu_bwd_apply(net->ctx, &d, D(net, ac->conv), D(net, top), A(net, ac->conv),
+                                     P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
+                                     net->bn_sums, 0));
         } else {
             TRY(K->bn_silu_bwd(net->ctx, &d, D(net, ac->conv), G(net, c->bn_weight),
-                               G(net, c->bn_bias), D(net, ac->act), A(net, ac->conv),
+                               G(net, c->bn_bias), D(net, top), A(net, ac->conv),
                                P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
                                KERN_ACCUM_DPARAM));
         }
@@ -797,7 +906,7 @@ static int conv_bwd(struct trn_net *net, int ci)
     TRY(K->conv2d_bwd_filter(net->ctx, &net->cd[ci], G(net, c->weight), D(net, ac->conv),
                              A(net, ac->in), KERN_ACCUM_DPARAM));
     if (ac->in != 0 || net->input_grad)
-        TRY(K->conv2d_bwd_data(net->ctx, &net->cd[ci], D(net, ac->in), D(net, ac->conv),
+        TRY(K->conv2d_bwd_data(net->ctx, &net->cdb[ci], D(net, ac->in), D(net, ac->conv),
                                P(net, c->weight), accum_for(net, ac->in)));
     return 0;
 }
@@ -810,12 +919,22 @@ static int pass_bwd(struct trn_net *net, int dst, int src)
                            accum_for(net, dst));
 }
 
+/*
+ * With a shortcut, cv2's backward reads the sum's gradient as its own (conv_bwd's top), and the
+ * input x gets the sum's gradient plus cv1's: where the plan gives x the sum's gradient storage
+ * (nothing else reads x) that is no copy, only x's `has` following the sum's, so that cv1's
+ * bwd_data, which runs after cv2's backward has read the sum's gradient, adds into it (or
+ * overwrites it when the sum got no gradient); elsewhere the sum's gradient is passed on.
+ */
 static int bottleneck_bwd(struct trn_net *net, int cv1)
 {
     const struct trn_act_conv *ac = &net->plan.convs[cv1 + 1];
     if (ac->add >= 0) {
-        TRY(pass_bwd(net, ac->act, ac->add));
-        TRY(pass_bwd(net, net->plan.convs[cv1].in, ac->add));
+        const int x = net->plan.convs[cv1].in;
+        if (net->plan.acts[x].doff == net->plan.acts[ac->add].doff)
+            net->has[x] = net->has[ac->add];
+        else
+            TRY(pass_bwd(net, x, ac->add));
     }
     TRY(conv_bwd(net, cv1 + 1));
     return conv_bwd(net, cv1);
@@ -823,8 +942,14 @@ static int bottleneck_bwd(struct trn_net *net, int cv1)
 
 static int cat_bwd(struct trn_net *net, int dst, int cat, int c_off)
 {
-    if (!net->has[cat]) return 0;
     const struct trn_act *y = &net->plan.acts[cat], *x = &net->plan.acts[dst];
+    /* its gradient is the slice of the buffer's (the plan made sure nothing wrote it earlier):
+       no copy, only `has` following the buffer's */
+    if (x->dnstride && D(net, dst) == D(net, cat) + (size_t)c_off * x->h * x->w) {
+        net->has[dst] = net->has[cat];
+        return 0;
+    }
+    if (!net->has[cat]) return 0;
     return net->K->concat_bwd(net->ctx, D(net, dst), D(net, cat), x->n, x->c, x->h * x->w, y->c,
                               c_off, accum_for(net, dst));
 }
@@ -867,6 +992,8 @@ static int layer_bwd(struct trn_net *net, int i, const float *const *d_outputs)
         for (int j = 2; j >= 0; j--) {
             const int src = j ? al->pool[j - 1] : x1;
             if (!net->has[al->pool[j]]) continue;
+            d.x_nstride = DNS(net, src);
+            d.y_nstride = DNS(net, al->pool[j]);
             TRY(K->maxpool2d_bwd(net->ctx, &d, D(net, src), D(net, al->pool[j]),
                                  net->pool_idx + net->pool_off[i] +
                                      (size_t)j * net->plan.acts[al->pool[j]].numel,
@@ -878,8 +1005,8 @@ static int layer_bwd(struct trn_net *net, int i, const float *const *d_outputs)
     case TRN_MOD_UPSAMPLE: {
         if (!net->has[al->out] || (x == 0 && !net->input_grad)) break;
         const struct trn_act *a = &net->plan.acts[x];
-        TRY(K->upsample2x_bwd(net->ctx, D(net, x), D(net, al->out), a->n * a->c, a->h, a->w,
-                              accum_for(net, x)));
+        TRY(K->upsample2x_ns_bwd(net->ctx, D(net, x), D(net, al->out), a->n, a->c, a->h, a->w,
+                                 DNS(net, x), DNS(net, al->out), accum_for(net, x)));
         break;
     }
     case TRN_MOD_CONCAT: {
@@ -989,6 +1116,7 @@ int trn_net_set_resident(struct trn_net *net, bool on)
 {
     if (!net) return -EINVAL;
     if (net->gpu) net->resident = on;
+    net->pown->w16_ok = false; /* the master copy moves: nothing known about the cast */
     return 0;
 }
 
@@ -1045,6 +1173,7 @@ const struct kern_ops *trn_net_kern_ops(const struct trn_net *net)
 int trn_net_sync_model(struct trn_net *net, int dir)
 {
     if (!net || (dir != KERN_COPY_H2D && dir != KERN_COPY_D2H)) return -EINVAL;
+    if (dir == KERN_COPY_H2D) net->pown->w16_ok = false;
     if (!net->gpu) return 0;
     for (int k = 0; k < 2; k++) {
         const int a = k ? TRN_ARENA_BUFFER : TRN_ARENA_PARAM;
@@ -1070,20 +1199,32 @@ int trn_net_sync_grad(struct trn_net *net, int dir)
 
 /* A host view of act a's memory at p: p itself on the CPU, else a copy into h_view (the one
  * view buffer: each getter's result is valid until the next getter call on a GPU net). */
-static const float *host_view(const struct trn_net *net, const float *p, int a)
+static const float *host_view(const struct trn_net *net, const float *p, int a, size_t ns)
 {
-    if (!net->gpu) return p;
+    if (!net->gpu && !ns) return p;
     struct trn_net *mut = (struct trn_net *)net;
     const size_t n = net->plan.acts[a].numel;
-    if (n > net->n_view ||
-        kern_mem_copy(mut->ctx, mut->h_view, p, n * sizeof(float), KERN_COPY_D2H) < 0)
+    float *dst = net->h_view;
+    if (!net->gpu) { /* a concat slice on the CPU: its own dense copy, so views stay apart */
+        if (!mut->sview[a] && !(mut->sview[a] = alloc_floats(n, sizeof(float)))) return NULL;
+        dst = mut->sview[a];
+    } else if (n > net->n_view) {
         return NULL;
-    return net->h_view;
+    }
+    if (!ns)
+        return kern_mem_copy(mut->ctx, dst, p, n * sizeof(float), KERN_COPY_D2H) < 0 ? NULL : dst;
+    /* a concat slice (ns: its n-stride): gathered image by image into a dense view */
+    const size_t img = img_of(net, a);
+    for (int i = 0; i < net->plan.acts[a].n; i++)
+        if (kern_mem_copy(mut->ctx, dst + (size_t)i * img, p + (size_t)i * ns, img * sizeof(float),
+                          KERN_COPY_D2H) < 0)
+            return NULL;
+    return dst;
 }
 
 const float *trn_net_input_grad(const struct trn_net *net)
 {
-    return net && net->input_grad ? host_view(net, D(net, 0), 0) : NULL;
+    return net && net->input_grad ? host_view(net, D(net, 0), 0, DNS(net, 0)) : NULL;
 }
 
 const float *trn_net_layer_output(const struct trn_net *net, int i, int shape[4])
@@ -1096,13 +1237,14 @@ const float *trn_net_layer_output(const struct trn_net *net, int i, int shape[4]
         shape[2] = a->h;
         shape[3] = a->w;
     }
-    return host_view(net, A(net, net->plan.layers[i].out), net->plan.layers[i].out);
+    const int o = net->plan.layers[i].out;
+    return host_view(net, A(net, o), o, NS(net, o));
 }
 
 const float *trn_net_act(const struct trn_net *net, int a)
 {
     if (!net || a < 0 || a >= net->plan.n_acts) return NULL;
-    return host_view(net, A(net, a), a);
+    return host_view(net, A(net, a), a, NS(net, a));
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1137,4 +1279,35 @@ int trn_net_infer(struct trn_net *net, const float *images, const float **out, i
     *out = net->gpu ? net->h_dec : net->dec;
     if (rows) *rows = net->dec_rows;
     return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* --- wcast --- AMP weights                                                                */
+
+int trn_net_params_changed(struct trn_net *net)
+{
+    if (!net) return -EINVAL;
+    net->pown->w16_ok = false;
+    net->up_ok = false;
+    return 0;
+}
+
+void *trn_net_dev_params_lowp(struct trn_net *net, int *dtype)
+{
+    if (!net || !net->lp || net->w16 != net->pown->w16) return NULL;
+    if (dtype) *dtype = net->amp;
+    return net->w16;
+}
+
+int trn_net_lowp_refresh(struct trn_net *net)
+{
+    if (!net) return -EINVAL;
+    /* a net that does not track its cast recasts at every forward anyway */
+    if (!net->lp || !(net->resident || (net->fixed && !net->gpu))) return 0;
+    return lowp_weights(net, false);
+}
+
+int64_t trn_net_lowp_casts(const struct trn_net *net)
+{
+    return net ? net->n_casts : 0;
 }

@@ -3,8 +3,12 @@
  * (kernels/include/kern.h, CPU reference for now), with every buffer planned once at creation.
  *
  * LAYOUT. Tensors are float32 NCHW. The activation arena follows trn_model_plan (one slot per
- * trn_act; acts[0] holds a copy of the images); a second arena of the same layout holds the
- * activation gradients during backward. Parameter gradients live in a grad arena with the
+ * trn_act; acts[0] holds a copy of the images); a second arena (trn_act.doff) holds the
+ * activation gradients during backward. Concat inputs the plan places in their concat buffer's
+ * channel slice (model.h CONCAT SLICES) are written there by their producers and read there by
+ * their readers through the kern ops' n-strides (BN y_nstride, conv x_nstride, pool and
+ * upsample strides, the AMP _ns casts), so their concat copies (and, for gradient slices, the
+ * copies back) are skipped. Parameter gradients live in a grad arena with the
  * model's TRN_ARENA_PARAM layout (same length and offsets, so tensor t's gradient is at
  * trn_net_grad(net) + trn_model_tensor(m, t)->offset). The Detect outputs are returned as
  * PyTorch's training output: per level l, (bs, na, ny, nx, no), no = nc + 5, i.e.
@@ -57,7 +61,9 @@
  * mirrors, and backward copies the gradients to a host mirror that trn_net_grad returns (writes
  * to it are not seen by the device: call trn_net_zero_grad between steps, as the trainer does).
  * The view getters (trn_net_layer_output, trn_net_act, trn_net_input_grad) share one host copy:
- * on a GPU net each result is valid until the next getter call.
+ * on a GPU net each result is valid until the next getter call. On a CPU net they point into
+ * the arena, but for a concat slice: that is gathered into a dense copy of its own at each call
+ * (valid for the net's life, its contents as of the call).
  *
  * RESIDENT. trn_net_set_resident(net, true) turns the device copies of the parameter and buffer
  * arenas (trn_net_dev_arena) into the master copies: forwards no longer upload the model's arenas
@@ -71,8 +77,8 @@
  * the dev getters return the model's arenas and the grad arena.
  *
  * AUTOCAST (trn_net_opts.amp = KERN_DT_BF16 or KERN_DT_F16), as torch.autocast with every conv
- * in the lower-precision list and nothing else: each forward casts the whole PARAM arena to the
- * dtype once (the master weights stay float32; the optimizer updates them between forwards), and
+ * in the lower-precision list and nothing else: the convs read the whole PARAM arena cast to the
+ * dtype (the master weights stay float32; see AMP WEIGHTS for when it is cast), and
  * each conv casts its float32 input to the dtype, runs kern's conv2d_lowp (float32 accumulation,
  * bias in the dtype for Detect) and widens its output into the usual float32 activation, so BN,
  * SiLU, pools, upsample, concat, the residual adds, Detect's reshape and the loss are float32 as
@@ -82,6 +88,25 @@
  * to Inf: the trainer's loss scaler (trainer/amp.h) checks for that. The scratch (the cast
  * PARAM arena, one input, one output and one float32 dx of the largest conv) is allocated at
  * creation in the backend's memory and counted in trn_net_memory_bytes.
+ *
+ * AMP WEIGHTS. The cast of the PARAM arena (w16) is redone only when the parameters may have
+ * changed, and a forward decides that from state the net keeps, as follows:
+ *   - a net that does not track its parameters casts at every forward, as before: a CPU net (it
+ *     reads the model's arena, which anyone may write), a non-resident device net (it uploads
+ *     the host model at every forward), a net sharing another's parameters with another dtype;
+ *     unless created with trn_net_opts.fixed_params;
+ *   - a resident device net (RESIDENT) and a net created with trn_net_opts.fixed_params
+ *     cast at a forward only when the cast is stale: after creation, trn_net_params_changed,
+ *     trn_net_sync_model(KERN_COPY_H2D) and trn_net_set_resident. A net sharing another's
+ *     parameters (trn_net_opts.share) with the same dtype shares its cast and that state.
+ * Whoever writes the parameters of a tracking net other than through those calls must say so:
+ * the device step hands trn_net_dev_params_lowp to the SGD op (trn_optim_dev_set_params_lowp,
+ * kern_sgd.params_lowp), which rewrites the cast in the same pass, so it stays current; any
+ * other write calls trn_net_params_changed before the next forward. A stale cast is a silent wrong
+ * result, so when in doubt, call it. A step captured in a graph (kern_graph_capture) must not
+ * decide at capture what a replay needs: call trn_net_lowp_refresh before each capture and replay
+ * (it casts, on the net's stream, only when stale), so the captured forward finds the cast current
+ * and records no cast, and the replay reads a cast made current outside it.
  *
  * THREADS. A net is used by one thread at a time; it writes the model's BN buffers (training
  * forward) and reads its parameters, so two nets on one model must not run at once. Ops may use
@@ -149,6 +174,13 @@ struct trn_net_opts {
                               net beside the main one, both resident). -EINVAL otherwise */
     int amp; /* KERN_DT_F32 [default]: float32 throughout, bit for bit as before; KERN_DT_BF16 or
                 KERN_DT_F16: autocast, see AUTOCAST. -EINVAL for another value */
+    bool fixed_params; /* a net whose caller promises that the model's parameters change only
+                          where it calls trn_net_params_changed (an inference runner over a model
+                          that is read-only meanwhile): the AMP cast is then made once, not at
+                          every forward (AMP WEIGHTS). On the device path (not resident) the
+                          host model (parameters and buffers) is also uploaded once, at the first
+                          inference forward and the first after trn_net_params_changed, instead of
+                          at every forward (validation on a GPU) [false] */
 };
 
 /* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false,
@@ -297,6 +329,40 @@ int trn_net_sync_model(struct trn_net *net, int dir);
  */
 int trn_net_sync_grad(struct trn_net *net, int dir);
 
+/* --- wcast --- */
+
+/*
+ * The parameters of net changed (AMP WEIGHTS): the next forward (or trn_net_lowp_refresh) casts
+ * them again. Call it after any write to the parameters of a net that tracks them other than
+ * through the calls that keep the cast: the model's PARAM arena under a fixed_params net, the
+ * device copy (trn_net_dev_arena) of a resident net by anything but an SGD step given
+ * trn_net_dev_params_lowp. Harmless elsewhere. On a net sharing another's parameters it is the
+ * owner's state that goes stale. Returns 0 or -EINVAL (NULL).
+ */
+int trn_net_params_changed(struct trn_net *net);
+
+/*
+ * The net's cast of the PARAM arena (backend memory, PARAM layout, 16-bit elements) that a step
+ * updating trn_net_dev_arena(net, TRN_ARENA_PARAM) in place may rewrite in the same pass, so
+ * that it stays current (trn_optim_dev_set_params_lowp / kern_sgd.params_lowp, with
+ * *dtype as lowp_dtype). dtype: out (may be NULL), KERN_DT_BF16 or KERN_DT_F16. Returns NULL when
+ * the net has no amp or casts into its own buffer beside a share of another dtype (then pass no
+ * copy: the forward recasts). Valid for the net's life (the owner's, for a sharing net).
+ */
+void *trn_net_dev_params_lowp(struct trn_net *net, int *dtype);
+
+/*
+ * Make the cast of a tracking net current now: cast the PARAM arena if it is stale, enqueued on
+ * the net's stream; nothing when current or when the net does not track (it casts at every
+ * forward). Before capturing or replaying a step in a graph (see AMP WEIGHTS). Returns 0,
+ * -EINVAL, or a kern error.
+ */
+int trn_net_lowp_refresh(struct trn_net *net);
+
+/* Whole-arena casts of the parameters the net has run (forwards and refreshes; none without
+ * amp): for tests and logs. 0 for NULL. */
+int64_t trn_net_lowp_casts(const struct trn_net *net);
+
 /* d loss / d images (batch x ch x h x w) from the last backward, or NULL unless the net was
  * created with input_grad. Valid until the next backward. */
 const float *trn_net_input_grad(const struct trn_net *net);
@@ -308,8 +374,10 @@ const float *trn_net_input_grad(const struct trn_net *net);
  */
 const float *trn_net_layer_output(const struct trn_net *net, int i, int shape[4]);
 
-/* Activation a of the plan (trn_net_plan()->acts[a]) from the last forward, or NULL. The
- * plan's BN-output slots ("...bn") are not written: BN and SiLU run fused. */
+/* Activation a of the plan (trn_net_plan()->acts[a]) from the last forward, or NULL. The plan
+ * has no BN-output (pre-SiLU) acts: BN and SiLU run fused. A shortcut
+ * bottleneck's cv2 has no SiLU-output act at all (trn_act_conv.act -1): its forward writes
+ * SiLU + input straight into the "...add" act. */
 const float *trn_net_act(const struct trn_net *net, int a);
 
 /*

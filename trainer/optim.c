@@ -471,6 +471,8 @@ struct trn_optim_dev {
     float *mom;                 /* backend memory: momentum buffers, PARAM layout */
     double *sumsq;              /* backend memory: sum of squares of the last step */
     int32_t *found_inf;         /* backend memory: overflow flag for the caller */
+    void *lowp;                 /* borrowed: the 16-bit copy each step rewrites, or NULL */
+    int lowp_dtype;             /* its KERN_DT_* */
 };
 
 int trn_optim_dev_create(struct trn_optim *opt, const struct kern_ops *K, struct kern_ctx *ctx,
@@ -525,6 +527,8 @@ int trn_optim_dev_step(struct trn_optim_dev *dv, float *params, const float *gra
     d.skip_nonfinite = o->skip_nonfinite != 0;
     d.ema_decay = (float)o->ema_decay;
     d.ema_weight = (float)(1.0 - o->ema_decay);
+    d.params_lowp = dv->lowp;
+    d.lowp_dtype = dv->lowp_dtype;
     if (opt->n_seg) {
         int rc = 0;
         if (d.max_norm > 0.0f || d.skip_nonfinite)
@@ -573,6 +577,8 @@ int trn_optim_dev_step_dyn(struct trn_optim_dev *dv, float *params, const float 
     d.dyn = dyn;
     d.max_norm = opt->o.max_grad_norm > 0.0 ? (float)opt->o.max_grad_norm : 0.0f;
     d.skip_nonfinite = o && o->skip_nonfinite != 0;
+    d.params_lowp = dv->lowp;
+    d.lowp_dtype = dv->lowp_dtype;
     const bool norm = d.max_norm > 0.0f || d.skip_nonfinite;
     int rc = 0;
     if (norm) rc = dv->K->optim_sumsq(dv->ctx, dv->sumsq, grads, dv->seg, opt->n_seg, opt->total);
@@ -580,6 +586,14 @@ int trn_optim_dev_step_dyn(struct trn_optim_dev *dv, float *params, const float 
         rc = dv->K->sgd_step(dv->ctx, &d, params, dv->mom, o ? o->ema : NULL, grads, dv->seg,
                              norm ? dv->sumsq : NULL, NULL);
     return rc;
+}
+
+int trn_optim_dev_set_params_lowp(struct trn_optim_dev *dv, void *params_lowp, int dtype)
+{
+    if (!dv || (params_lowp && dtype != KERN_DT_BF16 && dtype != KERN_DT_F16)) return -EINVAL;
+    dv->lowp = params_lowp;
+    dv->lowp_dtype = params_lowp ? dtype : 0;
+    return 0;
 }
 
 int trn_optim_dev_zero_grad(struct trn_optim_dev *dv, float *grads)

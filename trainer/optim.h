@@ -257,6 +257,15 @@ struct trn_optim_dev_step_opts {
 };
 
 /*
+ * From now on every step of the plan (trn_optim_dev_step, trn_optim_dev_step_dyn) also rewrites
+ * params_lowp, a 16-bit copy of the parameters it updates (PARAM layout, backend memory, dtype
+ * KERN_DT_BF16 or KERN_DT_F16), in the same pass, so that it stays their cast (kern_sgd
+ * params_lowp): the net's AMP weights (trn_net_dev_params_lowp). NULL: no copy (the default).
+ * Borrowed: must stay valid while steps run. Returns 0 or -EINVAL (NULL dv, a bad dtype).
+ */
+int trn_optim_dev_set_params_lowp(struct trn_optim_dev *dv, void *params_lowp, int dtype);
+
+/*
  * One step as trn_optim_step after trn_optim_clip (max_grad_norm of the options): sum of
  * squares of grads into the plan's device double, then the fused step on params (PARAM layout,
  * backend memory) with the lr and momentum of s, the EMA when o->ema is given, then steps += 1.

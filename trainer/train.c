@@ -23,6 +23,7 @@
 #include "ffr.h"
 #include "amp.h"
 #include "kern.h"
+#include "kern_cuda.h"
 #include "loader.h"
 #include "loss.h"
 #include "net.h"
@@ -89,6 +90,7 @@ void trn_train_opts_default(struct trn_train_opts *o)
     o->gpu = -1;
     o->patience = 100;
     o->amp = KERN_DT_F32;
+    o->val_amp = -1;
     o->amp_inf_ni = -1;
 }
 
@@ -1265,6 +1267,13 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
     lo.hyp = o->hyp;
     lo.log = loader_log;
     lo.log_ctx = R;
+    /* The resident step builds its batches on the device (GPU augmentation): the workers decode
+       tiles, the device pastes, warps and colours them into the batch tensor. Same bytes as the
+       host path; the host step (Adam, AdamW) reads host images, so it keeps the host path. */
+    if ((R->gpu_ctx || R->device_path) && o->optimizer == TRN_OPTIM_SGD && !o->host_aug) {
+        lo.pix_ctx = R->gpu_ctx ? R->gpu_ctx : R->ctx;
+        lo.pix_ops = R->gpu_ctx ? kern_ops_cuda() : kern_ops_ref();
+    }
     if (o->resume) {
         int64_t ep, st;
         if (meta_i64(&C->meta, "epoch", 0, 1000000, &ep) ||
@@ -1712,6 +1721,11 @@ static int resident_setup(struct run *R, char *err, size_t cap)
     const struct trn_model_info *I = R->info;
     const size_t P = I->arena_len[TRN_ARENA_PARAM], B = I->arena_len[TRN_ARENA_BUFFER];
     int rc = trn_optim_dev_create(R->opt, R->dK, R->dctx, &R->odev);
+    /* every device step rewrites the nets' AMP weights too (the short net shares them), so that
+     * they stay current without a cast per forward (net.h AMP WEIGHTS) */
+    int ldt = 0;
+    void *const lowp = trn_net_dev_params_lowp(R->net, &ldt);
+    if (rc == 0) rc = trn_optim_dev_set_params_lowp(R->odev, lowp, ldt);
     const struct trn_loss *const losses[2] = { R->loss, R->loss_last };
     int max_t = 1;
     for (int k = 0; k < 2 && rc == 0; k++) {
@@ -1765,6 +1779,9 @@ static int resident_setup(struct run *R, char *err, size_t cap)
     }
     logline(R, "resident step: parameters, gradients, momentum%s and the loss stay in %s memory",
             R->ema ? ", EMA" : "", R->gpu_ctx ? "device" : "backend (device data path)");
+    if (!R->o.host_aug)
+        logline(R, "GPU augmentation: tiles go up once per batch, mosaic, affine, HSV, flips and "
+                   "mixup run in kernels writing the batch tensor (--host-aug: on the host)");
     return 0;
 }
 
@@ -2058,6 +2075,12 @@ static int train_batch_graph(struct run *R, const struct trn_batch *b, struct tr
     }
     static const char *const kind[2] = { "accumulate-only", "optimizer" };
     R->g_phase = "step";
+    /* the AMP weights made current outside the graph, so that no capture depends on whether
+     * they were stale then (net.h AMP WEIGHTS) */
+    if ((rc = trn_net_lowp_refresh(R->net)) < 0) {
+        seterr(err, cap, "AMP weights: %s", trn_net_strerror(rc));
+        return rc;
+    }
     bool ran = false;
     if (R->g[k]) {
         rc = kern_graph_replay(R->g[k]);
@@ -2175,6 +2198,12 @@ static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn
     vo.plot_dir = best ? R->o.run_dir : NULL;
     vo.log = val_log;
     vo.log_ctx = R;
+    /* train.py validates with half = amp on a GPU (trn_train_opts.val_amp) */
+    vo.amp = R->o.val_amp >= 0 ? R->o.val_amp : R->o.gpu >= 0 ? R->o.amp : KERN_DT_F32;
+    /* on the training's GPU, whole rect batches per forward (the CPU's 4 bounds host memory) */
+    vo.device = R->o.gpu;
+    vo.device_path = R->o.gpu < 0 && R->o.device_path;
+    if (vo.device >= 0) vo.micro_batch = vo.batch_size;
     struct trn_val_result vr;
     char e[768] = "";
     const int rc = trn_val_run(m, R->val_data, &vo, &vr, e, sizeof e);

@@ -166,6 +166,10 @@ struct trn_train_opts {
     bool device_path;   /* gpu < 0: run the GPU path (device arenas, kern_mem copies, the resident
                            step) on the CPU ops, bit for bit with the CPU path: a test mode for
                            machines without a GPU [false] */
+    bool host_aug;      /* the resident step (a GPU, or device_path, with SGD) takes its batches
+                           from the host augmentation instead of building them on the device
+                           (trn_loader_opts.pix_ctx: tiles uploaded, mosaic/affine/HSV/flips/
+                           mixup in kernels writing the batch tensor); the same bytes [false] */
     struct trn_hyp hyp; /* hyperparameters [scratch-low] */
     int img;            /* image size, multiple of the max stride [640] */
     int batch_size;     /* images per global batch (all ranks) [16] */
@@ -202,8 +206,12 @@ struct trn_train_opts {
     bool cuda_graph_fail;  /* tests: with cuda_graph, act as if the capture failed (-ENOTSUP) */
     int amp;               /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],
                               KERN_DT_BF16, or KERN_DT_F16 with the dynamic loss scaler of
-                              trainer/amp.h (see AMP). Validation stays float32. Recorded in the
+                              trainer/amp.h (see AMP). Validation: val_amp. Recorded in the
                               checkpoint; when resuming it comes from there (fp32 when absent) */
+    int val_amp;           /* the built-in validation's convs (trn_val_opts.amp): -1 [default]:
+                              the training's amp on a GPU (val.py's half = amp), KERN_DT_F32 on
+                              the CPU; else KERN_DT_F32, KERN_DT_F16 or KERN_DT_BF16. The
+                              validation itself runs on the CPU ops (val.h). Not recorded */
     int64_t amp_inf_ni;    /* tests: >= 0 with fp16: batch ni's loss gradient gets an Inf, so the
                               optimizer step that includes it is skipped [-1] */
 };

@@ -168,6 +168,7 @@ void trn_tta_opts_default(struct trn_tta_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->max_shapes = 1;
+    o->device = -1;
 }
 
 /* One cached net: model `model` at batch x 3 x h x w. */
@@ -182,6 +183,9 @@ struct trn_tta {
     int n_models, batch, nc, no, ch, stride;
     int gs[TRN_TTA_MAX_MODELS]; /* per model: int(max Detect stride), scale_img's grid */
     bool augment;
+    int amp;           /* trn_tta_opts.amp */
+    bool fixed_params; /* trn_tta_opts.fixed_params */
+    bool device_path;  /* trn_tta_opts.device_path */
     struct kern_ctx *ctx;
     struct slot *slots;
     int n_slots;
@@ -230,6 +234,9 @@ int trn_tta_create(struct trn_model *const *models, int n_models, int batch,
     t->no = i0->no;
     t->ch = i0->ch;
     t->augment = o.augment;
+    t->amp = o.amp;
+    t->fixed_params = o.fixed_params;
+    t->device_path = o.device_path;
     for (int i = 0; i < n_models; i++) {
         t->models[i] = models[i];
         const struct trn_model_info *mi = trn_model_info(models[i]);
@@ -245,9 +252,16 @@ int trn_tta_create(struct trn_model *const *models, int n_models, int batch,
     struct kern_ctx_opts ko;
     kern_ctx_opts_default(&ko);
     ko.threads = o.threads;
+    if (o.device >= 0) {
+        ko.backend = KERN_BACKEND_CUDA;
+        ko.device = o.device;
+    }
     const int rc = kern_ctx_create(&ko, &t->ctx);
     if (rc < 0) {
-        say(err, err_cap, "kern context: %s", kern_strerror(rc));
+        if (o.device >= 0)
+            say(err, err_cap, "CUDA context on device %d: %s", o.device, kern_strerror(rc));
+        else
+            say(err, err_cap, "kern context: %s", kern_strerror(rc));
         trn_tta_destroy(t);
         return rc;
     }
@@ -304,6 +318,9 @@ static int get_net(struct trn_tta *t, int model, int h, int w, struct trn_net **
     trn_net_opts_default(&no);
     no.train = false;
     no.ctx = t->ctx;
+    no.amp = t->amp;
+    no.fixed_params = t->fixed_params;
+    no.device_path = t->device_path;
     char msg[256] = "";
     const int rc = trn_net_create(t->models[model], t->batch, h, w, &no, &s->net, msg, sizeof msg);
     if (rc < 0) {

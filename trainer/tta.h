@@ -90,9 +90,18 @@ int trn_tta_clip_counts(int nl, size_t rows_first, size_t rows_last, size_t *kee
 
 /* Runner options; fill with trn_tta_opts_default(). */
 struct trn_tta_opts {
-    bool augment;   /* true: the three branches per model; false: one plain forward (default) */
-    int threads;    /* threads of the shared kern context (kern_ctx_opts.threads); default 0 */
-    int max_shapes; /* input shapes whose nets stay cached (LRU), >= 1; default 1 */
+    bool augment;      /* true: the three branches per model; false: one plain forward (default) */
+    int threads;       /* threads of the shared kern context (kern_ctx_opts.threads); default 0 */
+    int max_shapes;    /* input shapes whose nets stay cached (LRU), >= 1; default 1 */
+    int amp;           /* the nets' convs (trn_net_opts.amp, net.h AUTOCAST): KERN_DT_F32 (default),
+                          KERN_DT_F16 (val.py --half) or KERN_DT_BF16 */
+    bool fixed_params; /* the models' parameters do not change during the runner's life
+                          (trn_net_opts.fixed_params): each net casts them for amp once, not at
+                          every call; default false */
+    int device;        /* -1 (default): the CPU; >= 0: the nets on a CUDA context of this device
+                          (inputs and outputs stay host memory: the nets copy them) */
+    bool device_path;  /* CPU only: the nets run the device data path on the CPU ops
+                          (trn_net_opts.device_path; tests); default false */
 };
 
 /* Fill *o with the defaults above. Thread-safe. */

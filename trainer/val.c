@@ -24,6 +24,7 @@ void trn_val_opts_default(struct trn_val_opts *o)
     o->img_size = 640;
     o->batch_size = 32;
     o->micro_batch = 4;
+    o->device = -1;
     o->conf_thres = 0.001f;
     o->iou_thres = 0.6;
     o->max_det = TRN_NMS_MAX_DET;
@@ -275,7 +276,8 @@ static int check_opts(const struct trn_val_opts *o, int nc, char *err, size_t er
 {
     if (o->img_size < 32 || o->batch_size < 1 || o->micro_batch < 1 ||
         o->micro_batch > o->batch_size || !(o->conf_thres >= 0 && o->conf_thres < 1) ||
-        !(o->iou_thres >= 0 && o->iou_thres <= 1) || o->max_det < 1 || o->max_batches < 0) {
+        !(o->iou_thres >= 0 && o->iou_thres <= 1) || o->max_det < 1 || o->max_batches < 0 ||
+        (o->amp != KERN_DT_F32 && o->amp != KERN_DT_F16 && o->amp != KERN_DT_BF16)) {
         say(err, err_cap, "bad validation options");
         return -EINVAL;
     }
@@ -462,6 +464,11 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     /* val.py: compute_loss ? model(im) : model(im, augment=augment) */
     to.augment = o.augment && !o.loss_hyp;
     to.threads = o.threads;
+    to.amp = o.amp;
+    /* the models are read-only for the whole run (val.h THREADS): each net casts them once */
+    to.fixed_params = true;
+    to.device = o.device;
+    to.device_path = o.device_path;
     rc = trn_tta_create(models, n_models, o.micro_batch, &to, &s.tta, err, err_cap);
     if (rc < 0) return rc;
     const int no = trn_tta_no(s.tta);

@@ -1,6 +1,7 @@
 /*
  * val: YOLOv5 validation of a model on an ffr detection dataset, as ultralytics/yolov5 v7.0's
- * val.py run() does it (recipe S6), on the CPU in float32:
+ * val.py run() does it (recipe S6), on the CPU, in float32 or, with opts.amp, with every conv in
+ * fp16 (val.py --half) or bf16 and the rest in float32 (net.h AUTOCAST):
  *   - the loader in VAL mode with rect batches (images sorted by aspect ratio, ultralytics'
  *     batch shapes with pad 0.5 and stride max(model stride, 32)), letterbox with 114 padding,
  *     pixels / 255 in float32;
@@ -86,6 +87,17 @@ struct trn_val_opts {
                                            augmentation (tta.h) for every model; ignored with
                                            loss_hyp, as val.py's compute_loss path ignores it;
                                            default false */
+    int amp;                            /* the convs' dtype (net.h AUTOCAST; kern.h KERN_DT_*):
+                                           KERN_DT_F32 (default), KERN_DT_F16 (val.py --half:
+                                           fp16 convs with float32 accumulation, BN, SiLU and
+                                           decode in float32) or KERN_DT_BF16; the weights are
+                                           cast once per net, not per batch */
+    int device;                         /* -1 (default): the nets on the CPU; >= 0: on this
+                                           CUDA device (val.py's --device; set micro_batch to
+                                           batch_size there: the default 4 only saves host
+                                           memory) */
+    bool device_path;                   /* CPU only: the device data path on the CPU ops
+                                           (trn_net_opts.device_path; tests); default false */
     trn_val_log_fn log;                 /* optional; NULL drops the lines */
     void *log_ctx;                      /* passed to log */
 };

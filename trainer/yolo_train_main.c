@@ -113,17 +113,26 @@ static void usage(FILE *f)
         "  --bucket-cap-mb MB    gradient all-reduce bucket cap in MiB (default 25, as DDP's; the\n"
         "                        first bucket of a backward closes at min(1, MB))\n"
         "  --no-grad-overlap     all-reduce the gradients after backward instead of in buckets\n"
-        "                        during it (the same sums; for comparison)\n"
+        "                        during it (the same sums; for comparison)\n");
+    fprintf(
+        f,
         "  --device-path         with --device cpu: run the GPU training path (device arenas,\n"
-        "                        the resident step) on the CPU ops; a test mode\n"
+        "                        the resident step, GPU augmentation) on the CPU ops; a test\n"
+        "                        mode\n"
+        "  --host-aug            with the resident step (GPU, SGD): augment on the host\n"
+        "                        instead of in kernels on the device (the same batches)\n"
         "  --cuda-graph          capture the resident step of the full batches once as a CUDA\n"
         "                        graph and replay it (one rank, SGD; else a log line and the\n"
         "                        direct step); with --device-path the same code on the CPU;\n"
         "                        with --bench the timed steps are replays\n"
         "  --amp T               the convolutions' dtype: bf16, fp16 (with the dynamic loss\n"
         "                        scaler) or fp32 (default: fp32 on --device cpu, bf16 on a GPU;\n"
-        "                        a resume keeps the checkpoint's); validation stays fp32\n");
-    /* two strings: one would pass the 4095 characters C11 compilers must take */
+        "                        a resume keeps the checkpoint's)\n"
+        "  --val-amp T           the validation's convolutions: bf16, fp16 or fp32 (default:\n"
+        "                        the training's --amp on a GPU, as train.py's half=amp; fp32\n"
+        "                        on --device cpu)\n"
+        "  --val-half            --val-amp fp16 (val.py --half)\n");
+    /* several strings: one would pass the 4095 characters C11 compilers must take */
     fprintf(
         f,
         "Output:\n"
@@ -156,8 +165,9 @@ static void usage(FILE *f)
 struct args {
     const char *records, *val_records, *cfg, *weights, *hyp, *device, *resume;
     const char *project, *name, *optimizer, *dist_backend, *cache_dir;
-    const char *amp; /* --amp: bf16, fp16, fp32, or NULL for the device's default */
-    long amp_inf_at; /* --amp-test-inf-at NI, plus 1 (0: not given) */
+    const char *amp;     /* --amp: bf16, fp16, fp32, or NULL for the device's default */
+    const char *val_amp; /* --val-amp (--val-half: "fp16"), or NULL: the training's on a GPU */
+    long amp_inf_at;     /* --amp-test-inf-at NI, plus 1 (0: not given) */
     unsigned long long cache_max;
     long img, batch, epochs, workers, threads, nc, patience, save_period, seed, stop_after;
     long nproc, bench_steps, bench_warmup;
@@ -166,6 +176,7 @@ struct args {
     bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, help, sync_bn;
     bool no_grad_overlap; /* --no-grad-overlap: all-reduce the gradients after backward */
     bool device_path;     /* --device-path: the GPU path on the CPU ops (tests) */
+    bool host_aug;        /* --host-aug: no GPU augmentation */
     bool cuda_graph;      /* --cuda-graph: the step captured once and replayed */
     bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
     double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
@@ -228,6 +239,8 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--name", 1, 0, 0 },
         { "--optimizer", 1, 0, 0 },
         { "--amp", 1, 0, 0 },
+        { "--val-amp", 1, 0, 0 },
+        { "--val-half", 0, 0, 0 },
         { "--seconds", 1, 0, 0 },
         { "--dist-timeout", 1, 0, 0 },
         { "--dist-backend", 1, 0, 0 },
@@ -235,6 +248,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         { "--sync-bn", 0, 0, 0 },
         { "--no-grad-overlap", 0, 0, 0 },
         { "--device-path", 0, 0, 0 },
+        { "--host-aug", 0, 0, 0 },
         { "--cuda-graph", 0, 0, 0 },
         { "--cuda-graph-test-fail", 0, 0, 0 },
         { "--bucket-cap-mb", 1, 0, 0 },
@@ -309,8 +323,10 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--sync-bn")) A->sync_bn = true;
             if (!strcmp(key, "--no-grad-overlap")) A->no_grad_overlap = true;
             if (!strcmp(key, "--device-path")) A->device_path = true;
+            if (!strcmp(key, "--host-aug")) A->host_aug = true;
             if (!strcmp(key, "--cuda-graph")) A->cuda_graph = true;
             if (!strcmp(key, "--cuda-graph-test-fail")) A->cuda_graph_fail = true;
+            if (!strcmp(key, "--val-half")) A->val_amp = "fp16";
             if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
             continue;
         }
@@ -353,6 +369,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         if (!strcmp(key, "--name")) A->name = val;
         if (!strcmp(key, "--optimizer")) A->optimizer = val;
         if (!strcmp(key, "--amp")) A->amp = val;
+        if (!strcmp(key, "--val-amp")) A->val_amp = val;
         if (!strcmp(key, "--dist-backend")) A->dist_backend = val;
         if (!strcmp(key, "--cache-dir")) A->cache_dir = val;
         if (!strcmp(key, "--cache-max")) {
@@ -386,6 +403,8 @@ static int parse_args(int argc, char **argv, struct args *A)
     enum trn_amp_dtype adt;
     if (A->amp && trn_amp_dtype_parse(A->amp, &adt) < 0)
         return bad("--amp: '%s' is not one of bf16, fp16, fp32%s", A->amp, "");
+    if (A->val_amp && trn_amp_dtype_parse(A->val_amp, &adt) < 0)
+        return bad("--val-amp: '%s' is not one of bf16, fp16, fp32%s", A->val_amp, "");
     if (A->device && !device_ok(A->device))
         return bad("--device: '%s' is not cpu or a list of device numbers (0 or 0,1)%s", A->device,
                    "");
@@ -819,9 +838,17 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.cos_lr = A->cos_lr;
     o.sync_bn = A->sync_bn; /* when resuming, the checkpoint's setting wins */
     o.device_path = A->device_path;
+    o.host_aug = A->host_aug;
     o.cuda_graph = A->cuda_graph;
     o.cuda_graph_fail = A->cuda_graph_fail;
     o.amp = amp_dtype(A, o.gpu); /* when resuming, the checkpoint's */
+    if (A->val_amp) {
+        enum trn_amp_dtype v = TRN_AMP_OFF;
+        trn_amp_dtype_parse(A->val_amp, &v);
+        o.val_amp = v == TRN_AMP_BF16   ? KERN_DT_BF16
+                    : v == TRN_AMP_FP16 ? KERN_DT_F16
+                                        : KERN_DT_F32;
+    }
     o.noval = A->noval;
     o.patience = (int)A->patience;
     o.stop_after = A->stop_after;

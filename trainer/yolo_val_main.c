@@ -1,8 +1,10 @@
 /*
- * yolo-val: ultralytics' val.py (task val) on ffr records, on the CPU in float32.
+ * yolo-val: ultralytics' val.py (task val) on ffr records, on the CPU in float32 (--half: fp16
+ * convolutions with float32 accumulation, the rest float32, as val.py --half on a GPU).
  *
  *   yolo-val --records val.ffr --weights W [W ...] [--cfg yolov5n] --img 640 --batch-size 32
- *            --conf-thres 0.001 --iou-thres 0.6 --max-det 300 [--augment] [--workers N] [--json]
+ *            --conf-thres 0.001 --iou-thres 0.6 --max-det 300 [--augment] [--half] [--workers N]
+ *            [--json]
  *            [--save-json [--data instances.json]] [--verbose] [--project runs/val --name exp]
  *
  * W is an ultralytics .pt (its ema, else model; the architecture from the yaml it carries
@@ -31,6 +33,7 @@
 #include "cli.h"
 #include "cocoeval.h"
 #include "ffr.h"
+#include "kern_cuda.h"
 #include "model.h"
 #include "plots.h"
 #include "rundir.h"
@@ -63,9 +66,13 @@ static void usage(FILE *f)
             "  --iou-thres X         NMS IoU threshold (default 0.6)\n"
             "  --max-det N           detections per image (default 300)\n"
             "  --augment             test-time augmentation (scales 1, 0.83, 0.67; lr flip)\n"
+            "  --half                FP16 half-precision inference (val.py --half): the\n"
+            "                        convolutions in fp16 with fp32 accumulation, the rest fp32\n"
             "  --workers N           loader threads (default 0 = min(cores, 8))\n"
             "  --threads N           compute threads (default 0: OpenBLAS's own)\n"
-            "  --micro-batch N       images per forward (memory only; default 4)\n"
+            "  --micro-batch N       images per forward (memory only; default 4 on the CPU,\n"
+            "                        --batch-size on a GPU)\n"
+            "  --device D            cpu or a CUDA device number (default: 0 if present)\n"
             "  --task val            the only task supported\n"
             "  --json                print the metrics as one JSON object on stdout\n"
             "  --save-json           write DIR/<weights>_predictions.json (COCO results)\n"
@@ -86,6 +93,10 @@ struct args {
     long img, batch, max_det, workers, threads, micro;
     double conf, iou;
     bool json, save_json, verbose, no_plots, exist_ok, augment, help;
+    bool half;          /* --half: fp16 convolutions (trn_val_opts.amp = KERN_DT_F16) */
+    bool micro_set;     /* --micro-batch given */
+    const char *device; /* --device: "cpu", a number, or NULL (0 if present) */
+    bool device_path;   /* --device-path (tests): the GPU data path on the CPU ops */
 };
 
 static int bad(const char *fmt, const char *a)
@@ -114,31 +125,20 @@ static int parse_args(int argc, char **argv, struct args *A)
         int kind; /* 0 flag, 1 string, 2 integer, 3 number */
         long lo, hi;
     } opts[] = {
-        { "--records", 1, 0, 0 },
-        { "--weights", 1, 0, 0 },
-        { "--cfg", 1, 0, 0 },
-        { "--data", 1, 0, 0 },
-        { "--task", 1, 0, 0 },
-        { "--project", 1, 0, 0 },
-        { "--name", 1, 0, 0 },
-        { "--img", 2, 32, 16383 },
-        { "--imgsz", 2, 32, 16383 },
-        { "--img-size", 2, 32, 16383 },
-        { "--batch-size", 2, 1, 4096 },
-        { "--max-det", 2, 1, 100000 },
-        { "--workers", 2, 0, 256 },
-        { "--threads", 2, 0, 256 },
-        { "--micro-batch", 2, 1, 256 },
-        { "--conf-thres", 3, 0, 0 },
-        { "--iou-thres", 3, 0, 0 },
-        { "--json", 0, 0, 0 },
-        { "--save-json", 0, 0, 0 },
-        { "--verbose", 0, 0, 0 },
-        { "--no-plots", 0, 0, 0 },
-        { "--exist-ok", 0, 0, 0 },
-        { "--augment", 0, 0, 0 },
-        { "--help", 0, 0, 0 },
-        { "-h", 0, 0, 0 },
+        { "--records", 1, 0, 0 },       { "--weights", 1, 0, 0 },
+        { "--cfg", 1, 0, 0 },           { "--data", 1, 0, 0 },
+        { "--task", 1, 0, 0 },          { "--project", 1, 0, 0 },
+        { "--name", 1, 0, 0 },          { "--img", 2, 32, 16383 },
+        { "--imgsz", 2, 32, 16383 },    { "--img-size", 2, 32, 16383 },
+        { "--batch-size", 2, 1, 4096 }, { "--max-det", 2, 1, 100000 },
+        { "--workers", 2, 0, 256 },     { "--threads", 2, 0, 256 },
+        { "--micro-batch", 2, 1, 256 }, { "--conf-thres", 3, 0, 0 },
+        { "--iou-thres", 3, 0, 0 },     { "--json", 0, 0, 0 },
+        { "--save-json", 0, 0, 0 },     { "--verbose", 0, 0, 0 },
+        { "--no-plots", 0, 0, 0 },      { "--exist-ok", 0, 0, 0 },
+        { "--augment", 0, 0, 0 },       { "--half", 0, 0, 0 },
+        { "--device", 1, 0, 0 },        { "--device-path", 0, 0, 0 },
+        { "--help", 0, 0, 0 },          { "-h", 0, 0, 0 },
     };
     const size_t n_opts = sizeof opts / sizeof opts[0];
     for (int i = 1; i < argc; i++) {
@@ -165,6 +165,8 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--no-plots")) A->no_plots = true;
             if (!strcmp(key, "--exist-ok")) A->exist_ok = true;
             if (!strcmp(key, "--augment")) A->augment = true;
+            if (!strcmp(key, "--half")) A->half = true;
+            if (!strcmp(key, "--device-path")) A->device_path = true;
             if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
             continue;
         }
@@ -185,7 +187,10 @@ static int parse_args(int argc, char **argv, struct args *A)
             if (!strcmp(key, "--max-det")) A->max_det = v;
             if (!strcmp(key, "--workers")) A->workers = v;
             if (!strcmp(key, "--threads")) A->threads = v;
-            if (!strcmp(key, "--micro-batch")) A->micro = v;
+            if (!strcmp(key, "--micro-batch")) {
+                A->micro = v;
+                A->micro_set = true;
+            }
             continue;
         }
         if (opts[k].kind == 3) {
@@ -223,6 +228,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         if (!strcmp(key, "--task")) A->task = val;
         if (!strcmp(key, "--project")) A->project = val;
         if (!strcmp(key, "--name")) A->name = val;
+        if (!strcmp(key, "--device")) A->device = val;
     }
     if (A->help) return 0;
     if (strcmp(A->task, "val"))
@@ -233,8 +239,29 @@ static int parse_args(int argc, char **argv, struct args *A)
     if (!A->weights && !A->cfg)
         return bad("--weights W (or --cfg MODEL for initial weights)%s", "");
     if (A->data && !A->save_json) return bad("--data needs --save-json%s", "");
+    if (A->device && strcmp(A->device, "cpu")) {
+        long d;
+        if (trn_cli_long(A->device, 0, 63, &d) < 0)
+            return bad("--device: '%s' is not cpu or a CUDA device number", A->device);
+    }
     if (A->micro > A->batch) A->micro = A->batch;
     return 0;
+}
+
+/* val.py's select_device: --device cpu, a number, or none: device 0 when one is visible. Returns
+ * the device, -1 for the CPU, or -2 (after saying why) when the asked-for one is not there. */
+static int pick_device(const char *d)
+{
+    const int count = kern_cuda_device_count();
+    if (!d) return count > 0 ? 0 : -1;
+    if (!strcmp(d, "cpu")) return -1;
+    const int id = atoi(d);
+    if (id < count) return id;
+    fprintf(stderr,
+            PROG ": --device %s: CUDA device %d is not there (%d visible%s)\n"
+                 "hint: --device cpu runs on the CPU\n",
+            d, id, count, count ? "" : "; or this build has no CUDA");
+    return -2;
 }
 
 static void log_cb(void *ctx, const char *msg)
@@ -411,6 +438,8 @@ static int save_json(const struct args *A, const char *dir, const struct trn_val
 
 static int run(const struct args *A)
 {
+    const int device = pick_device(A->device);
+    if (device == -2) return 1;
     struct ffr_reader *r = NULL;
     char err[768] = "";
     int rc = ffr_reader_open(&r, A->records, NULL, err, sizeof err);
@@ -489,6 +518,11 @@ static int run(const struct args *A)
     vo.log = log_cb;
     struct trn_val_result res;
     vo.augment = A->augment;
+    vo.amp = A->half ? KERN_DT_F16 : KERN_DT_F32;
+    vo.device = device;
+    vo.device_path = vo.device < 0 && A->device_path;
+    /* a GPU runs the whole rect batch per forward; the CPU's 4 only bounds host memory */
+    if (vo.device >= 0 && !A->micro_set) vo.micro_batch = vo.batch_size;
     rc = trn_val_run_ensemble(models, n_models, r, &vo, &res, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, PROG ": %s: %s\nhint: pack the dataset with yolo-pack --size %ld\n",

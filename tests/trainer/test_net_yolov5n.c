@@ -163,13 +163,41 @@ int main(void)
         const double d0 = cat_slice_diff(net, cat, 0, bott);
         const double d1 = cat_slice_diff(net, cat, L->hidden, pl->convs[L->conv0 + 1].act);
         ok(d0 == 0 && d1 == 0, "C3 concat: bottleneck branch first, cv2 second");
-        /* The residual: add = m.0.cv2 act + m.0 input (= cv1 act). */
-        const float *s = trn_net_act(net, bott), *p = trn_net_act(net, pl->convs[L->conv0 + 4].act),
-                    *q = trn_net_act(net, pl->convs[L->conv0].act);
-        int add_ok = 1;
-        for (size_t i = 0; i < act_of(net, bott)->numel; i++)
-            add_ok &= s[i] == p[i] + q[i];
-        ok(add_ok, "Bottleneck shortcut adds its input");
+        /* The residual: add = SiLU(BN_train(m.0.cv2 conv)) + m.0 input (= cv1 act), written at
+           once: m.0.cv2's SiLU output is not stored (trn_act_conv.act). BN recomputed in double
+           (gamma 1, beta 0 at init). */
+        ok(pl->convs[L->conv0 + 4].act == -1, "m.0.cv2's SiLU output is not planned");
+        const struct trn_act *a = act_of(net, bott);
+        const size_t numel = a->numel, hw = (size_t)a->h * a->w;
+        float *const s = malloc(numel * sizeof(float)), *const cv = malloc(numel * sizeof(float));
+        float *const q = malloc(numel * sizeof(float));
+        memcpy(s, trn_net_act(net, bott), numel * sizeof(float));
+        memcpy(cv, trn_net_act(net, pl->convs[L->conv0 + 4].conv), numel * sizeof(float));
+        memcpy(q, trn_net_act(net, pl->convs[L->conv0].act), numel * sizeof(float));
+        double worst = 0;
+        for (int co = 0; co < a->c; co++) {
+            double sum = 0, sum2 = 0;
+            for (int n = 0; n < a->n; n++)
+                for (size_t i = 0; i < hw; i++) {
+                    const double v = cv[((size_t)n * a->c + co) * hw + i];
+                    sum += v;
+                    sum2 += v * v;
+                }
+            const double cnt = (double)a->n * (double)hw, mean = sum / cnt;
+            const double invstd = 1.0 / sqrt(sum2 / cnt - mean * mean + 1e-3);
+            for (int n = 0; n < a->n; n++)
+                for (size_t i = 0; i < hw; i++) {
+                    const size_t k = ((size_t)n * a->c + co) * hw + i;
+                    const double bn = (cv[k] - mean) * invstd;
+                    const double want = bn / (1 + exp(-bn)) + q[k];
+                    worst = fmax(worst, fabs(s[k] - want) / (fabs(want) + 1e-2));
+                }
+        }
+        ok(worst < 1e-4,
+           "Bottleneck shortcut: add = SiLU(BN_train(cv2 conv)) + its input (worst "
+           "rel %.2g)",
+           worst);
+        free(s), free(cv), free(q);
     }
     {
         /* SPPF (layer 9): cat = [x, p(x), p(p(x)), p(p(p(x)))], p = max pool 5, stride 1, pad 2. */

@@ -45,7 +45,13 @@ static void test_single(void)
     ok(!file_has("stdout.txt", "resident step"), "the CPU path does not run the resident step");
     is_int(train_run(true, "--epochs 2 --name dev"), 0, "device path: 2 epochs");
     ok(file_has("stdout.txt", "resident step"), "the device path logs the resident step");
+    ok(file_has("stdout.txt", "GPU augmentation"),
+       "the device path builds its batches with the GPU augmentation ops");
     same_run("cpu", "dev", "straight");
+    is_int(train_run(true, "--epochs 2 --name hostaug --host-aug"), 0,
+           "device path, --host-aug: 2 epochs");
+    ok(!file_has("stdout.txt", "GPU augmentation"), "--host-aug: the host augmentation runs");
+    same_run("cpu", "hostaug", "--host-aug");
 
     is_int(train_run(true, "--epochs 2 --name split --stop-after-steps 5"), 0,
            "device path stopped after 5 batches (gradients pending)");
@@ -57,6 +63,7 @@ static void test_single(void)
     /* Adam has no device step: the host step runs, and says so */
     is_int(train_run(true, "--epochs 1 --name adam --optimizer Adam"), 0, "device path, Adam");
     ok(file_has("stdout.txt", "no device step"), "Adam keeps the host step and logs it");
+    ok(!file_has("stdout.txt", "GPU augmentation"), "Adam's host step takes host batches");
 }
 
 static void test_dist(void)
