@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "kern_cuda_internal.h"
+#include "kern_lowp_common.h"
 
 #define OPTIM_CHUNK      4096 /* virtual elements per block of the step, unscale */
 #define OPTIM_SUM_BLOCKS 1024 /* at most this many partials of the sum of squares */
@@ -75,14 +76,12 @@ static unsigned optim_blocks(size_t total, size_t ch)
 /* ---- SGD step ---- */
 
 /* The casts' roundings (defined with the cast kernels below), for the step's 16-bit copy. */
-static __device__ __forceinline__ uint16_t bf16_from_f32(float f);
-static __device__ __forceinline__ uint16_t f16_from_f32(float f);
 
 /* params_lowp[i] = params[i] cast to dtype (kern_sgd.params_lowp); nothing when lp is NULL. */
 static __device__ __forceinline__ void sgd_store_lowp(uint16_t *__restrict__ lp, int dtype,
                                                       size_t i, float t)
 {
-    if (lp) lp[i] = dtype == KERN_DT_BF16 ? bf16_from_f32(t) : f16_from_f32(t);
+    if (lp) lp[i] = dtype == KERN_DT_BF16 ? kern_bf16_from_f32(t) : kern_f16_from_f32(t);
 }
 
 __global__ void sgd_step_kernel(kern_sgd d, float *__restrict__ th, float *__restrict__ buf,
@@ -289,50 +288,14 @@ int kern_cuda_amp_unscale(struct kern_ctx *ctx, float *__restrict__ grads,
     return kern_cuda_launched(ctx, "amp_unscale");
 }
 
-/* ---- casts (the integer rounding of kern_optim.c) ---- */
-
-static __device__ __forceinline__ uint16_t bf16_from_f32(float f)
-{
-    const uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static __device__ __forceinline__ uint16_t f16_from_f32(float f)
-{
-    const uint32_t u = __float_as_uint(f);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (a >= 0x38800000u) {
-        const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
-        return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-    }
-    if (a < 0x33000000u) return sign;
-    const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - e;
-    const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    const uint32_t up = rem > half || (rem == half && (q & 1u));
-    return (uint16_t)(sign | (q + up));
-}
-
-static __device__ __forceinline__ float f16_to_f32(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));
-    if (e != 0) return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
-    const float v = __fmul_rn((float)m, 0x1p-24f);
-    return sign ? -v : v;
-}
+/* ---- casts (the integer rounding of kern_optim.c: kern_lowp_common.h) ---- */
 
 __global__ void cast_f32_bf16_kernel(uint16_t *__restrict__ dst, const float *__restrict__ src,
                                      size_t count)
 {
     KERN_CUDA_LOOP(i, count)
     {
-        dst[i] = bf16_from_f32(src[i]);
+        dst[i] = kern_bf16_from_f32(src[i]);
     }
 }
 
@@ -341,7 +304,7 @@ __global__ void cast_bf16_f32_kernel(float *__restrict__ dst, const uint16_t *__
 {
     KERN_CUDA_LOOP(i, count)
     {
-        dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+        dst[i] = kern_bf16_to_f32(src[i]);
     }
 }
 
@@ -350,7 +313,7 @@ __global__ void cast_f32_f16_kernel(uint16_t *__restrict__ dst, const float *__r
 {
     KERN_CUDA_LOOP(i, count)
     {
-        dst[i] = f16_from_f32(src[i]);
+        dst[i] = kern_f16_from_f32(src[i]);
     }
 }
 
@@ -359,7 +322,7 @@ __global__ void cast_f16_f32_kernel(float *__restrict__ dst, const uint16_t *__r
 {
     KERN_CUDA_LOOP(i, count)
     {
-        dst[i] = f16_to_f32(src[i]);
+        dst[i] = kern_f16_to_f32(src[i]);
     }
 }
 

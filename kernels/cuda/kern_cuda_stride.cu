@@ -5,50 +5,15 @@
  * Shapes (device memory): the float32 side holds n images of `inner` elements, image i at
  * i * nstride (0: inner, dense); the 16-bit side is dense (n, inner), KERN_DT_BF16 or KERN_DT_F16.
  * Elements between the float32 images are never touched. One thread per dense element; the
- * roundings are the integer ones of kern_cuda_optim.cu's casts (copied here, as those are static
- * to that file), so results equal the CPU reference bit for bit.
+ * roundings are the integer ones of the casts (kern_lowp_common.h, the CPU reference's own
+ * lines), so results equal the CPU reference bit for bit.
  *
  * Gradients: the widening cast overwrites dst unless accum has KERN_ACCUM_DX (dst += widened).
  */
 #include <stdint.h>
 
 #include "kern_cuda_internal.h"
-
-static __device__ __forceinline__ uint16_t ns_bf16_from_f32(float f)
-{
-    const uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static __device__ __forceinline__ uint16_t ns_f16_from_f32(float f)
-{
-    const uint32_t u = __float_as_uint(f);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (a >= 0x38800000u) {
-        const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
-        return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-    }
-    if (a < 0x33000000u) return sign;
-    const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - e;
-    const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    const uint32_t up = rem > half || (rem == half && (q & 1u));
-    return (uint16_t)(sign | (q + up));
-}
-
-static __device__ __forceinline__ float ns_f16_to_f32(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));
-    if (e != 0) return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
-    const float v = __fmul_rn((float)m, 0x1p-24f);
-    return sign ? -v : v;
-}
+#include "kern_lowp_common.h"
 
 static __global__ void cast_f32_lowp_ns_kernel(uint16_t *__restrict__ dst,
                                                const float *__restrict__ src, size_t total,
@@ -58,7 +23,7 @@ static __global__ void cast_f32_lowp_ns_kernel(uint16_t *__restrict__ dst,
     {
         const size_t i = e / inner, j = e - i * inner;
         const float v = src[i * ns + j];
-        dst[e] = bf16 ? ns_bf16_from_f32(v) : ns_f16_from_f32(v);
+        dst[e] = bf16 ? kern_bf16_from_f32(v) : kern_f16_from_f32(v);
     }
 }
 
@@ -69,7 +34,7 @@ static __global__ void cast_lowp_f32_ns_kernel(float *__restrict__ dst,
     KERN_CUDA_LOOP(e, total)
     {
         const size_t i = e / inner, j = e - i * inner;
-        const float v = bf16 ? __uint_as_float((uint32_t)src[e] << 16) : ns_f16_to_f32(src[e]);
+        const float v = bf16 ? kern_bf16_to_f32(src[e]) : kern_f16_to_f32(src[e]);
         float *const o = dst + i * ns + j;
         *o = add ? *o + v : v;
     }

@@ -2,8 +2,9 @@
  * float32 <-> bf16 / fp16 bit conversions of the CPU reference, shared by the casts
  * (kern_optim.c) and the reduced-precision convolutions (kern_conv.c) so both round the same
  * way: round to nearest even, NaN kept (bf16 0x7fc0, fp16 0x7e00 with the sign), overflow to Inf,
- * fp16 subnormals kept. kern_cuda_optim.cu restates the same integer steps for the device.
- * Private to kernels/ref.
+ * fp16 subnormals kept. The CUDA casts (kern_cuda_optim.cu, kern_cuda_stride.cu) include it too:
+ * under nvcc every function is also a __device__ one, so both backends run the same lines.
+ * Private to kernels/.
  */
 #ifndef KERN_LOWP_COMMON_H
 #define KERN_LOWP_COMMON_H
@@ -11,14 +12,20 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t kern_f32_bits(float f)
+#ifdef __CUDACC__
+#define KERN_LOWP_FN static __host__ __device__ __forceinline__
+#else
+#define KERN_LOWP_FN static inline
+#endif
+
+KERN_LOWP_FN uint32_t kern_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float kern_f32_from_bits(uint32_t u)
+KERN_LOWP_FN float kern_f32_from_bits(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
@@ -27,20 +34,20 @@ static inline float kern_f32_from_bits(uint32_t u)
 
 /* c10::BFloat16's round_to_nearest_even: add 0x7fff plus the lowest kept bit, truncate.
  * Values that round past the largest bf16 carry into the exponent and become Inf. */
-static inline uint16_t kern_bf16_from_f32(float f)
+KERN_LOWP_FN uint16_t kern_bf16_from_f32(float f)
 {
     const uint32_t u = kern_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static inline float kern_bf16_to_f32(uint16_t h)
+KERN_LOWP_FN float kern_bf16_to_f32(uint16_t h)
 {
     return kern_f32_from_bits((uint32_t)h << 16);
 }
 
 /* IEEE binary16 from binary32, round to nearest even, with subnormals and overflow to Inf. */
-static inline uint16_t kern_f16_from_f32(float f)
+KERN_LOWP_FN uint16_t kern_f16_from_f32(float f)
 {
     const uint32_t u = kern_f32_bits(f);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -60,7 +67,7 @@ static inline uint16_t kern_f16_from_f32(float f)
     return (uint16_t)(sign | (q + up));
 }
 
-static inline float kern_f16_to_f32(uint16_t h)
+KERN_LOWP_FN float kern_f16_to_f32(uint16_t h)
 {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
