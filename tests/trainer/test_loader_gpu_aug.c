@@ -24,6 +24,7 @@
 #include "loader.h"
 #include "run_testutil.h"
 #include "tap.h"
+#define LOADER_TEST_BATCH 5
 #include "loader_testutil.h"
 
 #define IMG         128
@@ -42,55 +43,6 @@ static void log_cb(void *ctx, const char *msg)
     struct logbuf *b = ctx;
     const size_t used = strlen(b->text);
     snprintf(b->text + used, sizeof b->text - used, "%s\n", msg);
-}
-
-/* A copy of one batch; pixels from images or device_images (a CPU context's memory is host). */
-struct saved {
-    uint32_t epoch;
-    uint64_t step;
-    int n, h, w;
-    size_t bytes, nt;
-    int on_device; /* device_images was set and images NULL */
-    uint8_t *images;
-    float *targets;
-    struct trn_batch_image info[BATCH];
-};
-
-static void save(struct saved *s, const struct trn_batch *b)
-{
-    s->epoch = b->epoch;
-    s->step = b->step;
-    s->n = b->n;
-    s->h = b->height;
-    s->w = b->width;
-    s->bytes = b->image_bytes;
-    s->nt = b->n_targets;
-    s->on_device = b->device_images != NULL && b->images == NULL;
-    const void *px = b->device_images ? b->device_images : b->images;
-    s->images = malloc(b->image_bytes);
-    if (px) memcpy(s->images, px, b->image_bytes);
-    s->targets = malloc(b->n_targets * 6 * sizeof(float) + 1);
-    memcpy(s->targets, b->targets, b->n_targets * 6 * sizeof(float));
-    memcpy(s->info, b->info, (size_t)b->n * sizeof *b->info);
-}
-
-static void unsave(struct saved *s, int n)
-{
-    for (int i = 0; i < n; i++) {
-        free(s[i].images);
-        free(s[i].targets);
-    }
-    memset(s, 0, (size_t)n * sizeof *s);
-}
-
-/* Same batch: everything but where the pixels were. */
-static int same(const struct saved *a, const struct saved *b)
-{
-    return a->epoch == b->epoch && a->step == b->step && a->n == b->n && a->h == b->h &&
-           a->w == b->w && a->bytes == b->bytes && a->nt == b->nt &&
-           memcmp(a->images, b->images, a->bytes) == 0 &&
-           memcmp(a->targets, b->targets, a->nt * 6 * sizeof(float)) == 0 &&
-           memcmp(a->info, b->info, (size_t)a->n * sizeof a->info[0]) == 0;
 }
 
 /* Batches i of a and b equal for i < n, and b's pixels came from device_images (want_dev). */
@@ -154,7 +106,7 @@ static int collect(const char *ds, const struct trn_loader_opts *o, struct saved
         struct trn_batch b;
         rc = trn_loader_next(l, &b);
         if (rc == 0) {
-            save(&out[i], &b);
+            save_batch(&out[i], &b, NULL);
         } else {
             snprintf(err, cap, "%s", trn_loader_error(l));
             if (ri) ri->rc_at = i;
@@ -261,14 +213,14 @@ static void test_train(struct kern_ctx *k, struct kern_ctx *k3)
                 struct saved s;
                 good &= trn_loader_next(l, &bt) == 0;
                 if (!good) break;
-                save(&s, &bt);
+                save_batch(&s, &bt, NULL);
                 good &= same(&s, &a[3 + i]) && s.on_device;
                 unsave(&s, 1);
             }
             good &= good && trn_loader_set_position(l, 1, 1) == 0 && trn_loader_next(l, &bt) == 0;
             if (good) {
                 struct saved s;
-                save(&s, &bt);
+                save_batch(&s, &bt, NULL);
                 good &= same(&s, &a[EPOCH_STEPS + 1]);
                 unsave(&s, 1);
             }

@@ -33,6 +33,7 @@
 #include "loader.h"
 #include "run_testutil.h"
 #include "tap.h"
+#define LOADER_TEST_BATCH 5
 #include "loader_testutil.h"
 
 #define IMG         128
@@ -43,61 +44,6 @@
 
 static struct kern_ctx *g_ctx; /* pix_ctx: CPU, or CUDA with --cuda */
 static const struct kern_ops *g_ops;
-
-/* A copy of one batch, its pixels in host memory. */
-struct saved {
-    uint32_t epoch;
-    uint64_t step;
-    int n, h, w;
-    size_t bytes, nt;
-    int on_device; /* device_images was set and images NULL */
-    uint8_t *images;
-    float *targets;
-    struct trn_batch_image info[BATCH];
-};
-
-/* Copies b; device pixels come down with kern_mem_copy on the compute queue (which waits for
- * it on CUDA: the tensor is complete in that queue's order). Returns 0 or the copy's error. */
-static int save(struct saved *s, const struct trn_batch *b)
-{
-    memset(s, 0, sizeof *s);
-    s->epoch = b->epoch;
-    s->step = b->step;
-    s->n = b->n;
-    s->h = b->height;
-    s->w = b->width;
-    s->bytes = b->image_bytes;
-    s->nt = b->n_targets;
-    s->on_device = b->device_images != NULL && b->images == NULL;
-    s->images = malloc(b->image_bytes + 1);
-    s->targets = malloc(b->n_targets * 6 * sizeof(float) + 1);
-    int rc = 0;
-    if (b->device_images)
-        rc = kern_mem_copy(g_ctx, s->images, b->device_images, b->image_bytes, KERN_COPY_D2H);
-    else if (b->images)
-        memcpy(s->images, b->images, b->image_bytes);
-    memcpy(s->targets, b->targets, b->n_targets * 6 * sizeof(float));
-    memcpy(s->info, b->info, (size_t)b->n * sizeof *b->info);
-    return rc;
-}
-
-static void unsave(struct saved *s, int n)
-{
-    for (int i = 0; i < n; i++) {
-        free(s[i].images);
-        free(s[i].targets);
-    }
-    memset(s, 0, (size_t)n * sizeof *s);
-}
-
-static int same(const struct saved *a, const struct saved *b)
-{
-    return a->epoch == b->epoch && a->step == b->step && a->n == b->n && a->h == b->h &&
-           a->w == b->w && a->bytes == b->bytes && a->nt == b->nt &&
-           memcmp(a->images, b->images, a->bytes) == 0 &&
-           memcmp(a->targets, b->targets, a->nt * 6 * sizeof(float)) == 0 &&
-           memcmp(a->info, b->info, (size_t)a->n * sizeof a->info[0]) == 0;
-}
 
 /* Batches [0, n) equal, b's from device_images. */
 static int all_same(const struct saved *a, const struct saved *b, int n)
@@ -156,7 +102,7 @@ static int collect(const char *ds, const struct trn_loader_opts *o, struct saved
         struct trn_batch b;
         if (slow && i > 0) (void)wait_uploads(l, (uint64_t)(i - 1 + (int)o->depth));
         rc = trn_loader_next(l, &b);
-        if (rc == 0) rc = save(&out[i], &b);
+        if (rc == 0) rc = save_batch(&out[i], &b, g_ctx);
         if (rc < 0) {
             snprintf(err, cap, "%s", trn_loader_error(l));
             if (rc_at) *rc_at = i;
@@ -222,7 +168,7 @@ static void test_same(void)
             good &= good && trn_loader_set_position(l, 0, 3) == 0;
             for (int i = 0; good && i < 4; i++) {
                 struct saved s;
-                good &= trn_loader_next(l, &bt) == 0 && save(&s, &bt) == 0;
+                good &= trn_loader_next(l, &bt) == 0 && save_batch(&s, &bt, g_ctx) == 0;
                 if (!good) break;
                 good &= same(&s, &a[3 + i]) && s.on_device;
                 unsave(&s, 1);
@@ -230,7 +176,7 @@ static void test_same(void)
             good &= good && trn_loader_set_position(l, 1, 1) == 0 && trn_loader_next(l, &bt) == 0;
             if (good) {
                 struct saved s;
-                good &= save(&s, &bt) == 0 && same(&s, &a[EPOCH_STEPS + 1]);
+                good &= save_batch(&s, &bt, g_ctx) == 0 && same(&s, &a[EPOCH_STEPS + 1]);
                 unsave(&s, 1);
             }
             ok(good,
