@@ -2200,10 +2200,12 @@ static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn
     vo.log_ctx = R;
     /* train.py validates with half = amp on a GPU (trn_train_opts.val_amp) */
     vo.amp = R->o.val_amp >= 0 ? R->o.val_amp : R->o.gpu >= 0 ? R->o.amp : KERN_DT_F32;
-    /* on the training's GPU, whole rect batches per forward (the CPU's 4 bounds host memory) */
+    /* on the training's GPU, forwards of up to 16 images: the inference net keeps every
+       activation (no liveness reuse yet) beside the training's memory; the CPU's 4 bounds host
+       memory. The micro batch never changes results. */
     vo.device = R->o.gpu;
     vo.device_path = R->o.gpu < 0 && R->o.device_path;
-    if (vo.device >= 0) vo.micro_batch = vo.batch_size;
+    if (vo.device >= 0) vo.micro_batch = vo.batch_size < 16 ? vo.batch_size : 16;
     struct trn_val_result vr;
     char e[768] = "";
     const int rc = trn_val_run(m, R->val_data, &vo, &vr, e, sizeof e);
