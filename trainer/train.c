@@ -1464,16 +1464,16 @@ static int loss_from_device(int rc, const float *raw, const struct trn_batch *b,
     return 0;
 }
 
-/* Says why a training forward failed (a SyncBatchNorm all-reduce names the rank); returns rc. */
-static int forward_failed(const struct run *R, const struct trn_batch *b, int rc, char *err,
-                          size_t cap)
+/* Says why a training forward or backward (pass) failed (a SyncBatchNorm all-reduce names the
+ * rank); returns rc. */
+static int pass_failed(const struct run *R, const struct trn_batch *b, int rc, const char *pass,
+                       char *err, size_t cap)
 {
     if (R->bn_sync_failed)
-        seterr(err, cap,
-               "SyncBatchNorm all-reduce in the forward at epoch %u batch %" PRIu64 ": %s",
-               b->epoch, b->step, trn_dist_error(R->dist));
+        seterr(err, cap, "SyncBatchNorm all-reduce in the %s at epoch %u batch %" PRIu64 ": %s",
+               pass, b->epoch, b->step, trn_dist_error(R->dist));
     else
-        seterr(err, cap, "forward: %s", trn_net_strerror(rc));
+        seterr(err, cap, "%s: %s", pass, trn_net_strerror(rc));
     return rc;
 }
 
@@ -1501,13 +1501,7 @@ static int backward(struct run *R, struct trn_net *net, float *const *dp, bool d
                trn_dist_error(R->dist));
         return rc < 0 ? rc : wrc;
     }
-    if (R->bn_sync_failed)
-        seterr(err, cap,
-               "SyncBatchNorm all-reduce in the backward at epoch %u batch %" PRIu64 ": %s",
-               b->epoch, b->step, trn_dist_error(R->dist));
-    else
-        seterr(err, cap, "backward: %s", trn_net_strerror(rc));
-    return rc;
+    return pass_failed(R, b, rc, "backward", err, cap);
 }
 
 /* fp16 (train.h AMP): the loss gradient seed times the scale, on the host (dp) or, for the
@@ -1598,7 +1592,7 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
     if (rc < 0) return rc;
     const float *out[TRN_MODEL_MAX_LEVELS];
     rc = trn_net_forward(net, b->images, true, out);
-    if (rc < 0) return forward_failed(R, b, rc, err, cap);
+    if (rc < 0) return pass_failed(R, b, rc, "forward", err, cap);
     if (b->n_targets > (size_t)INT32_MAX) return -E2BIG;
     rc = trn_loss_compute(loss, R->ctx, out, b->targets, (int)b->n_targets, dp, items);
     if (rc < 0) {
@@ -1804,7 +1798,7 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
     const bool on_dev = b->device_images != NULL;
     rc = trn_net_forward_dev(net, on_dev ? (const float *)b->device_images : b->images, on_dev,
                              true, out);
-    if (rc < 0) return forward_failed(R, b, rc, err, cap);
+    if (rc < 0) return pass_failed(R, b, rc, "forward", err, cap);
     const struct trn_loss_cfg *cfg = trn_loss_get_cfg(loss);
     if ((rc = targets_fit(cfg, b, err, cap)) < 0) return rc;
     const int nt = (int)b->n_targets;

@@ -24,17 +24,6 @@
 
 #include "kern_cuda_internal.h"
 
-/* kern_cuda_bn_check plus the output side: y and dy step y_nstride >= c hw (0: dense). */
-static int bn_check_ysn(const struct kern_bn *d, size_t *ysn)
-{
-    const int rc = kern_cuda_bn_check(d);
-    if (rc < 0) return rc;
-    const size_t dense = (size_t)d->c * (size_t)d->hw;
-    if (d->y_nstride && d->y_nstride < dense) return -EINVAL;
-    *ysn = d->y_nstride ? d->y_nstride : dense;
-    return 0;
-}
-
 /*
  * Pass 1. mode 0: sums of x and x^2. mode 1: sums of dz and dz xhat, dz = dy (silu 0) or
  * dy silu'(xhat gamma + beta) (silu 1). part[(ch * chunks + k) * 2 + {0, 1}].
@@ -188,7 +177,7 @@ static int bn_fwd_train_common(struct kern_ctx *ctx, const struct kern_bn *d, fl
 {
     KERN_CHECK_CUDA_CTX(ctx);
     size_t ysn = 0;
-    const int rc = bn_check_ysn(d, &ysn);
+    const int rc = kern_cuda_bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta) return -EINVAL;
     if (!running_mean != !running_var) return -EINVAL;
@@ -234,7 +223,7 @@ static int bn_fwd_eval_common(struct kern_ctx *ctx, const struct kern_bn *d, flo
 {
     KERN_CHECK_CUDA_CTX(ctx);
     size_t ysn = 0;
-    const int rc = bn_check_ysn(d, &ysn);
+    const int rc = kern_cuda_bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta || !running_mean || !running_var) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
@@ -305,7 +294,7 @@ static int bn_bwd_common(struct kern_ctx *ctx, const struct kern_bn *d, float *d
     KERN_CHECK_CUDA_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
     size_t ysn = 0;
-    const int rc = bn_check_ysn(d, &ysn);
+    const int rc = kern_cuda_bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!dx || !dy || !x || !gamma || !save_mean || !save_invstd) return -EINVAL;
     if (!dgamma != !dbeta) return -EINVAL;

@@ -133,6 +133,18 @@ static inline int kern_cuda_bn_check(const struct kern_bn *d)
     if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
     /* partials (2 doubles per chunk) and coefficients (at most 3 floats) of every channel */
     if ((size_t)d->c * 16u > KERN_CUDA_SCRATCH_BYTES / 2) return -EINVAL;
+    /* a channel slice is at least as wide as its own channels: images never overlap */
+    if (d->y_nstride && d->y_nstride < (size_t)d->c * (size_t)d->hw) return -EINVAL;
+    return 0;
+}
+
+/* kern_cuda_bn_check, and *ysn: the step from one image to the next in y and dy (y_nstride, or
+ * c hw when 0: dense). */
+static inline int kern_cuda_bn_check_ysn(const struct kern_bn *d, size_t *ysn)
+{
+    const int rc = kern_cuda_bn_check(d);
+    if (rc < 0) return rc;
+    *ysn = d->y_nstride ? d->y_nstride : (size_t)d->c * (size_t)d->hw;
     return 0;
 }
 

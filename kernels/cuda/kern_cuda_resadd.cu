@@ -40,13 +40,11 @@ static int resadd_check(struct kern_ctx *ctx, const struct kern_bn *d, const flo
                         size_t *ysn, size_t *rsn)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    const int rc = kern_cuda_bn_check(d);
+    const int rc = kern_cuda_bn_check_ysn(d, ysn);
     if (rc < 0) return rc;
     const size_t dense = (size_t)d->c * (size_t)d->hw;
-    if ((d->y_nstride && d->y_nstride < dense) || (d->r_nstride && d->r_nstride < dense))
-        return -EINVAL;
+    if (d->r_nstride && d->r_nstride < dense) return -EINVAL;
     if (!y || !x || !gamma || !beta || !r) return -EINVAL;
-    *ysn = d->y_nstride ? d->y_nstride : dense;
     *rsn = d->r_nstride ? d->r_nstride : dense;
     return 0;
 }

@@ -102,9 +102,8 @@ static int resadd_check(struct kern_ctx *ctx, const struct kern_bn *d, const flo
     KERN_CHECK_CPU_CTX(ctx);
     const int rc = kern_bn_check(d);
     if (rc < 0) return rc;
-    const size_t dense = (size_t)d->c * (size_t)d->hw;
-    KERN_RETURN_IF(d->y_nstride && d->y_nstride < dense, -EINVAL);
-    KERN_RETURN_IF(d->r_nstride && d->r_nstride < dense, -EINVAL);
+    /* kern_bn_check has refused a y_nstride narrower than the channels; r likewise */
+    KERN_RETURN_IF(d->r_nstride && d->r_nstride < (size_t)d->c * (size_t)d->hw, -EINVAL);
     KERN_RETURN_IF(!y || !x || !gamma || !beta || !r, -EINVAL);
     return 0;
 }

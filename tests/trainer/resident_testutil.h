@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_testutil.h"
+
 static inline void show_stderr(void)
 {
     char p[300];
@@ -46,30 +48,7 @@ static inline int make_data(const char *synth, const char *pack, const char *nam
 /* Records 0 .. 7 of a checkpoint (model, buffers, counts, EMA x2, optimizer x2, gradients). */
 static inline char *ckpt_state(const char *path, size_t *len)
 {
-    struct ffr_reader *r = NULL;
-    if (ffr_reader_open(&r, path, NULL, NULL, 0) < 0) return NULL;
-    size_t total = 0;
-    const uint64_t n = ffr_reader_count(r) < 8 ? ffr_reader_count(r) : 8;
-    for (uint64_t i = 0; i < n; i++) {
-        struct ffr_record_info ri;
-        ffr_reader_info(r, i, &ri);
-        total += ri.raw_len;
-    }
-    char *buf = malloc(total + 1);
-    size_t at = 0;
-    for (uint64_t i = 0; buf && i < n; i++) {
-        struct ffr_record_info ri;
-        ffr_reader_info(r, i, &ri);
-        if (ffr_reader_read(r, NULL, i, buf + at, ri.raw_len) != (int64_t)ri.raw_len) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        at += ri.raw_len;
-    }
-    ffr_reader_close(r);
-    *len = total;
-    return buf;
+    return ckpt_records(path, 8, len, NULL);
 }
 
 /* The checkpoint's metadata lines of the counters and loss sums, concatenated. */

@@ -38,6 +38,7 @@
 #include "run_testutil.h"
 #include "tap.h"
 #include "dist_testutil.h"
+#include "ckpt_testutil.h"
 
 static const char *train, *synth, *pack, *models, *mpirun;
 
@@ -52,31 +53,7 @@ static int make_data(const char *name, int n)
 /* The bytes of records 0 .. 9 of a checkpoint (all but opt.yaml, which names the run). */
 static char *ckpt_bytes(const char *path, size_t *len)
 {
-    struct ffr_reader *r = NULL;
-    *len = 0;
-    if (ffr_reader_open(&r, path, NULL, NULL, 0) < 0) return NULL;
-    size_t total = 0;
-    const uint64_t use = ffr_reader_count(r) < 10 ? ffr_reader_count(r) : 10;
-    for (uint64_t i = 0; i < use; i++) {
-        struct ffr_record_info ri;
-        ffr_reader_info(r, i, &ri);
-        total += ri.raw_len;
-    }
-    char *buf = malloc(total + 1);
-    size_t at = 0;
-    for (uint64_t i = 0; buf && i < use; i++) {
-        struct ffr_record_info ri;
-        ffr_reader_info(r, i, &ri);
-        if (ffr_reader_read(r, NULL, i, buf + at, ri.raw_len) != (int64_t)ri.raw_len) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        at += ri.raw_len;
-    }
-    ffr_reader_close(r);
-    *len = total;
-    return buf;
+    return ckpt_records(path, 10, len, NULL);
 }
 
 static long long ckpt_meta_int(const char *path, const char *key)

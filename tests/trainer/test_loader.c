@@ -18,9 +18,11 @@
 #include <unistd.h>
 
 #include "ffr.h"
+#include "kern.h"
 #include "loader.h"
 #include "run_testutil.h"
 #include "tap.h"
+#define LOADER_TEST_BATCH 16
 #include "loader_testutil.h"
 
 #define IMG     128
@@ -42,49 +44,6 @@ static void log_cb(void *ctx, const char *msg)
 }
 
 /* A copy of one batch. */
-struct saved {
-    uint32_t epoch;
-    uint64_t step;
-    int n, h, w;
-    size_t bytes, nt;
-    uint8_t *images;
-    float *targets;
-    struct trn_batch_image info[16];
-};
-
-static void save(struct saved *s, const struct trn_batch *b)
-{
-    s->epoch = b->epoch;
-    s->step = b->step;
-    s->n = b->n;
-    s->h = b->height;
-    s->w = b->width;
-    s->bytes = b->image_bytes;
-    s->nt = b->n_targets;
-    s->images = malloc(b->image_bytes);
-    memcpy(s->images, b->images, b->image_bytes);
-    s->targets = malloc(b->n_targets * 6 * sizeof(float) + 1);
-    memcpy(s->targets, b->targets, b->n_targets * 6 * sizeof(float));
-    memcpy(s->info, b->info, (size_t)b->n * sizeof *b->info);
-}
-
-static void unsave(struct saved *s, int n)
-{
-    for (int i = 0; i < n; i++) {
-        free(s[i].images);
-        free(s[i].targets);
-    }
-}
-
-static int same(const struct saved *a, const struct saved *b)
-{
-    return a->epoch == b->epoch && a->step == b->step && a->n == b->n && a->h == b->h &&
-           a->w == b->w && a->bytes == b->bytes && a->nt == b->nt &&
-           memcmp(a->images, b->images, a->bytes) == 0 &&
-           memcmp(a->targets, b->targets, a->nt * 6 * sizeof(float)) == 0 &&
-           memcmp(a->info, b->info, (size_t)a->n * sizeof a->info[0]) == 0;
-}
-
 static void train_opts(struct trn_loader_opts *o, unsigned workers)
 {
     trn_loader_opts_default(o);
@@ -115,7 +74,7 @@ static int collect(const char *ds, const struct trn_loader_opts *o, struct saved
         struct trn_batch b;
         rc = trn_loader_next(l, &b);
         if (rc == 0)
-            save(&out[i], &b);
+            save_batch(&out[i], &b, NULL);
         else
             snprintf(err, cap, "%s", trn_loader_error(l));
     }
@@ -246,14 +205,14 @@ static void test_train(void)
         for (int i = 0; good && i < 4; i++) {
             good &= trn_loader_next(l, &bt) == 0;
             if (!good) break;
-            save(&s, &bt);
+            save_batch(&s, &bt, NULL);
             good &= same(&s, &a[3 + i]);
             unsave(&s, 1);
         }
         ok(good, "set_position(0, 3) mid-run: batches 0/3, 0/4, 1/0, 1/1 as before");
         good = rc == 0 && trn_loader_set_epoch(l, 1) == 0 && trn_loader_next(l, &bt) == 0;
         if (good) {
-            save(&s, &bt);
+            save_batch(&s, &bt, NULL);
             good = same(&s, &a[EPOCH_STEPS]);
             unsave(&s, 1);
         }
@@ -520,7 +479,7 @@ static void test_val(void)
             if (left + (int)in->w > b.width || top + (int)in->h > b.height) content = 0;
         }
         struct saved s;
-        save(&s, &b);
+        save_batch(&s, &b, NULL);
         labels &= targets_ok(&s);
         unsave(&s, 1);
     }

@@ -28,6 +28,7 @@
 #include "hyp.h"
 #include "run_testutil.h"
 #include "tap.h"
+#include "ckpt_testutil.h"
 
 static const char *train, *synth, *pack, *models;
 
@@ -54,31 +55,7 @@ static int make_data(const char *name, int n, int img)
  * concatenated; *records: the file's record count. */
 static char *ckpt_bytes(const char *path, size_t *len, uint64_t *records)
 {
-    struct ffr_reader *r = NULL;
-    if (ffr_reader_open(&r, path, NULL, NULL, 0) < 0) return NULL;
-    size_t total = 0;
-    const uint64_t n = ffr_reader_count(r), use = n < 10 ? n : 10;
-    for (uint64_t i = 0; i < use; i++) {
-        struct ffr_record_info ri;
-        ffr_reader_info(r, i, &ri);
-        total += ri.raw_len;
-    }
-    char *buf = malloc(total + 1);
-    size_t at = 0;
-    for (uint64_t i = 0; buf && i < use; i++) {
-        struct ffr_record_info ri;
-        ffr_reader_info(r, i, &ri);
-        if (ffr_reader_read(r, NULL, i, buf + at, ri.raw_len) != (int64_t)ri.raw_len) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        at += ri.raw_len;
-    }
-    ffr_reader_close(r);
-    *len = total;
-    *records = n;
-    return buf;
+    return ckpt_records(path, 10, len, records);
 }
 
 /* The checkpoint opens, every byte verifies, and its metadata is ours. */
