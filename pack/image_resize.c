@@ -167,6 +167,13 @@ struct linear_ws {
     int32_t *yr0, *yr1; /* clamped source rows of each destination row */
     int16_t *yb;        /* b0, b1 per destination row */
     int32_t *rows[2];   /* horizontally resized rows, 3*dw + 4 (the SSE2 store spills 1) */
+    /* The AVX2 horizontal pass by shuffle tables: output values (3 per column) in groups of
+     * four, each group's sources within the 16 source bytes at gbase[g]; gmask picks its
+     * (s0, s1) byte pairs as 16-bit lanes, gw holds the column weights for madd. */
+    int32_t *gbase;
+    uint8_t *gmask;
+    int32_t *gw;
+    int gpairs; /* leading pairs of groups that the tables cover; the rest go column by column */
 };
 
 struct area_ws {
@@ -187,6 +194,10 @@ static void layout_linear(struct bump *b, struct linear_ws *w, int dw, int dh)
     w->yb = take(b, sizeof(int16_t) * 2 * (size_t)dh);
     for (int k = 0; k < 2; k++)
         w->rows[k] = take(b, sizeof(int32_t) * (3 * (size_t)dw + 4));
+    const size_t groups = (3 * (size_t)dw + 3) / 4;
+    w->gbase = take(b, sizeof(int32_t) * groups);
+    w->gmask = take(b, 16 * groups);
+    w->gw = take(b, sizeof(int32_t) * 4 * groups);
 }
 
 static void layout_area(struct bump *b, struct area_ws *w, int dw, int dh, int sw, int sh)
@@ -254,8 +265,7 @@ static void linear_pos(int d, double scale, double inv_scale, bool area_mode, in
     }
 }
 
-static void linear_tables(const struct plan *p, const struct linear_ws *w, int dw, int dh, int sw,
-                          int sh)
+static void linear_tables(const struct plan *p, struct linear_ws *w, int dw, int dh, int sw, int sh)
 {
     const bool am = p->kind == K_AREA_MODE_LINEAR;
     for (int dx = 0; dx < dw; dx++) {
@@ -269,6 +279,30 @@ static void linear_tables(const struct plan *p, const struct linear_ws *w, int d
         w->xo0[dx] = 3 * sx;
         w->xo1[dx] = 3 * sx1;
         w->xa[dx] = (int32_t)((uint32_t)(uint16_t)a0 | (uint32_t)(uint16_t)a1 << 16);
+    }
+    /* Shuffle tables: a pair of groups is usable while both groups' sources lie within 16
+     * bytes that end inside the row (enlarging and mild shrinking; a shrink by more than about
+     * 2.5x spreads four values over more than 16 bytes and stops the tables there). */
+    const int nv = 3 * dw, row = 3 * sw;
+    w->gpairs = 0;
+    for (int g = 0; 4 * g + 4 <= nv; g++) {
+        int base = INT32_MAX; /* not always the first value's: (x, c=1) may follow (x', c=0) */
+        for (int k = 0; k < 4; k++) {
+            const int v = 4 * g + k, o = w->xo0[v / 3] + v % 3;
+            base = o < base ? o : base;
+        }
+        int ok = base + 16 <= row;
+        for (int k = 0; k < 4 && ok; k++) {
+            const int v = 4 * g + k, dx = v / 3, c = v % 3;
+            const int o0 = w->xo0[dx] + c - base, o1 = w->xo1[dx] + c - base;
+            ok = o0 >= 0 && o1 >= 0 && o0 < 16 && o1 < 16;
+            uint8_t *m = w->gmask + 16 * (size_t)g + 4 * k;
+            m[0] = (uint8_t)o0, m[1] = 0x80, m[2] = (uint8_t)o1, m[3] = 0x80;
+            w->gw[4 * g + k] = w->xa[dx];
+        }
+        if (!ok) break;
+        w->gbase[g] = base;
+        if (g % 2 == 1) w->gpairs = (g + 1) / 2;
     }
     for (int dy = 0; dy < dh; dy++) {
         int sy;
@@ -326,6 +360,27 @@ IMAGE_AVX2 static int hline_avx2(int32_t *restrict D, const uint8_t *restrict S,
 }
 #endif
 
+#if IMAGE_HAVE_AVX2
+/* Eight output values per step from two 16-byte windows: one shuffle, one madd. Returns the
+ * first column not done (the column holding the next value: the column code redoes its values
+ * already written, with the same results). */
+IMAGE_AVX2 static int hline_avx2_tab(int32_t *restrict D, const uint8_t *restrict S,
+                                     const struct linear_ws *w)
+{
+    const int32_t *restrict gbase = w->gbase;
+    for (int q = 0; q < w->gpairs; q++) {
+        const __m256i src = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(S + gbase[2 * q]))),
+            _mm_loadu_si128((const __m128i *)(S + gbase[2 * q + 1])), 1);
+        const __m256i m = _mm256_loadu_si256((const __m256i *)(w->gmask + 32 * (size_t)q));
+        const __m256i wt = _mm256_loadu_si256((const __m256i *)(w->gw + 8 * (size_t)q));
+        _mm256_storeu_si256((__m256i *)(D + 8 * q),
+                            _mm256_madd_epi16(_mm256_shuffle_epi8(src, m), wt));
+    }
+    return (8 * w->gpairs) / 3;
+}
+#endif
+
 static void hline(int32_t *restrict D, const uint8_t *restrict S, const struct linear_ws *w, int dw,
                   int sw, bool simd)
 {
@@ -339,7 +394,10 @@ static void hline(int32_t *restrict D, const uint8_t *restrict S, const struct l
         const int32_t *restrict xo0 = w->xo0, *restrict xo1 = w->xo1, *restrict xa = w->xa;
         const __m128i z = _mm_setzero_si128();
 #if IMAGE_HAVE_AVX2
-        if (__builtin_cpu_supports("avx2")) dx = hline_avx2(D, S, xo0, xo1, xa, dw, limit);
+        if (__builtin_cpu_supports("avx2")) {
+            dx = hline_avx2_tab(D, S, w);
+            dx += hline_avx2(D + 3 * dx, S, xo0 + dx, xo1 + dx, xa + dx, dw - dx, limit);
+        }
 #endif
         for (; dx < dw && xo1[dx] <= limit; dx++) {
             int32_t v0, v1;
@@ -422,9 +480,9 @@ static void vline(uint8_t *restrict D, const int32_t *restrict r0, const int32_t
         D[x] = (uint8_t)((((b0 * (r0[x] >> 4)) >> 16) + ((b1 * (r1[x] >> 4)) >> 16) + 2) >> 2);
 }
 
-static void resize_linear(const struct plan *p, const struct linear_ws *w, uint8_t *dst, int dw,
-                          int dh, size_t dstride, const uint8_t *src, int sw, int sh,
-                          size_t sstride, bool simd)
+static void resize_linear(const struct plan *p, struct linear_ws *w, uint8_t *dst, int dw, int dh,
+                          size_t dstride, const uint8_t *src, int sw, int sh, size_t sstride,
+                          bool simd)
 {
     linear_tables(p, w, dw, dh, sw, sh);
     int have[2] = { -1, -1 }; /* source row held by rows[k] */

@@ -1,15 +1,19 @@
 /*
  * Benchmark: yolo-pack's throughput against the physical limit of the job, the decode-only rate
  * of libjpeg-turbo on the same files with the same number of threads, measured side by side in
- * one run (each arm best of 3). Decode-only is what cv2.imread does per file: open, read (from
- * the page cache: every file is read once first) and decode. The rate of decoding from buffers
- * already in memory is printed beside it, for reference.
- * Also the CPU time per image of each arm (all threads, user + system, least of 3): on a busy
- * machine the wall-clock ratio says how the machine was shared, the CPU ratio still says what
- * the job costs beyond decoding.
+ * one run (each arm best of BENCH_REPS passes, default 3; the arms alternate pass by pass, so a
+ * busy spell of the machine hits both). Decode-only is what cv2.imread does per file: open, read
+ * (from the page cache: every file is read once first) and decode. The rate of decoding from
+ * buffers already in memory is printed beside it, for reference.
+ *
+ * Also the CPU time per image of each arm (all threads, user + system, least of the passes): on
+ * a busy machine the wall-clock ratio says how the machine was shared, the CPU ratio still says
+ * what the job costs beyond decoding.
+ *
  * For zstd a second limit is printed: read + decode + ZSTD_compress of the decoded pixels at the
  * packer's level, on the same files and threads (the physical limit of a job that compresses:
  * zstd on pixels costs more than decoding them, docs/benchmarks.md "Record codecs").
+ *
  * Usage: bench_pack DATASET_ROOT SPLIT THREADS [CODEC...]   (codecs: raw zstd jpeg; default all)
  */
 #include <errno.h>
@@ -144,8 +148,10 @@ int main(int argc, char **argv)
         if (fread(f.data[i], 1, f.len[i], fp) != f.len[i]) f.len[i] = 0;
         fclose(fp);
     }
-    printf("%zu images from %s (%s), %d threads, best of 3 per arm\n", f.n, argv[1], argv[2],
-           threads);
+    const int reps =
+        getenv("BENCH_REPS") && atoi(getenv("BENCH_REPS")) > 0 ? atoi(getenv("BENCH_REPS")) : 3;
+    printf("%zu images from %s (%s), %d threads, best of %d per arm\n", f.n, argv[1], argv[2],
+           threads, reps);
     const char *codecs[] = { "raw", "zstd", "jpeg" };
     const int nc = argc > 4 ? argc - 4 : 3;
     char out[600];
@@ -169,7 +175,7 @@ int main(int argc, char **argv)
                                             : PACK_CODEC_ZSTD;
         double best_dec = 0, best_mem = 0, best_pack = 0, cpu_dec = 1e30, cpu_mem = 1e30,
                cpu_pack = 1e30, best_z = 0, cpu_z = 1e30;
-        for (int rep = 0; rep < 3; rep++) {
+        for (int rep = 0; rep < reps; rep++) {
             if (po.codec == PACK_CODEC_ZSTD) {
                 f.zstd_level = po.zstd_level;
                 const double c0 = cpu_s();
@@ -190,6 +196,10 @@ int main(int argc, char **argv)
             if (cs < cpu_dec) cpu_dec = cs;
             if (d > best_dec) best_dec = d;
             struct pack_result res;
+            /* The previous pass's output goes first, untimed: renaming over it would make this
+             * pass pay for freeing its 4 GB (0.5 s on ext4), which is not packing. */
+            unlink(path);
+            sync();
             const double t0 = now();
             c0 = cpu_s();
             if (pack_run(&po, &res, NULL) < 0) return 1;
