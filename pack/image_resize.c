@@ -166,7 +166,7 @@ struct linear_ws {
     int32_t *xa;        /* (a0 & 0xffff) | a1 << 16 per column */
     int32_t *yr0, *yr1; /* clamped source rows of each destination row */
     int16_t *yb;        /* b0, b1 per destination row */
-    int32_t *rows[2];   /* horizontally resized rows, 3*dw + 4 (the SSE2 store spills 1) */
+    int16_t *rows[2];   /* horizontally resized rows, 3*dw + 8 (the column stores spill) */
     /* The AVX2 horizontal pass by shuffle tables: output values (3 per column) in groups of
      * four, each group's sources within the 16 source bytes at gbase[g]; gmask picks its
      * (s0, s1) byte pairs as 16-bit lanes, gw holds the column weights for madd. */
@@ -193,7 +193,7 @@ static void layout_linear(struct bump *b, struct linear_ws *w, int dw, int dh)
     w->yr1 = take(b, sizeof(int32_t) * (size_t)dh);
     w->yb = take(b, sizeof(int16_t) * 2 * (size_t)dh);
     for (int k = 0; k < 2; k++)
-        w->rows[k] = take(b, sizeof(int32_t) * (3 * (size_t)dw + 4));
+        w->rows[k] = take(b, sizeof(int16_t) * (3 * (size_t)dw + 8));
     const size_t groups = (3 * (size_t)dw + 3) / 4;
     w->gbase = take(b, sizeof(int32_t) * groups);
     w->gmask = take(b, 16 * groups);
@@ -316,16 +316,21 @@ static void linear_tables(const struct plan *p, struct linear_ws *w, int dw, int
     }
 }
 
-static void hline_scalar(int32_t *restrict D, const uint8_t *restrict S, const struct linear_ws *w,
+/*
+ * The horizontal pass keeps each value as OpenCV's vertical pass first uses it, (s0*a0 + s1*a1)
+ * >> 4 (at most 255 * 2048 >> 4 = 32640, an int16), computed once per source row instead of
+ * once per use: an enlarged image uses most source rows twice.
+ */
+static void hline_scalar(int16_t *restrict D, const uint8_t *restrict S, const struct linear_ws *w,
                          int x_begin, int x_end)
 {
     for (int dx = x_begin; dx < x_end; dx++) {
         const uint8_t *s0 = S + w->xo0[dx], *s1 = S + w->xo1[dx];
         const int a0 = (int16_t)(w->xa[dx] & 0xffff), a1 = (int16_t)((uint32_t)w->xa[dx] >> 16);
-        int32_t *d = D + 3 * dx;
-        d[0] = s0[0] * a0 + s1[0] * a1;
-        d[1] = s0[1] * a0 + s1[1] * a1;
-        d[2] = s0[2] * a0 + s1[2] * a1;
+        int16_t *d = D + 3 * dx;
+        d[0] = (int16_t)((s0[0] * a0 + s1[0] * a1) >> 4);
+        d[1] = (int16_t)((s0[1] * a0 + s1[1] * a1) >> 4);
+        d[2] = (int16_t)((s0[2] * a0 + s1[2] * a1) >> 4);
     }
 }
 
@@ -333,7 +338,7 @@ static void hline_scalar(int32_t *restrict D, const uint8_t *restrict S, const s
 /* Two columns per step: both pixels' 4-byte pairs widened in one register, each half
  * multiplied by its column's weights; the second store overwrites the first's 4th lane. Returns
  * the first column not done. */
-IMAGE_AVX2 static int hline_avx2(int32_t *restrict D, const uint8_t *restrict S,
+IMAGE_AVX2 static int hline_avx2(int16_t *restrict D, const uint8_t *restrict S,
                                  const int32_t *restrict xo0, const int32_t *restrict xo1,
                                  const int32_t *restrict xa, int dw, int32_t limit)
 {
@@ -352,36 +357,44 @@ IMAGE_AVX2 static int hline_avx2(int32_t *restrict D, const uint8_t *restrict S,
         const __m256i v = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(p0, p1));
         const __m256i wv =
             _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(_mm_cvtsi64_si128(wts)), rep);
-        const __m256i r = _mm256_madd_epi16(v, wv);
-        _mm_storeu_si128((__m128i *)(D + 3 * dx), _mm256_castsi256_si128(r));
-        _mm_storeu_si128((__m128i *)(D + 3 * dx + 3), _mm256_extracti128_si256(r, 1));
+        const __m256i r = _mm256_srai_epi32(_mm256_madd_epi16(v, wv), 4);
+        /* packs works per 128-bit lane: column dx's four words land in the low 64 bits of the
+         * low lane, column dx+1's in the low 64 bits of the high lane. */
+        const __m256i h = _mm256_packs_epi32(r, r);
+        _mm_storel_epi64((__m128i *)(D + 3 * dx), _mm256_castsi256_si128(h));
+        _mm_storel_epi64((__m128i *)(D + 3 * dx + 3), _mm256_extracti128_si256(h, 1));
     }
     return dx;
 }
-#endif
 
-#if IMAGE_HAVE_AVX2
-/* Eight output values per step from two 16-byte windows: one shuffle, one madd. Returns the
- * first column not done (the column holding the next value: the column code redoes its values
- * already written, with the same results). */
-IMAGE_AVX2 static int hline_avx2_tab(int32_t *restrict D, const uint8_t *restrict S,
+/* Sixteen output values per step from four 16-byte windows: a shuffle and a madd per eight.
+ * Returns the first column not done (the column holding the next value: the column code redoes
+ * its values already written, with the same results). */
+IMAGE_AVX2 static int hline_avx2_tab(int16_t *restrict D, const uint8_t *restrict S,
                                      const struct linear_ws *w)
 {
     const int32_t *restrict gbase = w->gbase;
-    for (int q = 0; q < w->gpairs; q++) {
-        const __m256i src = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(S + gbase[2 * q]))),
-            _mm_loadu_si128((const __m128i *)(S + gbase[2 * q + 1])), 1);
-        const __m256i m = _mm256_loadu_si256((const __m256i *)(w->gmask + 32 * (size_t)q));
-        const __m256i wt = _mm256_loadu_si256((const __m256i *)(w->gw + 8 * (size_t)q));
+    int q = 0;
+    for (; q + 2 <= w->gpairs; q += 2) {
+        __m256i r[2];
+        for (int h = 0; h < 2; h++) {
+            const int g = 2 * (q + h);
+            const __m256i src = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(S + gbase[g]))),
+                _mm_loadu_si128((const __m128i *)(S + gbase[g + 1])), 1);
+            const __m256i m = _mm256_loadu_si256((const __m256i *)(w->gmask + 16 * (size_t)g));
+            const __m256i wt = _mm256_loadu_si256((const __m256i *)(w->gw + 4 * (size_t)g));
+            r[h] = _mm256_srai_epi32(_mm256_madd_epi16(_mm256_shuffle_epi8(src, m), wt), 4);
+        }
+        /* packs gives (r0 0-3, r1 0-3 | r0 4-7, r1 4-7); the permute restores the order. */
         _mm256_storeu_si256((__m256i *)(D + 8 * q),
-                            _mm256_madd_epi16(_mm256_shuffle_epi8(src, m), wt));
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(r[0], r[1]), 0xD8));
     }
-    return (8 * w->gpairs) / 3;
+    return (8 * q) / 3;
 }
 #endif
 
-static void hline(int32_t *restrict D, const uint8_t *restrict S, const struct linear_ws *w, int dw,
+static void hline(int16_t *restrict D, const uint8_t *restrict S, const struct linear_ws *w, int dw,
                   int sw, bool simd)
 {
     int dx = 0;
@@ -404,8 +417,9 @@ static void hline(int32_t *restrict D, const uint8_t *restrict S, const struct l
             memcpy(&v0, S + xo0[dx], 4);
             memcpy(&v1, S + xo1[dx], 4);
             const __m128i p = _mm_unpacklo_epi8(_mm_cvtsi32_si128(v0), _mm_cvtsi32_si128(v1));
-            const __m128i r = _mm_madd_epi16(_mm_unpacklo_epi8(p, z), _mm_set1_epi32(xa[dx]));
-            _mm_storeu_si128((__m128i *)(D + 3 * dx), r);
+            const __m128i r =
+                _mm_srai_epi32(_mm_madd_epi16(_mm_unpacklo_epi8(p, z), _mm_set1_epi32(xa[dx])), 4);
+            _mm_storel_epi64((__m128i *)(D + 3 * dx), _mm_packs_epi32(r, r));
         }
     }
 #else
@@ -416,37 +430,31 @@ static void hline(int32_t *restrict D, const uint8_t *restrict S, const struct l
 }
 
 #if IMAGE_HAVE_AVX2
-/* 32 bytes per step. packs and packus work within 128-bit lanes, so the dwords come out as
- * (0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, 20-23, 28-31) and one permute restores the order.
- * Returns the first byte not done. */
-IMAGE_AVX2 static int vline_avx2(uint8_t *restrict D, const int32_t *restrict r0,
-                                 const int32_t *restrict r1, int b0, int b1, int n)
+/* 32 bytes per step. packus works within 128-bit lanes, so the words come out as (0-7, 16-23 |
+ * 8-15, 24-31) and one permute restores the order. Returns the first byte not done. */
+IMAGE_AVX2 static int vline_avx2(uint8_t *restrict D, const int16_t *restrict r0,
+                                 const int16_t *restrict r1, int b0, int b1, int n)
 {
     const __m256i vb0 = _mm256_set1_epi16((int16_t)b0), vb1 = _mm256_set1_epi16((int16_t)b1);
-    const __m256i two = _mm256_set1_epi16(2), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i two = _mm256_set1_epi16(2);
     int x = 0;
     for (; x + 32 <= n; x += 32) {
         __m256i out[2];
         for (int h = 0; h < 2; h++) {
-            const int32_t *a = r0 + x + 16 * h, *b = r1 + x + 16 * h;
-            const __m256i s0 = _mm256_packs_epi32(
-                _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)a), 4),
-                _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(a + 8)), 4));
-            const __m256i s1 = _mm256_packs_epi32(
-                _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)b), 4),
-                _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(b + 8)), 4));
+            const __m256i s0 = _mm256_loadu_si256((const __m256i *)(r0 + x + 16 * h));
+            const __m256i s1 = _mm256_loadu_si256((const __m256i *)(r1 + x + 16 * h));
             const __m256i t =
                 _mm256_add_epi16(_mm256_mulhi_epi16(s0, vb0), _mm256_mulhi_epi16(s1, vb1));
             out[h] = _mm256_srai_epi16(_mm256_add_epi16(t, two), 2);
         }
-        _mm256_storeu_si256((__m256i *)(D + x), _mm256_permutevar8x32_epi32(
-                                                    _mm256_packus_epi16(out[0], out[1]), order));
+        _mm256_storeu_si256((__m256i *)(D + x),
+                            _mm256_permute4x64_epi64(_mm256_packus_epi16(out[0], out[1]), 0xD8));
     }
     return x;
 }
 #endif
 
-static void vline(uint8_t *restrict D, const int32_t *restrict r0, const int32_t *restrict r1,
+static void vline(uint8_t *restrict D, const int16_t *restrict r0, const int16_t *restrict r1,
                   int b0, int b1, int n, bool simd)
 {
     int x = 0;
@@ -460,13 +468,8 @@ static void vline(uint8_t *restrict D, const int32_t *restrict r0, const int32_t
         for (; x + 16 <= n; x += 16) {
             __m128i out[2];
             for (int h = 0; h < 2; h++) {
-                const int32_t *a = r0 + x + 8 * h, *b = r1 + x + 8 * h;
-                const __m128i s0 =
-                    _mm_packs_epi32(_mm_srai_epi32(_mm_loadu_si128((const __m128i *)a), 4),
-                                    _mm_srai_epi32(_mm_loadu_si128((const __m128i *)(a + 4)), 4));
-                const __m128i s1 =
-                    _mm_packs_epi32(_mm_srai_epi32(_mm_loadu_si128((const __m128i *)b), 4),
-                                    _mm_srai_epi32(_mm_loadu_si128((const __m128i *)(b + 4)), 4));
+                const __m128i s0 = _mm_loadu_si128((const __m128i *)(r0 + x + 8 * h));
+                const __m128i s1 = _mm_loadu_si128((const __m128i *)(r1 + x + 8 * h));
                 const __m128i t = _mm_add_epi16(_mm_mulhi_epi16(s0, vb0), _mm_mulhi_epi16(s1, vb1));
                 out[h] = _mm_srai_epi16(_mm_add_epi16(t, two), 2);
             }
@@ -477,7 +480,7 @@ static void vline(uint8_t *restrict D, const int32_t *restrict r0, const int32_t
     (void)simd;
 #endif
     for (; x < n; x++)
-        D[x] = (uint8_t)((((b0 * (r0[x] >> 4)) >> 16) + ((b1 * (r1[x] >> 4)) >> 16) + 2) >> 2);
+        D[x] = (uint8_t)((((b0 * r0[x]) >> 16) + ((b1 * r1[x]) >> 16) + 2) >> 2);
 }
 
 static void resize_linear(const struct plan *p, struct linear_ws *w, uint8_t *dst, int dw, int dh,
@@ -499,7 +502,7 @@ static void resize_linear(const struct plan *p, struct linear_ws *w, uint8_t *ds
             hline(w->rows[s1], src + (size_t)r1 * sstride, w, dw, sw, simd);
             have[s1] = r1;
         }
-        const int32_t *use[2] = { w->rows[s0], w->rows[s1] };
+        const int16_t *use[2] = { w->rows[s0], w->rows[s1] };
         vline(dst + (size_t)dy * dstride, use[0], use[1], w->yb[2 * dy], w->yb[2 * dy + 1], 3 * dw,
               simd);
     }
