@@ -516,6 +516,40 @@ static void resize_linear(const struct plan *p, struct linear_ws *w, uint8_t *ds
  * integers, so any order gives OpenCV's values: rows are first added as 16-bit words (SIMD),
  * then each block's kx columns. ky > 257 could overflow 16 bits; those go through 32-bit sums.
  */
+#if IMAGE_HAVE_AVX2
+/*
+ * 2x2 block averages, four output pixels per step: each 128-bit lane takes 16 source bytes
+ * holding two output pixels' four source pixels, pairs each channel's two bytes (shuffle), adds
+ * each pair (maddubs by 1) and then the two rows. Each lane's 8-byte store writes its 6 values and
+ * 2 bytes that the next store overwrites, so the loop leaves at least one pixel to the caller.
+ * Returns the first output pixel not done.
+ */
+IMAGE_AVX2 static int area2x2_avx2(uint8_t *restrict d, const uint8_t *restrict r0,
+                                   const uint8_t *restrict r1, int dw)
+{
+    const __m256i pairs = _mm256_setr_epi8(0, 3, 1, 4, 2, 5, 6, 9, 7, 10, 8, 11, -1, -1, -1, -1, 0,
+                                           3, 1, 4, 2, 5, 6, 9, 7, 10, 8, 11, -1, -1, -1, -1);
+    const __m256i one = _mm256_set1_epi8(1), two = _mm256_set1_epi16(2);
+    int dx = 0;
+    for (; dx + 5 <= dw; dx += 4) {
+        const size_t o = 6 * (size_t)dx;
+        const __m256i a = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(r0 + o))),
+            _mm_loadu_si128((const __m128i *)(r0 + o + 12)), 1);
+        const __m256i b = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(r1 + o))),
+            _mm_loadu_si128((const __m128i *)(r1 + o + 12)), 1);
+        const __m256i sa = _mm256_maddubs_epi16(_mm256_shuffle_epi8(a, pairs), one);
+        const __m256i sb = _mm256_maddubs_epi16(_mm256_shuffle_epi8(b, pairs), one);
+        const __m256i avg = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(sa, sb), two), 2);
+        const __m256i p = _mm256_packus_epi16(avg, avg);
+        _mm_storel_epi64((__m128i *)(d + 3 * (size_t)dx), _mm256_castsi256_si128(p));
+        _mm_storel_epi64((__m128i *)(d + 3 * (size_t)dx + 6), _mm256_extracti128_si256(p, 1));
+    }
+    return dx;
+}
+#endif
+
 static void resize_area_block(uint8_t *dst, int dw, int dh, size_t dstride, const uint8_t *src,
                               size_t sstride, int kx, int ky, uint16_t *vsum, int32_t *acc,
                               bool simd)
@@ -526,6 +560,19 @@ static void resize_area_block(uint8_t *dst, int dw, int dh, size_t dstride, cons
     for (int dy = 0; dy < dh; dy++) {
         const uint8_t *rows = src + (size_t)dy * ky * sstride;
         uint8_t *d = dst + (size_t)dy * dstride;
+        if (kx == 2 && ky == 2) { /* (a + b + c + d + 2) >> 2 straight from the two rows */
+            const uint8_t *r0 = rows, *r1 = rows + sstride;
+            int dx = 0;
+#if IMAGE_HAVE_AVX2
+            if (simd && __builtin_cpu_supports("avx2")) dx = area2x2_avx2(d, r0, r1, dw);
+#endif
+            for (; dx < dw; dx++)
+                for (int c = 0; c < 3; c++) {
+                    const size_t x = 6 * (size_t)dx + (size_t)c;
+                    d[3 * dx + c] = (uint8_t)((r0[x] + r0[x + 3] + r1[x] + r1[x + 3] + 2) >> 2);
+                }
+            continue;
+        }
         if (wide) {
             memset(acc, 0, sizeof *acc * 3 * (size_t)dw);
             for (int j = 0; j < ky; j++) {
@@ -561,15 +608,6 @@ static void resize_area_block(uint8_t *dst, int dw, int dh, size_t dstride, cons
             for (int j = 0; j < ky; j++)
                 v += rows[(size_t)j * sstride + i];
             vsum[i] = (uint16_t)v;
-        }
-        if (kx == 2 && ky == 2) {
-            for (int dx = 0; dx < dw; dx++) {
-                const uint16_t *v = vsum + 6 * dx;
-                d[3 * dx] = (uint8_t)((v[0] + v[3] + 2) >> 2);
-                d[3 * dx + 1] = (uint8_t)((v[1] + v[4] + 2) >> 2);
-                d[3 * dx + 2] = (uint8_t)((v[2] + v[5] + 2) >> 2);
-            }
-            continue;
         }
         for (int dx = 0; dx < dw; dx++) {
             const uint16_t *v = vsum + 3 * (size_t)dx * kx;

@@ -327,6 +327,11 @@ static void test_kernels(void)
         { 1600, 120, 640, 48 },
         { 1700, 100, 640, 40 },
         { 1919, 30, 640, 10 },
+        /* Exact halves, the 2x2 block path: wide, and narrow enough that few or no vector
+         * steps run. */
+        { 1280, 720, 640, 360 },
+        { 14, 6, 7, 3 },
+        { 10, 4, 5, 2 },
     };
     size_t bad = 0, runs = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
