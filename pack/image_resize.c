@@ -516,6 +516,31 @@ static void resize_linear(const struct plan *p, struct linear_ws *w, uint8_t *ds
  * integers, so any order gives OpenCV's values: rows are first added as 16-bit words (SIMD),
  * then each block's kx columns. ky > 257 could overflow 16 bits; those go through 32-bit sums.
  */
+/* d[x] = round_even(acc[x] * scale) saturated, as sat_u8f does one value at a time: the SIMD
+ * conversion rounds to nearest even like cvtss2si and saturates through the two packs. */
+static void area_scale_store(uint8_t *restrict d, const int32_t *restrict acc, float scale, int n,
+                             bool simd)
+{
+    int x = 0;
+#if IMAGE_HAVE_SSE2
+    if (simd) {
+        const __m128 vs = _mm_set1_ps(scale);
+        for (; x + 16 <= n; x += 16) {
+            __m128i q[4];
+            for (int k = 0; k < 4; k++)
+                q[k] = _mm_cvtps_epi32(_mm_mul_ps(
+                    _mm_cvtepi32_ps(_mm_loadu_si128((const __m128i *)(acc + x + 4 * k))), vs));
+            _mm_storeu_si128((__m128i *)(d + x), _mm_packus_epi16(_mm_packs_epi32(q[0], q[1]),
+                                                                  _mm_packs_epi32(q[2], q[3])));
+        }
+    }
+#else
+    (void)simd;
+#endif
+    for (; x < n; x++)
+        d[x] = sat_u8f((float)acc[x] * scale);
+}
+
 #if IMAGE_HAVE_AVX2
 /*
  * 2x2 block averages, four output pixels per step: each 128-bit lane takes 16 source bytes
@@ -580,8 +605,7 @@ static void resize_area_block(uint8_t *dst, int dw, int dh, size_t dstride, cons
                 for (int x = 0; x < n; x++)
                     acc[(x / (3 * kx)) * 3 + x % 3] += r[x];
             }
-            for (int x = 0; x < 3 * dw; x++)
-                d[x] = sat_u8f((float)acc[x] * scale);
+            area_scale_store(d, acc, scale, 3 * dw, simd);
             continue;
         }
         int i = 0;
@@ -609,15 +633,41 @@ static void resize_area_block(uint8_t *dst, int dw, int dh, size_t dstride, cons
                 v += rows[(size_t)j * sstride + i];
             vsum[i] = (uint16_t)v;
         }
+#if IMAGE_HAVE_SSE2
+        if (simd && kx * ky <= 257) {
+            /* Block sums still fit 16 bits: vsum[i] += vsum[i + 3k] for k < kx, eight at a time
+             * and in place (each step reads only values not yet overwritten), then each block's
+             * sum is the value at its first column: no short inner loop per pixel. */
+            const int last = n - 3 * kx + 3; /* the sums needed lie below it */
+            int x = 0;
+            for (; x < last && x + 8 + 3 * (kx - 1) <= n; x += 8) {
+                __m128i h = _mm_loadu_si128((const __m128i *)(vsum + x));
+                for (int k = 1; k < kx; k++)
+                    h = _mm_add_epi16(h, _mm_loadu_si128((const __m128i *)(vsum + x + 3 * k)));
+                _mm_storeu_si128((__m128i *)(vsum + x), h);
+            }
+            for (; x < last; x++) {
+                unsigned v = 0;
+                for (int k = 0; k < kx; k++)
+                    v += vsum[x + 3 * k];
+                vsum[x] = (uint16_t)v;
+            }
+            for (int dx = 0; dx < dw; dx++) {
+                const uint16_t *v = vsum + 3 * (size_t)dx * kx;
+                acc[3 * dx] = v[0], acc[3 * dx + 1] = v[1], acc[3 * dx + 2] = v[2];
+            }
+            area_scale_store(d, acc, scale, 3 * dw, simd);
+            continue;
+        }
+#endif
         for (int dx = 0; dx < dw; dx++) {
             const uint16_t *v = vsum + 3 * (size_t)dx * kx;
             int32_t s0 = 0, s1 = 0, s2 = 0;
             for (int k = 0; k < kx; k++, v += 3)
                 s0 += v[0], s1 += v[1], s2 += v[2];
-            d[3 * dx] = sat_u8f((float)s0 * scale);
-            d[3 * dx + 1] = sat_u8f((float)s1 * scale);
-            d[3 * dx + 2] = sat_u8f((float)s2 * scale);
+            acc[3 * dx] = s0, acc[3 * dx + 1] = s1, acc[3 * dx + 2] = s2;
         }
+        area_scale_store(d, acc, scale, 3 * dw, simd);
     }
 }
 

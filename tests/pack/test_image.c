@@ -332,6 +332,11 @@ static void test_kernels(void)
         { 1280, 720, 640, 360 },
         { 14, 6, 7, 3 },
         { 10, 4, 5, 2 },
+        /* Integer block averages with the 16-bit horizontal sums (kx * ky <= 257) and
+         * without (16 * 17 > 257). */
+        { 1920, 1080, 640, 360 },
+        { 24, 8, 6, 2 },
+        { 256, 34, 16, 2 },
     };
     size_t bad = 0, runs = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
