@@ -176,12 +176,21 @@ struct linear_ws {
     int gpairs; /* leading pairs of groups that the tables cover; the rest go column by column */
 };
 
+#define AREA_PAD_MAX 4
+
 struct area_ws {
     int32_t *xstart, *xsi; /* per column: entries [xstart[x], xstart[x+1]) of (xsi, xal) */
     float *xal;
     int32_t *ystart, *ysi;
     float *yal;
     float *buf, *sum; /* 3*dw + 4 floats each */
+    /* The columns' entries padded to AREA_PAD_MAX each with weight 0 (adding 0 * s to a sum of
+     * non-negative terms leaves it bit for bit), so the AVX2 pass runs a fixed count per column:
+     * byte offsets and weights, pm entries per column; pm = 0 when a column has more. */
+    int32_t *pxo;
+    float *pal;
+    int pm;
+    int pend; /* first column whose 4-byte loads would pass the row end */
 };
 
 static void layout_linear(struct bump *b, struct linear_ws *w, int dw, int dh)
@@ -211,6 +220,8 @@ static void layout_area(struct bump *b, struct area_ws *w, int dw, int dh, int s
     w->yal = take(b, sizeof(float) * yc);
     w->buf = take(b, sizeof(float) * (3 * (size_t)dw + 4));
     w->sum = take(b, sizeof(float) * (3 * (size_t)dw + 4));
+    w->pxo = take(b, sizeof(int32_t) * AREA_PAD_MAX * (size_t)dw);
+    w->pal = take(b, sizeof(float) * AREA_PAD_MAX * (size_t)dw);
 }
 
 static size_t plan_work(const struct plan *p, int dw, int dh, int sw, int sh)
@@ -700,12 +711,65 @@ static int area_tab(int ssize, int dsize, double scale, int32_t *start, int32_t 
 
 /* One source row through the horizontal table: buf[3x+c] = sum over entries of S*alpha, in
  * table order, starting from 0 (OpenCV adds into a zeroed buffer). */
+/* The padded tables from the grouped ones (see struct area_ws). */
+static void area_pad(struct area_ws *w, int dw, int sw)
+{
+    int m = 0;
+    for (int dx = 0; dx < dw; dx++)
+        m = w->xstart[dx + 1] - w->xstart[dx] > m ? w->xstart[dx + 1] - w->xstart[dx] : m;
+    w->pm = m <= AREA_PAD_MAX ? m : 0;
+    w->pend = 0;
+    if (!w->pm) return;
+    for (int dx = 0; dx < dw; dx++) {
+        const int32_t k0 = w->xstart[dx], k1 = w->xstart[dx + 1];
+        for (int j = 0; j < m; j++) {
+            const bool real = k0 + j < k1;
+            w->pxo[m * dx + j] = 3 * (real ? w->xsi[k0 + j] : w->xsi[k0]);
+            w->pal[m * dx + j] = real ? w->xal[k0 + j] : 0.f;
+        }
+        if (w->pend == dx && w->xsi[k1 - 1] < sw - 1) w->pend = dx + 1;
+    }
+}
+
+#if IMAGE_HAVE_AVX2
+/* Two columns per step, each a fixed pm entries: 4-byte loads as in the SSE2 loop, the second
+ * store overwriting the first's 4th lane. Returns the first column not done. */
+IMAGE_AVX2 static int area_hrow_avx2(float *restrict buf, const uint8_t *restrict S,
+                                     const struct area_ws *w)
+{
+    const int m = w->pm;
+    const int32_t *restrict xo = w->pxo;
+    const float *restrict al = w->pal;
+    int dx = 0;
+    for (; dx + 1 < w->pend; dx += 2) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < m; j++) {
+            int32_t a, b;
+            memcpy(&a, S + xo[m * dx + j], 4);
+            memcpy(&b, S + xo[m * (dx + 1) + j], 4);
+            const __m256i v = _mm256_cvtepu8_epi32(
+                _mm_unpacklo_epi32(_mm_cvtsi32_si128(a), _mm_cvtsi32_si128(b)));
+            const __m256 wt =
+                _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(al[m * dx + j])),
+                                     _mm_set1_ps(al[m * (dx + 1) + j]), 1);
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(v), wt));
+        }
+        _mm_storeu_ps(buf + 3 * dx, _mm256_castps256_ps128(acc));
+        _mm_storeu_ps(buf + 3 * dx + 3, _mm256_extractf128_ps(acc, 1));
+    }
+    return dx;
+}
+#endif
+
 static void area_hrow(float *restrict buf, const uint8_t *restrict S, const struct area_ws *w,
                       int dw, int sw, bool simd)
 {
     int dx = 0;
 #if IMAGE_HAVE_SSE2
     if (simd) {
+#if IMAGE_HAVE_AVX2
+        if (w->pm && __builtin_cpu_supports("avx2")) dx = area_hrow_avx2(buf, S, w);
+#endif
         /* 4-byte loads give [c0 c1 c2 next] per entry; the 4th lane lands in the next column's
          * slot (or the slack) and is overwritten. Stop before a load would pass the row end. */
         const int32_t last = sw - 1;
@@ -788,13 +852,14 @@ static void area_store(uint8_t *restrict D, const float *restrict sum, int n, bo
         D[x] = sat_u8f(sum[x]);
 }
 
-static int resize_area(const struct plan *p, const struct area_ws *w, uint8_t *dst, int dw, int dh,
+static int resize_area(const struct plan *p, struct area_ws *w, uint8_t *dst, int dw, int dh,
                        size_t dstride, const uint8_t *src, int sw, int sh, size_t sstride,
                        bool simd)
 {
     if (area_tab(sw, dw, p->scale_x, w->xstart, w->xsi, w->xal, area_tab_cap(sw, dw)) < 0 ||
         area_tab(sh, dh, p->scale_y, w->ystart, w->ysi, w->yal, area_tab_cap(sh, dh)) < 0)
         return -EINVAL; /* cannot happen: the caps bound the tables */
+    area_pad(w, dw, sw);
     const int n = 3 * dw;
     int buf_row = -1; /* source row held in buf: a row shared by two cells is reused */
     for (int dy = 0; dy < dh; dy++) {
