@@ -185,8 +185,7 @@ static int bn_fwd_train_common(struct kern_ctx *ctx, const struct kern_bn *d, fl
     const int rc = kern_bn_check(d);
     if (rc < 0) return rc;
     KERN_RETURN_IF(!y || !x || !gamma || !beta, -EINVAL);
-    KERN_RETURN_IF(!running_mean != !running_var, -EINVAL);
-    KERN_RETURN_IF(running_mean && (size_t)d->n * (size_t)d->hw < 2, -EINVAL);
+    KERN_RETURN_IF(kern_bn_check_running(d, running_mean, running_var) < 0, -EINVAL);
     struct bn_job j = { .d = d,
                         .y = y,
                         .save_mean = save_mean,

@@ -31,6 +31,16 @@ static inline int kern_bn_check(const struct kern_bn *d)
     return 0;
 }
 
+/* Running statistics come as a pair or not at all, and their update needs at least two values
+ * per channel (the unbiased variance divides by n hw - 1). */
+static inline int kern_bn_check_running(const struct kern_bn *d, const float *running_mean,
+                                        const float *running_var)
+{
+    if (!running_mean != !running_var) return -EINVAL;
+    if (running_mean && (size_t)d->n * (size_t)d->hw < 2) return -EINVAL;
+    return 0;
+}
+
 /* Elements from one image to the next in y and dy: d->y_nstride, or c * hw when 0 (dense). */
 static inline size_t kern_bn_y_nstride(const struct kern_bn *d)
 {

@@ -115,8 +115,7 @@ static int fwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float
     const int rc = kern_bn_check(d);
     if (rc < 0) return rc;
     KERN_RETURN_IF(!y || !x || !gamma || !beta || !sums, -EINVAL);
-    KERN_RETURN_IF(!running_mean != !running_var, -EINVAL);
-    KERN_RETURN_IF(running_mean && (size_t)d->n * (size_t)d->hw < 2, -EINVAL);
+    KERN_RETURN_IF(kern_bn_check_running(d, running_mean, running_var) < 0, -EINVAL);
     struct bns_job j = { .d = d,
                          .sums_in = sums,
                          .y = y,

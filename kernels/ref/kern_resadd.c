@@ -123,8 +123,7 @@ int kern_ref_bn_silu_add_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d
 {
     const int rc = resadd_check(ctx, d, y, x, gamma, beta, r);
     if (rc < 0) return rc;
-    KERN_RETURN_IF(!running_mean != !running_var, -EINVAL);
-    KERN_RETURN_IF(running_mean && (size_t)d->n * (size_t)d->hw < 2, -EINVAL);
+    KERN_RETURN_IF(kern_bn_check_running(d, running_mean, running_var) < 0, -EINVAL);
     struct resadd_job j = { .d = d,
                             .y = y,
                             .save_mean = save_mean,
@@ -169,8 +168,7 @@ int kern_ref_bn_silu_add_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d
     const int rc = resadd_check(ctx, d, y, x, gamma, beta, r);
     if (rc < 0) return rc;
     KERN_RETURN_IF(!sums, -EINVAL);
-    KERN_RETURN_IF(!running_mean != !running_var, -EINVAL);
-    KERN_RETURN_IF(running_mean && (size_t)d->n * (size_t)d->hw < 2, -EINVAL);
+    KERN_RETURN_IF(kern_bn_check_running(d, running_mean, running_var) < 0, -EINVAL);
     struct resadd_job j = { .d = d,
                             .y = y,
                             .save_mean = save_mean,

@@ -93,6 +93,58 @@ static inline float *kt_alloc(size_t n)
     return p;
 }
 
+/* ---- optimizer segment tables ---- */
+
+/*
+ * A random table over len elements: tensors at increasing offsets with 0..max_gap elements of
+ * padding before each, of 1..small elements (or, one time in four when large > small, of
+ * 1..large), groups 0..n_groups-1, then shuffled so the table order is not the memory order.
+ * Returns the number of segments (the caller prepares the table if it needs to).
+ */
+static inline size_t kt_random_segs(struct kern_optim_seg *seg, size_t cap, size_t len, int max_gap,
+                                    int small, int large, int n_groups)
+{
+    size_t n = 0, at = 0;
+    while (n < cap) {
+        at += (size_t)kt_randint(0, max_gap);
+        const size_t c = (size_t)kt_randint(1, large > small && !kt_randint(0, 3) ? large : small);
+        if (at + c > len) break;
+        seg[n].offset = at, seg[n].count = c, seg[n].group = kt_randint(0, n_groups - 1);
+        at += c;
+        n++;
+    }
+    for (size_t i = n; i > 1; i--) {
+        const size_t j = (size_t)kt_randint(0, (int)i - 1);
+        const struct kern_optim_seg t = seg[i - 1];
+        seg[i - 1] = seg[j];
+        seg[j] = t;
+    }
+    return n;
+}
+
+/* kt_random_segs, prepared (kern_optim_segs_prepare; *total its padded length); bails out of
+ * the test when no table came out. */
+static inline size_t kt_random_segs_prepared(struct kern_optim_seg *seg, size_t cap, size_t len,
+                                             int max_gap, int small, int large, int n_groups,
+                                             size_t *total)
+{
+    const size_t n = kt_random_segs(seg, cap, len, max_gap, small, large, n_groups);
+    if (n == 0 || kern_optim_segs_prepare(seg, n, len, n_groups, total) < 0) {
+        printf("Bail out! random segment table\n");
+        exit(99);
+    }
+    return n;
+}
+
+/* Canaries everywhere in p[0..len), values in [lo, hi) inside the segments. */
+static inline void kt_fill_segs(float *p, const struct kern_optim_seg *seg, size_t n_seg,
+                                size_t len, float lo, float hi)
+{
+    kt_poison(p, len);
+    for (size_t s = 0; s < n_seg; s++)
+        kt_fill(p + seg[s].offset, seg[s].count, lo, hi);
+}
+
 /* ---- comparison ---- */
 
 /*

@@ -49,56 +49,22 @@ static int cmp_bits(const char *what, const void *d, const void *ref, size_t byt
     return r;
 }
 
-/* A random table over len elements, shuffled, prepared; canaries in the padding of p. */
-static size_t random_table(struct kern_optim_seg *seg, size_t cap, size_t len, int n_groups,
-                           size_t *total)
-{
-    size_t n = 0, at = 0;
-    while (n < cap) {
-        at += (size_t)kt_randint(0, 50);
-        const size_t c = (size_t)kt_randint(1, kt_randint(0, 3) ? 400 : 20000);
-        if (at + c > len) break;
-        seg[n].offset = at, seg[n].count = c, seg[n].group = kt_randint(0, n_groups - 1);
-        at += c;
-        n++;
-    }
-    for (size_t i = n; i > 1; i--) {
-        const size_t j = (size_t)kt_randint(0, (int)i - 1);
-        const struct kern_optim_seg t = seg[i - 1];
-        seg[i - 1] = seg[j];
-        seg[j] = t;
-    }
-    if (n == 0 || kern_optim_segs_prepare(seg, n, len, n_groups, total) < 0) {
-        printf("Bail out! random table\n");
-        exit(99);
-    }
-    return n;
-}
-
-static void fill_masked(float *p, const struct kern_optim_seg *seg, size_t n_seg, size_t len,
-                        float lo, float hi)
-{
-    kt_poison(p, len);
-    for (size_t s = 0; s < n_seg; s++)
-        kt_fill(p + seg[s].offset, seg[s].count, lo, hi);
-}
-
 static void test_optim(int n_groups, int nesterov, int clip)
 {
     const size_t len = (size_t)kt_randint(1000, 400000), cap = 2000;
     struct kern_optim_seg *const seg = calloc(cap, sizeof *seg);
     if (!seg) exit(99);
     size_t total = 0;
-    const size_t n_seg = random_table(seg, cap, len, n_groups, &total);
+    const size_t n_seg = kt_random_segs_prepared(seg, cap, len, 50, 400, 20000, n_groups, &total);
     tap_diag("optim: len %zu, %zu segments, %zu elements, %d groups, nesterov %d, clip %d", len,
              n_seg, total, n_groups, nesterov, clip);
     const size_t fb = len * sizeof(float);
     float *const th = kt_alloc(len), *const buf = kt_alloc(len), *const ema = kt_alloc(len);
     float *const gr = kt_alloc(len);
-    fill_masked(th, seg, n_seg, len, -1.0f, 1.0f);
-    fill_masked(buf, seg, n_seg, len, -0.5f, 0.5f);
-    fill_masked(ema, seg, n_seg, len, -1.0f, 1.0f);
-    fill_masked(gr, seg, n_seg, len, -4.0f, 4.0f);
+    kt_fill_segs(th, seg, n_seg, len, -1.0f, 1.0f);
+    kt_fill_segs(buf, seg, n_seg, len, -0.5f, 0.5f);
+    kt_fill_segs(ema, seg, n_seg, len, -1.0f, 1.0f);
+    kt_fill_segs(gr, seg, n_seg, len, -4.0f, 4.0f);
     struct kern_optim_seg *const seg_d = kct_up(seg, n_seg * sizeof *seg);
     float *const th_d = kct_up(th, fb), *const buf_d = kct_up(buf, fb),
                  *const ema_d = kct_up(ema, fb);

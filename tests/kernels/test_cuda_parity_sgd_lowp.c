@@ -39,16 +39,8 @@ static void test_lowp(int dtype, int run)
     const size_t len = (size_t)kt_randint(5000, 300000), cap = 1500;
     struct kern_optim_seg *const seg = calloc(cap, sizeof *seg);
     if (!seg) exit(99);
-    size_t n = 0, at = 0, total = 0;
-    while (n < cap) {
-        at += (size_t)kt_randint(0, 40);
-        const size_t c = (size_t)kt_randint(1, kt_randint(0, 3) ? 400 : 20000);
-        if (at + c > len) break;
-        seg[n].offset = at, seg[n].count = c, seg[n].group = kt_randint(0, 2);
-        at += c;
-        n++;
-    }
-    if (n == 0 || kern_optim_segs_prepare(seg, n, len, 3, &total) < 0) kct_bail("table", "bad");
+    size_t total = 0;
+    const size_t n = kt_random_segs_prepared(seg, cap, len, 40, 400, 20000, 3, &total);
     const size_t fb = len * sizeof(float), hb = len * sizeof(uint16_t);
     float *const th = kt_alloc(len), *const buf = kt_alloc(len), *const gr = kt_alloc(len);
     kt_fill(th, len, -2.0f, 2.0f);

@@ -50,32 +50,6 @@ static size_t count_bit_diffs(const float *a, const float *b, size_t n)
     return bad;
 }
 
-/* A random table over len elements: tensors of 1..max_count elements at increasing offsets,
- * with 0..max_gap elements of padding before each, groups 0..n_groups-1, then shuffled so the
- * table order is not the memory order. Returns the number of segments. */
-static size_t random_table(struct kern_optim_seg *seg, size_t cap, size_t len, size_t max_count,
-                           size_t max_gap, int n_groups)
-{
-    size_t n = 0, at = 0;
-    while (n < cap) {
-        at += (size_t)kt_randint(0, (int)max_gap);
-        const size_t c = (size_t)kt_randint(1, (int)max_count);
-        if (at + c > len) break;
-        seg[n].offset = at;
-        seg[n].count = c;
-        seg[n].group = kt_randint(0, n_groups - 1);
-        at += c;
-        n++;
-    }
-    for (size_t i = n; i > 1; i--) {
-        const size_t j = (size_t)kt_randint(0, (int)i - 1);
-        const struct kern_optim_seg t = seg[i - 1];
-        seg[i - 1] = seg[j];
-        seg[j] = t;
-    }
-    return n;
-}
-
 /* 1 where element i belongs to some segment. */
 static unsigned char *cover_mask(const struct kern_optim_seg *seg, size_t n_seg, size_t len)
 {
@@ -173,7 +147,7 @@ static void test_sgd(int nesterov, int with_ema, int steps)
     const int n_groups = kt_randint(1, KERN_OPTIM_MAX_GROUPS);
     struct kern_optim_seg *const seg = calloc(cap, sizeof *seg);
     if (!seg) exit(99);
-    const size_t n_seg = random_table(seg, cap, len, 300, 40, n_groups);
+    const size_t n_seg = kt_random_segs(seg, cap, len, 40, 300, 300, n_groups);
     size_t total = 0;
     const int rc = kern_optim_segs_prepare(seg, n_seg, len, n_groups, &total);
     if (rc < 0 || n_seg == 0) {
@@ -254,7 +228,7 @@ static void test_norm_clip(void)
     const size_t len = (size_t)kt_randint(5000, 60000), cap = 600;
     struct kern_optim_seg *const seg = calloc(cap, sizeof *seg);
     if (!seg) exit(99);
-    const size_t n_seg = random_table(seg, cap, len, 500, 30, 3);
+    const size_t n_seg = kt_random_segs(seg, cap, len, 30, 500, 500, 3);
     size_t total = 0;
     if (kern_optim_segs_prepare(seg, n_seg, len, 3, &total) < 0 || n_seg == 0) exit(99);
     unsigned char *const mask = cover_mask(seg, n_seg, len);
@@ -438,7 +412,7 @@ static void test_ema_unscale(void)
     const size_t len = 4000;
     struct kern_optim_seg seg[64];
     memset(seg, 0, sizeof seg);
-    const size_t n_seg = random_table(seg, 64, len, 100, 20, 1);
+    const size_t n_seg = kt_random_segs(seg, 64, len, 20, 100, 100, 1);
     size_t total = 0;
     if (kern_optim_segs_prepare(seg, n_seg, len, 1, &total) < 0 || n_seg == 0) exit(99);
     unsigned char *const mask = cover_mask(seg, n_seg, len);

@@ -19,39 +19,6 @@
 
 #define LOWP_CANARY 0x5a5au /* the copy's padding pattern: never a value the step writes there */
 
-/* A random prepared table over len elements (shuffled: the order must not matter). */
-static size_t random_table(struct kern_optim_seg *seg, size_t cap, size_t len, size_t *total)
-{
-    size_t n = 0, at = 0;
-    while (n < cap) {
-        at += (size_t)kt_randint(0, 40);
-        const size_t c = (size_t)kt_randint(1, kt_randint(0, 3) ? 300 : 5000);
-        if (at + c > len) break;
-        seg[n].offset = at, seg[n].count = c, seg[n].group = kt_randint(0, 2);
-        at += c;
-        n++;
-    }
-    for (size_t i = n; i > 1; i--) {
-        const size_t j = (size_t)kt_randint(0, (int)i - 1);
-        const struct kern_optim_seg t = seg[i - 1];
-        seg[i - 1] = seg[j];
-        seg[j] = t;
-    }
-    if (n == 0 || kern_optim_segs_prepare(seg, n, len, 3, total) < 0) {
-        printf("Bail out! random table\n");
-        exit(99);
-    }
-    return n;
-}
-
-static void fill_masked(float *p, const struct kern_optim_seg *seg, size_t n_seg, size_t len,
-                        float lo, float hi)
-{
-    kt_poison(p, len);
-    for (size_t s = 0; s < n_seg; s++)
-        kt_fill(p + seg[s].offset, seg[s].count, lo, hi);
-}
-
 /* How a case runs the step. */
 enum { RUN_PLAIN, RUN_DYN, RUN_FOUND_INF, RUN_SKIP_NONFINITE, RUN_CASES };
 static const char *const run_name[RUN_CASES] = { "plain", "dyn", "found_inf", "skip_nonfinite" };
@@ -62,14 +29,14 @@ static void test_case(struct kern_ctx *ctx, int dtype, int run)
     struct kern_optim_seg *const seg = calloc(cap, sizeof *seg);
     if (!seg) exit(99);
     size_t total = 0;
-    const size_t n_seg = random_table(seg, cap, len, &total);
+    const size_t n_seg = kt_random_segs_prepared(seg, cap, len, 40, 300, 5000, 3, &total);
     const char *const dt = dtype == KERN_DT_BF16 ? "bf16" : "fp16";
     float *const th = kt_alloc(len), *const buf = kt_alloc(len), *const ema = kt_alloc(len);
     float *const gr = kt_alloc(len);
-    fill_masked(th, seg, n_seg, len, -2.0f, 2.0f);
-    fill_masked(buf, seg, n_seg, len, -0.5f, 0.5f);
-    fill_masked(ema, seg, n_seg, len, -1.0f, 1.0f);
-    fill_masked(gr, seg, n_seg, len, -4.0f, 4.0f);
+    kt_fill_segs(th, seg, n_seg, len, -2.0f, 2.0f);
+    kt_fill_segs(buf, seg, n_seg, len, -0.5f, 0.5f);
+    kt_fill_segs(ema, seg, n_seg, len, -1.0f, 1.0f);
+    kt_fill_segs(gr, seg, n_seg, len, -4.0f, 4.0f);
     /* values at the edges of the 16-bit ranges: fp16 overflow, subnormals, ties */
     th[seg[0].offset] = 70000.0f;
     if (seg[0].count > 1) th[seg[0].offset + 1] = 3e-6f;
