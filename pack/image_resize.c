@@ -174,6 +174,15 @@ struct linear_ws {
     uint8_t *gmask;
     int32_t *gw;
     int gpairs; /* leading pairs of groups that the tables cover; the rest go column by column */
+    /* Ahead of those, where eight output values take their sources from 16 bytes (enlarging,
+     * and shrinking by up to ~1.5x: every image of a train split that is resized up), byte
+     * tables for maddubs. Each weight a (0..2048) is split as a = 32*hi + lo, so s0*a0 + s1*a1
+     * = 32*H + L with H = s0*hi0 + s1*hi1 and L = s0*lo0 + s1*lo1, both within int16, and the
+     * stored (s0*a0 + s1*a1) >> 4 is exactly 2*H + (L >> 4) (32*H is a multiple of 16, L >=
+     * 0): one shuffle and two maddubs per eight values, no widening to 32 bits and back. */
+    int32_t *obase;
+    uint8_t *omask, *ohi, *olo; /* 16 bytes per octet: (o0, o1) / (hi0, hi1) / (lo0, lo1) */
+    int oblocks;                /* leading pairs of octets the byte tables cover */
 };
 
 #define AREA_PAD_MAX 4
@@ -207,6 +216,11 @@ static void layout_linear(struct bump *b, struct linear_ws *w, int dw, int dh)
     w->gbase = take(b, sizeof(int32_t) * groups);
     w->gmask = take(b, 16 * groups);
     w->gw = take(b, sizeof(int32_t) * 4 * groups);
+    const size_t octets = (3 * (size_t)dw + 7) / 8;
+    w->obase = take(b, sizeof(int32_t) * octets);
+    w->omask = take(b, 16 * octets);
+    w->ohi = take(b, 16 * octets);
+    w->olo = take(b, 16 * octets);
 }
 
 static void layout_area(struct bump *b, struct area_ws *w, int dw, int dh, int sw, int sh)
@@ -315,6 +329,30 @@ static void linear_tables(const struct plan *p, struct linear_ws *w, int dw, int
         w->gbase[g] = base;
         if (g % 2 == 1) w->gpairs = (g + 1) / 2;
     }
+    w->oblocks = 0;
+    for (int g = 0; 8 * g + 8 <= nv; g++) {
+        int base = INT32_MAX;
+        for (int k = 0; k < 8; k++) {
+            const int v = 8 * g + k, o = w->xo0[v / 3] + v % 3;
+            base = o < base ? o : base;
+        }
+        int ok = base + 16 <= row;
+        for (int k = 0; k < 8 && ok; k++) {
+            const int v = 8 * g + k, dx = v / 3, c = v % 3;
+            const int o0 = w->xo0[dx] + c - base, o1 = w->xo1[dx] + c - base;
+            const int a0 = (int16_t)(w->xa[dx] & 0xffff), a1 = (int16_t)((uint32_t)w->xa[dx] >> 16);
+            /* Weights outside 0..2048 (none that OpenCV's formulas give) keep the 32-bit path. */
+            ok = o0 >= 0 && o1 >= 0 && o0 < 16 && o1 < 16 && a0 >= 0 && a1 >= 0 &&
+                 a0 <= COEF_SCALE && a1 <= COEF_SCALE && (a0 >> 5) + (a1 >> 5) <= 64;
+            const size_t at = 16 * (size_t)g + 2 * (size_t)k;
+            w->omask[at] = (uint8_t)o0, w->omask[at + 1] = (uint8_t)o1;
+            w->ohi[at] = (uint8_t)(a0 >> 5), w->ohi[at + 1] = (uint8_t)(a1 >> 5);
+            w->olo[at] = (uint8_t)(a0 & 31), w->olo[at + 1] = (uint8_t)(a1 & 31);
+        }
+        if (!ok) break;
+        w->obase[g] = base;
+        if (g % 2 == 1) w->oblocks = (g + 1) / 2;
+    }
     for (int dy = 0; dy < dh; dy++) {
         int sy;
         float fy;
@@ -378,14 +416,37 @@ IMAGE_AVX2 static int hline_avx2(int16_t *restrict D, const uint8_t *restrict S,
     return dx;
 }
 
-/* Sixteen output values per step from four 16-byte windows: a shuffle and a madd per eight.
- * Returns the first column not done (the column holding the next value: the column code redoes
- * its values already written, with the same results). */
-IMAGE_AVX2 static int hline_avx2_tab(int16_t *restrict D, const uint8_t *restrict S,
+/* Sixteen output values per step from two 16-byte windows (the byte tables). Returns the
+ * number of values done, a multiple of 16. */
+IMAGE_AVX2 static int hline_avx2_oct(int16_t *restrict D, const uint8_t *restrict S,
                                      const struct linear_ws *w)
 {
+    const int32_t *restrict obase = w->obase;
+    int b = 0;
+    for (; b < w->oblocks; b++) {
+        const __m256i src = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(S + obase[2 * b]))),
+            _mm_loadu_si128((const __m128i *)(S + obase[2 * b + 1])), 1);
+        const size_t t = 32 * (size_t)b;
+        const __m256i p =
+            _mm256_shuffle_epi8(src, _mm256_loadu_si256((const __m256i *)(w->omask + t)));
+        const __m256i hi =
+            _mm256_maddubs_epi16(p, _mm256_loadu_si256((const __m256i *)(w->ohi + t)));
+        const __m256i lo =
+            _mm256_maddubs_epi16(p, _mm256_loadu_si256((const __m256i *)(w->olo + t)));
+        _mm256_storeu_si256((__m256i *)(D + 16 * (size_t)b),
+                            _mm256_add_epi16(_mm256_add_epi16(hi, hi), _mm256_srli_epi16(lo, 4)));
+    }
+    return 16 * b;
+}
+
+/* Sixteen output values per step from four 16-byte windows: a shuffle and a madd per eight,
+ * from value 8*q on (q even). Returns the first column not done (the column holding the next
+ * value: the column code redoes its values already written, with the same results). */
+IMAGE_AVX2 static int hline_avx2_tab(int16_t *restrict D, const uint8_t *restrict S,
+                                     const struct linear_ws *w, int q)
+{
     const int32_t *restrict gbase = w->gbase;
-    int q = 0;
     for (; q + 2 <= w->gpairs; q += 2) {
         __m256i r[2];
         for (int h = 0; h < 2; h++) {
@@ -419,7 +480,8 @@ static void hline(int16_t *restrict D, const uint8_t *restrict S, const struct l
         const __m128i z = _mm_setzero_si128();
 #if IMAGE_HAVE_AVX2
         if (__builtin_cpu_supports("avx2")) {
-            dx = hline_avx2_tab(D, S, w);
+            const int done = hline_avx2_oct(D, S, w);
+            dx = done / 8 < w->gpairs ? hline_avx2_tab(D, S, w, done / 8) : done / 3;
             dx += hline_avx2(D + 3 * dx, S, xo0 + dx, xo1 + dx, xa + dx, dw - dx, limit);
         }
 #endif

@@ -327,6 +327,15 @@ static void test_kernels(void)
         { 1600, 120, 640, 48 },
         { 1700, 100, 640, 40 },
         { 1919, 30, 640, 10 },
+        /* The byte tables (eight values from 16 source bytes) ahead of the four-value ones:
+         * a large enlargement, shrinks near 1.5x where the byte tables stop part way along the
+         * row and the four-value tables go on, 1.6x where the second octet needs 17 bytes (the
+         * window's bound), and a width that leaves a partial block. */
+        { 100, 50, 640, 320 },
+        { 930, 40, 640, 28 },
+        { 1024, 48, 640, 30 },
+        { 970, 30, 640, 20 },
+        { 37, 20, 53, 29 },
         /* Exact halves, the 2x2 block path: wide, and narrow enough that few or no vector
          * steps run. */
         { 1280, 720, 640, 360 },
