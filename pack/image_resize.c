@@ -173,7 +173,8 @@ struct linear_ws {
     int32_t *gbase;
     uint8_t *gmask;
     int32_t *gw;
-    int gpairs; /* leading pairs of groups that the tables cover; the rest go column by column */
+    int gpairs; /* pairs of groups covered, counted from the row start (the groups that the byte
+                 * tables below cover are not built); the rest go column by column */
     /* Ahead of those, where eight output values take their sources from 16 bytes (enlarging,
      * and shrinking by up to ~1.5x: every image of a train split that is resized up), byte
      * tables for maddubs. Each weight a (0..2048) is split as a = 32*hi + lo, so s0*a0 + s1*a1
@@ -305,30 +306,8 @@ static void linear_tables(const struct plan *p, struct linear_ws *w, int dw, int
         w->xo1[dx] = 3 * sx1;
         w->xa[dx] = (int32_t)((uint32_t)(uint16_t)a0 | (uint32_t)(uint16_t)a1 << 16);
     }
-    /* Shuffle tables: a pair of groups is usable while both groups' sources lie within 16
-     * bytes that end inside the row (enlarging and mild shrinking; a shrink by more than about
-     * 2.5x spreads four values over more than 16 bytes and stops the tables there). */
+    /* The byte tables first; the four-value tables only for the values they leave. */
     const int nv = 3 * dw, row = 3 * sw;
-    w->gpairs = 0;
-    for (int g = 0; 4 * g + 4 <= nv; g++) {
-        int base = INT32_MAX; /* not always the first value's: (x, c=1) may follow (x', c=0) */
-        for (int k = 0; k < 4; k++) {
-            const int v = 4 * g + k, o = w->xo0[v / 3] + v % 3;
-            base = o < base ? o : base;
-        }
-        int ok = base + 16 <= row;
-        for (int k = 0; k < 4 && ok; k++) {
-            const int v = 4 * g + k, dx = v / 3, c = v % 3;
-            const int o0 = w->xo0[dx] + c - base, o1 = w->xo1[dx] + c - base;
-            ok = o0 >= 0 && o1 >= 0 && o0 < 16 && o1 < 16;
-            uint8_t *m = w->gmask + 16 * (size_t)g + 4 * k;
-            m[0] = (uint8_t)o0, m[1] = 0x80, m[2] = (uint8_t)o1, m[3] = 0x80;
-            w->gw[4 * g + k] = w->xa[dx];
-        }
-        if (!ok) break;
-        w->gbase[g] = base;
-        if (g % 2 == 1) w->gpairs = (g + 1) / 2;
-    }
     w->oblocks = 0;
     for (int g = 0; 8 * g + 8 <= nv; g++) {
         int base = INT32_MAX;
@@ -352,6 +331,29 @@ static void linear_tables(const struct plan *p, struct linear_ws *w, int dw, int
         if (!ok) break;
         w->obase[g] = base;
         if (g % 2 == 1) w->oblocks = (g + 1) / 2;
+    }
+    /* Shuffle tables: a pair of groups is usable while both groups' sources lie within 16
+     * bytes that end inside the row (enlarging and mild shrinking; a shrink by more than about
+     * 2.5x spreads four values over more than 16 bytes and stops the tables there). */
+    w->gpairs = 2 * w->oblocks;
+    for (int g = 4 * w->oblocks; 4 * g + 4 <= nv; g++) {
+        int base = INT32_MAX; /* not always the first value's: (x, c=1) may follow (x', c=0) */
+        for (int k = 0; k < 4; k++) {
+            const int v = 4 * g + k, o = w->xo0[v / 3] + v % 3;
+            base = o < base ? o : base;
+        }
+        int ok = base + 16 <= row;
+        for (int k = 0; k < 4 && ok; k++) {
+            const int v = 4 * g + k, dx = v / 3, c = v % 3;
+            const int o0 = w->xo0[dx] + c - base, o1 = w->xo1[dx] + c - base;
+            ok = o0 >= 0 && o1 >= 0 && o0 < 16 && o1 < 16;
+            uint8_t *m = w->gmask + 16 * (size_t)g + 4 * k;
+            m[0] = (uint8_t)o0, m[1] = 0x80, m[2] = (uint8_t)o1, m[3] = 0x80;
+            w->gw[4 * g + k] = w->xa[dx];
+        }
+        if (!ok) break;
+        w->gbase[g] = base;
+        if (g % 2 == 1) w->gpairs = (g + 1) / 2;
     }
     for (int dy = 0; dy < dh; dy++) {
         int sy;
