@@ -291,6 +291,26 @@ static void linear_pos(int d, double scale, double inv_scale, bool area_mode, in
     }
 }
 
+/* The lowest source byte of output values [v0, v0 + n) of a row (value v is channel v % 3 of
+ * column v / 3): not always the first value's, as (x, c=1) may follow (x', c=0). */
+static int window_base(const struct linear_ws *w, int v0, int n)
+{
+    int base = INT32_MAX;
+    for (int v = v0; v < v0 + n; v++) {
+        const int o = w->xo0[v / 3] + v % 3;
+        base = o < base ? o : base;
+    }
+    return base;
+}
+
+/* Value v's two source bytes relative to base; whether both lie in the 16 bytes from base. */
+static bool window_offsets(const struct linear_ws *w, int v, int base, int *o0, int *o1)
+{
+    *o0 = w->xo0[v / 3] + v % 3 - base;
+    *o1 = w->xo1[v / 3] + v % 3 - base;
+    return *o0 >= 0 && *o1 >= 0 && *o0 < 16 && *o1 < 16;
+}
+
 static void linear_tables(const struct plan *p, struct linear_ws *w, int dw, int dh, int sw, int sh)
 {
     const bool am = p->kind == K_AREA_MODE_LINEAR;
@@ -310,19 +330,16 @@ static void linear_tables(const struct plan *p, struct linear_ws *w, int dw, int
     const int nv = 3 * dw, row = 3 * sw;
     w->oblocks = 0;
     for (int g = 0; 8 * g + 8 <= nv; g++) {
-        int base = INT32_MAX;
-        for (int k = 0; k < 8; k++) {
-            const int v = 8 * g + k, o = w->xo0[v / 3] + v % 3;
-            base = o < base ? o : base;
-        }
+        const int base = window_base(w, 8 * g, 8);
         int ok = base + 16 <= row;
         for (int k = 0; k < 8 && ok; k++) {
-            const int v = 8 * g + k, dx = v / 3, c = v % 3;
-            const int o0 = w->xo0[dx] + c - base, o1 = w->xo1[dx] + c - base;
+            const int dx = (8 * g + k) / 3;
+            int o0, o1;
+            ok = window_offsets(w, 8 * g + k, base, &o0, &o1);
             const int a0 = (int16_t)(w->xa[dx] & 0xffff), a1 = (int16_t)((uint32_t)w->xa[dx] >> 16);
             /* Weights outside 0..2048 (none that OpenCV's formulas give) keep the 32-bit path. */
-            ok = o0 >= 0 && o1 >= 0 && o0 < 16 && o1 < 16 && a0 >= 0 && a1 >= 0 &&
-                 a0 <= COEF_SCALE && a1 <= COEF_SCALE && (a0 >> 5) + (a1 >> 5) <= 64;
+            ok = ok && a0 >= 0 && a1 >= 0 && a0 <= COEF_SCALE && a1 <= COEF_SCALE &&
+                 (a0 >> 5) + (a1 >> 5) <= 64;
             const size_t at = 16 * (size_t)g + 2 * (size_t)k;
             w->omask[at] = (uint8_t)o0, w->omask[at + 1] = (uint8_t)o1;
             w->ohi[at] = (uint8_t)(a0 >> 5), w->ohi[at + 1] = (uint8_t)(a1 >> 5);
@@ -337,19 +354,14 @@ static void linear_tables(const struct plan *p, struct linear_ws *w, int dw, int
      * 2.5x spreads four values over more than 16 bytes and stops the tables there). */
     w->gpairs = 2 * w->oblocks;
     for (int g = 4 * w->oblocks; 4 * g + 4 <= nv; g++) {
-        int base = INT32_MAX; /* not always the first value's: (x, c=1) may follow (x', c=0) */
-        for (int k = 0; k < 4; k++) {
-            const int v = 4 * g + k, o = w->xo0[v / 3] + v % 3;
-            base = o < base ? o : base;
-        }
+        const int base = window_base(w, 4 * g, 4);
         int ok = base + 16 <= row;
         for (int k = 0; k < 4 && ok; k++) {
-            const int v = 4 * g + k, dx = v / 3, c = v % 3;
-            const int o0 = w->xo0[dx] + c - base, o1 = w->xo1[dx] + c - base;
-            ok = o0 >= 0 && o1 >= 0 && o0 < 16 && o1 < 16;
+            int o0, o1;
+            ok = window_offsets(w, 4 * g + k, base, &o0, &o1);
             uint8_t *m = w->gmask + 16 * (size_t)g + 4 * k;
             m[0] = (uint8_t)o0, m[1] = 0x80, m[2] = (uint8_t)o1, m[3] = 0x80;
-            w->gw[4 * g + k] = w->xa[dx];
+            w->gw[4 * g + k] = w->xa[(4 * g + k) / 3];
         }
         if (!ok) break;
         w->gbase[g] = base;
