@@ -180,7 +180,7 @@ static int bn_fwd_train_common(struct kern_ctx *ctx, const struct kern_bn *d, fl
     const int rc = kern_cuda_bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta) return -EINVAL;
-    if (kern_cuda_bn_check_running(d, running_mean, running_var) < 0) return -EINVAL;
+    if (kern_bn_check_running(d, running_mean, running_var) < 0) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     double *const part = (double *)st->scratch;
     float *const coef = (float *)((char *)st->scratch + KERN_CUDA_SCRATCH_BYTES / 2);

@@ -202,7 +202,7 @@ static int fwd_apply_common(struct kern_ctx *ctx, const struct kern_bn *d, float
     const int rc = kern_cuda_bn_check_ysn(d, &ysn);
     if (rc < 0) return rc;
     if (!y || !x || !gamma || !beta || !sums) return -EINVAL;
-    if (kern_cuda_bn_check_running(d, running_mean, running_var) < 0) return -EINVAL;
+    if (kern_bn_check_running(d, running_mean, running_var) < 0) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     float *const coef = (float *)((char *)st->scratch + KERN_CUDA_SCRATCH_BYTES / 2);
     bns_coef_fwd<<<kern_cuda_chan_blocks(d->c), KERN_CUDA_THREADS, 0, st->stream>>>(

@@ -13,6 +13,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "kern_bn_args.h"
 #include "kern_internal.h"
 #ifdef __cplusplus
 }
@@ -127,34 +128,22 @@ static __device__ __forceinline__ void kern_cuda_block_sum2(double &a, double &b
 #define KERN_CUDA_BN_TARGET_BLOCKS 1024
 #define KERN_CUDA_BN_MIN_CHUNK     2048 /* elements per block, at least */
 
+/* kern_bn_check, and the per-channel scratch this backend needs. */
 static inline int kern_cuda_bn_check(const struct kern_bn *d)
 {
-    if (!d || d->n < 1 || d->c < 1 || d->hw < 1) return -EINVAL;
-    if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
+    const int rc = kern_bn_check(d);
+    if (rc < 0) return rc;
     /* partials (2 doubles per chunk) and coefficients (at most 3 floats) of every channel */
     if ((size_t)d->c * 16u > KERN_CUDA_SCRATCH_BYTES / 2) return -EINVAL;
-    /* a channel slice is at least as wide as its own channels: images never overlap */
-    if (d->y_nstride && d->y_nstride < (size_t)d->c * (size_t)d->hw) return -EINVAL;
     return 0;
 }
 
-/* Running statistics come as a pair or not at all, and their update needs at least two values
- * per channel (the unbiased variance divides by n hw - 1); as the CPU's kern_bn_check_running. */
-static inline int kern_cuda_bn_check_running(const struct kern_bn *d, const float *running_mean,
-                                             const float *running_var)
-{
-    if (!running_mean != !running_var) return -EINVAL;
-    if (running_mean && (size_t)d->n * (size_t)d->hw < 2) return -EINVAL;
-    return 0;
-}
-
-/* kern_cuda_bn_check, and *ysn: the step from one image to the next in y and dy (y_nstride, or
- * c hw when 0: dense). */
+/* kern_cuda_bn_check, and *ysn: the step from one image to the next in y and dy. */
 static inline int kern_cuda_bn_check_ysn(const struct kern_bn *d, size_t *ysn)
 {
     const int rc = kern_cuda_bn_check(d);
     if (rc < 0) return rc;
-    *ysn = d->y_nstride ? d->y_nstride : (size_t)d->c * (size_t)d->hw;
+    *ysn = kern_bn_y_nstride(d);
     return 0;
 }
 

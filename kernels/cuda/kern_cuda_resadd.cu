@@ -68,7 +68,7 @@ int kern_cuda_bn_silu_add_fwd_train(struct kern_ctx *ctx, const struct kern_bn *
     size_t ysn = 0, rsn = 0;
     int rc = resadd_check(ctx, d, y, x, gamma, beta, r, &ysn, &rsn);
     if (rc < 0) return rc;
-    if (kern_cuda_bn_check_running(d, running_mean, running_var) < 0) return -EINVAL;
+    if (kern_bn_check_running(d, running_mean, running_var) < 0) return -EINVAL;
     const float *coef = NULL;
     rc = kern_cuda_bn_coef_train(ctx, d, save_mean, save_invstd, running_mean, running_var, x,
                                  gamma, beta, &coef);
@@ -105,7 +105,7 @@ int kern_cuda_bn_silu_add_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *
     int rc = resadd_check(ctx, d, y, x, gamma, beta, r, &ysn, &rsn);
     if (rc < 0) return rc;
     if (!sums) return -EINVAL;
-    if (kern_cuda_bn_check_running(d, running_mean, running_var) < 0) return -EINVAL;
+    if (kern_bn_check_running(d, running_mean, running_var) < 0) return -EINVAL;
     const float *coef = NULL;
     rc = kern_cuda_bn_coef_sums(ctx, d, save_mean, save_invstd, running_mean, running_var, gamma,
                                 beta, sums, &coef);

@@ -1,8 +1,8 @@
 /*
  * The pieces of batch norm that the fused ops (kern_bn.c) and the phased ones for SyncBatchNorm
- * (kern_bn_sync.c) share, so that both compute every value the same way: argument checks, the
- * vectorisable exp/sigmoid, the chunked channel moments, the forward apply, and the backward's
- * chunk sums and dx pass. Private to kernels/ref.
+ * (kern_bn_sync.c) share, so that both compute every value the same way: argument checks
+ * (kern_bn_args.h, which the CUDA ops use too), the vectorisable exp/sigmoid, the chunked channel
+ * moments, the forward apply, and the backward's chunk sums and dx pass. Private to kernels/ref.
  */
 #ifndef KERN_BN_COMMON_H
 #define KERN_BN_COMMON_H
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kern.h"
+#include "kern_bn_args.h"
 
 /*
  * Sums run in float over chunks that stay in L1, KERN_BN_LANES independent lanes (so that the
@@ -21,31 +22,6 @@
  */
 #define KERN_BN_LANES 16
 #define KERN_BN_CHUNK 1024
-
-static inline int kern_bn_check(const struct kern_bn *d)
-{
-    if (!d || d->n < 1 || d->c < 1 || d->hw < 1) return -EINVAL;
-    if (!(d->eps >= 0.0f) || !(d->momentum >= 0.0f && d->momentum <= 1.0f)) return -EINVAL;
-    /* a channel slice is at least as wide as its own channels: images never overlap */
-    if (d->y_nstride && d->y_nstride < (size_t)d->c * (size_t)d->hw) return -EINVAL;
-    return 0;
-}
-
-/* Running statistics come as a pair or not at all, and their update needs at least two values
- * per channel (the unbiased variance divides by n hw - 1). */
-static inline int kern_bn_check_running(const struct kern_bn *d, const float *running_mean,
-                                        const float *running_var)
-{
-    if (!running_mean != !running_var) return -EINVAL;
-    if (running_mean && (size_t)d->n * (size_t)d->hw < 2) return -EINVAL;
-    return 0;
-}
-
-/* Elements from one image to the next in y and dy: d->y_nstride, or c * hw when 0 (dense). */
-static inline size_t kern_bn_y_nstride(const struct kern_bn *d)
-{
-    return d->y_nstride ? d->y_nstride : (size_t)d->c * (size_t)d->hw;
-}
 
 /*
  * exp(v) for v in [-87.3, 88.7], vectorisable: no libm call, no branch, only float and int32
