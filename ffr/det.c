@@ -1,7 +1,8 @@
 /*
  * The detection sample encoding ffr-det-1 (docs/format.md section 8), implemented once for the
  * packer and the trainer. Decoding trusts nothing: every size is checked against the buffer
- * length with 64-bit arithmetic before anything is read.
+ * length with 64-bit arithmetic before anything is read. Writers write sample version 2;
+ * version 1 samples (a 64-byte header) are still read.
  */
 #include <errno.h>
 #include <math.h>
@@ -10,8 +11,9 @@
 #include "ffr_internal.h"
 
 static const uint8_t det_magic[4] = { 'Y', 'D', 'E', 'T' };
-#define DET_HEADER  FFR_DET_PIXEL_OFFSET
-#define DET_VERSION 1u
+#define DET_HEADER    FFR_DET_PIXEL_OFFSET /* version 2 */
+#define DET_HEADER_V1 64u
+#define DET_VERSION   2u
 
 static uint64_t pad4(uint64_t x)
 {
@@ -19,9 +21,9 @@ static uint64_t pad4(uint64_t x)
 }
 
 /* Total encoded size in 64 bits; the caller checks it fits the u32 fields and size_t. */
-static uint64_t det_size64(const struct ffr_det_sample *s)
+static uint64_t det_size64(const struct ffr_det_sample *s, uint32_t header)
 {
-    uint64_t n = DET_HEADER + pad4(s->pixel_bytes) + 20ull * s->n_labels;
+    uint64_t n = header + pad4(s->pixel_bytes) + 20ull * s->n_labels;
     if (s->n_points) n += 4ull * s->n_labels + 8ull * s->n_points;
     return n + s->name_len;
 }
@@ -29,7 +31,7 @@ static uint64_t det_size64(const struct ffr_det_sample *s)
 size_t ffr_det_encoded_size(const struct ffr_det_sample *s)
 {
     if (!s) return 0;
-    const uint64_t n = det_size64(s);
+    const uint64_t n = det_size64(s, DET_HEADER);
     return n > FFR_RECORD_MAX ? 0 : (size_t)n;
 }
 
@@ -109,7 +111,7 @@ void ffr_det_sub_unfilter(uint8_t *dst, const uint8_t *src, uint32_t h, uint32_t
 int64_t ffr_det_encode(const struct ffr_det_sample *s, void *dst, size_t dst_cap)
 {
     if (!s || !dst || !sample_ok(s)) return -EINVAL;
-    const uint64_t n = det_size64(s);
+    const uint64_t n = det_size64(s, DET_HEADER);
     if (n > FFR_RECORD_MAX) return -EINVAL;
     if (n > dst_cap) return -FFR_ETOOBIG;
     uint8_t *p = dst;
@@ -153,8 +155,11 @@ int ffr_det_decode(const void *buf, size_t len, struct ffr_det_sample *out)
     if (!buf || !out) return -EINVAL;
     const uint8_t *p = buf;
     if (len < 4 || memcmp(p, det_magic, 4) != 0) return -FFR_EBADMAGIC;
-    if (len < DET_HEADER) return -FFR_ECORRUPT;
-    if (ffr_rd16(p + 4) != DET_VERSION) return -FFR_EVERSION;
+    if (len < DET_HEADER_V1) return -FFR_ECORRUPT;
+    const uint16_t version = ffr_rd16(p + 4);
+    if (version != 1 && version != 2) return -FFR_EVERSION;
+    const uint32_t header = version == 1 ? DET_HEADER_V1 : DET_HEADER;
+    if (len < header) return -FFR_ECORRUPT;
     /* Views of floats need 4-byte alignment; buffers from malloc or the frame are aligned. */
     if ((uintptr_t)p % 4) return -EINVAL;
     memset(out, 0, sizeof *out);
@@ -168,8 +173,9 @@ int ffr_det_decode(const void *buf, size_t len, struct ffr_det_sample *out)
     out->n_points = ffr_rd32(p + 32);
     out->name_len = ffr_rd32(p + 36);
     out->image_id = (int64_t)ffr_rd64(p + 40);
-    if (p[7] != 3 || !ffr_is_zero(p + 48, 16) || det_size64(out) != len) return -FFR_ECORRUPT;
-    const uint8_t *q = p + DET_HEADER;
+    if (p[7] != 3 || !ffr_is_zero(p + 48, header - 48) || det_size64(out, header) != len)
+        return -FFR_ECORRUPT;
+    const uint8_t *q = p + header;
     out->pixels = q;
     if (!ffr_is_zero(q + out->pixel_bytes, (size_t)(pad4(out->pixel_bytes) - out->pixel_bytes)))
         return -FFR_ECORRUPT;

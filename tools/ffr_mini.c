@@ -98,16 +98,18 @@ static void det_check(uint64_t i, const uint8_t *s, uint64_t len, const uint8_t 
 {
     CHECK(len >= 4 && !memcmp(s, "YDET", 4), "FFR_EBADMAGIC", REC "not a detection sample", i);
     CHECK(len >= 64, BAD, REC "shorter than the 64-byte sample header", i);
-    CHECK(le(s + 4, 2) == 1, "FFR_EVERSION", REC "sample version %" PRIu64, i, le(s + 4, 2));
+    const uint64_t version = le(s + 4, 2), hs = version == 1 ? 64 : 72; /* header size H */
+    CHECK(version == 1 || version == 2, "FFR_EVERSION", REC "sample version %" PRIu64, i, version);
+    CHECK(len >= hs, BAD, REC "shorter than the %" PRIu64 "-byte sample header", i, hs);
     const uint64_t h = le(s + 8, 4), w = le(s + 12, 4), pix = le(s + 24, 4), nl = le(s + 28, 4);
     const uint64_t np = le(s + 32, 4), name_len = le(s + 36, 4);
-    CHECK(s[6] <= 2 && s[7] == 3 && h && w && zero(s + 48, 16), BAD,
+    CHECK(s[6] <= 2 && s[7] == 3 && h && w && zero(s + 48, hs - 48), BAD,
           REC "bad pixel_format, channels, h, w or reserved bytes", i);
     CHECK(s[6] == 2 ? pix >= 1 : h * w <= UINT32_MAX && h * w * 3 == pix, BAD,
           REC "pixel_bytes is not h*w*3 (RGB8) or >= 1 (JPEG)", i);
-    const uint64_t lab = up(64 + pix, 4), counts = lab + 20 * nl;
+    const uint64_t lab = up(hs + pix, 4), counts = lab + 20 * nl;
     const uint64_t pts = counts + (np ? 4 * nl : 0), name = pts + 8 * np;
-    CHECK(name + name_len == len && zero(s + 64 + pix, lab - 64 - pix), BAD,
+    CHECK(name + name_len == len && zero(s + hs + pix, lab - hs - pix), BAD,
           REC "sample sizes do not add up to raw_len %" PRIu64 " or padding is not zero", i, len);
     for (uint64_t k = 0; k < nl; k++) {
         const uint8_t *row = s + lab + 20 * k;

@@ -303,10 +303,11 @@ FFR_API int ffr_reader_verify(const struct ffr_reader *r, struct ffr_decoder *d,
 /* Detection samples (docs/format.md section 8): one image and its labels per record.        */
 
 enum { FFR_DET_RGB8 = 0, FFR_DET_RGB8_SUB = 1, FFR_DET_JPEG = 2 };
-/* Where the pixels start in an encoded sample (right after its 64-byte header; format.md 9), so
- * that a producer can decode an image straight into its place in the record and hand
- * ffr_det_encode that same pointer (no copy is then made). */
-#define FFR_DET_PIXEL_OFFSET 64u
+/* Where the pixels start in a sample ffr_det_encode writes (right after its header, format.md
+ * 8), so that a producer can decode an image straight into its place in the record and hand
+ * ffr_det_encode that same pointer (no copy is then made). 8 past a multiple of 16 on purpose:
+ * see format.md 8.2. Decoders also read version-1 samples, whose pixels start at 64. */
+#define FFR_DET_PIXEL_OFFSET 72u
 
 /* A detection sample. For encoding, the caller fills it; after decoding, pointers are views
  * into the decoded buffer (valid while that buffer is). */

@@ -147,6 +147,66 @@ static void sub_filter_pays(void)
     free(back);
 }
 
+/* Files written before version 2 hold samples with a 64-byte header: they must still read, with
+ * every field and view where version 1 put it. */
+static void version1(void)
+{
+    uint8_t pixels[2 * 3 * 3];
+    for (unsigned k = 0; k < sizeof pixels; k++)
+        pixels[k] = (uint8_t)(k * 37 + 5);
+    const float labels[5] = { 7, 0.5f, 0.25f, 0.5f, 0.5f };
+    const uint32_t counts[1] = { 2 };
+    const float pts[4] = { 0.25f, 0.25f, 0.75f, 0.5f };
+    const struct ffr_det_sample in = { .h = 2,
+                                       .w = 3,
+                                       .h0 = 20,
+                                       .w0 = 30,
+                                       .pixel_format = FFR_DET_RGB8_SUB,
+                                       .pixels = pixels,
+                                       .pixel_bytes = sizeof pixels,
+                                       .n_labels = 1,
+                                       .labels = labels,
+                                       .n_points = 2,
+                                       .seg_counts = counts,
+                                       .seg_points = pts,
+                                       .image_id = 42,
+                                       .name = "v1.jpg",
+                                       .name_len = 6 };
+    uint8_t v2[256] __attribute__((aligned(8))), v1[256] __attribute__((aligned(8)));
+    const int64_t n = ffr_det_encode(&in, v2, sizeof v2);
+    struct ffr_det_sample out;
+    ok(n > 0 && ffr_rd16(v2 + 4) == 2 && ffr_det_decode(v2, (size_t)n, &out) == 0 &&
+           out.pixels == v2 + FFR_DET_PIXEL_OFFSET,
+       "writers write version 2, pixels at FFR_DET_PIXEL_OFFSET");
+    /* The offset's purpose (format.md 8.2): rows of a frame-aligned record do not start on a
+     * 16-byte boundary. */
+    is_int(FFR_DET_PIXEL_OFFSET % 16, 8, "pixel offset is 8 past a multiple of 16");
+
+    /* The version 1 layout: the same header without bytes 64..71. */
+    memcpy(v1, v2, 64);
+    memcpy(v1 + 64, v2 + FFR_DET_PIXEL_OFFSET, (size_t)n - FFR_DET_PIXEL_OFFSET);
+    ffr_wr16(v1 + 4, 1);
+    const size_t n1 = (size_t)n - (FFR_DET_PIXEL_OFFSET - 64);
+    memset(&out, 0xa5, sizeof out);
+    const int rc = ffr_det_decode(v1, n1, &out);
+    is_int(rc, 0, "a version 1 sample decodes");
+    uint8_t plain[sizeof pixels];
+    ok(rc == 0 && out.h == 2 && out.w == 3 && out.h0 == 20 && out.w0 == 30 &&
+           out.pixel_format == FFR_DET_RGB8_SUB && out.pixels == v1 + 64 &&
+           out.pixel_bytes == sizeof pixels && out.n_labels == 1 &&
+           !memcmp(out.labels, labels, sizeof labels) && out.n_points == 2 &&
+           out.seg_counts[0] == 2 && !memcmp(out.seg_points, pts, sizeof pts) &&
+           out.image_id == 42 && out.name_len == 6 && !memcmp(out.name, "v1.jpg", 6) &&
+           ffr_det_pixels(&out, plain, sizeof plain) == (int64_t)sizeof plain &&
+           !memcmp(plain, pixels, sizeof pixels),
+       "version 1: every field, view and pixel where version 1 put them");
+    ffr_wr16(v1 + 4, 2);
+    is_int(ffr_det_decode(v1, n1, &out), -FFR_ECORRUPT, "version 1 layout labelled 2");
+    ffr_wr16(v1 + 4, 1);
+    v1[63] = 1;
+    is_int(ffr_det_decode(v1, n1, &out), -FFR_ECORRUPT, "version 1 reserved byte set");
+}
+
 static void malformed(void)
 {
     uint8_t pixels[12] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 };
@@ -182,14 +242,22 @@ static void malformed(void)
     is_int(ffr_det_decode(b, (size_t)n, &out), -FFR_ECORRUPT, "dimensions disagree with pixels");
     memcpy(b, buf, (size_t)n);
     const float nan = NAN, half = 2.5f;
-    memcpy(b + 64 + 12 + 4, &nan, 4);
+    memcpy(b + FFR_DET_PIXEL_OFFSET + 12 + 4, &nan, 4);
     is_int(ffr_det_decode(b, (size_t)n, &out), -FFR_ECORRUPT, "NaN coordinate");
     memcpy(b, buf, (size_t)n);
-    memcpy(b + 64 + 12, &half, 4);
+    memcpy(b + FFR_DET_PIXEL_OFFSET + 12, &half, 4);
     is_int(ffr_det_decode(b, (size_t)n, &out), -FFR_ECORRUPT, "fractional class");
     memcpy(b, buf, (size_t)n);
     is_int(ffr_det_decode(b, (size_t)n + 1, &out), -FFR_ECORRUPT, "trailing bytes");
     is_int(ffr_det_decode(b + 1, (size_t)n - 1, &out), -FFR_EBADMAGIC, "shifted buffer");
+    memcpy(b, buf, (size_t)n);
+    b[FFR_DET_PIXEL_OFFSET - 1] = 1;
+    is_int(ffr_det_decode(b, (size_t)n, &out), -FFR_ECORRUPT, "version 2 reserved byte set");
+    is_int(ffr_det_decode(buf, FFR_DET_PIXEL_OFFSET - 1, &out), -FFR_ECORRUPT,
+           "shorter than the version 2 header");
+    memcpy(b, buf, (size_t)n);
+    ffr_wr16(b + 4, 1); /* a version 2 sample read as version 1: its sizes no longer add up */
+    is_int(ffr_det_decode(b, (size_t)n, &out), -FFR_ECORRUPT, "version 2 layout labelled 1");
 
     in.pixel_bytes = 11;
     is_int(ffr_det_encode(&in, buf, sizeof buf), -EINVAL, "encoder refuses inconsistent pixels");
@@ -215,6 +283,7 @@ int main(void)
 {
     round_trips();
     sub_filter_pays();
+    version1();
     malformed();
     return tap_done();
 }

@@ -105,8 +105,11 @@ def rehash(data):
     return bytes(d)
 
 
+DET_HEADER = 72  # section 8: H of version 2, what writers write
+
+
 def det_sample(rng, h, w, fmt, labels, segments, name, image_id=-1, pixels=None):
-    """Section 8: one detection sample and its section 8.1 summary."""
+    """Section 8: one version 2 detection sample and its section 8.1 summary."""
     if pixels is not None:
         pass
     elif fmt == 2:  # a JPEG file's bytes; its length is odd on purpose, to need padding
@@ -119,9 +122,9 @@ def det_sample(rng, h, w, fmt, labels, segments, name, image_id=-1, pixels=None)
             pixels = bytes(img[k] if (k // 3) % w == 0 else (img[k] - img[k - 3]) % 256
                            for k in range(len(img)))
     n_points = sum(len(s) for s in segments) if segments else 0
-    head = b"YDET" + struct.pack("<HBB", 1, fmt, 3)
+    head = b"YDET" + struct.pack("<HBB", 2, fmt, 3)
     head += struct.pack("<8Iq", h, w, h + 5, w + 9, len(pixels), len(labels), n_points, len(name),
-                        image_id) + bytes(16)
+                        image_id) + bytes(DET_HEADER - 48)
     rows = b"".join(struct.pack("<5f", *row) for row in labels)
     body = head + pixels + bytes(up(len(pixels), 4) - len(pixels)) + rows
     if n_points:
@@ -130,6 +133,11 @@ def det_sample(rng, h, w, fmt, labels, segments, name, image_id=-1, pixels=None)
     body += name.encode()
     summary = struct.pack("<5I", h, w, h + 5, w + 9, len(labels)) + rows
     return body, summary
+
+
+def as_v1(body):
+    """The same sample in version 1's layout: a 64-byte header, the rest unchanged."""
+    return patch(body[:64], 4, struct.pack("<H", 1)) + body[DET_HEADER:]
 
 
 def patch(b, off, new):
@@ -193,6 +201,12 @@ def main():
     meta = b"encoding: ffr-det-1\nnames: [person, bicycle, car, motorcycle]\nsize: 640\n"
     data, lines = ffr_bytes([(b, s, "zstd") for b, s in dets], meta, align=256)
     save("det.ffr", data, lines)
+    # Files written before version 2: the same samples with 64-byte headers, and both in one file.
+    data, lines = ffr_bytes([(as_v1(b), s, "zstd") for b, s in dets], meta, align=256)
+    save("det-v1.ffr", data, lines)
+    data, lines = ffr_bytes([(as_v1(b) if k % 2 else b, s, "raw") for k, (b, s) in enumerate(dets)],
+                            meta, align=8)
+    save("det-mixed.ffr", data, lines)
 
     # A sharded dataset (section 7): two shards and their manifest; metadata from the last.
     shards, all_lines, base = [], [], 0
@@ -295,7 +309,7 @@ def main():
         return ffr_bytes([(body, summary, "raw")], meta, align=1)[0]
 
     body, summary = dets[0]
-    lab = 64 + up(struct.unpack_from("<I", body, 24)[0], 4)
+    lab = DET_HEADER + up(struct.unpack_from("<I", body, 24)[0], 4)
     save("det-badsummary.ffr", det_file(body, summary[:-1] + b"\x01"), err="FFR_ECORRUPT")
     save("det-badclass.ffr", det_file(patch(body, lab, struct.pack("<f", 1.5)), summary),
          err="FFR_ECORRUPT")
@@ -303,16 +317,23 @@ def main():
     save("det-inf.ffr", det_file(inf, patch(summary, 24, inf[lab + 4:lab + 8])),
          err="FFR_ECORRUPT")
     save("det-magic.ffr", det_file(patch(body, 0, b"YDEX"), summary), err="FFR_EBADMAGIC")
-    # the magic is right, the record too short for the 64-byte sample header
+    # the magic is right, the record too short for the sample header of either version
     save("det-short.ffr", det_file(body[:40], summary), err="FFR_ECORRUPT")
-    save("det-v2.ffr", det_file(patch(body, 4, b"\x02"), summary), err="FFR_EVERSION")
+    save("det-short2.ffr", det_file(body[:68], summary), err="FFR_ECORRUPT")
+    save("det-v3.ffr", det_file(patch(body, 4, b"\x03"), summary), err="FFR_EVERSION")
+    save("det-v0.ffr", det_file(patch(body, 4, b"\x00"), summary), err="FFR_EVERSION")
+    # each version's layout labelled as the other: the sizes no longer add up
+    save("det-2as1.ffr", det_file(patch(body, 4, b"\x01"), summary), err="FFR_ECORRUPT")
+    save("det-1as2.ffr", det_file(patch(as_v1(body), 4, b"\x02"), summary), err="FFR_ECORRUPT")
+    save("det-reserved.ffr", det_file(patch(body, DET_HEADER - 1, b"\x01"), summary),
+         err="FFR_ECORRUPT")
     save("det-h0.ffr", det_file(*det_sample(rng, 0, 8, 0, [], [], "h0.jpg")), err="FFR_ECORRUPT")
     save("det-jpeg0.ffr", det_file(*det_sample(rng, 4, 4, 2, [], [], "j.jpg", pixels=b"")),
          err="FFR_ECORRUPT")
     jb, js = dets[2]  # JPEG of 41 bytes: 3 bytes of padding
-    save("det-padding.ffr", det_file(patch(jb, 64 + 41, b"\x01"), js), err="FFR_ECORRUPT")
+    save("det-padding.ffr", det_file(patch(jb, DET_HEADER + 41, b"\x01"), js), err="FFR_ECORRUPT")
     pb, ps = dets[3]  # 2 labels, n_points 4: counts 0 and 4 become 1 and 4
-    pts_at = 64 + up(9 * 3 * 3, 4) + 40
+    pts_at = DET_HEADER + up(9 * 3 * 3, 4) + 40
     save("det-points.ffr", det_file(patch(pb, pts_at, b"\x01"), ps), err="FFR_ECORRUPT")
     save("det-nanpoint.ffr", det_file(patch(pb, pts_at + 8, struct.pack("<f", float("nan"))),
                                       ps), err="FFR_ECORRUPT")
