@@ -53,9 +53,10 @@ struct job {
     pthread_cond_t cv_worker, cv_writer;
     struct slot *slots;
     size_t window;
-    size_t next;    /* next sample to hand to a worker */
-    size_t written; /* samples consumed by the appender */
-    int abort;      /* set by the appender on a fatal error or stop */
+    size_t next;      /* next sample to hand to a worker */
+    size_t written;   /* samples consumed by the appender */
+    int abort;        /* set by the appender on a fatal error or stop */
+    double stalled_s; /* workers' seconds waiting for a free slot (under mu) */
 };
 
 void pack_opts_default(struct pack_opts *o)
@@ -319,6 +320,11 @@ static int process(struct worker *w, size_t i, struct slot *s)
     return 0;
 }
 
+/* Share of a run the appender spends writing above which the summary says that the output's
+ * storage was the limit, for runs long enough that the final flush does not decide it. */
+#define PACK_WRITING_NOTE 0.75
+#define PACK_NOTE_MIN_S   2.0
+
 /* Bytes of finished records the appender waits for before it writes them in one call. */
 #define PACK_RUN_BYTES ((size_t)4 << 20)
 
@@ -349,8 +355,14 @@ static void *worker_main(void *arg)
     struct job *j = w->j;
     for (;;) {
         pthread_mutex_lock(&j->mu);
-        while (!j->abort && j->next < j->n && j->next >= j->written + j->window)
-            pthread_cond_wait(&j->cv_worker, &j->mu);
+        if (!j->abort && j->next < j->n && j->next >= j->written + j->window) {
+            /* Every slot waits on the appender: the writes are behind. The clock is read only
+             * here, so a run that decoding limits pays nothing for the count. */
+            const double w0 = now_s();
+            while (!j->abort && j->next < j->n && j->next >= j->written + j->window)
+                pthread_cond_wait(&j->cv_worker, &j->mu);
+            j->stalled_s += now_s() - w0;
+        }
         if (j->abort || j->next >= j->n) {
             pthread_mutex_unlock(&j->mu);
             return NULL;
@@ -525,6 +537,7 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
     pthread_t *th = calloc((size_t)nt, sizeof *th);
     struct ffr_writer *fw = NULL;
     int started = 0;
+    double t0 = now_s();
     if (!j.slots || !ws || !th) {
         rc = -ENOMEM;
         goto out;
@@ -563,7 +576,7 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
             }
         }
     }
-    const double t0 = now_s();
+    t0 = now_s();
     for (int k = 0; k < nt; k++) {
         if (pthread_create(&th[k], NULL, worker_main, &ws[k]) != 0) {
             rc = -EAGAIN;
@@ -644,7 +657,9 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
             }
         }
         /* What came before a fatal or --strict slot is written, as one by one would have. */
+        const double w0 = now_s();
         const int wrc = nin ? ffr_writer_append_frames(fw, run, nin) : 0;
+        r.seconds_writing += now_s() - w0;
         if (wrc < 0) {
             fprintf(log, "\nyolo-pack: writing %s: %s\n", o->output, ffr_strerror(wrc));
             rc = wrc;
@@ -667,6 +682,7 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
     if (o->progress) fputc('\n', log);
     if (more) fprintf(log, "(%zu more warnings not shown)\n", more);
     r.seconds = now_s() - t0;
+    r.stalled = r.seconds > 0 ? j.stalled_s / (r.seconds * nt) : 0;
 out:
     pthread_mutex_lock(&j.mu);
     j.abort = 1;
@@ -684,7 +700,12 @@ out:
         rc = meta ? ffr_writer_set_metadata(fw, meta, mlen) : -ENOMEM;
         free(meta);
         if (rc == 0) {
+            /* The output is not complete before its index, flush and rename: on storage that
+             * buffers the records, the flush is seconds, and a rate without it would flatter. */
+            const double w0 = now_s();
             rc = ffr_writer_close(fw);
+            r.seconds_writing += now_s() - w0;
+            r.seconds = now_s() - t0;
             if (rc < 0) fprintf(log, "yolo-pack: closing %s: %s\n", o->output, ffr_strerror(rc));
         } else {
             ffr_writer_abort(fw);
@@ -717,6 +738,20 @@ out:
                 r.scan.images_found, r.packed, r.backgrounds, r.corrupt_images + r.scan.corrupt,
                 r.scan.images_missing, r.restored_images, dropped, r.scan.crowd_skipped, in, raw,
                 outb, r.seconds, r.seconds > 0 ? (double)(r.packed) / r.seconds : 0.0, o->output);
+        /* Raw records are ~1 MB at 640, so a few cores decode faster than many disks write:
+         * say when the writes set the pace, since the cure differs (a faster disk, or a codec
+         * that writes fewer bytes, rather than more cores). The appender writing most of the
+         * run is the sign. The workers' wait for free slots (r.stalled) is not: on a VM the
+         * storage's cost can show as CPU time the host takes from the workers instead. */
+        const double share = r.seconds > 0 ? r.seconds_writing / r.seconds : 0;
+        if (r.seconds >= PACK_NOTE_MIN_S && share >= PACK_WRITING_NOTE) {
+            char rate[32];
+            human_bytes(rate, sizeof rate, (uint64_t)((double)r.bytes_out / r.seconds_writing));
+            fprintf(log,
+                    "yolo-pack: writing took %.0f%% of the run (%s/s while writing): the "
+                    "output's storage is at or near the limit\n",
+                    100 * share, rate);
+        }
     }
     for (int k = 0; k < nt && ws; k++) {
         pack_image_decoder_destroy(ws[k].dec);

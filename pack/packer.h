@@ -53,7 +53,13 @@ struct pack_result {
     uint64_t bytes_in;         /* bytes of the image files read */
     uint64_t bytes_raw;        /* bytes of the encoded samples before compression */
     uint64_t bytes_out;        /* bytes of the output files */
-    double seconds;            /* wall time of the packing (scan excluded) */
+    double seconds;            /* wall time of the packing until the output is complete
+                                  (scan excluded, the final flush and rename included) */
+    double seconds_writing;    /* of which the appending thread spent writing (records,
+                                  index, the final flush) */
+    double stalled;            /* fraction of the workers' time spent waiting for the writes to
+                                  free a slot: near 0 when decoding is the limit, large when the
+                                  output's storage is */
 };
 
 /* Fills *o with the defaults: size 640, interp by split, zstd level -1 without the Sub filter,

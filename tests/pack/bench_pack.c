@@ -14,6 +14,12 @@
  * packer's level, on the same files and threads (the physical limit of a job that compresses:
  * zstd on pixels costs more than decoding them, docs/benchmarks.md "Record codecs").
  *
+ * The job has a second physical limit, the storage it writes to: a raw record is ~0.9 MB, so
+ * decoding 2,000 images/s asks for 1.8 GB/s of writes, more than many disks sustain. The storage
+ * arm writes as many bytes as the packer's output, to the same directory, as the packer does
+ * (one thread, O_DIRECT, 4 MiB writes, fsync, rename), and times it: the job cannot beat
+ * min(decode-only, storage), and the bench prints the ratio to that too, naming which binds.
+ *
  * Usage: bench_pack DATASET_ROOT SPLIT THREADS [CODEC...]   (codecs: raw zstd jpeg; default all)
  */
 #include <errno.h>
@@ -103,6 +109,43 @@ static void *decode_worker(void *arg)
     return NULL;
 }
 
+/*
+ * Writes `bytes` to a new file in `dir` the way yolo-pack's writer does (O_DIRECT where the file
+ * system takes it, runs of 4 MiB, fsync, rename, fsync of the directory) and returns the seconds
+ * it took; the file is removed afterwards, untimed. The buffer holds incompressible bytes, so a
+ * storage layer that compresses or deduplicates cannot make this arm cheaper than the records.
+ */
+static double storage_only(const char *dir, uint64_t bytes, const uint8_t *buf, size_t run)
+{
+    char tmp[700], fin[700];
+    snprintf(tmp, sizeof tmp, "%s/storage.tmp", dir);
+    snprintf(fin, sizeof fin, "%s/storage.ffr", dir);
+    unlink(fin);
+    sync();
+    const double t0 = now();
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+    if (fd < 0) fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    for (uint64_t done = 0; done < bytes;) {
+        const size_t n = bytes - done < run ? (size_t)(bytes - done + 4095) & ~(size_t)4095 : run;
+        if (write(fd, buf, n) != (ssize_t)n) {
+            close(fd);
+            unlink(tmp);
+            return -1;
+        }
+        done += n;
+    }
+    const int ok = fsync(fd) == 0 && close(fd) == 0 && rename(tmp, fin) == 0;
+    const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    const double t = now() - t0;
+    unlink(fin);
+    return ok ? t : -1;
+}
+
 static double decode_only(struct files *f, int threads, int read_files)
 {
     pthread_t th[256];
@@ -161,6 +204,16 @@ int main(int argc, char **argv)
     char path[700];
     snprintf(path, sizeof path, "%s/out.ffr", out);
     FILE *devnull = fopen("/dev/null", "w");
+    const size_t run = (size_t)4 << 20; /* the packer's PACK_RUN_BYTES */
+    uint8_t *wbuf = aligned_alloc(4096, run);
+    if (!wbuf) return 1;
+    uint64_t x = 0x9e3779b97f4a7c15u; /* xorshift: incompressible, the same every run */
+    for (size_t k = 0; k < run; k += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(wbuf + k, &x, 8);
+    }
     for (int c = 0; c < nc; c++) {
         const char *codec = argc > 4 ? argv[4 + c] : codecs[c];
         struct pack_opts po;
@@ -174,7 +227,8 @@ int main(int argc, char **argv)
                    : !strcmp(codec, "jpeg") ? PACK_CODEC_JPEG
                                             : PACK_CODEC_ZSTD;
         double best_dec = 0, best_mem = 0, best_pack = 0, cpu_dec = 1e30, cpu_mem = 1e30,
-               cpu_pack = 1e30, best_z = 0, cpu_z = 1e30;
+               cpu_pack = 1e30, best_z = 0, cpu_z = 1e30, best_store = 0;
+        uint64_t out_bytes = 0, packed = 1;
         for (int rep = 0; rep < reps; rep++) {
             if (po.codec == PACK_CODEC_ZSTD) {
                 f.zstd_level = po.zstd_level;
@@ -208,6 +262,19 @@ int main(int argc, char **argv)
             cs = (cpu_s() - c0) / (double)(res.packed ? res.packed : 1);
             if (cs < cpu_pack) cpu_pack = cs;
             if (p > best_pack) best_pack = p;
+            printf("            pass %d: yolo-pack %.1f img/s, appender writing %.0f%% of the run, "
+                   "workers waiting for free slots %.0f%% of theirs\n",
+                   rep + 1, p, res.seconds > 0 ? 100 * res.seconds_writing / res.seconds : 0.0,
+                   100 * res.stalled);
+            fflush(stdout);
+            /* The output's bytes again, written alone (the packer's output removed first, as
+             * the next pass would). */
+            out_bytes = res.bytes_out;
+            packed = res.packed ? res.packed : 1;
+            unlink(path);
+            const double ts = storage_only(out, out_bytes, wbuf, run);
+            if (ts > 0 && (double)res.packed / ts > best_store)
+                best_store = (double)res.packed / ts;
         }
         printf("codec %-5s  read+decode %7.1f img/s  yolo-pack %7.1f img/s  ratio %.2f  "
                "(decode from memory %7.1f img/s, ratio %.2f)\n"
@@ -216,12 +283,21 @@ int main(int argc, char **argv)
                codec, best_dec, best_pack, best_pack / best_dec, best_mem, best_pack / best_mem,
                1e3 * cpu_dec, 1e3 * cpu_mem, 1e3 * cpu_pack, cpu_dec / cpu_pack,
                cpu_mem / cpu_pack);
+        const double limit = best_store > 0 && best_store < best_dec ? best_store : best_dec;
+        printf("            storage alone (%.2f GB, O_DIRECT 4 MiB writes + fsync) %7.1f img/s "
+               "(%.0f MB/s)  ratio %.2f\n"
+               "            job limit min(read+decode, storage) = %s: yolo-pack at %.2f of it\n",
+               1e-9 * (double)out_bytes, best_store,
+               1e-6 * best_store * (double)out_bytes / (double)packed,
+               best_store > 0 ? best_pack / best_store : 0.0,
+               limit == best_dec ? "read+decode" : "storage", best_pack / limit);
         if (po.codec == PACK_CODEC_ZSTD)
             printf("            read+decode+zstd %d %7.1f img/s  ratio %.2f  cpu ms/img %.3f  "
                    "cpu ratio %.2f\n",
                    po.zstd_level, best_z, best_pack / best_z, 1e3 * cpu_z, cpu_z / cpu_pack);
     }
     fclose(devnull);
+    free(wbuf);
     unlink(path);
     rmdir(out);
     for (size_t i = 0; i < f.n; i++)

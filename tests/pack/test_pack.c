@@ -249,6 +249,31 @@ int main(int argc, char **argv)
     is_int(run("%s %s --split val2017 -o %s --strict -q", pack, root, p), 0,
            "--strict passes on the clean val split");
 
+    /* The run's clock: the rate covers the whole job up to the renamed file, and the share of
+     * time the workers waited for the writes is a fraction of their time. */
+    {
+        struct pack_opts to;
+        pack_opts_default(&to);
+        snprintf(p, sizeof p, "%s/timed.ffr", dir);
+        to.input = root;
+        to.output = p;
+        to.ds.split = "train2017";
+        to.threads = 2;
+        to.codec = PACK_CODEC_RAW;
+        FILE *nul = fopen("/dev/null", "w");
+        to.log = nul;
+        struct pack_result tr;
+        memset(&tr, 0xff, sizeof tr);
+        is_int(pack_run(&to, &tr, NULL), 0, "timed run packs");
+        fclose(nul);
+        ok(tr.seconds > 0 && tr.seconds < 600, "run seconds %.3f", tr.seconds);
+        ok(tr.seconds_writing > 0 && tr.seconds_writing <= tr.seconds,
+           "seconds writing %.3f within the run's %.3f", tr.seconds_writing, tr.seconds);
+        ok(tr.stalled >= 0 && tr.stalled <= 1, "workers' stalled share %.3f is a fraction",
+           tr.stalled);
+        unlink(p);
+    }
+
     /* An interrupted run leaves nothing behind. */
     snprintf(p, sizeof p, "%s/stopped.ffr", dir);
     struct pack_opts po;
