@@ -58,8 +58,9 @@ struct pack_result {
     double seconds_writing;    /* of which the appending thread spent writing (records,
                                   index, the final flush) */
     double stalled;            /* fraction of the workers' time spent waiting for the writes to
-                                  free a slot: near 0 when decoding is the limit, large when the
-                                  output's storage is */
+                                  free a slot: near 0 when decoding is the limit; large when the
+                                  writes hold the workers up (on a VM the storage's cost may show
+                                  as CPU time the host takes from them instead) */
 };
 
 /* Fills *o with the defaults: size 640, interp by split, zstd level -1 without the Sub filter,
