@@ -537,7 +537,7 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
     pthread_t *th = calloc((size_t)nt, sizeof *th);
     struct ffr_writer *fw = NULL;
     int started = 0;
-    double t0 = now_s();
+    double t0 = 0; /* set as the workers start */
     if (!j.slots || !ws || !th) {
         rc = -ENOMEM;
         goto out;
