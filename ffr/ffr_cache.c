@@ -249,8 +249,8 @@ static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, char 
 /* Copies [0, size) of a local file into fd. */
 static int copy_local(const char *src, int fd, uint64_t size, char *err, size_t cap)
 {
-    const int in = open(src, O_RDONLY | O_CLOEXEC);
-    if (in < 0) return ffr_say(err, cap, -errno, "%s: %s", src, strerror(errno));
+    const int in = ffr_open_regular(src, 0);
+    if (in < 0) return ffr_say(err, cap, in, "%s: %s", src, ffr_strerror(in));
     struct stat st;
     int rc = fstat(in, &st) < 0 ? -errno : 0;
     if (rc == 0 && (uint64_t)st.st_size < size)
@@ -524,8 +524,8 @@ static int read_small(struct ffr_cache *c, const char *src, uint64_t size, uint8
         if (fd < 0 || ftruncate(fd, (off_t)size) < 0) rc = -errno;
         if (rc == 0) rc = c->o.source->fetch(c->o.source->ctx, src, fd, size, err, cap);
     } else {
-        fd = open(src, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) rc = ffr_say(err, cap, -errno, "%s: %s", src, strerror(errno));
+        fd = ffr_open_regular(src, 0);
+        if (fd < 0) rc = ffr_say(err, cap, fd, "%s: %s", src, ffr_strerror(fd));
     }
     for (uint64_t got = 0; rc == 0 && got < size;) {
         const ssize_t k = pread(fd, *text + got, (size_t)(size - got), (off_t)got);

@@ -5,10 +5,13 @@
  * metadata) | trailer (3 x 512 B slots, each starting with the same 64 B locator).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <zstd.h>
 
@@ -80,11 +83,34 @@ const char *ffr_strerror(int rc)
         return "a shard named by the manifest is missing or differs from it";
     case FFR_ETOOBIG:
         return "size exceeds a limit";
+    case FFR_ENOTREG:
+        return "not a regular file (a FIFO, device or socket)";
     default:
         break;
     }
     if (rc < 0 && -rc < 1000) return strerror(-rc);
     return "unknown error";
+}
+
+int ffr_open_regular(const char *path, int flags)
+{
+    if (!path) return -EINVAL;
+    /* O_NONBLOCK makes the open of a FIFO return at once; it is cleared again for a regular
+     * file, where io_uring would otherwise answer -EAGAIN instead of waiting for the disk. */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
+    if (fd < 0) return -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) < 0 ? -errno : 0;
+    if (rc == 0 && S_ISDIR(st.st_mode)) rc = -EISDIR;
+    if (rc == 0 && !S_ISREG(st.st_mode)) rc = -FFR_ENOTREG;
+    if (rc == 0 && !(flags & O_NONBLOCK) &&
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
 }
 
 struct ffr_codec {

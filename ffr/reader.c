@@ -20,6 +20,8 @@
 struct shard {
     char *path;
     int fd;
+    dev_t dev; /* the file's identity: one file listed twice is refused */
+    ino_t ino;
     uint64_t size;
     uint64_t first, count; /* global number of record 0; records */
     uint32_t align, header_size;
@@ -323,12 +325,31 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
             snprintf(s->path, need, "%.*s/%s", dirlen, path, ms->file);
         else
             snprintf(s->path, need, "%s", ms->file);
-        s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+        s->fd = ffr_open_regular(s->path, 0);
         if (s->fd < 0) {
+            const int e = s->fd;
+            s->fd = -1;
             rc = ffr_say(err, cap, -FFR_ESHARD, "%s: shard %u (%s) %s", path, k, s->path,
-                         errno == ENOENT ? "is missing" : strerror(errno));
+                         e == -ENOENT ? "is missing" : ffr_strerror(e));
             break;
         }
+        /* The same file twice (the same name, or a link, or a YAML alias) would be read twice
+         * per epoch: refused, naming both. */
+        struct stat fst;
+        if (fstat(s->fd, &fst) < 0) {
+            rc = ffr_say(err, cap, -errno, "%s: shard %u (%s): %s", path, k, s->path,
+                         strerror(errno));
+            break;
+        }
+        s->dev = fst.st_dev;
+        s->ino = fst.st_ino;
+        for (uint32_t j = 0; j < k && rc == 0; j++)
+            if (r->shards[j].dev == s->dev && r->shards[j].ino == s->ino)
+                rc = ffr_say(err, cap, -FFR_ESHARD,
+                             "%s: shard %u (%s) is the same file as shard %u (%s): a dataset "
+                             "lists each shard once",
+                             path, k, s->path, j, r->shards[j].path);
+        if (rc < 0) break;
         char sub[512] = "";
         rc = open_file(s, &r->o, sub, sizeof sub);
         if (rc < 0) {
@@ -366,8 +387,8 @@ int ffr_reader_open(struct ffr_reader **out, const char *path, const struct ffr_
 {
     if (!out || !path) return -EINVAL;
     if (err && err_cap) err[0] = '\0';
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ffr_say(err, err_cap, -errno, "%s: %s", path, strerror(errno));
+    const int fd = ffr_open_regular(path, 0);
+    if (fd < 0) return ffr_say(err, err_cap, fd, "%s: %s", path, ffr_strerror(fd));
     uint8_t head[16] = { 0 };
     const ssize_t n = pread(fd, head, sizeof head, 0);
     if (n > 0 && ffr_manifest_sniff(head, (size_t)n)) {

@@ -415,16 +415,14 @@ int ffio_engine_add_file(struct ffio_engine *e, const char *path)
         goto out;
     }
     if (e->kind != FFIO_ENGINE_MMAP && e->opts.direct != FFIO_DIRECT_OFF) {
-        int fd = -1;
-        if (atomic_load(&ffio_test_hooks_on) && ffio_test_hooks.refuse_direct_open)
-            errno = EINVAL;
-        else
-            fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+        int fd = -EINVAL; /* the hook: as a filesystem that refuses O_DIRECT */
+        if (!(atomic_load(&ffio_test_hooks_on) && ffio_test_hooks.refuse_direct_open))
+            fd = ffr_open_regular(path, O_DIRECT); /* never blocks on a FIFO */
         if (fd >= 0) {
             f->dfd = fd;
             f->owns_dfd = true;
-        } else if (errno != EINVAL) {
-            rc = -errno;
+        } else if (fd != -EINVAL) {
+            rc = fd;
             goto out;
         } else if (e->opts.direct == FFIO_DIRECT_ON) {
             rc = -EINVAL;
@@ -438,9 +436,9 @@ int ffio_engine_add_file(struct ffio_engine *e, const char *path)
         }
     }
     if (f->dfd < 0) {
-        const int fd = open(path, O_RDONLY | O_CLOEXEC);
+        const int fd = ffr_open_regular(path, 0);
         if (fd < 0) {
-            rc = -errno;
+            rc = fd;
             goto out;
         }
         f->bfd = fd;
@@ -793,6 +791,7 @@ const char *ffio_strerror(int rc)
 {
     if (rc >= 0) return "success";
     if (rc == -ENODATA) return "read past end of file (short read)";
+    if (rc <= -1000) return ffr_strerror(rc);
     const char *s = strerrordesc_np(-rc);
     return s ? s : "unknown error";
 }

@@ -646,11 +646,10 @@ int ffio_http_size(struct ffio_http *h, const char *url, uint64_t *size)
 /* Copies [0, size) of a local file into fd (the cache source for paths that are not URLs). */
 static int copy_local(const char *src, int fd, uint64_t size, char *err, size_t cap)
 {
-    const int in = open(src, O_RDONLY | O_CLOEXEC);
+    const int in = ffr_open_regular(src, 0);
     if (in < 0) {
-        const int rc = -errno;
-        snprintf(err, cap, "%s: %s", src, strerror(-rc));
-        return rc;
+        snprintf(err, cap, "%s: %s", src, ffr_strerror(in));
+        return in;
     }
     static const size_t chunk = 1u << 20;
     uint8_t *buf = malloc(chunk);

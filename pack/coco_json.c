@@ -37,6 +37,7 @@
 #include <yajl/yajl_parse.h>
 
 #include "dataset_internal.h"
+#include "ffr.h"
 
 #define CHUNK_BYTES  ((size_t)256 << 10)
 #define NAME_MAX_LEN 4096
@@ -1129,11 +1130,8 @@ int pack_coco_finish(struct pack_coco *c)
 
 int pack_coco_parse_file(struct pack_coco *c)
 {
-    const int fd = open(c->json_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        const int e = errno;
-        return pack_ds_fail(c->ds, -e, "%s: %s", c->json_path, strerror(e));
-    }
+    const int fd = ffr_open_regular(c->json_path, 0);
+    if (fd < 0) return pack_ds_fail(c->ds, fd, "%s: %s", c->json_path, ffr_strerror(fd));
     unsigned char *buf = malloc(CHUNK_BYTES);
     int rc = buf ? 0 : -ENOMEM;
     while (!rc) {

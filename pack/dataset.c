@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "dataset_internal.h"
+#include "ffr.h"
 
 #define LABEL_MAX_BYTES ((size_t)256 << 20) /* a label file larger than this is corrupt */
 #define LIST_MAX_BYTES  ((size_t)1 << 30)
@@ -59,22 +60,14 @@ int pack_ds_read_file(const char *path, size_t max_len, char **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
+    const int fd = ffr_open_regular(path, 0); /* a FIFO or device: -FFR_ENOTREG, unblocked */
+    if (fd < 0) return fd;
     struct stat st;
     int rc = 0;
     char *buf = NULL;
     size_t n = 0, cap = 0;
     if (fstat(fd, &st) != 0) {
         rc = -errno;
-        goto out;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        rc = -EISDIR;
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = -EINVAL;
         goto out;
     }
     cap = (size_t)st.st_size + 1;
@@ -536,6 +529,8 @@ const char *pack_ds_warn_kind_name(enum pack_ds_warn_kind kind)
         return "image-invalid";
     case PACK_DS_W_ORPHAN_LABEL:
         return "orphan-label";
+    case PACK_DS_W_NOT_A_FILE:
+        return "not-a-file";
     }
     return "unknown";
 }
@@ -636,6 +631,9 @@ static int walk(struct pack_ds *ds, const char *dir, bool (*keep)(const char *),
         return pack_ds_fail(ds, -ELOOP, "%s: directories nested deeper than %d", dir,
                             WALK_MAX_DEPTH);
     stack[depth] = (struct walk_frame){ st.st_dev, st.st_ino };
+    /* an image walk names what is called like an image but is no file (a label walk's odd
+     * entries are named when their image's label is read) */
+    const bool images = keep == pack_ds_is_image_name;
     DIR *d = opendir(dir);
     if (!d) return pack_ds_fail(ds, -errno, "%s: %s", dir, strerror(errno));
     int rc = 0;
@@ -659,7 +657,19 @@ static int walk(struct pack_ds *ds, const char *dir, bool (*keep)(const char *),
         if (!st_ok) { /* dangling symlink: glob lists it, nothing can read it */
             if (skipped) (*skipped)++;
         } else if (S_ISDIR(es.st_mode)) {
-            rc = walk(ds, p, keep, out, n, cap, skipped, stack, depth + 1);
+            if (images && keep(p))
+                rc = pack_ds_warn(ds, PACK_DS_W_NOT_A_FILE, p, 0, -1,
+                                  "a directory named like an image: searched for images, not "
+                                  "read as one");
+            if (!rc) rc = walk(ds, p, keep, out, n, cap, skipped, stack, depth + 1);
+        } else if (images && !S_ISREG(es.st_mode) && keep(p)) {
+            /* a FIFO would block the reader, a device never end: named, counted, never opened */
+            ds->st.images_found++;
+            ds->st.images_invalid++;
+            rc = pack_ds_warn(ds, PACK_DS_W_NOT_A_FILE, p, 0, -1, "%s, not a file: skipped",
+                              S_ISFIFO(es.st_mode)   ? "a FIFO"
+                              : S_ISSOCK(es.st_mode) ? "a socket"
+                                                     : "a device");
         } else if (S_ISREG(es.st_mode) && keep(p)) {
             rc = grow((void **)out, cap, *n + 1, sizeof **out);
             if (!rc) {
@@ -903,13 +913,21 @@ static int label_job_finish(struct pack_ds *ds, struct label_job *j)
     struct pack_lbl *lb = &j->lbl;
     const int rr = j->read_rc;
     if (j->rc) return j->rc;
-    if (rr == -ENOENT || rr == -ENOTDIR || rr == -EISDIR || rr == -EINVAL) {
+    if (rr == -ENOENT || rr == -ENOTDIR) {
         pack_lbl_reset(lb); /* os.path.isfile() is false: a background */
         ds->st.label_missing++;
+    } else if (rr == -EISDIR || rr == -FFR_ENOTREG) {
+        pack_lbl_reset(lb); /* the same for ultralytics, but never silently here */
+        ds->st.label_missing++;
+        const int w =
+            pack_ds_warn(ds, PACK_DS_W_NOT_A_FILE, j->label, 0, -1,
+                         "label is %s, not a file: %s taken as a background",
+                         rr == -EISDIR ? "a directory" : "a FIFO, device or socket", e->path);
+        if (w) return w;
     } else if (rr) {
         pack_lbl_reset(lb);
         lb->status = PACK_LBL_CORRUPT;
-        snprintf(lb->reason, sizeof lb->reason, "cannot read label file: %s", strerror(-rr));
+        snprintf(lb->reason, sizeof lb->reason, "cannot read label file: %s", ffr_strerror(rr));
     } else if (lb->status == PACK_LBL_EMPTY) {
         ds->st.label_empty++;
     }

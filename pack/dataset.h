@@ -105,6 +105,9 @@ enum pack_ds_warn_kind {
     PACK_DS_W_IMAGE_INVALID = 6,   /* COCO images[] entry unusable (id, size, file_name, repeat) */
     PACK_DS_W_ORPHAN_LABEL = 7,    /* note only: a label file with no image (ignored, as
                                       ultralytics does); never an error, even when strict */
+    PACK_DS_W_NOT_A_FILE = 8,      /* a label or image path that is a directory, FIFO, device or
+                                      socket: the label counts as missing (a background, as
+                                      os.path.isfile), the image is skipped; never opened */
 };
 
 /* One warning. Strings are owned by the struct pack_ds (or, in the callback, valid only during
@@ -128,7 +131,8 @@ struct pack_ds_stats {
     uint64_t label_empty;         /* YOLO: images with an empty label file (backgrounds) */
     uint64_t backgrounds_dropped; /* backgrounds dropped because opts.drop_backgrounds */
     uint64_t images_missing;      /* listed images that do not exist (not returned) */
-    uint64_t images_invalid;      /* COCO images[] entries unusable, and repeated list entries */
+    uint64_t images_invalid;      /* COCO images[] entries unusable, repeated list entries, and
+                                     image names that are not regular files (FIFOs, devices) */
     uint64_t corrupt;             /* images dropped because their labels are corrupt ("nc") */
     uint64_t rows;                /* label rows returned */
     uint64_t rows_with_segment;   /* of `rows`, those carrying a polygon */

@@ -101,11 +101,10 @@ static int grow(uint8_t **p, size_t *cap, size_t need)
 static int read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len)
 {
     /* open + read, not stdio: no FILE and no buffer of its own per image. */
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
+    const int fd = ffr_open_regular(path, 0); /* a FIFO or device: -FFR_ENOTREG, unblocked */
+    if (fd < 0) return fd;
     struct stat st;
     int rc = fstat(fd, &st) < 0 ? -errno : 0;
-    if (rc == 0 && !S_ISREG(st.st_mode)) rc = -EINVAL;
     if (rc == 0) rc = grow(buf, cap, (size_t)st.st_size + 1);
     size_t got = 0;
     while (rc == 0 && got < (size_t)st.st_size) {
@@ -173,7 +172,7 @@ static int process(struct worker *w, size_t i, struct slot *s)
     int rc = read_file(ds->image_path, &w->file, &w->file_cap, &len);
     if (rc < 0) {
         snprintf(s->msg, sizeof s->msg, "%s: cannot read: %s; skipped", ds->image_path,
-                 strerror(-rc));
+                 ffr_strerror(rc));
         s->corrupt = 1;
         return 1;
     }

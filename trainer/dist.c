@@ -134,6 +134,8 @@ struct trn_dist {
     void *b_stream;            /* the producer stream of its last range */
     size_t b_n;                /* floats in the open bucket (0: none open) */
     int b_index;               /* buckets launched in this backward */
+
+    void *stream; /* trn_dist_set_stream: the producer of device buffers (NULL: the device) */
 };
 
 static int sync_init(struct trn_dist *d);
@@ -1072,7 +1074,7 @@ static int exec_allreduce_f32(struct trn_dist *d, float *buf, size_t n)
         const int rc = usable(d, buf, n);
         if (rc < 0) return rc;
         char e[512] = "";
-        const int r = trn_dist_nccl_allreduce_f32(d->nccl, buf, n, d->bucket_bytes / 4,
+        const int r = trn_dist_nccl_allreduce_f32(d->nccl, buf, n, d->bucket_bytes / 4, d->stream,
                                                   d->timeout_s, e, sizeof e);
         return r < 0 ? fail(d, r, "%s", e) : 0;
     }
@@ -1087,7 +1089,8 @@ static int exec_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool devi
 #if TRN_HAVE_NCCL
     if (d->backend == TRN_DIST_NCCL && device) {
         char e[512] = "";
-        const int r = trn_dist_nccl_broadcast(d->nccl, buf, bytes, d->timeout_s, e, sizeof e);
+        const int r =
+            trn_dist_nccl_broadcast(d->nccl, buf, bytes, d->stream, d->timeout_s, e, sizeof e);
         return r < 0 ? fail(d, r, "%s", e) : 0;
     }
 #endif
@@ -1290,6 +1293,11 @@ int trn_dist_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool device)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Overlapped gradient all-reduce                                                            */
+
+void trn_dist_set_stream(struct trn_dist *d, void *stream)
+{
+    if (d) d->stream = stream;
+}
 
 bool trn_dist_overlap(const struct trn_dist *d)
 {

@@ -213,6 +213,14 @@ int trn_dist_allreduce_i64(struct trn_dist *d, int64_t *buf, size_t n, enum trn_
  */
 int trn_dist_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool device);
 
+/*
+ * The stream (a cudaStream_t) whose work writes the device buffers later given to
+ * trn_dist_allreduce_f32 and trn_dist_broadcast(device): NCCL's collectives are ordered after the
+ * work enqueued on it so far, without blocking the host. Unset (NULL), they wait for all work on
+ * the device. Other backends ignore it. Set it before the first collective; d may be NULL.
+ */
+void trn_dist_set_stream(struct trn_dist *d, void *stream);
+
 /* Wait until every rank has called it (or the deadline). */
 int trn_dist_barrier(struct trn_dist *d);
 

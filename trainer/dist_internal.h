@@ -28,10 +28,12 @@ int trn_dist_nccl_unique_id(void *id, char *err, size_t err_cap);
 int trn_dist_nccl_create(const void *id, int rank, int world, int device, double timeout_s,
                          struct trn_dist_nccl **out, char *err, size_t err_cap);
 
-/* Sum of device floats in place, in buckets of `bucket` floats, all enqueued on the stream then
- * polled until done or timeout_s (then the communicator is aborted: -ETIMEDOUT). */
+/* Sum of device floats in place, in buckets of `bucket` floats, after the work enqueued so far
+ * on the producer's `stream` (a cudaStream_t; NULL: after all work on the device), all enqueued
+ * on the communicator's stream then polled until done or timeout_s (then the communicator is
+ * aborted: -ETIMEDOUT). */
 int trn_dist_nccl_allreduce_f32(struct trn_dist_nccl *c, float *dev, size_t n, size_t bucket,
-                                double timeout_s, char *err, size_t err_cap);
+                                void *stream, double timeout_s, char *err, size_t err_cap);
 
 /*
  * The event of gradient bucket `slot` (an index within one backward; events are pooled and reused
@@ -45,15 +47,17 @@ int trn_dist_nccl_event(struct trn_dist_nccl *c, int slot, void *stream, void **
 /*
  * A gradient bucket on the communicator's own stream: wait for event (from trn_dist_nccl_event;
  * NULL: none), sum dev[0..n) in place in chunks of `bucket` floats, then copy the sums to host
- * (NULL: none), all polled until timeout_s. May run on another thread than the one that made the
+ * (NULL: none; pinned or not: pageable memory is reached through a pinned staging buffer), all
+ * polled until timeout_s. May run on another thread than the one that made the
  * communicator (it selects the device). Returns as trn_dist_nccl_allreduce_f32.
  */
 int trn_dist_nccl_grad_bucket(struct trn_dist_nccl *c, void *event, float *dev, float *host,
                               size_t n, size_t bucket, double timeout_s, char *err, size_t err_cap);
 
-/* Rank 0's device bytes to every rank, in place; same polling as the all-reduce. */
-int trn_dist_nccl_broadcast(struct trn_dist_nccl *c, void *dev, size_t bytes, double timeout_s,
-                            char *err, size_t err_cap);
+/* Rank 0's device bytes to every rank, in place; the same ordering and polling as the
+ * all-reduce. */
+int trn_dist_nccl_broadcast(struct trn_dist_nccl *c, void *dev, size_t bytes, void *stream,
+                            double timeout_s, char *err, size_t err_cap);
 
 /* ncclCommDestroy and free (NULL ok). */
 void trn_dist_nccl_destroy(struct trn_dist_nccl *c);

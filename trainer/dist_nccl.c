@@ -5,8 +5,16 @@
  * cudaStreamQuery, faults by ncclCommGetAsyncError). The unique id comes from dist.c, which
  * sends it from rank 0 over the TCP star.
  *
+ * Every operation is ordered after the work that produced its device buffer without blocking
+ * the host: the producer's stream records an event that the communicator's stream waits for
+ * (a NULL producer stream means "any work on the device", a device-wide synchronisation). And
+ * nothing that can wait for a peer blocks the host outside the polled deadline: sums go to host
+ * memory only through page-locked memory (the caller's when it is pinned, else a pinned staging
+ * buffer of ours copied out after the poll), since a cudaMemcpyAsync into pageable memory waits,
+ * unbounded, for the all-reduce ahead of it on the stream.
+ *
  * Plain C against the CUDA runtime's and NCCL's C APIs (no kernels of our own). Compiled only
- * when configure finds CUDA with nccl.h and libnccl (TRN_HAVE_NCCL); untested without a GPU.
+ * when configure finds CUDA with nccl.h and libnccl (TRN_HAVE_NCCL).
  */
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -25,8 +33,11 @@ struct trn_dist_nccl {
     ncclComm_t comm;
     cudaStream_t stream; /* the communicator's own: collectives and gradient buckets */
     int device;
-    cudaEvent_t *ev; /* gradient buckets' producer events, by slot (created on demand) */
-    int n_ev;        /* events at ev */
+    cudaEvent_t *ev;      /* gradient buckets' producer events, by slot (created on demand) */
+    int n_ev;             /* events at ev */
+    cudaEvent_t produced; /* the producer stream's work so far, for whole-buffer collectives */
+    float *stage;         /* pinned staging for sums copied to pageable host memory */
+    size_t stage_n;       /* floats at stage */
 };
 
 static double now_s(void)
@@ -116,8 +127,10 @@ int trn_dist_nccl_create(const void *id, int rank, int world, int device, double
     c->device = device;
     cudaError_t ce = cudaSetDevice(device);
     if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&c->produced, cudaEventDisableTiming);
     if (ce != cudaSuccess) {
         snprintf(err, err_cap, "CUDA device %d: %s", device, cudaGetErrorString(ce));
+        if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
         return -EIO;
     }
@@ -129,8 +142,8 @@ int trn_dist_nccl_create(const void *id, int rank, int world, int device, double
     if (r != ncclSuccess && r != ncclInProgress) {
         snprintf(err, err_cap, "ncclCommInitRankConfig (rank %d of %d): %s", rank, world,
                  ncclGetErrorString(r));
-        cudaStreamDestroy(c->stream);
-        free(c);
+        c->comm = NULL;
+        trn_dist_nccl_abort(c);
         return -EIO;
     }
     const int rc = wait_comm(c, now_s() + timeout_s, "init", err, err_cap);
@@ -142,11 +155,29 @@ int trn_dist_nccl_create(const void *id, int rank, int world, int device, double
     return 0;
 }
 
+/* Order the communicator's stream after the producer's work so far (see the contract above). */
+static int after_producer(struct trn_dist_nccl *c, void *stream, const char *what, char *err,
+                          size_t err_cap)
+{
+    cudaError_t ce = cudaSetDevice(c->device);
+    if (ce == cudaSuccess && !stream) ce = cudaDeviceSynchronize();
+    if (ce == cudaSuccess && stream) ce = cudaEventRecord(c->produced, (cudaStream_t)stream);
+    if (ce == cudaSuccess && stream) ce = cudaStreamWaitEvent(c->stream, c->produced, 0);
+    if (ce != cudaSuccess) {
+        snprintf(err, err_cap, "NCCL %s: ordering after the producer: %s", what,
+                 cudaGetErrorString(ce));
+        return -EIO;
+    }
+    return 0;
+}
+
 int trn_dist_nccl_allreduce_f32(struct trn_dist_nccl *c, float *dev, size_t n, size_t bucket,
-                                double timeout_s, char *err, size_t err_cap)
+                                void *stream, double timeout_s, char *err, size_t err_cap)
 {
     if (!c || bucket == 0) return -EINVAL;
     const double deadline = now_s() + timeout_s;
+    const int prc = after_producer(c, stream, "all-reduce", err, err_cap);
+    if (prc < 0) return prc;
     for (size_t off = 0; off < n; off += bucket) {
         const size_t k = n - off < bucket ? n - off : bucket;
         const ncclResult_t r =
@@ -190,6 +221,29 @@ int trn_dist_nccl_event(struct trn_dist_nccl *c, int slot, void *stream, void **
     return 0;
 }
 
+/* host itself when CUDA knows it as page-locked, else our staging buffer grown to n floats
+ * (NULL: no memory, err set). Buckets run one at a time on the communication thread. */
+static float *pinned_or_stage(struct trn_dist_nccl *c, float *host, size_t n, char *err,
+                              size_t err_cap)
+{
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, host) == cudaSuccess && a.type == cudaMemoryTypeHost)
+        return host;
+    (void)cudaGetLastError(); /* an unknown pointer is an answer, not a sticky error */
+    if (c->stage_n < n) {
+        if (c->stage) cudaFreeHost(c->stage);
+        c->stage = NULL;
+        c->stage_n = 0;
+        if (cudaMallocHost((void **)&c->stage, n * sizeof(float)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            snprintf(err, err_cap, "NCCL gradient bucket: no pinned memory for %zu floats", n);
+            return NULL;
+        }
+        c->stage_n = n;
+    }
+    return c->stage;
+}
+
 int trn_dist_nccl_grad_bucket(struct trn_dist_nccl *c, void *event, float *dev, float *host,
                               size_t n, size_t bucket, double timeout_s, char *err, size_t err_cap)
 {
@@ -214,23 +268,31 @@ int trn_dist_nccl_grad_bucket(struct trn_dist_nccl *c, void *event, float *dev, 
         const int rc = wait_comm(c, deadline, "gradient bucket enqueue", err, err_cap);
         if (rc < 0) return rc;
     }
+    float *dst = NULL;
     if (host) {
-        /* enqueued behind the all-reduce: a hung peer shows as a timeout in wait_stream, never
-         * as a copy blocking for ever */
-        ce = cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream);
+        /* enqueued behind the all-reduce into page-locked memory, where the copy is truly
+         * asynchronous: a hung peer shows as a timeout in wait_stream, never as a copy blocking
+         * for ever */
+        dst = pinned_or_stage(c, host, n, err, err_cap);
+        if (!dst) return -ENOMEM;
+        ce = cudaMemcpyAsync(dst, dev, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream);
         if (ce != cudaSuccess) {
             snprintf(err, err_cap, "NCCL gradient bucket copy: %s", cudaGetErrorString(ce));
             return -EIO;
         }
     }
-    return wait_stream(c, deadline, "gradient bucket", err, err_cap);
+    const int rc = wait_stream(c, deadline, "gradient bucket", err, err_cap);
+    if (rc == 0 && dst && dst != host) memcpy(host, dst, n * sizeof(float));
+    return rc;
 }
 
-int trn_dist_nccl_broadcast(struct trn_dist_nccl *c, void *dev, size_t bytes, double timeout_s,
-                            char *err, size_t err_cap)
+int trn_dist_nccl_broadcast(struct trn_dist_nccl *c, void *dev, size_t bytes, void *stream,
+                            double timeout_s, char *err, size_t err_cap)
 {
     if (!c) return -EINVAL;
     const double deadline = now_s() + timeout_s;
+    const int prc = after_producer(c, stream, "broadcast", err, err_cap);
+    if (prc < 0) return prc;
     const ncclResult_t r = ncclBroadcast(dev, dev, bytes, ncclUint8, 0, c->comm, c->stream);
     if (r != ncclSuccess && r != ncclInProgress) {
         snprintf(err, err_cap, "ncclBroadcast: %s", ncclGetErrorString(r));
@@ -238,6 +300,18 @@ int trn_dist_nccl_broadcast(struct trn_dist_nccl *c, void *dev, size_t bytes, do
     }
     const int rc = wait_comm(c, deadline, "broadcast enqueue", err, err_cap);
     return rc < 0 ? rc : wait_stream(c, deadline, "broadcast", err, err_cap);
+}
+
+/* Everything but the communicator. */
+static void release(struct trn_dist_nccl *c)
+{
+    for (int k = 0; k < c->n_ev; k++)
+        cudaEventDestroy(c->ev[k]);
+    free(c->ev);
+    if (c->produced) cudaEventDestroy(c->produced);
+    if (c->stage) cudaFreeHost(c->stage);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c);
 }
 
 void trn_dist_nccl_destroy(struct trn_dist_nccl *c)
@@ -254,20 +328,12 @@ void trn_dist_nccl_destroy(struct trn_dist_nccl *c)
         else
             ncclCommDestroy(c->comm);
     }
-    for (int k = 0; k < c->n_ev; k++)
-        cudaEventDestroy(c->ev[k]);
-    free(c->ev);
-    if (c->stream) cudaStreamDestroy(c->stream);
-    free(c);
+    release(c);
 }
 
 void trn_dist_nccl_abort(struct trn_dist_nccl *c)
 {
     if (!c) return;
     if (c->comm) ncclCommAbort(c->comm);
-    for (int k = 0; k < c->n_ev; k++)
-        cudaEventDestroy(c->ev[k]);
-    free(c->ev);
-    if (c->stream) cudaStreamDestroy(c->stream);
-    free(c);
+    release(c);
 }

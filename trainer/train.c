@@ -1253,6 +1253,8 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
                                         : kern_strerror(rc));
             return rc;
         }
+        /* NCCL's collectives on the device arenas are ordered after this context's work */
+        trn_dist_set_stream(R->dist, kern_cuda_ctx_stream(R->gpu_ctx));
     }
 
     struct trn_loader_opts lo;
@@ -1296,6 +1298,12 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
     }
     struct trn_loader_info li;
     trn_loader_info(R->loader, &li);
+    if (R->gpu_ctx && li.pinned_kind != FFIO_PINNED_CUDA)
+        logline(R,
+                "WARNING: the loader's buffers are not CUDA-pinned (%s; they are %s): every "
+                "upload is a staged synchronous copy and loading will not overlap the step",
+                ffio_pinned_cuda_status()[0] ? ffio_pinned_cuda_status() : "cudaHostAlloc failed",
+                ffio_pinned_kind_name(li.pinned_kind));
     R->nb = (int64_t)li.steps;
     R->last_bs = (int)(li.rank_samples - (li.steps - 1) * (uint64_t)R->local_bs);
 

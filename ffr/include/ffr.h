@@ -41,6 +41,7 @@ enum {
     FFR_EFOREIGN = 1007,  /* an HFAI FFRecord file, which shares the .ffr extension */
     FFR_ESHARD = 1008,    /* a manifest's shard is missing or differs from the manifest */
     FFR_ETOOBIG = 1009,   /* a size exceeds a limit (record too large, destination too small) */
+    FFR_ENOTREG = 1010,   /* not a regular file: a FIFO, device or socket (refused unopened) */
 };
 
 /* Record codecs (per record, chosen by the writer). */
@@ -54,6 +55,14 @@ enum { FFR_CODEC_RAW = 0, FFR_CODEC_ZSTD = 1 };
 
 /* Returns a static, human-readable description of rc (any negative code, errno or FFR_E*). */
 FFR_API const char *ffr_strerror(int rc);
+
+/*
+ * open(2) for reading a file that a dataset, a manifest or a command line names: O_RDONLY |
+ * O_CLOEXEC | flags. A FIFO, a device or a socket is refused without blocking (a plain open of a
+ * FIFO waits for a writer for ever, and a device may never end): -FFR_ENOTREG; a directory:
+ * -EISDIR. Symbolic links are followed (docs/format.md 7). Returns the descriptor, or -errno.
+ */
+FFR_API int ffr_open_regular(const char *path, int flags);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Writer                                                                                   */

@@ -67,7 +67,8 @@
  *
  * Pinned memory. ffio_pinned_alloc() returns page-aligned memory: cudaHostAlloc memory when the
  * build has CUDA (HAVE_CUDA) and a GPU is present at run time, otherwise an anonymous mapping,
- * mlock'ed when RLIMIT_MEMLOCK allows and silently left unlocked when not. libcudart is loaded
+ * mlock'ed when RLIMIT_MEMLOCK allows and left unlocked when not (the kind says which;
+ * ffio_pinned_cuda_status() says why CUDA's was not had). libcudart is loaded
  * with dlopen() at run time rather than linked, because (1) CUDA code may only live in
  * kernels/cuda and trainer/cuda (style rule 2) and this module is plain C with no CUDA headers,
  * (2) a CUDA build must still start and pass its tests on machines without a GPU or a driver
@@ -368,6 +369,15 @@ FFIO_API void ffio_pinned_free(struct ffio_pinned *p);
 
 /* Name of a pinned kind: "cuda", "locked", "pageable". Thread-safe. */
 FFIO_API const char *ffio_pinned_kind_name(enum ffio_pinned_kind kind);
+
+/*
+ * Whether ffio_pinned_alloc can return CUDA-pinned memory in this process: "" when it can, else
+ * one line saying why not ("libcudart.so.13 not found (looked in ...)", "no CUDA device", "this
+ * build has no CUDA"). Loads the runtime on the first call; thread-safe. Programs that upload
+ * to a GPU print it once when it is not "": without pinned memory every upload is a synchronous
+ * staged copy and loading no longer overlaps compute.
+ */
+FFIO_API const char *ffio_pinned_cuda_status(void);
 
 /* ---------------------------------------------------------------------------------------- */
 /* ffr records over an engine: the trainer's data path.                                     */

@@ -25,9 +25,18 @@
  * caller reserves the maximum once (kern_ctx_reserve); the ops then never allocate. Find runs
  * kernels and allocates, so plan every shape before capturing a CUDA graph.
  *
- * Math: the fp32 path uses CUDNN_FMA_MATH (no TF32) so that it matches the fp32 CPU reference
- * to fp32 tolerances. The bf16/fp16 path (kern_cuda_conv2d_lowp_*, "lowp" below) sets the data
- * type per plan with CUDNN_DATA_FLOAT compute and CUDNN_TENSOR_OP_MATH, in NCHW or NHWC.
+ * Math, a deliberate choice: every float32 convolution runs in true FP32 (CUDNN_FMA_MATH, never
+ * TF32, on Hopper as anywhere), so that it matches the fp32 CPU reference to fp32 tolerances.
+ * The descriptor's math type alone does not guarantee it: cudnnFind* reports each algorithm
+ * with the math type it ran, and CUDNN_DEFAULT_MATH permits TF32 on Ampere and later; so the
+ * search keeps only FMA- or default-math results for float32 (pick() below) and runs them with
+ * CUDNN_FMA_MATH set (math_of()), so an algorithm that could only run in TF32 fails the call
+ * rather than quietly computing in TF32. PyTorch's default differs (torch.backends.cudnn.
+ * allow_tf32 is True): its fp32 comparisons (tests/trainer/bench_torch_step.py with --amp off,
+ * make_parity_ref.py) turn TF32 off to compare like with like; the speed path is bf16 AMP, where
+ * the question does not arise. The bf16/fp16 path (kern_cuda_conv2d_lowp_*, "lowp" below) sets
+ * the data type per plan with CUDNN_DATA_FLOAT compute and CUDNN_TENSOR_OP_MATH (tensor cores,
+ * fp32 sums), in NCHW or NHWC.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -143,15 +152,24 @@ static int handle_get(struct kern_ctx *ctx, cudnnHandle_t *h)
     return 0;
 }
 
-/* Index of the perf result to use: fastest deterministic success that fits, else any fit. */
-template <typename Perf> static int pick(const Perf *r, int n)
+/* Index of the perf result to use: fastest deterministic success that fits, else any fit;
+ * float32 plans take only FMA-math results (no TF32: see "Math" above). */
+template <typename Perf> static int pick(const Perf *r, int n, cudnnDataType_t dt)
 {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++)
             if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= KERN_CONV_WS_CAP &&
+                (dt != CUDNN_DATA_FLOAT || r[i].mathType == CUDNN_FMA_MATH ||
+                 r[i].mathType == CUDNN_DEFAULT_MATH) &&
                 (pass == 1 || r[i].determinism == CUDNN_DETERMINISTIC))
                 return i;
     return -1;
+}
+
+/* The math type to run a picked result with: FMA for float32 whatever the search reported. */
+static cudnnMathType_t math_of(const struct kern_conv_plan *p, cudnnMathType_t found)
+{
+    return p->dtype == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : found;
 }
 
 static int plan_search(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p)
@@ -160,39 +178,40 @@ static int plan_search(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_p
     cudnnConvolutionFwdAlgoPerf_t fr[KERN_CONV_NALGO];
     if (cudnnFindConvolutionForwardAlgorithm(h, p->xd, p->wd, p->cd, p->yd, KERN_CONV_NALGO, &got,
                                              fr) != CUDNN_STATUS_SUCCESS ||
-        (i = pick(fr, got)) < 0) {
+        (i = pick(fr, got, p->dtype)) < 0) {
         CUDNN_TRY(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd,
                                                               KERN_CONV_NALGO, &got, fr));
-        if ((i = pick(fr, got)) < 0) return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "fwd algo");
+        if ((i = pick(fr, got, p->dtype)) < 0)
+            return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "fwd algo");
     }
     p->fwd = fr[i].algo;
-    p->fwd_math = fr[i].mathType;
+    p->fwd_math = math_of(p, fr[i].mathType);
     p->ws_fwd = fr[i].memory;
 
     cudnnConvolutionBwdDataAlgoPerf_t dr[KERN_CONV_NALGO];
     if (cudnnFindConvolutionBackwardDataAlgorithm(h, p->wd, p->yd, p->cd, p->xd, KERN_CONV_NALGO,
                                                   &got, dr) != CUDNN_STATUS_SUCCESS ||
-        (i = pick(dr, got)) < 0) {
+        (i = pick(dr, got, p->dtype)) < 0) {
         CUDNN_TRY(ctx, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->wd, p->yd, p->cd, p->xd,
                                                                    KERN_CONV_NALGO, &got, dr));
-        if ((i = pick(dr, got)) < 0)
+        if ((i = pick(dr, got, p->dtype)) < 0)
             return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "bwd data algo");
     }
     p->bwd_data = dr[i].algo;
-    p->data_math = dr[i].mathType;
+    p->data_math = math_of(p, dr[i].mathType);
     p->ws_data = dr[i].memory;
 
     cudnnConvolutionBwdFilterAlgoPerf_t wr[KERN_CONV_NALGO];
     if (cudnnFindConvolutionBackwardFilterAlgorithm(h, p->xd, p->yd, p->cd, p->wd, KERN_CONV_NALGO,
                                                     &got, wr) != CUDNN_STATUS_SUCCESS ||
-        (i = pick(wr, got)) < 0) {
+        (i = pick(wr, got, p->dtype)) < 0) {
         CUDNN_TRY(ctx, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->xd, p->yd, p->cd, p->wd,
                                                                      KERN_CONV_NALGO, &got, wr));
-        if ((i = pick(wr, got)) < 0)
+        if ((i = pick(wr, got, p->dtype)) < 0)
             return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "bwd filter algo");
     }
     p->bwd_filter = wr[i].algo;
-    p->filter_math = wr[i].mathType;
+    p->filter_math = math_of(p, wr[i].mathType);
     p->ws_filter = wr[i].memory;
     return 0;
 }

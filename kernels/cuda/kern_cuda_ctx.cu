@@ -151,8 +151,13 @@ int kern_cuda_mem_alloc(struct kern_ctx *ctx, size_t bytes, void **out)
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) return kern_cuda_fail(ctx, e, "kern_mem_alloc");
-    /* Synchronous: the memory is handed out zeroed, like the CPU twin's. */
-    e = cudaMemset(p, 0, bytes);
+    /* Handed out zeroed, like the CPU twin's, and zeroed on return: the caller may upload into
+     * it next on this context's stream or on the copy queue. A plain cudaMemset would run on the
+     * legacy stream, which our non-blocking streams do not wait for, and may return before it
+     * is done; so zero on the context's stream and wait for it (allocation is set-up work). */
+    cudaStream_t s = kern_cuda_st(ctx)->stream;
+    e = cudaMemsetAsync(p, 0, bytes, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) {
         cudaFree(p);
         return kern_cuda_fail(ctx, e, "kern_mem_alloc");

@@ -3,9 +3,13 @@
  * truncation and any appended bytes are refused at open; wrong magic, newer versions, unknown
  * flags, absurd sizes (with hashes made consistent, so the checks behind them are tested) and
  * HFAI FFRecord files each give their own error. Manifests: missing, altered, swapped shards.
+ * Files that are not files (a FIFO dataset or shard) and a shard listed twice are refused.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ffr.h"
 #include "ffr_internal.h"
@@ -212,20 +216,28 @@ static int write_text(const char *path, const char *text)
     return fclose(f);
 }
 
-static void manifests(const char *dir)
+/* Six 5000-byte records in shards of 16 KiB: NAME-00000.ffr ... beside the manifest path. */
+static int write_sharded(const char *path)
 {
-    char path[600], shard[700];
-    snprintf(path, sizeof path, "%s/set.ffr", dir);
     struct ffr_writer_opts o;
     ffr_writer_opts_default(&o);
     o.shard_bytes = 16384;
     o.durable = 0;
     struct ffr_writer *w;
-    ffr_writer_open(&w, path, &o);
-    uint8_t rec[5000] = { 1 };
+    if (ffr_writer_open(&w, path, &o) < 0) return -1;
+    static const uint8_t rec[5000] = { 1 };
     for (int i = 0; i < 6; i++)
         ffr_writer_append(w, rec, sizeof rec, NULL, 0);
-    ok(ffr_writer_close(w) == 0, "sharded dataset written");
+    return ffr_writer_close(w);
+}
+
+static void manifests(const char *dir)
+{
+    char path[600], shard[700];
+    snprintf(path, sizeof path, "%s/set.ffr", dir);
+    struct ffr_writer *w;
+    uint8_t rec[5000] = { 1 };
+    ok(write_sharded(path) == 0, "sharded dataset written");
     struct ffr_reader *r;
     /* Open first: arguments of one call are evaluated in no fixed order. */
     r = NULL;
@@ -285,6 +297,77 @@ static void manifests(const char *dir)
     is_int(ffr_reader_open(&r, path, NULL, err, sizeof err), -FFR_ECORRUPT, "negative count");
 }
 
+/* Files that are not regular files, and one shard listed twice (issue 20). */
+static void odd_files(const char *dir)
+{
+    char path[600], shard[700], moved[720];
+    struct ffr_reader *r = NULL;
+    /* a FIFO blocked open() for ever (ffr verify, yolo-train): the alarm ends a regression */
+    snprintf(path, sizeof path, "%s/fifo.ffr", dir);
+    ok(mkfifo(path, 0644) == 0, "mkfifo %s", path);
+    alarm(60);
+    is_int(ffr_reader_open(&r, path, NULL, err, sizeof err), -FFR_ENOTREG,
+           "a FIFO as the dataset: refused unopened");
+    ok(strstr(err, "fifo.ffr") && strstr(err, "not a regular file"), "message names it: %s", err);
+    is_int(ffr_reader_open(&r, dir, NULL, err, sizeof err), -EISDIR, "a directory: EISDIR");
+    unlink(path);
+
+    snprintf(path, sizeof path, "%s/odd.ffr", dir);
+    ok(write_sharded(path) == 0, "sharded dataset odd.ffr written");
+    snprintf(shard, sizeof shard, "%s/odd-00001.ffr", dir);
+    snprintf(moved, sizeof moved, "%s.away", shard);
+    rename(shard, moved);
+    ok(mkfifo(shard, 0644) == 0, "shard 1 replaced by a FIFO");
+    is_int(ffr_reader_open(&r, path, NULL, err, sizeof err), -FFR_ESHARD,
+           "a FIFO shard: refused unopened");
+    ok(strstr(err, "shard 1") && strstr(err, "not a regular file"), "message names it: %s", err);
+    alarm(0);
+    unlink(shard);
+    rename(moved, shard);
+
+    /* shard 0 listed twice, every field right: its records would be read twice per epoch */
+    ok(ffr_reader_open(&r, path, NULL, err, sizeof err) == 0, "the dataset opens");
+    struct ffr_shard_info si;
+    ffr_reader_shard(r, 0, &si);
+    char text[1024], dup[600];
+    const char *entry = "  - file: \"odd-00000.ffr\"\n    bytes: %" PRIu64 "\n    records: %" PRIu64
+                        "\n    index_hash: 0x%016" PRIx64 "\n";
+    char e1[256];
+    snprintf(e1, sizeof e1, entry, si.file_size, si.count, si.index_hash);
+    snprintf(text, sizeof text,
+             "# ffr manifest\nffr_manifest: 1\nrecords: %" PRIu64 "\nshards:\n%s%s", 2 * si.count,
+             e1, e1);
+    ffr_reader_close(r);
+    snprintf(dup, sizeof dup, "%s/dup.ffr", dir);
+    write_text(dup, text);
+    is_int(ffr_reader_open(&r, dup, NULL, err, sizeof err), -FFR_ESHARD, "a shard listed twice");
+    ok(strstr(err, "shard 1") && strstr(err, "same file as shard 0"), "message names both: %s",
+       err);
+    /* the same file under another name (a hard link) is the same file */
+    char link_path[700];
+    snprintf(link_path, sizeof link_path, "%s/odd-alias.ffr", dir);
+    ok(link(shard, link_path) == 0 || errno == EEXIST, "hard link to shard 1");
+    ok(ffr_reader_open(&r, path, NULL, err, sizeof err) == 0, "the dataset opens again");
+    ffr_reader_shard(r, 1, &si);
+    ffr_reader_close(r);
+    char e2[256];
+    snprintf(e1, sizeof e1, entry, si.file_size, si.count, si.index_hash);
+    snprintf(e2, sizeof e2, "%s", e1);
+    char *q = strstr(e2, "odd-00000.ffr");
+    if (q) memcpy(q, "odd-alias.ffr", 13);
+    q = strstr(e1, "odd-00000.ffr");
+    if (q) memcpy(q, "odd-00001.ffr", 13);
+    snprintf(text, sizeof text,
+             "# ffr manifest\nffr_manifest: 1\nrecords: %" PRIu64 "\nshards:\n%s%s", 2 * si.count,
+             e1, e2);
+    write_text(dup, text);
+    is_int(ffr_reader_open(&r, dup, NULL, err, sizeof err), -FFR_ESHARD,
+           "a shard and a hard link to it");
+    ok(strstr(err, "odd-alias.ffr") && strstr(err, "same file"), "message: %s", err);
+    unlink(link_path);
+    unlink(dup);
+}
+
 int main(void)
 {
     const char *dir = tu_tmpdir();
@@ -293,6 +376,7 @@ int main(void)
     flips_and_truncations(dir, 512, FFR_CODEC_RAW);
     named_errors(dir);
     manifests(dir);
+    odd_files(dir);
     tu_rmtree(dir);
     return tap_done();
 }

@@ -42,6 +42,18 @@ int main(int argc, char **argv)
 #else
     ok(p.kind != FFIO_PINNED_CUDA, "no CUDA build: never cudaHostAlloc");
 #endif
+    /* the reason the programs print once when pinning is not CUDA's (issue 19) */
+    const char *const why = ffio_pinned_cuda_status();
+    tap_diag("ffio_pinned_cuda_status: \"%s\"", why);
+    ok((p.kind == FFIO_PINNED_CUDA) == (why[0] == '\0'),
+       "the status is empty exactly when the memory is CUDA-pinned");
+#if HAVE_CUDA
+    if (access("/usr/local/cuda/lib64/libcudart.so.13", R_OK) == 0 && p.kind != FFIO_PINNED_CUDA)
+        ok(strstr(why, "no CUDA device") || strstr(why, "no usable driver"),
+           "with /usr/local/cuda's runtime and no GPU, it says there is no device (%s)", why);
+#else
+    ok(strcmp(why, "this build has no CUDA") == 0, "no CUDA build: says so");
+#endif
     ffio_pinned_free(&p);
     ok(p.ptr == NULL && p.size == 0, "free empties the descriptor");
     ffio_pinned_free(&p);

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dataset.h"
 #include "test_dataset_util.h"
@@ -395,9 +397,62 @@ static void test_threads(void)
     pack_ds_destroy(b);
 }
 
+/* Paths that are not regular files (issue 20): a FIFO label used to block the scan in open(),
+ * a directory label made its image a background silently, and a FIFO or directory named like an
+ * image was not counted at all. Now each is named in a warning and counted, nothing is opened
+ * that could block, and --strict refuses. */
+static void test_not_files(void)
+{
+    tdu_image("odd/images/train/a.jpg");
+    tdu_image("odd/images/train/b.jpg");
+    tdu_image("odd/images/train/c.jpg");
+    tdu_text("odd/labels/train/a.txt", "0 0.5 0.5 0.2 0.2\n");
+    tdu_mkdirs(tdu_path("odd/labels/train/b.txt"), 1); /* a directory named like a label */
+    ok(mkfifo(tdu_path("odd/labels/train/c.txt"), 0644) == 0, "mkfifo label c.txt");
+    ok(mkfifo(tdu_path("odd/images/train/f.jpg"), 0644) == 0, "mkfifo image f.jpg");
+    tdu_image("odd/images/train/d.jpg/inner.jpg"); /* a directory named like an image */
+    struct pack_ds_opts o;
+    pack_ds_opts_default(&o);
+    o.warn_fn = on_warn;
+    n_warn_calls = 0;
+    int rc;
+    /* a FIFO opened the old way blocks for ever: the alarm ends the test instead */
+    alarm(60);
+    struct pack_ds *ds = scan(tdu_path("odd"), &o, &rc);
+    alarm(0);
+    ok(rc == 0 && ds, "the scan ends without opening a FIFO");
+    if (!ds) return;
+    const struct pack_ds_stats *st = pack_ds_stats(ds);
+    is_int(pack_ds_count(ds), 4, "4 samples: a, b, c and d.jpg/inner.jpg");
+    is_int(st->images_invalid, 1, "the FIFO image f.jpg counted as invalid");
+    is_int(st->images_found, 5, "5 image names found, f.jpg among them");
+    is_int(st->backgrounds, 3,
+           "b (directory label), c (FIFO label), inner (no label): backgrounds");
+    int not_file = 0;
+    bool named_b = false, named_c = false, named_d = false, named_f = false;
+    for (size_t i = 0; i < pack_ds_warning_count(ds); i++) {
+        const struct pack_ds_warning *w = pack_ds_warning_get(ds, i);
+        if (w->kind != PACK_DS_W_NOT_A_FILE) continue;
+        not_file++;
+        named_b |= strstr(w->msg, "labels/train/b.txt") && strstr(w->msg, "a directory");
+        named_c |= strstr(w->msg, "labels/train/c.txt") && strstr(w->msg, "FIFO");
+        named_d |= strstr(w->msg, "images/train/d.jpg") && strstr(w->msg, "directory named");
+        named_f |= strstr(w->msg, "images/train/f.jpg") && strstr(w->msg, "a FIFO");
+    }
+    is_int(not_file, 4, "four not-a-file warnings");
+    ok(named_b && named_c && named_d && named_f, "each names its path and what it is");
+    pack_ds_destroy(ds);
+    o.strict = true;
+    ds = scan(tdu_path("odd"), &o, &rc);
+    ok(rc != 0 && !ds, "--strict refuses the dataset (%s)", err);
+    pack_ds_destroy(ds);
+    n_warn_calls = 0;
+}
+
 int main(void)
 {
     tdu_init("dsyolo");
+    test_not_files();
     test_yolo_root();
     test_splits();
     test_list_file();

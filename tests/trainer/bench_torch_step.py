@@ -78,10 +78,16 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--boxes", type=int, default=8)
     ap.add_argument("--threads", type=int, default=0)
+    # PyTorch lets cuDNN run fp32 convolutions in TF32 by default; ours never do
+    # (kernels/cuda/kern_cuda_conv.cu "Math"), so an fp32 (--amp off) comparison turns it off
+    # unless --tf32 asks for PyTorch's default. With AMP the convolutions are bf16/fp16 anyway.
+    ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    torch.backends.cudnn.allow_tf32 = a.tf32 or a.amp != "off"
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
     dev = torch.device(a.device)
     torch.manual_seed(0)
     model = Model(a.cfg).to(dev).train()
@@ -152,7 +158,8 @@ def main():
     ms = 1e3 * sum(times) / len(times)
     res = {"impl": "torch", "torch": torch.__version__, "device": str(dev),
            "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "",
-           "amp": a.amp if amp else "off", "channels_last": cl, "img": a.img,
+           "amp": a.amp if amp else "off", "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+           "channels_last": cl, "img": a.img,
            "batch": a.batch, "ms_step": ms, "img_per_s": a.batch * 1e3 / ms,
            "peak_mem_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0,
            "loss": float(loss)}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The GPU visit's two scripts, checked here where there is no GPU (issue 19), TAP:
+#   test_gpu_scripts.sh bundle BUILD_DIR   scripts/gpu-bundle --no-build from BUILD_DIR: what it
+#                                          would carry, with the working tree, fits 40 MiB
+#   test_gpu_scripts.sh check BUILD_DIR    scripts/gpu-check --build BUILD_DIR 120: summary files,
+#                                          GPU steps skipped, CPU steps run, deadline handling
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mode=$1
+build=$(cd "$2" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0
+bad=0
+ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; bad=1; fi; }
+# jq-free JSON queries: python3 is a build dependency
+q() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+if [ "$mode" = bundle ]; then
+  echo "1..3"
+  out=$(BUILD="$build" SHARED="$root/../shared" "$root/scripts/gpu-bundle" --no-build --out "$tmp/b" 2>&1)
+  rc=$?
+  echo "$out" | sed 's/^/# /'
+  ok $rc "gpu-bundle --no-build exits 0 (bundle + working tree within 40 MiB)"
+  total=$(echo "$out" | sed -n 's/.* = \([0-9.]*\) MiB (limit 40 MiB)$/\1/p')
+  ok "$(awk -v t="${total:-999}" 'BEGIN { print (t > 0 && t <= 40) ? 0 : 1 }')" \
+    "the size line says ${total:-?} MiB <= 40"
+  # what the bundle holds unpacks, and gpu-check finds every target in it
+  missing=$(cd "$tmp/b" && tar -tJf gpu.tar.xz | grep -c '^bin/.' || true)
+  want=$("$root/scripts/gpu-check" --list-targets | wc -l)
+  ok "$([ "$missing" -eq "$want" ] && echo 0 || echo 1)" "the archive holds all $want binaries ($missing)"
+  exit $bad
+fi
+
+echo "1..9"
+OUT="$tmp/full" "$root/scripts/gpu-check" --build "$build" 120 >"$tmp/full.log" 2>&1
+rc=$?
+sed 's/^/# /' "$tmp/full.log"
+ok $rc "gpu-check --build 120 exits 0 without a GPU"
+for f in summary.md summary.json env.txt gpu-check.log.gz; do
+  [ -s "$tmp/full/$f" ]
+done
+ok $? "summary.md, summary.json, env.txt and gpu-check.log.gz written"
+s=$tmp/full/summary.json
+ok "$([ "$(q "$s" "d['finished'] and d['steps'][0]['name'] == 'env' and d['steps'][0]['status'] == 'pass'")" = True ] && echo 0 || echo 1)" \
+  "finished, env step first and passed"
+ok "$([ "$(q "$s" "all(x['status'] == 'skip' and x['note'] == 'no CUDA device' for x in d['steps'] if x['name'].startswith(('op-parity', 'net-parity', 'train-parity', 'bench-', 'loader-stream', 'train-gpu', 'train-graph', 'sanitizer')))")" = True ] && echo 0 || echo 1)" \
+  "every GPU step is reported as skipped: no CUDA device"
+ok "$([ "$(q "$s" "[x['status'] for x in d['steps'] if x['name'] == 'train-cpu'][0]")" = pass ] && echo 0 || echo 1)" \
+  "the CPU training run (the GPU run's baseline) ran and passed"
+ok "$([ "$(q "$s" "len([x for x in d['steps'] if x['name'] == 'train-cpu'][0]['metrics'])")" -ge 2 ] && echo 0 || echo 1)" \
+  "its results.csv was read (losses, mAP)"
+gzip -dc "$tmp/full/gpu-check.log.gz" | grep -q "===== train-cpu: exit 0"
+ok $? "the compressed log holds the training run's output"
+
+# a deadline that cuts the CPU training run: the step is stopped, later steps not started, the
+# summary still written and final
+OUT="$tmp/cut" "$root/scripts/gpu-check" --build "$build" 20 >"$tmp/cut.log" 2>&1
+rc=$?
+sed 's/^/# /' "$tmp/cut.log"
+s=$tmp/cut/summary.json
+ok "$([ $rc -eq 1 ] && [ "$(q "$s" "[x['status'] + ' ' + x['note'] for x in d['steps'] if x['name'] == 'train-cpu'][0]")" = "timeout stopped at deadline" ] && echo 0 || echo 1)" \
+  "deadline 20 s: train-cpu stopped at the deadline, exit 1"
+ok "$([ "$(q "$s" "d['finished'] and d['elapsed_s'] <= 20.5 and [x['status'] for x in d['steps'] if x['name'] == 'onnx-ort'][0] == 'not-run'")" = True ] && echo 0 || echo 1)" \
+  "within the deadline; the steps after it reported not-run; summary final"
+exit $bad
