@@ -41,7 +41,7 @@ static int labels_ok(const float *l, uint32_t n)
         if (!isfinite(l[i])) return 0;
     for (uint32_t i = 0; i < n; i++) {
         const float c = l[i * 5];
-        if (c < 0 || c > 65535 || c != floorf(c)) return 0;
+        if (c < 0 || c > (float)FFR_DET_CLASS_MAX || c != floorf(c)) return 0;
     }
     return 1;
 }

@@ -2,22 +2,29 @@
  * Append-only ffr writer (docs/format.md sections 2-7). Never seeks back: header, frames as they
  * come, then index and trailer. Each file is written under a temporary name and renamed only
  * once its trailer is durable, so nothing incomplete ever carries a final name. Sharded writers
- * close a shard when the next record would push it past shard_bytes and write the manifest last.
+ * close a shard when the next record would push it past shard_bytes, keep finished shards under
+ * their temporary names, and at close rename them (to names no existing file has) and then the
+ * manifest, whose rename is the commit: before it the dataset being replaced is untouched, after
+ * it that dataset's shards are removed (ffr.h, ffr_writer_open).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
+#include <dirent.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ffr_internal.h"
+#include "ffr_manifest.h"
 
 struct row {
     uint64_t offset;
@@ -28,14 +35,18 @@ struct row {
 };
 
 struct done_shard {
-    char *name; /* file name relative to the manifest's directory */
+    char *name;  /* file name relative to the manifest's directory */
+    char *tmp;   /* its path while uncommitted */
+    char *final; /* its path once renamed at close */
+    bool renamed;
     uint64_t bytes, records, index_hash;
 };
 
 struct ffr_writer {
     struct ffr_writer_opts o;
-    char *path; /* final path: the file, or the manifest when sharded */
-    char *stem; /* sharded: path without ".ffr" */
+    char *path;       /* final path: the file, or the manifest when sharded */
+    char *stem;       /* sharded: path without ".ffr" */
+    char *shard_stem; /* sharded: stem, or stem.TAG when stem-00000.ffr exists */
     int sharded;
     /* the file being written */
     int fd;
@@ -113,6 +124,70 @@ static char *str_printf(const char *fmt, const char *a, unsigned n)
     return s;
 }
 
+/* This machine's name as temporaries carry it: '/' (impossible) and '.' kept out of it. */
+static void this_host(char *h, size_t cap)
+{
+    if (gethostname(h, cap) != 0 || !h[0]) snprintf(h, cap, "localhost");
+    h[cap - 1] = '\0';
+    for (char *p = h; *p; p++)
+        if (*p == '/' || *p == '.') *p = '_';
+}
+
+char *ffr_tmp_path(const char *path)
+{
+    if (!path) return NULL;
+    char host[256];
+    this_host(host, sizeof host);
+    const int len = snprintf(NULL, 0, "%s.tmp.%ld.%s", path, (long)getpid(), host);
+    char *s = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (s) snprintf(s, (size_t)len + 1, "%s.tmp.%ld.%s", path, (long)getpid(), host);
+    return s;
+}
+
+/* Whether name (an entry of the directory) is a temporary of a dead process of this host:
+ * BASE.tmp.PID.HOST or BASE.tmp.PID, BASE being base (or starting with it, with prefix). */
+static bool stale_tmp(const char *name, const char *base, int prefix, const char *host)
+{
+    const size_t bl = strlen(base);
+    if (strncmp(name, base, bl) != 0) return false;
+    const char *t = prefix ? strstr(name + bl, ".tmp.") : name + bl;
+    if (!t || strncmp(t, ".tmp.", 5) != 0) return false;
+    char *end;
+    errno = 0;
+    const long pid = strtol(t + 5, &end, 10);
+    if (errno || end == t + 5 || pid <= 0 || pid > INT_MAX) return false;
+    if (*end == '.' ? strcmp(end + 1, host) != 0 : *end != '\0') return false;
+    if (pid == (long)getpid()) return false;
+    return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+int ffr_remove_stale_tmp(const char *path, int prefix)
+{
+    if (!path || !*path) return -EINVAL;
+    char *copy = strdup(path), *copy2 = strdup(path);
+    if (!copy || !copy2) {
+        free(copy);
+        free(copy2);
+        return -ENOMEM;
+    }
+    const char *dir = dirname(copy), *base = basename(copy2);
+    char host[256];
+    this_host(host, sizeof host);
+    DIR *d = opendir(dir);
+    int rc = d ? 0 : -errno, n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!stale_tmp(e->d_name, base, prefix, host)) continue;
+        char full[PATH_MAX];
+        if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= (int)sizeof full) continue;
+        struct stat st;
+        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) && unlink(full) == 0) n++;
+    }
+    if (d) closedir(d);
+    free(copy);
+    free(copy2);
+    return rc < 0 ? rc : n;
+}
+
 static int fsync_dir_of(const char *path)
 {
     char *copy = strdup(path);
@@ -151,9 +226,9 @@ static int start_file(struct ffr_writer *w)
 {
     free(w->cur_final);
     free(w->cur_tmp);
-    w->cur_final =
-        w->sharded ? str_printf("%s-%05u.ffr", w->stem, (unsigned)w->n_shards) : strdup(w->path);
-    w->cur_tmp = w->cur_final ? str_printf("%s.tmp.%u", w->cur_final, (unsigned)getpid()) : NULL;
+    w->cur_final = w->sharded ? str_printf("%s-%05u.ffr", w->shard_stem, (unsigned)w->n_shards)
+                              : strdup(w->path);
+    w->cur_tmp = w->cur_final ? ffr_tmp_path(w->cur_final) : NULL;
     if (!w->cur_final || !w->cur_tmp) return -ENOMEM;
     const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
     w->direct = 0;
@@ -185,6 +260,34 @@ static int start_file(struct ffr_writer *w)
     return pad_to_align(w);
 }
 
+/* The shards' stem: STEM, unless STEM-00000.ffr exists (a dataset being replaced, or files of
+ * someone else's); then STEM.TAG with a TAG whose first shard name is free. */
+static int pick_shard_stem(struct ffr_writer *w)
+{
+    struct stat st;
+    char *first = str_printf("%s-%05u.ffr", w->stem, 0);
+    if (!first) return -ENOMEM;
+    const bool taken = lstat(first, &st) == 0;
+    free(first);
+    if (!taken) return (w->shard_stem = strdup(w->stem)) ? 0 : -ENOMEM;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint32_t tag = (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec * 2654435761u ^ (uint32_t)getpid();
+    for (int tries = 0; tries < 64; tries++, tag = tag * 1664525u + 1013904223u) {
+        char *stem = str_printf("%s.%08x", w->stem, tag);
+        char *probe = stem ? str_printf("%s-%05u.ffr", stem, 0) : NULL;
+        const bool free_name = probe && lstat(probe, &st) != 0 && errno == ENOENT;
+        free(probe);
+        if (free_name) {
+            w->shard_stem = stem;
+            return 0;
+        }
+        free(stem);
+        if (!probe) return -ENOMEM;
+    }
+    return -EEXIST;
+}
+
 int ffr_writer_open(struct ffr_writer **out, const char *path, const struct ffr_writer_opts *opts)
 {
     if (!out || !path || !*path) return -EINVAL;
@@ -214,6 +317,9 @@ int ffr_writer_open(struct ffr_writer **out, const char *path, const struct ffr_
         for (const char *p = base ? base + 1 : w->stem; rc == 0 && p && *p; p++)
             if ((unsigned char)*p < 0x20 || strchr("\"\\'#", *p)) rc = -EINVAL;
     }
+    /* what killed writers left here; never anything another live process may still write */
+    if (rc == 0) (void)ffr_remove_stale_tmp(w->sharded ? w->stem : w->path, w->sharded);
+    if (rc == 0 && w->sharded) rc = pick_shard_stem(w);
     if (rc == 0) rc = start_file(w);
     if (rc < 0) {
         ffr_writer_abort(w);
@@ -246,7 +352,8 @@ static uint64_t index_bytes(const struct ffr_writer *w, size_t extra_rows, size_
            extra_heap + w->meta_len;
 }
 
-/* Writes index and trailer of the current file, makes it durable and renames it into place. */
+/* Writes index and trailer of the current file and makes it durable; a single file is renamed
+ * into place here, a shard only at close (commit). */
 static int finish_file(struct ffr_writer *w, uint64_t *index_hash_out)
 {
     int rc = direct_off(w);
@@ -306,11 +413,12 @@ static int finish_file(struct ffr_writer *w, uint64_t *index_hash_out)
         return -errno;
     }
     w->fd = -1;
+    if (index_hash_out) *index_hash_out = loc.index_hash;
+    if (w->sharded) return 0; /* finish_shard keeps it under its temporary name */
     if (rename(w->cur_tmp, w->cur_final) < 0) return -errno;
     free(w->cur_tmp);
     w->cur_tmp = NULL;
     if (w->o.durable && (rc = fsync_dir_of(w->cur_final)) < 0) return rc;
-    if (index_hash_out) *index_hash_out = loc.index_hash;
     return 0;
 }
 
@@ -329,6 +437,9 @@ static int finish_shard(struct ffr_writer *w)
         if (s) w->shards = s;
         return -ENOMEM;
     }
+    d.tmp = w->cur_tmp; /* the shard now owns its names */
+    d.final = w->cur_final;
+    w->cur_tmp = w->cur_final = NULL;
     w->shards = s;
     w->shards[w->n_shards++] = d;
     return 0;
@@ -597,7 +708,7 @@ int ffr_writer_append(struct ffr_writer *w, const void *data, size_t len, const 
 
 static int write_manifest(struct ffr_writer *w)
 {
-    char *tmp = str_printf("%s.tmp.%u", w->path, (unsigned)getpid());
+    char *tmp = ffr_tmp_path(w->path);
     if (!tmp) return -ENOMEM;
     FILE *f = fopen(tmp, "w");
     int rc = 0;
@@ -627,11 +738,15 @@ static int write_manifest(struct ffr_writer *w)
 static void writer_free(struct ffr_writer *w)
 {
     if (w->fd >= 0) close(w->fd);
-    for (size_t k = 0; k < w->n_shards; k++)
+    for (size_t k = 0; k < w->n_shards; k++) {
         free(w->shards[k].name);
+        free(w->shards[k].tmp);
+        free(w->shards[k].final);
+    }
     free(w->shards);
     free(w->path);
     free(w->stem);
+    free(w->shard_stem);
     free(w->cur_final);
     free(w->cur_tmp);
     free(w->rows);
@@ -651,32 +766,131 @@ void ffr_writer_abort(struct ffr_writer *w)
         w->fd = -1;
     }
     if (w->cur_tmp) unlink(w->cur_tmp);
-    /* Completed shards carry final names but no manifest names them: remove them too, so an
-     * aborted run leaves nothing behind. */
-    if (w->stem) {
-        for (size_t k = 0; k < w->n_shards; k++) {
-            char *dir = strdup(w->path);
-            if (!dir) break;
-            const char *d = dirname(dir);
-            char full[PATH_MAX];
-            snprintf(full, sizeof full, "%s/%s", d, w->shards[k].name);
-            unlink(full);
+    /* Finished shards are uncommitted (no manifest names them): a shard renamed by a close that
+     * then failed carries a name no earlier dataset used (pick_shard_stem), so both go. */
+    for (size_t k = 0; k < w->n_shards; k++)
+        unlink(w->shards[k].renamed ? w->shards[k].final : w->shards[k].tmp);
+    writer_free(w);
+}
+
+/* The shard paths of the manifest at path, if path is one (NULL otherwise, or on any error:
+ * then nothing of the old dataset is removed). */
+static char **old_shards(const char *path, size_t *n)
+{
+    *n = 0;
+    const int fd = ffr_open_regular(path, 0);
+    if (fd < 0) return NULL;
+    struct stat st;
+    uint8_t *text = NULL;
+    char **out = NULL;
+    if (fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= FFR_MANIFEST_MAX &&
+        (text = malloc((size_t)st.st_size)) &&
+        pread(fd, text, (size_t)st.st_size, 0) == (ssize_t)st.st_size &&
+        ffr_manifest_sniff(text, (size_t)st.st_size)) {
+        struct ffr_manifest m;
+        char err[256];
+        if (ffr_manifest_parse(&m, text, (size_t)st.st_size, err, sizeof err) == 0) {
+            char *dir = strdup(path);
+            out = dir ? calloc(m.n_shards ? m.n_shards : 1, sizeof *out) : NULL;
+            const char *dn = out ? dirname(dir) : NULL;
+            for (uint32_t k = 0; out && k < m.n_shards; k++) {
+                const int len = snprintf(NULL, 0, "%s/%s", dn, m.shards[k].file);
+                if ((out[k] = malloc((size_t)len + 1)))
+                    snprintf(out[k], (size_t)len + 1, "%s/%s", dn, m.shards[k].file);
+            }
+            if (out) *n = m.n_shards;
             free(dir);
+            ffr_manifest_free(&m);
         }
     }
-    writer_free(w);
+    free(text);
+    close(fd);
+    return out;
+}
+
+/* After the commit: the replaced dataset's shards that the new one does not use. */
+static void remove_old_shards(const struct ffr_writer *w, char **old, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bool ours = !old[i];
+        for (size_t k = 0; !ours && k < w->n_shards; k++)
+            ours = !strcmp(old[i], w->shards[k].final);
+        if (!ours) unlink(old[i]);
+        free(old[i]);
+    }
+    free(old);
+}
+
+/*
+ * A dataset that replaced one with the plain shard names was written as STEM.TAG-NNNNN.ffr; once
+ * the old shards are gone, give it the plain names back without an unsafe moment: hard links
+ * under the plain names, a second manifest commit naming them, then the tagged names unlinked.
+ * Killed at any point, the manifest names files that exist. Where a plain name is taken or the
+ * file system has no hard links, the tagged names stay (the dataset is complete either way).
+ */
+static void plain_names(struct ffr_writer *w)
+{
+    const size_t n = w->n_shards;
+    char **plain = calloc(n, sizeof *plain), **names = calloc(n, sizeof *names);
+    size_t linked = 0;
+    while (plain && names && linked < n) {
+        char *p = str_printf("%s-%05u.ffr", w->stem, (unsigned)linked);
+        const char *slash = p ? strrchr(p, '/') : NULL;
+        names[linked] = p ? strdup(slash ? slash + 1 : p) : NULL;
+        plain[linked] = p;
+        if (!p || !names[linked] || link(w->shards[linked].final, p) < 0) break;
+        linked++;
+    }
+    if (linked == n) {
+        for (size_t k = 0; k < n; k++) { /* the shards take the plain names; plain[] the tagged */
+            char *t = w->shards[k].final;
+            w->shards[k].final = plain[k];
+            plain[k] = t;
+            free(w->shards[k].name);
+            w->shards[k].name = names[k];
+            names[k] = NULL;
+        }
+        const bool committed = write_manifest(w) == 0;
+        for (size_t k = 0; k < n; k++) /* the names the manifest does not use */
+            unlink(committed ? plain[k] : w->shards[k].final);
+    } else {
+        for (size_t k = 0; k < linked; k++)
+            unlink(plain[k]);
+    }
+    for (size_t k = 0; plain && names && k < n; k++) {
+        free(plain[k]);
+        free(names[k]);
+    }
+    free(plain);
+    free(names);
 }
 
 int ffr_writer_close(struct ffr_writer *w)
 {
     if (!w) return -EINVAL;
     int rc = w->failed ? -EIO : 0;
-    if (rc == 0) rc = w->sharded ? finish_shard(w) : finish_file(w, NULL);
-    if (rc == 0 && w->sharded) rc = write_manifest(w);
+    size_t n_old = 0;
+    char **old = NULL;
+    if (rc == 0) rc = w->sharded ? finish_shard(w) : 0;
+    if (rc == 0) old = old_shards(w->path, &n_old); /* read before the commit replaces it */
+    if (rc == 0 && !w->sharded) rc = finish_file(w, NULL);
+    for (size_t k = 0; rc == 0 && k < w->n_shards; k++) {
+        if (rename(w->shards[k].tmp, w->shards[k].final) < 0)
+            rc = -errno;
+        else
+            w->shards[k].renamed = true;
+    }
+    if (rc == 0 && w->sharded && w->o.durable && w->n_shards) rc = fsync_dir_of(w->shards[0].final);
+    if (rc == 0 && w->sharded) rc = write_manifest(w); /* the commit */
     if (rc < 0) {
+        for (size_t i = 0; i < n_old; i++)
+            free(old[i]);
+        free(old);
         ffr_writer_abort(w);
         return rc;
     }
+    remove_old_shards(w, old, n_old);
+    if (w->sharded && strcmp(w->shard_stem, w->stem) != 0) plain_names(w);
     writer_free(w);
     return 0;
 }

@@ -413,6 +413,14 @@ int pack_ds_report_lbl(struct pack_ds *ds, const struct pack_lbl *L, const char 
             rc = pack_ds_warn(ds, PACK_DS_W_LABEL_DUPLICATE, file, d->line, -1,
                               "duplicate of line %u: removed", d->kept_line);
     }
+    for (size_t i = 0; i < L->n_drops && !rc; i++) {
+        const struct pack_lbl_drop *d = &L->drops[i];
+        ds->st.rows_bad_category++;
+        rc = pack_ds_warn(ds, PACK_DS_W_ROW_DROPPED, file, d->line, d->ann_id,
+                          "class %.0f of %s is beyond the record format's limit of %u: row "
+                          "dropped",
+                          (double)d->cls, image_path, FFR_DET_CLASS_MAX);
+    }
     return rc;
 }
 
@@ -531,6 +539,8 @@ const char *pack_ds_warn_kind_name(enum pack_ds_warn_kind kind)
         return "orphan-label";
     case PACK_DS_W_NOT_A_FILE:
         return "not-a-file";
+    case PACK_DS_W_ROW_DROPPED:
+        return "row-dropped";
     }
     return "unknown";
 }

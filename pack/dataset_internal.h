@@ -35,6 +35,13 @@ struct pack_lbl_row {
     int64_t ann_id;   /* COCO annotation id, -1 for label files */
 };
 
+/* A row dropped for a class the record format cannot hold (> FFR_DET_CLASS_MAX). */
+struct pack_lbl_drop {
+    uint32_t line;
+    int64_t ann_id;
+    float cls;
+};
+
 /* A removed duplicate: which row went, and which identical row stayed. */
 struct pack_lbl_dup {
     uint32_t line, kept_line;
@@ -55,6 +62,8 @@ struct pack_lbl {
     size_t n_pts, cap_pts;
     struct pack_lbl_dup *dups; /* duplicates removed by the last clean */
     size_t n_dups, cap_dups;
+    struct pack_lbl_drop *drops; /* rows dropped by the last clean: class too large */
+    size_t n_drops, cap_drops;
     size_t *order; /* scratch for sorting */
     size_t cap_order;
     void *spans; /* scratch: one entry per text row (defined in yolo_labels.c) */

@@ -46,7 +46,8 @@ struct pack_image_decoder {
 
 /* What the markers before the first SOS say; shared by the probe and the decoder. */
 struct jpeg_header {
-    int width, height, components, precision, progressive, lossless;
+    int width, height, components, precision, progressive, lossless, arithmetic;
+    uint64_t blocks;     /* 8x8 blocks of all components at their sampling (0: factors invalid) */
     const uint8_t *app1; /* first APP1 payload (after its length), or NULL */
     size_t app1_len;
 };
@@ -55,6 +56,27 @@ static bool is_sof(unsigned m)
 {
     /* SOF0..SOF15 except DHT (C4), JPG (C8) and DAC (CC). */
     return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+}
+
+/* Blocks coded per image: component i covers ceil(w * Hi / Hmax) x ceil(h * Vi / Vmax) pixels
+ * (libjpeg's downsampled_width/height), in 8x8 blocks. 0 when a factor is outside 1..4. */
+static uint64_t count_blocks(const struct jpeg_header *h, const uint8_t *comp)
+{
+    int hmax = 0, vmax = 0;
+    for (int i = 0; i < h->components; i++) {
+        const int hs = comp[3 * i + 1] >> 4, vs = comp[3 * i + 1] & 15;
+        if (hs < 1 || hs > 4 || vs < 1 || vs > 4) return 0;
+        hmax = hs > hmax ? hs : hmax;
+        vmax = vs > vmax ? vs : vmax;
+    }
+    uint64_t n = 0;
+    for (int i = 0; i < h->components; i++) {
+        const uint64_t hs = comp[3 * i + 1] >> 4, vs = comp[3 * i + 1] & 15;
+        const uint64_t cw = ((uint64_t)h->width * hs + (uint64_t)hmax - 1) / (uint64_t)hmax;
+        const uint64_t ch = ((uint64_t)h->height * vs + (uint64_t)vmax - 1) / (uint64_t)vmax;
+        n += (cw + 7) / 8 * ((ch + 7) / 8);
+    }
+    return n;
 }
 
 /*
@@ -103,8 +125,10 @@ static int walk_header(const uint8_t *p, size_t n, struct jpeg_header *h)
             h->components = seg[5];
             h->progressive = (m & 0x3) == 0x2;
             h->lossless = (m & 0x3) == 0x3;
+            h->arithmetic = m >= 0xC9; /* SOF9..SOF15 (DAC, 0xCC, is not an SOF) */
             if (seg_len < 6 + 3 * (size_t)h->components) return -PACK_IMAGE_ECORRUPT;
             if (h->width == 0 || h->height == 0 || h->components == 0) return -PACK_IMAGE_ECORRUPT;
+            h->blocks = count_blocks(h, seg + 6);
             have_sof = true;
         } else if (m == 0xE1 && !h->app1) {
             h->app1 = seg;
@@ -309,6 +333,18 @@ int pack_image_decode(struct pack_image_decoder *dec, const void *src, size_t sr
         (uint64_t)h.width * (uint64_t)h.height > dec->opts.max_pixels) {
         DETAIL(dec, "coded size %dx%d is above the limit (%d per side, %llu pixels)", h.width,
                h.height, dec->opts.max_side, (unsigned long long)dec->opts.max_pixels);
+        return -PACK_IMAGE_ETOOBIG;
+    }
+    /* What the data can hold: Huffman coding spends at least one bit on every 8x8 block (its DC
+     * code, in a sequential or a progressive file), so a header claiming more blocks than the
+     * file has bits is a lie that would make us allocate for it (16000x16000 in 62 KB: 768 MB
+     * per worker). Skipped, never allocated. Arithmetic coding can go below a bit per block:
+     * only the limits above; invalid sampling factors are libjpeg's to refuse. */
+    if (!h.arithmetic && h.blocks > (uint64_t)src_len * 8) {
+        DETAIL(dec,
+               "header claims %dx%d, more 8x8 blocks than its %zu bytes can code (at least "
+               "one bit each)",
+               h.width, h.height, src_len);
         return -PACK_IMAGE_ETOOBIG;
     }
     unsigned warnings = 0;

@@ -24,6 +24,7 @@
 #include <strings.h>
 
 #include "dataset_internal.h"
+#include "ffr.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Numbers
@@ -163,6 +164,7 @@ void pack_lbl_free(struct pack_lbl *L)
     free(L->rows);
     free(L->pts);
     free(L->dups);
+    free(L->drops);
     free(L->order);
     free(L->spans);
     memset(L, 0, sizeof *L);
@@ -173,6 +175,7 @@ void pack_lbl_reset(struct pack_lbl *L)
     L->n_rows = 0;
     L->n_pts = 0;
     L->n_dups = 0;
+    L->n_drops = 0;
     L->n_in = 0;
     L->status = PACK_LBL_EMPTY;
     L->bad_line = 0;
@@ -442,13 +445,14 @@ static int order_cmp(const void *pa, const void *pb, void *ctx)
 int pack_lbl_clean(struct pack_lbl *L, int64_t nc)
 {
     L->n_dups = 0;
+    L->n_drops = 0;
     if (L->status == PACK_LBL_CORRUPT) return 0;
     L->n_in = L->n_rows > L->n_in ? L->n_rows : L->n_in;
     if (L->n_rows == 0) {
         L->status = PACK_LBL_EMPTY;
         return 0;
     }
-    const size_t n = L->n_rows;
+    size_t n = L->n_rows;
     /* assert (lb >= 0).all(); NaN fails it too */
     size_t bad = 0;
     uint32_t bad_line = 0;
@@ -486,6 +490,25 @@ int pack_lbl_clean(struct pack_lbl *L, int64_t nc)
                     (long long)nc);
             return 0;
         }
+    }
+    /* A class the record cannot hold drops its row alone (named by the caller's warning), not
+     * the image and not the whole pack; --strict makes the warning an error. */
+    size_t kept = 0;
+    for (size_t r = 0; r < L->n_rows; r++) {
+        if (L->rows[r].v[0] <= (float)FFR_DET_CLASS_MAX) {
+            L->rows[kept++] = L->rows[r];
+            continue;
+        }
+        int rc = grow((void **)&L->drops, &L->cap_drops, L->n_drops + 1, sizeof *L->drops);
+        if (rc) return rc;
+        L->drops[L->n_drops++] = (struct pack_lbl_drop){ .line = L->rows[r].line,
+                                                         .ann_id = L->rows[r].ann_id,
+                                                         .cls = L->rows[r].v[0] };
+    }
+    L->n_rows = n = kept;
+    if (kept == 0) {
+        L->status = PACK_LBL_EMPTY;
+        return 0;
     }
 
     /* np.unique(lb, axis=0, return_index=True) */

@@ -286,6 +286,8 @@ struct mini_shard {
     char file[256];
     uint64_t want[3];
     unsigned seen;
+    dev_t dev; /* the file's identity, once opened */
+    ino_t ino;
 };
 
 /* Section 7: a manifest in the block subset the spec defines, one `key: value` a line, values
@@ -384,7 +386,13 @@ static uint64_t check_manifest(const char *mpath, struct mini_info *last)
         snprintf(shard, sizeof shard, "%.*s%s", slash ? (int)(slash - mpath + 1) : 0, mpath,
                  sh[k].file);
         cur_path = mpath;
-        CHECK(access(shard, F_OK) == 0, "FFR_ESHARD", "shard '%s' is missing", shard);
+        struct stat st;
+        CHECK(stat(shard, &st) == 0, "FFR_ESHARD", "shard '%s' is missing", shard);
+        CHECK(S_ISREG(st.st_mode), "FFR_ESHARD", "shard '%s' is not a regular file", shard);
+        sh[k].dev = st.st_dev, sh[k].ino = st.st_ino;
+        for (size_t j = 0; j < k; j++) /* section 7: each file once */
+            CHECK(sh[j].dev != st.st_dev || sh[j].ino != st.st_ino, "FFR_ESHARD",
+                  "shard '%s' is the same file as shard %zu", shard, j);
         check_file(shard, base, last);
         cur_path = mpath;
         const uint64_t got[3] = { last->size, last->records, last->index_hash };
@@ -412,6 +420,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "ffr-mini: expected one FILE\nhint: ffr-mini --help\n");
         return 2;
     }
+    /* section 7: never open what is not a regular file (a FIFO would block) */
+    struct stat st;
+    cur_path = argv[1];
+    CHECK(stat(argv[1], &st) == 0, "errno", "cannot stat: %s", strerror(errno));
+    CHECK(!S_ISDIR(st.st_mode), "errno", "is a directory");
+    CHECK(S_ISREG(st.st_mode), "FFR_ENOTREG", "not a regular file");
     char head[14] = { 0 };
     FILE *const f = fopen(argv[1], "rb");
     const size_t got = f ? fread(head, 1, sizeof head, f) : 0;

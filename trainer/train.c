@@ -218,15 +218,17 @@ static char *hyp_yaml(const struct trn_hyp *h, size_t *len)
 /* Write a small file atomically (temporary, fsync, rename), checking every call. */
 static int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t cap)
 {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        seterr(err, cap, "%s: path too long", path);
-        return -ENAMETOOLONG;
+    (void)ffr_remove_stale_tmp(path, 0); /* a killed run's leftovers (ffr.h) */
+    char *const tmp = ffr_tmp_path(path);
+    if (!tmp) {
+        seterr(err, cap, "%s: out of memory", path);
+        return -ENOMEM;
     }
     const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0) {
         const int e = errno;
         seterr(err, cap, "%s: cannot create: %s", path, strerror(e));
+        free(tmp);
         return -e;
     }
     const char *p = data;
@@ -249,6 +251,7 @@ static int write_file_atomic(const char *path, const void *data, size_t len, cha
         unlink(tmp);
         seterr(err, cap, "%s: write failed: %s", path, strerror(-rc));
     }
+    free(tmp);
     return rc;
 }
 

@@ -88,7 +88,16 @@ FFR_API void ffr_writer_opts_default(struct ffr_writer_opts *o);
 /*
  * Creates a writer for `path`. Single file: records go to a temporary file next to `path`,
  * renamed to `path` by ffr_writer_close. Sharded (opts->shard_bytes > 0): `path` becomes the
- * manifest and shards are written beside it as STEM-00000.ffr, ... (STEM is path without .ffr).
+ * manifest and shards are written beside it as STEM-00000.ffr, ... (STEM is path without .ffr),
+ * or STEM.TAG-00000.ffr, ... (TAG: 8 hex digits) when STEM-00000.ffr already exists, so that a
+ * dataset being replaced is never touched before the new one is complete.
+ *
+ * Atomic, sharded or not: nothing carries a final name until ffr_writer_close; shards are
+ * written under temporary names, renamed into place at close just before the manifest, and the
+ * manifest's rename commits the dataset; the shards of the dataset it replaced (named by the
+ * old manifest at `path`) are removed only after that. A job killed at any point leaves the old
+ * dataset as it was. Temporaries left by dead processes of this host (PATH.tmp.PID.HOST, or
+ * PATH.tmp.PID of older writers) are removed when a writer opens (ffr_remove_stale_tmp).
  * opts may be NULL for the defaults. On success *out owns the writer; returns 0.
  * Errors: -EINVAL (bad options), -errno from creating the file.
  */
@@ -165,6 +174,23 @@ FFR_API int ffr_writer_close(struct ffr_writer *w);
 
 /* Discards everything written (temporaries removed) and frees the writer. Accepts NULL. */
 FFR_API void ffr_writer_abort(struct ffr_writer *w);
+
+/*
+ * The temporary name under which a file for `path` is written before its rename:
+ * "PATH.tmp.PID.HOST" (malloc'd; NULL without memory). The host keeps processes of other
+ * machines sharing the directory out of ffr_remove_stale_tmp's reach.
+ */
+FFR_API char *ffr_tmp_path(const char *path);
+
+/*
+ * Removes the temporaries that killed processes left for `path`: entries of its directory named
+ * BASE.tmp.PID.HOST with HOST this machine's name and no process PID running here, or
+ * BASE.tmp.PID (no host: older writers) with no process PID running. With prefix set, BASE is
+ * any name starting with path's last component (a sharded dataset's STEM-00000.ffr.tmp.* and
+ * STEM.TAG-*.tmp.* as well as STEM.ffr.tmp.*). Never follows into subdirectories. Returns the
+ * number removed, or -errno when the directory cannot be read.
+ */
+FFR_API int ffr_remove_stale_tmp(const char *path, int prefix);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Encoding records outside the writer (thread-safe with one ffr_codec per thread)           */
@@ -317,6 +343,9 @@ enum { FFR_DET_RGB8 = 0, FFR_DET_RGB8_SUB = 1, FFR_DET_JPEG = 2 };
  * ffr_det_encode that same pointer (no copy is then made). 8 past a multiple of 16 on purpose:
  * see format.md 8.2. Decoders also read version-1 samples, whose pixels start at 64. */
 #define FFR_DET_PIXEL_OFFSET 72u
+
+/* The largest class index a detection sample holds (docs/format.md 8). */
+#define FFR_DET_CLASS_MAX 65535u
 
 /* A detection sample. For encoding, the caller fills it; after decoding, pointers are views
  * into the decoded buffer (valid while that buffer is). */

@@ -449,10 +449,44 @@ static void test_not_files(void)
     n_warn_calls = 0;
 }
 
+/* A class beyond the format's 65535 aborted the whole pack ("b.jpg: Invalid argument"): now
+ * that row alone is dropped, named with its file, line and the limit, and counted (issue 20). */
+static void test_class_limit(void)
+{
+    tdu_image("big/images/train/a.jpg");
+    tdu_image("big/images/train/b.jpg");
+    tdu_text("big/labels/train/a.txt", "0 0.5 0.5 0.2 0.2\n");
+    tdu_text("big/labels/train/b.txt", "3 0.5 0.5 0.2 0.2\n70000 0.25 0.25 0.1 0.1\n");
+    struct pack_ds_opts o;
+    pack_ds_opts_default(&o);
+    int rc;
+    struct pack_ds *ds = scan(tdu_path("big"), &o, &rc);
+    ok(rc == 0 && ds, "a class of 70000 does not stop the scan");
+    if (!ds) return;
+    const struct pack_ds_stats *st = pack_ds_stats(ds);
+    is_int(pack_ds_count(ds), 2, "both images kept");
+    const struct pack_ds_sample *b = pack_ds_get(ds, 1);
+    ok(b && b->n_rows == 1 && b->rows[0].cls == 3, "b.jpg keeps its class-3 row only");
+    is_int(st->rows_bad_category, 1, "the dropped row is counted");
+    bool named = false;
+    for (size_t i = 0; i < pack_ds_warning_count(ds); i++) {
+        const struct pack_ds_warning *w = pack_ds_warning_get(ds, i);
+        named |= w->kind == PACK_DS_W_ROW_DROPPED && strstr(w->msg, "labels/train/b.txt:2:") &&
+                 strstr(w->msg, "70000") && strstr(w->msg, "65535");
+    }
+    ok(named, "the warning names b.txt line 2, the class and the limit");
+    pack_ds_destroy(ds);
+    o.strict = true;
+    ds = scan(tdu_path("big"), &o, &rc);
+    ok(rc != 0 && !ds && strstr(err, "70000"), "--strict refuses it: %s", err);
+    pack_ds_destroy(ds);
+}
+
 int main(void)
 {
     tdu_init("dsyolo");
     test_not_files();
+    test_class_limit();
     test_yolo_root();
     test_splits();
     test_list_file();

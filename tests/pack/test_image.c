@@ -502,6 +502,16 @@ static void test_errors(struct pack_image_decoder *dec)
     expect(dec, buf, n, -PACK_IMAGE_ETOOBIG, "20000x20000");
     ok(pack_image_probe(buf, n, &info) == 0 && info.width == 20000,
        "probe reports the absurd size without allocating");
+    /* 16000 x 16000 is within the pixel limit, but this file's few KB cannot code 4M blocks:
+     * refused before anything is allocated (issue 20: 400 MB per worker before the failure) */
+    memcpy(buf, good, n);
+    buf[sof + 5] = 0x3E, buf[sof + 6] = 0x80; /* 16000 x 16000 */
+    buf[sof + 7] = 0x3E, buf[sof + 8] = 0x80;
+    expect(dec, buf, n, -PACK_IMAGE_ETOOBIG, "16000x16000 in a small file");
+    ok(strstr(pack_image_decoder_detail(dec), "more 8x8 blocks than its"),
+       "the detail says why: %s", pack_image_decoder_detail(dec));
+    buf[sof + 1] = 0xC2; /* progressive: the same floor */
+    expect(dec, buf, n, -PACK_IMAGE_ETOOBIG, "16000x16000 progressive in a small file");
     memcpy(buf, good, n);
     buf[sof + 7] = 0, buf[sof + 8] = 0; /* width 0 */
     expect(dec, buf, n, -PACK_IMAGE_ECORRUPT, "width 0");

@@ -236,6 +236,9 @@ def main():
          err="FFR_ESHARD")
     save("set-bytes.ffr", manifest([shards[0][:1] + (shards[0][1] + 512,) + shards[0][2:]],
                                    total=shards[0][2]), err="FFR_ESHARD")
+    # section 7: each file once (the same shard twice would be read twice per epoch)
+    save("set-twice.ffr", manifest([shards[0], shards[0]], total=2 * shards[0][2]),
+         err="FFR_ESHARD")
     save("set-v2.ffr", manifest(shards, version=2), err="FFR_EVERSION")
     save("set-sum.ffr", manifest(shards, total=base + 1), err="FFR_ECORRUPT")
     save("set-none.ffr", manifest([], total=0), err="FFR_ECORRUPT")
