@@ -135,6 +135,96 @@ static int check_rows(struct shard *s, const struct ffr_reader_opts *o, char *er
     return 0;
 }
 
+/*
+ * The checks of a file's header (after its magic) and trailer, and where its index is: the
+ * part of opening that needs only the first 64 and last 1536 bytes, shared with readers that
+ * fetch those bytes themselves (ffr_locate_index). tail: the last FFR_TRAILER_SIZE bytes (any
+ * content when size is smaller). Fills *loc, *align and *header_size.
+ */
+static int locate(const uint8_t h[FFR_HEADER_SIZE], const uint8_t *tail, uint64_t size,
+                  const char *name, struct ffr_locator *loc, uint32_t *align, uint32_t *header_size,
+                  char *err, size_t cap)
+{
+    const uint32_t version = ffr_rd32(h + 8);
+    /* The version comes before the hash (a newer header may keep its hash elsewhere), but a
+     * version-1 hash that still matches tells a newer writer from a damaged byte. */
+    if (version > FFR_FORMAT_VERSION || version == 0)
+        return ffr_say(err, cap, -FFR_EVERSION,
+                       ffr_rd64(h + 56) == ffr_xxh3(h, 56)
+                           ? "%s: format version %u; this reader knows version %u (upgrade the "
+                             "tools)"
+                           : "%s: format version %u, which this reader (version %u) does not "
+                             "know, and the header checksum does not match: the header is "
+                             "probably damaged rather than newer",
+                       name, version, FFR_FORMAT_VERSION);
+    if (ffr_rd64(h + 56) != ffr_xxh3(h, 56))
+        return ffr_say(err, cap, -FFR_ECHECKSUM, "%s: header checksum mismatch", name);
+    const uint32_t flags = ffr_rd32(h + 12);
+    if (flags)
+        return ffr_say(err, cap, -FFR_EFLAGS, "%s: unknown feature flags 0x%08x", name, flags);
+    *align = ffr_rd32(h + 16);
+    *header_size = ffr_rd32(h + 20);
+    if (*align == 0 || *align > FFR_ALIGN_MAX || (*align & (*align - 1)) ||
+        *header_size != ffr_round_up(FFR_HEADER_SIZE, *align) || !ffr_is_zero(h + 24, 32))
+        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: inconsistent header fields", name);
+    if (size < (uint64_t)*header_size + FFR_INDEX_HEADER_SIZE + FFR_TRAILER_SIZE)
+        return ffr_say(err, cap, -FFR_ETRUNC,
+                       "%s: truncated (%" PRIu64 " bytes, no room for index and trailer)", name,
+                       size);
+    struct ffr_locator l2;
+    *loc = (struct ffr_locator){ 0 };
+    int good = 0;
+    for (unsigned k = 0; k < 3; k++) {
+        if (parse_locator(tail + k * FFR_TRAILER_SLOT, &l2) < 0) continue;
+        if (!good++)
+            *loc = l2;
+        else if (memcmp(loc, &l2, sizeof *loc) != 0)
+            return ffr_say(err, cap, -FFR_ECORRUPT, "%s: trailer copies disagree", name);
+    }
+    if (!good)
+        return ffr_say(
+            err, cap, -FFR_ETRUNC,
+            "%s: no valid trailer at the end: the file is incomplete (cut short or still "
+            "being written), has bytes appended, or its tail is damaged",
+            name);
+    if (loc->version != version || loc->flags != flags)
+        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: trailer and header disagree", name);
+    if (loc->file_size != size)
+        return ffr_say(err, cap, -FFR_ETRUNC,
+                       "%s: file is %" PRIu64 " bytes, its trailer says %" PRIu64, name, size,
+                       loc->file_size);
+    const uint64_t tail_at = size - FFR_TRAILER_SIZE;
+    if (loc->index_offset < *header_size || loc->index_offset % *align ||
+        loc->index_size < FFR_INDEX_HEADER_SIZE || loc->index_offset > tail_at ||
+        loc->index_size > tail_at - loc->index_offset ||
+        ffr_round_up(loc->index_offset + loc->index_size, FFR_TRAILER_SLOT) != tail_at)
+        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: trailer locates the index outside the file",
+                       name);
+    if (loc->index_size > SIZE_MAX / 2)
+        return ffr_say(err, cap, -FFR_ETOOBIG, "%s: index too large", name);
+    return 0;
+}
+
+_Static_assert(FFR_HEADER_SIZE == 64 && FFR_TRAILER_SIZE == 1536, "ffr_locate_index's bounds");
+
+int ffr_locate_index(const uint8_t head[64], const uint8_t tail[1536], uint64_t size,
+                     const char *name, struct ffr_index_extent *out, char *err, size_t err_cap)
+{
+    if (!head || !tail || !out) return -EINVAL;
+    if (!name) name = "(file)";
+    if (memcmp(head, ffr_magic, 8) != 0)
+        return ffr_say(err, err_cap, -FFR_EBADMAGIC, "%s: not an ffr file (bad magic)", name);
+    struct ffr_locator loc;
+    uint32_t align, header_size;
+    const int rc = locate(head, tail, size, name, &loc, &align, &header_size, err, err_cap);
+    if (rc < 0) return rc;
+    out->offset = loc.index_offset;
+    out->size = loc.index_size;
+    out->records = loc.record_count;
+    out->index_hash = loc.index_hash;
+    return 0;
+}
+
 /* Opens one record file whose descriptor is s->fd; fills s. */
 static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err, size_t cap)
 {
@@ -161,57 +251,12 @@ static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err
     }
     if (hn < sizeof h)
         return ffr_say(err, cap, -FFR_ETRUNC, "%s: truncated inside the header", s->path);
-    const uint32_t version = ffr_rd32(h + 8);
-    if (version > FFR_FORMAT_VERSION || version == 0)
-        return ffr_say(err, cap, -FFR_EVERSION,
-                       "%s: format version %u; this reader knows version %u (upgrade the tools)",
-                       s->path, version, FFR_FORMAT_VERSION);
-    if (ffr_rd64(h + 56) != ffr_xxh3(h, 56))
-        return ffr_say(err, cap, -FFR_ECHECKSUM, "%s: header checksum mismatch", s->path);
-    const uint32_t flags = ffr_rd32(h + 12);
-    if (flags)
-        return ffr_say(err, cap, -FFR_EFLAGS, "%s: unknown feature flags 0x%08x", s->path, flags);
-    s->align = ffr_rd32(h + 16);
-    s->header_size = ffr_rd32(h + 20);
-    if (s->align == 0 || s->align > FFR_ALIGN_MAX || (s->align & (s->align - 1)) ||
-        s->header_size != ffr_round_up(FFR_HEADER_SIZE, s->align) || !ffr_is_zero(h + 24, 32))
-        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: inconsistent header fields", s->path);
-    if (s->size < (uint64_t)s->header_size + FFR_INDEX_HEADER_SIZE + FFR_TRAILER_SIZE)
-        return ffr_say(err, cap, -FFR_ETRUNC,
-                       "%s: truncated (%" PRIu64 " bytes, no room for index and trailer)", s->path,
-                       s->size);
-    if ((rc = pread_all(s->fd, s->tail, FFR_TRAILER_SIZE, s->size - FFR_TRAILER_SIZE)) < 0)
+    if (s->size >= FFR_TRAILER_SIZE &&
+        (rc = pread_all(s->fd, s->tail, FFR_TRAILER_SIZE, s->size - FFR_TRAILER_SIZE)) < 0)
         return ffr_say(err, cap, rc, "%s: reading the trailer: %s", s->path, ffr_strerror(rc));
-    struct ffr_locator loc = { 0 }, l2;
-    int good = 0;
-    for (unsigned k = 0; k < 3; k++) {
-        if (parse_locator(s->tail + k * FFR_TRAILER_SLOT, &l2) < 0) continue;
-        if (!good++)
-            loc = l2;
-        else if (memcmp(&loc, &l2, sizeof loc) != 0)
-            return ffr_say(err, cap, -FFR_ECORRUPT, "%s: trailer copies disagree", s->path);
-    }
-    if (!good)
-        return ffr_say(
-            err, cap, -FFR_ETRUNC,
-            "%s: no valid trailer at the end: the file is incomplete (cut short or still "
-            "being written), has bytes appended, or its tail is damaged",
-            s->path);
-    if (loc.version != version || loc.flags != flags)
-        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: trailer and header disagree", s->path);
-    if (loc.file_size != s->size)
-        return ffr_say(err, cap, -FFR_ETRUNC,
-                       "%s: file is %" PRIu64 " bytes, its trailer says %" PRIu64, s->path, s->size,
-                       loc.file_size);
-    const uint64_t tail_at = s->size - FFR_TRAILER_SIZE;
-    if (loc.index_offset < s->header_size || loc.index_offset % s->align ||
-        loc.index_size < FFR_INDEX_HEADER_SIZE || loc.index_offset > tail_at ||
-        loc.index_size > tail_at - loc.index_offset ||
-        ffr_round_up(loc.index_offset + loc.index_size, FFR_TRAILER_SLOT) != tail_at)
-        return ffr_say(err, cap, -FFR_ECORRUPT, "%s: trailer locates the index outside the file",
-                       s->path);
-    if (loc.index_size > SIZE_MAX / 2)
-        return ffr_say(err, cap, -FFR_ETOOBIG, "%s: index too large", s->path);
+    struct ffr_locator loc;
+    if ((rc = locate(h, s->tail, s->size, s->path, &loc, &s->align, &s->header_size, err, cap)) < 0)
+        return rc;
     s->index_offset = loc.index_offset;
     s->index_size = loc.index_size;
     s->index_hash = loc.index_hash;

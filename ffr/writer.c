@@ -161,6 +161,22 @@ static bool stale_tmp(const char *name, const char *base, int prefix, const char
     return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
 }
 
+/* A temporary directory: its regular files (it holds no others), then itself. */
+static int remove_flat_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -errno;
+    for (struct dirent *e; (e = readdir(d));) {
+        char full[PATH_MAX];
+        struct stat st;
+        if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) < (int)sizeof full &&
+            lstat(full, &st) == 0 && S_ISREG(st.st_mode))
+            unlink(full);
+    }
+    closedir(d);
+    return rmdir(dir) < 0 ? -errno : 0;
+}
+
 int ffr_remove_stale_tmp(const char *path, int prefix)
 {
     if (!path || !*path) return -EINVAL;
@@ -180,7 +196,9 @@ int ffr_remove_stale_tmp(const char *path, int prefix)
         char full[PATH_MAX];
         if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= (int)sizeof full) continue;
         struct stat st;
-        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) && unlink(full) == 0) n++;
+        if (lstat(full, &st) != 0) continue;
+        if (S_ISREG(st.st_mode) && unlink(full) == 0) n++;
+        if (S_ISDIR(st.st_mode) && remove_flat_dir(full) == 0) n++;
     }
     if (d) closedir(d);
     free(copy);

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,8 @@ void ffio_http_opts_default(struct ffio_http_opts *o)
     o->connect_timeout_ms = 10000;
     o->stall_timeout_s = 30;
     o->fetch_chunk = 8u << 20;
+    o->read_deadline_s = 60;
+    o->max_index_bytes = (uint64_t)1 << 30;
     o->tls_verify = true;
 }
 
@@ -143,6 +146,7 @@ struct job {
     unsigned tries;    /* requests made */
     unsigned stuck;    /* consecutive failed requests that brought no byte */
     double not_before; /* monotonic seconds: retry time */
+    double deadline;   /* monotonic seconds: the whole read ends by then (read_deadline_s) */
     int state;         /* 0 waiting, 1 running, 2 done */
 };
 
@@ -346,6 +350,12 @@ static int start(struct ffio_http *h, struct xfer *x, struct job *j)
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
+    /* The read's clock starts with its first attempt (not while it queues behind others);
+     * this attempt may use what is left of it, no more. */
+    if (j->tries == 0)
+        j->deadline = mono_s() + (double)h->o.read_deadline_s + (double)(j->length / (64u << 10));
+    const double left = j->deadline - mono_s();
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, left > 0.001 ? (long)(left * 1000) : 1L);
     if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {
         x->job = NULL;
         return -ENOMEM;
@@ -435,7 +445,15 @@ static void finish(struct ffio_http *h, struct xfer *x, CURLcode rc, size_t *don
         j->stuck = 0;
     else
         j->stuck++;
-    if (again && j->stuck <= h->o.retries && j->tries <= 8 * (h->o.retries + 1)) {
+    const bool late = mono_s() >= j->deadline;
+    if (late) {
+        err = -ETIMEDOUT;
+        snprintf(cause + strlen(cause), sizeof cause - strlen(cause),
+                 "; the read's deadline passed (%u s + 1 s per 64 KiB: a server this slow, or "
+                 "one that trickles, is given up on)",
+                 h->o.read_deadline_s);
+    }
+    if (again && !late && j->stuck <= h->o.retries && j->tries <= 8 * (h->o.retries + 1)) {
         unsigned ms = h->o.backoff_ms;
         for (unsigned t = 1; t < j->stuck && ms < HTTP_BACKOFF_MAX_MS; t++)
             ms *= 2;
@@ -727,14 +745,6 @@ struct ffio_remote {
     size_t cap;
 };
 
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 static int pwrite_all(int fd, const void *p, size_t n, uint64_t off)
 {
     const uint8_t *b = p;
@@ -774,23 +784,36 @@ static int skeleton(struct ffio_http *h, const char *url, uint64_t size, const c
         rc = ffio_http_read(h, x, 2) ? (int)(x[0].res < 0 ? x[0].res : x[1].res) : 0;
         if (rc == 0) rc = pwrite_all(fd, head, sizeof head, 0);
         if (rc == 0) rc = pwrite_all(fd, tail, sizeof tail, size - sizeof tail);
-        /* The index lies between the locator's index_offset and the trailer. A bad locator
-         * gives a bad skeleton, which the reader refuses. */
-        uint64_t io = UINT64_MAX;
-        static const char magic[8] = { 'F', 'F', 'R', 'T', 'A', 'I', 'L', '1' };
-        for (int k = 0; k < 3 && io == UINT64_MAX; k++)
-            if (!memcmp(tail + k * 512, magic, 8)) io = rd64(tail + k * 512 + 16);
-        const uint64_t tail_at = size - sizeof tail;
-        if (rc == 0 && io < tail_at && tail_at - io <= ((uint64_t)1 << 34)) {
-            uint8_t *buf = malloc((size_t)(tail_at - io));
-            if (!buf) rc = -ENOMEM;
-            struct ffio_http_extent xi = {
-                .url = url, .dst = buf, .offset = io, .length = tail_at - io
-            };
-            if (rc == 0 && ffio_http_read(h, &xi, 1)) rc = (int)xi.res;
-            if (rc == 0) rc = pwrite_all(fd, buf, (size_t)(tail_at - io), io);
-            free(buf);
+        /* Nothing more is fetched, or allocated, for a header and trailer that do not check
+         * out as the reader would check them (each trailer copy's own hash, the sizes against
+         * each other), nor for an index above the per-open bound: a server claiming a huge
+         * file with a plausible trailer cannot make us download or hold it. */
+        struct ffr_index_extent ix;
+        char why[512] = "";
+        if (rc == 0 && (rc = ffr_locate_index(head, tail, size, url, &ix, why, sizeof why)) < 0)
+            snprintf(err, cap, "%s", why);
+        if (rc == 0 && ix.size > h->o.max_index_bytes) {
+            rc = -FFR_ETOOBIG;
+            snprintf(err, cap,
+                     "%s: its trailer says the index is %" PRIu64 " bytes, above the %" PRIu64
+                     " a remote open accepts (ffio_http_opts.max_index_bytes)",
+                     url, ix.size, (uint64_t)h->o.max_index_bytes);
         }
+        /* In chunks through one bounded buffer, straight into the skeleton. */
+        const size_t chunk = h->o.fetch_chunk;
+        uint8_t *buf =
+            rc == 0 && ix.size ? malloc(ix.size < chunk ? (size_t)ix.size : chunk) : NULL;
+        if (rc == 0 && ix.size && !buf) rc = -ENOMEM;
+        for (uint64_t at = 0; rc == 0 && at < ix.size;) {
+            const size_t n = ix.size - at < chunk ? (size_t)(ix.size - at) : chunk;
+            struct ffio_http_extent xi = {
+                .url = url, .dst = buf, .offset = ix.offset + at, .length = n
+            };
+            if (ffio_http_read(h, &xi, 1)) rc = (int)xi.res;
+            if (rc == 0) rc = pwrite_all(fd, buf, n, ix.offset + at);
+            at += n;
+        }
+        free(buf);
     }
     if (rc < 0 && (!err[0]))
         snprintf(err, cap, "%s", h->last_error[0] ? h->last_error : strerror(-rc));
@@ -834,7 +857,21 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
     rm->h = h;
     const char *tmpd = getenv("TMPDIR");
     char dir[PATH_MAX], path[PATH_MAX + 300], mpath[PATH_MAX + 300];
-    snprintf(dir, sizeof dir, "%s/ffio-remote-XXXXXX", tmpd && *tmpd ? tmpd : "/tmp");
+    /* The skeleton's folder is a temporary named by ffr_tmp_path (PID and host): what a killed
+     * open left is removed here by the next one, as writers remove theirs. */
+    static atomic_uint remote_seq;
+    snprintf(path, sizeof path, "%s/ffio-remote-", tmpd && *tmpd ? tmpd : "/tmp");
+    (void)ffr_remove_stale_tmp(path, 1);
+    snprintf(path + strlen(path), sizeof path - strlen(path), "%u",
+             atomic_fetch_add(&remote_seq, 1));
+    char *tmpname = ffr_tmp_path(path);
+    if (!tmpname || strlen(tmpname) >= sizeof dir) {
+        free(tmpname);
+        free(rm);
+        return -ENOMEM;
+    }
+    snprintf(dir, sizeof dir, "%s", tmpname);
+    free(tmpname);
     struct ffr_cache_shard *sh = NULL;
     uint32_t ns = 0;
     uint8_t *text = NULL;
@@ -844,7 +881,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
         snprintf(e2, sizeof e2, "%s", h->last_error);
         goto out;
     }
-    if (!mkdtemp(dir)) {
+    if (mkdir(dir, 0700) < 0) {
         rc = -errno;
         snprintf(e2, sizeof e2, "%.900s: %s", dir, strerror(errno));
         dir[0] = '\0';

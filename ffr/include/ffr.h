@@ -187,8 +187,9 @@ FFR_API char *ffr_tmp_path(const char *path);
  * BASE.tmp.PID.HOST with HOST this machine's name and no process PID running here, or
  * BASE.tmp.PID (no host: older writers) with no process PID running. With prefix set, BASE is
  * any name starting with path's last component (a sharded dataset's STEM-00000.ffr.tmp.* and
- * STEM.TAG-*.tmp.* as well as STEM.ffr.tmp.*). Never follows into subdirectories. Returns the
- * number removed, or -errno when the directory cannot be read.
+ * STEM.TAG-*.tmp.* as well as STEM.ffr.tmp.*). A temporary that is a directory (ffio's remote
+ * skeletons) goes with the regular files in it; nothing is followed further or through links.
+ * Returns the number removed, or -errno when the directory cannot be read.
  */
 FFR_API int ffr_remove_stale_tmp(const char *path, int prefix);
 
@@ -238,6 +239,26 @@ FFR_API int ffr_reader_open(struct ffr_reader **out, const char *path,
 
 /* Same for an already-open file descriptor (not a manifest); `name` is used in messages. The
  * reader duplicates fd; the caller keeps its own. */
+/* Where a record file's index lies, from its first and last bytes alone. */
+struct ffr_index_extent {
+    uint64_t offset, size; /* the index's bytes in the file */
+    uint64_t records;      /* the trailer's record count */
+    uint64_t index_hash;   /* the trailer's index checksum */
+};
+
+/*
+ * The checks ffr_reader_open makes of a file's header and trailer, for readers that fetch the
+ * bytes themselves (ffio's remote reads): head holds the first 64 bytes (the header), tail the
+ * last FFR_TRAILER_SIZE, size is the file's length. Checks the magic, version, header checksum,
+ * flags, each trailer copy's own checksum and their agreement, and that the sizes agree with
+ * each other (the index inside the file, ending where the trailer starts), so that a lying
+ * server is refused before anything is allocated for it. name is used in messages.
+ * Returns 0 and fills *out, or the error ffr_reader_open would give, with a line in err.
+ */
+FFR_API int ffr_locate_index(const uint8_t head[64], const uint8_t tail[1536], uint64_t size,
+                             const char *name, struct ffr_index_extent *out, char *err,
+                             size_t err_cap);
+
 FFR_API int ffr_reader_open_fd(struct ffr_reader **out, int fd, const char *name,
                                const struct ffr_reader_opts *opts, char *err, size_t err_cap);
 

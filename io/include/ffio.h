@@ -474,6 +474,13 @@ struct ffio_http_opts {
     unsigned stall_timeout_s;    /* abort (and retry) a transfer that moves under 1 KiB/s for
                                     this long; default 30 */
     size_t fetch_chunk;          /* ffio_http_fetch: bytes per range request; default 8 MiB */
+    unsigned read_deadline_s;    /* every range read, all its attempts together, must end within
+                                    this many seconds plus one per 64 KiB of it (a minimum rate
+                                    over the whole read), else it fails with -ETIMEDOUT: a server
+                                    that trickles a few bytes per answer cannot reset the retry
+                                    budget for ever; default 60 */
+    uint64_t max_index_bytes;    /* ffio_remote_open refuses a file whose trailer claims a larger
+                                    index (-FFR_ETOOBIG), before fetching it; default 1 GiB */
     bool tls_verify;             /* check https certificates and host names; default true */
     ffio_log_fn log;             /* optional: one line per retry (FFIO_LOG_WARN) */
     void *log_ctx;               /* passed to log */

@@ -4,9 +4,15 @@
  * client retry and resume, and every record still reads back equal to the local reader's; a
  * server that always cuts the body short, ignores Range, or has no such file makes the read
  * fail with an error naming the URL and offset, and a short body is never accepted.
+ * Hostile servers (issue 20): one claiming an 8 GiB file whose trailer points at a huge index
+ * (with a broken or a correct locator hash) is refused before the index is fetched or memory is
+ * taken for it (peak RSS and requests asserted); one that trickles a byte per answer and stalls
+ * fails the read at its deadline (wall time asserted); a killed open's temporary folder is
+ * removed by the next open.
  * argv[1]: a scratch directory (the build directory). The nginx test is test_ffio_nginx.c.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,21 +24,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ffio.h"
 #include "tap.h"
 
 enum serve_mode {
-    SERVE_GOOD = 0,   /* answers every range correctly */
-    SERVE_FLAKY = 1,  /* 3 requests in 8 fail: cut body, 503, or closed without a word */
-    SERVE_SHORT = 2,  /* never sends the last 16 bytes asked for, and closes */
-    SERVE_NORANGE = 3 /* 200 and the whole file, ignoring Range */
+    SERVE_GOOD = 0,      /* answers every range correctly */
+    SERVE_FLAKY = 1,     /* 3 requests in 8 fail: cut body, 503, or closed without a word */
+    SERVE_SHORT = 2,     /* never sends the last 16 bytes asked for, and closes */
+    SERVE_NORANGE = 3,   /* 200 and the whole file, ignoring Range */
+    SERVE_LIAR = 4,      /* an 8 GiB file: the real header, a trailer locating an 8 GiB index */
+    SERVE_LIAR_HASH = 5, /* the same trailer with a correct locator hash */
+    SERVE_TRICKLE = 6    /* one byte of each body, then silence until the client gives up */
 };
 
+#define LIAR_SIZE ((uint64_t)8 << 30)
+
 struct server {
+    _Atomic uint64_t index_requests; /* LIAR: ranges asked inside the claimed index */
     int fd;
     int port;
     const uint8_t *data;
@@ -76,12 +90,57 @@ static void serve_one(struct server *s, int c)
         send_all(c, hdr, (size_t)n);
         return;
     }
+    const int liar = mode == SERVE_LIAR || mode == SERVE_LIAR_HASH;
+    const uint64_t size = liar ? LIAR_SIZE : s->size;
     if (head) {
         const int n = snprintf(hdr, sizeof hdr,
-                               "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nAccept-Ranges: "
+                               "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\nAccept-Ranges: "
                                "bytes\r\nConnection: close\r\n\r\n",
-                               s->size);
+                               (unsigned long long)size);
         send_all(c, hdr, (size_t)n);
+        return;
+    }
+    if (liar) {
+        unsigned long long a = 0, b = size - 1;
+        const char *r = strcasestr(req, "\r\nRange: bytes=");
+        if (r) sscanf(r + 15, "%llu-%llu", &a, &b);
+        if (b >= size) b = size - 1;
+        const uint64_t tail_at = size - 1536;
+        if (a >= 4096 && a < tail_at) atomic_fetch_add(&s->index_requests, 1);
+        const int n = snprintf(hdr, sizeof hdr,
+                               "HTTP/1.1 206 Partial Content\r\nContent-Length: %llu\r\n"
+                               "Content-Range: bytes %llu-%llu/%llu\r\nConnection: close\r\n\r\n",
+                               b - a + 1, a, b, (unsigned long long)size);
+        send_all(c, hdr, (size_t)n);
+        /* bytes a..b of: the real header, zeros, and a trailer whose locator puts an index of
+         * almost 8 GiB right after the header (hash broken, or right for SERVE_LIAR_HASH) */
+        uint8_t tail[1536] = { 0 };
+        for (int k = 0; k < 3; k++) {
+            uint8_t *l = tail + 512 * k;
+            memcpy(l, "FFRTAIL1", 8);
+            const uint64_t f[6] = { 1, 4096, tail_at - 4096, 1, 0, size };
+            memcpy(l + 8, &f[0], 4); /* version 1, flags 0 */
+            for (int j = 1; j < 6; j++)
+                memcpy(l + 8 + 8 * j, &f[j], 8);
+            const uint64_t hsh = mode == SERVE_LIAR_HASH ? ffr_hash(l, 56) : 0x1234;
+            memcpy(l + 56, &hsh, 8);
+        }
+        static const uint8_t zeros[65536];
+        for (uint64_t at = a; at <= b;) {
+            const uint8_t *src = zeros;
+            uint64_t len = b - at + 1 < sizeof zeros ? b - at + 1 : sizeof zeros;
+            if (at < 64) {
+                src = s->data + at;
+                len = 64 - at < len ? 64 - at : len;
+            } else if (at >= tail_at) {
+                src = tail + (at - tail_at);
+            } else if (at < tail_at && at + len > tail_at) {
+                len = tail_at - at;
+            }
+            const ssize_t k = send(c, src, (size_t)len, MSG_NOSIGNAL);
+            if (k <= 0) return;
+            at += (uint64_t)k;
+        }
         return;
     }
     unsigned long long a = 0, b = s->size - 1;
@@ -108,6 +167,20 @@ static void serve_one(struct server *s, int c)
     }
     if (turn == 2) return; /* close without a word */
     const size_t len = (size_t)(b - a + 1);
+    if (mode == SERVE_TRICKLE) {
+        const int n = snprintf(hdr, sizeof hdr,
+                               "HTTP/1.1 206 Partial Content\r\nContent-Length: %zu\r\n"
+                               "Content-Range: bytes %llu-%llu/%zu\r\nConnection: close\r\n\r\n",
+                               len, a, b, s->size);
+        send_all(c, hdr, (size_t)n);
+        send_all(c, s->data + a, 1); /* progress, then nothing until the client hangs up */
+        struct pollfd p = { .fd = c, .events = POLLIN };
+        for (int t = 0; t < 100 && !atomic_load(&s->stop); t++) {
+            char junk[64];
+            if (poll(&p, 1, 50) > 0 && recv(c, junk, sizeof junk, 0) <= 0) break;
+        }
+        return;
+    }
     const int n = snprintf(hdr, sizeof hdr,
                            "HTTP/1.1 206 Partial Content\r\nContent-Length: %zu\r\nContent-Range: "
                            "bytes %llu-%llu/%zu\r\nConnection: close\r\n\r\n",
@@ -216,6 +289,84 @@ static uint64_t compare_all(struct ffio_remote *rm, struct ffr_reader *local, in
     return same;
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static long peak_rss_mb(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss / 1024;
+}
+
+/* The hostile servers of issue 20 (s runs SERVE_GOOD on return). */
+static void hostile(struct server *s, struct ffio_http_opts ho, const char *scratch)
+{
+    char url[128], err[1024] = "";
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/data.ffr", s->port);
+    ho.retries = 6;
+    ho.stall_timeout_s = 1;
+    ho.read_deadline_s = 2;
+    struct ffio_http *h;
+    if (ffio_http_create(&ho, &h) < 0) return;
+
+    /* a killed open's skeleton folder (dead PID, this host) is removed by the next open */
+    char host[256] = "", stale[600], inner[700];
+    gethostname(host, sizeof host);
+    for (char *p = host; *p; p++)
+        if (*p == '.' || *p == '/') *p = '_';
+    snprintf(stale, sizeof stale, "%s/ffio-remote-7.tmp.999999.%s", scratch, host);
+    mkdir(stale, 0700);
+    snprintf(inner, sizeof inner, "%s/data.ffr", stale);
+    fclose(fopen(inner, "w"));
+    setenv("TMPDIR", scratch, 1);
+
+    /* 8 GiB claimed, trailer hash broken: refused on the trailer alone */
+    atomic_store(&s->mode, SERVE_LIAR);
+    const long rss0 = peak_rss_mb();
+    double t = now_s();
+    struct ffio_remote *rm = NULL;
+    int rc = ffio_remote_open(h, url, NULL, &rm, err, sizeof err);
+    ok(rc == -FFR_ETRUNC && strstr(err, url) && strstr(err, "no valid trailer"),
+       "8 GiB claimed, trailer hash broken: refused (%d): %s", rc, err);
+    ok(access(stale, F_OK) != 0, "the dead open's folder %s was removed", stale);
+    /* ... and with a correct locator hash: the index bound refuses it */
+    atomic_store(&s->mode, SERVE_LIAR_HASH);
+    rc = ffio_remote_open(h, url, NULL, &rm, err, sizeof err);
+    ok(rc == -FFR_ETOOBIG && strstr(err, "max_index_bytes"),
+       "8 GiB claimed, a well-hashed trailer locating an 8 GiB index: refused (%d): %s", rc, err);
+    const long grew = peak_rss_mb() - rss0;
+    ok(atomic_load(&s->index_requests) == 0, "not one byte of the claimed index was asked for");
+    ok(grew < 64 && now_s() - t < 10, "peak RSS grew %ld MB (< 64), %.1f s (< 10)", grew,
+       now_s() - t);
+    ffio_remote_close(rm);
+    DIR *d = opendir(scratch);
+    int left = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        left += !strncmp(e->d_name, "ffio-remote-", 12);
+    if (d) closedir(d);
+    is_int(left, 0, "no skeleton folder is left behind");
+
+    /* a byte per answer, then silence: each answer is progress, the deadline still ends it */
+    atomic_store(&s->mode, SERVE_TRICKLE);
+    uint8_t buf[1536];
+    struct ffio_http_extent x = { .url = url, .dst = buf, .offset = 0, .length = sizeof buf };
+    t = now_s();
+    rc = ffio_http_read(h, &x, 1);
+    const double took = now_s() - t;
+    ok(rc == 1 && x.res == -ETIMEDOUT && strstr(ffio_http_last_error(h), "deadline"),
+       "a trickling server: the read fails at its deadline (%lld): %s", (long long)x.res,
+       ffio_http_last_error(h));
+    ok(took >= 1.5 && took < 8, "after %.1f s (deadline 2 s; without it, retries for minutes)",
+       took);
+    atomic_store(&s->mode, SERVE_GOOD);
+    ffio_http_destroy(h);
+}
+
 static void dbg_log(void *ctx, enum ffio_log_level l, const char *m)
 {
     (void)ctx, (void)l;
@@ -316,6 +467,7 @@ int main(int argc, char **argv)
     uint64_t size = 0;
     rc = ffio_http_size(h, url, &size);
     ok(rc == 0 && size == (uint64_t)st.st_size, "size by HEAD: %" PRIu64, size);
+    hostile(&s, ho, argc > 1 ? argv[1] : "/tmp");
     server_stop(&s);
 
     /* Nobody listening any more: refused, retried, then a clear error. */
