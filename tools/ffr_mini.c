@@ -298,6 +298,10 @@ static uint64_t check_manifest(const char *mpath, struct mini_info *last)
     cur_path = mpath;
     FILE *const mf = fopen(mpath, "r");
     CHECK(mf, "errno", "cannot open: %s", strerror(errno));
+    int ch;
+    while ((ch = fgetc(mf)) != EOF) /* text: a NUL would end a line early below */
+        CHECK(ch, BAD, "manifest: NUL byte (not text)");
+    rewind(mf);
     char line[4096];
     uint64_t version = 0, total = 0, sum = 0;
     unsigned top_seen = 0, lineno = 0;
@@ -362,13 +366,14 @@ static uint64_t check_manifest(const char *mpath, struct mini_info *last)
             const size_t l = strlen(val);
             int plain = l && l <= 255 && strcmp(val, ".") && strcmp(val, "..");
             for (size_t j = 0; j < l; j++)
-                plain &= val[j] != '/' && val[j] != '\\' && val[j] != '"' &&
-                         (unsigned char)val[j] >= 0x20 && val[j] != 0x7f;
+                plain &=
+                    !strchr("/\\\"'#", val[j]) && (unsigned char)val[j] >= 0x20 && val[j] != 0x7f;
             CHECK(k || plain, BAD, "manifest line %u: '%s' is not a plain file name", lineno, val);
             if (!k) memcpy(e->file, val, l + 1);
         }
     }
     fclose(mf);
+    CHECK(top_seen & 1, "FFR_EBADMAGIC", "manifest: no 'ffr_manifest:' key");
     CHECK(version == 1 && (top_seen & 2) && ns, BAD,
           "manifest: needs 'ffr_manifest: 1', 'records' and at least one shard");
     for (size_t k = 0; k < ns; k++) {

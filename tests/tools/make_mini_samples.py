@@ -251,6 +251,39 @@ def main():
     save("set-zero.ffr", manifest(shards).replace(b"bytes: ", b"bytes: 0", 1), set_lines)
     save("set-nohash.ffr", manifest(shards).replace(b"    index_hash: 0x%016x\n" % shards[1][3],
                                                     b""), err="FFR_ECORRUPT")
+    # Section 7's subset and nothing more, the same for every reader (issue 20: the library's
+    # YAML parser used to take flow style, aliases and repeated keys that ffr-mini refused).
+    good = manifest(shards)
+    e0 = "  - file: %s # relative\n" % shards[0][0]
+    flow = ("# ffr manifest\nffr_manifest: 1\nrecords: %d\nshards: [{file: %s, bytes: %d, "
+            "records: %d, index_hash: 0x%016x}]\n" % ((shards[0][2],) + shards[0]))
+    save("set-flow.ffr", flow.encode(), err="FFR_ECORRUPT")
+    save("set-anchor.ffr", good.replace(e0.encode(), e0.replace("file: ", "file: &f ").encode()),
+         err="FFR_ESHARD")  # the name is "&f set-00000.ffr": no such shard
+    alias = manifest(shards[:1], total=2 * shards[0][2]).replace(
+        b"  - file:", b"  - &e\n    file:", 1) + b"  - *e\n"
+    save("set-alias.ffr", alias, err="FFR_ECORRUPT")
+    save("set-twicekey.ffr", good.replace(b"records: %d" % base, b"records: %d\nrecords: %d" %
+                                          (base, base), 1), err="FFR_ECORRUPT")
+    save("set-twicebytes.ffr", good.replace(b"    bytes:", b"    bytes: 1\n    bytes:", 1),
+         err="FFR_ECORRUPT")
+    save("set-tab.ffr", good.replace(b"bytes: ", b"bytes:\t", 1), err="FFR_ECORRUPT")
+    save("set-unknown.ffr", good.replace(b"shards:\n", b"note: made by hand # ok\nshards:\n", 1)
+         .replace(b"    bytes:", b"    made_by: yolo-pack\n    bytes:", 1), set_lines)
+    save("set-quotednum.ffr", good.replace(b"bytes: %d" % shards[0][1],
+                                           b'bytes: "%d"' % shards[0][1], 1), set_lines)
+    save("set-crlf.ffr", good.replace(b"\n", b"\r\n"), set_lines)
+    save("set-hashname.ffr", manifest([('set#1.ffr',) + shards[0][1:]], quote=True,
+                                      total=shards[0][2]), err="FFR_ECORRUPT")
+    save("set-nomagic.ffr", good.replace(b"ffr_manifest: 1\n", b""), err="FFR_EBADMAGIC")
+    save("set-docmark.ffr", good.replace(b"ffr_manifest: 1\n", b"---\nffr_manifest: 1\n"),
+         err="FFR_ECORRUPT")
+    save("set-multiline.ffr", good.replace(b"    index_hash: 0x", b"    index_hash:\n      0x", 1),
+         err="FFR_ECORRUPT")
+    save("set-longline.ffr", good.replace(b"shards:\n", b"#" + b"x" * 5000 + b"\nshards:\n", 1),
+         err="FFR_ECORRUPT")
+    save("set-nul.ffr", good.replace(b"# relative", b"# rel\0ative", 1), err="FFR_ECORRUPT")
+
     # A shard that fails to open gives that shard's own error (section 7).
     bad = ffr_bytes(small[:2], b"", align=1, flags=4)[0]
     save("bad-flags.ffr", bad, err="FFR_EFLAGS")
