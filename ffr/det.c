@@ -5,7 +5,9 @@
  * version 1 samples (a 64-byte header) are still read.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ffr_internal.h"
@@ -70,6 +72,45 @@ static int sample_ok(const struct ffr_det_sample *s)
         if (t != s->n_points) return 0;
     }
     return 1;
+}
+
+/* The checks of ffr_det_check on plain fields (shared by samples and summaries). */
+static int det_semantics(uint32_t h, uint32_t w, uint32_t h0, uint32_t w0, const float *l,
+                         uint32_t n, char *why, size_t cap)
+{
+    const uint32_t side[4] = { h, w, h0, w0 };
+    static const char *const side_name[4] = { "stored height", "stored width", "original height",
+                                              "original width" };
+    for (int k = 0; k < 4; k++)
+        if (side[k] == 0 || side[k] > FFR_DET_SIDE_MAX) {
+            if (why && cap)
+                snprintf(why, cap, "%s %" PRIu32 " is outside 1..%u", side_name[k], side[k],
+                         FFR_DET_SIDE_MAX);
+            return -FFR_ECORRUPT;
+        }
+    static const char *const coord[4] = { "cx", "cy", "w", "h" };
+    for (uint32_t i = 0; i < n; i++)
+        for (int k = 1; k < 5; k++) {
+            const float v = l[5 * i + k];
+            if (v >= 0.0f && v <= 1.0f) continue; /* NaN fails both */
+            if (why && cap)
+                snprintf(why, cap, "label %" PRIu32 ": %s = %g is not within [0, 1]", i,
+                         coord[k - 1], (double)v);
+            return -FFR_ECORRUPT;
+        }
+    return 0;
+}
+
+int ffr_det_check(const struct ffr_det_sample *s, char *why, size_t why_cap)
+{
+    if (!s || (s->n_labels && !s->labels)) return -EINVAL;
+    return det_semantics(s->h, s->w, s->h0, s->w0, s->labels, s->n_labels, why, why_cap);
+}
+
+int ffr_det_summary_check(const struct ffr_det_summary *m, char *why, size_t why_cap)
+{
+    if (!m || (m->n_labels && !m->labels)) return -EINVAL;
+    return det_semantics(m->h, m->w, m->h0, m->w0, m->labels, m->n_labels, why, why_cap);
 }
 
 void ffr_det_sub_filter(uint8_t *dst, const uint8_t *src, uint32_t h, uint32_t w)

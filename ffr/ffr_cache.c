@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -507,6 +508,37 @@ void ffr_cache_close(struct ffr_cache *c)
     if (c->dfd >= 0 && c->dir) close(c->dfd);
     free(c->dir);
     free(c);
+}
+
+/* A cached shard's name: "HHHHHHHHHHHHHHHH-BYTES-FILE" or "fHHHHHHHHHHHHHHHH-BYTES-BASE". */
+static bool entry_shaped(const char *n)
+{
+    if (*n == 'f') n++;
+    if (strspn(n, "0123456789abcdef") != 16 || n[16] != '-') return false;
+    const size_t d = strspn(n + 17, "0123456789");
+    return d > 0 && n[17 + d] == '-' && n[18 + d];
+}
+
+int ffr_cache_discard(struct ffr_cache *c, const char *path, char *err, size_t err_cap)
+{
+    if (!c || !path) return -EINVAL;
+    const char *name = base_name(path);
+    struct stat in_dir, given;
+    /* the same file as the entry of that name in this cache: nothing else can be removed */
+    if (!entry_shaped(name) || fstatat(c->dfd, name, &in_dir, AT_SYMLINK_NOFOLLOW) < 0 ||
+        stat(path, &given) < 0 || in_dir.st_dev != given.st_dev || in_dir.st_ino != given.st_ino)
+        return ffr_say(err, err_cap, -ENOENT, "%s: not a cached shard of %s", path, c->dir);
+    const int lk = stripe_take(c, name); /* no fetch of this entry is half done meanwhile */
+    if (lk < 0) return ffr_say(err, err_cap, lk, "%s: lock: %s", c->dir, strerror(-lk));
+    int rc = 0;
+    struct stat now;
+    /* only the damaged copy: another process may have fetched a fresh one in the meantime */
+    if (fstatat(c->dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == given.st_ino &&
+        now.st_dev == given.st_dev && unlinkat(c->dfd, name, 0) < 0)
+        rc = ffr_say(err, err_cap, -errno, "%s: %s", path, strerror(errno));
+    lock_drop(lk);
+    if (rc == 0) c->st.damaged++;
+    return rc;
 }
 
 /* ---- whole datasets ---- */

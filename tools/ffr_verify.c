@@ -172,6 +172,13 @@ static int det_pass(struct vstate *v, struct ffrt_ds *ds)
             det_problem(v, i, rc, what);
         } else if (summary_differs(&s, &d, what, sizeof what)) {
             det_problem(v, i, -FFR_ECORRUPT, what);
+        } else {
+            /* what the loaders refuse, verify refuses: the one shared check */
+            char why[200];
+            if ((rc = ffr_det_check(&d, why, sizeof why)) < 0) {
+                snprintf(what, sizeof what, "a sample training refuses: %s", why);
+                det_problem(v, i, rc, what);
+            }
         }
     }
     return 0;

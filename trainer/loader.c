@@ -179,7 +179,8 @@ struct trn_loader {
     size_t dd_mask; /* pix: slot dedup table size - 1 (a power of two >= 2 tiles per batch) */
     atomic_uint_fast64_t n_uploads, upload_bytes; /* pix: batches and bytes uploaded */
 
-    _Atomic uint8_t *bad; /* [n]: 1 once a record is known bad */
+    _Atomic uint8_t *bad;     /* [n]: 1 once a record is known bad */
+    _Atomic uint8_t *damaged; /* [shards]: 1 once o.damaged was called for the shard */
     atomic_uint_fast64_t n_bad, n_images;
     size_t pinned_bytes;
     enum ffio_pinned_kind pinned_kind;
@@ -280,6 +281,19 @@ static uint64_t resolve(const struct trn_loader *l, uint64_t idx)
  * Record idx is bad for `why`: report it (once per record) and either fail the task
  * (TRN_BAD_RECORD_FAIL: returns rc with w->msg set) or return 0 so the caller moves on.
  */
+/* The shard of record idx is damaged: tell o.damaged, once per shard. */
+static void report_damaged(struct trn_loader *l, uint64_t idx)
+{
+    const uint32_t ns = ffr_reader_shard_count(l->r);
+    for (uint32_t k = 0; k < ns; k++) {
+        struct ffr_shard_info si;
+        if (ffr_reader_shard(l->r, k, &si) < 0 || idx < si.first || idx - si.first >= si.count)
+            continue;
+        if (!atomic_exchange(&l->damaged[k], 1)) l->o.damaged(l->o.damaged_ctx, si.path, idx);
+        return;
+    }
+}
+
 static int mark_bad(struct worker *w, uint64_t idx, int rc, const char *why)
 {
     struct trn_loader *l = w->l;
@@ -289,6 +303,7 @@ static int mark_bad(struct worker *w, uint64_t idx, int rc, const char *why)
         atomic_fetch_add(&l->n_bad, 1);
         log_line(l, "bad record %" PRIu64 ": %s; %s", idx, why,
                  skip ? "using the next good record instead" : "stopping (bad records: fail)");
+        if (rc == -FFR_ECHECKSUM && l->o.damaged) report_damaged(l, idx);
     }
     if (skip) return 0;
     snprintf(w->msg, sizeof w->msg, "bad record %" PRIu64 ": %s", idx, why);
@@ -307,6 +322,7 @@ static int make_tile(struct worker *w, int k, uint64_t idx, const void *payload,
         snprintf(why, why_cap, "not a detection sample (%s)", ffr_strerror(rc));
         return 1;
     }
+    if (ffr_det_check(&s, why, why_cap) < 0) return 1; /* the check ffr verify makes */
     const struct rec_meta *m = &l->meta[idx];
     if (s.h != m->h || s.w != m->w || s.n_labels != m->n_labels) {
         snprintf(why, why_cap,
@@ -930,8 +946,10 @@ static int scan_index(struct trn_loader *l, char *err, size_t cap)
         if (rc < 0)
             return fail(err, cap, rc, "record %" PRIu64 ": index summary does not parse (%s)", i,
                         ffr_strerror(rc));
-        if (sum.h0 == 0 || sum.w0 == 0 || sum.h == 0 || sum.w == 0)
-            return fail(err, cap, -FFR_ECORRUPT, "record %" PRIu64 ": image size is 0", i);
+        char why[200];
+        if ((rc = ffr_det_summary_check(&sum, why, sizeof why)) < 0) /* as ffr verify */
+            return fail(err, cap, rc, "record %" PRIu64 ": %s (ffr verify names every such record)",
+                        i, why);
         if (!packed_for(&sum, s))
             return fail(err, cap, -EINVAL,
                         "record %" PRIu64 " is stored at %" PRIu32 "x%" PRIu32
@@ -1193,7 +1211,8 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     }
     l->start_step = o->step;
     l->bad = calloc(l->n, sizeof *l->bad);
-    if (!l->bad) {
+    l->damaged = calloc(ffr_reader_shard_count(l->r) + 1, sizeof *l->damaged);
+    if (!l->bad || !l->damaged) {
         rc = fail(err, err_cap, -ENOMEM, "out of memory");
         goto fail_out;
     }
@@ -1315,6 +1334,7 @@ void trn_loader_destroy(struct trn_loader *l)
     free(l->shapes);
     trn_sampler_destroy(&l->sampler);
     free((void *)l->bad);
+    free((void *)l->damaged);
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_done);
     pthread_mutex_destroy(&l->mu);

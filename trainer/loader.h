@@ -96,6 +96,10 @@ enum trn_bad_record {
 /* One line of the loader's log (bad records, I/O fallbacks); no newline; valid during the call. */
 typedef void (*trn_loader_log_fn)(void *ctx, const char *msg);
 
+/* A record of the shard at `path` failed its checksum (its bytes are damaged): called from a
+ * worker thread, once per shard, after the record was marked bad. */
+typedef void (*trn_loader_damaged_fn)(void *ctx, const char *path, uint64_t record);
+
 /* Loader options; fill with trn_loader_opts_default(), then change fields. */
 struct trn_loader_opts {
     enum trn_loader_mode mode;       /* default TRN_LOADER_TRAIN */
@@ -128,6 +132,9 @@ struct trn_loader_opts {
                                         off, a corrupted record is no longer detected) */
     trn_loader_log_fn log;           /* optional; NULL drops the lines */
     void *log_ctx;                   /* passed to log */
+    trn_loader_damaged_fn damaged;   /* optional: a shard's record failed its checksum (a node
+                                        cache evicts that shard: see trn_train_opts.cache) */
+    void *damaged_ctx;               /* passed to damaged */
     struct kern_ctx *pix_ctx;        /* TRAIN: when set, GPU augmentation (see "GPU
                                         augmentation" above): the batch tensor is built in this
                                         context's memory by pix_ops->aug_batch and given as

@@ -541,6 +541,27 @@ static void logline(const struct run *R, const char *fmt, ...)
     R->o.log(R->o.log_ctx, line);
 }
 
+/* A cached shard with a damaged record (the cache's cheap reuse check cannot see one): evict
+ * it so that the next run fetches and verifies it again. Worker threads: a cache handle each. */
+static void loader_damaged(void *ctx, const char *path, uint64_t record)
+{
+    const struct run *R = ctx;
+    struct ffr_cache *c = NULL;
+    char e[512] = "";
+    int rc = ffr_cache_open(&c, R->o.cache_dir, NULL, e, sizeof e);
+    if (rc == 0) rc = ffr_cache_discard(c, path, e, sizeof e);
+    ffr_cache_close(c);
+    if (rc == 0)
+        logline(R,
+                "cache: record %" PRIu64 " of the cached shard %s fails its checksum: the shard "
+                "is evicted from %s and fetched again, every byte verified, by the next run "
+                "(this run skips its damaged records)",
+                record, path, R->o.cache_dir);
+    else
+        logline(R, "cache: record %" PRIu64 " of %s fails its checksum; evicting it: %s", record,
+                path, e);
+}
+
 static void loader_log(void *ctx, const char *msg)
 {
     const struct run *R = ctx;
@@ -1272,6 +1293,10 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
     lo.hyp = o->hyp;
     lo.log = loader_log;
     lo.log_ctx = R;
+    if (o->cache_dir) {
+        lo.damaged = loader_damaged;
+        lo.damaged_ctx = R;
+    }
     /* The resident step builds its batches on the device (GPU augmentation): the workers decode
        tiles, the device pastes, warps and colours them into the batch tensor. Same bytes as the
        host path; the host step (Adam, AdamW) reads host images, so it keeps the host path. */

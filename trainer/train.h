@@ -149,6 +149,9 @@ typedef int (*trn_train_val_fn)(void *ctx, struct trn_model *m, int epoch,
 /* Options of a run; fill with trn_train_opts_default. Strings are borrowed for the call. */
 struct trn_train_opts {
     const char *records;     /* training dataset (ffr, packed at img) */
+    const char *cache_dir;   /* NULL, or the node cache (ffr_cache) records was filled into: a
+                                shard whose record fails its checksum is evicted from it, said
+                                once, and fetched again (every byte verified) by the next run */
     const char *val_records; /* validation dataset (ffr packed at img) or NULL: see VALIDATION */
     const char *cfg;         /* model yaml path (resolved); ignored when resuming */
     const char *weights;     /* NULL, an ultralytics .pt (its ema, else model) or one of our

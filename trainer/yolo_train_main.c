@@ -750,7 +750,15 @@ static int cache_dataset(const struct args *A, const char *src, char *local, siz
                 err[0] ? err : ffr_strerror(rc));
         return 1;
     }
-    if (rc > 0) fprintf(stderr, PROG ": %s: %d shard(s) fetched into %s\n", src, rc, A->cache_dir);
+    if (rc > 0)
+        fprintf(stderr, PROG ": %s: %d shard(s) fetched into %s, every byte verified\n", src, rc,
+                A->cache_dir);
+    else
+        fprintf(stderr,
+                PROG ": %s: every shard reused from %s (size, trailer and index checked; each "
+                     "record is checked as it is read, and a shard with a damaged record is "
+                     "evicted)\n",
+                src, A->cache_dir);
     return 0;
 }
 
@@ -802,6 +810,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     if (A->cache_dir && A->records) {
         if (cache_dataset(A, A->records, cached[0], sizeof cached[0])) return 1;
         o.records = cached[0];
+        o.cache_dir = A->cache_dir; /* a damaged cached shard is evicted (train.h) */
     }
     if (A->cache_dir && A->val_records) {
         if (cache_dataset(A, A->val_records, cached[1], sizeof cached[1])) return 1;

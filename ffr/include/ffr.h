@@ -418,6 +418,21 @@ struct ffr_det_summary {
     const float *labels; /* n_labels x 5, a view into the summary bytes (4-byte aligned) */
 };
 
+/* The largest image side a consumer accepts (stored and original sizes). */
+#define FFR_DET_SIDE_MAX 65535u
+
+/*
+ * What every consumer of detection samples requires beyond the encoding (ffr_det_decode): the
+ * stored and original sizes in 1..FFR_DET_SIDE_MAX, and every label box normalised (cx, cy, w,
+ * h within [0, 1]: what yolo-pack writes and ultralytics asserts of a label file). The training
+ * and validation loaders and `ffr verify` apply exactly these checks, so a dataset that verify
+ * passes is one that training accepts and reads as written. Returns 0, or -FFR_ECORRUPT with one
+ * line in why (may be NULL) naming the first offending field.
+ */
+FFR_API int ffr_det_check(const struct ffr_det_sample *s, char *why, size_t why_cap);
+/* The same checks of an index summary (its sizes and labels). */
+FFR_API int ffr_det_summary_check(const struct ffr_det_summary *m, char *why, size_t why_cap);
+
 /* Bytes of the summary of s: 20 + 20 * n_labels. */
 FFR_API size_t ffr_det_summary_size(const struct ffr_det_sample *s);
 /* Writes the summary of s. Returns bytes written or -FFR_ETOOBIG. */
@@ -517,6 +532,16 @@ FFR_API int ffr_cache_shard(struct ffr_cache *c, const char *src,
  */
 FFR_API int ffr_cache_dataset(struct ffr_cache *c, const char *src, char *path, size_t path_cap,
                               char *err, size_t err_cap);
+
+/*
+ * Removes a cached shard that a reader found damaged (a record failing its checksum: the cheap
+ * reuse check cannot see that), so that the next ffr_cache_dataset or ffr_cache_shard fetches
+ * it again and verifies every byte. path is the shard's path as the cached manifest names it;
+ * only that file, if it is still the one in the cache, is removed (a copy fetched since stays).
+ * A reader that has it open keeps reading its old bytes. Returns 0, -ENOENT (path is not a
+ * cached shard of c), or -errno, with a line in err.
+ */
+FFR_API int ffr_cache_discard(struct ffr_cache *c, const char *path, char *err, size_t err_cap);
 
 /*
  * Parses manifest text (docs/format.md 7) into its shard list, for callers that fetch shards

@@ -279,8 +279,48 @@ static void malformed(void)
     is_int(ffr_det_summary_decode(sum, (size_t)sn, &sd), -FFR_ECORRUPT, "summary count too big");
 }
 
+/* ffr_det_check / ffr_det_summary_check: what the loaders and ffr verify share (issue 20). */
+static void semantics(void)
+{
+    float lab[10] = { 0, 0.5f, 0.5f, 0.2f, 0.2f, 3, 0.0f, 1.0f, 1.0f, 0.0f };
+    struct ffr_det_sample s = {
+        .h = 480, .w = 640, .h0 = 480, .w0 = 640, .n_labels = 2, .labels = lab
+    };
+    char why[200] = "";
+    is_int(ffr_det_check(&s, why, sizeof why), 0, "a sample with boxes on [0, 1] passes");
+    struct ffr_det_summary m = {
+        .h = 480, .w = 640, .h0 = 480, .w0 = 640, .n_labels = 2, .labels = lab
+    };
+    is_int(ffr_det_summary_check(&m, why, sizeof why), 0, "its summary passes");
+    static const struct {
+        int i;
+        float v;
+        const char *says;
+    } bad[] = { { 1, 1e30f, "label 0: cx = 1e+30" },
+                { 8, -5.0f, "label 1: w = -5" },
+                { 4, NAN, "label 0: h = nan" },
+                { 7, 1.0001f, "label 1: cy = 1.0001" } };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const float keep = lab[bad[k].i];
+        lab[bad[k].i] = bad[k].v;
+        const int rc = ffr_det_check(&s, why, sizeof why);
+        ok(rc == -FFR_ECORRUPT && strstr(why, bad[k].says), "%s: refused (%s)", bad[k].says, why);
+        ok(ffr_det_summary_check(&m, why, sizeof why) == -FFR_ECORRUPT, "and in a summary");
+        lab[bad[k].i] = keep;
+    }
+    s.h0 = 0;
+    ok(ffr_det_check(&s, why, sizeof why) == -FFR_ECORRUPT && strstr(why, "original height 0"),
+       "h0 = 0: %s", why);
+    s.h0 = 480;
+    m.w = 0x10000;
+    ok(ffr_det_summary_check(&m, why, sizeof why) == -FFR_ECORRUPT &&
+           strstr(why, "stored width 65536"),
+       "a side above FFR_DET_SIDE_MAX: %s", why);
+}
+
 int main(void)
 {
+    semantics();
     round_trips();
     sub_filter_pays();
     version1();

@@ -39,6 +39,21 @@ run --cache-max 100M
 check $? "after damage to a cached shard the run still trains"
 grep -q "1 shard(s) fetched" "$work/log"
 check $? "the damaged shard was fetched again"
+# A damaged record passes the cheap reuse check (issue 20: it then failed every later run): the
+# run that reads it evicts the shard and says so, and the next run fetches it again.
+victim=$(ls "$work"/cache/*train-00001.ffr)
+printf '\377\377\377\377' | dd of="$victim" bs=1 seek=4300 conv=notrunc status=none
+run
+check $? "a run over a cached shard with a damaged record still trains"
+grep -q "fails its checksum: the shard is evicted from $work/cache" "$work/log"
+check $? "it says the shard is evicted"
+[ ! -e "$victim" ]
+check $? "the damaged copy is gone from the cache"
+run
+check $? "the next run runs"
+grep -q "1 shard(s) fetched into $work/cache, every byte verified" "$work/log" &&
+    ! grep -q "bad record" "$work/log"
+check $? "it fetched that shard again and read no bad record"
 chmod 000 "$work/cache" 2>/dev/null
 if [ "$(id -u)" != 0 ]; then
     run
