@@ -159,6 +159,7 @@ struct xfer {
     uint64_t got_at_start; /* the job's bytes when this request started */
     long status;           /* HTTP status of the current answer */
     bool range_ok;         /* its Content-Range names exactly the bytes asked for */
+    char got_range[64];    /* the Content-Range value it sent ("" when none), for messages */
     int bad;               /* a protocol error seen in a callback (negative), or 0 */
     char why[160];         /* what bad means */
     char range[64];
@@ -256,9 +257,12 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
         const char *sp = strchr(buf, ' ');
         x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
         x->range_ok = false;
+        x->got_range[0] = '\0';
     } else if (!strncasecmp(buf, "Content-Range:", 14)) {
         unsigned long long a, b;
         const struct job *j = x->job;
+        const char *v = buf + 14 + strspn(buf + 14, " \t");
+        snprintf(x->got_range, sizeof x->got_range, "%.*s", (int)strcspn(v, "\r\n"), v);
         if (sscanf(buf + 14, " bytes %llu-%llu/", &a, &b) == 2)
             x->range_ok = a == x->req_off && b == j->offset + j->length - 1;
     }
@@ -282,9 +286,15 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     }
     if (!x->range_ok) {
         x->bad = -EPROTO;
-        snprintf(x->why, sizeof x->why,
-                 "206 answer without a Content-Range for bytes %" PRIu64 "-%" PRIu64, x->req_off,
-                 j->offset + j->length - 1);
+        if (x->got_range[0])
+            snprintf(x->why, sizeof x->why,
+                     "206 answer whose Content-Range '%s' is not the bytes asked for (%" PRIu64
+                     "-%" PRIu64 ")",
+                     x->got_range, x->req_off, j->offset + j->length - 1);
+        else
+            snprintf(x->why, sizeof x->why,
+                     "206 answer without a Content-Range for bytes %" PRIu64 "-%" PRIu64,
+                     x->req_off, j->offset + j->length - 1);
         return 0;
     }
     if (len > j->length - j->got) {
@@ -339,6 +349,7 @@ static int start(struct ffio_http *h, struct xfer *x, struct job *j)
     x->got_at_start = j->got;
     x->status = 0;
     x->range_ok = false;
+    x->got_range[0] = '\0';
     x->bad = 0;
     x->why[0] = x->errbuf[0] = '\0';
     snprintf(x->range, sizeof x->range, "%" PRIu64 "-%" PRIu64, x->req_off,

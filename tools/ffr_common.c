@@ -220,6 +220,12 @@ int ffrt_ds_open(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, const char *pat
 {
     memset(ds, 0, sizeof *ds);
     ds->path = path;
+    if (!strncmp(path, "http://", 7) || !strncmp(path, "https://", 8))
+        return ffrt_fail(cmd,
+                         "%s: ffr %s reads local files only; for a URL, 'ffr bench URL "
+                         "--cache-dir DIR' fetches a verified local copy (its fill line names the "
+                         "cached manifest, which ffr %s then reads)",
+                         path, cmd->name, cmd->name);
     char err[512];
     const int rc = ffr_reader_open(&ds->r, path, NULL, err, sizeof err);
     if (rc < 0) return ffrt_fail(cmd, "%s", err[0] ? err : ffr_strerror(rc));

@@ -405,7 +405,9 @@ static int load_tiles(struct worker *w, uint64_t *idx, int n, struct trn_aug_til
         }
         if (m == 0) return 0;
         if (round > l->n) {
-            snprintf(w->msg, sizeof w->msg, "could not find good records");
+            snprintf(w->msg, sizeof w->msg,
+                     "every record is bad (each is named in a line above): check the dataset "
+                     "with ffr verify");
             return -EIO;
         }
         const int rc = ffio_records_read(w->rr, req, (size_t)m);

@@ -834,14 +834,18 @@ static int ckpt_read(const struct ckpt *C, const char *path, int k, void *dst, s
 }
 
 /* A text record as a malloc'd NUL-terminated string. */
-static char *ckpt_text(const struct ckpt *C, int k, size_t *len)
+/* A text record of the checkpoint, NUL-terminated; NULL with *rc the reason. */
+static char *ckpt_text(const struct ckpt *C, int k, size_t *len, int *rc)
 {
     struct ffr_record_info ri;
-    if (ffr_reader_info(C->r, (uint64_t)C->rec[k], &ri) < 0 || ri.raw_len > MAX_TEXT) return NULL;
-    char *s = malloc((size_t)ri.raw_len + 1);
+    *rc = ffr_reader_info(C->r, (uint64_t)C->rec[k], &ri);
+    if (*rc == 0 && ri.raw_len > MAX_TEXT) *rc = -FFR_ETOOBIG;
+    char *s = *rc == 0 ? malloc((size_t)ri.raw_len + 1) : NULL;
+    if (*rc == 0 && !s) *rc = -ENOMEM;
     if (!s) return NULL;
     const int64_t got = ffr_reader_read(C->r, NULL, (uint64_t)C->rec[k], s, ri.raw_len);
     if (got != (int64_t)ri.raw_len) {
+        *rc = got < 0 ? (int)got : -FFR_ECORRUPT;
         free(s);
         return NULL;
     }
@@ -904,13 +908,18 @@ static int resume_opts(struct run *R, const struct ckpt *C, char *err, size_t ca
         seterr(err, cap, "%s: checkpoint names no training records", o->resume);
         return -TRN_TRAIN_ECKPT;
     }
-    R->hyp_text = ckpt_text(C, R_HYP_YAML, &R->hyp_len);
-    R->model_yaml = ckpt_text(C, R_MODEL_YAML, &R->model_yaml_len);
-    R->opt_text = ckpt_text(C, R_OPT_YAML, &R->opt_len);
-    if (!R->hyp_text || !R->model_yaml || !R->opt_text) {
-        seterr(err, cap, "%s: cannot read the checkpoint's yaml records", o->resume);
-        return -TRN_TRAIN_ECKPT;
-    }
+    int trc[3] = { 0, 0, 0 };
+    R->hyp_text = ckpt_text(C, R_HYP_YAML, &R->hyp_len, &trc[0]);
+    R->model_yaml = ckpt_text(C, R_MODEL_YAML, &R->model_yaml_len, &trc[1]);
+    R->opt_text = ckpt_text(C, R_OPT_YAML, &R->opt_len, &trc[2]);
+    static const char *const tname[3] = { "hyp.yaml", "model yaml", "opt.yaml" };
+    static const int trec[3] = { R_HYP_YAML, R_MODEL_YAML, R_OPT_YAML };
+    for (int k = 0; k < 3; k++)
+        if (trc[k] < 0) {
+            seterr(err, cap, "%s: the checkpoint's %s (record %lld) cannot be read: %s", o->resume,
+                   tname[k], (long long)C->rec[trec[k]], ffr_strerror(trc[k]));
+            return -TRN_TRAIN_ECKPT;
+        }
     char e[512];
     rc = trn_hyp_parse(R->hyp_text, R->hyp_len, "checkpoint hyp.yaml", NULL, NULL, &o->hyp, e,
                        sizeof e);
@@ -1321,7 +1330,8 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
     }
     rc = trn_loader_create(R->data, &lo, &R->loader, e, sizeof e);
     if (rc < 0) {
-        seterr(err, cap, "%s: %s (pack it with yolo-pack --size %d)", o->records, e, o->img);
+        /* the loader's message carries the repack hint when the packing size is the cause */
+        seterr(err, cap, "%s: %s", o->records, e);
         return rc;
     }
     struct trn_loader_info li;

@@ -561,8 +561,7 @@ static int do_bench(const struct args *A, const struct trn_hyp *hyp)
     char err[768];
     const int rc = trn_bench_data_run(&o, &r, err, sizeof err);
     if (rc < 0) {
-        fprintf(stderr, PROG ": %s\nhint: make the dataset with yolo-pack --size %ld\n", err,
-                A->img);
+        fprintf(stderr, PROG ": %s\n", err); /* a repack hint is in it when size is the cause */
         return 1;
     }
     if (A->json)
@@ -614,8 +613,7 @@ static int do_plot(const struct args *A, const struct trn_hyp *hyp)
     struct trn_loader *l = NULL;
     rc = trn_loader_create(r, &lo, &l, err, sizeof err);
     if (rc < 0) {
-        fprintf(stderr, PROG ": %s: %s\nhint: make the dataset with yolo-pack --size %ld\n",
-                A->records, err, A->img);
+        fprintf(stderr, PROG ": %s: %s\n", A->records, err);
     }
     for (int k = 0; k < 3 && rc == 0; k++) {
         struct trn_batch b;

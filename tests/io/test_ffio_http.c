@@ -40,7 +40,8 @@ enum serve_mode {
     SERVE_NORANGE = 3,   /* 200 and the whole file, ignoring Range */
     SERVE_LIAR = 4,      /* an 8 GiB file: the real header, a trailer locating an 8 GiB index */
     SERVE_LIAR_HASH = 5, /* the same trailer with a correct locator hash */
-    SERVE_TRICKLE = 6    /* one byte of each body, then silence until the client gives up */
+    SERVE_TRICKLE = 6,   /* one byte of each body, then silence until the client gives up */
+    SERVE_BADRANGE = 7   /* 206 with a Content-Range one byte off the range asked for */
 };
 
 #define LIAR_SIZE ((uint64_t)8 << 30)
@@ -184,7 +185,7 @@ static void serve_one(struct server *s, int c)
     const int n = snprintf(hdr, sizeof hdr,
                            "HTTP/1.1 206 Partial Content\r\nContent-Length: %zu\r\nContent-Range: "
                            "bytes %llu-%llu/%zu\r\nConnection: close\r\n\r\n",
-                           len, a, b, s->size);
+                           len, a + (mode == SERVE_BADRANGE), b, s->size);
     send_all(c, hdr, (size_t)n);
     /* turn 0: the connection drops half way through the body; turn 4: the last 16 bytes of
      * the file's range never come, however often the client resumes. */
@@ -452,6 +453,15 @@ int main(int argc, char **argv)
     rc = rm ? ffio_remote_read(rm, &q, 1) : -1;
     ok(rc == 1 && q.result < 0 && q.payload == NULL,
        "a record over the always-short server fails: %lld", (long long)q.result);
+
+    /* A Content-Range that is not the range asked for: said as such (it used to be reported as
+     * a missing Content-Range). */
+    atomic_store(&s.mode, SERVE_BADRANGE);
+    rc = ffio_http_read(h, &x, 1);
+    ok(rc == 1 && x.res == -EPROTO &&
+           strstr(ffio_http_last_error(h), "Content-Range 'bytes 4097-") &&
+           strstr(ffio_http_last_error(h), "not the bytes asked for (4096-"),
+       "a wrong Content-Range is named: %s", ffio_http_last_error(h));
 
     /* Ignoring Range, and a missing file. */
     atomic_store(&s.mode, SERVE_NORANGE);

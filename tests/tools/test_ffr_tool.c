@@ -635,6 +635,10 @@ static void expect_usage(const char *why, struct run r)
 
 static void check_arguments(const char *file)
 {
+    struct run u = ffr("info", "http://127.0.0.1:9/x.ffr", NULL);
+    ok(u.code == 1 && strstr(u.err, "reads local files only") && strstr(u.err, "--cache-dir"),
+       "info on a URL: says URLs are read through ffr bench --cache-dir (not 'No such file')");
+    run_free(&u);
     expect_usage("no command", ffr(NULL));
     expect_usage("unknown command", ffr("frobnicate", NULL));
     expect_usage("info without FILE", ffr("info", NULL));

@@ -120,6 +120,37 @@ static void test_resume(void)
     ok(ckpt_meta_int(p, "last_opt_step") < ckpt_meta_int(p, "ni") - 1,
        "... between optimizer steps (last step at batch %lld): gradients pending",
        ckpt_meta_int(p, "last_opt_step"));
+    /* a copy whose hyp.yaml record has a flipped byte: resume names the record and the cause
+     * (issue 20: it said only "cannot read") */
+    char dmg[600];
+    snprintf(dmg, sizeof dmg, "%s/damaged.ckpt", dir);
+    size_t n = 0;
+    uint8_t *bytes = (uint8_t *)slurp(p, &n);
+    struct ffr_reader *rd = NULL;
+    uint64_t at = 0;
+    if (bytes && ffr_reader_open(&rd, p, NULL, NULL, 0) == 0) {
+        for (uint64_t i = 0; i < ffr_reader_count(rd); i++) {
+            struct ffr_record_info ri;
+            if (ffr_reader_info(rd, i, &ri) == 0 && ri.summary_len == 8 &&
+                !memcmp(ri.summary, "hyp.yaml", 8))
+                at = ri.offset + 40; /* a stored byte of the record */
+        }
+        ffr_reader_close(rd);
+    }
+    FILE *f = at && at < n ? fopen(dmg, "wb") : NULL;
+    if (f) {
+        bytes[at] ^= 0x20;
+        fwrite(bytes, 1, n, f);
+        fclose(f);
+    }
+    free(bytes);
+    rc = run("%s --resume %s", train, dmg);
+    char se[512];
+    char *e0 = (snprintf(se, sizeof se, "%s/stderr.txt", dir), slurp(se, NULL));
+    ok(f && rc == 1 && e0 && strstr(e0, "hyp.yaml") && strstr(e0, "checksum mismatch"),
+       "a damaged hyp.yaml record: resume fails naming the record and the checksum");
+    if (!(e0 && strstr(e0, "checksum mismatch"))) show_stderr();
+    free(e0);
     /* a second stop inside epoch 1, after the short batch and an epoch-end save */
     rc = run("%s --resume %s/runs/split --stop-after-steps 4", train, dir);
     is_int(rc, 0, "resume, 4 more batches, stop");
