@@ -121,7 +121,8 @@ static void usage(FILE *f)
                "  --name NAME           run name (default exp; exp2, ... when taken)\n"
                "  --exist-ok            reuse DIR/NAME instead of incrementing\n"
                "  --nosave              do not write annotated images\n"
-               "  --threads N           compute threads (default 0: the library's choice)\n"
+               "  --threads N           compute threads (default 0: one per core, BLAS single-\n"
+               "                        threaded)\n"
                "  -h, --help            this help\n");
 }
 
@@ -791,7 +792,7 @@ static int run(const struct args *A)
     struct trn_tta_opts to;
     trn_tta_opts_default(&to);
     to.augment = A->augment;
-    to.threads = (int)A->threads;
+    to.threads = trn_cli_threads(A->threads, 1); /* one per core, BLAS single (cli.h) */
     /* detect.py's auto letterbox gives several shapes: keep nets for a few of them */
     const int per_shape = n_models * (A->augment ? TRN_TTA_BRANCHES : 1);
     to.max_shapes = MAX_NETS / per_shape > 1 ? MAX_NETS / per_shape : 1;

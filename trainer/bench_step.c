@@ -2,6 +2,7 @@
  * `yolo-train --bench`: the training step on synthetic batches (see bench_step.h).
  */
 #include "bench_step.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <math.h>
@@ -427,6 +428,10 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     r->ms_step = r->ms_forward + r->ms_loss + r->ms_backward + r->ms_optimizer + r->ms_ema;
     if (graph) r->ms_step = t_graph * k;
     r->graph = graph;
+    /* counted while the net's context and its threads still exist */
+    r->threads = o->threads > 1 ? o->threads : 1;
+    r->blas_threads = kern_blas_threads();
+    r->os_threads = trn_cli_os_threads();
     r->img_per_s = r->ms_step > 0 ? o->batch * 1e3 / r->ms_step : 0;
     r->gflops_img = trn_model_gflops(b.m, o->img, false);
     r->tflops = r->ms_step > 0 ? 3.0 * r->gflops_img * o->batch / r->ms_step : 0;

@@ -67,6 +67,9 @@ struct trn_bench_step_result {
     size_t peak_bytes;   /* resident: every byte of backend memory the step holds (net,
                             momentum, EMA, loss scratch, targets, output gradients), all
                             allocated before the first step, so also the peak; else net_bytes */
+    int threads;         /* compute threads per op (the net's context) */
+    int blas_threads;    /* threads a BLAS call would use during the steps (kern_blas_threads) */
+    int os_threads;      /* the process's threads after the timed steps (trn_cli_os_threads) */
     int graph;           /* the timed steps were graph replays (cuda_graph): ms_step is the whole
                             step (batch and scalars up, one replay, loss floats down) and the
                             phase times are 0 (one launch has no phases) */

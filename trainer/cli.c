@@ -1,8 +1,11 @@
 /* Command-line number parsing (see cli.h). */
 #include "cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
+
+#include "kern.h"
 
 int trn_cli_long(const char *s, long lo, long hi, long *out)
 {
@@ -24,4 +27,22 @@ int trn_cli_double(const char *s, double lo, double hi, double *out)
     if (errno || end == s || *end || !(v >= lo && v <= hi)) return -EINVAL;
     *out = v;
     return 0;
+}
+
+int trn_cli_threads(long requested, int ranks)
+{
+    if (requested > 0) return (int)(requested < 256 ? requested : 256);
+    const int n = kern_cpu_count() / (ranks > 0 ? ranks : 1);
+    return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+
+int trn_cli_os_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
 }

@@ -12,4 +12,17 @@ int trn_cli_long(const char *s, long lo, long hi, long *out);
  * unchanged). */
 int trn_cli_double(const char *s, double lo, double hi, double *out);
 
+/*
+ * The compute threads (kern_ctx_opts.threads) a program uses: `requested` when > 0, else one per
+ * CPU this process may use, shared by the `ranks` of this node (at least 1, at most 64). The
+ * ops then split each layer themselves and the BLAS runs single-threaded (kern_ctx_create), so
+ * the defaults never oversubscribe: OpenBLAS's own threads beside ours halved the step's speed
+ * (issue 25).
+ */
+int trn_cli_threads(long requested, int ranks);
+
+/* Threads of this process right now (the entries of /proc/self/task; -1 when unreadable): what
+ * the programs report so that thread counts can be checked by counting, not by timing. */
+int trn_cli_os_threads(void);
+
 #endif

@@ -22,6 +22,7 @@
 #include "ffio.h"
 #include "ffr.h"
 #include "amp.h"
+#include "cli.h"
 #include "kern.h"
 #include "kern_cuda.h"
 #include "loader.h"
@@ -1336,6 +1337,11 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
     }
     struct trn_loader_info li;
     trn_loader_info(R->loader, &li);
+    /* counted, so that a test can check the defaults by counting rather than by timing */
+    logline(R,
+            "compute: %d thread(s) per op, BLAS %d thread(s), %u loader worker(s); %d threads "
+            "in the process",
+            o->threads > 1 ? o->threads : 1, kern_blas_threads(), li.workers, trn_cli_os_threads());
     if (R->gpu_ctx && li.pinned_kind != FFIO_PINNED_CUDA)
         logline(R,
                 "WARNING: the loader's buffers are not CUDA-pinned (%s; they are %s): every "

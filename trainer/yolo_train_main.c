@@ -471,7 +471,7 @@ static int do_bench_step(const struct args *A)
     o.batch = (int)A->batch;
     o.device = gpu;
     o.device_path = gpu < 0 && A->device_path;
-    o.threads = (int)A->threads;
+    o.threads = trn_cli_threads(A->threads, 1); /* as the training loop: never oversubscribed */
     o.steps = (int)A->bench_steps;
     o.warmup = (int)A->bench_warmup;
     o.seed = (uint64_t)A->seed;
@@ -491,11 +491,13 @@ static int do_bench_step(const struct args *A)
                "\"ms_loss\": %.4f, \"ms_backward\": %.4f, \"ms_optimizer\": %.4f, "
                "\"ms_ema\": %.4f, \"gflops_img\": %.4f, \"tflops\": %.4f, \"net_bytes\": %zu, "
                "\"peak_bytes\": %zu, \"resident\": %s, \"graph\": %s, \"params\": %lld, "
-               "\"loss\": %.9g, \"steps\": %d}\n",
+               "\"loss\": %.9g, \"steps\": %d, \"threads\": %d, \"blas_threads\": %d, "
+               "\"os_threads\": %d}\n",
                slash ? slash + 1 : path, r.on_device ? "cuda" : "cpu", o.img, o.batch, r.img_per_s,
                r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
                r.gflops_img, r.tflops, r.net_bytes, r.peak_bytes, r.resident ? "true" : "false",
-               r.graph ? "true" : "false", r.params, r.loss, o.steps);
+               r.graph ? "true" : "false", r.params, r.loss, o.steps, r.threads, r.blas_threads,
+               r.os_threads);
     else
         printf("%s img %d batch %d on %s: %.1f img/s, %.2f ms/step (forward %.2f, loss %.2f, "
                "backward %.2f, optimizer %.2f, EMA %.2f), %.3f TFLOP/s, net %.0f MiB, peak %.0f "
@@ -836,8 +838,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.workers = (unsigned)A->workers;
     /* one compute thread per core (shared by the ranks of this node): OpenBLAS's own threads
      * beside the loader's oversubscribe */
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN) / (local_world > 0 ? local_world : 1);
-    o.threads = A->threads > 0 ? (int)A->threads : cores > 1 ? (int)(cores < 64 ? cores : 64) : 0;
+    o.threads = trn_cli_threads(A->threads, local_world);
     o.seed = (uint64_t)A->seed;
     o.optimizer = !strcmp(A->optimizer, "Adam")    ? TRN_OPTIM_ADAM
                   : !strcmp(A->optimizer, "AdamW") ? TRN_OPTIM_ADAMW

@@ -69,7 +69,8 @@ static void usage(FILE *f)
             "  --half                FP16 half-precision inference (val.py --half): the\n"
             "                        convolutions in fp16 with fp32 accumulation, the rest fp32\n"
             "  --workers N           loader threads (default 0 = min(cores, 8))\n"
-            "  --threads N           compute threads (default 0: OpenBLAS's own)\n"
+            "  --threads N           compute threads (default 0: one per core; each op splits\n"
+            "                        N ways, BLAS single-threaded)\n"
             "  --micro-batch N       images per forward (memory only; default 4 on the CPU,\n"
             "                        --batch-size on a GPU)\n"
             "  --device D            cpu or a CUDA device number (default: 0 if present)\n"
@@ -506,7 +507,7 @@ static int run(const struct args *A)
     vo.batch_size = (int)A->batch;
     vo.micro_batch = (int)A->micro;
     vo.workers = (unsigned)A->workers;
-    vo.threads = (int)A->threads;
+    vo.threads = trn_cli_threads(A->threads, 1); /* one per core, BLAS single (cli.h) */
     vo.conf_thres = (float)A->conf;
     vo.iou_thres = A->iou;
     vo.max_det = (int)A->max_det;

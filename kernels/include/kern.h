@@ -107,6 +107,14 @@ KERN_API int kern_ctx_create(const struct kern_ctx_opts *opts, struct kern_ctx *
 /* Destroys ctx and frees the workspace it owns (never a borrowed one). Accepts NULL. */
 KERN_API void kern_ctx_destroy(struct kern_ctx *ctx);
 
+/* The CPUs this process may run on (its affinity mask, so taskset and cgroup cpusets count),
+ * at least 1: what a default thread count is made from. Thread-safe. */
+KERN_API int kern_cpu_count(void);
+
+/* The threads a BLAS call made now would use (OpenBLAS's setting; 1 when the BLAS does not
+ * say): 1 once a context with threads > 1 exists, so the two never oversubscribe. */
+KERN_API int kern_blas_threads(void);
+
 /* Returns the backend of ctx (KERN_BACKEND_*), or -EINVAL for NULL. */
 KERN_API int kern_ctx_backend(const struct kern_ctx *ctx);
 

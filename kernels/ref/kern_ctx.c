@@ -8,9 +8,11 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -217,6 +219,23 @@ void kern_ctx_destroy(struct kern_ctx *ctx)
     pool_destroy(ctx->pool);
     if (ctx->ws_owned) free(ctx->ws);
     free(ctx);
+}
+
+int kern_cpu_count(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)(n < KERN_MAX_THREADS ? n : KERN_MAX_THREADS) : 1;
+}
+
+int kern_blas_threads(void)
+{
+#ifdef OPENBLAS_VERSION
+    return openblas_get_num_threads();
+#else
+    return 1;
+#endif
 }
 
 int kern_ctx_backend(const struct kern_ctx *ctx)

@@ -5,6 +5,7 @@
  */
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,74 @@ static void test_bench(void)
            "--bench-data on a missing file: exit 1");
 }
 
+/* The "compute: ..." line a run printed (stdout or stderr; malloc'ed), or NULL. */
+static char *compute_line(void)
+{
+    char *r = NULL;
+    for (int k = 0; k < 2 && !r; k++) {
+        char *e = out_text(k ? "stderr" : "stdout");
+        char *l = e ? strstr(e, "compute: ") : NULL;
+        r = l ? strndup(l, strcspn(l, "\n")) : NULL;
+        free(e);
+    }
+    return r;
+}
+
+/* The defaults use the compute threads of --threads N for N = the CPUs this process may use,
+ * with BLAS single-threaded, in --bench, the training loop and yolo-val: checked by counting
+ * threads (issue 25: OpenBLAS's own threads beside ours halved --bench's speed). */
+static void test_default_threads(const char *yolo_val)
+{
+    cpu_set_t set;
+    const int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    const char *bench = "%s --bench --cfg yolov5n --img 64 --batch-size 2 --bench-steps 1 "
+                        "--bench-warmup 1 --device cpu --json%s";
+    char with_n[32];
+    snprintf(with_n, sizeof with_n, " --threads %d", n);
+    int counts[2][3] = { { -1, -1, -1 }, { -2, -2, -2 } };
+    for (int k = 0; k < 2; k++) {
+        if (run(bench, train, k ? with_n : "") != 0) continue;
+        char *o = out_text("stdout");
+        cJSON *j = o ? cJSON_Parse(o) : NULL;
+        static const char *const keys[3] = { "threads", "blas_threads", "os_threads" };
+        for (int q = 0; q < 3; q++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[q]);
+            if (cJSON_IsNumber(v)) counts[k][q] = v->valueint;
+        }
+        cJSON_Delete(j);
+        free(o);
+    }
+    ok(!memcmp(counts[0], counts[1], sizeof counts[0]) && counts[0][0] == n &&
+           (n == 1 || counts[0][1] == 1),
+       "--bench: default threads %d, BLAS %d, %d in the process == --threads %d's (%d, %d, %d)",
+       counts[0][0], counts[0][1], counts[0][2], n, counts[1][0], counts[1][1], counts[1][2]);
+
+    const char *tr = "%s --records %s/train.ffr --cfg yolov5n --img 320 --batch-size 4 --epochs 1 "
+                     "--workers 1 --stop-after-steps 1 --project %s/runs --name thr%d "
+                     "--exist-ok%s";
+    char *line[2] = { NULL, NULL };
+    for (int k = 0; k < 2; k++)
+        if (run(tr, train, dir, dir, k, k ? with_n : "") == 0) line[k] = compute_line();
+    char want[64];
+    snprintf(want, sizeof want, "compute: %d thread(s) per op, BLAS %d", n, n > 1 ? 1 : n);
+    ok(line[0] && line[1] && !strcmp(line[0], line[1]) && !strncmp(line[0], want, strlen(want)),
+       "training: the default's '%s' == --threads %d's", line[0] ? line[0] : "(none)", n);
+    char ckpt[600];
+    snprintf(ckpt, sizeof ckpt, "%s/runs/thr0/weights/last.ckpt", dir);
+    const char *va = "%s --records %s/train.ffr --weights %s --img 320 --device cpu --workers 1 "
+                     "--no-plots --project %s/runs --name val --exist-ok%s";
+    char *vline[2] = { NULL, NULL };
+    for (int k = 0; k < 2 && line[0]; k++)
+        if (run(va, yolo_val, dir, ckpt, dir, k ? with_n : "") == 0) vline[k] = compute_line();
+    ok(vline[0] && vline[1] && !strcmp(vline[0], vline[1]) &&
+           !strncmp(vline[0], want, strlen(want)),
+       "yolo-val: the default's '%s' == --threads %d's", vline[0] ? vline[0] : "(none)", n);
+    for (int k = 0; k < 2; k++) {
+        free(line[k]);
+        free(vline[k]);
+    }
+}
+
 /* Decodes path; returns 1 when it is a whole JPEG of w x h. */
 static int jpeg_is(const char *path, int w, int h)
 {
@@ -195,6 +264,7 @@ int main(int argc, char **argv)
     if (!ok(made, "yolo-synth and yolo-pack made the dataset in %s", dir)) return tap_done();
     test_help_and_flags();
     test_bench();
+    test_default_threads(argc > 4 ? argv[4] : NULL);
     test_plot();
     const int rc = tap_done();
     if (rc == 0) run("rm -rf %s", dir);
