@@ -504,13 +504,137 @@ void trn_aug_xyxy_to_xywhn(float *rows, int n, int w, int h, double eps)
     }
 }
 
-static int cmp_ar(const void *a, const void *b, void *ctx)
+/* numpy's order for doubles: NaN last (aspect ratios are finite, the rule is kept whole). */
+static bool np_less(double a, double b)
 {
-    const int32_t *hw = ctx;
-    const int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
-    const double ai = (double)hw[2 * i] / hw[2 * i + 1], aj = (double)hw[2 * j] / hw[2 * j + 1];
-    if (ai != aj) return ai < aj ? -1 : 1;
-    return (i > j) - (i < j);
+    return a < b || (b != b && a == a);
+}
+
+/* numpy 1.24's aheapsort_ for doubles (the introsort's fallback): tosort[0..n) by v. */
+static void np_aheapsort(const double *v, int64_t *tosort, int64_t n)
+{
+    int64_t *a = tosort - 1; /* 1-based heap indexing, as numpy's */
+    int64_t i, j, l, tmp;
+    for (l = n >> 1; l > 0; --l) {
+        tmp = a[l];
+        for (i = l, j = l << 1; j <= n;) {
+            if (j < n && np_less(v[a[j]], v[a[j + 1]])) j += 1;
+            if (!np_less(v[tmp], v[a[j]])) break;
+            a[i] = a[j];
+            i = j;
+            j += j;
+        }
+        a[i] = tmp;
+    }
+    for (; n > 1;) {
+        tmp = a[n];
+        a[n] = a[1];
+        n -= 1;
+        for (i = 1, j = 2; j <= n;) {
+            if (j < n && np_less(v[a[j]], v[a[j + 1]])) j++;
+            if (!np_less(v[tmp], v[a[j]])) break;
+            a[i] = a[j];
+            i = j;
+            j += j;
+        }
+        a[i] = tmp;
+    }
+}
+
+#define NP_SMALL_QUICKSORT 15
+#define NP_QS_STACK        128 /* 2 * bits of npy_intp: numpy's PYA_QS_STACK */
+
+/*
+ * np.argsort(v) as numpy 1.24 computes it for float64 (kind 'quicksort', its default: the
+ * introsort of npysort/quicksort.cpp, aquicksort_): median-of-3 quicksort of partitions of more
+ * than 16 elements (SMALL_QUICKSORT 15), insertion sort of the rest, heapsort (aheapsort_, also
+ * numpy's kind='heapsort') past a depth of 2 * floor(log2 n). The order of equal values is
+ * that algorithm's, not index order, and ultralytics' val.py takes it from here (irect =
+ * ar.argsort()), so which image lands in which rect batch depends on it. numpy 1.25+ on AVX-512
+ * CPUs and 2.x use another sort (x86-simd-sort) whose tie order differs: this reproduces 1.24,
+ * Debian bookworm's, which the val.py reference of tests/trainer was made with.
+ */
+static void np_argsort(const double *v, int64_t *tosort, int64_t num)
+{
+    for (int64_t i = 0; i < num; i++)
+        tosort[i] = i;
+    if (num < 2) return;
+    int64_t *pl = tosort, *pr = tosort + num - 1;
+    int64_t *stack[NP_QS_STACK], **sptr = stack;
+    int depth[NP_QS_STACK], *psdepth = depth;
+    int cdepth = 0;
+    for (uint64_t u = (uint64_t)num; u >>= 1;)
+        cdepth++;
+    cdepth *= 2;
+    int64_t *pm, *pi, *pj, *pk, vi, t;
+#define NP_SWAP(a, b) (t = (a), (a) = (b), (b) = t)
+    for (;;) {
+        if (cdepth < 0) {
+            np_aheapsort(v, pl, pr - pl + 1);
+            goto stack_pop;
+        }
+        while ((pr - pl) > NP_SMALL_QUICKSORT) {
+            pm = pl + ((pr - pl) >> 1);
+            if (np_less(v[*pm], v[*pl])) NP_SWAP(*pm, *pl);
+            if (np_less(v[*pr], v[*pm])) NP_SWAP(*pr, *pm);
+            if (np_less(v[*pm], v[*pl])) NP_SWAP(*pm, *pl);
+            const double vp = v[*pm];
+            pi = pl;
+            pj = pr - 1;
+            NP_SWAP(*pm, *pj);
+            for (;;) {
+                do
+                    ++pi;
+                while (np_less(v[*pi], vp));
+                do
+                    --pj;
+                while (np_less(vp, v[*pj]));
+                if (pi >= pj) break;
+                NP_SWAP(*pi, *pj);
+            }
+            pk = pr - 1;
+            NP_SWAP(*pi, *pk);
+            /* the larger partition goes on the stack */
+            if (pi - pl < pr - pi) {
+                *sptr++ = pi + 1;
+                *sptr++ = pr;
+                pr = pi - 1;
+            } else {
+                *sptr++ = pl;
+                *sptr++ = pi - 1;
+                pl = pi + 1;
+            }
+            *psdepth++ = --cdepth;
+        }
+        for (pi = pl + 1; pi <= pr; ++pi) { /* insertion sort */
+            vi = *pi;
+            const double vp = v[vi];
+            pj = pi;
+            pk = pi - 1;
+            while (pj > pl && np_less(vp, v[*pk]))
+                *pj-- = *pk--;
+            *pj = vi;
+        }
+    stack_pop:
+        if (sptr == stack) break;
+        pr = *(--sptr);
+        pl = *(--sptr);
+        cdepth = *(--psdepth);
+    }
+#undef NP_SWAP
+}
+
+int trn_aug_argsort_np(const double *v, int64_t n, int64_t *order, bool heapsort)
+{
+    if (!v || !order || n < 0) return -EINVAL;
+    if (!heapsort) {
+        np_argsort(v, order, n);
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i++)
+        order[i] = i;
+    if (n > 1) np_aheapsort(v, order, n);
+    return 0;
 }
 
 int trn_aug_rect_shapes(const int32_t *hw, int64_t n, int batch, int img_size, int stride,
@@ -520,18 +644,24 @@ int trn_aug_rect_shapes(const int32_t *hw, int64_t n, int batch, int img_size, i
         !shapes)
         return -EINVAL;
     if ((n + batch - 1) / batch > 0x7fffffff) return -EINVAL;
+    double *ar = malloc((size_t)n * sizeof *ar);
+    if (!ar) return -ENOMEM;
     for (int64_t i = 0; i < n; i++) {
-        if (hw[2 * i] < 1 || hw[2 * i + 1] < 1) return -EINVAL;
-        order[i] = i;
+        if (hw[2 * i] < 1 || hw[2 * i + 1] < 1) {
+            free(ar);
+            return -EINVAL;
+        }
+        ar[i] = (double)hw[2 * i] / hw[2 * i + 1]; /* s[:, 1] / s[:, 0], float64 */
     }
-    qsort_r(order, (size_t)n, sizeof *order, cmp_ar, (void *)hw);
+    np_argsort(ar, order, n); /* irect = ar.argsort(): val.py's batches, ties included */
+    free(ar);
     const int nb = (int)((n + batch - 1) / batch);
     for (int b = 0; b < nb; b++) {
         double mini = INFINITY, maxi = -INFINITY;
         for (int64_t i = (int64_t)b * batch; i < n && i < (int64_t)(b + 1) * batch; i++) {
             const int64_t k = order[i];
-            const double ar = (double)hw[2 * k] / hw[2 * k + 1];
-            mini = fmin(mini, ar), maxi = fmax(maxi, ar);
+            const double a = (double)hw[2 * k] / hw[2 * k + 1];
+            mini = fmin(mini, a), maxi = fmax(maxi, a);
         }
         double rel_h = 1, rel_w = 1;
         if (maxi < 1)

@@ -373,15 +373,23 @@ int trn_aug_letterbox(const uint8_t *src, int w, int h, const struct trn_aug_let
                       uint8_t *dst, size_t dst_cap);
 
 /*
- * Rect validation batch shapes (S6): sort images by aspect ratio h/w (stable: ties keep index
- * order; numpy's argsort leaves tie order unspecified, which never changes a batch's shape), cut
- * the order into batches of `batch`, and give batch b the shape
+ * np.argsort(v) of a float64 array as numpy 1.24 orders it (its default introsort, ties in that
+ * algorithm's order, not index order; with heapsort, kind='heapsort'): n indices into order.
+ * Returns 0 or -EINVAL. The version dependence is documented at the implementation (augment.c).
+ */
+int trn_aug_argsort_np(const double *v, int64_t n, int64_t *order, bool heapsort);
+
+/*
+ * Rect validation batch shapes (S6): sort images by aspect ratio h/w exactly as val.py's
+ * ar.argsort() does (trn_aug_argsort_np: tie order matters, since it decides which images share
+ * a batch and so which letterbox shape each gets), cut the order into batches of `batch`, and
+ * give batch b the shape
  * ceil(shape_rel * img_size / stride + pad) * stride with shape_rel = (max_ar, 1) if every ar <
  * 1, (1, 1/min_ar) if every ar > 1, else (1, 1), as (h, w).
  *
  * hw: n (h, w) pairs (original sizes; ultralytics uses the source image sizes), each >= 1.
  * order: out, n dataset indices in sorted order (image i of batch b is order[b*batch + i]).
- * shapes: out, nb = ceil(n / batch) (h, w) pairs. Returns nb, or -EINVAL.
+ * shapes: out, nb = ceil(n / batch) (h, w) pairs. Returns nb, -EINVAL or -ENOMEM.
  */
 int trn_aug_rect_shapes(const int32_t *hw, int64_t n, int batch, int img_size, int stride,
                         double pad, int64_t *order, int32_t *shapes);

@@ -13,6 +13,7 @@
 #include "tap.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -671,6 +672,57 @@ static void test_errors(void)
     is_int(trn_aug_warp_affine(px, 32, 32, M, out, 0, 32, 114), -EINVAL, "warp to width 0 refused");
 }
 
+/* np.argsort (numpy 1.24, val.py's ar.argsort()) against the references make_argsort_refs.py
+ * wrote beside refs.bin: ties in numpy's order, which decides val.py's rect batches (issue 24). */
+static void test_argsort(const char *refs_bin)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s/argsort_refs.txt",
+             (int)(strrchr(refs_bin, '/') ? strrchr(refs_bin, '/') - refs_bin : 1),
+             strrchr(refs_bin, '/') ? refs_bin : ".");
+    FILE *f = fopen(path, "r");
+    if (!ok(f != NULL, "argsort references %s", path)) return;
+    int arrays = 0, same = 0, differs_from_stable = 0, heaps = 0;
+    long n;
+    char kind[2];
+    while (fscanf(f, "%1s %ld", kind, &n) == 2 && n > 0 && n < 100000) {
+        double *v = malloc((size_t)n * sizeof *v);
+        int64_t *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+        int good = v && want && got;
+        for (long i = 0; good && i < n; i++)
+            good = fscanf(f, "%lf", &v[i]) == 1;
+        char colon[2];
+        good = good && fscanf(f, "%1s", colon) == 1 && colon[0] == ':';
+        for (long i = 0; good && i < n; i++)
+            good = fscanf(f, "%" SCNd64, &want[i]) == 1;
+        if (good) {
+            trn_aug_argsort_np(v, n, got, kind[0] == 'h');
+            heaps += kind[0] == 'h';
+            arrays++;
+            same += !memcmp(got, want, (size_t)n * sizeof *got);
+            /* would index order for ties (a stable sort) have given the same? */
+            for (long i = 1; i < n; i++)
+                if (v[want[i - 1]] == v[want[i]] && want[i - 1] > want[i]) {
+                    differs_from_stable++;
+                    break;
+                }
+        }
+        free(v);
+        free(want);
+        free(got);
+        if (!good) break;
+    }
+    fclose(f);
+    ok(arrays >= 50 && heaps >= 6 && same == arrays,
+       "np.argsort order reproduced for %d of %d arrays (%d of them kind='heapsort', the "
+       "introsort's fallback)",
+       same, arrays, heaps);
+    ok(differs_from_stable > 10,
+       "(%d of them put ties out of index order, as a stable sort "
+       "would not)",
+       differs_from_stable);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -689,6 +741,7 @@ int main(int argc, char **argv)
     test_mixup();
     test_letterbox();
     test_rect();
+    test_argsort(argv[1]);
     test_samples();
     test_draws();
     test_errors();
