@@ -248,6 +248,7 @@ void pack_image_opts_default(struct pack_image_opts *opts)
     if (!opts) return;
     opts->max_side = PACK_IMAGE_MAX_SIDE;
     opts->max_pixels = PACK_IMAGE_MAX_PIXELS;
+    opts->round = PACK_IMAGE_ROUND_INT;
 }
 
 int pack_image_decoder_create(const struct pack_image_opts *opts, struct pack_image_decoder **out)
@@ -257,7 +258,8 @@ int pack_image_decoder_create(const struct pack_image_opts *opts, struct pack_im
     struct pack_image_opts o;
     pack_image_opts_default(&o);
     if (opts) o = *opts;
-    if (o.max_side < 1 || o.max_pixels < 1) return -EINVAL;
+    if (o.max_side < 1 || o.max_pixels < 1 || (unsigned)o.round > PACK_IMAGE_ROUND_CEIL)
+        return -EINVAL;
     struct pack_image_decoder *d = calloc(1, sizeof *d);
     if (!d) return -ENOMEM;
     d->opts = o;
@@ -398,16 +400,19 @@ int pack_image_decode(struct pack_image_decoder *dec, const void *src, size_t sr
     return 0;
 }
 
-int pack_image_target_size(int w0, int h0, int size, int *out_w, int *out_h)
+int pack_image_target_size(int w0, int h0, int size, enum pack_image_round round, int *out_w,
+                           int *out_h)
 {
-    if (w0 < 1 || h0 < 1 || size < 1 || !out_w || !out_h) return -EINVAL;
+    if (w0 < 1 || h0 < 1 || size < 1 || !out_w || !out_h || (unsigned)round > PACK_IMAGE_ROUND_CEIL)
+        return -EINVAL;
     const double r = (double)size / (double)(w0 > h0 ? w0 : h0);
     if (r == 1.0) {
         *out_w = w0, *out_h = h0;
         return 0;
     }
-    /* Python: math.ceil(w0 * r), int * float is a double multiply. */
-    const double w = ceil((double)w0 * r), h = ceil((double)h0 * r);
+    /* Python: int(w0 * r) (or math.ceil), int * float is a double multiply. */
+    const double w = round == PACK_IMAGE_ROUND_CEIL ? ceil((double)w0 * r) : floor((double)w0 * r);
+    const double h = round == PACK_IMAGE_ROUND_CEIL ? ceil((double)h0 * r) : floor((double)h0 * r);
     if (w > PACK_IMAGE_MAX_SIDE || h > PACK_IMAGE_MAX_SIDE) return -EINVAL;
     *out_w = w < 1 ? 1 : (int)w;
     *out_h = h < 1 ? 1 : (int)h;
@@ -445,7 +450,7 @@ static int load_impl(struct pack_image_decoder *dec, int size, enum pack_image_i
         return 0;
     }
     int dw, dh;
-    if ((rc = pack_image_target_size(img.width, img.height, size, &dw, &dh)) < 0) {
+    if ((rc = pack_image_target_size(img.width, img.height, size, dec->opts.round, &dw, &dh)) < 0) {
         DETAIL(dec, "cannot resize %dx%d to long side %d", img.width, img.height, size);
         return rc;
     }
@@ -493,9 +498,9 @@ int pack_image_load_into(struct pack_image_decoder *dec, int size, enum pack_ima
     if (pack_image_probe(src, src_len, &info) == 0 && info.orientation == 1 &&
         info.components != 4) {
         int dw = info.width, dh = info.height;
-        const int same =
-            size == 0 || (pack_image_target_size(info.width, info.height, size, &dw, &dh) == 0 &&
-                          dw == info.width && dh == info.height);
+        const int same = size == 0 || (pack_image_target_size(info.width, info.height, size,
+                                                              dec->opts.round, &dw, &dh) == 0 &&
+                                       dw == info.width && dh == info.height);
         direct = same && (size_t)dw * (size_t)dh * 3 <= dst_cap;
     }
     int rc;

@@ -98,10 +98,17 @@ struct pack_image_info {
  */
 int pack_image_probe(const void *src, size_t src_len, struct pack_image_info *out);
 
+/* How load_image rounds the resized sides (pack_image_target_size). */
+enum pack_image_round {
+    PACK_IMAGE_ROUND_INT = 0, /* int(w0 * r): ultralytics v7.0 (and v6.2), the default */
+    PACK_IMAGE_ROUND_CEIL = 1 /* math.ceil(w0 * r): ultralytics master after v7.0 */
+};
+
 /* Decoder options; fill with pack_image_opts_default() and change what you need. */
 struct pack_image_opts {
-    int max_side;        /* largest accepted coded width or height, pixels (>= 1) */
-    uint64_t max_pixels; /* largest accepted coded width * height (>= 1) */
+    int max_side;                /* largest accepted coded width or height, pixels (>= 1) */
+    uint64_t max_pixels;         /* largest accepted coded width * height (>= 1) */
+    enum pack_image_round round; /* pack_image_load's sizes; default PACK_IMAGE_ROUND_INT */
 };
 
 /* pack_image_opts_default: max_side = PACK_IMAGE_MAX_SIDE, max_pixels = PACK_IMAGE_MAX_PIXELS. */
@@ -191,11 +198,14 @@ const char *pack_image_decoder_detail(const struct pack_image_decoder *dec);
 
 /*
  * pack_image_target_size: ultralytics' size rule. r = size / max(w0, h0) in double; when
- * r == 1 the size is unchanged, else (ceil(w0*r), ceil(h0*r)) with a double multiply, as
- * Python's math.ceil(w0 * r).
- * Returns 0, or -EINVAL when w0, h0 or size is < 1 or a pointer is NULL. Thread-safe.
+ * r == 1 the size is unchanged, else (int(w0*r), int(h0*r)) with a double multiply, as v7.0's
+ * load_image (round PACK_IMAGE_ROUND_CEIL: math.ceil(w0 * r), as later master), at least 1
+ * (ultralytics refuses images under 10 pixels before they get here).
+ * Returns 0, or -EINVAL when w0, h0 or size is < 1, round is unknown or a pointer is NULL.
+ * Thread-safe.
  */
-int pack_image_target_size(int w0, int h0, int size, int *out_w, int *out_h);
+int pack_image_target_size(int w0, int h0, int size, enum pack_image_round round, int *out_w,
+                           int *out_h);
 
 /*
  * pack_image_interp_resolve: turn an interp or AUTO_* policy into LINEAR or AREA for an image

@@ -216,8 +216,9 @@ static int process(struct worker *w, size_t i, struct slot *s)
     int dw = 0, dh = 0;
     if (o->codec != PACK_CODEC_JPEG && smp.pixel_format == FFR_DET_RGB8 &&
         pack_image_probe(w->file, len, &info) == 0 &&
-        (o->size == 0 ? (dw = info.width, dh = info.height, 0)
-                      : pack_image_target_size(info.width, info.height, o->size, &dw, &dh)) == 0) {
+        (o->size == 0
+             ? (dw = info.width, dh = info.height, 0)
+             : pack_image_target_size(info.width, info.height, o->size, o->round, &dw, &dh)) == 0) {
         smp.h = (uint32_t)dh;
         smp.w = (uint32_t)dw;
         smp.pixel_bytes = (uint32_t)((size_t)dw * (size_t)dh * 3);
@@ -424,6 +425,7 @@ static char *make_metadata(const struct pack_opts *o, const struct pack_ds *ds,
             : o->interp == PACK_IMAGE_INTERP_AUTO_TRAIN
                 ? "linear (train)"
                 : "area when shrinking, linear when enlarging (val)");
+    fprintf(f, "resize_round: %s\n", o->round == PACK_IMAGE_ROUND_CEIL ? "ceil" : "int");
     fprintf(f, "codec: %s\n", codecs[o->codec]);
     if (o->codec == PACK_CODEC_ZSTD)
         fprintf(f, "zstd_level: %d\nfilter: %s\n", o->zstd_level, o->sub_filter ? "sub" : "none");
@@ -558,7 +560,10 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
     for (int k = 0; k < nt; k++) {
         ws[k].j = &j;
         ws[k].tj = o->codec == PACK_CODEC_JPEG ? tjInitCompress() : NULL;
-        if ((rc = pack_image_decoder_create(NULL, &ws[k].dec)) < 0 ||
+        struct pack_image_opts io;
+        pack_image_opts_default(&io);
+        io.round = o->round;
+        if ((rc = pack_image_decoder_create(&io, &ws[k].dec)) < 0 ||
             (rc = ffr_codec_create(&ws[k].codec)) < 0)
             goto out;
         if (o->codec == PACK_CODEC_JPEG) {

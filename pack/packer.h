@@ -25,11 +25,13 @@ enum pack_codec {
 };
 
 struct pack_opts {
-    const char *input;  /* dataset root, yaml, json or list file */
-    const char *output; /* .ffr path (a manifest when shard_bytes > 0) */
-    int size;           /* long side in pixels; 0 keeps the original size */
-    int interp;         /* -1: by split (train: linear, else area when shrinking), or a
-                           PACK_IMAGE_INTERP_* value */
+    const char *input;           /* dataset root, yaml, json or list file */
+    const char *output;          /* .ffr path (a manifest when shard_bytes > 0) */
+    int size;                    /* long side in pixels; 0 keeps the original size */
+    int interp;                  /* -1: by split (train: linear, else area when shrinking), or a
+                                    PACK_IMAGE_INTERP_* value */
+    enum pack_image_round round; /* resized sides: int(w0 * r) (default, ultralytics v7.0) or
+                                    ceil (later master); recorded as resize_round */
     enum pack_codec codec;
     int zstd_level;            /* 1..19 */
     bool sub_filter;           /* Sub filter before zstd */

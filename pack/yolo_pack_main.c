@@ -46,8 +46,11 @@ static void usage(FILE *f)
         "      --filter F          none (default) or sub: PNG's Sub filter before zstd, 1.4x\n"
         "                          smaller, half the decode speed (for bandwidth-bound storage)\n"
         "      --quality Q         JPEG quality for --codec jpeg (default 95)\n"
-        "      --interp I          auto (default: linear for train splits, area when shrinking\n"
-        "                          otherwise), linear, or area\n"
+        "      --interp I          auto (default: train for train splits, else val), val (area\n"
+        "                          when shrinking, linear when enlarging: val.py's; use it for\n"
+        "                          validation packs of any split), train (linear), linear or area\n"
+        "      --resize-round R    int (default: int(w0 * r), as ultralytics v7.0) or ceil\n"
+        "                          (math.ceil, as ultralytics master after v7.0)\n"
         "      --shard-size SIZE   write shards of at most SIZE bytes (K, M, G suffixes) + "
         "manifest\n"
         "      --drop-backgrounds  leave out images without labels\n"
@@ -116,6 +119,7 @@ int main(int argc, char **argv)
         O_NOFILTER,
         O_QUALITY,
         O_INTERP,
+        O_ROUND,
         O_SHARD,
         O_DROPBG,
         O_NOSEG,
@@ -136,6 +140,7 @@ int main(int argc, char **argv)
         { "filter", required_argument, 0, O_NOFILTER },
         { "quality", required_argument, 0, O_QUALITY },
         { "interp", required_argument, 0, O_INTERP },
+        { "resize-round", required_argument, 0, O_ROUND },
         { "shard-size", required_argument, 0, O_SHARD },
         { "drop-backgrounds", no_argument, 0, O_DROPBG },
         { "boxes-from-segments", no_argument, 0, O_SEGBOX },
@@ -229,8 +234,20 @@ int main(int argc, char **argv)
                 o.interp = PACK_IMAGE_INTERP_LINEAR;
             else if (!strcmp(optarg, "area"))
                 o.interp = PACK_IMAGE_INTERP_AREA;
+            else if (!strcmp(optarg, "val"))
+                o.interp = PACK_IMAGE_INTERP_AUTO_VAL;
+            else if (!strcmp(optarg, "train"))
+                o.interp = PACK_IMAGE_INTERP_AUTO_TRAIN;
             else
-                return bad_arg("bad --interp '%s' (auto, linear or area)", optarg);
+                return bad_arg("bad --interp '%s' (auto, val, train, linear or area)", optarg);
+            break;
+        case O_ROUND:
+            if (!strcmp(optarg, "int"))
+                o.round = PACK_IMAGE_ROUND_INT;
+            else if (!strcmp(optarg, "ceil"))
+                o.round = PACK_IMAGE_ROUND_CEIL;
+            else
+                return bad_arg("bad --resize-round '%s' (int or ceil)", optarg);
             break;
         case O_SHARD:
             if (parse_size(optarg, &o.shard_bytes))

@@ -914,10 +914,10 @@ static void *worker_main(void *arg)
 /* Setup                                                                                    */
 
 /*
- * Whether a record was packed for img_size s: ultralytics' load_image makes
- * (ceil(w0 * r), ceil(h0 * r)) with r = s / max(h0, w0), so the long side is s, or s + 1 when
- * the product rounds up. One pixel of slack on each side keeps this a check of the packing size,
- * not of the packer's rounding.
+ * Whether a record was packed for img_size s: ultralytics' load_image makes (int(w0 * r),
+ * int(h0 * r)) with r = s / max(h0, w0) (v7.0; ceil in later master, yolo-pack --resize-round),
+ * so each side is within a pixel of ceil(w0 * r). One pixel of slack on each side keeps this a
+ * check of the packing size, not of the packer's rounding.
  */
 static bool packed_for(const struct ffr_det_summary *m, uint32_t s)
 {

@@ -54,7 +54,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: " PROG " --records FILE --weights W [options]\n"
             "Validate a YOLOv5 model on ffr records (yolo-pack output) as ultralytics' val.py.\n\n"
-            "  --records FILE        validation dataset (ffr, packed at --img; --interp area)\n"
+            "  --records FILE        validation dataset (ffr, packed at --img; --interp val)\n"
             "  --weights W [W ...]   ultralytics .pt, or our checkpoint (.ckpt); several: an\n"
             "                        ensemble; without it, --cfg with the deterministic\n"
             "                        initial weights\n"
@@ -456,13 +456,21 @@ static int run(const struct args *A)
         ffr_reader_close(r);
         return 1;
     }
-    char interp[32];
+    /* val.py (v7.0) sizes with int(w0 * r), shrinks with INTER_AREA and enlarges with
+     * INTER_LINEAR: say so, with the full stored values, only when the pack differs */
+    char interp[160], rnd[32];
     trn_meta_value(meta, mlen, "interp", interp, sizeof interp);
-    if (interp[0] && strcmp(interp, "area"))
+    trn_meta_value(meta, mlen, "resize_round", rnd, sizeof rnd);
+    if (interp[0] && strncmp(interp, "area when shrinking, linear when enlarging", 42) != 0)
         fprintf(stderr,
-                PROG ": warning: %s was packed with --interp %s; ultralytics' val loader shrinks "
-                     "with INTER_AREA (yolo-pack --interp area)\n",
+                PROG ": warning: %s was packed with interp '%s'; val.py shrinks with INTER_AREA "
+                     "and enlarges with INTER_LINEAR (yolo-pack --interp val)\n",
                 A->records, interp);
+    if (strcmp(rnd, "int") != 0)
+        fprintf(stderr,
+                PROG ": warning: %s was packed with sizes rounded %s; val.py (v7.0) sizes with "
+                     "int(w0 * r) (yolo-pack --resize-round int, the default)\n",
+                A->records, rnd[0] ? rnd : "up (a pack older than resize_round)");
     struct trn_model *models[TRN_TTA_MAX_MODELS] = { 0 };
     const int n_models = A->n_weights ? A->n_weights : 1;
     int ret = 1;

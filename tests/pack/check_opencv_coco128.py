@@ -5,7 +5,7 @@ usage: check_opencv_coco128.py IMAGE_DUMP COCO128_DIR
 
 For each long side S and interpolation, runs IMAGE_DUMP (tests/pack/image_dump.c: pack/image
 decode + ultralytics load_image resize) on all images of COCO128_DIR/images/**, and computes the
-same with cv2.imread + cv2.resize(im, (ceil(w0*r), ceil(h0*r))) (BGR -> RGB). Prints the maximum
+same with cv2.imread + cv2.resize(im, (int(w0*r), int(h0*r))) (BGR -> RGB; ultralytics v7.0). Prints the maximum
 absolute difference and how many pixels (and channel values) differ; fails if any value differs
 by more than 1, a size differs, or either side cannot read an image.
 
@@ -13,7 +13,6 @@ Exit 77 (meson: skipped) when this python has no cv2 (Debian: apt-get install py
 or the dataset is missing.
 """
 import glob
-import math
 import os
 import subprocess
 import sys
@@ -76,7 +75,7 @@ def main():
             h0, w0 = im.shape[:2]
             r = size / max(h0, w0)
             if r != 1:
-                im = cv2.resize(im, (math.ceil(w0 * r), math.ceil(h0 * r)),
+                im = cv2.resize(im, (max(1, int(w0 * r)), max(1, int(h0 * r))),
                                 interpolation=interps[interp])
                 resized += 1
             ref = im[:, :, ::-1]

@@ -9,16 +9,19 @@ pyenv python):
 Every input is a small synthetic image (a closed-form pattern, no RNG, so the pixels are the
 same on every machine), encoded as JPEG by OpenCV or libjpeg-turbo, sometimes edited (EXIF
 blocks, truncation, trailing bytes, CMYK variants). The expected output of each case is what
-ultralytics' load_image() computes: cv2.imread, then cv2.resize to (ceil(w0*r), ceil(h0*r)) with
-r = S / max(h0, w0), converted BGR -> RGB and stored raw. image_refs.txt lists the cases:
+ultralytics' load_image() computes: cv2.imread, then cv2.resize to (int(w0*r), int(h0*r)) with
+r = S / max(h0, w0) (v7.0's rounding; op loadceil: math.ceil, later master's), converted BGR ->
+RGB and stored raw. image_refs.txt lists the cases:
 
     name jpeg op arg interp out_w out_h expected orientation warnings
 
-op is decode (arg -), load (arg = S, the long side) or resize (arg = WxH, explicit size after
+op is decode (arg -), load or loadceil (arg = S, the long side) or resize (arg = WxH, explicit size after
 decoding); interp is linear or area (- for decode); orientation is what OpenCV applied
 (inferred by comparing with the unrotated decode, -1 when not applicable); warnings is the
 PACK_IMAGE_WARN_* mask the case is built to trigger. image_sizes.txt lists ultralytics' size
-rule on tricky shapes: w0 h0 S w h val_interp (val_interp: the augment=False choice).
+rule on tricky shapes: w0 h0 S w h val_interp w_ceil h_ceil (val_interp: the augment=False
+choice; w, h with int(), w_ceil, h_ceil with math.ceil; sides at least 1, since ultralytics
+refuses images under 10 pixels before load_image).
 
 The JPEG bytes are part of the data, so a different libjpeg version only changes which bytes are
 stored, not the test's validity. Total size is kept under ~150 KB.
@@ -87,11 +90,12 @@ def cv_read(jpeg_name, messages=None):
     return img
 
 
-def target(w0, h0, s):
+def target(w0, h0, s, rnd="int"):
     r = s / max(h0, w0)
     if r == 1:
         return w0, h0, r
-    return math.ceil(w0 * r), math.ceil(h0 * r), r
+    f = math.ceil if rnd == "ceil" else int
+    return max(1, f(w0 * r)), max(1, f(h0 * r)), r
 
 
 CV_INTERP = {"linear": cv2.INTER_LINEAR, "area": cv2.INTER_AREA}
@@ -105,8 +109,8 @@ def add_case(name, jpeg_name, op, arg, interp, orientation=-1, warnings=0):
     if messages[0].strip():  # libjpeg warned: PACK_IMAGE_WARN_DATA
         warnings |= WARN_DATA
     h0, w0 = img.shape[:2]
-    if op == "load":
-        w, h, r = target(w0, h0, arg)
+    if op in ("load", "loadceil"):
+        w, h, r = target(w0, h0, arg, "ceil" if op == "loadceil" else "int")
         if r != 1:
             img = cv2.resize(img, (w, h), interpolation=CV_INTERP[interp])
     elif op == "resize":
@@ -214,6 +218,8 @@ def main():
         j = write(name + ".jpg", encode(pattern(w, h, i + 1)))
         for interp in ("linear", "area"):
             add_case("%s_%s_%d" % (name, interp, s), j, "load", s, interp)
+            if name in ("l97x61", "p61x97"):  # sizes where int() and ceil() differ
+                add_case("%s_%s_%d_ceil" % (name, interp, s), j, "loadceil", s, interp)
     # Explicit sizes with one axis enlarged and the other shrunk (INTER_AREA's linear emulation)
     j = PREFIX + "l97x61.jpg"
     for interp in ("linear", "area"):
@@ -320,10 +326,13 @@ def main():
               (32768, 3, 640), (1000, 999, 640), (7, 3, 320), (640, 427, 320), (1023, 767, 640),
               (2047, 1, 640), (300, 299, 1024)]
     with open(os.path.join(OUT, PREFIX + "sizes.txt"), "w") as f:
-        f.write("# w0 h0 S w h val_interp (ultralytics load_image, Python float semantics)\n")
+        f.write("# w0 h0 S w h val_interp w_ceil h_ceil (ultralytics load_image, Python float "
+                "semantics)\n")
         for w0, h0, s in shapes:
             w, h, r = target(w0, h0, s)
-            f.write("%d %d %d %d %d %s\n" % (w0, h0, s, w, h, "linear" if r > 1 else "area"))
+            wc, hc, _ = target(w0, h0, s, "ceil")
+            f.write("%d %d %d %d %d %s %d %d\n" % (w0, h0, s, w, h, "linear" if r > 1 else "area",
+                                                    wc, hc))
 
     total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT)
                 if f.startswith(PREFIX))

@@ -70,6 +70,8 @@ static int parse_interp(const char *s)
     return -1;
 }
 
+static struct pack_image_decoder *g_ceil; /* made on first use by a loadceil case */
+
 static void test_refs(struct pack_image_decoder *dec)
 {
     char path[1024];
@@ -102,8 +104,17 @@ static void test_refs(struct pack_image_decoder *dec)
         uint8_t *resized = NULL;
         const uint8_t *got = NULL;
         int gw = 0, gh = 0;
-        if (!strcmp(op, "load")) {
-            rc = pack_image_load(dec, atoi(arg), (enum pack_image_interp)interp, jbuf, jlen, &img);
+        if (!strcmp(op, "load") || !strcmp(op, "loadceil")) {
+            /* loadceil: a decoder rounding as ultralytics master after v7.0 (math.ceil) */
+            struct pack_image_decoder *d = dec;
+            if (!strcmp(op, "loadceil")) {
+                struct pack_image_opts io;
+                pack_image_opts_default(&io);
+                io.round = PACK_IMAGE_ROUND_CEIL;
+                if (!g_ceil) pack_image_decoder_create(&io, &g_ceil);
+                d = g_ceil;
+            }
+            rc = pack_image_load(d, atoi(arg), (enum pack_image_interp)interp, jbuf, jlen, &img);
             got = img.pixels, gw = img.width, gh = img.height;
         } else {
             rc = pack_image_decode(dec, jbuf, jlen, &img);
@@ -174,26 +185,32 @@ static void test_sizes(void)
     int n = 0, bad = 0;
     while (fgets(line, sizeof line, f)) {
         if (line[0] == '#') continue;
-        int w0, h0, s, w, h;
+        int w0, h0, s, w, h, wc, hc;
         char val[16];
-        if (sscanf(line, "%d %d %d %d %d %15s", &w0, &h0, &s, &w, &h, val) != 6) continue;
-        int gw = 0, gh = 0;
-        const int rc = pack_image_target_size(w0, h0, s, &gw, &gh);
+        if (sscanf(line, "%d %d %d %d %d %15s %d %d", &w0, &h0, &s, &w, &h, val, &wc, &hc) != 8)
+            continue;
+        int gw = 0, gh = 0, cw = 0, ch = 0;
+        const int rc = pack_image_target_size(w0, h0, s, PACK_IMAGE_ROUND_INT, &gw, &gh) |
+                       pack_image_target_size(w0, h0, s, PACK_IMAGE_ROUND_CEIL, &cw, &ch);
         const int vi = pack_image_interp_resolve(PACK_IMAGE_INTERP_AUTO_VAL, w0, h0, s);
         n++;
-        if (rc != 0 || gw != w || gh != h || vi != parse_interp(val) ||
+        if (rc != 0 || gw != w || gh != h || cw != wc || ch != hc || vi != parse_interp(val) ||
             pack_image_interp_resolve(PACK_IMAGE_INTERP_AUTO_TRAIN, w0, h0, s) !=
                 PACK_IMAGE_INTERP_LINEAR) {
             bad++;
-            tap_diag("%dx%d -> %d: got %dx%d interp %d, want %dx%d %s", w0, h0, s, gw, gh, vi, w, h,
-                     val);
+            tap_diag("%dx%d -> %d: got %dx%d (ceil %dx%d) interp %d, want %dx%d (%dx%d) %s", w0, h0,
+                     s, gw, gh, cw, ch, vi, w, h, wc, hc, val);
         }
     }
     fclose(f);
     ok(n >= 15 && bad == 0, "target size and interpolation rule on %d shapes (%d wrong)", n, bad);
     int a, b;
-    ok(pack_image_target_size(0, 5, 640, &a, &b) == -EINVAL, "target size rejects w0 = 0");
-    ok(pack_image_target_size(5, 5, 0, &a, &b) == -EINVAL, "target size rejects size 0");
+    ok(pack_image_target_size(0, 5, 640, PACK_IMAGE_ROUND_INT, &a, &b) == -EINVAL,
+       "target size rejects w0 = 0");
+    ok(pack_image_target_size(5, 5, 0, PACK_IMAGE_ROUND_INT, &a, &b) == -EINVAL,
+       "target size rejects size 0");
+    ok(pack_image_target_size(5, 5, 7, (enum pack_image_round)2, &a, &b) == -EINVAL,
+       "target size rejects an unknown rounding");
     ok(pack_image_interp_resolve((enum pack_image_interp)7, 5, 5, 5) == -EINVAL,
        "unknown interp rejected");
 }
@@ -640,5 +657,6 @@ int main(int argc, char **argv)
     test_errors(dec);
     test_exif_parser();
     pack_image_decoder_destroy(dec);
+    pack_image_decoder_destroy(g_ceil);
     return tap_done();
 }

@@ -19,6 +19,7 @@
 
 #include "ffr.h"
 #include "kern.h"
+#include "augment.h"
 #include "loader.h"
 #include "run_testutil.h"
 #include "tap.h"
@@ -337,7 +338,8 @@ static void test_identity(void)
     char err[512] = "";
     int rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
     int pix_ok = rc == 0, lab_ok = rc == 0, checked = 0;
-    uint8_t *raw = malloc(1 << 20), *rgb = malloc(IMG * IMG * 3);
+    uint8_t *raw = malloc(1 << 20), *rgb = malloc(IMG * IMG * 3), *lb = malloc(IMG * IMG * 3);
+    int resized = 0;
     for (int bi = 0; rc == 0 && bi < 6; bi++) {
         struct trn_batch b;
         if (trn_loader_next(l, &b) != 0) {
@@ -355,18 +357,26 @@ static void test_identity(void)
                 continue;
             }
             const int w = (int)s.w, h = (int)s.h;
-            const double dw = (IMG - w) / 2.0, dh = (IMG - h) / 2.0;
-            const int left = (int)lround(dw - 0.1), top = (int)lround(dh - 0.1);
+            /* ultralytics' letterbox(img, 128, auto=False, scaleup=True): padding only when the
+             * long side is 128; a record whose long side int(w0 * r) made 127 is resized to 128
+             * first (INTER_LINEAR), as train.py does */
+            struct trn_aug_letterbox_opts lo;
+            trn_aug_letterbox_opts_default(&lo);
+            struct trn_aug_letterbox_plan lp;
+            if (trn_aug_letterbox_plan(w, h, IMG, IMG, &lo, &lp) < 0 ||
+                trn_aug_letterbox(rgb, w, h, &lp, lb, IMG * IMG * 3) < 0) {
+                pix_ok = 0;
+                continue;
+            }
+            resized += lp.new_w != w || lp.new_h != h;
+            const double dw = lp.pad_w, dh = lp.pad_h;
             const uint8_t *plane = img + (size_t)j * 3 * IMG * IMG;
             for (int y = 0; y < IMG; y++)
                 for (int x = 0; x < IMG; x++)
-                    for (int c = 0; c < 3; c++) {
-                        const int sx = x - left, sy = y - top;
-                        const uint8_t want = (sx >= 0 && sx < w && sy >= 0 && sy < h)
-                                                 ? rgb[((size_t)sy * w + sx) * 3 + c]
-                                                 : 114;
-                        if (plane[(size_t)c * IMG * IMG + (size_t)y * IMG + x] != want) pix_ok = 0;
-                    }
+                    for (int c = 0; c < 3; c++)
+                        if (plane[(size_t)c * IMG * IMG + (size_t)y * IMG + x] !=
+                            lb[((size_t)y * IMG + x) * 3 + c])
+                            pix_ok = 0;
             /* Labels: the record's rows (boxes inside the image) shifted by the padding. */
             int nr = 0;
             for (size_t t = 0; t < b.n_targets; t++) {
@@ -379,8 +389,9 @@ static void test_identity(void)
                 const float *L = s.labels + 5 * nr;
                 /* ultralytics shifts labels by the float half-padding (dw, dh), pixels by
                  * the rounded one. */
-                const double cx = (L[1] * w + dw) / IMG, cy = (L[2] * h + dh) / IMG;
-                const double bw = L[3] * w / IMG, bh = L[4] * h / IMG;
+                const double cx = (L[1] * w * lp.ratio_w + dw) / IMG;
+                const double cy = (L[2] * h * lp.ratio_h + dh) / IMG;
+                const double bw = L[3] * w * lp.ratio_w / IMG, bh = L[4] * h * lp.ratio_h / IMG;
                 if (row[1] != L[0] || fabs(row[2] - cx) > 2e-3 || fabs(row[3] - cy) > 2e-3 ||
                     fabs(row[4] - bw) > 2e-3 || fabs(row[5] - bh) > 2e-3)
                     lab_ok = 0;
@@ -394,9 +405,12 @@ static void test_identity(void)
             checked++;
         }
     }
-    ok(pix_ok && checked >= 20, "augmentation off: %d images are the letterboxed records, exactly",
-       checked);
+    ok(pix_ok && checked >= 20,
+       "augmentation off: %d images are the letterboxed records, exactly (%d resized to the "
+       "long side first)",
+       checked, resized);
     ok(lab_ok, "augmentation off: target rows are the records' labels, shifted by the padding");
+    free(lb);
     free(raw);
     free(rgb);
     trn_loader_destroy(l);

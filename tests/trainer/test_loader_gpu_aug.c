@@ -278,15 +278,20 @@ static void test_host_built(struct kern_ctx *k)
     unsave(a, 2);
     unsave(b, 2);
 
-    /* Records at IMG exactly: letterboxes are pastes and have plans; no fallback, no line. */
+    /* Records packed at IMG: letterboxes are pastes and have plans; the only fallback is a
+     * record whose int(w0 * r) fell a pixel short of IMG (ultralytics v7.0's sizing), then
+     * resized on the host, as the line says. */
     memset(&lb, 0, sizeof lb);
     rc = collect("train.ffr", &o, b, 2, &lb, NULL, err, sizeof err);
     train_opts(&o, 1);
     o.hyp.mosaic = 0;
     o.hyp.mixup = 0;
     if (rc == 0) rc = collect("train.ffr", &o, a, 2, NULL, NULL, err, sizeof err);
-    ok(rc == 0 && all_same(a, b, 2, 1, &bytes) && lb.text[0] == '\0',
-       "records at %d, mosaic 0: planned letterboxes, same bytes, nothing logged (%s)", IMG, err);
+    ok(rc == 0 && all_same(a, b, 2, 1, &bytes) &&
+           (lb.text[0] == '\0' || strstr(lb.text, "needs a resize")),
+       "records at %d, mosaic 0: planned letterboxes, same bytes, at most the short-side "
+       "fallback logged (%s)",
+       IMG, err);
     unsave(a, 2);
     unsave(b, 2);
 }

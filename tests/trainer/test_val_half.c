@@ -247,7 +247,7 @@ int main(int argc, char **argv)
     char rec[400], model[PATH_MAX + 64];
     snprintf(rec, sizeof rec, "%s/val.ffr", dir);
     if (coco) {
-        const int made = run("%s %s -o %s --size 320 --interp area -q", argv[3], ds, rec) == 0;
+        const int made = run("%s %s -o %s --size 320 --interp val -q", argv[3], ds, rec) == 0;
         if (!ok(made, "yolo-pack coco128 at 320")) {
             show_stderr();
             return tap_done();
@@ -258,7 +258,7 @@ int main(int argc, char **argv)
         const int made = run("%s %s/synth --split val2017=12 --seed 3 --min-side 64 "
                              "--max-side 200 --format yolo --classes 4 --max-objects 4",
                              argv[2], dir) == 0 &&
-                         run("%s %s/synth/synth.yaml --split val -o %s --size 160 --interp area "
+                         run("%s %s/synth/synth.yaml --split val -o %s --size 160 --interp val "
                              "-q -j 1",
                              argv[3], dir, rec) == 0;
         if (!ok(made, "yolo-synth and yolo-pack made the dataset")) {

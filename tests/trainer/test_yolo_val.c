@@ -74,7 +74,7 @@ static void test_synthetic(const char *val, const char *synth, const char *pack)
                          "--format yolo --classes 4 --max-objects 4",
                          synth, dir) == 0 &&
                      run("%s %s/synth/synth.yaml --split val -o %s/val.ffr --size 320 "
-                         "--interp area -q -j 1",
+                         "--interp val -q -j 1",
                          pack, dir, dir) == 0;
     if (!ok(made, "yolo-synth and yolo-pack made the dataset in %s", dir)) {
         show_stderr();
@@ -105,6 +105,24 @@ static void test_synthetic(const char *val, const char *synth, const char *pack)
     ok(out && all_row(out, &images, &instances) == 0, "prints the 'all' row");
     is_int(images, 10, "all: 10 images");
     is_int(instances, want_labels, "all: every label counted");
+    char *err0 = out_text("stderr");
+    ok(err0 && !strstr(err0, "warning: "), "a pack made as val.py prepares images: no warning");
+    free(err0);
+    /* --interp area enlarges with INTER_AREA too, unlike val.py; --resize-round ceil sizes as
+     * later master: each is named with its full stored value (issue 24) */
+    rc = run("%s %s/synth/synth.yaml --split val -o %s/val_area.ffr --size 320 --interp area "
+             "--resize-round ceil -q -j 1",
+             pack, dir, dir);
+    if (rc == 0)
+        rc = run("%s --records %s/val_area.ffr --cfg yolov5n --img 320 --batch-size 4 --project "
+                 "%s/runs --name warn --workers 1",
+                 val, dir, dir);
+    char *err1 = out_text("stderr");
+    ok(rc == 0 && err1 && strstr(err1, "packed with interp 'area'") &&
+           strstr(err1, "--interp val") && strstr(err1, "rounded ceil"),
+       "an --interp area, --resize-round ceil pack: both named in warnings");
+    if (!(err1 && strstr(err1, "rounded ceil"))) show_stderr();
+    free(err1);
     ok(out && strstr(out, "Speed: ") && strstr(out, "at shape (4, 3, 320, 320)"),
        "prints the speed line");
     free(out);
@@ -255,9 +273,9 @@ static void test_coco128(const char *val, const char *pack, const char *shared, 
              shared);
     if (access(ds, R_OK) || access(w, R_OK) || access(ann, R_OK))
         tap_skip_all("no ../shared/datasets/coco128, coco128-json or weights/yolov5n.pt");
-    /* coco128's split is named train2017: --interp area as ultralytics' val loader resizes */
+    /* coco128's split is named train2017: --interp val as ultralytics' val loader resizes */
     const int made =
-        run("%s %s -o %s/coco128.ffr --size %d --interp area -q", pack, ds, dir, img) == 0;
+        run("%s %s -o %s/coco128.ffr --size %d --interp val -q", pack, ds, dir, img) == 0;
     if (!ok(made, "yolo-pack coco128 at %d", img)) {
         show_stderr();
         return;
@@ -333,7 +351,7 @@ static void test_tta(const char *val, const char *pack, const char *shared)
      * with 80 class names so that the 80-class model fits */
     const int made = run("ls %s/*.jpg | sort | head -8 > %s/list.txt && seq 0 79 | sed "
                          "'s/^/class/' > %s/names.txt && %s %s/list.txt -o %s/c8.ffr --size 320 "
-                         "--interp area --names %s/names.txt -q",
+                         "--interp val --names %s/names.txt -q",
                          ds, dir, dir, pack, dir, dir, dir) == 0;
     if (!ok(made, "yolo-pack 8 coco128 images at 320")) {
         show_stderr();
