@@ -830,9 +830,14 @@ static char **old_shards(const char *path, size_t *n)
 static void remove_old_shards(const struct ffr_writer *w, char **old, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        bool ours = !old[i];
+        /* by identity, not by name: "./a-00001.ffr" and "a-00001.ffr" are one file, and a new
+         * shard may carry a name the old manifest listed (an old dataset missing its first
+         * shard, where pick_shard_stem saw no clash) */
+        struct stat os, ns;
+        bool ours = !old[i] || lstat(old[i], &os) != 0;
         for (size_t k = 0; !ours && k < w->n_shards; k++)
-            ours = !strcmp(old[i], w->shards[k].final);
+            ours = stat(w->shards[k].final, &ns) == 0 && ns.st_dev == os.st_dev &&
+                   ns.st_ino == os.st_ino;
         if (!ours) unlink(old[i]);
         free(old[i]);
     }

@@ -155,6 +155,19 @@ int main(void)
        "the single file replaced it");
     is_int(count_plain(dir), 0, "the old shards are removed");
 
+    /* 5b. A relative path over a broken old dataset (its first shard gone, so the new shards
+     * take the plain names the old manifest also lists): the old shards are removed by identity,
+     * never the new ones under the same name ("./set-00001.ffr" is "set-00001.ffr") */
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd) && chdir(dir) == 0) {
+        ok(write_set("set.ffr", 4, 0xE5, 1) == 0 && unlink("set-00000.ffr") == 0,
+           "a 4-shard dataset, its first shard then removed");
+        ok(write_set("set.ffr", 3, 0xF6, 1) == 0, "re-packed by a relative path, 3 records");
+        ok(dataset_fill("set.ffr", &n) == 0xF6 && n == 3 && count_plain(".") == 3,
+           "the new dataset is whole: 3 plain shards, the old fourth removed (%s)", err);
+        if (chdir(cwd) != 0) tap_diag("chdir back failed");
+    }
+
     /* 6. ffr_remove_stale_tmp keeps what a live process or another host may still write */
     char name[700];
     char host[256] = "";
