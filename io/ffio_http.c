@@ -161,7 +161,7 @@ struct xfer {
     bool range_ok;         /* its Content-Range names exactly the bytes asked for */
     char got_range[64];    /* the Content-Range value it sent ("" when none), for messages */
     int bad;               /* a protocol error seen in a callback (negative), or 0 */
-    char why[160];         /* what bad means */
+    char why[256];         /* what bad means */
     char range[64];
     char errbuf[CURL_ERROR_SIZE];
 };
