@@ -511,12 +511,17 @@ void ffr_cache_close(struct ffr_cache *c)
 }
 
 /* A cached shard's name: "HHHHHHHHHHHHHHHH-BYTES-FILE" or "fHHHHHHHHHHHHHHHH-BYTES-BASE". */
-static bool entry_shaped(const char *n)
+static bool entry_shaped_at(const char *n)
 {
-    if (*n == 'f') n++;
-    if (strspn(n, "0123456789abcdef") != 16 || n[16] != '-') return false;
+    if (strspn(n, "0123456789abcdef") < 16 || n[16] != '-') return false;
     const size_t d = strspn(n + 17, "0123456789");
     return d > 0 && n[17 + d] == '-' && n[18 + d];
+}
+
+/* (An index hash may itself start with 'f': both readings are tried.) */
+static bool entry_shaped(const char *n)
+{
+    return entry_shaped_at(n) || (*n == 'f' && entry_shaped_at(n + 1));
 }
 
 int ffr_cache_discard(struct ffr_cache *c, const char *path, char *err, size_t err_cap)

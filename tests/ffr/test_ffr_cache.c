@@ -185,6 +185,40 @@ static void shard_want(struct ffr_reader *r, uint32_t k, struct ffr_cache_shard 
     w->index_hash = si.index_hash;
 }
 
+/* ffr_cache_discard (issue 20): removes a cached shard by path, and nothing else; entry names
+ * whose index hash begins with 'f' (like a single file's "f" prefix) are entries too (a
+ * parallel run drew one: "not a cached shard"). */
+static void test_discard(const char *dir)
+{
+    struct ffr_cache *c = NULL;
+    char err[512];
+    if (ffr_cache_open(&c, dir, NULL, err, sizeof err) < 0) return;
+    static const char *const entries[] = { "fe360069f7700156-76800-train-00001.ffr",
+                                           "0123456789abcdef-4096-a.ffr",
+                                           "ffe360069f7700156-100-data.ffr" };
+    for (size_t k = 0; k < 3; k++) {
+        char p[9000];
+        snprintf(p, sizeof p, "%s/%s", dir, entries[k]);
+        FILE *f = fopen(p, "w");
+        if (f) fclose(f);
+        const int rc = ffr_cache_discard(c, p, err, sizeof err);
+        ok(rc == 0 && access(p, F_OK) != 0, "discard %s: removed (%d %s)", entries[k], rc,
+           rc ? err : "");
+    }
+    char p[9000];
+    snprintf(p, sizeof p, "%s/notes.txt", dir);
+    FILE *f = fopen(p, "w");
+    if (f) fclose(f);
+    ok(ffr_cache_discard(c, p, err, sizeof err) == -ENOENT && access(p, F_OK) == 0,
+       "a file that is no entry is refused and kept: %s", err);
+    snprintf(p, sizeof p, "%s/../0123456789abcdef-4096-a.ffr", dir);
+    f = fopen(p, "w");
+    if (f) fclose(f);
+    ok(ffr_cache_discard(c, p, err, sizeof err) == -ENOENT && access(p, F_OK) == 0,
+       "an entry-shaped file outside the cache is refused and kept");
+    ffr_cache_close(c);
+}
+
 int main(int argc, char **argv)
 {
     const char *base = argc > 1 ? argv[1] : "/tmp";
@@ -197,6 +231,8 @@ int main(int argc, char **argv)
     snprintf(src, sizeof src, "%s/src/data.ffr", root);
     snprintf(cmd, sizeof cmd, "%s/src", root);
     mkdir(cmd, 0755);
+    snprintf(cmd, sizeof cmd, "%s/discard", root);
+    test_discard(cmd);
     ok(make_dataset(src, 60, 48 * 1024, 1) == 0, "a sharded source dataset");
     struct ffr_reader *sr = NULL;
     ffr_reader_open(&sr, src, NULL, NULL, 0);

@@ -47,6 +47,8 @@ run
 check $? "a run over a cached shard with a damaged record still trains"
 grep -q "fails its checksum: the shard is evicted from $work/cache" "$work/log"
 check $? "it says the shard is evicted"
+grep -q "fails its checksum: the shard is evicted" "$work/log" ||
+    grep -E "cache:|bad record|checksum" "$work/log" | sed 's/^/# /' | tail -8
 [ ! -e "$victim" ]
 check $? "the damaged copy is gone from the cache"
 run
