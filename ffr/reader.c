@@ -233,6 +233,8 @@ static int open_file(struct shard *s, const struct ffr_reader_opts *o, char *err
     if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
         return ffr_say(err, cap, -EINVAL, "%s: not a regular file", s->path);
     s->size = (uint64_t)st.st_size;
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
     uint8_t h[FFR_HEADER_SIZE] = { 0 };
     const size_t hn = s->size < sizeof h ? (size_t)s->size : sizeof h;
     int rc = pread_all(s->fd, h, hn, 0);
@@ -378,16 +380,14 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
                          e == -ENOENT ? "is missing" : ffr_strerror(e));
             break;
         }
-        /* The same file twice (the same name, or a link, or a YAML alias) would be read twice
-         * per epoch: refused, naming both. */
-        struct stat fst;
-        if (fstat(s->fd, &fst) < 0) {
-            rc = ffr_say(err, cap, -errno, "%s: shard %u (%s): %s", path, k, s->path,
-                         strerror(errno));
+        char sub[512] = "";
+        rc = open_file(s, &r->o, sub, sizeof sub);
+        if (rc < 0) {
+            ffr_say(err, cap, rc, "%s: shard %u: %s", path, k, sub);
             break;
         }
-        s->dev = fst.st_dev;
-        s->ino = fst.st_ino;
+        /* The same file twice (the same name, or two names of one file) would be read twice
+         * per epoch: refused, naming both. */
         for (uint32_t j = 0; j < k && rc == 0; j++)
             if (r->shards[j].dev == s->dev && r->shards[j].ino == s->ino)
                 rc = ffr_say(err, cap, -FFR_ESHARD,
@@ -395,12 +395,6 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
                              "lists each shard once",
                              path, k, s->path, j, r->shards[j].path);
         if (rc < 0) break;
-        char sub[512] = "";
-        rc = open_file(s, &r->o, sub, sizeof sub);
-        if (rc < 0) {
-            ffr_say(err, cap, rc, "%s: shard %u: %s", path, k, sub);
-            break;
-        }
         const char *what = s->size != ms->bytes              ? "size"
                            : s->count != ms->records         ? "record count"
                            : s->index_hash != ms->index_hash ? "index checksum"

@@ -730,7 +730,7 @@ static int add_list_file(struct pack_ds *ds, struct img_list *L, const char *lis
     char *buf = NULL;
     size_t len = 0;
     int rc = pack_ds_read_file(list, LIST_MAX_BYTES, &buf, &len);
-    if (rc) return pack_ds_fail(ds, rc, "%s: cannot read image list: %s", list, strerror(-rc));
+    if (rc) return pack_ds_fail(ds, rc, "%s: cannot read image list: %s", list, ffr_strerror(rc));
     if (memchr(buf, '\0', len)) {
         free(buf);
         return pack_ds_fail(ds, -PACK_DS_ESYNTAX, "%s: image list has NUL bytes (not text)", list);
@@ -1281,7 +1281,7 @@ static int scan_yaml(struct pack_ds *ds, const char *yaml_path)
     char *buf = NULL, *base = NULL, *root = NULL;
     size_t len = 0;
     int rc = pack_ds_read_file(yaml_path, YAML_MAX_BYTES, &buf, &len);
-    if (rc) return pack_ds_fail(ds, rc, "%s: %s", yaml_path, strerror(-rc));
+    if (rc) return pack_ds_fail(ds, rc, "%s: %s", yaml_path, ffr_strerror(rc));
     rc = pack_dsyaml_parse(buf, len, yaml_path, &y, ds->err, ds->err_cap);
     free(buf);
     if (rc) goto out;
@@ -1356,7 +1356,7 @@ static int load_names_file(struct pack_ds *ds, const char *path)
     char *buf = NULL;
     size_t len = 0;
     int rc = pack_ds_read_file(path, YAML_MAX_BYTES, &buf, &len);
-    if (rc) return pack_ds_fail(ds, rc, "%s: %s", path, strerror(-rc));
+    if (rc) return pack_ds_fail(ds, rc, "%s: %s", path, ffr_strerror(rc));
     if (has_suffix_ci(path, ".yaml") || has_suffix_ci(path, ".yml")) {
         struct pack_dsyaml y = { 0 };
         rc = pack_dsyaml_parse(buf, len, path, &y, ds->err, ds->err_cap);

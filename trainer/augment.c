@@ -552,7 +552,7 @@ static void np_aheapsort(const double *v, int64_t *tosort, int64_t n)
  * that algorithm's, not index order, and ultralytics' val.py takes it from here (irect =
  * ar.argsort()), so which image lands in which rect batch depends on it. numpy 1.25+ on AVX-512
  * CPUs and 2.x use another sort (x86-simd-sort) whose tie order differs: this reproduces 1.24,
- * Debian bookworm's, which the val.py reference of tests/trainer was made with.
+ * Debian bookworm's, which tests/trainer/make_argsort_refs.py's references come from.
  */
 static void np_argsort(const double *v, int64_t *tosort, int64_t num)
 {

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kern.h"
@@ -45,4 +46,13 @@ int trn_cli_os_threads(void)
         n += e->d_name[0] != '.';
     closedir(d);
     return n;
+}
+
+char *trn_cli_compute_line(char *buf, size_t cap, int threads, unsigned workers)
+{
+    snprintf(buf, cap,
+             "compute: %d thread(s) per op, BLAS %d thread(s), %u loader worker(s); %d threads in "
+             "the process",
+             threads > 1 ? threads : 1, kern_blas_threads(), workers, trn_cli_os_threads());
+    return buf;
 }

@@ -4,6 +4,8 @@
 #ifndef TRN_CLI_H
 #define TRN_CLI_H
 
+#include <stddef.h>
+
 /* The whole of s as a base-10 integer in [lo, hi] into *out. Returns 0, or -EINVAL (then *out is
  * unchanged). */
 int trn_cli_long(const char *s, long lo, long hi, long *out);
@@ -20,6 +22,11 @@ int trn_cli_double(const char *s, double lo, double hi, double *out);
  * (issue 25).
  */
 int trn_cli_threads(long requested, int ranks);
+
+/* The line training and validation print at their start, counted now:
+ * "compute: N thread(s) per op, BLAS M thread(s), W loader worker(s); T threads in the process".
+ * Returns buf. */
+char *trn_cli_compute_line(char *buf, size_t cap, int threads, unsigned workers);
 
 /* Threads of this process right now (the entries of /proc/self/task; -1 when unreadable): what
  * the programs report so that thread counts can be checked by counting, not by timing. */

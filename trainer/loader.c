@@ -277,10 +277,6 @@ static uint64_t resolve(const struct trn_loader *l, uint64_t idx)
     return l->n;
 }
 
-/*
- * Record idx is bad for `why`: report it (once per record) and either fail the task
- * (TRN_BAD_RECORD_FAIL: returns rc with w->msg set) or return 0 so the caller moves on.
- */
 /* The shard of record idx is damaged: tell o.damaged, once per shard. */
 static void report_damaged(struct trn_loader *l, uint64_t idx)
 {
@@ -294,6 +290,10 @@ static void report_damaged(struct trn_loader *l, uint64_t idx)
     }
 }
 
+/*
+ * Record idx is bad for `why`: report it (once per record) and either fail the task
+ * (TRN_BAD_RECORD_FAIL: returns rc with w->msg set) or return 0 so the caller moves on.
+ */
 static int mark_bad(struct worker *w, uint64_t idx, int rc, const char *why)
 {
     struct trn_loader *l = w->l;

@@ -834,8 +834,8 @@ static int ckpt_read(const struct ckpt *C, const char *path, int k, void *dst, s
     return rc;
 }
 
-/* A text record as a malloc'd NUL-terminated string. */
-/* A text record of the checkpoint, NUL-terminated; NULL with *rc the reason. */
+/* A text record of the checkpoint as a malloc'd NUL-terminated string; NULL with *rc the
+ * reason. */
 static char *ckpt_text(const struct ckpt *C, int k, size_t *len, int *rc)
 {
     struct ffr_record_info ri;
@@ -909,18 +909,23 @@ static int resume_opts(struct run *R, const struct ckpt *C, char *err, size_t ca
         seterr(err, cap, "%s: checkpoint names no training records", o->resume);
         return -TRN_TRAIN_ECKPT;
     }
-    int trc[3] = { 0, 0, 0 };
-    R->hyp_text = ckpt_text(C, R_HYP_YAML, &R->hyp_len, &trc[0]);
-    R->model_yaml = ckpt_text(C, R_MODEL_YAML, &R->model_yaml_len, &trc[1]);
-    R->opt_text = ckpt_text(C, R_OPT_YAML, &R->opt_len, &trc[2]);
-    static const char *const tname[3] = { "hyp.yaml", "model yaml", "opt.yaml" };
-    static const int trec[3] = { R_HYP_YAML, R_MODEL_YAML, R_OPT_YAML };
-    for (int k = 0; k < 3; k++)
-        if (trc[k] < 0) {
+    const struct {
+        int rec;
+        const char *name;
+        char **text;
+        size_t *len;
+    } texts[3] = { { R_HYP_YAML, "hyp.yaml", &R->hyp_text, &R->hyp_len },
+                   { R_MODEL_YAML, "model yaml", &R->model_yaml, &R->model_yaml_len },
+                   { R_OPT_YAML, "opt.yaml", &R->opt_text, &R->opt_len } };
+    for (int k = 0; k < 3; k++) {
+        int trc = 0;
+        *texts[k].text = ckpt_text(C, texts[k].rec, texts[k].len, &trc);
+        if (trc < 0) {
             seterr(err, cap, "%s: the checkpoint's %s (record %lld) cannot be read: %s", o->resume,
-                   tname[k], (long long)C->rec[trec[k]], ffr_strerror(trc[k]));
+                   texts[k].name, (long long)C->rec[texts[k].rec], ffr_strerror(trc));
             return -TRN_TRAIN_ECKPT;
         }
+    }
     char e[512];
     rc = trn_hyp_parse(R->hyp_text, R->hyp_len, "checkpoint hyp.yaml", NULL, NULL, &o->hyp, e,
                        sizeof e);
@@ -1338,10 +1343,8 @@ static int setup(struct run *R, struct ckpt *C, char *err, size_t cap)
     struct trn_loader_info li;
     trn_loader_info(R->loader, &li);
     /* counted, so that a test can check the defaults by counting rather than by timing */
-    logline(R,
-            "compute: %d thread(s) per op, BLAS %d thread(s), %u loader worker(s); %d threads "
-            "in the process",
-            o->threads > 1 ? o->threads : 1, kern_blas_threads(), li.workers, trn_cli_os_threads());
+    char line[200];
+    logline(R, "%s", trn_cli_compute_line(line, sizeof line, o->threads, li.workers));
     if (R->gpu_ctx && li.pinned_kind != FFIO_PINNED_CUDA)
         logline(R,
                 "WARNING: the loader's buffers are not CUDA-pinned (%s; they are %s): every "

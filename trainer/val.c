@@ -509,10 +509,8 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     }
     struct trn_loader_info li;
     trn_loader_info(s.loader, &li);
-    logf_(&o,
-          "compute: %d thread(s) per op, BLAS %d thread(s), %u loader worker(s); %d threads in "
-          "the process",
-          o.threads > 1 ? o.threads : 1, kern_blas_threads(), li.workers, trn_cli_os_threads());
+    char line[200];
+    logf_(&o, "%s", trn_cli_compute_line(line, sizeof line, o.threads, li.workers));
     const size_t stage_len =
         (size_t)o.micro_batch * 3 * (size_t)li.max_height * (size_t)li.max_width;
     s.stage = malloc(stage_len * sizeof *s.stage);

@@ -461,7 +461,8 @@ static int run(const struct args *A)
     char interp[160], rnd[32];
     trn_meta_value(meta, mlen, "interp", interp, sizeof interp);
     trn_meta_value(meta, mlen, "resize_round", rnd, sizeof rnd);
-    if (interp[0] && strncmp(interp, "area when shrinking, linear when enlarging", 42) != 0)
+    static const char val_interp[] = "area when shrinking, linear when enlarging"; /* yolo-pack's */
+    if (interp[0] && strncmp(interp, val_interp, sizeof val_interp - 1) != 0)
         fprintf(stderr,
                 PROG ": warning: %s was packed with interp '%s'; val.py shrinks with INTER_AREA "
                      "and enlarges with INTER_LINEAR (yolo-pack --interp val)\n",
