@@ -12,7 +12,7 @@
  * are cached per shape), with --augment ultralytics' test-time augmentation (scales 1, 0.83,
  * 0.67, the middle one flipped left-right, merged before NMS) and with several --weights
  * ultralytics' Ensemble (outputs concatenated before NMS, stride the largest, class names from
- * the first; the models must have the same classes) (trainer/tta.h), NMS with
+ * the first; the models must have the same classes) (trainer/eval/tta.h), NMS with
  * multi_label=False and agnostic=False, scale_boxes back to the original image,
  * then the annotated image (Annotator: box + "name conf"), labels/<stem>.txt rows
  * "cls cx cy w h [conf]" ('%g', normalised, lowest confidence first, appended as detect.py opens
@@ -76,7 +76,7 @@
 #define DET_JPEG_Q  95           /* cv2.imwrite's default JPEG quality */
 
 #ifndef TRN_MODELS_DIR
-#define TRN_MODELS_DIR "trainer/models"
+#define TRN_MODELS_DIR "models"
 #endif
 
 struct args {

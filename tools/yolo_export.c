@@ -1,6 +1,6 @@
 /*
  * yolo-export: a trained model for other runtimes, as ultralytics' export.py for ONNX and as a
- * plain PyTorch state dict (trainer/export.h).
+ * plain PyTorch state dict (trainer/weights/export.h).
  *
  *   yolo-export --weights W [--cfg MODEL] --include onnx|pt [--include ...] [--img N | H W]
  *               [--batch N] [--dynamic] [--half] [--nms] [--conf-thres X] [--iou-thres X]

@@ -781,7 +781,7 @@ KERN_API int kern_ref_cast_f16_f32(struct kern_ctx *ctx, float *KERN_RESTRICT ds
 /* The whole YOLOv5 loss (ComputeLoss) in one call: forward and gradient                    */
 
 /*
- * ultralytics v7.0 utils/loss.py ComputeLoss (docs/yolov5-recipe.md S3), build_targets included,
+ * ultralytics v7.0 utils/loss.py ComputeLoss (docs/recipe.md S3), build_targets included,
  * with the gradient of the total to the Detect outputs, so that the training step needs no host
  * round trip (CUDA: every result stays in device memory; the op is graph-capturable).
  *
@@ -916,13 +916,13 @@ KERN_API int kern_ref_yolo_loss_entries(const struct kern_yolo_loss *d, const vo
 /* Augmentation pixels: mosaic paste, warp, HSV, flips, mixup, the batch tensor (uint8)      */
 
 /*
- * The pixel work of YOLOv5's training augmentation (trainer/augment.h keeps the draws and the
+ * The pixel work of YOLOv5's training augmentation (trainer/data/augment.h keeps the draws and the
  * labels), so that it runs on either backend and the GPU builds batches in device memory.
  *
  * IMAGES. RGB8, HWC, h rows of w * 3 bytes with no padding, sizes 1..32767 (OpenCV's
  * fixed-point coordinates are 16-bit). Pixel pointers are the backend's memory (device memory
  * for CUDA); descriptors (struct kern_aug_*), matrices and LUTs are host memory, read during
- * the call only. The arithmetic is OpenCV 4.x's uint8 code paths as trainer/augment.h
+ * the call only. The arithmetic is OpenCV 4.x's uint8 code paths as trainer/data/augment.h
  * documents them (warpAffine / warpPerspective INTER_LINEAR fixed point, cvtColor HSV 8-bit,
  * numpy's truncating casts); the CUDA twins use only integer and correctly rounded IEEE
  * operations in the same order (no contraction), so they give the same bytes.
@@ -1341,7 +1341,7 @@ KERN_API int kern_ref_cast_lowp_f32_ns(struct kern_ctx *ctx, int dtype, float *K
  * queues are ordered against each other only through events: kern_event_record marks the work
  * enqueued so far on a queue; kern_event_wait makes later work on a queue wait for it, on the
  * device (the host does not wait); kern_event_sync / kern_event_query let the host wait / look.
- * The usual pattern (trainer/loader.c), with COPY / COMPUTE for KERN_QUEUE_*:
+ * The usual pattern (trainer/data/loader.c), with COPY / COMPUTE for KERN_QUEUE_*:
  *   copy thread:  kern_mem_copy_on(ctx, COPY, dev, pinned, n, KERN_COPY_H2D);
  *                 kern_event_record(ctx, COPY, up);
  *   ops thread:   kern_event_wait(ctx, COMPUTE, up); ops reading dev ...

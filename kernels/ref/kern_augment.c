@@ -6,7 +6,7 @@
  * NCHW, uint8 or float / 255. Everything is overwritten (=), nothing accumulates; no gradients.
  *
  * The arithmetic reproduces OpenCV 4.x's uint8 code paths (modules/imgproc imgwarp.cpp,
- * color_hsv.simd.hpp), as trainer/augment.h documents and tests/trainer/test_augment.c checks
+ * color_hsv.simd.hpp), as trainer/data/augment.h documents and tests/trainer/test_augment.c checks
  * against OpenCV 4.6:
  *   warp, INTER_LINEAR, BORDER_CONSTANT: affine source coordinates are fixed point with
  *     AB_BITS = 10: per destination row X0 = round((m1*y + m2) * 1024) + 16, per column

@@ -11,7 +11,7 @@
 #include "kern_internal.h"
 
 #if HAVE_CUDA
-/* The CUDA side (kern_cuda_graph.cu; declared for C and CUDA in kernels/cuda/kern_cuda.h, which
+/* The CUDA side (kern_cuda_graph.cu; declared for C and CUDA in kernels/include/kern_cuda.h, which
  * this library's include path does not reach). *exec receives the instantiated graph. */
 int kern_cuda_graph_capture(struct kern_ctx *ctx, kern_graph_fn fn, void *arg, void **exec);
 int kern_cuda_graph_replay(struct kern_ctx *ctx, void *exec);

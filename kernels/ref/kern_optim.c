@@ -9,7 +9,7 @@
  * of params); grads are read only, except by kern_ref_amp_unscale, which scales them in place.
  *
  * Float semantics: each statement below is one float32 rounding, in the order PyTorch's
- * single-tensor CPU kernels use (trainer/optim.c calls these ops, so CPU training is these
+ * single-tensor CPU kernels use (trainer/train/optim.c calls these ops, so CPU training is these
  * loops). This file takes no KERN_VEC_CLONES: the baseline x86-64 target has no FMA, so the
  * kernels' -ffp-contract=fast cannot fuse a product into a sum here and change a rounding
  * (the CUDA twin uses __fmul_rn / __fadd_rn for the same reason). test_optim_ops checks it bit

@@ -19,7 +19,7 @@
 #define STREAM_ERRLEN 256
 
 #if HAVE_CUDA
-/* The CUDA side (kern_cuda_stream.cu; declared for C and CUDA in kernels/cuda/kern_cuda.h, which
+/* The CUDA side (kern_cuda_stream.cu; declared for C and CUDA in kernels/include/kern_cuda.h, which
  * this library's include path does not reach). err: the calling thread's text buffer. */
 int kern_cuda_mem_copy_on(struct kern_ctx *ctx, int queue, void *dst, const void *src, size_t bytes,
                           int dir, char *err, size_t cap);

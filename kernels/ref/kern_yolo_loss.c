@@ -6,7 +6,7 @@
  * Tensors: p[l], dp[l] (bs, na, ny_l, nx_l, no) float32, row-major, no = nc + 5; targets
  * (nt, 6). dp[l] is overwritten (every element) or, with KERN_ACCUM_DX, added to.
  *
- * This is the code trainer/loss.c ran before it moved here, operation for operation, so CPU
+ * This is the code trainer/model/loss.c ran before it moved here, operation for operation, so CPU
  * training stays bit-identical: float32 in PyTorch's op order (python scalars rounded to float
  * first, as PyTorch's CPU kernels do), only the means summed in double, CIoU and the objectness
  * BCE through kern_ref_ciou_* and kern_ref_bce_logits_* (kern_loss.c). kernels/meson.build lets

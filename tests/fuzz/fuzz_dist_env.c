@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the launcher's variables (trainer/dist.h), which come from outside the program
+ * Fuzz target: the launcher's variables (trainer/dist/dist.h), which come from outside the program
  * (torchrun, Slurm, Open MPI, or a user's shell). The input is an environment table, one
  * "KEY=VALUE" per line, and also, whole, a Slurm node list. Whatever it holds, the parse either
  * fails with a message or yields a rank inside its world, a local rank inside its node and a

@@ -1,7 +1,7 @@
 /*
- * Fuzz target: the hyp yaml reader (libyaml document API + trainer/hyp.c's key and range checks).
- * Whatever the input, a parse either fails with an error line or yields values that pass the
- * range check; it never crashes.
+ * Fuzz target: the hyp yaml reader (libyaml document API + trainer/core/hyp.c's key and range
+ * checks). Whatever the input, a parse either fails with an error line or yields values that pass
+ * the range check; it never crashes.
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the .pt reader (trainer/ptload.h): zip directory, CRC, DEFLATE, the pickle
+ * Fuzz target: the .pt reader (trainer/weights/ptload.h): zip directory, CRC, DEFLATE, the pickle
  * machine and the state-dict walk. Whatever the bytes, opening either fails with a message
  * naming the file or yields a tree whose state dicts can be built and read without a crash.
  */

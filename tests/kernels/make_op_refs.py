@@ -3,7 +3,7 @@
 
 Writes tests/kernels/data/op_refs.bin, read by tests/kernels/test_torchref.c. Run with Debian's
 python3-torch (`/usr/bin/python3 tests/kernels/make_op_refs.py`); the output is committed, so the
-test needs no torch. Every op is written here from the recipe (docs: yolov5-recipe S2-S3) with
+test needs no torch. Every op is written here from the recipe (docs/recipe.md S2-S3) with
 plain torch calls; autograd supplies the gradients.
 
 File layout (little-endian): magic b"KOPREF01", u32 version (1), u32 tensor count; then per

@@ -179,7 +179,7 @@ static int run_jpeg_arm(const struct pack_ds *ds, int s, double seconds, double 
         for (int k = 0; k < n_tiles && rc == 0; k++)
             rc = load_tile(&J, k, idx[k], s, &tiles[k]);
         if (rc < 0) break;
-        /* The draws exactly as trainer/loader.c makes them. */
+        /* The draws exactly as trainer/data/loader.c makes them. */
         struct trn_aug_draws d;
         struct trn_rng r;
         memset(&d, 0, sizeof d);

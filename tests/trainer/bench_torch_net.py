@@ -2,7 +2,7 @@
 """PyTorch CPU eager timing of one YOLOv5 training step (forward + backward, train mode).
 
 The baseline for build/tests/trainer/test_net_bench: the same model (yolov5n by default, our own
-re-implementation of ../shared/docs/yolov5-recipe.md S2: Conv = conv + BN(eps 1e-3, momentum
+re-implementation of ../shared/docs/recipe.md S2: Conv = conv + BN(eps 1e-3, momentum
 0.03) + SiLU, C3, SPPF, nearest upsample, concat, Detect 1x1 convs and the (bs, na, ny, nx, no)
 permute), the same input shape, batch and thread count (torch.set_num_threads), random weights.
 Timing only: nothing here is compared for values (tests/trainer/make_parity_ref.py does that).

@@ -8,7 +8,7 @@ as ultralytics' ComputeLoss is), backward, clip_grad_norm_(10), SGD (nesterov, m
 weight decay 5e-4 on weights only, as smart_optimizer's groups) and the ModelEMA update. Images
 are uniform noise and the targets a fixed random set of boxes per image, as in our bench.
 
-    bench_torch_step.py --cfg trainer/models/yolov5s.yaml --img 640 --batch 64 \
+    bench_torch_step.py --cfg models/yolov5s.yaml --img 640 --batch 64 \
         [--device cuda|cpu] [--amp bf16|fp16|off] [--no-channels-last] [--warmup 3] [--steps 10]
         [--boxes 8] [--json]
 """

@@ -2,7 +2,7 @@
 """Write tests/trainer/data_amp/amp_net_bf16.bin: one training forward + backward of the AMP test
 net (tests/trainer/data_amp/amp_net.yaml: Conv(3->8, k3 s2) + BN + SiLU, Conv(8->16, k3 s2) + BN +
 SiLU, Detect 1x1 conv 16->18 with bias) under torch.autocast('cpu', dtype=torch.bfloat16), as
-trainer/net.c's AUTOCAST runs it: each conv inside autocast (its input and weights cast to bf16,
+trainer/model/net.c's AUTOCAST runs it: each conv inside autocast (its input and weights cast to bf16,
 bf16 output), its output widened with .float(), BN (training mode, eps 1e-3, momentum 0.03) and
 SiLU in float32 outside autocast, the Detect output permuted to (bs, na, ny, nx, no). The loss is
 sum(out * dout) for a fixed random dout, so the backward starts from dout.

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/trainer/data_augment/argsort_refs.txt: np.argsort of float64 arrays as numpy 1.24
-(Debian bookworm's python3-numpy) orders them, for trn_aug_argsort_np (trainer/augment.c), which
+(Debian bookworm's python3-numpy) orders them, for trn_aug_argsort_np (trainer/data/augment.c), which
 val.py's rect batching depends on through ar.argsort(): ties, which most aspect ratios are
 (4:3, 3:4, 16:9 ...), land in that algorithm's order, not index order.
 

@@ -3,7 +3,7 @@
 
 The functions below re-implement ultralytics/yolov5 v7.0's load_mosaic, random_perspective,
 box_candidates, resample_segments, segment2box, mixup, augment_hsv, letterbox, xyxy2xywhn and
-the rect batch shapes from the written recipe (docs yolov5-recipe S5, S6), calling OpenCV
+the rect batch shapes from the written recipe (docs/recipe.md S5, S6), calling OpenCV
 (cv2.warpAffine, warpPerspective, cvtColor, LUT, resize, copyMakeBorder) exactly where
 ultralytics does and keeping numpy's float32 label arrays as ultralytics does. Every random draw
 is fixed here and stored, so tests/trainer/test_augment.c can run the C code on the same inputs.

@@ -2,8 +2,8 @@
 """Write tests/trainer/data_parity/yolov5n_128_b2.bin: the PyTorch reference of one YOLOv5 training
 start, which the C trainer is checked against (llm.c's train_gpt2.py / test_gpt2.c idea).
 
-Everything below is re-implemented from the written recipe (shared docs yolov5-recipe.md S2-S4),
-not from ultralytics code: the model parsed from trainer/models/yolov5n.yaml as parse_model does,
+Everything below is re-implemented from the written recipe (docs/recipe.md S2-S4),
+not from ultralytics code: the model parsed from models/yolov5n.yaml as parse_model does,
 ComputeLoss (build_targets, CIoU, objectness, classes), smart_optimizer's three SGD groups, the
 warmup schedule, clip_grad_norm_ and ModelEMA. Run with Debian's python3-torch (CPU):
 
@@ -11,7 +11,7 @@ warmup schedule, clip_grad_norm_ and ModelEMA. Run with Debian's python3-torch (
 
 THE CASE (all fixed, nothing random outside the Philox streams below)
   model   yolov5n, nc 80, 128x128, batch 2. Parameter names are ultralytics' state_dict keys.
-  weights trn_model_init(seed 0) bit for bit (trainer/model.h: Philox4x32-10, counter
+  weights trn_model_init(seed 0) bit for bit (trainer/model/model.h: Philox4x32-10, counter
           [q lo, q hi, k, 0x6d6f646c], key [seed lo, seed hi], k = state_dict index including
           buffers, j = row-major element, q = j // 4, word j % 4, u = (r >> 8) * 2^-24,
           w = f32(f32(2u - 1) * f32(1 / sqrt(fan_in))), Detect priors added in float32, every
@@ -149,7 +149,7 @@ TARGETS = [
 ]
 
 # ---------------------------------------------------------------------------------------------
-# the weight generator (trainer/model.h)
+# the weight generator (trainer/model/model.h)
 
 M32 = np.uint64(0xFFFFFFFF)
 INIT_STREAM_TAG = 0x6D6F646C

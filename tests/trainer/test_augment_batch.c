@@ -78,7 +78,7 @@ static void make_tile(struct tile_buf *b, int w, int h)
     };
 }
 
-/* The loader's store_image (trainer/loader.c), kept here as the reference layout. */
+/* The loader's store_image (trainer/data/loader.c), kept here as the reference layout. */
 static void store_nchw(const uint8_t *hwc, int dtype, void *dst)
 {
     const size_t plane = (size_t)S * S;

@@ -1,5 +1,5 @@
 /*
- * trainer/dist.h's TCP rendezvous and collectives with several processes on loopback: the
+ * trainer/dist/dist.h's TCP rendezvous and collectives with several processes on loopback: the
  * rendezvous (ranks arriving in any order, a stranger on the port, a missing rank, a duplicate
  * rank), all-reduce in several buckets (every rank gets the same bytes, summed in rank order),
  * int64 sum/max/min, broadcast, barrier, trn_dist_tcp_exchange (the NCCL id bootstrap), and the

@@ -1,6 +1,6 @@
 /*
- * trainer/dist.h's pure functions: the launcher's variables (torchrun, Slurm, Open MPI, in that
- * order, and mpirun inside a Slurm job) and the first host of a Slurm node list.
+ * trainer/dist/dist.h's pure functions: the launcher's variables (torchrun, Slurm, Open MPI, in
+ * that order, and mpirun inside a Slurm job) and the first host of a Slurm node list.
  */
 #include <errno.h>
 #include <string.h>

@@ -1,13 +1,12 @@
 /*
- * The gradient all-reduce overlapped with backward (trainer/dist.h OVERLAP, trainer/net.h
- * gradient-ready hook). Modes (each a meson test of its own):
- *   net      two processes as ranks over the TCP star on loopback, each with tiny_net at batch 2
- *            on its own images: 4 SGD steps with the gradients all-reduced after backward (the
- *            whole arena) and, on a second copy of the model, in 4 KiB buckets through the
- *            hook: the weights are the same bytes after every step, and the same on both ranks.
- *            Counters (not timings) show the overlap: several buckets, the first launched long
- *            before the backward's last row, and one completed by the communication thread while
- *            the backward was still running (the last row's hook waits for it). Variants: with
+ * The gradient all-reduce overlapped with backward (trainer/dist/dist.h OVERLAP,
+ * trainer/model/net.h gradient-ready hook). Modes (each a meson test of its own): net      two
+ * processes as ranks over the TCP star on loopback, each with tiny_net at batch 2 on its own
+ * images: 4 SGD steps with the gradients all-reduced after backward (the whole arena) and, on a
+ * second copy of the model, in 4 KiB buckets through the hook: the weights are the same bytes after
+ * every step, and the same on both ranks. Counters (not timings) show the overlap: several buckets,
+ * the first launched long before the backward's last row, and one completed by the communication
+ * thread while the backward was still running (the last row's hook waits for it). Variants: with
  *            SyncBatchNorm on the same communicator (its sums run during backward between the
  *            buckets), and on the GPU net's data path (trn_net_opts.device_path, CPU ops).
  *   faults   rank 1 dies (SIGKILL) inside its backward while buckets are in flight: rank 0 fails

@@ -1,14 +1,14 @@
 /*
- * yolo-train --sync-bn (SyncBatchNorm, trainer/train.h RANKS, trainer/net.h BATCH NORM) on a
- * small yolo-synth dataset of DISTINCT images, no augmentation, tiny_net at 64 pixels, 8 SGD steps
- * (one epoch of 32 images at global batch 4):
+ * yolo-train --sync-bn (SyncBatchNorm, trainer/train/train.h RANKS, trainer/model/net.h BATCH NORM)
+ * on a small yolo-synth dataset of DISTINCT images, no augmentation, tiny_net at 64 pixels, 8 SGD
+ * steps (one epoch of 32 images at global batch 4):
  *   - 2 ranks x batch 2 with --sync-bn (--nproc-per-node 2, TCP on loopback) give the weights,
  *     the EMA and the BN running statistics of 1 rank x batch 4;
  *   - the same 2 ranks without --sync-bn differ (per-rank BatchNorm statistics), so the first
  *     check can fail;
  *   - the setting is kept in the checkpoint: a 2-rank --sync-bn run stopped after 3 steps and
  *     resumed WITHOUT the flag ends with the bytes of the uninterrupted --sync-bn run.
- * Mode "net" checks the net's hook alone (trainer/net.h, trn_net_opts.bn_allreduce), in one
+ * Mode "net" checks the net's hook alone (trainer/model/net.h, trn_net_opts.bn_allreduce), in one
  * process: two threads, each with its own copy of tiny_net and a net at batch 2 (on the CPU data
  * path and on the GPU net's data path, trn_net_opts.device_path), sum their BN buffers through a
  * barrier; their Detect outputs, summed parameter gradients and BN running statistics match one

@@ -1,16 +1,14 @@
 /*
- * yolo-train on several ranks (trainer/train.h RANKS, trainer/dist.h), on small yolo-synth
- * datasets. One program, four modes (each a meson test of its own):
- *   equiv    2 ranks x batch 2 (--nproc-per-node 2, TCP) give the weights of 1 rank x batch 4
- *            after 8 steps. BatchNorm uses each rank's batch statistics (no SyncBatchNorm), so
- *            the dataset is built for it: every image appears twice, placed with the epoch's
- *            shuffle (trn_sampler) so that the two ranks of each global step hold the same two
- *            images; each rank's statistics then equal the global batch's and the two runs are
- *            the same computation up to float summation order. A control on a dataset of
- *            distinct images shows the per-rank statistics do move the weights.
- *   mpi      the same equivalence under mpirun (Open MPI), bit-identical to the TCP run; and a
- *            hung rank under mpirun: the others time out, MPI_Abort ends the job. Skipped without
- *            mpirun or without the MPI backend in the build.
+ * yolo-train on several ranks (trainer/train/train.h RANKS, trainer/dist/dist.h), on small
+ * yolo-synth datasets. One program, four modes (each a meson test of its own): equiv    2 ranks x
+ * batch 2 (--nproc-per-node 2, TCP) give the weights of 1 rank x batch 4 after 8 steps. BatchNorm
+ * uses each rank's batch statistics (no SyncBatchNorm), so the dataset is built for it: every image
+ * appears twice, placed with the epoch's shuffle (trn_sampler) so that the two ranks of each global
+ * step hold the same two images; each rank's statistics then equal the global batch's and the two
+ * runs are the same computation up to float summation order. A control on a dataset of distinct
+ * images shows the per-rank statistics do move the weights. mpi      the same equivalence under
+ * mpirun (Open MPI), bit-identical to the TCP run; and a hung rank under mpirun: the others time
+ * out, MPI_Abort ends the job. Skipped without mpirun or without the MPI backend in the build.
  *   preempt  SIGUSR1 mid-run (1 rank), and SIGTERM to rank 1 only of 2: every rank finishes the
  *            step, rank 0 saves a mid-epoch checkpoint, all exit 0; --resume continues and
  *            equals a run that never stopped, byte for byte; the 2-rank checkpoint resumes on 1

@@ -1,6 +1,6 @@
 /*
- * export (trainer/export.h): the ONNX file parsed back with protobuf-c (graph structure, opset,
- * initializer shapes and values, metadata) for each option, the state dict read back by our
+ * export (trainer/weights/export.h): the ONNX file parsed back with protobuf-c (graph structure,
+ * opset, initializer shapes and values, metadata) for each option, the state dict read back by our
  * .pt reader (names, dtypes, bytes, zip layout), and the errors.
  *
  *   test_export MODELS_DIR SHARED_WEIGHTS_DIR

@@ -268,7 +268,7 @@ static void test_train(void)
     unsave(a, RUN);
 }
 
-/* A sharded dataset, 4 ranks in 2 nodes: the shard-aware partition (trainer/sampler.h) still
+/* A sharded dataset, 4 ranks in 2 nodes: the shard-aware partition (trainer/core/sampler.h) still
  * gives every record exactly once per epoch, and each node reads fewer shards than all. */
 static void test_shard_ranks(void)
 {

@@ -1,5 +1,5 @@
 /*
- * ComputeLoss (trainer/loss.h): build_targets on a hand-worked example (cells, neighbours,
+ * ComputeLoss (trainer/model/loss.h): build_targets on a hand-worked example (cells, neighbours,
  * borders, clamping, PyTorch's order), CIoU and the class BCE against a double-precision
  * re-derivation, the duplicate-cell rule, stability at large logits, the gradient against
  * central finite differences for each term, target validation, the gains train.py derives, and

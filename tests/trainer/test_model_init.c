@@ -1,6 +1,6 @@
 /*
  * Initial weights: the documented generator bit for bit (expected words come from an independent
- * pure-Python implementation of trainer/model.h's description, with Philox checked against
+ * pure-Python implementation of trainer/model/model.h's description, with Philox checked against
  * Random123's known answers), the fp16 rounding, the distributions and constants of recipe S2
  * (kaiming-uniform bounds, BN 1/0, Detect bias priors, anchors in grid units), determinism.
  */

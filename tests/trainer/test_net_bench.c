@@ -1,5 +1,5 @@
 /*
- * Benchmark of trainer/net.c: forward + backward (train mode) of a model, ms per step.
+ * Benchmark of trainer/model/net.c: forward + backward (train mode) of a model, ms per step.
  * Usage: test_net_bench [MODEL_YAML [IMG [BATCH [THREADS [ITERS]]]]]; defaults yolov5n, 320,
  * 8, 1, 3. THREADS is trn_net_opts.threads (kern's own split; with 1, OpenBLAS uses
  * OPENBLAS_NUM_THREADS). Prints one line per phase; not a test (no timing is asserted).

@@ -1,5 +1,5 @@
 /*
- * Finite-difference check of the whole network's backward (trainer/net.c) on a tiny model
+ * Finite-difference check of the whole network's backward (trainer/model/net.c) on a tiny model
  * (models_test/tiny_net.yaml: Conv, Conv x2, C3 with shortcut, a standalone Bottleneck, C3 with
  * two bottlenecks, SPPF, Upsample, Concat, C3 without shortcut, a two-level Detect), batch 2,
  * 64x64, BN in training mode.

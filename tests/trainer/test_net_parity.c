@@ -1,5 +1,5 @@
 /*
- * trainer/net.c against the PyTorch reference dump (make_parity_ref.py, parity_dump.h):
+ * trainer/model/net.c against the PyTorch reference dump (make_parity_ref.py, parity_dump.h):
  * yolov5n at 128x128, batch 2, weights trn_model_init(seed 0), input trn_model_init_uniform(0,
  * 1000, j). Compares every row's output (layer.0 .. layer.23), the three Detect outputs
  * (detect.<l>), and, after a backward from the dump's d loss / d Detect outputs

@@ -1,5 +1,5 @@
 /*
- * yolov5n (trainer/models/yolov5n.yaml) at 128x128, batch 2, through trainer/net.c:
+ * yolov5n (models/yolov5n.yaml) at 128x128, batch 2, through trainer/model/net.c:
  *   - forward + backward give finite outputs and gradients, and the same bytes when repeated;
  *   - the forward wires the modules as the recipe says (S2), checked on the activations
  *     against direct recomputation: the stem Conv (conv k6 s2 p2 + train BN + SiLU, in

@@ -1,5 +1,5 @@
 /*
- * Optimizer, schedule and EMA (trainer/optim.h) on a tiny model's arenas: SGD + nesterov +
+ * Optimizer, schedule and EMA (trainer/train/optim.h) on a tiny model's arenas: SGD + nesterov +
  * weight decay over three warmup steps against a hand-unrolled double computation, Adam and
  * AdamW likewise, the warmup / lr schedule values against the formulas, the accumulation step
  * policy, weight-decay scaling, gradient clipping and the EMA update. The device variant

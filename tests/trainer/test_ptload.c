@@ -1,5 +1,5 @@
 /*
- * The .pt reader (trainer/ptload.h): torch.save files made by tests/trainer/data_pt/
+ * The .pt reader (trainer/weights/ptload.h): torch.save files made by tests/trainer/data_pt/
  * make_pt_data.py (values follow formulas recomputed here), hostile archives and pickles, and
  * the official yolov5n.pt from ../shared/weights when present.
  *   test_ptload DATA_DIR SHARED_WEIGHTS_DIR MODELS_DIR [--yolov5n]

@@ -1,7 +1,7 @@
 /*
  * Three full training steps against the PyTorch parity dump (tests/trainer/make_parity_ref.py:
  * yolov5n, nc 80, 128x128, batch 2, weights trn_model_init(seed 0), images
- * trn_model_init_uniform(0, 1000, j), the dump's targets). Each step is what trainer/train.c
+ * trn_model_init_uniform(0, 1000, j), the dump's targets). Each step is what trainer/train/train.c
  * does per batch: training forward (BN batch statistics, running stats updated), ComputeLoss,
  * backward into the gradient arena, trn_optim_after_batch at epoch 0, ni = 0, 1, 2 with nb = 100
  * (warmup lr per group, momentum, accumulate 1, clip at 10, nesterov SGD, zero grads), and the

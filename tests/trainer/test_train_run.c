@@ -1,15 +1,13 @@
 /*
- * yolo-train's training run end to end (trainer/train.h), on small yolo-synth datasets packed by
- * yolo-pack. One program, five modes (each a meson test of its own):
- *   resume      K steps, save, resume, the rest == all steps straight through, byte for byte
- *               (model, EMA, optimizer state, gradients, counters; results.csv too)
- *   learn       a short CPU run: the mean training loss of the last epoch is well below the first
- *   outputs     runs/train/exp: results.csv header and rows, hyp.yaml, opt.yaml, weights/last and
- *               best that verify and load (--weights last.ckpt)
- *   sigint      SIGINT mid-run: exit 130, last.ckpt written at the stop position, resumable
- *   unwritable  a --project that cannot be created, a weights/ that cannot be written: exit 1
- *               with a message naming the path
- * usage: test_train_run YOLO_TRAIN YOLO_SYNTH YOLO_PACK MODELS_TEST_DIR MODE
+ * yolo-train's training run end to end (trainer/train/train.h), on small yolo-synth datasets packed
+ * by yolo-pack. One program, five modes (each a meson test of its own): resume      K steps, save,
+ * resume, the rest == all steps straight through, byte for byte (model, EMA, optimizer state,
+ * gradients, counters; results.csv too) learn       a short CPU run: the mean training loss of the
+ * last epoch is well below the first outputs     runs/train/exp: results.csv header and rows,
+ * hyp.yaml, opt.yaml, weights/last and best that verify and load (--weights last.ckpt) sigint
+ * SIGINT mid-run: exit 130, last.ckpt written at the stop position, resumable unwritable  a
+ * --project that cannot be created, a weights/ that cannot be written: exit 1 with a message naming
+ * the path usage: test_train_run YOLO_TRAIN YOLO_SYNTH YOLO_PACK MODELS_TEST_DIR MODE
  */
 #include <errno.h>
 #include <limits.h>

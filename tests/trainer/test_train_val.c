@@ -1,12 +1,12 @@
 /*
- * Validation inside yolo-train (trainer/train.h VALIDATION) and yolo-val on our checkpoints, on
- * yolo-synth train / val splits packed by yolo-pack. One program, two modes (meson tests):
- *   val    a short run with --val-records: results.csv metric columns are numbers in [0, 1],
- *          val losses > 0, best.ckpt is the epoch of the best fitness (results.csv against the
- *          checkpoint metadata), results.png decodes at 2400 x 1200; yolo-val on best.ckpt
- *          prints the table and its mAPs equal that epoch's row (same weights, same data)
- *   learn  a CI-sized run reaches a clearly non-trivial mAP50 on the held-out split
- * usage: test_train_val YOLO_TRAIN YOLO_VAL YOLO_SYNTH YOLO_PACK MODELS_TEST_DIR MODE
+ * Validation inside yolo-train (trainer/train/train.h VALIDATION) and yolo-val on our checkpoints,
+ * on yolo-synth train / val splits packed by yolo-pack. One program, two modes (meson tests): val
+ * a short run with --val-records: results.csv metric columns are numbers in [0, 1], val losses > 0,
+ * best.ckpt is the epoch of the best fitness (results.csv against the checkpoint metadata),
+ * results.png decodes at 2400 x 1200; yolo-val on best.ckpt prints the table and its mAPs equal
+ * that epoch's row (same weights, same data) learn  a CI-sized run reaches a clearly non-trivial
+ * mAP50 on the held-out split usage: test_train_val YOLO_TRAIN YOLO_VAL YOLO_SYNTH YOLO_PACK
+ * MODELS_TEST_DIR MODE
  */
 #include <math.h>
 #include <stdarg.h>

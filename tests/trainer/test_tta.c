@@ -1,5 +1,5 @@
 /*
- * tta (trainer/tta.h): ultralytics' test-time augmentation and model ensembles.
+ * tta (trainer/eval/tta.h): ultralytics' test-time augmentation and model ensembles.
  *   - scale_img sizes for the shapes val.py and detect.py see (640 square, 480x640, tiny);
  *   - scale_img pixels: a constant image stays constant with exact 0.447 padding; a horizontal
  *     ramp gives PyTorch's bilinear source positions (align_corners=False); flipping inside
@@ -25,7 +25,7 @@
 #include "tta.h"
 
 #ifndef TRN_TEST_MODELS_DIR
-#define TRN_TEST_MODELS_DIR "trainer/models"
+#define TRN_TEST_MODELS_DIR "models"
 #endif
 
 static void test_sizes(void)

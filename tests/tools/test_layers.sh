@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# scripts/check-layers: the tree as it is passes, and copies of it with a forbidden include
+# (upward between trainer layers, a priv/ header from another folder, the trainer from a lower
+# library, a "../" climb) each fail with a line naming the file and the header.
+# Usage: test_layers.sh SOURCE_ROOT
+set -u
+src=$1
+check=$src/scripts/check-layers
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
+
+out=$("$check" "$src" 2>&1) && ok "the tree passes: $out" || { notok "the tree fails"; echo "$out" | sed 's/^/# /'; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# one case: FILE (relative) gets LINE appended; the check must fail and name FILE and HEADER.
+case_fails() {
+  local file=$1 line=$2 header=$3 what=$4
+  rm -rf "$tmp/t"
+  mkdir -p "$tmp/t"
+  cp -r "$src/ffr" "$src/io" "$src/kernels" "$src/pack" "$src/trainer" "$src/tools" "$src/scripts" "$tmp/t/"
+  mkdir -p "$tmp/t/tests"
+  echo "$line" >>"$tmp/t/$file"
+  local o
+  if o=$("$tmp/t/scripts/check-layers" "$tmp/t" 2>&1); then
+    notok "$what: not detected"
+  elif echo "$o" | grep -q "^$file: includes \"$header\""; then
+    ok "$what: $o"
+  else
+    notok "$what: wrong message"
+    echo "$o" | sed 's/^/# /'
+  fi
+}
+case_fails trainer/core/hyp.c '#include "train.h"' train.h "upward include core -> train"
+case_fails trainer/model/net.c '#include "loader.h"' loader.h "upward include model -> data"
+case_fails tools/yolo_train.c '#include "priv/model_internal.h"' priv/model_internal.h "a program includes a private header"
+case_fails trainer/weights/weights.c '#include "priv/dist_internal.h"' priv/dist_internal.h "another layer's private header"
+case_fails ffr/reader.c '#include "model.h"' model.h "a lower library includes the trainer"
+case_fails trainer/train/train.c '#include "../core/hyp.h"' ../core/hyp.h "a ../ climb"
+case_fails trainer/eval/nms.c '#include "packer.h"' packer.h "the trainer includes pack/"
+echo "1..$n"
+exit $((fails > 0))

@@ -1,0 +1,573 @@
+/*
+ * yolo-val: ultralytics' val.py (task val) on ffr records, on the CPU in float32 (--half: fp16
+ * convolutions with float32 accumulation, the rest float32, as val.py --half on a GPU).
+ *
+ *   yolo-val --records val.ffr --weights W [W ...] [--cfg yolov5n] --img 640 --batch-size 32
+ *            --conf-thres 0.001 --iou-thres 0.6 --max-det 300 [--augment] [--half] [--workers N]
+ *            [--json]
+ *            [--save-json [--data instances.json]] [--verbose] [--project runs/val --name exp]
+ *
+ * W is an ultralytics .pt (its ema, else model; the architecture from the yaml it carries
+ * unless --cfg) or one of our checkpoints (docs/checkpoint.md: the EMA weights). Without
+ * --weights, --cfg gives a model with the deterministic initial weights (seed 0): a smoke run.
+ * Several --weights form ultralytics' Ensemble (outputs concatenated before NMS; every model must
+ * have the dataset's classes); --augment is val.py's test-time augmentation (trainer/eval/tta.h).
+ * Prints val.py's table ("all" first; per class with --verbose or fewer than 50 classes) and
+ * speed line; --json prints one object on stdout instead (the table then goes to stderr).
+ * --save-json writes DIR/<weights stem>_predictions.json as val.py does (COCO 91 ids for 80-class
+ * models) and, with --data, prints pycocotools' 12 summary lines from our COCOeval.
+ *
+ * Exit status: 0 done, 1 a file or dataset problem, 2 a bad command line.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "cli.h"
+#include "cocoeval.h"
+#include "ffr.h"
+#include "kern_cuda.h"
+#include "model.h"
+#include "plots.h"
+#include "rundir.h"
+#include "ptload.h"
+#include "tta.h"
+#include "val.h"
+#include "weights.h"
+
+#ifndef TRN_MODELS_DIR
+#define TRN_MODELS_DIR "models"
+#endif
+
+#define PROG "yolo-val"
+#define HINT "hint: " PROG " --help lists the options"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " --records FILE --weights W [options]\n"
+            "Validate a YOLOv5 model on ffr records (yolo-pack output) as ultralytics' val.py.\n\n"
+            "  --records FILE        validation dataset (ffr, packed at --img; --interp val)\n"
+            "  --weights W [W ...]   ultralytics .pt, or our checkpoint (.ckpt); several: an\n"
+            "                        ensemble; without it, --cfg with the deterministic\n"
+            "                        initial weights\n"
+            "  --cfg MODEL           model yaml (path or yolov5n/s/m/l/x); default: from W\n"
+            "  --img N               image size the records were packed at (default 640;\n"
+            "                        also --imgsz, --img-size)\n"
+            "  --batch-size N        rect batch size (default 32)\n"
+            "  --conf-thres X        confidence threshold (default 0.001)\n"
+            "  --iou-thres X         NMS IoU threshold (default 0.6)\n"
+            "  --max-det N           detections per image (default 300)\n"
+            "  --augment             test-time augmentation (scales 1, 0.83, 0.67; lr flip)\n"
+            "  --half                FP16 half-precision inference (val.py --half): the\n"
+            "                        convolutions in fp16 with fp32 accumulation, the rest fp32\n"
+            "  --workers N           loader threads (default 0 = min(cores, 8))\n"
+            "  --threads N           compute threads (default 0: one per core; each op splits\n"
+            "                        N ways, BLAS single-threaded)\n"
+            "  --micro-batch N       images per forward (memory only; default 4 on the CPU,\n"
+            "                        --batch-size on a GPU)\n"
+            "  --device D            cpu or a CUDA device number (default: 0 if present)\n"
+            "  --task val            the only task supported\n"
+            "  --json                print the metrics as one JSON object on stdout\n"
+            "  --save-json           write DIR/<weights>_predictions.json (COCO results)\n"
+            "  --data FILE           with --save-json: COCO annotations; run COCOeval\n"
+            "  --verbose             per-class rows for any number of classes\n"
+            "  --no-plots            do not write val_batchK_labels.jpg / _pred.jpg, the\n"
+            "                        PR / F1 / P / R curves and confusion_matrix.png\n"
+            "  --project DIR         save to DIR/NAME (default runs/val)\n"
+            "  --name NAME           run name (default exp; exp2, ... when taken)\n"
+            "  --exist-ok            reuse DIR/NAME\n"
+            "  -h, --help            this help\n");
+}
+
+struct args {
+    const char *records, *weights, *cfg, *data, *task, *project, *name;
+    const char *ensemble[TRN_TTA_MAX_MODELS]; /* every --weights; weights = ensemble[0] */
+    int n_weights;
+    long img, batch, max_det, workers, threads, micro;
+    double conf, iou;
+    bool json, save_json, verbose, no_plots, exist_ok, augment, help;
+    bool half;          /* --half: fp16 convolutions (trn_val_opts.amp = KERN_DT_F16) */
+    bool micro_set;     /* --micro-batch given */
+    const char *device; /* --device: "cpu", a number, or NULL (0 if present) */
+    bool device_path;   /* --device-path (tests): the GPU data path on the CPU ops */
+};
+
+static int bad(const char *fmt, const char *a)
+{
+    fprintf(stderr, PROG ": ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, "\n" HINT "\n");
+    return 2;
+}
+
+/* argparse style: --flag VALUE or --flag=VALUE. Returns 0 or the exit status 2. */
+static int parse_args(int argc, char **argv, struct args *A)
+{
+    memset(A, 0, sizeof *A);
+    A->project = "runs/val";
+    A->name = "exp";
+    A->task = "val";
+    A->img = 640;
+    A->batch = 32;
+    A->max_det = 300;
+    A->micro = 4;
+    A->conf = 0.001;
+    A->iou = 0.6;
+    static const struct {
+        const char *name;
+        int kind; /* 0 flag, 1 string, 2 integer, 3 number */
+        long lo, hi;
+    } opts[] = {
+        { "--records", 1, 0, 0 },       { "--weights", 1, 0, 0 },
+        { "--cfg", 1, 0, 0 },           { "--data", 1, 0, 0 },
+        { "--task", 1, 0, 0 },          { "--project", 1, 0, 0 },
+        { "--name", 1, 0, 0 },          { "--img", 2, 32, 16383 },
+        { "--imgsz", 2, 32, 16383 },    { "--img-size", 2, 32, 16383 },
+        { "--batch-size", 2, 1, 4096 }, { "--max-det", 2, 1, 100000 },
+        { "--workers", 2, 0, 256 },     { "--threads", 2, 0, 256 },
+        { "--micro-batch", 2, 1, 256 }, { "--conf-thres", 3, 0, 0 },
+        { "--iou-thres", 3, 0, 0 },     { "--json", 0, 0, 0 },
+        { "--save-json", 0, 0, 0 },     { "--verbose", 0, 0, 0 },
+        { "--no-plots", 0, 0, 0 },      { "--exist-ok", 0, 0, 0 },
+        { "--augment", 0, 0, 0 },       { "--half", 0, 0, 0 },
+        { "--device", 1, 0, 0 },        { "--device-path", 0, 0, 0 },
+        { "--help", 0, 0, 0 },          { "-h", 0, 0, 0 },
+    };
+    const size_t n_opts = sizeof opts / sizeof opts[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        char key[64];
+        const char *eq = strchr(a, '=');
+        const char *val = NULL;
+        if (eq && !strncmp(a, "--", 2) && (size_t)(eq - a) < sizeof key) {
+            memcpy(key, a, (size_t)(eq - a));
+            key[eq - a] = '\0';
+            val = eq + 1;
+        } else {
+            snprintf(key, sizeof key, "%s", a);
+        }
+        size_t k = 0;
+        while (k < n_opts && strcmp(opts[k].name, key))
+            k++;
+        if (k == n_opts) return bad("unknown option '%s'", a);
+        if (opts[k].kind == 0) {
+            if (val) return bad("%s takes no value", key);
+            if (!strcmp(key, "--json")) A->json = true;
+            if (!strcmp(key, "--save-json")) A->save_json = true;
+            if (!strcmp(key, "--verbose")) A->verbose = true;
+            if (!strcmp(key, "--no-plots")) A->no_plots = true;
+            if (!strcmp(key, "--exist-ok")) A->exist_ok = true;
+            if (!strcmp(key, "--augment")) A->augment = true;
+            if (!strcmp(key, "--half")) A->half = true;
+            if (!strcmp(key, "--device-path")) A->device_path = true;
+            if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
+            continue;
+        }
+        if (!val) {
+            if (i + 1 >= argc) return bad("%s needs a value", key);
+            val = argv[++i];
+        }
+        if (opts[k].kind == 2) {
+            long v;
+            if (trn_cli_long(val, opts[k].lo, opts[k].hi, &v) < 0) {
+                fprintf(stderr,
+                        PROG ": %s: bad value '%s' (a whole number in [%ld, %ld])\n" HINT "\n", key,
+                        val, opts[k].lo, opts[k].hi);
+                return 2;
+            }
+            if (!strncmp(key, "--img", 5)) A->img = v;
+            if (!strcmp(key, "--batch-size")) A->batch = v;
+            if (!strcmp(key, "--max-det")) A->max_det = v;
+            if (!strcmp(key, "--workers")) A->workers = v;
+            if (!strcmp(key, "--threads")) A->threads = v;
+            if (!strcmp(key, "--micro-batch")) {
+                A->micro = v;
+                A->micro_set = true;
+            }
+            continue;
+        }
+        if (opts[k].kind == 3) {
+            double v;
+            const bool conf = !strcmp(key, "--conf-thres");
+            if (trn_cli_double(val, 0, conf ? 0.999999 : 1, &v) < 0) {
+                fprintf(stderr, PROG ": %s: bad value '%s' (a number in [0, %s])\n" HINT "\n", key,
+                        val, conf ? "1)" : "1");
+                return 2;
+            }
+            if (conf)
+                A->conf = v;
+            else
+                A->iou = v;
+            continue;
+        }
+        if (!val[0]) return bad("%s needs a non-empty value", key);
+        if (!strcmp(key, "--records")) A->records = val;
+        if (!strcmp(key, "--weights")) {
+            /* ultralytics' nargs='+': more paths up to the next option make an ensemble */
+            if (!eq && !strncmp(val, "--", 2)) return bad("%s needs a value", key);
+            A->n_weights = 0;
+            for (;;) {
+                if (A->n_weights == TRN_TTA_MAX_MODELS)
+                    return bad("--weights: more than %s models", "16");
+                if (!val[0]) return bad("--weights: an empty path%s", "");
+                A->ensemble[A->n_weights++] = val;
+                if (eq || i + 1 >= argc || argv[i + 1][0] == '-') break;
+                val = argv[++i];
+            }
+            A->weights = A->ensemble[0];
+        }
+        if (!strcmp(key, "--cfg")) A->cfg = val;
+        if (!strcmp(key, "--data")) A->data = val;
+        if (!strcmp(key, "--task")) A->task = val;
+        if (!strcmp(key, "--project")) A->project = val;
+        if (!strcmp(key, "--name")) A->name = val;
+        if (!strcmp(key, "--device")) A->device = val;
+    }
+    if (A->help) return 0;
+    if (strcmp(A->task, "val"))
+        return bad("--task %s: only 'val' is supported (train/test splits are separate record "
+                   "files: pass them with --records)",
+                   A->task);
+    if (!A->records) return bad("--records FILE is required%s", "");
+    if (!A->weights && !A->cfg)
+        return bad("--weights W (or --cfg MODEL for initial weights)%s", "");
+    if (A->data && !A->save_json) return bad("--data needs --save-json%s", "");
+    if (A->device && strcmp(A->device, "cpu")) {
+        long d;
+        if (trn_cli_long(A->device, 0, 63, &d) < 0)
+            return bad("--device: '%s' is not cpu or a CUDA device number", A->device);
+    }
+    if (A->micro > A->batch) A->micro = A->batch;
+    return 0;
+}
+
+/* val.py's select_device: --device cpu, a number, or none: device 0 when one is visible. Returns
+ * the device, -1 for the CPU, or -2 (after saying why) when the asked-for one is not there. */
+static int pick_device(const char *d)
+{
+    const int count = kern_cuda_device_count();
+    if (!d) return count > 0 ? 0 : -1;
+    if (!strcmp(d, "cpu")) return -1;
+    const int id = atoi(d);
+    if (id < count) return id;
+    fprintf(stderr,
+            PROG ": --device %s: CUDA device %d is not there (%d visible%s)\n"
+                 "hint: --device cpu runs on the CPU\n",
+            d, id, count, count ? "" : "; or this build has no CUDA");
+    return -2;
+}
+
+static void log_cb(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, PROG ": %s\n", msg);
+}
+
+static const char *class_name(const struct trn_plot_names *names, int c, char *buf, size_t cap)
+{
+    if (c >= 0 && c < names->n && names->names[c]) return names->names[c];
+    snprintf(buf, cap, "%d", c);
+    return buf;
+}
+
+/* val.py's table: header, "all", per class when verbose or nc < 50 (and nc > 1), speed. */
+static void print_table(FILE *f, const struct args *A, const struct trn_val_result *res,
+                        const struct trn_plot_names *names)
+{
+    fprintf(f, "%22s%11s%11s%11s%11s%11s%11s\n", "Class", "Images", "Instances", "P", "R", "mAP50",
+            "mAP50-95");
+    fprintf(f, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g\n", "all", res->seen, res->n_labels,
+            res->mp, res->mr, res->map50, res->map);
+    if (res->n_labels == 0)
+        fprintf(f, "WARNING: no labels found in val set, can not compute metrics without labels\n");
+    if ((A->verbose || res->nc < 50) && res->nc > 1) {
+        for (int i = 0; i < res->ap.n_cls; i++) {
+            char buf[16];
+            const int c = res->ap.cls[i];
+            fprintf(f, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g\n",
+                    class_name(names, c, buf, sizeof buf), res->seen, res->ap.nt[c], res->ap.p[i],
+                    res->ap.r[i], res->ap.ap50[i], res->ap.ap5095[i]);
+        }
+    }
+    fprintf(f,
+            "Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape (%ld, 3, "
+            "%ld, %ld)\n",
+            res->ms_pre, res->ms_infer, res->ms_nms, A->batch, A->img, A->img);
+}
+
+/* A JSON number (non-finite as null). */
+static void jnum(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.17g", v);
+    else
+        fputs("null", f);
+}
+
+static void jstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void print_json(FILE *f, const struct args *A, const struct trn_val_result *res,
+                       const struct trn_plot_names *names, const double *coco)
+{
+    fprintf(f, "{\"images\": %d, \"instances\": %" PRId64 ", \"precision\": ", res->seen,
+            res->n_labels);
+    jnum(f, res->mp);
+    fputs(", \"recall\": ", f);
+    jnum(f, res->mr);
+    fputs(", \"map50\": ", f);
+    jnum(f, res->map50);
+    fputs(", \"map50_95\": ", f);
+    jnum(f, res->map);
+    fputs(", \"fitness\": ", f);
+    jnum(f, res->fitness);
+    fprintf(f, ", \"img\": %ld, \"conf_thres\": ", A->img);
+    jnum(f, A->conf);
+    fputs(", \"iou_thres\": ", f);
+    jnum(f, A->iou);
+    fprintf(f, ", \"detections\": %" PRId64 ", \"ms_per_image\": {\"pre\": ", res->n_dets);
+    jnum(f, res->ms_pre);
+    fputs(", \"inference\": ", f);
+    jnum(f, res->ms_infer);
+    fputs(", \"nms\": ", f);
+    jnum(f, res->ms_nms);
+    fputs("}, \"classes\": [", f);
+    for (int i = 0; i < res->ap.n_cls; i++) {
+        char buf[16];
+        const int c = res->ap.cls[i];
+        fprintf(f, "%s{\"class\": %d, \"name\": ", i ? ", " : "", c);
+        jstr(f, class_name(names, c, buf, sizeof buf));
+        fprintf(f, ", \"instances\": %" PRId64 ", \"precision\": ", res->ap.nt[c]);
+        jnum(f, res->ap.p[i]);
+        fputs(", \"recall\": ", f);
+        jnum(f, res->ap.r[i]);
+        fputs(", \"map50\": ", f);
+        jnum(f, res->ap.ap50[i]);
+        fputs(", \"map50_95\": ", f);
+        jnum(f, res->ap.ap5095[i]);
+        fputc('}', f);
+    }
+    fputc(']', f);
+    if (coco) {
+        fputs(", \"coco\": [", f);
+        for (int k = 0; k < TRN_COCO_NSTATS; k++) {
+            if (k) fputs(", ", f);
+            jnum(f, coco[k]);
+        }
+        fputc(']', f);
+    }
+    fputs("}\n", f);
+}
+
+/* pycocotools' COCOeval.summarize() lines. */
+static void print_coco(FILE *f, const double *s)
+{
+    static const struct {
+        bool ap;
+        const char *iou, *area;
+        int dets;
+    } rows[TRN_COCO_NSTATS] = {
+        { true, "0.50:0.95", "all", 100 },     { true, "0.50", "all", 100 },
+        { true, "0.75", "all", 100 },          { true, "0.50:0.95", "small", 100 },
+        { true, "0.50:0.95", "medium", 100 },  { true, "0.50:0.95", "large", 100 },
+        { false, "0.50:0.95", "all", 1 },      { false, "0.50:0.95", "all", 10 },
+        { false, "0.50:0.95", "all", 100 },    { false, "0.50:0.95", "small", 100 },
+        { false, "0.50:0.95", "medium", 100 }, { false, "0.50:0.95", "large", 100 },
+    };
+    for (int k = 0; k < TRN_COCO_NSTATS; k++)
+        fprintf(f, " %-18s %s @[ IoU=%-9s | area=%6s | maxDets=%3d ] = %0.3f\n",
+                rows[k].ap ? "Average Precision" : "Average Recall", rows[k].ap ? "(AP)" : "(AR)",
+                rows[k].iou, rows[k].area, rows[k].dets, s[k]);
+}
+
+/* val.py's save_json part: write the results list, then COCOeval with --data. */
+static int save_json(const struct args *A, const char *dir, const struct trn_val_result *res,
+                     FILE *out, double *stats, bool *have_stats)
+{
+    const char *base = A->weights ? strrchr(A->weights, '/') : NULL;
+    base = base ? base + 1 : A->weights ? A->weights : "init";
+    char stem[256];
+    snprintf(stem, sizeof stem, "%s", base);
+    char *dot = strrchr(stem, '.');
+    if (dot && dot != stem) *dot = '\0';
+    char path[PATH_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s_predictions.json", dir, stem);
+    FILE *f = fopen(path, "w");
+    int rc = f ? trn_coco_dets_write(f, res->coco, res->n_coco) : -errno;
+    if (f && fclose(f) != 0 && rc == 0) rc = -EIO;
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s: %s\n", path, strerror(-rc));
+        return 1;
+    }
+    fprintf(out, "\nsaved %zu detections to %s\n", res->n_coco, path);
+    if (!A->data) return 0;
+    struct trn_coco_gt gt;
+    char err[512] = "";
+    rc = trn_coco_gt_load(A->data, &gt, err, sizeof err);
+    if (rc == 0)
+        rc = trn_coco_eval(&gt, res->image_ids, res->n_image_ids, res->coco, res->n_coco, stats,
+                           err, sizeof err);
+    trn_coco_gt_free(&gt);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_coco_strerror(rc));
+        return 1;
+    }
+    fprintf(out, "COCOeval on %s (%zu images):\n", A->data, res->n_image_ids);
+    print_coco(out, stats);
+    *have_stats = true;
+    return 0;
+}
+
+static int run(const struct args *A)
+{
+    const int device = pick_device(A->device);
+    if (device == -2) return 1;
+    struct ffr_reader *r = NULL;
+    char err[768] = "";
+    int rc = ffr_reader_open(&r, A->records, NULL, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : ffr_strerror(rc));
+        return 1;
+    }
+    size_t mlen = 0;
+    const char *meta = ffr_reader_metadata(r, &mlen);
+    struct trn_plot_names names;
+    if (trn_plot_names_parse(meta, mlen, &names) < 0) {
+        fprintf(stderr, PROG ": out of memory\n");
+        ffr_reader_close(r);
+        return 1;
+    }
+    /* val.py (v7.0) sizes with int(w0 * r), shrinks with INTER_AREA and enlarges with
+     * INTER_LINEAR: say so, with the full stored values, only when the pack differs */
+    char interp[160], rnd[32];
+    trn_meta_value(meta, mlen, "interp", interp, sizeof interp);
+    trn_meta_value(meta, mlen, "resize_round", rnd, sizeof rnd);
+    static const char val_interp[] = "area when shrinking, linear when enlarging"; /* yolo-pack's */
+    if (interp[0] && strncmp(interp, val_interp, sizeof val_interp - 1) != 0)
+        fprintf(stderr,
+                PROG ": warning: %s was packed with interp '%s'; val.py shrinks with INTER_AREA "
+                     "and enlarges with INTER_LINEAR (yolo-pack --interp val)\n",
+                A->records, interp);
+    if (strcmp(rnd, "int") != 0)
+        fprintf(stderr,
+                PROG ": warning: %s was packed with sizes rounded %s; val.py (v7.0) sizes with "
+                     "int(w0 * r) (yolo-pack --resize-round int, the default)\n",
+                A->records, rnd[0] ? rnd : "up (a pack older than resize_round)");
+    struct trn_model *models[TRN_TTA_MAX_MODELS] = { 0 };
+    const int n_models = A->n_weights ? A->n_weights : 1;
+    int ret = 1;
+    const struct trn_model_info *mi = NULL;
+    for (int k = 0; k < n_models; k++) {
+        const char *w = A->n_weights ? A->ensemble[k] : NULL;
+        /* ultralytics asserts the weights' classes equal the dataset's: nc only for --cfg alone */
+        char werr[768] = "";
+        if (trn_weights_load(w, A->cfg, names.n, &models[k], NULL, NULL, werr, sizeof werr) < 0) {
+            fprintf(stderr, PROG ": %s\n", werr);
+            goto out;
+        }
+        mi = trn_model_info(models[k]);
+        if ((names.n > 0 && names.n != mi->nc) || mi->nc != trn_model_info(models[0])->nc) {
+            fprintf(stderr,
+                    PROG ": %s has %d classes, the model %s %d\nhint: weights trained on this "
+                         "dataset's classes are needed%s\n",
+                    A->records, names.n > 0 ? names.n : trn_model_info(models[0])->nc,
+                    w ? w : "(--cfg)", mi->nc, n_models > 1 ? " (every model of an ensemble)" : "");
+            goto out;
+        }
+    }
+    if (!A->weights)
+        fprintf(stderr, PROG ": no --weights: the initial weights of --cfg (seed 0)\n");
+    if (n_models > 1) {
+        fprintf(stderr, PROG ": Ensemble created with");
+        for (int k = 0; k < n_models; k++)
+            fprintf(stderr, " %s", A->ensemble[k]);
+        fprintf(stderr, "\n");
+    }
+    mi = trn_model_info(models[0]);
+    char dir[PATH_MAX - 64];
+    rc = trn_run_dir(A->project, A->name, A->exist_ok, dir, sizeof dir);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": cannot create the run directory %s/%s: %s\n", A->project, A->name,
+                strerror(-rc));
+        goto out;
+    }
+    struct trn_val_opts vo;
+    trn_val_opts_default(&vo);
+    vo.img_size = (int)A->img;
+    vo.batch_size = (int)A->batch;
+    vo.micro_batch = (int)A->micro;
+    vo.workers = (unsigned)A->workers;
+    vo.threads = trn_cli_threads(A->threads, 1); /* one per core, BLAS single (cli.h) */
+    vo.conf_thres = (float)A->conf;
+    vo.iou_thres = A->iou;
+    vo.max_det = (int)A->max_det;
+    vo.save_json = A->save_json;
+    vo.coco91 = mi->nc == 80;
+    vo.plot_dir = A->no_plots ? NULL : dir;
+    vo.curves_dir = vo.plot_dir; /* val.py plots=True: PR/F1/P/R curves, confusion matrix */
+    vo.names = &names;
+    vo.log = log_cb;
+    struct trn_val_result res;
+    vo.augment = A->augment;
+    vo.amp = A->half ? KERN_DT_F16 : KERN_DT_F32;
+    vo.device = device;
+    vo.device_path = vo.device < 0 && A->device_path;
+    /* a GPU runs the whole rect batch per forward; the CPU's 4 only bounds host memory */
+    if (vo.device >= 0 && !A->micro_set) vo.micro_batch = vo.batch_size;
+    rc = trn_val_run_ensemble(models, n_models, r, &vo, &res, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s: %s\nhint: pack the dataset with yolo-pack --size %ld\n",
+                A->records, err[0] ? err : trn_val_strerror(rc), A->img);
+        trn_val_result_free(&res);
+        goto out;
+    }
+    FILE *tab = A->json ? stderr : stdout;
+    print_table(tab, A, &res, &names);
+    double stats[TRN_COCO_NSTATS];
+    bool have_stats = false;
+    ret = 0;
+    if (A->save_json) ret = save_json(A, dir, &res, tab, stats, &have_stats);
+    if (res.plots_written) fprintf(tab, "Results saved to %s\n", dir);
+    if (A->json && ret == 0) print_json(stdout, A, &res, &names, have_stats ? stats : NULL);
+    trn_val_result_free(&res);
+out:
+    for (int k = 0; k < n_models; k++)
+        trn_model_destroy(models[k]);
+    trn_plot_names_free(&names);
+    ffr_reader_close(r);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    struct args A;
+    const int rc = parse_args(argc, argv, &A);
+    if (rc) return rc;
+    if (A.help) {
+        usage(stdout);
+        return 0;
+    }
+    const int ret = run(&A);
+    /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
+    trn_plots_cleanup();
+    return ret;
+}
