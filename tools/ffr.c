@@ -111,7 +111,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "ffr: missing command\nusage: ffr COMMAND [ARGS]  (more: ffr --help)\n");
+        fprintf(stderr, "ffr: missing command\nhint: ffr --help lists the commands\n");
         return FFRT_EXIT_USAGE;
     }
     const char *name = argv[1];
@@ -133,7 +133,6 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < N_COMMANDS; k++)
         if (strcmp(name, commands[k].name) == 0)
             return commands[k].run(&commands[k], argc - 1, argv + 1);
-    fprintf(stderr, "ffr: unknown command '%s'\nusage: ffr COMMAND [ARGS]  (more: ffr --help)\n",
-            name);
+    fprintf(stderr, "ffr: unknown command '%s'\nhint: ffr --help lists the commands\n", name);
     return FFRT_EXIT_USAGE;
 }

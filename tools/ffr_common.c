@@ -12,6 +12,7 @@
 
 #include <yaml.h>
 
+#include "argparse.h"
 #include "ffr_tool.h"
 
 static void vsay(const struct ffrt_cmd *cmd, const char *fmt, va_list ap)
@@ -28,7 +29,7 @@ int ffrt_usage_error(const struct ffrt_cmd *cmd, const char *fmt, ...)
     va_start(ap, fmt);
     vsay(cmd, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "usage: %s  (more: ffr %s --help)\n", cmd->usage, cmd->name);
+    fprintf(stderr, "hint: ffr %s --help lists the options\n", cmd->name);
     return FFRT_EXIT_USAGE;
 }
 
@@ -41,73 +42,48 @@ int ffrt_fail(const struct ffrt_cmd *cmd, const char *fmt, ...)
     return FFRT_EXIT_FAIL;
 }
 
-/* A negative number is a record counted from the end, not an option. */
-static int is_negative_number(const char *a)
-{
-    if (a[0] != '-' || a[1] < '0' || a[1] > '9') return 0;
-    for (const char *p = a + 2; *p; p++)
-        if (*p < '0' || *p > '9') return 0;
-    return 1;
-}
-
-static const struct ffrt_opt *find_long(const struct ffrt_opt *opts, const char *name, size_t n)
-{
-    for (const struct ffrt_opt *o = opts; o && o->name; o++)
-        if (strlen(o->name) == n && memcmp(o->name, name, n) == 0) return o;
-    return NULL;
-}
-
-static const struct ffrt_opt *find_short(const struct ffrt_opt *opts, char c)
-{
-    for (const struct ffrt_opt *o = opts; o && o->name; o++)
-        if (o->short_name && o->short_name == c) return o;
-    return NULL;
-}
-
+/* The command's options as argparse rows (argparse.h): the one parser of every program. Flags
+ * land in bools first, then in the command's ints. */
 int ffrt_parse_args(const struct ffrt_cmd *cmd, int argc, char **argv, const struct ffrt_opt *opts,
                     int min_pos, int max_pos, struct ffrt_args *out)
 {
     memset(out, 0, sizeof *out);
-    int only_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (only_pos || a[0] != '-' || a[1] == '\0' || is_negative_number(a)) {
-            if (out->n_pos >= max_pos || out->n_pos >= FFRT_MAX_POS)
-                return ffrt_usage_error(cmd, "unexpected argument '%s'", a);
-            out->pos[out->n_pos++] = a;
-            continue;
-        }
-        if (strcmp(a, "--") == 0) {
-            only_pos = 1;
-            continue;
-        }
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("usage: %s\n\n%s", cmd->usage, cmd->help);
-            return FFRT_EXIT_OK;
-        }
-        const struct ffrt_opt *o;
-        const char *inline_val = NULL;
-        if (a[1] == '-') {
-            const char *eq = strchr(a + 2, '=');
-            const size_t n = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
-            o = find_long(opts, a + 2, n);
-            if (eq) inline_val = eq + 1;
-        } else {
-            o = find_short(opts, a[1]);
-            if (o && a[2]) inline_val = a + 2;
-        }
-        if (!o) return ffrt_usage_error(cmd, "unknown option '%s'", a);
-        if (o->flag) {
-            if (inline_val) return ffrt_usage_error(cmd, "option '--%s' takes no value", o->name);
-            *o->flag = 1;
-            continue;
-        }
-        if (!inline_val) {
-            if (i + 1 >= argc) return ffrt_usage_error(cmd, "option '%s' needs a value", a);
-            inline_val = argv[++i];
-        }
-        *o->value = inline_val;
+    enum { MAX_OPTS = 32 };
+    struct ap_opt ao[MAX_OPTS + 1];
+    char names[MAX_OPTS][48];
+    bool flags[MAX_OPTS] = { false };
+    bool help = false;
+    size_t n = 0;
+    for (const struct ffrt_opt *o = opts; o && o->name && n < MAX_OPTS; o++, n++) {
+        if (o->short_name)
+            snprintf(names[n], sizeof names[n], "--%s|-%c", o->name, o->short_name);
+        else
+            snprintf(names[n], sizeof names[n], "--%s", o->name);
+        ao[n] = (struct ap_opt){ .names = names[n],
+                                 .kind = o->flag ? AP_FLAG : AP_STR,
+                                 .dst = o->flag ? (void *)&flags[n] : (void *)o->value };
     }
+    ao[n] = (struct ap_opt){ .names = "-h|--help", .kind = AP_FLAG, .dst = &help };
+    char prog[64];
+    snprintf(prog, sizeof prog, "ffr %s", cmd->name);
+    const struct ap_spec sp = {
+        .prog = prog,
+        .usage = cmd->usage,
+        .opts = ao,
+        .n_opts = n + 1,
+        .positional = out->pos,
+        .max_positional = max_pos < FFRT_MAX_POS ? max_pos : FFRT_MAX_POS,
+        .n_positional = &out->n_pos,
+    };
+    if (ap_parse(&sp, argc, argv)) return FFRT_EXIT_USAGE;
+    if (help) {
+        /* the command's own prose: it says what each option does in context */
+        printf("usage: %s\n\n%s", cmd->usage, cmd->help);
+        return FFRT_EXIT_OK;
+    }
+    n = 0;
+    for (const struct ffrt_opt *o = opts; o && o->name && n < MAX_OPTS; o++, n++)
+        if (o->flag && flags[n]) *o->flag = 1;
     if (out->n_pos < min_pos) {
         static const char *const what[] = { "FILE", "record number N" };
         return ffrt_usage_error(cmd, "missing %s", what[out->n_pos < 1 ? 0 : 1]);

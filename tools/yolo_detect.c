@@ -51,6 +51,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "argparse.h"
 #include "cli.h"
 #include "augment.h"
 #include "cocoeval.h"
@@ -66,6 +67,8 @@
 #include "train.h"
 #include "tta.h"
 #include "weights.h"
+#include "util.h"
+#include "errors.h"
 
 #define PROG        "yolo-detect"
 #define MAX_CLASSES 1024
@@ -85,8 +88,8 @@ struct args {
     const char *source, *cfg, *project, *name;
     long img, max_det, threads;
     double conf, iou;
-    int classes[MAX_CLASSES]; /* --classes, in the order given */
-    int n_classes;            /* 0: every class */
+    long classes[MAX_CLASSES]; /* --classes, in the order given */
+    int n_classes;             /* 0: every class */
     bool hide_labels, hide_conf, save_txt, save_conf, save_json, exist_ok, nosave, augment, help;
 };
 
@@ -96,46 +99,65 @@ struct paths {
     size_t n, cap;
 };
 
-static void usage(FILE *f)
+#define N_OPTS 24
+static size_t options(struct args *A, struct ap_opt *o)
 {
-    fprintf(f, "usage: " PROG " --weights W [W ...] --source FILE|DIR|LIST.txt [options]\n"
-               "Detect objects in JPEG images as ultralytics' detect.py does.\n\n"
-               "  --weights W [W ...]   ultralytics .pt, or our checkpoint (.ckpt); several:\n"
-               "                        an ensemble (same classes; names from the first)\n"
-               "  --cfg MODEL           model yaml (path or yolov5n/s/...): with --weights, the\n"
-               "                        architecture; without, the initial weights (seed 0)\n"
-               "  --source S            a JPEG, a directory of images, or a .txt list of paths\n"
-               "                        (as written, else relative to the list's folder)\n"
-               "  --img N               inference size, pixels (default 640; also --imgsz)\n"
-               "  --augment             test-time augmentation (scales 1, 0.83, 0.67; flip)\n"
-               "  --conf-thres X        confidence threshold (default 0.25)\n"
-               "  --iou-thres X         NMS IoU threshold (default 0.45)\n"
-               "  --max-det N           detections per image (default 1000)\n"
-               "  --classes C [C ...]   keep only these classes\n"
-               "  --hide-labels         boxes without labels\n"
-               "  --hide-conf           labels without confidences\n"
-               "  --save-txt            write labels/<stem>.txt (cls cx cy w h, normalised)\n"
-               "  --save-conf           add the confidence to --save-txt rows\n"
-               "  --save-json           write predictions.json (COCO results format)\n"
-               "  --project DIR         save to DIR/NAME (default runs/detect)\n"
-               "  --name NAME           run name (default exp; exp2, ... when taken)\n"
-               "  --exist-ok            reuse DIR/NAME instead of incrementing\n"
-               "  --nosave              do not write annotated images\n"
-               "  --threads N           compute threads (default 0: one per core, BLAS single-\n"
-               "                        threaded)\n"
-               "  -h, --help            this help\n");
-}
-
-static int bad(const char *fmt, const char *what)
-{
-    fprintf(stderr, PROG ": ");
-    fprintf(stderr, fmt, what);
-    fprintf(stderr, "\nhint: " PROG " --help\n");
-    return 2;
+    const struct ap_opt t[] = {
+        { .names = "--weights",
+          .kind = AP_STRS,
+          .dst = A->weights,
+          .metavar = "W [W ...]",
+          .help = "ultralytics .pt, or our checkpoint (.ckpt); several: an ensemble (same "
+                  "classes; names from the first)",
+          .max_n = MAX_WEIGHTS,
+          .n = &A->n_weights },
+        AP_OPT("--cfg", AP_STR, &A->cfg, "MODEL",
+               "model yaml (path or yolov5n/s/...): with --weights, the architecture; without, "
+               "the initial weights (seed 0)"),
+        AP_OPT("--source", AP_STR, &A->source, "S",
+               "a JPEG, a directory of images, or a .txt list of paths (as written, else relative "
+               "to the list's folder)"),
+        AP_RANGE("--img|--imgsz|--img-size", AP_LONG, &A->img, "N",
+                 "inference size, pixels (default 640)", 32, 8192),
+        AP_OPT("--augment", AP_FLAG, &A->augment, NULL,
+               "test-time augmentation (scales 1, 0.83, 0.67; flip)"),
+        AP_RANGE("--conf-thres", AP_DOUBLE, &A->conf, "X", "confidence threshold (default 0.25)", 0,
+                 1),
+        AP_RANGE("--iou-thres", AP_DOUBLE, &A->iou, "X", "NMS IoU threshold (default 0.45)", 0, 1),
+        AP_RANGE("--max-det", AP_LONG, &A->max_det, "N", "detections per image (default 1000)", 1,
+                 TRN_NMS_MAX_NMS),
+        { .names = "--classes",
+          .kind = AP_LONGS,
+          .dst = A->classes,
+          .metavar = "C [C ...]",
+          .help = "keep only these classes",
+          .lo = 0,
+          .hi = 65535,
+          .max_n = MAX_CLASSES,
+          .n = &A->n_classes },
+        AP_OPT("--hide-labels", AP_FLAG, &A->hide_labels, NULL, "boxes without labels"),
+        AP_OPT("--hide-conf", AP_FLAG, &A->hide_conf, NULL, "labels without confidences"),
+        AP_OPT("--save-txt", AP_FLAG, &A->save_txt, NULL,
+               "write labels/<stem>.txt (cls cx cy w h, normalised)"),
+        AP_OPT("--save-conf", AP_FLAG, &A->save_conf, NULL,
+               "add the confidence to --save-txt rows"),
+        AP_OPT("--save-json", AP_FLAG, &A->save_json, NULL,
+               "write predictions.json (COCO results format)"),
+        AP_OPT("--project", AP_STR, &A->project, "DIR", "save to DIR/NAME (default runs/detect)"),
+        AP_OPT("--name", AP_STR, &A->name, "NAME", "run name (default exp; exp2, ... when taken)"),
+        AP_OPT("--exist-ok", AP_FLAG, &A->exist_ok, NULL, "reuse DIR/NAME instead of incrementing"),
+        AP_OPT("--nosave", AP_FLAG, &A->nosave, NULL, "do not write annotated images"),
+        AP_RANGE("--threads", AP_LONG, &A->threads, "N",
+                 "compute threads (default 0: one per core, BLAS single-threaded)", 0, 256),
+        AP_OPT("-h|--help", AP_FLAG, &A->help, NULL, "this help"),
+    };
+    _Static_assert(sizeof t / sizeof t[0] <= N_OPTS, "N_OPTS");
+    memcpy(o, t, sizeof t);
+    return sizeof t / sizeof t[0];
 }
 
 /* Returns 0 to run, 2 on bad arguments (message printed). */
-static int parse_args(int argc, char **argv, struct args *A)
+static int parse_args(int argc, char **argv, struct args *A, struct ap_spec *sp, struct ap_opt *o)
 {
     memset(A, 0, sizeof *A);
     A->project = "runs/detect";
@@ -144,83 +166,19 @@ static int parse_args(int argc, char **argv, struct args *A)
     A->max_det = 1000;
     A->conf = 0.25;
     A->iou = 0.45;
-    for (int i = 1; i < argc; i++) {
-        const char *key = argv[i];
-        if (!strcmp(key, "-h") || !strcmp(key, "--help")) {
-            A->help = true;
-            return 0;
-        }
-        bool *flag = !strcmp(key, "--hide-labels") ? &A->hide_labels
-                     : !strcmp(key, "--hide-conf") ? &A->hide_conf
-                     : !strcmp(key, "--save-txt")  ? &A->save_txt
-                     : !strcmp(key, "--save-conf") ? &A->save_conf
-                     : !strcmp(key, "--save-json") ? &A->save_json
-                     : !strcmp(key, "--exist-ok")  ? &A->exist_ok
-                     : !strcmp(key, "--nosave")    ? &A->nosave
-                     : !strcmp(key, "--augment")   ? &A->augment
-                                                   : NULL;
-        if (flag) {
-            *flag = true;
-            continue;
-        }
-        if (!strcmp(key, "--classes")) {
-            int got = 0;
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
-                long c;
-                if (trn_cli_long(argv[++i], 0, 65535, &c) < 0)
-                    return bad("--classes: '%s' is not a class index", argv[i]);
-                if (A->n_classes == MAX_CLASSES) return bad("--classes: too many%s", "");
-                A->classes[A->n_classes++] = (int)c;
-                got++;
-            }
-            if (!got) return bad("--classes needs at least one class index%s", "");
-            continue;
-        }
-        if (!strcmp(key, "--weights")) {
-            int got = 0;
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
-                if (A->n_weights == MAX_WEIGHTS) return bad("--weights: more than 16 models%s", "");
-                if (!argv[i + 1][0]) return bad("--weights: an empty path%s", "");
-                A->weights[A->n_weights++] = argv[++i];
-                got++;
-            }
-            if (!got) return bad("--weights needs at least one file%s", "");
-            continue;
-        }
-        if (strncmp(key, "--", 2)) return bad("unexpected argument '%s'", key);
-        if (i + 1 >= argc) return bad("%s needs a value", key);
-        const char *val = argv[++i];
-        if (!strcmp(key, "--source"))
-            A->source = val;
-        else if (!strcmp(key, "--cfg"))
-            A->cfg = val;
-        else if (!strcmp(key, "--project"))
-            A->project = val;
-        else if (!strcmp(key, "--name"))
-            A->name = val;
-        else if (!strcmp(key, "--img") || !strcmp(key, "--imgsz") || !strcmp(key, "--img-size")) {
-            if (trn_cli_long(val, 32, 8192, &A->img) < 0)
-                return bad("--img: '%s' is not a size in 32..8192", val);
-        } else if (!strcmp(key, "--conf-thres")) {
-            if (trn_cli_double(val, 0, 1, &A->conf) < 0)
-                return bad("--conf-thres: '%s' is not in [0, 1]", val);
-        } else if (!strcmp(key, "--iou-thres")) {
-            if (trn_cli_double(val, 0, 1, &A->iou) < 0)
-                return bad("--iou-thres: '%s' is not in [0, 1]", val);
-        } else if (!strcmp(key, "--max-det")) {
-            if (trn_cli_long(val, 1, TRN_NMS_MAX_NMS, &A->max_det) < 0)
-                return bad("--max-det: '%s' is not in 1..30000", val);
-        } else if (!strcmp(key, "--threads")) {
-            if (trn_cli_long(val, 0, 256, &A->threads) < 0)
-                return bad("--threads: '%s' is not in 0..256", val);
-        } else
-            return bad("unknown argument '%s'", key);
-    }
-    if (!A->source) return bad("--source FILE|DIR|LIST.txt is required%s", "");
+    memset(sp, 0, sizeof *sp);
+    sp->prog = PROG;
+    sp->usage = "--weights W [W ...] --source FILE|DIR|LIST.txt [options]";
+    sp->about = "Detect objects in JPEG images as ultralytics' detect.py does.";
+    sp->opts = o;
+    sp->n_opts = options(A, o);
+    const int rc = ap_parse(sp, argc, argv);
+    if (rc || A->help) return rc;
+    if (!A->source) return ap_usage_error(sp, "--source FILE|DIR|LIST.txt is required");
     if (!A->n_weights && !A->cfg)
-        return bad("--weights W (or --cfg MODEL for initial weights)%s", "");
-    if (!A->name[0] || strchr(A->name, '/'))
-        return bad("--name: '%s' is not a plain name", A->name);
+        return ap_usage_error(sp, "--weights W (or --cfg MODEL for initial weights)");
+    if (strchr(A->name, '/'))
+        return ap_usage_error(sp, "--name: '%s' is not a plain name", A->name);
     return 0;
 }
 
@@ -520,36 +478,6 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int read_file(const char *path, uint8_t **buf, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return -errno;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return -EISDIR;
-    }
-    if ((uint64_t)st.st_size > MAX_FILE) {
-        fclose(f);
-        return -EFBIG;
-    }
-    uint8_t *b = malloc((size_t)st.st_size + 1);
-    if (!b) {
-        fclose(f);
-        return -ENOMEM;
-    }
-    const size_t got = fread(b, 1, (size_t)st.st_size, f);
-    const int bad_read = ferror(f);
-    fclose(f);
-    if (bad_read) {
-        free(b);
-        return -EIO;
-    }
-    *buf = b;
-    *len = got;
-    return 0;
-}
-
 /* Per-run state. */
 struct detector {
     const struct args *A;
@@ -573,16 +501,6 @@ struct detector {
     int last_w, last_h;
 };
 
-static int grow(void **p, size_t *cap, size_t need)
-{
-    if (need <= *cap) return 0;
-    void *q = realloc(*p, need);
-    if (!q) return -ENOMEM;
-    *p = q;
-    *cap = need;
-    return 0;
-}
-
 static bool class_wanted(const struct args *A, int c)
 {
     if (!A->n_classes) return true;
@@ -598,9 +516,10 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
     const double t0 = now_ms();
     uint8_t *file = NULL;
     size_t flen = 0;
-    int rc = read_file(path, &file, &flen);
+    char e[512];
+    int rc = trn_read_file(path, MAX_FILE, (char **)&file, &flen, e, sizeof e);
     if (rc < 0) {
-        fprintf(stderr, PROG ": image %zu/%zu %s: %s\n", idx, total, path, strerror(-rc));
+        fprintf(stderr, PROG ": image %zu/%zu %s\n", idx, total, e);
         return rc == -ENOMEM ? rc : 1;
     }
     struct pack_image im;
@@ -628,9 +547,9 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
     }
     const size_t lb_bytes = (size_t)plan.out_w * (size_t)plan.out_h * 3;
     const size_t im0_bytes = (size_t)w0 * (size_t)h0 * 3;
-    if (grow((void **)&D->lb, &D->lb_cap, lb_bytes) ||
-        grow((void **)&D->in, &D->in_cap, lb_bytes * sizeof(float)) ||
-        grow((void **)&D->im0, &D->im0_cap, im0_bytes))
+    if (trn_grow((void **)&D->lb, &D->lb_cap, lb_bytes, 1) ||
+        trn_grow((void **)&D->in, &D->in_cap, lb_bytes, sizeof(float)) ||
+        trn_grow((void **)&D->im0, &D->im0_cap, im0_bytes, 1))
         return -ENOMEM;
     memcpy(D->im0, im.pixels, im0_bytes);
     rc = trn_aug_letterbox(D->im0, w0, h0, &plan, D->lb, D->lb_cap);
@@ -649,7 +568,7 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
     rc = trn_tta_infer(D->tta, D->in, plan.out_h, plan.out_w, &pred, &rows, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, PROG ": %s: inference at %dx%d: %s\n", path, plan.out_w, plan.out_h,
-                err[0] ? err : trn_net_strerror(rc));
+                err[0] ? err : trn_strerror(rc));
         return rc;
     }
     const double t2 = now_ms();
@@ -664,7 +583,7 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
     const int nd = trn_nms_run(D->nms, pred, (size_t)rows, (size_t)D->nc + 5, D->nc, &no, D->dets,
                                D->dets_cap);
     if (nd < 0) {
-        fprintf(stderr, PROG ": %s: NMS: %s\n", path, trn_nms_strerror(nd));
+        fprintf(stderr, PROG ": %s: NMS: %s\n", path, trn_strerror(nd));
         return nd;
     }
     int n = 0;
@@ -799,7 +718,7 @@ static int run(const struct args *A)
     char terr[512] = "";
     rc = trn_tta_create(models, n_models, 1, &to, &D.tta, terr, sizeof terr);
     if (rc < 0) {
-        fprintf(stderr, PROG ": %s\n", terr[0] ? terr : trn_net_strerror(rc));
+        fprintf(stderr, PROG ": %s\n", terr[0] ? terr : trn_strerror(rc));
         if (rc == -EINVAL && n_models > 1)
             fprintf(stderr, "hint: every --weights of an ensemble must detect the same classes\n");
         goto out;
@@ -812,7 +731,7 @@ static int run(const struct args *A)
     }
     for (int i = 0; i < A->n_classes; i++)
         if (A->classes[i] >= mi->nc)
-            fprintf(stderr, PROG ": warning: --classes %d: the model has %d classes\n",
+            fprintf(stderr, PROG ": warning: --classes %ld: the model has %d classes\n",
                     A->classes[i], mi->nc);
     /* check_img_size: a multiple of the largest stride */
     const int smax = trn_tta_stride(D.tta) > LB_STRIDE ? trn_tta_stride(D.tta) : LB_STRIDE;
@@ -917,10 +836,12 @@ out:
 int main(int argc, char **argv)
 {
     struct args A;
-    const int rc = parse_args(argc, argv, &A);
+    struct ap_spec sp;
+    struct ap_opt opts[N_OPTS];
+    const int rc = parse_args(argc, argv, &A, &sp, opts);
     if (rc) return rc;
     if (A.help) {
-        usage(stdout);
+        ap_help(&sp, stdout);
         return 0;
     }
     const int ret = run(&A);

@@ -22,6 +22,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "argparse.h"
 #include "cli.h"
 #include "dataset.h"
 #include "export.h"
@@ -29,138 +30,120 @@
 #include "plots.h"
 #include "ptload.h"
 #include "weights.h"
+#include "errors.h"
 
-#define PROG "yolo-export"
+#define PROG    "yolo-export"
+#define STR_(x) #x
+#define XSTR(x) STR_(x)
 
 struct args {
     const char *weights, *cfg, *out;
     bool onnx, pt, dynamic, half, nms, help;
+    long img[2]; /* --img N or H W */
+    int n_img;
     long img_h, img_w, batch, max_det, opset;
     double conf, iou;
 };
 
-static void usage(FILE *f)
+/* --include: "onnx", "pt" or "onnx,pt" (repeatable) into A. */
+static int parse_include(const char *v, void *dst, char *why, size_t cap)
 {
-    fprintf(f,
-            "usage: " PROG " --weights W --include onnx|pt [options]\n"
-            "Export a model as ONNX (inference graph, Detect decode inside) or as a PyTorch\n"
-            "state dict with ultralytics' parameter names.\n\n"
-            "  --weights W         our checkpoint (.ckpt), an ultralytics .pt, or with --cfg a\n"
-            "                      plain state dict .pt\n"
-            "  --cfg MODEL         model yaml (path or yolov5n/s/...) replacing W's own\n"
-            "  --include F         onnx or pt; repeat or comma-separate for both\n"
-            "  --img N | H W       ONNX input size, pixels (default 640; also --imgsz)\n"
-            "  --batch N           ONNX batch size (default 1)\n"
-            "  --dynamic           ONNX: symbolic batch, height and width\n"
-            "  --half              fp16 weights (and ONNX input/outputs)\n"
-            "  --nms               ONNX: append NonMaxSuppression, output 'detections' [n, 7]:\n"
-            "                      batch x1 y1 x2 y2 conf class\n"
-            "  --conf-thres X      --nms score threshold (default 0.25)\n"
-            "  --iou-thres X       --nms IoU threshold (default 0.45)\n"
-            "  --max-det N         --nms boxes per image and class (default 100)\n"
-            "  --opset N           ONNX opset, %d..%d (default %d)\n"
-            "  -o OUT              output file (one --include only); default beside W:\n"
-            "                      <stem>.onnx, <stem>_state_dict.pt\n"
-            "  -h, --help          this help\n",
-            TRN_EXPORT_OPSET_MIN, TRN_EXPORT_OPSET_MAX, TRN_EXPORT_OPSET_DEFAULT);
-}
-
-static int bad(const char *fmt, const char *what)
-{
-    fprintf(stderr, PROG ": ");
-    fprintf(stderr, fmt, what);
-    fprintf(stderr, "\nhint: " PROG " --help\n");
-    return 2;
-}
-
-/* "onnx", "pt" or "onnx,pt" into A. */
-static int parse_include(const char *s, struct args *A)
-{
+    struct args *A = dst;
     char buf[64];
-    if (strlen(s) >= sizeof buf) return -EINVAL;
-    snprintf(buf, sizeof buf, "%s", s);
-    char *save = NULL;
     int n = 0;
-    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
-        if (!strcasecmp(t, "onnx"))
-            A->onnx = true;
-        else if (!strcasecmp(t, "pt") || !strcasecmp(t, "torch"))
-            A->pt = true;
-        else
-            return -EINVAL;
+    if (strlen(v) < sizeof buf) {
+        snprintf(buf, sizeof buf, "%s", v);
+        char *save = NULL;
+        for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
+            if (!strcasecmp(t, "onnx")) {
+                A->onnx = true;
+            } else if (!strcasecmp(t, "pt") || !strcasecmp(t, "torch")) {
+                A->pt = true;
+            } else {
+                n = 0;
+                break;
+            }
+        }
     }
-    return n ? 0 : -EINVAL;
+    if (n) return 0;
+    snprintf(why, cap, "is not onnx or pt (or onnx,pt)");
+    return -EINVAL;
+}
+
+#define N_OPTS 20
+static size_t options(struct args *A, struct ap_opt *o)
+{
+    const struct ap_opt t[] = {
+        AP_OPT("--weights", AP_STR, &A->weights, "W",
+               "our checkpoint (.ckpt), an ultralytics .pt, or with --cfg a plain state dict .pt"),
+        AP_OPT("--cfg", AP_STR, &A->cfg, "MODEL",
+               "model yaml (path or yolov5n/s/...) replacing W's own"),
+        { .names = "--include",
+          .kind = AP_CALL,
+          .dst = A,
+          .metavar = "F",
+          .help = "onnx or pt; repeat or comma-separate for both",
+          .call = parse_include },
+        { .names = "--img|--imgsz|--img-size",
+          .kind = AP_LONGS,
+          .dst = A->img,
+          .metavar = "N | H W",
+          .help = "ONNX input size, pixels (default 640)",
+          .lo = 32,
+          .hi = 16384,
+          .max_n = 2,
+          .n = &A->n_img },
+        AP_RANGE("--batch|--batch-size", AP_LONG, &A->batch, "N", "ONNX batch size (default 1)", 1,
+                 65536),
+        AP_OPT("--dynamic", AP_FLAG, &A->dynamic, NULL, "ONNX: symbolic batch, height and width"),
+        AP_OPT("--half", AP_FLAG, &A->half, NULL, "fp16 weights (and ONNX input/outputs)"),
+        AP_OPT("--nms", AP_FLAG, &A->nms, NULL,
+               "ONNX: append NonMaxSuppression, output 'detections' [n, 7]: batch x1 y1 x2 y2 "
+               "conf class"),
+        AP_RANGE("--conf-thres", AP_DOUBLE, &A->conf, "X", "--nms score threshold (default 0.25)",
+                 0, 1),
+        AP_RANGE("--iou-thres", AP_DOUBLE, &A->iou, "X", "--nms IoU threshold (default 0.45)", 0,
+                 1),
+        AP_RANGE("--max-det", AP_LONG, &A->max_det, "N",
+                 "--nms boxes per image and class (default 100)", 1, 100000),
+        AP_RANGE("--opset", AP_LONG, &A->opset, "N",
+                 "ONNX opset (default " XSTR(TRN_EXPORT_OPSET_DEFAULT) ")", TRN_EXPORT_OPSET_MIN,
+                 TRN_EXPORT_OPSET_MAX),
+        AP_OPT("-o|--output", AP_STR, &A->out, "OUT",
+               "output file (one --include only); default beside W: <stem>.onnx, "
+               "<stem>_state_dict.pt"),
+        AP_OPT("-h|--help", AP_FLAG, &A->help, NULL, "this help"),
+    };
+    _Static_assert(sizeof t / sizeof t[0] <= N_OPTS, "N_OPTS");
+    memcpy(o, t, sizeof t);
+    return sizeof t / sizeof t[0];
 }
 
 /* Returns 0 to run, 2 on bad arguments (message printed). */
-static int parse_args(int argc, char **argv, struct args *A)
+static int parse_args(int argc, char **argv, struct args *A, struct ap_spec *sp, struct ap_opt *o)
 {
     memset(A, 0, sizeof *A);
-    A->img_h = A->img_w = 640;
     A->batch = 1;
     A->conf = 0.25;
     A->iou = 0.45;
     A->max_det = 100;
     A->opset = TRN_EXPORT_OPSET_DEFAULT;
-    for (int i = 1; i < argc; i++) {
-        const char *key = argv[i];
-        if (!strcmp(key, "-h") || !strcmp(key, "--help")) {
-            A->help = true;
-            return 0;
-        }
-        bool *flag = !strcmp(key, "--dynamic") ? &A->dynamic
-                     : !strcmp(key, "--half")  ? &A->half
-                     : !strcmp(key, "--nms")   ? &A->nms
-                                               : NULL;
-        if (flag) {
-            *flag = true;
-            continue;
-        }
-        if (strncmp(key, "-", 1)) return bad("unexpected argument '%s'", key);
-        if (i + 1 >= argc) return bad("%s needs a value", key);
-        const char *val = argv[++i];
-        if (!strcmp(key, "--weights")) {
-            A->weights = val;
-        } else if (!strcmp(key, "--cfg")) {
-            A->cfg = val;
-        } else if (!strcmp(key, "-o") || !strcmp(key, "--output")) {
-            A->out = val;
-        } else if (!strcmp(key, "--include")) {
-            if (parse_include(val, A) < 0)
-                return bad("--include: '%s' is not onnx or pt (or onnx,pt)", val);
-        } else if (!strcmp(key, "--img") || !strcmp(key, "--imgsz") || !strcmp(key, "--img-size")) {
-            if (trn_cli_long(val, 32, 16384, &A->img_h) < 0)
-                return bad("--img: '%s' is not a size in 32..16384", val);
-            A->img_w = A->img_h;
-            /* a second number: H W, as ultralytics' --imgsz H W */
-            if (i + 1 < argc && argv[i + 1][0] != '-' &&
-                trn_cli_long(argv[i + 1], 32, 16384, &A->img_w) == 0)
-                i++;
-            else if (i + 1 < argc && argv[i + 1][0] != '-')
-                return bad("--img: '%s' is not a size in 32..16384", argv[i + 1]);
-        } else if (!strcmp(key, "--batch") || !strcmp(key, "--batch-size")) {
-            if (trn_cli_long(val, 1, 65536, &A->batch) < 0)
-                return bad("--batch: '%s' is not in 1..65536", val);
-        } else if (!strcmp(key, "--conf-thres")) {
-            if (trn_cli_double(val, 0, 1, &A->conf) < 0)
-                return bad("--conf-thres: '%s' is not in [0, 1]", val);
-        } else if (!strcmp(key, "--iou-thres")) {
-            if (trn_cli_double(val, 0, 1, &A->iou) < 0)
-                return bad("--iou-thres: '%s' is not in [0, 1]", val);
-        } else if (!strcmp(key, "--max-det")) {
-            if (trn_cli_long(val, 1, 100000, &A->max_det) < 0)
-                return bad("--max-det: '%s' is not in 1..100000", val);
-        } else if (!strcmp(key, "--opset")) {
-            if (trn_cli_long(val, TRN_EXPORT_OPSET_MIN, TRN_EXPORT_OPSET_MAX, &A->opset) < 0)
-                return bad("--opset: '%s' is not a supported opset (12..17)", val);
-        } else {
-            return bad("unknown argument '%s'", key);
-        }
-    }
-    if (!A->weights) return bad("--weights W is required%s", "");
-    if (!A->onnx && !A->pt) return bad("--include onnx|pt is required%s", "");
-    if (A->out && A->onnx && A->pt) return bad("-o names one file: give one --include%s", "");
-    if (A->nms && !A->onnx) return bad("--nms applies to --include onnx%s", "");
+    memset(sp, 0, sizeof *sp);
+    sp->prog = PROG;
+    sp->usage = "--weights W --include onnx|pt [options]";
+    sp->about = "Export a model as ONNX (inference graph, Detect decode inside) or as a PyTorch "
+                "state dict with ultralytics' parameter names.";
+    sp->opts = o;
+    sp->n_opts = options(A, o);
+    const int rc = ap_parse(sp, argc, argv);
+    if (rc || A->help) return rc;
+    A->img_h = A->n_img ? A->img[0] : 640;
+    A->img_w = A->n_img == 2 ? A->img[1] : A->img_h;
+    if (!A->weights) return ap_usage_error(sp, "--weights W is required");
+    if (!A->onnx && !A->pt) return ap_usage_error(sp, "--include onnx|pt is required");
+    if (A->out && A->onnx && A->pt)
+        return ap_usage_error(sp, "-o names one file: give one --include");
+    if (A->nms && !A->onnx) return ap_usage_error(sp, "--nms applies to --include onnx");
     return 0;
 }
 
@@ -294,8 +277,7 @@ static int run(const struct args *A)
         char err[768] = "";
         const int rc = trn_export_onnx(m, &o, path, err, sizeof err);
         if (rc < 0) {
-            fprintf(stderr, PROG ": ONNX export failed: %s\n",
-                    err[0] ? err : trn_export_strerror(rc));
+            fprintf(stderr, PROG ": ONNX export failed: %s\n", err[0] ? err : trn_strerror(rc));
             goto out;
         }
         struct stat st;
@@ -321,8 +303,7 @@ static int run(const struct args *A)
         char err[768] = "";
         const int rc = trn_export_pt(m, A->half, path, err, sizeof err);
         if (rc < 0) {
-            fprintf(stderr, PROG ": PyTorch export failed: %s\n",
-                    err[0] ? err : trn_export_strerror(rc));
+            fprintf(stderr, PROG ": PyTorch export failed: %s\n", err[0] ? err : trn_strerror(rc));
             goto out;
         }
         struct stat st;
@@ -341,10 +322,12 @@ out:
 int main(int argc, char **argv)
 {
     struct args A;
-    const int rc = parse_args(argc, argv, &A);
+    struct ap_spec sp;
+    struct ap_opt opts[N_OPTS];
+    const int rc = parse_args(argc, argv, &A, &sp, opts);
     if (rc) return rc;
     if (A.help) {
-        usage(stdout);
+        ap_help(&sp, stdout);
         return 0;
     }
     const int ret = run(&A);

@@ -17,25 +17,22 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "argparse.h"
 #include "model.h"
 #include "ptload.h"
+#include "errors.h"
 
 #ifndef TRN_MODELS_DIR
 #define TRN_MODELS_DIR "models"
 #endif
 
-static void usage(FILE *f)
+/* --key K: any top-level key, the empty one included (a plain state dict). */
+static int take_key(const char *v, void *dst, char *why, size_t cap)
 {
-    fprintf(
-        f,
-        "usage: yolo-import FILE.pt [--ema | --model | --key K] [--cfg MODEL] [--table]\n"
-        "                   [-o OUT]\n"
-        "  --ema, --model  which weights: default ema if present and not None, else model\n"
-        "  --key K         any top-level key; --key '' reads a plain state dict\n"
-        "  --cfg MODEL     our model yaml to map onto (a path or a name such as yolov5n);\n"
-        "                  default: the yaml stored in the checkpoint\n"
-        "  --table         print every tensor: name, dtype, shape, storage, sum, crc32\n"
-        "  -o OUT          write our checkpoint (not available yet: our format does not exist)\n");
+    (void)why;
+    (void)cap;
+    *(const char **)dst = v;
+    return 0;
 }
 
 static void print_shape(int ndim, const int64_t *shape)
@@ -51,36 +48,54 @@ static void print_shape(int ndim, const int64_t *shape)
 int main(int argc, char **argv)
 {
     const char *path = NULL, *which = NULL, *cfg = NULL, *out = NULL;
-    bool table = false, which_set = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--ema") == 0 || strcmp(a, "--model") == 0) {
-            which = a + 2;
-            which_set = true;
-        } else if (strcmp(a, "--key") == 0 && i + 1 < argc) {
-            which = argv[++i];
-            which_set = true;
-        } else if (strcmp(a, "--cfg") == 0 && i + 1 < argc) {
-            cfg = argv[++i];
-        } else if (strcmp(a, "-o") == 0 && i + 1 < argc) {
-            out = argv[++i];
-        } else if (strcmp(a, "--table") == 0) {
-            table = true;
-        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (a[0] != '-' && !path) {
-            path = a;
-        } else {
-            fprintf(stderr, "yolo-import: unknown argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+    bool table = false, help = false;
+    int n_pos = 0;
+    const struct ap_opt opts[] = {
+        { .names = "--ema",
+          .kind = AP_SET,
+          .dst = &which,
+          .choices = "ema",
+          .help = "the EMA weights (default: ema if present and not None, else model)" },
+        { .names = "--model",
+          .kind = AP_SET,
+          .dst = &which,
+          .choices = "model",
+          .help = "the model weights" },
+        { .names = "--key",
+          .kind = AP_CALL,
+          .dst = &which,
+          .metavar = "K",
+          .help = "any top-level key; --key '' reads a plain state dict",
+          .call = take_key },
+        AP_OPT("--cfg", AP_STR, &cfg, "MODEL",
+               "our model yaml to map onto (a path or a name such as yolov5n); default: the yaml "
+               "stored in the checkpoint"),
+        AP_OPT("--table", AP_FLAG, &table, NULL,
+               "print every tensor: name, dtype, shape, storage, sum, crc32"),
+        AP_OPT("-o", AP_STR, &out, "OUT",
+               "write our checkpoint (not available yet: our format does not exist)"),
+        AP_OPT("-h|--help", AP_FLAG, &help, NULL, "this help"),
+    };
+    const struct ap_spec sp = {
+        .prog = "yolo-import",
+        .usage = "FILE.pt [--ema | --model | --key K] [--cfg MODEL] [--table] [-o OUT]",
+        .about = "Read an ultralytics/PyTorch checkpoint (nothing in it is executed), list its "
+                 "tensors, and check their mapping onto our model.",
+        .opts = opts,
+        .n_opts = sizeof opts / sizeof opts[0],
+        .positional = &path,
+        .max_positional = 1,
+        .n_positional = &n_pos,
+        .positional_name = "FILE.pt",
+    };
+    const int arc = ap_parse(&sp, argc, argv);
+    if (arc) return arc;
+    if (help) {
+        ap_help(&sp, stdout);
+        return 0;
     }
-    if (!path) {
-        usage(stderr);
-        return 2;
-    }
+    if (!path) return ap_usage_error(&sp, "FILE.pt is required");
+    const bool which_set = which != NULL;
     if (out) {
         fprintf(stderr,
                 "yolo-import: -o %s: our checkpoint format does not exist yet; nothing "
@@ -92,7 +107,7 @@ int main(int argc, char **argv)
     struct trn_pt *pt;
     int rc = trn_pt_open(path, &pt, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "yolo-import: %s\n", err[0] ? err : trn_pt_strerror(rc));
+        fprintf(stderr, "yolo-import: %s\n", err[0] ? err : trn_strerror(rc));
         return 1;
     }
     const char *key, *desc;
@@ -106,7 +121,7 @@ int main(int argc, char **argv)
     const struct trn_pt_tensor *sd;
     const int n = trn_pt_state_dict(pt, which, &sd, err, sizeof err);
     if (n < 0) {
-        fprintf(stderr, "yolo-import: %s\n", err[0] ? err : trn_pt_strerror(n));
+        fprintf(stderr, "yolo-import: %s\n", err[0] ? err : trn_strerror(n));
         trn_pt_close(pt);
         return 1;
     }

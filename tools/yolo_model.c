@@ -15,34 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "argparse.h"
 #include "model.h"
+#include "errors.h"
 
 #ifndef TRN_MODELS_DIR
 #define TRN_MODELS_DIR "models"
 #endif
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: yolo-model --cfg MODEL [--nc N] [--summary] [--verbose [--seed S]]\n"
-            "  --cfg MODEL   model yaml: a path, or a name (yolov5n, yolov5s.yaml) looked up in\n"
-            "                $FFYOLO_MODELS_DIR, ./models, " TRN_MODELS_DIR "\n"
-            "  --nc N        override the yaml's number of classes (changes only Detect)\n"
-            "  --summary     print the layer table and summary line (the default)\n"
-            "  --verbose     also list every parameter (name, shape, mean, std of the initial\n"
-            "                weights), as ultralytics' model.info(verbose=True)\n"
-            "  --seed S      seed of the initial weights for --verbose (default 0)\n");
-}
-
-static int parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
 
 /* The parameter table of ultralytics' model_info(verbose=True), on freshly initialised weights. */
 static void print_params(struct trn_model *m, uint64_t seed)
@@ -79,36 +58,36 @@ int main(int argc, char **argv)
 {
     const char *cfg = NULL;
     long nc = 0, seed = 0;
-    int verbose = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--summary")) {
-            /* the default action */
-        } else if (!strcmp(a, "--verbose")) {
-            verbose = 1;
-        } else if ((!strcmp(a, "--cfg") || !strcmp(a, "--nc") || !strcmp(a, "--seed")) &&
-                   i + 1 < argc) {
-            const char *v = argv[++i];
-            if (!strcmp(a, "--cfg")) {
-                cfg = v;
-            } else if (!strcmp(a, "--nc") ? parse_int(v, 1, 100000, &nc)
-                                          : parse_int(v, 0, 2147483647L, &seed)) {
-                fprintf(stderr, "yolo-model: %s: bad value '%s'\n", a, v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "yolo-model: unknown or incomplete argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+    bool verbose = false, summary = false, help = false;
+    const struct ap_opt opts[] = {
+        AP_OPT("--cfg", AP_STR, &cfg, "MODEL",
+               "model yaml: a path, or a name (yolov5n, yolov5s.yaml) looked up in "
+               "$FFYOLO_MODELS_DIR, ./models, " TRN_MODELS_DIR),
+        AP_RANGE("--nc", AP_LONG, &nc, "N",
+                 "override the yaml's number of classes (changes only Detect)", 1, 100000),
+        AP_OPT("--summary", AP_FLAG, &summary, NULL,
+               "print the layer table and summary line (the default)"),
+        AP_OPT("--verbose", AP_FLAG, &verbose, NULL,
+               "also list every parameter (name, shape, mean, std of the initial weights), as "
+               "ultralytics' model.info(verbose=True)"),
+        AP_RANGE("--seed", AP_LONG, &seed, "S",
+                 "seed of the initial weights for --verbose (default 0)", 0, 2147483647.0),
+        AP_OPT("-h|--help", AP_FLAG, &help, NULL, "this help"),
+    };
+    const struct ap_spec sp = {
+        .prog = "yolo-model",
+        .usage = "--cfg MODEL [--nc N] [--summary] [--verbose [--seed S]]",
+        .about = "Build a model from its yaml and print the summary ultralytics prints.",
+        .opts = opts,
+        .n_opts = sizeof opts / sizeof opts[0],
+    };
+    const int arc = ap_parse(&sp, argc, argv);
+    if (arc) return arc;
+    if (help) {
+        ap_help(&sp, stdout);
+        return 0;
     }
-    if (!cfg) {
-        fprintf(stderr, "yolo-model: --cfg is required (e.g. --cfg yolov5s)\n");
-        return 2;
-    }
+    if (!cfg) return ap_usage_error(&sp, "--cfg is required (e.g. --cfg yolov5s)");
     char path[4096];
     int rc = trn_model_cfg_find(cfg, TRN_MODELS_DIR, path, sizeof path);
     if (rc) {
@@ -126,7 +105,7 @@ int main(int argc, char **argv)
     char err[512];
     rc = trn_model_load(path, &o, &m, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "yolo-model: %s\n", err[0] ? err : trn_model_strerror(rc));
+        fprintf(stderr, "yolo-model: %s\n", err[0] ? err : trn_strerror(rc));
         return 1;
     }
     const int need = trn_model_summary(m, NULL, 0);

@@ -14,12 +14,12 @@
  *   synth.yaml                               ultralytics dataset yaml (YOLO layout)
  *   broken.txt                               what --broken injected, one "kind<TAB>path<TAB>note"
  */
+#include "argparse.h"
 #include "synth_draw.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -151,34 +151,6 @@ static void die(const char *hint, const char *fmt, ...)
     exit(1);
 }
 
-static void usage(FILE *f)
-{
-    fprintf(
-        f,
-        "usage: yolo-synth OUT_DIR [options]\n"
-        "Write a synthetic detection dataset: shapes of K classes on textured backgrounds,\n"
-        "in the YOLO layout (images/, labels/, synth.yaml) and/or COCO's (annotations/).\n"
-        "\n"
-        "  --split NAME=COUNT   a split and its image count; repeatable; the first use replaces\n"
-        "                       the default train2017=64 val2017=16\n"
-        "  --classes K          number of classes, 1..%d (default 8)\n"
-        "  --seed S             RNG seed, 0..2^64-1 (default 0); same arguments, same bytes\n"
-        "  --format F           yolo, coco or both (default both)\n"
-        "  --min-side A         smallest image side in pixels (default 240, >= 32)\n"
-        "  --max-side B         largest image side in pixels (default 800, <= 8192)\n"
-        "  --max-objects N      at most N objects per image, 1..%d (default 10)\n"
-        "  --broken KIND[,...]  add deliberately bad inputs to the first split, listed in\n"
-        "                       OUT_DIR/broken.txt; KIND is one of:\n"
-        "                       truncated-jpeg not-jpeg empty-image bad-label-row\n"
-        "                       label-out-of-range duplicate-label missing-image bad-json\n"
-        "                       grey cmyk exif-rotate progressive, or all\n"
-        "  --force              write into a non-empty OUT_DIR (stale files are not removed)\n"
-        "  -h, --help           print this help and exit\n"
-        "\n"
-        "Exit status: 0 success, 1 failure while writing, 2 bad arguments.\n",
-        SYNTH_MAX_CLASSES, SYNTH_MAX_OBJECTS);
-}
-
 static void bad_arg(const char *fmt, ...)
 {
     va_list ap;
@@ -255,100 +227,124 @@ static unsigned parse_broken(const char *arg)
     return mask;
 }
 
+/* The repeatable options write through this: --split replaces the default splits once. */
+struct synth_cli {
+    struct options *o;
+    int replaced;
+};
+
+static int split_arg(const char *v, void *dst, char *why, size_t cap)
+{
+    (void)why;
+    (void)cap;
+    struct synth_cli *c = dst;
+    parse_split(c->o, v, &c->replaced); /* exits with a usage error on a bad value */
+    return 0;
+}
+
+static int broken_arg(const char *v, void *dst, char *why, size_t cap)
+{
+    (void)why;
+    (void)cap;
+    *(unsigned *)dst |= parse_broken(v);
+    return 0;
+}
+
+static int seed_arg(const char *v, void *dst, char *why, size_t cap)
+{
+    char *end;
+    errno = 0;
+    const unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-') {
+        snprintf(why, cap, "is not an integer in [0, 2^64-1]");
+        return -EINVAL;
+    }
+    *(uint64_t *)dst = x;
+    return 0;
+}
+
 static void parse_args(int argc, char **argv, struct options *o)
 {
-    enum {
-        OPT_SPLIT = 256,
-        OPT_CLASSES,
-        OPT_SEED,
-        OPT_FORMAT,
-        OPT_MIN,
-        OPT_MAX,
-        OPT_BROKEN,
-        OPT_MAXOBJ,
-        OPT_FORCE
-    };
-    static const struct option longopts[] = {
-        { "split", required_argument, NULL, OPT_SPLIT },
-        { "classes", required_argument, NULL, OPT_CLASSES },
-        { "seed", required_argument, NULL, OPT_SEED },
-        { "format", required_argument, NULL, OPT_FORMAT },
-        { "min-side", required_argument, NULL, OPT_MIN },
-        { "max-side", required_argument, NULL, OPT_MAX },
-        { "max-objects", required_argument, NULL, OPT_MAXOBJ },
-        { "broken", required_argument, NULL, OPT_BROKEN },
-        { "force", no_argument, NULL, OPT_FORCE },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    int replaced = 0;
     memset(o, 0, sizeof(*o));
     o->splits[0] = (struct split){ "train2017", 64 };
     o->splits[1] = (struct split){ "val2017", 16 };
     o->n_splits = 2;
-    o->classes = 8;
     o->format = FMT_YOLO | FMT_COCO;
-    o->min_side = 240;
-    o->max_side = 800;
-    o->max_objects = 10;
-
-    opterr = 0; /* we print our own messages */
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            usage(stdout);
-            exit(0);
-        case OPT_SPLIT:
-            parse_split(o, optarg, &replaced);
-            break;
-        case OPT_CLASSES:
-            o->classes = (int)parse_long("--classes", optarg, 1, SYNTH_MAX_CLASSES);
-            break;
-        case OPT_SEED: {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-')
-                bad_arg("--seed: '%s' is not an integer in [0, 2^64-1]", optarg);
-            break;
-        }
-        case OPT_FORMAT:
-            if (!strcmp(optarg, "yolo"))
-                o->format = FMT_YOLO;
-            else if (!strcmp(optarg, "coco"))
-                o->format = FMT_COCO;
-            else if (!strcmp(optarg, "both"))
-                o->format = FMT_YOLO | FMT_COCO;
-            else
-                bad_arg("--format: '%s' is not yolo, coco or both", optarg);
-            break;
-        case OPT_MIN:
-            o->min_side = (int)parse_long("--min-side", optarg, 32, 8192);
-            break;
-        case OPT_MAX:
-            o->max_side = (int)parse_long("--max-side", optarg, 32, 8192);
-            break;
-        case OPT_MAXOBJ:
-            o->max_objects = (int)parse_long("--max-objects", optarg, 1, SYNTH_MAX_OBJECTS);
-            break;
-        case OPT_BROKEN:
-            o->broken |= parse_broken(optarg);
-            break;
-        case OPT_FORCE:
-            o->force = 1;
-            break;
-        case ':':
-            bad_arg("option '%s' needs a value", argv[optind - 1]);
-            break;
-        default:
-            bad_arg("unknown option '%s'", argv[optind - 1]);
-            break;
-        }
+    struct synth_cli cli = { o, 0 };
+    long classes = 8, min_side = 240, max_side = 800, max_objects = 10;
+    const char *format = "both";
+    bool force = false, help = false;
+    int n_pos = 0;
+    const struct ap_opt opts[] = {
+        { .names = "--split",
+          .kind = AP_CALL,
+          .dst = &cli,
+          .metavar = "NAME=COUNT",
+          .help = "a split and its image count; repeatable; the first use replaces the default "
+                  "train2017=64 val2017=16",
+          .call = split_arg },
+        AP_RANGE("--classes", AP_LONG, &classes, "K", "number of classes (default 8)", 1,
+                 SYNTH_MAX_CLASSES),
+        { .names = "--seed",
+          .kind = AP_CALL,
+          .dst = &o->seed,
+          .metavar = "S",
+          .help = "RNG seed, 0..2^64-1 (default 0); same arguments, same bytes",
+          .call = seed_arg },
+        { .names = "--format",
+          .kind = AP_CHOICE,
+          .dst = &format,
+          .metavar = "F",
+          .help = "yolo, coco or both (default both)",
+          .choices = "yolo|coco|both" },
+        AP_RANGE("--min-side", AP_LONG, &min_side, "A",
+                 "smallest image side in pixels (default 240)", 32, 8192),
+        AP_RANGE("--max-side", AP_LONG, &max_side, "B",
+                 "largest image side in pixels (default 800)", 32, 8192),
+        AP_RANGE("--max-objects", AP_LONG, &max_objects, "N",
+                 "at most N objects per image (default 10)", 1, SYNTH_MAX_OBJECTS),
+        { .names = "--broken",
+          .kind = AP_CALL,
+          .dst = &o->broken,
+          .metavar = "KIND[,...]",
+          .help = "add deliberately bad inputs to the first split, listed in OUT_DIR/broken.txt; "
+                  "KIND is one of: truncated-jpeg not-jpeg empty-image bad-label-row "
+                  "label-out-of-range duplicate-label missing-image bad-json grey cmyk "
+                  "exif-rotate progressive, or all",
+          .call = broken_arg },
+        AP_OPT("--force", AP_FLAG, &force, NULL,
+               "write into a non-empty OUT_DIR (stale files are not removed)"),
+        AP_OPT("-h|--help", AP_FLAG, &help, NULL, "print this help and exit"),
+    };
+    const struct ap_spec sp = {
+        .prog = "yolo-synth",
+        .usage = "OUT_DIR [options]",
+        .about = "Write a synthetic detection dataset: shapes of K classes on textured "
+                 "backgrounds, in the YOLO layout (images/, labels/, synth.yaml) and/or COCO's "
+                 "(annotations/).",
+        .epilog = "Exit status: 0 success, 1 failure while writing, 2 bad arguments.",
+        .opts = opts,
+        .n_opts = sizeof opts / sizeof opts[0],
+        .positional = &o->out_dir,
+        .max_positional = 1,
+        .n_positional = &n_pos,
+        .positional_name = "OUT_DIR",
+    };
+    const int rc = ap_parse(&sp, argc, argv);
+    if (rc) exit(rc);
+    if (help) {
+        ap_help(&sp, stdout);
+        exit(0);
     }
-    if (optind >= argc) bad_arg("missing OUT_DIR");
-    if (optind + 1 < argc) bad_arg("unexpected argument '%s' after OUT_DIR", argv[optind + 1]);
-    o->out_dir = argv[optind];
+    if (!o->out_dir) bad_arg("missing OUT_DIR");
+    o->classes = (int)classes;
+    o->min_side = (int)min_side;
+    o->max_side = (int)max_side;
+    o->max_objects = (int)max_objects;
+    o->force = force;
+    o->format = !strcmp(format, "yolo")   ? FMT_YOLO
+                : !strcmp(format, "coco") ? FMT_COCO
+                                          : FMT_YOLO | FMT_COCO;
     if (!o->out_dir[0]) bad_arg("OUT_DIR is empty");
     if (o->min_side > o->max_side)
         bad_arg("--min-side %d is larger than --max-side %d", o->min_side, o->max_side);

@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "argparse.h"
 #include "amp.h"
 #include "bench_data.h"
 #include "cli.h"
@@ -57,117 +58,20 @@
 #include "plots.h"
 #include "rundir.h"
 #include "train.h"
+#include "errors.h"
 
 #ifndef TRN_MODELS_DIR
 #define TRN_MODELS_DIR "models"
 #endif
 
 #define PROG "yolo-train"
-#define HINT "hint: " PROG " --help lists the options"
-
-static void usage(FILE *f)
-{
-    fprintf(
-        f,
-        "usage: " PROG " --records FILE [options]\n"
-        "Train YOLOv5 from ffr record files (yolo-pack output). Flags follow ultralytics'\n"
-        "train.py where it has them.\n\n"
-        "Data and model:\n"
-        "  --records FILE        training dataset (ffr, packed at --img)\n"
-        "  --val-records FILE    validation dataset (ffr)\n"
-        "  --cache-dir DIR       copy the datasets' shards into DIR (node-local disk) first,\n"
-        "                        verified, reused by later runs; FILE may then be an http(s)\n"
-        "                        URL (docs/sharing.md)\n"
-        "  --cache-max SIZE      keep DIR under SIZE bytes (K, M, G, T), least recently used\n"
-        "                        shards evicted\n"
-        "  --cfg MODEL           model yaml: a path or a name (yolov5n/s/m/l/x) looked up in\n"
-        "                        $FFYOLO_MODELS_DIR, ./models, " TRN_MODELS_DIR "\n"
-        "  --nc N                override the yaml's number of classes\n"
-        "  --weights FILE        initial weights: an ultralytics .pt or our .ckpt (its EMA)\n"
-        "  --hyp FILE            hyperparameter yaml (default: hyp.scratch-low values)\n"
-        "Training:\n"
-        "  --img N               train and val image size, pixels (default 640; also --imgsz)\n"
-        "  --batch-size N        total batch size (default 16)\n"
-        "  --epochs N            epochs (default 100)\n"
-        "  --optimizer O         SGD, Adam or AdamW (default SGD)\n"
-        "  --cos-lr              cosine learning-rate schedule\n"
-        "  --patience N          stop after N epochs without improvement (default 100)\n"
-        "  --device D            cpu, or CUDA devices: 0 or 0,1,2,3 (default: 0 if present)\n"
-        "  --workers N           loader threads (default 0 = min(cores, 8))\n"
-        "  --threads N           compute threads of the CPU path (default 0: one per core; each\n"
-        "                        op splits N ways, BLAS single-threaded)\n"
-        "  --seed S              global seed (default 0)\n"
-        "  --resume [DIR]        resume the most recent run under --project, or the given run\n"
-        "                        directory or .ckpt, bit-exactly from where it stopped (on any\n"
-        "                        number of ranks that divides --batch-size)\n"
-        "  --noval               validate only after the final epoch\n"
-        "  --nosave              save only the final checkpoint\n"
-        "  --save-period N       save a checkpoint every N epochs (default -1: off)\n"
-        "Distributed (docs/distributed.md; ranks from torchrun, Slurm or mpirun variables):\n"
-        "  --nproc-per-node N    start N local ranks (TCP on 127.0.0.1; default 1)\n"
-        "  --dist-backend B      auto, tcp or mpi (default auto: mpi under mpirun, else tcp)\n"
-        "  --dist-timeout S      seconds a rank waits for the others in a collective before the\n"
-        "                        job fails (default 1800); also bounds the rendezvous\n"
-        "  --sync-bn             SyncBatchNorm: BatchNorm statistics over the global batch\n"
-        "                        (all ranks), as PyTorch's; no effect on one rank\n"
-        "  --bucket-cap-mb MB    gradient all-reduce bucket cap in MiB (default 25, as DDP's; the\n"
-        "                        first bucket of a backward closes at min(1, MB))\n"
-        "  --no-grad-overlap     all-reduce the gradients after backward instead of in buckets\n"
-        "                        during it (the same sums; for comparison)\n");
-    fprintf(
-        f,
-        "  --device-path         with --device cpu: run the GPU training path (device arenas,\n"
-        "                        the resident step, GPU augmentation) on the CPU ops; a test\n"
-        "                        mode\n"
-        "  --host-aug            with the resident step (GPU, SGD): augment on the host\n"
-        "                        instead of in kernels on the device (the same batches)\n"
-        "  --cuda-graph          capture the resident step of the full batches once as a CUDA\n"
-        "                        graph and replay it (one rank, SGD; else a log line and the\n"
-        "                        direct step); with --device-path the same code on the CPU;\n"
-        "                        with --bench the timed steps are replays\n"
-        "  --amp T               the convolutions' dtype: bf16, fp16 (with the dynamic loss\n"
-        "                        scaler) or fp32 (default: fp32 on --device cpu, bf16 on a GPU;\n"
-        "                        a resume keeps the checkpoint's)\n"
-        "  --val-amp T           the validation's convolutions: bf16, fp16 or fp32 (default:\n"
-        "                        the training's --amp on a GPU, as train.py's half=amp; fp32\n"
-        "                        on --device cpu)\n"
-        "  --val-half            --val-amp fp16 (val.py --half)\n");
-    /* several strings: one would pass the 4095 characters C11 compilers must take */
-    fprintf(
-        f,
-        "Output:\n"
-        "  --project DIR         save to DIR/NAME (default runs/train)\n"
-        "  --name NAME           run name (default exp; exp2, exp3, ... when taken)\n"
-        "  --exist-ok            reuse DIR/NAME instead of incrementing\n"
-        "Testing:\n"
-        "  --stop-after-steps K  stop after K batches: save weights/last.ckpt and exit 0\n"
-        "  --cuda-graph-test-fail  with --cuda-graph: act as if the capture failed (fallback)\n"
-        "  --amp-test-inf-at NI  with --amp fp16: put an Inf into batch NI's loss gradient (the\n"
-        "                        scaler must skip that step and halve its scale)\n"
-        "Tools:\n"
-        "  --summary             print the model summary of --cfg and exit\n"
-        "  --bench               time the training step alone on synthetic batches of --cfg at\n"
-        "                        --img and --batch-size on --device (no records): img/s, ms per\n"
-        "                        phase, TFLOP/s, memory; --json for one object\n"
-        "  --bench-steps N       --bench: timed steps (default 10); --bench-warmup N (default 3)\n"
-        "  --bench-data          run only the loader at full augmentation; print images/s\n"
-        "  --seconds S           --bench-data measuring time (default 10)\n"
-        "  --page-cache          --bench-data: buffered reads instead of O_DIRECT\n"
-        "  --json                --bench-data: print {\"images_per_s\": ...}\n"
-        "  --plot                write train_batch0..2.jpg (batches with labels) to the run\n"
-        "                        directory and exit\n"
-        "  -h, --help            this help\n\n"
-        "Exit status: 0 done, or stopped by SIGTERM/SIGUSR1 (preemption); 1 failure; 2 bad\n"
-        "command line; 130 stopped by SIGINT (weights/last.ckpt saved in every stop; --resume\n"
-        "continues from it).\n");
-}
 
 struct args {
     const char *records, *val_records, *cfg, *weights, *hyp, *device, *resume;
     const char *project, *name, *optimizer, *dist_backend, *cache_dir;
     const char *amp;     /* --amp: bf16, fp16, fp32, or NULL for the device's default */
     const char *val_amp; /* --val-amp (--val-half: "fp16"), or NULL: the training's on a GPU */
-    long amp_inf_at;     /* --amp-test-inf-at NI, plus 1 (0: not given) */
+    long amp_inf_at;     /* --amp-test-inf-at NI (-1: not given) */
     unsigned long long cache_max;
     long img, batch, epochs, workers, threads, nc, patience, save_period, seed, stop_after;
     long nproc, bench_steps, bench_warmup;
@@ -181,14 +85,6 @@ struct args {
     bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
     double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
-
-static int bad(const char *fmt, const char *a, const char *b)
-{
-    fprintf(stderr, PROG ": ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n" HINT "\n");
-    return 2;
-}
 
 static bool device_ok(const char *d)
 {
@@ -205,8 +101,246 @@ static bool device_ok(const char *d)
     return digit;
 }
 
-/* argparse style: --flag VALUE or --flag=VALUE. Returns 0 or the exit status 2. */
-static int parse_args(int argc, char **argv, struct args *A)
+/* --cache-max SIZE: bytes, or with K, M, G, T. */
+static int parse_size(const char *v, void *dst, char *why, size_t cap)
+{
+    char *end = NULL;
+    errno = 0;
+    const double x = strtod(v, &end);
+    const double mul = !end || !*end       ? 1
+                       : !strcmp(end, "K") ? 1e3
+                       : !strcmp(end, "M") ? 1e6
+                       : !strcmp(end, "G") ? 1e9
+                       : !strcmp(end, "T") ? 1e12
+                                           : -1;
+    if (errno || end == v || mul < 0 || !(x > 0) || x * mul > 1.8e19) {
+        snprintf(why, cap, "is not a size (bytes, or with K, M, G, T)");
+        return -EINVAL;
+    }
+    *(unsigned long long *)dst = (unsigned long long)(x * mul);
+    return 0;
+}
+
+static int parse_amp(const char *v, void *dst, char *why, size_t cap)
+{
+    enum trn_amp_dtype t;
+    if (trn_amp_dtype_parse(v, &t) < 0) {
+        snprintf(why, cap, "is not one of bf16, fp16, fp32");
+        return -EINVAL;
+    }
+    *(const char **)dst = v;
+    return 0;
+}
+
+static int parse_device(const char *v, void *dst, char *why, size_t cap)
+{
+    if (!device_ok(v)) {
+        snprintf(why, cap, "is not cpu or a list of device numbers (0 or 0,1)");
+        return -EINVAL;
+    }
+    *(const char **)dst = v;
+    return 0;
+}
+
+static int parse_backend(const char *v, void *dst, char *why, size_t cap)
+{
+    enum trn_dist_backend b;
+    if (trn_dist_backend_parse(v, &b) < 0 || b == TRN_DIST_SINGLE) {
+        snprintf(why, cap, "is not one of auto, tcp, mpi, nccl");
+        return -EINVAL;
+    }
+    *(const char **)dst = v;
+    return 0;
+}
+
+/* The options, their help and their checks (argparse.h); A receives the values. */
+#define N_OPTS 60
+static size_t options(struct args *A, struct ap_opt *o)
+{
+    const struct ap_opt t[] = {
+        AP_SECTION("Data and model"),
+        AP_OPT("--records", AP_STR, &A->records, "FILE", "training dataset (ffr, packed at --img)"),
+        AP_OPT("--val-records", AP_STR, &A->val_records, "FILE", "validation dataset (ffr)"),
+        AP_OPT("--cache-dir", AP_STR, &A->cache_dir, "DIR",
+               "copy the datasets' shards into DIR (node-local disk) first, verified, reused by "
+               "later runs; FILE may then be an http(s) URL (docs/sharing.md)"),
+        { .names = "--cache-max",
+          .kind = AP_CALL,
+          .dst = &A->cache_max,
+          .metavar = "SIZE",
+          .help = "keep DIR under SIZE bytes (K, M, G, T), least recently used shards evicted",
+          .call = parse_size },
+        AP_OPT("--cfg", AP_STR, &A->cfg, "MODEL",
+               "model yaml: a path or a name (yolov5n/s/m/l/x) looked up in $FFYOLO_MODELS_DIR, "
+               "./models, " TRN_MODELS_DIR),
+        AP_RANGE("--nc", AP_LONG, &A->nc, "N", "override the yaml's number of classes", 1, 65536),
+        AP_OPT("--weights", AP_STR, &A->weights, "FILE",
+               "initial weights: an ultralytics .pt or our .ckpt (its EMA)"),
+        AP_OPT("--hyp", AP_STR, &A->hyp, "FILE",
+               "hyperparameter yaml (default: hyp.scratch-low values)"),
+        AP_SECTION("Training"),
+        AP_RANGE("--img|--imgsz|--img-size", AP_LONG, &A->img, "N",
+                 "train and val image size, pixels (default 640)", 32, 16383),
+        AP_RANGE("--batch-size", AP_LONG, &A->batch, "N", "total batch size (default 16)", 1,
+                 65536),
+        AP_RANGE("--epochs", AP_LONG, &A->epochs, "N", "epochs (default 100)", 1, 1000000),
+        { .names = "--optimizer",
+          .kind = AP_CHOICE,
+          .dst = &A->optimizer,
+          .metavar = "O",
+          .help = "SGD, Adam or AdamW (default SGD)",
+          .choices = "SGD|Adam|AdamW" },
+        AP_OPT("--cos-lr", AP_FLAG, &A->cos_lr, NULL, "cosine learning-rate schedule"),
+        AP_RANGE("--patience", AP_LONG, &A->patience, "N",
+                 "stop after N epochs without improvement (default 100)", 0, 1000000),
+        { .names = "--device",
+          .kind = AP_CALL,
+          .dst = &A->device,
+          .metavar = "D",
+          .help = "cpu, or CUDA devices: 0 or 0,1,2,3 (default: 0 if present)",
+          .call = parse_device },
+        AP_RANGE("--workers", AP_LONG, &A->workers, "N",
+                 "loader threads (default 0 = min(cores, 8))", 0, 256),
+        AP_RANGE("--threads", AP_LONG, &A->threads, "N",
+                 "compute threads of the CPU path (default 0: one per core; each op splits N ways, "
+                 "BLAS single-threaded)",
+                 0, 256),
+        AP_RANGE("--seed", AP_LONG, &A->seed, "S", "global seed (default 0)", 0, (double)LONG_MAX),
+        AP_OPT(
+            "--resume", AP_OPTSTR, &A->resume, "[DIR]",
+            "resume the most recent run under --project, or the given run directory or .ckpt, "
+            "bit-exactly from where it stopped (on any number of ranks that divides --batch-size)"),
+        AP_OPT("--noval", AP_FLAG, &A->noval, NULL, "validate only after the final epoch"),
+        AP_OPT("--nosave", AP_FLAG, &A->nosave, NULL, "save only the final checkpoint"),
+        AP_RANGE("--save-period", AP_LONG, &A->save_period, "N",
+                 "save a checkpoint every N epochs (default -1: off)", -1, 1000000),
+        AP_SECTION(
+            "Distributed (docs/distributed.md; ranks from torchrun, Slurm or mpirun variables)"),
+        AP_RANGE("--nproc-per-node", AP_LONG, &A->nproc, "N",
+                 "start N local ranks (TCP on 127.0.0.1; default 1)", 1, 1024),
+        { .names = "--dist-backend",
+          .kind = AP_CALL,
+          .dst = &A->dist_backend,
+          .metavar = "B",
+          .help = "auto, tcp or mpi (default auto: mpi under mpirun, else tcp)",
+          .call = parse_backend },
+        { .names = "--dist-timeout",
+          .kind = AP_DOUBLE,
+          .dst = &A->dist_timeout,
+          .metavar = "S",
+          .help = "seconds a rank waits for the others in a collective before the job fails "
+                  "(default 1800); also bounds the rendezvous",
+          .lo = 0,
+          .hi = 604800,
+          .open_lo = true },
+        AP_OPT("--sync-bn", AP_FLAG, &A->sync_bn, NULL,
+               "SyncBatchNorm: BatchNorm statistics over the global batch (all ranks), as "
+               "PyTorch's; no effect on one rank"),
+        AP_RANGE("--bucket-cap-mb", AP_DOUBLE, &A->bucket_cap_mb, "MB",
+                 "gradient all-reduce bucket cap in MiB (default 25, as DDP's; the first bucket of "
+                 "a backward closes at min(1, MB))",
+                 4096.0 / 1048576.0, 65536),
+        AP_OPT("--no-grad-overlap", AP_FLAG, &A->no_grad_overlap, NULL,
+               "all-reduce the gradients after backward instead of in buckets during it (the same "
+               "sums; for comparison)"),
+        AP_SECTION("Device path and precision"),
+        AP_OPT("--device-path", AP_FLAG, &A->device_path, NULL,
+               "with --device cpu: run the GPU training path (device arenas, the resident step, "
+               "GPU augmentation) on the CPU ops; a test mode"),
+        AP_OPT("--host-aug", AP_FLAG, &A->host_aug, NULL,
+               "with the resident step (GPU, SGD): augment on the host instead of in kernels on "
+               "the device (the same batches)"),
+        AP_OPT("--cuda-graph", AP_FLAG, &A->cuda_graph, NULL,
+               "capture the resident step of the full batches once as a CUDA graph and replay it "
+               "(one rank, SGD; else a log line and the direct step); with --device-path the same "
+               "code on the CPU; with --bench the timed steps are replays"),
+        { .names = "--amp",
+          .kind = AP_CALL,
+          .dst = &A->amp,
+          .metavar = "T",
+          .help = "the convolutions' dtype: bf16, fp16 (with the dynamic loss scaler) or fp32 "
+                  "(default: fp32 on --device cpu, bf16 on a GPU; a resume keeps the checkpoint's)",
+          .call = parse_amp },
+        { .names = "--val-amp",
+          .kind = AP_CALL,
+          .dst = &A->val_amp,
+          .metavar = "T",
+          .help = "the validation's convolutions: bf16, fp16 or fp32 (default: the training's "
+                  "--amp on a GPU, as train.py's half=amp; fp32 on --device cpu)",
+          .call = parse_amp },
+        { .names = "--val-half",
+          .kind = AP_SET,
+          .dst = &A->val_amp,
+          .metavar = NULL,
+          .help = "--val-amp fp16 (val.py --half)",
+          .choices = "fp16" },
+        AP_SECTION("Output"),
+        AP_OPT("--project", AP_STR, &A->project, "DIR", "save to DIR/NAME (default runs/train)"),
+        AP_OPT("--name", AP_STR, &A->name, "NAME",
+               "run name (default exp; exp2, exp3, ... when taken)"),
+        AP_OPT("--exist-ok", AP_FLAG, &A->exist_ok, NULL, "reuse DIR/NAME instead of incrementing"),
+        AP_SECTION("Testing"),
+        AP_RANGE("--stop-after-steps", AP_LONG, &A->stop_after, "K",
+                 "stop after K batches: save weights/last.ckpt and exit 0", 1, (double)LONG_MAX),
+        AP_OPT("--cuda-graph-test-fail", AP_FLAG, &A->cuda_graph_fail, NULL,
+               "with --cuda-graph: act as if the capture failed (fallback)"),
+        AP_RANGE("--amp-test-inf-at", AP_LONG, &A->amp_inf_at, "NI",
+                 "with --amp fp16: put an Inf into batch NI's loss gradient (the scaler must skip "
+                 "that step and halve its scale)",
+                 0, (double)LONG_MAX),
+        AP_SECTION("Tools"),
+        AP_OPT("--summary", AP_FLAG, &A->summary, NULL,
+               "print the model summary of --cfg and exit"),
+        AP_OPT("--bench", AP_FLAG, &A->bench_step, NULL,
+               "time the training step alone on synthetic batches of --cfg at --img and "
+               "--batch-size on --device (no records): img/s, ms per phase, TFLOP/s, memory; "
+               "--json for one object"),
+        AP_RANGE("--bench-steps", AP_LONG, &A->bench_steps, "N",
+                 "--bench: timed steps (default 10)", 1, 100000),
+        AP_RANGE("--bench-warmup", AP_LONG, &A->bench_warmup, "N",
+                 "--bench: untimed steps first (default 3)", 0, 100000),
+        AP_OPT("--bench-data", AP_FLAG, &A->bench, NULL,
+               "run only the loader at full augmentation; print images/s"),
+        { .names = "--seconds",
+          .kind = AP_DOUBLE,
+          .dst = &A->seconds,
+          .metavar = "S",
+          .help = "--bench-data measuring time (default 10)",
+          .lo = 0,
+          .hi = 86400,
+          .open_lo = true },
+        AP_OPT("--page-cache", AP_FLAG, &A->page_cache, NULL,
+               "--bench-data: buffered reads instead of O_DIRECT"),
+        AP_OPT("--json", AP_FLAG, &A->json, NULL, "--bench and --bench-data: one JSON object"),
+        AP_OPT("--plot", AP_FLAG, &A->plot, NULL,
+               "write train_batch0..2.jpg (batches with labels) to the run directory and exit"),
+        AP_OPT("-h|--help", AP_FLAG, &A->help, NULL, "this help"),
+    };
+    const size_t n = sizeof t / sizeof t[0];
+    _Static_assert(sizeof t / sizeof t[0] <= N_OPTS, "N_OPTS");
+    memcpy(o, t, sizeof t);
+    return n;
+}
+
+static const char *const EPILOG =
+    "Exit status: 0 done, or stopped by SIGTERM/SIGUSR1 (preemption); 1 failure; 2 bad command "
+    "line; 130 stopped by SIGINT (weights/last.ckpt saved in every stop; --resume continues from "
+    "it).";
+
+static void spec_init(struct ap_spec *sp, const struct ap_opt *o, size_t n)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->prog = PROG;
+    sp->usage = "--records FILE [options]";
+    sp->about = "Train YOLOv5 from ffr record files (yolo-pack output). Flags follow "
+                "ultralytics' train.py where it has them.";
+    sp->epilog = EPILOG;
+    sp->opts = o;
+    sp->n_opts = n;
+}
+
+/* Returns 0 or the exit status 2. */
+static int parse_args(int argc, char **argv, struct args *A, struct ap_spec *sp, struct ap_opt *o)
 {
     memset(A, 0, sizeof *A);
     A->project = "runs/train";
@@ -224,196 +358,12 @@ static int parse_args(int argc, char **argv, struct args *A)
     A->dist_timeout = 1800;
     A->dist_backend = "auto";
     A->bucket_cap_mb = 25;
-    static const struct {
-        const char *name;
-        int kind; /* 0 flag, 1 string, 2 integer */
-        long lo, hi;
-    } opts[] = {
-        { "--records", 1, 0, 0 },
-        { "--val-records", 1, 0, 0 },
-        { "--cfg", 1, 0, 0 },
-        { "--weights", 1, 0, 0 },
-        { "--hyp", 1, 0, 0 },
-        { "--device", 1, 0, 0 },
-        { "--project", 1, 0, 0 },
-        { "--name", 1, 0, 0 },
-        { "--optimizer", 1, 0, 0 },
-        { "--amp", 1, 0, 0 },
-        { "--val-amp", 1, 0, 0 },
-        { "--val-half", 0, 0, 0 },
-        { "--seconds", 1, 0, 0 },
-        { "--dist-timeout", 1, 0, 0 },
-        { "--dist-backend", 1, 0, 0 },
-        { "--nproc-per-node", 2, 1, 1024 },
-        { "--sync-bn", 0, 0, 0 },
-        { "--no-grad-overlap", 0, 0, 0 },
-        { "--device-path", 0, 0, 0 },
-        { "--host-aug", 0, 0, 0 },
-        { "--cuda-graph", 0, 0, 0 },
-        { "--cuda-graph-test-fail", 0, 0, 0 },
-        { "--bucket-cap-mb", 1, 0, 0 },
-        { "--img", 2, 32, 16383 },
-        { "--imgsz", 2, 32, 16383 },
-        { "--img-size", 2, 32, 16383 },
-        { "--batch-size", 2, 1, 65536 },
-        { "--epochs", 2, 1, 1000000 },
-        { "--workers", 2, 0, 256 },
-        { "--threads", 2, 0, 256 },
-        { "--nc", 2, 1, 65536 },
-        { "--patience", 2, 0, 1000000 },
-        { "--save-period", 2, -1, 1000000 },
-        { "--seed", 2, 0, LONG_MAX },
-        { "--stop-after-steps", 2, 1, LONG_MAX },
-        { "--amp-test-inf-at", 2, 0, LONG_MAX },
-        { "--summary", 0, 0, 0 },
-        { "--bench-data", 0, 0, 0 },
-        { "--bench", 0, 0, 0 },
-        { "--bench-steps", 2, 1, 100000 },
-        { "--bench-warmup", 2, 0, 100000 },
-        { "--json", 0, 0, 0 },
-        { "--plot", 0, 0, 0 },
-        { "--exist-ok", 0, 0, 0 },
-        { "--cos-lr", 0, 0, 0 },
-        { "--noval", 0, 0, 0 },
-        { "--nosave", 0, 0, 0 },
-        { "--page-cache", 0, 0, 0 },
-        { "--cache-dir", 1, 0, 0 },
-        { "--cache-max", 1, 0, 0 },
-        { "--help", 0, 0, 0 },
-        { "-h", 0, 0, 0 },
-    };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        char key[64];
-        const char *eq = strchr(a, '=');
-        const char *val = NULL;
-        if (eq && !strncmp(a, "--", 2) && (size_t)(eq - a) < sizeof key) {
-            memcpy(key, a, (size_t)(eq - a));
-            key[eq - a] = '\0';
-            val = eq + 1;
-        } else {
-            snprintf(key, sizeof key, "%s", a);
-        }
-        if (!strcmp(key, "--resume")) {
-            /* nargs='?': a run directory may follow */
-            if (val)
-                A->resume = val;
-            else if (i + 1 < argc && argv[i + 1][0] != '-')
-                A->resume = argv[++i];
-            else
-                A->resume = "";
-            continue;
-        }
-        size_t k = 0;
-        while (k < sizeof opts / sizeof opts[0] && strcmp(opts[k].name, key))
-            k++;
-        if (k == sizeof opts / sizeof opts[0]) return bad("unknown option '%s'%s", a, "");
-        if (opts[k].kind == 0) {
-            if (val) return bad("%s takes no value%s", key, "");
-            if (!strcmp(key, "--summary")) A->summary = true;
-            if (!strcmp(key, "--bench-data")) A->bench = true;
-            if (!strcmp(key, "--bench")) A->bench_step = true;
-            if (!strcmp(key, "--json")) A->json = true;
-            if (!strcmp(key, "--plot")) A->plot = true;
-            if (!strcmp(key, "--exist-ok")) A->exist_ok = true;
-            if (!strcmp(key, "--cos-lr")) A->cos_lr = true;
-            if (!strcmp(key, "--noval")) A->noval = true;
-            if (!strcmp(key, "--nosave")) A->nosave = true;
-            if (!strcmp(key, "--page-cache")) A->page_cache = true;
-            if (!strcmp(key, "--sync-bn")) A->sync_bn = true;
-            if (!strcmp(key, "--no-grad-overlap")) A->no_grad_overlap = true;
-            if (!strcmp(key, "--device-path")) A->device_path = true;
-            if (!strcmp(key, "--host-aug")) A->host_aug = true;
-            if (!strcmp(key, "--cuda-graph")) A->cuda_graph = true;
-            if (!strcmp(key, "--cuda-graph-test-fail")) A->cuda_graph_fail = true;
-            if (!strcmp(key, "--val-half")) A->val_amp = "fp16";
-            if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
-            continue;
-        }
-        if (!val) {
-            if (i + 1 >= argc) return bad("%s needs a value%s", key, "");
-            val = argv[++i];
-        }
-        if (opts[k].kind == 2) {
-            long v;
-            if (trn_cli_long(val, opts[k].lo, opts[k].hi, &v) < 0) {
-                char range[64];
-                snprintf(range, sizeof range, " (a whole number in [%ld, %ld])", opts[k].lo,
-                         opts[k].hi);
-                fprintf(stderr, PROG ": %s: bad value '%s'%s\n" HINT "\n", key, val, range);
-                return 2;
-            }
-            if (!strncmp(key, "--img", 5)) A->img = v;
-            if (!strcmp(key, "--batch-size")) A->batch = v;
-            if (!strcmp(key, "--epochs")) A->epochs = v;
-            if (!strcmp(key, "--workers")) A->workers = v;
-            if (!strcmp(key, "--threads")) A->threads = v;
-            if (!strcmp(key, "--nc")) A->nc = v;
-            if (!strcmp(key, "--patience")) A->patience = v;
-            if (!strcmp(key, "--save-period")) A->save_period = v;
-            if (!strcmp(key, "--seed")) A->seed = v;
-            if (!strcmp(key, "--stop-after-steps")) A->stop_after = v;
-            if (!strcmp(key, "--amp-test-inf-at")) A->amp_inf_at = v + 1;
-            if (!strcmp(key, "--nproc-per-node")) A->nproc = v;
-            if (!strcmp(key, "--bench-steps")) A->bench_steps = v;
-            if (!strcmp(key, "--bench-warmup")) A->bench_warmup = v;
-            continue;
-        }
-        if (!strcmp(key, "--records")) A->records = val;
-        if (!strcmp(key, "--val-records")) A->val_records = val;
-        if (!strcmp(key, "--cfg")) A->cfg = val;
-        if (!strcmp(key, "--weights")) A->weights = val;
-        if (!strcmp(key, "--hyp")) A->hyp = val;
-        if (!strcmp(key, "--device")) A->device = val;
-        if (!strcmp(key, "--project")) A->project = val;
-        if (!strcmp(key, "--name")) A->name = val;
-        if (!strcmp(key, "--optimizer")) A->optimizer = val;
-        if (!strcmp(key, "--amp")) A->amp = val;
-        if (!strcmp(key, "--val-amp")) A->val_amp = val;
-        if (!strcmp(key, "--dist-backend")) A->dist_backend = val;
-        if (!strcmp(key, "--cache-dir")) A->cache_dir = val;
-        if (!strcmp(key, "--cache-max")) {
-            char *end = NULL;
-            errno = 0;
-            const double v = strtod(val, &end);
-            const double mul = !end || !*end       ? 1
-                               : !strcmp(end, "K") ? 1e3
-                               : !strcmp(end, "M") ? 1e6
-                               : !strcmp(end, "G") ? 1e9
-                               : !strcmp(end, "T") ? 1e12
-                                                   : -1;
-            if (errno || end == val || mul < 0 || !(v > 0) || v * mul > 1.8e19)
-                return bad("--cache-max: bad size '%s'%s (bytes, or with K, M, G, T)", val, "");
-            A->cache_max = (unsigned long long)(v * mul);
-        }
-        /* at least 4096 bytes, the communicator's smallest bucket */
-        if (!strcmp(key, "--bucket-cap-mb") &&
-            (trn_cli_double(val, 4096.0 / 1048576.0, 65536, &A->bucket_cap_mb) < 0))
-            return bad("--bucket-cap-mb: bad value '%s'%s (MiB in [0.00390625, 65536])", val, "");
-        if (!strcmp(key, "--dist-timeout") &&
-            (trn_cli_double(val, 0, 604800, &A->dist_timeout) < 0 || !(A->dist_timeout > 0)))
-            return bad("--dist-timeout: bad value '%s'%s (seconds in (0, 604800])", val, "");
-        if (!strcmp(key, "--seconds") &&
-            (trn_cli_double(val, 0, 86400, &A->seconds) < 0 || !(A->seconds > 0)))
-            return bad("--seconds: bad value '%s'%s (a number of seconds in (0, 86400])", val, "");
-    }
-    if (strcmp(A->optimizer, "SGD") && strcmp(A->optimizer, "Adam") &&
-        strcmp(A->optimizer, "AdamW"))
-        return bad("--optimizer: '%s' is not one of SGD, Adam, AdamW%s", A->optimizer, "");
-    enum trn_amp_dtype adt;
-    if (A->amp && trn_amp_dtype_parse(A->amp, &adt) < 0)
-        return bad("--amp: '%s' is not one of bf16, fp16, fp32%s", A->amp, "");
-    if (A->val_amp && trn_amp_dtype_parse(A->val_amp, &adt) < 0)
-        return bad("--val-amp: '%s' is not one of bf16, fp16, fp32%s", A->val_amp, "");
-    if (A->device && !device_ok(A->device))
-        return bad("--device: '%s' is not cpu or a list of device numbers (0 or 0,1)%s", A->device,
-                   "");
-    enum trn_dist_backend db;
-    if (trn_dist_backend_parse(A->dist_backend, &db) < 0 || db == TRN_DIST_SINGLE)
-        return bad("--dist-backend: '%s' is not one of auto, tcp, mpi, nccl%s", A->dist_backend,
-                   "");
+    A->amp_inf_at = -1;
+    spec_init(sp, o, options(A, o));
+    const int rc = ap_parse(sp, argc, argv);
+    if (rc) return rc;
     if (!A->project[0] || !A->name[0])
-        return bad("--project and --name must not be empty%s%s", "", "");
+        return ap_usage_error(sp, "--project and --name must not be empty");
     return 0;
 }
 
@@ -481,7 +431,7 @@ static int do_bench_step(const struct args *A)
     char err[512] = "";
     const int rc = trn_bench_step_run(&o, &r, err, sizeof err);
     if (rc < 0) {
-        fprintf(stderr, PROG ": --bench: %s\n", err[0] ? err : trn_train_strerror(rc));
+        fprintf(stderr, PROG ": --bench: %s\n", err[0] ? err : trn_strerror(rc));
         return 1;
     }
     const char *slash = strrchr(path, '/');
@@ -528,7 +478,7 @@ static int do_summary(const struct args *A)
     char err[512] = "";
     const int rc = trn_model_load(path, &o, &m, err, sizeof err);
     if (rc) {
-        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_model_strerror(rc));
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_strerror(rc));
         return 1;
     }
     const int need = trn_model_summary(m, NULL, 0);
@@ -860,7 +810,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.noval = A->noval;
     o.patience = (int)A->patience;
     o.stop_after = A->stop_after;
-    o.amp_inf_ni = A->amp_inf_at - 1;
+    o.amp_inf_ni = A->amp_inf_at;
     o.stop = &stop_signal;
     o.log = print_line;
     struct sigaction sa;
@@ -889,10 +839,10 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     if (rc < 0) {
         if (trn_dist_world(dist) > 1) {
             fprintf(stderr, PROG ": rank %d: %s\n" PROG ": rank %d: ending the job\n", rank,
-                    err[0] ? err : trn_train_strerror(rc), rank);
+                    err[0] ? err : trn_strerror(rc), rank);
             trn_dist_abort(dist, 1);
         }
-        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_train_strerror(rc));
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_strerror(rc));
         return 1;
     }
     if (rank == 0)
@@ -1085,21 +1035,23 @@ static int join_job(const struct args *A, struct trn_dist **dist, int *local_wor
 int main(int argc, char **argv)
 {
     struct args A;
-    int rc = parse_args(argc, argv, &A);
+    struct ap_spec sp;
+    struct ap_opt opts[N_OPTS];
+    int rc = parse_args(argc, argv, &A, &sp, opts);
     if (rc) return rc;
     if (A.help) {
-        usage(stdout);
+        ap_help(&sp, stdout);
         return 0;
     }
     if (A.summary) {
-        if (!A.cfg) return bad("--summary needs --cfg MODEL (e.g. --cfg yolov5s)%s%s", "", "");
+        if (!A.cfg) return ap_usage_error(&sp, "--summary needs --cfg MODEL (e.g. --cfg yolov5s)");
         return do_summary(&A);
     }
     if (A.bench_step) {
-        if (!A.cfg) return bad("--bench needs --cfg MODEL (e.g. --cfg yolov5s)%s%s", "", "");
+        if (!A.cfg) return ap_usage_error(&sp, "--bench needs --cfg MODEL (e.g. --cfg yolov5s)");
         return do_bench_step(&A);
     }
-    if (!A.records && !A.resume) return bad("--records FILE is required%s%s", "", "");
+    if (!A.records && !A.resume) return ap_usage_error(&sp, "--records FILE is required");
 
     struct trn_hyp hyp;
     trn_hyp_default(&hyp);
@@ -1111,7 +1063,7 @@ int main(int argc, char **argv)
         }
     }
     if (A.bench || A.plot) {
-        if (!A.records) return bad("--bench-data and --plot need --records FILE%s%s", "", "");
+        if (!A.records) return ap_usage_error(&sp, "--bench-data and --plot need --records FILE");
         if (A.plot) rc = do_plot(&A, &hyp);
         if (rc == 0 && A.bench) rc = do_bench(&A, &hyp);
         /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
@@ -1120,9 +1072,9 @@ int main(int argc, char **argv)
     }
     if (A.nproc > 1) {
         if (getenv("RANK") || getenv("SLURM_PROCID") || getenv("OMPI_COMM_WORLD_RANK"))
-            return bad("--nproc-per-node: this process is already a rank of a job (RANK, "
-                       "SLURM_PROCID or OMPI_COMM_WORLD_RANK is set)%s%s",
-                       "", "");
+            return ap_usage_error(
+                &sp, "--nproc-per-node: this process is already a rank of a job (RANK, "
+                     "SLURM_PROCID or OMPI_COMM_WORLD_RANK is set)");
         return spawn_local_ranks(&A, argc, argv);
     }
     struct trn_dist *dist = NULL;
@@ -1143,7 +1095,7 @@ int main(int argc, char **argv)
         rc = do_train(&A, &hyp, NULL, dist, local_world);
     } else {
         trn_dist_destroy(dist);
-        return bad("training needs --cfg MODEL (e.g. --cfg yolov5n) or --resume%s%s", "", "");
+        return ap_usage_error(&sp, "training needs --cfg MODEL (e.g. --cfg yolov5n) or --resume");
     }
     trn_dist_destroy(dist);
     /* results.png drew text: cairo's and fontconfig's caches, for a clean exit under leak checks */

@@ -37,55 +37,18 @@
 #include "model.h"
 #include "plots.h"
 #include "rundir.h"
+#include "argparse.h"
 #include "ptload.h"
 #include "tta.h"
 #include "val.h"
 #include "weights.h"
+#include "errors.h"
 
 #ifndef TRN_MODELS_DIR
 #define TRN_MODELS_DIR "models"
 #endif
 
 #define PROG "yolo-val"
-#define HINT "hint: " PROG " --help lists the options"
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: " PROG " --records FILE --weights W [options]\n"
-            "Validate a YOLOv5 model on ffr records (yolo-pack output) as ultralytics' val.py.\n\n"
-            "  --records FILE        validation dataset (ffr, packed at --img; --interp val)\n"
-            "  --weights W [W ...]   ultralytics .pt, or our checkpoint (.ckpt); several: an\n"
-            "                        ensemble; without it, --cfg with the deterministic\n"
-            "                        initial weights\n"
-            "  --cfg MODEL           model yaml (path or yolov5n/s/m/l/x); default: from W\n"
-            "  --img N               image size the records were packed at (default 640;\n"
-            "                        also --imgsz, --img-size)\n"
-            "  --batch-size N        rect batch size (default 32)\n"
-            "  --conf-thres X        confidence threshold (default 0.001)\n"
-            "  --iou-thres X         NMS IoU threshold (default 0.6)\n"
-            "  --max-det N           detections per image (default 300)\n"
-            "  --augment             test-time augmentation (scales 1, 0.83, 0.67; lr flip)\n"
-            "  --half                FP16 half-precision inference (val.py --half): the\n"
-            "                        convolutions in fp16 with fp32 accumulation, the rest fp32\n"
-            "  --workers N           loader threads (default 0 = min(cores, 8))\n"
-            "  --threads N           compute threads (default 0: one per core; each op splits\n"
-            "                        N ways, BLAS single-threaded)\n"
-            "  --micro-batch N       images per forward (memory only; default 4 on the CPU,\n"
-            "                        --batch-size on a GPU)\n"
-            "  --device D            cpu or a CUDA device number (default: 0 if present)\n"
-            "  --task val            the only task supported\n"
-            "  --json                print the metrics as one JSON object on stdout\n"
-            "  --save-json           write DIR/<weights>_predictions.json (COCO results)\n"
-            "  --data FILE           with --save-json: COCO annotations; run COCOeval\n"
-            "  --verbose             per-class rows for any number of classes\n"
-            "  --no-plots            do not write val_batchK_labels.jpg / _pred.jpg, the\n"
-            "                        PR / F1 / P / R curves and confusion_matrix.png\n"
-            "  --project DIR         save to DIR/NAME (default runs/val)\n"
-            "  --name NAME           run name (default exp; exp2, ... when taken)\n"
-            "  --exist-ok            reuse DIR/NAME\n"
-            "  -h, --help            this help\n");
-}
 
 struct args {
     const char *records, *weights, *cfg, *data, *task, *project, *name;
@@ -100,16 +63,97 @@ struct args {
     bool device_path;   /* --device-path (tests): the GPU data path on the CPU ops */
 };
 
-static int bad(const char *fmt, const char *a)
+static int parse_device(const char *v, void *dst, char *why, size_t cap)
 {
-    fprintf(stderr, PROG ": ");
-    fprintf(stderr, fmt, a);
-    fprintf(stderr, "\n" HINT "\n");
-    return 2;
+    char *end = NULL;
+    const long d = strtol(v, &end, 10);
+    if (strcmp(v, "cpu") && (end == v || *end || d < 0 || d > 63)) {
+        snprintf(why, cap, "is not cpu or a CUDA device number");
+        return -EINVAL;
+    }
+    *(const char **)dst = v;
+    return 0;
 }
 
-/* argparse style: --flag VALUE or --flag=VALUE. Returns 0 or the exit status 2. */
-static int parse_args(int argc, char **argv, struct args *A)
+#define N_OPTS 32
+static size_t options(struct args *A, struct ap_opt *o)
+{
+    const struct ap_opt t[] = {
+        AP_OPT("--records", AP_STR, &A->records, "FILE",
+               "validation dataset (ffr, packed at --img; --interp val)"),
+        { .names = "--weights",
+          .kind = AP_STRS,
+          .dst = A->ensemble,
+          .metavar = "W [W ...]",
+          .help = "ultralytics .pt, or our checkpoint (.ckpt); several: an ensemble; without it, "
+                  "--cfg with the deterministic initial weights",
+          .max_n = TRN_TTA_MAX_MODELS,
+          .n = &A->n_weights },
+        AP_OPT("--cfg", AP_STR, &A->cfg, "MODEL",
+               "model yaml (path or yolov5n/s/m/l/x); default: from W"),
+        AP_RANGE("--img|--imgsz|--img-size", AP_LONG, &A->img, "N",
+                 "image size the records were packed at (default 640)", 32, 16383),
+        AP_RANGE("--batch-size", AP_LONG, &A->batch, "N", "rect batch size (default 32)", 1, 4096),
+        { .names = "--conf-thres",
+          .kind = AP_DOUBLE,
+          .dst = &A->conf,
+          .metavar = "X",
+          .help = "confidence threshold (default 0.001)",
+          .lo = 0,
+          .hi = 1,
+          .open_hi = true },
+        AP_RANGE("--iou-thres", AP_DOUBLE, &A->iou, "X", "NMS IoU threshold (default 0.6)", 0, 1),
+        AP_RANGE("--max-det", AP_LONG, &A->max_det, "N", "detections per image (default 300)", 1,
+                 100000),
+        AP_OPT("--augment", AP_FLAG, &A->augment, NULL,
+               "test-time augmentation (scales 1, 0.83, 0.67; lr flip)"),
+        AP_OPT("--half", AP_FLAG, &A->half, NULL,
+               "FP16 half-precision inference (val.py --half): the convolutions in fp16 with fp32 "
+               "accumulation, the rest fp32"),
+        AP_RANGE("--workers", AP_LONG, &A->workers, "N",
+                 "loader threads (default 0 = min(cores, 8))", 0, 256),
+        AP_RANGE("--threads", AP_LONG, &A->threads, "N",
+                 "compute threads (default 0: one per core; each op splits N ways, BLAS "
+                 "single-threaded)",
+                 0, 256),
+        AP_RANGE("--micro-batch", AP_LONG, &A->micro, "N",
+                 "images per forward (memory only; default 4 on the CPU, --batch-size on a GPU)", 1,
+                 256),
+        { .names = "--device",
+          .kind = AP_CALL,
+          .dst = &A->device,
+          .metavar = "D",
+          .help = "cpu or a CUDA device number (default: 0 if present)",
+          .call = parse_device },
+        AP_OPT("--device-path", AP_FLAG, &A->device_path, NULL, NULL),
+        { .names = "--task",
+          .kind = AP_CHOICE,
+          .dst = &A->task,
+          .metavar = "val",
+          .help = "the only task supported (train/test splits are separate record files: pass "
+                  "them with --records)",
+          .choices = "val" },
+        AP_OPT("--json", AP_FLAG, &A->json, NULL, "print the metrics as one JSON object on stdout"),
+        AP_OPT("--save-json", AP_FLAG, &A->save_json, NULL,
+               "write DIR/<weights>_predictions.json (COCO results)"),
+        AP_OPT("--data", AP_STR, &A->data, "FILE",
+               "with --save-json: COCO annotations; run COCOeval"),
+        AP_OPT("--verbose", AP_FLAG, &A->verbose, NULL, "per-class rows for any number of classes"),
+        AP_OPT("--noplots|--no-plots", AP_FLAG, &A->no_plots, NULL,
+               "do not write val_batchK_labels.jpg / _pred.jpg, the PR / F1 / P / R curves and "
+               "confusion_matrix.png"),
+        AP_OPT("--project", AP_STR, &A->project, "DIR", "save to DIR/NAME (default runs/val)"),
+        AP_OPT("--name", AP_STR, &A->name, "NAME", "run name (default exp; exp2, ... when taken)"),
+        AP_OPT("--exist-ok", AP_FLAG, &A->exist_ok, NULL, "reuse DIR/NAME"),
+        AP_OPT("-h|--help", AP_FLAG, &A->help, NULL, "this help"),
+    };
+    _Static_assert(sizeof t / sizeof t[0] <= N_OPTS, "N_OPTS");
+    memcpy(o, t, sizeof t);
+    return sizeof t / sizeof t[0];
+}
+
+/* Returns 0 or the exit status 2. */
+static int parse_args(int argc, char **argv, struct args *A, struct ap_spec *sp, struct ap_opt *o)
 {
     memset(A, 0, sizeof *A);
     A->project = "runs/val";
@@ -118,133 +162,23 @@ static int parse_args(int argc, char **argv, struct args *A)
     A->img = 640;
     A->batch = 32;
     A->max_det = 300;
-    A->micro = 4;
     A->conf = 0.001;
     A->iou = 0.6;
-    static const struct {
-        const char *name;
-        int kind; /* 0 flag, 1 string, 2 integer, 3 number */
-        long lo, hi;
-    } opts[] = {
-        { "--records", 1, 0, 0 },       { "--weights", 1, 0, 0 },
-        { "--cfg", 1, 0, 0 },           { "--data", 1, 0, 0 },
-        { "--task", 1, 0, 0 },          { "--project", 1, 0, 0 },
-        { "--name", 1, 0, 0 },          { "--img", 2, 32, 16383 },
-        { "--imgsz", 2, 32, 16383 },    { "--img-size", 2, 32, 16383 },
-        { "--batch-size", 2, 1, 4096 }, { "--max-det", 2, 1, 100000 },
-        { "--workers", 2, 0, 256 },     { "--threads", 2, 0, 256 },
-        { "--micro-batch", 2, 1, 256 }, { "--conf-thres", 3, 0, 0 },
-        { "--iou-thres", 3, 0, 0 },     { "--json", 0, 0, 0 },
-        { "--save-json", 0, 0, 0 },     { "--verbose", 0, 0, 0 },
-        { "--no-plots", 0, 0, 0 },      { "--exist-ok", 0, 0, 0 },
-        { "--augment", 0, 0, 0 },       { "--half", 0, 0, 0 },
-        { "--device", 1, 0, 0 },        { "--device-path", 0, 0, 0 },
-        { "--help", 0, 0, 0 },          { "-h", 0, 0, 0 },
-    };
-    const size_t n_opts = sizeof opts / sizeof opts[0];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        char key[64];
-        const char *eq = strchr(a, '=');
-        const char *val = NULL;
-        if (eq && !strncmp(a, "--", 2) && (size_t)(eq - a) < sizeof key) {
-            memcpy(key, a, (size_t)(eq - a));
-            key[eq - a] = '\0';
-            val = eq + 1;
-        } else {
-            snprintf(key, sizeof key, "%s", a);
-        }
-        size_t k = 0;
-        while (k < n_opts && strcmp(opts[k].name, key))
-            k++;
-        if (k == n_opts) return bad("unknown option '%s'", a);
-        if (opts[k].kind == 0) {
-            if (val) return bad("%s takes no value", key);
-            if (!strcmp(key, "--json")) A->json = true;
-            if (!strcmp(key, "--save-json")) A->save_json = true;
-            if (!strcmp(key, "--verbose")) A->verbose = true;
-            if (!strcmp(key, "--no-plots")) A->no_plots = true;
-            if (!strcmp(key, "--exist-ok")) A->exist_ok = true;
-            if (!strcmp(key, "--augment")) A->augment = true;
-            if (!strcmp(key, "--half")) A->half = true;
-            if (!strcmp(key, "--device-path")) A->device_path = true;
-            if (!strcmp(key, "--help") || !strcmp(key, "-h")) A->help = true;
-            continue;
-        }
-        if (!val) {
-            if (i + 1 >= argc) return bad("%s needs a value", key);
-            val = argv[++i];
-        }
-        if (opts[k].kind == 2) {
-            long v;
-            if (trn_cli_long(val, opts[k].lo, opts[k].hi, &v) < 0) {
-                fprintf(stderr,
-                        PROG ": %s: bad value '%s' (a whole number in [%ld, %ld])\n" HINT "\n", key,
-                        val, opts[k].lo, opts[k].hi);
-                return 2;
-            }
-            if (!strncmp(key, "--img", 5)) A->img = v;
-            if (!strcmp(key, "--batch-size")) A->batch = v;
-            if (!strcmp(key, "--max-det")) A->max_det = v;
-            if (!strcmp(key, "--workers")) A->workers = v;
-            if (!strcmp(key, "--threads")) A->threads = v;
-            if (!strcmp(key, "--micro-batch")) {
-                A->micro = v;
-                A->micro_set = true;
-            }
-            continue;
-        }
-        if (opts[k].kind == 3) {
-            double v;
-            const bool conf = !strcmp(key, "--conf-thres");
-            if (trn_cli_double(val, 0, conf ? 0.999999 : 1, &v) < 0) {
-                fprintf(stderr, PROG ": %s: bad value '%s' (a number in [0, %s])\n" HINT "\n", key,
-                        val, conf ? "1)" : "1");
-                return 2;
-            }
-            if (conf)
-                A->conf = v;
-            else
-                A->iou = v;
-            continue;
-        }
-        if (!val[0]) return bad("%s needs a non-empty value", key);
-        if (!strcmp(key, "--records")) A->records = val;
-        if (!strcmp(key, "--weights")) {
-            /* ultralytics' nargs='+': more paths up to the next option make an ensemble */
-            if (!eq && !strncmp(val, "--", 2)) return bad("%s needs a value", key);
-            A->n_weights = 0;
-            for (;;) {
-                if (A->n_weights == TRN_TTA_MAX_MODELS)
-                    return bad("--weights: more than %s models", "16");
-                if (!val[0]) return bad("--weights: an empty path%s", "");
-                A->ensemble[A->n_weights++] = val;
-                if (eq || i + 1 >= argc || argv[i + 1][0] == '-') break;
-                val = argv[++i];
-            }
-            A->weights = A->ensemble[0];
-        }
-        if (!strcmp(key, "--cfg")) A->cfg = val;
-        if (!strcmp(key, "--data")) A->data = val;
-        if (!strcmp(key, "--task")) A->task = val;
-        if (!strcmp(key, "--project")) A->project = val;
-        if (!strcmp(key, "--name")) A->name = val;
-        if (!strcmp(key, "--device")) A->device = val;
-    }
-    if (A->help) return 0;
-    if (strcmp(A->task, "val"))
-        return bad("--task %s: only 'val' is supported (train/test splits are separate record "
-                   "files: pass them with --records)",
-                   A->task);
-    if (!A->records) return bad("--records FILE is required%s", "");
+    memset(sp, 0, sizeof *sp);
+    sp->prog = PROG;
+    sp->usage = "--records FILE --weights W [options]";
+    sp->about = "Validate a YOLOv5 model on ffr records (yolo-pack output) as ultralytics' val.py.";
+    sp->opts = o;
+    sp->n_opts = options(A, o);
+    int rc = ap_parse(sp, argc, argv);
+    if (rc || A->help) return rc;
+    A->weights = A->n_weights ? A->ensemble[0] : NULL;
+    A->micro_set = A->micro > 0;
+    if (!A->micro_set) A->micro = 4;
+    if (!A->records) return ap_usage_error(sp, "--records FILE is required");
     if (!A->weights && !A->cfg)
-        return bad("--weights W (or --cfg MODEL for initial weights)%s", "");
-    if (A->data && !A->save_json) return bad("--data needs --save-json%s", "");
-    if (A->device && strcmp(A->device, "cpu")) {
-        long d;
-        if (trn_cli_long(A->device, 0, 63, &d) < 0)
-            return bad("--device: '%s' is not cpu or a CUDA device number", A->device);
-    }
+        return ap_usage_error(sp, "--weights W (or --cfg MODEL for initial weights)");
+    if (A->data && !A->save_json) return ap_usage_error(sp, "--data needs --save-json");
     if (A->micro > A->batch) A->micro = A->batch;
     return 0;
 }
@@ -428,7 +362,7 @@ static int save_json(const struct args *A, const char *dir, const struct trn_val
                            err, sizeof err);
     trn_coco_gt_free(&gt);
     if (rc < 0) {
-        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_coco_strerror(rc));
+        fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_strerror(rc));
         return 1;
     }
     fprintf(out, "COCOeval on %s (%zu images):\n", A->data, res->n_image_ids);
@@ -536,7 +470,7 @@ static int run(const struct args *A)
     rc = trn_val_run_ensemble(models, n_models, r, &vo, &res, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, PROG ": %s: %s\nhint: pack the dataset with yolo-pack --size %ld\n",
-                A->records, err[0] ? err : trn_val_strerror(rc), A->img);
+                A->records, err[0] ? err : trn_strerror(rc), A->img);
         trn_val_result_free(&res);
         goto out;
     }
@@ -560,10 +494,12 @@ out:
 int main(int argc, char **argv)
 {
     struct args A;
-    const int rc = parse_args(argc, argv, &A);
+    struct ap_spec sp;
+    struct ap_opt opts[N_OPTS];
+    const int rc = parse_args(argc, argv, &A, &sp, opts);
     if (rc) return rc;
     if (A.help) {
-        usage(stdout);
+        ap_help(&sp, stdout);
         return 0;
     }
     const int ret = run(&A);

@@ -626,9 +626,9 @@ static void check_ls(const char *file)
 
 static void expect_usage(const char *why, struct run r)
 {
-    ok(r.code == 2 && r.out_len == 0 && strncmp(r.err, "ffr", 3) == 0 && strstr(r.err, "usage") &&
+    ok(r.code == 2 && r.out_len == 0 && strncmp(r.err, "ffr", 3) == 0 && strstr(r.err, "--help") &&
            count_lines(r.err, 0) == 2,
-       "bad arguments (%s): exit 2, an error line and a usage line", why);
+       "bad arguments (%s): exit 2, an error line and a hint line", why);
     if (r.code != 2) tap_diag("exit %d, stderr: %s", r.code, r.err);
     run_free(&r);
 }

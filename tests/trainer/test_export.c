@@ -24,6 +24,7 @@
 #include "ptload.h"
 #include "tap.h"
 #include "weights.h"
+#include "errors.h"
 
 static void perturb_bn(struct trn_model *m)
 {
@@ -124,7 +125,7 @@ static Onnx__ModelProto *export_parse(const struct trn_model *m, const struct tr
     char err[256] = "";
     const int rc = trn_export_onnx_mem(m, o, &buf, len, err, sizeof err);
     if (rc < 0) {
-        printf("# export: %s (%s)\n", err, trn_export_strerror(rc));
+        printf("# export: %s (%s)\n", err, trn_strerror(rc));
         return NULL;
     }
     Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, *len, buf);

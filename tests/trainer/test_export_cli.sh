@@ -56,7 +56,7 @@ expect 2 "--include: 'tflite'" "unknown --include exits 2" -- \
     "$export_" --weights "$ckpt" --include tflite
 expect 2 "--include onnx\|pt is required" "no --include exits 2" -- "$export_" --weights "$ckpt"
 expect 2 "--weights W is required" "no --weights exits 2" -- "$export_" --include onnx
-expect 2 "unknown argument '--bogus'" "unknown option exits 2" -- \
+expect 2 "unknown option '--bogus'" "unknown option exits 2" -- \
     "$export_" --weights "$ckpt" --include onnx --bogus 1
 expect 2 "--img: 'big'" "bad --img exits 2" -- "$export_" --weights "$ckpt" --include onnx --img big
 expect 2 "-o names one file" "-o with two formats exits 2" -- \

@@ -35,6 +35,7 @@
 #include "net.h"
 #include "nms.h"
 #include "weights.h"
+#include "errors.h"
 
 #define MAGIC  0x52455846
 #define N_CAND 150
@@ -198,14 +199,14 @@ static int one_size(struct trn_model *m, const char *dir, const char *image, int
     no.train = false;
     rc = trn_net_create(m, 1, h, w, &no, &net, err, sizeof err);
     if (rc < 0) {
-        die("net", err[0] ? err : trn_net_strerror(rc));
+        die("net", err[0] ? err : trn_strerror(rc));
         goto out;
     }
     const float *pred;
     int rows = 0;
     rc = trn_net_infer(net, in, &pred, &rows);
     if (rc < 0) {
-        die("infer", trn_net_strerror(rc));
+        die("infer", trn_strerror(rc));
         goto out;
     }
     const float conf = pick_conf(pred, rows, I->no);
@@ -271,7 +272,7 @@ static int nms_mode(const char *in_path, const char *conf_s, const char *out_pat
             }
             ret = fclose(f) == 0 ? 0 : die(out_path, strerror(errno));
         } else {
-            ret = die(out_path, nd < 0 ? trn_nms_strerror(nd) : strerror(errno));
+            ret = die(out_path, nd < 0 ? trn_strerror(nd) : strerror(errno));
         }
     }
     trn_nms_destroy(nms);

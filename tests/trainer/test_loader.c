@@ -25,6 +25,7 @@
 #include "tap.h"
 #define LOADER_TEST_BATCH 16
 #include "loader_testutil.h"
+#include "errors.h"
 
 #define IMG     128
 #define N_TRAIN 24
@@ -665,7 +666,7 @@ static void test_bad_records(void)
         o.bad_records = TRN_BAD_RECORD_FAIL;
         rc = collect(files[f], &o, a, EPOCH_STEPS, &lb, err, sizeof err);
         ok(rc < 0 && strstr(err, want) && strstr(lb.text, "stopping"),
-           "%s, fail: the run stops with %d (%s): %s", files[f], rc, trn_loader_strerror(rc), err);
+           "%s, fail: the run stops with %d (%s): %s", files[f], rc, trn_strerror(rc), err);
         /* Batches before the failing one were delivered intact. */
         for (int i = 0; i < EPOCH_STEPS && a[i].images; i++) {
             free(a[i].images);

@@ -26,6 +26,7 @@
 #include "tap.h"
 #define LOADER_TEST_BATCH 5
 #include "loader_testutil.h"
+#include "errors.h"
 
 #define IMG         128
 #define N_TRAIN     24
@@ -368,7 +369,7 @@ static void test_bad_records(struct kern_ctx *k)
     struct run_info ri;
     rc = collect("checksum.ffr", &o, b, EPOCH_STEPS, &lb, &ri, err, sizeof err);
     ok(rc < 0 && ri.rc_at >= 0 && strstr(err, want) && strstr(lb.text, "stopping"),
-       "fail: stops at batch %d with %d (%s): %s", ri.rc_at, rc, trn_loader_strerror(rc), err);
+       "fail: stops at batch %d with %d (%s): %s", ri.rc_at, rc, trn_strerror(rc), err);
     unsave(b, ri.rc_at > 0 ? ri.rc_at : 0);
 }
 

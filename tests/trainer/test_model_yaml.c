@@ -11,6 +11,7 @@
 
 #include "model.h"
 #include "tap.h"
+#include "errors.h"
 
 /* A small valid model: lines are numbered in comments (1-based), the messages name them. */
 static const char *const tiny_head = "nc: 4\n"                                          /* 1 */
@@ -66,7 +67,7 @@ static void refused(const char *from, const char *to, int want_rc, const char *n
     char err[512];
     const int rc = parse(text, 0, &m, err, sizeof err);
     const bool good = rc == want_rc && !m && strstr(err, n1) && (!n2 || strstr(err, n2));
-    if (!ok(good, "%s", what)) tap_diag("rc %d (%s), message: %s", rc, trn_model_strerror(rc), err);
+    if (!ok(good, "%s", what)) tap_diag("rc %d (%s), message: %s", rc, trn_strerror(rc), err);
     trn_model_destroy(m);
     free(text);
 }
@@ -302,8 +303,8 @@ static void test_errors(void)
        "NULL opts and no err buffer are fine");
     trn_model_destroy(m);
     trn_model_destroy(NULL);
-    ok(strstr(trn_model_strerror(-TRN_MODEL_ESYNTAX), "YAML") != NULL &&
-           strstr(trn_model_strerror(-ENOENT), "No such file") != NULL,
+    ok(strstr(trn_strerror(-TRN_MODEL_ESYNTAX), "YAML") != NULL &&
+           strstr(trn_strerror(-ENOENT), "No such file") != NULL,
        "strerror names our codes and errno");
 }
 

@@ -19,6 +19,7 @@
 #include "tap.h"
 
 #include "resident_testutil.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <math.h>
@@ -300,7 +301,7 @@ static struct trn_net *run_amp_net(struct trn_model *m, int dt, bool device_path
     trn_net_zero_grad(net);
     if (!rc) rc = trn_net_backward(net, d);
     if (rc) {
-        printf("Bail out! amp net: %s\n", trn_net_strerror(rc));
+        printf("Bail out! amp net: %s\n", trn_strerror(rc));
         exit(99);
     }
     *head = outs[0];
@@ -533,13 +534,13 @@ static void test_tiny(void)
     int rc = tiny_step(n32, &T, &r32);
     struct trn_net *nb = tiny_net(&T, KERN_DT_BF16, false);
     if (!rc) rc = tiny_step(nb, &T, &rb);
-    ok(rc == 0, "tiny: float32 and bf16 steps run: %s", trn_net_strerror(rc));
+    ok(rc == 0, "tiny: float32 and bf16 steps run: %s", trn_strerror(rc));
     if (rc) exit(tap_done());
 
     struct trn_net *nh = tiny_net(&T, KERN_DT_F16, false);
     rc = tiny_step(nh, &T, &rh);
     trn_net_destroy(nh);
-    ok(rc == 0, "tiny: fp16 step runs: %s", trn_net_strerror(rc));
+    ok(rc == 0, "tiny: fp16 step runs: %s", trn_strerror(rc));
     if (rc) exit(tap_done());
     const size_t plen = I->arena_len[TRN_ARENA_PARAM];
     for (int l = 0; l < T.nl; l++) {
@@ -573,7 +574,7 @@ static void test_tiny(void)
             if (!rc) rc = tiny_step(dev, &T, &b);
             ok(rc == 0 && same_steps(&a, &b, &T),
                "tiny %s step %d: device data path == CPU path bit for bit (%s)", dn, step,
-               trn_net_strerror(rc));
+               trn_strerror(rc));
             if (step == 1 && k == 0) {
                 struct trn_net *fresh = tiny_net(&T, dts[k], false);
                 struct run f = { 0 };

@@ -11,6 +11,7 @@
 
 #include "model.h"
 #include "net.h"
+#include "errors.h"
 
 static double now_ms(void)
 {
@@ -78,7 +79,7 @@ int main(int argc, char **argv)
         if (t3 - t2 < best_e) best_e = t3 - t2;
     }
     if (rc) {
-        fprintf(stderr, "%s\n", trn_net_strerror(rc));
+        fprintf(stderr, "%s\n", trn_strerror(rc));
         return 1;
     }
     printf("train forward %.1f ms, backward %.1f ms, forward+backward %.1f ms (%.2f img/s); eval "

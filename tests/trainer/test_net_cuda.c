@@ -34,6 +34,7 @@
 #include "kern_cuda.h"
 #include "model.h"
 #include "net.h"
+#include "errors.h"
 
 static int failures, checks;
 static bool emulate; /* --device-path: the second net is the device data path on the CPU */
@@ -125,7 +126,7 @@ static void run_shape(int batch, int h, int w)
     trn_net_zero_grad(nc);
     trn_net_zero_grad(ng);
     if (trn_net_forward(nc, img, true, oc) || (rc = trn_net_forward(ng, img, true, og))) {
-        printf("FAIL training forward: %s\n", trn_net_strerror(rc));
+        printf("FAIL training forward: %s\n", trn_strerror(rc));
         failures++;
         goto out;
     }
@@ -154,7 +155,7 @@ static void run_shape(int batch, int h, int w)
     }
     if (trn_net_backward(nc, (const float *const *)dout) ||
         (rc = trn_net_backward(ng, (const float *const *)dout))) {
-        printf("FAIL backward: %s\n", trn_net_strerror(rc));
+        printf("FAIL backward: %s\n", trn_strerror(rc));
         failures++;
         goto free_levels;
     }
@@ -180,7 +181,7 @@ static void run_shape(int batch, int h, int w)
         const float *dc, *dg;
         int rows_c = 0, rows_g = 0;
         if (trn_net_infer(nc, img, &dc, &rows_c) || (rc = trn_net_infer(ng, img, &dg, &rows_g))) {
-            printf("FAIL infer: %s\n", trn_net_strerror(rc));
+            printf("FAIL infer: %s\n", trn_strerror(rc));
             failures++;
             goto free_levels;
         }
@@ -269,7 +270,7 @@ static void run_resident(int batch, int h, int w)
     trn_net_zero_grad(ng);
     if (rc || trn_net_forward(nc, img, true, oc) ||
         (rc = trn_net_forward_dev(ng, d_img, true, true, og))) {
-        printf("FAIL resident training forward: %s\n", trn_net_strerror(rc));
+        printf("FAIL resident training forward: %s\n", trn_strerror(rc));
         failures++;
         goto free_all;
     }
@@ -300,7 +301,7 @@ static void run_resident(int batch, int h, int w)
     }
     if (trn_net_backward(nc, (const float *const *)dout) ||
         (rc = trn_net_backward_dev(ng, (const float *const *)d_dout))) {
-        printf("FAIL resident backward: %s\n", trn_net_strerror(rc));
+        printf("FAIL resident backward: %s\n", trn_strerror(rc));
         failures++;
         goto free_all;
     }
@@ -351,7 +352,7 @@ int main(int argc, char **argv)
         trn_model_destroy(m);
         if (rc != -KERN_EBACKEND || net) {
             printf("FAIL a GPU net without a device gave %d (%s), not -KERN_EBACKEND\n", rc,
-                   trn_net_strerror(rc));
+                   trn_strerror(rc));
             trn_net_destroy(net);
             return 1;
         }

@@ -23,6 +23,7 @@
 #include "model.h"
 #include "net.h"
 #include "tap.h"
+#include "errors.h"
 
 #define BATCH 2
 #define IMG   64
@@ -126,7 +127,7 @@ int main(void)
     ok(isfinite(L0), "loss finite (%g)", L0);
     trn_net_zero_grad(c.net);
     rc = trn_net_backward(c.net, dout);
-    ok(rc == 0, "backward: %s", trn_net_strerror(rc));
+    ok(rc == 0, "backward: %s", trn_strerror(rc));
     const size_t plen = I->arena_len[TRN_ARENA_PARAM];
     float *g = malloc(plen * sizeof(float));
     memcpy(g, trn_net_grad(c.net), plen * sizeof(float));

@@ -20,6 +20,7 @@
 #include "net.h"
 #include "parity_dump.h"
 #include "tap.h"
+#include "errors.h"
 
 #define BATCH 2
 #define IMG   128
@@ -85,7 +86,7 @@ int main(int argc, char **argv)
 
     const float *outs[3];
     rc = trn_net_forward(net, img, true, outs);
-    ok(rc == 0, "train forward: %s", trn_net_strerror(rc));
+    ok(rc == 0, "train forward: %s", trn_strerror(rc));
     char name[128];
     for (int i = 0; i < I->n_layers; i++) {
         if (i == I->detect) continue;
@@ -109,7 +110,7 @@ int main(int argc, char **argv)
 
     trn_net_zero_grad(net);
     rc = trn_net_backward(net, dl);
-    ok(rc == 0, "backward: %s", trn_net_strerror(rc));
+    ok(rc == 0, "backward: %s", trn_strerror(rc));
     const float *g = trn_net_grad(net);
     int n_grad = 0;
     for (int t = 0; t < I->n_tensors; t++) {

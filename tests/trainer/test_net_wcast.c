@@ -21,6 +21,7 @@
 #include "net.h"
 #include "optim.h"
 #include "tap.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <math.h>
@@ -58,7 +59,7 @@ static float *eval_out(struct trn_net *net)
 {
     const float *outs[TRN_MODEL_MAX_LEVELS];
     const int rc = trn_net_forward(net, g_img, false, outs);
-    if (rc < 0) bail("forward", trn_net_strerror(rc));
+    if (rc < 0) bail("forward", trn_strerror(rc));
     size_t n = 0;
     for (int l = 0; l < g_nl; l++)
         n += (size_t)g_n[l];
@@ -94,7 +95,7 @@ static struct trn_net *make_net(int dt, bool device_path, bool fixed, bool train
     struct trn_net *net = NULL;
     char err[256] = "";
     const int rc = trn_net_create(g_m, TB, TIMG, TIMG, &o, &net, err, sizeof err);
-    if (rc < 0) bail("trn_net_create", err[0] ? err : trn_net_strerror(rc));
+    if (rc < 0) bail("trn_net_create", err[0] ? err : trn_strerror(rc));
     return net;
 }
 
@@ -139,7 +140,7 @@ static void fwd_bwd(struct trn_net *net)
     const float *outs[TRN_MODEL_MAX_LEVELS];
     float *dout[TRN_MODEL_MAX_LEVELS];
     int rc = trn_net_forward_dev(net, g_img, false, true, outs);
-    if (rc < 0) bail("training forward", trn_net_strerror(rc));
+    if (rc < 0) bail("training forward", trn_strerror(rc));
     for (int l = 0; l < g_nl; l++) {
         dout[l] = calloc((size_t)g_n[l], sizeof(float));
         if (!dout[l]) bail("calloc", "dout");
@@ -148,7 +149,7 @@ static void fwd_bwd(struct trn_net *net)
     }
     /* trn_net_backward uploads host gradients (on the device path too) */
     rc = trn_net_backward(net, (const float *const *)dout);
-    if (rc < 0) bail("backward", trn_net_strerror(rc));
+    if (rc < 0) bail("backward", trn_strerror(rc));
     for (int l = 0; l < g_nl; l++)
         free(dout[l]);
 }

@@ -17,6 +17,7 @@
 #include "model.h"
 #include "net.h"
 #include "tap.h"
+#include "errors.h"
 
 #define BATCH 2
 #define IMG   128
@@ -115,7 +116,7 @@ int main(void)
     const float *outs[3];
     trn_net_zero_grad(net);
     rc = trn_net_forward(net, img, true, outs);
-    ok(rc == 0, "train forward: %s", trn_net_strerror(rc));
+    ok(rc == 0, "train forward: %s", trn_strerror(rc));
     int fin = 1;
     for (int l = 0; l < 3; l++)
         fin &= all_finite(outs[l], (size_t)n_out[l]);
@@ -290,7 +291,7 @@ int main(void)
 
     const float *dptr[3] = { dout[0], dout[1], dout[2] };
     rc = trn_net_backward(net, dptr);
-    ok(rc == 0, "backward: %s", trn_net_strerror(rc));
+    ok(rc == 0, "backward: %s", trn_strerror(rc));
     ok(all_finite(trn_net_grad(net), plen), "parameter gradients finite");
     memcpy(grad_a, trn_net_grad(net), plen * sizeof(float));
     /* Every trainable tensor gets a gradient. */

@@ -16,6 +16,7 @@
 #include "model.h"
 #include "ptload.h"
 #include "tap.h"
+#include "errors.h"
 
 static const char *data_dir, *weights_dir, *models_dir;
 
@@ -169,7 +170,7 @@ static void test_bad(const char *file, int want, const char *what)
         trn_pt_close(pt);
     }
     ok(rc == want && strncmp(err, file, strlen(file)) == 0, "%s: %s -> %s", file, what,
-       trn_pt_strerror(want));
+       trn_strerror(want));
     tap_diag("%s", err);
 }
 

@@ -77,6 +77,7 @@
 #include "optim.h"
 #include "parity_dump.h"
 #include "tap.h"
+#include "errors.h"
 
 #define BATCH 2
 #define IMG   128
@@ -495,7 +496,7 @@ static int run(const struct mode *md, const struct pdump *d, struct outcome *res
             double sumsq = NAN;
             rc = dev_step(net, I, opt, ema, L, &ds, img, tg->data, nt, s, &it, &sch, &sumsq);
             if (!CHECK(rc == 0, "step %d: resident step: %s", s + 1,
-                       rc == -EAGAIN ? "did not step" : trn_net_strerror(rc)))
+                       rc == -EAGAIN ? "did not step" : trn_strerror(rc)))
                 goto out;
             stepped = true;
             gnorm = sqrt(sumsq);
@@ -506,8 +507,7 @@ static int run(const struct mode *md, const struct pdump *d, struct outcome *res
         } else {
             const float *outs[3];
             rc = trn_net_forward(net, img, true, outs);
-            if (!CHECK(rc == 0, "step %d: train forward: %s", s + 1, trn_net_strerror(rc)))
-                goto out;
+            if (!CHECK(rc == 0, "step %d: train forward: %s", s + 1, trn_strerror(rc))) goto out;
             rc = trn_loss_compute(L, ctx, outs, tg->data, nt, dp, &it);
             if (!CHECK(rc == 0, "step %d: loss: %s", s + 1, trn_loss_strerror(rc))) goto out;
         }
@@ -525,7 +525,7 @@ static int run(const struct mode *md, const struct pdump *d, struct outcome *res
               sl->data[4 * s + 2], sl->data[4 * s + 3], e);
         if (!md->resident) {
             rc = trn_net_backward(net, (const float *const *)dp);
-            if (!CHECK(rc == 0, "step %d: backward: %s", s + 1, trn_net_strerror(rc))) goto out;
+            if (!CHECK(rc == 0, "step %d: backward: %s", s + 1, trn_strerror(rc))) goto out;
             struct trn_optim_report rep;
             rc = trn_optim_after_batch(opt, P, trn_net_grad(net), 0, s, &rep);
             stepped = rc == 1 && rep.stepped;

@@ -3,6 +3,7 @@
  * dozen lines; the document API keeps aliases as references, so a hostile file cannot expand).
  */
 #include "hyp.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,18 +83,6 @@ static double cfield(const struct trn_hyp *h, const struct hyp_key *k)
     return v;
 }
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t cap, int rc,
-                                                      const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 __attribute__((format(printf, 3, 4))) static void note_f(trn_hyp_note_fn note, void *ctx,
                                                          const char *fmt, ...)
 {
@@ -117,18 +106,18 @@ void trn_hyp_default(struct trn_hyp *h)
 static bool key_ok(const struct hyp_key *k, double v, char *err, size_t cap)
 {
     if (!isfinite(v)) {
-        fail(err, cap, -EINVAL, "%s: value is not finite", k->name);
+        trn_fail(err, cap, -EINVAL, "%s: value is not finite", k->name);
         return false;
     }
     const bool below = k->lo_open ? !(v > k->lo) : !(v >= k->lo);
     const bool above = k->hi_open ? !(v < k->hi) : !(v <= k->hi);
     if (below || above) {
-        fail(err, cap, -EINVAL, "%s: %g is outside %c%g, %g%c", k->name, v, k->lo_open ? '(' : '[',
-             k->lo, k->hi, k->hi_open ? ')' : ']');
+        trn_fail(err, cap, -EINVAL, "%s: %g is outside %c%g, %g%c", k->name, v,
+                 k->lo_open ? '(' : '[', k->lo, k->hi, k->hi_open ? ')' : ']');
         return false;
     }
     if (k->whole && v != floor(v)) {
-        fail(err, cap, -EINVAL, "%s: %g is not a whole number", k->name, v);
+        trn_fail(err, cap, -EINVAL, "%s: %g is not a whole number", k->name, v);
         return false;
     }
     return true;
@@ -136,7 +125,7 @@ static bool key_ok(const struct hyp_key *k, double v, char *err, size_t cap)
 
 int trn_hyp_check(const struct trn_hyp *h, char *err, size_t err_cap)
 {
-    if (!h) return fail(err, err_cap, -EINVAL, "no hyperparameters");
+    if (!h) return trn_fail(err, err_cap, -EINVAL, "no hyperparameters");
     for (size_t i = 0; i < N_KEYS; i++)
         if (!key_ok(&keys[i], cfield(h, &keys[i]), err, err_cap)) return -EINVAL;
     return 0;
@@ -207,29 +196,30 @@ int trn_hyp_parse(const char *text, size_t len, const char *name, trn_hyp_note_f
     int rc = 0;
 
     if (!name) name = "hyp";
-    if (!out) return fail(err, err_cap, -EINVAL, "%s: no output", name);
+    if (!out) return trn_fail(err, err_cap, -EINVAL, "%s: no output", name);
     trn_hyp_default(out);
-    if (!text && len) return fail(err, err_cap, -EINVAL, "%s: no text", name);
+    if (!text && len) return trn_fail(err, err_cap, -EINVAL, "%s: no text", name);
     trn_hyp_default(&h);
 
     if (!yaml_parser_initialize(&parser))
-        return fail(err, err_cap, -ENOMEM, "%s: out of memory", name);
+        return trn_fail(err, err_cap, -ENOMEM, "%s: out of memory", name);
     yaml_parser_set_input_string(&parser, (const unsigned char *)(text ? text : ""), len);
     if (!yaml_parser_load(&parser, &doc)) {
-        rc = fail(err, err_cap, parser.error == YAML_MEMORY_ERROR ? -ENOMEM : -EINVAL,
-                  "%s:%zu: not valid YAML: %s", name, parser.problem_mark.line + 1,
-                  parser.problem ? parser.problem : "parse error");
+        rc = trn_fail(err, err_cap, parser.error == YAML_MEMORY_ERROR ? -ENOMEM : -EINVAL,
+                      "%s:%zu: not valid YAML: %s", name, parser.problem_mark.line + 1,
+                      parser.problem ? parser.problem : "parse error");
         goto out;
     }
     have_doc = true;
     const yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root) {
-        rc = fail(err, err_cap, -EINVAL, "%s: empty document (expected 'key: value' lines)", name);
+        rc = trn_fail(err, err_cap, -EINVAL, "%s: empty document (expected 'key: value' lines)",
+                      name);
         goto out;
     }
     if (root->type != YAML_MAPPING_NODE) {
-        rc = fail(err, err_cap, -EINVAL, "%s:%zu: expected a mapping of 'key: value' lines", name,
-                  root->start_mark.line + 1);
+        rc = trn_fail(err, err_cap, -EINVAL, "%s:%zu: expected a mapping of 'key: value' lines",
+                      name, root->start_mark.line + 1);
         goto out;
     }
     for (const yaml_node_pair_t *p = root->data.mapping.pairs.start;
@@ -237,12 +227,12 @@ int trn_hyp_parse(const char *text, size_t len, const char *name, trn_hyp_note_f
         const yaml_node_t *k = yaml_document_get_node(&doc, p->key);
         const yaml_node_t *v = yaml_document_get_node(&doc, p->value);
         if (!k || !v) {
-            rc = fail(err, err_cap, -EINVAL, "%s: malformed mapping", name);
+            rc = trn_fail(err, err_cap, -EINVAL, "%s: malformed mapping", name);
             goto out;
         }
         const size_t line = k->start_mark.line + 1;
         if (k->type != YAML_SCALAR_NODE) {
-            rc = fail(err, err_cap, -EINVAL, "%s:%zu: a key must be a plain name", name, line);
+            rc = trn_fail(err, err_cap, -EINVAL, "%s:%zu: a key must be a plain name", name, line);
             goto out;
         }
         char kname[48];
@@ -255,7 +245,8 @@ int trn_hyp_parse(const char *text, size_t len, const char *name, trn_hyp_note_f
         }
         const size_t ki = (size_t)(key - keys);
         if (seen[ki]) {
-            rc = fail(err, err_cap, -EINVAL, "%s:%zu: key '%s' given twice", name, line, key->name);
+            rc = trn_fail(err, err_cap, -EINVAL, "%s:%zu: key '%s' given twice", name, line,
+                          key->name);
             goto out;
         }
         seen[ki] = true;
@@ -265,17 +256,17 @@ int trn_hyp_parse(const char *text, size_t len, const char *name, trn_hyp_note_f
             !parse_number((const char *)v->data.scalar.value, v->data.scalar.length, &value)) {
             char vs[48] = "";
             if (v->type == YAML_SCALAR_NODE) printable(v, vs, sizeof vs);
-            rc = fail(err, err_cap, -EINVAL, "%s:%zu: %s: expected a number, got %s%s%s", name,
-                      vline, key->name, v->type == YAML_SCALAR_NODE ? "'" : "",
-                      v->type == YAML_SCALAR_NODE     ? vs
-                      : v->type == YAML_SEQUENCE_NODE ? "a list"
-                                                      : "a mapping",
-                      v->type == YAML_SCALAR_NODE ? "'" : "");
+            rc = trn_fail(err, err_cap, -EINVAL, "%s:%zu: %s: expected a number, got %s%s%s", name,
+                          vline, key->name, v->type == YAML_SCALAR_NODE ? "'" : "",
+                          v->type == YAML_SCALAR_NODE     ? vs
+                          : v->type == YAML_SEQUENCE_NODE ? "a list"
+                                                          : "a mapping",
+                          v->type == YAML_SCALAR_NODE ? "'" : "");
             goto out;
         }
         char why[160];
         if (!key_ok(key, value, why, sizeof why)) {
-            rc = fail(err, err_cap, -EINVAL, "%s:%zu: %s", name, vline, why);
+            rc = trn_fail(err, err_cap, -EINVAL, "%s:%zu: %s", name, vline, why);
             goto out;
         }
         *field(&h, key) = value;
@@ -295,33 +286,33 @@ int trn_hyp_load(const char *path, trn_hyp_note_fn note, void *note_ctx, struct 
                  char *err, size_t err_cap)
 {
     if (out) trn_hyp_default(out);
-    if (!path || !out) return fail(err, err_cap, -EINVAL, "no path");
+    if (!path || !out) return trn_fail(err, err_cap, -EINVAL, "no path");
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         const int e = errno;
-        return fail(err, err_cap, -e, "%s: %s", path, strerror(e));
+        return trn_fail(err, err_cap, -e, "%s: %s", path, strerror(e));
     }
     struct stat st;
     char *buf = NULL;
     int rc = 0;
     if (fstat(fd, &st) != 0) {
         const int e = errno;
-        rc = fail(err, err_cap, -e, "%s: %s", path, strerror(e));
+        rc = trn_fail(err, err_cap, -e, "%s: %s", path, strerror(e));
         goto out;
     }
     if (!S_ISREG(st.st_mode)) {
-        rc = fail(err, err_cap, -EINVAL, "%s: not a regular file", path);
+        rc = trn_fail(err, err_cap, -EINVAL, "%s: not a regular file", path);
         goto out;
     }
     if (st.st_size > (off_t)HYP_MAX_FILE) {
-        rc = fail(err, err_cap, -EFBIG, "%s: %lld bytes is too large for a hyp file", path,
-                  (long long)st.st_size);
+        rc = trn_fail(err, err_cap, -EFBIG, "%s: %lld bytes is too large for a hyp file", path,
+                      (long long)st.st_size);
         goto out;
     }
     const size_t size = (size_t)st.st_size;
     buf = malloc(size + 1);
     if (!buf) {
-        rc = fail(err, err_cap, -ENOMEM, "%s: out of memory", path);
+        rc = trn_fail(err, err_cap, -ENOMEM, "%s: out of memory", path);
         goto out;
     }
     size_t got = 0;
@@ -330,7 +321,7 @@ int trn_hyp_load(const char *path, trn_hyp_note_fn note, void *note_ctx, struct 
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) {
             const int e = errno;
-            rc = fail(err, err_cap, -e, "%s: %s", path, strerror(e));
+            rc = trn_fail(err, err_cap, -e, "%s: %s", path, strerror(e));
             goto out;
         }
         if (k == 0) break;

@@ -13,6 +13,7 @@
  * boxes are float64 until they are stored back into the float32 rows.
  */
 #include "augment.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1004,6 +1005,6 @@ const char *trn_aug_strerror(int rc)
     case -ENOTSUP:
         return "augment: not supported (copy_paste > 0, or a GPU plan of a resizing letterbox)";
     default:
-        return rc < 0 ? strerror(-rc) : "augment: unknown status";
+        return rc < 0 ? trn_strerror(rc) : "augment: unknown status";
     }
 }

@@ -51,7 +51,7 @@ struct trn_bench_data_result {
  * as o->hyp says), take one warm-up batch, then take batches for o->seconds and report the rate.
  * out: out (zeroed on error). err: out, err_cap bytes, one line naming the file on error (may be
  * NULL). Returns 0, or -EINVAL (bad option), or the error of ffr_reader_open,
- * trn_loader_create or trn_loader_next (trn_loader_strerror names it). Blocks for about
+ * trn_loader_create or trn_loader_next (trn_strerror names it). Blocks for about
  * o->seconds. Thread-safe on distinct arguments.
  */
 int trn_bench_data_run(const struct trn_bench_data_opts *o, struct trn_bench_data_result *out,

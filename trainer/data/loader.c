@@ -45,6 +45,7 @@
 #include "augment.h"
 #include "kern_cuda.h"
 #include "sampler.h"
+#include "util.h"
 
 /* Tiles a sample reads at most: a mosaic of 4 and a mixup mosaic of 4. */
 #define MAX_TILES      8
@@ -186,18 +187,6 @@ struct trn_loader {
     enum ffio_pinned_kind pinned_kind;
 };
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t cap, int rc,
-                                                      const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 __attribute__((format(printf, 2, 3))) static void log_line(struct trn_loader *l, const char *fmt,
                                                            ...)
 {
@@ -216,11 +205,6 @@ static void ffio_log_adapter(void *ctx, enum ffio_log_level level, const char *m
 {
     (void)level;
     log_line(ctx, "%s", msg);
-}
-
-const char *trn_loader_strerror(int rc)
-{
-    return ffr_strerror(rc);
 }
 
 void trn_loader_opts_default(struct trn_loader_opts *o)
@@ -932,32 +916,32 @@ static int scan_index(struct trn_loader *l, char *err, size_t cap)
     size_t mlen = 0;
     const char *meta = ffr_reader_metadata(l->r, &mlen);
     if (!meta || mlen == 0 || !memmem(meta, mlen, "ffr-det-1", 9))
-        return fail(err, cap, -EINVAL,
-                    "not a detection dataset (its metadata has no 'encoding: ffr-det-1'); "
-                    "make it with yolo-pack");
+        return trn_fail(err, cap, -EINVAL,
+                        "not a detection dataset (its metadata has no 'encoding: ffr-det-1'); "
+                        "make it with yolo-pack");
     l->meta = calloc(l->n, sizeof *l->meta);
-    if (!l->meta) return fail(err, cap, -ENOMEM, "out of memory for %" PRIu64 " records", l->n);
+    if (!l->meta) return trn_fail(err, cap, -ENOMEM, "out of memory for %" PRIu64 " records", l->n);
     uint32_t max_labels = 0;
     const uint32_t s = (uint32_t)l->o.img_size;
     for (uint64_t i = 0; i < l->n; i++) {
         struct ffr_record_info info;
         struct ffr_det_summary sum;
         int rc = ffr_reader_info(l->r, i, &info);
-        if (rc < 0) return fail(err, cap, rc, "record %" PRIu64 ": %s", i, ffr_strerror(rc));
+        if (rc < 0) return trn_fail(err, cap, rc, "record %" PRIu64 ": %s", i, ffr_strerror(rc));
         rc = ffr_det_summary_decode(info.summary, info.summary_len, &sum);
         if (rc < 0)
-            return fail(err, cap, rc, "record %" PRIu64 ": index summary does not parse (%s)", i,
-                        ffr_strerror(rc));
+            return trn_fail(err, cap, rc, "record %" PRIu64 ": index summary does not parse (%s)",
+                            i, ffr_strerror(rc));
         char why[200];
         if ((rc = ffr_det_summary_check(&sum, why, sizeof why)) < 0) /* as ffr verify */
-            return fail(err, cap, rc, "record %" PRIu64 ": %s (ffr verify names every such record)",
-                        i, why);
+            return trn_fail(err, cap, rc,
+                            "record %" PRIu64 ": %s (ffr verify names every such record)", i, why);
         if (!packed_for(&sum, s))
-            return fail(err, cap, -EINVAL,
-                        "record %" PRIu64 " is stored at %" PRIu32 "x%" PRIu32
-                        ", not at long side %" PRIu32
-                        " (--img); repack with yolo-pack --size %" PRIu32,
-                        i, sum.w, sum.h, s, s);
+            return trn_fail(err, cap, -EINVAL,
+                            "record %" PRIu64 " is stored at %" PRIu32 "x%" PRIu32
+                            ", not at long side %" PRIu32
+                            " (--img); repack with yolo-pack --size %" PRIu32,
+                            i, sum.w, sum.h, s, s);
         l->meta[i] = (struct rec_meta){ sum.h, sum.w, sum.h0, sum.w0, sum.n_labels };
         if (sum.n_labels > max_labels) max_labels = sum.n_labels;
         if (info.extent_len > l->max_extent) l->max_extent = (size_t)info.extent_len;
@@ -966,8 +950,8 @@ static int scan_index(struct trn_loader *l, char *err, size_t cap)
         if (px > l->max_pixels) l->max_pixels = px;
     }
     if (max_labels > 100000)
-        return fail(err, cap, -EINVAL, "a record has %" PRIu32 " labels (limit 100000)",
-                    max_labels);
+        return trn_fail(err, cap, -EINVAL, "a record has %" PRIu32 " labels (limit 100000)",
+                        max_labels);
     const int tiles = l->o.mode == TRN_LOADER_TRAIN ? MAX_TILES : 1;
     l->cap_rows = (int)max_labels * tiles;
     if (l->cap_rows < 1) l->cap_rows = 1;
@@ -981,7 +965,7 @@ static int setup_rect(struct trn_loader *l, char *err, size_t cap)
     l->shapes = malloc(l->steps * 2 * sizeof *l->shapes);
     if (!hw || !l->order || !l->shapes) {
         free(hw);
-        return fail(err, cap, -ENOMEM, "out of memory");
+        return trn_fail(err, cap, -ENOMEM, "out of memory");
     }
     for (uint64_t i = 0; i < l->n; i++) {
         hw[2 * i] = (int32_t)l->meta[i].h0;
@@ -991,8 +975,8 @@ static int setup_rect(struct trn_loader *l, char *err, size_t cap)
                                        l->o.stride, l->o.rect_pad, l->order, l->shapes);
     free(hw);
     if (nb < 0 || (uint64_t)nb != l->steps)
-        return fail(err, cap, nb < 0 ? nb : -EINVAL, "rect batch shapes: %s",
-                    nb < 0 ? trn_aug_strerror(nb) : "unexpected batch count");
+        return trn_fail(err, cap, nb < 0 ? nb : -EINVAL, "rect batch shapes: %s",
+                        nb < 0 ? trn_aug_strerror(nb) : "unexpected batch count");
     l->max_h = l->max_w = 0;
     for (int b = 0; b < nb; b++) {
         if (l->shapes[2 * b] > l->max_h) l->max_h = l->shapes[2 * b];
@@ -1004,38 +988,39 @@ static int setup_rect(struct trn_loader *l, char *err, size_t cap)
 static int check_opts(const struct trn_loader_opts *o, char *err, size_t cap)
 {
     if (o->mode != TRN_LOADER_TRAIN && o->mode != TRN_LOADER_VAL)
-        return fail(err, cap, -EINVAL, "unknown loader mode %d", (int)o->mode);
+        return trn_fail(err, cap, -EINVAL, "unknown loader mode %d", (int)o->mode);
     if (o->img_size < 32 || o->img_size > 16383)
-        return fail(err, cap, -EINVAL, "img_size %d is outside [32, 16383]", o->img_size);
+        return trn_fail(err, cap, -EINVAL, "img_size %d is outside [32, 16383]", o->img_size);
     if (o->batch_size < 1 || o->batch_size > 65536)
-        return fail(err, cap, -EINVAL, "batch_size %d is outside [1, 65536]", o->batch_size);
-    if (o->workers > 256) return fail(err, cap, -EINVAL, "workers %u > 256", o->workers);
+        return trn_fail(err, cap, -EINVAL, "batch_size %d is outside [1, 65536]", o->batch_size);
+    if (o->workers > 256) return trn_fail(err, cap, -EINVAL, "workers %u > 256", o->workers);
     if (o->depth < 2 || o->depth > 8)
-        return fail(err, cap, -EINVAL, "depth %u is outside [2, 8]", o->depth);
+        return trn_fail(err, cap, -EINVAL, "depth %u is outside [2, 8]", o->depth);
     if (o->world_size < 1 || o->rank >= o->world_size)
-        return fail(err, cap, -EINVAL, "rank %u of world size %u", o->rank, o->world_size);
+        return trn_fail(err, cap, -EINVAL, "rank %u of world size %u", o->rank, o->world_size);
     if (o->rect && o->mode != TRN_LOADER_VAL)
-        return fail(err, cap, -EINVAL, "rect batches are for validation only");
+        return trn_fail(err, cap, -EINVAL, "rect batches are for validation only");
     if (o->rect && o->world_size != 1)
-        return fail(err, cap, -EINVAL, "rect validation runs on one rank (world_size 1)");
+        return trn_fail(err, cap, -EINVAL, "rect validation runs on one rank (world_size 1)");
     if (o->rect && (o->stride < 1 || o->stride > 1024 || !(o->rect_pad >= 0 && o->rect_pad < 64)))
-        return fail(err, cap, -EINVAL, "bad rect stride %d or pad %g", o->stride, o->rect_pad);
+        return trn_fail(err, cap, -EINVAL, "bad rect stride %d or pad %g", o->stride, o->rect_pad);
     if (o->pixels != TRN_PIXELS_U8 && o->pixels != TRN_PIXELS_F32)
-        return fail(err, cap, -EINVAL, "unknown pixel type %d", (int)o->pixels);
+        return trn_fail(err, cap, -EINVAL, "unknown pixel type %d", (int)o->pixels);
     if (o->bad_records != TRN_BAD_RECORD_SKIP && o->bad_records != TRN_BAD_RECORD_FAIL)
-        return fail(err, cap, -EINVAL, "unknown bad-record policy %d", (int)o->bad_records);
+        return trn_fail(err, cap, -EINVAL, "unknown bad-record policy %d", (int)o->bad_records);
     if (o->mode == TRN_LOADER_TRAIN && o->pix_ctx) {
         const int be = kern_ctx_backend(o->pix_ctx);
         if (!o->pix_ops || !o->pix_ops->aug_batch || o->pix_ops->backend != be)
-            return fail(err, cap, -EINVAL, "GPU augmentation: pix_ops %s (pix_ctx is a %s context)",
-                        !o->pix_ops              ? "is missing"
-                        : !o->pix_ops->aug_batch ? "has no aug_batch"
-                                                 : "is the table of another backend",
-                        be == KERN_BACKEND_CUDA ? "CUDA" : "CPU");
+            return trn_fail(err, cap, -EINVAL,
+                            "GPU augmentation: pix_ops %s (pix_ctx is a %s context)",
+                            !o->pix_ops              ? "is missing"
+                            : !o->pix_ops->aug_batch ? "has no aug_batch"
+                                                     : "is the table of another backend",
+                            be == KERN_BACKEND_CUDA ? "CUDA" : "CPU");
     }
     char why[160];
     if (trn_hyp_check(&o->hyp, why, sizeof why) < 0)
-        return fail(err, cap, -EINVAL, "hyperparameters: %s", why);
+        return trn_fail(err, cap, -EINVAL, "hyperparameters: %s", why);
     return 0;
 }
 
@@ -1075,25 +1060,25 @@ static int setup_pix(struct trn_loader *l, char *err, size_t cap)
         struct slot *sl = &l->slots[i];
         int rc = ffio_pinned_alloc(arena, 0, &sl->arena);
         if (rc < 0)
-            return fail(err, cap, rc, "allocating %zu bytes of pinned tile memory: %s", arena,
-                        ffio_strerror(rc));
+            return trn_fail(err, cap, rc, "allocating %zu bytes of pinned tile memory: %s", arena,
+                            ffio_strerror(rc));
         l->pinned_bytes += sl->arena.size;
         sl->tiles = calloc(b * MAX_TILES, sizeof *sl->tiles);
         sl->n_tiles = calloc(b, sizeof *sl->n_tiles);
         sl->plans = calloc(b, sizeof *sl->plans);
         if (!sl->tiles || !sl->n_tiles || !sl->plans)
-            return fail(err, cap, -ENOMEM, "out of memory");
+            return trn_fail(err, cap, -ENOMEM, "out of memory");
         rc = kern_mem_alloc(ctx, arena, &sl->dev_tiles);
         if (rc == 0) rc = kern_mem_alloc(ctx, images, &sl->dev_images);
         if (rc < 0)
-            return fail(err, cap, rc, "allocating %zu bytes of GPU augmentation memory: %s",
-                        arena + images, kern_strerror(rc));
+            return trn_fail(err, cap, rc, "allocating %zu bytes of GPU augmentation memory: %s",
+                            arena + images, kern_strerror(rc));
         l->device_bytes += arena + images;
         rc = kern_event_create(ctx, &sl->up_ev);
         if (rc == 0) rc = kern_event_create(ctx, &sl->aug_ev);
         if (rc < 0)
-            return fail(err, cap, rc, "GPU augmentation events: %s (%s)", kern_strerror(rc),
-                        kern_stream_last_error());
+            return trn_fail(err, cap, rc, "GPU augmentation events: %s (%s)", kern_strerror(rc),
+                            kern_stream_last_error());
     }
     size_t t = 16;
     while (t < 2 * b * MAX_TILES)
@@ -1105,7 +1090,7 @@ static int setup_pix(struct trn_loader *l, char *err, size_t cap)
         sl->dd_off = malloc(t * sizeof *sl->dd_off);
         sl->dd_stamp = calloc(t, sizeof *sl->dd_stamp);
         if (!sl->dd_key || !sl->dd_off || !sl->dd_stamp)
-            return fail(err, cap, -ENOMEM, "out of memory");
+            return trn_fail(err, cap, -ENOMEM, "out of memory");
     }
     return 0;
 }
@@ -1122,9 +1107,9 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     struct trn_loader_opts def;
     int rc;
     if (err && err_cap) err[0] = '\0';
-    if (!out) return fail(err, err_cap, -EINVAL, "no output");
+    if (!out) return trn_fail(err, err_cap, -EINVAL, "no output");
     *out = NULL;
-    if (!r) return fail(err, err_cap, -EINVAL, "no dataset");
+    if (!r) return trn_fail(err, err_cap, -EINVAL, "no dataset");
     if (!o) {
         trn_loader_opts_default(&def);
         o = &def;
@@ -1132,7 +1117,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     rc = check_opts(o, err, err_cap);
     if (rc < 0) return rc;
     struct trn_loader *l = calloc(1, sizeof *l);
-    if (!l) return fail(err, err_cap, -ENOMEM, "out of memory");
+    if (!l) return trn_fail(err, err_cap, -ENOMEM, "out of memory");
     l->r = r;
     l->o = *o;
     l->pix = o->mode == TRN_LOADER_TRAIN && o->pix_ctx;
@@ -1145,9 +1130,9 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
         rc = trn_aug_hyp_validate(&l->aug);
         if (rc < 0) {
             free(l);
-            return fail(err, err_cap, rc, "augmentation hyperparameters: %s%s",
-                        trn_aug_strerror(rc),
-                        o->hyp.copy_paste > 0 ? " (copy_paste > 0 is not implemented)" : "");
+            return trn_fail(err, err_cap, rc, "augmentation hyperparameters: %s%s",
+                            trn_aug_strerror(rc),
+                            o->hyp.copy_paste > 0 ? " (copy_paste > 0 is not implemented)" : "");
         }
         l->probs = (struct trn_plan_probs){ .mosaic = o->hyp.mosaic,
                                             .mixup = o->hyp.mixup,
@@ -1168,7 +1153,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     for (int i = 0; i < 256; i++)
         l->lut[i] = (float)i / 255.0f;
     if (l->n == 0) {
-        rc = fail(err, err_cap, -EINVAL, "the dataset has no records");
+        rc = trn_fail(err, err_cap, -EINVAL, "the dataset has no records");
         goto fail_out;
     }
 
@@ -1186,7 +1171,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     if (o->mode == TRN_LOADER_TRAIN && o->world_size > 1 && n_shards > 1) {
         shard_counts = calloc(n_shards, sizeof *shard_counts);
         if (!shard_counts) {
-            rc = fail(err, err_cap, -ENOMEM, "out of memory");
+            rc = trn_fail(err, err_cap, -ENOMEM, "out of memory");
             goto fail_out;
         }
         for (uint32_t k = 0; k < n_shards; k++) {
@@ -1201,21 +1186,21 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     if (rc >= 0) rc = trn_sampler_init(&l->sampler, &so);
     free(shard_counts); /* copied by trn_sampler_init */
     if (rc < 0) {
-        fail(err, err_cap, rc, "sampler: bad options");
+        trn_fail(err, err_cap, rc, "sampler: bad options");
         goto fail_out;
     }
     l->rank_samples = trn_sampler_rank_count(&l->sampler);
     l->steps = (l->rank_samples + (uint64_t)o->batch_size - 1) / (uint64_t)o->batch_size;
     if (o->step >= l->steps) {
-        rc = fail(err, err_cap, -EINVAL, "start step %" PRIu64 " >= %" PRIu64 " steps per epoch",
-                  o->step, l->steps);
+        rc = trn_fail(err, err_cap, -EINVAL,
+                      "start step %" PRIu64 " >= %" PRIu64 " steps per epoch", o->step, l->steps);
         goto fail_out;
     }
     l->start_step = o->step;
     l->bad = calloc(l->n, sizeof *l->bad);
     l->damaged = calloc(ffr_reader_shard_count(l->r) + 1, sizeof *l->damaged);
     if (!l->bad || !l->damaged) {
-        rc = fail(err, err_cap, -ENOMEM, "out of memory");
+        rc = trn_fail(err, err_cap, -ENOMEM, "out of memory");
         goto fail_out;
     }
     rc = scan_index(l, err, err_cap);
@@ -1228,7 +1213,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     /* The ring. */
     l->slots = calloc(l->depth, sizeof *l->slots);
     if (!l->slots) {
-        rc = fail(err, err_cap, -ENOMEM, "out of memory");
+        rc = trn_fail(err, err_cap, -ENOMEM, "out of memory");
         goto fail_out;
     }
     const size_t b = (size_t)o->batch_size;
@@ -1241,8 +1226,8 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
         struct slot *sl = &l->slots[i];
         rc = ffio_pinned_alloc(img_bytes + tgt_bytes, 0, &sl->mem);
         if (rc < 0) {
-            fail(err, err_cap, rc, "allocating %zu bytes of pinned batch memory: %s",
-                 img_bytes + tgt_bytes, ffio_strerror(rc));
+            trn_fail(err, err_cap, rc, "allocating %zu bytes of pinned batch memory: %s",
+                     img_bytes + tgt_bytes, ffio_strerror(rc));
             goto fail_out;
         }
         l->pinned_bytes += sl->mem.size;
@@ -1253,7 +1238,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
         sl->n_rows = calloc(b, sizeof *sl->n_rows);
         sl->info = calloc(b, sizeof *sl->info);
         if (!sl->rows || !sl->n_rows || !sl->info) {
-            rc = fail(err, err_cap, -ENOMEM, "out of memory");
+            rc = trn_fail(err, err_cap, -ENOMEM, "out of memory");
             goto fail_out;
         }
     }
@@ -1263,7 +1248,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     l->n_workers = o->workers ? o->workers : default_workers();
     l->workers = calloc(l->n_workers, sizeof *l->workers);
     if (!l->workers) {
-        rc = fail(err, err_cap, -ENOMEM, "out of memory");
+        rc = trn_fail(err, err_cap, -ENOMEM, "out of memory");
         goto fail_out;
     }
     unsigned started = 0;
@@ -1271,7 +1256,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
         l->workers[i].l = l;
         const int e = pthread_create(&l->workers[i].thread, NULL, worker_main, &l->workers[i]);
         if (e != 0) {
-            rc = fail(err, err_cap, -e, "starting worker %u: %s", i, strerror(e));
+            rc = trn_fail(err, err_cap, -e, "starting worker %u: %s", i, strerror(e));
             break;
         }
         l->workers[i].joinable = true;
@@ -1282,7 +1267,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
         pthread_cond_wait(&l->cv_done, &l->mu);
     if (started == l->n_workers && l->init_rc < 0) {
         rc = l->init_rc;
-        fail(err, err_cap, rc, "%s", l->errmsg);
+        trn_fail(err, err_cap, rc, "%s", l->errmsg);
     }
     if (started == l->n_workers && l->init_rc == 0) {
         l->errmsg[0] = '\0';

@@ -265,9 +265,6 @@ void trn_loader_info(struct trn_loader *l, struct trn_loader_info *out);
 /* The line describing the error that stopped the loader, or "" (valid until the next call). */
 const char *trn_loader_error(struct trn_loader *l);
 
-/* A static string naming rc: ffr's and ffio's codes and errno values. */
-const char *trn_loader_strerror(int rc);
-
 #ifdef __cplusplus
 }
 #endif

@@ -40,6 +40,8 @@
 #include <unistd.h>
 
 #include "priv/dist_internal.h"
+#include "util.h"
+#include "errors.h"
 
 #ifndef TRN_HAVE_MPI
 #define TRN_HAVE_MPI 0
@@ -189,7 +191,7 @@ const char *trn_dist_strerror(int rc)
     case -ENOTSUP:
         return "backend not built into this program";
     default:
-        return rc < 0 ? strerror(-rc) : "success";
+        return trn_strerror(rc);
     }
 }
 
@@ -207,17 +209,6 @@ void trn_dist_opts_default(struct trn_dist_opts *o)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Environment (pure)                                                                        */
-
-static void seterr(char *err, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
 
 static const char *env_get(const char *const *env, const char *key)
 {
@@ -246,7 +237,7 @@ static int env_int(const char *const *env, const char *key, long lo, long hi, in
     const char *v = env_get(env, key);
     if (!v) return 0;
     if (parse_int(v, lo, hi, out) < 0) {
-        seterr(err, cap, "%s='%s' is not a whole number in [%ld, %ld]", key, v, lo, hi);
+        trn_seterr(err, cap, "%s='%s' is not a whole number in [%ld, %ld]", key, v, lo, hi);
         return -EINVAL;
     }
     return 0;
@@ -325,7 +316,7 @@ int trn_dist_env_parse(const char *const *env, struct trn_dist_env *out, char *e
     const char *addr = env_get(env, "MASTER_ADDR");
     if (addr) {
         if (!*addr || strlen(addr) >= sizeof out->master_addr) {
-            seterr(err, cap, "MASTER_ADDR='%s' is empty or too long", addr);
+            trn_seterr(err, cap, "MASTER_ADDR='%s' is empty or too long", addr);
             return -EINVAL;
         }
         snprintf(out->master_addr, sizeof out->master_addr, "%s", addr);
@@ -336,7 +327,7 @@ int trn_dist_env_parse(const char *const *env, struct trn_dist_env *out, char *e
             const char *l = env_get(env, lists[k]);
             if (!l) continue;
             if (trn_dist_nodelist_first(out->master_addr, sizeof out->master_addr, l) < 0) {
-                seterr(err, cap, "%s='%s' is not a Slurm node list", lists[k], l);
+                trn_seterr(err, cap, "%s='%s' is not a Slurm node list", lists[k], l);
                 out->master_addr[0] = '\0';
                 return -EINVAL;
             }
@@ -910,7 +901,7 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     if (!env || !out || env->world_size < 1 || env->rank < 0 || env->rank >= env->world_size ||
         !(o.timeout_s > 0) || o.bucket_bytes < 4096 || o.port_offset < 0 ||
         (unsigned)o.backend > TRN_DIST_NCCL) {
-        seterr(err, err_cap, "bad communicator options");
+        trn_seterr(err, err_cap, "bad communicator options");
         return -EINVAL;
     }
     struct trn_dist *d = calloc(1, sizeof *d);
@@ -968,7 +959,7 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
 #endif
     }
     if (rc < 0) {
-        seterr(err, err_cap, "%s", d->err);
+        trn_seterr(err, err_cap, "%s", d->err);
         d->broken = true;
         trn_dist_destroy(d);
         return rc;
@@ -976,7 +967,8 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     d->broken = false;
     d->err[0] = '\0';
     if (d->world > 1 && (rc = sync_init(d)) < 0) {
-        seterr(err, err_cap, "cannot create the communication thread's locks: %s", strerror(-rc));
+        trn_seterr(err, err_cap, "cannot create the communication thread's locks: %s",
+                   strerror(-rc));
         trn_dist_destroy(d);
         return rc;
     }
@@ -1457,7 +1449,7 @@ int trn_dist_tcp_exchange(const char *host, int port, int rank, int world, void 
     if (err && err_cap) err[0] = '\0';
     if (!host || port < 1 || port > 65535 || world < 1 || rank < 0 || rank >= world ||
         (!blob && len) || !(timeout_s > 0)) {
-        seterr(err, err_cap, "bad exchange arguments");
+        trn_seterr(err, err_cap, "bad exchange arguments");
         return -EINVAL;
     }
     if (world == 1) return 0;
@@ -1471,7 +1463,7 @@ int trn_dist_tcp_exchange(const char *host, int port, int rank, int world, void 
     d.listen_fd = -1;
     int rc = star_open(&d, host, port);
     if (rc == 0) rc = star_bcast(&d, blob, len, OP_EXCHANGE_N);
-    if (rc < 0) seterr(err, err_cap, "%s", d.err);
+    if (rc < 0) trn_seterr(err, err_cap, "%s", d.err);
     star_close(&d);
     free(d.tmp);
     return rc;

@@ -17,67 +17,22 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "util.h"
 
-#define NT    10  /* IoU thresholds */
-#define NR    101 /* recall thresholds */
-#define NA    4   /* area ranges */
-#define NM    3   /* maxDets */
-#define MAXDT 100 /* p.maxDets[-1] */
+#define COCO_MAX_FILE ((size_t)4 << 30) /* the largest annotation or detection json read */
+#define NT            10                /* IoU thresholds */
+#define NR            101               /* recall thresholds */
+#define NA            4                 /* area ranges */
+#define NM            3                 /* maxDets */
+#define MAXDT         100               /* p.maxDets[-1] */
 
 static const int max_dets[NM] = { 1, 10, 100 };
 static const double area_rng[NA][2] = {
     { 0.0, 1e10 }, { 0.0, 32.0 * 32.0 }, { 32.0 * 32.0, 96.0 * 96.0 }, { 96.0 * 96.0, 1e10 }
 };
 
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* Reading                                                                                   */
-
-static int read_file(const char *path, char **buf, size_t *len, char *err, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        const int e = errno;
-        set_err(err, cap, "%s: %s", path, strerror(e));
-        return -e;
-    }
-    size_t n = 0, c = 1 << 20;
-    char *b = malloc(c);
-    int rc = -ENOMEM;
-    if (!b) goto out;
-    for (;;) {
-        if (n == c) {
-            char *nb = realloc(b, c *= 2);
-            if (!nb) goto out;
-            b = nb;
-        }
-        const size_t r = fread(b + n, 1, c - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (ferror(f)) {
-        rc = -EIO;
-        set_err(err, cap, "%s: read error", path);
-        goto out;
-    }
-    *buf = b;
-    *len = n;
-    b = NULL;
-    rc = 0;
-out:
-    if (rc == -ENOMEM) set_err(err, cap, "%s: out of memory", path);
-    free(b);
-    fclose(f);
-    return rc;
-}
 
 static int get_num(const cJSON *obj, const char *key, double *v)
 {
@@ -137,14 +92,14 @@ int trn_coco_gt_parse(const char *json, size_t len, const char *name, struct trn
     cJSON *root = cJSON_ParseWithLength(json, len);
     int rc = -EINVAL;
     if (!root) {
-        set_err(err, cap, "%s: not valid json", name);
+        trn_seterr(err, cap, "%s: not valid json", name);
         return -EINVAL;
     }
     const cJSON *images = cJSON_GetObjectItemCaseSensitive(root, "images");
     const cJSON *anns = cJSON_GetObjectItemCaseSensitive(root, "annotations");
     const cJSON *cats = cJSON_GetObjectItemCaseSensitive(root, "categories");
     if (!cJSON_IsArray(images) || !cJSON_IsArray(anns) || !cJSON_IsArray(cats)) {
-        set_err(err, cap, "%s: needs arrays 'images', 'annotations' and 'categories'", name);
+        trn_seterr(err, cap, "%s: needs arrays 'images', 'annotations' and 'categories'", name);
         goto out;
     }
     const size_t ni = (size_t)cJSON_GetArraySize(images), na = (size_t)cJSON_GetArraySize(anns),
@@ -154,7 +109,7 @@ int trn_coco_gt_parse(const char *json, size_t len, const char *name, struct trn
     gt->cats = calloc(nc ? nc : 1, sizeof(*gt->cats));
     if (!gt->images || !gt->anns || !gt->cats) {
         rc = -ENOMEM;
-        set_err(err, cap, "%s: out of memory", name);
+        trn_seterr(err, cap, "%s: out of memory", name);
         goto out;
     }
     const cJSON *e;
@@ -163,7 +118,7 @@ int trn_coco_gt_parse(const char *json, size_t len, const char *name, struct trn
     {
         struct trn_coco_image *im = &gt->images[i];
         if (!cJSON_IsObject(e) || get_int64(e, "id", &im->id)) {
-            set_err(err, cap, "%s: images[%zu]: missing or non-integer 'id'", name, i);
+            trn_seterr(err, cap, "%s: images[%zu]: missing or non-integer 'id'", name, i);
             goto out;
         }
         if (get_int(e, "width", &im->width)) im->width = 0;
@@ -195,7 +150,7 @@ int trn_coco_gt_parse(const char *json, size_t len, const char *name, struct trn
                 a->iscrowd = c ? (cJSON_IsBool(c) ? cJSON_IsTrue(c) : c->valuedouble != 0) : 0;
         }
         if (bad) {
-            set_err(err, cap, "%s: annotations[%zu]: %s", name, i, bad);
+            trn_seterr(err, cap, "%s: annotations[%zu]: %s", name, i, bad);
             goto out;
         }
         gt->n_anns = ++i;
@@ -206,14 +161,14 @@ int trn_coco_gt_parse(const char *json, size_t len, const char *name, struct trn
         struct trn_coco_cat *c = &gt->cats[i];
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
         if (!cJSON_IsObject(e) || get_int(e, "id", &c->id)) {
-            set_err(err, cap, "%s: categories[%zu]: missing or non-integer 'id'", name, i);
+            trn_seterr(err, cap, "%s: categories[%zu]: missing or non-integer 'id'", name, i);
             goto out;
         }
         c->name = strdup(cJSON_IsString(nm) ? nm->valuestring : "");
         gt->n_cats = ++i;
         if (!c->name) {
             rc = -ENOMEM;
-            set_err(err, cap, "%s: out of memory", name);
+            trn_seterr(err, cap, "%s: out of memory", name);
             goto out;
         }
     }
@@ -231,7 +186,7 @@ int trn_coco_gt_load(const char *path, struct trn_coco_gt *gt, char *err, size_t
     if (!path) return -EINVAL;
     char *buf = NULL;
     size_t len = 0;
-    int rc = read_file(path, &buf, &len, err, cap);
+    int rc = trn_read_file(path, COCO_MAX_FILE, &buf, &len, err, cap);
     if (rc < 0) return rc;
     rc = trn_coco_gt_parse(buf, len, path, gt, err, cap);
     free(buf);
@@ -246,20 +201,20 @@ int trn_coco_dets_load(const char *path, struct trn_coco_det **dets, size_t *n, 
     *n = 0;
     char *buf = NULL;
     size_t len = 0;
-    int rc = read_file(path, &buf, &len, err, cap);
+    int rc = trn_read_file(path, COCO_MAX_FILE, &buf, &len, err, cap);
     if (rc < 0) return rc;
     cJSON *root = cJSON_ParseWithLength(buf, len);
     free(buf);
     rc = -EINVAL;
     if (!cJSON_IsArray(root)) {
-        set_err(err, cap, "%s: not a json list of detections", path);
+        trn_seterr(err, cap, "%s: not a json list of detections", path);
         goto out;
     }
     const size_t nd = (size_t)cJSON_GetArraySize(root);
     struct trn_coco_det *d = calloc(nd ? nd : 1, sizeof(*d));
     if (!d) {
         rc = -ENOMEM;
-        set_err(err, cap, "%s: out of memory", path);
+        trn_seterr(err, cap, "%s: out of memory", path);
         goto out;
     }
     size_t i = 0;
@@ -269,9 +224,9 @@ int trn_coco_dets_load(const char *path, struct trn_coco_det **dets, size_t *n, 
         if (!cJSON_IsObject(e) || get_int64(e, "image_id", &d[i].image_id) ||
             get_int(e, "category_id", &d[i].category_id) || get_bbox(e, d[i].bbox) ||
             get_num(e, "score", &d[i].score)) {
-            set_err(err, cap,
-                    "%s: [%zu]: needs integer image_id, category_id, 4-number bbox, score", path,
-                    i);
+            trn_seterr(err, cap,
+                       "%s: [%zu]: needs integer image_id, category_id, 4-number bbox, score", path,
+                       i);
             free(d);
             goto out;
         }
@@ -572,8 +527,8 @@ int trn_coco_eval(const struct trn_coco_gt *gt, const int64_t *img_ids, size_t n
     const size_t n_gt_imgs = uniq_i64(gt_imgs, gt->n_images);
     for (size_t i = 0; i < n_det; i++)
         if (find_i64(gt_imgs, n_gt_imgs, dets[i].image_id) < 0) {
-            set_err(err, cap, "detections[%zu]: image_id %" PRId64 " is not in the annotations", i,
-                    dets[i].image_id);
+            trn_seterr(err, cap, "detections[%zu]: image_id %" PRId64 " is not in the annotations",
+                       i, dets[i].image_id);
             rc = -EINVAL;
             goto out;
         }
@@ -750,7 +705,7 @@ int trn_coco_eval(const struct trn_coco_gt *gt, const int64_t *img_ids, size_t n
     stats[11] = summ(prec, rec, K, 0, -1, 3, 2, buf);
     rc = 0;
 out:
-    if (rc == -ENOMEM) set_err(err, cap, "cocoeval: out of memory");
+    if (rc == -ENOMEM) trn_seterr(err, cap, "cocoeval: out of memory");
     for (int a = 0; a < NA; a++) {
         free(acc[a].d);
         free(acc[a].img_start);
@@ -773,9 +728,4 @@ out:
     free(gtm);
     free(g_ig);
     return rc;
-}
-
-const char *trn_coco_strerror(int rc)
-{
-    return strerror(rc < 0 ? -rc : rc);
 }

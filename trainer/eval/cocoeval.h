@@ -144,9 +144,6 @@ int trn_coco_eval(const struct trn_coco_gt *gt, const int64_t *img_ids, size_t n
                   const struct trn_coco_det *dets, size_t n_det, double stats[TRN_COCO_NSTATS],
                   char *err, size_t err_cap);
 
-/* A message for a code returned above (strerror of -rc). */
-const char *trn_coco_strerror(int rc);
-
 #ifdef __cplusplus
 }
 #endif

@@ -726,8 +726,3 @@ out:
     free(iou);
     return rc;
 }
-
-const char *trn_metrics_strerror(int rc)
-{
-    return strerror(rc < 0 ? -rc : rc);
-}

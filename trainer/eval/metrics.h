@@ -210,9 +210,6 @@ int trn_confusion_add(struct trn_confusion *cm, const struct trn_det *dets, size
 /* The matrix, (nc + 1) * (nc + 1) doubles, row-major [pred][true]; valid until destroy. */
 const double *trn_confusion_matrix(const struct trn_confusion *cm);
 
-/* A message for a code returned above (strerror of -rc). */
-const char *trn_metrics_strerror(int rc);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 /* nms: see nms.h for what is reproduced and every numeric choice. */
 #include "nms.h"
+#include "util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -49,20 +50,6 @@ void trn_nms_destroy(struct trn_nms *nms)
     free(nms->area);
     free(nms->supp);
     free(nms);
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
-    if (n > SIZE_MAX / elem) return -ENOMEM;
-    void *q = realloc(*p, n * elem);
-    if (!q) return -ENOMEM;
-    *p = q;
-    *cap = n;
-    return 0;
 }
 
 /* Descending conf, ties by generation order: a stable sort, whatever qsort's algorithm. */
@@ -130,7 +117,7 @@ int trn_nms_run(struct trn_nms *nms, const float *pred, size_t n_rows, size_t ro
         float box[4];
         trn_xywh2xyxy(x, box);
         if (multi) {
-            if (grow((void **)&nms->cand, &nms->cap_cand, n + (size_t)nc, sizeof(*nms->cand)))
+            if (trn_grow((void **)&nms->cand, &nms->cap_cand, n + (size_t)nc, sizeof(*nms->cand)))
                 return -ENOMEM;
             for (int j = 0; j < nc; j++) {
                 const float conf = x[5 + j] * obj;
@@ -154,7 +141,7 @@ int trn_nms_run(struct trn_nms *nms, const float *pred, size_t n_rows, size_t ro
                 }
             }
             if (!(best > thr)) continue;
-            if (grow((void **)&nms->cand, &nms->cap_cand, n + 1, sizeof(*nms->cand)))
+            if (trn_grow((void **)&nms->cand, &nms->cap_cand, n + 1, sizeof(*nms->cand)))
                 return -ENOMEM;
             struct cand *c = &nms->cand[n];
             memcpy(c->box, box, sizeof(box));
@@ -252,9 +239,4 @@ int trn_ratio_pad(int w1, int h1, int w0, int h0, double *gain, double *padw, do
     *padw = (w1 - w0 * *gain) / 2;
     *padh = (h1 - h0 * *gain) / 2;
     return 0;
-}
-
-const char *trn_nms_strerror(int rc)
-{
-    return strerror(rc < 0 ? -rc : rc);
 }

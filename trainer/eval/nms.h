@@ -118,9 +118,6 @@ int trn_scale_dets(struct trn_det *dets, size_t n, double gain, double padw, dou
  */
 int trn_ratio_pad(int w1, int h1, int w0, int h0, double *gain, double *padw, double *padh);
 
-/* A message for a code returned above (strerror of -rc). */
-const char *trn_nms_strerror(int rc);
-
 #ifdef __cplusplus
 }
 #endif

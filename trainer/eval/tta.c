@@ -13,18 +13,11 @@
 #include <string.h>
 
 #include "kern.h"
+#include "errors.h"
+#include "util.h"
 
 const double trn_tta_scales[TRN_TTA_BRANCHES] = { 1.0, 0.83, 0.67 };
 const bool trn_tta_flips[TRN_TTA_BRANCHES] = { false, true, false };
-
-static void say(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
 
 int trn_tta_scaled_size(int h, int w, double r, int gs, int *rh, int *rw, int *ph, int *pw)
 {
@@ -207,19 +200,20 @@ int trn_tta_create(struct trn_model *const *models, int n_models, int batch,
         trn_tta_opts_default(&o);
     if (!models || !out || n_models < 1 || n_models > TRN_TTA_MAX_MODELS || batch < 1 ||
         o.max_shapes < 1 || o.max_shapes > 64) {
-        say(err, err_cap, "bad ensemble arguments (%d models, batch %d)", n_models, batch);
+        trn_seterr(err, err_cap, "bad ensemble arguments (%d models, batch %d)", n_models, batch);
         return -EINVAL;
     }
     for (int i = 0; i < n_models; i++)
         if (!models[i]) {
-            say(err, err_cap, "model %d of the ensemble is missing", i + 1);
+            trn_seterr(err, err_cap, "model %d of the ensemble is missing", i + 1);
             return -EINVAL;
         }
     const struct trn_model_info *i0 = trn_model_info(models[0]);
     for (int i = 1; i < n_models; i++) {
         const struct trn_model_info *mi = trn_model_info(models[i]);
         if (mi->nc != i0->nc || mi->ch != i0->ch) {
-            say(err, err_cap,
+            trn_seterr(
+                err, err_cap,
                 "models have different class counts: model 1 has %d classes (%d channels), model "
                 "%d has %d (%d channels); an ensemble needs the same classes",
                 i0->nc, i0->ch, i + 1, mi->nc, mi->ch);
@@ -259,9 +253,9 @@ int trn_tta_create(struct trn_model *const *models, int n_models, int batch,
     const int rc = kern_ctx_create(&ko, &t->ctx);
     if (rc < 0) {
         if (o.device >= 0)
-            say(err, err_cap, "CUDA context on device %d: %s", o.device, kern_strerror(rc));
+            trn_seterr(err, err_cap, "CUDA context on device %d: %s", o.device, kern_strerror(rc));
         else
-            say(err, err_cap, "kern context: %s", kern_strerror(rc));
+            trn_seterr(err, err_cap, "kern context: %s", kern_strerror(rc));
         trn_tta_destroy(t);
         return rc;
     }
@@ -269,7 +263,7 @@ int trn_tta_create(struct trn_model *const *models, int n_models, int batch,
     return 0;
 oom:
     trn_tta_destroy(t);
-    say(err, err_cap, "out of memory");
+    trn_seterr(err, err_cap, "out of memory");
     return -ENOMEM;
 }
 
@@ -324,8 +318,8 @@ static int get_net(struct trn_tta *t, int model, int h, int w, struct trn_net **
     char msg[256] = "";
     const int rc = trn_net_create(t->models[model], t->batch, h, w, &no, &s->net, msg, sizeof msg);
     if (rc < 0) {
-        say(err, err_cap, "model %d: network at %dx%d: %s", model + 1, w, h,
-            msg[0] ? msg : trn_net_strerror(rc));
+        trn_seterr(err, err_cap, "model %d: network at %dx%d: %s", model + 1, w, h,
+                   msg[0] ? msg : trn_strerror(rc));
         return rc;
     }
     s->model = model;
@@ -367,7 +361,7 @@ int trn_tta_infer(struct trn_tta *t, const float *images, int h, int w, const fl
 {
     if (err && err_cap) err[0] = '\0';
     if (!t || !images || !out || h < 1 || w < 1) {
-        say(err, err_cap, "bad inference arguments");
+        trn_seterr(err, err_cap, "bad inference arguments");
         return -EINVAL;
     }
     const int nb = t->augment ? TRN_TTA_BRANCHES : 1;
@@ -384,7 +378,8 @@ int trn_tta_infer(struct trn_tta *t, const float *images, int h, int w, const fl
             int rc =
                 trn_tta_scaled_size(h, w, trn_tta_scales[b], t->gs[m], &rh, &rw, &p->ph, &p->pw);
             if (rc < 0) {
-                say(err, err_cap, "input %dx%d cannot be scaled by %g", w, h, trn_tta_scales[b]);
+                trn_seterr(err, err_cap, "input %dx%d cannot be scaled by %g", w, h,
+                           trn_tta_scales[b]);
                 return rc;
             }
             struct trn_net *net;
@@ -409,7 +404,7 @@ int trn_tta_infer(struct trn_tta *t, const float *images, int h, int w, const fl
             total += parts[m][b].hi - parts[m][b].lo;
     }
     if (total > (size_t)INT_MAX / 2) {
-        say(err, err_cap, "too many rows (%zu)", total);
+        trn_seterr(err, err_cap, "too many rows (%zu)", total);
         return -EINVAL;
     }
     const size_t no = (size_t)t->no;
@@ -437,8 +432,8 @@ int trn_tta_infer(struct trn_tta *t, const float *images, int h, int w, const fl
                     trn_tta_scale_img(images, t->batch, t->ch, h, w, trn_tta_scales[b], t->gs[m],
                                       trn_tta_flips[b], t->scaled, t->scaled_cap);
                 if (rc < 0) {
-                    say(err, err_cap, "scale_img %dx%d by %g: %s", w, h, trn_tta_scales[b],
-                        rc == -ENOMEM ? "out of memory" : "bad size");
+                    trn_seterr(err, err_cap, "scale_img %dx%d by %g: %s", w, h, trn_tta_scales[b],
+                               rc == -ENOMEM ? "out of memory" : "bad size");
                     return rc;
                 }
                 in = t->scaled;
@@ -450,8 +445,8 @@ int trn_tta_infer(struct trn_tta *t, const float *images, int h, int w, const fl
             if (rc == 0) rc = trn_net_infer(net, in, &pred, &r);
             if (rc < 0) {
                 if (!err || !err[0])
-                    say(err, err_cap, "model %d: forward at %dx%d: %s", m + 1, p->pw, p->ph,
-                        trn_net_strerror(rc));
+                    trn_seterr(err, err_cap, "model %d: forward at %dx%d: %s", m + 1, p->pw, p->ph,
+                               trn_strerror(rc));
                 return rc;
             }
             const size_t n = p->hi - p->lo;
@@ -467,6 +462,6 @@ int trn_tta_infer(struct trn_tta *t, const float *images, int h, int w, const fl
     if (rows) *rows = (int)total;
     return 0;
 oom:
-    say(err, err_cap, "out of memory");
+    trn_seterr(err, err_cap, "out of memory");
     return -ENOMEM;
 }

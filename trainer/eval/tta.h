@@ -27,7 +27,7 @@
  * when a new shape needs a larger output buffer.
  *
  * ERRORS: negative codes: -EINVAL (bad arguments, models that cannot form an ensemble), -ENOMEM,
- * and the net's codes (-TRN_MODEL_E*, -KERN_E*; trn_net_strerror names them). Functions taking
+ * and the net's codes (-TRN_MODEL_E*, -KERN_E*; trn_strerror names them). Functions taking
  * (err, err_cap) also write one line saying what failed. The library never prints or exits.
  *
  * THREADS: a struct trn_tta is used by one thread at a time. It reads the models' parameters and

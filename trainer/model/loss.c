@@ -24,6 +24,7 @@
  * (-E2BIG, -TRN_LOSS_ETARGET, checked before the op runs) and the views of the last build.
  */
 #include "loss.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <math.h>
@@ -287,9 +288,7 @@ int trn_loss_compute_dev(const struct trn_loss_cfg *cfg, const struct kern_ops *
 
 const char *trn_loss_strerror(int rc)
 {
-    if (rc >= 0) return "success";
-    if (rc == -TRN_LOSS_ETARGET) return "bad target row (non-finite, image or class out of range)";
     if (rc == -E2BIG) return "more targets than the loss workspace was planned for";
     if (rc == -ENOTSUP) return "focal loss and BCE positive weights are not implemented";
-    return kern_strerror(rc);
+    return trn_strerror(rc);
 }

@@ -48,12 +48,13 @@
 #include "kern.h"
 #include "model.h"
 
+#include "errors.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* A target row with bad values (returned negated). Above every errno; pinned once released. */
-#define TRN_LOSS_ETARGET 4711
+/* A target row with bad values returns -TRN_LOSS_ETARGET (errors.h). */
 
 /* Neighbour offsets per (target, anchor) pair: centre, left, up, right, down. */
 #define TRN_LOSS_OFFSETS 5

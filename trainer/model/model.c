@@ -19,6 +19,7 @@
 
 #include "priv/model_internal.h"
 #include "sampler.h"
+#include "errors.h"
 
 /* ctr[3] of the init stream: "modl", so no sampler stream (stream << 24 | block) meets it. */
 #define INIT_STREAM_TAG 0x6d6f646cu
@@ -49,24 +50,6 @@ static const char *const module_names[] = {
     [TRN_MOD_CONCAT] = "models.common.Concat",
     [TRN_MOD_DETECT] = "models.yolo.Detect",
 };
-
-const char *trn_model_strerror(int rc)
-{
-    switch (-rc) {
-    case 0:
-        return "success";
-    case TRN_MODEL_ESYNTAX:
-        return "malformed YAML in the model file";
-    case TRN_MODEL_ESCHEMA:
-        return "model yaml has the wrong structure, types or values";
-    case TRN_MODEL_EUNSUPPORTED:
-        return "model yaml uses a module or option that is not supported";
-    case TRN_MODEL_ESHAPE:
-        return "the model cannot take this image size";
-    default:
-        return rc < 0 ? strerror(-rc) : "unknown";
-    }
-}
 
 void trn_model_opts_default(struct trn_model_opts *o)
 {
@@ -550,29 +533,29 @@ static int read_anchors(const struct build *b, const struct trn_val *a, int *nl,
                         float px[TRN_MODEL_MAX_LEVELS][TRN_MODEL_MAX_ANCHORS][2])
 {
     if (a->type == TRN_VAL_INT)
-        return trn_model_fail(b->err, b->cap, -TRN_MODEL_EUNSUPPORTED,
-                              "%s:%zu: anchors: %lld asks for generated anchors; autoanchor "
-                              "generation not supported yet (give rows of w,h pixel pairs)",
-                              b->file, a->line, (long long)a->i);
+        return trn_fail(b->err, b->cap, -TRN_MODEL_EUNSUPPORTED,
+                        "%s:%zu: anchors: %lld asks for generated anchors; autoanchor "
+                        "generation not supported yet (give rows of w,h pixel pairs)",
+                        b->file, a->line, (long long)a->i);
     if (a->type != TRN_VAL_LIST || a->n < 1 || a->n > TRN_MODEL_MAX_LEVELS)
-        return trn_model_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
-                              "%s:%zu: anchors must be 1..%d rows of w,h pixel pairs", b->file,
-                              a->line, TRN_MODEL_MAX_LEVELS);
+        return trn_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
+                        "%s:%zu: anchors must be 1..%d rows of w,h pixel pairs", b->file, a->line,
+                        TRN_MODEL_MAX_LEVELS);
     const size_t w = a->items[0].n;
     for (size_t r = 0; r < a->n; r++) {
         const struct trn_val *row = &a->items[r];
         if (row->type != TRN_VAL_LIST || row->n != w || w < 2 || w % 2 ||
             w > 2 * TRN_MODEL_MAX_ANCHORS)
-            return trn_model_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
-                                  "%s:%zu: anchors: every row must hold the same number (2..%d, "
-                                  "even) of w,h values",
-                                  b->file, row->line, 2 * TRN_MODEL_MAX_ANCHORS);
+            return trn_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
+                            "%s:%zu: anchors: every row must hold the same number (2..%d, "
+                            "even) of w,h values",
+                            b->file, row->line, 2 * TRN_MODEL_MAX_ANCHORS);
         for (size_t j = 0; j < w; j++) {
             const struct trn_val *x = &row->items[j];
             if (!is_number(x) || !(num(x) > 0) || num(x) > 1e6)
-                return trn_model_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
-                                      "%s:%zu: anchors: values must be positive numbers (pixels)",
-                                      b->file, x->line);
+                return trn_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
+                                "%s:%zu: anchors: values must be positive numbers (pixels)",
+                                b->file, x->line);
             /* torch.tensor(anchors).float(): to float32 */
             px[r][j / 2][j % 2] = (float)num(x);
         }
@@ -811,10 +794,10 @@ static int propagate(const struct trn_model *m, const char *file, int h, int w, 
         switch (L->type) {
         case TRN_MOD_UPSAMPLE:
             if (H > (1 << 20) / L->scale || W > (1 << 20) / L->scale)
-                return trn_model_fail(err, cap, -TRN_MODEL_ESHAPE,
-                                      "%s:%zu: layer %d: upsampled size too large for a %dx%d "
-                                      "image",
-                                      file, L->line, i, h, w);
+                return trn_fail(err, cap, -TRN_MODEL_ESHAPE,
+                                "%s:%zu: layer %d: upsampled size too large for a %dx%d "
+                                "image",
+                                file, L->line, i, h, w);
             H *= L->scale;
             W *= L->scale;
             break;
@@ -823,11 +806,11 @@ static int propagate(const struct trn_model *m, const char *file, int h, int w, 
                 const int h2 = L->from[j] < 0 ? h : lh[L->from[j]];
                 const int w2 = L->from[j] < 0 ? w : lw[L->from[j]];
                 if (h2 != H || w2 != W)
-                    return trn_model_fail(err, cap, -TRN_MODEL_ESHAPE,
-                                          "%s:%zu: layer %d: Concat inputs differ in size "
-                                          "(%dx%d vs %dx%d) for a %dx%d image; use a multiple of "
-                                          "the largest stride",
-                                          file, L->line, i, H, W, h2, w2, h, w);
+                    return trn_fail(err, cap, -TRN_MODEL_ESHAPE,
+                                    "%s:%zu: layer %d: Concat inputs differ in size "
+                                    "(%dx%d vs %dx%d) for a %dx%d image; use a multiple of "
+                                    "the largest stride",
+                                    file, L->line, i, H, W, h2, w2, h, w);
             }
             break;
         case TRN_MOD_DETECT:
@@ -838,9 +821,9 @@ static int propagate(const struct trn_model *m, const char *file, int h, int w, 
             break; /* Bottleneck, C3, SPPF keep the size (stride 1, autopad, odd kernels) */
         }
         if (H < 1 || W < 1 || (int64_t)H * W > (int64_t)1 << 30)
-            return trn_model_fail(err, cap, -TRN_MODEL_ESHAPE,
-                                  "%s:%zu: layer %d: output size %dx%d for a %dx%d image", file,
-                                  L->line, i, H, W, h, w);
+            return trn_fail(err, cap, -TRN_MODEL_ESHAPE,
+                            "%s:%zu: layer %d: output size %dx%d for a %dx%d image", file, L->line,
+                            i, H, W, h, w);
         lh[i] = H;
         lw[i] = W;
     }
@@ -864,10 +847,10 @@ static int probe_strides(struct trn_model *m, const char *file, char *err, size_
     for (int l = 0; l < I->nl; l++) {
         const int ny = cvh[D->conv0 + l];
         if (s % ny) {
-            rc = trn_model_fail(err, cap, -TRN_MODEL_EUNSUPPORTED,
-                                "%s:%zu: layer %d: Detect input %d has a non-integer stride "
-                                "(256 / %d)",
-                                file, D->line, I->detect, l, ny);
+            rc = trn_fail(err, cap, -TRN_MODEL_EUNSUPPORTED,
+                          "%s:%zu: layer %d: Detect input %d has a non-integer stride "
+                          "(256 / %d)",
+                          file, D->line, I->detect, l, ny);
             goto out;
         }
         I->stride[l] = s / ny;
@@ -989,26 +972,25 @@ static int read_top(struct build *b, const struct trn_spec *sp, const struct trn
     };
     for (int k = TRN_KEY_NC; k <= TRN_KEY_ANCHORS; k++)
         if (!sp->present[k])
-            return trn_model_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA, "%s: missing key '%s'",
-                                  b->file, names[k]);
+            return trn_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA, "%s: missing key '%s'", b->file,
+                            names[k]);
     const struct trn_val *v = &sp->key[TRN_KEY_NC];
     if (v->type != TRN_VAL_INT || v->i < 1 || v->i > 100000)
-        return trn_model_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
-                              "%s:%zu: nc must be an integer in 1..100000", b->file, v->line);
+        return trn_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
+                        "%s:%zu: nc must be an integer in 1..100000", b->file, v->line);
     I->nc_yaml = (int)v->i;
     b->nc = I->nc_yaml;
     if (o && o->nc > 0) {
         if (o->nc > 100000)
-            return trn_model_fail(b->err, b->cap, -EINVAL, "nc override %d is out of range", o->nc);
+            return trn_fail(b->err, b->cap, -EINVAL, "nc override %d is out of range", o->nc);
         b->m->nc_overridden = o->nc != I->nc_yaml;
         b->nc = o->nc;
     }
     for (int k = TRN_KEY_GD; k <= TRN_KEY_GW; k++) {
         v = &sp->key[k];
         if (!is_number(v) || !(num(v) > 0) || num(v) > 100)
-            return trn_model_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
-                                  "%s:%zu: %s must be a number in (0, 100]", b->file, v->line,
-                                  names[k]);
+            return trn_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
+                            "%s:%zu: %s must be a number in (0, 100]", b->file, v->line, names[k]);
     }
     b->gd = I->depth_multiple = num(&sp->key[TRN_KEY_GD]);
     b->gw = I->width_multiple = num(&sp->key[TRN_KEY_GW]);
@@ -1016,17 +998,16 @@ static int read_top(struct build *b, const struct trn_spec *sp, const struct trn
     if (sp->present[TRN_KEY_CH]) {
         v = &sp->key[TRN_KEY_CH];
         if (v->type != TRN_VAL_INT || v->i < 1 || v->i > 64)
-            return trn_model_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
-                                  "%s:%zu: ch must be an integer in 1..64", b->file, v->line);
+            return trn_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
+                            "%s:%zu: ch must be an integer in 1..64", b->file, v->line);
         b->ch_in = (int)v->i;
     }
     I->ch = b->ch_in;
     if (sp->present[TRN_KEY_ACTIVATION]) {
         v = &sp->key[TRN_KEY_ACTIVATION];
         if (v->type != TRN_VAL_NONE && !(v->type == TRN_VAL_STR && strcmp(v->s, "nn.SiLU()") == 0))
-            return trn_model_fail(b->err, b->cap, -TRN_MODEL_EUNSUPPORTED,
-                                  "%s:%zu: activation: only nn.SiLU() is supported", b->file,
-                                  v->line);
+            return trn_fail(b->err, b->cap, -TRN_MODEL_EUNSUPPORTED,
+                            "%s:%zu: activation: only nn.SiLU() is supported", b->file, v->line);
     }
     /* na = len(anchors[0]) // 2; no = na * (nc + 5) (parse_model's c2 != no test) */
     b->anchors = &sp->key[TRN_KEY_ANCHORS];
@@ -1093,8 +1074,7 @@ int trn_model_parse(const char *text, size_t len, const char *file,
     }
     if ((rc = read_top(&b, &sp, opts))) goto out;
     if (sp.n_rows == 0) {
-        rc = trn_model_fail(err, err_cap, -TRN_MODEL_ESCHEMA, "%s: backbone and head are empty",
-                            file);
+        rc = trn_fail(err, err_cap, -TRN_MODEL_ESCHEMA, "%s: backbone and head are empty", file);
         goto out;
     }
     m->info.detect = -1;
@@ -1114,15 +1094,14 @@ int trn_model_parse(const char *text, size_t len, const char *file,
         b.chs[i] = L->c_out;
     }
     if (m->info.detect < 0) {
-        rc = trn_model_fail(err, err_cap, -TRN_MODEL_ESCHEMA, "%s: the last layer must be Detect",
-                            file);
+        rc = trn_fail(err, err_cap, -TRN_MODEL_ESCHEMA, "%s: the last layer must be Detect", file);
         goto out;
     }
     if ((rc = probe_strides(m, file, err, err_cap))) goto out;
     if ((rc = layout(m)) == -EFBIG)
-        rc = trn_model_fail(err, err_cap, -TRN_MODEL_ESCHEMA,
-                            "%s: the model has %lld parameters (at most %lld)", file,
-                            (long long)m->info.n_params, (long long)TRN_MODEL_MAX_PARAMS);
+        rc = trn_fail(err, err_cap, -TRN_MODEL_ESCHEMA,
+                      "%s: the model has %lld parameters (at most %lld)", file,
+                      (long long)m->info.n_params, (long long)TRN_MODEL_MAX_PARAMS);
     if (rc) goto out;
     m->info.n_modules = count_modules(m);
     if (opts && opts->name)
@@ -1147,7 +1126,7 @@ int trn_model_load(const char *path, const struct trn_model_opts *opts, struct t
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         const int e = errno;
-        return trn_model_fail(err, err_cap, -e, "%s: %s", path, strerror(e));
+        return trn_fail(err, err_cap, -e, "%s: %s", path, strerror(e));
     }
     struct stat st;
     int rc = 0;
@@ -1177,7 +1156,7 @@ int trn_model_load(const char *path, const struct trn_model_opts *opts, struct t
     free(buf);
     if (rc && err && err_cap && !err[0])
         snprintf(err, err_cap, "%s: %s", path,
-                 rc == -EINVAL ? "not a regular file" : trn_model_strerror(rc));
+                 rc == -EINVAL ? "not a regular file" : trn_strerror(rc));
     return rc;
 }
 

@@ -35,7 +35,7 @@
  *
  * ERRORS. Functions returning int give >= 0 on success and a negative code on failure:
  * -errno (-ENOENT, -EIO, -ENOMEM, -EINVAL for bad arguments) or -TRN_MODEL_E* below.
- * trn_model_strerror() names each. Where a function takes (err, err_cap), a failure also writes
+ * trn_strerror() names each. Where a function takes (err, err_cap), a failure also writes
  * a one-line message there naming the file and the 1-based line ("yolov5s.yaml:12: ..."; for
  * YAML syntax errors "file:line:column: ..."). The library never prints and never exits.
  *
@@ -50,15 +50,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "errors.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Model error codes, returned negated. Above every errno value; pinned once released. */
-#define TRN_MODEL_ESYNTAX      4601 /* malformed YAML (message: file:line:column) */
-#define TRN_MODEL_ESCHEMA      4602 /* well-formed YAML, wrong structure, type or value */
-#define TRN_MODEL_EUNSUPPORTED 4603 /* a module or option we do not implement (yet) */
-#define TRN_MODEL_ESHAPE       4604 /* an image size the model cannot take (Concat mismatch) */
+/* Model error codes (TRN_MODEL_E*, returned negated) are in errors.h, named by trn_strerror. */
 
 /* Limits that keep a hostile yaml from asking for absurd memory. */
 #define TRN_MODEL_MAX_LAYERS   512         /* yaml rows */
@@ -410,9 +408,6 @@ int trn_model_plan(const struct trn_model *m, int batch, int h, int w, struct tr
 
 /* Free what trn_model_plan allocated; p may be zeroed or NULL. */
 void trn_act_plan_free(struct trn_act_plan *p);
-
-/* A message for any code returned above. */
-const char *trn_model_strerror(int rc);
 
 #ifdef __cplusplus
 }

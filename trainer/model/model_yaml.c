@@ -21,17 +21,6 @@
 /* Nesting deeper than this is refused (the format needs 3: args -> anchors -> row). */
 #define VAL_MAX_DEPTH 16
 
-int trn_model_fail(char *err, size_t cap, int rc, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 void trn_val_free(struct trn_val *v)
 {
     if (!v) return;
@@ -374,8 +363,8 @@ static int node_val(yaml_document_t *doc, const yaml_node_t *n, int depth, struc
     memset(v, 0, sizeof *v);
     v->line = n->start_mark.line + 1;
     if (depth > VAL_MAX_DEPTH)
-        return trn_model_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s:%zu: nesting deeper than %d", file,
-                              v->line, VAL_MAX_DEPTH);
+        return trn_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s:%zu: nesting deeper than %d", file,
+                        v->line, VAL_MAX_DEPTH);
     switch (n->type) {
     case YAML_SCALAR_NODE:
         return scalar_val(n, v);
@@ -392,15 +381,14 @@ static int node_val(yaml_document_t *doc, const yaml_node_t *n, int depth, struc
             const yaml_node_t *c = yaml_document_get_node(doc, n->data.sequence.items.start[i]);
             v->n = i + 1;
             if (!c)
-                return trn_model_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s:%zu: bad node", file,
-                                      v->line);
+                return trn_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s:%zu: bad node", file, v->line);
             const int rc = node_val(doc, c, depth + 1, &v->items[i], file, err, cap);
             if (rc) return rc;
         }
         return 0;
     }
     default:
-        return trn_model_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s:%zu: empty node", file, v->line);
+        return trn_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s:%zu: empty node", file, v->line);
     }
 }
 
@@ -437,17 +425,17 @@ static int take_rows(struct trn_spec *spec, const char *file, char *err, size_t 
     for (int k = TRN_KEY_BACKBONE; k <= TRN_KEY_HEAD; k++) {
         const struct trn_val *l = &spec->key[k];
         if (!spec->present[k])
-            return trn_model_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s: missing key '%s'", file,
-                                  key_names[k]);
+            return trn_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s: missing key '%s'", file,
+                            key_names[k]);
         if (l->type != TRN_VAL_LIST)
-            return trn_model_fail(err, cap, -TRN_MODEL_ESCHEMA,
-                                  "%s:%zu: %s must be a list of [from, number, module, args]", file,
-                                  l->line, key_names[k]);
+            return trn_fail(err, cap, -TRN_MODEL_ESCHEMA,
+                            "%s:%zu: %s must be a list of [from, number, module, args]", file,
+                            l->line, key_names[k]);
         total += l->n;
     }
     if (total > TRN_MODEL_MAX_LAYERS)
-        return trn_model_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s: %zu layers (at most %d)", file,
-                              total, TRN_MODEL_MAX_LAYERS);
+        return trn_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s: %zu layers (at most %d)", file, total,
+                        TRN_MODEL_MAX_LAYERS);
     spec->rows = calloc(total ? total : 1, sizeof *spec->rows);
     if (!spec->rows) return -ENOMEM;
     for (int k = TRN_KEY_BACKBONE; k <= TRN_KEY_HEAD; k++) {
@@ -455,10 +443,10 @@ static int take_rows(struct trn_spec *spec, const char *file, char *err, size_t 
         for (size_t i = 0; i < l->n; i++) {
             struct trn_val *r = &l->items[i];
             if (r->type != TRN_VAL_LIST || r->n != 4)
-                return trn_model_fail(err, cap, -TRN_MODEL_ESCHEMA,
-                                      "%s:%zu: layer %zu: a row must be [from, number, module, "
-                                      "args]",
-                                      file, r->line, spec->n_rows);
+                return trn_fail(err, cap, -TRN_MODEL_ESCHEMA,
+                                "%s:%zu: layer %zu: a row must be [from, number, module, "
+                                "args]",
+                                file, r->line, spec->n_rows);
             struct trn_spec_row *row = &spec->rows[spec->n_rows++];
             row->line = r->line;
             /* Steal the four values; the emptied list is freed with the key. */
@@ -478,10 +466,10 @@ static int read_root(yaml_document_t *doc, const char *file, struct trn_spec *sp
                      size_t cap)
 {
     const yaml_node_t *root = yaml_document_get_root_node(doc);
-    if (!root) return trn_model_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s: empty model yaml", file);
+    if (!root) return trn_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s: empty model yaml", file);
     if (root->type != YAML_MAPPING_NODE)
-        return trn_model_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s:%zu: model yaml must be a mapping",
-                              file, (size_t)root->start_mark.line + 1);
+        return trn_fail(err, cap, -TRN_MODEL_ESCHEMA, "%s:%zu: model yaml must be a mapping", file,
+                        (size_t)root->start_mark.line + 1);
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
          p++) {
         const yaml_node_t *k = yaml_document_get_node(doc, p->key);
@@ -512,12 +500,12 @@ int trn_spec_parse(const char *text, size_t len, const char *file, struct trn_sp
     if (!yaml_parser_load(&parser, &doc)) {
         rc = parser.error == YAML_MEMORY_ERROR
                  ? -ENOMEM
-                 : trn_model_fail(err, err_cap, -TRN_MODEL_ESYNTAX,
-                                  "%s:%zu:%zu: YAML syntax error: %s%s%s", file,
-                                  (size_t)parser.problem_mark.line + 1,
-                                  (size_t)parser.problem_mark.column + 1,
-                                  parser.problem ? parser.problem : "malformed",
-                                  parser.context ? " " : "", parser.context ? parser.context : "");
+                 : trn_fail(err, err_cap, -TRN_MODEL_ESYNTAX,
+                            "%s:%zu:%zu: YAML syntax error: %s%s%s", file,
+                            (size_t)parser.problem_mark.line + 1,
+                            (size_t)parser.problem_mark.column + 1,
+                            parser.problem ? parser.problem : "malformed",
+                            parser.context ? " " : "", parser.context ? parser.context : "");
         yaml_parser_delete(&parser);
         return rc;
     }

@@ -21,6 +21,7 @@
 #include "net.h"
 
 #include "kern_cuda.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -109,13 +110,7 @@ struct trn_net {
 
 static void set_err(char *err, size_t cap, const char *msg, int rc)
 {
-    if (err && cap) snprintf(err, cap, "%s: %s", msg, trn_net_strerror(rc));
-}
-
-const char *trn_net_strerror(int rc)
-{
-    if (rc == -KERN_EWORKSPACE || rc == -KERN_EBACKEND) return kern_strerror(rc);
-    return trn_model_strerror(rc);
+    if (err && cap) snprintf(err, cap, "%s: %s", msg, trn_strerror(rc));
 }
 
 void trn_net_opts_default(struct trn_net_opts *o)

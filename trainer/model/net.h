@@ -53,7 +53,7 @@
  * arguments or call order), -ENOMEM, -TRN_MODEL_ESHAPE (an image size the model cannot take),
  * -TRN_MODEL_EUNSUPPORTED (an Upsample factor other than 2), a kern code (-KERN_E*), or
  * what trn_net_opts.bn_allreduce or grad_ready returned.
- * trn_net_strerror names each. The library never prints and never exits.
+ * trn_strerror names each. The library never prints and never exits.
  *
  * DEVICES. A net on a CUDA context (trn_net_opts.device) runs the same ops from kern_ops_cuda()
  * on device memory; every pointer this API takes or returns stays host memory. Each forward
@@ -389,9 +389,6 @@ const float *trn_net_act(const struct trn_net *net, int a);
  * rows: out, may be NULL. Returns 0, -EINVAL, or a kern error.
  */
 int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows);
-
-/* A message for any code returned above (model, kern or errno codes). */
-const char *trn_net_strerror(int rc);
 
 #ifdef __cplusplus
 }

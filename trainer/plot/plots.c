@@ -17,6 +17,7 @@
 #include <yaml.h>
 
 #include "augment.h"
+#include "util.h"
 
 /* ultralytics utils/plots.py Colors(): its hex list in class order, as RGB. */
 static const uint32_t palette[20] = {
@@ -76,12 +77,6 @@ static char *printable_dup(const unsigned char *s, size_t n)
     }
     d[o] = '\0';
     return d;
-}
-
-static bool scalar_is(const yaml_node_t *n, const char *s)
-{
-    return n && n->type == YAML_SCALAR_NODE && n->data.scalar.length == strlen(s) &&
-           memcmp(n->data.scalar.value, s, n->data.scalar.length) == 0;
 }
 
 /* Store name v at class k, growing the table. Classes above 65535 are not ffr-det-1's. */
@@ -146,7 +141,7 @@ int trn_plot_names_parse(const char *meta, size_t len, struct trn_plot_names *ou
             for (yaml_node_pair_t *q = root->data.mapping.pairs.start;
                  q < root->data.mapping.pairs.top && rc == 0; q++) {
                 const yaml_node_t *v = yaml_document_get_node(&doc, q->value);
-                if (v && scalar_is(yaml_document_get_node(&doc, q->key), "names"))
+                if (v && trn_yaml_scalar_is(yaml_document_get_node(&doc, q->key), "names"))
                     rc = names_read(out, &doc, v);
             }
         yaml_document_delete(&doc);

@@ -149,11 +149,3 @@ int trn_amp_set_state(struct trn_amp *a, const struct trn_amp_state *st)
     a->growth_tracker = st->growth_tracker;
     return 0;
 }
-
-const char *trn_amp_strerror(int rc)
-{
-    if (rc >= 0) return "success";
-    if (rc == -EINVAL) return "invalid argument";
-    if (rc == -ENOMEM) return "out of memory";
-    return strerror(-rc);
-}

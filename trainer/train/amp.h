@@ -18,7 +18,7 @@
  * 1 / scale is (float)(1.0 / (double)scale), as GradScaler.unscale_. Defaults: init_scale 65536,
  * growth_factor 2, backoff_factor 0.5, growth_interval 2000.
  *
- * ERRORS. -EINVAL for bad arguments; trn_amp_strerror names them. Never prints.
+ * ERRORS. -EINVAL for bad arguments; trn_strerror names them. Never prints.
  * THREADS. A scaler is used by one thread at a time; the pure functions are thread-safe.
  */
 #ifndef TRN_AMP_H
@@ -97,9 +97,6 @@ struct trn_amp_state {
  * Returns 0 or -EINVAL. */
 int trn_amp_get_state(const struct trn_amp *a, struct trn_amp_state *out);
 int trn_amp_set_state(struct trn_amp *a, const struct trn_amp_state *st);
-
-/* A message for any code returned above. */
-const char *trn_amp_strerror(int rc);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 #include "model.h"
 #include "net.h"
 #include "optim.h"
+#include "errors.h"
 
 void trn_bench_step_opts_default(struct trn_bench_step_opts *o)
 {
@@ -169,7 +170,7 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
     if (!rc) rc = dsync(b);
     t[0] = now_s();
     if (rc < 0) {
-        snprintf(err, err_cap, "forward: %s", trn_net_strerror(rc));
+        snprintf(err, err_cap, "forward: %s", trn_strerror(rc));
         return rc;
     }
     float raw[KERN_YOLO_OUT_N];
@@ -188,7 +189,7 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
     if (!rc) rc = dsync(b);
     t[2] = now_s();
     if (rc < 0) {
-        snprintf(err, err_cap, "backward: %s", trn_net_strerror(rc));
+        snprintf(err, err_cap, "backward: %s", trn_strerror(rc));
         return rc;
     }
     const double d = trn_ema_decay(upd);
@@ -382,7 +383,7 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
         const double t0 = now_s();
         const float *out[TRN_MODEL_MAX_LEVELS];
         if ((rc = trn_net_forward(b.net, b.images, true, out)) < 0) {
-            snprintf(err, err_cap, "forward: %s", trn_net_strerror(rc));
+            snprintf(err, err_cap, "forward: %s", trn_strerror(rc));
             goto out;
         }
         const double t1 = now_s();
@@ -393,7 +394,7 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
         }
         const double t2 = now_s();
         if ((rc = trn_net_backward(b.net, (const float *const *)b.dp)) < 0) {
-            snprintf(err, err_cap, "backward: %s", trn_net_strerror(rc));
+            snprintf(err, err_cap, "backward: %s", trn_strerror(rc));
             goto out;
         }
         const double t3 = now_s();

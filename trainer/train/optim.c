@@ -11,6 +11,7 @@
 #include "optim.h"
 
 #include "kern.h"
+#include "errors.h"
 
 #include <errno.h>
 #include <math.h>
@@ -613,10 +614,6 @@ void *trn_optim_dev_buffer(struct trn_optim_dev *dv, int k)
 
 const char *trn_optim_strerror(int rc)
 {
-    if (rc >= 0) return "success";
-    if (rc == -EINVAL) return "invalid argument";
-    if (rc == -ENOMEM) return "out of memory";
     if (rc == -ENOTSUP) return "not supported on the device (Adam/AdamW stay on the host)";
-    if (rc == -KERN_EBACKEND) return "kern backend not available";
-    return strerror(-rc);
+    return trn_strerror(rc);
 }

@@ -32,6 +32,8 @@
 #include "plots.h"
 #include "ptload.h"
 #include "val.h"
+#include "util.h"
+#include "errors.h"
 
 #define NBS          64 /* nominal batch size (train.py) */
 #define RESULTS_COLS 14
@@ -69,28 +71,6 @@ void trn_train_opts_default(struct trn_train_opts *o)
     o->amp = KERN_DT_F32;
     o->val_amp = -1;
     o->amp_inf_ni = -1;
-}
-
-const char *trn_train_strerror(int rc)
-{
-    if (rc == -TRN_TRAIN_ECKPT) return "not a valid checkpoint for this model";
-    if (rc <= -4900 && rc > -5000) return trn_pt_strerror(rc);
-    if (rc <= -4700 && rc > -4800) return trn_loss_strerror(rc);
-    if (rc <= -4600 && rc > -4700) return trn_model_strerror(rc);
-    if (rc <= -1000 && rc > -1100) return ffr_strerror(rc);
-    if (rc < 0 && rc > -4096) return strerror(-rc);
-    return trn_net_strerror(rc);
-}
-
-static void seterr(char *err, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
 }
 
 int trn_train_results_header(char *dst, size_t dst_cap)
@@ -198,13 +178,13 @@ static int write_file_atomic(const char *path, const void *data, size_t len, cha
     (void)ffr_remove_stale_tmp(path, 0); /* a killed run's leftovers (ffr.h) */
     char *const tmp = ffr_tmp_path(path);
     if (!tmp) {
-        seterr(err, cap, "%s: out of memory", path);
+        trn_seterr(err, cap, "%s: out of memory", path);
         return -ENOMEM;
     }
     const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0) {
         const int e = errno;
-        seterr(err, cap, "%s: cannot create: %s", path, strerror(e));
+        trn_seterr(err, cap, "%s: cannot create: %s", path, strerror(e));
         free(tmp);
         return -e;
     }
@@ -226,42 +206,10 @@ static int write_file_atomic(const char *path, const void *data, size_t len, cha
     if (rc == 0 && rename(tmp, path) < 0) rc = -errno;
     if (rc < 0) {
         unlink(tmp);
-        seterr(err, cap, "%s: write failed: %s", path, strerror(-rc));
+        trn_seterr(err, cap, "%s: write failed: %s", path, strerror(-rc));
     }
     free(tmp);
     return rc;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *s = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = 2 * (n + 4096 + 1);
-            char *g = realloc(s, cap);
-            if (!g) {
-                free(s);
-                fclose(f);
-                return NULL;
-            }
-            s = g;
-        }
-        const size_t got = fread(s + n, 1, 4096, f);
-        n += got;
-        if (got < 4096 || n > TRN_CKPT_MAX_TEXT) break;
-    }
-    const int bad = ferror(f) || n > TRN_CKPT_MAX_TEXT;
-    fclose(f);
-    if (bad) {
-        free(s);
-        return NULL;
-    }
-    s[n] = '\0';
-    *len = n;
-    return s;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -581,7 +529,7 @@ static int ckpt_save(struct run *R, const char *path, char *err, size_t cap)
     size_t mlen = 0;
     char *meta = ckpt_metadata(R, &mlen);
     if (!meta) {
-        seterr(err, cap, "%s: out of memory", path);
+        trn_seterr(err, cap, "%s: out of memory", path);
         return -ENOMEM;
     }
     const int rc = trn_ckpt_write(path, rec, meta, mlen, err, cap);
@@ -609,7 +557,7 @@ static int resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_
     if (!rc) rc = trn_ckpt_i64(C, "seed", 0, INT64_MAX, &v[4]);
     const char *opt = trn_ckpt_get(C, "optimizer"), *cos = trn_ckpt_get(C, "cos_lr");
     if (rc || !opt || !cos) {
-        seterr(err, cap, "%s: checkpoint metadata lacks a run setting", o->resume);
+        trn_seterr(err, cap, "%s: checkpoint metadata lacks a run setting", o->resume);
         return -TRN_TRAIN_ECKPT;
     }
     o->epochs = (int)v[0];
@@ -627,7 +575,7 @@ static int resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_
     const char *am = trn_ckpt_get(C, "amp");
     enum trn_amp_dtype adt = TRN_AMP_OFF;
     if (am && trn_amp_dtype_parse(am, &adt) < 0) {
-        seterr(err, cap, "%s: bad amp in the checkpoint metadata", o->resume);
+        trn_seterr(err, cap, "%s: bad amp in the checkpoint metadata", o->resume);
         return -TRN_TRAIN_ECKPT;
     }
     o->amp = adt == TRN_AMP_BF16 ? KERN_DT_BF16 : adt == TRN_AMP_FP16 ? KERN_DT_F16 : KERN_DT_F32;
@@ -639,7 +587,7 @@ static int resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_
     copy_meta_str(C, "project", R->resume_project, sizeof R->resume_project, &o->project);
     copy_meta_str(C, "name", R->resume_name, sizeof R->resume_name, &o->name);
     if (!o->records) {
-        seterr(err, cap, "%s: checkpoint names no training records", o->resume);
+        trn_seterr(err, cap, "%s: checkpoint names no training records", o->resume);
         return -TRN_TRAIN_ECKPT;
     }
     const struct {
@@ -654,9 +602,9 @@ static int resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_
         int trc = 0;
         *texts[k].text = trn_ckpt_text(C, texts[k].rec, texts[k].len, &trc);
         if (trc < 0) {
-            seterr(err, cap, "%s: the checkpoint's %s (record %lld) cannot be read: %s", o->resume,
-                   texts[k].name, (long long)trn_ckpt_record_index(C, texts[k].rec),
-                   ffr_strerror(trc));
+            trn_seterr(err, cap, "%s: the checkpoint's %s (record %lld) cannot be read: %s",
+                       o->resume, texts[k].name, (long long)trn_ckpt_record_index(C, texts[k].rec),
+                       ffr_strerror(trc));
             return -TRN_TRAIN_ECKPT;
         }
     }
@@ -664,7 +612,7 @@ static int resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_
     rc = trn_hyp_parse(R->hyp_text, R->hyp_len, "checkpoint hyp.yaml", NULL, NULL, &o->hyp, e,
                        sizeof e);
     if (rc < 0) {
-        seterr(err, cap, "%s: %s", o->resume, e);
+        trn_seterr(err, cap, "%s: %s", o->resume, e);
         return -TRN_TRAIN_ECKPT;
     }
     return 0;
@@ -682,7 +630,7 @@ static int resume_state(struct run *R, const struct trn_ckpt *C, char *err, size
         (size_t)a[0] != I->arena_len[TRN_ARENA_PARAM] ||
         (size_t)a[1] != I->arena_len[TRN_ARENA_BUFFER] ||
         (size_t)a[2] != I->arena_len[TRN_ARENA_COUNT]) {
-        seterr(err, cap, "%s: arena sizes do not match the model", path);
+        trn_seterr(err, cap, "%s: arena sizes do not match the model", path);
         return -TRN_TRAIN_ECKPT;
     }
     const size_t P = I->arena_len[TRN_ARENA_PARAM] * sizeof(float);
@@ -719,14 +667,14 @@ static int resume_state(struct run *R, const struct trn_ckpt *C, char *err, size
         trn_ckpt_f64(C, "loss_sum_obj", &R->msum[1]) ||
         trn_ckpt_f64(C, "loss_sum_cls", &R->msum[2]) ||
         trn_ckpt_i64(C, "loss_batches", 0, INT64_MAX, &R->mcount)) {
-        seterr(err, cap, "%s: checkpoint metadata lacks a counter", path);
+        trn_seterr(err, cap, "%s: checkpoint metadata lacks a counter", path);
         return -TRN_TRAIN_ECKPT;
     }
     /* best_epoch came with validation; older checkpoints start EarlyStopping afresh (as
      * ultralytics' resume does) */
     int64_t be = 0;
     if (trn_ckpt_get(C, "best_epoch") && trn_ckpt_i64(C, "best_epoch", 0, 1000000, &be)) {
-        seterr(err, cap, "%s: bad best_epoch in the checkpoint metadata", path);
+        trn_seterr(err, cap, "%s: bad best_epoch in the checkpoint metadata", path);
         return -TRN_TRAIN_ECKPT;
     }
     R->best_epoch = (int)be;
@@ -739,16 +687,16 @@ static int resume_state(struct run *R, const struct trn_ckpt *C, char *err, size
         if (trn_ckpt_f64(C, "amp_scale", &sc) ||
             trn_ckpt_i64(C, "amp_growth_tracker", 0, INT64_MAX, &tr) ||
             (st.scale = (float)sc, st.growth_tracker = tr, trn_amp_set_state(R->amp, &st) < 0)) {
-            seterr(err, cap, "%s: bad amp_scale / amp_growth_tracker in the checkpoint metadata",
-                   path);
+            trn_seterr(err, cap,
+                       "%s: bad amp_scale / amp_growth_tracker in the checkpoint metadata", path);
             return -TRN_TRAIN_ECKPT;
         }
     }
     if (step >= R->nb) {
-        seterr(err, cap,
-               "%s: saved at batch %" PRId64 " of an epoch of %" PRId64 " (another "
-               "dataset, or a world size whose epochs are shorter?)",
-               path, step, R->nb);
+        trn_seterr(err, cap,
+                   "%s: saved at batch %" PRId64 " of an epoch of %" PRId64 " (another "
+                   "dataset, or a world size whose epochs are shorter?)",
+                   path, step, R->nb);
         return -TRN_TRAIN_ECKPT;
     }
     c.steps = steps;
@@ -768,7 +716,7 @@ static int load_weights(struct run *R, const char *path, char *err, size_t cap)
     FILE *f = fopen(path, "rb");
     if (!f) {
         const int e = errno;
-        seterr(err, cap, "--weights %s: %s", path, strerror(e));
+        trn_seterr(err, cap, "--weights %s: %s", path, strerror(e));
         return -e;
     }
     const size_t got = fread(magic, 1, 4, f);
@@ -776,7 +724,7 @@ static int load_weights(struct run *R, const char *path, char *err, size_t cap)
     if (got == 4 && magic[0] == 'P' && magic[1] == 'K') {
         char e[512] = "";
         const int rc = trn_pt_load_into_model(path, NULL, R->m, e, sizeof e);
-        if (rc < 0) seterr(err, cap, "--weights %s: %s", path, e[0] ? e : trn_pt_strerror(rc));
+        if (rc < 0) trn_seterr(err, cap, "--weights %s: %s", path, e[0] ? e : trn_strerror(rc));
         return rc;
     }
     struct trn_ckpt *C = NULL;
@@ -862,8 +810,8 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
     char e[512] = "";
     int rc = trn_net_create(R->m, bs, R->o.img, R->o.img, &no, net, e, sizeof e);
     if (rc < 0) {
-        seterr(err, cap, "network at batch %d, %dx%d: %s", bs, R->o.img, R->o.img,
-               e[0] ? e : trn_net_strerror(rc));
+        trn_seterr(err, cap, "network at batch %d, %dx%d: %s", bs, R->o.img, R->o.img,
+                   e[0] ? e : trn_strerror(rc));
         return rc;
     }
     struct trn_loss_cfg lc;
@@ -871,14 +819,14 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
     rc = trn_loss_cfg_from_model(R->m, &R->o.hyp, bs, R->o.img, 0.0f, (int)max_t, &lc);
     if (!rc) rc = trn_loss_create(&lc, loss);
     if (rc < 0) {
-        seterr(err, cap, "loss: %s", trn_loss_strerror(rc));
+        trn_seterr(err, cap, "loss: %s", trn_loss_strerror(rc));
         return rc;
     }
     for (int l = 0; l < trn_net_levels(*net); l++) {
         int shape[5];
         const long n = trn_net_output_shape(*net, l, shape);
         if (n <= 0 || !(dp[l] = calloc((size_t)n, sizeof(float)))) {
-            seterr(err, cap, "out of memory");
+            trn_seterr(err, cap, "out of memory");
             return -ENOMEM;
         }
     }
@@ -941,16 +889,16 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         if ((rc = resume_opts(R, *C, err, cap)) < 0) return rc;
     }
     if ((rc = trn_hyp_check(&o->hyp, e, sizeof e)) < 0) {
-        seterr(err, cap, "hyp: %s", e);
+        trn_seterr(err, cap, "hyp: %s", e);
         return rc;
     }
     /* train.py: batch_size // WORLD_SIZE per rank, which must divide exactly here (a rounded
      * batch would make the global batch, and so the optimizer's settings, depend on the world) */
     if (o->batch_size % R->world != 0) {
-        seterr(err, cap,
-               "--batch-size %d is the global batch and must be divisible by the world size %d "
-               "(%d ranks)",
-               o->batch_size, R->world, R->world);
+        trn_seterr(err, cap,
+                   "--batch-size %d is the global batch and must be divisible by the world size %d "
+                   "(%d ranks)",
+                   o->batch_size, R->world, R->world);
         return -EINVAL;
     }
     R->local_bs = o->batch_size / R->world;
@@ -958,20 +906,17 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     R->overlap = R->world > 1 && trn_dist_overlap(R->dist);
     rc = ffr_reader_open(&R->data, o->records, NULL, e, sizeof e);
     if (rc < 0) {
-        seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
+        trn_seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
         return rc;
     }
     if ((rc = dataset_names(R)) < 0) {
-        seterr(err, cap, "out of memory");
+        trn_seterr(err, cap, "out of memory");
         return rc;
     }
     if (!o->resume) {
-        R->model_yaml = slurp(o->cfg, &R->model_yaml_len);
-        if (!R->model_yaml) {
-            rc = errno ? -errno : -EIO;
-            seterr(err, cap, "%s: cannot read the model yaml: %s", o->cfg, strerror(-rc));
-            return rc;
-        }
+        rc = trn_read_file(o->cfg, TRN_CKPT_MAX_TEXT, &R->model_yaml, &R->model_yaml_len, e,
+                           sizeof e);
+        if (rc < 0) return trn_fail(err, cap, rc, "cannot read the model yaml: %s", e);
     }
     struct trn_model_opts mo;
     trn_model_opts_default(&mo);
@@ -979,7 +924,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     rc = trn_model_parse(R->model_yaml, R->model_yaml_len, o->cfg ? o->cfg : "model.yaml", &mo,
                          &R->m, e, sizeof e);
     if (rc < 0) {
-        seterr(err, cap, "%s", e[0] ? e : trn_model_strerror(rc));
+        trn_seterr(err, cap, "%s", e[0] ? e : trn_strerror(rc));
         return rc;
     }
     R->info = trn_model_info(R->m);
@@ -997,12 +942,12 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     kern_ctx_opts_default(&ko);
     ko.threads = o->threads;
     if ((rc = kern_ctx_create(&ko, &R->ctx)) < 0) {
-        seterr(err, cap, "kern context: %s", kern_strerror(rc));
+        trn_seterr(err, cap, "kern context: %s", kern_strerror(rc));
         return rc;
     }
     R->device_path = o->gpu < 0 && o->device_path;
     if (o->amp != KERN_DT_F32 && o->amp != KERN_DT_BF16 && o->amp != KERN_DT_F16) {
-        seterr(err, cap, "amp: unknown dtype %d", o->amp);
+        trn_seterr(err, cap, "amp: unknown dtype %d", o->amp);
         return -EINVAL;
     }
     if (o->amp == KERN_DT_F16) {
@@ -1010,7 +955,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         trn_amp_opts_default(&ao);
         ao.dtype = TRN_AMP_FP16;
         if ((rc = trn_amp_create(&ao, &R->amp)) < 0) {
-            seterr(err, cap, "amp: %s", trn_amp_strerror(rc));
+            trn_seterr(err, cap, "amp: %s", trn_strerror(rc));
             return rc;
         }
     }
@@ -1019,9 +964,9 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         ko.backend = KERN_BACKEND_CUDA;
         ko.device = o->gpu;
         if ((rc = kern_ctx_create(&ko, &R->gpu_ctx)) < 0) {
-            seterr(err, cap, "CUDA device %d: %s", o->gpu,
-                   rc == -KERN_EBACKEND ? "no such device, or this build has no CUDA"
-                                        : kern_strerror(rc));
+            trn_seterr(err, cap, "CUDA device %d: %s", o->gpu,
+                       rc == -KERN_EBACKEND ? "no such device, or this build has no CUDA"
+                                            : kern_strerror(rc));
             return rc;
         }
         /* NCCL's collectives on the device arenas are ordered after this context's work */
@@ -1055,12 +1000,12 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         int64_t ep, st;
         if (trn_ckpt_i64(*C, "epoch", 0, 1000000, &ep) ||
             trn_ckpt_i64(*C, "step", 0, INT64_MAX, &st)) {
-            seterr(err, cap, "%s: checkpoint metadata lacks the position", o->resume);
+            trn_seterr(err, cap, "%s: checkpoint metadata lacks the position", o->resume);
             return -TRN_TRAIN_ECKPT;
         }
         if (ep >= o->epochs) {
-            seterr(err, cap, "%s: training to %d epochs is finished, nothing to resume", o->resume,
-                   o->epochs);
+            trn_seterr(err, cap, "%s: training to %d epochs is finished, nothing to resume",
+                       o->resume, o->epochs);
             return -EINVAL;
         }
         lo.epoch = (uint32_t)ep;
@@ -1069,7 +1014,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     rc = trn_loader_create(R->data, &lo, &R->loader, e, sizeof e);
     if (rc < 0) {
         /* the loader's message carries the repack hint when the packing size is the cause */
-        seterr(err, cap, "%s: %s", o->records, e);
+        trn_seterr(err, cap, "%s: %s", o->records, e);
         return rc;
     }
     struct trn_loader_info li;
@@ -1097,7 +1042,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     trn_net_zero_grad(R->net_last);
     if (R->world > 1 &&
         !(R->acc = calloc(R->info->arena_len[TRN_ARENA_PARAM] + 1, sizeof *R->acc))) {
-        seterr(err, cap, "out of memory");
+        trn_seterr(err, cap, "out of memory");
         return -ENOMEM;
     }
 
@@ -1113,7 +1058,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     /* only rank 0 keeps the EMA (it alone validates and saves) */
     if ((rc = trn_optim_create(R->m, &oo, &R->opt)) < 0 ||
         (R->rank == 0 && (rc = trn_ema_create(R->m, &R->ema)) < 0)) {
-        seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+        trn_seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
         return rc;
     }
     if (o->resume) {
@@ -1122,7 +1067,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         R->hyp_text = hyp_yaml(&o->hyp, &R->hyp_len);
         R->opt_text = opt_yaml(R, &R->opt_len);
         if (!R->hyp_text || !R->opt_text) {
-            seterr(err, cap, "out of memory");
+            trn_seterr(err, cap, "out of memory");
             return -ENOMEM;
         }
     }
@@ -1146,12 +1091,12 @@ static int write_run_files(struct run *R, char *err, size_t cap)
     if ((rc = write_file_atomic(p, R->opt_text, R->opt_len, err, cap)) < 0) return rc;
     if (snprintf(R->weights_dir, sizeof R->weights_dir, "%s/weights", R->o.run_dir) >=
         (int)sizeof R->weights_dir) {
-        seterr(err, cap, "%s: path too long", R->o.run_dir);
+        trn_seterr(err, cap, "%s: path too long", R->o.run_dir);
         return -ENAMETOOLONG;
     }
     if (mkdir(R->weights_dir, 0777) < 0 && errno != EEXIST) {
         rc = -errno;
-        seterr(err, cap, "%s: cannot create: %s", R->weights_dir, strerror(-rc));
+        trn_seterr(err, cap, "%s: cannot create: %s", R->weights_dir, strerror(-rc));
         return rc;
     }
     /* Find an unusable weights directory now, not after the first epoch's work. */
@@ -1159,7 +1104,8 @@ static int write_run_files(struct run *R, char *err, size_t cap)
     const int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0) {
         rc = -errno;
-        seterr(err, cap, "%s: cannot write checkpoints there: %s", R->weights_dir, strerror(-rc));
+        trn_seterr(err, cap, "%s: cannot write checkpoints there: %s", R->weights_dir,
+                   strerror(-rc));
         return rc;
     }
     close(fd);
@@ -1177,7 +1123,7 @@ static int results_append(struct run *R, int epoch, const double mloss[3],
     FILE *f = fopen(path, "a");
     if (!f) {
         const int e = errno;
-        seterr(err, cap, "%s: %s", path, strerror(e));
+        trn_seterr(err, cap, "%s: %s", path, strerror(e));
         return -e;
     }
     int bad = 0;
@@ -1197,7 +1143,7 @@ static int results_append(struct run *R, int epoch, const double mloss[3],
     const int e = errno;
     bad |= fclose(f) != 0;
     if (bad) {
-        seterr(err, cap, "%s: write failed: %s", path, strerror(e ? e : EIO));
+        trn_seterr(err, cap, "%s: write failed: %s", path, strerror(e ? e : EIO));
         return e ? -e : -EIO;
     }
     return 0;
@@ -1216,8 +1162,8 @@ static int check_batch(const struct run *R, const struct trn_batch *b, const str
 {
     if (!net || (short_batch && b->n != R->last_bs) || b->height != R->o.img ||
         b->width != R->o.img || b->pixels != TRN_PIXELS_F32) {
-        seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
-               b->width, R->local_bs, R->o.img, R->o.img);
+        trn_seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
+                   b->width, R->local_bs, R->o.img, R->o.img);
         return -EINVAL;
     }
     return 0;
@@ -1228,8 +1174,8 @@ static int targets_fit(const struct trn_loss_cfg *cfg, const struct trn_batch *b
                        size_t cap)
 {
     if (b->n_targets <= (size_t)cfg->max_targets) return 0;
-    seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
-           trn_loss_strerror(-E2BIG));
+    trn_seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+               trn_loss_strerror(-E2BIG));
     return -E2BIG;
 }
 
@@ -1240,12 +1186,12 @@ static int loss_from_device(int rc, const float *raw, const struct trn_batch *b,
 {
     if (!rc) rc = trn_loss_items_from_out(raw, items);
     if (rc < 0) {
-        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
-               trn_loss_strerror(rc));
+        trn_seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+                   trn_loss_strerror(rc));
         return rc;
     }
     if (!isfinite(items->total)) {
-        seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
+        trn_seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
         return -ERANGE;
     }
     return 0;
@@ -1257,10 +1203,10 @@ static int pass_failed(const struct run *R, const struct trn_batch *b, int rc, c
                        char *err, size_t cap)
 {
     if (R->bn_sync_failed)
-        seterr(err, cap, "SyncBatchNorm all-reduce in the %s at epoch %u batch %" PRIu64 ": %s",
-               pass, b->epoch, b->step, trn_dist_error(R->dist));
+        trn_seterr(err, cap, "SyncBatchNorm all-reduce in the %s at epoch %u batch %" PRIu64 ": %s",
+                   pass, b->epoch, b->step, trn_dist_error(R->dist));
     else
-        seterr(err, cap, "%s: %s", pass, trn_net_strerror(rc));
+        trn_seterr(err, cap, "%s: %s", pass, trn_strerror(rc));
     return rc;
 }
 
@@ -1276,7 +1222,7 @@ static int backward(struct run *R, struct trn_net *net, float *const *dp, bool d
     int rc;
     if (R->overlap &&
         (rc = trn_dist_grad_begin(R->dist, R->info->arena_len[TRN_ARENA_PARAM])) < 0) {
-        seterr(err, cap, "gradient all-reduce: cannot start (%s)", trn_dist_strerror(rc));
+        trn_seterr(err, cap, "gradient all-reduce: cannot start (%s)", trn_dist_strerror(rc));
         return rc;
     }
     rc = dev ? trn_net_backward_dev(net, (const float *const *)dp)
@@ -1284,8 +1230,8 @@ static int backward(struct run *R, struct trn_net *net, float *const *dp, bool d
     const int wrc = R->overlap ? trn_dist_grad_wait(R->dist) : 0;
     if (rc >= 0 && wrc >= 0) return 0;
     if (R->grad_sync_failed || (rc >= 0 && wrc < 0)) {
-        seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
-               trn_dist_error(R->dist));
+        trn_seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
+                   b->step, trn_dist_error(R->dist));
         return rc < 0 ? rc : wrc;
     }
     return pass_failed(R, b, rc, "backward", err, cap);
@@ -1383,12 +1329,12 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
     if (b->n_targets > (size_t)INT32_MAX) return -E2BIG;
     rc = trn_loss_compute(loss, R->ctx, out, b->targets, (int)b->n_targets, dp, items);
     if (rc < 0) {
-        seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
-               trn_loss_strerror(rc));
+        trn_seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
+                   trn_loss_strerror(rc));
         return rc;
     }
     if (!isfinite(items->total)) {
-        seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
+        trn_seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
         return -ERANGE;
     }
     const size_t n_grad = R->info->arena_len[TRN_ARENA_PARAM];
@@ -1401,8 +1347,8 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
         float *bg = trn_net_grad(net);
         const size_t n = n_grad;
         if (!R->overlap && (rc = trn_dist_allreduce_f32(R->dist, bg, n)) < 0) {
-            seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
-                   b->step, trn_dist_error(R->dist));
+            trn_seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
+                       b->step, trn_dist_error(R->dist));
             return rc;
         }
         for (size_t i = 0; i < n; i++)
@@ -1423,7 +1369,7 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
     rc = R->amp ? amp_host_step(R, params, grad, b, ni, &rep)
                 : trn_optim_after_batch(R->opt, params, grad, (int)b->epoch, ni, &rep);
     if (rc < 0) {
-        seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+        trn_seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
         return rc;
     }
     for (int g = 0; g < 3; g++)
@@ -1435,13 +1381,13 @@ static int train_batch(struct run *R, const struct trn_batch *b, struct trn_loss
         if (rep.stepped)
             trn_net_zero_grad(R->net);
         else if (short_batch && (rc = trn_net_sync_grad(R->net, KERN_COPY_H2D)) < 0) {
-            seterr(err, cap, "gradient accumulation: %s", trn_net_strerror(rc));
+            trn_seterr(err, cap, "gradient accumulation: %s", trn_strerror(rc));
             return rc;
         }
     }
     if (rep.stepped && R->ema &&
         (rc = trn_ema_update(R->ema, params, trn_model_arena(R->m, TRN_ARENA_BUFFER))) < 0) {
-        seterr(err, cap, "EMA: %s", trn_optim_strerror(rc));
+        trn_seterr(err, cap, "EMA: %s", trn_optim_strerror(rc));
         return rc;
     }
     return 0;
@@ -1480,7 +1426,7 @@ static int resident_download(struct run *R, char *err, size_t cap)
     if (!R->resident) return 0;
     const int rc = resident_sync(R, KERN_COPY_D2H);
     if (rc < 0)
-        seterr(err, cap, "copying the training state from the device: %s", kern_strerror(rc));
+        trn_seterr(err, cap, "copying the training state from the device: %s", kern_strerror(rc));
     return rc;
 }
 
@@ -1549,13 +1495,13 @@ static int resident_setup(struct run *R, char *err, size_t cap)
     if (rc == 0) rc = trn_net_set_resident(R->net, true);
     if (rc == 0 && R->net_last) rc = trn_net_set_resident(R->net_last, true);
     if (rc < 0) {
-        seterr(err, cap, "the device training step: %s",
-               rc == -ENOTSUP || rc == -ENOMEM ? trn_optim_strerror(rc) : kern_strerror(rc));
+        trn_seterr(err, cap, "the device training step: %s",
+                   rc == -ENOTSUP || rc == -ENOMEM ? trn_optim_strerror(rc) : kern_strerror(rc));
         return rc;
     }
     R->resident = true;
     if ((rc = resident_sync(R, KERN_COPY_H2D)) < 0) {
-        seterr(err, cap, "copying the training state to the device: %s", kern_strerror(rc));
+        trn_seterr(err, cap, "copying the training state to the device: %s", kern_strerror(rc));
         return rc;
     }
     logline(R, "resident step: parameters, gradients, momentum%s and the loss stay in %s memory",
@@ -1618,14 +1564,14 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
             if (rc == 0) rc = trn_dist_allreduce_f32(R->dist, trn_net_grad(net), n_grad);
         }
         if (rc < 0) {
-            seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
-                   b->step, trn_dist_error(R->dist));
+            trn_seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
+                       b->step, trn_dist_error(R->dist));
             return rc;
         }
         if (!nccl) rc = trn_net_sync_grad(net, KERN_COPY_H2D);
         if (rc == 0) rc = K->add_bwd(R->dctx, R->d_acc, bg, n_grad, KERN_ACCUM_DX);
         if (rc < 0) {
-            seterr(err, cap, "gradient accumulation: %s", kern_strerror(rc));
+            trn_seterr(err, cap, "gradient accumulation: %s", kern_strerror(rc));
             return rc;
         }
         trn_net_zero_grad(net);
@@ -1633,7 +1579,7 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
     } else if (short_batch) {
         rc = K->add_bwd(R->dctx, grad, trn_net_dev_grad(R->net_last), n_grad, KERN_ACCUM_DX);
         if (rc < 0) {
-            seterr(err, cap, "gradient accumulation: %s", kern_strerror(rc));
+            trn_seterr(err, cap, "gradient accumulation: %s", kern_strerror(rc));
             return rc;
         }
         trn_net_zero_grad(R->net_last);
@@ -1644,7 +1590,7 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
     struct trn_optim_counters c;
     if ((rc = trn_optim_schedule(trn_optim_get_opts(R->opt), (int)b->epoch, ni, &sch)) < 0 ||
         (rc = trn_optim_get_counters(R->opt, &c)) < 0) {
-        seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+        trn_seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
         return rc;
     }
     for (int g = 0; g < 3; g++)
@@ -1664,15 +1610,15 @@ static int train_batch_resident(struct run *R, const struct trn_batch *b,
         rc = dcopy(R, trn_optim_dev_buffer(R->odev, 1), &sumsq, sizeof sumsq, KERN_COPY_D2H);
     if (rc == 0) rc = trn_optim_dev_zero_grad(R->odev, grad);
     if (rc < 0) {
-        seterr(err, cap, "optimizer: %s",
-               rc == -EINVAL ? trn_optim_strerror(rc) : kern_strerror(rc));
+        trn_seterr(err, cap, "optimizer: %s",
+                   rc == -EINVAL ? trn_optim_strerror(rc) : kern_strerror(rc));
         return rc;
     }
     if (R->ema) {
         rc = K->ema_update(R->dctx, R->d_ema[1], trn_net_dev_arena(R->net, TRN_ARENA_BUFFER),
                            R->info->arena_len[TRN_ARENA_BUFFER], (float)d, (float)(1.0 - d));
         if (rc < 0) {
-            seterr(err, cap, "EMA: %s", kern_strerror(rc));
+            trn_seterr(err, cap, "EMA: %s", kern_strerror(rc));
             return rc;
         }
         trn_ema_set_updates(R->ema, upd);
@@ -1747,7 +1693,7 @@ static int graph_setup(struct run *R, char *err, size_t cap)
         rc = ffio_pinned_alloc(2 * sizeof(struct graph_stage),
                                R->gpu_ctx ? 0u : FFIO_PINNED_HOST_ONLY, &R->stage);
     if (rc < 0) {
-        seterr(err, cap, "cuda graph buffers: %s", kern_strerror(rc));
+        trn_seterr(err, cap, "cuda graph buffers: %s", kern_strerror(rc));
         return rc;
     }
     for (int k = 0; k < 2; k++) {
@@ -1815,7 +1761,7 @@ static int train_batch_graph(struct run *R, const struct trn_batch *b, struct tr
     struct trn_optim_counters c;
     if ((rc = trn_optim_schedule(trn_optim_get_opts(R->opt), (int)b->epoch, ni, &sch)) < 0 ||
         (rc = trn_optim_get_counters(R->opt, &c)) < 0) {
-        seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+        trn_seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
         return rc;
     }
     for (int g = 0; g < 3; g++)
@@ -1829,7 +1775,7 @@ static int train_batch_graph(struct run *R, const struct trn_batch *b, struct tr
                                                     .ema = R->ema ? R->d_ema[0] : NULL,
                                                     .ema_decay = trn_ema_decay(upd) };
         if ((rc = trn_optim_dev_dyn_fill(R->odev, &sch, &so, &st->dyn)) < 0) {
-            seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
+            trn_seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
             return rc;
         }
     }
@@ -1846,7 +1792,7 @@ static int train_batch_graph(struct run *R, const struct trn_batch *b, struct tr
     if (!rc) rc = kern_mem_copy(R->dctx, R->d_nt, &st->nt, sizeof st->nt, KERN_COPY_H2D);
     if (!rc && k) rc = kern_mem_copy(R->dctx, R->d_dyn, &st->dyn, sizeof st->dyn, KERN_COPY_H2D);
     if (rc < 0) {
-        seterr(err, cap, "uploading the batch: %s", kern_strerror(rc));
+        trn_seterr(err, cap, "uploading the batch: %s", kern_strerror(rc));
         return rc;
     }
     /* a workspace that grew since the capture is a new buffer: the graphs' pointers are stale */
@@ -1859,7 +1805,7 @@ static int train_batch_graph(struct run *R, const struct trn_batch *b, struct tr
     /* the AMP weights made current outside the graph, so that no capture depends on whether
      * they were stale then (net.h AMP WEIGHTS) */
     if ((rc = trn_net_lowp_refresh(R->net)) < 0) {
-        seterr(err, cap, "AMP weights: %s", trn_net_strerror(rc));
+        trn_seterr(err, cap, "AMP weights: %s", trn_strerror(rc));
         return rc;
     }
     bool ran = false;
@@ -1896,10 +1842,10 @@ static int train_batch_graph(struct run *R, const struct trn_batch *b, struct tr
         R->g_direct_all++;
     }
     if (rc < 0) {
-        seterr(err, cap, "%s at epoch %u batch %" PRIu64 ": %s", R->g_phase, b->epoch, b->step,
-               !strcmp(R->g_phase, "loss")        ? trn_loss_strerror(rc)
-               : !strcmp(R->g_phase, "optimizer") ? trn_optim_strerror(rc)
-                                                  : trn_net_strerror(rc));
+        trn_seterr(err, cap, "%s at epoch %u batch %" PRIu64 ": %s", R->g_phase, b->epoch, b->step,
+                   !strcmp(R->g_phase, "loss")        ? trn_loss_strerror(rc)
+                   : !strcmp(R->g_phase, "optimizer") ? trn_optim_strerror(rc)
+                                                      : trn_strerror(rc));
         return rc;
     }
     /* the host's share of the step */
@@ -1991,7 +1937,7 @@ static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn
     char e[768] = "";
     const int rc = trn_val_run(m, R->val_data, &vo, &vr, e, sizeof e);
     if (rc < 0) {
-        seterr(err, cap, "%s: %s", R->o.val_records, e[0] ? e : trn_val_strerror(rc));
+        trn_seterr(err, cap, "%s: %s", R->o.val_records, e[0] ? e : trn_strerror(rc));
     } else {
         logline(R, "%22s%11s%11s%11s%11s%11s%11s", "Class", "Images", "Instances", "P", "R",
                 "mAP50", "mAP50-95");
@@ -2023,7 +1969,7 @@ static int validate_epoch(struct run *R, int epoch, bool run, struct trn_train_m
     if (R->o.validate) {
         rc = R->o.validate(R->o.validate_ctx, R->m, epoch, mt);
         if (rc < 0)
-            seterr(err, cap, "validation of epoch %d failed: %s", epoch, trn_train_strerror(rc));
+            trn_seterr(err, cap, "validation of epoch %d failed: %s", epoch, trn_strerror(rc));
     } else {
         rc = builtin_val(R, R->m, false, mt, err, cap);
     }
@@ -2073,7 +2019,7 @@ static int dist_start(struct run *R, char *err, size_t cap)
         const int rc = trn_dist_broadcast(R->dist, trn_model_arena(R->m, arena[k]),
                                           I->arena_len[arena[k]] * esz, false);
         if (rc < 0) {
-            seterr(err, cap, "broadcasting rank 0's weights: %s", trn_dist_error(R->dist));
+            trn_seterr(err, cap, "broadcasting rank 0's weights: %s", trn_dist_error(R->dist));
             return rc;
         }
     }
@@ -2090,20 +2036,20 @@ static int dist_epoch_sync(struct run *R, int epoch, int rc0, bool *early, char 
     const int rc = trn_dist_allreduce_i64(R->dist, v, 4, TRN_DIST_MIN);
     if (rc < 0) {
         if (rc0 < 0) return rc0;
-        seterr(err, cap, "end of epoch %d: %s", epoch, trn_dist_error(R->dist));
+        trn_seterr(err, cap, "end of epoch %d: %s", epoch, trn_dist_error(R->dist));
         return rc;
     }
     if (rc0 < 0) return rc0;
     if (v[0] < 0) {
-        seterr(err, cap, "another rank failed at the end of epoch %d (rank 0's log says why)",
-               epoch);
+        trn_seterr(err, cap, "another rank failed at the end of epoch %d (rank 0's log says why)",
+                   epoch);
         return -ECANCELED;
     }
     if (v[2] != -v[3]) {
-        seterr(err, cap,
-               "the ranks' weights differ after epoch %d (digest %" PRId64 " here, %" PRId64
-               " .. %" PRId64 " over the ranks)",
-               epoch, h, v[2], -v[3]);
+        trn_seterr(err, cap,
+                   "the ranks' weights differ after epoch %d (digest %" PRId64 " here, %" PRId64
+                   " .. %" PRId64 " over the ranks)",
+                   epoch, h, v[2], -v[3]);
         return -EPROTO;
     }
     *early = v[1] < 0;
@@ -2115,7 +2061,7 @@ static int dist_stop_vote(struct run *R, int64_t *sig, char *err, size_t cap)
 {
     if (R->world == 1) return 0;
     const int rc = trn_dist_allreduce_i64(R->dist, sig, 1, TRN_DIST_MAX);
-    if (rc < 0) seterr(err, cap, "agreeing on a stop: %s", trn_dist_error(R->dist));
+    if (rc < 0) trn_seterr(err, cap, "agreeing on a stop: %s", trn_dist_error(R->dist));
     return rc;
 }
 
@@ -2127,11 +2073,11 @@ static int dist_status(struct run *R, int rc0, const char *what, char *err, size
     const int rc = trn_dist_allreduce_i64(R->dist, &v, 1, TRN_DIST_MIN);
     if (rc0 < 0) return rc0;
     if (rc < 0) {
-        seterr(err, cap, "%s: %s", what, trn_dist_error(R->dist));
+        trn_seterr(err, cap, "%s: %s", what, trn_dist_error(R->dist));
         return rc;
     }
     if (v < 0) {
-        seterr(err, cap, "rank 0 failed: %s (its log says why)", what);
+        trn_seterr(err, cap, "rank 0 failed: %s (its log says why)", what);
         return -ECANCELED;
     }
     return 0;
@@ -2145,7 +2091,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     if (!opts || (!opts->run_dir && rank == 0) ||
         (!opts->resume && (!opts->records || !opts->cfg)) || opts->img < 32 ||
         opts->batch_size < 1 || opts->epochs < 1 || (unsigned)opts->optimizer > TRN_OPTIM_ADAMW) {
-        seterr(err, err_cap, "bad training options");
+        trn_seterr(err, err_cap, "bad training options");
         return -EINVAL;
     }
     struct run *R = calloc(1, sizeof *R);
@@ -2163,7 +2109,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     if (R->rank == 0 && !R->o.validate && R->o.val_records) {
         char e[768] = "";
         if ((rc = ffr_reader_open(&R->val_data, R->o.val_records, NULL, e, sizeof e)) < 0) {
-            seterr(err, err_cap, "%s", e[0] ? e : ffr_strerror(rc));
+            trn_seterr(err, err_cap, "%s", e[0] ? e : ffr_strerror(rc));
             goto out;
         }
         size_t ml = 0;
@@ -2210,12 +2156,12 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     while (R->epoch < R->o.epochs) {
         struct trn_batch b;
         if ((rc = trn_loader_next(R->loader, &b)) < 0) {
-            seterr(err, err_cap, "%s: %s", R->o.records, trn_loader_error(R->loader));
+            trn_seterr(err, err_cap, "%s: %s", R->o.records, trn_loader_error(R->loader));
             goto out;
         }
         if (b.epoch != (uint32_t)R->epoch || b.step != (uint64_t)R->step) {
-            seterr(err, err_cap, "loader out of step (epoch %u batch %" PRIu64 ")", b.epoch,
-                   b.step);
+            trn_seterr(err, err_cap, "loader out of step (epoch %u batch %" PRIu64 ")", b.epoch,
+                       b.step);
             rc = -EIO;
             goto out;
         }
@@ -2303,7 +2249,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         snprintf(csv, sizeof csv, "%s/results.csv", R->o.run_dir);
         snprintf(png, sizeof png, "%s/results.png", R->o.run_dir);
         if ((rc = trn_plot_results(csv, png, e, sizeof e)) < 0) {
-            seterr(err, err_cap, "results.png: %s", e);
+            trn_seterr(err, err_cap, "results.png: %s", e);
             goto out;
         }
         logline(R, "%d epochs completed in %.3f hours.", R->epoch, (now_s() - t0) / 3600);

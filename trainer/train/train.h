@@ -97,7 +97,7 @@
  * -ENOMEM, -ENOENT, -EACCES, -ENOSPC, -EIO from files), -TRN_TRAIN_ECKPT (a checkpoint that
  * does not parse or does not fit the model), or the codes of the modules below (ffr, model, net,
  * loss, optim, loader, ptload). `err` always gets one line naming the file or the stage.
- * trn_train_strerror names the codes. The library never prints (lines go to opts.log) and never
+ * trn_strerror names the codes. The library never prints (lines go to opts.log) and never
  * exits.
  *
  * THREADS. One call at a time per run directory; the function uses the calling thread, the
@@ -254,9 +254,6 @@ int trn_train_run(const struct trn_train_opts *o, struct trn_train_result *res, 
  * snprintf).
  */
 int trn_train_results_header(char *dst, size_t dst_cap);
-
-/* A message for any code returned above. */
-const char *trn_train_strerror(int rc);
 
 #ifdef __cplusplus
 }

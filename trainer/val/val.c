@@ -18,6 +18,8 @@
 #include "net.h"
 #include "nms.h"
 #include "tta.h"
+#include "errors.h"
+#include "util.h"
 
 void trn_val_opts_default(struct trn_val_opts *o)
 {
@@ -58,28 +60,11 @@ void trn_val_dets_to_rows(const struct trn_det *dets, size_t n, int image, float
     }
 }
 
-const char *trn_val_strerror(int rc)
-{
-    const int c = rc < 0 ? -rc : rc;
-    if ((c >= TRN_MODEL_ESYNTAX && c <= TRN_MODEL_ESHAPE) || (c >= 2000 && c < 2100))
-        return trn_net_strerror(rc);
-    return trn_loader_strerror(rc);
-}
-
 static double now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void say(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
 }
 
 static void logf_(const struct trn_val_opts *o, const char *fmt, ...)
@@ -111,7 +96,7 @@ static int read_image_ids(const struct ffr_reader *r, const struct trn_val_opts 
     struct ffr_decoder *dec = NULL;
     int rc = ffr_decoder_create(&dec);
     if (rc < 0) {
-        say(err, err_cap, "reading image ids: %s", ffr_strerror(rc));
+        trn_seterr(err, err_cap, "reading image ids: %s", ffr_strerror(rc));
         return rc;
     }
     void *buf = NULL;
@@ -133,14 +118,14 @@ static int read_image_ids(const struct ffr_reader *r, const struct trn_val_opts 
         const int64_t got = ffr_reader_read(r, dec, i, buf, cap);
         if (got < 0) {
             rc = (int)got;
-            say(err, err_cap, "record %" PRIu64 ": %s", i, ffr_strerror(rc));
+            trn_seterr(err, err_cap, "record %" PRIu64 ": %s", i, ffr_strerror(rc));
             break;
         }
         struct ffr_det_sample s;
         rc = ffr_det_decode(buf, (size_t)got, &s);
         if (rc < 0) {
-            say(err, err_cap, "record %" PRIu64 ": not a detection sample: %s", i,
-                ffr_strerror(rc));
+            trn_seterr(err, err_cap, "record %" PRIu64 ": not a detection sample: %s", i,
+                       ffr_strerror(rc));
             break;
         }
         ids[i] = s.image_id;
@@ -149,7 +134,7 @@ static int read_image_ids(const struct ffr_reader *r, const struct trn_val_opts 
             fallback++;
         }
     }
-    if (rc == -ENOMEM) say(err, err_cap, "reading image ids: out of memory");
+    if (rc == -ENOMEM) trn_seterr(err, err_cap, "reading image ids: out of memory");
     if (rc == 0 && fallback)
         logf_(o,
               "%" PRIu64 " records have no numeric image id: their record numbers are used as "
@@ -214,7 +199,7 @@ static int keep_raw(struct state *s, const struct trn_batch *b, int c0, int cn, 
     const float *outs[TRN_MODEL_MAX_LEVELS];
     rc = trn_net_forward(net, s->stage, false, outs);
     if (rc < 0) {
-        say(err, err_cap, "forward for the val loss: %s", trn_net_strerror(rc));
+        trn_seterr(err, err_cap, "forward for the val loss: %s", trn_strerror(rc));
         return rc;
     }
     for (int l = 0; l < trn_net_levels(net); l++) {
@@ -226,7 +211,7 @@ static int keep_raw(struct state *s, const struct trn_batch *b, int c0, int cn, 
             free(s->raw[l]);
             s->raw_cap[l] = 0;
             if (!(s->raw[l] = malloc(per * (size_t)bn * sizeof(float)))) {
-                say(err, err_cap, "out of memory");
+                trn_seterr(err, err_cap, "out of memory");
                 return -ENOMEM;
             }
             s->raw_cap[l] = per * (size_t)bn;
@@ -264,7 +249,7 @@ static int batch_loss(struct state *s, struct trn_model *m, const struct trn_val
                               &it);
     trn_loss_destroy(L);
     if (rc < 0) {
-        say(err, err_cap, "val loss of step %" PRIu64 ": %s", step, trn_loss_strerror(rc));
+        trn_seterr(err, err_cap, "val loss of step %" PRIu64 ": %s", step, trn_loss_strerror(rc));
         return rc;
     }
     sum[0] += it.lbox;
@@ -279,11 +264,12 @@ static int check_opts(const struct trn_val_opts *o, int nc, char *err, size_t er
         o->micro_batch > o->batch_size || !(o->conf_thres >= 0 && o->conf_thres < 1) ||
         !(o->iou_thres >= 0 && o->iou_thres <= 1) || o->max_det < 1 || o->max_batches < 0 ||
         (o->amp != KERN_DT_F32 && o->amp != KERN_DT_F16 && o->amp != KERN_DT_BF16)) {
-        say(err, err_cap, "bad validation options");
+        trn_seterr(err, err_cap, "bad validation options");
         return -EINVAL;
     }
     if (o->save_json && o->coco91 && nc > 80) {
-        say(err, err_cap, "COCO 91-id mapping asked for a model with %d classes (at most 80)", nc);
+        trn_seterr(err, err_cap,
+                   "COCO 91-id mapping asked for a model with %d classes (at most 80)", nc);
         return -EINVAL;
     }
     return 0;
@@ -299,8 +285,9 @@ static int image_labels(struct state *s, const struct trn_batch *b, int i, int n
         if ((int)row[0] != i) continue;
         const float c = row[1];
         if (!(c >= 0 && c < (float)nc)) {
-            say(err, err_cap, "record %" PRIu64 ": label class %g is not one of the model's %d",
-                b->info[i].index, (double)c, nc);
+            trn_seterr(err, err_cap,
+                       "record %" PRIu64 ": label class %g is not one of the model's %d",
+                       b->info[i].index, (double)c, nc);
             return -EINVAL;
         }
         if ((size_t)n == s->label_cap) {
@@ -362,7 +349,7 @@ static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_
     const int nd =
         trn_nms_run(s->nms, pred, (size_t)rows, (size_t)no, nc, &no_, s->dets, (size_t)o->max_det);
     if (nd < 0) {
-        say(err, err_cap, "NMS of record %" PRIu64 ": %s", bi->index, trn_nms_strerror(nd));
+        trn_seterr(err, err_cap, "NMS of record %" PRIu64 ": %s", bi->index, trn_strerror(nd));
         return nd;
     }
     if (plot && nd > 0) {
@@ -381,21 +368,21 @@ static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_
     /* shapes[si][1][0][0] = h / h0: the record's load_image resize (the letterbox ratio is 1 in
      * validation; kept as a factor so that any other value is still honoured) */
     if (bi->h0 < 1 || bi->w0 < 1 || bi->h < 1) {
-        say(err, err_cap, "record %" PRIu64 ": bad image size", bi->index);
+        trn_seterr(err, err_cap, "record %" PRIu64 ": bad image size", bi->index);
         return -EINVAL;
     }
     const double gain = (double)bi->ratio_h * ((double)bi->h / (double)bi->h0);
     int nl = 0;
     int rc = image_labels(s, b, i, nc, gain, &nl, err, err_cap);
     if (rc < 0) {
-        if (rc == -ENOMEM) say(err, err_cap, "out of memory");
+        if (rc == -ENOMEM) trn_seterr(err, err_cap, "out of memory");
         return rc;
     }
     rc = trn_scale_dets(s->dets, (size_t)nd, gain, bi->pad_w, bi->pad_h, (int)bi->w0, (int)bi->h0);
     if (rc == 0) rc = trn_val_stats_add(s->stats, s->dets, (size_t)nd, s->labels, (size_t)nl);
     if (rc == 0) rc = trn_confusion_add(s->cm, s->dets, (size_t)nd, s->labels, (size_t)nl);
     if (rc < 0) {
-        say(err, err_cap, "record %" PRIu64 ": metrics: %s", bi->index, trn_metrics_strerror(rc));
+        trn_seterr(err, err_cap, "record %" PRIu64 ": metrics: %s", bi->index, trn_strerror(rc));
         return rc;
     }
     res->n_dets += nd;
@@ -403,7 +390,7 @@ static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_
         s->seen_rec[bi->index] = 1;
         rc = add_coco(s, res, o, s->ids[bi->index], (size_t)nd);
         if (rc < 0) {
-            say(err, err_cap, "out of memory");
+            trn_seterr(err, err_cap, "out of memory");
             return rc;
         }
     }
@@ -439,7 +426,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     if (!res) return -EINVAL;
     memset(res, 0, sizeof *res);
     if (!models || n_models < 1 || !models[0] || !r) {
-        say(err, err_cap, "no model or dataset");
+        trn_seterr(err, err_cap, "no model or dataset");
         return -EINVAL;
     }
     struct trn_model *m = models[0];
@@ -453,7 +440,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     int rc = check_opts(&o, nc, err, err_cap);
     if (rc < 0) return rc;
     if (o.loss_hyp && n_models > 1) {
-        say(err, err_cap, "val losses are for one model, not an ensemble");
+        trn_seterr(err, err_cap, "val losses are for one model, not an ensemble");
         return -EINVAL;
     }
     res->nc = nc;
@@ -481,7 +468,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
         s.seen_rec = calloc(n_records ? n_records : 1, 1);
         if (!s.ids || !s.seen_rec) {
             rc = -ENOMEM;
-            say(err, err_cap, "out of memory");
+            trn_seterr(err, err_cap, "out of memory");
             goto out;
         }
         rc = read_image_ids(r, &o, s.ids, err, err_cap);
@@ -504,7 +491,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     char msg[512] = "";
     rc = trn_loader_create(r, &lo, &s.loader, msg, sizeof msg);
     if (rc < 0) {
-        say(err, err_cap, "%s", msg[0] ? msg : trn_loader_strerror(rc));
+        trn_seterr(err, err_cap, "%s", msg[0] ? msg : trn_strerror(rc));
         goto out;
     }
     struct trn_loader_info li;
@@ -517,12 +504,12 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     s.dets = malloc((size_t)o.max_det * sizeof *s.dets);
     if (!s.stage || !s.dets) {
         rc = -ENOMEM;
-        say(err, err_cap, "out of memory");
+        trn_seterr(err, err_cap, "out of memory");
         goto out;
     }
     if ((rc = trn_nms_create(&s.nms)) < 0 || (rc = trn_val_stats_create(nc, &s.stats)) < 0 ||
         (rc = trn_confusion_create(nc, 0.25f, 0.45f, &s.cm)) < 0) {
-        say(err, err_cap, "%s", trn_metrics_strerror(rc));
+        trn_seterr(err, err_cap, "%s", trn_strerror(rc));
         goto out;
     }
 
@@ -530,7 +517,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
         struct kern_ctx_opts ko;
         kern_ctx_opts_default(&ko);
         if ((rc = kern_ctx_create(&ko, &s.loss_ctx)) < 0) {
-            say(err, err_cap, "kern context: %s", kern_strerror(rc));
+            trn_seterr(err, err_cap, "kern context: %s", kern_strerror(rc));
             goto out;
         }
     }
@@ -543,7 +530,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
         struct trn_batch b;
         rc = trn_loader_next(s.loader, &b);
         if (rc < 0) {
-            say(err, err_cap, "%s", trn_loader_error(s.loader));
+            trn_seterr(err, err_cap, "%s", trn_loader_error(s.loader));
             goto out;
         }
         double t1 = now_ms();
@@ -566,8 +553,8 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
             char why[384] = "";
             rc = trn_tta_infer(s.tta, s.stage, b.height, b.width, &out, &rows, why, sizeof why);
             if (rc < 0) {
-                say(err, err_cap, "forward of step %" PRIu64 ": %s", step,
-                    why[0] ? why : trn_net_strerror(rc));
+                trn_seterr(err, err_cap, "forward of step %" PRIu64 ": %s", step,
+                           why[0] ? why : trn_strerror(rc));
                 goto out;
             }
             t1 = now_ms();
@@ -590,7 +577,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     res->seen = trn_val_stats_seen(s.stats);
     rc = trn_val_stats_compute(s.stats, &res->ap);
     if (rc < 0) {
-        say(err, err_cap, "ap_per_class: %s", trn_metrics_strerror(rc));
+        trn_seterr(err, err_cap, "ap_per_class: %s", trn_strerror(rc));
         goto out;
     }
     res->n_labels = res->ap.n_labels;
@@ -608,7 +595,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     res->confusion = malloc(cm_len * sizeof *res->confusion);
     if (!res->confusion) {
         rc = -ENOMEM;
-        say(err, err_cap, "out of memory");
+        trn_seterr(err, err_cap, "out of memory");
         goto out;
     }
     memcpy(res->confusion, trn_confusion_matrix(s.cm), cm_len * sizeof *res->confusion);
@@ -631,7 +618,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
         res->image_ids = malloc((n ? n : 1) * sizeof *res->image_ids);
         if (!res->image_ids) {
             rc = -ENOMEM;
-            say(err, err_cap, "out of memory");
+            trn_seterr(err, err_cap, "out of memory");
             goto out;
         }
         n = 0;

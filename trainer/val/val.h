@@ -23,7 +23,7 @@
  * replaced an image would report numbers for another dataset).
  *
  * Errors: negative codes: -EINVAL (bad argument, a label class outside the model's classes),
- * -ENOMEM, and the codes of the loader, the net, NMS / metrics and the plots (trn_val_strerror
+ * -ENOMEM, and the codes of the loader, the net, NMS / metrics and the plots (trn_strerror
  * names them all); functions taking (err, err_cap) write one line naming the dataset and the
  * record or step. The library never prints and never exits.
  *
@@ -160,9 +160,6 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
  * pixels) as rows [image, cls, cx, cy, w, h, conf] (float32) into rows (7 * n floats, out).
  */
 void trn_val_dets_to_rows(const struct trn_det *dets, size_t n, int image, float *rows);
-
-/* A static string naming any code trn_val_run returns. */
-const char *trn_val_strerror(int rc);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include <yaml.h>
 
 #include "weights.h"
+#include "util.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoints store arenas as raw little-endian bytes"
@@ -37,17 +38,6 @@ struct trn_ckpt {
     int64_t rec[TRN_CKPT_N_RECORDS];
 };
 
-static void seterr(char *err, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
-
 const char *trn_ckpt_record_name(int k)
 {
     return k >= 0 && k < TRN_CKPT_N_RECORDS ? record_names[k] : NULL;
@@ -62,7 +52,7 @@ int trn_ckpt_write(const char *path, const struct trn_ckpt_src rec[TRN_CKPT_N_RE
     struct ffr_writer *w = NULL;
     int rc = ffr_writer_open(&w, path, &wo);
     if (rc < 0) {
-        seterr(err, cap, "%s: cannot write the checkpoint: %s", path, ffr_strerror(rc));
+        trn_seterr(err, cap, "%s: cannot write the checkpoint: %s", path, ffr_strerror(rc));
         return rc;
     }
     for (int k = 0; k < TRN_CKPT_N_RECORDS && rc == 0; k++)
@@ -74,10 +64,10 @@ int trn_ckpt_write(const char *path, const struct trn_ckpt_src rec[TRN_CKPT_N_RE
         rc = ffr_writer_close(w);
     }
     if (rc < 0)
-        seterr(err, cap,
-               "%s: writing the checkpoint failed: %s (the previous file, if any, is "
-               "kept)",
-               path, ffr_strerror(rc));
+        trn_seterr(err, cap,
+                   "%s: writing the checkpoint failed: %s (the previous file, if any, is "
+                   "kept)",
+                   path, ffr_strerror(rc));
     return rc;
 }
 
@@ -170,7 +160,7 @@ int trn_ckpt_adopt(struct ffr_reader *r, const char *path, struct trn_ckpt **out
         free(c);
         free(p);
         ffr_reader_close(r);
-        seterr(err, cap, "%s: out of memory", path);
+        trn_seterr(err, cap, "%s: out of memory", path);
         return -ENOMEM;
     }
     c->r = r;
@@ -180,8 +170,8 @@ int trn_ckpt_adopt(struct ffr_reader *r, const char *path, struct trn_ckpt **out
     int rc = meta_parse(mt, mlen, &c->meta);
     const char *fmt = rc == 0 ? trn_ckpt_get(c, "format") : NULL;
     if (rc < 0 || !fmt || strcmp(fmt, TRN_CKPT_FORMAT)) {
-        seterr(err, cap, "%s: not a yolo-train checkpoint (metadata format is not %s)", path,
-               TRN_CKPT_FORMAT);
+        trn_seterr(err, cap, "%s: not a yolo-train checkpoint (metadata format is not %s)", path,
+                   TRN_CKPT_FORMAT);
         trn_ckpt_close(c);
         return rc == -ENOMEM ? rc : -TRN_CKPT_EBAD;
     }
@@ -198,7 +188,7 @@ int trn_ckpt_adopt(struct ffr_reader *r, const char *path, struct trn_ckpt **out
     }
     for (int k = 0; k < TRN_CKPT_N_RECORDS; k++)
         if (c->rec[k] < 0) {
-            seterr(err, cap, "%s: checkpoint has no record '%s'", path, record_names[k]);
+            trn_seterr(err, cap, "%s: checkpoint has no record '%s'", path, record_names[k]);
             trn_ckpt_close(c);
             return -TRN_CKPT_EBAD;
         }
@@ -213,7 +203,7 @@ int trn_ckpt_open(const char *path, struct trn_ckpt **out, char *err, size_t cap
     struct ffr_reader *r = NULL;
     const int rc = ffr_reader_open(&r, path, NULL, e, sizeof e);
     if (rc < 0) {
-        seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
+        trn_seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
         return rc;
     }
     return trn_ckpt_adopt(r, path, out, err, cap);
@@ -269,9 +259,9 @@ int trn_ckpt_read(const struct trn_ckpt *c, int k, void *dst, size_t bytes, char
         rc = got < 0 ? (int)got : got == (int64_t)bytes ? 0 : -TRN_CKPT_EBAD;
     }
     if (rc < 0)
-        seterr(err, cap, "%s: record '%s': %s%s", c->path, record_names[k],
-               rc == -TRN_CKPT_EBAD ? "size does not fit the model" : ffr_strerror(rc),
-               rc == -TRN_CKPT_EBAD ? " (a checkpoint of another model?)" : "");
+        trn_seterr(err, cap, "%s: record '%s': %s%s", c->path, record_names[k],
+                   rc == -TRN_CKPT_EBAD ? "size does not fit the model" : ffr_strerror(rc),
+                   rc == -TRN_CKPT_EBAD ? " (a checkpoint of another model?)" : "");
     return rc;
 }
 

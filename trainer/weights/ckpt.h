@@ -24,13 +24,11 @@
 #include "ffr.h"
 #include "model.h"
 
+#include "errors.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* A checkpoint that does not parse or does not fit the model (returned negated). Pinned: it is
- * TRN_TRAIN_ECKPT too. */
-#define TRN_CKPT_EBAD 4801
 
 /* The format tag in the metadata. */
 #define TRN_CKPT_FORMAT "ffyolo-ckpt-1"

@@ -36,7 +36,7 @@
  * ERRORS. Functions return 0 or a negative code: -EINVAL (bad options, an image size that is not
  * a multiple of the largest stride), -ENOMEM, -EFBIG (a file too large for the format), -errno
  * of creating or writing the file (-ENOENT, -EACCES, -ENOSPC, -EIO, ...), -TRN_EXPORT_E*.
- * trn_export_strerror names each. (err, err_cap) get one line naming the file. The library never
+ * trn_strerror names each. (err, err_cap) get one line naming the file. The library never
  * prints and never exits. Files are written to a temporary beside the target and renamed, so a
  * failed export leaves no partial file.
  *
@@ -51,13 +51,13 @@
 
 #include "model.h"
 
+#include "errors.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Error codes, returned negated. Above every errno value; pinned once released. */
-#define TRN_EXPORT_EPROTOBUF 5101 /* protobuf-c could not serialise the model */
-#define TRN_EXPORT_EMODEL    5102 /* the model has something the exporter cannot express */
+/* Error codes (TRN_EXPORT_E*, returned negated) are in errors.h, named by trn_strerror. */
 
 /* ONNX opsets the graph is written for (the ops used mean the same in each). */
 #define TRN_EXPORT_OPSET_MIN     12
@@ -117,9 +117,6 @@ int trn_export_write_file(const char *path, const void *buf, size_t len, char *e
 
 /* The fp16 bits of x, rounded to nearest even (overflow to inf, NaN kept). */
 uint16_t trn_export_f16_bits(float x);
-
-/* A message for any code returned above. */
-const char *trn_export_strerror(int rc);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,8 @@
 #include "export.h"
 #include "ffyolo_config.h"
 #include "onnx.pb-c.h"
+#include "errors.h"
+#include "util.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "raw_data is written in host order: little-endian hosts only"
@@ -62,19 +64,12 @@ static int gb_fail(struct gb *g, int rc, const char *fmt, ...)
     return rc;
 }
 
+/* Room for one more element in the builder's array arr (*n used of *cap). */
 static bool grow(struct gb *g, void *arr, size_t *n, size_t *cap, size_t elem)
 {
-    void **a = arr;
-    if (*n < *cap) return true;
-    const size_t c = *cap ? 2 * *cap : 256;
-    void *p = realloc(*a, c * elem);
-    if (!p) {
-        gb_fail(g, -ENOMEM, "out of memory");
-        return false;
-    }
-    *a = p;
-    *cap = c;
-    return true;
+    if (trn_grow(arr, cap, *n + 1, elem) == 0) return true;
+    gb_fail(g, -ENOMEM, "out of memory");
+    return false;
 }
 
 /* Zeroed memory owned by the builder; NULL after an error. */
@@ -945,8 +940,7 @@ int trn_export_onnx(const struct trn_model *m, const struct trn_export_opts *o, 
     char why[256] = "";
     int rc = trn_export_onnx_mem(m, o, &buf, &len, why, sizeof why);
     if (rc < 0) {
-        if (err && err_cap)
-            snprintf(err, err_cap, "%s: %s", path, why[0] ? why : trn_export_strerror(rc));
+        if (err && err_cap) snprintf(err, err_cap, "%s: %s", path, why[0] ? why : trn_strerror(rc));
         return rc;
     }
     rc = trn_export_write_file(path, buf, len, err, err_cap);

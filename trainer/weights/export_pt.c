@@ -26,25 +26,13 @@
 #include <zlib.h>
 
 #include "export.h"
+#include "util.h"
 
 #define PT_ARCHIVE    "archive/"
 #define PT_ALIGN      64
 #define PT_BATCH      1000 /* pickle's SETITEMS batch */
 #define ZIP_LIMIT     0xfffffffeull
 #define DOS_DATE_1980 0x0021 /* 1980-01-01 */
-
-static int fail(char *err, size_t cap, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t cap, int rc, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Shared helpers                                                                           */
@@ -81,11 +69,11 @@ int trn_export_write_file(const char *path, const void *buf, size_t len, char *e
     if (!path || (!buf && len)) return -EINVAL;
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= sizeof tmp)
-        return fail(err, err_cap, -ENAMETOOLONG, "%s: path too long", path);
+        return trn_fail(err, err_cap, -ENAMETOOLONG, "%s: path too long", path);
     const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         const int e = errno;
-        return fail(err, err_cap, -e, "%s: cannot create: %s", path, strerror(e));
+        return trn_fail(err, err_cap, -e, "%s: cannot create: %s", path, strerror(e));
     }
     const uint8_t *p = buf;
     size_t left = len;
@@ -105,23 +93,9 @@ int trn_export_write_file(const char *path, const void *buf, size_t len, char *e
     if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
     if (rc < 0) {
         unlink(tmp);
-        return fail(err, err_cap, rc, "%s: cannot write: %s", path, strerror(-rc));
+        return trn_fail(err, err_cap, rc, "%s: cannot write: %s", path, strerror(-rc));
     }
     return 0;
-}
-
-const char *trn_export_strerror(int rc)
-{
-    switch (-rc) {
-    case 0:
-        return "success";
-    case TRN_EXPORT_EPROTOBUF:
-        return "protobuf-c could not serialise the model";
-    case TRN_EXPORT_EMODEL:
-        return "the model has something the exporter cannot express";
-    default:
-        return rc < 0 && -rc < 4096 ? strerror(-rc) : "unknown error";
-    }
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -453,8 +427,8 @@ int trn_export_pt_mem(const struct trn_model *m, bool half, uint8_t **buf, size_
     free(z.e);
     if (rc < 0) {
         free(z.b.p);
-        return fail(err, err_cap, rc, "state dict of %d tensors: %s", info->n_tensors,
-                    rc == -EFBIG ? "over 4 GiB (zip64 is not written)" : strerror(-rc));
+        return trn_fail(err, err_cap, rc, "state dict of %d tensors: %s", info->n_tensors,
+                        rc == -EFBIG ? "over 4 GiB (zip64 is not written)" : strerror(-rc));
     }
     *buf = z.b.p;
     *len = z.b.n;
@@ -468,7 +442,7 @@ int trn_export_pt(const struct trn_model *m, bool half, const char *path, char *
     size_t len = 0;
     char why[256] = "";
     int rc = trn_export_pt_mem(m, half, &buf, &len, why, sizeof why);
-    if (rc < 0) return fail(err, err_cap, rc, "%s: %s", path, why);
+    if (rc < 0) return trn_fail(err, err_cap, rc, "%s: %s", path, why);
     rc = trn_export_write_file(path, buf, len, err, err_cap);
     free(buf);
     return rc;

@@ -29,28 +29,6 @@ int pt_fail(struct trn_pt *pt, int rc, const char *fmt, ...)
     return rc;
 }
 
-const char *trn_pt_strerror(int rc)
-{
-    switch (-rc) {
-    case TRN_PT_EZIP:
-        return "malformed zip archive";
-    case TRN_PT_ECRC:
-        return "zip entry CRC mismatch";
-    case TRN_PT_EPICKLE:
-        return "malformed pickle";
-    case TRN_PT_ELIMIT:
-        return "checkpoint exceeds a reader limit";
-    case TRN_PT_EUNSUPPORTED:
-        return "unsupported checkpoint feature";
-    case TRN_PT_ESTRUCT:
-        return "checkpoint lacks the expected structure";
-    case TRN_PT_EMISMATCH:
-        return "checkpoint does not match the model";
-    default:
-        return rc < 0 ? strerror(-rc) : "success";
-    }
-}
-
 size_t trn_pt_dtype_size(enum trn_pt_dtype d)
 {
     switch (d) {

@@ -23,7 +23,7 @@
  *
  * ERRORS. Functions returning int give >= 0 on success and a negative code on failure: -errno
  * (-ENOENT, -EIO, -ENOMEM, -EINVAL for bad arguments, -EFBIG) or -TRN_PT_E* below, named by
- * trn_pt_strerror(). Where a function takes (err, err_cap), a failure also writes a one-line
+ * trn_strerror(). Where a function takes (err, err_cap), a failure also writes a one-line
  * message there: "yolov5n.pt: archive/data.pkl: offset 1234: unknown pickle opcode 0x69". The
  * library never prints and never exits.
  *
@@ -36,18 +36,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "errors.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Error codes, returned negated. Above every errno value; pinned once released. */
-#define TRN_PT_EZIP         4901 /* not a zip archive, or a malformed one */
-#define TRN_PT_ECRC         4902 /* an entry's bytes do not match its CRC-32 */
-#define TRN_PT_EPICKLE      4903 /* malformed pickle (bad opcode argument, stack misuse) */
-#define TRN_PT_ELIMIT       4904 /* a TRN_PT_MAX_* limit was exceeded */
-#define TRN_PT_EUNSUPPORTED 4905 /* valid but not supported: an opcode, a compression, a dtype */
-#define TRN_PT_ESTRUCT      4906 /* readable, but not the structure asked for (no such key...) */
-#define TRN_PT_EMISMATCH    4907 /* the checkpoint does not map onto the model */
+/* Error codes (TRN_PT_E*, returned negated) are in errors.h, named by trn_strerror. */
 
 /* Limits against hostile input. */
 #define TRN_PT_MAX_FILE    (8ll << 30)  /* bytes of the .pt file */
@@ -219,9 +214,6 @@ int trn_pt_copy_into_model(struct trn_pt *pt, const char *which, struct trn_mode
  */
 int trn_pt_load_into_model(const char *path, const char *which, struct trn_model *m, char *err,
                            size_t err_cap);
-
-/* A message for any code returned above. */
-const char *trn_pt_strerror(int rc);
 
 #ifdef __cplusplus
 }

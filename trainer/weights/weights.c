@@ -12,19 +12,8 @@
 #include "ckpt.h"
 #include "ptload.h"
 #include "weights.h"
-
-static int fail(char *err, size_t cap, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t cap, int rc, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
+#include "util.h"
+#include "errors.h"
 
 void trn_meta_value(const char *meta, size_t len, const char *key, char *dst, size_t cap)
 {
@@ -60,15 +49,15 @@ static int model_from(const char *cfg, const char *yaml, size_t len, const char 
     if (cfg) {
         char path[4096];
         if (trn_model_cfg_find(cfg, TRN_MODELS_DIR, path, sizeof path))
-            return fail(err, cap, -ENOENT,
-                        "%s: model yaml not found (give a path, or a name from models: "
-                        "yolov5n/s/m/l/x, or set FFYOLO_MODELS_DIR)",
-                        cfg);
+            return trn_fail(err, cap, -ENOENT,
+                            "%s: model yaml not found (give a path, or a name from models: "
+                            "yolov5n/s/m/l/x, or set FFYOLO_MODELS_DIR)",
+                            cfg);
         rc = trn_model_load(path, &mo, m, why, sizeof why);
     } else {
         rc = trn_model_parse(yaml, len, yname, &mo, m, why, sizeof why);
     }
-    return rc < 0 ? fail(err, cap, rc, "%s", why[0] ? why : trn_model_strerror(rc)) : 0;
+    return rc < 0 ? trn_fail(err, cap, rc, "%s", why[0] ? why : trn_strerror(rc)) : 0;
 }
 
 /* An ultralytics .pt: the architecture from its yaml (or cfg), the weights copied in.
@@ -78,16 +67,16 @@ static int load_pt(const char *path, const char *cfg, struct trn_model **m, char
     struct trn_pt *pt = NULL;
     char why[512] = "";
     int rc = trn_pt_open(path, &pt, why, sizeof why);
-    if (rc < 0) return fail(err, cap, rc, "%s", why[0] ? why : trn_pt_strerror(rc));
+    if (rc < 0) return trn_fail(err, cap, rc, "%s", why[0] ? why : trn_strerror(rc));
     char *yaml = NULL;
     int len = 0;
     if (!cfg) {
         len = trn_pt_model_yaml(pt, NULL, NULL, 0);
         yaml = len >= 0 ? malloc((size_t)len + 1) : NULL;
         if (!yaml) {
-            rc = fail(err, cap, len < 0 ? len : -ENOMEM,
-                      "%s: no model yaml in the checkpoint (%s); pass --cfg", path,
-                      len < 0 ? trn_pt_strerror(len) : "out of memory");
+            rc = trn_fail(err, cap, len < 0 ? len : -ENOMEM,
+                          "%s: no model yaml in the checkpoint (%s); pass --cfg", path,
+                          len < 0 ? trn_strerror(len) : "out of memory");
             trn_pt_close(pt);
             return rc;
         }
@@ -99,7 +88,7 @@ static int load_pt(const char *path, const char *cfg, struct trn_model **m, char
         struct trn_pt_match mt;
         rc = trn_pt_copy_into_model(pt, NULL, *m, &mt, why, sizeof why);
         if (rc < 0) {
-            fail(err, cap, rc, "%s", why[0] ? why : trn_pt_strerror(rc));
+            trn_fail(err, cap, rc, "%s", why[0] ? why : trn_strerror(rc));
             trn_model_destroy(*m);
             *m = NULL;
         }
@@ -129,8 +118,8 @@ static int load_ckpt(const char *path, const char *cfg, struct trn_model **m, ch
     size_t ylen = 0;
     char *yaml = trn_ckpt_text(c, TRN_CKPT_MODEL_YAML, &ylen, &rc);
     if (!yaml)
-        fail(err, cap, rc, "%s: the checkpoint's model yaml cannot be read: %s", path,
-             ffr_strerror(rc));
+        trn_fail(err, cap, rc, "%s: the checkpoint's model yaml cannot be read: %s", path,
+                 ffr_strerror(rc));
     else
         rc = model_from(cfg, yaml, ylen, path, (int)nc, m, err, cap);
     free(yaml);
@@ -140,7 +129,7 @@ static int load_ckpt(const char *path, const char *cfg, struct trn_model **m, ch
     if (rc == 0 && meta_out) {
         *meta_out = malloc(mlen + 1);
         if (!*meta_out) {
-            rc = fail(err, cap, -ENOMEM, "%s: out of memory", path);
+            rc = trn_fail(err, cap, -ENOMEM, "%s: out of memory", path);
         } else {
             memcpy(*meta_out, meta, mlen);
             (*meta_out)[mlen] = '\0';
@@ -176,7 +165,7 @@ int trn_weights_load(const char *weights, const char *cfg, int nc, struct trn_mo
     struct stat st;
     if (stat(weights, &st) != 0) {
         const int e = errno;
-        return fail(err, err_cap, -e, "%s: %s", weights, strerror(e));
+        return trn_fail(err, err_cap, -e, "%s: %s", weights, strerror(e));
     }
     /* A checkpoint is told by its ffr metadata; anything else is tried as a .pt. */
     const int rc = ends_with_ci(weights, ".pt")

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "util.h"
 
 /* A value as PyYAML's safe_load returns it (YAML 1.1 core types). */
 enum trn_val_type {
@@ -81,12 +82,5 @@ int trn_val_copy(struct trn_val *dst, const struct trn_val *src);
  * growing string *buf (length *len, capacity *cap; realloc'd). Returns 0 or -ENOMEM.
  */
 int trn_val_repr(const struct trn_val *v, char **buf, size_t *len, size_t *cap);
-
-/* Write at most cap bytes of a printf-style message to err (if err && cap); returns rc. */
-int trn_model_fail(char *err, size_t cap, int rc, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
 
 #endif
