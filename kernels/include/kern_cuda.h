@@ -74,188 +74,36 @@ KERN_API int kern_cuda_ctx_sync(struct kern_ctx *ctx);
  */
 KERN_API const char *kern_cuda_ctx_last_error(const struct kern_ctx *ctx);
 
-/* The twins of kern.h's ops; see there (and SEMANTICS above) for each. */
-KERN_API int kern_cuda_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d *d,
-                                             size_t *bytes);
-KERN_API int kern_cuda_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d,
-                                  float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
-                                  const float *KERN_RESTRICT w, const float *KERN_RESTRICT bias);
-KERN_API int kern_cuda_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d,
-                                       float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
-                                       const float *KERN_RESTRICT w, unsigned accum);
-KERN_API int kern_cuda_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *d,
-                                         float *KERN_RESTRICT dw, const float *KERN_RESTRICT dy,
-                                         const float *KERN_RESTRICT x, unsigned accum);
-KERN_API int kern_cuda_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d,
-                                       float *KERN_RESTRICT db, const float *KERN_RESTRICT dy,
-                                       unsigned accum);
-
-KERN_API int kern_cuda_bn_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d,
-                                    float *KERN_RESTRICT y, float *KERN_RESTRICT save_mean,
-                                    float *KERN_RESTRICT save_invstd,
-                                    float *KERN_RESTRICT running_mean,
-                                    float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
-                                    const float *KERN_RESTRICT gamma,
-                                    const float *KERN_RESTRICT beta);
-KERN_API int kern_cuda_bn_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d,
-                                   float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
-                                   const float *KERN_RESTRICT gamma,
-                                   const float *KERN_RESTRICT beta,
-                                   const float *KERN_RESTRICT running_mean,
-                                   const float *KERN_RESTRICT running_var);
-KERN_API int kern_cuda_bn_bwd(struct kern_ctx *ctx, const struct kern_bn *d,
-                              float *KERN_RESTRICT dx, float *KERN_RESTRICT dgamma,
-                              float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
-                              const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
-                              const float *KERN_RESTRICT save_mean,
-                              const float *KERN_RESTRICT save_invstd, unsigned accum);
-KERN_API int kern_cuda_silu_fwd(struct kern_ctx *ctx, float *y, const float *x, size_t count);
-KERN_API int kern_cuda_silu_bwd(struct kern_ctx *ctx, float *dx, const float *dy,
-                                const float *KERN_RESTRICT x, size_t count, unsigned accum);
-KERN_API int
-kern_cuda_bn_silu_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT y,
-                            float *KERN_RESTRICT save_mean, float *KERN_RESTRICT save_invstd,
-                            float *KERN_RESTRICT running_mean, float *KERN_RESTRICT running_var,
-                            const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
-                            const float *KERN_RESTRICT beta);
-KERN_API int kern_cuda_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d,
-                                        float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
-                                        const float *KERN_RESTRICT gamma,
-                                        const float *KERN_RESTRICT beta,
-                                        const float *KERN_RESTRICT running_mean,
-                                        const float *KERN_RESTRICT running_var);
-KERN_API int kern_cuda_bn_silu_bwd(struct kern_ctx *ctx, const struct kern_bn *d,
-                                   float *KERN_RESTRICT dx, float *KERN_RESTRICT dgamma,
-                                   float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
-                                   const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
-                                   const float *KERN_RESTRICT beta,
-                                   const float *KERN_RESTRICT save_mean,
-                                   const float *KERN_RESTRICT save_invstd, unsigned accum);
-
-KERN_API int kern_cuda_maxpool2d_fwd(struct kern_ctx *ctx, const struct kern_pool2d *d,
-                                     float *KERN_RESTRICT y, int32_t *KERN_RESTRICT idx,
-                                     const float *KERN_RESTRICT x);
-KERN_API int kern_cuda_maxpool2d_bwd(struct kern_ctx *ctx, const struct kern_pool2d *d,
-                                     float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
-                                     const int32_t *KERN_RESTRICT idx, unsigned accum);
-KERN_API int kern_cuda_upsample2x_fwd(struct kern_ctx *ctx, float *KERN_RESTRICT y,
-                                      const float *KERN_RESTRICT x, int planes, int h, int w);
-KERN_API int kern_cuda_upsample2x_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
-                                      const float *KERN_RESTRICT dy, int planes, int h, int w,
-                                      unsigned accum);
-
-KERN_API int kern_cuda_concat_fwd(struct kern_ctx *ctx, float *KERN_RESTRICT y,
-                                  const float *KERN_RESTRICT x, int n, int c_x, int hw, int c_y,
-                                  int c_off);
-KERN_API int kern_cuda_concat_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
-                                  const float *KERN_RESTRICT dy, int n, int c_x, int hw, int c_y,
-                                  int c_off, unsigned accum);
-KERN_API int kern_cuda_add_fwd(struct kern_ctx *ctx, float *y, const float *a, const float *b,
-                               size_t count);
-KERN_API int kern_cuda_add_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
-                               const float *KERN_RESTRICT dy, size_t count, unsigned accum);
-
-KERN_API int kern_cuda_detect_reshape_fwd(struct kern_ctx *ctx, const struct kern_detect *d,
-                                          float *KERN_RESTRICT p, const float *KERN_RESTRICT raw);
-KERN_API int kern_cuda_detect_reshape_bwd(struct kern_ctx *ctx, const struct kern_detect *d,
-                                          float *KERN_RESTRICT draw, const float *KERN_RESTRICT dp,
-                                          unsigned accum);
-KERN_API int kern_cuda_detect_decode(struct kern_ctx *ctx, const struct kern_detect *d,
-                                     float *KERN_RESTRICT out, const float *KERN_RESTRICT raw,
-                                     const float *KERN_RESTRICT anchors);
-
-KERN_API int kern_cuda_bce_logits_fwd(struct kern_ctx *ctx, float *loss,
-                                      const float *KERN_RESTRICT x, const float *KERN_RESTRICT t,
-                                      size_t rows, size_t cols, size_t ldx);
-KERN_API int kern_cuda_bce_logits_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
-                                      const float *KERN_RESTRICT x, const float *KERN_RESTRICT t,
-                                      size_t rows, size_t cols, size_t ldx, float dloss,
-                                      unsigned accum);
-KERN_API int kern_cuda_ciou_fwd(struct kern_ctx *ctx, float *KERN_RESTRICT ciou,
-                                const float *KERN_RESTRICT b1, const float *KERN_RESTRICT b2,
-                                size_t n);
-KERN_API int kern_cuda_ciou_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT db1,
-                                float *KERN_RESTRICT db2, const float *KERN_RESTRICT dciou,
-                                const float *KERN_RESTRICT b1, const float *KERN_RESTRICT b2,
-                                size_t n, unsigned accum);
-
-/* The twins of kern.h's "Batch norm in phases" (SyncBatchNorm): the sums buffer is device memory
- * too. */
-KERN_API int kern_cuda_bn_stats(struct kern_ctx *ctx, const struct kern_bn *d,
-                                double *KERN_RESTRICT sums, const float *KERN_RESTRICT x);
-KERN_API int
-kern_cuda_bn_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT y,
-                       float *KERN_RESTRICT save_mean, float *KERN_RESTRICT save_invstd,
-                       float *KERN_RESTRICT running_mean, float *KERN_RESTRICT running_var,
-                       const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
-                       const float *KERN_RESTRICT beta, const double *KERN_RESTRICT sums);
-KERN_API int
-kern_cuda_bn_silu_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT y,
-                            float *KERN_RESTRICT save_mean, float *KERN_RESTRICT save_invstd,
-                            float *KERN_RESTRICT running_mean, float *KERN_RESTRICT running_var,
-                            const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
-                            const float *KERN_RESTRICT beta, const double *KERN_RESTRICT sums);
-KERN_API int kern_cuda_bn_bwd_reduce(struct kern_ctx *ctx, const struct kern_bn *d,
-                                     double *KERN_RESTRICT sums, float *KERN_RESTRICT dgamma,
-                                     float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
-                                     const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
-                                     const float *KERN_RESTRICT beta,
-                                     const float *KERN_RESTRICT save_mean,
-                                     const float *KERN_RESTRICT save_invstd, unsigned accum);
-KERN_API int kern_cuda_bn_silu_bwd_reduce(
-    struct kern_ctx *ctx, const struct kern_bn *d, double *KERN_RESTRICT sums,
-    float *KERN_RESTRICT dgamma, float *KERN_RESTRICT dbeta, const float *KERN_RESTRICT dy,
-    const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
-    const float *KERN_RESTRICT save_mean, const float *KERN_RESTRICT save_invstd, unsigned accum);
-KERN_API int kern_cuda_bn_bwd_apply(struct kern_ctx *ctx, const struct kern_bn *d,
-                                    float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
-                                    const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
-                                    const float *KERN_RESTRICT beta,
-                                    const float *KERN_RESTRICT save_mean,
-                                    const float *KERN_RESTRICT save_invstd,
-                                    const double *KERN_RESTRICT sums, unsigned accum);
-KERN_API int kern_cuda_bn_silu_bwd_apply(
-    struct kern_ctx *ctx, const struct kern_bn *d, float *KERN_RESTRICT dx,
-    const float *KERN_RESTRICT dy, const float *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
-    const float *KERN_RESTRICT beta, const float *KERN_RESTRICT save_mean,
-    const float *KERN_RESTRICT save_invstd, const double *KERN_RESTRICT sums, unsigned accum);
-
-/* --- optim --- */
-/* The twins of kern.h's "Optimizer step, ..." ops. The segment table, sumsq, found_inf and every
- * buffer are device memory; the struct kern_sgd descriptor is host memory (its scalars travel as
- * kernel arguments). kern_cuda_optim_sumsq uses the context scratch for its block partials. The
- * SGD step, EMA, unscale and casts are bitwise equal to the CPU's (no FMA contraction); the sum
- * of squares matches within double rounding. Nothing waits for the host. */
-KERN_API int kern_cuda_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *d,
-                                float *KERN_RESTRICT params, float *KERN_RESTRICT momentum,
-                                float *KERN_RESTRICT ema, const float *KERN_RESTRICT grads,
-                                const struct kern_optim_seg *KERN_RESTRICT seg,
-                                const double *KERN_RESTRICT sumsq,
-                                const int32_t *KERN_RESTRICT found_inf);
-KERN_API int kern_cuda_optim_sumsq(struct kern_ctx *ctx, double *KERN_RESTRICT sumsq,
-                                   const float *KERN_RESTRICT grads,
-                                   const struct kern_optim_seg *KERN_RESTRICT seg, size_t n_seg,
-                                   size_t total);
-KERN_API int kern_cuda_ema_update(struct kern_ctx *ctx, float *KERN_RESTRICT ema,
-                                  const float *KERN_RESTRICT x, size_t count, float decay,
-                                  float weight);
-KERN_API int kern_cuda_amp_unscale(struct kern_ctx *ctx, float *KERN_RESTRICT grads,
-                                   const struct kern_optim_seg *KERN_RESTRICT seg, size_t n_seg,
-                                   size_t total, float scale, int32_t *KERN_RESTRICT found_inf);
-KERN_API int kern_cuda_cast_f32_bf16(struct kern_ctx *ctx, uint16_t *KERN_RESTRICT dst,
-                                     const float *KERN_RESTRICT src, size_t count);
-KERN_API int kern_cuda_cast_bf16_f32(struct kern_ctx *ctx, float *KERN_RESTRICT dst,
-                                     const uint16_t *KERN_RESTRICT src, size_t count);
-KERN_API int kern_cuda_cast_f32_f16(struct kern_ctx *ctx, uint16_t *KERN_RESTRICT dst,
-                                    const float *KERN_RESTRICT src, size_t count);
-KERN_API int kern_cuda_cast_f16_f32(struct kern_ctx *ctx, float *KERN_RESTRICT dst,
-                                    const uint16_t *KERN_RESTRICT src, size_t count);
-
-/* --- yololoss --- */
+/*
+ * The twins of kern.h's ops: kern_cuda_NAME for every row of kern_ops.def, with the
+ * kern_ref_NAME parameter list (the contract is the row's, with SEMANTICS above).
+ */
+#define KERN_OP(name, params) KERN_API int kern_cuda_##name params;
+#include "kern_ops.def"
+#undef KERN_OP
 
 /*
- * The twins of kern.h's whole YOLOv5 loss. Every pointer but d and the p / dp arrays themselves
- * is device memory (targets, nt, out, scratch, p[l], dp[l]); nothing is read back, so the op is
+ * What the CUDA twins add, by family:
+ *
+ * kern_conv.h, lowp: cuDNN with data type BFLOAT16 / HALF (FLOAT for KERN_DT_F32), compute type
+ * FLOAT, CUDNN_TENSOR_OP_MATH (tensor cores; FMA math for KERN_DT_F32, no TF32), tensor format
+ * NCHW or NHWC. Plans (descriptors, algorithms, workspace sizes) are cached per (shape, dtype,
+ * layout), as the float32 ones: plan every shape before a graph capture. Differences from the
+ * reference, inside the parity tolerances: cuDNN's summation order; fwd with bias rounds twice
+ * (y = r(r(S) + b), cuDNN's AddTensor on the reduced-type y); bwd_data with KERN_ACCUM_DX blends
+ * dx_old in cuDNN's epilogue. bwd_filter and bwd_bias compute r(S) into the workspace (reduced
+ * type: the legacy API wants dw in the input type) and one kernel widens it into (or adds it
+ * to) the float32 dw / db.
+ *
+ * kern_bn.h: in the SyncBatchNorm phases the sums buffer is device memory too. BN + SiLU +
+ * residual add: the BN forward's statistics and coefficient kernels (kern_cuda_bn.cu,
+ * kern_cuda_bn_sync.cu), then one apply kernel that writes silu(x a + b) + r; the product of the
+ * SiLU is rounded before the add (__fmul_rn, no FMA), so the result is bit for bit that of
+ * kern_cuda_bn_silu_fwd_* followed by kern_cuda_add_fwd; against the CPU reference it differs
+ * as the BN+SiLU ops do.
+ *
+ * kern_loss.h, the whole YOLOv5 loss: every pointer but d and the p / dp arrays themselves is
+ * device memory (targets, nt, out, scratch, p[l], dp[l]); nothing is read back, so the op is
  * asynchronous and graph-capturable. *nt and the rows are checked on the device: a bad count is
  * taken as 0 and bad rows are skipped, flagged in out[KERN_YOLO_OUT_STATUS] with NaN losses (the
  * reference returns -EINVAL). build_targets gives every (level, offset, anchor, target) a fixed
@@ -264,37 +112,18 @@ KERN_API int kern_cuda_cast_f16_f32(struct kern_ctx *ctx, float *KERN_RESTRICT d
  * are bitwise reproducible, and equal the reference's up to expf/atanf rounding.
  * kern_cuda_yolo_loss_scratch_size asks CUB for its sort's temporary size, which depends on the
  * device: it needs a visible device (-EIO without one) and ctx may be NULL.
+ *
+ * kern_optim.h, kern_cast.h: the segment table, sumsq, found_inf and every buffer are device
+ * memory; the struct kern_sgd descriptor is host memory (its scalars travel as kernel
+ * arguments); ema_update_dyn's dyn is device memory, read by the kernel when it runs.
+ * kern_cuda_optim_sumsq uses the context scratch for its block partials. The SGD step, EMA,
+ * unscale and casts are bitwise equal to the CPU's (no FMA contraction); the sum of squares
+ * matches within double rounding. Nothing waits for the host.
+ *
+ * kern_augment.h: aug_batch's descriptors travel as kernel parameters (no copy;
+ * graph-capturable): the host array may be reused as soon as the call returns.
  */
-KERN_API int kern_cuda_yolo_loss_scratch_size(struct kern_ctx *ctx, const struct kern_yolo_loss *d,
-                                              size_t *bytes);
-KERN_API int kern_cuda_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d,
-                                 float *const *dp, float *KERN_RESTRICT out, const float *const *p,
-                                 const float *KERN_RESTRICT targets, const int *KERN_RESTRICT nt,
-                                 void *scratch, size_t scratch_bytes, unsigned accum);
 
-/* --- augment --- */
-KERN_API int kern_cuda_aug_paste(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT canvas,
-                                 const struct kern_aug_canvas *c);
-KERN_API int kern_cuda_aug_warp(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT dst, int dst_w,
-                                int dst_h, const uint8_t *KERN_RESTRICT src, int src_w, int src_h,
-                                const double inv[9], int perspective, uint8_t border);
-KERN_API int kern_cuda_aug_hsv(struct kern_ctx *ctx, uint8_t *img, int w, int h,
-                               const struct kern_aug_hsv_lut *lut);
-KERN_API int kern_cuda_aug_flip(struct kern_ctx *ctx, uint8_t *img, int w, int h, int lr, int ud);
-KERN_API int kern_cuda_aug_mixup(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT img,
-                                 const uint8_t *KERN_RESTRICT img2, size_t n, double r);
-KERN_API int kern_cuda_aug_to_nchw(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype,
-                                   const uint8_t *KERN_RESTRICT hwc, int w, int h);
-/* The descriptors travel as kernel parameters (no copy; graph-capturable): the host array may
- * be reused as soon as the call returns. */
-KERN_API int kern_cuda_aug_batch(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype, int s,
-                                 const struct kern_aug_sample *samples, int n);
-
-/* --- graph --- */
-/* kern_ref_ema_update_dyn's twin: dyn is device memory, read by the kernel when it runs. */
-KERN_API int kern_cuda_ema_update_dyn(struct kern_ctx *ctx, float *KERN_RESTRICT ema,
-                                      const float *KERN_RESTRICT x, size_t count,
-                                      const struct kern_sgd_dyn *KERN_RESTRICT dyn);
 /*
  * The CUDA side of kern_graph_capture / _replay / _destroy (kern.h "Graphs"), called by
  * kernels/ref/kern_graph.c for CUDA contexts; callers use the kern_graph_* calls. capture: *exec
@@ -307,81 +136,6 @@ KERN_API int kern_cuda_graph_capture(struct kern_ctx *ctx, kern_graph_fn fn, voi
 KERN_API int kern_cuda_graph_replay(struct kern_ctx *ctx, void *exec);
 KERN_API void kern_cuda_graph_destroy(struct kern_ctx *ctx, void *exec);
 
-/* --- lowp --- */
-/*
- * The twins of kern.h's reduced-precision convs (kern_ref_conv2d_lowp_*): cuDNN with data type
- * BFLOAT16 / HALF (FLOAT for KERN_DT_F32), compute type FLOAT, CUDNN_TENSOR_OP_MATH (tensor
- * cores; FMA math for KERN_DT_F32, no TF32), tensor format NCHW or NHWC. Plans (descriptors,
- * algorithms, workspace sizes) are cached per (shape, dtype, layout), as the float32 ones: plan
- * every shape before a graph capture. Differences from the reference, inside the parity
- * tolerances: cuDNN's summation order; fwd with bias rounds twice (y = r(r(S) + b), cuDNN's
- * AddTensor on the reduced-type y); bwd_data with KERN_ACCUM_DX blends dx_old in cuDNN's
- * epilogue. bwd_filter and bwd_bias compute r(S) into the workspace (reduced type: the legacy
- * API wants dw in the input type) and one kernel widens it into (or adds it to) the float32
- * dw / db.
- */
-KERN_API int kern_cuda_conv2d_lowp_workspace_size(struct kern_ctx *ctx,
-                                                  const struct kern_conv2d_lowp *d, size_t *bytes);
-KERN_API int kern_cuda_conv2d_lowp_fwd(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
-                                       void *KERN_RESTRICT y, const void *KERN_RESTRICT x,
-                                       const void *KERN_RESTRICT w, const void *KERN_RESTRICT bias);
-KERN_API int kern_cuda_conv2d_lowp_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
-                                            void *KERN_RESTRICT dx, const void *KERN_RESTRICT dy,
-                                            const void *KERN_RESTRICT w, unsigned accum);
-KERN_API int kern_cuda_conv2d_lowp_bwd_filter(struct kern_ctx *ctx,
-                                              const struct kern_conv2d_lowp *d,
-                                              float *KERN_RESTRICT dw, const void *KERN_RESTRICT dy,
-                                              const void *KERN_RESTRICT x, unsigned accum);
-KERN_API int kern_cuda_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
-                                            float *KERN_RESTRICT db, const void *KERN_RESTRICT dy,
-                                            unsigned accum);
-
-/* --- resadd --- */
-/*
- * The twins of kern.h's BN + SiLU + residual add (kern_ref_bn_silu_add_fwd_*): the BN forward's
- * statistics and coefficient kernels (kern_cuda_bn.cu, kern_cuda_bn_sync.cu), then one apply
- * kernel that writes silu(x a + b) + r. The product of the SiLU is rounded before the add
- * (__fmul_rn, no FMA), so the result is bit for bit that of kern_cuda_bn_silu_fwd_* followed by
- * kern_cuda_add_fwd; against the CPU reference it differs as the BN+SiLU ops do.
- */
-KERN_API int
-kern_cuda_bn_silu_add_fwd_train(struct kern_ctx *ctx, const struct kern_bn *d,
-                                float *KERN_RESTRICT y, float *KERN_RESTRICT save_mean,
-                                float *KERN_RESTRICT save_invstd, float *KERN_RESTRICT running_mean,
-                                float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
-                                const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
-                                const float *KERN_RESTRICT r);
-KERN_API int kern_cuda_bn_silu_add_fwd_eval(struct kern_ctx *ctx, const struct kern_bn *d,
-                                            float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
-                                            const float *KERN_RESTRICT gamma,
-                                            const float *KERN_RESTRICT beta,
-                                            const float *KERN_RESTRICT running_mean,
-                                            const float *KERN_RESTRICT running_var,
-                                            const float *KERN_RESTRICT r);
-KERN_API int
-kern_cuda_bn_silu_add_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *d,
-                                float *KERN_RESTRICT y, float *KERN_RESTRICT save_mean,
-                                float *KERN_RESTRICT save_invstd, float *KERN_RESTRICT running_mean,
-                                float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
-                                const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
-                                const double *KERN_RESTRICT sums, const float *KERN_RESTRICT r);
-
-/* --- stride --- */
-/* Channel slices (kern.h): the twins of kern_ref_upsample2x_ns_* and kern_ref_cast_*_ns. */
-KERN_API int kern_cuda_upsample2x_ns_fwd(struct kern_ctx *ctx, float *KERN_RESTRICT y,
-                                         const float *KERN_RESTRICT x, int n, int c, int h, int w,
-                                         size_t y_nstride, size_t x_nstride);
-KERN_API int kern_cuda_upsample2x_ns_bwd(struct kern_ctx *ctx, float *KERN_RESTRICT dx,
-                                         const float *KERN_RESTRICT dy, int n, int c, int h, int w,
-                                         size_t x_nstride, size_t y_nstride, unsigned accum);
-KERN_API int kern_cuda_cast_f32_lowp_ns(struct kern_ctx *ctx, int dtype,
-                                        uint16_t *KERN_RESTRICT dst, const float *KERN_RESTRICT src,
-                                        int n, size_t inner, size_t src_nstride);
-KERN_API int kern_cuda_cast_lowp_f32_ns(struct kern_ctx *ctx, int dtype, float *KERN_RESTRICT dst,
-                                        const uint16_t *KERN_RESTRICT src, int n, size_t inner,
-                                        size_t dst_nstride, unsigned accum);
-
-/* --- stream --- */
 /*
  * The CUDA side of kern.h "Queues and events", called by kernels/ref/kern_stream.c for CUDA
  * contexts (CUDA builds only, as the ops); callers use kern_mem_copy_on and kern_event_*. The
@@ -403,8 +157,6 @@ KERN_API int kern_cuda_event_record(struct kern_ctx *ctx, int queue, void *ev, c
 KERN_API int kern_cuda_event_wait(struct kern_ctx *ctx, int queue, void *ev, char *err, size_t cap);
 KERN_API int kern_cuda_event_sync(void *ev, char *err, size_t cap);
 KERN_API int kern_cuda_event_query(void *ev, char *err, size_t cap);
-
-/* --- wcast --- */
 
 #ifdef __cplusplus
 }

@@ -278,80 +278,9 @@ size_t kern_ctx_workspace_size(const struct kern_ctx *ctx)
 
 static const struct kern_ops kern_ref_ops = {
     .backend = KERN_BACKEND_CPU,
-    .conv2d_workspace_size = kern_ref_conv2d_workspace_size,
-    .conv2d_fwd = kern_ref_conv2d_fwd,
-    .conv2d_bwd_data = kern_ref_conv2d_bwd_data,
-    .conv2d_bwd_filter = kern_ref_conv2d_bwd_filter,
-    .conv2d_bwd_bias = kern_ref_conv2d_bwd_bias,
-    .bn_fwd_train = kern_ref_bn_fwd_train,
-    .bn_fwd_eval = kern_ref_bn_fwd_eval,
-    .bn_bwd = kern_ref_bn_bwd,
-    .silu_fwd = kern_ref_silu_fwd,
-    .silu_bwd = kern_ref_silu_bwd,
-    .bn_silu_fwd_train = kern_ref_bn_silu_fwd_train,
-    .bn_silu_fwd_eval = kern_ref_bn_silu_fwd_eval,
-    .bn_silu_bwd = kern_ref_bn_silu_bwd,
-    .maxpool2d_fwd = kern_ref_maxpool2d_fwd,
-    .maxpool2d_bwd = kern_ref_maxpool2d_bwd,
-    .upsample2x_fwd = kern_ref_upsample2x_fwd,
-    .upsample2x_bwd = kern_ref_upsample2x_bwd,
-    .concat_fwd = kern_ref_concat_fwd,
-    .concat_bwd = kern_ref_concat_bwd,
-    .add_fwd = kern_ref_add_fwd,
-    .add_bwd = kern_ref_add_bwd,
-    .detect_reshape_fwd = kern_ref_detect_reshape_fwd,
-    .detect_reshape_bwd = kern_ref_detect_reshape_bwd,
-    .detect_decode = kern_ref_detect_decode,
-    .bce_logits_fwd = kern_ref_bce_logits_fwd,
-    .bce_logits_bwd = kern_ref_bce_logits_bwd,
-    .ciou_fwd = kern_ref_ciou_fwd,
-    .ciou_bwd = kern_ref_ciou_bwd,
-    .bn_stats = kern_ref_bn_stats,
-    .bn_fwd_apply = kern_ref_bn_fwd_apply,
-    .bn_silu_fwd_apply = kern_ref_bn_silu_fwd_apply,
-    .bn_bwd_reduce = kern_ref_bn_bwd_reduce,
-    .bn_silu_bwd_reduce = kern_ref_bn_silu_bwd_reduce,
-    .bn_bwd_apply = kern_ref_bn_bwd_apply,
-    .bn_silu_bwd_apply = kern_ref_bn_silu_bwd_apply,
-    /* --- optim --- */
-    .sgd_step = kern_ref_sgd_step,
-    .optim_sumsq = kern_ref_optim_sumsq,
-    .ema_update = kern_ref_ema_update,
-    .amp_unscale = kern_ref_amp_unscale,
-    .cast_f32_bf16 = kern_ref_cast_f32_bf16,
-    .cast_bf16_f32 = kern_ref_cast_bf16_f32,
-    .cast_f32_f16 = kern_ref_cast_f32_f16,
-    .cast_f16_f32 = kern_ref_cast_f16_f32,
-    /* --- yololoss --- */
-    .yolo_loss_scratch_size = kern_ref_yolo_loss_scratch_size,
-    .yolo_loss = kern_ref_yolo_loss,
-    /* --- augment --- */
-    .aug_paste = kern_ref_aug_paste,
-    .aug_warp = kern_ref_aug_warp,
-    .aug_hsv = kern_ref_aug_hsv,
-    .aug_flip = kern_ref_aug_flip,
-    .aug_mixup = kern_ref_aug_mixup,
-    .aug_to_nchw = kern_ref_aug_to_nchw,
-    .aug_batch = kern_ref_aug_batch,
-    /* --- graph --- */
-    .ema_update_dyn = kern_ref_ema_update_dyn,
-    /* --- lowp --- */
-    .conv2d_lowp_workspace_size = kern_ref_conv2d_lowp_workspace_size,
-    .conv2d_lowp_fwd = kern_ref_conv2d_lowp_fwd,
-    .conv2d_lowp_bwd_data = kern_ref_conv2d_lowp_bwd_data,
-    .conv2d_lowp_bwd_filter = kern_ref_conv2d_lowp_bwd_filter,
-    .conv2d_lowp_bwd_bias = kern_ref_conv2d_lowp_bwd_bias,
-    /* --- resadd --- */
-    .bn_silu_add_fwd_train = kern_ref_bn_silu_add_fwd_train,
-    .bn_silu_add_fwd_eval = kern_ref_bn_silu_add_fwd_eval,
-    .bn_silu_add_fwd_apply = kern_ref_bn_silu_add_fwd_apply,
-    /* --- stride --- */
-    .upsample2x_ns_fwd = kern_ref_upsample2x_ns_fwd,
-    .upsample2x_ns_bwd = kern_ref_upsample2x_ns_bwd,
-    .cast_f32_lowp_ns = kern_ref_cast_f32_lowp_ns,
-    .cast_lowp_f32_ns = kern_ref_cast_lowp_f32_ns,
-    /* --- stream --- */
-    /* --- wcast --- */
+#define KERN_OP(name, params) .name = kern_ref_##name,
+#include "kern_ops.def"
+#undef KERN_OP
 };
 
 const struct kern_ops *kern_ops_ref(void)

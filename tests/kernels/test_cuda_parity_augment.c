@@ -339,7 +339,7 @@ int main(int argc, char **argv)
         test_pixels();
     test_batch(KERN_AUG_U8);
     test_batch(KERN_AUG_F32);
-    /* the table holds the twins in kern_ops order */
+    /* the table holds the twins under their names */
     const struct kern_ops *K = kern_ops_cuda();
     ok(K && K->aug_batch == kern_cuda_aug_batch && K->aug_paste == kern_cuda_aug_paste &&
            K->aug_warp == kern_cuda_aug_warp && K->aug_hsv == kern_cuda_aug_hsv &&

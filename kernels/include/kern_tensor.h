@@ -1,0 +1,167 @@
+/*
+ * kern_tensor.h: parameter-free layers: max pool, nearest upsample, concat, residual add, the
+ * Detect head, channel slices.
+ *
+ * Part of kern.h, which includes it: include kern.h, not this file. The first part declares
+ * the family's descriptors and helpers. The op rows at the end, KERN_OP(name, (parameters)),
+ * are expanded by whoever defines KERN_OP: kern.h makes them the kern_ref_* prototypes and
+ * struct kern_ops members, kern_cuda.h the kern_cuda_* prototypes, each backend its table
+ * (kern_ops.def lists the families in table order). Each row's comment is its contract.
+ */
+#ifndef KERN_H
+#error "include kern.h, not kern_tensor.h"
+#endif
+
+#ifndef KERN_TENSOR_H
+#define KERN_TENSOR_H
+
+/* ---------------------------------------------------------------------------------------- */
+/* Max pool 2d, nearest upsample x2                                                         */
+
+/*
+ * x (n, c, h_in, w_in) -> y, idx (n, c, h_out, w_out), h_out = (h_in + 2 pad - k) / stride + 1
+ * (floor, PyTorch's ceil_mode=False). Padding is -inf (never selected), pad <= k / 2 as PyTorch
+ * requires. idx holds the argmax as an offset into its input plane (ih * w_in + iw), PyTorch's
+ * convention; ties keep the first maximum in row-major window order, and a NaN wins.
+ */
+struct kern_pool2d {
+    int n, c;       /* batch size and channels, >= 1 */
+    int h_in, w_in; /* input plane, >= 1 */
+    int k;          /* square window, >= 1 */
+    int stride;     /* >= 1 */
+    int pad;        /* 0 <= pad <= k / 2 */
+    /* Elements from one image to the next in x, dx (x_nstride) and in y, dy (y_nstride), so
+       that either side may be a channel slice of a wider tensor (SPPF's pools read and write
+       their concat buffer in place); 0: c h w of that side (dense); else at least that (-EINVAL).
+       Elements between images are never touched. idx is always dense (n, c, h_out, w_out). */
+    size_t x_nstride, y_nstride;
+};
+
+/* Computes the output size. Errors: -EINVAL (bad or empty shape). */
+KERN_API int kern_pool2d_out_hw(const struct kern_pool2d *d, int *h_out, int *w_out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Detect head                                                                              */
+
+/*
+ * raw (bs, na*no, ny, nx)       the output of a Detect 1x1 conv, channel = a*no + k
+ * p   (bs, na, ny, nx, no)      PyTorch's view(bs, na, no, ny, nx).permute(0, 1, 3, 4, 2)
+ * k: 0-1 xy, 2-3 wh, 4 objectness, 5.. classes (no = nc + 5).
+ */
+struct kern_detect {
+    int bs;       /* batch size, >= 1 */
+    int na;       /* anchors per cell (3), >= 1 */
+    int no;       /* outputs per anchor, nc + 5, >= 5 */
+    int ny, nx;   /* grid size, >= 1 */
+    float stride; /* pixels per grid cell (8, 16, 32) */
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Channel slices: producers and consumers of a concat's inputs work in place               */
+
+/*
+ * A Concat (and C3's and SPPF's concats) need not copy: each input can live in its channel
+ * slice of the concat's output, written there by its producer and read there by its consumers.
+ * A channel slice [c_off, c_off + c) of an (n, C, h, w) tensor is dense within an image (c h w
+ * elements from base + c_off h w) and strided across the batch: image i starts nstride = C h w
+ * elements after image i - 1. The ops that produce or consume such tensors take that n-stride
+ * (0 always means dense, the default of every init function and of a zeroed descriptor, with
+ * results bit for bit those of a dense call):
+ *   struct kern_bn.y_nstride       the output y and its gradient dy of every BN / BN+SiLU op
+ *   struct kern_conv2d.x_nstride   the input x and its gradient dx of the float32 conv2d ops
+ *   struct kern_pool2d.x_nstride, .y_nstride   max pool's input and output sides
+ *   kern_*_upsample2x_ns_fwd / _bwd            nearest x2 upsample with both sides strided
+ *   kern_*_cast_f32_lowp_ns / _lowp_f32_ns     AMP casts between a slice and dense scratch
+ * Elements between the images (the other channels of the concat) are never read nor written,
+ * so several producers may fill one concat buffer, each its own slice.
+ */
+
+#endif /* KERN_TENSOR_H */
+
+/* The rows, laid out by hand: clang-format would read them as one statement. */
+/* clang-format off */
+#ifdef KERN_OP
+
+/* --- Max pool 2d, nearest upsample x2 --- */
+
+/* y = maxpool(x); idx (overwritten) may be NULL when no backward follows. */
+KERN_OP(maxpool2d_fwd, (struct kern_ctx *ctx, const struct kern_pool2d *d, float *KERN_RESTRICT y,
+                        int32_t *KERN_RESTRICT idx, const float *KERN_RESTRICT x))
+
+/* dx (=|+=) dy routed to idx (overlapping windows add up). Uses KERN_ACCUM_DX. */
+KERN_OP(maxpool2d_bwd, (struct kern_ctx *ctx, const struct kern_pool2d *d, float *KERN_RESTRICT dx,
+                        const float *KERN_RESTRICT dy, const int32_t *KERN_RESTRICT idx,
+                        unsigned accum))
+
+/* Nearest x2: x (planes, h, w) -> y (planes, 2h, 2w), y[oy][ox] = x[oy/2][ox/2]; planes = n*c. */
+KERN_OP(upsample2x_fwd, (struct kern_ctx *ctx, float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
+                         int planes, int h, int w))
+
+/* dx (planes, h, w) (=|+=) the sum of the 2x2 block of dy (planes, 2h, 2w). KERN_ACCUM_DX. */
+KERN_OP(upsample2x_bwd, (struct kern_ctx *ctx, float *KERN_RESTRICT dx,
+                         const float *KERN_RESTRICT dy, int planes, int h, int w, unsigned accum))
+
+/* --- Concat along channels, residual add --- */
+
+/*
+ * Concat is done one input at a time, as a channel-slice copy: x (n, c_x, hw) goes to channels
+ * [c_off, c_off + c_x) of y (n, c_y, hw). Calling it for each input of a Concat layer, with
+ * c_off the running sum of the channels before it, builds torch.cat(xs, dim=1). Channels of y
+ * outside the slice are not touched.
+ */
+KERN_OP(concat_fwd, (struct kern_ctx *ctx, float *KERN_RESTRICT y, const float *KERN_RESTRICT x,
+                     int n, int c_x, int hw, int c_y, int c_off))
+
+/* dx (n, c_x, hw) (=|+=) channels [c_off, c_off + c_x) of dy (n, c_y, hw). KERN_ACCUM_DX. */
+KERN_OP(concat_bwd, (struct kern_ctx *ctx, float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
+                     int n, int c_x, int hw, int c_y, int c_off, unsigned accum))
+
+/* Residual add over count elements: y = a + b. May run in place (y == a or y == b). */
+KERN_OP(add_fwd, (struct kern_ctx *ctx, float *y, const float *a, const float *b, size_t count))
+
+/*
+ * Backward of y = a + b for one of the two inputs: dx (=|+=) dy. Call it once for a and once
+ * for b (or pass dy on when a gradient buffer can be shared). KERN_ACCUM_DX.
+ */
+KERN_OP(add_bwd, (struct kern_ctx *ctx, float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
+                  size_t count, unsigned accum))
+
+/* --- Detect head --- */
+
+/* p = permute(raw) (overwritten). */
+KERN_OP(detect_reshape_fwd, (struct kern_ctx *ctx, const struct kern_detect *d,
+                             float *KERN_RESTRICT p, const float *KERN_RESTRICT raw))
+
+/* draw (=|+=) the inverse permutation of dp. KERN_ACCUM_DX. */
+KERN_OP(detect_reshape_bwd, (struct kern_ctx *ctx, const struct kern_detect *d,
+                             float *KERN_RESTRICT draw, const float *KERN_RESTRICT dp,
+                             unsigned accum))
+
+/*
+ * Inference decode, with the permute fused: reads raw (bs, na*no, ny, nx), writes out
+ * (bs, na, ny, nx, no) = (bs, na*ny*nx, no) boxes in input pixels, as ultralytics' Detect in
+ * eval mode: s = sigmoid(v); xy = (2 s + (grid - 0.5)) * stride; wh = (2 s)^2 * anchor * stride;
+ * objectness and classes = s. anchors (host or device like the tensors): na (w, h) pairs in grid
+ * units (pixels / stride), as the model stores them.
+ */
+KERN_OP(detect_decode, (struct kern_ctx *ctx, const struct kern_detect *d, float *KERN_RESTRICT out,
+                        const float *KERN_RESTRICT raw, const float *KERN_RESTRICT anchors))
+
+/* --- Channel slices: producers and consumers of a concat's inputs work in place --- */
+
+/*
+ * Nearest x2 upsample with n-strides: x (n, c, h, w) -> y (n, c, 2h, 2w) as
+ * kern_ref_upsample2x_fwd (planes = n c), with image i of y at y + i * y_nstride (0: 4 c h w)
+ * and of x at x + i * x_nstride (0: c h w). Errors: -EINVAL (bad shape, NULL, a non-zero stride
+ * below its dense value).
+ */
+KERN_OP(upsample2x_ns_fwd, (struct kern_ctx *ctx, float *KERN_RESTRICT y,
+                            const float *KERN_RESTRICT x, int n, int c, int h, int w,
+                            size_t y_nstride, size_t x_nstride))
+
+/* Its backward: dx (=|+=) the 2x2 block sums of dy, with the same strides. KERN_ACCUM_DX. */
+KERN_OP(upsample2x_ns_bwd, (struct kern_ctx *ctx, float *KERN_RESTRICT dx,
+                            const float *KERN_RESTRICT dy, int n, int c, int h, int w,
+                            size_t x_nstride, size_t y_nstride, unsigned accum))
+#endif /* KERN_OP */
+/* clang-format on */

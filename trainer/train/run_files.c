@@ -1,0 +1,588 @@
+/* A run's files: hyp.yaml, opt.yaml, results.csv, and the checkpoint it saves and resumes
+ * from (the record layout is weights/ckpt.h's; what goes in it is train.h's). */
+#include "priv/run.h"
+
+static const char *const results_keys[RESULTS_COLS] = {
+    "epoch",
+    "train/box_loss",
+    "train/obj_loss",
+    "train/cls_loss",
+    "metrics/precision",
+    "metrics/recall",
+    "metrics/mAP_0.5",
+    "metrics/mAP_0.5:0.95",
+    "val/box_loss",
+    "val/obj_loss",
+    "val/cls_loss",
+    "x/lr0",
+    "x/lr1",
+    "x/lr2",
+};
+
+int trn_train_results_header(char *dst, size_t dst_cap)
+{
+    /* snprintf-style: the length is returned even when dst is NULL or too small. */
+    char scratch[1];
+    size_t n = 0;
+    for (int k = 0; k < RESULTS_COLS; k++) {
+        char *at = dst && n < dst_cap ? dst + n : scratch;
+        const size_t room = dst && n < dst_cap ? dst_cap - n : 0;
+        const int w = snprintf(at, room, "%s%20s", k ? "," : "", results_keys[k]);
+        if (w < 0) return -EINVAL;
+        n += (size_t)w;
+    }
+    return (int)n;
+}
+
+/* Shortest %g that reads back as the same double (YAML and CSV both stay readable). */
+static void fmt_double(char *dst, size_t cap, double v)
+{
+    for (int p = 6; p <= 17; p++) {
+        snprintf(dst, cap, "%.*g", p, v);
+        if (strtod(dst, NULL) == v) return;
+    }
+}
+
+/* A YAML double-quoted scalar. */
+static void yaml_quote(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void yaml_num(FILE *f, const char *key, double v)
+{
+    char b[40];
+    fmt_double(b, sizeof b, v);
+    fprintf(f, "%s: %s\n", key, b);
+}
+
+/* hyp.yaml as ultralytics writes it (yaml.safe_dump(hyp, sort_keys=False)); key order of the
+ * hyp files. */
+char *run_hyp_yaml(const struct trn_hyp *h, size_t *len)
+{
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f) return NULL;
+    const struct {
+        const char *k;
+        double v;
+    } kv[] = {
+        { "lr0", h->lr0 },
+        { "lrf", h->lrf },
+        { "momentum", h->momentum },
+        { "weight_decay", h->weight_decay },
+        { "warmup_epochs", h->warmup_epochs },
+        { "warmup_momentum", h->warmup_momentum },
+        { "warmup_bias_lr", h->warmup_bias_lr },
+        { "box", h->box },
+        { "cls", h->cls },
+        { "cls_pw", h->cls_pw },
+        { "obj", h->obj },
+        { "obj_pw", h->obj_pw },
+        { "iou_t", h->iou_t },
+        { "anchor_t", h->anchor_t },
+        { "fl_gamma", h->fl_gamma },
+        { "hsv_h", h->hsv_h },
+        { "hsv_s", h->hsv_s },
+        { "hsv_v", h->hsv_v },
+        { "degrees", h->degrees },
+        { "translate", h->translate },
+        { "scale", h->scale },
+        { "shear", h->shear },
+        { "perspective", h->perspective },
+        { "flipud", h->flipud },
+        { "fliplr", h->fliplr },
+        { "mosaic", h->mosaic },
+        { "mixup", h->mixup },
+        { "copy_paste", h->copy_paste },
+    };
+    for (size_t k = 0; k < sizeof kv / sizeof kv[0]; k++)
+        yaml_num(f, kv[k].k, kv[k].v);
+    if (h->anchors != 0) yaml_num(f, "anchors", h->anchors);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Write a small file atomically (temporary, fsync, rename), checking every call. */
+static int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t cap)
+{
+    (void)ffr_remove_stale_tmp(path, 0); /* a killed run's leftovers (ffr.h) */
+    char *const tmp = ffr_tmp_path(path);
+    if (!tmp) {
+        trn_seterr(err, cap, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        const int e = errno;
+        trn_seterr(err, cap, "%s: cannot create: %s", path, strerror(e));
+        free(tmp);
+        return -e;
+    }
+    const char *p = data;
+    size_t left = len;
+    int rc = 0;
+    while (left > 0) {
+        const ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            rc = w < 0 ? -errno : -EIO;
+            break;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (rc == 0 && fsync(fd) < 0) rc = -errno;
+    if (close(fd) < 0 && rc == 0) rc = -errno;
+    if (rc == 0 && rename(tmp, path) < 0) rc = -errno;
+    if (rc < 0) {
+        unlink(tmp);
+        trn_seterr(err, cap, "%s: write failed: %s", path, strerror(-rc));
+    }
+    free(tmp);
+    return rc;
+}
+
+char *run_opt_yaml(const struct run *R, size_t *len)
+{
+    const struct trn_train_opts *o = &R->o;
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f) return NULL;
+    const struct {
+        const char *k, *v;
+    } s[] = {
+        { "weights", o->weights ? o->weights : "" },
+        { "cfg", o->cfg ? o->cfg : "" },
+        { "records", o->records },
+        { "val_records", o->val_records ? o->val_records : "" },
+        { "hyp", o->hyp_path ? o->hyp_path : "" },
+    };
+    for (size_t k = 0; k < sizeof s / sizeof s[0]; k++) {
+        fprintf(f, "%s: ", s[k].k);
+        yaml_quote(f, s[k].v);
+        fputc('\n', f);
+    }
+    fprintf(f, "epochs: %d\nbatch_size: %d\nimgsz: %d\n", o->epochs, o->batch_size, o->img);
+    fprintf(f, "resume: %s\n", o->resume ? "true" : "false");
+    fprintf(f, "device: ");
+    yaml_quote(f, o->device ? o->device : "cpu");
+    fprintf(f, "\noptimizer: %s\nworkers: %u\nproject: ", optim_names[o->optimizer], o->workers);
+    yaml_quote(f, o->project ? o->project : "");
+    fprintf(f, "\nname: ");
+    yaml_quote(f, o->name ? o->name : "");
+    fprintf(
+        f, "\ncos_lr: %s\nlabel_smoothing: 0.0\nseed: %" PRIu64 "\nnc: %d\nsync_bn: %s\nsave_dir: ",
+        o->cos_lr ? "true" : "false", o->seed, R->info->nc, o->sync_bn ? "true" : "false");
+    yaml_quote(f, o->run_dir);
+    fputc('\n', f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* The checkpoint's and the log's name of an amp dtype (trn_amp_dtype_name's). */
+static const char *amp_name(int dt)
+{
+    return dt == KERN_DT_BF16 ? "bf16" : dt == KERN_DT_F16 ? "fp16" : "fp32";
+}
+
+static char *ckpt_metadata(const struct run *R, size_t *len)
+{
+    const struct trn_train_opts *o = &R->o;
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    if (!f) return NULL;
+    struct trn_optim_counters c;
+    trn_optim_get_counters(R->opt, &c);
+    fprintf(f, "format: %s\n", TRN_CKPT_FORMAT);
+    fprintf(f, "epoch: %d\nstep: %" PRId64 "\nni: %" PRId64 "\nbatches_per_epoch: %" PRId64 "\n",
+            R->epoch, R->step, (int64_t)R->epoch * R->nb + R->step, R->nb);
+    fprintf(f, "epochs: %d\nimg: %d\nbatch_size: %d\nseed: %" PRIu64 "\n", o->epochs, o->img,
+            o->batch_size, o->seed);
+    fprintf(f, "optimizer: %s\ncos_lr: %s\nnc: %d\nsync_bn: %s\n", optim_names[o->optimizer],
+            o->cos_lr ? "true" : "false", R->info->nc, o->sync_bn ? "true" : "false");
+    fprintf(f, "names:\n");
+    for (int k = 0; k < R->n_names; k++) {
+        fprintf(f, "  - ");
+        yaml_quote(f, R->names[k]);
+        fputc('\n', f);
+    }
+    const struct {
+        const char *k, *v;
+    } s[] = {
+        { "records", o->records },
+        { "val_records", o->val_records ? o->val_records : "" },
+        { "cfg", o->cfg ? o->cfg : "" },
+        { "weights", o->weights ? o->weights : "" },
+        { "hyp", o->hyp_path ? o->hyp_path : "" },
+        { "project", o->project ? o->project : "" },
+        { "name", o->name ? o->name : "" },
+    };
+    for (size_t k = 0; k < sizeof s / sizeof s[0]; k++) {
+        fprintf(f, "%s: ", s[k].k);
+        yaml_quote(f, s[k].v);
+        fputc('\n', f);
+    }
+    yaml_num(f, "best_fitness", R->best_fitness);
+    fprintf(f, "best_epoch: %d\n", R->best_epoch);
+    fprintf(f, "world_size: %d\n", R->world);
+    fprintf(f, "ema_updates: %" PRId64 "\noptim_steps: %" PRId64 "\nlast_opt_step: %" PRId64 "\n",
+            trn_ema_updates(R->ema), c.steps, c.last_opt_step);
+    fprintf(f, "amp: %s\n", amp_name(o->amp));
+    if (R->amp) {
+        struct trn_amp_state st;
+        trn_amp_get_state(R->amp, &st);
+        yaml_num(f, "amp_scale", st.scale);
+        fprintf(f, "amp_growth_tracker: %" PRId64 "\n", st.growth_tracker);
+    }
+    yaml_num(f, "loss_sum_box", R->msum[0]);
+    yaml_num(f, "loss_sum_obj", R->msum[1]);
+    yaml_num(f, "loss_sum_cls", R->msum[2]);
+    fprintf(f, "loss_batches: %" PRId64 "\n", R->mcount);
+    fprintf(f, "arena_param: %zu\narena_buffer: %zu\narena_count: %zu\nparameters: %" PRId64 "\n",
+            R->info->arena_len[TRN_ARENA_PARAM], R->info->arena_len[TRN_ARENA_BUFFER],
+            R->info->arena_len[TRN_ARENA_COUNT], R->info->n_params);
+    fprintf(f, "records_layout: [");
+    for (int k = 0; k < TRN_CKPT_N_RECORDS; k++)
+        fprintf(f, "%s%s", k ? ", " : "", trn_ckpt_record_name(k));
+    fprintf(f, "]\ntensors:\n");
+    static const char *const arena_names[] = { "param", "buffer", "count" };
+    for (int t = 0; t < R->info->n_tensors; t++) {
+        const struct trn_tensor *T = trn_model_tensor(R->m, t);
+        fprintf(f, "  - {name: %s, arena: %s, offset: %zu, shape: [", T->name,
+                arena_names[T->arena], T->offset);
+        for (int d = 0; d < T->ndim; d++)
+            fprintf(f, "%s%d", d ? ", " : "", T->shape[d]);
+        fprintf(f, "]}\n");
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Where the gradients accumulated since the last optimizer step live. */
+static float *grad_arena(const struct run *R)
+{
+    return R->acc ? R->acc : trn_net_grad(R->net);
+}
+
+static int ckpt_save(struct run *R, const char *path, char *err, size_t cap)
+{
+    const struct trn_model_info *I = R->info;
+    const int drc = run_resident_download(R, err, cap);
+    if (drc < 0) return drc;
+    size_t l1 = 0;
+    float *s1 = trn_optim_state(R->opt, 1, &l1);
+    const struct trn_ckpt_src rec[TRN_CKPT_N_RECORDS] = {
+        { trn_model_arena(R->m, TRN_ARENA_PARAM), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
+        { trn_model_arena(R->m, TRN_ARENA_BUFFER), I->arena_len[TRN_ARENA_BUFFER] * sizeof(float) },
+        { trn_model_arena(R->m, TRN_ARENA_COUNT), I->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t) },
+        { trn_ema_arena(R->ema, TRN_ARENA_PARAM), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
+        { trn_ema_arena(R->ema, TRN_ARENA_BUFFER), I->arena_len[TRN_ARENA_BUFFER] * sizeof(float) },
+        { trn_optim_state(R->opt, 0, NULL), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
+        { s1, s1 ? l1 * sizeof(float) : 0 },
+        { grad_arena(R), I->arena_len[TRN_ARENA_PARAM] * sizeof(float) },
+        { R->model_yaml, R->model_yaml_len },
+        { R->hyp_text, R->hyp_len },
+        { R->opt_text, R->opt_len },
+    };
+    size_t mlen = 0;
+    char *meta = ckpt_metadata(R, &mlen);
+    if (!meta) {
+        trn_seterr(err, cap, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    const int rc = trn_ckpt_write(path, rec, meta, mlen, err, cap);
+    free(meta);
+    return rc;
+}
+
+static void copy_meta_str(const struct trn_ckpt *C, const char *key, char *dst, size_t cap,
+                          const char **out)
+{
+    const char *v = trn_ckpt_get(C, key);
+    snprintf(dst, cap, "%s", v ? v : "");
+    *out = dst[0] ? dst : NULL;
+}
+
+/* Resume: options, hyp and model yaml from the checkpoint. */
+int run_resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_t cap)
+{
+    struct trn_train_opts *o = &R->o;
+    int64_t v[6];
+    int rc = trn_ckpt_i64(C, "epochs", 1, 1000000, &v[0]);
+    if (!rc) rc = trn_ckpt_i64(C, "img", 32, 16383, &v[1]);
+    if (!rc) rc = trn_ckpt_i64(C, "batch_size", 1, 65536, &v[2]);
+    if (!rc) rc = trn_ckpt_i64(C, "nc", 1, 65536, &v[3]);
+    if (!rc) rc = trn_ckpt_i64(C, "seed", 0, INT64_MAX, &v[4]);
+    const char *opt = trn_ckpt_get(C, "optimizer"), *cos = trn_ckpt_get(C, "cos_lr");
+    if (rc || !opt || !cos) {
+        trn_seterr(err, cap, "%s: checkpoint metadata lacks a run setting", o->resume);
+        return -TRN_TRAIN_ECKPT;
+    }
+    o->epochs = (int)v[0];
+    o->img = (int)v[1];
+    o->batch_size = (int)v[2];
+    o->nc = (int)v[3];
+    o->seed = (uint64_t)v[4];
+    o->optimizer = !strcmp(opt, "Adam")    ? TRN_OPTIM_ADAM
+                   : !strcmp(opt, "AdamW") ? TRN_OPTIM_ADAMW
+                                           : TRN_OPTIM_SGD;
+    o->cos_lr = !strcmp(cos, "true");
+    const char *sb = trn_ckpt_get(C, "sync_bn"); /* absent in checkpoints older than the option */
+    o->sync_bn = sb && !strcmp(sb, "true");
+    /* absent in checkpoints older than AMP: those runs were float32 */
+    const char *am = trn_ckpt_get(C, "amp");
+    enum trn_amp_dtype adt = TRN_AMP_OFF;
+    if (am && trn_amp_dtype_parse(am, &adt) < 0) {
+        trn_seterr(err, cap, "%s: bad amp in the checkpoint metadata", o->resume);
+        return -TRN_TRAIN_ECKPT;
+    }
+    o->amp = adt == TRN_AMP_BF16 ? KERN_DT_BF16 : adt == TRN_AMP_FP16 ? KERN_DT_F16 : KERN_DT_F32;
+    copy_meta_str(C, "records", R->resume_records, sizeof R->resume_records, &o->records);
+    copy_meta_str(C, "val_records", R->resume_val, sizeof R->resume_val, &o->val_records);
+    copy_meta_str(C, "cfg", R->resume_cfg, sizeof R->resume_cfg, &o->cfg);
+    copy_meta_str(C, "weights", R->resume_weights, sizeof R->resume_weights, &o->weights);
+    copy_meta_str(C, "hyp", R->resume_hyp, sizeof R->resume_hyp, &o->hyp_path);
+    copy_meta_str(C, "project", R->resume_project, sizeof R->resume_project, &o->project);
+    copy_meta_str(C, "name", R->resume_name, sizeof R->resume_name, &o->name);
+    if (!o->records) {
+        trn_seterr(err, cap, "%s: checkpoint names no training records", o->resume);
+        return -TRN_TRAIN_ECKPT;
+    }
+    const struct {
+        int rec;
+        const char *name;
+        char **text;
+        size_t *len;
+    } texts[3] = { { TRN_CKPT_HYP_YAML, "hyp.yaml", &R->hyp_text, &R->hyp_len },
+                   { TRN_CKPT_MODEL_YAML, "model yaml", &R->model_yaml, &R->model_yaml_len },
+                   { TRN_CKPT_OPT_YAML, "opt.yaml", &R->opt_text, &R->opt_len } };
+    for (int k = 0; k < 3; k++) {
+        int trc = 0;
+        *texts[k].text = trn_ckpt_text(C, texts[k].rec, texts[k].len, &trc);
+        if (trc < 0) {
+            trn_seterr(err, cap, "%s: the checkpoint's %s (record %lld) cannot be read: %s",
+                       o->resume, texts[k].name, (long long)trn_ckpt_record_index(C, texts[k].rec),
+                       ffr_strerror(trc));
+            return -TRN_TRAIN_ECKPT;
+        }
+    }
+    char e[512];
+    rc = trn_hyp_parse(R->hyp_text, R->hyp_len, "checkpoint hyp.yaml", NULL, NULL, &o->hyp, e,
+                       sizeof e);
+    if (rc < 0) {
+        trn_seterr(err, cap, "%s: %s", o->resume, e);
+        return -TRN_TRAIN_ECKPT;
+    }
+    return 0;
+}
+
+/* Restore weights, EMA, optimizer state, gradients and counters; R is fully set up. */
+int run_resume_state(struct run *R, const struct trn_ckpt *C, char *err, size_t cap)
+{
+    const struct trn_model_info *I = R->info;
+    const char *path = R->o.resume;
+    int64_t a[3];
+    if (trn_ckpt_i64(C, "arena_param", 0, INT64_MAX, &a[0]) ||
+        trn_ckpt_i64(C, "arena_buffer", 0, INT64_MAX, &a[1]) ||
+        trn_ckpt_i64(C, "arena_count", 0, INT64_MAX, &a[2]) ||
+        (size_t)a[0] != I->arena_len[TRN_ARENA_PARAM] ||
+        (size_t)a[1] != I->arena_len[TRN_ARENA_BUFFER] ||
+        (size_t)a[2] != I->arena_len[TRN_ARENA_COUNT]) {
+        trn_seterr(err, cap, "%s: arena sizes do not match the model", path);
+        return -TRN_TRAIN_ECKPT;
+    }
+    const size_t P = I->arena_len[TRN_ARENA_PARAM] * sizeof(float);
+    const size_t B = I->arena_len[TRN_ARENA_BUFFER] * sizeof(float);
+    size_t l1 = 0;
+    float *s1 = trn_optim_state(R->opt, 1, &l1);
+    int rc =
+        trn_ckpt_read(C, TRN_CKPT_MODEL_PARAM, trn_model_arena(R->m, TRN_ARENA_PARAM), P, err, cap);
+    if (!rc)
+        rc = trn_ckpt_read(C, TRN_CKPT_MODEL_BUFFER, trn_model_arena(R->m, TRN_ARENA_BUFFER), B,
+                           err, cap);
+    if (!rc)
+        rc = trn_ckpt_read(C, TRN_CKPT_MODEL_COUNT, trn_model_arena(R->m, TRN_ARENA_COUNT),
+                           I->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t), err, cap);
+    if (!rc && R->ema)
+        rc = trn_ckpt_read(C, TRN_CKPT_EMA_PARAM, trn_ema_arena(R->ema, TRN_ARENA_PARAM), P, err,
+                           cap);
+    if (!rc && R->ema)
+        rc = trn_ckpt_read(C, TRN_CKPT_EMA_BUFFER, trn_ema_arena(R->ema, TRN_ARENA_BUFFER), B, err,
+                           cap);
+    if (!rc) rc = trn_ckpt_read(C, TRN_CKPT_OPT0, trn_optim_state(R->opt, 0, NULL), P, err, cap);
+    if (!rc) rc = trn_ckpt_read(C, TRN_CKPT_OPT1, s1, s1 ? l1 * sizeof(float) : 0, err, cap);
+    if (!rc) rc = trn_ckpt_read(C, TRN_CKPT_GRAD, grad_arena(R), P, err, cap);
+    if (rc) return rc;
+    int64_t epoch, step, upd, steps, last;
+    struct trn_optim_counters c;
+    if (trn_ckpt_i64(C, "epoch", 0, 1000000, &epoch) ||
+        trn_ckpt_i64(C, "step", 0, INT64_MAX, &step) ||
+        trn_ckpt_i64(C, "ema_updates", 0, INT64_MAX, &upd) ||
+        trn_ckpt_i64(C, "optim_steps", 0, INT64_MAX, &steps) ||
+        trn_ckpt_i64(C, "last_opt_step", -1, INT64_MAX, &last) ||
+        trn_ckpt_f64(C, "best_fitness", &R->best_fitness) ||
+        trn_ckpt_f64(C, "loss_sum_box", &R->msum[0]) ||
+        trn_ckpt_f64(C, "loss_sum_obj", &R->msum[1]) ||
+        trn_ckpt_f64(C, "loss_sum_cls", &R->msum[2]) ||
+        trn_ckpt_i64(C, "loss_batches", 0, INT64_MAX, &R->mcount)) {
+        trn_seterr(err, cap, "%s: checkpoint metadata lacks a counter", path);
+        return -TRN_TRAIN_ECKPT;
+    }
+    /* best_epoch came with validation; older checkpoints start EarlyStopping afresh (as
+     * ultralytics' resume does) */
+    int64_t be = 0;
+    if (trn_ckpt_get(C, "best_epoch") && trn_ckpt_i64(C, "best_epoch", 0, 1000000, &be)) {
+        trn_seterr(err, cap, "%s: bad best_epoch in the checkpoint metadata", path);
+        return -TRN_TRAIN_ECKPT;
+    }
+    R->best_epoch = (int)be;
+    /* the loss scaler's state; absent (older checkpoints, or saved by a bf16 / fp32 run): the
+     * default state, as a fresh GradScaler */
+    if (R->amp && trn_ckpt_get(C, "amp_scale")) {
+        struct trn_amp_state st = { 0 };
+        double sc = 0;
+        int64_t tr = 0;
+        if (trn_ckpt_f64(C, "amp_scale", &sc) ||
+            trn_ckpt_i64(C, "amp_growth_tracker", 0, INT64_MAX, &tr) ||
+            (st.scale = (float)sc, st.growth_tracker = tr, trn_amp_set_state(R->amp, &st) < 0)) {
+            trn_seterr(err, cap,
+                       "%s: bad amp_scale / amp_growth_tracker in the checkpoint metadata", path);
+            return -TRN_TRAIN_ECKPT;
+        }
+    }
+    if (step >= R->nb) {
+        trn_seterr(err, cap,
+                   "%s: saved at batch %" PRId64 " of an epoch of %" PRId64 " (another "
+                   "dataset, or a world size whose epochs are shorter?)",
+                   path, step, R->nb);
+        return -TRN_TRAIN_ECKPT;
+    }
+    c.steps = steps;
+    c.last_opt_step = last;
+    trn_optim_set_counters(R->opt, &c);
+    if (R->ema) trn_ema_set_updates(R->ema, upd);
+    R->epoch = (int)epoch;
+    R->step = step;
+    return 0;
+}
+
+/* --weights: an ultralytics .pt, or one of our checkpoints (its EMA, as strip_optimizer would
+ * leave it). */
+int run_load_weights(struct run *R, const char *path, char *err, size_t cap)
+{
+    unsigned char magic[4] = { 0 };
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        const int e = errno;
+        trn_seterr(err, cap, "--weights %s: %s", path, strerror(e));
+        return -e;
+    }
+    const size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    if (got == 4 && magic[0] == 'P' && magic[1] == 'K') {
+        char e[512] = "";
+        const int rc = trn_pt_load_into_model(path, NULL, R->m, e, sizeof e);
+        if (rc < 0) trn_seterr(err, cap, "--weights %s: %s", path, e[0] ? e : trn_strerror(rc));
+        return rc;
+    }
+    struct trn_ckpt *C = NULL;
+    int rc = trn_ckpt_open(path, &C, err, cap);
+    if (rc < 0) return rc;
+    rc = trn_ckpt_load_ema(C, R->m, true, err, cap);
+    trn_ckpt_close(C);
+    return rc;
+}
+
+int run_write_files(struct run *R, char *err, size_t cap)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/hyp.yaml", R->o.run_dir);
+    int rc = write_file_atomic(p, R->hyp_text, R->hyp_len, err, cap);
+    if (rc < 0) return rc;
+    snprintf(p, sizeof p, "%s/opt.yaml", R->o.run_dir);
+    if ((rc = write_file_atomic(p, R->opt_text, R->opt_len, err, cap)) < 0) return rc;
+    if (snprintf(R->weights_dir, sizeof R->weights_dir, "%s/weights", R->o.run_dir) >=
+        (int)sizeof R->weights_dir) {
+        trn_seterr(err, cap, "%s: path too long", R->o.run_dir);
+        return -ENAMETOOLONG;
+    }
+    if (mkdir(R->weights_dir, 0777) < 0 && errno != EEXIST) {
+        rc = -errno;
+        trn_seterr(err, cap, "%s: cannot create: %s", R->weights_dir, strerror(-rc));
+        return rc;
+    }
+    /* Find an unusable weights directory now, not after the first epoch's work. */
+    snprintf(p, sizeof p, "%s/.write-test.%ld", R->weights_dir, (long)getpid());
+    const int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        rc = -errno;
+        trn_seterr(err, cap, "%s: cannot write checkpoints there: %s", R->weights_dir,
+                   strerror(-rc));
+        return rc;
+    }
+    close(fd);
+    unlink(p);
+    return 0;
+}
+
+int run_results_append(struct run *R, int epoch, const double mloss[3],
+                       const struct trn_train_metrics *mt, char *err, size_t cap)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/results.csv", R->o.run_dir);
+    struct stat st;
+    const bool fresh = stat(path, &st) != 0;
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        const int e = errno;
+        trn_seterr(err, cap, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    int bad = 0;
+    if (fresh) {
+        char h[512];
+        trn_train_results_header(h, sizeof h);
+        bad |= fprintf(f, "%s\n", h) < 0;
+    }
+    const double v[RESULTS_COLS] = {
+        epoch,   mloss[0], mloss[1], mloss[2], mt->precision, mt->recall, mt->map50,
+        mt->map, mt->box,  mt->obj,  mt->cls,  R->lr[0],      R->lr[1],   R->lr[2],
+    };
+    for (int k = 0; k < RESULTS_COLS; k++)
+        bad |= fprintf(f, "%s%20.5g", k ? "," : "", v[k]) < 0;
+    bad |= fputc('\n', f) == EOF;
+    bad |= fflush(f) != 0;
+    const int e = errno;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        trn_seterr(err, cap, "%s: write failed: %s", path, strerror(e ? e : EIO));
+        return e ? -e : -EIO;
+    }
+    return 0;
+}
+
+int run_save_named(struct run *R, const char *which, char *err, size_t cap)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s.ckpt", R->weights_dir, which);
+    return ckpt_save(R, p, err, cap);
+}
