@@ -34,12 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
-#include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -856,49 +852,20 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
 /* ---------------------------------------------------------------------------------------- */
 /* --nproc-per-node: local ranks started by this process                                    */
 
-#define RANKS_GRACE_S 5.0
+#define RANKS_GRACE_S 5.0 /* after a rank fails, the others' time to end before SIGKILL */
 
-/* A port p with p and p + 1 free now (the TCP star listens on MASTER_PORT + 1). */
-static int free_port_pair(void)
+static void launch_log(void *ctx, const char *line)
 {
-    for (int attempt = 0; attempt < 64; attempt++) {
-        const int a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        const int b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t l = sizeof sa;
-        int p = -1;
-        if (a >= 0 && b >= 0 && bind(a, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-            getsockname(a, (struct sockaddr *)&sa, &l) == 0) {
-            p = ntohs(sa.sin_port);
-            sa.sin_port = htons((uint16_t)(p + 1));
-            if (p >= 65534 || bind(b, (struct sockaddr *)&sa, sizeof sa) != 0) p = -1;
-        }
-        if (a >= 0) close(a);
-        if (b >= 0) close(b);
-        if (p > 0) return p;
-    }
-    return -1;
+    (void)ctx;
+    fprintf(stderr, PROG ": %s\n", line);
 }
 
-/*
- * Start n ranks of this program (torchrun's variables, TCP on 127.0.0.1), each in its own process
- * group (so a terminal's Ctrl-C reaches only this parent, which forwards it once) and ended by
- * SIGTERM if this parent dies. Forward SIGINT / SIGTERM / SIGUSR1; when a rank fails, give the
- * others RANKS_GRACE_S to end (they notice the closed connection at once; only a hung or stopped
- * rank stays), then SIGKILL them.
- * Returns the exit status: 0 when every rank exits 0, else the first failure's.
- */
+/* --nproc-per-node N: this command line without the option, run N times (dist.h). */
 static int spawn_local_ranks(const struct args *A, int argc, char **argv)
 {
     char **cargv = calloc((size_t)argc + 1, sizeof *cargv);
-    pid_t *pid = calloc((size_t)A->nproc, sizeof *pid);
-    if (!cargv || !pid) {
+    if (!cargv) {
         fprintf(stderr, PROG ": out of memory\n");
-        free(cargv);
-        free(pid);
         return 1;
     }
     int n = 0;
@@ -910,96 +877,9 @@ static int spawn_local_ranks(const struct args *A, int argc, char **argv)
         if (!strncmp(argv[i], "--nproc-per-node=", 17)) continue;
         cargv[n++] = argv[i];
     }
-    const char *mp = getenv("MASTER_PORT");
-    const int port = mp ? atoi(mp) : free_port_pair();
-    if (port <= 0 || port > 65534) {
-        fprintf(stderr,
-                PROG ": --nproc-per-node: no free port pair on 127.0.0.1 (set MASTER_PORT)\n");
-        free(cargv);
-        free(pid);
-        return 1;
-    }
-    sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGUSR1);
-    sigaddset(&set, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &set, &old);
-    const pid_t parent = getpid();
-    int alive = 0, status = 0;
-    for (int r = 0; r < A->nproc; r++) {
-        const pid_t p = fork();
-        if (p == 0) {
-            char v[5][64];
-            snprintf(v[0], sizeof v[0], "%d", r);
-            snprintf(v[1], sizeof v[1], "%ld", A->nproc);
-            snprintf(v[2], sizeof v[2], "%d", port);
-            setenv("RANK", v[0], 1);
-            setenv("LOCAL_RANK", v[0], 1);
-            setenv("WORLD_SIZE", v[1], 1);
-            setenv("LOCAL_WORLD_SIZE", v[1], 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", v[2], 1);
-            setpgid(0, 0);
-            prctl(PR_SET_PDEATHSIG, SIGTERM);
-            if (getppid() != parent) _exit(1); /* the parent died before prctl */
-            sigprocmask(SIG_SETMASK, &old, NULL);
-            execv("/proc/self/exe", cargv);
-            fprintf(stderr, PROG ": rank %d: cannot exec /proc/self/exe: %s\n", r, strerror(errno));
-            _exit(127);
-        }
-        if (p < 0) {
-            fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
-            status = 1;
-            break;
-        }
-        pid[r] = p;
-        alive++;
-        fprintf(stderr, PROG ": started rank %d of %ld (pid %ld)\n", r, A->nproc, (long)p);
-    }
-    double kill_at = status ? 0 : -1; /* when to SIGKILL the ranks left (after a failure) */
-    while (alive > 0) {
-        if (kill_at >= 0) {
-            struct timespec t;
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            if ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec >= kill_at) {
-                for (int r = 0; r < A->nproc; r++)
-                    if (pid[r] > 0) kill(pid[r], SIGKILL);
-            }
-        }
-        struct timespec wait = { 0, 200 * 1000 * 1000 };
-        const int sig = sigtimedwait(&set, NULL, &wait);
-        if (sig == SIGINT || sig == SIGTERM || sig == SIGUSR1) {
-            for (int r = 0; r < A->nproc; r++)
-                if (pid[r] > 0) kill(pid[r], sig);
-        }
-        int st = 0;
-        pid_t p;
-        while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
-            int r = 0;
-            while (r < A->nproc && pid[r] != p)
-                r++;
-            if (r == A->nproc) continue;
-            pid[r] = -1;
-            alive--;
-            const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            if (code != 0) {
-                if (!WIFEXITED(st))
-                    fprintf(stderr, PROG ": rank %d was killed by signal %d\n", r, WTERMSIG(st));
-                if (!status) status = code;
-                if (kill_at < 0) {
-                    struct timespec t;
-                    clock_gettime(CLOCK_MONOTONIC, &t);
-                    kill_at = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec + RANKS_GRACE_S;
-                }
-            }
-        }
-    }
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    const int rc = trn_dist_launch_local((int)A->nproc, cargv, RANKS_GRACE_S, launch_log, NULL);
     free(cargv);
-    free(pid);
-    return status;
+    return rc;
 }
 
 /* Join the job the launcher's variables describe (a communicator of one without them). */

@@ -18,344 +18,36 @@
  * caller's before the thread starts, the thread's after), and the order of collectives is the
  * order in which the caller issued them, the same on every rank.
  */
-#include "dist.h"
-
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 
 #include "priv/dist_internal.h"
 #include "util.h"
 #include "errors.h"
 
-#ifndef TRN_HAVE_MPI
-#define TRN_HAVE_MPI 0
-#endif
-#ifndef TRN_HAVE_NCCL
-#define TRN_HAVE_NCCL 0
-#endif
-#if TRN_HAVE_MPI
-#include <mpi.h>
-#endif
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the TCP star sends headers in host order; every rank must be little-endian"
-#endif
-
-#define WIRE_MAGIC   0x31445946u /* "FYD1" */
-#define HELLO_WAIT_S 10.0        /* a connection must say who it is within this */
-
-enum wire_op {
-    OP_HELLO = 1,  /* rank -> 0: seq = rank, bytes = world */
-    OP_WELCOME,    /* 0 -> rank: everyone has joined */
-    OP_ALLREDUCE,  /* a bucket of an all-reduce */
-    OP_BROADCAST,  /* a bucket of a broadcast */
-    OP_EXCHANGE_N, /* trn_dist_tcp_exchange's blob */
-};
-
-enum dtype { DT_F32 = 0, DT_F64, DT_I64 };
-
-struct wire_hdr {
-    uint32_t magic; /* WIRE_MAGIC */
-    uint16_t op;    /* enum wire_op */
-    uint16_t kind;  /* dtype << 8 | trn_dist_op (reductions), 0 otherwise */
-    uint64_t seq;   /* collective number on this communicator (HELLO: the rank) */
-    uint64_t bytes; /* payload bytes that follow (HELLO: the world size) */
-};
-
-/* A collective for the communication thread. */
-enum job_kind { JOB_REDUCE = 1, JOB_BCAST, JOB_GRAD };
-
-struct job {
-    enum job_kind kind;
-    void *buf;           /* REDUCE / BCAST: the caller's buffer */
-    size_t n;            /* REDUCE, GRAD: elements; BCAST: bytes */
-    enum dtype dt;       /* REDUCE */
-    enum trn_dist_op op; /* REDUCE */
-    bool device;         /* BCAST: device memory (NCCL) */
-    float *host;         /* GRAD: the bucket (host memory) */
-    float *dev;          /* GRAD, NCCL: the bucket in device memory */
-    void *event;         /* GRAD, NCCL: recorded on the producer's stream at launch */
-};
-
-struct trn_dist {
-    enum trn_dist_backend backend;
-    int rank, world, local_rank;
-    double timeout_s;
-    size_t bucket_bytes;
-    int listen_fd;              /* rank 0 of a star: the listening socket until all joined */
-    int *fd;                    /* star: rank 0 holds fd[1..world), the others fd[0]; -1 unused */
-    uint64_t seq;               /* collectives started on this communicator */
-    unsigned char *tmp;         /* rank 0's receive bucket */
-    size_t tmp_cap;             /* bytes at tmp */
-    bool broken;                /* a collective failed: refuse further ones */
-    bool mpi_finalize;          /* we called MPI_Init, so we finalize */
-    struct trn_dist_nccl *nccl; /* NCCL backend state */
-    char err[640];
-
-    /* Communication thread (see the top of the file). Fields below `mu` are guarded by it. */
-    bool thread_ok; /* the backend may run on another thread than the creator's */
-    bool thread_on; /* started: every collective goes through the queue */
-    bool sync_init; /* mu and the condition variables exist */
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_job;  /* a job was queued, or quit */
-    pthread_cond_t cv_done; /* a job completed */
-    struct job *q;          /* ring of q_cap jobs; job k (k counts from 0) at q[k % q_cap] */
-    size_t q_cap;
-    uint64_t q_head; /* the oldest job not completed (the thread's current one) */
-    uint64_t q_tail; /* jobs queued so far */
-    bool quit;       /* destroy: the thread ends once the queue is empty */
-    int sync_rc;     /* result of the last job the caller waits for */
-    int grad_rc;     /* first error of this backward's buckets (0: none) */
-    bool waiting;    /* trn_dist_grad_wait has begun for this backward */
-    struct trn_dist_grad_stats st;
-
-    /* Bucketing (caller's thread only). */
-    bool overlap;              /* opts.overlap */
-    size_t first_bucket_bytes; /* opts.first_bucket_bytes, at most bucket_bytes */
-    bool in_step;              /* between trn_dist_grad_begin and trn_dist_grad_wait */
-    size_t step_len;           /* floats the ranges must cover */
-    size_t step_seen;          /* floats reported so far */
-    float *b_host, *b_dev;     /* the open bucket's start (the lowest address) */
-    void *b_stream;            /* the producer stream of its last range */
-    size_t b_n;                /* floats in the open bucket (0: none open) */
-    int b_index;               /* buckets launched in this backward */
-
-    void *stream; /* trn_dist_set_stream: the producer of device buffers (NULL: the device) */
-};
-
 static int sync_init(struct trn_dist *d);
 static void comm_stop(struct trn_dist *d);
 
-/* ---------------------------------------------------------------------------------------- */
-/* Names                                                                                     */
-
-static const char *const backend_names[] = { "auto", "single", "tcp", "mpi", "nccl" };
-
-const char *trn_dist_backend_name(enum trn_dist_backend b)
-{
-    return (unsigned)b < sizeof backend_names / sizeof backend_names[0] ? backend_names[b] : "?";
-}
-
-int trn_dist_backend_parse(const char *name, enum trn_dist_backend *out)
-{
-    for (unsigned k = 0; name && k < sizeof backend_names / sizeof backend_names[0]; k++)
-        if (!strcmp(name, backend_names[k])) {
-            *out = (enum trn_dist_backend)k;
-            return 0;
-        }
-    return -EINVAL;
-}
-
-bool trn_dist_backend_available(enum trn_dist_backend b)
-{
-    switch (b) {
-    case TRN_DIST_AUTO:
-    case TRN_DIST_SINGLE:
-    case TRN_DIST_TCP:
-        return true;
-    case TRN_DIST_MPI:
-        return TRN_HAVE_MPI;
-    case TRN_DIST_NCCL:
-        return TRN_HAVE_NCCL;
-    }
-    return false;
-}
-
-const char *trn_dist_strerror(int rc)
-{
-    switch (rc) {
-    case -ETIMEDOUT:
-        return "a peer did not answer before the deadline (hung, stopped, or slower than "
-               "--dist-timeout)";
-    case -ECONNRESET:
-        return "a peer closed its connection (it exited or crashed)";
-    case -EPROTO:
-        return "the ranks disagree (different collectives, or another job on the port)";
-    case -ENOTSUP:
-        return "backend not built into this program";
-    default:
-        return trn_strerror(rc);
-    }
-}
-
-void trn_dist_opts_default(struct trn_dist_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    o->backend = TRN_DIST_AUTO;
-    o->timeout_s = 1800;
-    o->bucket_bytes = (size_t)25 << 20;
-    o->port_offset = 1;
-    o->device = -1;
-    o->overlap = true;
-    o->first_bucket_bytes = (size_t)1 << 20;
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* Environment (pure)                                                                        */
-
-static const char *env_get(const char *const *env, const char *key)
-{
-    const size_t kl = strlen(key);
-    for (size_t i = 0; env && env[i]; i++)
-        if (!strncmp(env[i], key, kl) && env[i][kl] == '=') return env[i] + kl + 1;
-    return NULL;
-}
-
-/* A whole decimal number in [lo, hi] (surrounding blanks refused). */
-static int parse_int(const char *s, long lo, long hi, int *out)
-{
-    if (!s || !*s) return -EINVAL;
-    char *end = NULL;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -EINVAL;
-    *out = (int)v;
-    return 0;
-}
-
-/* Read key as an int in [lo, hi] into *out; a missing key leaves *out. */
-static int env_int(const char *const *env, const char *key, long lo, long hi, int *out, char *err,
-                   size_t cap)
-{
-    const char *v = env_get(env, key);
-    if (!v) return 0;
-    if (parse_int(v, lo, hi, out) < 0) {
-        trn_seterr(err, cap, "%s='%s' is not a whole number in [%ld, %ld]", key, v, lo, hi);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-int trn_dist_nodelist_first(char *dst, size_t dst_cap, const char *list)
-{
-    if (!list || !*list) return -EINVAL;
-    size_t n = 0;
-    int depth = 0;
-    for (const char *p = list; *p; p++) {
-        if (*p == ',' && depth == 0) break; /* the first host ends at a top-level comma */
-        if (*p == '[') {
-            if (depth++) return -EINVAL;
-            /* the group's first value: up to the first ',' or '-' or ']' */
-            const char *q = p + 1;
-            size_t len = strcspn(q, ",-]");
-            if (len == 0) return -EINVAL;
-            if (n + len >= dst_cap) return -ENAMETOOLONG;
-            memcpy(dst + n, q, len);
-            n += len;
-            p = strchr(q, ']');
-            if (!p) return -EINVAL;
-            depth = 0;
-            continue;
-        }
-        if (*p == ']') return -EINVAL;
-        if (n + 1 >= dst_cap) return -ENAMETOOLONG;
-        dst[n++] = *p;
-    }
-    if (n == 0) return -EINVAL;
-    dst[n] = '\0';
-    return (int)n;
-}
-
-int trn_dist_env_parse(const char *const *env, struct trn_dist_env *out, char *err, size_t cap)
-{
-    if (err && cap) err[0] = '\0';
-    if (!out) return -EINVAL;
-    memset(out, 0, sizeof *out);
-    out->world_size = 1;
-    out->local_world_size = 1;
-    const char *rank_key = NULL, *world_key = NULL, *local_key = NULL, *lworld_key = NULL;
-    if (env_get(env, "RANK") && env_get(env, "WORLD_SIZE")) {
-        out->source = TRN_DIST_SRC_TORCHRUN;
-        rank_key = "RANK";
-        world_key = "WORLD_SIZE";
-        local_key = "LOCAL_RANK";
-        lworld_key = "LOCAL_WORLD_SIZE";
-    } else if (env_get(env, "SLURM_PROCID") && env_get(env, "SLURM_NTASKS") &&
-               !env_get(env, "OMPI_COMM_WORLD_RANK")) {
-        out->source = TRN_DIST_SRC_SLURM;
-        rank_key = "SLURM_PROCID";
-        world_key = env_get(env, "SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
-        local_key = "SLURM_LOCALID";
-        lworld_key = NULL; /* SLURM_TASKS_PER_NODE is a compressed list: not needed */
-    } else if (env_get(env, "OMPI_COMM_WORLD_RANK") && env_get(env, "OMPI_COMM_WORLD_SIZE")) {
-        out->source = TRN_DIST_SRC_OMPI;
-        rank_key = "OMPI_COMM_WORLD_RANK";
-        world_key = "OMPI_COMM_WORLD_SIZE";
-        local_key = "OMPI_COMM_WORLD_LOCAL_RANK";
-        lworld_key = "OMPI_COMM_WORLD_LOCAL_SIZE";
-    }
-    int rc = 0;
-    if (out->source != TRN_DIST_SRC_NONE) {
-        rc = env_int(env, world_key, 1, 1 << 20, &out->world_size, err, cap);
-        if (!rc) rc = env_int(env, rank_key, 0, out->world_size - 1, &out->rank, err, cap);
-        out->local_world_size = out->world_size;
-        if (!rc && lworld_key)
-            rc = env_int(env, lworld_key, 1, out->world_size, &out->local_world_size, err, cap);
-        out->local_rank = out->local_world_size == out->world_size ? out->rank : 0;
-        if (!rc && local_key)
-            rc = env_int(env, local_key, 0, out->local_world_size - 1, &out->local_rank, err, cap);
-        if (rc) return rc;
-    }
-    const char *addr = env_get(env, "MASTER_ADDR");
-    if (addr) {
-        if (!*addr || strlen(addr) >= sizeof out->master_addr) {
-            trn_seterr(err, cap, "MASTER_ADDR='%s' is empty or too long", addr);
-            return -EINVAL;
-        }
-        snprintf(out->master_addr, sizeof out->master_addr, "%s", addr);
-    } else if (out->source == TRN_DIST_SRC_SLURM) {
-        static const char *const lists[] = { "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
-                                             "SLURM_NODELIST" };
-        for (int k = 0; k < 3 && !out->master_addr[0]; k++) {
-            const char *l = env_get(env, lists[k]);
-            if (!l) continue;
-            if (trn_dist_nodelist_first(out->master_addr, sizeof out->master_addr, l) < 0) {
-                trn_seterr(err, cap, "%s='%s' is not a Slurm node list", lists[k], l);
-                out->master_addr[0] = '\0';
-                return -EINVAL;
-            }
-        }
-    }
-    if ((rc = env_int(env, "MASTER_PORT", 1, 65534, &out->master_port, err, cap)) < 0) return rc;
-    if (!out->master_port && out->source == TRN_DIST_SRC_SLURM && env_get(env, "SLURM_JOB_ID")) {
-        /* one port per job, the same on every node of it */
-        int job = 0;
-        if (env_int(env, "SLURM_JOB_ID", 0, INT_MAX, &job, err, cap) < 0) return -EINVAL;
-        out->master_port = 20000 + job % 20000;
-    }
-    return 0;
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* Errors and time                                                                           */
-
-static double now_s(void)
+double dist_now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int fail(struct trn_dist *d, int rc, const char *fmt, ...)
+int dist_fail(struct trn_dist *d, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(struct trn_dist *d, int rc, const char *fmt, ...)
+int dist_fail(struct trn_dist *d, int rc, const char *fmt, ...)
 {
     int n = snprintf(d->err, sizeof d->err, "rank %d: ", d->rank);
     if (n < 0 || (size_t)n >= sizeof d->err) n = 0;
@@ -367,7 +59,7 @@ static int fail(struct trn_dist *d, int rc, const char *fmt, ...)
     return rc;
 }
 
-static const char *op_name(int op)
+const char *dist_op_name(int op)
 {
     switch (op) {
     case OP_HELLO:
@@ -384,510 +76,6 @@ static const char *op_name(int op)
         return "unknown message";
     }
 }
-
-/* ---------------------------------------------------------------------------------------- */
-/* TCP: waiting, sending, receiving                                                          */
-
-/* Wait for ev on fd until the deadline. 0, -ETIMEDOUT, -ECONNRESET (error or hang-up without
- * data), or -errno of poll. */
-static int wait_fd(int fd, short ev, double deadline)
-{
-    for (;;) {
-        const double left = deadline - now_s();
-        if (left <= 0) return -ETIMEDOUT;
-        struct pollfd p = { .fd = fd, .events = ev };
-        const int ms = left > 3600 ? 3600 * 1000 : (int)ceil(left * 1000);
-        const int r = poll(&p, 1, ms);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return -errno;
-        if (r == 0) continue;
-        if (p.revents & (POLLERR | POLLNVAL)) return -ECONNRESET;
-        if ((p.revents & POLLHUP) && !(p.revents & POLLIN)) return -ECONNRESET;
-        return 0;
-    }
-}
-
-static int io_fail(struct trn_dist *d, int rc, int peer, const char *what, uint64_t seq)
-{
-    if (rc == -ETIMEDOUT)
-        return fail(d, rc,
-                    "no answer from rank %d within %g s during %s #%llu (is it hung, stopped or "
-                    "slower than --dist-timeout?)",
-                    peer, d->timeout_s, what, (unsigned long long)seq);
-    if (rc == -ECONNRESET || rc == -EPIPE)
-        return fail(d, -ECONNRESET,
-                    "the connection to rank %d closed during %s #%llu (rank %d exited or "
-                    "crashed)",
-                    peer, what, (unsigned long long)seq, peer);
-    return fail(d, rc, "talking to rank %d during %s #%llu: %s", peer, what,
-                (unsigned long long)seq, strerror(-rc));
-}
-
-static int send_all(int fd, const void *buf, size_t n, double deadline)
-{
-    const unsigned char *p = buf;
-    while (n > 0) {
-        const ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w > 0) {
-            p += w;
-            n -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            const int rc = wait_fd(fd, POLLOUT, deadline);
-            if (rc < 0) return rc;
-            continue;
-        }
-        return w < 0 ? -errno : -ECONNRESET;
-    }
-    return 0;
-}
-
-static int recv_all(int fd, void *buf, size_t n, double deadline)
-{
-    unsigned char *p = buf;
-    while (n > 0) {
-        const ssize_t r = recv(fd, p, n, 0);
-        if (r > 0) {
-            p += r;
-            n -= (size_t)r;
-            continue;
-        }
-        if (r == 0) return -ECONNRESET;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            const int rc = wait_fd(fd, POLLIN, deadline);
-            if (rc < 0) return rc;
-            continue;
-        }
-        return -errno;
-    }
-    return 0;
-}
-
-static int send_msg(struct trn_dist *d, int peer, const struct wire_hdr *h, const void *payload,
-                    double deadline)
-{
-    const int fd = d->fd[peer];
-    int rc = send_all(fd, h, sizeof *h, deadline);
-    if (!rc && h->bytes && h->op != OP_HELLO) /* HELLO's bytes is the world size */
-        rc = send_all(fd, payload, (size_t)h->bytes, deadline);
-    return rc < 0 ? io_fail(d, rc, peer, op_name(h->op), h->seq) : 0;
-}
-
-/* Receive a header from peer that must equal *want, then its payload into payload. */
-static int recv_msg(struct trn_dist *d, int peer, const struct wire_hdr *want, void *payload,
-                    double deadline)
-{
-    struct wire_hdr h;
-    const int fd = d->fd[peer];
-    int rc = recv_all(fd, &h, sizeof h, deadline);
-    if (rc < 0) return io_fail(d, rc, peer, op_name(want->op), want->seq);
-    if (h.magic != WIRE_MAGIC || h.op != want->op || h.kind != want->kind || h.seq != want->seq ||
-        h.bytes != want->bytes)
-        return fail(d, -EPROTO,
-                    "rank %d sent %s #%llu (%llu bytes) while this rank is in %s #%llu (%llu "
-                    "bytes): the ranks disagree on the sequence of collectives",
-                    peer, h.magic == WIRE_MAGIC ? op_name(h.op) : "garbage",
-                    (unsigned long long)h.seq, (unsigned long long)h.bytes, op_name(want->op),
-                    (unsigned long long)want->seq, (unsigned long long)want->bytes);
-    if (want->bytes && (rc = recv_all(fd, payload, (size_t)want->bytes, deadline)) < 0)
-        return io_fail(d, rc, peer, op_name(want->op), want->seq);
-    return 0;
-}
-
-static void set_sock_opts(int fd)
-{
-    const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* TCP: the star                                                                             */
-
-static int listen_on(struct trn_dist *d, int port)
-{
-    /* IPv6 with v4-mapped addresses when the host has IPv6, else IPv4 */
-    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    const int one = 1, zero = 0;
-    int rc = 0;
-    if (fd >= 0) {
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        struct sockaddr_in6 a;
-        memset(&a, 0, sizeof a);
-        a.sin6_family = AF_INET6;
-        a.sin6_addr = in6addr_any;
-        a.sin6_port = htons((uint16_t)port);
-        if (bind(fd, (const struct sockaddr *)&a, sizeof a) < 0) {
-            rc = -errno;
-            close(fd);
-            fd = -1;
-        }
-    }
-    if (fd < 0 && rc != -EADDRINUSE) {
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) return fail(d, -errno, "socket: %s", strerror(errno));
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_in a;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_ANY);
-        a.sin_port = htons((uint16_t)port);
-        rc = bind(fd, (const struct sockaddr *)&a, sizeof a) < 0 ? -errno : 0;
-        if (rc < 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    if (fd < 0)
-        return fail(d, rc,
-                    "cannot listen on port %d: %s (the rendezvous uses MASTER_PORT + 1; it must "
-                    "be free on rank 0's host)",
-                    port, strerror(-rc));
-    if (listen(fd, d->world < 128 ? d->world : 128) < 0) {
-        rc = -errno;
-        close(fd);
-        return fail(d, rc, "listen on port %d: %s", port, strerror(-rc));
-    }
-    d->listen_fd = fd;
-    return 0;
-}
-
-/* Rank 0: accept world - 1 ranks, each introducing itself with HELLO, then WELCOME them all. */
-static int star_accept(struct trn_dist *d, int port, double deadline)
-{
-    int rc = listen_on(d, port);
-    if (rc < 0) return rc;
-    int joined = 0, strangers = 0;
-    while (joined < d->world - 1) {
-        rc = wait_fd(d->listen_fd, POLLIN, deadline);
-        if (rc == -ETIMEDOUT) {
-            char missing[256] = "";
-            size_t n = 0;
-            for (int r = 1; r < d->world && n + 12 < sizeof missing; r++)
-                if (d->fd[r] < 0)
-                    n +=
-                        (size_t)snprintf(missing + n, sizeof missing - n, "%s%d", n ? ", " : "", r);
-            return fail(d, rc, "only %d of %d ranks joined within %g s on port %d (missing: %s%s)",
-                        joined + 1, d->world, d->timeout_s, port, missing,
-                        strangers ? "; connections that were not ranks of this job came" : "");
-        }
-        if (rc < 0) return fail(d, rc, "waiting for ranks on port %d: %s", port, strerror(-rc));
-        const int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED)
-                continue;
-            return fail(d, -errno, "accept on port %d: %s", port, strerror(errno));
-        }
-        set_sock_opts(fd);
-        struct wire_hdr h;
-        const double hello_deadline =
-            deadline < now_s() + HELLO_WAIT_S ? deadline : now_s() + HELLO_WAIT_S;
-        rc = recv_all(fd, &h, sizeof h, hello_deadline);
-        if (rc < 0 || h.magic != WIRE_MAGIC || h.op != OP_HELLO) {
-            close(fd); /* a port scanner or a stray client: ignore it */
-            strangers++;
-            continue;
-        }
-        if (h.bytes != (uint64_t)d->world || h.seq == 0 || h.seq >= (uint64_t)d->world ||
-            d->fd[h.seq] >= 0) {
-            close(fd);
-            return fail(d, -EPROTO,
-                        "a process claiming rank %llu of a job of %llu joined this job of %d on "
-                        "port %d (another job on the same MASTER_PORT, or two ranks with the same "
-                        "RANK?)",
-                        (unsigned long long)h.seq, (unsigned long long)h.bytes, d->world, port);
-        }
-        d->fd[h.seq] = fd;
-        joined++;
-    }
-    close(d->listen_fd);
-    d->listen_fd = -1;
-    const struct wire_hdr w = { WIRE_MAGIC, OP_WELCOME, 0, 0, 0 };
-    for (int r = 1; r < d->world; r++)
-        if ((rc = send_msg(d, r, &w, NULL, deadline)) < 0) return rc;
-    return 0;
-}
-
-/* Rank r > 0: connect to rank 0 (retrying until it listens), HELLO, wait for WELCOME. */
-static int star_connect(struct trn_dist *d, const char *host, int port, double deadline)
-{
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints, *ai = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int last = 0;
-    for (;;) {
-        const int g = getaddrinfo(host, ps, &hints, &ai);
-        if (g == 0) break;
-        /* a name service that is briefly unreachable: retry; a name that does not exist: stop */
-        if (g != EAI_AGAIN || now_s() > deadline)
-            return fail(d, -EHOSTUNREACH, "cannot resolve MASTER_ADDR '%s': %s", host,
-                        gai_strerror(g));
-        struct timespec ts = { 0, 200 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-    }
-    int fd = -1;
-    while (fd < 0) {
-        for (const struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-            fd =
-                socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-            if (fd < 0) {
-                last = errno;
-                continue;
-            }
-            int rc = connect(fd, a->ai_addr, a->ai_addrlen) < 0 ? -errno : 0;
-            if (rc == -EINPROGRESS) {
-                const double t = now_s() + 2 < deadline ? now_s() + 2 : deadline;
-                rc = wait_fd(fd, POLLOUT, t);
-                if (rc == 0 || rc == -ECONNRESET) {
-                    int e = 0;
-                    socklen_t el = sizeof e;
-                    getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
-                    rc = -e;
-                }
-            }
-            if (rc < 0) {
-                last = -rc;
-                close(fd);
-                fd = -1;
-            }
-        }
-        if (fd >= 0) break;
-        if (now_s() + 0.1 > deadline) {
-            freeaddrinfo(ai);
-            return fail(d, last == ECONNREFUSED ? -ECONNREFUSED : -ETIMEDOUT,
-                        "cannot reach rank 0 at %s:%d within %g s: %s (is rank 0 running, and "
-                        "MASTER_ADDR its host?)",
-                        host, port, d->timeout_s, strerror(last ? last : ETIMEDOUT));
-        }
-        struct timespec ts = { 0, 100 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-    }
-    freeaddrinfo(ai);
-    set_sock_opts(fd);
-    d->fd[0] = fd;
-    const struct wire_hdr h = { WIRE_MAGIC, OP_HELLO, 0, (uint64_t)d->rank, (uint64_t)d->world };
-    int rc = send_msg(d, 0, &h, NULL, deadline);
-    if (rc < 0) return rc;
-    const struct wire_hdr w = { WIRE_MAGIC, OP_WELCOME, 0, 0, 0 };
-    return recv_msg(d, 0, &w, NULL, deadline);
-}
-
-static int star_open(struct trn_dist *d, const char *host, int port)
-{
-    d->fd = malloc((size_t)d->world * sizeof *d->fd);
-    if (!d->fd) return fail(d, -ENOMEM, "out of memory");
-    for (int r = 0; r < d->world; r++)
-        d->fd[r] = -1;
-    const double deadline = now_s() + d->timeout_s;
-    return d->rank == 0 ? star_accept(d, port, deadline) : star_connect(d, host, port, deadline);
-}
-
-static void star_close(struct trn_dist *d)
-{
-    if (d->listen_fd >= 0) close(d->listen_fd);
-    d->listen_fd = -1;
-    for (int r = 0; d->fd && r < d->world; r++)
-        if (d->fd[r] >= 0) close(d->fd[r]);
-    free(d->fd);
-    d->fd = NULL;
-}
-
-static void combine(void *acc, const void *in, size_t n, enum dtype dt, enum trn_dist_op op)
-{
-    if (dt == DT_F32) {
-        float *a = acc;
-        const float *b = in;
-        for (size_t i = 0; i < n; i++)
-            a[i] += b[i];
-    } else if (dt == DT_F64) {
-        double *a = acc;
-        const double *b = in;
-        for (size_t i = 0; i < n; i++)
-            a[i] += b[i];
-    } else {
-        int64_t *a = acc;
-        const int64_t *b = in;
-        for (size_t i = 0; i < n; i++)
-            a[i] = op == TRN_DIST_SUM   ? (int64_t)((uint64_t)a[i] + (uint64_t)b[i])
-                   : op == TRN_DIST_MAX ? (a[i] > b[i] ? a[i] : b[i])
-                                        : (a[i] < b[i] ? a[i] : b[i]);
-    }
-}
-
-/* Rank 0 sums each bucket in rank order (0, 1, 2, ...), so the result is the same bytes on every
- * rank and does not depend on which peer answered first. */
-static int star_reduce(struct trn_dist *d, void *buf, size_t count, enum dtype dt,
-                       enum trn_dist_op op)
-{
-    const size_t esz = dt == DT_F32 ? 4 : 8;
-    const size_t per = d->bucket_bytes / esz;
-    const uint64_t seq = ++d->seq;
-    const double deadline = now_s() + d->timeout_s;
-    if (d->rank == 0 && d->tmp_cap < per * esz) {
-        free(d->tmp);
-        d->tmp_cap = 0;
-        if (!(d->tmp = malloc(per * esz))) return fail(d, -ENOMEM, "out of memory");
-        d->tmp_cap = per * esz;
-    }
-    for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
-        const size_t n = count - off < per ? count - off : per;
-        unsigned char *p = (unsigned char *)buf + off * esz;
-        const struct wire_hdr h = { WIRE_MAGIC, OP_ALLREDUCE, (uint16_t)(dt << 8 | op), seq,
-                                    n * esz };
-        int rc;
-        if (d->rank == 0) {
-            for (int r = 1; r < d->world; r++) {
-                if ((rc = recv_msg(d, r, &h, d->tmp, deadline)) < 0) return rc;
-                combine(p, d->tmp, n, dt, op);
-            }
-            for (int r = 1; r < d->world; r++)
-                if ((rc = send_msg(d, r, &h, p, deadline)) < 0) return rc;
-        } else {
-            if ((rc = send_msg(d, 0, &h, p, deadline)) < 0) return rc;
-            if ((rc = recv_msg(d, 0, &h, p, deadline)) < 0) return rc;
-        }
-        if (count == 0) break;
-    }
-    return 0;
-}
-
-static int star_bcast(struct trn_dist *d, void *buf, size_t bytes, int op)
-{
-    const uint64_t seq = ++d->seq;
-    const double deadline = now_s() + d->timeout_s;
-    for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += d->bucket_bytes) {
-        const size_t n = bytes - off < d->bucket_bytes ? bytes - off : d->bucket_bytes;
-        const struct wire_hdr h = { WIRE_MAGIC, (uint16_t)op, 0, seq, n };
-        unsigned char *p = (unsigned char *)buf + off;
-        int rc;
-        if (d->rank == 0) {
-            for (int r = 1; r < d->world; r++)
-                if ((rc = send_msg(d, r, &h, p, deadline)) < 0) return rc;
-        } else if ((rc = recv_msg(d, 0, &h, p, deadline)) < 0) {
-            return rc;
-        }
-        if (bytes == 0) break;
-    }
-    return 0;
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* MPI                                                                                       */
-
-#if TRN_HAVE_MPI
-static int mpi_fail(struct trn_dist *d, int mrc, const char *what)
-{
-    char s[MPI_MAX_ERROR_STRING] = "";
-    int len = 0;
-    MPI_Error_string(mrc, s, &len);
-    return fail(d, -EIO, "MPI %s: %s", what, s);
-}
-
-/* Poll the requests until done or the deadline: a yield at first (fast collectives), then short
- * sleeps (a rank waiting for a slow one should not burn a core). */
-static int mpi_wait(struct trn_dist *d, int n, MPI_Request *req, double deadline, const char *what,
-                    uint64_t seq)
-{
-    for (long spin = 0;; spin++) {
-        int flag = 0;
-        const int mrc = MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE);
-        if (mrc != MPI_SUCCESS) return mpi_fail(d, mrc, what);
-        if (flag) return 0;
-        if (now_s() > deadline)
-            return fail(d, -ETIMEDOUT,
-                        "MPI %s #%llu did not complete within %g s (a rank is hung, stopped, or "
-                        "slower than --dist-timeout)",
-                        what, (unsigned long long)seq, d->timeout_s);
-        if (spin < 1000) {
-            sched_yield();
-        } else {
-            struct timespec ts = { 0, 200 * 1000 };
-            nanosleep(&ts, NULL);
-        }
-    }
-}
-
-static int mpi_reduce(struct trn_dist *d, void *buf, size_t count, enum dtype dt,
-                      enum trn_dist_op op)
-{
-    const MPI_Datatype t = dt == DT_F32 ? MPI_FLOAT : dt == DT_F64 ? MPI_DOUBLE : MPI_INT64_T;
-    const MPI_Op o = op == TRN_DIST_SUM ? MPI_SUM : op == TRN_DIST_MAX ? MPI_MAX : MPI_MIN;
-    const size_t esz = dt == DT_F32 ? 4 : 8;
-    size_t per = d->bucket_bytes / esz;
-    if (per > INT_MAX) per = INT_MAX;
-    const uint64_t seq = ++d->seq;
-    const double deadline = now_s() + d->timeout_s;
-    /* every bucket in flight at once; at most 64 outstanding requests */
-    MPI_Request req[64];
-    size_t off = 0;
-    while (off < count) {
-        int k = 0;
-        for (; k < 64 && off < count; k++) {
-            const size_t n = count - off < per ? count - off : per;
-            const int mrc = MPI_Iallreduce(MPI_IN_PLACE, (unsigned char *)buf + off * esz, (int)n,
-                                           t, o, MPI_COMM_WORLD, &req[k]);
-            if (mrc != MPI_SUCCESS) return mpi_fail(d, mrc, "all-reduce");
-            off += n;
-        }
-        const int rc = mpi_wait(d, k, req, deadline, "all-reduce", seq);
-        if (rc < 0) return rc;
-    }
-    return 0;
-}
-
-static int mpi_bcast(struct trn_dist *d, void *buf, size_t bytes)
-{
-    size_t per = d->bucket_bytes > INT_MAX ? INT_MAX : d->bucket_bytes;
-    const uint64_t seq = ++d->seq;
-    const double deadline = now_s() + d->timeout_s;
-    for (size_t off = 0; off < bytes; off += per) {
-        const size_t n = bytes - off < per ? bytes - off : per;
-        MPI_Request r;
-        const int mrc =
-            MPI_Ibcast((unsigned char *)buf + off, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD, &r);
-        if (mrc != MPI_SUCCESS) return mpi_fail(d, mrc, "broadcast");
-        const int rc = mpi_wait(d, 1, &r, deadline, "broadcast", seq);
-        if (rc < 0) return rc;
-    }
-    return 0;
-}
-
-static int mpi_open(struct trn_dist *d, const struct trn_dist_env *env)
-{
-    int inited = 0, mrc;
-    MPI_Initialized(&inited);
-    if (!inited) {
-        int provided = 0;
-        /* one thread calls MPI at a time: the caller's, then the communication thread's */
-        mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
-        if (mrc != MPI_SUCCESS) return mpi_fail(d, mrc, "init");
-        d->mpi_finalize = true;
-    }
-    int level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    d->thread_ok = level >= MPI_THREAD_SERIALIZED;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (rank != env->rank || size != env->world_size)
-        return fail(d, -EINVAL,
-                    "MPI says rank %d of %d but the launcher's variables say rank %d of %d "
-                    "(start the MPI backend with mpirun, or use --dist-backend tcp)",
-                    rank, size, env->rank, env->world_size);
-    return 0;
-}
-#endif
-
-/* ---------------------------------------------------------------------------------------- */
-/* The communicator                                                                          */
 
 int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *opts,
                     struct trn_dist **out, char *err, size_t err_cap)
@@ -916,7 +104,7 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     d->first_bucket_bytes = o.first_bucket_bytes >= 4 && o.first_bucket_bytes < d->bucket_bytes
                                 ? o.first_bucket_bytes
                                 : d->bucket_bytes;
-    d->thread_ok = true; /* TCP and NCCL; MPI decides in mpi_open */
+    d->thread_ok = true; /* TCP and NCCL; MPI decides in dist_mpi_open */
     enum trn_dist_backend b = o.backend;
     if (b == TRN_DIST_AUTO)
         b = env->source == TRN_DIST_SRC_OMPI && TRN_HAVE_MPI ? TRN_DIST_MPI : TRN_DIST_TCP;
@@ -924,39 +112,27 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     d->backend = b;
     int rc = 0;
     if (!trn_dist_backend_available(b)) {
-        rc = fail(d, -ENOTSUP,
-                  "the %s backend is not built into this program (%s); world size %d needs it",
-                  trn_dist_backend_name(b),
-                  b == TRN_DIST_MPI ? "configure found no Open MPI: apt-get install libopenmpi-dev"
-                                    : "configure found no CUDA toolkit with nccl.h and libnccl",
-                  d->world);
-    } else if (b == TRN_DIST_TCP || b == TRN_DIST_NCCL) {
+        rc = dist_fail(d, -ENOTSUP,
+                       "the %s backend is not built into this program (%s); world size %d needs it",
+                       trn_dist_backend_name(b),
+                       b == TRN_DIST_MPI
+                           ? "configure found no Open MPI: apt-get install libopenmpi-dev"
+                           : "configure found no CUDA toolkit with nccl.h and libnccl",
+                       d->world);
+    } else {
+        d->be = b == TRN_DIST_MPI    ? dist_mpi_backend()
+                : b == TRN_DIST_NCCL ? dist_nccl_backend()
+                                     : dist_tcp_backend();
         const int port = env->master_port + o.port_offset;
-        if (d->world > 1 && (!env->master_addr[0] || !env->master_port || port > 65535))
-            rc = fail(d, -EINVAL,
-                      "world size %d over %s needs MASTER_ADDR and MASTER_PORT (rank 0's host "
-                      "and a free port; port + %d is used too)",
-                      d->world, trn_dist_backend_name(b), o.port_offset);
-        else if (d->world > 1)
-            rc = star_open(d, env->master_addr, port);
-#if TRN_HAVE_NCCL
-        if (rc == 0 && b == TRN_DIST_NCCL) {
-            unsigned char id[TRN_DIST_NCCL_ID_BYTES];
-            memset(id, 0, sizeof id);
-            char e[512] = "";
-            if (d->rank == 0 && (rc = trn_dist_nccl_unique_id(id, e, sizeof e)) < 0)
-                rc = fail(d, rc, "%s", e);
-            if (rc == 0 && d->world > 1) rc = star_bcast(d, id, sizeof id, OP_BROADCAST);
-            const int dev = o.device >= 0 ? o.device : env->local_rank;
-            if (rc == 0 && (rc = trn_dist_nccl_create(id, d->rank, d->world, dev, d->timeout_s,
-                                                      &d->nccl, e, sizeof e)) < 0)
-                rc = fail(d, rc, "%s", e);
-        }
-#endif
-    } else if (b == TRN_DIST_MPI) {
-#if TRN_HAVE_MPI
-        rc = mpi_open(d, env);
-#endif
+        if (d->be->star && d->world > 1 &&
+            (!env->master_addr[0] || !env->master_port || port > 65535))
+            rc = dist_fail(d, -EINVAL,
+                           "world size %d over %s needs MASTER_ADDR and MASTER_PORT (rank 0's host "
+                           "and a free port; port + %d is used too)",
+                           d->world, trn_dist_backend_name(b), o.port_offset);
+        else if (d->be->star && d->world > 1)
+            rc = dist_star_open(d, env->master_addr, port);
+        if (rc == 0 && d->be->open) rc = d->be->open(d, env, &o);
     }
     if (rc < 0) {
         trn_seterr(err, err_cap, "%s", d->err);
@@ -980,16 +156,8 @@ void trn_dist_destroy(struct trn_dist *d)
 {
     if (!d) return;
     comm_stop(d);
-#if TRN_HAVE_NCCL
-    if (d->broken)
-        trn_dist_nccl_abort(d->nccl);
-    else
-        trn_dist_nccl_destroy(d->nccl);
-#endif
-    star_close(d);
-#if TRN_HAVE_MPI
-    if (d->mpi_finalize) MPI_Finalize();
-#endif
+    if (d->be && d->be->close) d->be->close(d);
+    dist_star_close(d);
     free(d->tmp);
     free(d->q);
     if (d->sync_init) {
@@ -1004,13 +172,7 @@ _Noreturn void trn_dist_abort(struct trn_dist *d, int code)
 {
     fflush(stdout);
     fflush(stderr);
-#if TRN_HAVE_NCCL
-    if (d) trn_dist_nccl_abort(d->nccl);
-#endif
-#if TRN_HAVE_MPI
-    if (d && d->backend == TRN_DIST_MPI) MPI_Abort(MPI_COMM_WORLD, code);
-#endif
-    (void)d;
+    if (d && d->be && d->be->abort) d->be->abort(d, code);
     _exit(code);
 }
 
@@ -1043,8 +205,9 @@ static int usable(struct trn_dist *d, const void *buf, size_t n)
 {
     if (!d || (!buf && n)) return -EINVAL;
     if (d->broken)
-        return d->err[0] ? -EPROTO
-                         : fail(d, -EPROTO, "the communicator failed earlier and cannot be used");
+        return d->err[0]
+                   ? -EPROTO
+                   : dist_fail(d, -EPROTO, "the communicator failed earlier and cannot be used");
     return 0;
 }
 
@@ -1053,60 +216,31 @@ static int reduce(struct trn_dist *d, void *buf, size_t n, enum dtype dt, enum t
     int rc = usable(d, buf, n);
     if (rc < 0 || d->world == 1) return rc;
     if ((unsigned)op > TRN_DIST_MIN) return -EINVAL;
-#if TRN_HAVE_MPI
-    if (d->backend == TRN_DIST_MPI) return mpi_reduce(d, buf, n, dt, op);
-#endif
-    return star_reduce(d, buf, n, dt, op);
+    return d->be->reduce(d, buf, n, dt, op);
 }
 
+/* A float32 sum of a whole arena: the backend's own (NCCL: device memory, also on one rank), or
+ * the host reduce. */
 static int exec_allreduce_f32(struct trn_dist *d, float *buf, size_t n)
 {
-#if TRN_HAVE_NCCL
-    if (d->backend == TRN_DIST_NCCL) {
-        const int rc = usable(d, buf, n);
-        if (rc < 0) return rc;
-        char e[512] = "";
-        const int r = trn_dist_nccl_allreduce_f32(d->nccl, buf, n, d->bucket_bytes / 4, d->stream,
-                                                  d->timeout_s, e, sizeof e);
-        return r < 0 ? fail(d, r, "%s", e) : 0;
-    }
-#endif
-    return reduce(d, buf, n, DT_F32, TRN_DIST_SUM);
+    if (!d->be || !d->be->allreduce_f32) return reduce(d, buf, n, DT_F32, TRN_DIST_SUM);
+    const int rc = usable(d, buf, n);
+    return rc < 0 ? rc : d->be->allreduce_f32(d, buf, n);
 }
 
 static int exec_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool device)
 {
     int rc = usable(d, buf, bytes);
     if (rc < 0 || d->world == 1) return rc;
-#if TRN_HAVE_NCCL
-    if (d->backend == TRN_DIST_NCCL && device) {
-        char e[512] = "";
-        const int r =
-            trn_dist_nccl_broadcast(d->nccl, buf, bytes, d->stream, d->timeout_s, e, sizeof e);
-        return r < 0 ? fail(d, r, "%s", e) : 0;
-    }
-#endif
-    (void)device;
-#if TRN_HAVE_MPI
-    if (d->backend == TRN_DIST_MPI) return mpi_bcast(d, buf, bytes);
-#endif
-    return star_bcast(d, buf, bytes, OP_BROADCAST);
+    return d->be->bcast(d, buf, bytes, device);
 }
 
 /* A gradient bucket: the same all-reduce as a whole arena's, on a slice of it. */
 static int exec_grad(struct trn_dist *d, const struct job *j)
 {
-#if TRN_HAVE_NCCL
-    if (d->backend == TRN_DIST_NCCL) {
-        const int rc = usable(d, j->dev, j->n);
-        if (rc < 0) return rc;
-        char e[512] = "";
-        const int r = trn_dist_nccl_grad_bucket(d->nccl, j->event, j->dev, j->host, j->n,
-                                                d->bucket_bytes / 4, d->timeout_s, e, sizeof e);
-        return r < 0 ? fail(d, r, "gradient bucket: %s", e) : 0;
-    }
-#endif
-    return reduce(d, j->host, j->n, DT_F32, TRN_DIST_SUM);
+    if (!d->be->grad) return reduce(d, j->host, j->n, DT_F32, TRN_DIST_SUM);
+    const int rc = usable(d, j->dev, j->n);
+    return rc < 0 ? rc : d->be->grad(d, j);
 }
 
 static int exec_job(struct trn_dist *d, const struct job *j)
@@ -1122,9 +256,6 @@ static int exec_job(struct trn_dist *d, const struct job *j)
     }
     return -EINVAL;
 }
-
-/* ---------------------------------------------------------------------------------------- */
-/* The communication thread                                                                  */
 
 static int sync_init(struct trn_dist *d)
 {
@@ -1229,15 +360,15 @@ static int enqueue_locked(struct trn_dist *d, const struct job *j, uint64_t *tic
 static int wait_ticket_locked(struct trn_dist *d, uint64_t ticket)
 {
     uint64_t seen = d->q_head;
-    double limit = now_s() + d->timeout_s + 60;
+    double limit = dist_now_s() + d->timeout_s + 60;
     while (d->q_head < ticket) {
-        const double t = limit < now_s() + 3600 ? limit : now_s() + 3600;
+        const double t = limit < dist_now_s() + 3600 ? limit : dist_now_s() + 3600;
         struct timespec ts = { (time_t)t, (long)((t - floor(t)) * 1e9) };
         pthread_cond_timedwait(&d->cv_done, &d->mu, &ts);
         if (d->q_head != seen) {
             seen = d->q_head;
-            limit = now_s() + d->timeout_s + 60;
-        } else if (now_s() > limit) {
+            limit = dist_now_s() + d->timeout_s + 60;
+        } else if (dist_now_s() > limit) {
             /* the thread may still write d->err: report here, through the caller's own line */
             return -ETIMEDOUT;
         }
@@ -1283,9 +414,6 @@ int trn_dist_broadcast(struct trn_dist *d, void *buf, size_t bytes, bool device)
     return run_job(d, &j);
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Overlapped gradient all-reduce                                                            */
-
 void trn_dist_set_stream(struct trn_dist *d, void *stream)
 {
     if (d) d->stream = stream;
@@ -1324,16 +452,8 @@ static int bucket_launch(struct trn_dist *d)
     const int slot = d->b_index++;
     d->b_n = 0;
     int rc = 0;
-#if TRN_HAVE_NCCL
-    if (d->backend == TRN_DIST_NCCL) {
-        char e[512] = "";
-        /* recorded here, on the producer's thread; the comm stream waits for it, not the host */
-        if ((rc = trn_dist_nccl_event(d->nccl, slot, d->b_stream, &j.event, e, sizeof e)) < 0)
-            return fail(d, rc, "gradient bucket %d: %s", slot, e);
-    }
-#else
-    (void)slot;
-#endif
+    /* NCCL: an event recorded here, on the producer's thread; the comm stream waits for it */
+    if (d->be->bucket_event && (rc = d->be->bucket_event(d, &j, slot)) < 0) return rc;
     if (!d->thread_on) {
         /* no thread: the same sums now, on the caller's thread */
         rc = exec_job(d, &j);
@@ -1441,30 +561,4 @@ int trn_dist_barrier(struct trn_dist *d)
 {
     int64_t one = 1;
     return trn_dist_allreduce_i64(d, &one, 1, TRN_DIST_SUM);
-}
-
-int trn_dist_tcp_exchange(const char *host, int port, int rank, int world, void *blob, size_t len,
-                          double timeout_s, char *err, size_t err_cap)
-{
-    if (err && err_cap) err[0] = '\0';
-    if (!host || port < 1 || port > 65535 || world < 1 || rank < 0 || rank >= world ||
-        (!blob && len) || !(timeout_s > 0)) {
-        trn_seterr(err, err_cap, "bad exchange arguments");
-        return -EINVAL;
-    }
-    if (world == 1) return 0;
-    struct trn_dist d;
-    memset(&d, 0, sizeof d);
-    d.backend = TRN_DIST_TCP;
-    d.rank = rank;
-    d.world = world;
-    d.timeout_s = timeout_s;
-    d.bucket_bytes = (size_t)25 << 20;
-    d.listen_fd = -1;
-    int rc = star_open(&d, host, port);
-    if (rc == 0) rc = star_bcast(&d, blob, len, OP_EXCHANGE_N);
-    if (rc < 0) trn_seterr(err, err_cap, "%s", d.err);
-    star_close(&d);
-    free(d.tmp);
-    return rc;
 }

@@ -268,6 +268,24 @@ const char *trn_dist_error(const struct trn_dist *d);
 /* A static name for any code returned above. */
 const char *trn_dist_strerror(int rc);
 
+/* One line of a launcher's report (no newline), valid during the call. */
+typedef void (*trn_dist_log_fn)(void *ctx, const char *line);
+
+/*
+ * torchrun --nproc-per-node on one host: start nproc copies of this program (/proc/self/exe with
+ * argv, NULL-terminated, which must not carry the launcher's own option), each with torchrun's
+ * variables (RANK = LOCAL_RANK = r, WORLD_SIZE = LOCAL_WORLD_SIZE = nproc, MASTER_ADDR
+ * 127.0.0.1, MASTER_PORT: $MASTER_PORT or a free pair of ports) in its own process group (so a
+ * terminal's Ctrl-C reaches only this parent, which forwards it once) and ended by SIGTERM if this
+ * process dies. SIGINT, SIGTERM and SIGUSR1 are forwarded; when a rank fails the others get
+ * grace_s to end (they notice the closed connection at once; only a hung or stopped rank stays),
+ * then SIGKILL. log (NULL: none) gets a line per rank started and per rank killed by a signal, and
+ * the reason of a setup failure. Returns the exit status: 0 when every rank exits 0, else the
+ * first failure's (a rank killed by signal s: 128 + s); 1 when the ranks cannot be started.
+ */
+int trn_dist_launch_local(int nproc, char *const *argv, double grace_s, trn_dist_log_fn log,
+                          void *log_ctx);
+
 /*
  * The rendezvous alone, as the NCCL bootstrap uses it: rank 0 sends blob[0..len) to every rank
  * over a TCP star on host:port (rank 0 listens on port; the others connect to host:port), then

@@ -337,3 +337,89 @@ void trn_dist_nccl_abort(struct trn_dist_nccl *c)
     if (c->comm) ncclCommAbort(c->comm);
     release(c);
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* The backend: float32 arenas, buckets and device broadcasts over NCCL; the rest (host
+   reductions, the id exchange) over the TCP star. */
+
+static int nccl_open(struct trn_dist *d, const struct trn_dist_env *env,
+                     const struct trn_dist_opts *o)
+{
+    unsigned char id[TRN_DIST_NCCL_ID_BYTES];
+    memset(id, 0, sizeof id);
+    char e[512] = "";
+    int rc = 0;
+    if (d->rank == 0 && (rc = trn_dist_nccl_unique_id(id, e, sizeof e)) < 0)
+        return dist_fail(d, rc, "%s", e);
+    if (d->world > 1 && (rc = dist_star_bcast(d, id, sizeof id, OP_BROADCAST)) < 0) return rc;
+    const int dev = o->device >= 0 ? o->device : env->local_rank;
+    if ((rc = trn_dist_nccl_create(id, d->rank, d->world, dev, d->timeout_s, &d->nccl, e,
+                                   sizeof e)) < 0)
+        return dist_fail(d, rc, "%s", e);
+    return 0;
+}
+
+static int nccl_allreduce_f32(struct trn_dist *d, float *buf, size_t n)
+{
+    char e[512] = "";
+    const int r = trn_dist_nccl_allreduce_f32(d->nccl, buf, n, d->bucket_bytes / 4, d->stream,
+                                              d->timeout_s, e, sizeof e);
+    return r < 0 ? dist_fail(d, r, "%s", e) : 0;
+}
+
+static int nccl_bcast(struct trn_dist *d, void *buf, size_t bytes, bool device)
+{
+    if (!device) return dist_star_bcast(d, buf, bytes, OP_BROADCAST);
+    char e[512] = "";
+    const int r =
+        trn_dist_nccl_broadcast(d->nccl, buf, bytes, d->stream, d->timeout_s, e, sizeof e);
+    return r < 0 ? dist_fail(d, r, "%s", e) : 0;
+}
+
+static int nccl_bucket_event(struct trn_dist *d, struct job *j, int slot)
+{
+    char e[512] = "";
+    const int rc = trn_dist_nccl_event(d->nccl, slot, d->b_stream, &j->event, e, sizeof e);
+    return rc < 0 ? dist_fail(d, rc, "gradient bucket %d: %s", slot, e) : 0;
+}
+
+static int nccl_grad(struct trn_dist *d, const struct job *j)
+{
+    char e[512] = "";
+    const int r = trn_dist_nccl_grad_bucket(d->nccl, j->event, j->dev, j->host, j->n,
+                                            d->bucket_bytes / 4, d->timeout_s, e, sizeof e);
+    return r < 0 ? dist_fail(d, r, "gradient bucket: %s", e) : 0;
+}
+
+static void nccl_close(struct trn_dist *d)
+{
+    if (d->broken)
+        trn_dist_nccl_abort(d->nccl);
+    else
+        trn_dist_nccl_destroy(d->nccl);
+    d->nccl = NULL;
+}
+
+static void nccl_abort(struct trn_dist *d, int code)
+{
+    (void)code;
+    trn_dist_nccl_abort(d->nccl);
+    d->nccl = NULL;
+}
+
+static const struct dist_backend nccl_backend = {
+    .star = true,
+    .open = nccl_open,
+    .reduce = dist_star_reduce,
+    .allreduce_f32 = nccl_allreduce_f32,
+    .bcast = nccl_bcast,
+    .bucket_event = nccl_bucket_event,
+    .grad = nccl_grad,
+    .close = nccl_close,
+    .abort = nccl_abort,
+};
+
+const struct dist_backend *dist_nccl_backend(void)
+{
+    return &nccl_backend;
+}

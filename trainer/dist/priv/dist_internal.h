@@ -1,11 +1,25 @@
 /*
- * dist's private interface between dist.c (env, TCP star, MPI) and dist_nccl.c (the NCCL
- * backend, compiled only with TRN_HAVE_NCCL). Not for other modules: include dist.h.
+ * dist's private interface between its files: dist.c (the communicator, the communication
+ * thread, the gradient buckets), dist_env.c (launcher variables, names), dist_tcp.c (the TCP
+ * star), dist_mpi.c (Open MPI) and dist_nccl.c (NCCL, compiled only with TRN_HAVE_NCCL). Not for
+ * other modules: include dist.h.
  */
 #ifndef TRN_DIST_INTERNAL_H
 #define TRN_DIST_INTERNAL_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "dist.h"
+
+#ifndef TRN_HAVE_MPI
+#define TRN_HAVE_MPI 0
+#endif
+#ifndef TRN_HAVE_NCCL
+#define TRN_HAVE_NCCL 0
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,6 +78,137 @@ void trn_dist_nccl_destroy(struct trn_dist_nccl *c);
 
 /* ncclCommAbort and free (NULL ok): for faults, never waits for peers. */
 void trn_dist_nccl_abort(struct trn_dist_nccl *c);
+
+/* ---------------------------------------------------------------------------------------- */
+/* The communicator (dist.c), the TCP star (dist_tcp.c), MPI (dist_mpi.c)                   */
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the TCP star sends headers in host order; every rank must be little-endian"
+#endif
+
+#define WIRE_MAGIC   0x31445946u /* "FYD1" */
+#define HELLO_WAIT_S 10.0        /* a connection must say who it is within this */
+
+enum wire_op {
+    OP_HELLO = 1,  /* rank -> 0: seq = rank, bytes = world */
+    OP_WELCOME,    /* 0 -> rank: everyone has joined */
+    OP_ALLREDUCE,  /* a bucket of an all-reduce */
+    OP_BROADCAST,  /* a bucket of a broadcast */
+    OP_EXCHANGE_N, /* trn_dist_tcp_exchange's blob */
+};
+
+enum dtype { DT_F32 = 0, DT_F64, DT_I64 };
+
+struct wire_hdr {
+    uint32_t magic; /* WIRE_MAGIC */
+    uint16_t op;    /* enum wire_op */
+    uint16_t kind;  /* dtype << 8 | trn_dist_op (reductions), 0 otherwise */
+    uint64_t seq;   /* collective number on this communicator (HELLO: the rank) */
+    uint64_t bytes; /* payload bytes that follow (HELLO: the world size) */
+};
+
+/* A collective for the communication thread. */
+enum job_kind { JOB_REDUCE = 1, JOB_BCAST, JOB_GRAD };
+
+struct job {
+    enum job_kind kind;
+    void *buf;           /* REDUCE / BCAST: the caller's buffer */
+    size_t n;            /* REDUCE, GRAD: elements; BCAST: bytes */
+    enum dtype dt;       /* REDUCE */
+    enum trn_dist_op op; /* REDUCE */
+    bool device;         /* BCAST: device memory (NCCL) */
+    float *host;         /* GRAD: the bucket (host memory) */
+    float *dev;          /* GRAD, NCCL: the bucket in device memory */
+    void *event;         /* GRAD, NCCL: recorded on the producer's stream at launch */
+};
+
+struct trn_dist {
+    enum trn_dist_backend backend;
+    int rank, world, local_rank;
+    double timeout_s;
+    size_t bucket_bytes;
+    int listen_fd;              /* rank 0 of a star: the listening socket until all joined */
+    int *fd;                    /* star: rank 0 holds fd[1..world), the others fd[0]; -1 unused */
+    uint64_t seq;               /* collectives started on this communicator */
+    unsigned char *tmp;         /* rank 0's receive bucket */
+    size_t tmp_cap;             /* bytes at tmp */
+    bool broken;                /* a collective failed: refuse further ones */
+    bool mpi_finalize;          /* we called MPI_Init, so we finalize */
+    struct trn_dist_nccl *nccl; /* NCCL backend state */
+    char err[640];
+
+    /* Communication thread (see the top of the file). Fields below `mu` are guarded by it. */
+    bool thread_ok; /* the backend may run on another thread than the creator's */
+    bool thread_on; /* started: every collective goes through the queue */
+    bool sync_init; /* mu and the condition variables exist */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_job;  /* a job was queued, or quit */
+    pthread_cond_t cv_done; /* a job completed */
+    struct job *q;          /* ring of q_cap jobs; job k (k counts from 0) at q[k % q_cap] */
+    size_t q_cap;
+    uint64_t q_head; /* the oldest job not completed (the thread's current one) */
+    uint64_t q_tail; /* jobs queued so far */
+    bool quit;       /* destroy: the thread ends once the queue is empty */
+    int sync_rc;     /* result of the last job the caller waits for */
+    int grad_rc;     /* first error of this backward's buckets (0: none) */
+    bool waiting;    /* trn_dist_grad_wait has begun for this backward */
+    struct trn_dist_grad_stats st;
+
+    /* Bucketing (caller's thread only). */
+    bool overlap;              /* opts.overlap */
+    size_t first_bucket_bytes; /* opts.first_bucket_bytes, at most bucket_bytes */
+    bool in_step;              /* between trn_dist_grad_begin and trn_dist_grad_wait */
+    size_t step_len;           /* floats the ranges must cover */
+    size_t step_seen;          /* floats reported so far */
+    float *b_host, *b_dev;     /* the open bucket's start (the lowest address) */
+    void *b_stream;            /* the producer stream of its last range */
+    size_t b_n;                /* floats in the open bucket (0: none open) */
+    int b_index;               /* buckets launched in this backward */
+
+    void *stream; /* trn_dist_set_stream: the producer of device buffers (NULL: the device) */
+    const struct dist_backend *be; /* what the backend does differently (set by create) */
+};
+
+/*
+ * What differs between the backends, for dist.c's communicator, thread and buckets. Each
+ * backend's file defines one; dist_mpi_backend() and dist_nccl_backend() return NULL where the
+ * build has no MPI or NCCL (trn_dist_backend_available says so first). NULL members take the
+ * generic path: the host reduce for a float32 arena or a gradient bucket, nothing to open,
+ * close or abort.
+ */
+struct dist_backend {
+    bool star; /* the TCP star carries the rendezvous (TCP; NCCL's bootstrap) */
+    /* join the job, after the star when there is one */
+    int (*open)(struct trn_dist *d, const struct trn_dist_env *env, const struct trn_dist_opts *o);
+    /* n host elements of dt reduced over the ranks in place (world > 1, op checked) */
+    int (*reduce)(struct trn_dist *d, void *buf, size_t n, enum dtype dt, enum trn_dist_op op);
+    /* float32 sum of an arena in place (NCCL: device memory) */
+    int (*allreduce_f32)(struct trn_dist *d, float *buf, size_t n);
+    /* rank 0's bytes to every rank (device: buf is device memory, for backends that take it) */
+    int (*bcast)(struct trn_dist *d, void *buf, size_t bytes, bool device);
+    /* on the producer's thread at a bucket's launch: what its job must wait for */
+    int (*bucket_event)(struct trn_dist *d, struct job *j, int slot);
+    /* a gradient bucket's sum (NCCL: device memory, copied to j->host) */
+    int (*grad)(struct trn_dist *d, const struct job *j);
+    /* orderly shutdown (d->broken: abort instead) */
+    void (*close)(struct trn_dist *d);
+    /* the process is about to _exit(code) after a fault */
+    void (*abort)(struct trn_dist *d, int code);
+};
+
+const struct dist_backend *dist_tcp_backend(void);
+const struct dist_backend *dist_mpi_backend(void);
+const struct dist_backend *dist_nccl_backend(void);
+
+double dist_now_s(void);
+int dist_fail(struct trn_dist *d, int rc, const char *fmt, ...);
+const char *dist_op_name(int op);
+int dist_star_open(struct trn_dist *d, const char *host, int port);
+void dist_star_close(struct trn_dist *d);
+int dist_star_reduce(struct trn_dist *d, void *buf, size_t count, enum dtype dt,
+                     enum trn_dist_op op);
+int dist_star_bcast(struct trn_dist *d, void *buf, size_t bytes, int op);
 
 #ifdef __cplusplus
 }
