@@ -13,8 +13,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#ifdef TESTS_SHARED_STATE
+/* Several translation units report into one TAP stream (tests/kernels/test_cuda_ops.c): the
+ * counters are defined once, in the unit that also defines TESTS_DEFINE_STATE. */
+extern int tap_n_run, tap_n_failed;
+#ifdef TESTS_DEFINE_STATE
+int tap_n_run, tap_n_failed;
+#endif
+#else
 static int tap_n_run;
 static int tap_n_failed;
+#endif
 
 static inline int tap_check(int cond, const char *file, int line, const char *fmt, ...)
 {

@@ -17,7 +17,14 @@
 
 #include <cuda_runtime_api.h>
 
+#ifdef TESTS_SHARED_STATE /* the contexts of every unit of a program (tap.h) */
+extern struct kern_ctx *g_cpu, *g_gpu;
+#ifdef TESTS_DEFINE_STATE
+struct kern_ctx *g_cpu, *g_gpu;
+#endif
+#else
 static struct kern_ctx *g_cpu, *g_gpu;
+#endif
 
 static inline void kct_bail(const char *what, const char *why)
 {

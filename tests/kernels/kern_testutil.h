@@ -17,7 +17,14 @@
 
 /* ---- RNG (splitmix64): reproducible across platforms, seed printed by each test ---- */
 
+#ifdef TESTS_SHARED_STATE /* one stream of draws for every unit of a program (tap.h) */
+extern uint64_t kt_rng_state;
+#ifdef TESTS_DEFINE_STATE
+uint64_t kt_rng_state = 0x9e3779b97f4a7c15ull;
+#endif
+#else
 static uint64_t kt_rng_state = 0x9e3779b97f4a7c15ull;
+#endif
 
 static inline void kt_seed(uint64_t s)
 {

@@ -35,6 +35,7 @@
 #include "kern_testutil.h"
 #include "tap.h"
 #include "cuda_testutil.h"
+#include "parity.h"
 
 /* Device copy of host h[0..n). */
 static float *d_up(const float *h, size_t n)
@@ -646,9 +647,8 @@ static void run_bench(void)
     cudaEventDestroy(e1);
 }
 
-int main(int argc, char **argv)
+void parity_ops(int bench)
 {
-    const int bench = kct_start(argc, argv);
     if (bench) {
         run_bench();
     } else {
@@ -679,6 +679,4 @@ int main(int argc, char **argv)
         test_conv(3, 32, 10, 12, 32, 3, 1, 1, 0);
         test_conv(2, 32, 9, 9, 24, 1, 1, 0, KERN_ACCUM_DPARAM);
     }
-    kct_end();
-    return tap_done();
 }

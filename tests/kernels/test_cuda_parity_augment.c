@@ -28,6 +28,7 @@
 #include "kern_testutil.h"
 #include "tap.h"
 #include "cuda_testutil.h"
+#include "parity.h"
 
 static int g_worst; /* largest uint8 difference seen */
 
@@ -320,14 +321,12 @@ static void run_bench(void)
     free(p), cudaFree(d);
 }
 
-int main(int argc, char **argv)
+void parity_augment(int bench)
 {
-    const int bench = kct_start(argc, argv);
 
     if (bench) {
         run_bench();
-        kct_end();
-        return tap_done();
+        return;
     }
     for (int k = 0; k < 3; k++)
         test_paste();
@@ -348,6 +347,4 @@ int main(int argc, char **argv)
        "kern_ops_cuda() holds the augmentation twins");
     is_int(kern_cuda_aug_paste(g_cpu, NULL, NULL), -KERN_EBACKEND, "a CPU context: -KERN_EBACKEND");
     tap_diag("largest difference over all ops: %d (uint8 units)", g_worst);
-    kct_end();
-    return tap_done();
 }

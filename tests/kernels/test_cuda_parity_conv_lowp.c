@@ -32,6 +32,7 @@
 #include "kern_testutil.h"
 #include "tap.h"
 #include "cuda_testutil.h"
+#include "parity.h"
 
 static size_t esize(int dt)
 {
@@ -198,9 +199,9 @@ static void check_errors(void)
        "kern_ops_cuda() carries the lowp ops");
 }
 
-int main(int argc, char **argv)
+void parity_conv_lowp(int bench)
 {
-    kct_start(argc, argv);
+    (void)bench; /* no benchmark in this suite */
     static const struct shape shapes[] = {
         { 2, 5, 9, 7, 6, 3, 1, 1 },     /* odd channel counts: cuDNN's fallback kernels */
         { 4, 32, 20, 20, 64, 3, 2, 1 }, /* downsampling conv */
@@ -214,6 +215,4 @@ int main(int argc, char **argv)
                 check(&shapes[s], dt, layout);
     check(&shapes[1], KERN_DT_F32, KERN_LAYOUT_NHWC);
     check_errors();
-    kct_end();
-    return tap_done();
 }

@@ -30,6 +30,7 @@
 #include "kern_testutil.h"
 #include "tap.h"
 #include "cuda_testutil.h"
+#include "parity.h"
 #include "graph_testutil.h"
 
 #define STEPS 6
@@ -206,11 +207,9 @@ static void test_errors(void)
     cudaFree((void *)e.dyn);
 }
 
-int main(int argc, char **argv)
+void parity_graph(int bench)
 {
-    kct_start(argc, argv);
+    (void)bench; /* no benchmark in this suite */
     test_step();
     test_errors();
-    kct_end();
-    return tap_done();
 }

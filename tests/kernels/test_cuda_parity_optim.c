@@ -29,6 +29,7 @@
 #include "kern_testutil.h"
 #include "tap.h"
 #include "cuda_testutil.h"
+#include "parity.h"
 
 /* The device result d (bytes) equals the host reference bit for bit (NaN canaries included). */
 static int cmp_bits(const char *what, const void *d, const void *ref, size_t bytes, size_t elem)
@@ -215,15 +216,13 @@ static void test_contracts(void)
     is_int(kern_cuda_optim_sumsq(g_gpu, NULL, NULL, NULL, 0, 0), -EINVAL, "sumsq NULL: -EINVAL");
 }
 
-int main(int argc, char **argv)
+void parity_optim(int bench)
 {
-    kct_start(argc, argv);
+    (void)bench; /* no benchmark in this suite */
     test_contracts();
     test_optim(3, 1, 1);
     test_optim(1, 0, 0);
     test_optim(4, 1, 1);
     test_optim(2, 1, 0);
     test_casts();
-    kct_end();
-    return tap_done();
 }

@@ -22,6 +22,7 @@
 #include "kern_testutil.h"
 #include "tap.h"
 #include "cuda_testutil.h"
+#include "parity.h"
 
 static int same_bits(const char *what, const void *d, const void *ref, size_t bytes)
 {
@@ -85,9 +86,9 @@ static void test_lowp(int dtype, int run)
     free(seg), free(th), free(buf), free(gr), free(lp);
 }
 
-int main(int argc, char **argv)
+void parity_sgd_lowp(int bench)
 {
-    kct_start(argc, argv);
+    (void)bench; /* no benchmark in this suite */
     struct kern_sgd d;
     memset(&d, 0, sizeof d);
     d.n_seg = 1, d.total = 1, d.n_groups = 1, d.grad_scale = 1.0f;
@@ -101,6 +102,4 @@ int main(int argc, char **argv)
     for (int dt = KERN_DT_BF16; dt <= KERN_DT_F16; dt++)
         for (int run = 0; run < 3; run++)
             test_lowp(dt, run);
-    kct_end();
-    return tap_done();
 }

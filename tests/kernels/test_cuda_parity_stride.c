@@ -16,6 +16,7 @@
 #include "tap.h"
 
 #include "cuda_testutil.h"
+#include "parity.h"
 #include "stride_testutil.h"
 
 static void *cpu_up(const void *h, size_t bytes)
@@ -46,12 +47,10 @@ static void gpu_release(void *d)
     cudaFree(d);
 }
 
-int main(int argc, char **argv)
+void parity_stride(int bench)
 {
-    kct_start(argc, argv);
+    (void)bench; /* no benchmark in this suite */
     const struct st_env cpu = { "cpu", kern_ops_ref(), g_cpu, cpu_up, cpu_down, free };
     const struct st_env gpu = { "cuda", kern_ops_cuda(), g_gpu, gpu_up, gpu_down, gpu_release };
     st_all(&gpu, &cpu);
-    kct_end();
-    return tap_done();
 }

@@ -37,6 +37,7 @@
 #include "kern_testutil.h"
 #include "tap.h"
 #include "cuda_testutil.h"
+#include "parity.h"
 
 struct prob {
     struct kern_yolo_loss d;
@@ -325,13 +326,11 @@ static void test_empty(void)
     prob_free(&P);
 }
 
-int main(int argc, char **argv)
+void parity_yolo_loss(int bench)
 {
-    kct_start(argc, argv);
+    (void)bench; /* no benchmark in this suite */
     for (int i = 0; i < 6; i++)
         test_random(i % 2, i % 3 == 2 ? KERN_ACCUM_DX : 0);
     test_empty();
     test_special();
-    kct_end();
-    return tap_done();
 }
