@@ -10,18 +10,27 @@
 #define HELP_WIDTH  96 /* --help lines wrap before this column */
 #define HELP_INDENT 24 /* where an option's help text starts */
 
-static void vusage(const struct ap_spec *s, const char *fmt, va_list ap)
+static void vusage(const char *prog, const char *fmt, va_list ap)
 {
-    fprintf(stderr, "%s: ", s->prog);
+    fprintf(stderr, "%s: ", prog);
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nhint: %s --help lists the options\n", s->prog);
+    fprintf(stderr, "\nhint: %s --help lists the options\n", prog);
 }
 
 int ap_usage_error(const struct ap_spec *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vusage(s, fmt, ap);
+    vusage(s->prog, fmt, ap);
+    va_end(ap);
+    return 2;
+}
+
+int ap_error(const char *prog, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vusage(prog, fmt, ap);
     va_end(ap);
     return 2;
 }
@@ -213,6 +222,11 @@ int ap_parse(const struct ap_spec *s, int argc, char **argv)
             }
         }
         if (!o) return ap_usage_error(s, "unknown option '%s'", a);
+        if (o->kind == AP_HELP) {
+            if (val) return ap_usage_error(s, "%s takes no value", key);
+            ap_help(s, stdout);
+            return AP_HELPED;
+        }
         const int rc = apply(s, o, key, val, argc, argv, &i);
         if (rc) return rc;
     }

@@ -31,6 +31,7 @@ enum ap_kind {
     AP_LONGS,  /* nargs='+': up to `max_n` longs in [lo, hi] into long *dst, count in *n */
     AP_STRS,   /* nargs='+': up to `max_n` non-empty strings into const char **dst, count in *n */
     AP_CALL,   /* call(value, dst, why, why_cap): 0, or < 0 with the reason in why */
+    AP_HELP,   /* print the generated --help to stdout; ap_parse returns AP_HELPED at once */
 };
 
 typedef int (*ap_call_fn)(const char *value, void *dst, char *why, size_t why_cap);
@@ -76,10 +77,13 @@ struct ap_spec {
     const char *positional_name; /* "DATASET" in messages */
 };
 
+/* ap_parse's return after an AP_HELP option printed the help: the program exits 0. */
+#define AP_HELPED 1
+
 /*
  * Parse argv[1..argc) into the table's destinations (defaults are whatever they held). Returns 0,
- * or 2 after printing the usage error to stderr. -h/--help, when the table has it, is an AP_FLAG
- * like any other: the caller prints ap_help and exits 0.
+ * AP_HELPED (the help was printed), or 2 after printing the usage error to stderr. A program
+ * ends with `return rc == AP_HELPED ? 0 : rc` on a non-zero rc.
  */
 int ap_parse(const struct ap_spec *s, int argc, char **argv);
 
@@ -91,6 +95,9 @@ void ap_help(const struct ap_spec *s, FILE *f);
  * other): prints "PROG: message" and the hint, returns 2. */
 int ap_usage_error(const struct ap_spec *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* The same for code that has the program's name but not its spec. */
+int ap_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #ifdef __cplusplus
 }

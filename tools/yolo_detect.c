@@ -90,7 +90,7 @@ struct args {
     double conf, iou;
     long classes[MAX_CLASSES]; /* --classes, in the order given */
     int n_classes;             /* 0: every class */
-    bool hide_labels, hide_conf, save_txt, save_conf, save_json, exist_ok, nosave, augment, help;
+    bool hide_labels, hide_conf, save_txt, save_conf, save_json, exist_ok, nosave, augment;
 };
 
 /* A list of image paths (malloc'd strings). */
@@ -99,9 +99,16 @@ struct paths {
     size_t n, cap;
 };
 
-#define N_OPTS 24
-static size_t options(struct args *A, struct ap_opt *o)
+/* Returns 0 to run, 2 on bad arguments (message printed). */
+static int parse_args(int argc, char **argv, struct args *A)
 {
+    memset(A, 0, sizeof *A);
+    A->project = "runs/detect";
+    A->name = "exp";
+    A->img = 640;
+    A->max_det = 1000;
+    A->conf = 0.25;
+    A->iou = 0.45;
     const struct ap_opt t[] = {
         { .names = "--weights",
           .kind = AP_STRS,
@@ -149,36 +156,22 @@ static size_t options(struct args *A, struct ap_opt *o)
         AP_OPT("--nosave", AP_FLAG, &A->nosave, NULL, "do not write annotated images"),
         AP_RANGE("--threads", AP_LONG, &A->threads, "N",
                  "compute threads (default 0: one per core, BLAS single-threaded)", 0, 256),
-        AP_OPT("-h|--help", AP_FLAG, &A->help, NULL, "this help"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
-    _Static_assert(sizeof t / sizeof t[0] <= N_OPTS, "N_OPTS");
-    memcpy(o, t, sizeof t);
-    return sizeof t / sizeof t[0];
-}
-
-/* Returns 0 to run, 2 on bad arguments (message printed). */
-static int parse_args(int argc, char **argv, struct args *A, struct ap_spec *sp, struct ap_opt *o)
-{
-    memset(A, 0, sizeof *A);
-    A->project = "runs/detect";
-    A->name = "exp";
-    A->img = 640;
-    A->max_det = 1000;
-    A->conf = 0.25;
-    A->iou = 0.45;
-    memset(sp, 0, sizeof *sp);
-    sp->prog = PROG;
-    sp->usage = "--weights W [W ...] --source FILE|DIR|LIST.txt [options]";
-    sp->about = "Detect objects in JPEG images as ultralytics' detect.py does.";
-    sp->opts = o;
-    sp->n_opts = options(A, o);
-    const int rc = ap_parse(sp, argc, argv);
-    if (rc || A->help) return rc;
-    if (!A->source) return ap_usage_error(sp, "--source FILE|DIR|LIST.txt is required");
+    const struct ap_spec sp = {
+        .prog = PROG,
+        .usage = "--weights W [W ...] --source FILE|DIR|LIST.txt [options]",
+        .about = "Detect objects in JPEG images as ultralytics' detect.py does.",
+        .opts = t,
+        .n_opts = sizeof t / sizeof t[0],
+    };
+    const int rc = ap_parse(&sp, argc, argv);
+    if (rc) return rc;
+    if (!A->source) return ap_usage_error(&sp, "--source FILE|DIR|LIST.txt is required");
     if (!A->n_weights && !A->cfg)
-        return ap_usage_error(sp, "--weights W (or --cfg MODEL for initial weights)");
+        return ap_usage_error(&sp, "--weights W (or --cfg MODEL for initial weights)");
     if (strchr(A->name, '/'))
-        return ap_usage_error(sp, "--name: '%s' is not a plain name", A->name);
+        return ap_usage_error(&sp, "--name: '%s' is not a plain name", A->name);
     return 0;
 }
 
@@ -836,14 +829,8 @@ out:
 int main(int argc, char **argv)
 {
     struct args A;
-    struct ap_spec sp;
-    struct ap_opt opts[N_OPTS];
-    const int rc = parse_args(argc, argv, &A, &sp, opts);
-    if (rc) return rc;
-    if (A.help) {
-        ap_help(&sp, stdout);
-        return 0;
-    }
+    const int rc = parse_args(argc, argv, &A);
+    if (rc) return rc == AP_HELPED ? 0 : rc;
     const int ret = run(&A);
     trn_plots_cleanup(); /* cairo's and fontconfig's caches: a clean exit under leak checks */
     return ret;

@@ -38,7 +38,7 @@
 
 struct args {
     const char *weights, *cfg, *out;
-    bool onnx, pt, dynamic, half, nms, help;
+    bool onnx, pt, dynamic, half, nms;
     long img[2]; /* --img N or H W */
     int n_img;
     long img_h, img_w, batch, max_det, opset;
@@ -70,9 +70,15 @@ static int parse_include(const char *v, void *dst, char *why, size_t cap)
     return -EINVAL;
 }
 
-#define N_OPTS 20
-static size_t options(struct args *A, struct ap_opt *o)
+/* Returns 0 to run, 2 on bad arguments (message printed). */
+static int parse_args(int argc, char **argv, struct args *A)
 {
+    memset(A, 0, sizeof *A);
+    A->batch = 1;
+    A->conf = 0.25;
+    A->iou = 0.45;
+    A->max_det = 100;
+    A->opset = TRN_EXPORT_OPSET_DEFAULT;
     const struct ap_opt t[] = {
         AP_OPT("--weights", AP_STR, &A->weights, "W",
                "our checkpoint (.ckpt), an ultralytics .pt, or with --cfg a plain state dict .pt"),
@@ -112,38 +118,25 @@ static size_t options(struct args *A, struct ap_opt *o)
         AP_OPT("-o|--output", AP_STR, &A->out, "OUT",
                "output file (one --include only); default beside W: <stem>.onnx, "
                "<stem>_state_dict.pt"),
-        AP_OPT("-h|--help", AP_FLAG, &A->help, NULL, "this help"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
-    _Static_assert(sizeof t / sizeof t[0] <= N_OPTS, "N_OPTS");
-    memcpy(o, t, sizeof t);
-    return sizeof t / sizeof t[0];
-}
-
-/* Returns 0 to run, 2 on bad arguments (message printed). */
-static int parse_args(int argc, char **argv, struct args *A, struct ap_spec *sp, struct ap_opt *o)
-{
-    memset(A, 0, sizeof *A);
-    A->batch = 1;
-    A->conf = 0.25;
-    A->iou = 0.45;
-    A->max_det = 100;
-    A->opset = TRN_EXPORT_OPSET_DEFAULT;
-    memset(sp, 0, sizeof *sp);
-    sp->prog = PROG;
-    sp->usage = "--weights W --include onnx|pt [options]";
-    sp->about = "Export a model as ONNX (inference graph, Detect decode inside) or as a PyTorch "
-                "state dict with ultralytics' parameter names.";
-    sp->opts = o;
-    sp->n_opts = options(A, o);
-    const int rc = ap_parse(sp, argc, argv);
-    if (rc || A->help) return rc;
+    const struct ap_spec sp = {
+        .prog = PROG,
+        .usage = "--weights W --include onnx|pt [options]",
+        .about = "Export a model as ONNX (inference graph, Detect decode inside) or as a PyTorch "
+                 "state dict with ultralytics' parameter names.",
+        .opts = t,
+        .n_opts = sizeof t / sizeof t[0],
+    };
+    const int rc = ap_parse(&sp, argc, argv);
+    if (rc) return rc;
     A->img_h = A->n_img ? A->img[0] : 640;
     A->img_w = A->n_img == 2 ? A->img[1] : A->img_h;
-    if (!A->weights) return ap_usage_error(sp, "--weights W is required");
-    if (!A->onnx && !A->pt) return ap_usage_error(sp, "--include onnx|pt is required");
+    if (!A->weights) return ap_usage_error(&sp, "--weights W is required");
+    if (!A->onnx && !A->pt) return ap_usage_error(&sp, "--include onnx|pt is required");
     if (A->out && A->onnx && A->pt)
-        return ap_usage_error(sp, "-o names one file: give one --include");
-    if (A->nms && !A->onnx) return ap_usage_error(sp, "--nms applies to --include onnx");
+        return ap_usage_error(&sp, "-o names one file: give one --include");
+    if (A->nms && !A->onnx) return ap_usage_error(&sp, "--nms applies to --include onnx");
     return 0;
 }
 
@@ -322,14 +315,8 @@ out:
 int main(int argc, char **argv)
 {
     struct args A;
-    struct ap_spec sp;
-    struct ap_opt opts[N_OPTS];
-    const int rc = parse_args(argc, argv, &A, &sp, opts);
-    if (rc) return rc;
-    if (A.help) {
-        ap_help(&sp, stdout);
-        return 0;
-    }
+    const int rc = parse_args(argc, argv, &A);
+    if (rc) return rc == AP_HELPED ? 0 : rc;
     const int ret = run(&A);
     trn_plots_cleanup(); /* fontconfig's caches (plots.h links them): clean leak checks */
     return ret;

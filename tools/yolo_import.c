@@ -48,7 +48,7 @@ static void print_shape(int ndim, const int64_t *shape)
 int main(int argc, char **argv)
 {
     const char *path = NULL, *which = NULL, *cfg = NULL, *out = NULL;
-    bool table = false, help = false;
+    bool table = false;
     int n_pos = 0;
     const struct ap_opt opts[] = {
         { .names = "--ema",
@@ -74,7 +74,7 @@ int main(int argc, char **argv)
                "print every tensor: name, dtype, shape, storage, sum, crc32"),
         AP_OPT("-o", AP_STR, &out, "OUT",
                "write our checkpoint (not available yet: our format does not exist)"),
-        AP_OPT("-h|--help", AP_FLAG, &help, NULL, "this help"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
     const struct ap_spec sp = {
         .prog = "yolo-import",
@@ -89,11 +89,7 @@ int main(int argc, char **argv)
         .positional_name = "FILE.pt",
     };
     const int arc = ap_parse(&sp, argc, argv);
-    if (arc) return arc;
-    if (help) {
-        ap_help(&sp, stdout);
-        return 0;
-    }
+    if (arc) return arc == AP_HELPED ? 0 : arc;
     if (!path) return ap_usage_error(&sp, "FILE.pt is required");
     const bool which_set = which != NULL;
     if (out) {

@@ -58,7 +58,7 @@ int main(int argc, char **argv)
 {
     const char *cfg = NULL;
     long nc = 0, seed = 0;
-    bool verbose = false, summary = false, help = false;
+    bool verbose = false, summary = false;
     const struct ap_opt opts[] = {
         AP_OPT("--cfg", AP_STR, &cfg, "MODEL",
                "model yaml: a path, or a name (yolov5n, yolov5s.yaml) looked up in "
@@ -72,7 +72,7 @@ int main(int argc, char **argv)
                "ultralytics' model.info(verbose=True)"),
         AP_RANGE("--seed", AP_LONG, &seed, "S",
                  "seed of the initial weights for --verbose (default 0)", 0, 2147483647.0),
-        AP_OPT("-h|--help", AP_FLAG, &help, NULL, "this help"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
     const struct ap_spec sp = {
         .prog = "yolo-model",
@@ -82,11 +82,7 @@ int main(int argc, char **argv)
         .n_opts = sizeof opts / sizeof opts[0],
     };
     const int arc = ap_parse(&sp, argc, argv);
-    if (arc) return arc;
-    if (help) {
-        ap_help(&sp, stdout);
-        return 0;
-    }
+    if (arc) return arc == AP_HELPED ? 0 : arc;
     if (!cfg) return ap_usage_error(&sp, "--cfg is required (e.g. --cfg yolov5s)");
     char path[4096];
     int rc = trn_model_cfg_find(cfg, TRN_MODELS_DIR, path, sizeof path);

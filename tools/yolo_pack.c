@@ -108,7 +108,7 @@ int main(int argc, char **argv)
     const char *interp = "auto", *round = "int";
     long size = o.size, threads = 0, level = o.zstd_level, quality = o.quality;
     long max_warnings = (long)o.max_warnings_shown;
-    bool quiet = false, help = false, strict = false, drop_bg = false, no_seg = false;
+    bool quiet = false, strict = false, drop_bg = false, no_seg = false;
     bool seg_box = false;
     int n_pos = 0;
     static const char FORMATS[] = "auto|yolo|coco", CODECS[] = "zstd|raw|jpeg";
@@ -182,7 +182,7 @@ int main(int argc, char **argv)
         AP_RANGE("--max-warnings", AP_LONG, &max_warnings, "N",
                  "warnings printed in full (default 20; all are counted)", 0, 1000000000),
         AP_OPT("-q|--quiet", AP_FLAG, &quiet, NULL, "no progress bar"),
-        AP_OPT("-h|--help", AP_FLAG, &help, NULL, "this help"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
     const struct ap_spec sp = {
         .prog = "yolo-pack",
@@ -200,13 +200,12 @@ int main(int argc, char **argv)
         .positional_name = "INPUT",
     };
     int rc = ap_parse(&sp, argc, argv);
-    if (!rc && help) ap_help(&sp, stdout);
-    if (!rc && !help && !input) rc = ap_usage_error(&sp, "missing INPUT");
-    if (!rc && !help && !o.output) rc = ap_usage_error(&sp, "missing -o OUT.ffr");
-    if (rc || help) {
+    if (!rc && !input) rc = ap_usage_error(&sp, "missing INPUT");
+    if (!rc && !o.output) rc = ap_usage_error(&sp, "missing -o OUT.ffr");
+    if (rc) {
         free(names.buf);
         free(names.v);
-        return rc;
+        return rc == AP_HELPED ? 0 : rc;
     }
     static const int format_v[] = { PACK_DS_FORMAT_AUTO, PACK_DS_FORMAT_YOLO, PACK_DS_FORMAT_COCO };
     static const int codec_v[] = { PACK_CODEC_ZSTD, PACK_CODEC_RAW, PACK_CODEC_JPEG };

@@ -24,7 +24,7 @@ int main(int argc, char **argv)
 {
     const char *records = NULL, *dir = ".", *hyp_path = NULL;
     long batch = 16, img = 640, batches = 3, seed = 0;
-    bool val = false, help = false;
+    bool val = false;
     const struct ap_opt opts[] = {
         AP_OPT("-r|--records", AP_STR, &records, "FILE.ffr", "the packed dataset"),
         AP_OPT("-o|--output", AP_STR, &dir, "DIR", "where the pictures go (default '.')"),
@@ -37,7 +37,7 @@ int main(int argc, char **argv)
                  (double)(1L << 30)),
         AP_OPT("--val", AP_FLAG, &val, NULL,
                "val_batch0.jpg...: letterboxed rect batches instead of training batches"),
-        AP_OPT("-h|--help", AP_FLAG, &help, NULL, "this help"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
     const struct ap_spec sp = {
         .prog = "yolo-plot",
@@ -50,11 +50,7 @@ int main(int argc, char **argv)
         .n_opts = sizeof opts / sizeof opts[0],
     };
     const int arc = ap_parse(&sp, argc, argv);
-    if (arc) return arc;
-    if (help) {
-        ap_help(&sp, stdout);
-        return 0;
-    }
+    if (arc) return arc == AP_HELPED ? 0 : arc;
     if (!records) return ap_usage_error(&sp, "missing --records FILE.ffr");
     struct trn_loader_opts lo;
     trn_loader_opts_default(&lo);

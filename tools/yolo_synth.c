@@ -273,7 +273,7 @@ static void parse_args(int argc, char **argv, struct options *o)
     struct synth_cli cli = { o, 0 };
     long classes = 8, min_side = 240, max_side = 800, max_objects = 10;
     const char *format = "both";
-    bool force = false, help = false;
+    bool force = false;
     int n_pos = 0;
     const struct ap_opt opts[] = {
         { .names = "--split",
@@ -314,7 +314,7 @@ static void parse_args(int argc, char **argv, struct options *o)
           .call = broken_arg },
         AP_OPT("--force", AP_FLAG, &force, NULL,
                "write into a non-empty OUT_DIR (stale files are not removed)"),
-        AP_OPT("-h|--help", AP_FLAG, &help, NULL, "print this help and exit"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "print this help and exit"),
     };
     const struct ap_spec sp = {
         .prog = "yolo-synth",
@@ -331,11 +331,7 @@ static void parse_args(int argc, char **argv, struct options *o)
         .positional_name = "OUT_DIR",
     };
     const int rc = ap_parse(&sp, argc, argv);
-    if (rc) exit(rc);
-    if (help) {
-        ap_help(&sp, stdout);
-        exit(0);
-    }
+    if (rc) exit(rc == AP_HELPED ? 0 : rc);
     if (!o->out_dir) bad_arg("missing OUT_DIR");
     o->classes = (int)classes;
     o->min_side = (int)min_side;

@@ -73,7 +73,7 @@ struct args {
     long nproc, bench_steps, bench_warmup;
     bool bench_step;
     double seconds, dist_timeout;
-    bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, help, sync_bn;
+    bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, sync_bn;
     bool no_grad_overlap; /* --no-grad-overlap: all-reduce the gradients after backward */
     bool device_path;     /* --device-path: the GPU path on the CPU ops (tests) */
     bool host_aug;        /* --host-aug: no GPU augmentation */
@@ -149,10 +149,31 @@ static int parse_backend(const char *v, void *dst, char *why, size_t cap)
     return 0;
 }
 
-/* The options, their help and their checks (argparse.h); A receives the values. */
-#define N_OPTS 60
-static size_t options(struct args *A, struct ap_opt *o)
+static const char *const EPILOG =
+    "Exit status: 0 done, or stopped by SIGTERM/SIGUSR1 (preemption); 1 failure; 2 bad command "
+    "line; 130 stopped by SIGINT (weights/last.ckpt saved in every stop; --resume continues from "
+    "it).";
+
+/* Returns 0 or the exit status 2. */
+static int parse_args(int argc, char **argv, struct args *A)
 {
+    memset(A, 0, sizeof *A);
+    A->project = "runs/train";
+    A->name = "exp";
+    A->optimizer = "SGD";
+    A->img = 640;
+    A->batch = 16;
+    A->bench_steps = 10;
+    A->bench_warmup = 3;
+    A->epochs = 100;
+    A->patience = 100;
+    A->save_period = -1;
+    A->seconds = 10;
+    A->nproc = 1;
+    A->dist_timeout = 1800;
+    A->dist_backend = "auto";
+    A->bucket_cap_mb = 25;
+    A->amp_inf_at = -1;
     const struct ap_opt t[] = {
         AP_SECTION("Data and model"),
         AP_OPT("--records", AP_STR, &A->records, "FILE", "training dataset (ffr, packed at --img)"),
@@ -310,56 +331,21 @@ static size_t options(struct args *A, struct ap_opt *o)
         AP_OPT("--json", AP_FLAG, &A->json, NULL, "--bench and --bench-data: one JSON object"),
         AP_OPT("--plot", AP_FLAG, &A->plot, NULL,
                "write train_batch0..2.jpg (batches with labels) to the run directory and exit"),
-        AP_OPT("-h|--help", AP_FLAG, &A->help, NULL, "this help"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
-    const size_t n = sizeof t / sizeof t[0];
-    _Static_assert(sizeof t / sizeof t[0] <= N_OPTS, "N_OPTS");
-    memcpy(o, t, sizeof t);
-    return n;
-}
-
-static const char *const EPILOG =
-    "Exit status: 0 done, or stopped by SIGTERM/SIGUSR1 (preemption); 1 failure; 2 bad command "
-    "line; 130 stopped by SIGINT (weights/last.ckpt saved in every stop; --resume continues from "
-    "it).";
-
-static void spec_init(struct ap_spec *sp, const struct ap_opt *o, size_t n)
-{
-    memset(sp, 0, sizeof *sp);
-    sp->prog = PROG;
-    sp->usage = "--records FILE [options]";
-    sp->about = "Train YOLOv5 from ffr record files (yolo-pack output). Flags follow "
-                "ultralytics' train.py where it has them.";
-    sp->epilog = EPILOG;
-    sp->opts = o;
-    sp->n_opts = n;
-}
-
-/* Returns 0 or the exit status 2. */
-static int parse_args(int argc, char **argv, struct args *A, struct ap_spec *sp, struct ap_opt *o)
-{
-    memset(A, 0, sizeof *A);
-    A->project = "runs/train";
-    A->name = "exp";
-    A->optimizer = "SGD";
-    A->img = 640;
-    A->batch = 16;
-    A->bench_steps = 10;
-    A->bench_warmup = 3;
-    A->epochs = 100;
-    A->patience = 100;
-    A->save_period = -1;
-    A->seconds = 10;
-    A->nproc = 1;
-    A->dist_timeout = 1800;
-    A->dist_backend = "auto";
-    A->bucket_cap_mb = 25;
-    A->amp_inf_at = -1;
-    spec_init(sp, o, options(A, o));
-    const int rc = ap_parse(sp, argc, argv);
+    const struct ap_spec sp = {
+        .prog = PROG,
+        .usage = "--records FILE [options]",
+        .about = "Train YOLOv5 from ffr record files (yolo-pack output). Flags follow "
+                 "ultralytics' train.py where it has them.",
+        .epilog = EPILOG,
+        .opts = t,
+        .n_opts = sizeof t / sizeof t[0],
+    };
+    const int rc = ap_parse(&sp, argc, argv);
     if (rc) return rc;
     if (!A->project[0] || !A->name[0])
-        return ap_usage_error(sp, "--project and --name must not be empty");
+        return ap_usage_error(&sp, "--project and --name must not be empty");
     return 0;
 }
 
@@ -915,23 +901,17 @@ static int join_job(const struct args *A, struct trn_dist **dist, int *local_wor
 int main(int argc, char **argv)
 {
     struct args A;
-    struct ap_spec sp;
-    struct ap_opt opts[N_OPTS];
-    int rc = parse_args(argc, argv, &A, &sp, opts);
-    if (rc) return rc;
-    if (A.help) {
-        ap_help(&sp, stdout);
-        return 0;
-    }
+    int rc = parse_args(argc, argv, &A);
+    if (rc) return rc == AP_HELPED ? 0 : rc;
     if (A.summary) {
-        if (!A.cfg) return ap_usage_error(&sp, "--summary needs --cfg MODEL (e.g. --cfg yolov5s)");
+        if (!A.cfg) return ap_error(PROG, "--summary needs --cfg MODEL (e.g. --cfg yolov5s)");
         return do_summary(&A);
     }
     if (A.bench_step) {
-        if (!A.cfg) return ap_usage_error(&sp, "--bench needs --cfg MODEL (e.g. --cfg yolov5s)");
+        if (!A.cfg) return ap_error(PROG, "--bench needs --cfg MODEL (e.g. --cfg yolov5s)");
         return do_bench_step(&A);
     }
-    if (!A.records && !A.resume) return ap_usage_error(&sp, "--records FILE is required");
+    if (!A.records && !A.resume) return ap_error(PROG, "--records FILE is required");
 
     struct trn_hyp hyp;
     trn_hyp_default(&hyp);
@@ -943,7 +923,7 @@ int main(int argc, char **argv)
         }
     }
     if (A.bench || A.plot) {
-        if (!A.records) return ap_usage_error(&sp, "--bench-data and --plot need --records FILE");
+        if (!A.records) return ap_error(PROG, "--bench-data and --plot need --records FILE");
         if (A.plot) rc = do_plot(&A, &hyp);
         if (rc == 0 && A.bench) rc = do_bench(&A, &hyp);
         /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
@@ -952,9 +932,9 @@ int main(int argc, char **argv)
     }
     if (A.nproc > 1) {
         if (getenv("RANK") || getenv("SLURM_PROCID") || getenv("OMPI_COMM_WORLD_RANK"))
-            return ap_usage_error(
-                &sp, "--nproc-per-node: this process is already a rank of a job (RANK, "
-                     "SLURM_PROCID or OMPI_COMM_WORLD_RANK is set)");
+            return ap_error(PROG,
+                            "--nproc-per-node: this process is already a rank of a job (RANK, "
+                            "SLURM_PROCID or OMPI_COMM_WORLD_RANK is set)");
         return spawn_local_ranks(&A, argc, argv);
     }
     struct trn_dist *dist = NULL;
@@ -975,7 +955,7 @@ int main(int argc, char **argv)
         rc = do_train(&A, &hyp, NULL, dist, local_world);
     } else {
         trn_dist_destroy(dist);
-        return ap_usage_error(&sp, "training needs --cfg MODEL (e.g. --cfg yolov5n) or --resume");
+        return ap_error(PROG, "training needs --cfg MODEL (e.g. --cfg yolov5n) or --resume");
     }
     trn_dist_destroy(dist);
     /* results.png drew text: cairo's and fontconfig's caches, for a clean exit under leak checks */

@@ -56,7 +56,7 @@ struct args {
     int n_weights;
     long img, batch, max_det, workers, threads, micro;
     double conf, iou;
-    bool json, save_json, verbose, no_plots, exist_ok, augment, help;
+    bool json, save_json, verbose, no_plots, exist_ok, augment;
     bool half;          /* --half: fp16 convolutions (trn_val_opts.amp = KERN_DT_F16) */
     bool micro_set;     /* --micro-batch given */
     const char *device; /* --device: "cpu", a number, or NULL (0 if present) */
@@ -75,9 +75,18 @@ static int parse_device(const char *v, void *dst, char *why, size_t cap)
     return 0;
 }
 
-#define N_OPTS 32
-static size_t options(struct args *A, struct ap_opt *o)
+/* Returns 0 or the exit status 2. */
+static int parse_args(int argc, char **argv, struct args *A)
 {
+    memset(A, 0, sizeof *A);
+    A->project = "runs/val";
+    A->name = "exp";
+    A->task = "val";
+    A->img = 640;
+    A->batch = 32;
+    A->max_det = 300;
+    A->conf = 0.001;
+    A->iou = 0.6;
     const struct ap_opt t[] = {
         AP_OPT("--records", AP_STR, &A->records, "FILE",
                "validation dataset (ffr, packed at --img; --interp val)"),
@@ -145,40 +154,25 @@ static size_t options(struct args *A, struct ap_opt *o)
         AP_OPT("--project", AP_STR, &A->project, "DIR", "save to DIR/NAME (default runs/val)"),
         AP_OPT("--name", AP_STR, &A->name, "NAME", "run name (default exp; exp2, ... when taken)"),
         AP_OPT("--exist-ok", AP_FLAG, &A->exist_ok, NULL, "reuse DIR/NAME"),
-        AP_OPT("-h|--help", AP_FLAG, &A->help, NULL, "this help"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
-    _Static_assert(sizeof t / sizeof t[0] <= N_OPTS, "N_OPTS");
-    memcpy(o, t, sizeof t);
-    return sizeof t / sizeof t[0];
-}
-
-/* Returns 0 or the exit status 2. */
-static int parse_args(int argc, char **argv, struct args *A, struct ap_spec *sp, struct ap_opt *o)
-{
-    memset(A, 0, sizeof *A);
-    A->project = "runs/val";
-    A->name = "exp";
-    A->task = "val";
-    A->img = 640;
-    A->batch = 32;
-    A->max_det = 300;
-    A->conf = 0.001;
-    A->iou = 0.6;
-    memset(sp, 0, sizeof *sp);
-    sp->prog = PROG;
-    sp->usage = "--records FILE --weights W [options]";
-    sp->about = "Validate a YOLOv5 model on ffr records (yolo-pack output) as ultralytics' val.py.";
-    sp->opts = o;
-    sp->n_opts = options(A, o);
-    int rc = ap_parse(sp, argc, argv);
-    if (rc || A->help) return rc;
+    const struct ap_spec sp = {
+        .prog = PROG,
+        .usage = "--records FILE --weights W [options]",
+        .about =
+            "Validate a YOLOv5 model on ffr records (yolo-pack output) as ultralytics' val.py.",
+        .opts = t,
+        .n_opts = sizeof t / sizeof t[0],
+    };
+    int rc = ap_parse(&sp, argc, argv);
+    if (rc) return rc;
     A->weights = A->n_weights ? A->ensemble[0] : NULL;
     A->micro_set = A->micro > 0;
     if (!A->micro_set) A->micro = 4;
-    if (!A->records) return ap_usage_error(sp, "--records FILE is required");
+    if (!A->records) return ap_usage_error(&sp, "--records FILE is required");
     if (!A->weights && !A->cfg)
-        return ap_usage_error(sp, "--weights W (or --cfg MODEL for initial weights)");
-    if (A->data && !A->save_json) return ap_usage_error(sp, "--data needs --save-json");
+        return ap_usage_error(&sp, "--weights W (or --cfg MODEL for initial weights)");
+    if (A->data && !A->save_json) return ap_usage_error(&sp, "--data needs --save-json");
     if (A->micro > A->batch) A->micro = A->batch;
     return 0;
 }
@@ -494,14 +488,8 @@ out:
 int main(int argc, char **argv)
 {
     struct args A;
-    struct ap_spec sp;
-    struct ap_opt opts[N_OPTS];
-    const int rc = parse_args(argc, argv, &A, &sp, opts);
-    if (rc) return rc;
-    if (A.help) {
-        ap_help(&sp, stdout);
-        return 0;
-    }
+    const int rc = parse_args(argc, argv, &A);
+    if (rc) return rc == AP_HELPED ? 0 : rc;
     const int ret = run(&A);
     /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
     trn_plots_cleanup();

@@ -14,7 +14,7 @@
 #include "tap.h"
 
 struct vals {
-    bool flag, help;
+    bool flag;
     const char *str, *opt, *set, *choice, *pos[3], *strs[3];
     long lng, longs[2];
     double dbl, open_dbl;
@@ -87,7 +87,7 @@ static size_t table(struct vals *V, struct ap_opt *o)
           .help = "an even number",
           .call = even_only },
         AP_OPT("--hidden", AP_FLAG, &V->flag, NULL, NULL),
-        AP_OPT("-h|--help", AP_FLAG, &V->help, NULL, "this help"),
+        AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
     memcpy(o, t, sizeof t);
     return sizeof t / sizeof t[0];
@@ -214,6 +214,32 @@ static void test_errors(void)
     is_int(V.lng, 7, "a refused value leaves the destination as it was");
 }
 
+/* -h prints the help on stdout and ends parsing with AP_HELPED, whatever follows. */
+static void test_help_option(void)
+{
+    struct vals V;
+    struct ap_opt o[N_ROWS];
+    const struct ap_spec s = spec(&V, o);
+    char *argv[] = { (char *)"prog", (char *)"--str",   (char *)"x",
+                     (char *)"-h",   (char *)"--bogus", NULL };
+    fflush(stdout);
+    FILE *tmp = tmpfile();
+    const int saved = dup(1);
+    dup2(fileno(tmp), 1);
+    const int rc = ap_parse(&s, 5, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    rewind(tmp);
+    char out[64] = "";
+    const size_t n = fread(out, 1, sizeof out - 1, tmp);
+    out[n] = '\0';
+    fclose(tmp);
+    is_int(rc, AP_HELPED, "-h: AP_HELPED, before the unknown option after it");
+    ok(!strncmp(out, "usage: prog IN [options]\n", 25), "the help went to stdout");
+    ok(!strcmp(V.str, "x"), "options before -h were applied");
+}
+
 static void test_help(void)
 {
     struct vals V;
@@ -257,5 +283,6 @@ int main(void)
     test_values();
     test_errors();
     test_help();
+    test_help_option();
     return tap_done();
 }
