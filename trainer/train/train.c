@@ -1,7 +1,8 @@
 /*
- * The training loop and our checkpoint format (train.h has the contract, docs/checkpoint.md the
- * layout). Arenas go to disk as raw little-endian bytes, so a save/load round trip is exact and
- * resume is bit-exact on the same path.
+ * The training loop (train.h has the contract): a run's setup and teardown, the epochs with
+ * their validation, early stop and the ranks' agreement. What a step does is in the step files
+ * (priv/run.h, struct run_step); what a run writes and resumes from is in run_files.c, whose
+ * checkpoints hold the arenas as raw little-endian bytes, so resume is bit-exact on the same path.
  */
 #include "priv/run.h"
 
