@@ -228,21 +228,6 @@ struct pack_coco {
     size_t hcap, hn;
 };
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t n = *cap ? *cap : 16;
-    while (n < need) {
-        if (n > SIZE_MAX / 2 / elem) return -ENOMEM;
-        n *= 2;
-    }
-    void *q = realloc(*p, n * elem);
-    if (!q) return -ENOMEM;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
 /* double -> float32 without undefined behaviour for values beyond float's range. */
 static float to_f32(double d)
 {
@@ -393,7 +378,7 @@ static void min_index(const double *a, size_t na, const double *b, size_t nb, si
 
 static int out_push(double **o, size_t *n, size_t *cap, const double *xy, size_t npts)
 {
-    int rc = grow((void **)o, cap, *n + 2 * npts, sizeof **o);
+    int rc = pack_ds_grow((void **)o, cap, *n + 2 * npts, sizeof **o);
     if (rc) return rc;
     memcpy(*o + *n, xy, 2 * npts * sizeof *xy);
     *n += 2 * npts;
@@ -510,7 +495,7 @@ static int commit_image(struct pack_coco *c)
         return 1;
     }
     if (c->n_imgs >= UINT32_MAX - 1) return stop(c, -PACK_DS_ESCHEMA, "too many images");
-    int rc = grow((void **)&c->imgs, &c->cap_imgs, c->n_imgs + 1, sizeof *c->imgs);
+    int rc = pack_ds_grow((void **)&c->imgs, &c->cap_imgs, c->n_imgs + 1, sizeof *c->imgs);
     if (!rc) rc = hput(c, e->id, (uint32_t)c->n_imgs);
     if (rc) return stop(c, rc, "out of memory");
     c->imgs[c->n_imgs++] = (struct coco_img){ .id = e->id,
@@ -584,7 +569,7 @@ static int commit_ann(struct pack_coco *c)
         }
         const size_t npts = c->n_seg / 2;
         if (npts > UINT32_MAX) return stop(c, -PACK_DS_ESCHEMA, "polygon too large");
-        int rc = grow((void **)&c->pts, &c->cap_pts, 2 * (c->n_pts + npts), sizeof *c->pts);
+        int rc = pack_ds_grow((void **)&c->pts, &c->cap_pts, 2 * (c->n_pts + npts), sizeof *c->pts);
         if (rc) return stop(c, rc, "out of memory");
         a.pt_off = c->n_pts;
         a.n_pts = (uint32_t)npts;
@@ -592,7 +577,7 @@ static int commit_ann(struct pack_coco *c)
             c->pts[2 * c->n_pts + i] = to_f32(c->seg_xy[i]);
         c->n_pts += npts;
     }
-    int rc = grow((void **)&c->anns, &c->cap_anns, c->n_anns + 1, sizeof *c->anns);
+    int rc = pack_ds_grow((void **)&c->anns, &c->cap_anns, c->n_anns + 1, sizeof *c->anns);
     if (rc) return stop(c, rc, "out of memory");
     c->anns[c->n_anns++] = a;
     return 1;
@@ -609,7 +594,7 @@ static int commit_cat(struct pack_coco *c)
     for (size_t i = 0; i < c->n_cats; i++)
         if (c->cats[i].id == e->id)
             return stop(c, -PACK_DS_ESCHEMA, "categories: id %lld repeated", (long long)e->id);
-    int rc = grow((void **)&c->cats, &c->cap_cats, c->n_cats + 1, sizeof *c->cats);
+    int rc = pack_ds_grow((void **)&c->cats, &c->cap_cats, c->n_cats + 1, sizeof *c->cats);
     if (rc) return stop(c, rc, "out of memory");
     c->cats[c->n_cats++] = (struct coco_cat){ .id = e->id, .name = e->name, .line = e->line };
     e->name = NULL;
@@ -746,7 +731,7 @@ static int on_scalar(struct pack_coco *c, const struct val *v)
             e->seg = SEG_BAD;
             e->seg_why = WHY_VALUE;
         } else if (e->seg == SEG_POLY && c->store_polygons) {
-            if (grow((void **)&c->seg_xy, &c->cap_seg, c->n_seg + 1, sizeof *c->seg_xy))
+            if (pack_ds_grow((void **)&c->seg_xy, &c->cap_seg, c->n_seg + 1, sizeof *c->seg_xy))
                 return stop(c, -ENOMEM, "out of memory");
             c->seg_xy[c->n_seg++] = v->num;
         }
@@ -913,7 +898,8 @@ static int on_end(struct pack_coco *c)
         break;
     case ST_SEG_PART:
         if (c->cur.seg == SEG_POLY && c->store_polygons) {
-            if (grow((void **)&c->part_end, &c->cap_parts, c->n_parts + 1, sizeof *c->part_end))
+            if (pack_ds_grow((void **)&c->part_end, &c->cap_parts, c->n_parts + 1,
+                             sizeof *c->part_end))
                 return stop(c, -ENOMEM, "out of memory");
             c->part_end[c->n_parts++] = c->n_seg;
         }
@@ -1352,13 +1338,13 @@ int pack_coco_emit(struct pack_coco *c, const char *image_dir)
             const double bx = (an->bbox[0] + an->bbox[2] / 2) / W;
             const double by = (an->bbox[1] + an->bbox[3] / 2) / H;
             const double bw = an->bbox[2] / W, bh = an->bbox[3] / H;
-            rc = grow((void **)&keys, &cap_keys, nk + 1, sizeof *keys);
+            rc = pack_ds_grow((void **)&keys, &cap_keys, nk + 1, sizeof *keys);
             if (rc) goto out;
             keys[nk] = (struct dedup_key){ .k = { m->cls, bx, by, bw, bh }, .i = nk };
             nk++;
         }
         /* mark later copies of an identical (class, box) */
-        rc = grow((void **)&drop, &cap_drop, nk ? nk : 1, sizeof *drop);
+        rc = pack_ds_grow((void **)&drop, &cap_drop, nk ? nk : 1, sizeof *drop);
         if (rc) goto out;
         memset(drop, 0, (nk ? nk : 1) * sizeof *drop);
         struct dedup_key *sorted = malloc((nk ? nk : 1) * sizeof *sorted);

@@ -41,7 +41,7 @@
  * Small helpers
  * ------------------------------------------------------------------------------------------- */
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
+int pack_ds_grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return 0;
     size_t n = *cap ? *cap : 16;
@@ -287,7 +287,8 @@ int pack_ds_warn(struct pack_ds *ds, enum pack_ds_warn_kind kind, const char *fi
     };
     if (ds->opts.warn_fn) ds->opts.warn_fn(ds->opts.warn_user, &w);
     if (ds->n_warns < ds->opts.max_warnings) {
-        int rc = grow((void **)&ds->warns, &ds->cap_warns, ds->n_warns + 1, sizeof *ds->warns);
+        int rc =
+            pack_ds_grow((void **)&ds->warns, &ds->cap_warns, ds->n_warns + 1, sizeof *ds->warns);
         if (rc) return rc;
         struct pack_ds_warning *s = &ds->warns[ds->n_warns];
         *s = w;
@@ -340,9 +341,10 @@ int pack_ds_add_sample(struct pack_ds *ds, char *image_path, char *label_path, i
     if (ds->opts.keep_segments)
         for (size_t r = 0; r < n; r++)
             npts += L->rows[r].seg_n;
-    int rc = grow((void **)&ds->bs, &ds->cap_bs, ds->n_bs + 1, sizeof *ds->bs);
-    if (!rc) rc = grow((void **)&ds->rows, &ds->cap_rows, ds->n_rows + n, sizeof *ds->rows);
-    if (!rc) rc = grow((void **)&ds->pts, &ds->cap_pts, 2 * (ds->n_pts + npts), sizeof *ds->pts);
+    int rc = pack_ds_grow((void **)&ds->bs, &ds->cap_bs, ds->n_bs + 1, sizeof *ds->bs);
+    if (!rc) rc = pack_ds_grow((void **)&ds->rows, &ds->cap_rows, ds->n_rows + n, sizeof *ds->rows);
+    if (!rc)
+        rc = pack_ds_grow((void **)&ds->pts, &ds->cap_pts, 2 * (ds->n_pts + npts), sizeof *ds->pts);
     if (!rc && (n > UINT32_MAX || npts > UINT32_MAX)) rc = -ENOMEM;
     if (rc) {
         free(image_path);
@@ -601,7 +603,7 @@ static void img_list_free(struct img_list *L)
 static int img_list_add(struct img_list *L, char *path, const char *src, uint32_t line)
 {
     if (!path) return -ENOMEM;
-    int rc = grow((void **)&L->v, &L->cap, L->n + 1, sizeof *L->v);
+    int rc = pack_ds_grow((void **)&L->v, &L->cap, L->n + 1, sizeof *L->v);
     if (rc) {
         free(path);
         return rc;
@@ -614,7 +616,7 @@ static int str_list_add(char ***v, size_t *n, size_t *cap, const char *s)
 {
     char *d = strdup(s);
     if (!d) return -ENOMEM;
-    int rc = grow((void **)v, cap, *n + 1, sizeof **v);
+    int rc = pack_ds_grow((void **)v, cap, *n + 1, sizeof **v);
     if (rc) {
         free(d);
         return rc;
@@ -681,7 +683,7 @@ static int walk(struct pack_ds *ds, const char *dir, bool (*keep)(const char *),
                               : S_ISSOCK(es.st_mode) ? "a socket"
                                                      : "a device");
         } else if (S_ISREG(es.st_mode) && keep(p)) {
-            rc = grow((void **)out, cap, *n + 1, sizeof **out);
+            rc = pack_ds_grow((void **)out, cap, *n + 1, sizeof **out);
             if (!rc) {
                 (*out)[(*n)++] = p;
                 p = NULL;

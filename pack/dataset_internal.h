@@ -22,6 +22,10 @@
  * not such a number (nothing else accepted: no spaces, no underscores, no hex). */
 int pack_ds_parse_number(const char *s, size_t len, double *out);
 
+/* Room for `need` elements of `elem` bytes in *p (capacity *cap): doubles from 16. Returns 0 or
+ * -ENOMEM (the array left as it was). */
+int pack_ds_grow(void **p, size_t *cap, size_t need, size_t elem);
+
 /* ---------------------------------------------------------------------------------------------
  * Label rows and their cleaning (yolo_labels.c)
  * ------------------------------------------------------------------------------------------- */

@@ -144,21 +144,6 @@ struct lbl_span {
     uint32_t line;
 };
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t n = *cap ? *cap : 16;
-    while (n < need) {
-        if (n > SIZE_MAX / 2 / elem) return -ENOMEM;
-        n *= 2;
-    }
-    void *q = realloc(*p, n * elem);
-    if (!q) return -ENOMEM;
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
 void pack_lbl_free(struct pack_lbl *L)
 {
     free(L->rows);
@@ -186,9 +171,9 @@ int pack_lbl_push(struct pack_lbl *L, const float v[5], const float *xy, size_t 
                   uint32_t line, int64_t ann_id)
 {
     if (n_pts > UINT32_MAX || L->n_pts + n_pts > UINT32_MAX) return -ENOMEM;
-    int rc = grow((void **)&L->rows, &L->cap_rows, L->n_rows + 1, sizeof *L->rows);
+    int rc = pack_ds_grow((void **)&L->rows, &L->cap_rows, L->n_rows + 1, sizeof *L->rows);
     if (rc) return rc;
-    rc = grow((void **)&L->pts, &L->cap_pts, 2 * (L->n_pts + n_pts), sizeof *L->pts);
+    rc = pack_ds_grow((void **)&L->pts, &L->cap_pts, 2 * (L->n_pts + n_pts), sizeof *L->pts);
     if (rc) return rc;
     struct pack_lbl_row *r = &L->rows[L->n_rows++];
     memcpy(r->v, v, sizeof r->v);
@@ -316,7 +301,7 @@ int pack_lbl_parse(struct pack_lbl *L, const char *buf, size_t len, int64_t nc)
             j++;
         }
         if (j > i) { /* `if len(x)`: empty lines are dropped, lines of spaces are not */
-            int rc = grow(&L->spans, &L->cap_spans, n_spans + 1, sizeof(struct lbl_span));
+            int rc = pack_ds_grow(&L->spans, &L->cap_spans, n_spans + 1, sizeof(struct lbl_span));
             if (rc) return rc;
             struct lbl_span *sp = (struct lbl_span *)L->spans + n_spans++;
             sp->b = i;
@@ -385,7 +370,8 @@ int pack_lbl_parse(struct pack_lbl *L, const char *buf, size_t len, int64_t nc)
             const size_t npt = ncoord / 2;
             /* points are parsed straight into L->pts, then the row is pushed over them */
             if (L->n_pts + npt > UINT32_MAX) return -ENOMEM;
-            int rc = grow((void **)&L->pts, &L->cap_pts, 2 * (L->n_pts + npt), sizeof *L->pts);
+            int rc =
+                pack_ds_grow((void **)&L->pts, &L->cap_pts, 2 * (L->n_pts + npt), sizeof *L->pts);
             if (rc) return rc;
             float *xy = L->pts + 2 * L->n_pts;
             const char *p = buf + sp->b;
@@ -406,7 +392,7 @@ int pack_lbl_parse(struct pack_lbl *L, const char *buf, size_t len, int64_t nc)
             }
             /* xyxy2xywh in float32, as numpy computes it on a float32 array */
             const float v[5] = { cls, (x0 + x1) / 2.0f, (y0 + y1) / 2.0f, x1 - x0, y1 - y0 };
-            rc = grow((void **)&L->rows, &L->cap_rows, L->n_rows + 1, sizeof *L->rows);
+            rc = pack_ds_grow((void **)&L->rows, &L->cap_rows, L->n_rows + 1, sizeof *L->rows);
             if (rc) return rc;
             struct pack_lbl_row *row = &L->rows[L->n_rows++];
             memcpy(row->v, v, sizeof v);
@@ -499,7 +485,7 @@ int pack_lbl_clean(struct pack_lbl *L, int64_t nc)
             L->rows[kept++] = L->rows[r];
             continue;
         }
-        int rc = grow((void **)&L->drops, &L->cap_drops, L->n_drops + 1, sizeof *L->drops);
+        int rc = pack_ds_grow((void **)&L->drops, &L->cap_drops, L->n_drops + 1, sizeof *L->drops);
         if (rc) return rc;
         L->drops[L->n_drops++] = (struct pack_lbl_drop){ .line = L->rows[r].line,
                                                          .ann_id = L->rows[r].ann_id,
@@ -512,7 +498,7 @@ int pack_lbl_clean(struct pack_lbl *L, int64_t nc)
     }
 
     /* np.unique(lb, axis=0, return_index=True) */
-    int rc = grow((void **)&L->order, &L->cap_order, n, sizeof *L->order);
+    int rc = pack_ds_grow((void **)&L->order, &L->cap_order, n, sizeof *L->order);
     if (rc) return rc;
     for (size_t r = 0; r < n; r++)
         L->order[r] = r;
@@ -522,7 +508,7 @@ int pack_lbl_clean(struct pack_lbl *L, int64_t nc)
         const struct pack_lbl_row *prev = &L->rows[L->order[n_unique - 1]];
         const struct pack_lbl_row *cur = &L->rows[L->order[i]];
         if (row_cmp(prev, cur) == 0) {
-            rc = grow((void **)&L->dups, &L->cap_dups, L->n_dups + 1, sizeof *L->dups);
+            rc = pack_ds_grow((void **)&L->dups, &L->cap_dups, L->n_dups + 1, sizeof *L->dups);
             if (rc) return rc;
             L->dups[L->n_dups++] = (struct pack_lbl_dup){ .line = cur->line,
                                                           .kept_line = prev->line,
