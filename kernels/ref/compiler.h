@@ -20,10 +20,14 @@
  * than v3 on an AMD EPYC (Zen 4). Results may differ between clones in the last bits (FMA
  * contraction, vector width), never between runs or thread counts on one machine. Elsewhere it
  * is empty, and so under ASan and TSan: their runtimes are not set up yet when the loader runs
- * the ifunc resolvers (a TSan build crashed in kern_bn_dx_channel's).
+ * the ifunc resolvers (a TSan build crashed in kern_bn_dx_channel's). Clang too (the fuzz
+ * build): clang 14 names a C function's clones and ifunc apart from the plain symbol, so a call
+ * from another file (kern_bn_sync.c to kern_bn.c's kern_bn_apply_channel) does not link; and
+ * clang does not define __SANITIZE_ADDRESS__.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && KERN_HAS_ATTRIBUTE(target_clones) && \
-    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) && !defined(__COVERITY__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&     \
+    KERN_HAS_ATTRIBUTE(target_clones) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__COVERITY__)
 #define KERN_VEC_CLONES \
     __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
