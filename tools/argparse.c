@@ -75,12 +75,6 @@ static int bad_long(const struct ap_spec *s, const char *key, const char *v, con
                           o->hi);
 }
 
-/* The choice in "a|b|c" equal to v, or NULL. */
-static const char *find_choice(const char *choices, const char *v)
-{
-    return has_name(choices, v) ? v : NULL;
-}
-
 /* Apply one option; *i may advance past consumed values. Returns 0 or 2. */
 static int apply(const struct ap_spec *s, const struct ap_opt *o, const char *key, const char *val,
                  int argc, char **argv, int *i)
@@ -149,7 +143,7 @@ static int apply(const struct ap_spec *s, const struct ap_opt *o, const char *ke
         return 0;
     }
     case AP_CHOICE: {
-        if (!find_choice(o->choices, val)) {
+        if (!has_name(o->choices, val)) {
             char list[256];
             size_t n = 0;
             for (const char *p = o->choices; *p && n + 3 < sizeof list; p++) {

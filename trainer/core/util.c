@@ -77,9 +77,7 @@ int trn_read_file(const char *path, size_t max, char **buf, size_t *len, char *e
         if (rc == -EFBIG) return trn_fail(err, cap, rc, "%s: larger than %zu bytes", path, max);
         return trn_fail(err, cap, rc, "%s: %s", path, trn_strerror(rc));
     }
-    if (!b && (b = malloc(1)) == NULL)
-        return trn_fail(err, cap, -ENOMEM, "%s: out of memory", path);
-    b[n] = '\0';
+    b[n] = '\0'; /* the first pass of the loop allocated b */
     *buf = b;
     *len = n;
     return 0;

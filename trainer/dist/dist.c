@@ -107,7 +107,7 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     d->thread_ok = true; /* TCP and NCCL; MPI decides in dist_mpi_open */
     enum trn_dist_backend b = o.backend;
     if (b == TRN_DIST_AUTO)
-        b = env->source == TRN_DIST_SRC_OMPI && TRN_HAVE_MPI ? TRN_DIST_MPI : TRN_DIST_TCP;
+        b = env->source == TRN_DIST_SRC_OMPI && dist_mpi_backend() ? TRN_DIST_MPI : TRN_DIST_TCP;
     if (d->world == 1 && b != TRN_DIST_NCCL) b = TRN_DIST_SINGLE;
     d->backend = b;
     int rc = 0;
@@ -223,7 +223,7 @@ static int reduce(struct trn_dist *d, void *buf, size_t n, enum dtype dt, enum t
  * the host reduce. */
 static int exec_allreduce_f32(struct trn_dist *d, float *buf, size_t n)
 {
-    if (!d->be || !d->be->allreduce_f32) return reduce(d, buf, n, DT_F32, TRN_DIST_SUM);
+    if (!d->be->allreduce_f32) return reduce(d, buf, n, DT_F32, TRN_DIST_SUM);
     const int rc = usable(d, buf, n);
     return rc < 0 ? rc : d->be->allreduce_f32(d, buf, n);
 }

@@ -37,9 +37,9 @@ bool trn_dist_backend_available(enum trn_dist_backend b)
     case TRN_DIST_TCP:
         return true;
     case TRN_DIST_MPI:
-        return TRN_HAVE_MPI;
+        return dist_mpi_backend() != NULL;
     case TRN_DIST_NCCL:
-        return TRN_HAVE_NCCL;
+        return dist_nccl_backend() != NULL;
     }
     return false;
 }
