@@ -78,6 +78,7 @@ struct args {
     bool device_path;     /* --device-path: the GPU path on the CPU ops (tests) */
     bool host_aug;        /* --host-aug: no GPU augmentation */
     bool cuda_graph;      /* --cuda-graph: the step captured once and replayed */
+    bool any_algo;        /* --cudnn-any-algo */
     bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
     double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
@@ -271,6 +272,10 @@ static int parse_args(int argc, char **argv, struct args *A)
                "capture the resident step of the full batches once as a CUDA graph and replay it "
                "(one rank, SGD; else a log line and the direct step); with --device-path the same "
                "code on the CPU; with --bench the timed steps are replays"),
+        AP_OPT("--cudnn-any-algo", AP_FLAG, &A->any_algo, NULL,
+               "GPU: let each convolution take cuDNN's fastest algorithm even where it is not "
+               "deterministic (PyTorch's cudnn.deterministic False); the default takes the "
+               "fastest deterministic one, as train.py's init_seeds(deterministic=True)"),
         { .names = "--amp",
           .kind = AP_CALL,
           .dst = &A->amp,
@@ -408,6 +413,7 @@ static int do_bench_step(const struct args *A)
     o.warmup = (int)A->bench_warmup;
     o.seed = (uint64_t)A->seed;
     o.cuda_graph = A->cuda_graph;
+    o.any_algo = A->any_algo;
     o.amp = amp_dtype(A, gpu);
     struct trn_bench_step_result r;
     char err[512] = "";
@@ -780,6 +786,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.device_path = A->device_path;
     o.host_aug = A->host_aug;
     o.cuda_graph = A->cuda_graph;
+    o.any_algo = A->any_algo;
     o.cuda_graph_fail = A->cuda_graph_fail;
     o.amp = amp_dtype(A, o.gpu); /* when resuming, the checkpoint's */
     if (A->val_amp) {

@@ -4,7 +4,8 @@
  * Shapes (NCHW, float32, dense, device memory): x, dx (n, c_in, h_in, w_in); w, dw (c_out, c_in,
  * k_h, k_w) (PyTorch Conv2d layout); y, dy (n, c_out, h_out, w_out); bias, db (c_out). x and dx
  * may step x_nstride elements per image (a concat's channel slice): the plan's x descriptor is
- * then NCHW with that n-stride (cudnnSetTensor4dDescriptorEx), part of the plan's key.
+ * then NCHW with that n-stride (cudnnSetTensor4dDescriptorEx), part of the plan's key; such a
+ * plan runs the dense plan's algorithms, so a slice's results equal a dense tensor's bit for bit.
  * Groups 1, dilation 1, zero padding; cross-correlation as PyTorch (CUDNN_CROSS_CORRELATION).
  *
  * Gradients: dx overwrites unless accum has KERN_ACCUM_DX; dw and db overwrite unless accum has
@@ -21,7 +22,8 @@
  * Plans: one per distinct (struct kern_conv2d, data type, layout), made at setup by
  * kern_cuda_conv2d_workspace_size (or lazily by the first op on a new shape): descriptors, the
  * three algorithms chosen once by cudnnFind* (fastest deterministic one whose workspace fits
- * KERN_CONV_WS_CAP; cudnnGet*_v7 heuristics if Find fails), and their workspace sizes. The
+ * KERN_CONV_WS_CAP, or the fastest of all with kern_ctx_opts.any_algo; cudnnGet*_v7 heuristics
+ * if Find fails), and their workspace sizes. The
  * caller reserves the maximum once (kern_ctx_reserve); the ops then never allocate. Find runs
  * kernels and allocates, so plan every shape before capturing a CUDA graph.
  *
@@ -152,11 +154,12 @@ static int handle_get(struct kern_ctx *ctx, cudnnHandle_t *h)
     return 0;
 }
 
-/* Index of the perf result to use: fastest deterministic success that fits, else any fit;
- * float32 plans take only FMA-math results (no TF32: see "Math" above). */
-template <typename Perf> static int pick(const Perf *r, int n, cudnnDataType_t dt)
+/* Index of the perf result to use: fastest deterministic success that fits, else (or with
+ * any_algo, kern_ctx_opts) any fit; float32 plans take only FMA-math results (no TF32: see
+ * "Math" above). */
+template <typename Perf> static int pick(const Perf *r, int n, cudnnDataType_t dt, bool any_algo)
 {
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = any_algo ? 1 : 0; pass < 2; pass++)
         for (int i = 0; i < n; i++)
             if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= KERN_CONV_WS_CAP &&
                 (dt != CUDNN_DATA_FLOAT || r[i].mathType == CUDNN_FMA_MATH ||
@@ -175,13 +178,14 @@ static cudnnMathType_t math_of(const struct kern_conv_plan *p, cudnnMathType_t f
 static int plan_search(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p)
 {
     int got = 0, i;
+    const bool any = kern_cuda_st(ctx)->any_algo;
     cudnnConvolutionFwdAlgoPerf_t fr[KERN_CONV_NALGO];
     if (cudnnFindConvolutionForwardAlgorithm(h, p->xd, p->wd, p->cd, p->yd, KERN_CONV_NALGO, &got,
                                              fr) != CUDNN_STATUS_SUCCESS ||
-        (i = pick(fr, got, p->dtype)) < 0) {
+        (i = pick(fr, got, p->dtype, any)) < 0) {
         CUDNN_TRY(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd,
                                                               KERN_CONV_NALGO, &got, fr));
-        if ((i = pick(fr, got, p->dtype)) < 0)
+        if ((i = pick(fr, got, p->dtype, any)) < 0)
             return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "fwd algo");
     }
     p->fwd = fr[i].algo;
@@ -191,10 +195,10 @@ static int plan_search(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_p
     cudnnConvolutionBwdDataAlgoPerf_t dr[KERN_CONV_NALGO];
     if (cudnnFindConvolutionBackwardDataAlgorithm(h, p->wd, p->yd, p->cd, p->xd, KERN_CONV_NALGO,
                                                   &got, dr) != CUDNN_STATUS_SUCCESS ||
-        (i = pick(dr, got, p->dtype)) < 0) {
+        (i = pick(dr, got, p->dtype, any)) < 0) {
         CUDNN_TRY(ctx, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->wd, p->yd, p->cd, p->xd,
                                                                    KERN_CONV_NALGO, &got, dr));
-        if ((i = pick(dr, got, p->dtype)) < 0)
+        if ((i = pick(dr, got, p->dtype, any)) < 0)
             return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "bwd data algo");
     }
     p->bwd_data = dr[i].algo;
@@ -204,10 +208,10 @@ static int plan_search(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_p
     cudnnConvolutionBwdFilterAlgoPerf_t wr[KERN_CONV_NALGO];
     if (cudnnFindConvolutionBackwardFilterAlgorithm(h, p->xd, p->yd, p->cd, p->wd, KERN_CONV_NALGO,
                                                     &got, wr) != CUDNN_STATUS_SUCCESS ||
-        (i = pick(wr, got, p->dtype)) < 0) {
+        (i = pick(wr, got, p->dtype, any)) < 0) {
         CUDNN_TRY(ctx, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->xd, p->yd, p->cd, p->wd,
                                                                      KERN_CONV_NALGO, &got, wr));
-        if ((i = pick(wr, got, p->dtype)) < 0)
+        if ((i = pick(wr, got, p->dtype, any)) < 0)
             return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "bwd filter algo");
     }
     p->bwd_filter = wr[i].algo;
@@ -216,7 +220,37 @@ static int plan_search(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_p
     return 0;
 }
 
-static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p)
+/*
+ * A channel slice runs the algorithms of the dense plan of its shape where cuDNN takes them on
+ * the slice's descriptor (each reports a workspace size), so that where a producer writes (its
+ * own buffer or a concat's slice) never changes a bit of the result: a search of its own times
+ * the algorithms anew and may pick another, which sums dw in another order (seen on an H200:
+ * k1 bwd_filter, 2.72706890 vs 2.72706556). Returns 0, or 1 to search instead.
+ */
+static int plan_inherit(cudnnHandle_t h, struct kern_conv_plan *p,
+                        const struct kern_conv_plan *dense)
+{
+    size_t f = 0, dd = 0, w = 0;
+    if (cudnnSetConvolutionMathType(p->cd, dense->fwd_math) != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionForwardWorkspaceSize(h, p->xd, p->wd, p->cd, p->yd, dense->fwd, &f) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnSetConvolutionMathType(p->cd, dense->data_math) != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->wd, p->yd, p->cd, p->xd, dense->bwd_data,
+                                                     &dd) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetConvolutionMathType(p->cd, dense->filter_math) != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, p->xd, p->yd, p->cd, p->wd, dense->bwd_filter, &w) != CUDNN_STATUS_SUCCESS ||
+        f > KERN_CONV_WS_CAP || dd > KERN_CONV_WS_CAP || w > KERN_CONV_WS_CAP)
+        return 1;
+    p->fwd = dense->fwd, p->fwd_math = dense->fwd_math, p->ws_fwd = f;
+    p->bwd_data = dense->bwd_data, p->data_math = dense->data_math, p->ws_data = dd;
+    p->bwd_filter = dense->bwd_filter, p->filter_math = dense->filter_math, p->ws_filter = w;
+    return 0;
+}
+
+/* dense: the plan of the same shape on dense x, whose algorithms a slice's plan takes. */
+static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p,
+                      const struct kern_conv_plan *dense)
 {
     const struct kern_conv2d *const d = &p->d;
     const cudnnTensorFormat_t fmt =
@@ -255,6 +289,7 @@ static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_pl
     CUDNN_TRY(ctx, cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &oh, &ow));
     if (n != d->n || c != d->c_out || oh != p->h_out || ow != p->w_out)
         return cudnn_fail(ctx, CUDNN_STATUS_BAD_PARAM, "output shape");
+    if (dense && plan_inherit(h, p, dense) == 0) return 0;
     return plan_search(ctx, h, p);
 }
 
@@ -271,6 +306,13 @@ static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, cudnnData
             return 0;
         }
     }
+    struct kern_conv_plan *dense = NULL;
+    if (conv_x_nstride(d) != (size_t)d->c_in * d->h_in * d->w_in) {
+        struct kern_conv2d dd = *d;
+        dd.x_nstride = 0;
+        const int rd = plan_get(ctx, &dd, dt, layout, &dense);
+        if (rd < 0) return rd;
+    }
     cudnnHandle_t h;
     st->conv_release = kern_cuda_conv_release;
     int rc = handle_get(ctx, &h);
@@ -282,7 +324,7 @@ static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, cudnnData
     p->layout = layout;
     p->h_out = oh;
     p->w_out = ow;
-    rc = plan_build(ctx, h, p);
+    rc = plan_build(ctx, h, p, dense);
     if (rc < 0) {
         plan_free(p);
         return rc;

@@ -18,6 +18,8 @@
 
 #include "kern_cuda_internal.h"
 
+#include <cuda_profiler_api.h>
+
 int kern_cuda_fail(struct kern_ctx *ctx, cudaError_t err, const char *where)
 {
     if (ctx && ctx->backend_state)
@@ -34,6 +36,11 @@ int kern_cuda_device_count(void)
         return 0;
     }
     return n;
+}
+
+void kern_cuda_profiler_range(int on)
+{
+    if ((on ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) (void)cudaGetLastError();
 }
 
 int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out)
@@ -58,6 +65,7 @@ int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out)
     ctx->ws = o->workspace;
     ctx->ws_size = o->workspace_size;
     ctx->backend_state = st;
+    st->any_algo = o->any_algo != 0;
     int rc = 0;
     cudaError_t e = cudaSetDevice(o->device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking);

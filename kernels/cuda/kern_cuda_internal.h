@@ -65,6 +65,7 @@ struct kern_cuda_state {
     struct kern_conv_plan *plans; /* linked list of cached conv plans (setup-time mallocs) */
     void (*conv_release)(struct kern_ctx *); /* frees cudnn and plans; set by the first plan */
     char err[KERN_CUDA_ERRLEN];              /* the last CUDA/cuDNN failure, "" when none */
+    bool any_algo; /* kern_ctx_opts.any_algo: conv plans may take non-deterministic algorithms */
 };
 
 /* The state of a CUDA context (never NULL once kern_cuda_ctx_create succeeded). */

@@ -15,6 +15,11 @@ int kern_cuda_device_count(void)
     return 0;
 }
 
+void kern_cuda_profiler_range(int on)
+{
+    (void)on;
+}
+
 void *kern_cuda_ctx_stream(struct kern_ctx *ctx)
 {
     (void)ctx;

@@ -97,6 +97,10 @@ struct kern_ctx_opts {
     int device;            /* CUDA: device ordinal; ignored on CPU */
     void *workspace;       /* borrowed scratch (device memory for CUDA), or NULL for none yet */
     size_t workspace_size; /* bytes at workspace; 0 when workspace is NULL */
+    int any_algo;          /* CUDA: each conv takes cuDNN's fastest algorithm, deterministic or
+                              not (PyTorch's cudnn.deterministic False); 0: the fastest
+                              deterministic one where there is one, as ultralytics' train.py asks
+                              (init_seeds(deterministic=True)); ignored on CPU */
 };
 
 /* Fills *o with the defaults: CPU backend, threads 0 (caller only), device 0, no workspace. */

@@ -75,6 +75,13 @@ KERN_API int kern_cuda_ctx_sync(struct kern_ctx *ctx);
 KERN_API const char *kern_cuda_ctx_last_error(const struct kern_ctx *ctx);
 
 /*
+ * Starts (on != 0) or stops the span a profiler started with --profile-from-start off records
+ * (ncu, nsys: cudaProfilerStart / cudaProfilerStop), so that it sees the timed steps and not the
+ * plan searches before them. A no-op without a profiler and in a build without CUDA.
+ */
+KERN_API void kern_cuda_profiler_range(int on);
+
+/*
  * The twins of kern.h's ops: kern_cuda_NAME for every row of kern_ops.def, with the
  * kern_ref_NAME parameter list (the contract is the row's, with SEMANTICS above).
  */

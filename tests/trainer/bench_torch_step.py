@@ -82,8 +82,15 @@ def main():
     # (kernels/cuda/kern_cuda_conv.cu "Math"), so an fp32 (--amp off) comparison turns it off
     # unless --tf32 asks for PyTorch's default. With AMP the convolutions are bf16/fp16 anyway.
     ap.add_argument("--tf32", action="store_true")
+    # train.py's init_seeds(deterministic=True): deterministic algorithms only (warn_only, since
+    # some backward ops have no deterministic CUDA kernel); ours: yolo-train's default
+    ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.deterministic:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.deterministic = True
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.backends.cudnn.allow_tf32 = a.tf32 or a.amp != "off"
@@ -139,6 +146,9 @@ def main():
     times = []
     for it in range(a.warmup + a.steps):
         sync()
+        if it == a.warmup and dev.type == "cuda":
+            # the span `ncu --profile-from-start off` records: the timed steps, as ours
+            torch.cuda.cudart().cudaProfilerStart()
         t0 = time.perf_counter()
         with torch.autocast(device_type=dev.type, dtype=dtype, enabled=amp):
             out = model(x)[-1]
@@ -155,10 +165,12 @@ def main():
         sync()
         if it >= a.warmup:
             times.append(time.perf_counter() - t0)
+    if dev.type == "cuda":
+        torch.cuda.cudart().cudaProfilerStop()
     ms = 1e3 * sum(times) / len(times)
     res = {"impl": "torch", "torch": torch.__version__, "device": str(dev),
            "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "",
-           "amp": a.amp if amp else "off", "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+           "amp": a.amp if amp else "off", "deterministic": a.deterministic, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
            "channels_last": cl, "img": a.img,
            "batch": a.batch, "ms_step": ms, "img_per_s": a.batch * 1e3 / ms,
            "peak_mem_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0,

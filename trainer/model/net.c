@@ -342,6 +342,7 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         if (o.device >= 0) {
             ko.backend = KERN_BACKEND_CUDA;
             ko.device = o.device;
+            ko.any_algo = o.any_algo;
         }
         if ((rc = kern_ctx_create(&ko, &net->ctx))) {
             set_err(err, err_cap, o.device >= 0 ? "CUDA context" : "kern context", rc);

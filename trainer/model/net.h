@@ -168,6 +168,7 @@ struct trn_net_opts {
        then skips its whole-arena copy (the hook's consumer may be writing the mirror). */
     int (*grad_ready)(void *ctx, const struct trn_net_grad_range *g);
     void *grad_ready_ctx;  /* grad_ready's first argument (borrowed) */
+    bool any_algo;         /* device >= 0 without ctx: kern_ctx_opts.any_algo [false] */
     struct trn_net *share; /* NULL, or a net of the same model on the same borrowed context (ctx)
                               and data path, not itself sharing, that outlives this one: on the
                               device data path this net uses its device copies of the parameter

@@ -39,6 +39,7 @@ struct trn_bench_step_opts {
                         graph (kern_graph_*) after one direct step and replayed for the timed
                         steps (warmup then at least 2: the direct step and the capture); the
                         same updates as the direct step, so the same loss */
+    int any_algo;    /* GPU: kern_ctx_opts.any_algo (non-deterministic cuDNN algorithms allowed) */
     int amp;         /* the net's convs (trn_net_opts.amp): KERN_DT_F32 [default], KERN_DT_BF16,
                         KERN_DT_F16 (timing only: no loss scaler, the loss gradient unscaled) */
 };
@@ -46,9 +47,10 @@ struct trn_bench_step_opts {
 /* Defaults: img 640, batch 16, CPU, threads 0, warmup 3, steps 10, 8 boxes, seed 0. */
 void trn_bench_step_opts_default(struct trn_bench_step_opts *o);
 
-/* Phase times are means over the timed steps, in milliseconds. On the resident step ms_forward
- * includes the batch's upload, ms_loss the loss floats' download, ms_optimizer the fused EMA of
- * the parameters, and ms_ema the buffers' EMA alone. */
+/* Phase times are means over the timed steps, in milliseconds. On the resident step the batch
+ * is on the device before the first step (as PyTorch's bench keeps it), ms_loss includes the
+ * loss floats' download, ms_optimizer the fused EMA of the parameters, and ms_ema the buffers'
+ * EMA alone. */
 struct trn_bench_step_result {
     double img_per_s;    /* batch / mean step time */
     double ms_step;      /* whole step */

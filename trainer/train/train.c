@@ -294,6 +294,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         kern_ctx_opts_default(&ko);
         ko.backend = KERN_BACKEND_CUDA;
         ko.device = o->gpu;
+        ko.any_algo = o->any_algo;
         if ((rc = kern_ctx_create(&ko, &R->gpu_ctx)) < 0) {
             trn_seterr(err, cap, "CUDA device %d: %s", o->gpu,
                        rc == -KERN_EBACKEND ? "no such device, or this build has no CUDA"

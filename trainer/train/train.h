@@ -208,6 +208,8 @@ struct trn_train_opts {
                               several ranks, SyncBatchNorm, Adam/AdamW, a failed capture. Not
                               recorded: a resume takes the caller's [false] */
     bool cuda_graph_fail;  /* tests: with cuda_graph, act as if the capture failed (-ENOTSUP) */
+    bool any_algo;         /* GPU: the convs may take non-deterministic cuDNN algorithms
+                              (kern_ctx_opts.any_algo) [false: deterministic, as train.py] */
     int amp;               /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],
                               KERN_DT_BF16, or KERN_DT_F16 with the dynamic loss scaler of
                               trainer/train/amp.h (see AMP). Validation: val_amp. Recorded in the
