@@ -193,7 +193,9 @@ static int parse_args(int argc, char **argv, struct args *A)
                "./models, " TRN_MODELS_DIR),
         AP_RANGE("--nc", AP_LONG, &A->nc, "N", "override the yaml's number of classes", 1, 65536),
         AP_OPT("--weights", AP_STR, &A->weights, "FILE",
-               "initial weights: an ultralytics .pt or our .ckpt (its EMA)"),
+               "pretrained weights: an ultralytics .pt or our .ckpt (its EMA); alone it gives the "
+               "model too (its own yaml, the dataset's classes); every tensor whose name and "
+               "shape fit is transferred, as train.py"),
         AP_OPT("--hyp", AP_STR, &A->hyp, "FILE",
                "hyperparameter yaml (default: hyp.scratch-low values)"),
         AP_SECTION("Training"),
@@ -958,11 +960,12 @@ int main(int argc, char **argv)
             return 1;
         }
         rc = do_train(&A, &hyp, path, dist, local_world);
-    } else if (A.resume) {
+    } else if (A.resume || A.weights) {
         rc = do_train(&A, &hyp, NULL, dist, local_world);
     } else {
         trn_dist_destroy(dist);
-        return ap_error(PROG, "training needs --cfg MODEL (e.g. --cfg yolov5n) or --resume");
+        return ap_error(PROG, "training needs --cfg MODEL (e.g. --cfg yolov5n), --weights FILE "
+                              "or --resume");
     }
     trn_dist_destroy(dist);
     /* results.png drew text: cairo's and fontconfig's caches, for a clean exit under leak checks */

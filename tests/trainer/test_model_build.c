@@ -4,6 +4,7 @@
  * state-dict names and shapes of yolov5n, optimizer groups, the arena layout and the nc override.
  * Expected numbers are ultralytics' printed values (training and "Fusing layers..." logs).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,11 +409,99 @@ static void test_nc_override(void)
     trn_model_destroy(a);
 }
 
+/* Names of src's tensors that dst lacks, or has in another shape: what a transfer skips. */
+static bool fits(const struct trn_model *dst, const struct trn_tensor *d,
+                 const struct trn_model *src)
+{
+    (void)dst;
+    const int j = trn_model_find(src, d->name);
+    if (j < 0) return false;
+    const struct trn_tensor *s = trn_model_tensor(src, j);
+    if (s->ndim != d->ndim) return false;
+    for (int i = 0; i < d->ndim; i++)
+        if (s->shape[i] != d->shape[i]) return false;
+    return true;
+}
+
+static bool tensor_equal(const struct trn_model *a, const struct trn_tensor *ta,
+                         const struct trn_model *b, const struct trn_tensor *tb)
+{
+    const size_t es = ta->arena == TRN_ARENA_COUNT ? 8 : 4;
+    return ta->numel == tb->numel &&
+           !memcmp((const char *)trn_model_arena_const(a, ta->arena) + ta->offset * es,
+                   (const char *)trn_model_arena_const(b, tb->arena) + tb->offset * es,
+                   ta->numel * es);
+}
+
+/*
+ * Fine-tuning on other classes (train.py's intersect_dicts): yolov5n with 80 classes onto one
+ * with 8 moves 343 of 349 tensors (the 3 Detect convs' weights and biases have 255 rows there,
+ * 39 here); every moved tensor equals the source, every other one is the fresh model's; the
+ * anchors move only when asked. yolov5n onto yolov5s moves only what happens to fit.
+ */
+static void test_transfer(void)
+{
+    struct trn_model *src = load("yolov5n", 80), *dst = load("yolov5n", 8);
+    struct trn_model *fresh = load("yolov5n", 8);
+    trn_model_init(src, 1);
+    /* the source's BN statistics and counters are not the initial ones either */
+    float *buf = trn_model_arena(src, TRN_ARENA_BUFFER);
+    for (size_t i = 0; i < trn_model_info(src)->arena_len[TRN_ARENA_BUFFER]; i++)
+        buf[i] += 0.25f;
+    int64_t *cnt = trn_model_arena(src, TRN_ARENA_COUNT);
+    for (size_t i = 0; i < trn_model_info(src)->arena_len[TRN_ARENA_COUNT]; i++)
+        cnt[i] = 7;
+    trn_model_init(dst, 2);
+    trn_model_init(fresh, 2);
+    is_int(trn_model_transfer(dst, src, true), 343, "yolov5n nc=80 onto nc=8: 343 items");
+    int moved = 0, kept = 0, wrong = 0;
+    const int n = trn_model_info(dst)->n_tensors;
+    for (int k = 0; k < n; k++) {
+        const struct trn_tensor *d = trn_model_tensor(dst, k);
+        if (fits(dst, d, src)) {
+            moved++;
+            wrong +=
+                !tensor_equal(dst, d, src, trn_model_tensor(src, trn_model_find(src, d->name)));
+        } else {
+            kept++;
+            wrong += !tensor_equal(dst, d, fresh, trn_model_tensor(fresh, k));
+            if (!strstr(d->name, "model.24.m.")) {
+                wrong++;
+                tap_diag("%s was not transferred", d->name);
+            }
+        }
+    }
+    ok(moved == 343 && kept == 6 && wrong == 0,
+       "the 343 equal the source bit for bit, the 6 Detect tensors are the fresh model's "
+       "(moved %d, kept %d, wrong %d)",
+       moved, kept, wrong);
+    const struct trn_tensor *a = trn_model_tensor(dst, trn_model_find(dst, "model.24.anchors"));
+    ok(tensor_equal(dst, a, src, trn_model_tensor(src, trn_model_find(src, "model.24.anchors"))),
+       "the anchors come from the checkpoint");
+    trn_model_init(dst, 2);
+    is_int(trn_model_transfer(dst, src, false), 342, "without anchors: 342 items");
+    ok(tensor_equal(dst, a, fresh,
+                    trn_model_tensor(fresh, trn_model_find(fresh, "model.24.anchors"))),
+       "... and the anchors stay the yaml's");
+    struct trn_model *s = load("yolov5s", 8);
+    int fit = 0;
+    for (int k = 0; k < trn_model_info(s)->n_tensors; k++)
+        fit += fits(s, trn_model_tensor(s, k), src);
+    const int got = trn_model_transfer(s, src, true);
+    ok(got == fit && got > 0 && got < 100, "yolov5n onto yolov5s moves only what fits (%d)", got);
+    is_int(trn_model_transfer(NULL, src, true), -EINVAL, "NULL dst is -EINVAL");
+    trn_model_destroy(s);
+    trn_model_destroy(fresh);
+    trn_model_destroy(dst);
+    trn_model_destroy(src);
+}
+
 int main(void)
 {
     test_s();
     test_n();
     test_mlx();
     test_nc_override();
+    test_transfer();
     return tap_done();
 }

@@ -1223,6 +1223,29 @@ int trn_model_find(const struct trn_model *m, const char *name)
     return -ENOENT;
 }
 
+int trn_model_transfer(struct trn_model *dst, const struct trn_model *src, bool anchors)
+{
+    if (!dst || !src) return -EINVAL;
+    int moved = 0;
+    for (int k = 0; k < dst->info.n_tensors; k++) {
+        const struct trn_tensor *d = &dst->tensors[k];
+        if (!anchors && d->role == TRN_T_ANCHORS) continue;
+        const int j = trn_model_find(src, d->name);
+        if (j < 0) continue;
+        const struct trn_tensor *s = &src->tensors[j];
+        bool same =
+            s->ndim == d->ndim && (s->arena == TRN_ARENA_COUNT) == (d->arena == TRN_ARENA_COUNT);
+        for (int i = 0; same && i < d->ndim; i++)
+            same = s->shape[i] == d->shape[i];
+        if (!same) continue;
+        const size_t es = d->arena == TRN_ARENA_COUNT ? sizeof(int64_t) : sizeof(float);
+        memcpy((char *)trn_model_arena(dst, d->arena) + d->offset * es,
+               (const char *)trn_model_arena_const(src, s->arena) + s->offset * es, d->numel * es);
+        moved++;
+    }
+    return moved;
+}
+
 int trn_model_group(const struct trn_model *m, int group, const int **idx)
 {
     if (group < 0 || group > 2) return -EINVAL;

@@ -245,6 +245,16 @@ const struct trn_tensor *trn_model_tensor(const struct trn_model *m, int i);
 int trn_model_find(const struct trn_model *m, const char *name);
 
 /*
+ * Pretrained weights onto another model, as train.py's intersect_dicts + load_state_dict(strict=
+ * False): every tensor of dst whose name src has, with the same shape and the same kind (float
+ * or the int64 batch counter), is copied from src; the rest of dst stays as it is (a fresh
+ * model's initial state). anchors false leaves dst's Detect anchors alone (train.py's exclude =
+ * ['anchor'] when --cfg or the hyp's anchors give the architecture). Returns how many of dst's
+ * trn_model_info(dst)->n_tensors were copied (train.py's "Transferred N/M items"), -EINVAL.
+ */
+int trn_model_transfer(struct trn_model *dst, const struct trn_model *src, bool anchors);
+
+/*
  * The optimizer's parameter groups as ultralytics builds them (smart_optimizer; recipe S4),
  * each in model.modules() order:
  *   0: biases: BN betas and Detect biases (no weight decay);

@@ -487,31 +487,6 @@ int run_resume_state(struct run *R, const struct trn_ckpt *C, char *err, size_t 
 
 /* --weights: an ultralytics .pt, or one of our checkpoints (its EMA, as strip_optimizer would
  * leave it). */
-int run_load_weights(struct run *R, const char *path, char *err, size_t cap)
-{
-    unsigned char magic[4] = { 0 };
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        const int e = errno;
-        trn_seterr(err, cap, "--weights %s: %s", path, strerror(e));
-        return -e;
-    }
-    const size_t got = fread(magic, 1, 4, f);
-    fclose(f);
-    if (got == 4 && magic[0] == 'P' && magic[1] == 'K') {
-        char e[512] = "";
-        const int rc = trn_pt_load_into_model(path, NULL, R->m, e, sizeof e);
-        if (rc < 0) trn_seterr(err, cap, "--weights %s: %s", path, e[0] ? e : trn_strerror(rc));
-        return rc;
-    }
-    struct trn_ckpt *C = NULL;
-    int rc = trn_ckpt_open(path, &C, err, cap);
-    if (rc < 0) return rc;
-    rc = trn_ckpt_load_ema(C, R->m, true, err, cap);
-    trn_ckpt_close(C);
-    return rc;
-}
-
 int run_write_files(struct run *R, char *err, size_t cap)
 {
     char p[4200];

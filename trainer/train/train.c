@@ -244,29 +244,54 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         trn_seterr(err, cap, "out of memory");
         return rc;
     }
-    if (!o->resume) {
+    /* --weights: the checkpoint's own model, and (without --cfg) the yaml ours is built from,
+     * as train.py's Model(cfg or ckpt['model'].yaml, nc=nc) */
+    struct trn_model *src = NULL;
+    if (!o->resume && o->weights) {
+        char *wy = NULL;
+        size_t wl = 0;
+        if ((rc = trn_weights_pretrained(o->weights, &src, &wy, &wl, e, sizeof e)) < 0)
+            return trn_fail(err, cap, rc, "%s", e);
+        if (!o->cfg)
+            R->model_yaml = wy, R->model_yaml_len = wl;
+        else
+            free(wy);
+    }
+    if (!o->resume && o->cfg) {
         rc = trn_read_file(o->cfg, TRN_CKPT_MAX_TEXT, &R->model_yaml, &R->model_yaml_len, e,
                            sizeof e);
-        if (rc < 0) return trn_fail(err, cap, rc, "cannot read the model yaml: %s", e);
+        if (rc < 0) {
+            trn_model_destroy(src);
+            return trn_fail(err, cap, rc, "cannot read the model yaml: %s", e);
+        }
     }
     struct trn_model_opts mo;
     trn_model_opts_default(&mo);
     mo.nc = o->nc > 0 ? o->nc : R->n_names;
-    rc = trn_model_parse(R->model_yaml, R->model_yaml_len, o->cfg ? o->cfg : "model.yaml", &mo,
-                         &R->m, e, sizeof e);
+    rc = trn_model_parse(R->model_yaml, R->model_yaml_len,
+                         o->cfg       ? o->cfg
+                         : o->weights ? o->weights
+                                      : "model.yaml",
+                         &mo, &R->m, e, sizeof e);
     if (rc < 0) {
+        trn_model_destroy(src);
         trn_seterr(err, cap, "%s", e[0] ? e : trn_strerror(rc));
         return rc;
     }
     R->info = trn_model_info(R->m);
+    if (src && !o->cfg && trn_model_info(src)->nc != R->info->nc)
+        run_log(R, "Overriding model.yaml nc=%d with nc=%d", trn_model_info(src)->nc, R->info->nc);
     if (R->n_names > 0 && R->n_names != R->info->nc)
         run_log(R, "WARNING: the dataset names %d classes, the model has nc=%d", R->n_names,
                 R->info->nc);
     /* also when resuming: it sets the anchors, which the loss reads at creation (the
      * checkpoint's weights are copied over it afterwards) */
     trn_model_init(R->m, o->seed);
-    if (!o->resume) {
-        if (o->weights && (rc = run_load_weights(R, o->weights, err, cap)) < 0) return rc;
+    if (src) {
+        /* anchors too unless --cfg or the hyp's anchors gave them (train.py's exclude) */
+        const int n = trn_model_transfer(R->m, src, !o->cfg && !(o->hyp.anchors > 0));
+        trn_model_destroy(src);
+        run_log(R, "Transferred %d/%d items from %s", n, R->info->n_tensors, o->weights);
     }
 
     struct kern_ctx_opts ko;
@@ -639,7 +664,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     if (err && err_cap) err[0] = '\0';
     const int rank = opts ? trn_dist_rank(opts->dist) : 0;
     if (!opts || (!opts->run_dir && rank == 0) ||
-        (!opts->resume && (!opts->records || !opts->cfg)) || opts->img < 32 ||
+        (!opts->resume && (!opts->records || (!opts->cfg && !opts->weights))) || opts->img < 32 ||
         opts->batch_size < 1 || opts->epochs < 1 || (unsigned)opts->optimizer > TRN_OPTIM_ADAMW) {
         trn_seterr(err, err_cap, "bad training options");
         return -EINVAL;

@@ -154,9 +154,13 @@ struct trn_train_opts {
                                 shard whose record fails its checksum is evicted from it, said
                                 once, and fetched again (every byte verified) by the next run */
     const char *val_records; /* validation dataset (ffr packed at img) or NULL: see VALIDATION */
-    const char *cfg;         /* model yaml path (resolved); ignored when resuming */
-    const char *weights;     /* NULL, an ultralytics .pt (its ema, else model) or one of our
-                                checkpoints (its EMA weights) as initial weights */
+    const char *cfg;         /* model yaml path (resolved), or NULL with weights: the weights'
+                                own yaml; ignored when resuming */
+    const char *weights;     /* NULL, or pretrained weights as train.py loads them
+                                (trn_weights_pretrained: a .pt's model, else its ema; our
+                                checkpoint's EMA): every tensor whose name and shape match the
+                                model's is transferred (trn_model_transfer), the anchors too
+                                unless cfg is given, and "Transferred N/M items" logged */
     const char *resume;      /* NULL, or a checkpoint to continue: every setting below except
                                 workers, threads, stop, stop_after, log and validate then comes
                                 from the checkpoint, and run_dir must be its run directory */

@@ -60,18 +60,31 @@ static int model_from(const char *cfg, const char *yaml, size_t len, const char 
     return rc < 0 ? trn_fail(err, cap, rc, "%s", why[0] ? why : trn_strerror(rc)) : 0;
 }
 
-/* An ultralytics .pt: the architecture from its yaml (or cfg), the weights copied in.
- * ultralytics asserts the weights' classes equal the dataset's: no nc override here. */
-static int load_pt(const char *path, const char *cfg, struct trn_model **m, char *err, size_t cap)
+/* train.py loads ckpt['model'] (attempt_load, for inference, prefers 'ema'): the key that
+ * holds it when it is there and not None, else the inference choice. */
+static const char *train_key(const struct trn_pt *pt)
+{
+    const char *k, *d;
+    for (int i = 0; trn_pt_top_key(pt, i, &k, &d) > i; i++)
+        if (!strcmp(k, "model") && strcmp(d, "None")) return "model";
+    return NULL;
+}
+
+/* An ultralytics .pt: the architecture from its yaml (or cfg), the weights copied in; for
+ * training (train) its `model`, else as attempt_load. ultralytics asserts the weights' classes
+ * equal the dataset's: no nc override here. yaml_out: optional, the .pt's yaml (malloc'd). */
+static int load_pt(const char *path, const char *cfg, bool train, struct trn_model **m,
+                   char **yaml_out, size_t *ylen_out, char *err, size_t cap)
 {
     struct trn_pt *pt = NULL;
     char why[512] = "";
     int rc = trn_pt_open(path, &pt, why, sizeof why);
     if (rc < 0) return trn_fail(err, cap, rc, "%s", why[0] ? why : trn_strerror(rc));
+    const char *which = train ? train_key(pt) : NULL;
     char *yaml = NULL;
     int len = 0;
     if (!cfg) {
-        len = trn_pt_model_yaml(pt, NULL, NULL, 0);
+        len = trn_pt_model_yaml(pt, which, NULL, 0);
         yaml = len >= 0 ? malloc((size_t)len + 1) : NULL;
         if (!yaml) {
             rc = trn_fail(err, cap, len < 0 ? len : -ENOMEM,
@@ -80,17 +93,22 @@ static int load_pt(const char *path, const char *cfg, struct trn_model **m, char
             trn_pt_close(pt);
             return rc;
         }
-        trn_pt_model_yaml(pt, NULL, yaml, (size_t)len + 1);
+        trn_pt_model_yaml(pt, which, yaml, (size_t)len + 1);
     }
     rc = model_from(cfg, yaml, (size_t)len, path, 0, m, err, cap);
+    if (rc == 0 && yaml_out) {
+        *yaml_out = yaml, *ylen_out = (size_t)len;
+        yaml = NULL;
+    }
     free(yaml);
     if (rc == 0) {
         struct trn_pt_match mt;
-        rc = trn_pt_copy_into_model(pt, NULL, *m, &mt, why, sizeof why);
+        rc = trn_pt_copy_into_model(pt, which, *m, &mt, why, sizeof why);
         if (rc < 0) {
             trn_fail(err, cap, rc, "%s", why[0] ? why : trn_strerror(rc));
             trn_model_destroy(*m);
             *m = NULL;
+            if (yaml_out) free(*yaml_out), *yaml_out = NULL;
         }
     }
     trn_pt_close(pt);
@@ -102,7 +120,7 @@ static int load_pt(const char *path, const char *cfg, struct trn_model **m, char
  * metadata. Returns 0, a negative error, or 1: not a checkpoint (nothing done).
  */
 static int load_ckpt(const char *path, const char *cfg, struct trn_model **m, char **meta_out,
-                     size_t *meta_len_out, char *err, size_t cap)
+                     size_t *meta_len_out, char **yaml_out, size_t *ylen_out, char *err, size_t cap)
 {
     struct ffr_reader *r = NULL;
     if (ffr_reader_open(&r, path, NULL, NULL, 0) < 0) return 1;
@@ -122,6 +140,10 @@ static int load_ckpt(const char *path, const char *cfg, struct trn_model **m, ch
                  ffr_strerror(rc));
     else
         rc = model_from(cfg, yaml, ylen, path, (int)nc, m, err, cap);
+    if (yaml_out && rc == 0) {
+        *yaml_out = yaml, *ylen_out = ylen;
+        yaml = NULL;
+    }
     free(yaml);
     if (rc == 0) rc = trn_ckpt_load_ema(c, *m, true, err, cap);
     size_t mlen = 0;
@@ -140,6 +162,7 @@ static int load_ckpt(const char *path, const char *cfg, struct trn_model **m, ch
     if (rc < 0) {
         trn_model_destroy(*m);
         *m = NULL;
+        if (yaml_out) free(*yaml_out), *yaml_out = NULL;
     }
     return rc;
 }
@@ -170,6 +193,30 @@ int trn_weights_load(const char *weights, const char *cfg, int nc, struct trn_mo
     /* A checkpoint is told by its ffr metadata; anything else is tried as a .pt. */
     const int rc = ends_with_ci(weights, ".pt")
                        ? 1
-                       : load_ckpt(weights, cfg, out, meta, meta_len, err, err_cap);
-    return rc == 1 ? load_pt(weights, cfg, out, err, err_cap) : rc;
+                       : load_ckpt(weights, cfg, out, meta, meta_len, NULL, NULL, err, err_cap);
+    return rc == 1 ? load_pt(weights, cfg, false, out, NULL, NULL, err, err_cap) : rc;
+}
+
+int trn_weights_pretrained(const char *weights, struct trn_model **src, char **yaml,
+                           size_t *yaml_len, char *err, size_t err_cap)
+{
+    if (!weights || !src || !yaml || !yaml_len) return -EINVAL;
+    *src = NULL, *yaml = NULL, *yaml_len = 0;
+    struct stat st;
+    if (stat(weights, &st) != 0) {
+        const int e = errno;
+        return trn_fail(err, err_cap, -e, "--weights %s: %s", weights, strerror(e));
+    }
+    int rc = ends_with_ci(weights, ".pt")
+                 ? 1
+                 : load_ckpt(weights, NULL, src, NULL, NULL, yaml, yaml_len, err, err_cap);
+    if (rc != 1) return rc;
+    char why[512] = "";
+    rc = load_pt(weights, NULL, true, src, yaml, yaml_len, why, sizeof why);
+    if (rc == -TRN_PT_EZIP)
+        return trn_fail(err, err_cap, rc,
+                        "--weights %s: neither an ultralytics .pt nor one of our checkpoints (%s)",
+                        weights, why);
+    if (rc < 0) trn_fail(err, err_cap, rc, "--weights %s: %s", weights, why);
+    return rc;
 }

@@ -25,6 +25,17 @@
 int trn_weights_load(const char *weights, const char *cfg, int nc, struct trn_model **out,
                      char **meta, size_t *meta_len, char *err, size_t err_cap);
 
+/*
+ * Pretrained weights for training, as train.py reads them: *src is the checkpoint's own model
+ * (the architecture and class count it was saved with) holding its weights (a .pt's `model`, as
+ * train.py's ckpt['model'], else its `ema`; our checkpoint's EMA), and *yaml (malloc'd,
+ * NUL-terminated, *yaml_len bytes) the model yaml it carries, from which the trainer builds its
+ * own model when no --cfg is given; trn_model_transfer then moves what fits. Returns 0, or a
+ * negative error with one line in err naming the file; nothing to free then.
+ */
+int trn_weights_pretrained(const char *weights, struct trn_model **src, char **yaml,
+                           size_t *yaml_len, char *err, size_t err_cap);
+
 /* The value of a top-level "key: value" line of metadata text into dst ("" when absent). */
 void trn_meta_value(const char *meta, size_t len, const char *key, char *dst, size_t cap);
 

@@ -36,6 +36,7 @@
 #include "net.h"
 #include "plots.h"
 #include "ptload.h"
+#include "weights.h"
 #include "val.h"
 #include "util.h"
 #include "errors.h"
@@ -176,7 +177,6 @@ void run_log(const struct run *R, const char *fmt, ...) __attribute__((format(pr
 char *run_opt_yaml(const struct run *R, size_t *len);
 int run_resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_t cap);
 int run_resume_state(struct run *R, const struct trn_ckpt *C, char *err, size_t cap);
-int run_load_weights(struct run *R, const char *path, char *err, size_t cap);
 int run_write_files(struct run *R, char *err, size_t cap);
 int run_results_append(struct run *R, int epoch, const double mloss[3],
                        const struct trn_train_metrics *mt, char *err, size_t cap);
