@@ -1276,6 +1276,30 @@ out:
     return rc;
 }
 
+/*
+ * The dataset root a yaml's relative `path:` names: the first existing directory of base/path
+ * (beside the yaml), base/../path (ultralytics' rule: its yamls live in ROOT/data/ and path is
+ * relative to ROOT, so `../datasets/coco128` is beside the checkout) and path (the working
+ * directory); base/path when none exists, for the error to name.
+ */
+static char *yaml_root(const char *base, const char *path)
+{
+    if (path[0] == '/') return strdup(path);
+    char *up = pack_ds_join(base, "..");
+    char *c[3] = { pack_ds_join(base, path), up ? pack_ds_join(up, path) : NULL, strdup(path) };
+    free(up);
+    int pick = 0;
+    for (int i = 0; i < 3; i++)
+        if (c[i] && is_dir(c[i])) {
+            pick = i;
+            break;
+        }
+    char *r = c[pick];
+    for (int i = 0; i < 3; i++)
+        if (i != pick) free(c[i]);
+    return r;
+}
+
 static int scan_yaml(struct pack_ds *ds, const char *yaml_path)
 {
     struct pack_dsyaml y = { 0 };
@@ -1299,7 +1323,7 @@ static int scan_yaml(struct pack_ds *ds, const char *yaml_path)
         goto out;
     }
     base = dir_of(yaml_path);
-    root = base && y.path ? pack_ds_join(base, y.path) : (base ? strdup(base) : NULL);
+    root = base && y.path ? yaml_root(base, y.path) : (base ? strdup(base) : NULL);
     if (!root) {
         rc = -ENOMEM;
         goto out;

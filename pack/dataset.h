@@ -46,8 +46,10 @@
  * its whole annotation (JSON2YOLO dedupes boxes and polygons separately, which can misalign them).
  *
  * Paths, where ultralytics depends on its working directory or install: a list-file line that is
- * neither absolute nor "./..." is relative to the list file; a relative yaml `path:` is relative
- * to the yaml file. Directories are searched recursively (hidden entries skipped, symlinks
+ * neither absolute nor "./..." is relative to the list file; a relative yaml `path:` is the first
+ * directory that exists of: beside the yaml file, beside the yaml's folder (ultralytics resolves
+ * it against its checkout, whose data/ holds the yamls: `../datasets/coco128` next to it), the
+ * working directory. Directories are searched recursively (hidden entries skipped, symlinks
  * followed), images recognised by suffix (bmp dng jpeg jpg mpo png tif tiff webp, any case).
  *
  * Sample order: sorted by image path (byte order, as Python sorts str paths), so the same input

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "argparse.h"
+#include "data_pack.h"
 #include "amp.h"
 #include "bench_data.h"
 #include "cli.h"
@@ -64,6 +65,7 @@
 
 struct args {
     const char *records, *val_records, *cfg, *weights, *hyp, *device, *resume;
+    const char *data, *pack_dir; /* --data DATA.yaml through the pack cache, --pack-dir */
     const char *project, *name, *optimizer, *dist_backend, *cache_dir;
     const char *amp;     /* --amp: bf16, fp16, fp32, or NULL for the device's default */
     const char *val_amp; /* --val-amp (--val-half: "fp16"), or NULL: the training's on a GPU */
@@ -177,6 +179,12 @@ static int parse_args(int argc, char **argv, struct args *A)
     A->amp_inf_at = -1;
     const struct ap_opt t[] = {
         AP_SECTION("Data and model"),
+        AP_OPT("--data", AP_STR, &A->data, "DATA.yaml",
+               "dataset yaml (ultralytics' form: path, train, val, names): each split is packed at "
+               "--img on first use into the pack cache and reused while its files are unchanged"),
+        AP_OPT("--pack-dir", AP_STR, &A->pack_dir, "DIR",
+               "--data: the pack cache (default: ffyolo-packs in the dataset's folder when "
+               "writable, else ~/.cache/ffyolo/packs)"),
         AP_OPT("--records", AP_STR, &A->records, "FILE", "training dataset (ffr, packed at --img)"),
         AP_OPT("--val-records", AP_STR, &A->val_records, "FILE", "validation dataset (ffr)"),
         AP_OPT("--cache-dir", AP_STR, &A->cache_dir, "DIR",
@@ -920,7 +928,23 @@ int main(int argc, char **argv)
         if (!A.cfg) return ap_error(PROG, "--bench needs --cfg MODEL (e.g. --cfg yolov5s)");
         return do_bench_step(&A);
     }
-    if (!A.records && !A.resume) return ap_error(PROG, "--records FILE is required");
+    static char data_train[4096], data_val[4096];
+    if (A.data && !A.resume) {
+        if (A.records || A.val_records)
+            return ap_error(PROG, "--data packs the records itself: give --data or --records");
+        rc = data_pack(PROG, A.data, "train", (int)A.img, A.pack_dir, false, data_train,
+                       sizeof data_train);
+        if (rc == 1) fprintf(stderr, PROG ": --data %s: no train split\n", A.data);
+        if (rc) return 1;
+        A.records = data_train;
+        rc = data_pack(PROG, A.data, "val", (int)A.img, A.pack_dir, false, data_val,
+                       sizeof data_val);
+        if (rc < 0) return 1;
+        if (rc == 0) A.val_records = data_val;
+        rc = 0;
+    }
+    if (!A.records && !A.resume)
+        return ap_error(PROG, "--data DATA.yaml or --records FILE is required");
 
     struct trn_hyp hyp;
     trn_hyp_default(&hyp);

@@ -38,6 +38,7 @@
 #include "plots.h"
 #include "rundir.h"
 #include "argparse.h"
+#include "data_pack.h"
 #include "ptload.h"
 #include "tta.h"
 #include "val.h"
@@ -52,6 +53,7 @@
 
 struct args {
     const char *records, *weights, *cfg, *data, *task, *project, *name;
+    const char *annotations, *pack_dir;       /* --annotations (COCOeval), --pack-dir */
     const char *ensemble[TRN_TTA_MAX_MODELS]; /* every --weights; weights = ensemble[0] */
     int n_weights;
     long img, batch, max_det, workers, threads, micro;
@@ -138,15 +140,20 @@ static int parse_args(int argc, char **argv, struct args *A)
         { .names = "--task",
           .kind = AP_CHOICE,
           .dst = &A->task,
-          .metavar = "val",
-          .help = "the only task supported (train/test splits are separate record files: pass "
-                  "them with --records)",
-          .choices = "val" },
+          .metavar = "T",
+          .help = "with --data: the split to validate, val (default) or test; --records: val",
+          .choices = "val|test" },
         AP_OPT("--json", AP_FLAG, &A->json, NULL, "print the metrics as one JSON object on stdout"),
         AP_OPT("--save-json", AP_FLAG, &A->save_json, NULL,
                "write DIR/<weights>_predictions.json (COCO results)"),
-        AP_OPT("--data", AP_STR, &A->data, "FILE",
-               "with --save-json: COCO annotations; run COCOeval"),
+        AP_OPT("--data", AP_STR, &A->data, "DATA.yaml",
+               "dataset yaml (ultralytics' form): the --task split is packed at --img on first use "
+               "into the pack cache and reused (a .json here means --annotations)"),
+        AP_OPT("--pack-dir", AP_STR, &A->pack_dir, "DIR",
+               "--data: the pack cache (default: ffyolo-packs in the dataset's folder when "
+               "writable, else ~/.cache/ffyolo/packs)"),
+        AP_OPT("--annotations", AP_STR, &A->annotations, "FILE",
+               "with --save-json: COCO annotations (instances_val2017.json); run COCOeval"),
         AP_OPT("--verbose", AP_FLAG, &A->verbose, NULL, "per-class rows for any number of classes"),
         AP_OPT("--noplots|--no-plots", AP_FLAG, &A->no_plots, NULL,
                "do not write val_batchK_labels.jpg / _pred.jpg, the PR / F1 / P / R curves and "
@@ -158,7 +165,7 @@ static int parse_args(int argc, char **argv, struct args *A)
     };
     const struct ap_spec sp = {
         .prog = PROG,
-        .usage = "--records FILE --weights W [options]",
+        .usage = "--data DATA.yaml | --records FILE --weights W [options]",
         .about =
             "Validate a YOLOv5 model on ffr records (yolo-pack output) as ultralytics' val.py.",
         .opts = t,
@@ -169,10 +176,21 @@ static int parse_args(int argc, char **argv, struct args *A)
     A->weights = A->n_weights ? A->ensemble[0] : NULL;
     A->micro_set = A->micro > 0;
     if (!A->micro_set) A->micro = 4;
-    if (!A->records) return ap_usage_error(&sp, "--records FILE is required");
+    /* before --annotations existed, --data named the COCO json */
+    const size_t dl = A->data ? strlen(A->data) : 0;
+    if (dl > 5 && !strcmp(A->data + dl - 5, ".json") && !A->annotations)
+        A->annotations = A->data, A->data = NULL;
+    if (A->data && A->records)
+        return ap_usage_error(&sp, "--data packs the records itself: give --data or --records");
+    if (!A->records && !A->data)
+        return ap_usage_error(&sp, "--data DATA.yaml or --records FILE is required");
+    if (A->records && strcmp(A->task, "val"))
+        return ap_usage_error(&sp, "--task test needs --data (with --records, pass the test "
+                                   "split's records)");
     if (!A->weights && !A->cfg)
         return ap_usage_error(&sp, "--weights W (or --cfg MODEL for initial weights)");
-    if (A->data && !A->save_json) return ap_usage_error(&sp, "--data needs --save-json");
+    if (A->annotations && !A->save_json)
+        return ap_usage_error(&sp, "--annotations needs --save-json");
     if (A->micro > A->batch) A->micro = A->batch;
     return 0;
 }
@@ -347,10 +365,10 @@ static int save_json(const struct args *A, const char *dir, const struct trn_val
         return 1;
     }
     fprintf(out, "\nsaved %zu detections to %s\n", res->n_coco, path);
-    if (!A->data) return 0;
+    if (!A->annotations) return 0;
     struct trn_coco_gt gt;
     char err[512] = "";
-    rc = trn_coco_gt_load(A->data, &gt, err, sizeof err);
+    rc = trn_coco_gt_load(A->annotations, &gt, err, sizeof err);
     if (rc == 0)
         rc = trn_coco_eval(&gt, res->image_ids, res->n_image_ids, res->coco, res->n_coco, stats,
                            err, sizeof err);
@@ -359,7 +377,7 @@ static int save_json(const struct args *A, const char *dir, const struct trn_val
         fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_strerror(rc));
         return 1;
     }
-    fprintf(out, "COCOeval on %s (%zu images):\n", A->data, res->n_image_ids);
+    fprintf(out, "COCOeval on %s (%zu images):\n", A->annotations, res->n_image_ids);
     print_coco(out, stats);
     *have_stats = true;
     return 0;
@@ -488,8 +506,15 @@ out:
 int main(int argc, char **argv)
 {
     struct args A;
-    const int rc = parse_args(argc, argv, &A);
+    int rc = parse_args(argc, argv, &A);
     if (rc) return rc == AP_HELPED ? 0 : rc;
+    static char packed[4096];
+    if (A.data) {
+        rc = data_pack(PROG, A.data, A.task, (int)A.img, A.pack_dir, false, packed, sizeof packed);
+        if (rc == 1) fprintf(stderr, PROG ": --data %s: no %s split\n", A.data, A.task);
+        if (rc) return 1;
+        A.records = packed;
+    }
     const int ret = run(&A);
     /* cairo's and fontconfig's caches, so that leak checkers see a clean exit */
     trn_plots_cleanup();

@@ -1,0 +1,291 @@
+/* Packs of a dataset split made on first use and reused (cache.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "dataset.h"
+#include "dataset_internal.h"
+#include "ffr.h"
+#include "ffyolo_config.h"
+#include "packer.h"
+
+/* The key's first bytes: a new layout of the key (or of what a pack holds) changes it. */
+#define PACK_CACHE_TAG "ffyolo-pack-cache-1"
+/* The dataset yaml is hashed whole; larger is not a dataset yaml. */
+#define PACK_CACHE_YAML_MAX (1u << 20)
+
+void pack_cache_opts_default(struct pack_cache_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->split = "train";
+    o->size = 640;
+    o->interp = -1;
+    o->round = PACK_IMAGE_ROUND_INT;
+    o->progress = true;
+}
+
+static int fail(char *err, size_t cap, int rc, const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+/* A growing byte string: the key's input. */
+struct kbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+};
+
+static void kput(struct kbuf *b, const void *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t c = b->cap ? b->cap : 1 << 16;
+        while (c < b->n + n)
+            c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q, b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+
+static void kprintf(struct kbuf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0) kput(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* A file's identity in the key: path, size and mtime (ns), or "absent". A path is followed by a
+ * NUL so that no two lists of names hash alike. */
+static void kfile(struct kbuf *b, const char *path)
+{
+    kput(b, path, strlen(path) + 1);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        kprintf(b, "absent;");
+    else
+        kprintf(b, "%lld %lld.%09ld;", (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                st.st_mtim.tv_nsec);
+}
+
+/* mkdir -p; 0 or -errno. */
+static int mkdirs(const char *path)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return -ENAMETOOLONG;
+    for (char *s = tmp + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -errno;
+        *s = '/';
+    }
+    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -errno;
+    return 0;
+}
+
+/* dir exists (made if need be) and this process may create files there. */
+static bool usable_dir(const char *dir)
+{
+    return mkdirs(dir) == 0 && access(dir, W_OK | X_OK) == 0;
+}
+
+/* The folder the packs of this dataset go to, per cache.h PLACE. */
+static int pack_dir(const struct pack_cache_opts *o, const char *root, const char *abs_data,
+                    char *dst, size_t cap, char *err, size_t err_cap)
+{
+    char base[PATH_MAX];
+    if (o->dir) {
+        snprintf(base, sizeof base, "%s", o->dir);
+        if (!usable_dir(base))
+            return fail(err, err_cap, errno ? -errno : -EACCES,
+                        "--pack-dir %s: cannot create or write it: %s", base, strerror(errno));
+    } else {
+        snprintf(base, sizeof base, "%s/ffyolo-packs", root);
+        if (!usable_dir(base)) {
+            const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+            if (xdg && xdg[0] == '/')
+                snprintf(base, sizeof base, "%s/ffyolo/packs", xdg);
+            else if (home && home[0])
+                snprintf(base, sizeof base, "%s/.cache/ffyolo/packs", home);
+            else
+                return fail(err, err_cap, -EACCES,
+                            "%s/ffyolo-packs is not writable and HOME is unset: give --pack-dir",
+                            root);
+            if (!usable_dir(base))
+                return fail(err, err_cap, -EACCES, "%s: cannot create or write it: %s", base,
+                            strerror(errno));
+        }
+    }
+    const char *name = strrchr(abs_data, '/');
+    name = name ? name + 1 : abs_data;
+    const char *dot = strrchr(name, '.');
+    const int stem = dot && dot != name ? (int)(dot - name) : (int)strlen(name);
+    if (snprintf(dst, cap, "%s/%.*s-%08" PRIx32, base, stem, name,
+                 (uint32_t)ffr_hash(abs_data, strlen(abs_data))) >= (int)cap)
+        return fail(err, err_cap, -ENAMETOOLONG, "%s: path too long", base);
+    const int rc = mkdirs(dst);
+    return rc < 0 ? fail(err, err_cap, rc, "%s: %s", dst, strerror(-rc)) : 0;
+}
+
+/* The key of the split as ds scanned it, with the packing options of po. */
+static int make_key(const struct pack_cache_opts *o, const struct pack_opts *po,
+                    const struct pack_ds *ds, uint64_t *key, char *err, size_t err_cap)
+{
+    struct kbuf b = { 0 };
+    kprintf(&b, "%s|%s|ffr %u ffr-det-1|size %d|interp %d|round %d|codec %d %d %d %d|split %s|",
+            PACK_CACHE_TAG, FFYOLO_VERSION, (unsigned)FFR_FORMAT_VERSION, po->size, po->interp,
+            (int)po->round, (int)po->codec, po->zstd_level, (int)po->sub_filter, po->quality,
+            o->split);
+    char *yaml = NULL;
+    size_t ylen = 0;
+    struct stat st;
+    if (stat(o->data, &st) == 0 && S_ISREG(st.st_mode)) {
+        const int rc = pack_ds_read_file(o->data, PACK_CACHE_YAML_MAX, &yaml, &ylen);
+        if (rc < 0) return fail(err, err_cap, rc, "%s: %s", o->data, strerror(-rc));
+        kput(&b, yaml, ylen);
+        free(yaml);
+    }
+    const size_t n = pack_ds_count(ds);
+    for (size_t i = 0; i < n; i++) {
+        const struct pack_ds_sample *s = pack_ds_get(ds, i);
+        kfile(&b, s->image_path);
+        kfile(&b, s->label_path ? s->label_path : "");
+    }
+    if (b.oom) {
+        free(b.p);
+        return fail(err, err_cap, -ENOMEM, "%s: out of memory", o->data);
+    }
+    *key = ffr_hash(b.p, b.n);
+    free(b.p);
+    return 0;
+}
+
+/* True when path is a complete pack (index and trailer check out). */
+static bool complete(const char *path)
+{
+    struct ffr_reader *r = NULL;
+    if (access(path, F_OK) != 0 || ffr_reader_open(&r, path, NULL, NULL, 0) < 0) return false;
+    ffr_reader_close(r);
+    return true;
+}
+
+/* Removes the packs of an older source: PREFIX*.ffr in dir other than keep. */
+static void remove_stale(const char *dir, const char *prefix, const char *keep)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    const size_t pl = strlen(prefix);
+    for (struct dirent *e; (e = readdir(d));) {
+        const size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, pl) || l < 4 || strcmp(e->d_name + l - 4, ".ffr") ||
+            !strcmp(e->d_name, keep))
+            continue;
+        char p[PATH_MAX];
+        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p) unlink(p);
+    }
+    closedir(d);
+}
+
+bool pack_cache_has_split(const char *data, const char *split)
+{
+    const int si = pack_dsyaml_split_index(split);
+    const size_t l = strlen(data);
+    if (si < 0) return false;
+    if (!(l > 5 && !strcmp(data + l - 5, ".yaml")) && !(l > 4 && !strcmp(data + l - 4, ".yml")))
+        return si == PACK_DSYAML_TRAIN;
+    char *buf = NULL;
+    size_t len = 0;
+    if (pack_ds_read_file(data, PACK_CACHE_YAML_MAX, &buf, &len) < 0) return false;
+    struct pack_dsyaml y = { 0 };
+    const bool has = pack_dsyaml_parse(buf, len, data, &y, NULL, 0) == 0 && y.n_split[si] > 0;
+    pack_dsyaml_free(&y);
+    free(buf);
+    return has;
+}
+
+int pack_cache_get(const struct pack_cache_opts *o, struct pack_cache_result *r, char *err,
+                   size_t err_cap)
+{
+    if (!o || !r || !o->data || !o->split || o->size < 1) return -EINVAL;
+    memset(r, 0, sizeof *r);
+    struct pack_opts po;
+    pack_opts_default(&po);
+    po.input = o->data;
+    po.size = o->size;
+    po.interp = o->interp;
+    po.round = o->round;
+    po.threads = o->threads > 0 ? o->threads : po.threads;
+    po.progress = o->progress;
+    po.log = o->log;
+    po.ds.split = o->split;
+
+    struct pack_ds *ds = NULL;
+    struct pack_ds_opts so;
+    pack_ds_opts_default(&so);
+    so.split = o->split;
+    int rc = pack_ds_scan(o->data, &so, &ds, err, err_cap);
+    if (rc < 0) return rc;
+    r->samples = pack_ds_count(ds);
+    char abs_data[PATH_MAX], dir[PATH_MAX];
+    if (!realpath(o->data, abs_data)) snprintf(abs_data, sizeof abs_data, "%s", o->data);
+    rc = make_key(o, &po, ds, &r->key, err, err_cap);
+    if (rc == 0) rc = pack_dir(o, pack_ds_info(ds)->root, abs_data, dir, sizeof dir, err, err_cap);
+    pack_ds_destroy(ds);
+    if (rc < 0) return rc;
+
+    char prefix[64], name[128], lock[PATH_MAX];
+    snprintf(prefix, sizeof prefix, "%s-%d-", o->split, o->size);
+    snprintf(name, sizeof name, "%s%016" PRIx64 ".ffr", prefix, r->key);
+    if (snprintf(r->path, sizeof r->path, "%s/%s", dir, name) >= (int)sizeof r->path ||
+        snprintf(lock, sizeof lock, "%s/%slock", dir, prefix) >= (int)sizeof lock)
+        return fail(err, err_cap, -ENAMETOOLONG, "%s: path too long", dir);
+    const int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return fail(err, err_cap, -errno, "%s: %s", lock, strerror(errno));
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            rc = fail(err, err_cap, -errno, "%s: lock: %s", lock, strerror(errno));
+            close(fd);
+            return rc;
+        }
+    }
+    if (complete(r->path)) {
+        r->hit = true;
+    } else {
+        po.output = r->path;
+        struct pack_result pr;
+        rc = pack_run(&po, &pr, NULL);
+        if (rc < 0)
+            fail(err, err_cap, rc, "%s: packing split '%s' into %s failed (the packer said why)",
+                 o->data, o->split, r->path);
+        else
+            remove_stale(dir, prefix, name);
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    return rc;
+}

@@ -1,0 +1,202 @@
+/*
+ * The pack cache of --data (pack/cache.h) on a yolo-synth dataset: made on first use and found
+ * afterwards without a rewrite; made again when a label is touched, changed (same mtime, other
+ * size) or an image removed, the older pack removed; one file per split and size; a damaged pack
+ * is made again; two processes asking at once get one pack (one makes it, the other waits and
+ * finds it); the default folder beside the dataset; errors that name the folder.
+ * Usage: test_pack_cache YOLO_SYNTH
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "ffr.h"
+#include "tap.h"
+
+static char dir[256], data[300], packs[300];
+
+static int get(const char *split, int size, const char *where, struct pack_cache_result *r,
+               char *err, size_t cap)
+{
+    struct pack_cache_opts o;
+    pack_cache_opts_default(&o);
+    o.data = data;
+    o.split = split;
+    o.size = size;
+    o.dir = where;
+    o.threads = 2;
+    o.progress = false;
+    o.log = fopen("/dev/null", "w");
+    const int rc = pack_cache_get(&o, r, err, cap);
+    fclose(o.log);
+    return rc;
+}
+
+static bool exists(const char *p)
+{
+    return access(p, F_OK) == 0;
+}
+
+static uint64_t records(const char *p)
+{
+    struct ffr_reader *rd = NULL;
+    if (ffr_reader_open(&rd, p, NULL, NULL, 0) < 0) return 0;
+    const uint64_t n = ffr_reader_count(rd);
+    ffr_reader_close(rd);
+    return n;
+}
+
+/* The first label file of a split (yolo-synth writes none for a background), for touching and
+ * changing. */
+static void first_label(const char *split, char *dst, size_t cap)
+{
+    for (int i = 1; i < 100; i++) {
+        snprintf(dst, cap, "%s/s/labels/%s2017/%012d.txt", dir, split, i);
+        if (exists(dst)) return;
+    }
+    printf("Bail out! no label file in %s/s/labels/%s2017\n", dir, split);
+    exit(99);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        printf("Bail out! usage: test_pack_cache YOLO_SYNTH\n");
+        return 99;
+    }
+    snprintf(dir, sizeof dir, "/tmp/test_pack_cache_XXXXXX");
+    if (!mkdtemp(dir)) return 99;
+    snprintf(data, sizeof data, "%s/s/synth.yaml", dir);
+    snprintf(packs, sizeof packs, "%s/packs", dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "'%s' '%s/s' --split train2017=12 --split val2017=4 --format yolo --max-side 320 "
+             ">/dev/null 2>&1",
+             argv[1], dir);
+    if (system(cmd) != 0) {
+        printf("Bail out! yolo-synth failed\n");
+        return 99;
+    }
+    char err[1024] = "";
+    struct pack_cache_result a, b, c;
+
+    ok(pack_cache_has_split(data, "train") && pack_cache_has_split(data, "val") &&
+           !pack_cache_has_split(data, "test") && !pack_cache_has_split(data, "bogus"),
+       "has_split: the yaml's train and val, no test");
+    char imgdir[300];
+    snprintf(imgdir, sizeof imgdir, "%s/s/images/train2017", dir);
+    ok(pack_cache_has_split(imgdir, "train") && !pack_cache_has_split(imgdir, "val"),
+       "has_split: an image folder has only train");
+
+    is_int(get("train", 96, packs, &a, err, sizeof err), 0, "first use: packed (%s)", err);
+    ok(!a.hit && exists(a.path) && records(a.path) == 12 && a.samples == 12,
+       "first use makes a complete pack of the 12 images (hit %d, %s)", a.hit, a.path);
+    ok(strncmp(a.path, packs, strlen(packs)) == 0 && strstr(a.path, "/synth-") &&
+           strstr(a.path, "/train-96-"),
+       "named DIR/synth-PATHHASH/train-96-KEY.ffr");
+    struct stat s1, s2;
+    stat(a.path, &s1);
+    is_int(get("train", 96, packs, &b, err, sizeof err), 0, "second use");
+    stat(b.path, &s2);
+    ok(b.hit && !strcmp(a.path, b.path) && s1.st_ino == s2.st_ino &&
+           s1.st_mtim.tv_nsec == s2.st_mtim.tv_nsec && s1.st_mtim.tv_sec == s2.st_mtim.tv_sec,
+       "second use: found, the same file, not rewritten");
+
+    is_int(get("val", 96, packs, &c, err, sizeof err), 0, "the val split");
+    ok(!c.hit && strcmp(c.path, a.path) && records(c.path) == 4 && exists(a.path),
+       "val: its own pack of 4 beside train's");
+    is_int(get("train", 64, packs, &c, err, sizeof err), 0, "train at 64");
+    ok(!c.hit && strcmp(c.path, a.path) && exists(a.path) && exists(c.path),
+       "another size: another pack, the first kept");
+
+    char lab[400];
+    first_label("train", lab, sizeof lab);
+    struct timespec later[2] = { { s1.st_mtim.tv_sec + 5, 0 }, { s1.st_mtim.tv_sec + 5, 0 } };
+    utimensat(AT_FDCWD, lab, later, 0);
+    is_int(get("train", 96, packs, &b, err, sizeof err), 0, "after touching a label");
+    ok(!b.hit && strcmp(a.path, b.path) && b.key != a.key,
+       "a touched label (mtime) gives a new key and a new pack");
+    ok(!exists(a.path) && exists(b.path) && exists(c.path),
+       "the older pack of train at 96 is removed; train at 64 stays");
+
+    struct stat ls;
+    stat(lab, &ls);
+    FILE *f = fopen(lab, "a");
+    fputs("0 0.5 0.5 0.1 0.1\n", f);
+    fclose(f);
+    struct timespec same[2] = { ls.st_atim, ls.st_mtim };
+    utimensat(AT_FDCWD, lab, same, 0);
+    is_int(get("train", 96, packs, &a, err, sizeof err), 0, "after changing a label");
+    ok(!a.hit && a.key != b.key && records(a.path) == 12,
+       "a changed label with its mtime kept (another size) gives a new pack");
+
+    char img[400];
+    snprintf(img, sizeof img, "%s/s/images/train2017/000000000011.jpg", dir);
+    unlink(img);
+    is_int(get("train", 96, packs, &b, err, sizeof err), 0, "after removing an image");
+    ok(!b.hit && b.samples == 11 && records(b.path) == 11, "a removed image: a pack of 11");
+
+    /* a pack cut short (a disk that filled, a copy interrupted) is made again */
+    if (truncate(b.path, 4096) != 0) tap_diag("truncate: %s", strerror(errno));
+    is_int(get("train", 96, packs, &a, err, sizeof err), 0, "after damaging the pack");
+    ok(!a.hit && !strcmp(a.path, b.path) && records(a.path) == 11,
+       "a damaged pack is not used: made again in its place");
+
+    /* two processes at once, on a size nobody made yet */
+    int fds[2][2];
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        if (pipe(fds[i]) != 0) return 99;
+        pid[i] = fork();
+        if (pid[i] == 0) {
+            struct pack_cache_result r;
+            char e[256];
+            const int rc = get("train", 128, packs, &r, e, sizeof e);
+            char msg[4200];
+            const int n = snprintf(msg, sizeof msg, "%d %d %s", rc, r.hit, r.path);
+            if (write(fds[i][1], msg, (size_t)n) < 0) _exit(2);
+            _exit(0);
+        }
+        close(fds[i][1]);
+    }
+    char got[2][4200] = { "", "" };
+    int hits = 0, fails = 0;
+    for (int i = 0; i < 2; i++) {
+        const ssize_t n = read(fds[i][0], got[i], sizeof got[i] - 1);
+        got[i][n > 0 ? n : 0] = '\0';
+        close(fds[i][0]);
+        waitpid(pid[i], NULL, 0);
+        int rc = -1, hit = 0;
+        sscanf(got[i], "%d %d", &rc, &hit);
+        fails += rc != 0;
+        hits += hit;
+    }
+    const char *p0 = strchr(strchr(got[0], ' ') + 1, ' ') + 1;
+    const char *p1 = strchr(strchr(got[1], ' ') + 1, ' ') + 1;
+    ok(fails == 0 && hits == 1 && !strcmp(p0, p1) && records(p0) == 11,
+       "two processes at once: one packs, the other waits and finds it (%s | %s)", got[0], got[1]);
+
+    /* the default folder: beside the dataset (its root is writable here) */
+    is_int(get("val", 96, NULL, &c, err, sizeof err), 0, "no --pack-dir");
+    char root[400];
+    snprintf(root, sizeof root, "%s/s/", dir); /* the yaml's path: . makes it s/./ffyolo-packs */
+    ok(!strncmp(c.path, root, strlen(root)) && strstr(c.path, "/ffyolo-packs/synth-"),
+       "default: ROOT/ffyolo-packs (%s)", c.path);
+
+    int rc = get("train", 96, "/proc/no/such/dir", &c, err, sizeof err);
+    ok(rc < 0 && strstr(err, "/proc/no/such/dir"), "an unusable --pack-dir fails naming it (%s)",
+       err);
+    snprintf(data, sizeof data, "%s/none.yaml", dir);
+    rc = get("train", 96, packs, &c, err, sizeof err);
+    ok(rc < 0 && strstr(err, "none.yaml"), "a missing yaml fails naming it (%s)", err);
+
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) tap_diag("cleanup failed");
+    return tap_done();
+}

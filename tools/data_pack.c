@@ -1,0 +1,42 @@
+/* --data DATA.yaml: a split through the pack cache (data_pack.h). */
+#include "data_pack.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+
+int data_pack(const char *prog, const char *data, const char *split, int img, const char *pack_dir,
+              bool quiet, char *out, size_t cap)
+{
+    if (access(data, R_OK) != 0) {
+        fprintf(stderr,
+                "%s: --data %s: cannot read it\nhint: a dataset yaml in ultralytics' form "
+                "(path, train, val, names), e.g. datasets/coco128.yaml\n",
+                prog, data);
+        return -1;
+    }
+    if (!pack_cache_has_split(data, split)) return 1;
+    struct pack_cache_opts o;
+    pack_cache_opts_default(&o);
+    o.data = data;
+    o.split = split;
+    o.size = img;
+    o.dir = pack_dir;
+    o.progress = !quiet && isatty(STDERR_FILENO);
+    struct pack_cache_result r;
+    char err[1024] = "";
+    if (pack_cache_get(&o, &r, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: --data %s, split %s: %s\n", prog, data, split, err);
+        return -1;
+    }
+    if (strlen(r.path) >= cap) {
+        fprintf(stderr, "%s: %s: path too long\n", prog, r.path);
+        return -1;
+    }
+    snprintf(out, cap, "%s", r.path);
+    fprintf(stderr, "%s: %s %s: %llu images at %d, %s %s\n", prog, data, split,
+            (unsigned long long)r.samples, img, r.hit ? "packed before:" : "packed into", r.path);
+    return 0;
+}
