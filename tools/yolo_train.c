@@ -81,6 +81,7 @@ struct args {
     bool host_aug;        /* --host-aug: no GPU augmentation */
     bool cuda_graph;      /* --cuda-graph: the step captured once and replayed */
     bool any_algo;        /* --cudnn-any-algo */
+    bool noautoanchor;    /* --noautoanchor */
     bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
     double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
@@ -282,6 +283,9 @@ static int parse_args(int argc, char **argv, struct args *A)
                "capture the resident step of the full batches once as a CUDA graph and replay it "
                "(one rank, SGD; else a log line and the direct step); with --device-path the same "
                "code on the CPU; with --bench the timed steps are replays"),
+        AP_OPT("--noautoanchor", AP_FLAG, &A->noautoanchor, NULL,
+               "disable AutoAnchor (train.py's check_anchors: below 0.98 best possible recall "
+               "the anchors are evolved for the data before training)"),
         AP_OPT("--cudnn-any-algo", AP_FLAG, &A->any_algo, NULL,
                "GPU: let each convolution take cuDNN's fastest algorithm even where it is not "
                "deterministic (PyTorch's cudnn.deterministic False); the default takes the "
@@ -797,6 +801,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.host_aug = A->host_aug;
     o.cuda_graph = A->cuda_graph;
     o.any_algo = A->any_algo;
+    o.noautoanchor = A->noautoanchor;
     o.cuda_graph_fail = A->cuda_graph_fail;
     o.amp = amp_dtype(A, o.gpu); /* when resuming, the checkpoint's */
     if (A->val_amp) {

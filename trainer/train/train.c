@@ -101,6 +101,54 @@ static int64_t max_labels(const struct ffr_reader *r)
     return most;
 }
 
+static void autoanchor_log(void *ctx, const char *line)
+{
+    run_log(ctx, "%s", line);
+}
+
+/* train.py's check_anchors on the training set's labels and original sizes, from the index
+ * summaries (no record reads): every rank computes the same anchors from the same seed. */
+static int run_autoanchor(struct run *R, char *err, size_t cap)
+{
+    const uint64_t n = ffr_reader_count(R->data);
+    size_t nl = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        struct ffr_record_info ri;
+        struct ffr_det_summary s;
+        if (ffr_reader_info(R->data, i, &ri) == 0 &&
+            ffr_det_summary_decode(ri.summary, ri.summary_len, &s) == 0)
+            nl += s.n_labels;
+    }
+    float *shape = malloc(((size_t)n + 1) * 2 * sizeof *shape);
+    size_t *first = malloc(((size_t)n + 1) * sizeof *first);
+    float *wh = malloc((nl + 1) * 2 * sizeof *wh);
+    if (!shape || !first || !wh) {
+        free(shape), free(first), free(wh);
+        return trn_fail(err, cap, -ENOMEM, "AutoAnchor: out of memory");
+    }
+    size_t k = 0, m = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        struct ffr_record_info ri;
+        struct ffr_det_summary s;
+        if (ffr_reader_info(R->data, i, &ri) < 0 ||
+            ffr_det_summary_decode(ri.summary, ri.summary_len, &s) < 0 || k + s.n_labels > nl)
+            continue;
+        shape[2 * m] = (float)s.w0, shape[2 * m + 1] = (float)s.h0;
+        first[m] = k;
+        for (uint32_t j = 0; j < s.n_labels; j++)
+            wh[2 * (k + j)] = s.labels[5 * j + 3], wh[2 * (k + j) + 1] = s.labels[5 * j + 4];
+        k += s.n_labels;
+        m++;
+    }
+    first[m] = k;
+    const struct trn_anchor_data d = { m, shape, first, wh };
+    struct trn_autoanchor_result res;
+    const int rc = trn_autoanchor(R->m, &d, R->o.img, R->o.hyp.anchor_t, R->o.seed,
+                                  R->rank == 0 ? autoanchor_log : NULL, R, &res);
+    free(shape), free(first), free(wh);
+    return rc < 0 ? trn_fail(err, cap, rc, "AutoAnchor: %s", strerror(-rc)) : 0;
+}
+
 /* SyncBatchNorm (opts.sync_bn): a BN layer's sums from the net, summed over the ranks. */
 static int bn_allreduce(void *ctx, double *buf, size_t n)
 {
@@ -292,7 +340,18 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         const int n = trn_model_transfer(R->m, src, !o->cfg && !(o->hyp.anchors > 0));
         trn_model_destroy(src);
         run_log(R, "Transferred %d/%d items from %s", n, R->info->n_tensors, o->weights);
+        if (n == 0)
+            run_log(R, "WARNING: no tensor of %s fits this model (another architecture?): "
+                       "training starts from the initial weights",
+                    o->weights);
     }
+    /* before the loss, which reads the anchors at its creation: AutoAnchor's, or when resuming
+     * the checkpoint's buffers (its anchors; run_resume_state reads them again, with the rest) */
+    if (!o->resume && !o->noautoanchor && (rc = run_autoanchor(R, err, cap)) < 0) return rc;
+    if (o->resume &&
+        (rc = trn_ckpt_read(*C, TRN_CKPT_MODEL_BUFFER, trn_model_arena(R->m, TRN_ARENA_BUFFER),
+                            R->info->arena_len[TRN_ARENA_BUFFER] * sizeof(float), err, cap)) < 0)
+        return rc;
 
     struct kern_ctx_opts ko;
     kern_ctx_opts_default(&ko);

@@ -212,6 +212,8 @@ struct trn_train_opts {
                               several ranks, SyncBatchNorm, Adam/AdamW, a failed capture. Not
                               recorded: a resume takes the caller's [false] */
     bool cuda_graph_fail;  /* tests: with cuda_graph, act as if the capture failed (-ENOTSUP) */
+    bool noautoanchor;     /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which
+                              runs by default before the first epoch) [false] */
     bool any_algo;         /* GPU: the convs may take non-deterministic cuDNN algorithms
                               (kern_ctx_opts.any_algo) [false: deterministic, as train.py] */
     int amp;               /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],

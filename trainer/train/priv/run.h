@@ -37,6 +37,7 @@
 #include "plots.h"
 #include "ptload.h"
 #include "weights.h"
+#include "autoanchor.h"
 #include "val.h"
 #include "util.h"
 #include "errors.h"
