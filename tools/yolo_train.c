@@ -41,6 +41,7 @@
 
 #include "argparse.h"
 #include "data_pack.h"
+#include "progress.h"
 #include "amp.h"
 #include "bench_data.h"
 #include "cli.h"
@@ -817,6 +818,8 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.amp_inf_ni = A->amp_inf_at;
     o.stop = &stop_signal;
     o.log = print_line;
+    o.progress = tool_progress;
+    o.progress_ctx = stdout;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
@@ -850,8 +853,8 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
         return 1;
     }
     if (rank == 0)
-        printf("%lld batches, %.2f img/s; %s\n", (long long)res.batches, res.images_per_s,
-               res.last_path);
+        printf("%lld batches, %.2f img/s training (%.2f img/s with validation and saving); %s\n",
+               (long long)res.batches, res.train_images_per_s, res.images_per_s, res.last_path);
     /* SIGTERM / SIGUSR1 are preemption: saved, so success; SIGINT is the user's stop */
     if (rc == TRN_TRAIN_STOPPED && res.stop_signal == SIGINT) return 128 + SIGINT;
     return 0;

@@ -39,6 +39,7 @@
 #include "rundir.h"
 #include "argparse.h"
 #include "data_pack.h"
+#include "progress.h"
 #include "ptload.h"
 #include "tta.h"
 #include "val.h"
@@ -226,10 +227,9 @@ static const char *class_name(const struct trn_plot_names *names, int c, char *b
 
 /* val.py's table: header, "all", per class when verbose or nc < 50 (and nc > 1), speed. */
 static void print_table(FILE *f, const struct args *A, const struct trn_val_result *res,
-                        const struct trn_plot_names *names)
+                        const struct trn_plot_names *names, bool header)
 {
-    fprintf(f, "%22s%11s%11s%11s%11s%11s%11s\n", "Class", "Images", "Instances", "P", "R", "mAP50",
-            "mAP50-95");
+    if (header) fprintf(f, "%s\n", TRN_VAL_HEADER);
     fprintf(f, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g\n", "all", res->seen, res->n_labels,
             res->mp, res->mr, res->map50, res->map);
     if (res->n_labels == 0)
@@ -472,6 +472,9 @@ static int run(const struct args *A)
     vo.curves_dir = vo.plot_dir; /* val.py plots=True: PR/F1/P/R curves, confusion matrix */
     vo.names = &names;
     vo.log = log_cb;
+    /* the bar ends as the table's header; --json keeps stdout for the JSON */
+    vo.progress = tool_progress;
+    vo.progress_ctx = A->json ? stderr : stdout;
     struct trn_val_result res;
     vo.augment = A->augment;
     vo.amp = A->half ? KERN_DT_F16 : KERN_DT_F32;
@@ -487,7 +490,7 @@ static int run(const struct args *A)
         goto out;
     }
     FILE *tab = A->json ? stderr : stdout;
-    print_table(tab, A, &res, &names);
+    print_table(tab, A, &res, &names, res.seen == 0);
     double stats[TRN_COCO_NSTATS];
     bool have_stats = false;
     ret = 0;

@@ -38,6 +38,18 @@ int kern_cuda_device_count(void)
     return n;
 }
 
+int kern_cuda_mem_info(size_t *used, size_t *total)
+{
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -KERN_EBACKEND;
+    }
+    if (used) *used = t - f;
+    if (total) *total = t;
+    return 0;
+}
+
 void kern_cuda_profiler_range(int on)
 {
     if ((on ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) (void)cudaGetLastError();

@@ -20,6 +20,12 @@ void kern_cuda_profiler_range(int on)
     (void)on;
 }
 
+int kern_cuda_mem_info(size_t *used, size_t *total)
+{
+    (void)used, (void)total;
+    return -KERN_EBACKEND;
+}
+
 void *kern_cuda_ctx_stream(struct kern_ctx *ctx)
 {
     (void)ctx;

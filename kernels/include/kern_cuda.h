@@ -82,6 +82,13 @@ KERN_API const char *kern_cuda_ctx_last_error(const struct kern_ctx *ctx);
 KERN_API void kern_cuda_profiler_range(int on);
 
 /*
+ * The current device's memory in use (total minus free, every process's and the context's own
+ * included: what nvidia-smi shows) and its total, in bytes. Returns 0, or -KERN_EBACKEND without
+ * CUDA or a device.
+ */
+KERN_API int kern_cuda_mem_info(size_t *used, size_t *total);
+
+/*
  * The twins of kern.h's ops: kern_cuda_NAME for every row of kern_ops.def, with the
  * kern_ref_NAME parameter list (the contract is the row's, with SEMANTICS above).
  */

@@ -42,6 +42,12 @@ check $? "... as PACK_DIR/synth-HASH/{train,val}-64-KEY.ffr"
 grep -q "Training: 2 batches of 4" "$work/err"
 check $? "training reads the train pack (8 images)"
 
+grep -q "^hyperparameters: lr0=0.01, lrf=0.01, momentum=0.937, weight_decay=0.0005, warmup_epochs=3.0," "$work/err" &&
+    grep -q "^optimizer: SGD(lr=0.01) with parameter groups 57 weight(decay=0.0), 60 weight(decay=0.0005), 60 bias" "$work/err" &&
+    grep -Eq "^YOLOv5n summary: 214 layers, [0-9]+ parameters, [0-9]+ gradients" "$work/err" &&
+    grep -q "^AutoAnchor: " "$work/err"
+check $? "train.py's start: hyperparameters, the model summary, AutoAnchor, the optimizer groups"
+
 run 0 "yolo-train --data, second use" -- "$train" --data "$y" "${T[@]}" --name b
 [ "$(count "packed before:")" = 2 ] && [ "$(count "packed into")" = 0 ]
 check $? "both packs found again, none made"
@@ -65,11 +71,30 @@ run 1 "--data on a missing yaml" -- "$train" --data "$work/none.yaml" "${T[@]}" 
 grep -q "none.yaml" "$work/err"
 check $? "... names the file"
 
+# the bar: one line per epoch in a log, redrawn after every batch on a terminal
+P=(--cfg yolov5n --img 64 --batch-size 4 --epochs 2 --workers 1 --threads 2 --noautoanchor
+    --project "$work/runs" --pack-dir "$work/packs" --noval)
+run 0 "two epochs, output to a file" -- "$train" --data "$y" "${P[@]}" --name p
+[ "$(grep -Ec '^ +[01]/1 +0G( +[0-9.e-]+){5}: 100%\|█{10}\| 2/2 \[[0-9:]+<00:00, +[0-9.]+(it/s|s/it), [0-9.]+img/s\]$' "$work/err")" = 2 ] &&
+    [ "$(grep -c ' 1/2 \[' "$work/err")" = 0 ]
+check $? "a log gets one tqdm line per epoch (epoch, GPU_mem 0G on the CPU, losses, 100%|...| 2/2)"
+grep -Eq '^[0-9]+ batches, [0-9.]+ img/s training \([0-9.]+ img/s with validation and saving\)' "$work/err"
+check $? "the last line says what its rates cover"
+if command -v script >/dev/null; then
+    script -qec "$(printf '%q ' "$train" --data "$y" "${P[@]}" --name q)" /dev/null >"$work/tty" 2>&1
+    [ "$(grep -o $'\r' "$work/tty" | wc -l)" -ge 4 ] && grep -q ' 1/2 \[' "$work/tty"
+    check $? "a terminal gets the bar redrawn after every batch (1/2, then 2/2)"
+else
+    n=$((n + 1))
+    echo "ok $n # SKIP no script(1) for a pseudo-terminal"
+fi
+
 ck=$work/runs/a/weights/last.ckpt
 run 0 "yolo-val --data (task val)" -- "$val" --data "$y" --weights "$ck" --img 64 \
     --pack-dir "$work/packs" --project "$work/val" --noplots
-grep -q "val: 4 images at 64, packed before" "$work/err" && grep -Eq "^ +all +4 " "$work/err"
-check $? "the val pack yolo-train made is found and validated (4 images)"
+grep -q "val: 4 images at 64, packed before" "$work/err" && grep -Eq "^ +all +4 " "$work/err" &&
+    grep -Eq "^ +Class +Images +Instances +P +R +mAP50 +mAP50-95: 100%\|█{10}\| 1/1 \[" "$work/err"
+check $? "the val pack yolo-train made is found and validated (4 images), val.py's bar ending as the header"
 run 1 "yolo-val --data --task test on a yaml without test" -- "$val" --data "$y" --task test \
     --weights "$ck" --img 64 --pack-dir "$work/packs" --project "$work/val"
 grep -q "no test split" "$work/err"

@@ -482,15 +482,20 @@ static void test_mpi(bool mpi_built)
 /* ---------------------------------------------------------------------------------------- */
 /* bench (a meson benchmark, not a test): step time with and without overlap                 */
 
-/* Seconds of the epoch from rank 0's progress line ("[12.3s, ..."), or -1. */
+/* Seconds of the epoch from rank 0's last progress line ("| 6/6 [00:12<00:00,  0.50it/s"):
+ * batches / rate, or -1. */
 static double epoch_secs(void)
 {
     char *o = file_in("stdout.txt");
-    const char *at = strstr(o, ": 100% ");
-    at = at ? strchr(at, '[') : NULL;
-    const double s = at ? strtod(at + 1, NULL) : -1;
+    const char *at = strstr(o, ": 100%|");
+    at = at ? strstr(at, "| ") : NULL;
+    const double n = at ? strtod(at + 2, NULL) : 0;
+    const char *r = at ? strchr(at, ',') : NULL;
+    char *unit = NULL;
+    const double rate = r ? strtod(r + 1, &unit) : 0;
+    const bool per_it = unit && !strncmp(unit, "s/it", 4); /* tqdm's form below 1 it/s */
     free(o);
-    return s;
+    return n > 0 && rate > 0 ? (per_it ? n * rate : n / rate) : -1;
 }
 
 static void bench(const char *cfg, int img, int steps, int reps)

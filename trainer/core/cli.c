@@ -56,3 +56,43 @@ char *trn_cli_compute_line(char *buf, size_t cap, int threads, unsigned workers)
              threads > 1 ? threads : 1, kern_blas_threads(), workers, trn_cli_os_threads());
     return buf;
 }
+
+/* tqdm's format_interval: [H:]MM:SS */
+static void interval(char *dst, size_t cap, double secs)
+{
+    long t = secs > 0 ? (long)(secs + 0.5) : 0;
+    const long h = t / 3600, m = t / 60 % 60, sec = t % 60;
+    if (h)
+        snprintf(dst, cap, "%ld:%02ld:%02ld", h, m, sec);
+    else
+        snprintf(dst, cap, "%02ld:%02ld", m, sec);
+}
+
+char *trn_cli_bar(char *buf, size_t cap, const char *desc, long long done, long long total,
+                  double secs)
+{
+    static const char *const part[8] = { " ",      "\u258f", "\u258e", "\u258d",
+                                         "\u258c", "\u258b", "\u258a", "\u2589" };
+    const double frac = total > 0 ? (double)done / (double)total : 0.0;
+    char bar[64] = "";
+    const int cells = (int)(frac * 10 * 8 + 1e-9), full = cells / 8 > 10 ? 10 : cells / 8;
+    size_t o = 0;
+    for (int i = 0; i < full; i++)
+        o += (size_t)snprintf(bar + o, sizeof bar - o, "\u2588");
+    if (full < 10) o += (size_t)snprintf(bar + o, sizeof bar - o, "%s", part[cells % 8]);
+    for (int i = full + 1; i < 10; i++)
+        o += (size_t)snprintf(bar + o, sizeof bar - o, " ");
+    char el[32], left[32] = "?", rate[32] = "?it/s";
+    interval(el, sizeof el, secs);
+    if (done > 0 && secs > 0) {
+        const double r = (double)done / secs;
+        interval(left, sizeof left, (double)(total - done) / r);
+        if (r >= 1.0)
+            snprintf(rate, sizeof rate, "%5.2fit/s", r);
+        else
+            snprintf(rate, sizeof rate, "%5.2fs/it", 1.0 / r);
+    }
+    snprintf(buf, cap, "%s: %3.0f%%|%s| %lld/%lld [%s<%s, %s]", desc, 100.0 * frac, bar, done,
+             total, el, left, rate);
+    return buf;
+}

@@ -28,6 +28,18 @@ int trn_cli_threads(long requested, int ranks);
  * Returns buf. */
 char *trn_cli_compute_line(char *buf, size_t cap, int threads, unsigned workers);
 
+/*
+ * A progress line as ultralytics' tqdm draws it (TQDM_BAR_FORMAT '{l_bar}{bar:10}{r_bar}'):
+ * "DESC: 45%|████▌     | 53/118 [00:22<00:26,  2.41it/s]" (s/it below one per second, "?" for
+ * the time left before the first step). done of total steps, secs since the start. Returns buf.
+ */
+char *trn_cli_bar(char *buf, size_t cap, const char *desc, long long done, long long total,
+                  double secs);
+
+/* A progress callback: one line (no newline), final true for the last of its run (an epoch's
+ * or a validation's): a terminal redraws the others in place, a log keeps the final ones. */
+typedef void (*trn_progress_fn)(void *ctx, const char *line, int final);
+
 /* Threads of this process right now (the entries of /proc/self/task; -1 when unreadable): what
  * the programs report so that thread counts can be checked by counting, not by timing. */
 int trn_cli_os_threads(void);

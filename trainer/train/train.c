@@ -101,6 +101,59 @@ static int64_t max_labels(const struct ffr_reader *r)
     return most;
 }
 
+/* train.py's start: "hyperparameters: k=v, ..." (the hyp yaml's keys, in its order). */
+static void log_hyp(struct run *R, const char *text, size_t len)
+{
+    char line[2048] = "hyperparameters: ";
+    const size_t start = strlen(line);
+    size_t o = start;
+    for (const char *p = text, *end = text + len; p < end && o < sizeof line - 2;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        const char *colon = memchr(p, ':', l);
+        if (colon && p[0] != '#' && p[0] != ' ') {
+            const char *v = colon + 1;
+            while (v < p + l && *v == ' ')
+                v++;
+            /* Python prints a float hyp that is whole as "3.0" */
+            const size_t vl = (size_t)(p + l - v);
+            const bool whole = vl > 0 && strspn(v, "-0123456789") >= vl;
+            o += (size_t)snprintf(line + o, sizeof line - o, "%s%.*s=%.*s%s", o > start ? ", " : "",
+                                  (int)(colon - p), p, (int)vl, v, whole ? ".0" : "");
+        }
+        p += l + 1;
+    }
+    run_log(R, "%s", line);
+}
+
+/* The model as train.py's Model() prints it: the nc override, the layer table, the summary. */
+static void log_summary(struct run *R)
+{
+    if (R->rank != 0 || !R->o.log) return;
+    const int n = trn_model_summary(R->m, NULL, 0);
+    char *s = n > 0 ? malloc((size_t)n + 1) : NULL;
+    if (!s) return;
+    trn_model_summary(R->m, s, (size_t)n + 1);
+    for (char *line = s, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        run_log(R, "%s", line);
+    }
+    free(s);
+}
+
+/* smart_optimizer's line: "optimizer: SGD(lr=0.01) with parameter groups 57 weight(decay=0.0),
+ * 60 weight(decay=0.0005), 60 bias". */
+static void log_optimizer(struct run *R, const struct trn_optim_opts *oo)
+{
+    static const char *const kind[] = { "SGD", "Adam", "AdamW" };
+    run_log(R,
+            "optimizer: %s(lr=%g) with parameter groups %d weight(decay=0.0), %d "
+            "weight(decay=%g), %d bias",
+            kind[oo->kind], oo->lr0, trn_model_group(R->m, 2, NULL), trn_model_group(R->m, 1, NULL),
+            trn_optim_weight_decay(oo), trn_model_group(R->m, 0, NULL));
+}
+
 static void autoanchor_log(void *ctx, const char *line)
 {
     run_log(ctx, "%s", line);
@@ -271,6 +324,12 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         trn_seterr(err, cap, "hyp: %s", e);
         return rc;
     }
+    if (!o->resume && R->rank == 0) {
+        size_t hl = 0;
+        char *ht = run_hyp_yaml(&o->hyp, &hl);
+        if (ht) log_hyp(R, ht, hl);
+        free(ht);
+    }
     /* train.py: batch_size // WORLD_SIZE per rank, which must divide exactly here (a rounded
      * batch would make the global batch, and so the optimizer's settings, depend on the world) */
     if (o->batch_size % R->world != 0) {
@@ -327,8 +386,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         return rc;
     }
     R->info = trn_model_info(R->m);
-    if (src && !o->cfg && trn_model_info(src)->nc != R->info->nc)
-        run_log(R, "Overriding model.yaml nc=%d with nc=%d", trn_model_info(src)->nc, R->info->nc);
+    if (!o->resume) log_summary(R);
     if (R->n_names > 0 && R->n_names != R->info->nc)
         run_log(R, "WARNING: the dataset names %d classes, the model has nc=%d", R->n_names,
                 R->info->nc);
@@ -341,8 +399,9 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         trn_model_destroy(src);
         run_log(R, "Transferred %d/%d items from %s", n, R->info->n_tensors, o->weights);
         if (n == 0)
-            run_log(R, "WARNING: no tensor of %s fits this model (another architecture?): "
-                       "training starts from the initial weights",
+            run_log(R,
+                    "WARNING: no tensor of %s fits this model (another architecture?): "
+                    "training starts from the initial weights",
                     o->weights);
     }
     /* before the loss, which reads the anchors at its creation: AutoAnchor's, or when resuming
@@ -477,6 +536,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         trn_seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
         return rc;
     }
+    if (!o->resume) log_optimizer(R, &oo);
     if (o->resume) {
         if ((rc = run_resume_state(R, *C, err, cap)) < 0) return rc;
     } else {
@@ -497,17 +557,34 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The line ultralytics' tqdm bar ends an epoch with. */
+/* ultralytics' tqdm bar after each batch: epoch, device memory, mean losses, the batch's
+ * targets and size; the epoch's last one goes to the log too when nobody draws the bar. */
 static void progress(struct run *R, int epoch, const double ml[3], size_t instances, int64_t done,
                      double secs, int64_t images)
 {
-    char ep[32];
+    if (R->rank != 0) return;
+    const bool final = done == R->nb;
+    if (!R->o.progress && !final) return;
+    char ep[32], mem[32], desc[160], line[512];
     snprintf(ep, sizeof ep, "%d/%d", epoch, R->o.epochs - 1);
-    run_log(R,
-            "%11s%11s%11.4g%11.4g%11.4g%11zu%11d: 100%% %" PRId64 "/%" PRId64
-            " [%.1fs, %.2fit/s, %.1fimg/s]",
-            ep, "0G", ml[0], ml[1], ml[2], instances, R->o.img, done, R->nb, secs,
-            secs > 0 ? (double)done / secs : 0, secs > 0 ? (double)images / secs : 0);
+    size_t used = 0, total = 0;
+    /* train.py: torch.cuda.memory_reserved() / 1E9 on a GPU, 0 on the CPU */
+    if (R->gpu_ctx && kern_cuda_mem_info(&used, &total) == 0)
+        snprintf(mem, sizeof mem, "%.3gG", (double)used / 1e9);
+    else
+        snprintf(mem, sizeof mem, "0G");
+    snprintf(desc, sizeof desc, "%11s%11s%11.4g%11.4g%11.4g%11.4g%11.4g", ep, mem, ml[0], ml[1],
+             ml[2], (double)instances, (double)R->o.img);
+    trn_cli_bar(line, sizeof line, desc, done, R->nb, secs);
+    /* tqdm's postfix slot: the epoch's image rate, training alone */
+    const size_t l = strlen(line);
+    if (l > 0 && line[l - 1] == ']')
+        snprintf(line + l - 1, sizeof line - (l - 1), ", %.1fimg/s]",
+                 secs > 0 ? (double)images / secs : 0.0);
+    if (R->o.progress)
+        R->o.progress(R->o.progress_ctx, line, final);
+    else
+        run_log(R, "%s", line);
 }
 
 static void val_log(void *ctx, const char *msg)
@@ -559,6 +636,8 @@ static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn
     vo.plot_dir = best ? R->o.run_dir : NULL;
     vo.log = val_log;
     vo.log_ctx = R;
+    vo.progress = R->o.progress;
+    vo.progress_ctx = R->o.progress_ctx;
     /* train.py validates with half = amp on a GPU (trn_train_opts.val_amp) */
     vo.amp = R->o.val_amp >= 0 ? R->o.val_amp : R->o.gpu >= 0 ? R->o.amp : KERN_DT_F32;
     /* on the training's GPU, forwards of up to 16 images: the inference net keeps every
@@ -573,8 +652,7 @@ static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn
     if (rc < 0) {
         trn_seterr(err, cap, "%s: %s", R->o.val_records, e[0] ? e : trn_strerror(rc));
     } else {
-        run_log(R, "%22s%11s%11s%11s%11s%11s%11s", "Class", "Images", "Instances", "P", "R",
-                "mAP50", "mAP50-95");
+        if (!vo.progress) run_log(R, "%s", TRN_VAL_HEADER);
         run_log(R, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g", "all", vr.seen, vr.n_labels,
                 vr.mp, vr.mr, vr.map50, vr.map);
         if (best) log_class_rows(R, &vr);
@@ -784,6 +862,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     int64_t batches = 0, images = 0, stop_sig = 0;
     double first_loss = NAN, epoch_t0 = t0;
     int64_t epoch_images = 0, epoch_batches = 0;
+    double train_secs = 0.0; /* the batches' wall time: validation and saving excluded */
     bool first_epoch = true;
     bool stopped = false, early = false, possible_stop = false;
     const int patience = R->o.patience > 0 ? R->o.patience : INT_MAX;
@@ -816,9 +895,10 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         R->step++;
         const double mloss[3] = { R->msum[0] / (double)R->mcount, R->msum[1] / (double)R->mcount,
                                   R->msum[2] / (double)R->mcount };
+        progress(R, R->epoch, mloss, b.n_targets, epoch_batches, now_s() - epoch_t0, epoch_images);
         if (R->step == R->nb) {
+            train_secs += now_s() - epoch_t0;
             const int epoch = R->epoch;
-            progress(R, epoch, mloss, b.n_targets, epoch_batches, now_s() - epoch_t0, epoch_images);
             if (first_epoch) first_loss = mloss[0] + mloss[1] + mloss[2];
             first_epoch = false;
             /* validation, the checkpoints and the ranks' weight digests read the host copies */
@@ -895,6 +975,9 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         res->step = R->step;
         res->batches = batches;
         res->images_per_s = secs > 0 ? (double)images * R->world / secs : 0;
+        if (R->step > 0) train_secs += now_s() - epoch_t0; /* a stop mid-epoch */
+        res->train_images_per_s =
+            train_secs > 0 ? (double)images * R->world / train_secs : res->images_per_s;
         res->first_loss = first_loss;
         res->stop_signal = stopped ? (int)stop_sig : 0;
         snprintf(res->last_path, sizeof res->last_path, "%s/last.ckpt", R->weights_dir);

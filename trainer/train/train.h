@@ -112,6 +112,7 @@
 #include <stdint.h>
 
 #include "ckpt.h"
+#include "cli.h"
 #include "dist.h"
 #include "hyp.h"
 #include "model.h"
@@ -212,6 +213,9 @@ struct trn_train_opts {
                               several ranks, SyncBatchNorm, Adam/AdamW, a failed capture. Not
                               recorded: a resume takes the caller's [false] */
     bool cuda_graph_fail;  /* tests: with cuda_graph, act as if the capture failed (-ENOTSUP) */
+    trn_progress_fn progress; /* NULL, or the tqdm bar after every batch (cli.h); the last of
+                                 an epoch then goes there and not to log */
+    void *progress_ctx;
     bool noautoanchor;     /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which
                               runs by default before the first epoch) [false] */
     bool any_algo;         /* GPU: the convs may take non-deterministic cuDNN algorithms
@@ -236,7 +240,9 @@ struct trn_train_result {
     int epoch;            /* epoch of the next batch (== epochs when finished) */
     int64_t step;         /* batch within that epoch */
     int64_t batches;      /* batches run by this call */
-    double images_per_s;  /* training throughput of this call (images / wall second) */
+    double images_per_s;  /* images / wall second of this call, validation and saving included */
+    double train_images_per_s; /* images / second of the batches alone (loading, augmentation,
+                                  the step): the training throughput */
     double first_loss;    /* mean total loss (box + obj + cls) of this call's first epoch */
     double last_loss;     /* mean total loss of this call's last (possibly partial) epoch */
     int stop_signal;      /* the *stop value that stopped the run, agreed over the ranks (the

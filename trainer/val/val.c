@@ -525,6 +525,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     uint64_t steps = li.steps;
     if (o.max_batches > 0 && (uint64_t)o.max_batches < steps) steps = (uint64_t)o.max_batches;
     double t_pre = 0, t_inf = 0, t_nms = 0;
+    const double t_start = now_ms();
     for (uint64_t step = 0; step < steps; step++) {
         double t0 = now_ms();
         struct trn_batch b;
@@ -571,6 +572,12 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
         if (plot) {
             rc = plot_batch(&s, &o, res, &b, step, err, err_cap);
             if (rc < 0) goto out;
+        }
+        if (o.progress) {
+            char bar[512];
+            trn_cli_bar(bar, sizeof bar, TRN_VAL_HEADER, (long long)step + 1, (long long)steps,
+                        (now_ms() - t_start) / 1e3);
+            o.progress(o.progress_ctx, bar, step + 1 == steps);
         }
     }
 

@@ -43,6 +43,7 @@
 #include "ffr.h"
 #include "hyp.h"
 #include "metrics.h"
+#include "cli.h"
 #include "model.h"
 #include "plots.h"
 
@@ -98,9 +99,17 @@ struct trn_val_opts {
                                            memory) */
     bool device_path;                   /* CPU only: the device data path on the CPU ops
                                            (trn_net_opts.device_path; tests); default false */
-    trn_val_log_fn log;                 /* optional; NULL drops the lines */
-    void *log_ctx;                      /* passed to log */
+    trn_progress_fn progress;           /* NULL, or val.py's tqdm bar after every batch (cli.h),
+                                           its description the table's header */
+    void *progress_ctx;
+    trn_val_log_fn log; /* optional; NULL drops the lines */
+    void *log_ctx;      /* passed to log */
 };
+
+/* val.py's table header ('%22s' + '%11s' * 6): the bar's description and the callers' first line.
+ */
+#define TRN_VAL_HEADER \
+    "                 Class     Images  Instances          P          R      mAP50   mAP50-95"
 
 /* Fill *o with the defaults above. Thread-safe. */
 void trn_val_opts_default(struct trn_val_opts *o);
