@@ -83,6 +83,7 @@ struct args {
     bool cuda_graph;      /* --cuda-graph: the step captured once and replayed */
     bool any_algo;        /* --cudnn-any-algo */
     bool noautoanchor;    /* --noautoanchor */
+    bool noplots;         /* --noplots */
     bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
     double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
@@ -284,6 +285,9 @@ static int parse_args(int argc, char **argv, struct args *A)
                "capture the resident step of the full batches once as a CUDA graph and replay it "
                "(one rank, SGD; else a log line and the direct step); with --device-path the same "
                "code on the CPU; with --bench the timed steps are replays"),
+        AP_OPT("--noplots|--no-plots", AP_FLAG, &A->noplots, NULL,
+               "save no plot files (train_batch0..2.jpg, results.png, the final validation's "
+               "curves, confusion matrix and batches)"),
         AP_OPT("--noautoanchor", AP_FLAG, &A->noautoanchor, NULL,
                "disable AutoAnchor (train.py's check_anchors: below 0.98 best possible recall "
                "the anchors are evolved for the data before training)"),
@@ -803,6 +807,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.cuda_graph = A->cuda_graph;
     o.any_algo = A->any_algo;
     o.noautoanchor = A->noautoanchor;
+    o.noplots = A->noplots;
     o.cuda_graph_fail = A->cuda_graph_fail;
     o.amp = amp_dtype(A, o.gpu); /* when resuming, the checkpoint's */
     if (A->val_amp) {

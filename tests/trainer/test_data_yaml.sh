@@ -78,12 +78,18 @@ run 0 "two epochs, output to a file" -- "$train" --data "$y" "${P[@]}" --name p
 [ "$(grep -Ec '^ +[01]/1 +0G( +[0-9.e-]+){5}: 100%\|█{10}\| 2/2 \[[0-9:]+<00:00, +[0-9.]+(it/s|s/it), [0-9.]+img/s\]$' "$work/err")" = 2 ] &&
     [ "$(grep -c ' 1/2 \[' "$work/err")" = 0 ]
 check $? "a log gets one tqdm line per epoch (epoch, GPU_mem 0G on the CPU, losses, 100%|...| 2/2)"
+[ -s "$work/runs/p/train_batch0.jpg" ] && [ -s "$work/runs/p/train_batch1.jpg" ] &&
+    [ ! -e "$work/runs/p/train_batch2.jpg" ]
+check $? "train_batch0.jpg and train_batch1.jpg (the epoch's 2 batches) in the run directory"
 grep -Eq '^[0-9]+ batches, [0-9.]+ img/s training \([0-9.]+ img/s with validation and saving\)' "$work/err"
 check $? "the last line says what its rates cover"
 if command -v script >/dev/null; then
-    script -qec "$(printf '%q ' "$train" --data "$y" "${P[@]}" --name q)" /dev/null >"$work/tty" 2>&1
+    script -qec "$(printf '%q ' "$train" --data "$y" "${P[@]}" --name q --noplots)" /dev/null \
+        >"$work/tty" 2>&1
     [ "$(grep -o $'\r' "$work/tty" | wc -l)" -ge 4 ] && grep -q ' 1/2 \[' "$work/tty"
     check $? "a terminal gets the bar redrawn after every batch (1/2, then 2/2)"
+    ! ls "$work"/runs/q/*.jpg "$work"/runs/q/*.png >/dev/null 2>&1 && [ -s "$work/runs/q/results.csv" ]
+    check $? "--noplots: no pictures (train batches, results.png, the final validation's)"
 else
     n=$((n + 1))
     echo "ok $n # SKIP no script(1) for a pseudo-terminal"

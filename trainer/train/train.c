@@ -154,6 +154,64 @@ static void log_optimizer(struct run *R, const struct trn_optim_opts *oo)
             trn_optim_weight_decay(oo), trn_model_group(R->m, 0, NULL));
 }
 
+/* train_batchK.jpg: a copy of batch K and its targets, drawn and written on its own thread as
+ * train.py's Thread(target=plot_images) does, so the first steps do not wait for cairo. */
+struct plot_job {
+    struct trn_batch b;
+    struct trn_plot_names names; /* borrowed views of the run's names */
+    char path[4200];
+    const struct run *R;
+};
+
+static void *plot_job_run(void *arg)
+{
+    struct plot_job *j = arg;
+    char e[512] = "";
+    if (trn_plot_batch(&j->b, &j->names, j->path, e, sizeof e) < 0)
+        run_log(j->R, "WARNING: %s: %s", j->path, e);
+    free((void *)j->b.images);
+    free((void *)j->b.targets);
+    free(j);
+    return NULL;
+}
+
+static void plot_first_batch(struct run *R, const struct trn_batch *b)
+{
+    if (R->rank != 0 || R->o.noplots || R->o.resume || b->epoch != 0 || b->step > 2 ||
+        R->n_plot_threads > 2 || !R->o.run_dir)
+        return;
+    struct plot_job *j = calloc(1, sizeof *j);
+    void *img = malloc(b->image_bytes ? b->image_bytes : 1);
+    float *t = malloc((b->n_targets + 1) * 6 * sizeof *t);
+    int rc = j && img && t ? 0 : -ENOMEM;
+    /* GPU augmentation leaves the batch on the device: fetch it after the queue's work */
+    if (!rc && b->images)
+        memcpy(img, b->images, b->image_bytes);
+    else if (!rc && b->device_images)
+        rc = (R->gpu_ctx ? kern_cuda_ctx_sync(R->gpu_ctx) : 0) < 0
+                 ? -EIO
+                 : kern_mem_copy(R->gpu_ctx ? R->gpu_ctx : R->ctx, img, b->device_images,
+                                 b->image_bytes, KERN_COPY_D2H);
+    if (rc < 0) {
+        free(j), free(img), free(t);
+        return;
+    }
+    memcpy(t, b->targets, b->n_targets * 6 * sizeof *t);
+    j->b = *b;
+    j->b.images = img;
+    j->b.device_images = NULL;
+    j->b.targets = t;
+    j->b.info = NULL;
+    j->names.names = R->names;
+    j->names.n = R->n_names;
+    j->R = R;
+    snprintf(j->path, sizeof j->path, "%s/train_batch%d.jpg", R->o.run_dir, (int)b->step);
+    if (pthread_create(&R->plot_thread[R->n_plot_threads], NULL, plot_job_run, j) == 0)
+        R->n_plot_threads++;
+    else
+        plot_job_run(j);
+}
+
 static void autoanchor_log(void *ctx, const char *line)
 {
     run_log(ctx, "%s", line);
@@ -632,8 +690,8 @@ static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn
     vo.loss_hyp = &R->o.hyp;
     vo.loss_img = R->o.img;
     vo.names = &R->val_names;
-    vo.curves_dir = best ? R->o.run_dir : NULL;
-    vo.plot_dir = best ? R->o.run_dir : NULL;
+    vo.curves_dir = best && !R->o.noplots ? R->o.run_dir : NULL;
+    vo.plot_dir = vo.curves_dir;
     vo.log = val_log;
     vo.log_ctx = R;
     vo.progress = R->o.progress;
@@ -878,6 +936,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             rc = -EIO;
             goto out;
         }
+        plot_first_batch(R, &b);
         struct trn_loss_items it;
         const struct run_step *path = R->graph && b.n == R->local_bs ? &run_step_graph
                                       : R->resident                  ? &run_step_resident
@@ -961,7 +1020,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         char csv[4200], png[4200], e[512] = "";
         snprintf(csv, sizeof csv, "%s/results.csv", R->o.run_dir);
         snprintf(png, sizeof png, "%s/results.png", R->o.run_dir);
-        if ((rc = trn_plot_results(csv, png, e, sizeof e)) < 0) {
+        if (!R->o.noplots && (rc = trn_plot_results(csv, png, e, sizeof e)) < 0) {
             trn_seterr(err, err_cap, "results.png: %s", e);
             goto out;
         }
@@ -990,6 +1049,8 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
                 R->graph ? "graphs in use" : "fell back to the direct step");
     rc = stopped || early ? TRN_TRAIN_STOPPED : 0;
 out:
+    for (int i = 0; i < R->n_plot_threads; i++)
+        pthread_join(R->plot_thread[i], NULL);
     free(save_p);
     free(save_b);
     run_free(R);

@@ -200,36 +200,38 @@ struct trn_train_opts {
                              improvement; <= 0: never [100] */
     trn_train_log_fn log; /* progress lines; NULL drops them (only rank 0 logs) */
     void *log_ctx;
-    struct trn_dist *dist; /* NULL: one process; else the job's communicator (borrowed; see
-                              RANKS). On a collective's failure the run returns its code and
-                              err has trn_dist_error's line: the caller then aborts the job */
-    bool sync_bn;          /* SyncBatchNorm over the ranks (see RANKS); no effect with one rank
-                              (ultralytics converts only under DDP). Recorded in the checkpoint
-                              and opt.yaml; when resuming it comes from the checkpoint [false] */
-    bool cuda_graph;       /* the resident step's full batches captured once as a graph and
-                              replayed (kern_graph_*: a CUDA graph on a GPU; on the device data
-                              path the same code with the CPU backend's graphs, which call again).
-                              Falls back to the direct step, with a log line, where it cannot:
-                              several ranks, SyncBatchNorm, Adam/AdamW, a failed capture. Not
-                              recorded: a resume takes the caller's [false] */
-    bool cuda_graph_fail;  /* tests: with cuda_graph, act as if the capture failed (-ENOTSUP) */
+    struct trn_dist *dist;    /* NULL: one process; else the job's communicator (borrowed; see
+                                 RANKS). On a collective's failure the run returns its code and
+                                 err has trn_dist_error's line: the caller then aborts the job */
+    bool sync_bn;             /* SyncBatchNorm over the ranks (see RANKS); no effect with one rank
+                                 (ultralytics converts only under DDP). Recorded in the checkpoint
+                                 and opt.yaml; when resuming it comes from the checkpoint [false] */
+    bool cuda_graph;          /* the resident step's full batches captured once as a graph and
+                                 replayed (kern_graph_*: a CUDA graph on a GPU; on the device data
+                                 path the same code with the CPU backend's graphs, which call again).
+                                 Falls back to the direct step, with a log line, where it cannot:
+                                 several ranks, SyncBatchNorm, Adam/AdamW, a failed capture. Not
+                                 recorded: a resume takes the caller's [false] */
+    bool cuda_graph_fail;     /* tests: with cuda_graph, act as if the capture failed (-ENOTSUP) */
     trn_progress_fn progress; /* NULL, or the tqdm bar after every batch (cli.h); the last of
                                  an epoch then goes there and not to log */
     void *progress_ctx;
-    bool noautoanchor;     /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which
-                              runs by default before the first epoch) [false] */
-    bool any_algo;         /* GPU: the convs may take non-deterministic cuDNN algorithms
-                              (kern_ctx_opts.any_algo) [false: deterministic, as train.py] */
-    int amp;               /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],
-                              KERN_DT_BF16, or KERN_DT_F16 with the dynamic loss scaler of
-                              trainer/train/amp.h (see AMP). Validation: val_amp. Recorded in the
-                              checkpoint; when resuming it comes from there (fp32 when absent) */
-    int val_amp;           /* the built-in validation's convs (trn_val_opts.amp): -1 [default]:
-                              the training's amp on a GPU (val.py's half = amp), KERN_DT_F32 on
-                              the CPU; else KERN_DT_F32, KERN_DT_F16 or KERN_DT_BF16. The
-                              validation itself runs on the CPU ops (val.h). Not recorded */
-    int64_t amp_inf_ni;    /* tests: >= 0 with fp16: batch ni's loss gradient gets an Inf, so the
-                              optimizer step that includes it is skipped [-1] */
+    bool noplots;       /* train.py --noplots: no train_batch0..2.jpg, results.png, nor the
+                           final validation's pictures [false] */
+    bool noautoanchor;  /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which
+                           runs by default before the first epoch) [false] */
+    bool any_algo;      /* GPU: the convs may take non-deterministic cuDNN algorithms
+                           (kern_ctx_opts.any_algo) [false: deterministic, as train.py] */
+    int amp;            /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],
+                           KERN_DT_BF16, or KERN_DT_F16 with the dynamic loss scaler of
+                           trainer/train/amp.h (see AMP). Validation: val_amp. Recorded in the
+                           checkpoint; when resuming it comes from there (fp32 when absent) */
+    int val_amp;        /* the built-in validation's convs (trn_val_opts.amp): -1 [default]:
+                           the training's amp on a GPU (val.py's half = amp), KERN_DT_F32 on
+                           the CPU; else KERN_DT_F32, KERN_DT_F16 or KERN_DT_BF16. The
+                           validation itself runs on the CPU ops (val.h). Not recorded */
+    int64_t amp_inf_ni; /* tests: >= 0 with fp16: batch ni's loss gradient gets an Inf, so the
+                           optimizer step that includes it is skipped [-1] */
 };
 
 /* Fill o with the defaults in brackets. o: out. Thread-safe. */
@@ -237,17 +239,17 @@ void trn_train_opts_default(struct trn_train_opts *o);
 
 /* What a run did. */
 struct trn_train_result {
-    int epoch;            /* epoch of the next batch (== epochs when finished) */
-    int64_t step;         /* batch within that epoch */
-    int64_t batches;      /* batches run by this call */
-    double images_per_s;  /* images / wall second of this call, validation and saving included */
+    int epoch;           /* epoch of the next batch (== epochs when finished) */
+    int64_t step;        /* batch within that epoch */
+    int64_t batches;     /* batches run by this call */
+    double images_per_s; /* images / wall second of this call, validation and saving included */
     double train_images_per_s; /* images / second of the batches alone (loading, augmentation,
                                   the step): the training throughput */
-    double first_loss;    /* mean total loss (box + obj + cls) of this call's first epoch */
-    double last_loss;     /* mean total loss of this call's last (possibly partial) epoch */
-    int stop_signal;      /* the *stop value that stopped the run, agreed over the ranks (the
-                             largest); 0 when not stopped by opts.stop */
-    char last_path[4096]; /* weights/last.ckpt */
+    double first_loss;         /* mean total loss (box + obj + cls) of this call's first epoch */
+    double last_loss;          /* mean total loss of this call's last (possibly partial) epoch */
+    int stop_signal;           /* the *stop value that stopped the run, agreed over the ranks (the
+                                  largest); 0 when not stopped by opts.stop */
+    char last_path[4096];      /* weights/last.ckpt */
 };
 
 /*

@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +99,9 @@ struct run {
     struct ffr_reader *data;
     struct trn_loader *loader;
     struct kern_ctx *ctx;
-    struct kern_ctx *gpu_ctx;       /* o.gpu >= 0: the CUDA context the nets run on */
+    struct kern_ctx *gpu_ctx; /* o.gpu >= 0: the CUDA context the nets run on */
+    pthread_t plot_thread[3]; /* train_batch0..2.jpg, drawn beside the first batches */
+    int n_plot_threads;
     struct trn_net *net, *net_last; /* full batches; the epoch's short last batch (or NULL) */
     struct trn_loss *loss, *loss_last;
     float *dp[TRN_MODEL_MAX_LEVELS], *dp_last[TRN_MODEL_MAX_LEVELS];
