@@ -99,8 +99,8 @@ static void test_synthetic(const char *val, const char *synth, const char *pack)
     if (rc) show_stderr();
     char *out = out_text("stdout");
     ok(out && strstr(out, "                 Class     Images  Instances          P          R"
-                          "      mAP50   mAP50-95\n"),
-       "prints val.py's header");
+                          "      mAP50   mAP50-95: 100%|"),
+       "prints val.py's header, as its progress bar's description");
     long images = -1, instances = -1;
     ok(out && all_row(out, &images, &instances) == 0, "prints the 'all' row");
     is_int(images, 10, "all: 10 images");

@@ -126,15 +126,26 @@ static void log_hyp(struct run *R, const char *text, size_t len)
     run_log(R, "%s", line);
 }
 
-/* The model as train.py's Model() prints it: the nc override, the layer table, the summary. */
-static void log_summary(struct run *R)
+/* The model as train.py's Model() prints it: the nc override, the layer table, the summary.
+ * yaml_nc > 0: the nc the model's yaml stands for (a checkpoint's: its yaml text predates the
+ * override it was trained with, where ultralytics' saved yaml carries it). */
+static void log_summary(struct run *R, int yaml_nc)
 {
     if (R->rank != 0 || !R->o.log) return;
     const int n = trn_model_summary(R->m, NULL, 0);
     char *s = n > 0 ? malloc((size_t)n + 1) : NULL;
     if (!s) return;
     trn_model_summary(R->m, s, (size_t)n + 1);
-    for (char *line = s, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+    char *from = s;
+    static const char over[] = "Overriding model.yaml nc=";
+    if (yaml_nc > 0) {
+        if (!strncmp(s, over, sizeof over - 1)) {
+            from = strchr(s, '\n');
+            from = from ? from + 1 : s + strlen(s);
+        }
+        if (yaml_nc != R->info->nc) run_log(R, "%s%d with nc=%d", over, yaml_nc, R->info->nc);
+    }
+    for (char *line = from, *nl; line && *line; line = nl ? nl + 1 : NULL) {
         nl = strchr(line, '\n');
         if (nl) *nl = '\0';
         run_log(R, "%s", line);
@@ -433,6 +444,8 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     struct trn_model_opts mo;
     trn_model_opts_default(&mo);
     mo.nc = o->nc > 0 ? o->nc : R->n_names;
+    /* Model(ckpt['model'].yaml) has no yaml_file: ultralytics calls it "Model" */
+    if (src && !o->cfg) mo.name = "Model";
     rc = trn_model_parse(R->model_yaml, R->model_yaml_len,
                          o->cfg       ? o->cfg
                          : o->weights ? o->weights
@@ -444,7 +457,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         return rc;
     }
     R->info = trn_model_info(R->m);
-    if (!o->resume) log_summary(R);
+    if (!o->resume) log_summary(R, src && !o->cfg ? trn_model_info(src)->nc : 0);
     if (R->n_names > 0 && R->n_names != R->info->nc)
         run_log(R, "WARNING: the dataset names %d classes, the model has nc=%d", R->n_names,
                 R->info->nc);
