@@ -126,7 +126,11 @@ static int pack_dir(const struct pack_cache_opts *o, const char *root, const cha
                         "--pack-dir %s: cannot create or write it: %s", base, strerror(errno));
     } else {
         snprintf(base, sizeof base, "%s/ffyolo-packs", root);
-        if (!usable_dir(base)) {
+        /* a root whose mode has no write bit is meant to be read in place, even by root, for
+         * whom access(W_OK) says yes */
+        struct stat st;
+        const bool meant = stat(root, &st) == 0 && (st.st_mode & 0222) != 0;
+        if (!meant || !usable_dir(base)) {
             const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
             if (xdg && xdg[0] == '/')
                 snprintf(base, sizeof base, "%s/ffyolo/packs", xdg);

@@ -14,7 +14,8 @@
  * PLACE. DIR/STEM-PATHHASH/SPLIT-SIZE-KEY.ffr, where STEM is the yaml's name without extension,
  * PATHHASH hashes its absolute path (two datasets never share a folder), and DIR is the caller's
  * (--pack-dir), else ROOT/ffyolo-packs beside the dataset (ROOT: the scan's root) when that can
- * be created and written, else $XDG_CACHE_HOME/ffyolo/packs ($HOME/.cache/... when unset). After
+ * be created and written and ROOT's mode has a write bit (a read-only share is read in place, also
+ * by root), else $XDG_CACHE_HOME/ffyolo/packs ($HOME/.cache/... when unset). After
  * a new pack is complete, older packs of the same split and size in that folder (other keys: an
  * older source) are removed.
  *

@@ -189,6 +189,18 @@ int main(int argc, char **argv)
     ok(!strncmp(c.path, root, strlen(root)) && strstr(c.path, "/ffyolo-packs/synth-"),
        "default: ROOT/ffyolo-packs (%s)", c.path);
 
+    /* a root meant to be read in place (no write bit; root may still write there) */
+    char sroot[400];
+    snprintf(sroot, sizeof sroot, "%s/s", dir);
+    chmod(sroot, 0555);
+    char home[400];
+    snprintf(home, sizeof home, "%s/home", dir);
+    setenv("XDG_CACHE_HOME", home, 1);
+    is_int(get("val", 64, NULL, &c, err, sizeof err), 0, "a read-only dataset root");
+    ok(!strncmp(c.path, home, strlen(home)) && strstr(c.path, "/ffyolo/packs/synth-"),
+       "... packs into $XDG_CACHE_HOME/ffyolo/packs (%s)", c.path);
+    chmod(sroot, 0755);
+
     int rc = get("train", 96, "/proc/no/such/dir", &c, err, sizeof err);
     ok(rc < 0 && strstr(err, "/proc/no/such/dir"), "an unusable --pack-dir fails naming it (%s)",
        err);
