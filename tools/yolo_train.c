@@ -77,15 +77,16 @@ struct args {
     bool bench_step;
     double seconds, dist_timeout;
     bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, sync_bn;
-    bool no_grad_overlap; /* --no-grad-overlap: all-reduce the gradients after backward */
-    bool device_path;     /* --device-path: the GPU path on the CPU ops (tests) */
-    bool host_aug;        /* --host-aug: no GPU augmentation */
-    bool cuda_graph;      /* --cuda-graph: the step captured once and replayed */
-    bool any_algo;        /* --cudnn-any-algo */
-    bool noautoanchor;    /* --noautoanchor */
-    bool noplots;         /* --noplots */
-    bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
-    double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
+    bool no_grad_overlap;   /* --no-grad-overlap: all-reduce the gradients after backward */
+    bool device_path;       /* --device-path: the GPU path on the CPU ops (tests) */
+    bool host_aug;          /* --host-aug: no GPU augmentation */
+    bool cuda_graph;        /* --cuda-graph: the step captured once and replayed */
+    bool any_algo;          /* --cudnn-any-algo */
+    bool noautoanchor;      /* --noautoanchor */
+    bool noplots;           /* --noplots */
+    double label_smoothing; /* --label-smoothing */
+    bool cuda_graph_fail;   /* --cuda-graph-test-fail: the capture acts as failed (tests) */
+    double bucket_cap_mb;   /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
 
 static bool device_ok(const char *d)
@@ -285,6 +286,8 @@ static int parse_args(int argc, char **argv, struct args *A)
                "capture the resident step of the full batches once as a CUDA graph and replay it "
                "(one rank, SGD; else a log line and the direct step); with --device-path the same "
                "code on the CPU; with --bench the timed steps are replays"),
+        AP_RANGE("--label-smoothing", AP_DOUBLE, &A->label_smoothing, "EPS",
+                 "label smoothing epsilon (train.py's; default 0.0)", 0.0, 0.999999),
         AP_OPT("--noplots|--no-plots", AP_FLAG, &A->noplots, NULL,
                "save no plot files (train_batch0..2.jpg, results.png, the final validation's "
                "curves, confusion matrix and batches)"),
@@ -808,6 +811,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.any_algo = A->any_algo;
     o.noautoanchor = A->noautoanchor;
     o.noplots = A->noplots;
+    o.label_smoothing = A->label_smoothing;
     o.cuda_graph_fail = A->cuda_graph_fail;
     o.amp = amp_dtype(A, o.gpu); /* when resuming, the checkpoint's */
     if (A->val_amp) {

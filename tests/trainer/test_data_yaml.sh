@@ -8,11 +8,7 @@ set -u
 train=$1 val=$2 synth=$3 models=$4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-n=0 failed=0
-check() {
-    n=$((n + 1))
-    if [ "$1" = 0 ]; then echo "ok $n - $2"; else failed=$((failed + 1)); echo "not ok $n - $2"; fi
-}
+. "$(dirname "$0")/../tap.sh"
 # run CODE DESC -- PROGRAM ARGS...: exit status CODE, no sanitizer report; output in $work/err
 run() {
     local code=$1 desc=$2
@@ -91,8 +87,7 @@ if command -v script >/dev/null; then
     ! ls "$work"/runs/q/*.jpg "$work"/runs/q/*.png >/dev/null 2>&1 && [ -s "$work/runs/q/results.csv" ]
     check $? "--noplots: no pictures (train batches, results.png, the final validation's)"
 else
-    n=$((n + 1))
-    echo "ok $n # SKIP no script(1) for a pseudo-terminal"
+    skip "no script(1) for a pseudo-terminal"
 fi
 
 ck=$work/runs/a/weights/last.ckpt
@@ -106,5 +101,4 @@ run 1 "yolo-val --data --task test on a yaml without test" -- "$val" --data "$y"
 grep -q "no test split" "$work/err"
 check $? "... says there is no test split"
 run 2 "yolo-val --data with --records" -- "$val" --data "$y" --records x.ffr --weights "$ck"
-echo "1..$n"
-[ "$failed" = 0 ]
+tap_done

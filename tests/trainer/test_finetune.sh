@@ -9,11 +9,7 @@ set -u
 train=$1 synth=$2 pack=$3 models=$4 shared=$5
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-n=0 failed=0
-check() {
-    n=$((n + 1))
-    if [ "$1" = 0 ]; then echo "ok $n - $2"; else failed=$((failed + 1)); echo "not ok $n - $2"; fi
-}
+. "$(dirname "$0")/../tap.sh"
 # run CODE DESC -- yolo-train ARGS...: one batch at 64 px; exit status CODE, no sanitizer report
 run() {
     local code=$1 desc=$2
@@ -62,14 +58,17 @@ run 2 "neither --cfg nor --weights nor --resume" -- --name g
 has "--weights"
 check $? "... the usage error names --weights"
 
+run 0 "--label-smoothing 0.1" -- --cfg yolov5n --label-smoothing 0.1 --name ls
+grep -qx "label_smoothing: 0.1" "$work/runs/ls/opt.yaml"
+check $? "... recorded in opt.yaml as train.py writes it"
+run 2 "--label-smoothing 1.5 (outside [0, 1))" -- --cfg yolov5n --label-smoothing 1.5 --name ls2
+
 pt=$shared/weights/yolov5n.pt
 if [ -f "$pt" ]; then
     run 0 "--weights yolov5n.pt on 8 classes" -- --weights "$pt" --name h
     has "Overriding model.yaml nc=80 with nc=8" && has "Transferred 343/349 items from $pt"
     check $? "the official yolov5n.pt: nc 80 -> 8, Transferred 343/349 (train.py's numbers)"
 else
-    n=$((n + 1))
-    echo "ok $n # SKIP $pt is absent (../shared)"
+    skip "$pt is absent (../shared)"
 fi
-echo "1..$n"
-[ "$failed" = 0 ]
+tap_done

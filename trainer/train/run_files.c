@@ -183,9 +183,11 @@ char *run_opt_yaml(const struct run *R, size_t *len)
     yaml_quote(f, o->project ? o->project : "");
     fprintf(f, "\nname: ");
     yaml_quote(f, o->name ? o->name : "");
-    fprintf(
-        f, "\ncos_lr: %s\nlabel_smoothing: 0.0\nseed: %" PRIu64 "\nnc: %d\nsync_bn: %s\nsave_dir: ",
-        o->cos_lr ? "true" : "false", o->seed, R->info->nc, o->sync_bn ? "true" : "false");
+    char ls[40];
+    fmt_double(ls, sizeof ls, o->label_smoothing);
+    fprintf(f,
+            "\ncos_lr: %s\nlabel_smoothing: %s\nseed: %" PRIu64 "\nnc: %d\nsync_bn: %s\nsave_dir: ",
+            o->cos_lr ? "true" : "false", ls, o->seed, R->info->nc, o->sync_bn ? "true" : "false");
     yaml_quote(f, o->run_dir);
     fputc('\n', f);
     if (fclose(f) != 0) {
@@ -214,8 +216,9 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
             R->epoch, R->step, (int64_t)R->epoch * R->nb + R->step, R->nb);
     fprintf(f, "epochs: %d\nimg: %d\nbatch_size: %d\nseed: %" PRIu64 "\n", o->epochs, o->img,
             o->batch_size, o->seed);
-    fprintf(f, "optimizer: %s\ncos_lr: %s\nnc: %d\nsync_bn: %s\n", optim_names[o->optimizer],
-            o->cos_lr ? "true" : "false", R->info->nc, o->sync_bn ? "true" : "false");
+    fprintf(f, "optimizer: %s\ncos_lr: %s\nnc: %d\nsync_bn: %s\nlabel_smoothing: %.17g\n",
+            optim_names[o->optimizer], o->cos_lr ? "true" : "false", R->info->nc,
+            o->sync_bn ? "true" : "false", o->label_smoothing);
     fprintf(f, "names:\n");
     for (int k = 0; k < R->n_names; k++) {
         fprintf(f, "  - ");
@@ -348,6 +351,14 @@ int run_resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_t c
     o->cos_lr = !strcmp(cos, "true");
     const char *sb = trn_ckpt_get(C, "sync_bn"); /* absent in checkpoints older than the option */
     o->sync_bn = sb && !strcmp(sb, "true");
+    /* absent in checkpoints older than the option: those runs had none */
+    o->label_smoothing = 0.0;
+    if (trn_ckpt_get(C, "label_smoothing") &&
+        (trn_ckpt_f64(C, "label_smoothing", &o->label_smoothing) < 0 ||
+         !(o->label_smoothing >= 0.0 && o->label_smoothing < 1.0))) {
+        trn_seterr(err, cap, "%s: bad label_smoothing in the checkpoint metadata", o->resume);
+        return -TRN_TRAIN_ECKPT;
+    }
     /* absent in checkpoints older than AMP: those runs were float32 */
     const char *am = trn_ckpt_get(C, "amp");
     enum trn_amp_dtype adt = TRN_AMP_OFF;

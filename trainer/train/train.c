@@ -317,7 +317,8 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
     }
     struct trn_loss_cfg lc;
     if (max_t > INT32_MAX / 64) max_t = INT32_MAX / 64;
-    rc = trn_loss_cfg_from_model(R->m, &R->o.hyp, bs, R->o.img, 0.0f, (int)max_t, &lc);
+    rc = trn_loss_cfg_from_model(R->m, &R->o.hyp, bs, R->o.img, (float)R->o.label_smoothing,
+                                 (int)max_t, &lc);
     if (!rc) rc = trn_loss_create(&lc, loss);
     if (rc < 0) {
         trn_seterr(err, cap, "loss: %s", trn_loss_strerror(rc));
