@@ -85,6 +85,7 @@ struct args {
     bool noautoanchor;      /* --noautoanchor */
     bool noplots;           /* --noplots */
     double label_smoothing; /* --label-smoothing */
+    bool single_cls;        /* --single-cls */
     bool cuda_graph_fail;   /* --cuda-graph-test-fail: the capture acts as failed (tests) */
     double bucket_cap_mb;   /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
@@ -286,6 +287,8 @@ static int parse_args(int argc, char **argv, struct args *A)
                "capture the resident step of the full batches once as a CUDA graph and replay it "
                "(one rank, SGD; else a log line and the direct step); with --device-path the same "
                "code on the CPU; with --bench the timed steps are replays"),
+        AP_OPT("--single-cls", AP_FLAG, &A->single_cls, NULL,
+               "train multi-class data as single-class (every label is class 0, \"item\")"),
         AP_RANGE("--label-smoothing", AP_DOUBLE, &A->label_smoothing, "EPS",
                  "label smoothing epsilon (train.py's; default 0.0)", 0.0, 0.999999),
         AP_OPT("--noplots|--no-plots", AP_FLAG, &A->noplots, NULL,
@@ -812,6 +815,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.noautoanchor = A->noautoanchor;
     o.noplots = A->noplots;
     o.label_smoothing = A->label_smoothing;
+    o.single_cls = A->single_cls;
     o.cuda_graph_fail = A->cuda_graph_fail;
     o.amp = amp_dtype(A, o.gpu); /* when resuming, the checkpoint's */
     if (A->val_amp) {

@@ -5,7 +5,8 @@
  *   yolo-val --records val.ffr --weights W [W ...] [--cfg yolov5n] --img 640 --batch-size 32
  *            --conf-thres 0.001 --iou-thres 0.6 --max-det 300 [--augment] [--half] [--workers N]
  *            [--json]
- *            [--save-json [--data instances.json]] [--verbose] [--project runs/val --name exp]
+ *            [--save-json [--annotations instances.json]] [--verbose] [--single-cls]
+ *            [--project runs/val --name exp]
  *
  * W is an ultralytics .pt (its ema, else model; the architecture from the yaml it carries
  * unless --cfg) or one of our checkpoints (docs/checkpoint.md: the EMA weights). Without
@@ -59,7 +60,7 @@ struct args {
     int n_weights;
     long img, batch, max_det, workers, threads, micro;
     double conf, iou;
-    bool json, save_json, verbose, no_plots, exist_ok, augment;
+    bool json, save_json, verbose, no_plots, exist_ok, augment, single_cls;
     bool half;          /* --half: fp16 convolutions (trn_val_opts.amp = KERN_DT_F16) */
     bool micro_set;     /* --micro-batch given */
     const char *device; /* --device: "cpu", a number, or NULL (0 if present) */
@@ -156,6 +157,8 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_OPT("--annotations", AP_STR, &A->annotations, "FILE",
                "with --save-json: COCO annotations (instances_val2017.json); run COCOeval"),
         AP_OPT("--verbose", AP_FLAG, &A->verbose, NULL, "per-class rows for any number of classes"),
+        AP_OPT("--single-cls", AP_FLAG, &A->single_cls, NULL,
+               "treat as single-class: every label's and every prediction's class is 0"),
         AP_OPT("--noplots|--no-plots", AP_FLAG, &A->no_plots, NULL,
                "do not write val_batchK_labels.jpg / _pred.jpg, the PR / F1 / P / R curves and "
                "confusion_matrix.png"),
@@ -477,6 +480,7 @@ static int run(const struct args *A)
     vo.progress_ctx = A->json ? stderr : stdout;
     struct trn_val_result res;
     vo.augment = A->augment;
+    vo.single_cls = A->single_cls;
     vo.amp = A->half ? KERN_DT_F16 : KERN_DT_F32;
     vo.device = device;
     vo.device_path = vo.device < 0 && A->device_path;

@@ -63,6 +63,10 @@ grep -qx "label_smoothing: 0.1" "$work/runs/ls/opt.yaml"
 check $? "... recorded in opt.yaml as train.py writes it"
 run 2 "--label-smoothing 1.5 (outside [0, 1))" -- --cfg yolov5n --label-smoothing 1.5 --name ls2
 
+run 0 "--single-cls on 8 classes" -- --cfg yolov5n --single-cls --name sc
+has "Overriding model.yaml nc=80 with nc=1" && grep -qx "single_cls: true" "$work/runs/sc/opt.yaml"
+check $? "... one class (nc=1), recorded in opt.yaml"
+
 pt=$shared/weights/yolov5n.pt
 if [ -f "$pt" ]; then
     run 0 "--weights yolov5n.pt on 8 classes" -- --weights "$pt" --name h

@@ -521,6 +521,41 @@ static void test_val(void)
     ffr_reader_close(r);
 }
 
+/* --single-cls (train.py's labels[:, 0] = 0): the same batches, every class 0, in training and
+ * in validation. */
+static void test_single_cls(void)
+{
+    for (int val = 0; val < 2; val++) {
+        struct trn_loader_opts o;
+        train_opts(&o, 2);
+        if (val) o.mode = TRN_LOADER_VAL, o.rect = true, o.batch_size = 4;
+        struct saved a[3], b[3];
+        memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+        char err[512] = "";
+        const char *ds = val ? "val.ffr" : "train.ffr";
+        int rc = collect(ds, &o, a, 3, NULL, err, sizeof err);
+        o.single_cls = true;
+        if (!rc) rc = collect(ds, &o, b, 3, NULL, err, sizeof err);
+        int same = rc == 0, zero = rc == 0, other = 0;
+        for (int i = 0; rc == 0 && i < 3; i++) {
+            same &= a[i].n == b[i].n && a[i].bytes == b[i].bytes && a[i].nt == b[i].nt &&
+                    !memcmp(a[i].images, b[i].images, a[i].bytes);
+            for (size_t t = 0; same && t < a[i].nt; t++) {
+                other += a[i].targets[6 * t + 1] != 0.0f;
+                zero &= b[i].targets[6 * t + 1] == 0.0f;
+                same &= a[i].targets[6 * t] == b[i].targets[6 * t] &&
+                        !memcmp(a[i].targets + 6 * t + 2, b[i].targets + 6 * t + 2,
+                                4 * sizeof(float));
+            }
+        }
+        ok(same && zero && other > 0,
+           "%s, single_cls: the same images and boxes, every class 0 (%d rows were another "
+           "class) (%s)",
+           val ? "val" : "train", other, err);
+        unsave(a, 3), unsave(b, 3);
+    }
+}
+
 /* Records with polygons (COCO segments): the warp boxes them from their points. */
 static void test_segments(void)
 {
@@ -716,6 +751,7 @@ int main(int argc, char **argv)
     test_identity();
     test_val();
     test_segments();
+    test_single_cls();
     test_errors();
     test_bad_records();
     const int rc = tap_done();

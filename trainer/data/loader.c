@@ -646,6 +646,7 @@ static void pack_targets(const struct trn_loader *l, struct slot *sl)
             float *dst = sl->targets + t * 6;
             dst[0] = (float)j;
             memcpy(dst + 1, src + (size_t)i * 5, 5 * sizeof(float));
+            if (l->o.single_cls) dst[1] = 0.0f;
         }
     }
     sl->n_targets = t;

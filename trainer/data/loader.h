@@ -122,6 +122,9 @@ struct trn_loader_opts {
     bool rect;                       /* VAL: ultralytics' rect batch shapes (sorted by aspect
                                         ratio); needs world_size 1; default false */
     int stride;                      /* rect shapes: model stride; default 32 */
+    bool single_cls;                 /* every target's class is 0 (train.py / val.py
+                                        --single-cls: the dataset's labels[:, 0] = 0); default
+                                        false */
     double rect_pad;                 /* rect shapes: pad; default 0.5 (ultralytics' val) */
     enum trn_pixel_type pixels;      /* default TRN_PIXELS_U8 */
     enum trn_bad_record bad_records; /* default TRN_BAD_RECORD_SKIP */

@@ -186,8 +186,10 @@ char *run_opt_yaml(const struct run *R, size_t *len)
     char ls[40];
     fmt_double(ls, sizeof ls, o->label_smoothing);
     fprintf(f,
-            "\ncos_lr: %s\nlabel_smoothing: %s\nseed: %" PRIu64 "\nnc: %d\nsync_bn: %s\nsave_dir: ",
-            o->cos_lr ? "true" : "false", ls, o->seed, R->info->nc, o->sync_bn ? "true" : "false");
+            "\nsingle_cls: %s\ncos_lr: %s\nlabel_smoothing: %s\nseed: %" PRIu64
+            "\nnc: %d\nsync_bn: %s\nsave_dir: ",
+            o->single_cls ? "true" : "false", o->cos_lr ? "true" : "false", ls, o->seed,
+            R->info->nc, o->sync_bn ? "true" : "false");
     yaml_quote(f, o->run_dir);
     fputc('\n', f);
     if (fclose(f) != 0) {
@@ -216,9 +218,11 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
             R->epoch, R->step, (int64_t)R->epoch * R->nb + R->step, R->nb);
     fprintf(f, "epochs: %d\nimg: %d\nbatch_size: %d\nseed: %" PRIu64 "\n", o->epochs, o->img,
             o->batch_size, o->seed);
-    fprintf(f, "optimizer: %s\ncos_lr: %s\nnc: %d\nsync_bn: %s\nlabel_smoothing: %.17g\n",
+    fprintf(f,
+            "optimizer: %s\ncos_lr: %s\nnc: %d\nsync_bn: %s\nlabel_smoothing: %.17g\n"
+            "single_cls: %s\n",
             optim_names[o->optimizer], o->cos_lr ? "true" : "false", R->info->nc,
-            o->sync_bn ? "true" : "false", o->label_smoothing);
+            o->sync_bn ? "true" : "false", o->label_smoothing, o->single_cls ? "true" : "false");
     fprintf(f, "names:\n");
     for (int k = 0; k < R->n_names; k++) {
         fprintf(f, "  - ");
@@ -351,6 +355,8 @@ int run_resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_t c
     o->cos_lr = !strcmp(cos, "true");
     const char *sb = trn_ckpt_get(C, "sync_bn"); /* absent in checkpoints older than the option */
     o->sync_bn = sb && !strcmp(sb, "true");
+    const char *sc = trn_ckpt_get(C, "single_cls"); /* absent before the option: false */
+    o->single_cls = sc && !strcmp(sc, "true");
     /* absent in checkpoints older than the option: those runs had none */
     o->label_smoothing = 0.0;
     if (trn_ckpt_get(C, "label_smoothing") &&

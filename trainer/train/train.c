@@ -67,13 +67,22 @@ static void loader_log(void *ctx, const char *msg)
 }
 
 /* Class names and count from the dataset metadata (pack writes nc and names). */
-static int dataset_names(struct run *R)
+static int dataset_names(struct run *R, bool single_cls)
 {
     size_t mlen = 0;
     const char *mt = ffr_reader_metadata(R->data, &mlen);
     struct trn_plot_names pn;
     const int rc = trn_plot_names_parse(mt, mlen, &pn);
     if (rc < 0) return rc;
+    /* train.py: names = ['item'] if single_cls and len(data_dict['names']) != 1 */
+    if (single_cls && pn.n != 1) {
+        trn_plot_names_free(&pn);
+        if (!(pn.names = calloc(1, sizeof *pn.names)) || !(pn.names[0] = strdup("item"))) {
+            free(pn.names);
+            return -ENOMEM;
+        }
+        pn.n = 1;
+    }
     R->names = pn.names;
     R->n_names = pn.n;
     for (int k = 0; k < R->n_names; k++)
@@ -189,7 +198,7 @@ static void *plot_job_run(void *arg)
 static void plot_first_batch(struct run *R, const struct trn_batch *b)
 {
     if (R->rank != 0 || R->o.noplots || R->o.resume || b->epoch != 0 || b->step > 2 ||
-        R->n_plot_threads > 2 || !R->o.run_dir)
+        R->n_plot_threads > 2 || !R->o.run_dir || (!b->images && !b->device_images))
         return;
     struct plot_job *j = calloc(1, sizeof *j);
     void *img = malloc(b->image_bytes ? b->image_bytes : 1);
@@ -417,7 +426,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         trn_seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
         return rc;
     }
-    if ((rc = dataset_names(R)) < 0) {
+    if ((rc = dataset_names(R, o->single_cls)) < 0) {
         trn_seterr(err, cap, "out of memory");
         return rc;
     }
@@ -444,7 +453,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     }
     struct trn_model_opts mo;
     trn_model_opts_default(&mo);
-    mo.nc = o->nc > 0 ? o->nc : R->n_names;
+    mo.nc = o->single_cls ? 1 : o->nc > 0 ? o->nc : R->n_names;
     /* Model(ckpt['model'].yaml) has no yaml_file: ultralytics calls it "Model" */
     if (src && !o->cfg) mo.name = "Model";
     rc = trn_model_parse(R->model_yaml, R->model_yaml_len,
@@ -523,6 +532,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     struct trn_loader_opts lo;
     trn_loader_opts_default(&lo);
     lo.img_size = o->img;
+    lo.single_cls = o->single_cls;
     lo.batch_size = R->local_bs;
     lo.world_size = (uint32_t)R->world;
     lo.rank = (uint32_t)R->rank;
@@ -708,6 +718,7 @@ static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn
     vo.plot_dir = vo.curves_dir;
     vo.log = val_log;
     vo.log_ctx = R;
+    vo.single_cls = R->o.single_cls;
     vo.progress = R->o.progress;
     vo.progress_ctx = R->o.progress_ctx;
     /* train.py validates with half = amp on a GPU (trn_train_opts.val_amp) */

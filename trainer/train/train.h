@@ -218,6 +218,8 @@ struct trn_train_opts {
     void *progress_ctx;
     double label_smoothing; /* train.py --label-smoothing: BCE targets cp = 1 - eps/2, cn = eps/2
                                for the classes (smooth_BCE), eps in [0, 1) [0]; recorded */
+    bool single_cls;        /* train.py --single-cls: one class, "item" (unless the dataset has
+                               one name), every label's class 0, validation likewise; recorded */
     bool noplots;           /* train.py --noplots: no train_batch0..2.jpg, results.png, nor the
                                final validation's pictures [false] */
     bool noautoanchor;      /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which

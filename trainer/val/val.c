@@ -352,6 +352,8 @@ static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_
         trn_seterr(err, err_cap, "NMS of record %" PRIu64 ": %s", bi->index, trn_strerror(nd));
         return nd;
     }
+    for (int k = 0; o->single_cls && k < nd; k++) /* val.py: pred[:, 5] = 0 */
+        s->dets[k].cls = 0;
     if (plot && nd > 0) {
         if (s->n_plot + (size_t)nd > s->plot_cap) {
             size_t cap = s->plot_cap ? s->plot_cap : 1024;
@@ -482,6 +484,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     lo.batch_size = o.batch_size;
     lo.workers = o.workers;
     lo.rect = o.rect;
+    lo.single_cls = o.single_cls;
     lo.stride = gs;
     lo.rect_pad = 0.5;
     lo.pixels = TRN_PIXELS_F32;

@@ -99,6 +99,8 @@ struct trn_val_opts {
                                            memory) */
     bool device_path;                   /* CPU only: the device data path on the CPU ops
                                            (trn_net_opts.device_path; tests); default false */
+    bool single_cls;                    /* val.py --single-cls: every label's class and every
+                                           prediction's class is 0; default false */
     trn_progress_fn progress;           /* NULL, or val.py's tqdm bar after every batch (cli.h),
                                            its description the table's header */
     void *progress_ctx;
