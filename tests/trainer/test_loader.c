@@ -543,9 +543,9 @@ static void test_single_cls(void)
             for (size_t t = 0; same && t < a[i].nt; t++) {
                 other += a[i].targets[6 * t + 1] != 0.0f;
                 zero &= b[i].targets[6 * t + 1] == 0.0f;
-                same &= a[i].targets[6 * t] == b[i].targets[6 * t] &&
-                        !memcmp(a[i].targets + 6 * t + 2, b[i].targets + 6 * t + 2,
-                                4 * sizeof(float));
+                same &=
+                    a[i].targets[6 * t] == b[i].targets[6 * t] &&
+                    !memcmp(a[i].targets + 6 * t + 2, b[i].targets + 6 * t + 2, 4 * sizeof(float));
             }
         }
         ok(same && zero && other > 0,
