@@ -34,17 +34,6 @@ void pack_cache_opts_default(struct pack_cache_opts *o)
     o->progress = true;
 }
 
-static int fail(char *err, size_t cap, int rc, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 /* A growing byte string: the key's input. */
 struct kbuf {
     char *p;
@@ -122,8 +111,8 @@ static int pack_dir(const struct pack_cache_opts *o, const char *root, const cha
     if (o->dir) {
         snprintf(base, sizeof base, "%s", o->dir);
         if (!usable_dir(base))
-            return fail(err, err_cap, errno ? -errno : -EACCES,
-                        "--pack-dir %s: cannot create or write it: %s", base, strerror(errno));
+            return pack_errf(err, err_cap, errno ? -errno : -EACCES,
+                             "--pack-dir %s: cannot create or write it: %s", base, strerror(errno));
     } else {
         snprintf(base, sizeof base, "%s/ffyolo-packs", root);
         /* a root whose mode has no write bit is meant to be read in place, even by root, for
@@ -137,12 +126,12 @@ static int pack_dir(const struct pack_cache_opts *o, const char *root, const cha
             else if (home && home[0])
                 snprintf(base, sizeof base, "%s/.cache/ffyolo/packs", home);
             else
-                return fail(err, err_cap, -EACCES,
-                            "%s/ffyolo-packs is not writable and HOME is unset: give --pack-dir",
-                            root);
+                return pack_errf(
+                    err, err_cap, -EACCES,
+                    "%s/ffyolo-packs is not writable and HOME is unset: give --pack-dir", root);
             if (!usable_dir(base))
-                return fail(err, err_cap, -EACCES, "%s: cannot create or write it: %s", base,
-                            strerror(errno));
+                return pack_errf(err, err_cap, -EACCES, "%s: cannot create or write it: %s", base,
+                                 strerror(errno));
         }
     }
     const char *name = strrchr(abs_data, '/');
@@ -151,9 +140,9 @@ static int pack_dir(const struct pack_cache_opts *o, const char *root, const cha
     const int stem = dot && dot != name ? (int)(dot - name) : (int)strlen(name);
     if (snprintf(dst, cap, "%s/%.*s-%08" PRIx32, base, stem, name,
                  (uint32_t)ffr_hash(abs_data, strlen(abs_data))) >= (int)cap)
-        return fail(err, err_cap, -ENAMETOOLONG, "%s: path too long", base);
+        return pack_errf(err, err_cap, -ENAMETOOLONG, "%s: path too long", base);
     const int rc = mkdirs(dst);
-    return rc < 0 ? fail(err, err_cap, rc, "%s: %s", dst, strerror(-rc)) : 0;
+    return rc < 0 ? pack_errf(err, err_cap, rc, "%s: %s", dst, strerror(-rc)) : 0;
 }
 
 /* The key of the split as ds scanned it, with the packing options of po. */
@@ -170,7 +159,7 @@ static int make_key(const struct pack_cache_opts *o, const struct pack_opts *po,
     struct stat st;
     if (stat(o->data, &st) == 0 && S_ISREG(st.st_mode)) {
         const int rc = pack_ds_read_file(o->data, PACK_CACHE_YAML_MAX, &yaml, &ylen);
-        if (rc < 0) return fail(err, err_cap, rc, "%s: %s", o->data, strerror(-rc));
+        if (rc < 0) return pack_errf(err, err_cap, rc, "%s: %s", o->data, strerror(-rc));
         kput(&b, yaml, ylen);
         free(yaml);
     }
@@ -182,7 +171,7 @@ static int make_key(const struct pack_cache_opts *o, const struct pack_opts *po,
     }
     if (b.oom) {
         free(b.p);
-        return fail(err, err_cap, -ENOMEM, "%s: out of memory", o->data);
+        return pack_errf(err, err_cap, -ENOMEM, "%s: out of memory", o->data);
     }
     *key = ffr_hash(b.p, b.n);
     free(b.p);
@@ -267,12 +256,12 @@ int pack_cache_get(const struct pack_cache_opts *o, struct pack_cache_result *r,
     snprintf(name, sizeof name, "%s%016" PRIx64 ".ffr", prefix, r->key);
     if (snprintf(r->path, sizeof r->path, "%s/%s", dir, name) >= (int)sizeof r->path ||
         snprintf(lock, sizeof lock, "%s/%slock", dir, prefix) >= (int)sizeof lock)
-        return fail(err, err_cap, -ENAMETOOLONG, "%s: path too long", dir);
+        return pack_errf(err, err_cap, -ENAMETOOLONG, "%s: path too long", dir);
     const int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) return fail(err, err_cap, -errno, "%s: %s", lock, strerror(errno));
+    if (fd < 0) return pack_errf(err, err_cap, -errno, "%s: %s", lock, strerror(errno));
     while (flock(fd, LOCK_EX) != 0) {
         if (errno != EINTR) {
-            rc = fail(err, err_cap, -errno, "%s: lock: %s", lock, strerror(errno));
+            rc = pack_errf(err, err_cap, -errno, "%s: lock: %s", lock, strerror(errno));
             close(fd);
             return rc;
         }
@@ -284,8 +273,9 @@ int pack_cache_get(const struct pack_cache_opts *o, struct pack_cache_result *r,
         struct pack_result pr;
         rc = pack_run(&po, &pr, NULL);
         if (rc < 0)
-            fail(err, err_cap, rc, "%s: packing split '%s' into %s failed (the packer said why)",
-                 o->data, o->split, r->path);
+            pack_errf(err, err_cap, rc,
+                      "%s: packing split '%s' into %s failed (the packer said why)", o->data,
+                      o->split, r->path);
         else
             remove_stale(dir, prefix, name);
     }

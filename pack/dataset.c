@@ -113,6 +113,17 @@ out:
     return rc;
 }
 
+int pack_errf(char *err, size_t cap, int rc, const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
 char *pack_ds_join(const char *a, const char *b)
 {
     char *s = NULL;

@@ -231,6 +231,10 @@ int pack_dsyaml_split_index(const char *name);
  * Small helpers shared by the files (dataset.c)
  * ------------------------------------------------------------------------------------------- */
 
+/* One message into err (may be NULL / 0), printf-style; returns rc. The pack files' error line. */
+__attribute__((format(printf, 4, 5))) int pack_errf(char *err, size_t cap, int rc, const char *fmt,
+                                                    ...);
+
 /* Reads a whole regular file into a new NUL-terminated buffer (at most max_len bytes, else
  * -EFBIG). Returns 0 and sets *out and *len, or -errno. */
 int pack_ds_read_file(const char *path, size_t max_len, char **out, size_t *len);

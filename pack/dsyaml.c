@@ -40,18 +40,6 @@ void pack_dsyaml_free(struct pack_dsyaml *y)
     y->nc = -1;
 }
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t cap, int rc,
-                                                      const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 static const char *scalar(const yaml_node_t *n, size_t *len)
 {
     *len = n->data.scalar.length;
@@ -117,8 +105,8 @@ static int read_names(yaml_document_t *doc, const yaml_node_t *v, const char *fi
              it++) {
             const yaml_node_t *e = yaml_document_get_node(doc, *it);
             if (!e || e->type != YAML_SCALAR_NODE)
-                return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: names: entries must be scalars",
-                            file, line);
+                return pack_errf(err, cap, -PACK_DS_ESCHEMA,
+                                 "%s:%zu: names: entries must be scalars", file, line);
             int rc = add_str(&y->names, &y->n_names, e);
             if (rc) return rc;
         }
@@ -126,8 +114,8 @@ static int read_names(yaml_document_t *doc, const yaml_node_t *v, const char *fi
         return y->names ? 0 : -ENOMEM;
     }
     if (v->type != YAML_MAPPING_NODE)
-        return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: names must be a list or a mapping", file,
-                    line);
+        return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: names must be a list or a mapping",
+                         file, line);
     const size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
     y->names = calloc(n ? n : 1, sizeof *y->names);
     if (!y->names) return -ENOMEM;
@@ -137,16 +125,16 @@ static int read_names(yaml_document_t *doc, const yaml_node_t *v, const char *fi
         const yaml_node_t *e = yaml_document_get_node(doc, p->value);
         int64_t id;
         if (!k || scalar_int(k, &id) != 0)
-            return fail(err, cap, -PACK_DS_ESCHEMA,
-                        "%s:%zu: names keys must be integers, i.e. 2: car", file,
-                        k ? k->start_mark.line + 1 : line);
+            return pack_errf(err, cap, -PACK_DS_ESCHEMA,
+                             "%s:%zu: names keys must be integers, i.e. 2: car", file,
+                             k ? k->start_mark.line + 1 : line);
         if ((uint64_t)id >= n || y->names[id])
-            return fail(err, cap, -PACK_DS_ESCHEMA,
-                        "%s:%zu: names keys must be 0..%zu, each once (got %lld)", file,
-                        k->start_mark.line + 1, n - 1, (long long)id);
+            return pack_errf(err, cap, -PACK_DS_ESCHEMA,
+                             "%s:%zu: names keys must be 0..%zu, each once (got %lld)", file,
+                             k->start_mark.line + 1, n - 1, (long long)id);
         if (!e || e->type != YAML_SCALAR_NODE)
-            return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: names values must be scalars", file,
-                        k->start_mark.line + 1);
+            return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: names values must be scalars",
+                             file, k->start_mark.line + 1);
         y->names[id] = dup_scalar(e);
         if (!y->names[id]) return -ENOMEM;
     }
@@ -157,10 +145,10 @@ static int read_doc(yaml_document_t *doc, const char *file, struct pack_dsyaml *
                     size_t cap)
 {
     const yaml_node_t *root = yaml_document_get_root_node(doc);
-    if (!root) return fail(err, cap, -PACK_DS_ESCHEMA, "%s: empty dataset yaml", file);
+    if (!root) return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s: empty dataset yaml", file);
     if (root->type != YAML_MAPPING_NODE)
-        return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: dataset yaml must be a mapping", file,
-                    root->start_mark.line + 1);
+        return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: dataset yaml must be a mapping", file,
+                         root->start_mark.line + 1);
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
          p++) {
         const yaml_node_t *k = yaml_document_get_node(doc, p->key);
@@ -177,8 +165,8 @@ static int read_doc(yaml_document_t *doc, const char *file, struct pack_dsyaml *
         if (strcmp(key, "path") == 0) {
             if (is_null(v)) continue;
             if (v->type != YAML_SCALAR_NODE)
-                return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: path must be a string", file,
-                            line);
+                return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: path must be a string", file,
+                                 line);
             free(y->path);
             y->path = dup_scalar(v);
             if (!y->path) return -ENOMEM;
@@ -197,14 +185,14 @@ static int read_doc(yaml_document_t *doc, const char *file, struct pack_dsyaml *
                      it < v->data.sequence.items.top; it++) {
                     const yaml_node_t *e = yaml_document_get_node(doc, *it);
                     if (!e || e->type != YAML_SCALAR_NODE || is_null(e))
-                        return fail(err, cap, -PACK_DS_ESCHEMA,
-                                    "%s:%zu: %s: entries must be strings", file, line, key);
+                        return pack_errf(err, cap, -PACK_DS_ESCHEMA,
+                                         "%s:%zu: %s: entries must be strings", file, line, key);
                     int rc = add_str(&y->split[si], &y->n_split[si], e);
                     if (rc) return rc;
                 }
             } else {
-                return fail(err, cap, -PACK_DS_ESCHEMA,
-                            "%s:%zu: %s must be a path or a list of paths", file, line, key);
+                return pack_errf(err, cap, -PACK_DS_ESCHEMA,
+                                 "%s:%zu: %s must be a path or a list of paths", file, line, key);
             }
         } else if (strcmp(key, "names") == 0) {
             for (size_t i = 0; i < y->n_names; i++)
@@ -216,13 +204,13 @@ static int read_doc(yaml_document_t *doc, const char *file, struct pack_dsyaml *
             if (rc) return rc;
         } else if (strcmp(key, "nc") == 0) {
             if (scalar_int(v, &y->nc) != 0)
-                return fail(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: nc must be an integer", file,
-                            line);
+                return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: nc must be an integer", file,
+                                 line);
         }
     }
     if (y->names && y->nc >= 0 && (size_t)y->nc != y->n_names)
-        return fail(err, cap, -PACK_DS_ESCHEMA, "%s: names has %zu entries but nc is %lld", file,
-                    y->n_names, (long long)y->nc);
+        return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s: names has %zu entries but nc is %lld",
+                         file, y->n_names, (long long)y->nc);
     return 0;
 }
 
@@ -239,10 +227,10 @@ int pack_dsyaml_parse(const char *buf, size_t len, const char *file, struct pack
     if (!yaml_parser_load(&parser, &doc)) {
         rc = parser.error == YAML_MEMORY_ERROR
                  ? -ENOMEM
-                 : fail(err, err_cap, -PACK_DS_ESYNTAX, "%s:%zu:%zu: YAML error: %s%s%s", file,
-                        parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                        parser.problem ? parser.problem : "malformed", parser.context ? " " : "",
-                        parser.context ? parser.context : "");
+                 : pack_errf(err, err_cap, -PACK_DS_ESYNTAX, "%s:%zu:%zu: YAML error: %s%s%s", file,
+                             parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                             parser.problem ? parser.problem : "malformed",
+                             parser.context ? " " : "", parser.context ? parser.context : "");
         yaml_parser_delete(&parser);
         pack_dsyaml_free(out);
         return rc;
