@@ -86,8 +86,10 @@ struct args {
     bool noplots;           /* --noplots */
     double label_smoothing; /* --label-smoothing */
     bool single_cls;        /* --single-cls */
-    bool cuda_graph_fail;   /* --cuda-graph-test-fail: the capture acts as failed (tests) */
-    double bucket_cap_mb;   /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
+    long freeze[64];        /* --freeze N | R [R ...] */
+    int n_freeze;
+    bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
+    double bucket_cap_mb; /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */
 };
 
 static bool device_ok(const char *d)
@@ -287,6 +289,16 @@ static int parse_args(int argc, char **argv, struct args *A)
                "capture the resident step of the full batches once as a CUDA graph and replay it "
                "(one rank, SGD; else a log line and the direct step); with --device-path the same "
                "code on the CPU; with --bench the timed steps are replays"),
+        { .names = "--freeze",
+          .kind = AP_LONGS,
+          .dst = A->freeze,
+          .metavar = "N [R ...]",
+          .help = "freeze layers: one number N freezes yaml rows 0..N-1 (backbone of yolov5: 10), "
+                  "several freeze those rows (train.py's --freeze; default 0: none)",
+          .lo = 0,
+          .hi = TRN_MODEL_MAX_LAYERS - 1,
+          .max_n = 64,
+          .n = &A->n_freeze },
         AP_OPT("--single-cls", AP_FLAG, &A->single_cls, NULL,
                "train multi-class data as single-class (every label is class 0, \"item\")"),
         AP_RANGE("--label-smoothing", AP_DOUBLE, &A->label_smoothing, "EPS",
@@ -816,6 +828,12 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.noplots = A->noplots;
     o.label_smoothing = A->label_smoothing;
     o.single_cls = A->single_cls;
+    /* train.py: freeze = [f'model.{x}.' for x in (freeze if len(freeze) > 1 else
+     * range(freeze[0]))] */
+    for (int i = 0; A->n_freeze == 1 && i < A->freeze[0]; i++)
+        o.frozen[i / 64] |= UINT64_C(1) << (i % 64);
+    for (int i = 0; A->n_freeze > 1 && i < A->n_freeze; i++)
+        o.frozen[A->freeze[i] / 64] |= UINT64_C(1) << (A->freeze[i] % 64);
     o.cuda_graph_fail = A->cuda_graph_fail;
     o.amp = amp_dtype(A, o.gpu); /* when resuming, the checkpoint's */
     if (A->val_amp) {

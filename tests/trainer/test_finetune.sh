@@ -67,6 +67,12 @@ run 0 "--single-cls on 8 classes" -- --cfg yolov5n --single-cls --name sc
 has "Overriding model.yaml nc=80 with nc=1" && grep -qx "single_cls: true" "$work/runs/sc/opt.yaml"
 check $? "... one class (nc=1), recorded in opt.yaml"
 
+run 0 "--freeze 10 (the backbone)" -- --weights "$ckpt" --freeze 10 --name fz
+[ "$(grep -c '^freezing model\.[0-9]\.' "$work/err")" -gt 50 ] &&
+    ! grep -Eq '^freezing model\.[1-9][0-9]\.' "$work/err"
+check $? "... each parameter of rows 0-9 said frozen, none of the head's"
+run 2 "--freeze 600 (no such row)" -- --cfg yolov5n --freeze 600 --name fz2
+
 pt=$shared/weights/yolov5n.pt
 if [ -f "$pt" ]; then
     run 0 "--weights yolov5n.pt on 8 classes" -- --weights "$pt" --name h

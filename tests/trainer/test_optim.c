@@ -352,6 +352,73 @@ static void check_clip(void)
     trn_optim_destroy(opt);
 }
 
+/* --freeze (train.py: requires_grad False): a frozen row's parameters get no step, no decay,
+ * no momentum, and no share of the clipping norm; every other row steps as without freezing. */
+static void check_freeze(void)
+{
+    struct trn_optim_opts o;
+    trn_optim_opts_default(&o);
+    o.batch_size = 16;
+    o.nb = 1000;
+    struct trn_optim *plain = NULL, *fz = NULL;
+    trn_optim_create(M, &o, &plain);
+    o.frozen[0] = 1; /* row 0 */
+    ok(trn_optim_create(M, &o, &fz) == 0, "optimizer with row 0 frozen");
+    float *p0 = malloc(PLEN * sizeof(float)), *p1 = malloc(PLEN * sizeof(float));
+    float *g = calloc(PLEN, sizeof(float)), *g0 = malloc(PLEN * sizeof(float));
+    memcpy(p0, trn_model_arena(M, TRN_ARENA_PARAM), PLEN * sizeof(float));
+    memcpy(p1, p0, PLEN * sizeof(float));
+    random_grads(g, 1.0f);
+    struct trn_optim_sched s;
+    trn_optim_schedule(&o, 5, 5000, &s);
+    /* the frozen optimizer's clipping norm leaves row 0 out */
+    double ref = 0.0, nfz = 0.0, nplain = 0.0;
+    size_t frozen_elems = 0;
+    for (int k = 0; k < trn_model_info(M)->n_tensors; k++) {
+        const struct trn_tensor *T = trn_model_tensor(M, k);
+        if (T->arena != TRN_ARENA_PARAM || T->layer == 0) continue;
+        for (size_t i = 0; i < T->numel; i++)
+            ref += (double)g[T->offset + i] * g[T->offset + i];
+    }
+    memcpy(g0, g, PLEN * sizeof(float));
+    trn_optim_clip(fz, g0, 0.0, &nfz);
+    trn_optim_clip(plain, g0, 0.0, &nplain);
+    ok(fabs(nfz - sqrt(ref)) < 1e-6 * sqrt(ref) && nplain > nfz,
+       "the clipping norm counts the unfrozen rows only (%.6g, all rows %.6g)", nfz, nplain);
+    for (int it = 0; it < 3; it++) {
+        trn_optim_step(fz, p1, g, &s);
+        trn_optim_step(plain, p0, g, &s);
+    }
+    int moved_frozen = 0, differ_other = 0, moved_other = 0;
+    const float *init = NULL;
+    float *orig = malloc(PLEN * sizeof(float));
+    /* the model's arena still holds the initial weights: the steps wrote p0 and p1 */
+    init = trn_model_arena(M, TRN_ARENA_PARAM);
+    memcpy(orig, init, PLEN * sizeof(float));
+    for (int k = 0; k < trn_model_info(M)->n_tensors; k++) {
+        const struct trn_tensor *T = trn_model_tensor(M, k);
+        if (T->arena != TRN_ARENA_PARAM) continue;
+        for (size_t i = 0; i < T->numel; i++) {
+            const size_t j = T->offset + i;
+            if (T->layer == 0) {
+                frozen_elems++;
+                moved_frozen += p1[j] != orig[j];
+            } else {
+                differ_other += p1[j] != p0[j];
+                moved_other += p1[j] != orig[j];
+            }
+        }
+    }
+    ok(frozen_elems > 0 && moved_frozen == 0,
+       "row 0's %zu parameters untouched after 3 steps (%d moved)", frozen_elems, moved_frozen);
+    ok(differ_other == 0 && moved_other > 0,
+       "every other parameter steps exactly as without freezing (%d differ, %d moved)",
+       differ_other, moved_other);
+    free(p0), free(p1), free(g), free(g0), free(orig);
+    trn_optim_destroy(plain);
+    trn_optim_destroy(fz);
+}
+
 static void check_ema(void)
 {
     struct trn_ema *e = NULL;
@@ -495,6 +562,7 @@ int main(void)
     check_adam(TRN_OPTIM_ADAMW);
     check_accumulation();
     check_clip();
+    check_freeze();
     check_ema();
     check_dev();
     struct trn_optim *opt = NULL;

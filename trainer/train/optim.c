@@ -177,6 +177,10 @@ static int optim_build_table(struct trn_optim *opt)
         for (int k = 0; k < opt->n_group[g]; k++) {
             const struct trn_tensor *const T = trn_model_tensor(opt->m, opt->group[g][k]);
             if (!T || T->numel == 0) continue;
+            /* a frozen row's tensors are in no segment: torch skips a parameter with no grad */
+            if (T->layer >= 0 && T->layer < TRN_MODEL_MAX_LAYERS &&
+                (opt->o.frozen[T->layer / 64] >> (T->layer % 64) & 1))
+                continue;
             opt->seg[n].offset = T->offset;
             opt->seg[n].count = T->numel;
             opt->seg[n].group = g;

@@ -77,8 +77,13 @@ struct trn_optim_opts {
     int64_t nb;               /* batches per epoch, >= 1 [1] */
     bool cos_lr;              /* cosine lf instead of linear [false] */
     double max_grad_norm;     /* clipping threshold; <= 0 disables [10.0] */
-    double beta2;             /* Adam beta2 [0.999] */
-    double eps;               /* Adam eps [1e-8] */
+    uint64_t frozen[TRN_MODEL_MAX_LAYERS / 64]; /* yaml rows whose parameters are never
+                                                   updated (train.py --freeze: requires_grad
+                                                   False, so no step, decay, momentum or share
+                                                   of the clipping norm): row r is bit r % 64 of
+                                                   frozen[r / 64] [none] */
+    double beta2;                               /* Adam beta2 [0.999] */
+    double eps;                                 /* Adam eps [1e-8] */
 };
 
 /* Fill o with the defaults in brackets above. Thread-safe. */

@@ -223,6 +223,10 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
             "single_cls: %s\n",
             optim_names[o->optimizer], o->cos_lr ? "true" : "false", R->info->nc,
             o->sync_bn ? "true" : "false", o->label_smoothing, o->single_cls ? "true" : "false");
+    fprintf(f, "frozen: \"");
+    for (int r = 0, first = 1; r < TRN_MODEL_MAX_LAYERS; r++)
+        if (o->frozen[r / 64] >> (r % 64) & 1) fprintf(f, "%s%d", first ? "" : " ", r), first = 0;
+    fprintf(f, "\"\n");
     fprintf(f, "names:\n");
     for (int k = 0; k < R->n_names; k++) {
         fprintf(f, "  - ");
@@ -357,6 +361,19 @@ int run_resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_t c
     o->sync_bn = sb && !strcmp(sb, "true");
     const char *sc = trn_ckpt_get(C, "single_cls"); /* absent before the option: false */
     o->single_cls = sc && !strcmp(sc, "true");
+    /* the frozen rows, "0 1 2" (absent before the option: none) */
+    memset(o->frozen, 0, sizeof o->frozen);
+    for (const char *p = trn_ckpt_get(C, "frozen"); p && *p;) {
+        char *end;
+        const long r = strtol(p, &end, 10);
+        if (end == p) break;
+        if (r < 0 || r >= TRN_MODEL_MAX_LAYERS) {
+            trn_seterr(err, cap, "%s: bad frozen row %ld in the checkpoint metadata", o->resume, r);
+            return -TRN_TRAIN_ECKPT;
+        }
+        o->frozen[r / 64] |= UINT64_C(1) << (r % 64);
+        p = end;
+    }
     /* absent in checkpoints older than the option: those runs had none */
     o->label_smoothing = 0.0;
     if (trn_ckpt_get(C, "label_smoothing") &&

@@ -612,6 +612,14 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     oo.epochs = o->epochs;
     oo.nb = R->nb;
     oo.cos_lr = o->cos_lr;
+    memcpy(oo.frozen, o->frozen, sizeof oo.frozen);
+    /* train.py logs each parameter it freezes, in named_parameters() order */
+    for (int k = 0; !o->resume && k < R->info->n_tensors; k++) {
+        const struct trn_tensor *T = trn_model_tensor(R->m, k);
+        if (T->arena == TRN_ARENA_PARAM && T->layer >= 0 &&
+            (o->frozen[T->layer / 64] >> (T->layer % 64) & 1))
+            run_log(R, "freezing %s", T->name);
+    }
     /* only rank 0 keeps the EMA (it alone validates and saves) */
     if ((rc = trn_optim_create(R->m, &oo, &R->opt)) < 0 ||
         (R->rank == 0 && (rc = trn_ema_create(R->m, &R->ema)) < 0)) {

@@ -218,24 +218,28 @@ struct trn_train_opts {
     void *progress_ctx;
     double label_smoothing; /* train.py --label-smoothing: BCE targets cp = 1 - eps/2, cn = eps/2
                                for the classes (smooth_BCE), eps in [0, 1) [0]; recorded */
-    bool single_cls;        /* train.py --single-cls: one class, "item" (unless the dataset has
-                               one name), every label's class 0, validation likewise; recorded */
-    bool noplots;           /* train.py --noplots: no train_batch0..2.jpg, results.png, nor the
-                               final validation's pictures [false] */
-    bool noautoanchor;      /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which
-                               runs by default before the first epoch) [false] */
-    bool any_algo;          /* GPU: the convs may take non-deterministic cuDNN algorithms
-                               (kern_ctx_opts.any_algo) [false: deterministic, as train.py] */
-    int amp;                /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],
-                               KERN_DT_BF16, or KERN_DT_F16 with the dynamic loss scaler of
-                               trainer/train/amp.h (see AMP). Validation: val_amp. Recorded in the
-                               checkpoint; when resuming it comes from there (fp32 when absent) */
-    int val_amp;            /* the built-in validation's convs (trn_val_opts.amp): -1 [default]:
-                               the training's amp on a GPU (val.py's half = amp), KERN_DT_F32 on
-                               the CPU; else KERN_DT_F32, KERN_DT_F16 or KERN_DT_BF16. The
-                               validation itself runs on the CPU ops (val.h). Not recorded */
-    int64_t amp_inf_ni;     /* tests: >= 0 with fp16: batch ni's loss gradient gets an Inf, so the
-                               optimizer step that includes it is skipped [-1] */
+    uint64_t frozen[TRN_MODEL_MAX_LAYERS / 64]; /* train.py --freeze: yaml rows whose
+                                                   parameters are not trained (trn_optim_opts.
+                                                   frozen), row r bit r % 64 of frozen[r / 64];
+                                                   each is logged ("freezing NAME"); recorded */
+    bool single_cls;    /* train.py --single-cls: one class, "item" (unless the dataset has
+                           one name), every label's class 0, validation likewise; recorded */
+    bool noplots;       /* train.py --noplots: no train_batch0..2.jpg, results.png, nor the
+                           final validation's pictures [false] */
+    bool noautoanchor;  /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which
+                           runs by default before the first epoch) [false] */
+    bool any_algo;      /* GPU: the convs may take non-deterministic cuDNN algorithms
+                           (kern_ctx_opts.any_algo) [false: deterministic, as train.py] */
+    int amp;            /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],
+                           KERN_DT_BF16, or KERN_DT_F16 with the dynamic loss scaler of
+                           trainer/train/amp.h (see AMP). Validation: val_amp. Recorded in the
+                           checkpoint; when resuming it comes from there (fp32 when absent) */
+    int val_amp;        /* the built-in validation's convs (trn_val_opts.amp): -1 [default]:
+                           the training's amp on a GPU (val.py's half = amp), KERN_DT_F32 on
+                           the CPU; else KERN_DT_F32, KERN_DT_F16 or KERN_DT_BF16. The
+                           validation itself runs on the CPU ops (val.h). Not recorded */
+    int64_t amp_inf_ni; /* tests: >= 0 with fp16: batch ni's loss gradient gets an Inf, so the
+                           optimizer step that includes it is skipped [-1] */
 };
 
 /* Fill o with the defaults in brackets. o: out. Thread-safe. */
