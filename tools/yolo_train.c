@@ -53,9 +53,11 @@
 #include "hyp.h"
 #include "loader.h"
 #include "model.h"
+#include "net.h"
 #include "plots.h"
 #include "rundir.h"
 #include "train.h"
+#include "weights.h"
 #include "errors.h"
 
 #ifndef TRN_MODELS_DIR
@@ -216,8 +218,10 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_SECTION("Training"),
         AP_RANGE("--img|--imgsz|--img-size", AP_LONG, &A->img, "N",
                  "train and val image size, pixels (default 640)", 32, 16383),
-        AP_RANGE("--batch-size", AP_LONG, &A->batch, "N", "total batch size (default 16)", 1,
-                 65536),
+        AP_RANGE("--batch-size", AP_LONG, &A->batch, "N",
+                 "total batch size (default 16); -1: AutoBatch, the largest that fits 60% of the "
+                 "GPU's memory (train.py's; 16 on the CPU)",
+                 -1, 65536),
         AP_RANGE("--epochs", AP_LONG, &A->epochs, "N", "epochs (default 100)", 1, 1000000),
         { .names = "--optimizer",
           .kind = AP_CHOICE,
@@ -388,6 +392,9 @@ static int parse_args(int argc, char **argv, struct args *A)
     if (rc) return rc;
     if (!A->project[0] || !A->name[0])
         return ap_usage_error(&sp, "--project and --name must not be empty");
+    if (A->batch == 0) return ap_usage_error(&sp, "--batch-size: 1 or more, or -1 (AutoBatch)");
+    if (A->batch == -1 && (A->bench_step || A->bench || A->plot || A->nproc > 1))
+        return ap_usage_error(&sp, "--batch-size -1 (AutoBatch) is for training on one process");
     return 0;
 }
 
@@ -737,6 +744,63 @@ static int cache_dataset(const struct args *A, const char *src, char *local, siz
     return 0;
 }
 
+/*
+ * --batch-size -1, train.py's check_train_batch_size -> autobatch: on a GPU, the net's device
+ * memory at batch 1 and 2 (trn_net_memory_bytes, the training net as the run builds it) gives
+ * a line, and the batch is the largest whose memory fits AUTOBATCH_FRACTION of the device's
+ * free memory; on the CPU ultralytics' default 16. Returns the batch, or -1 after saying why.
+ */
+#define AUTOBATCH_FRACTION 0.6
+static long autobatch(const struct args *A, const char *cfg_path, int gpu)
+{
+    if (gpu < 0) {
+        printf("AutoBatch: CUDA not detected, using default CPU batch-size 16\n");
+        return 16;
+    }
+    struct trn_model *m = NULL;
+    char err[512] = "";
+    if (trn_weights_load(A->weights, A->weights ? NULL : cfg_path, (int)A->nc, &m, NULL, NULL, err,
+                         sizeof err) < 0) {
+        fprintf(stderr, PROG ": AutoBatch: %s\n", err);
+        return -1;
+    }
+    size_t bytes[2] = { 0, 0 }, used = 0, total = 0;
+    int rc = 0;
+    for (int b = 1; b <= 2 && rc == 0; b++) {
+        struct trn_net_opts no;
+        trn_net_opts_default(&no);
+        no.device = gpu;
+        no.train = true;
+        struct trn_net *net = NULL;
+        rc = trn_net_create(m, b, (int)A->img, (int)A->img, &no, &net, err, sizeof err);
+        if (rc == 0) bytes[b - 1] = trn_net_memory_bytes(net);
+        trn_net_destroy(net);
+    }
+    trn_model_destroy(m);
+    if (rc == 0) rc = kern_cuda_mem_info(&used, &total);
+    if (rc < 0 || bytes[1] <= bytes[0]) {
+        fprintf(stderr, PROG ": AutoBatch: cannot measure the net on CUDA device %d (%s)\n", gpu,
+                err[0] ? err : trn_strerror(rc));
+        return -1;
+    }
+    const double gb = 1 << 30, per = (double)(bytes[1] - bytes[0]), fixed = (double)bytes[0] - per;
+    const double freeb = (double)(total - used);
+    printf("AutoBatch: CUDA:%d %.2fG total, %.2fG used, %.2fG free\n", gpu, total / gb, used / gb,
+           freeb / gb);
+    long b = (long)((freeb * AUTOBATCH_FRACTION - fixed) / per);
+    if (b < 1) {
+        printf("AutoBatch: WARNING: the model does not fit at batch 1 within %.0f%%; using "
+               "batch-size 16\n",
+               AUTOBATCH_FRACTION * 100);
+        return 16;
+    }
+    if (b > 65536) b = 65536;
+    const double frac = (fixed + per * (double)b + (double)used) / (double)total;
+    printf("AutoBatch: Using batch-size %ld for CUDA:%d %.2fG/%.2fG (%.0f%%)\n", b, gpu,
+           frac * total / gb, total / gb, frac * 100);
+    return b;
+}
+
 static int do_train(const struct args *A, const struct trn_hyp *hyp, const char *cfg_path,
                     struct trn_dist *dist, int local_world)
 {
@@ -808,6 +872,17 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.hyp = *hyp;
     o.img = (int)A->img;
     o.batch_size = (int)A->batch;
+    if (A->batch == -1 && !A->resume) {
+        /* train.py: RANK == -1 and batch_size == -1 only: every rank must agree on it */
+        if (trn_dist_world(dist) > 1) {
+            fprintf(stderr, PROG ": --batch-size -1 (AutoBatch) is for one process; give the "
+                                 "global batch with several ranks\n");
+            return 1;
+        }
+        const long b = autobatch(A, cfg_path, o.gpu);
+        if (b < 0) return 1;
+        o.batch_size = (int)b;
+    }
     o.epochs = (int)A->epochs;
     o.nc = (int)A->nc;
     o.workers = (unsigned)A->workers;

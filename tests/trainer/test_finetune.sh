@@ -73,6 +73,11 @@ run 0 "--freeze 10 (the backbone)" -- --weights "$ckpt" --freeze 10 --name fz
 check $? "... each parameter of rows 0-9 said frozen, none of the head's"
 run 2 "--freeze 600 (no such row)" -- --cfg yolov5n --freeze 600 --name fz2
 
+run 0 "--batch-size -1 (AutoBatch) on the CPU" -- --cfg yolov5n --batch-size -1 --name ab
+has "AutoBatch: CUDA not detected, using default CPU batch-size 16" && has "Training: 1 batches of 16"
+check $? "... train.py's message and its default 16"
+run 2 "--batch-size 0" -- --cfg yolov5n --batch-size 0 --name ab0
+
 pt=$shared/weights/yolov5n.pt
 if [ -f "$pt" ]; then
     run 0 "--weights yolov5n.pt on 8 classes" -- --weights "$pt" --name h
