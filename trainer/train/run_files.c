@@ -66,8 +66,9 @@ static void yaml_num(FILE *f, const char *key, double v)
 }
 
 /* hyp.yaml as ultralytics writes it (yaml.safe_dump(hyp, sort_keys=False)); key order of the
- * hyp files. */
-char *run_hyp_yaml(const struct trn_hyp *h, size_t *len)
+ * hyp files. line: train.py's log line instead, "hyperparameters: lr0=0.01, ..., warmup_epochs=
+ * 3.0, ..." (Python prints a float hyp that is whole with ".0"). */
+char *run_hyp_text(const struct trn_hyp *h, bool line, size_t *len)
 {
     char *text = NULL;
     FILE *f = open_memstream(&text, len);
@@ -105,9 +106,17 @@ char *run_hyp_yaml(const struct trn_hyp *h, size_t *len)
         { "mixup", h->mixup },
         { "copy_paste", h->copy_paste },
     };
-    for (size_t k = 0; k < sizeof kv / sizeof kv[0]; k++)
-        yaml_num(f, kv[k].k, kv[k].v);
-    if (h->anchors != 0) yaml_num(f, "anchors", h->anchors);
+    if (line) fputs("hyperparameters: ", f);
+    for (size_t k = 0; k < sizeof kv / sizeof kv[0]; k++) {
+        if (!line) {
+            yaml_num(f, kv[k].k, kv[k].v);
+            continue;
+        }
+        char b[40];
+        fmt_double(b, sizeof b, kv[k].v);
+        fprintf(f, "%s%s=%s%s", k ? ", " : "", kv[k].k, b, strpbrk(b, ".eEin") ? "" : ".0");
+    }
+    if (!line && h->anchors != 0) yaml_num(f, "anchors", h->anchors);
     if (fclose(f) != 0) {
         free(text);
         return NULL;

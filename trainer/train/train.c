@@ -110,31 +110,6 @@ static int64_t max_labels(const struct ffr_reader *r)
     return most;
 }
 
-/* train.py's start: "hyperparameters: k=v, ..." (the hyp yaml's keys, in its order). */
-static void log_hyp(struct run *R, const char *text, size_t len)
-{
-    char line[2048] = "hyperparameters: ";
-    const size_t start = strlen(line);
-    size_t o = start;
-    for (const char *p = text, *end = text + len; p < end && o < sizeof line - 2;) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        const char *colon = memchr(p, ':', l);
-        if (colon && p[0] != '#' && p[0] != ' ') {
-            const char *v = colon + 1;
-            while (v < p + l && *v == ' ')
-                v++;
-            /* Python prints a float hyp that is whole as "3.0" */
-            const size_t vl = (size_t)(p + l - v);
-            const bool whole = vl > 0 && strspn(v, "-0123456789") >= vl;
-            o += (size_t)snprintf(line + o, sizeof line - o, "%s%.*s=%.*s%s", o > start ? ", " : "",
-                                  (int)(colon - p), p, (int)vl, v, whole ? ".0" : "");
-        }
-        p += l + 1;
-    }
-    run_log(R, "%s", line);
-}
-
 /* The model as train.py's Model() prints it: the nc override, the layer table, the summary.
  * yaml_nc > 0: the nc the model's yaml stands for (a checkpoint's: its yaml text predates the
  * override it was trained with, where ultralytics' saved yaml carries it). */
@@ -405,8 +380,8 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     }
     if (!o->resume && R->rank == 0) {
         size_t hl = 0;
-        char *ht = run_hyp_yaml(&o->hyp, &hl);
-        if (ht) log_hyp(R, ht, hl);
+        char *ht = run_hyp_text(&o->hyp, true, &hl);
+        if (ht) run_log(R, "%s", ht);
         free(ht);
     }
     /* train.py: batch_size // WORLD_SIZE per rank, which must divide exactly here (a rounded
@@ -630,7 +605,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     if (o->resume) {
         if ((rc = run_resume_state(R, *C, err, cap)) < 0) return rc;
     } else {
-        R->hyp_text = run_hyp_yaml(&o->hyp, &R->hyp_len);
+        R->hyp_text = run_hyp_text(&o->hyp, false, &R->hyp_len);
         R->opt_text = run_opt_yaml(R, &R->opt_len);
         if (!R->hyp_text || !R->opt_text) {
             trn_seterr(err, cap, "out of memory");

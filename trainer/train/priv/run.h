@@ -176,7 +176,7 @@ struct run_step {
 };
 extern const struct run_step run_step_host, run_step_resident, run_step_graph;
 
-char *run_hyp_yaml(const struct trn_hyp *h, size_t *len);
+char *run_hyp_text(const struct trn_hyp *h, bool line, size_t *len);
 void run_log(const struct run *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 char *run_opt_yaml(const struct run *R, size_t *len);
 int run_resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_t cap);
