@@ -418,6 +418,88 @@ static void test_identity(void)
     ffr_reader_close(r);
 }
 
+/*
+ * A pack larger than --img: training and validation at 64 from the 128 pack. Each record is
+ * shrunk on load to load_image's int(w0 * r) x int(h0 * r) for 64 with INTER_LINEAR from its
+ * stored pixels (checked here by recomputing it), said once in the log.
+ */
+static void test_resize_on_load(void)
+{
+    enum { S = 64 };
+    struct trn_loader_opts o;
+    trn_loader_opts_default(&o);
+    o.mode = TRN_LOADER_VAL;
+    o.img_size = S;
+    o.batch_size = 4;
+    o.workers = 2;
+    o.io.io.direct = FFIO_DIRECT_OFF;
+    struct logbuf lb = { "", 0 };
+    o.log = log_cb;
+    o.log_ctx = &lb;
+    struct ffr_reader *r = open_ds("train.ffr");
+    struct trn_loader *l = NULL;
+    char err[512] = "";
+    int rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+    ok(rc == 0, "a 128 pack opens for --img 64 (%s)", err);
+    int pix_ok = rc == 0, size_ok = rc == 0, checked = 0;
+    uint8_t *raw = malloc(1 << 20), *rgb = malloc(IMG * IMG * 3), *small = malloc(S * S * 3),
+            *lbx = malloc(S * S * 3);
+    for (int bi = 0; rc == 0 && bi < N_TRAIN / 4; bi++) {
+        struct trn_batch b;
+        if (trn_loader_next(l, &b) != 0 || b.height != S || b.width != S) {
+            pix_ok = 0;
+            break;
+        }
+        for (int j = 0; j < b.n; j++) {
+            const struct trn_batch_image *in = &b.info[j];
+            const double ratio = (double)S / (in->h0 > in->w0 ? in->h0 : in->w0);
+            const int tw = ratio == 1 ? (int)in->w0 : (int)(in->w0 * ratio);
+            const int th = ratio == 1 ? (int)in->h0 : (int)(in->h0 * ratio);
+            if ((int)in->w != tw || (int)in->h != th) size_ok = 0;
+            const int64_t len = ffr_reader_read(r, NULL, in->index, raw, 1 << 20);
+            struct ffr_det_sample s;
+            struct trn_aug_letterbox_opts lo;
+            trn_aug_letterbox_opts_default(&lo);
+            lo.scaleup = false;
+            struct trn_aug_letterbox_plan lp;
+            if (len < 0 || ffr_det_decode(raw, (size_t)len, &s) < 0 ||
+                ffr_det_pixels(&s, rgb, IMG * IMG * 3) < 0 ||
+                trn_aug_resize_linear(rgb, (int)s.w, (int)s.h, small, tw, th) < 0 ||
+                trn_aug_letterbox_plan(tw, th, S, S, &lo, &lp) < 0 ||
+                trn_aug_letterbox(small, tw, th, &lp, lbx, S * S * 3) < 0) {
+                pix_ok = 0;
+                continue;
+            }
+            const uint8_t *plane = (const uint8_t *)b.images + (size_t)j * 3 * S * S;
+            for (int i = 0; i < S * S; i++)
+                for (int c = 0; c < 3; c++)
+                    if (plane[(size_t)c * S * S + i] != lbx[(size_t)i * 3 + c]) pix_ok = 0;
+            checked++;
+        }
+    }
+    ok(size_ok, "each image's size is load_image's int(w0 * r) x int(h0 * r) for 64");
+    ok(pix_ok && checked == N_TRAIN,
+       "%d images are the stored pixels shrunk with INTER_LINEAR, then letterboxed", checked);
+    ok(count(lb.text, "packed larger than --img 64: resizing them on load") == 1 &&
+           strstr(lb.text, "INTER_AREA"),
+       "one log line says so, with val.py's INTER_AREA (%s)", lb.text);
+    trn_loader_destroy(l);
+    l = NULL;
+    free(raw);
+    free(rgb);
+    free(small);
+    free(lbx);
+
+    train_opts(&o, 2);
+    o.img_size = S;
+    struct saved sv[2] = { 0 };
+    rc = r ? collect("train.ffr", &o, sv, 2, NULL, err, sizeof err) : -ENOENT;
+    ok(rc == 0 && sv[0].h == S && sv[0].w == S && targets_ok(&sv[0]) && targets_ok(&sv[1]),
+       "training at 64 from the 128 pack: 64 x 64 batches, well-formed targets (%s)", err);
+    unsave(sv, 2);
+    ffr_reader_close(r);
+}
+
 /* ultralytics' rect shapes, computed here from the original sizes in the index. */
 static void test_val(void)
 {
@@ -749,6 +831,7 @@ int main(int argc, char **argv)
     test_train();
     test_shard_ranks();
     test_identity();
+    test_resize_on_load();
     test_val();
     test_segments();
     test_single_cls();

@@ -56,6 +56,8 @@ enum slot_state { SLOT_EMPTY = 0, SLOT_FILLING = 1, SLOT_READY = 2 };
 /* What the index summary says about one record. */
 struct rec_meta {
     uint32_t h, w, h0, w0; /* stored and original sizes */
+    uint32_t th, tw;       /* the tile's size: load_image's for img_size (== h, w unless the
+                              record is packed larger and resized on load) */
     uint32_t n_labels;     /* label rows */
 };
 
@@ -122,6 +124,7 @@ struct worker {
     uint8_t *ext[MAX_TILES];
     uint8_t *dec[MAX_TILES];
     uint8_t *pix[MAX_TILES]; /* unfiltered RGB8-SUB pixels (malloc on first use) */
+    uint8_t *small[MAX_TILES]; /* tiles resized on load to img_size (malloc on first use) */
     uint8_t *hwc;            /* one augmented sample, HWC */
     struct trn_aug_ws *ws;
     struct trn_sampler sampler; /* private copy; epoch switched as tasks need */
@@ -146,6 +149,9 @@ struct trn_loader {
     int cap_rows;               /* label rows one sample may produce */
     size_t max_extent, max_raw; /* largest record extent and decoded size */
     size_t max_pixels;          /* largest h * w * 3 */
+    size_t max_tile;            /* largest th * tw * 3 */
+    uint64_t n_resized;         /* records packed larger than img_size, resized on load */
+    bool round_ceil;            /* the pack sized with math.ceil (yolo-pack --resize-round) */
     int64_t *order;             /* rect: dataset indices sorted by aspect ratio */
     int32_t *shapes;            /* rect: (h, w) per batch */
     int max_h, max_w;           /* largest batch image */
@@ -341,9 +347,23 @@ static int make_tile(struct worker *w, int k, uint64_t idx, const void *payload,
         snprintf(why, why_cap, "unknown pixel format %" PRIu32, s.pixel_format);
         return 1;
     }
+    if (m->tw != m->w || m->th != m->h) {
+        if (!w->small[k] && !(w->small[k] = malloc(l->max_tile))) {
+            snprintf(w->msg, sizeof w->msg, "out of memory for pixels");
+            return -ENOMEM;
+        }
+        const int rc2 = trn_aug_resize_linear(pixels, (int)s.w, (int)s.h, w->small[k], (int)m->tw,
+                                              (int)m->th);
+        if (rc2 < 0) {
+            snprintf(w->msg, sizeof w->msg, "record %" PRIu64 ": resizing on load: %s", idx,
+                     trn_aug_strerror(rc2));
+            return rc2;
+        }
+        pixels = w->small[k];
+    }
     t->pixels = pixels;
-    t->w = (int)s.w;
-    t->h = (int)s.h;
+    t->w = (int)m->tw;
+    t->h = (int)m->th;
     t->labels = s.labels;
     t->n_labels = (int)s.n_labels;
     t->seg_n = s.n_points ? s.seg_counts : NULL;
@@ -491,7 +511,7 @@ static int plan_on_arena(struct worker *w, struct slot *sl, int j, const struct 
     size_t off = 0;
     for (int k = 0; k < n_tiles; k++) {
         const size_t bytes = (size_t)tiles[k].w * (size_t)tiles[k].h * 3;
-        /* Never true: region_bytes holds tiles_per_sample tiles of max_pixels (n_tiles follows
+        /* Never true: region_bytes holds tiles_per_sample tiles of max_tile (n_tiles follows
          * the same probabilities), and every tile is checked against its index summary. */
         if (n_tiles > l->tiles_per_sample || off + bytes > l->region_bytes) return -EINVAL;
         memcpy(region + off, tiles[k].pixels, bytes);
@@ -629,8 +649,8 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
     info->position = g;
     info->h0 = m->h0;
     info->w0 = m->w0;
-    info->h = m->h;
-    info->w = m->w;
+    info->h = m->th;
+    info->w = m->tw;
     sl->n_rows[j] = nr;
     atomic_fetch_add(&l->n_images, 1);
     return 0;
@@ -814,7 +834,8 @@ static void worker_teardown(struct worker *w)
     ffio_pinned_free(&w->scratch);
     for (int k = 0; k < MAX_TILES; k++) {
         free(w->pix[k]);
-        w->pix[k] = NULL;
+        free(w->small[k]);
+        w->pix[k] = w->small[k] = NULL;
     }
     free(w->hwc);
     w->hwc = NULL;
@@ -912,6 +933,24 @@ static bool packed_for(const struct ffr_det_summary *m, uint32_t s)
     return fabs((double)m->w - wh) <= 1.0 && fabs((double)m->h - hh) <= 1.0;
 }
 
+/* load_image's size for img_size s (the packer's rule, pack_image_target_size): r = s / max side
+ * in double, int() or ceil() of each side times r, at least 1, unchanged when r == 1. */
+static void load_size(uint32_t w0, uint32_t h0, uint32_t s, bool ceil_round, uint32_t *w,
+                      uint32_t *h)
+{
+    const double r = (double)s / (double)(h0 > w0 ? h0 : w0);
+    if (r == 1.0) {
+        *w = w0;
+        *h = h0;
+        return;
+    }
+    const double fw = (double)w0 * r, fh = (double)h0 * r;
+    *w = (uint32_t)(ceil_round ? ceil(fw) : fw);
+    *h = (uint32_t)(ceil_round ? ceil(fh) : fh);
+    if (*w < 1) *w = 1;
+    if (*h < 1) *h = 1;
+}
+
 static int scan_index(struct trn_loader *l, char *err, size_t cap)
 {
     size_t mlen = 0;
@@ -924,6 +963,7 @@ static int scan_index(struct trn_loader *l, char *err, size_t cap)
     if (!l->meta) return trn_fail(err, cap, -ENOMEM, "out of memory for %" PRIu64 " records", l->n);
     uint32_t max_labels = 0;
     const uint32_t s = (uint32_t)l->o.img_size;
+    l->round_ceil = memmem(meta, mlen, "resize_round: ceil", 18) != NULL;
     for (uint64_t i = 0; i < l->n; i++) {
         struct ffr_record_info info;
         struct ffr_det_summary sum;
@@ -937,13 +977,22 @@ static int scan_index(struct trn_loader *l, char *err, size_t cap)
         if ((rc = ffr_det_summary_check(&sum, why, sizeof why)) < 0) /* as ffr verify */
             return trn_fail(err, cap, rc,
                             "record %" PRIu64 ": %s (ffr verify names every such record)", i, why);
-        if (!packed_for(&sum, s))
-            return trn_fail(err, cap, -EINVAL,
-                            "record %" PRIu64 " is stored at %" PRIu32 "x%" PRIu32
-                            ", not at long side %" PRIu32
-                            " (--img); repack with yolo-pack --size %" PRIu32,
-                            i, sum.w, sum.h, s, s);
-        l->meta[i] = (struct rec_meta){ sum.h, sum.w, sum.h0, sum.w0, sum.n_labels };
+        uint32_t tw = sum.w, th = sum.h;
+        if (!packed_for(&sum, s)) {
+            /* Packed larger: shrink on load. Smaller would enlarge stored pixels, which is not
+             * what load_image does from the original either. */
+            if ((sum.w > sum.h ? sum.w : sum.h) < s)
+                return trn_fail(err, cap, -EINVAL,
+                                "record %" PRIu64 " is stored at %" PRIu32 "x%" PRIu32
+                                ", smaller than long side %" PRIu32
+                                " (--img): pack at --size %" PRIu32
+                                " or larger (yolo-pack --size, or --data to pack it for you)",
+                                i, sum.w, sum.h, s, s);
+            load_size(sum.w0, sum.h0, s, l->round_ceil, &tw, &th);
+            l->n_resized++;
+        }
+        l->meta[i] = (struct rec_meta){ sum.h, sum.w, sum.h0, sum.w0, th, tw, sum.n_labels };
+        if ((size_t)th * tw * 3 > l->max_tile) l->max_tile = (size_t)th * tw * 3;
         if (sum.n_labels > max_labels) max_labels = sum.n_labels;
         if (info.extent_len > l->max_extent) l->max_extent = (size_t)info.extent_len;
         if (info.raw_len > l->max_raw) l->max_raw = info.raw_len;
@@ -1053,7 +1102,7 @@ static int setup_pix(struct trn_loader *l, char *err, size_t cap)
     struct kern_ctx *const ctx = l->o.pix_ctx;
     const size_t b = (size_t)l->o.batch_size, s = (size_t)l->o.img_size;
     l->tiles_per_sample = l->probs.mosaic <= 0 ? 1 : l->probs.mixup > 0 ? 8 : 4;
-    const size_t tile_cap = ALIGN_UP(l->max_pixels, 64), host_built = ALIGN_UP(s * s * 3, 64);
+    const size_t tile_cap = ALIGN_UP(l->max_tile, 64), host_built = ALIGN_UP(s * s * 3, 64);
     l->region_bytes = (size_t)l->tiles_per_sample * tile_cap;
     if (l->region_bytes < host_built) l->region_bytes = host_built;
     const size_t arena = b * l->region_bytes, images = b * 3 * s * s * l->elem;
@@ -1206,6 +1255,15 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     }
     rc = scan_index(l, err, err_cap);
     if (rc < 0) goto fail_out;
+    if (l->n_resized)
+        log_line(l,
+                 "%" PRIu64 " of %" PRIu64 " records are packed larger than --img %d: resizing "
+                 "them on load (INTER_LINEAR from the stored pixels). %s a pack at exactly --img "
+                 "is what matches ultralytics byte for byte",
+                 l->n_resized, l->n, o->img_size,
+                 o->mode == TRN_LOADER_VAL
+                     ? "val.py shrinks the original image with INTER_AREA instead:"
+                     : "load_image resizes the original image:");
     if (o->rect) {
         rc = setup_rect(l, err, err_cap);
         if (rc < 0) goto fail_out;

@@ -24,9 +24,12 @@
  * Augmentation (training, recipe S5): a mosaic of the sample and 3 partners drawn uniformly from
  * the whole dataset with probability hyp.mosaic (else letterbox), random_perspective, mixup with
  * a second mosaic with probability hyp.mixup, HSV, flips, normalised xywh labels. Validation:
- * letterbox(auto=False, scaleup=False) only. Records must hold images already resized as
- * ultralytics' load_image does for img_size (long side img_size: yolo-pack --size) in RGB8 or
- * RGB8-SUB pixels; trn_loader_create checks the sizes in the index and refuses other datasets.
+ * letterbox(auto=False, scaleup=False) only. Records hold RGB8 or RGB8-SUB pixels resized as
+ * ultralytics' load_image does (yolo-pack --size). Packed for img_size (long side img_size),
+ * they are used as stored: ultralytics' bytes. Packed larger, each is shrunk on load to
+ * load_image's size for img_size (the pack's int/ceil rounding) with INTER_LINEAR from the
+ * stored pixels (one log line says so: load_image starts from the original image, and val.py
+ * shrinks with INTER_AREA). Packed smaller: trn_loader_create refuses the dataset.
  *
  * Bad records. A record that fails to read, fails its checksum, does not decode as a detection
  * sample, or disagrees with its index summary is reported once through the log callback with its

@@ -652,9 +652,19 @@ static void progress(struct run *R, int epoch, const double ml[3], size_t instan
         run_log(R, "%s", line);
 }
 
+/* Validation runs every epoch with the same loader: a line it printed once (its setup, a bad
+ * record) is not printed again. FNV-1a: a collision only hides a line. */
 static void val_log(void *ctx, const char *msg)
 {
-    run_log(ctx, "%s", msg);
+    struct run *R = ctx;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = msg; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    for (int i = 0; i < R->n_val_seen; i++)
+        if (R->val_seen[i] == h) return;
+    if (R->n_val_seen < (int)(sizeof R->val_seen / sizeof R->val_seen[0]))
+        R->val_seen[R->n_val_seen++] = h;
+    run_log(R, "%s", msg);
 }
 
 /* val.py's per-class rows (verbose), names from the val dataset's metadata. */

@@ -88,6 +88,8 @@ struct graph_stage {
 /* Everything a run holds; allocated once in setup. */
 struct run {
     struct trn_train_opts o; /* effective options (from the checkpoint when resuming) */
+    uint64_t val_seen[32];   /* hashes of validation log lines already printed (val_log) */
+    int n_val_seen;
     struct trn_model *m;
     const struct trn_model_info *info;
     char *model_yaml; /* the yaml text the model was built from */
