@@ -4,6 +4,8 @@
  */
 #include <cairo.h>
 #include <fontconfig/fontconfig.h>
+#include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,11 +130,69 @@ static void test_names(void)
     trn_plot_names_free(&n);
 }
 
+/* Pixels in [x0, x1) x [y0, y1) equal to c (c = UINT32_MAX: not white); rows holding one. */
+static int count_px(const uint8_t *rgb, int w, int x0, int y0, int x1, int y1, uint32_t c,
+                    int *rows)
+{
+    int n = 0;
+    *rows = 0;
+    for (int y = y0; y < y1; y++) {
+        int in_row = 0;
+        for (int x = x0; x < x1; x++) {
+            const uint32_t v = px(rgb, w, x, y);
+            in_row += c == UINT32_MAX ? v != 0xFFFFFF : v == c;
+        }
+        n += in_row;
+        *rows += in_row > 0;
+    }
+    return n;
+}
+
+/* labels.jpg / labels_correlogram.jpg: class bars in class colours and to scale, boxes drawn,
+ * histograms where the labels are, the correlogram's upper triangle empty. */
+static void test_labels(void)
+{
+    const float rows[6][5] = { { 0, 0.2f, 0.2f, 0.1f, 0.1f }, { 0, 0.3f, 0.2f, 0.1f, 0.2f },
+                               { 0, 0.4f, 0.3f, 0.2f, 0.1f }, { 2, 0.6f, 0.7f, 0.3f, 0.3f },
+                               { 5, 0.5f, 0.5f, 0.5f, 0.5f }, { 5, 0.8f, 0.8f, 0.2f, 0.2f } };
+    uint8_t *rgb = NULL;
+    int w = 0, h = 0, r0 = 0, r2 = 0, r1 = 0, rn = 0;
+    int rc = trn_plot_labels_render(&rows[0][0], 6, NULL, &rgb, &w, &h);
+    ok(rc == 0 && w == 1600 && h == 1600, "labels.jpg renders 1600 x 1600 (8 in at dpi 200)");
+    if (rc) return;
+    count_px(rgb, w, 0, 0, 800, 800, trn_plot_color(0), &r0);
+    count_px(rgb, w, 0, 0, 800, 800, trn_plot_color(2), &r2);
+    const int n1 = count_px(rgb, w, 0, 0, 800, 800, trn_plot_color(1), &r1);
+    ok(r2 > 50 && fabs((double)r0 / r2 - 3.0) < 0.05 && n1 == 0,
+       "class bars in class colours, to scale: class 0 %d px tall, class 2 %d (3:1), class 1 "
+       "absent",
+       r0, r2);
+    const int boxes = count_px(rgb, w, 800, 0, 1600, 800, UINT32_MAX, &rn);
+    ok(boxes > 500 && px(rgb, w, 1200, 400) == 0xFFFFFF,
+       "the boxes are outlined around the panel's centre (%d px), their inside blank", boxes);
+    const int xy = count_px(rgb, w, 150, 830, 500, 1450, UINT32_MAX, &rn);
+    const int wh = count_px(rgb, w, 950, 830, 1350, 1450, UINT32_MAX, &rn);
+    ok(xy > 150 && wh > 150, "x-y and width-height histograms drawn (%d, %d px)", xy, wh);
+    free(rgb);
+    rc = trn_plot_correlogram_render(&rows[0][0], 6, &rgb, &w, &h);
+    ok(rc == 0 && w == 2000 && h == 2000, "labels_correlogram.jpg renders 2000 x 2000");
+    if (rc) return;
+    const int upper = count_px(rgb, w, 1000, 0, 2000, 480, UINT32_MAX, &rn);
+    const int diag = count_px(rgb, w, 0, 0, 500, 480, UINT32_MAX, &rn);
+    const int lower = count_px(rgb, w, 0, 1500, 1500, 2000, UINT32_MAX, &rn);
+    ok(upper == 0 && diag > 1000 && lower > 1000,
+       "corner pairplot: upper triangle empty, diagonal and lower cells drawn (%d %d %d)", upper,
+       diag, lower);
+    free(rgb);
+    ok(trn_plot_labels_render(NULL, 3, NULL, &rgb, &w, &h) == -EINVAL, "NULL labels refused");
+}
+
 int main(void)
 {
     test_boxes();
     test_scaling();
     test_names();
+    test_labels();
     cairo_debug_reset_static_data();
     FcFini();
     return tap_done();

@@ -24,13 +24,6 @@ static void gauss_smooth(const double *y, int n, double sigma, double *out)
     }
 }
 
-/* A matplotlib-like tick step: 1, 2, 2.5 or 5 times a power of ten, about 5 ticks per span. */
-static double nice_step(double span)
-{
-    const double raw = span / 5, p = pow(10, floor(log10(raw))), f = raw / p;
-    return p * (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10);
-}
-
 static void strip(char *s)
 {
     char *a = s;
@@ -89,7 +82,7 @@ static void draw_panel(cairo_t *cr, double x0, double y0, double w, double h, co
     cairo_set_font_size(cr, 8);
     cairo_set_line_width(cr, 0.8);
     char lab[32];
-    const double ys_step = nice_step(hi - lo);
+    const double ys_step = plt_nice_step(hi - lo);
     for (double v = ceil(lo / ys_step) * ys_step; v <= hi + 1e-12; v += ys_step) {
         snprintf(lab, sizeof lab, "%.4g", fabs(v) < ys_step * 1e-6 ? 0.0 : v);
         cairo_text_extents(cr, lab, &te);
@@ -99,7 +92,7 @@ static void draw_panel(cairo_t *cr, double x0, double y0, double w, double h, co
         cairo_move_to(cr, l - 6 - te.x_advance, PY(v) + 3);
         cairo_show_text(cr, lab);
     }
-    double xs_step = nice_step(xhi - xlo);
+    double xs_step = plt_nice_step(xhi - xlo);
     if (xs_step < 1) xs_step = 1; /* epochs are whole */
     for (double v = ceil(xlo / xs_step) * xs_step; v <= xhi + 1e-12; v += xs_step) {
         snprintf(lab, sizeof lab, "%.4g", fabs(v) < 1e-9 ? 0.0 : v);

@@ -21,58 +21,6 @@ static const char *class_label(const struct trn_plot_names *names, int c, char *
     return buf;
 }
 
-/* A new white RGB24 surface and its context scaled to points; -ENOMEM / -EIO on failure. */
-static int figure_new(int w, int h, cairo_surface_t **sf, cairo_t **cr)
-{
-    *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
-    *cr = cairo_create(*sf);
-    if (cairo_status(*cr) != CAIRO_STATUS_SUCCESS) {
-        const int rc = cairo_status(*cr) == CAIRO_STATUS_NO_MEMORY ? -ENOMEM : -EIO;
-        cairo_destroy(*cr);
-        cairo_surface_destroy(*sf);
-        *cr = NULL;
-        *sf = NULL;
-        return rc;
-    }
-    cairo_set_source_rgb(*cr, 1, 1, 1);
-    cairo_paint(*cr);
-    cairo_scale(*cr, DPI_SCALE, DPI_SCALE);
-    cairo_select_font_face(*cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    return 0;
-}
-
-/* The surface as a malloc'd RGB8 HWC image. */
-static int surface_rgb(cairo_surface_t *sf, uint8_t **rgb, int *w_out, int *h_out)
-{
-    cairo_surface_flush(sf);
-    const int W = cairo_image_surface_get_width(sf), H = cairo_image_surface_get_height(sf);
-    const int stride = cairo_image_surface_get_stride(sf);
-    const uint8_t *data = cairo_image_surface_get_data(sf);
-    uint8_t *out = malloc((size_t)W * (size_t)H * 3);
-    if (!out) return -ENOMEM;
-    for (int y = 0; y < H; y++)
-        for (int x = 0; x < W; x++) {
-            uint32_t v;
-            memcpy(&v, data + (size_t)y * (size_t)stride + 4 * (size_t)x, 4);
-            uint8_t *p = out + ((size_t)y * (size_t)W + (size_t)x) * 3;
-            p[0] = (uint8_t)(v >> 16);
-            p[1] = (uint8_t)(v >> 8);
-            p[2] = (uint8_t)v;
-        }
-    *rgb = out;
-    *w_out = W;
-    *h_out = H;
-    return 0;
-}
-
-static void show_centered(cairo_t *cr, double x, double y, const char *s)
-{
-    cairo_text_extents_t te;
-    cairo_text_extents(cr, s, &te);
-    cairo_move_to(cr, x - te.x_advance / 2, y);
-    cairo_show_text(cr, s);
-}
-
 /* Draw one curve figure on cr (in points, 648 x 432). axes: out, in points. */
 static void curve_draw(cairo_t *cr, const struct trn_ap_result *ap, enum trn_plot_curve which,
                        const double *mean, const struct legend_entry *leg, int n_leg,
@@ -112,13 +60,13 @@ static void curve_draw(cairo_t *cr, const struct trn_ap_result *ap, enum trn_plo
         cairo_move_to(cr, l, CY(v));
         cairo_line_to(cr, l - 3.5, CY(v));
         cairo_stroke(cr);
-        show_centered(cr, CX(v), b + 3.5 + 3.5 + fs * 0.75, buf);
+        plt_show_centered(cr, CX(v), b + 3.5 + 3.5 + fs * 0.75, buf);
         cairo_text_extents_t te;
         cairo_text_extents(cr, buf, &te);
         cairo_move_to(cr, l - 3.5 - 3.5 - te.x_advance, CY(v) + fs * 0.35);
         cairo_show_text(cr, buf);
     }
-    show_centered(cr, l + pw / 2, H - 8, which == TRN_PLOT_CURVE_PR ? "Recall" : "Confidence");
+    plt_show_centered(cr, l + pw / 2, H - 8, which == TRN_PLOT_CURVE_PR ? "Recall" : "Confidence");
     cairo_save(cr);
     cairo_move_to(cr, 14, t + ph / 2);
     cairo_rotate(cr, -M_PI / 2);
@@ -132,7 +80,7 @@ static void curve_draw(cairo_t *cr, const struct trn_ap_result *ap, enum trn_plo
         snprintf(buf, sizeof buf, "Precision-Recall Curve");
     else
         snprintf(buf, sizeof buf, "%s-Confidence Curve", ylab[which]);
-    show_centered(cr, l + pw / 2, t - 7, buf);
+    plt_show_centered(cr, l + pw / 2, t - 7, buf);
     cairo_set_font_size(cr, fs);
 
     double px[TRN_AP_NPX];
@@ -235,7 +183,7 @@ static int curve_surface(const struct trn_ap_result *ap, enum trn_plot_curve whi
     n_leg++;
     cairo_surface_t *sf;
     cairo_t *cr;
-    int rc = figure_new(TRN_PLOT_CURVE_W, TRN_PLOT_CURVE_H, &sf, &cr);
+    int rc = plt_figure_new(TRN_PLOT_CURVE_W, TRN_PLOT_CURVE_H, DPI_SCALE, &sf, &cr);
     if (rc == 0) {
         struct trn_plot_box b;
         curve_draw(cr, ap, which, mean, leg, n_leg, &b);
@@ -262,7 +210,7 @@ int trn_plot_curve_render(const struct trn_ap_result *ap, enum trn_plot_curve wh
     cairo_surface_t *sf;
     int rc = curve_surface(ap, which, names, &sf, axes);
     if (rc < 0) return rc;
-    rc = surface_rgb(sf, rgb, w, h);
+    rc = plt_surface_rgb(sf, rgb, w, h);
     cairo_surface_destroy(sf);
     return rc;
 }
@@ -354,7 +302,7 @@ static int confusion_surface(const double *matrix, int nc, const struct trn_plot
     if (!(vmax > 0)) vmax = 1;
     cairo_surface_t *sf;
     cairo_t *cr;
-    int rc = figure_new(TRN_PLOT_CM_W, TRN_PLOT_CM_H, &sf, &cr);
+    int rc = plt_figure_new(TRN_PLOT_CM_W, TRN_PLOT_CM_H, DPI_SCALE, &sf, &cr);
     if (rc < 0) {
         free(a);
         return rc;
@@ -405,7 +353,7 @@ static int confusion_surface(const double *matrix, int nc, const struct trn_plot
                 else
                     cairo_set_source_rgb(cr, 1, 1, 1);
                 snprintf(buf, sizeof buf, "%.2f", v);
-                show_centered(cr, hx + cell * ((double)j + 0.5), hy + cell * ((double)i + 0.5) + 3,
+                plt_show_centered(cr, hx + cell * ((double)j + 0.5), hy + cell * ((double)i + 0.5) + 3,
                               buf);
             }
     }
@@ -438,12 +386,12 @@ static int confusion_surface(const double *matrix, int nc, const struct trn_plot
             cairo_show_text(cr, s);
             cairo_restore(cr);
         } else {
-            show_centered(cr, cx, hy + hw + 4 + fs, s);
+            plt_show_centered(cr, cx, hy + hw + 4 + fs, s);
         }
     }
     const double below = hy + hw + 4 + (vertical ? tw : fs) + 6;
     cairo_set_font_size(cr, 10);
-    show_centered(cr, hx + hw / 2, below + 10, "True");
+    plt_show_centered(cr, hx + hw / 2, below + 10, "True");
     cairo_save(cr);
     cairo_move_to(cr, 14, hy + hw / 2);
     cairo_rotate(cr, -M_PI / 2);
@@ -453,7 +401,7 @@ static int confusion_surface(const double *matrix, int nc, const struct trn_plot
     cairo_show_text(cr, "Predicted");
     cairo_restore(cr);
     cairo_set_font_size(cr, 12);
-    show_centered(cr, hx + hw / 2, top - 10, "Confusion Matrix");
+    plt_show_centered(cr, hx + hw / 2, top - 10, "Confusion Matrix");
     /* Colour bar: 0 at the bottom to vmax at the top, 5 ticks. */
     const double bx = hx + hw + 14, bw = 12;
     for (int y = 0; y < 256; y++) {
@@ -494,7 +442,7 @@ int trn_plot_confusion_render(const double *matrix, int nc, const struct trn_plo
     cairo_surface_t *sf;
     int rc = confusion_surface(matrix, nc, names, &sf, cells);
     if (rc < 0) return rc;
-    rc = surface_rgb(sf, rgb, w, h);
+    rc = plt_surface_rgb(sf, rgb, w, h);
     cairo_surface_destroy(sf);
     return rc;
 }

@@ -61,6 +61,62 @@ void plt_box_label(cairo_t *cr, const double box[4], const char *label, uint32_t
     cairo_show_text(cr, label);
 }
 
+int plt_figure_new(int w, int h, double scale, cairo_surface_t **sf, cairo_t **cr)
+{
+    *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
+    *cr = cairo_create(*sf);
+    if (cairo_status(*cr) != CAIRO_STATUS_SUCCESS) {
+        const int rc = cairo_status(*cr) == CAIRO_STATUS_NO_MEMORY ? -ENOMEM : -EIO;
+        cairo_destroy(*cr);
+        cairo_surface_destroy(*sf);
+        *cr = NULL;
+        *sf = NULL;
+        return rc;
+    }
+    cairo_set_source_rgb(*cr, 1, 1, 1);
+    cairo_paint(*cr);
+    cairo_scale(*cr, scale, scale);
+    cairo_select_font_face(*cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    return 0;
+}
+
+int plt_surface_rgb(cairo_surface_t *sf, uint8_t **rgb, int *w_out, int *h_out)
+{
+    cairo_surface_flush(sf);
+    const int W = cairo_image_surface_get_width(sf), H = cairo_image_surface_get_height(sf);
+    const int stride = cairo_image_surface_get_stride(sf);
+    const uint8_t *data = cairo_image_surface_get_data(sf);
+    uint8_t *out = malloc((size_t)W * (size_t)H * 3);
+    if (!out) return -ENOMEM;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            uint32_t v;
+            memcpy(&v, data + (size_t)y * (size_t)stride + 4 * (size_t)x, 4);
+            uint8_t *p = out + ((size_t)y * (size_t)W + (size_t)x) * 3;
+            p[0] = (uint8_t)(v >> 16);
+            p[1] = (uint8_t)(v >> 8);
+            p[2] = (uint8_t)v;
+        }
+    *rgb = out;
+    *w_out = W;
+    *h_out = H;
+    return 0;
+}
+
+void plt_show_centered(cairo_t *cr, double x, double y, const char *s)
+{
+    cairo_text_extents_t te;
+    cairo_text_extents(cr, s, &te);
+    cairo_move_to(cr, x - te.x_advance / 2, y);
+    cairo_show_text(cr, s);
+}
+
+double plt_nice_step(double span)
+{
+    const double raw = span / 5, p = pow(10, floor(log10(raw))), f = raw / p;
+    return p * (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10);
+}
+
 void trn_plots_cleanup(void)
 {
     cairo_debug_reset_static_data();

@@ -190,6 +190,34 @@ int trn_plot_val(const struct trn_ap_result *ap, const double *matrix, int nc,
                  const struct trn_plot_names *names, const char *dir, int *written, char *err,
                  size_t err_cap);
 
+/* ---------------------------------------------------------------------------------------- */
+/* The training set's labels (train.py's plot_labels, before the first epoch)                 */
+
+/*
+ * labels.jpg into a new 1600 x 1600 RGB8 image (figsize 8 x 8 at dpi 200): a 2 x 2 grid of the
+ * instances per class as bars in the class colours (x ticks the names, rotated, when there are
+ * 1..29 of them, else "classes"), the first 1000 boxes outlined in their class colours centred
+ * on a square, and the bivariate histograms (50 x 50 bins, seaborn's pmax 0.9 colour scale over
+ * light_palette(C0), empty bins blank) of the box centres (x, y) and sizes (width, height).
+ * labels: n rows (class, cx, cy, w, h) normalised, as the dataset holds them. names may be NULL.
+ * rgb: out, malloc'd, caller frees; w, h: out. Returns 0, -EINVAL, -ENOMEM or -EIO (cairo).
+ */
+int trn_plot_labels_render(const float *labels, size_t n, const struct trn_plot_names *names,
+                           uint8_t **rgb, int *w, int *h);
+
+/*
+ * labels_correlogram.jpg into a new 2000 x 2000 RGB8 image: seaborn's pairplot(corner=True,
+ * kind='hist') of x, y, width, height: 50-bin histograms on the diagonal, bivariate histograms
+ * (numpy's 'auto' bins, pmax 0.9) below it. Returns as trn_plot_labels_render.
+ */
+int trn_plot_correlogram_render(const float *labels, size_t n, uint8_t **rgb, int *w, int *h);
+
+/* Both pictures written as JPEG (TRN_PLOT_JPEG_QUALITY) into the existing directory dir as
+ * labels_correlogram.jpg and labels.jpg. err: one line naming the file on error. Returns 0 or the
+ * first error of the functions above or of trn_plot_jpeg_write. */
+int trn_plot_labels(const float *labels, size_t n, const struct trn_plot_names *names,
+                    const char *dir, char *err, size_t err_cap);
+
 /* Frees cairo's and fontconfig's process-wide caches (font maps, glyph caches) so that a
  * program that drew text exits clean under leak checkers. Call once, at exit, after all
  * drawing. */

@@ -173,7 +173,7 @@ static void *plot_job_run(void *arg)
 static void plot_first_batch(struct run *R, const struct trn_batch *b)
 {
     if (R->rank != 0 || R->o.noplots || R->o.resume || b->epoch != 0 || b->step > 2 ||
-        R->n_plot_threads > 2 || !R->o.run_dir || (!b->images && !b->device_images))
+        R->n_plot_threads > 3 || !R->o.run_dir || (!b->images && !b->device_images))
         return;
     struct plot_job *j = calloc(1, sizeof *j);
     void *img = malloc(b->image_bytes ? b->image_bytes : 1);
@@ -205,6 +205,66 @@ static void plot_first_batch(struct run *R, const struct trn_batch *b)
         R->n_plot_threads++;
     else
         plot_job_run(j);
+}
+
+/* labels.jpg and labels_correlogram.jpg (train.py's plot_labels) from the index summaries'
+ * label rows, on a thread of their own. */
+struct labels_job {
+    float *rows;
+    size_t n;
+    struct trn_plot_names names; /* borrowed views of the run's names */
+    const struct run *R;
+};
+
+static void *labels_job_run(void *arg)
+{
+    struct labels_job *j = arg;
+    char e[512] = "";
+    if (trn_plot_labels(j->rows, j->n, &j->names, j->R->o.run_dir, e, sizeof e) < 0)
+        run_log(j->R, "WARNING: %s", e);
+    free(j->rows);
+    free(j);
+    return NULL;
+}
+
+static void plot_labels(struct run *R)
+{
+    if (R->rank != 0 || R->o.noplots || R->o.resume || !R->o.run_dir) return;
+    const uint64_t n = ffr_reader_count(R->data);
+    size_t nl = 0, k = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        struct labels_job *j = NULL;
+        if (pass == 1 && (!(j = calloc(1, sizeof *j)) || !(j->rows = malloc((nl + 1) * 20)))) {
+            free(j);
+            run_log(R, "WARNING: labels.jpg: out of memory");
+            return;
+        }
+        for (uint64_t i = 0; i < n; i++) {
+            struct ffr_record_info ri;
+            struct ffr_det_summary s;
+            if (ffr_reader_info(R->data, i, &ri) < 0 ||
+                ffr_det_summary_decode(ri.summary, ri.summary_len, &s) < 0)
+                continue;
+            if (pass == 0) {
+                nl += s.n_labels;
+                continue;
+            }
+            for (uint32_t q = 0; q < s.n_labels && k < nl; q++, k++) {
+                memcpy(j->rows + 5 * k, s.labels + 5 * q, 5 * sizeof(float));
+                if (R->o.single_cls) j->rows[5 * k] = 0;
+            }
+        }
+        if (pass == 0) continue;
+        j->n = k;
+        j->names.names = R->names;
+        j->names.n = R->n_names;
+        j->R = R;
+        run_log(R, "Plotting labels to %s/labels.jpg... ", R->o.run_dir);
+        if (pthread_create(&R->plot_thread[R->n_plot_threads], NULL, labels_job_run, j) == 0)
+            R->n_plot_threads++;
+        else
+            labels_job_run(j);
+    }
 }
 
 static void autoanchor_log(void *ctx, const char *line)
@@ -463,6 +523,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     /* before the loss, which reads the anchors at its creation: AutoAnchor's, or when resuming
      * the checkpoint's buffers (its anchors; run_resume_state reads them again, with the rest) */
     if (!o->resume && !o->noautoanchor && (rc = run_autoanchor(R, err, cap)) < 0) return rc;
+    plot_labels(R);
     if (o->resume &&
         (rc = trn_ckpt_read(*C, TRN_CKPT_MODEL_BUFFER, trn_model_arena(R->m, TRN_ARENA_BUFFER),
                             R->info->arena_len[TRN_ARENA_BUFFER] * sizeof(float), err, cap)) < 0)

@@ -102,7 +102,7 @@ struct run {
     struct trn_loader *loader;
     struct kern_ctx *ctx;
     struct kern_ctx *gpu_ctx; /* o.gpu >= 0: the CUDA context the nets run on */
-    pthread_t plot_thread[3]; /* train_batch0..2.jpg, drawn beside the first batches */
+    pthread_t plot_thread[4]; /* labels.jpg, train_batch0..2.jpg, drawn beside the first batches */
     int n_plot_threads;
     struct trn_net *net, *net_last; /* full batches; the epoch's short last batch (or NULL) */
     struct trn_loss *loss, *loss_last;
