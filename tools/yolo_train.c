@@ -88,6 +88,7 @@ struct args {
     bool noplots;           /* --noplots */
     double label_smoothing; /* --label-smoothing */
     bool single_cls;        /* --single-cls */
+    bool image_weights;     /* --image-weights */
     long freeze[64];        /* --freeze N | R [R ...] */
     int n_freeze;
     bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
@@ -305,6 +306,10 @@ static int parse_args(int argc, char **argv, struct args *A)
           .n = &A->n_freeze },
         AP_OPT("--single-cls", AP_FLAG, &A->single_cls, NULL,
                "train multi-class data as single-class (every label is class 0, \"item\")"),
+        AP_OPT("--image-weights", AP_FLAG, &A->image_weights, NULL,
+               "use weighted image selection for training: each epoch draws its images with "
+               "replacement, weighted by the rarity of their classes and (1 - mAP)^2 of the "
+               "last validation (train.py's; one process only)"),
         AP_RANGE("--label-smoothing", AP_DOUBLE, &A->label_smoothing, "EPS",
                  "label smoothing epsilon (train.py's; default 0.0)", 0.0, 0.999999),
         AP_OPT("--noplots|--no-plots", AP_FLAG, &A->noplots, NULL,
@@ -903,6 +908,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.noplots = A->noplots;
     o.label_smoothing = A->label_smoothing;
     o.single_cls = A->single_cls;
+    o.image_weights = A->image_weights;
     /* train.py: freeze = [f'model.{x}.' for x in (freeze if len(freeze) > 1 else
      * range(freeze[0]))] */
     for (int i = 0; A->n_freeze == 1 && i < A->freeze[0]; i++)

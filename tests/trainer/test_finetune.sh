@@ -4,6 +4,8 @@
 # tensor whose name and shape fit is transferred, with train.py's two lines. On our checkpoint
 # (from a one-batch yolov5n run on an 8-class yolo-synth set) and, when ../shared has it, on the
 # official yolov5n.pt (80 classes onto 8: 343 of 349, the Detect convs' 6 tensors stay fresh).
+# Also the train.py flags that need a run: --label-smoothing, --single-cls, --image-weights,
+# --freeze, --batch-size -1, and labels.jpg.
 # Usage: test_finetune.sh YOLO_TRAIN YOLO_SYNTH YOLO_PACK MODELS_DIR SHARED_DIR
 set -u
 train=$1 synth=$2 pack=$3 models=$4 shared=$5
@@ -27,6 +29,9 @@ check $? "an 8-class yolo-synth set packed at 64"
 
 run 0 "yolov5n from its yaml, one batch" -- --cfg yolov5n --name a
 ckpt=$work/runs/a/weights/last.ckpt
+has "Plotting labels to $work/runs/a/labels.jpg" && [ -s "$work/runs/a/labels.jpg" ] &&
+    [ -s "$work/runs/a/labels_correlogram.jpg" ]
+check $? "labels.jpg and labels_correlogram.jpg written, with train.py's line"
 ! has "Transferred"
 check $? "no transfer line without --weights"
 
@@ -62,6 +67,10 @@ run 2 "--label-smoothing 1.5 (outside [0, 1))" -- --cfg yolov5n --label-smoothin
 run 0 "--single-cls on 8 classes" -- --cfg yolov5n --single-cls --name sc
 has "Overriding model.yaml nc=80 with nc=1" && grep -qx "single_cls: true" "$work/runs/sc/opt.yaml"
 check $? "... one class (nc=1), recorded in opt.yaml"
+
+run 0 "--image-weights" -- --cfg yolov5n --image-weights --noplots --name iw
+grep -qx "image_weights: true" "$work/runs/iw/opt.yaml" && [ ! -e "$work/runs/iw/labels.jpg" ]
+check $? "... recorded in opt.yaml; --noplots writes no labels.jpg"
 
 run 0 "--freeze 10 (the backbone)" -- --weights "$ckpt" --freeze 10 --name fz
 [ "$(grep -c '^freezing model\.[0-9]\.' "$work/err")" -gt 50 ] &&

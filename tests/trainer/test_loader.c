@@ -500,6 +500,39 @@ static void test_resize_on_load(void)
     ffr_reader_close(r);
 }
 
+/* --image-weights: with a table that holds record 3 only, every image and mosaic tile of the
+ * epoch is record 3; a value past the dataset is refused. */
+static void test_set_indices(void)
+{
+    struct trn_loader_opts o;
+    train_opts(&o, 2);
+    struct ffr_reader *r = open_ds("train.ffr");
+    struct trn_loader *l = NULL;
+    char err[512] = "";
+    int rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+    uint64_t table[N_TRAIN];
+    for (int i = 0; i < N_TRAIN; i++)
+        table[i] = 3;
+    if (rc == 0) rc = trn_loader_set_indices(l, table, 1, 0);
+    int all3 = rc == 0, batches = 0;
+    for (int bi = 0; rc == 0 && bi < EPOCH_STEPS; bi++) {
+        struct trn_batch b;
+        if (trn_loader_next(l, &b) != 0 || b.epoch != 1 || b.step != (uint64_t)bi) {
+            all3 = 0;
+            break;
+        }
+        for (int j = 0; j < b.n; j++)
+            all3 &= b.info[j].index == 3;
+        batches++;
+    }
+    ok(all3 && batches == EPOCH_STEPS, "a table of record 3: every image of epoch 1 is record 3");
+    table[5] = N_TRAIN;
+    ok(l && trn_loader_set_indices(l, table, 1, 0) == -EINVAL, "a record past the dataset refused");
+    ok(l && trn_loader_set_indices(l, NULL, 0, 0) == 0, "NULL restores the shuffle");
+    trn_loader_destroy(l);
+    ffr_reader_close(r);
+}
+
 /* ultralytics' rect shapes, computed here from the original sizes in the index. */
 static void test_val(void)
 {
@@ -832,6 +865,7 @@ int main(int argc, char **argv)
     test_shard_ranks();
     test_identity();
     test_resize_on_load();
+    test_set_indices();
     test_val();
     test_segments();
     test_single_cls();

@@ -713,6 +713,96 @@ static void test_shard_statistics(void)
     trn_sampler_destroy(&s);
 }
 
+/*
+ * --image-weights: train.py's labels_to_class_weights / labels_to_image_weights on a hand-worked
+ * example, random.choices' rates (5 sigma) and its zero-weight images never drawn, and a
+ * sampler with a table draws its images and mosaic partners through it.
+ */
+static void test_image_weights(void)
+{
+    /* images: {0, 0, 1}, {1}, {} ; nc 3: counts 2, 2, 0 (-> 1); 1/count = .5 .5 1, / 2 = .25
+     * .25 .5, x nc = .75 .75 1.5; maps 0: cw = .25 .25 .5, image weights .75 .25 0 */
+    const uint64_t first[4] = { 0, 3, 4, 4 };
+    const int32_t cls[4] = { 0, 0, 1, 1 };
+    double cw[3], iw[3];
+    int rc = trn_image_weights(first, cls, 3, 3, NULL, cw, iw);
+    ok(rc == 0 && fabs(cw[0] - 0.75) < 1e-7 && fabs(cw[2] - 1.5) < 1e-7 &&
+           fabs(iw[0] - 0.75) < 1e-7 && fabs(iw[1] - 0.25) < 1e-7 && iw[2] == 0,
+       "class weights %g %g %g, image weights %g %g %g (train.py's: .75 .75 1.5, .75 .25 0)", cw[0],
+       cw[1], cw[2], iw[0], iw[1], iw[2]);
+    const double maps[3] = { 0.5, 0, 0 };
+    rc = trn_image_weights(first, cls, 3, 3, maps, cw, iw);
+    ok(rc == 0 && fabs(iw[0] - 0.375) < 1e-7 && fabs(iw[1] - 0.25) < 1e-7,
+       "mAP 0.5 on class 0 quarters its weight: image 0 %g (0.375)", iw[0]);
+    const int32_t bad[4] = { 0, 0, 3, 1 };
+    ok(trn_image_weights(first, bad, 3, 3, NULL, cw, iw) == -EINVAL, "a class >= nc is refused");
+
+    enum { N = 4000 };
+    double *w = malloc(N * sizeof *w);
+    uint64_t *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+    for (int i = 0; i < N; i++)
+        w[i] = i % 4; /* images i % 4 == k drawn with probability k / 6 */
+    rc = trn_sampler_weighted_indices(w, N, 11, 2, a);
+    int hits[4] = { 0 }, same = rc == 0 && trn_sampler_weighted_indices(w, N, 11, 2, b) == 0;
+    for (int i = 0; rc == 0 && i < N; i++) {
+        hits[a[i] % 4]++;
+        same &= a[i] == b[i];
+    }
+    int rates = hits[0] == 0;
+    for (int k = 1; k < 4; k++) {
+        const double p = k / 6.0, sd = sqrt(N * p * (1 - p));
+        rates &= fabs(hits[k] - N * p) < 5 * sd;
+    }
+    ok(rc == 0 && rates, "random.choices rates: %d %d %d %d of %d (0, 1/6, 2/6, 3/6)", hits[0],
+       hits[1], hits[2], hits[3], N);
+    ok(same, "the same (seed, epoch) draws the same images");
+    trn_sampler_weighted_indices(w, N, 11, 3, b);
+    ok(memcmp(a, b, N * sizeof *a) != 0, "another epoch draws others");
+    w[1] = -1;
+    ok(trn_sampler_weighted_indices(w, N, 11, 2, a) == -EINVAL, "a negative weight is refused");
+    memset(w, 0, N * sizeof *w);
+    ok(trn_sampler_weighted_indices(w, N, 11, 2, a) == -EINVAL, "all-zero weights are refused");
+
+    /* A table of odd indices: every image and mosaic partner is odd; the mixup base is not
+     * drawn through it (random.randint(0, n - 1)). */
+    for (int i = 0; i < N; i++)
+        a[i] = (uint64_t)(2 * (i % (N / 2)) + 1);
+    struct trn_sampler_opts o;
+    trn_sampler_opts_default(&o);
+    o.n = N;
+    o.seed = 5;
+    struct trn_sampler s;
+    trn_sampler_init(&s, &o);
+    rc = trn_sampler_set_indices(&s, a);
+    const struct trn_plan_probs pr = { .mosaic = 1, .mixup = 1 };
+    int odd = rc == 0, even_base = 0;
+    for (uint64_t g = 0; g < 500; g++) {
+        struct trn_plan p;
+        trn_sampler_plan(&s, g, &pr, &p);
+        odd &= p.index % 2 == 1;
+        for (int k = 0; k < 4; k++)
+            odd &= p.tiles[k] % 2 == 1;
+        for (int k = 0; k < 4; k++)
+            even_base += p.mixup_tiles[k] % 2 == 0;
+    }
+    ok(odd && even_base > 0,
+       "with the table every image and partner comes from it; the mixup base does not (%d even)",
+       even_base);
+    trn_sampler_set_indices(&s, NULL);
+    struct trn_plan p;
+    trn_sampler_plan(&s, 0, &pr, &p);
+    ok(p.index == trn_sampler_index(&s, 0), "NULL restores the plain order");
+    uint64_t counts[2] = { N / 2, N / 2 };
+    struct trn_sampler sh;
+    ok(make_sharded(&sh, N, counts, 2, 7, 2, 1, 0, 0, false) == 0 &&
+           trn_sampler_set_indices(&sh, a) == -EINVAL,
+       "a shard-aware sampler refuses a table (image weights are for one process)");
+    trn_sampler_destroy(&sh);
+    free(w);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     test_philox_kat();
@@ -724,5 +814,6 @@ int main(void)
     test_shard_determinism();
     test_shard_locality();
     test_shard_statistics();
+    test_image_weights();
     return tap_done();
 }

@@ -498,8 +498,8 @@ uint64_t trn_sampler_position(const struct trn_sampler *s, uint64_t local)
 uint64_t trn_sampler_index(const struct trn_sampler *s, uint64_t g)
 {
     if (!s->shards) {
-        const uint64_t x = g % s->opts.n;
-        return s->opts.shuffle ? trn_perm_apply(&s->perm, x) : x;
+        const uint64_t x = g % s->opts.n, i = s->opts.shuffle ? trn_perm_apply(&s->perm, x) : x;
+        return s->indices ? s->indices[i] : i;
     }
     const uint32_t w = s->opts.world_size;
     g %= trn_sampler_total(s);
@@ -512,16 +512,89 @@ uint64_t trn_sampler_index(const struct trn_sampler *s, uint64_t g)
     return virtual_index(s->shards, s->opts.n, base + node_shuffle(s, m, len, q));
 }
 
-/* A uniform draw for a mosaic partner: over the dataset, or in shard mode over the span of the
- * node holding position g. */
-static uint64_t draw_partner(const struct trn_sampler *s, struct trn_rng *r, uint64_t g)
+/* A uniform draw for a mosaic partner: over the dataset (through the image-weights table when
+ * `weighted`), or in shard mode over the span of the node holding position g. */
+static uint64_t draw_partner(const struct trn_sampler *s, struct trn_rng *r, uint64_t g,
+                             bool weighted)
 {
-    if (!s->shards) return trn_rng_below(r, s->opts.n);
+    if (!s->shards) {
+        const uint64_t u = trn_rng_below(r, s->opts.n);
+        return weighted && s->indices ? s->indices[u] : u;
+    }
     const uint32_t m = (uint32_t)(g % trn_sampler_total(s) % s->opts.world_size) / s->shards->local;
     uint64_t base, len;
     uint32_t ranks;
     node_span(s, m, &base, &len, &ranks);
     return virtual_index(s->shards, s->opts.n, base + trn_rng_below(r, len));
+}
+
+int trn_sampler_set_indices(struct trn_sampler *s, const uint64_t *indices)
+{
+    if (!s || (indices && s->shards)) return -EINVAL;
+    s->indices = indices;
+    return 0;
+}
+
+int trn_sampler_weighted_indices(const double *w, uint64_t n, uint64_t seed, uint32_t epoch,
+                                 uint64_t *out)
+{
+    if (!w || !out || n == 0) return -EINVAL;
+    double *cum = malloc(n * sizeof *cum);
+    if (!cum) return -ENOMEM;
+    double total = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!(w[i] >= 0) || !isfinite(w[i])) {
+            free(cum);
+            return -EINVAL;
+        }
+        cum[i] = total += w[i]; /* itertools.accumulate */
+    }
+    if (!(total > 0)) {
+        free(cum);
+        return -EINVAL;
+    }
+    struct trn_rng r;
+    trn_rng_init(&r, seed, epoch, 0, TRN_STREAM_WEIGHTS);
+    for (uint64_t k = 0; k < n; k++) {
+        const double x = trn_rng_uniform(&r) * total;
+        uint64_t lo = 0, hi = n - 1; /* bisect(cum, x, 0, n - 1) */
+        while (lo < hi) {
+            const uint64_t mid = lo + (hi - lo) / 2;
+            if (x < cum[mid])
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        out[k] = lo;
+    }
+    free(cum);
+    return 0;
+}
+
+int trn_image_weights(const uint64_t *first, const int32_t *cls, uint64_t n, int nc,
+                      const double *maps, double *class_w, double *image_w)
+{
+    if (!first || (first[n] && !cls) || nc < 1 || !class_w || !image_w) return -EINVAL;
+    for (int c = 0; c < nc; c++)
+        class_w[c] = 0;
+    for (uint64_t k = 0; k < first[n]; k++) {
+        if (cls[k] < 0 || cls[k] >= nc) return -EINVAL;
+        class_w[cls[k]] += 1;
+    }
+    double sum = 0;
+    for (int c = 0; c < nc; c++)
+        sum += class_w[c] = 1.0 / (class_w[c] > 0 ? class_w[c] : 1.0);
+    for (int c = 0; c < nc; c++) /* float32 in ultralytics: the model's class_weights tensor */
+        class_w[c] = (double)(float)(class_w[c] / sum) * nc;
+    for (uint64_t i = 0; i < n; i++) {
+        double acc = 0;
+        for (uint64_t k = first[i]; k < first[i + 1]; k++) {
+            const double m = maps ? maps[cls[k]] : 0.0;
+            acc += class_w[cls[k]] * (1 - m) * (1 - m) / nc;
+        }
+        image_w[i] = acc;
+    }
+    return 0;
 }
 
 void trn_sampler_rng(const struct trn_sampler *s, uint64_t g, uint32_t stream, struct trn_rng *r)
@@ -535,7 +608,7 @@ static void draw_mosaic(const struct trn_sampler *s, struct trn_rng *r, uint64_t
 {
     tiles[0] = base;
     for (int k = 1; k < 4; k++)
-        tiles[k] = draw_partner(s, r, g);
+        tiles[k] = draw_partner(s, r, g, true);
     /* Fisher-Yates from the end, as Python's random.shuffle. */
     for (int i = 3; i > 0; i--) {
         const uint64_t j = trn_rng_below(r, (uint64_t)i + 1);
@@ -561,7 +634,7 @@ void trn_sampler_plan(const struct trn_sampler *s, uint64_t g, const struct trn_
     out->mosaic = trn_rng_bernoulli(&r, p->mosaic);
     draw_mosaic(s, &r, g, out->index, tiles);
     const bool mixup = trn_rng_bernoulli(&r, p->mixup);
-    draw_mosaic(s, &r, g, draw_partner(s, &r, g), mix);
+    draw_mosaic(s, &r, g, draw_partner(s, &r, g, false), mix);
     out->flipud = trn_rng_bernoulli(&r, p->flipud);
     out->fliplr = trn_rng_bernoulli(&r, p->fliplr);
 

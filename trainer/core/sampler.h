@@ -82,6 +82,8 @@ enum trn_stream {
     TRN_STREAM_MIXUP = 3,     /* the mixup mosaic: centre, random_perspective */
     TRN_STREAM_COLOR = 4,     /* mixup ratio, HSV gains */
     TRN_STREAM_LETTERBOX = 5, /* non-mosaic path: random_perspective after the letterbox */
+    TRN_STREAM_WEIGHTS = 6,   /* trn_sampler_weighted_indices (position 0): an epoch's image
+                                 weights draw */
     TRN_STREAM_USER = 16,     /* first value free for callers */
 };
 
@@ -209,6 +211,8 @@ struct trn_sampler {
     struct trn_perm perm;           /* the shuffle of `epoch` (identity when !opts.shuffle) */
     struct trn_shard_table *shards; /* shard mode: owned table of the epoch's shard order;
                                        NULL in the plain layout */
+    const uint64_t *indices;        /* trn_sampler_set_indices: borrowed table of n dataset
+                                       indices, or NULL */
 };
 
 /*
@@ -232,6 +236,38 @@ void trn_sampler_destroy(struct trn_sampler *s);
 /* Switch to epoch `epoch` (recomputes the permutation key: O(1); in shard mode also the shard
  * order: O(n_shards)). Not thread-safe on s. */
 void trn_sampler_set_epoch(struct trn_sampler *s, uint32_t epoch);
+
+/*
+ * Image weights (train.py --image-weights): ultralytics' dataset.indices. With a table of n
+ * dataset indices, the sample at position g is indices[perm(g)] and each mosaic partner is
+ * indices[u] with u uniform (random.choices(self.indices, k=3)); the mixup mosaic's base stays
+ * uniform over [0, n) (random.randint(0, n - 1)). NULL restores the plain order. The draws are
+ * the same in number, so no other stream moves. The table is borrowed: it must hold n values
+ * < n and outlive its use. Plain layout only: -EINVAL in shard mode (as ultralytics, image
+ * weights are for one process). Not thread-safe on s.
+ */
+int trn_sampler_set_indices(struct trn_sampler *s, const uint64_t *indices);
+
+/*
+ * random.choices(range(n), weights=w, k=n) for epoch `epoch`: n draws, each the first index
+ * whose cumulative weight exceeds u * total (bisect_right, as Python), u from stream
+ * TRN_STREAM_WEIGHTS of (seed, epoch, position 0). w: n finite weights >= 0 with a positive
+ * sum. out: n indices. Returns 0 or -EINVAL (n 0, a bad weight, zero total). -ENOMEM.
+ */
+int trn_sampler_weighted_indices(const double *w, uint64_t n, uint64_t seed, uint32_t epoch,
+                                 uint64_t *out);
+
+/*
+ * train.py's image weights from a dataset's labels: image i holds the classes
+ * cls[first[i] .. first[i+1]) (each in [0, nc)). class_w (nc, out): labels_to_class_weights * nc
+ * (1 / count, absent classes counted once, normalised to sum 1, times nc: model.class_weights).
+ * Then with maps (nc per-class mAP@0.5:0.95 of the last validation; NULL: zeros),
+ * cw = class_w * (1 - maps)^2 / nc and image_w[i] = sum over its labels of cw[class]
+ * (labels_to_image_weights). image_w: n, out; class_w may be recomputed each call. Returns 0,
+ * -EINVAL (a class outside [0, nc)) or -ENOMEM.
+ */
+int trn_image_weights(const uint64_t *first, const int32_t *cls, uint64_t n, int nc,
+                      const double *maps, double *class_w, double *image_w);
 
 /* Number of nodes: ceil(world_size / local_world_size) (1 when not shard-aware). */
 uint32_t trn_sampler_node_count(const struct trn_sampler *s);

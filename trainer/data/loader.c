@@ -123,9 +123,9 @@ struct worker {
     struct ffio_pinned scratch; /* record extents and decode buffers, 4096-aligned pieces */
     uint8_t *ext[MAX_TILES];
     uint8_t *dec[MAX_TILES];
-    uint8_t *pix[MAX_TILES]; /* unfiltered RGB8-SUB pixels (malloc on first use) */
+    uint8_t *pix[MAX_TILES];   /* unfiltered RGB8-SUB pixels (malloc on first use) */
     uint8_t *small[MAX_TILES]; /* tiles resized on load to img_size (malloc on first use) */
-    uint8_t *hwc;            /* one augmented sample, HWC */
+    uint8_t *hwc;              /* one augmented sample, HWC */
     struct trn_aug_ws *ws;
     struct trn_sampler sampler; /* private copy; epoch switched as tasks need */
     char msg[512];              /* error line of the last failed task */
@@ -150,6 +150,7 @@ struct trn_loader {
     size_t max_extent, max_raw; /* largest record extent and decoded size */
     size_t max_pixels;          /* largest h * w * 3 */
     size_t max_tile;            /* largest th * tw * 3 */
+    uint64_t *indices;          /* trn_loader_set_indices' table (n), or NULL */
     uint64_t n_resized;         /* records packed larger than img_size, resized on load */
     bool round_ceil;            /* the pack sized with math.ceil (yolo-pack --resize-round) */
     int64_t *order;             /* rect: dataset indices sorted by aspect ratio */
@@ -352,8 +353,8 @@ static int make_tile(struct worker *w, int k, uint64_t idx, const void *payload,
             snprintf(w->msg, sizeof w->msg, "out of memory for pixels");
             return -ENOMEM;
         }
-        const int rc2 = trn_aug_resize_linear(pixels, (int)s.w, (int)s.h, w->small[k], (int)m->tw,
-                                              (int)m->th);
+        const int rc2 =
+            trn_aug_resize_linear(pixels, (int)s.w, (int)s.h, w->small[k], (int)m->tw, (int)m->th);
         if (rc2 < 0) {
             snprintf(w->msg, sizeof w->msg, "record %" PRIu64 ": resizing on load: %s", idx,
                      trn_aug_strerror(rc2));
@@ -1376,6 +1377,7 @@ void trn_loader_destroy(struct trn_loader *l)
     }
     free(l->slots);
     free(l->meta);
+    free(l->indices);
     free(l->order);
     free(l->shapes);
     trn_sampler_destroy(&l->sampler);
@@ -1485,14 +1487,23 @@ int trn_loader_next(struct trn_loader *l, struct trn_batch *out)
     return rc;
 }
 
-int trn_loader_set_position(struct trn_loader *l, uint32_t epoch, uint64_t step)
+/* set_position, and with `table` set, the image-weights table swapped in while no worker
+ * runs (each worker's sampler copy points at it). */
+static int reposition(struct trn_loader *l, uint32_t epoch, uint64_t step, bool table,
+                      uint64_t *indices)
 {
-    if (!l || step >= l->steps) return -EINVAL;
     pthread_mutex_lock(&l->mu);
     l->paused = true;
     l->gen++;
     while (l->inflight > 0)
         pthread_cond_wait(&l->cv_done, &l->mu);
+    if (table) {
+        free(l->indices);
+        l->indices = indices;
+        trn_sampler_set_indices(&l->sampler, indices);
+        for (unsigned i = 0; i < l->n_workers; i++)
+            trn_sampler_set_indices(&l->workers[i].sampler, indices);
+    }
     l->start_epoch = epoch;
     l->start_step = step;
     l->claim_seq = 0;
@@ -1511,9 +1522,32 @@ int trn_loader_set_position(struct trn_loader *l, uint32_t epoch, uint64_t step)
     return 0;
 }
 
+int trn_loader_set_position(struct trn_loader *l, uint32_t epoch, uint64_t step)
+{
+    if (!l || step >= l->steps) return -EINVAL;
+    return reposition(l, epoch, step, false, NULL);
+}
+
 int trn_loader_set_epoch(struct trn_loader *l, uint32_t epoch)
 {
     return trn_loader_set_position(l, epoch, 0);
+}
+
+int trn_loader_set_indices(struct trn_loader *l, const uint64_t *indices, uint32_t epoch,
+                           uint64_t step)
+{
+    if (!l || step >= l->steps || l->o.mode != TRN_LOADER_TRAIN || (indices && l->sampler.shards))
+        return -EINVAL;
+    uint64_t *copy = NULL;
+    if (indices) {
+        if (!(copy = malloc(l->n * sizeof *copy))) return -ENOMEM;
+        for (uint64_t i = 0; i < l->n; i++)
+            if ((copy[i] = indices[i]) >= l->n) {
+                free(copy);
+                return -EINVAL;
+            }
+    }
+    return reposition(l, epoch, step, true, copy);
 }
 
 void trn_loader_info(struct trn_loader *l, struct trn_loader_info *out)

@@ -265,6 +265,17 @@ int trn_loader_set_position(struct trn_loader *l, uint32_t epoch, uint64_t step)
 /* trn_loader_set_position(l, epoch, 0). */
 int trn_loader_set_epoch(struct trn_loader *l, uint32_t epoch);
 
+/*
+ * Image weights (train.py --image-weights; trainer/core/sampler.h trn_sampler_set_indices): from
+ * now on the sample at each position is indices[...] of the shuffle and the mosaic partners are
+ * drawn through the table (copied: n values < n; NULL restores the plain order), then as
+ * trn_loader_set_position(l, epoch, step). Batches are a pure function of (seed, epoch, position,
+ * table). TRAIN mode on an unsharded layout (world_size 1, or one shard) only. Returns 0,
+ * -EINVAL (a value >= n, VAL mode, shard-aware sampler, bad step) or -ENOMEM.
+ */
+int trn_loader_set_indices(struct trn_loader *l, const uint64_t *indices, uint32_t epoch,
+                           uint64_t step);
+
 /* Fill *out (counters are a snapshot). out: out. */
 void trn_loader_info(struct trn_loader *l, struct trn_loader_info *out);
 

@@ -61,7 +61,7 @@ static void light_c0(cairo_t *cr, double t)
 
 /* A plotting area: pixels (points) and the data range it shows. */
 struct area {
-    double l, t, w, h;       /* points */
+    double l, t, w, h; /* points */
     double xlo, xhi, ylo, yhi;
 };
 
@@ -98,7 +98,8 @@ static void ticks(cairo_t *cr, const struct area *a, bool labels_x, bool labels_
             cairo_show_text(cr, lab);
         }
     }
-    if (xname && labels_x) plt_show_centered(cr, a->l + a->w / 2, a->t + a->h + 8 + 2.2 * fs, xname);
+    if (xname && labels_x)
+        plt_show_centered(cr, a->l + a->w / 2, a->t + a->h + 8 + 2.2 * fs, xname);
     if (yname && labels_y) {
         cairo_save(cr);
         cairo_move_to(cr, a->l - 3.5 - 6 - ywidest - 0.3 * fs, a->t + a->h / 2);
@@ -221,8 +222,9 @@ int trn_plot_labels_render(const float *labels, size_t n, const struct trn_plot_
         name_w = fmax(name_w, te.x_advance);
     }
     const double bottom = named ? fmin(name_w + 10, 140) : 36;
-    struct area a0 = { 52, 10, P - 62, P - 10 - bottom, -0.5 - 0.05 * nc, nc - 0.5 + 0.05 * nc, 0,
-                       top * 1.05 };
+    struct area a0 = {
+        52, 10, P - 62, P - 10 - bottom, -0.5 - 0.05 * nc, nc - 0.5 + 0.05 * nc, 0, top * 1.05
+    };
     for (int c = 0; c < nc; c++) {
         plt_set_rgb(cr, trn_plot_color(c));
         const double x0 = AX(&a0, c - 0.4), x1 = AX(&a0, c + 0.4), y0 = AY(&a0, count[c]);
@@ -334,7 +336,8 @@ int trn_plot_labels(const float *labels, size_t n, const struct trn_plot_names *
         int rc = k == 0 ? trn_plot_correlogram_render(labels, n, &rgb, &w, &h)
                         : trn_plot_labels_render(labels, n, names, &rgb, &w, &h);
         snprintf(path, sizeof path, "%s/%s", dir, k == 0 ? "labels_correlogram.jpg" : "labels.jpg");
-        if (rc == 0) rc = trn_plot_jpeg_write(rgb, w, h, TRN_PLOT_JPEG_QUALITY, path, err, err_cap);
+        if (rc == 0)
+            rc = trn_plot_jpeg_write(rgb, w, h, TRN_PLOT_JPEG_QUALITY, path, err, err_cap);
         else
             trn_fail(err, err_cap, rc, "%s: %s", path, strerror(-rc));
         free(rgb);

@@ -353,8 +353,8 @@ static int confusion_surface(const double *matrix, int nc, const struct trn_plot
                 else
                     cairo_set_source_rgb(cr, 1, 1, 1);
                 snprintf(buf, sizeof buf, "%.2f", v);
-                plt_show_centered(cr, hx + cell * ((double)j + 0.5), hy + cell * ((double)i + 0.5) + 3,
-                              buf);
+                plt_show_centered(cr, hx + cell * ((double)j + 0.5),
+                                  hy + cell * ((double)i + 0.5) + 3, buf);
             }
     }
     /* Tick labels: x vertical when a label is wider than a cell, y horizontal. */

@@ -267,6 +267,68 @@ static void plot_labels(struct run *R)
     }
 }
 
+/* --image-weights: the classes of every image's labels from the index summaries (no record
+ * reads), train.py's maps at 0 until the first validation. */
+static int image_weights_setup(struct run *R, char *err, size_t cap)
+{
+    if (!R->o.image_weights) return 0;
+    if (R->world > 1)
+        return trn_fail(err, cap, -EINVAL,
+                        "--image-weights is not compatible with multi-process (DDP) training, "
+                        "as in train.py");
+    const uint64_t n = ffr_reader_count(R->data);
+    const int nc = R->info->nc;
+    R->iw_first = calloc(n + 1, sizeof *R->iw_first);
+    R->iw_image = calloc(n + 1, sizeof *R->iw_image);
+    R->iw_draw = calloc(n + 1, sizeof *R->iw_draw);
+    R->iw_class = calloc((size_t)nc, sizeof *R->iw_class);
+    R->maps = calloc((size_t)nc, sizeof *R->maps);
+    if (!R->iw_first || !R->iw_image || !R->iw_draw || !R->iw_class || !R->maps)
+        return trn_fail(err, cap, -ENOMEM, "--image-weights: out of memory");
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t k = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            struct ffr_record_info ri;
+            struct ffr_det_summary s;
+            int rc = ffr_reader_info(R->data, i, &ri);
+            if (rc == 0) rc = ffr_det_summary_decode(ri.summary, ri.summary_len, &s);
+            if (rc < 0)
+                return trn_fail(err, cap, rc, "%s: record %" PRIu64 ": %s", R->o.records, i,
+                                ffr_strerror(rc));
+            R->iw_first[i] = k;
+            for (uint32_t q = 0; q < s.n_labels; q++, k++) {
+                const float c = R->o.single_cls ? 0.0f : s.labels[5 * q];
+                if (pass == 1) R->iw_cls[k] = (int32_t)c;
+                if (!(c >= 0 && c < (float)nc))
+                    return trn_fail(err, cap, -EINVAL,
+                                    "%s: record %" PRIu64 " has class %g, the model has nc=%d",
+                                    R->o.records, i, (double)c, nc);
+            }
+        }
+        R->iw_first[n] = k;
+        if (pass == 0 && !(R->iw_cls = malloc((k + 1) * sizeof *R->iw_cls)))
+            return trn_fail(err, cap, -ENOMEM, "--image-weights: out of memory");
+    }
+    return 0;
+}
+
+/* train.py at the start of each epoch with --image-weights: the epoch's images drawn with
+ * replacement by weight (random.choices), the loader moved to (epoch, step) with them. */
+static int image_weights_apply(struct run *R, int epoch, int64_t step, char *err, size_t cap)
+{
+    if (!R->o.image_weights) return 0;
+    const uint64_t n = ffr_reader_count(R->data);
+    int rc = trn_image_weights(R->iw_first, R->iw_cls, n, R->info->nc, R->maps, R->iw_class,
+                               R->iw_image);
+    if (rc == 0)
+        rc = trn_sampler_weighted_indices(R->iw_image, n, R->o.seed, (uint32_t)epoch, R->iw_draw);
+    if (rc == -EINVAL)
+        return trn_fail(err, cap, rc, "--image-weights: no image of %s has a label", R->o.records);
+    if (rc == 0)
+        rc = trn_loader_set_indices(R->loader, R->iw_draw, (uint32_t)epoch, (uint64_t)step);
+    return rc < 0 ? trn_fail(err, cap, rc, "--image-weights: %s", strerror(-rc)) : 0;
+}
+
 static void autoanchor_log(void *ctx, const char *line)
 {
     run_log(ctx, "%s", line);
@@ -419,6 +481,12 @@ static void run_free(struct run *R)
     for (int k = 0; k < R->n_names; k++)
         free(R->names[k]);
     free(R->names);
+    free(R->iw_first);
+    free(R->iw_cls);
+    free(R->iw_class);
+    free(R->iw_image);
+    free(R->maps);
+    free(R->iw_draw);
     free(R->model_yaml);
     free(R->hyp_text);
     free(R->opt_text);
@@ -793,6 +861,12 @@ static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn
         run_log(R, "%22s%11d%11" PRId64 "%11.3g%11.3g%11.3g%11.3g", "all", vr.seen, vr.n_labels,
                 vr.mp, vr.mr, vr.map50, vr.map);
         if (best) log_class_rows(R, &vr);
+        /* train.py's maps: the overall mAP, then each class's own where it has one */
+        for (int c = 0; R->maps && !best && c < R->info->nc; c++)
+            R->maps[c] = vr.map;
+        for (int i = 0; R->maps && !best && i < vr.ap.n_cls; i++)
+            if (vr.ap.cls[i] >= 0 && vr.ap.cls[i] < R->info->nc)
+                R->maps[vr.ap.cls[i]] = vr.ap.ap5095[i];
         *mt = (struct trn_train_metrics){ vr.mp,       vr.mr,       vr.map50,   vr.map,
                                           vr.loss_box, vr.loss_obj, vr.loss_cls };
     }
@@ -977,6 +1051,9 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
                    "written as 0 and best.ckpt = last.ckpt (every fitness is 0)");
     }
     if (R->world > 1 && (rc = dist_start(R, err, err_cap)) < 0) goto out;
+    if ((rc = image_weights_setup(R, err, err_cap)) < 0 ||
+        (rc = image_weights_apply(R, R->epoch, R->step, err, err_cap)) < 0)
+        goto out;
     if ((rc = run_resident_setup(R, err, err_cap)) < 0) goto out;
     if ((rc = run_graph_setup(R, err, err_cap)) < 0) goto out;
     run_log(R,
@@ -1065,6 +1142,8 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             if (R->rank == 0 && !erc && fi == R->best_fitness)
                 erc = run_save_named(R, "best", err, err_cap);
             if (R->world > 1) erc = dist_epoch_sync(R, epoch, erc, &early, err, err_cap);
+            if (!erc && !early && R->epoch < R->o.epochs)
+                erc = image_weights_apply(R, R->epoch, 0, err, err_cap);
             if ((rc = erc) < 0) goto out;
             epoch_t0 = now_s();
             epoch_images = epoch_batches = 0;

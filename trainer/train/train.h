@@ -224,6 +224,10 @@ struct trn_train_opts {
                                                    each is logged ("freezing NAME"); recorded */
     bool single_cls;    /* train.py --single-cls: one class, "item" (unless the dataset has
                            one name), every label's class 0, validation likewise; recorded */
+    bool image_weights; /* train.py --image-weights: each epoch's images drawn with replacement,
+                           weighted by their labels' classes' rarity and (1 - last mAP)^2
+                           (trn_image_weights, trn_loader_set_indices); one process only;
+                           recorded [false] */
     bool noplots;       /* train.py --noplots: no train_batch0..2.jpg, results.png, nor the
                            final validation's pictures [false] */
     bool noautoanchor;  /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which

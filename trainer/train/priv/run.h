@@ -37,6 +37,7 @@
 #include "net.h"
 #include "plots.h"
 #include "ptload.h"
+#include "sampler.h"
 #include "weights.h"
 #include "autoanchor.h"
 #include "val.h"
@@ -88,7 +89,13 @@ struct graph_stage {
 /* Everything a run holds; allocated once in setup. */
 struct run {
     struct trn_train_opts o; /* effective options (from the checkpoint when resuming) */
-    uint64_t val_seen[32];   /* hashes of validation log lines already printed (val_log) */
+    /* --image-weights: each image's label classes (CSR), the class and image weights, the
+     * last validation's per-class mAP@0.5:0.95 (train.py's maps), the epoch's draw. */
+    uint64_t *iw_first;
+    int32_t *iw_cls;
+    double *iw_class, *iw_image, *maps;
+    uint64_t *iw_draw;
+    uint64_t val_seen[32]; /* hashes of validation log lines already printed (val_log) */
     int n_val_seen;
     struct trn_model *m;
     const struct trn_model_info *info;
