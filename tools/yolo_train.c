@@ -57,6 +57,7 @@
 #include "plots.h"
 #include "rundir.h"
 #include "train.h"
+#include "evolve.h"
 #include "weights.h"
 #include "errors.h"
 
@@ -89,6 +90,7 @@ struct args {
     double label_smoothing; /* --label-smoothing */
     bool single_cls;        /* --single-cls */
     bool image_weights;     /* --image-weights */
+    const char *evolve;     /* --evolve [N]: "" for the default 300 */
     long freeze[64];        /* --freeze N | R [R ...] */
     int n_freeze;
     bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
@@ -306,6 +308,10 @@ static int parse_args(int argc, char **argv, struct args *A)
           .n = &A->n_freeze },
         AP_OPT("--single-cls", AP_FLAG, &A->single_cls, NULL,
                "train multi-class data as single-class (every label is class 0, \"item\")"),
+        AP_OPT("--evolve", AP_OPTSTR, &A->evolve, "[N]",
+               "evolve hyperparameters for N generations (default 300; train.py's): each trains "
+               "--epochs with a mutation of the best earlier results, into runs/evolve/NAME "
+               "(evolve.csv, hyp_evolve.yaml, evolve.png)"),
         AP_OPT("--image-weights", AP_FLAG, &A->image_weights, NULL,
                "use weighted image selection for training: each epoch draws its images with "
                "replacement, weighted by the rarity of their classes and (1 - mAP)^2 of the "
@@ -807,7 +813,8 @@ static long autobatch(const struct args *A, const char *cfg_path, int gpu)
 }
 
 static int do_train(const struct args *A, const struct trn_hyp *hyp, const char *cfg_path,
-                    struct trn_dist *dist, int local_world)
+                    struct trn_dist *dist, int local_world, const char *evolve_dir,
+                    struct trn_train_result *res_out)
 {
     struct trn_train_opts o;
     trn_train_opts_default(&o);
@@ -825,6 +832,9 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
             return 1;
         }
         o.resume = ckpt;
+    } else if (evolve_dir) {
+        snprintf(dir, sizeof dir, "%s", evolve_dir);
+        o.evolve = true;
     } else if (rank == 0) {
         rc = trn_run_dir(A->project, A->name, A->exist_ok, dir, sizeof dir);
         if (rc < 0) {
@@ -964,11 +974,79 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
         fprintf(stderr, PROG ": %s\n", err[0] ? err : trn_strerror(rc));
         return 1;
     }
-    if (rank == 0)
+    if (rank == 0 && !evolve_dir)
         printf("%lld batches, %.2f img/s training (%.2f img/s with validation and saving); %s\n",
                (long long)res.batches, res.train_images_per_s, res.images_per_s, res.last_path);
+    if (res_out) *res_out = res;
     /* SIGTERM / SIGUSR1 are preemption: saved, so success; SIGINT is the user's stop */
     if (rc == TRN_TRAIN_STOPPED && res.stop_signal == SIGINT) return 128 + SIGINT;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* --evolve: train.py's hyperparameter evolution (trainer/train/evolve.h)                     */
+
+static int do_evolve(const struct args *A, const struct trn_hyp *hyp, const char *cfg_path,
+                     struct trn_dist *dist, int local_world)
+{
+    long gens = 300;
+    char *end = NULL;
+    if (A->evolve[0] && ((gens = strtol(A->evolve, &end, 10)) < 1 || *end || gens > 100000))
+        return ap_error(PROG, "--evolve: '%s' is not a generation count (1..100000)", A->evolve);
+    if (trn_dist_world(dist) > 1)
+        return ap_error(PROG, "--evolve is not compatible with multi-process (DDP) training, as "
+                              "in train.py");
+    if (A->resume)
+        return ap_error(PROG, "--evolve continues an evolution with --exist-ok, not "
+                              "--resume");
+    /* train.py: the default project becomes runs/evolve */
+    struct args B = *A;
+    if (!strcmp(B.project, "runs/train")) B.project = "runs/evolve";
+    char dir[PATH_MAX - 64];
+    int rc = trn_run_dir(B.project, B.name, B.exist_ok, dir, sizeof dir);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": cannot create the run directory %s/%s: %s\n", B.project, B.name,
+                strerror(-rc));
+        return 1;
+    }
+    const bool anchors = !A->noautoanchor; /* train.py: del hyp['anchors'] with --noautoanchor */
+    char err[1024] = "", msg[8192];
+    for (long g = 0; g < gens; g++) {
+        double *rows = NULL, v[TRN_EVOLVE_MAX];
+        int nr = 0;
+        if ((rc = trn_evolve_csv_read(dir, anchors, &rows, &nr, err, sizeof err)) < 0) break;
+        if (nr > 0)
+            trn_evolve_mutate(rows, nr, anchors, (uint64_t)A->seed, (uint32_t)nr, v);
+        else
+            trn_evolve_from_hyp(hyp, anchors, v);
+        free(rows);
+        trn_evolve_constrain(v, anchors);
+        struct trn_hyp h = *hyp;
+        trn_evolve_to_hyp(v, anchors, &h);
+        struct trn_train_result res;
+        if (do_train(&B, &h, cfg_path, dist, local_world, dir, &res) != 0) return 1;
+        if (res.epoch < A->epochs) {
+            fprintf(stderr,
+                    PROG ": --evolve: generation %d stopped before its last epoch; "
+                         "evolve.csv keeps the %d finished (continue with --exist-ok)\n",
+                    nr, nr);
+            return 1;
+        }
+        const struct trn_train_metrics *m = &res.results;
+        const double r[TRN_EVOLVE_RESULT] = { m->precision, m->recall, m->map50, m->map,
+                                              m->box,       m->obj,    m->cls };
+        if ((rc = trn_evolve_record(dir, anchors, r, v, msg, sizeof msg, err, sizeof err)) < 0)
+            break;
+        printf("%s\n\n", msg);
+    }
+    if (rc == 0 && (rc = trn_evolve_plot(dir, anchors, msg, sizeof msg, err, sizeof err)) == 0)
+        printf("%s\nHyperparameter evolution finished %ld generations\nResults saved to %s\n"
+               "Usage example: $ yolo-train --hyp %s/hyp_evolve.yaml\n",
+               msg, gens, dir, dir);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": --evolve: %s\n", err);
+        return 1;
+    }
     return 0;
 }
 
@@ -1103,9 +1181,11 @@ int main(int argc, char **argv)
             trn_dist_destroy(dist);
             return 1;
         }
-        rc = do_train(&A, &hyp, path, dist, local_world);
+        rc = A.evolve ? do_evolve(&A, &hyp, path, dist, local_world)
+                      : do_train(&A, &hyp, path, dist, local_world, NULL, NULL);
     } else if (A.resume || A.weights) {
-        rc = do_train(&A, &hyp, NULL, dist, local_world);
+        rc = A.evolve ? do_evolve(&A, &hyp, NULL, dist, local_world)
+                      : do_train(&A, &hyp, NULL, dist, local_world, NULL, NULL);
     } else {
         trn_dist_destroy(dist);
         return ap_error(PROG, "training needs --cfg MODEL (e.g. --cfg yolov5n), --weights FILE "

@@ -5,7 +5,7 @@
 # (from a one-batch yolov5n run on an 8-class yolo-synth set) and, when ../shared has it, on the
 # official yolov5n.pt (80 classes onto 8: 343 of 349, the Detect convs' 6 tensors stay fresh).
 # Also the train.py flags that need a run: --label-smoothing, --single-cls, --image-weights,
-# --freeze, --batch-size -1, and labels.jpg.
+# --evolve, --freeze, --batch-size -1, and labels.jpg.
 # Usage: test_finetune.sh YOLO_TRAIN YOLO_SYNTH YOLO_PACK MODELS_DIR SHARED_DIR
 set -u
 train=$1 synth=$2 pack=$3 models=$4 shared=$5
@@ -71,6 +71,15 @@ check $? "... one class (nc=1), recorded in opt.yaml"
 run 0 "--image-weights" -- --cfg yolov5n --image-weights --noplots --name iw
 grep -qx "image_weights: true" "$work/runs/iw/opt.yaml" && [ ! -e "$work/runs/iw/labels.jpg" ]
 check $? "... recorded in opt.yaml; --noplots writes no labels.jpg"
+
+run 0 "--evolve 2 (two generations of one epoch)" -- --cfg yolov5n --evolve 2 --name ev \
+    --stop-after-steps 1000
+ev=$work/runs/ev
+[ "$(grep -c . "$ev/evolve.csv")" -eq 3 ] && grep -q "^# Best generation: [01]$" "$ev/hyp_evolve.yaml" &&
+    [ -s "$ev/evolve.png" ] && [ ! -e "$ev/weights/last.ckpt" ] &&
+    has "evolve: 2 generations finished" && has "Hyperparameter evolution finished 2 generations"
+check $? "... evolve.csv (header and 2 rows), hyp_evolve.yaml, evolve.png; no checkpoints"
+run 2 "--evolve 0" -- --cfg yolov5n --evolve 0 --name ev0
 
 run 0 "--freeze 10 (the backbone)" -- --weights "$ckpt" --freeze 10 --name fz
 [ "$(grep -c '^freezing model\.[0-9]\.' "$work/err")" -gt 50 ] &&

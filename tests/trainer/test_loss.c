@@ -544,6 +544,14 @@ static void check_cfg_from_model(void)
     ok(c.anchors[0][0][0] == 1.25f && c.anchors[0][1][1] == 3.75f &&
            c.anchors[2][2][0] == 11.65625f,
        "anchors in grid units");
+    ok(c.cls_pw == 1.0f && c.obj_pw == 1.0f, "positive weights 1 by default");
+    h.cls_pw = 1.5;
+    h.obj_pw = 0.7;
+    struct kern_yolo_loss kd;
+    ok(trn_loss_cfg_from_model(m, &h, 4, 320, 0.0f, 100, &c) == 0 && c.cls_pw == 1.5f &&
+           c.obj_pw == 0.7f && trn_loss_kern_desc(&c, &kd) == 0 && kd.cls_pw == 1.5f &&
+           kd.obj_pw == 0.7f,
+       "hyp cls_pw 1.5, obj_pw 0.7 reach kern's BCE pos_weight (train.py's BCEWithLogitsLoss)");
     h.fl_gamma = 1.5;
     is_int(trn_loss_cfg_from_model(m, &h, 4, 320, 0.0f, 100, &c), -ENOTSUP, "focal refused");
     trn_hyp_default(&h);

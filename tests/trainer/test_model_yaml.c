@@ -195,6 +195,33 @@ static void test_rules(void)
     ok(rc == 0 && trn_model_info(m)->nc == 7 && trn_model_layer(m, 8)->c_out == 36,
        "nc override 7: Detect 3 x 12 outputs");
     trn_model_destroy(m);
+    /* an anchor count (hyp anchors, or a yaml written so): parse_model's placeholders 0..2n-1 on
+     * every level, for AutoAnchor */
+    t = edit("anchors:\n  - [10,13, 16,30, 33,23]\n  - [30,61, 62,45, 59,119]\n", "anchors: 4\n");
+    rc = parse(t, 0, &m, err, sizeof err);
+    const struct trn_model_info *I = rc == 0 ? trn_model_info(m) : NULL;
+    ok(I && I->na == 4 && I->nl == 2 && I->anchors_px[1][3][0] == 6.0f &&
+           I->anchors_px[1][3][1] == 7.0f && I->anchors_px[0][0][0] == 0.0f &&
+           trn_model_layer(m, 8)->c_out == 4 * I->no,
+       "anchors: 4 -> 2 levels of 4 placeholder anchors (0,1 .. 6,7), Detect 4 x no outputs (%s)",
+       err);
+    trn_model_destroy(m);
+    free(t);
+    /* the trainer appends "anchors: N" to the yaml: a repeated key's last value wins */
+    const size_t L = strlen(tiny_head);
+    t = malloc(L + 16);
+    memcpy(t, tiny_head, L);
+    strcpy(t + L, "\nanchors: 5\n");
+    rc = parse(t, 0, &m, err, sizeof err);
+    ok(rc == 0 && trn_model_info(m)->na == 5, "an appended anchors: 5 overrides the rows (%s)",
+       err);
+    trn_model_destroy(m);
+    free(t);
+    t = edit("[[7, 4], 1, Detect, [nc, anchors]]", "[[7, 4], 1, Detect, [nc, 3]]");
+    rc = parse(t, 0, &m, err, sizeof err);
+    ok(rc == 0 && trn_model_info(m)->na == 3, "Detect [nc, 3]: 3 generated anchors (%s)", err);
+    trn_model_destroy(m);
+    free(t);
 }
 
 static void test_errors(void)
@@ -220,9 +247,9 @@ static void test_errors(void)
             "bad.yaml:10:", "YAML syntax error", "syntax error: file:line:column");
     refused("depth_multiple: 1.0", "depth_multiple: 1.0: 2", -TRN_MODEL_ESYNTAX,
             "bad.yaml:2:", "mapping values are not allowed", "syntax error in the header");
-    refused("anchors:\n  - [10,13, 16,30, 33,23]\n  - [30,61, 62,45, 59,119]\n", "anchors: 3\n",
-            -TRN_MODEL_EUNSUPPORTED, "autoanchor generation not supported yet",
-            "bad.yaml:4:", "anchors: 3 is refused clearly");
+    refused("anchors:\n  - [10,13, 16,30, 33,23]\n  - [30,61, 62,45, 59,119]\n", "anchors: 99\n",
+            -TRN_MODEL_ESCHEMA, "bad.yaml:4:", "anchors per level (1..16)",
+            "anchors: 99 per level is refused clearly");
     refused("  - [30,61, 62,45, 59,119]\n", "  - [30,61, 62,45]\n", -TRN_MODEL_ESCHEMA,
             "bad.yaml:6:", "same number", "ragged anchor rows");
     refused("  - [30,61, 62,45, 59,119]\n", "  - [30,61, 62,45, 59,-1]\n", -TRN_MODEL_ESCHEMA,
@@ -260,9 +287,6 @@ static void test_errors(void)
             "Detect not last");
     refused("[[7, 4], 1, Detect, [nc, anchors]],\n", "", -TRN_MODEL_ESCHEMA,
             "the last layer must be Detect", NULL, "no Detect");
-    refused("[[7, 4], 1, Detect, [nc, anchors]]", "[[7, 4], 1, Detect, [nc, 3]]",
-            -TRN_MODEL_EUNSUPPORTED, "autoanchor generation not supported yet", NULL,
-            "Detect with an anchor count");
     refused("nc: 4\n", "nc: 4\nactivation: nn.LeakyReLU(0.1)\n", -TRN_MODEL_EUNSUPPORTED,
             "bad.yaml:2: activation", NULL, "another activation");
     refused("[-1, 1, C3, [32]]", "[-1, 100000, C3, [32]]", -TRN_MODEL_ESCHEMA,

@@ -2,22 +2,6 @@
  * ComputeLoss (see loss.h). Tensor layouts: p[l] and dp[l] (bs, na, ny, nx, no) float32,
  * row-major; targets (nt, 6). dp is overwritten (=), never accumulated across calls.
  *
- * Float arithmetic follows PyTorch's op order in float32 (the scalars python passes are rounded
- * to float first, as PyTorch's CPU kernels do), so that the result matches a PyTorch run to
- * rounding; only the means are summed in double (PyTorch's reduction order is its own).
- */
-#include "loss.h"
-
-#include <errno.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-/*
- * ComputeLoss (see loss.h). Tensor layouts: p[l] and dp[l] (bs, na, ny, nx, no) float32,
- * row-major; targets (nt, 6). dp is overwritten (=), never accumulated across calls.
- *
  * The computation itself is kern's (kern_ref_yolo_loss on the CPU, its CUDA twin through
  * trn_loss_compute_dev): one implementation, shared with the GPU path's parity tests. This file
  * keeps the trainer's API: the configuration from a model and hyp, the trainer's own error codes
@@ -64,7 +48,7 @@ static int loss_cfg_check(const struct trn_loss_cfg *c)
     return 0;
 }
 
-/* cfg as kern's descriptor (pos weights and gr are 1: cfg_from_model refuses anything else). */
+/* cfg as kern's descriptor (gr is 1, as train.py's model.gr). */
 static void loss_to_kern(const struct trn_loss_cfg *c, struct kern_yolo_loss *d)
 {
     kern_yolo_loss_init(d, c->nl, c->na, c->nc, c->bs, c->max_targets);
@@ -82,6 +66,8 @@ static void loss_to_kern(const struct trn_loss_cfg *c, struct kern_yolo_loss *d)
     d->cls = c->cls;
     d->anchor_t = c->anchor_t;
     d->label_smoothing = c->label_smoothing;
+    d->cls_pw = c->cls_pw > 0 ? c->cls_pw : 1.0f; /* 0: a cfg filled by hand before the field */
+    d->obj_pw = c->obj_pw > 0 ? c->obj_pw : 1.0f;
 }
 
 int trn_loss_kern_desc(const struct trn_loss_cfg *cfg, struct kern_yolo_loss *out)
@@ -145,7 +131,8 @@ int trn_loss_cfg_from_model(const struct trn_model *m, const struct trn_hyp *h, 
 {
     if (!m || !h || !out || bs < 1 || imgsz < 1 || max_targets < 1) return -EINVAL;
     if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f)) return -EINVAL;
-    if (h->fl_gamma != 0.0 || h->cls_pw != 1.0 || h->obj_pw != 1.0) return -ENOTSUP;
+    if (h->fl_gamma != 0.0) return -ENOTSUP;
+    if (!(h->cls_pw > 0) || !(h->obj_pw > 0)) return -EINVAL;
     const struct trn_model_info *const I = trn_model_info(m);
     if (I->nl < 1 || I->nl > 5 || I->na < 1) return -EINVAL;
     /* The anchors as the model holds them (grid units), so a loaded checkpoint's are used. */
@@ -180,6 +167,8 @@ int trn_loss_cfg_from_model(const struct trn_model *m, const struct trn_hyp *h, 
     c.obj = (float)(h->obj * ((double)imgsz / 640.0) * ((double)imgsz / 640.0) * scale);
     c.anchor_t = (float)h->anchor_t;
     c.label_smoothing = label_smoothing;
+    c.cls_pw = (float)h->cls_pw;
+    c.obj_pw = (float)h->obj_pw;
     c.max_targets = max_targets;
     const int rc = loss_cfg_check(&c);
     if (rc < 0) return rc;
@@ -289,6 +278,6 @@ int trn_loss_compute_dev(const struct trn_loss_cfg *cfg, const struct kern_ops *
 const char *trn_loss_strerror(int rc)
 {
     if (rc == -E2BIG) return "more targets than the loss workspace was planned for";
-    if (rc == -ENOTSUP) return "focal loss and BCE positive weights are not implemented";
+    if (rc == -ENOTSUP) return "focal loss (hyp fl_gamma > 0) is not implemented";
     return trn_strerror(rc);
 }

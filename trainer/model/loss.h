@@ -72,6 +72,7 @@ struct trn_loss_cfg {
     float box, obj, cls;                 /* final gains (after train.py's scaling) */
     float anchor_t;                      /* anchor-multiple threshold (4.0) */
     float label_smoothing;               /* eps in [0, 1): cp = 1 - eps/2, cn = eps/2 */
+    float cls_pw, obj_pw;                /* BCE positive weights (hyp.cls_pw, obj_pw), > 0 */
     int max_targets;                     /* most target rows per call, >= 1 */
 };
 
@@ -80,10 +81,11 @@ struct trn_loss_cfg {
  * grids imgsz / stride; anchors from the model's anchor buffer (grid units); balance
  * [4.0, 1.0, 0.4] for 3 levels, else [4.0, 1.0, 0.25, 0.06, 0.02] (loss.py:112); box =
  * hyp.box * 3/nl, cls = hyp.cls * nc/80 * 3/nl, obj = hyp.obj * (imgsz/640)^2 * 3/nl (computed in
- * double, then rounded to float); anchor_t = hyp.anchor_t. out: out.
+ * double, then rounded to float); anchor_t = hyp.anchor_t; cls_pw, obj_pw = the hyp's
+ * (BCEWithLogitsLoss pos_weight). out: out.
  * Returns 0, -EINVAL (NULL, bs or max_targets < 1, imgsz not a multiple of every stride,
- * label_smoothing outside [0, 1), more than 5 levels), -ENOTSUP (hyp.fl_gamma != 0, cls_pw or
- * obj_pw != 1: not implemented). Thread-safe.
+ * label_smoothing outside [0, 1), more than 5 levels), -ENOTSUP (hyp.fl_gamma != 0: focal loss
+ * is not implemented). Thread-safe.
  */
 int trn_loss_cfg_from_model(const struct trn_model *m, const struct trn_hyp *h, int bs, int imgsz,
                             float label_smoothing, int max_targets, struct trn_loss_cfg *out);

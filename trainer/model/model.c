@@ -528,15 +528,25 @@ static int build_concat(struct build *b, struct trn_layer *L, const struct trn_v
     return trn_val_copy(printed, args);
 }
 
-/* Rows of w,h pixel pairs: nl rows of 2*na numbers each. */
-static int read_anchors(const struct build *b, const struct trn_val *a, int *nl, int *na,
-                        float px[TRN_MODEL_MAX_LEVELS][TRN_MODEL_MAX_ANCHORS][2])
+/* Rows of w,h pixel pairs: nl rows of 2*na numbers each; or an integer na, which parse_model
+ * turns into nl rows of the placeholders 0, 1, ..., 2na - 1 for AutoAnchor to replace
+ * (`[list(range(args[1] * 2))] * len(f)`). levels: the Detect's inputs (nl for an integer),
+ * 0 where only na is wanted. */
+static int read_anchors(const struct build *b, const struct trn_val *a, int levels, int *nl,
+                        int *na, float px[TRN_MODEL_MAX_LEVELS][TRN_MODEL_MAX_ANCHORS][2])
 {
-    if (a->type == TRN_VAL_INT)
-        return trn_fail(b->err, b->cap, -TRN_MODEL_EUNSUPPORTED,
-                        "%s:%zu: anchors: %lld asks for generated anchors; autoanchor "
-                        "generation not supported yet (give rows of w,h pixel pairs)",
-                        b->file, a->line, (long long)a->i);
+    if (a->type == TRN_VAL_INT) {
+        if (a->i < 1 || a->i > TRN_MODEL_MAX_ANCHORS)
+            return trn_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
+                            "%s:%zu: anchors: %lld anchors per level (1..%d)", b->file, a->line,
+                            (long long)a->i, TRN_MODEL_MAX_ANCHORS);
+        *nl = levels > 0 && levels <= TRN_MODEL_MAX_LEVELS ? levels : 1;
+        *na = (int)a->i;
+        for (int r = 0; r < *nl; r++)
+            for (int j = 0; j < 2 * *na; j++)
+                px[r][j / 2][j % 2] = (float)j;
+        return 0;
+    }
     if (a->type != TRN_VAL_LIST || a->n < 1 || a->n > TRN_MODEL_MAX_LEVELS)
         return trn_fail(b->err, b->cap, -TRN_MODEL_ESCHEMA,
                         "%s:%zu: anchors must be 1..%d rows of w,h pixel pairs", b->file, a->line,
@@ -578,7 +588,7 @@ static int build_detect(struct build *b, struct trn_layer *L, const struct trn_v
     if (args->n > 2)
         return fail_row(b, -TRN_MODEL_EUNSUPPORTED, args->line,
                         "%s: only the arguments [nc, anchors] are supported", b->mod);
-    if ((rc = read_anchors(b, a, &I->nl, &I->na, I->anchors_px))) return rc;
+    if ((rc = read_anchors(b, a, L->n_from, &I->nl, &I->na, I->anchors_px))) return rc;
     if (I->nl != L->n_from)
         return fail_row(b, -TRN_MODEL_ESCHEMA, 0, "%s: %d anchor rows for %d inputs", b->mod, I->nl,
                         L->n_from);
@@ -1013,7 +1023,7 @@ static int read_top(struct build *b, const struct trn_spec *sp, const struct trn
     b->anchors = &sp->key[TRN_KEY_ANCHORS];
     int nl, na;
     float px[TRN_MODEL_MAX_LEVELS][TRN_MODEL_MAX_ANCHORS][2];
-    const int rc = read_anchors(b, b->anchors, &nl, &na, px);
+    const int rc = read_anchors(b, b->anchors, 0, &nl, &na, px);
     if (rc) return rc;
     b->no = na * (b->nc + 5);
     return 0;

@@ -12,10 +12,10 @@
  * See docs/recipe.md S2 for the rules this follows.
  *
  * YAML. Top-level keys: nc (int), depth_multiple, width_multiple (numbers), anchors (a list of
- * rows of w,h pixel pairs; an integer count means "generate anchors", which is refused:
- * autoanchor generation is not supported yet), backbone and head (lists of
- * [from, number, module, args]), optional ch (input channels, default 3) and activation (only
- * nn.SiLU() is accepted). Other keys are ignored, as ultralytics ignores them. Scalars follow
+ * rows of w,h pixel pairs, or an integer count per level, which parse_model turns into the
+ * placeholders 0, 1, ..., 2n - 1 on every level for AutoAnchor to replace), backbone and head
+ * (lists of [from, number, module, args]), optional ch (input channels, default 3) and activation
+ * (only nn.SiLU() is accepted). Other keys are ignored, as ultralytics ignores them. Scalars follow
  * YAML 1.1 as PyYAML reads them (False/True/yes/no/on/off are booleans, "1e3" is a string).
  * Layers are numbered from 0 over backbone then head. `from` is -1 (the previous layer; the
  * image for layer 0), -k (k layers back), an absolute index of an earlier layer, or a list of

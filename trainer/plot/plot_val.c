@@ -215,16 +215,6 @@ int trn_plot_curve_render(const struct trn_ap_result *ap, enum trn_plot_curve wh
     return rc;
 }
 
-static int png_write(cairo_surface_t *sf, const char *path, char *err, size_t err_cap)
-{
-    cairo_surface_flush(sf);
-    const cairo_status_t st = cairo_surface_write_to_png(sf, path);
-    if (st == CAIRO_STATUS_SUCCESS) return 0;
-    if (err && err_cap)
-        snprintf(err, err_cap, "%s: cannot write: %s", path, cairo_status_to_string(st));
-    return st == CAIRO_STATUS_NO_MEMORY ? -ENOMEM : -EIO;
-}
-
 static void draw_error(char *err, size_t err_cap, const char *path, int rc)
 {
     if (err && err_cap)
@@ -246,7 +236,7 @@ int trn_plot_curve(const struct trn_ap_result *ap, enum trn_plot_curve which,
         draw_error(err, err_cap, png_path, rc);
         return rc;
     }
-    rc = png_write(sf, png_path, err, err_cap);
+    rc = plt_png_write(sf, png_path, err, err_cap);
     cairo_surface_destroy(sf);
     return rc;
 }
@@ -458,7 +448,7 @@ int trn_plot_confusion(const double *matrix, int nc, const struct trn_plot_names
         draw_error(err, err_cap, png_path, rc);
         return rc;
     }
-    rc = png_write(sf, png_path, err, err_cap);
+    rc = plt_png_write(sf, png_path, err, err_cap);
     cairo_surface_destroy(sf);
     return rc;
 }

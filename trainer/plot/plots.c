@@ -103,6 +103,16 @@ int plt_surface_rgb(cairo_surface_t *sf, uint8_t **rgb, int *w_out, int *h_out)
     return 0;
 }
 
+int plt_png_write(cairo_surface_t *sf, const char *path, char *err, size_t err_cap)
+{
+    cairo_surface_flush(sf);
+    const cairo_status_t st = cairo_surface_write_to_png(sf, path);
+    if (st == CAIRO_STATUS_SUCCESS) return 0;
+    if (err && err_cap)
+        snprintf(err, err_cap, "%s: cannot write: %s", path, cairo_status_to_string(st));
+    return st == CAIRO_STATUS_NO_MEMORY ? -ENOMEM : -EIO;
+}
+
 void plt_show_centered(cairo_t *cr, double x, double y, const char *s)
 {
     cairo_text_extents_t te;

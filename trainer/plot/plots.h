@@ -218,6 +218,23 @@ int trn_plot_correlogram_render(const float *labels, size_t n, uint8_t **rgb, in
 int trn_plot_labels(const float *labels, size_t n, const struct trn_plot_names *names,
                     const char *dir, char *err, size_t err_cap);
 
+/*
+ * evolve.png as train.py's plot_evolve: for each evolved hyperparameter k (n_keys, names), the
+ * generations' values (values: n_rows x n_keys, row-major) against their fitness (n_rows) as a
+ * scatter coloured by the log of its 20-bin 2-D histogram count (viridis, alpha 0.8), the best
+ * generation marked '+' and named in the title ("k = value", %.3g); 5 panels per row, at least
+ * 6 rows, 2000 px wide (figsize (10, 12) at dpi 200 for up to 30 keys); y ticks on the first
+ * column. rgb: out, malloc'd. Returns 0, -EINVAL (n_keys outside 1..60, n_rows < 1, NULL),
+ * -ENOMEM or -EIO.
+ */
+int trn_plot_evolve_render(const char *const *names, int n_keys, const double *values,
+                           const double *fitness, int n_rows, uint8_t **rgb, int *w, int *h);
+
+/* trn_plot_evolve_render's picture written as PNG to png_path; err names the file. */
+int trn_plot_evolve(const char *const *names, int n_keys, const double *values,
+                    const double *fitness, int n_rows, const char *png_path, char *err,
+                    size_t err_cap);
+
 /* Frees cairo's and fontconfig's process-wide caches (font maps, glyph caches) so that a
  * program that drew text exits clean under leak checkers. Call once, at exit, after all
  * drawing. */

@@ -122,13 +122,15 @@ static void log_summary(struct run *R, int yaml_nc)
     trn_model_summary(R->m, s, (size_t)n + 1);
     char *from = s;
     static const char over[] = "Overriding model.yaml nc=";
-    if (yaml_nc > 0) {
-        if (!strncmp(s, over, sizeof over - 1)) {
-            from = strchr(s, '\n');
-            from = from ? from + 1 : s + strlen(s);
-        }
-        if (yaml_nc != R->info->nc) run_log(R, "%s%d with nc=%d", over, yaml_nc, R->info->nc);
+    if (!strncmp(s, over, sizeof over - 1)) {
+        from = strchr(s, '\n');
+        from = from ? from + 1 : s + strlen(s);
+        if (yaml_nc <= 0) run_log(R, "%.*s", (int)(from - s - 1), s);
     }
+    if (yaml_nc > 0 && yaml_nc != R->info->nc)
+        run_log(R, "%s%d with nc=%d", over, yaml_nc, R->info->nc);
+    if (R->anchors_override > 0)
+        run_log(R, "Overriding model.yaml anchors with anchors=%d", R->anchors_override);
     for (char *line = from, *nl; line && *line; line = nl ? nl + 1 : NULL) {
         nl = strchr(line, '\n');
         if (nl) *nl = '\0';
@@ -553,6 +555,22 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
             trn_model_destroy(src);
             return trn_fail(err, cap, rc, "cannot read the model yaml: %s", e);
         }
+    }
+    /* the hyp's anchors (train.py's Model(..., anchors=hyp.get('anchors'))): the yaml's anchors
+     * become that many placeholders per level for AutoAnchor; appended, since a repeated key's
+     * last value wins, so the checkpoint's yaml rebuilds this model */
+    if (!o->resume && o->hyp.anchors > 0) {
+        R->anchors_override = (int)o->hyp.anchors;
+        char *t = malloc(R->model_yaml_len + 32);
+        if (!t) {
+            trn_model_destroy(src);
+            return trn_fail(err, cap, -ENOMEM, "out of memory");
+        }
+        memcpy(t, R->model_yaml, R->model_yaml_len);
+        R->model_yaml_len +=
+            (size_t)snprintf(t + R->model_yaml_len, 32, "\nanchors: %d\n", R->anchors_override);
+        free(R->model_yaml);
+        R->model_yaml = t;
     }
     struct trn_model_opts mo;
     trn_model_opts_default(&mo);
@@ -1019,7 +1037,9 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     }
     struct run *R = calloc(1, sizeof *R);
     if (!R) return -ENOMEM;
+    if (res) memset(res, 0, sizeof *res);
     R->o = *opts;
+    if (R->o.evolve) R->o.noval = R->o.noplots = true; /* train.py: evolve sets noval, nosave */
     R->dist = opts->dist;
     R->rank = rank;
     R->world = trn_dist_world(opts->dist);
@@ -1132,14 +1152,15 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
                 early = epoch - R->best_epoch >= patience;
                 if (fi > R->best_fitness) R->best_fitness = fi;
                 if (!erc) erc = run_results_append(R, epoch, mloss, &mt, err, err_cap);
+                if (res && (!R->o.noval || final)) res->results = mt;
             }
             if (res) res->last_loss = mloss[0] + mloss[1] + mloss[2];
             R->epoch++;
             R->step = 0;
             memset(R->msum, 0, sizeof R->msum);
             R->mcount = 0;
-            if (R->rank == 0 && !erc) erc = run_save_named(R, "last", err, err_cap);
-            if (R->rank == 0 && !erc && fi == R->best_fitness)
+            if (R->rank == 0 && !erc && !R->o.evolve) erc = run_save_named(R, "last", err, err_cap);
+            if (R->rank == 0 && !erc && !R->o.evolve && fi == R->best_fitness)
                 erc = run_save_named(R, "best", err, err_cap);
             if (R->world > 1) erc = dist_epoch_sync(R, epoch, erc, &early, err, err_cap);
             if (!erc && !early && R->epoch < R->o.epochs)
@@ -1163,7 +1184,8 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         const bool stop = stop_sig != 0 || (R->o.stop_after > 0 && batches >= R->o.stop_after);
         if (stop && R->epoch < R->o.epochs) {
             int src = 0;
-            if (R->rank == 0 && R->step != 0) src = run_save_named(R, "last", err, err_cap);
+            if (R->rank == 0 && R->step != 0 && !R->o.evolve)
+                src = run_save_named(R, "last", err, err_cap);
             if ((rc = dist_status(R, src, "saving last.ckpt at the stop", err, err_cap)) < 0)
                 goto out;
             run_log(R,
@@ -1183,7 +1205,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             goto out;
         }
         run_log(R, "%d epochs completed in %.3f hours.", R->epoch, (now_s() - t0) / 3600);
-        if (R->val_data && (rc = validate_best(R, err, err_cap)) < 0) goto out;
+        if (R->val_data && !R->o.evolve && (rc = validate_best(R, err, err_cap)) < 0) goto out;
         run_log(R, "Results saved to %s", R->o.run_dir);
     }
     if (res) {

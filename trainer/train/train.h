@@ -224,6 +224,9 @@ struct trn_train_opts {
                                                    each is logged ("freezing NAME"); recorded */
     bool single_cls;    /* train.py --single-cls: one class, "item" (unless the dataset has
                            one name), every label's class 0, validation likewise; recorded */
+    bool evolve;        /* one generation of train.py --evolve: only the final epoch is
+                           validated, no checkpoint is written, no final validation of
+                           best.ckpt, no pictures [false] */
     bool image_weights; /* train.py --image-weights: each epoch's images drawn with replacement,
                            weighted by their labels' classes' rarity and (1 - last mAP)^2
                            (trn_image_weights, trn_loader_set_indices); one process only;
@@ -262,6 +265,8 @@ struct trn_train_result {
     int stop_signal;           /* the *stop value that stopped the run, agreed over the ranks (the
                                   largest); 0 when not stopped by opts.stop */
     char last_path[4096];      /* weights/last.ckpt */
+    struct trn_train_metrics results; /* the last validated epoch's metrics (train.py's
+                                         `results`); zeros when none was validated */
 };
 
 /*

@@ -27,6 +27,8 @@ void plt_set_rgb(cairo_t *cr, uint32_t c);
 int plt_figure_new(int w, int h, double scale, cairo_surface_t **sf, cairo_t **cr);
 /* The surface as a malloc'd RGB8 HWC image. Returns 0 or -ENOMEM. */
 int plt_surface_rgb(cairo_surface_t *sf, uint8_t **rgb, int *w_out, int *h_out);
+/* Write sf as PNG to path; err names the file. Returns 0, -ENOMEM or -EIO. */
+int plt_png_write(cairo_surface_t *sf, const char *path, char *err, size_t err_cap);
 /* Text centred on x, baseline at y. */
 void plt_show_centered(cairo_t *cr, double x, double y, const char *s);
 /* A matplotlib-like tick step: 1, 2, 2.5 or 5 times a power of ten, about 5 ticks per span. */
