@@ -7,7 +7,9 @@
  *
  * Pixels must agree within +-1 per channel value (the test prints the largest difference and
  * how many values differ), boxes within 1e-4 after normalisation, classes exactly.
- * Usage: test_augment PATH/refs.bin
+ * Also copy_paste and its polygon fill against data_augment/copypaste.bin
+ * (make_copypaste_refs.py: cv2.drawContours and ultralytics' copy_paste), bit for bit.
+ * Usage: test_augment PATH/refs.bin [PATH/copypaste.bin]
  */
 #include "augment.h"
 #include "tap.h"
@@ -628,7 +630,9 @@ static void test_errors(void)
     trn_aug_hyp_default(&hyp);
     is_int(trn_aug_hyp_validate(&hyp), 0, "scratch-low hyp is valid");
     hyp.copy_paste = 0.1;
-    is_int(trn_aug_hyp_validate(&hyp), -ENOTSUP, "copy_paste > 0 is not supported");
+    is_int(trn_aug_hyp_validate(&hyp), 0, "copy_paste 0.1 is valid");
+    hyp.copy_paste = 1.5;
+    is_int(trn_aug_hyp_validate(&hyp), -EINVAL, "copy_paste 1.5 is not a fraction");
     hyp.copy_paste = 0, hyp.fliplr = 1.5;
     is_int(trn_aug_hyp_validate(&hyp), -EINVAL, "a probability > 1 is refused");
     hyp.fliplr = NAN;
@@ -723,6 +727,112 @@ static void test_argsort(const char *refs_bin)
        differs_from_stable);
 }
 
+/* ---- copy_paste (data_augment/copypaste.bin, make_copypaste_refs.py) ------------------ */
+
+static void test_copy_paste(const char *path)
+{
+    free(g_entries);
+    free(g_file);
+    g_entries = NULL;
+    g_file = NULL;
+    if (load_refs(path) < 0) {
+        ok(0, "cannot read %s", path);
+        return;
+    }
+    /* cv2.drawContours(FILLED) of polygons of every kind, clipping included */
+    const int np = i32(NEED("poly/count"), 0);
+    int same = 0, worst = -1, worst_diff = 0;
+    for (int k = 0; k < np; k++) {
+        const struct entry *pe = NEED("poly/%d/pts", k), *me = NEED("poly/%d/mask", k);
+        const int h = (int)me->dims[0], w = (int)me->dims[1], n = (int)pe->dims[0];
+        uint8_t *m = calloc((size_t)w * h, 1);
+        int32_t *xy = malloc(2 * (size_t)n * sizeof *xy);
+        for (int i = 0; i < 2 * n; i++)
+            xy[i] = i32(pe, (size_t)i);
+        trn_aug_fill_poly(m, w, h, xy, n, 1);
+        int diff = 0;
+        for (size_t i = 0; i < (size_t)w * h; i++)
+            diff += m[i] != ((const uint8_t *)me->data)[i];
+        if (diff == 0)
+            same++;
+        else if (diff > worst_diff)
+            worst = k, worst_diff = diff;
+        free(m);
+        free(xy);
+    }
+    ok(same == np,
+       "fillPoly: %d of %d polygons (convex, concave, self-intersecting, clipped) "
+       "equal OpenCV 4.6's pixels (worst: polygon %d, %d pixels)",
+       same, np, worst, worst_diff);
+
+    /* copy_paste on canvases with the reference's random.sample draw */
+    const int nc = i32(NEED("cp/count"), 0);
+    int pix_ok = 0, lab_ok = 0, seg_ok = 0, pasted = 0;
+    for (int k = 0; k < nc; k++) {
+        const struct entry *ie = NEED("cp/%d/img", k), *le = NEED("cp/%d/labels", k);
+        const struct entry *sne = NEED("cp/%d/seg_n", k), *sxe = NEED("cp/%d/seg_xy", k);
+        const struct entry *oe = NEED("cp/%d/order", k), *out = NEED("cp/%d/out", k);
+        const struct entry *ole = NEED("cp/%d/out_labels", k);
+        const struct entry *osn = NEED("cp/%d/out_seg_n", k), *osx = NEED("cp/%d/out_seg_xy", k);
+        const int w = i32(ie, 1), h = i32(ie, 2), n = (int)le->dims[0], kk = (int)oe->dims[0];
+        uint8_t *img = gen_image(w, h, i32(ie, 0)), *mask = malloc((size_t)w * h);
+        float *rows = malloc(10 * (size_t)n * sizeof *rows);
+        uint32_t *seg_n = malloc(2 * (size_t)n * sizeof *seg_n);
+        float *seg_xy = malloc(2 * 2 * sxe->dims[0] * sizeof *seg_xy);
+        int *sel = malloc((size_t)kk * sizeof *sel);
+        for (size_t i = 0; i < 5 * (size_t)n; i++)
+            rows[i] = f32(le, i);
+        for (int i = 0; i < n; i++)
+            seg_n[i] = (uint32_t)i32(sne, (size_t)i);
+        for (size_t i = 0; i < 2 * sxe->dims[0]; i++)
+            seg_xy[i] = f32(sxe, i);
+        for (int i = 0; i < kk; i++)
+            sel[i] = i32(oe, (size_t)i);
+        struct trn_aug_boxes b = { .rows = rows,
+                                   .seg_n = seg_n,
+                                   .seg_xy = seg_xy,
+                                   .n = n,
+                                   .cap_rows = 2 * n,
+                                   .n_points = sxe->dims[0],
+                                   .cap_points = 2 * sxe->dims[0] };
+        const int added = trn_aug_copy_paste_labels(&b, w, h, sel, kk, mask);
+        if (added > 0) trn_aug_copy_paste_pixels(img, w, h, mask);
+        pasted += added > 0 ? added : 0;
+        pix_ok += added >= 0 && !memcmp(img, out->data, (size_t)w * h * 3);
+        int lab = added >= 0 && b.n == (int)ole->dims[0];
+        for (size_t i = 0; lab && i < 5 * (size_t)b.n; i++)
+            lab &= rows[i] == f32(ole, i);
+        lab_ok += lab;
+        int sg = lab && b.n_points == osx->dims[0];
+        for (int i = 0; sg && i < b.n; i++)
+            sg &= seg_n[i] == (uint32_t)i32(osn, (size_t)i);
+        for (size_t i = 0; sg && i < 2 * b.n_points; i++)
+            sg &= seg_xy[i] == f32(osx, i);
+        seg_ok += sg;
+        free(img), free(mask), free(rows), free(seg_n), free(seg_xy), free(sel);
+    }
+    ok(pix_ok == nc, "copy_paste: %d of %d canvases equal ultralytics' + OpenCV's bytes", pix_ok,
+       nc);
+    ok(lab_ok == nc && seg_ok == nc,
+       "copy_paste: labels (%d of %d) and polygons (%d) equal, bit for bit; %d copies pasted",
+       lab_ok, nc, seg_ok, pasted);
+
+    /* random.sample: k = round(p * n) half to even, distinct indices, repeatable */
+    int sel[64], sel2[64];
+    ok(trn_aug_copy_paste_select(7, 5, 0.5, sel) == 2 &&
+           trn_aug_copy_paste_select(7, 3, 0.5, sel) == 2 &&
+           trn_aug_copy_paste_select(7, 1, 0.5, sel) == 0 &&
+           trn_aug_copy_paste_select(7, 8, 1.0, sel) == 8,
+       "k = round(p * n): 2.5 -> 2, 1.5 -> 2, 0.5 -> 0, 8 -> 8");
+    trn_aug_copy_paste_select(11, 64, 0.5, sel);
+    trn_aug_copy_paste_select(11, 64, 0.5, sel2);
+    int distinct = 1;
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < i; j++)
+            distinct &= sel[i] != sel[j];
+    ok(distinct && !memcmp(sel, sel2, sizeof sel), "a permutation, the same for the same key");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -745,6 +855,7 @@ int main(int argc, char **argv)
     test_samples();
     test_draws();
     test_errors();
+    if (argc > 2) test_copy_paste(argv[2]);
     for (int g = 0; g < 16; g++)
         if (g_group_names[g])
             tap_diag("max pixel |diff| vs OpenCV, %s: %d", g_group_names[g], g_worst[g]);

@@ -17,6 +17,7 @@
  * Only exact colours count: interior pixels keep their colour through bilinear warps (the
  * weights sum to one exactly) and HSV maps a colour to one colour (the output width is a
  * multiple of 32, OpenCV's SIMD block), while edge pixels are blends and are ignored.
+ * copy_paste's mirrored copies are checked in test_copy_paste (below).
  * Mixup is checked by composition: the sample equals the pixel blend of its two mosaics and its
  * labels are their concatenation.
  */
@@ -376,11 +377,124 @@ static void test_mixup(void)
     trn_aug_ws_destroy(ws);
 }
 
+/*
+ * copy_paste (hyp.copy_paste 1: every polygon label tried): a label's mirrored copy carries its
+ * class, so a colour may now have several boxes. Without rotation or shear (boxes of rectangles
+ * are then exact): every exact interior pixel of a colour lies in one of its boxes (2 px), and
+ * every box of 6 px or more holds pixels of its colour unless other boxes cover all of it
+ * (copy_paste lets a copy hide up to 30% of each label, so several may hide one) or it touches
+ * the output's border (the warp may keep just the hidden part; counted).
+ */
+static void test_copy_paste(void)
+{
+    struct trn_aug_ws *ws = NULL;
+    if (trn_aug_ws_create(S, 128, 512, &ws) < 0) {
+        ok(0, "workspace");
+        return;
+    }
+    static struct tile_buf tb[4];
+    static uint8_t out[S * S * 3];
+    float rows[5 * 128];
+    long outside = 0, invented = 0, checked = 0, boxes = 0, copies = 0, errors = 0;
+    long border_hidden = 0;
+    for (int it = 0; it < ITERS; it++) {
+        struct trn_aug_hyp hyp;
+        trn_aug_hyp_default(&hyp);
+        hyp.hsv_h = hyp.hsv_s = hyp.hsv_v = 0;
+        hyp.translate = 0.3 * urand(NULL);
+        hyp.scale = 0.5 * urand(NULL);
+        hyp.flipud = hyp.fliplr = 0.5;
+        hyp.mosaic = 1;
+        hyp.copy_paste = 1;
+        struct trn_aug_draws d;
+        trn_aug_draws_fill(&hyp, S, urand, NULL, &d);
+        d.copy_paste_key[0] = (uint64_t)(urand(NULL) * 0x1p53);
+        int colour = irand(0, N_COLOURS - 1);
+        struct trn_aug_tile tiles[4];
+        for (int t = 0; t < 4; t++) {
+            int w = S, h = irand(S / 3, S);
+            if (urand(NULL) < 0.5) w = h, h = S;
+            make_tile(&tb[t], w, h, true, &colour);
+            tiles[t] = tb[t].t;
+        }
+        const int n = trn_aug_train_sample(ws, &hyp, &d, tiles, 4, out, rows, 128);
+        if (n < 0) {
+            if (errors++ < 3) tap_diag("train_sample: %s", trn_aug_strerror(n));
+            continue;
+        }
+        int per[N_COLOURS] = { 0 };
+        double bx[128][4];
+        for (int i = 0; i < n; i++) {
+            const float *r = rows + 5 * i;
+            bx[i][0] = (r[1] - r[3] / 2) * S, bx[i][2] = (r[1] + r[3] / 2) * S;
+            bx[i][1] = (r[2] - r[4] / 2) * S, bx[i][3] = (r[2] + r[4] / 2) * S;
+            copies += per[(int)r[0]]++ == 1;
+        }
+        static int seen[128];
+        memset(seen, 0, sizeof seen);
+        for (int y = 1; y + 1 < S; y++)
+            for (int x = 1; x + 1 < S; x++) {
+                const uint8_t *p = out + ((size_t)y * S + x) * 3;
+                int c = 0;
+                while (c < N_COLOURS && memcmp(p, g_pal[c], 3))
+                    c++;
+                if (c == N_COLOURS || memcmp(p, p - 3, 3) || memcmp(p, p + 3, 3) ||
+                    memcmp(p, p - 3 * S, 3) || memcmp(p, p + 3 * S, 3))
+                    continue; /* interior pixels only: edges are blends */
+                checked++;
+                bool in = false;
+                for (int i = 0; i < n; i++) {
+                    if ((int)rows[5 * i] != c) continue;
+                    if (x >= bx[i][0] - 2 && x <= bx[i][2] + 2 && y >= bx[i][1] - 2 &&
+                        y <= bx[i][3] + 2) {
+                        in = true;
+                        seen[i] = 1;
+                    }
+                }
+                if (!in && outside++ < 5)
+                    tap_diag("colour %d pixel (%d, %d) in none of its %d boxes", c, x, y, per[c]);
+            }
+        for (int i = 0; i < n; i++) {
+            if (bx[i][2] - bx[i][0] < 6 || bx[i][3] - bx[i][1] < 6) continue;
+            boxes++;
+            if (seen[i]) continue;
+            bool covered = true; /* every pixel of the box inside some other box */
+            for (int y = (int)ceil(bx[i][1]); covered && y < (int)bx[i][3]; y++)
+                for (int x = (int)ceil(bx[i][0]); covered && x < (int)bx[i][2]; x++) {
+                    bool any = false;
+                    for (int j = 0; j < n && !any; j++)
+                        any = j != i && x >= bx[j][0] && x <= bx[j][2] && y >= bx[j][1] &&
+                              y <= bx[j][3];
+                    covered = any;
+                }
+            /* at the output's border the warp may have kept only the part of a label that a
+             * copy hides (up to 30% of its canvas box): its pixels are then all gone */
+            const bool at_border =
+                bx[i][0] <= 0.5 || bx[i][1] <= 0.5 || bx[i][2] >= S - 0.5 || bx[i][3] >= S - 0.5;
+            if (!covered && at_border)
+                border_hidden++;
+            else if (!covered && invented++ < 5)
+                tap_diag("box of colour %d [%.1f,%.1f]-[%.1f,%.1f] holds none of its pixels",
+                         (int)rows[5 * i], bx[i][0], bx[i][1], bx[i][2], bx[i][3]);
+        }
+    }
+    is_int(errors, 0, "copy_paste: %d samples run", ITERS);
+    ok(copies > ITERS / 2 && checked > 10000,
+       "copy_paste: %ld mirrored copies labelled, %ld boxes, %ld exact pixels checked", copies,
+       boxes, checked);
+    is_int(outside, 0, "copy_paste: every exact pixel inside one of its colour's boxes (2 px)");
+    is_int(invented, 0, "copy_paste: no box without its colour (unless others cover it)");
+    tap_diag("copy_paste: boxes at the output border whose visible part a copy hides: %ld",
+             border_hidden);
+    trn_aug_ws_destroy(ws);
+}
+
 int main(void)
 {
     make_palette();
     test_random_settings(false);
     test_random_settings(true);
     test_mixup();
+    test_copy_paste();
     return tap_done();
 }

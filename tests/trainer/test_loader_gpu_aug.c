@@ -5,10 +5,10 @@
  * targets and per-image info identical, over two epochs; 1 and 3 workers, a threaded context,
  * Sub-filtered records; resume at a position and set_position; records whose letterbox must
  * resize (packed one pixel larger) built on the host and still identical; validation (plain and
- * rect) untouched by pix_ctx; bad records reported and skipped or failing as on the host path;
- * option errors. The CUDA ops equal the same reference (tests/kernels/test_cuda_parity_augment.c),
- * so this is the whole of the loader's side.
- * Usage: test_loader_gpu_aug YOLO_SYNTH YOLO_PACK
+ * rect) untouched by pix_ctx; copy_paste's pasting samples built on the host, same bytes; bad
+ * records reported and skipped or failing as on the host path; option errors. The CUDA ops equal
+ * the same reference (tests/kernels/test_cuda_parity_augment.c), so this is the whole of the
+ * loader's side. Usage: test_loader_gpu_aug YOLO_SYNTH YOLO_PACK
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -297,6 +297,42 @@ static void test_host_built(struct kern_ctx *k)
     unsave(b, 2);
 }
 
+/* copy_paste (polygon records): pasting canvases are built on the host, planned ones on the
+ * context, and the batches equal the plain loader's; the copies add rows. */
+static void test_copy_paste(struct kern_ctx *k)
+{
+    struct saved a[EPOCH_STEPS], b[EPOCH_STEPS], c[EPOCH_STEPS];
+    struct trn_loader_opts o;
+    struct logbuf lb;
+    char err[512] = "";
+    size_t bytes;
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    memset(c, 0, sizeof c);
+    memset(&lb, 0, sizeof lb);
+    train_opts(&o, 2);
+    o.hyp.copy_paste = 0.5;
+    int rc = collect("train-seg.ffr", &o, a, EPOCH_STEPS, NULL, NULL, err, sizeof err);
+    o.pix_ctx = k;
+    o.pix_ops = kern_ops_ref();
+    if (rc == 0) rc = collect("train-seg.ffr", &o, b, EPOCH_STEPS, &lb, NULL, err, sizeof err);
+    ok(rc == 0 && all_same(a, b, EPOCH_STEPS, 1, &bytes) &&
+           count(lb.text, "copy_paste pasted on its mosaic canvas") == 1,
+       "copy_paste 0.5: host-built pasting samples and planned ones, the same bytes, said once "
+       "(%s)",
+       err);
+    train_opts(&o, 2);
+    if (rc == 0) rc = collect("train-seg.ffr", &o, c, EPOCH_STEPS, NULL, NULL, err, sizeof err);
+    size_t with = 0, without = 0;
+    for (int i = 0; rc == 0 && i < EPOCH_STEPS; i++)
+        with += a[i].nt, without += c[i].nt;
+    ok(rc == 0 && with > without, "the mirrored copies add target rows: %zu, %zu without", with,
+       without);
+    unsave(a, EPOCH_STEPS);
+    unsave(b, EPOCH_STEPS);
+    unsave(c, EPOCH_STEPS);
+}
+
 /* Validation keeps the host path: pix_ctx is ignored, plain and rect. */
 static void test_val(struct kern_ctx *k)
 {
@@ -419,7 +455,12 @@ int main(int argc, char **argv)
         run("%s %s/synth -o %s/train-129.ffr --size %d --split train2017 -q -j 1", pack, dir, dir,
             IMG + 1) == 0 &&
         run("%s %s/synth -o %s/val.ffr --size %d --split val2017 -q -j 1", pack, dir, dir, IMG) ==
-            0;
+            0 &&
+        run("%s %s/synthc --split train2017=%d --seed 6 --min-side 48 --max-side 200 --format "
+            "coco --classes 4 --max-objects 5",
+            synth, dir, N_TRAIN) == 0 &&
+        run("%s %s/synthc -o %s/train-seg.ffr --size %d --split train2017 -q -j 1", pack, dir, dir,
+            IMG) == 0;
     if (!ok(made, "yolo-synth and yolo-pack made the datasets in %s", dir)) {
         printf("# see %s/stderr.txt\n", dir);
         return tap_done();
@@ -428,6 +469,7 @@ int main(int argc, char **argv)
     if (!ok(k && k3, "CPU kern contexts (1 and 3 threads)")) return tap_done();
     test_train(k, k3);
     test_host_built(k);
+    test_copy_paste(k);
     test_val(k);
     test_bad_records(k);
     test_errors(k);

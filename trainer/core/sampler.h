@@ -85,6 +85,7 @@ enum trn_stream {
     TRN_STREAM_WEIGHTS = 6,   /* trn_sampler_weighted_indices (position 0): an epoch's image
                                  weights draw */
     TRN_STREAM_EVOLVE = 7,    /* --evolve (epoch = generation, position 0): parent, mutation */
+    TRN_STREAM_COPYPASTE = 8, /* hyp.copy_paste > 0: the keys of copy_paste's draws */
     TRN_STREAM_USER = 16,     /* first value free for callers */
 };
 

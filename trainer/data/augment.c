@@ -70,7 +70,6 @@ int trn_aug_hyp_validate(const struct trn_aug_hyp *hyp)
     const double probs[] = { hyp->flipud, hyp->fliplr, hyp->mosaic, hyp->mixup, hyp->copy_paste };
     for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++)
         if (probs[i] > 1) return -EINVAL;
-    if (hyp->copy_paste > 0) return -ENOTSUP;
     return 0;
 }
 
@@ -681,13 +680,16 @@ int trn_aug_rect_shapes(const int32_t *hw, int64_t n, int batch, int img_size, i
 /* ---- workspace and whole samples -------------------------------------------------------- */
 
 struct trn_aug_ws {
-    int s;             /* img_size */
-    uint8_t *canvas;   /* 2s * 2s * 3: mosaic canvas, or the letterboxed image */
-    uint8_t *mix;      /* s * s * 3: the mixup mosaic after its warp */
-    uint32_t *seg_n;   /* [cap_rows] */
-    int cap_rows;      /* rows seg_n holds */
-    float *seg_xy;     /* [cap_points][2] */
-    size_t cap_points; /* points seg_xy holds */
+    int s;               /* img_size */
+    uint8_t *cp_mask[2]; /* copy_paste: each mosaic's 2s x 2s mask (allocated on first use) */
+    bool cp_on[2];       /* the last plan pasted on canvas k */
+    int *cp_sel;         /* [cap_rows] copy_paste's draw */
+    uint8_t *canvas;     /* 2s * 2s * 3: mosaic canvas, or the letterboxed image */
+    uint8_t *mix;        /* s * s * 3: the mixup mosaic after its warp */
+    uint32_t *seg_n;     /* [cap_rows] */
+    int cap_rows;        /* rows seg_n holds */
+    float *seg_xy;       /* [cap_points][2] */
+    size_t cap_points;   /* points seg_xy holds */
 };
 
 size_t trn_aug_ws_bytes(int img_size, int max_labels, size_t max_points)
@@ -707,6 +709,9 @@ static int ws_reserve(struct trn_aug_ws *ws, long long rows, long long points)
         uint32_t *p = realloc(ws->seg_n, sizeof *p * (size_t)(cap > 0 ? cap : 1));
         if (!p) return -ENOMEM;
         ws->seg_n = p;
+        int *q = realloc(ws->cp_sel, sizeof *q * (size_t)(cap > 0 ? cap : 1));
+        if (!q) return -ENOMEM;
+        ws->cp_sel = q;
         ws->cap_rows = cap;
     }
     if ((size_t)points > ws->cap_points) {
@@ -746,7 +751,33 @@ void trn_aug_ws_destroy(struct trn_aug_ws *ws)
     free(ws->mix);
     free(ws->seg_n);
     free(ws->seg_xy);
+    free(ws->cp_sel);
+    free(ws->cp_mask[0]);
+    free(ws->cp_mask[1]);
     free(ws);
+}
+
+/* copy_paste on mosaic k's canvas labels b (before the warp): the draw from key, the accepted
+ * rows appended to b, their mask in ws->cp_mask[k] and ws->cp_on[k] set when any. */
+static int mosaic_copy_paste(struct trn_aug_ws *ws, double p, uint64_t key, int k,
+                             struct trn_aug_boxes *b)
+{
+    if (!(p > 0) || !b->seg_n) return 0;
+    const int W = 2 * ws->s;
+    int n = 0;
+    for (int r = 0; r < b->n; r++)
+        if (b->seg_n[r] > 0) ws->cp_sel[n++] = r; /* the rows with polygons, in order */
+    if (n == 0) return 0;
+    int *pick = ws->cp_sel + n; /* cap_rows >= 2 * rows: room for the permutation */
+    const int kk = trn_aug_copy_paste_select(key, n, p, pick);
+    if (kk < 0) return kk;
+    for (int i = 0; i < kk; i++)
+        pick[i] = ws->cp_sel[pick[i]];
+    if (!ws->cp_mask[k] && !(ws->cp_mask[k] = malloc((size_t)W * (size_t)W))) return -ENOMEM;
+    const int added = trn_aug_copy_paste_labels(b, W, W, pick, kk, ws->cp_mask[k]);
+    if (added < 0) return added;
+    ws->cp_on[k] = added > 0;
+    return 0;
 }
 
 /*
@@ -755,7 +786,8 @@ void trn_aug_ws_destroy(struct trn_aug_ws *ws)
  */
 static int mosaic_plan(struct trn_aug_ws *ws, const struct trn_aug_mosaic_draws *m,
                        const struct trn_aug_tile *tiles, const uint8_t *const *pix,
-                       struct kern_aug_sample *p, int k, float *rows, int cap_rows)
+                       struct kern_aug_sample *p, int k, double cp, uint64_t cp_key, float *rows,
+                       int cap_rows)
 {
     const int s = ws->s;
     if (m->xc < 0 || m->yc < 0 || m->xc > 2 * s || m->yc > 2 * s) return -EINVAL;
@@ -772,6 +804,8 @@ static int mosaic_plan(struct trn_aug_ws *ws, const struct trn_aug_mosaic_draws 
     if (nrows > b.cap_rows || (size_t)points > b.cap_points) return -ENOSPC;
     mosaic_canvas(s, m->xc, m->yc, tiles, pix, &p->canvas[k]);
     mosaic_labels(s, tiles, &p->canvas[k], segs, &b);
+    const int rc = mosaic_copy_paste(ws, cp, cp_key, k, &b);
+    if (rc < 0) return rc;
     /* border -s/2 on each side: the 2s canvas becomes s */
     double M[9];
     trn_aug_perspective_matrix(2 * s, 2 * s, s, s, &m->persp, M);
@@ -820,6 +854,7 @@ static int plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
     const int want = !d->mosaic ? 1 : d->mixup ? 8 : 4;
     if (n_tiles != want || (d->mixup && !d->mosaic)) return -EINVAL;
     long long total = 0, pts[2] = { 0, 0 };
+    ws->cp_on[0] = ws->cp_on[1] = false;
     for (int i = 0; i < n_tiles; i++) {
         if (!tile_ok(&tiles[i])) return -EINVAL;
         if (pix && !pix[i]) return -EINVAL;
@@ -828,24 +863,30 @@ static int plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
         total += tiles[i].n_labels;
         pts[i / 4] += q;
     }
-    if (total > cap_rows) return -ENOSPC;
-    rc = ws_reserve(ws, total, pts[0] > pts[1] ? pts[0] : pts[1]);
+    /* copy_paste appends at most one row (and polygon) per row */
+    const int grow = hyp->copy_paste > 0 && d->mosaic ? 2 : 1;
+    if (total * grow > cap_rows) return -ENOSPC;
+    rc = ws_reserve(ws, total * grow, (pts[0] > pts[1] ? pts[0] : pts[1]) * grow);
     if (rc < 0) return rc;
     memset(p, 0, sizeof *p);
     const int s = ws->s;
     int n;
     if (d->mosaic) {
-        n = mosaic_plan(ws, &d->mos, tiles, pix, p, 0, rows, cap_rows);
+        n = mosaic_plan(ws, &d->mos, tiles, pix, p, 0, hyp->copy_paste, d->copy_paste_key[0], rows,
+                        cap_rows);
         if (n < 0) return n;
         if (d->mixup) {
             if (!(d->mixup_ratio >= 0 && d->mixup_ratio <= 1)) return -EINVAL;
-            const int n2 = mosaic_plan(ws, &d->mixmos, tiles + 4, pix ? pix + 4 : NULL, p, 1,
-                                       rows + 5 * (size_t)n, cap_rows - n);
+            const int n2 =
+                mosaic_plan(ws, &d->mixmos, tiles + 4, pix ? pix + 4 : NULL, p, 1, hyp->copy_paste,
+                            d->copy_paste_key[1], rows + 5 * (size_t)n, cap_rows - n);
             if (n2 < 0) return n2;
             p->mixup = 1;
             p->mixup_ratio = d->mixup_ratio;
             n += n2;
         }
+        /* a pasting canvas is not a paste list: the host builds it */
+        if (gpu && (ws->cp_on[0] || ws->cp_on[1])) return -ENOTSUP;
     } else {
         /* letterbox(img, s, auto=False, scaleup=True), labels by ratio and pad, then
          * random_perspective with border 0 and no segments (as ultralytics calls it). */
@@ -902,6 +943,7 @@ static int cpu_warp(struct kern_ctx *k, struct trn_aug_ws *ws, const struct kern
     const struct kern_aug_canvas *c = &p->canvas[i];
     int rc = kern_ref_aug_paste(k, ws->canvas, c);
     if (rc < 0) return rc;
+    if (ws->cp_on[i]) trn_aug_copy_paste_pixels(ws->canvas, c->w, c->h, ws->cp_mask[i]);
     return kern_ref_aug_warp(k, dst, ws->s, ws->s, ws->canvas, c->w, c->h, p->inv[i],
                              p->perspective[i], TRN_AUG_FILL);
 }
@@ -1003,7 +1045,8 @@ const char *trn_aug_strerror(int rc)
     case -ENOMEM:
         return "augment: out of memory";
     case -ENOTSUP:
-        return "augment: not supported (copy_paste > 0, or a GPU plan of a resizing letterbox)";
+        return "augment: not supported (a GPU plan of a resizing letterbox or of a copy_paste "
+               "canvas)";
     default:
         return rc < 0 ? trn_strerror(rc) : "augment: unknown status";
     }

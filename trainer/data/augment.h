@@ -30,8 +30,8 @@
  *     in working sets. An image "has segments" when seg_n != NULL.
  *   - Sizes are int pixels (1..32767; OpenCV's fixed-point coordinates are 16-bit).
  *   - Errors are negative errno values: -EINVAL (bad argument), -ENOSPC (an output capacity is
- *     too small; nothing useful was written), -ENOMEM, -ENOTSUP (a recipe feature not
- *     implemented: copy_paste > 0). trn_aug_strerror() names them.
+ *     too small; nothing useful was written), -ENOMEM, -ENOTSUP (a GPU plan of a sample whose
+ *     pixels it cannot describe). trn_aug_strerror() names them.
  *
  * Thread safety: every function is thread-safe on distinct outputs; const inputs may be shared.
  * A struct trn_aug_ws is used by one thread at a time (one per worker). trn_aug_hsv builds a
@@ -83,7 +83,8 @@ struct trn_aug_hyp {
     double fliplr;      /* probability of a left-right flip; default 0.5 */
     double mosaic;      /* probability of a mosaic; default 1.0 */
     double mixup;       /* probability of mixup (mosaic samples only); default 0 */
-    double copy_paste;  /* segment copy-paste probability; only 0 is supported; default 0 */
+    double copy_paste;  /* copy_paste's p: the fraction of a mosaic's polygon-bearing labels
+                           tried for a mirrored copy (see "copy_paste"); default 0 */
 };
 
 /* Fill *hyp with hyp.scratch-low.yaml's augmentation values (above). hyp: out. */
@@ -91,7 +92,7 @@ void trn_aug_hyp_default(struct trn_aug_hyp *hyp);
 
 /*
  * Check a hyp: every value finite and >= 0, the probabilities (flipud, fliplr, mosaic, mixup,
- * copy_paste) <= 1. Returns 0, -EINVAL, or -ENOTSUP when copy_paste > 0 (not implemented).
+ * copy_paste) <= 1. Returns 0 or -EINVAL.
  */
 int trn_aug_hyp_validate(const struct trn_aug_hyp *hyp);
 
@@ -136,6 +137,9 @@ struct trn_aug_draws {
     struct trn_aug_hsv_draws hsv;       /* colour gains */
     bool flipud;                        /* mirror top-bottom (after HSV) */
     bool fliplr;                        /* mirror left-right (after HSV) */
+    uint64_t copy_paste_key[2];         /* hyp.copy_paste > 0: the keys of random.sample's
+                                           choice on the mosaic and the mixup mosaic
+                                           (trn_aug_copy_paste_select) */
 };
 
 /*
@@ -233,6 +237,51 @@ struct trn_aug_boxes {
  */
 int trn_aug_mosaic4(int s, int xc, int yc, const struct trn_aug_tile tiles[4], uint8_t *canvas,
                     struct trn_aug_boxes *out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* copy_paste                                                                               */
+
+/*
+ * ultralytics' copy_paste (augmentations.py v7.0), which load_mosaic runs on the 2s x 2s canvas
+ * between the placement and random_perspective when hyp.copy_paste > 0: k = round(p * n) of the
+ * n polygon-bearing labels are drawn (random.sample); in that order, each label's box mirrored
+ * left-right (w - x2, y1, w - x1, y2) is appended with its mirrored polygon when its
+ * intersection over area (bbox_ioa, float32, eps 1e-7) with every label so far, the appended
+ * ones included, is below 0.30; the accepted labels' own polygons (truncated to int) are filled
+ * into a mask (cv2.drawContours FILLED), and the canvas takes its mirror image wherever the
+ * mirrored mask is set. trn_aug_train_sample does this for every mosaic (and mixup mosaic);
+ * rows then need room for twice the tiles' labels (trn_aug_train_sample's cap_rows).
+ * A GPU plan (trn_aug_plan_sample) of a sample that pastes is -ENOTSUP: the loader builds those
+ * on the host. Which labels are drawn comes from the draws' key, so the numbers are not Python's.
+ */
+
+/*
+ * cv2.fillPoly (what drawContours with FILLED calls) of one closed polygon of n integer
+ * vertices (x, y pairs), shift 0, LINE_8, into the w x h byte mask: the outline as 8-connected
+ * lines, then the inside by OpenCV's scanline rules, clipped to the mask; covered bytes become
+ * value. Returns 0, -EINVAL or -ENOMEM.
+ */
+int trn_aug_fill_poly(uint8_t *mask, int w, int h, const int32_t *xy, int n, uint8_t value);
+
+/*
+ * random.sample(range(n), k=round(p * n)), k rounded half to even: sel (n entries) gets a
+ * permutation of 0..n-1 whose first k entries are the draw, in order, from key. Returns k or
+ * -EINVAL.
+ */
+int trn_aug_copy_paste_select(uint64_t key, int n, double p, int *sel);
+
+/*
+ * copy_paste's labels on a w x h canvas: b holds the canvas labels (pixels) and their polygons
+ * (b->seg_n not NULL); sel: k row indices of rows with points, in draw order. Accepted rows are
+ * appended to b (rows and points; -ENOSPC past its capacities) and their polygons filled into
+ * mask (w x h bytes, zeroed first). Returns the rows appended, -EINVAL, -ENOSPC or -ENOMEM.
+ */
+int trn_aug_copy_paste_labels(struct trn_aug_boxes *b, int w, int h, const int *sel, int k,
+                              uint8_t *mask);
+
+/* copy_paste's pixels: canvas (w x h RGB8, in place) takes its left-right mirror image wherever
+ * the mirrored mask is set (im[i] = flip(im)[i], i = flip(mask)). */
+void trn_aug_copy_paste_pixels(uint8_t *canvas, int w, int h, const uint8_t *mask);
 
 /* ---------------------------------------------------------------------------------------- */
 /* random_perspective                                                                       */
@@ -423,14 +472,16 @@ void trn_aug_ws_destroy(struct trn_aug_ws *ws);
  * One training sample, as ultralytics' __getitem__ with augment=True: mosaic (4 tiles) and
  * random_perspective, or (no mosaic) letterbox(auto=False, scaleup=True) to s x s and
  * random_perspective with border 0 (boxes only, as ultralytics); then mixup with a second
- * mosaic; labels to normalised xywh (clip eps 1e-3); HSV; flipud; fliplr.
+ * mosaic; labels to normalised xywh (clip eps 1e-3); HSV; flipud; fliplr. With hyp.copy_paste > 0
+ * each mosaic's canvas goes through copy_paste before its warp.
  *
  * ws: a workspace for this s. hyp: checked with trn_aug_hyp_validate. d: the draws.
  * tiles: 1 (no mosaic), 4 (mosaic, placement order) or 8 (mosaic + mixup: 4 then the mixup
  * mosaic's 4); n_tiles must match d. dst: out, s * s * 3 RGB8. rows: out, [cap_rows][5]
  * (class, cx, cy, w, h) normalised. Returns the number of rows (<= the sum of the tiles'
- * labels), or -EINVAL, -ENOSPC (cap_rows < sum of the tiles' n_labels: rows is also the
- * working buffer), -ENOMEM (workspace growth), -ENOTSUP (copy_paste > 0). On error dst and
+ * labels, twice that with copy_paste), or -EINVAL, -ENOSPC (cap_rows < sum of the tiles'
+ * n_labels, or twice that when hyp.copy_paste > 0: rows is also the working buffer), -ENOMEM
+ * (workspace growth). On error dst and
  * rows are unspecified. Tiles are borrowed for the call only. Polygons of a rectangle cropped
  * off the mosaic canvas are clipped point by point onto its edge, exactly as ultralytics does;
  * a rotation can then give them a box where no pixel of the object is (measured in

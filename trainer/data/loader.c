@@ -531,12 +531,19 @@ static int plan_on_arena(struct worker *w, struct slot *sl, int j, const struct 
     at[0] = (struct arena_tile){ .record = NO_RECORD, .off = base, .bytes = (size_t)s * s * 3 };
     sl->n_tiles[j] = 1;
     identity_plan(&sl->plans[j], region, s);
-    if (!atomic_exchange(&l->told_host_built, true))
+    if (!atomic_exchange(&l->told_host_built, true)) {
+        char why[160];
+        if (d->mosaic)
+            snprintf(why, sizeof why, "copy_paste pasted on its mosaic canvas");
+        else
+            snprintf(why, sizeof why,
+                     "record %" PRIu64 " is stored at %dx%d, so its letterbox to %d needs a resize",
+                     idx[0], tiles[0].w, tiles[0].h, s);
         log_line(l,
-                 "record %" PRIu64 " is stored at %dx%d: its letterbox to %d needs a resize, "
-                 "which GPU augmentation does not plan; such samples are augmented on the CPU "
-                 "and uploaded whole (same bytes; reported once)",
-                 idx[0], tiles[0].w, tiles[0].h, s);
+                 "%s, which GPU augmentation does not plan; such samples are augmented on the "
+                 "CPU and uploaded whole (same bytes; reported once)",
+                 why);
+    }
     return nr;
 }
 
@@ -593,6 +600,11 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
         if (plan.mixup) {
             trn_sampler_rng(&w->sampler, g, TRN_STREAM_MIXUP, &r);
             trn_aug_draw_mosaic(&l->aug, s, uniform_cb, &r, &d.mixmos);
+        }
+        if (plan.mosaic && l->aug.copy_paste > 0) {
+            trn_sampler_rng(&w->sampler, g, TRN_STREAM_COPYPASTE, &r);
+            d.copy_paste_key[0] = trn_rng_u64(&r);
+            d.copy_paste_key[1] = trn_rng_u64(&r);
         }
         trn_sampler_rng(&w->sampler, g, TRN_STREAM_COLOR, &r);
         d.mixup_ratio = trn_rng_beta(&r, 32.0, 32.0);
@@ -1003,7 +1015,10 @@ static int scan_index(struct trn_loader *l, char *err, size_t cap)
     if (max_labels > 100000)
         return trn_fail(err, cap, -EINVAL, "a record has %" PRIu32 " labels (limit 100000)",
                         max_labels);
-    const int tiles = l->o.mode == TRN_LOADER_TRAIN ? MAX_TILES : 1;
+    /* copy_paste appends at most one mirrored copy per label */
+    const int tiles = l->o.mode != TRN_LOADER_TRAIN ? 1
+                      : l->o.hyp.copy_paste > 0     ? 2 * MAX_TILES
+                                                    : MAX_TILES;
     l->cap_rows = (int)max_labels * tiles;
     if (l->cap_rows < 1) l->cap_rows = 1;
     return 0;
@@ -1181,9 +1196,8 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
         rc = trn_aug_hyp_validate(&l->aug);
         if (rc < 0) {
             free(l);
-            return trn_fail(err, err_cap, rc, "augmentation hyperparameters: %s%s",
-                            trn_aug_strerror(rc),
-                            o->hyp.copy_paste > 0 ? " (copy_paste > 0 is not implemented)" : "");
+            return trn_fail(err, err_cap, rc, "augmentation hyperparameters: %s",
+                            trn_aug_strerror(rc));
         }
         l->probs = (struct trn_plan_probs){ .mosaic = o->hyp.mosaic,
                                             .mixup = o->hyp.mixup,

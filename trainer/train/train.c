@@ -710,8 +710,10 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     R->nb = (int64_t)li.steps;
     R->last_bs = (int)(li.rank_samples - (li.steps - 1) * (uint64_t)R->local_bs);
 
-    /* A mosaic holds 4 records' labels, a mixup 8; clipping only removes rows. */
-    const int64_t per = max_labels(R->data) * (o->hyp.mixup > 0 ? 8 : 4) + 8;
+    /* A mosaic holds 4 records' labels, a mixup 8, copy_paste up to twice that; clipping only
+     * removes rows. */
+    const int64_t per =
+        max_labels(R->data) * (o->hyp.mixup > 0 ? 8 : 4) * (o->hyp.copy_paste > 0 ? 2 : 1) + 8;
     rc = make_net_loss(R, R->local_bs, &R->net, &R->loss, R->dp, per * R->local_bs, err, cap);
     if (rc == 0 && R->last_bs != R->local_bs)
         rc = make_net_loss(R, R->last_bs, &R->net_last, &R->loss_last, R->dp_last, per * R->last_bs,
