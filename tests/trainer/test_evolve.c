@@ -3,13 +3,14 @@
  * limits; the constraint and rounding; the parent selection and mutation (repeatable from the
  * seed, within the 0.3..3 factors, gain-0 keys untouched, the fittest parent chosen); and the
  * files as print_mutation writes them (evolve.csv's '%20s' / '%20.5g' columns, hyp_evolve.yaml's
- * best row), read back.
+ * best row), read back; damaged files (cut short, NaN, NUL, FIFO, 65 MiB) refused by name.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "evolve.h"
@@ -174,6 +175,60 @@ static void test_files(void)
     if (f) fputs("1,2,x\n", f), fclose(f);
     rc = trn_evolve_csv_read(dir, false, &rows, &nr, err, sizeof err);
     ok(rc == -EINVAL && strstr(err, "evolve.csv:5:"), "a bad row refused by line: %s", err);
+    /* damaged files: a row cut short, a NaN, a FIFO, an absurd size; each named, none read */
+    f = fopen(path, "w");
+    if (f) {
+        char hdr[2048] = "";
+        for (int c = 0; c < w; c++) {
+            const struct trn_evolve_key *kk;
+            trn_evolve_keys(false, &kk);
+            static const char *const r7[7] = { "metrics/precision", "metrics/recall",
+                                               "metrics/mAP_0.5",   "metrics/mAP_0.5:0.95",
+                                               "val/box_loss",      "val/obj_loss",
+                                               "val/cls_loss" };
+            strcat(hdr, c < 7 ? r7[c] : kk[c - 7].name);
+            strcat(hdr, c + 1 < w ? "," : "\n");
+        }
+        fputs(hdr, f);
+        fputs("0.5,0.4,0.3\n", f); /* truncated row */
+        fclose(f);
+    }
+    rc = trn_evolve_csv_read(dir, false, &rows, &nr, err, sizeof err);
+    ok(rc == -EINVAL && strstr(err, "evolve.csv:2:"), "a row cut short: %s", err);
+    f = fopen(path, "a");
+    if (f) fputs("x\n", f), fclose(f);
+    char text[8192];
+    f = fopen(path, "r");
+    size_t tl = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[tl] = '\0';
+    /* the header alone parses; then a row of NaN */
+    char *nl = strchr(text, '\n');
+    size_t hl = nl ? (size_t)(nl - text) + 1 : 0;
+    ok(trn_evolve_csv_parse(text, hl, "h.csv", false, &rows, &nr, err, sizeof err) == 0 && nr == 0,
+       "the header alone: no generations");
+    char nan_row[4096];
+    memcpy(nan_row, text, hl);
+    size_t at = hl;
+    for (int c = 0; c < w; c++)
+        at += (size_t)snprintf(nan_row + at, sizeof nan_row - at, "%s%s", c == 3 ? "nan" : "1",
+                               c + 1 < w ? "," : "\n");
+    rc = trn_evolve_csv_parse(nan_row, at, "n.csv", false, &rows, &nr, err, sizeof err);
+    ok(rc == -EINVAL && strstr(err, "n.csv:2:"), "a NaN refused: %s", err);
+    nan_row[hl + 1] = '\0'; /* a NUL inside a row */
+    rc = trn_evolve_csv_parse(nan_row, at, "z.csv", false, &rows, &nr, err, sizeof err);
+    ok(rc == -EINVAL && strstr(err, "z.csv:2:"), "a NUL byte refused: %s", err);
+    unlink(path);
+    ok(mkfifo(path, 0600) == 0 &&
+           trn_evolve_csv_read(dir, false, &rows, &nr, err, sizeof err) < 0 &&
+           strstr(err, "evolve.csv"),
+       "a FIFO is refused, not waited on: %s", err);
+    unlink(path);
+    f = fopen(path, "w");
+    if (f) fclose(f);
+    ok(truncate(path, (off_t)65 << 20) == 0 &&
+           trn_evolve_csv_read(dir, false, &rows, &nr, err, sizeof err) == -EFBIG,
+       "a 65 MiB evolve.csv is refused unread: %s", err);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     (void)!system(cmd);

@@ -533,6 +533,66 @@ static void test_set_indices(void)
     ffr_reader_close(r);
 }
 
+/*
+ * train.py --rect: the aspect-ratio order every epoch (no shuffle), each batch at ultralytics'
+ * rect shape with the training loader's pad 0.0, no mosaic (so one record per image), the same
+ * bytes for 1 and 3 workers, other draws in another epoch.
+ */
+static void test_rect_train(void)
+{
+    enum { B = 5 };
+    struct trn_loader_opts o;
+    train_opts(&o, 1);
+    o.batch_size = B;
+    o.rect = true;
+    o.rect_pad = 0.0;
+    o.stride = 32;
+    struct saved a[EPOCH_STEPS], b[EPOCH_STEPS], c[EPOCH_STEPS];
+    memset(a, 0, sizeof a), memset(b, 0, sizeof b), memset(c, 0, sizeof c);
+    char err[512] = "";
+    int rc = collect("train.ffr", &o, a, EPOCH_STEPS, NULL, err, sizeof err);
+    o.workers = 3;
+    if (rc == 0) rc = collect("train.ffr", &o, b, EPOCH_STEPS, NULL, err, sizeof err);
+    o.epoch = 1;
+    if (rc == 0) rc = collect("train.ffr", &o, c, EPOCH_STEPS, NULL, err, sizeof err);
+    ok(rc == 0, "rect training loader runs (%s)", err);
+    /* ultralytics' shapes from the original sizes */
+    struct ffr_reader *r = open_ds("train.ffr");
+    int32_t hw[2 * N_TRAIN], shapes[2 * EPOCH_STEPS];
+    int64_t order[N_TRAIN];
+    for (uint64_t i = 0; r && i < N_TRAIN; i++) {
+        struct ffr_record_info info;
+        struct ffr_det_summary sm;
+        ffr_reader_info(r, i, &info);
+        ffr_det_summary_decode(info.summary, info.summary_len, &sm);
+        hw[2 * i] = (int32_t)sm.h0, hw[2 * i + 1] = (int32_t)sm.w0;
+    }
+    ffr_reader_close(r);
+    const int nb = trn_aug_rect_shapes(hw, N_TRAIN, B, IMG, 32, 0.0, order, shapes);
+    int shape_ok = rc == 0 && nb == EPOCH_STEPS, order_ok = shape_ok, non_square = 0;
+    for (int k = 0; shape_ok && k < nb; k++) {
+        shape_ok &= a[k].h == shapes[2 * k] && a[k].w == shapes[2 * k + 1] && targets_ok(&a[k]);
+        non_square += a[k].h != a[k].w;
+        for (int j = 0; j < a[k].n; j++)
+            order_ok &= a[k].info[j].index == (uint64_t)order[k * B + j];
+    }
+    ok(shape_ok && non_square > 0,
+       "each batch at ultralytics' rect shape (pad 0.0), %d of %d not square, targets in range",
+       non_square, nb);
+    ok(order_ok, "images in aspect-ratio order, no shuffle, one record each (no mosaic)");
+    int eq = rc == 0;
+    for (int k = 0; eq && k < EPOCH_STEPS; k++)
+        eq &= same(&a[k], &b[k]);
+    ok(eq, "1 and 3 workers: the same bytes");
+    int differs = 0;
+    for (int k = 0; rc == 0 && k < EPOCH_STEPS; k++)
+        differs += a[k].bytes == c[k].bytes && memcmp(a[k].images, c[k].images, a[k].bytes) != 0;
+    ok(differs > 0, "epoch 1: same order, other draws (%d batches differ)", differs);
+    unsave(a, EPOCH_STEPS);
+    unsave(b, EPOCH_STEPS);
+    unsave(c, EPOCH_STEPS);
+}
+
 /* ultralytics' rect shapes, computed here from the original sizes in the index. */
 static void test_val(void)
 {
@@ -727,7 +787,9 @@ static void test_errors(void)
     ok(trn_loader_create(r, &o, &l, err, sizeof err) == -EINVAL, "depth 1 refused (%s)", err);
     train_opts(&o, 1);
     o.rect = true;
-    ok(trn_loader_create(r, &o, &l, err, sizeof err) == -EINVAL, "rect training refused (%s)", err);
+    o.world_size = 2;
+    ok(trn_loader_create(r, &o, &l, err, sizeof err) == -EINVAL,
+       "rect training on 2 ranks refused (%s)", err);
     train_opts(&o, 1);
     o.hyp.mosaic = 2;
     ok(trn_loader_create(r, &o, &l, err, sizeof err) == -EINVAL && strstr(err, "mosaic"),
@@ -866,6 +928,7 @@ int main(int argc, char **argv)
     test_identity();
     test_resize_on_load();
     test_set_indices();
+    test_rect_train();
     test_val();
     test_segments();
     test_single_cls();

@@ -814,15 +814,15 @@ static int mosaic_plan(struct trn_aug_ws *ws, const struct trn_aug_mosaic_draws 
     return perspective_labels(M, &m->persp, s, s, &b);
 }
 
-/* letterbox's geometry and the labels it gives (class, x1, y1, x2, y2 in pixels of s x s). */
-static int letterbox_plan(const struct trn_aug_tile *t, int s, struct trn_aug_letterbox_plan *p,
-                          float *rows)
+/* letterbox's geometry and the labels it gives (class, x1, y1, x2, y2 in pixels of oh x ow). */
+static int letterbox_plan(const struct trn_aug_tile *t, int oh, int ow,
+                          struct trn_aug_letterbox_plan *p, float *rows)
 {
     struct trn_aug_letterbox_opts o;
     trn_aug_letterbox_opts_default(&o);
-    const int rc = trn_aug_letterbox_plan(t->w, t->h, s, s, &o, p);
+    const int rc = trn_aug_letterbox_plan(t->w, t->h, oh, ow, &o, p);
     if (rc < 0) return rc;
-    if (p->out_w != s || p->out_h != s) return -EINVAL;
+    if (p->out_w != ow || p->out_h != oh) return -EINVAL;
     const float fw = (float)(p->ratio_w * t->w), fh = (float)(p->ratio_h * t->h);
     const float pw = (float)p->pad_w, ph = (float)p->pad_h;
     for (int j = 0; j < t->n_labels; j++) {
@@ -844,11 +844,15 @@ static int letterbox_plan(const struct trn_aug_tile *t, int s, struct trn_aug_le
  */
 static int plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
                        const struct trn_aug_draws *d, const struct trn_aug_tile *tiles, int n_tiles,
-                       const uint8_t *const *pix, bool gpu, struct kern_aug_sample *p, float *rows,
-                       int cap_rows)
+                       const uint8_t *const *pix, bool gpu, int oh, int ow,
+                       struct kern_aug_sample *p, float *rows, int cap_rows)
 {
     if (!ws || !hyp || !d || !tiles || !p || (cap_rows > 0 && !rows) || cap_rows < 0)
         return -EINVAL;
+    /* a mosaic is s x s; a letterboxed sample any shape up to it (rect training) */
+    if (oh < 1 || ow < 1 || oh > ws->s || ow > ws->s || (d->mosaic && (oh != ws->s || ow != ws->s)))
+        return -EINVAL;
+    if (gpu && (oh != ws->s || ow != ws->s)) return -ENOTSUP;
     int rc = trn_aug_hyp_validate(hyp);
     if (rc < 0) return rc;
     const int want = !d->mosaic ? 1 : d->mixup ? 8 : 4;
@@ -869,7 +873,6 @@ static int plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
     rc = ws_reserve(ws, total * grow, (pts[0] > pts[1] ? pts[0] : pts[1]) * grow);
     if (rc < 0) return rc;
     memset(p, 0, sizeof *p);
-    const int s = ws->s;
     int n;
     if (d->mosaic) {
         n = mosaic_plan(ws, &d->mos, tiles, pix, p, 0, hyp->copy_paste, d->copy_paste_key[0], rows,
@@ -892,9 +895,10 @@ static int plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
          * random_perspective with border 0 and no segments (as ultralytics calls it). */
         const struct trn_aug_tile *t = &tiles[0];
         struct trn_aug_letterbox_plan lp;
-        rc = letterbox_plan(t, s, &lp, rows);
+        rc = letterbox_plan(t, oh, ow, &lp, rows);
         if (rc < 0) return rc;
-        p->canvas[0].w = p->canvas[0].h = s;
+        p->canvas[0].w = ow;
+        p->canvas[0].h = oh;
         if (lp.new_w == t->w && lp.new_h == t->h) {
             /* no resize: letterbox is a paste onto the 114 canvas */
             p->canvas[0].n_paste = 1;
@@ -911,20 +915,20 @@ static int plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
             return -ENOTSUP;
         }
         double M[9];
-        trn_aug_perspective_matrix(s, s, s, s, &d->mos.persp, M);
+        trn_aug_perspective_matrix(ow, oh, ow, oh, &d->mos.persp, M);
         kern_aug_warp_invert(M, d->mos.persp.perspective, p->inv[0]);
         p->perspective[0] = d->mos.persp.perspective;
         struct trn_aug_boxes b = { .rows = rows, .n = t->n_labels, .cap_rows = cap_rows };
-        n = perspective_labels(M, &d->mos.persp, s, s, &b);
+        n = perspective_labels(M, &d->mos.persp, ow, oh, &b);
         if (n < 0) return n;
     }
-    trn_aug_xyxy_to_xywhn(rows, n, s, s, 1e-3);
+    trn_aug_xyxy_to_xywhn(rows, n, ow, oh, 1e-3);
     p->hsv = d->hsv.apply;
     if (d->hsv.apply) kern_aug_hsv_lut_init(&p->lut, d->hsv.gain);
     p->flip_ud = d->flipud;
     p->flip_lr = d->fliplr;
-    if (d->flipud) trn_aug_flip_ud(NULL, s, s, rows, n);
-    if (d->fliplr) trn_aug_flip_lr(NULL, s, s, rows, n);
+    if (d->flipud) trn_aug_flip_ud(NULL, ow, oh, rows, n);
+    if (d->fliplr) trn_aug_flip_lr(NULL, ow, oh, rows, n);
     return n;
 }
 
@@ -933,56 +937,65 @@ int trn_aug_plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
                         int n_tiles, const uint8_t *const *pixels, struct kern_aug_sample *plan,
                         float *rows, int cap_rows)
 {
-    return plan_sample(ws, hyp, d, tiles, n_tiles, pixels, true, plan, rows, cap_rows);
+    return plan_sample(ws, hyp, d, tiles, n_tiles, pixels, true, ws ? ws->s : 0, ws ? ws->s : 0,
+                       plan, rows, cap_rows);
 }
 
 /* Paste canvas k of p onto ws->canvas and warp it into dst (s x s), on the CPU. */
 static int cpu_warp(struct kern_ctx *k, struct trn_aug_ws *ws, const struct kern_aug_sample *p,
-                    int i, uint8_t *dst)
+                    int i, uint8_t *dst, int oh, int ow)
 {
     const struct kern_aug_canvas *c = &p->canvas[i];
     int rc = kern_ref_aug_paste(k, ws->canvas, c);
     if (rc < 0) return rc;
     if (ws->cp_on[i]) trn_aug_copy_paste_pixels(ws->canvas, c->w, c->h, ws->cp_mask[i]);
-    return kern_ref_aug_warp(k, dst, ws->s, ws->s, ws->canvas, c->w, c->h, p->inv[i],
-                             p->perspective[i], TRN_AUG_FILL);
+    return kern_ref_aug_warp(k, dst, ow, oh, ws->canvas, c->w, c->h, p->inv[i], p->perspective[i],
+                             TRN_AUG_FILL);
 }
 
-int trn_aug_train_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
-                         const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
-                         int n_tiles, uint8_t *dst, float *rows, int cap_rows)
+int trn_aug_train_sample_shape(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                               const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
+                               int n_tiles, int oh, int ow, uint8_t *dst, float *rows, int cap_rows)
 {
     if (!dst) return -EINVAL;
     struct kern_aug_sample p;
-    const int n = plan_sample(ws, hyp, d, tiles, n_tiles, NULL, false, &p, rows, cap_rows);
+    const int n = plan_sample(ws, hyp, d, tiles, n_tiles, NULL, false, oh, ow, &p, rows, cap_rows);
     if (n < 0) return n;
     struct kern_ctx *const k = trn_aug_cpu_ctx();
     if (!k) return -ENOMEM;
-    const int s = ws->s;
     int rc;
     if (!d->mosaic && p.canvas[0].n_paste == 0) {
         /* a resizing letterbox: done here, then warped from ws->canvas */
         struct trn_aug_letterbox_opts o;
         trn_aug_letterbox_opts_default(&o);
         struct trn_aug_letterbox_plan lp;
-        rc = trn_aug_letterbox_plan(tiles[0].w, tiles[0].h, s, s, &o, &lp);
+        rc = trn_aug_letterbox_plan(tiles[0].w, tiles[0].h, oh, ow, &o, &lp);
         if (rc == 0)
             rc = trn_aug_letterbox(tiles[0].pixels, tiles[0].w, tiles[0].h, &lp, ws->canvas,
-                                   4 * (size_t)s * s * 3);
+                                   4 * (size_t)ws->s * ws->s * 3);
         if (rc == 0)
-            rc = kern_ref_aug_warp(k, dst, s, s, ws->canvas, s, s, p.inv[0], p.perspective[0],
+            rc = kern_ref_aug_warp(k, dst, ow, oh, ws->canvas, ow, oh, p.inv[0], p.perspective[0],
                                    TRN_AUG_FILL);
     } else {
-        rc = cpu_warp(k, ws, &p, 0, dst);
+        rc = cpu_warp(k, ws, &p, 0, dst, oh, ow);
     }
     if (rc == 0 && p.mixup) {
-        rc = cpu_warp(k, ws, &p, 1, ws->mix);
-        if (rc == 0) rc = kern_ref_aug_mixup(k, dst, ws->mix, (size_t)s * s * 3, p.mixup_ratio);
+        rc = cpu_warp(k, ws, &p, 1, ws->mix, oh, ow);
+        if (rc == 0) rc = kern_ref_aug_mixup(k, dst, ws->mix, (size_t)oh * ow * 3, p.mixup_ratio);
     }
-    if (rc == 0 && p.hsv) rc = kern_ref_aug_hsv(k, dst, s, s, &p.lut);
+    if (rc == 0 && p.hsv) rc = kern_ref_aug_hsv(k, dst, ow, oh, &p.lut);
     if (rc == 0 && (p.flip_lr || p.flip_ud))
-        rc = kern_ref_aug_flip(k, dst, s, s, p.flip_lr, p.flip_ud);
+        rc = kern_ref_aug_flip(k, dst, ow, oh, p.flip_lr, p.flip_ud);
     return rc < 0 ? rc : n;
+}
+
+int trn_aug_train_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                         const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
+                         int n_tiles, uint8_t *dst, float *rows, int cap_rows)
+{
+    if (!ws) return -EINVAL;
+    return trn_aug_train_sample_shape(ws, hyp, d, tiles, n_tiles, ws->s, ws->s, dst, rows,
+                                      cap_rows);
 }
 
 int trn_aug_train_batch(struct kern_ctx *ctx, const struct kern_ops *K, struct trn_aug_ws *ws,
@@ -995,8 +1008,8 @@ int trn_aug_train_batch(struct kern_ctx *ctx, const struct kern_ops *K, struct t
     for (int i = 0; i < n; i++) {
         struct trn_aug_batch_item *it = &items[i];
         it->n_rows = 0;
-        const int nr = plan_sample(ws, hyp, it->d, it->tiles, it->n_tiles, it->pixels, true,
-                                   &plans[i], it->rows, it->cap_rows);
+        const int nr = plan_sample(ws, hyp, it->d, it->tiles, it->n_tiles, it->pixels, true, ws->s,
+                                   ws->s, &plans[i], it->rows, it->cap_rows);
         if (nr < 0) return nr;
         it->n_rows = nr;
     }

@@ -492,6 +492,18 @@ int trn_aug_train_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
                          int n_tiles, uint8_t *dst, float *rows, int cap_rows);
 
 /*
+ * trn_aug_train_sample with an oh x ow output (rect training: train.py --rect, where the
+ * dataset is not mosaicked): the tile letterboxed (auto=False, scaleup=True) to its batch's
+ * shape and random_perspective with border 0 on that shape, then HSV and flips, as __getitem__
+ * does for a rect batch. A mosaic sample needs oh = ow = s. dst: oh * ow * 3. Returns as
+ * trn_aug_train_sample, and -EINVAL for a shape over s or a mosaic of another shape.
+ */
+int trn_aug_train_sample_shape(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                               const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
+                               int n_tiles, int oh, int ow, uint8_t *dst, float *rows,
+                               int cap_rows);
+
+/*
  * One validation sample, as __getitem__ with augment=False: letterbox(auto=False,
  * scaleup=false) to (shape_h, shape_w) (the rect batch shape, or s x s), labels scaled and
  * shifted by the plan and converted to normalised xywh (clip eps 1e-3). No workspace needed.

@@ -576,8 +576,10 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
             n_tiles = plan.mixup ? 8 : 4;
             memcpy(idx, plan.tiles, sizeof plan.tiles);
             if (plan.mixup) memcpy(idx + 4, plan.mixup_tiles, sizeof plan.mixup_tiles);
-        } else {
+        } else if (!l->order) {
             idx[0] = plan.index;
+        } else {
+            plan.index = plan.tiles[0] = idx[0]; /* rect training: the aspect-ratio order */
         }
         const uint64_t own = plan.index;
         int rc = load_tiles(w, idx, n_tiles, tiles);
@@ -621,8 +623,8 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
             }
             nr = plan_on_arena(w, sl, j, &d, tiles, n_tiles, idx, rows);
         } else
-            nr =
-                trn_aug_train_sample(w->ws, &l->aug, &d, tiles, n_tiles, w->hwc, rows, l->cap_rows);
+            nr = trn_aug_train_sample_shape(w->ws, &l->aug, &d, tiles, n_tiles, sl->height,
+                                            sl->width, w->hwc, rows, l->cap_rows);
         if (nr < 0) {
             snprintf(w->msg, sizeof w->msg,
                      "augmenting the sample at position %" PRIu64 " (record %" PRIu64 "%s): %s", g,
@@ -637,7 +639,9 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
                 break;
             }
         if (!l->pix)
-            store_image(l, w->hwc, s, s, (char *)sl->images + (size_t)j * 3 * s * s * l->elem);
+            store_image(l, w->hwc, sl->height, sl->width,
+                        (char *)sl->images +
+                            (size_t)j * 3 * (size_t)sl->height * (size_t)sl->width * l->elem);
     } else {
         int rc = load_tiles(w, idx, 1, tiles);
         if (rc < 0) return rc;
@@ -1064,10 +1068,10 @@ static int check_opts(const struct trn_loader_opts *o, char *err, size_t cap)
         return trn_fail(err, cap, -EINVAL, "depth %u is outside [2, 8]", o->depth);
     if (o->world_size < 1 || o->rank >= o->world_size)
         return trn_fail(err, cap, -EINVAL, "rank %u of world size %u", o->rank, o->world_size);
-    if (o->rect && o->mode != TRN_LOADER_VAL)
-        return trn_fail(err, cap, -EINVAL, "rect batches are for validation only");
     if (o->rect && o->world_size != 1)
-        return trn_fail(err, cap, -EINVAL, "rect validation runs on one rank (world_size 1)");
+        return trn_fail(err, cap, -EINVAL,
+                        "rect batches are for one rank (world_size 1): ultralytics validates on "
+                        "rank 0 only, and a rect batch's images must share its shape");
     if (o->rect && (o->stride < 1 || o->stride > 1024 || !(o->rect_pad >= 0 && o->rect_pad < 64)))
         return trn_fail(err, cap, -EINVAL, "bad rect stride %d or pad %g", o->stride, o->rect_pad);
     if (o->pixels != TRN_PIXELS_U8 && o->pixels != TRN_PIXELS_F32)
@@ -1186,7 +1190,8 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     if (!l) return trn_fail(err, err_cap, -ENOMEM, "out of memory");
     l->r = r;
     l->o = *o;
-    l->pix = o->mode == TRN_LOADER_TRAIN && o->pix_ctx;
+    /* rect training's batches are not s x s: the host builds them */
+    l->pix = o->mode == TRN_LOADER_TRAIN && o->pix_ctx && !o->rect;
     if (!l->pix) {
         l->o.pix_ctx = NULL;
         l->o.pix_ops = NULL;
@@ -1199,8 +1204,9 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
             return trn_fail(err, err_cap, rc, "augmentation hyperparameters: %s",
                             trn_aug_strerror(rc));
         }
-        l->probs = (struct trn_plan_probs){ .mosaic = o->hyp.mosaic,
-                                            .mixup = o->hyp.mixup,
+        /* rect training has no mosaic (mosaic = augment and not rect), so no mixup either */
+        l->probs = (struct trn_plan_probs){ .mosaic = o->rect ? 0 : o->hyp.mosaic,
+                                            .mixup = o->rect ? 0 : o->hyp.mixup,
                                             .flipud = o->hyp.flipud,
                                             .fliplr = o->hyp.fliplr };
     }
@@ -1228,7 +1234,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     so.seed = o->seed;
     so.world_size = o->world_size;
     so.rank = o->rank;
-    so.shuffle = o->mode == TRN_LOADER_TRAIN;
+    so.shuffle = o->mode == TRN_LOADER_TRAIN && !o->rect; /* train.py: rect sets shuffle=False */
     /* Several ranks on a sharded dataset: the shard-aware partition, so that a node reads a
      * few shards per epoch, not all of them (docs/sharing.md). One rank keeps the plain order. */
     const uint32_t n_shards = ffr_reader_shard_count(r);

@@ -122,13 +122,18 @@ struct trn_loader_opts {
                                         docs/sharing.md); 0 (default) = world_size, one node */
     uint32_t epoch;                  /* start position: epoch; default 0 */
     uint64_t step;                   /* start position: batch within the epoch; default 0 */
-    bool rect;                       /* VAL: ultralytics' rect batch shapes (sorted by aspect
-                                        ratio); needs world_size 1; default false */
+    bool rect;                       /* ultralytics' rect batch shapes (images sorted by aspect
+                                        ratio, each batch letterboxed to its shape); needs
+                                        world_size 1. VAL: val.py's. TRAIN: train.py --rect:
+                                        that order every epoch (no shuffle), no mosaic or mixup,
+                                        random_perspective on the batch's shape, the host path
+                                        (pix_ctx unused); default false */
     int stride;                      /* rect shapes: model stride; default 32 */
     bool single_cls;                 /* every target's class is 0 (train.py / val.py
                                         --single-cls: the dataset's labels[:, 0] = 0); default
                                         false */
-    double rect_pad;                 /* rect shapes: pad; default 0.5 (ultralytics' val) */
+    double rect_pad;                 /* rect shapes: pad; default 0.5 (ultralytics' val; its
+                                        training loader uses 0.0) */
     enum trn_pixel_type pixels;      /* default TRN_PIXELS_U8 */
     enum trn_bad_record bad_records; /* default TRN_BAD_RECORD_SKIP */
     struct trn_hyp hyp;              /* augmentation hyperparameters (TRAIN); default

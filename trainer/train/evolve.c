@@ -178,6 +178,71 @@ static void trim(char *s)
     s[n] = '\0';
 }
 
+int trn_evolve_csv_parse(const char *text, size_t len, const char *name, bool anchors,
+                         double **rows, int *n_rows, char *err, size_t err_cap)
+{
+    *rows = NULL;
+    *n_rows = 0;
+    const int w = TRN_EVOLVE_RESULT + trn_evolve_keys(anchors, NULL);
+    int rc = 0, lineno = 0, nr = 0, room = 0;
+    double *t = NULL;
+    char field[64];
+    for (size_t at = 0; rc == 0 && at < len;) {
+        const char *nl = memchr(text + at, '\n', len - at);
+        const size_t end = nl ? (size_t)(nl - text) : len;
+        lineno++;
+        if (lineno > 1 && nr == room) {
+            if (room >= 1000000) { /* a million generations: not an evolve.csv */
+                rc = -EFBIG;
+                break;
+            }
+            room = room ? 2 * room : 64;
+            double *g = realloc(t, (size_t)room * (size_t)w * sizeof *g);
+            if (!g) {
+                rc = -ENOMEM;
+                break;
+            }
+            t = g;
+        }
+        int col = 0;
+        for (size_t p = at; rc == 0 && p <= end; col++) {
+            const char *c = memchr(text + p, ',', end - p);
+            const size_t fe = c ? (size_t)(c - text) : end;
+            if (col >= w || fe - p >= sizeof field || memchr(text + p, '\0', fe - p)) {
+                rc = -EINVAL;
+                break;
+            }
+            memcpy(field, text + p, fe - p);
+            field[fe - p] = '\0';
+            trim(field);
+            if (lineno == 1) {
+                if (strcmp(field, key_name(col, anchors))) rc = -EINVAL;
+            } else {
+                char *e;
+                const double v = strtod(field, &e);
+                if (e == field || *e || !isfinite(v)) rc = -EINVAL;
+                t[(size_t)nr * w + col] = v;
+            }
+            p = fe + 1;
+        }
+        if (rc == 0 && col != w) rc = -EINVAL;
+        if (rc == 0 && lineno > 1) nr++;
+        at = end + 1;
+    }
+    if (rc < 0) {
+        free(t);
+        return trn_fail(err, err_cap, rc, "%s:%d: %s", name, lineno,
+                        rc == -ENOMEM  ? "out of memory"
+                        : rc == -EFBIG ? "more than a million generations"
+                        : lineno == 1  ? "its columns are not this run's (results, then the "
+                                         "evolved hyperparameters in train.py's order)"
+                                       : "not a row of finite numbers");
+    }
+    *rows = t;
+    *n_rows = nr;
+    return 0;
+}
+
 int trn_evolve_csv_read(const char *dir, bool anchors, double **rows, int *n_rows, char *err,
                         size_t err_cap)
 {
@@ -185,58 +250,15 @@ int trn_evolve_csv_read(const char *dir, bool anchors, double **rows, int *n_row
     *n_rows = 0;
     char path[4200];
     snprintf(path, sizeof path, "%s/evolve.csv", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        if (errno == ENOENT) return 0;
-        return trn_fail(err, err_cap, -errno, "%s: %s", path, strerror(errno));
-    }
-    const int w = TRN_EVOLVE_RESULT + trn_evolve_keys(anchors, NULL);
-    char *line = NULL;
-    size_t cap = 0;
-    int rc = 0, lineno = 0, nr = 0, room = 0;
-    double *t = NULL;
-    while (rc == 0 && getline(&line, &cap, f) > 0) {
-        lineno++;
-        int col = 0;
-        if (nr == room) {
-            room = room ? 2 * room : 64;
-            double *g = realloc(t, (size_t)room * w * sizeof *g);
-            if (!g) {
-                rc = -ENOMEM;
-                break;
-            }
-            t = g;
-        }
-        for (char *p = line, *c; rc == 0 && p; p = c ? c + 1 : NULL, col++) {
-            if ((c = strchr(p, ','))) *c = '\0';
-            trim(p);
-            if (col >= w) {
-                rc = -EINVAL;
-            } else if (lineno == 1) {
-                if (strcmp(p, key_name(col, anchors))) rc = -EINVAL;
-            } else {
-                char *end;
-                t[(size_t)nr * w + col] = strtod(p, &end);
-                if (end == p || *end) rc = -EINVAL;
-            }
-        }
-        if (rc == 0 && col != w) rc = -EINVAL;
-        if (rc == 0 && lineno > 1) nr++;
-    }
-    if (rc == 0 && ferror(f)) rc = -EIO;
-    fclose(f);
-    free(line);
-    if (rc < 0) {
-        free(t);
-        return trn_fail(err, err_cap, rc, "%s:%d: %s", path, lineno,
-                        rc == -ENOMEM ? "out of memory"
-                        : lineno == 1 ? "its columns are not this run's (results, then the "
-                                        "evolved hyperparameters in train.py's order)"
-                                      : "not a row of numbers");
-    }
-    *rows = t;
-    *n_rows = nr;
-    return 0;
+    char *text = NULL;
+    size_t len = 0;
+    char e[512] = "";
+    const int rc = trn_read_file(path, 64u << 20, &text, &len, e, sizeof e);
+    if (rc == -ENOENT) return 0;
+    if (rc < 0) return trn_fail(err, err_cap, rc, "%s", e);
+    const int prc = trn_evolve_csv_parse(text, len, path, anchors, rows, n_rows, err, err_cap);
+    free(text);
+    return prc;
 }
 
 /* yaml.safe_dump's float: Python's repr (the shortest that reads back), '.0' on whole numbers,

@@ -72,10 +72,19 @@ void trn_evolve_mutate(const double *rows, int n_rows, bool anchors, uint64_t se
                        uint32_t generation, double *v);
 
 /*
- * Read DIR/evolve.csv: *rows (malloc'd, caller frees) and *n_rows; a missing file is 0 rows
- * (*rows NULL). The header's keys must be this run's (results, then trn_evolve_keys(anchors)).
- * Returns 0, -EINVAL (another header, a field that is not a number) with err naming the file and
- * line, -ENOMEM, or -errno from reading.
+ * Parse an evolve.csv held in memory (text, len; name for messages): *rows (malloc'd, caller
+ * frees; NULL with 0 rows) and *n_rows. The header's keys must be this run's (results, then
+ * trn_evolve_keys(anchors)), every row that many finite numbers. Returns 0, -EINVAL (another
+ * header, a field that is not a finite number, a wrong field count, a NUL byte), -EFBIG (over a
+ * million rows) or -ENOMEM, with err "NAME:LINE: why". Thread-safe.
+ */
+int trn_evolve_csv_parse(const char *text, size_t len, const char *name, bool anchors,
+                         double **rows, int *n_rows, char *err, size_t err_cap);
+
+/*
+ * Read DIR/evolve.csv with trn_evolve_csv_parse; a missing file is 0 rows (*rows NULL). Returns
+ * as trn_evolve_csv_parse, or the errors of reading (-EFBIG over 64 MiB, -errno) naming the
+ * file.
  */
 int trn_evolve_csv_read(const char *dir, bool anchors, double **rows, int *n_rows, char *err,
                         size_t err_cap);
