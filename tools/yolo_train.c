@@ -90,6 +90,7 @@ struct args {
     double label_smoothing; /* --label-smoothing */
     bool single_cls;        /* --single-cls */
     bool image_weights;     /* --image-weights */
+    bool rect, multi_scale; /* --rect, --multi-scale */
     const char *evolve;     /* --evolve [N]: "" for the default 300 */
     long freeze[64];        /* --freeze N | R [R ...] */
     int n_freeze;
@@ -312,6 +313,12 @@ static int parse_args(int argc, char **argv, struct args *A)
                "evolve hyperparameters for N generations (default 300; train.py's): each trains "
                "--epochs with a mutation of the best earlier results, into runs/evolve/NAME "
                "(evolve.csv, hyp_evolve.yaml, evolve.png)"),
+        AP_OPT("--rect", AP_FLAG, &A->rect, NULL,
+               "rectangular training (train.py's): batches of images of like aspect ratio, each "
+               "letterboxed to its own shape; no mosaic, no shuffle; one process only"),
+        AP_OPT("--multi-scale", AP_FLAG, &A->multi_scale, NULL,
+               "vary img-size +/- 50% (train.py's): each batch resized to a random multiple of "
+               "the grid in [0.5, 1.5] x --img"),
         AP_OPT("--image-weights", AP_FLAG, &A->image_weights, NULL,
                "use weighted image selection for training: each epoch draws its images with "
                "replacement, weighted by the rarity of their classes and (1 - mAP)^2 of the "
@@ -919,6 +926,8 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.label_smoothing = A->label_smoothing;
     o.single_cls = A->single_cls;
     o.image_weights = A->image_weights;
+    o.rect = A->rect;
+    o.multi_scale = A->multi_scale;
     /* train.py: freeze = [f'model.{x}.' for x in (freeze if len(freeze) > 1 else
      * range(freeze[0]))] */
     for (int i = 0; A->n_freeze == 1 && i < A->freeze[0]; i++)

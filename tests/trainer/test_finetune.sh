@@ -5,7 +5,7 @@
 # (from a one-batch yolov5n run on an 8-class yolo-synth set) and, when ../shared has it, on the
 # official yolov5n.pt (80 classes onto 8: 343 of 349, the Detect convs' 6 tensors stay fresh).
 # Also the train.py flags that need a run: --label-smoothing, --single-cls, --image-weights,
-# --evolve, --freeze, --batch-size -1, and labels.jpg.
+# --evolve, --rect, --multi-scale, --freeze, --batch-size -1, and labels.jpg.
 # Usage: test_finetune.sh YOLO_TRAIN YOLO_SYNTH YOLO_PACK MODELS_DIR SHARED_DIR
 set -u
 train=$1 synth=$2 pack=$3 models=$4 shared=$5
@@ -80,6 +80,16 @@ ev=$work/runs/ev
     has "evolve: 2 generations finished" && has "Hyperparameter evolution finished 2 generations"
 check $? "... evolve.csv (header and 2 rows), hyp_evolve.yaml, evolve.png; no checkpoints"
 run 2 "--evolve 0" -- --cfg yolov5n --evolve 0 --name ev0
+
+run 0 "--rect --multi-scale, 3 epochs" -- --cfg yolov5n --rect --multi-scale --epochs 3 \
+    --stop-after-steps 1000 --name rm
+sizes=$(grep -E '^ +[0-9]+/2 ' "$work/err" | awk '{sub(":", "", $7); print $7}' | sort -u | tr '\n' ' ')
+grep -qx "rect: true" "$work/runs/rm/opt.yaml" && grep -qx "multi_scale: true" "$work/runs/rm/opt.yaml" &&
+    has "--rect is incompatible with DataLoader shuffle, setting shuffle=False" &&
+    [ "$(echo "$sizes" | wc -w)" -ge 2 ] && ! echo "$sizes" | grep -qvE '^((32|64|96) )+$'
+check $? "... recorded in opt.yaml, train.py's warning, batch sizes from {32, 64, 96}: $sizes"
+run 0 "--rect --multi-scale on the resident step (--device-path)" -- --cfg yolov5n --rect \
+    --multi-scale --device-path --epochs 3 --stop-after-steps 1000 --name rmd
 
 run 0 "--freeze 10 (the backbone)" -- --weights "$ckpt" --freeze 10 --name fz
 [ "$(grep -c '^freezing model\.[0-9]\.' "$work/err")" -gt 50 ] &&

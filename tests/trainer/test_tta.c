@@ -126,6 +126,23 @@ static void test_scale_pixels(void)
     free(b);
 }
 
+/* --multi-scale's F.interpolate to a given size: the resized part of scale_img, unpadded. */
+static void test_interpolate(void)
+{
+    enum { H = 64, W = 64 };
+    float *in = malloc(3 * H * W * sizeof *in), *a = malloc(3 * 96 * 96 * sizeof *a);
+    float *b = malloc(3 * 96 * 96 * sizeof *b);
+    for (int i = 0; i < 3 * H * W; i++)
+        in[i] = (float)((i * 2654435761u) % 1000u) / 1000.0f;
+    /* r = 1.5: int(64 * 1.5) = 96 = ceil(96 / 32) * 32, so scale_img does not pad */
+    int rc = trn_tta_scale_img(in, 1, 3, H, W, 1.5, 32, false, a, 3 * 96 * 96);
+    if (rc == 0) rc = trn_tta_interpolate(in, 1, 3, H, W, 96, 96, b, 3 * 96 * 96);
+    ok(rc == 0 && !memcmp(a, b, 3 * 96 * 96 * sizeof *a),
+       "interpolate to 96x96 equals scale_img at r = 1.5, bit for bit");
+    ok(trn_tta_interpolate(in, 1, 3, H, W, 96, 96, b, 100) == -EINVAL, "a short dst refused");
+    free(in), free(a), free(b);
+}
+
 static void test_descale(void)
 {
     /* boxes in an image of width 640, sent through branch geometry and back */
@@ -355,6 +372,7 @@ int main(void)
 {
     test_sizes();
     test_scale_pixels();
+    test_interpolate();
     test_descale();
     test_clip();
     test_runner();

@@ -77,16 +77,17 @@ void trn_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t ou
  * changes every augmented batch of every seed.
  */
 enum trn_stream {
-    TRN_STREAM_PLAN = 1,      /* trn_sampler_plan: mosaic/mixup/flip decisions and partners */
-    TRN_STREAM_MOSAIC = 2,    /* the sample's own mosaic: centre, then random_perspective */
-    TRN_STREAM_MIXUP = 3,     /* the mixup mosaic: centre, random_perspective */
-    TRN_STREAM_COLOR = 4,     /* mixup ratio, HSV gains */
-    TRN_STREAM_LETTERBOX = 5, /* non-mosaic path: random_perspective after the letterbox */
-    TRN_STREAM_WEIGHTS = 6,   /* trn_sampler_weighted_indices (position 0): an epoch's image
-                                 weights draw */
-    TRN_STREAM_EVOLVE = 7,    /* --evolve (epoch = generation, position 0): parent, mutation */
-    TRN_STREAM_COPYPASTE = 8, /* hyp.copy_paste > 0: the keys of copy_paste's draws */
-    TRN_STREAM_USER = 16,     /* first value free for callers */
+    TRN_STREAM_PLAN = 1,       /* trn_sampler_plan: mosaic/mixup/flip decisions and partners */
+    TRN_STREAM_MOSAIC = 2,     /* the sample's own mosaic: centre, then random_perspective */
+    TRN_STREAM_MIXUP = 3,      /* the mixup mosaic: centre, random_perspective */
+    TRN_STREAM_COLOR = 4,      /* mixup ratio, HSV gains */
+    TRN_STREAM_LETTERBOX = 5,  /* non-mosaic path: random_perspective after the letterbox */
+    TRN_STREAM_WEIGHTS = 6,    /* trn_sampler_weighted_indices (position 0): an epoch's image
+                                  weights draw */
+    TRN_STREAM_EVOLVE = 7,     /* --evolve (epoch = generation, position 0): parent, mutation */
+    TRN_STREAM_COPYPASTE = 8,  /* hyp.copy_paste > 0: the keys of copy_paste's draws */
+    TRN_STREAM_MULTISCALE = 9, /* --multi-scale (position = the batch's step): its size */
+    TRN_STREAM_USER = 16,      /* first value free for callers */
 };
 
 /*

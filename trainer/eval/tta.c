@@ -65,31 +65,12 @@ static void axis_weights(int in, int out, bool flip, int *i0, int *i1, float *l0
     }
 }
 
-int trn_tta_scale_img(const float *src, int n, int c, int h, int w, double r, int gs, bool flip_lr,
-                      float *dst, size_t dst_cap)
+/* F.interpolate(bilinear, align_corners=False) of `planes` h x w planes to rh x rw, written at
+ * the top-left of ph x pw output planes padded with TRN_TTA_PAD (ph >= rh, pw >= rw). */
+static int resize_planes(const float *src, size_t planes, int h, int w, int rh, int rw, int ph,
+                         int pw, bool flip_lr, float *dst)
 {
-    int rh, rw, ph, pw;
-    if (!src || !dst || n < 1 || c < 1) return -EINVAL;
-    int rc = trn_tta_scaled_size(h, w, r, gs, &rh, &rw, &ph, &pw);
-    if (rc < 0) return rc;
-    const size_t planes = (size_t)n * (size_t)c;
     const size_t out_plane = (size_t)ph * (size_t)pw, in_plane = (size_t)h * (size_t)w;
-    if (out_plane > SIZE_MAX / planes || dst_cap < planes * out_plane) return -EINVAL;
-    if (r == 1.0) {
-        for (size_t p = 0; p < planes; p++) {
-            const float *s = src + p * in_plane;
-            float *d = dst + p * out_plane;
-            if (!flip_lr) {
-                memcpy(d, s, in_plane * sizeof *d);
-                continue;
-            }
-            for (int y = 0; y < h; y++)
-                for (int x = 0; x < w; x++)
-                    d[(size_t)y * (size_t)w + (size_t)x] =
-                        s[(size_t)y * (size_t)w + (size_t)(w - 1 - x)];
-        }
-        return 0;
-    }
     int *ix = malloc(2 * ((size_t)rw + (size_t)rh) * sizeof *ix);
     float *lx = malloc(2 * ((size_t)rw + (size_t)rh) * sizeof *lx);
     if (!ix || !lx) {
@@ -126,6 +107,43 @@ int trn_tta_scale_img(const float *src, int n, int c, int h, int w, double r, in
     free(ix);
     free(lx);
     return 0;
+}
+
+int trn_tta_interpolate(const float *src, int n, int c, int h, int w, int oh, int ow, float *dst,
+                        size_t dst_cap)
+{
+    if (!src || !dst || n < 1 || c < 1 || h < 1 || w < 1 || oh < 1 || ow < 1) return -EINVAL;
+    const size_t planes = (size_t)n * (size_t)c, out_plane = (size_t)oh * (size_t)ow;
+    if (out_plane > SIZE_MAX / planes || dst_cap < planes * out_plane) return -EINVAL;
+    return resize_planes(src, planes, h, w, oh, ow, oh, ow, false, dst);
+}
+
+int trn_tta_scale_img(const float *src, int n, int c, int h, int w, double r, int gs, bool flip_lr,
+                      float *dst, size_t dst_cap)
+{
+    int rh, rw, ph, pw;
+    if (!src || !dst || n < 1 || c < 1) return -EINVAL;
+    int rc = trn_tta_scaled_size(h, w, r, gs, &rh, &rw, &ph, &pw);
+    if (rc < 0) return rc;
+    const size_t planes = (size_t)n * (size_t)c;
+    const size_t out_plane = (size_t)ph * (size_t)pw, in_plane = (size_t)h * (size_t)w;
+    if (out_plane > SIZE_MAX / planes || dst_cap < planes * out_plane) return -EINVAL;
+    if (r == 1.0) {
+        for (size_t p = 0; p < planes; p++) {
+            const float *s = src + p * in_plane;
+            float *d = dst + p * out_plane;
+            if (!flip_lr) {
+                memcpy(d, s, in_plane * sizeof *d);
+                continue;
+            }
+            for (int y = 0; y < h; y++)
+                for (int x = 0; x < w; x++)
+                    d[(size_t)y * (size_t)w + (size_t)x] =
+                        s[(size_t)y * (size_t)w + (size_t)(w - 1 - x)];
+        }
+        return 0;
+    }
+    return resize_planes(src, planes, h, w, rh, rw, ph, pw, flip_lr, dst);
 }
 
 int trn_tta_descale(float *pred, size_t rows, int no, double r, bool flip_lr, int img_w)

@@ -72,6 +72,14 @@ int trn_tta_scale_img(const float *src, int n, int c, int h, int w, double r, in
                       float *dst, size_t dst_cap);
 
 /*
+ * F.interpolate(src, size=(oh, ow), mode='bilinear', align_corners=False) on n x c x h x w float
+ * NCHW src into dst (dst_cap floats, at least n * c * oh * ow), as scale_img's resize (train.py
+ * --multi-scale resizes its batches so). Returns 0, -EINVAL or -ENOMEM.
+ */
+int trn_tta_interpolate(const float *src, int n, int c, int h, int w, int oh, int ow, float *dst,
+                        size_t dst_cap);
+
+/*
  * _descale_pred in place on `rows` rows of `no` floats (x, y, w, h, ...): the first four divided
  * by float32(r), then x = float32(img_w) - x when flip_lr. Returns 0 or -EINVAL (pred NULL with
  * rows > 0, no < 4, r <= 0 or not finite).

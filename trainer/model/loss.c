@@ -176,6 +176,19 @@ int trn_loss_cfg_from_model(const struct trn_model *m, const struct trn_hyp *h, 
     return 0;
 }
 
+int trn_loss_cfg_set_grid(struct trn_loss_cfg *c, const struct trn_model *m, int h, int w)
+{
+    if (!c || !m || h < 1 || w < 1) return -EINVAL;
+    const struct trn_model_info *const I = trn_model_info(m);
+    if (I->nl != c->nl) return -EINVAL;
+    for (int l = 0; l < I->nl; l++) {
+        if (I->stride[l] < 1 || h % I->stride[l] || w % I->stride[l]) return -EINVAL;
+        c->ny[l] = h / I->stride[l];
+        c->nx[l] = w / I->stride[l];
+    }
+    return loss_cfg_check(c);
+}
+
 static int loss_check_targets(const struct trn_loss_cfg *c, const float *t, int nt)
 {
     for (int r = 0; r < nt; r++) {

@@ -90,6 +90,13 @@ struct trn_loss_cfg {
 int trn_loss_cfg_from_model(const struct trn_model *m, const struct trn_hyp *h, int bs, int imgsz,
                             float label_smoothing, int max_targets, struct trn_loss_cfg *out);
 
+/*
+ * The grids of an h x w batch (rect training, --multi-scale): ny[l] = h / stride, nx[l] = w /
+ * stride; the gains stay those of cfg's nominal size, as train.py computes them once. Returns 0
+ * or -EINVAL (h or w not a multiple of every stride, NULL).
+ */
+int trn_loss_cfg_set_grid(struct trn_loss_cfg *c, const struct trn_model *m, int h, int w);
+
 struct trn_loss;
 
 /*

@@ -195,9 +195,10 @@ char *run_opt_yaml(const struct run *R, size_t *len)
     char ls[40];
     fmt_double(ls, sizeof ls, o->label_smoothing);
     fprintf(f,
-            "\nsingle_cls: %s\nimage_weights: %s\ncos_lr: %s\nlabel_smoothing: %s\nseed: %" PRIu64
-            "\nnc: %d\nsync_bn: %s\nsave_dir: ",
+            "\nsingle_cls: %s\nimage_weights: %s\nrect: %s\nmulti_scale: %s\ncos_lr: %s"
+            "\nlabel_smoothing: %s\nseed: %" PRIu64 "\nnc: %d\nsync_bn: %s\nsave_dir: ",
             o->single_cls ? "true" : "false", o->image_weights ? "true" : "false",
+            o->rect ? "true" : "false", o->multi_scale ? "true" : "false",
             o->cos_lr ? "true" : "false", ls, o->seed, R->info->nc, o->sync_bn ? "true" : "false");
     yaml_quote(f, o->run_dir);
     fputc('\n', f);
@@ -229,10 +230,11 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
             o->batch_size, o->seed);
     fprintf(f,
             "optimizer: %s\ncos_lr: %s\nnc: %d\nsync_bn: %s\nlabel_smoothing: %.17g\n"
-            "single_cls: %s\nimage_weights: %s\n",
+            "single_cls: %s\nimage_weights: %s\nrect: %s\nmulti_scale: %s\n",
             optim_names[o->optimizer], o->cos_lr ? "true" : "false", R->info->nc,
             o->sync_bn ? "true" : "false", o->label_smoothing, o->single_cls ? "true" : "false",
-            o->image_weights ? "true" : "false");
+            o->image_weights ? "true" : "false", o->rect ? "true" : "false",
+            o->multi_scale ? "true" : "false");
     fprintf(f, "frozen: \"");
     for (int r = 0, first = 1; r < TRN_MODEL_MAX_LAYERS; r++)
         if (o->frozen[r / 64] >> (r % 64) & 1) fprintf(f, "%s%d", first ? "" : " ", r), first = 0;
@@ -373,6 +375,9 @@ int run_resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_t c
     o->single_cls = sc && !strcmp(sc, "true");
     const char *iw = trn_ckpt_get(C, "image_weights"); /* absent before the option: false */
     o->image_weights = iw && !strcmp(iw, "true");
+    const char *rt = trn_ckpt_get(C, "rect"), *ms = trn_ckpt_get(C, "multi_scale");
+    o->rect = rt && !strcmp(rt, "true");
+    o->multi_scale = ms && !strcmp(ms, "true");
     /* the frozen rows, "0 1 2" (absent before the option: none) */
     memset(o->frozen, 0, sizeof o->frozen);
     for (const char *p = trn_ckpt_get(C, "frozen"); p && *p;) {

@@ -6,10 +6,11 @@
 int run_check_batch(const struct run *R, const struct trn_batch *b, const struct trn_net *net,
                     bool short_batch, char *err, size_t cap)
 {
-    if (!net || (short_batch && b->n != R->last_bs) || b->height != R->o.img ||
-        b->width != R->o.img || b->pixels != TRN_PIXELS_F32) {
+    const int n = short_batch ? R->alt_n : R->local_bs, h = short_batch ? R->alt_h : R->o.img,
+              w = short_batch ? R->alt_w : R->o.img;
+    if (!net || b->n != n || b->height != h || b->width != w || b->pixels != TRN_PIXELS_F32) {
         trn_seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
-                   b->width, R->local_bs, R->o.img, R->o.img);
+                   b->width, n, h, w);
         return -EINVAL;
     }
     return 0;
@@ -163,12 +164,13 @@ static int amp_host_step(struct run *R, float *params, float *grad, const struct
 int run_train_batch(struct run *R, const struct trn_batch *b, struct trn_loss_items *items,
                     char *err, size_t cap)
 {
-    const bool short_batch = b->n != R->local_bs;
+    const bool short_batch = run_is_alt(R, b); /* another shape: net_last */
+    int rc = short_batch ? run_alt_net(R, b, err, cap) : 0;
+    if (rc < 0) return rc;
     struct trn_net *net = short_batch ? R->net_last : R->net;
     struct trn_loss *loss = short_batch ? R->loss_last : R->loss;
     float *const *dp = short_batch ? R->dp_last : R->dp;
-    int rc = run_check_batch(R, b, net, short_batch, err, cap);
-    if (rc < 0) return rc;
+    if ((rc = run_check_batch(R, b, net, short_batch, err, cap)) < 0) return rc;
     const float *out[TRN_MODEL_MAX_LEVELS];
     rc = trn_net_forward(net, b->images, true, out);
     if (rc < 0) return run_pass_failed(R, b, rc, "forward", err, cap);

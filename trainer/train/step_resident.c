@@ -118,6 +118,39 @@ int run_resident_setup(struct run *R, char *err, size_t cap)
     return 0;
 }
 
+/* A new net_last on the resident step: its loss gradients in dctx memory, resident, the loss
+ * scratch grown to its grids, and (fp16) its gradient segments. */
+int run_resident_alt(struct run *R, char *err, size_t cap)
+{
+    const struct trn_model_info *I = R->info;
+    size_t b = 0;
+    int rc = trn_loss_dev_scratch_bytes(trn_loss_get_cfg(R->loss_last), R->dK, R->dctx, &b);
+    if (rc == 0 && b > R->scratch_bytes) {
+        if (R->d_scratch) kern_mem_free(R->dctx, R->d_scratch);
+        R->d_scratch = NULL;
+        R->scratch_bytes = 0;
+        rc = kern_mem_alloc(R->dctx, b, &R->d_scratch);
+        if (rc == 0) R->scratch_bytes = b;
+    }
+    for (int l = 0; l < I->nl && rc == 0; l++)
+        rc = kern_mem_alloc(R->dctx,
+                            (size_t)trn_net_output_shape(R->net_last, l, NULL) * sizeof(float),
+                            (void **)&R->d_dp_last[l]);
+    if (rc == 0 && R->d_seg) {
+        struct kern_optim_seg segs[TRN_MODEL_MAX_LEVELS];
+        memset(segs, 0, sizeof segs);
+        for (int l = 0; l < I->nl; l++)
+            segs[l].count = (size_t)trn_net_output_shape(R->net_last, l, NULL);
+        rc = kern_mem_copy(R->dctx, R->d_seg + I->nl, segs, (size_t)I->nl * sizeof *segs,
+                           KERN_COPY_H2D);
+    }
+    if (rc == 0) rc = trn_net_set_resident(R->net_last, true);
+    if (rc < 0)
+        trn_seterr(err, cap, "the device training step at a %d x %dx%d batch: %s", R->alt_n,
+                   R->alt_h, R->alt_w, kern_strerror(rc));
+    return rc;
+}
+
 /* One batch as run_train_batch, every tensor in the nets' backend memory: forward, the device loss,
  * backward into the device grad arena, the fused clip + SGD + EMA, the buffers' EMA, zero grad.
  * The host sees the 8 loss floats only (and, with several ranks over TCP or MPI, each batch's
@@ -125,12 +158,13 @@ int run_resident_setup(struct run *R, char *err, size_t cap)
 int run_train_batch_resident(struct run *R, const struct trn_batch *b, struct trn_loss_items *items,
                              char *err, size_t cap)
 {
-    const bool short_batch = b->n != R->local_bs;
+    const bool short_batch = run_is_alt(R, b); /* another shape: net_last */
+    int rc = short_batch ? run_alt_net(R, b, err, cap) : 0;
+    if (rc < 0) return rc;
     struct trn_net *net = short_batch ? R->net_last : R->net;
     const struct trn_loss *loss = short_batch ? R->loss_last : R->loss;
     float *const *dp = short_batch ? R->d_dp_last : R->d_dp;
-    int rc = run_check_batch(R, b, net, short_batch, err, cap);
-    if (rc < 0) return rc;
+    if ((rc = run_check_batch(R, b, net, short_batch, err, cap)) < 0) return rc;
     const struct kern_ops *const K = R->dK;
     const float *out[TRN_MODEL_MAX_LEVELS];
     /* a batch the loader built on this context needs no upload */

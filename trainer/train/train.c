@@ -397,8 +397,8 @@ static int grad_ready(void *ctx, const struct trn_net_grad_range *g)
     return rc;
 }
 
-static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn_loss **loss,
-                         float **dp, int64_t max_t, char *err, size_t cap)
+static int make_net_loss(struct run *R, int bs, int h, int w, struct trn_net **net,
+                         struct trn_loss **loss, float **dp, int64_t max_t, char *err, size_t cap)
 {
     struct trn_net_opts no;
     trn_net_opts_default(&no);
@@ -417,9 +417,9 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
         no.bn_allreduce_ctx = R;
     }
     char e[512] = "";
-    int rc = trn_net_create(R->m, bs, R->o.img, R->o.img, &no, net, e, sizeof e);
+    int rc = trn_net_create(R->m, bs, h, w, &no, net, e, sizeof e);
     if (rc < 0) {
-        trn_seterr(err, cap, "network at batch %d, %dx%d: %s", bs, R->o.img, R->o.img,
+        trn_seterr(err, cap, "network at batch %d, %dx%d: %s", bs, h, w,
                    e[0] ? e : trn_strerror(rc));
         return rc;
     }
@@ -427,6 +427,7 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
     if (max_t > INT32_MAX / 64) max_t = INT32_MAX / 64;
     rc = trn_loss_cfg_from_model(R->m, &R->o.hyp, bs, R->o.img, (float)R->o.label_smoothing,
                                  (int)max_t, &lc);
+    if (!rc) rc = trn_loss_cfg_set_grid(&lc, R->m, h, w);
     if (!rc) rc = trn_loss_create(&lc, loss);
     if (rc < 0) {
         trn_seterr(err, cap, "loss: %s", trn_loss_strerror(rc));
@@ -443,6 +444,41 @@ static int make_net_loss(struct run *R, int bs, struct trn_net **net, struct trn
     return 0;
 }
 
+bool run_is_alt(const struct run *R, const struct trn_batch *b)
+{
+    return b->n != R->local_bs || b->height != R->o.img || b->width != R->o.img;
+}
+
+/* net_last for batch b's shape: kept while the shape repeats (rect batches come in aspect
+ * order), else made anew; its gradients are zero between batches, as the main net's. */
+int run_alt_net(struct run *R, const struct trn_batch *b, char *err, size_t cap)
+{
+    if (b->n < 1 || b->n > R->local_bs || b->height < 32 || b->width < 32) {
+        trn_seterr(err, cap, "loader gave a %d x %dx%d batch (local batch %d)", b->n, b->height,
+                   b->width, R->local_bs);
+        return -EINVAL;
+    }
+    if (R->net_last && R->alt_n == b->n && R->alt_h == b->height && R->alt_w == b->width) return 0;
+    trn_net_destroy(R->net_last);
+    trn_loss_destroy(R->loss_last);
+    R->net_last = NULL;
+    R->loss_last = NULL;
+    for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++) {
+        free(R->dp_last[l]);
+        R->dp_last[l] = NULL;
+        if (R->dctx && R->d_dp_last[l]) kern_mem_free(R->dctx, R->d_dp_last[l]);
+        R->d_dp_last[l] = NULL;
+    }
+    R->alt_n = R->alt_h = R->alt_w = 0;
+    int rc = make_net_loss(R, b->n, b->height, b->width, &R->net_last, &R->loss_last, R->dp_last,
+                           R->per_image_t * b->n, err, cap);
+    if (rc < 0) return rc;
+    trn_net_zero_grad(R->net_last);
+    if (R->resident && (rc = run_resident_alt(R, err, cap)) < 0) return rc;
+    R->alt_n = b->n, R->alt_h = b->height, R->alt_w = b->width;
+    return 0;
+}
+
 static void run_free(struct run *R)
 {
     kern_graph_destroy(R->g[0]); /* before the nets and the context they record */
@@ -455,6 +491,7 @@ static void run_free(struct run *R)
     trn_plot_names_free(&R->val_names);
     trn_net_destroy(R->net);
     trn_net_destroy(R->net_last);
+    free(R->ms_buf);
     trn_loss_destroy(R->loss);
     trn_loss_destroy(R->loss_last);
     for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++) {
@@ -588,6 +625,9 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         return rc;
     }
     R->info = trn_model_info(R->m);
+    R->grid = 32;
+    for (int l = 0; l < R->info->nl; l++)
+        if (R->info->stride[l] > R->grid) R->grid = R->info->stride[l];
     if (!o->resume) log_summary(R, src && !o->cfg ? trn_model_info(src)->nc : 0);
     if (R->n_names > 0 && R->n_names != R->info->nc)
         run_log(R, "WARNING: the dataset names %d classes, the model has nc=%d", R->n_names,
@@ -664,6 +704,10 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     lo.hyp = o->hyp;
     lo.log = loader_log;
     lo.log_ctx = R;
+    /* train.py's train loader: rect with pad 0.0 at the grid size max(stride, 32) */
+    lo.rect = o->rect;
+    lo.rect_pad = 0.0;
+    lo.stride = R->grid;
     if (o->cache_dir) {
         lo.damaged = loader_damaged;
         lo.damaged_ctx = R;
@@ -671,7 +715,8 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     /* The resident step builds its batches on the device (GPU augmentation): the workers decode
        tiles, the device pastes, warps and colours them into the batch tensor. Same bytes as the
        host path; the host step (Adam, AdamW) reads host images, so it keeps the host path. */
-    if ((R->gpu_ctx || R->device_path) && o->optimizer == TRN_OPTIM_SGD && !o->host_aug) {
+    if ((R->gpu_ctx || R->device_path) && o->optimizer == TRN_OPTIM_SGD && !o->host_aug &&
+        !o->multi_scale && !o->rect) {
         lo.pix_ctx = R->gpu_ctx ? R->gpu_ctx : R->ctx;
         lo.pix_ops = R->gpu_ctx ? kern_ops_cuda() : kern_ops_ref();
     }
@@ -690,6 +735,9 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         lo.epoch = (uint32_t)ep;
         lo.step = (uint64_t)st;
     }
+    if (o->rect)
+        run_log(R, "WARNING ⚠️ --rect is incompatible with DataLoader shuffle, setting "
+                   "shuffle=False");
     rc = trn_loader_create(R->data, &lo, &R->loader, e, sizeof e);
     if (rc < 0) {
         /* the loader's message carries the repack hint when the packing size is the cause */
@@ -714,10 +762,14 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
      * removes rows. */
     const int64_t per =
         max_labels(R->data) * (o->hyp.mixup > 0 ? 8 : 4) * (o->hyp.copy_paste > 0 ? 2 : 1) + 8;
-    rc = make_net_loss(R, R->local_bs, &R->net, &R->loss, R->dp, per * R->local_bs, err, cap);
-    if (rc == 0 && R->last_bs != R->local_bs)
-        rc = make_net_loss(R, R->last_bs, &R->net_last, &R->loss_last, R->dp_last, per * R->last_bs,
-                           err, cap);
+    R->per_image_t = per;
+    rc = make_net_loss(R, R->local_bs, o->img, o->img, &R->net, &R->loss, R->dp, per * R->local_bs,
+                       err, cap);
+    if (rc == 0 && R->last_bs != R->local_bs && !o->rect && !o->multi_scale) {
+        rc = make_net_loss(R, R->last_bs, o->img, o->img, &R->net_last, &R->loss_last, R->dp_last,
+                           per * R->last_bs, err, cap);
+        R->alt_n = R->last_bs, R->alt_h = R->alt_w = o->img;
+    }
     if (rc < 0) return rc;
     trn_net_zero_grad(R->net);
     trn_net_zero_grad(R->net_last);
@@ -771,10 +823,52 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* train.py --multi-scale: sz = randrange(int(img * 0.5), int(img * 1.5) + gs) // gs * gs, the
+ * batch interpolated (bilinear, align_corners=False) to ceil(side * sz / max(h, w) / gs) * gs
+ * per side, Python's double arithmetic; the draw from the seed and the batch's position. The
+ * targets are normalised, so they stay. */
+static int multi_scale(struct run *R, const struct trn_batch *b, struct trn_batch *out, char *err,
+                       size_t cap)
+{
+    const int gs = R->grid, img = R->o.img;
+    struct trn_rng r;
+    trn_rng_init(&r, R->o.seed, b->epoch, b->step, TRN_STREAM_MULTISCALE);
+    const int lo = (int)(img * 0.5), hi = (int)(img * 1.5) + gs;
+    const int sz = (lo + (int)trn_rng_below(&r, (uint64_t)(hi - lo))) / gs * gs;
+    const double sf = (double)sz / (b->height > b->width ? b->height : b->width);
+    if (sf == 1.0) return 0;
+    if (!b->images) {
+        trn_seterr(err, cap, "--multi-scale needs the batch on the host");
+        return -EINVAL;
+    }
+    const int nh = (int)ceil(b->height * sf / gs) * gs, nw = (int)ceil(b->width * sf / gs) * gs;
+    const size_t need = (size_t)b->n * 3 * (size_t)nh * (size_t)nw;
+    if (need > R->ms_cap) {
+        float *p = realloc(R->ms_buf, need * sizeof *p);
+        if (!p) {
+            trn_seterr(err, cap, "--multi-scale: out of memory for a %dx%d batch", nh, nw);
+            return -ENOMEM;
+        }
+        R->ms_buf = p;
+        R->ms_cap = need;
+    }
+    const int rc =
+        trn_tta_interpolate(b->images, b->n, 3, b->height, b->width, nh, nw, R->ms_buf, R->ms_cap);
+    if (rc < 0) {
+        trn_seterr(err, cap, "--multi-scale: resizing to %dx%d: %s", nh, nw, strerror(-rc));
+        return rc;
+    }
+    out->images = R->ms_buf;
+    out->height = nh;
+    out->width = nw;
+    out->image_bytes = need * sizeof(float);
+    return 0;
+}
+
 /* ultralytics' tqdm bar after each batch: epoch, device memory, mean losses, the batch's
  * targets and size; the epoch's last one goes to the log too when nobody draws the bar. */
 static void progress(struct run *R, int epoch, const double ml[3], size_t instances, int64_t done,
-                     double secs, int64_t images)
+                     double secs, int64_t images, int size)
 {
     if (R->rank != 0) return;
     const bool final = done == R->nb;
@@ -788,7 +882,7 @@ static void progress(struct run *R, int epoch, const double ml[3], size_t instan
     else
         snprintf(mem, sizeof mem, "0G");
     snprintf(desc, sizeof desc, "%11s%11s%11.4g%11.4g%11.4g%11.4g%11.4g", ep, mem, ml[0], ml[1],
-             ml[2], (double)instances, (double)R->o.img);
+             ml[2], (double)instances, (double)size);
     trn_cli_bar(line, sizeof line, desc, done, R->nb, secs);
     /* tqdm's postfix slot: the epoch's image rate, training alone */
     const size_t l = strlen(line);
@@ -1115,11 +1209,13 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             goto out;
         }
         plot_first_batch(R, &b);
+        struct trn_batch mb = b; /* the batch the step sees (--multi-scale resizes it) */
+        if (R->o.multi_scale && (rc = multi_scale(R, &b, &mb, err, err_cap)) < 0) goto out;
         struct trn_loss_items it;
-        const struct run_step *path = R->graph && b.n == R->local_bs ? &run_step_graph
-                                      : R->resident                  ? &run_step_resident
-                                                                     : &run_step_host;
-        rc = path->batch(R, &b, &it, err, err_cap);
+        const struct run_step *path = R->graph && !run_is_alt(R, &mb) ? &run_step_graph
+                                      : R->resident                   ? &run_step_resident
+                                                                      : &run_step_host;
+        rc = path->batch(R, &mb, &it, err, err_cap);
         if (rc < 0) goto out;
         R->msum[0] += it.lbox;
         R->msum[1] += it.lobj;
@@ -1132,7 +1228,8 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         R->step++;
         const double mloss[3] = { R->msum[0] / (double)R->mcount, R->msum[1] / (double)R->mcount,
                                   R->msum[2] / (double)R->mcount };
-        progress(R, R->epoch, mloss, b.n_targets, epoch_batches, now_s() - epoch_t0, epoch_images);
+        progress(R, R->epoch, mloss, b.n_targets, epoch_batches, now_s() - epoch_t0, epoch_images,
+                 mb.width);
         if (R->step == R->nb) {
             train_secs += now_s() - epoch_t0;
             const int epoch = R->epoch;

@@ -224,6 +224,13 @@ struct trn_train_opts {
                                                    each is logged ("freezing NAME"); recorded */
     bool single_cls;    /* train.py --single-cls: one class, "item" (unless the dataset has
                            one name), every label's class 0, validation likewise; recorded */
+    bool rect;          /* train.py --rect: rect training batches (trn_loader_opts.rect: aspect
+                           order, no shuffle, no mosaic, pad 0.0), each batch at its own shape;
+                           one process only; recorded [false] */
+    bool multi_scale;   /* train.py --multi-scale: each batch resized (bilinear, as
+                           F.interpolate) to a random side in [0.5, 1.5] x img, rounded to the
+                           grid, from the seed; the loader then builds batches on the host;
+                           recorded [false] */
     bool evolve;        /* one generation of train.py --evolve: only the final epoch is
                            validated, no checkpoint is written, no final validation of
                            best.ckpt, no pictures [false] */

@@ -40,6 +40,7 @@
 #include "sampler.h"
 #include "weights.h"
 #include "autoanchor.h"
+#include "tta.h"
 #include "val.h"
 #include "util.h"
 #include "errors.h"
@@ -112,7 +113,13 @@ struct run {
     struct kern_ctx *gpu_ctx; /* o.gpu >= 0: the CUDA context the nets run on */
     pthread_t plot_thread[4]; /* labels.jpg, train_batch0..2.jpg, drawn beside the first batches */
     int n_plot_threads;
-    struct trn_net *net, *net_last; /* full batches; the epoch's short last batch (or NULL) */
+    struct trn_net *net, *net_last; /* full img x img batches; another shape (the epoch's short
+                                       last batch, a rect or --multi-scale batch) or NULL */
+    int alt_n, alt_h, alt_w;        /* net_last's batch shape (run_alt_net) */
+    int grid;                       /* train.py's gs: max(int(model.stride.max()), 32) */
+    int64_t per_image_t;            /* most target rows one image gives (the losses' sizing) */
+    float *ms_buf;                  /* --multi-scale: the resized batch */
+    size_t ms_cap;                  /* floats at ms_buf */
     struct trn_loss *loss, *loss_last;
     float *dp[TRN_MODEL_MAX_LEVELS], *dp_last[TRN_MODEL_MAX_LEVELS];
     struct trn_optim *opt;
@@ -197,6 +204,12 @@ int run_results_append(struct run *R, int epoch, const double mloss[3],
 int run_save_named(struct run *R, const char *which, char *err, size_t cap);
 int run_check_batch(const struct run *R, const struct trn_batch *b, const struct trn_net *net,
                     bool short_batch, char *err, size_t cap);
+/* Whether batch b has another shape than the main net's (local_bs x img x img), and then make
+ * net_last (loss_last, dp_last and, resident, its device buffers) that shape. Returns 0 or an
+ * error with err set. */
+bool run_is_alt(const struct run *R, const struct trn_batch *b);
+int run_alt_net(struct run *R, const struct trn_batch *b, char *err, size_t cap);
+int run_resident_alt(struct run *R, char *err, size_t cap);
 int run_targets_fit(const struct trn_loss_cfg *cfg, const struct trn_batch *b, char *err,
                     size_t cap);
 int run_loss_from_device(int rc, const float *raw, const struct trn_batch *b,
