@@ -91,6 +91,14 @@ check $? "... recorded in opt.yaml, train.py's warning, batch sizes from {32, 64
 run 0 "--rect --multi-scale on the resident step (--device-path)" -- --cfg yolov5n --rect \
     --multi-scale --device-path --epochs 3 --stop-after-steps 1000 --name rmd
 
+run 0 "--img 32 from the 64 pack" -- --cfg yolov5n --img 32 --name small
+has "8 of 8 records are packed larger than --img 32: resizing them on load" &&
+    grep -q "^imgsz: 32$" "$work/runs/small/opt.yaml"
+check $? "... each record shrunk on load, said once"
+run 1 "--img 96 from the 64 pack" -- --cfg yolov5n --img 96 --name big
+has "smaller than long side 96 (--img): pack at --size 96 or larger"
+check $? "... refused, naming the size to pack at"
+
 run 0 "--freeze 10 (the backbone)" -- --weights "$ckpt" --freeze 10 --name fz
 [ "$(grep -c '^freezing model\.[0-9]\.' "$work/err")" -gt 50 ] &&
     ! grep -Eq '^freezing model\.[1-9][0-9]\.' "$work/err"
