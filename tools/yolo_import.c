@@ -5,9 +5,11 @@
  *   yolo-import FILE.pt [--ema | --model | --key K] [--cfg MODEL] [--table] [-o OUT]
  *
  * The architecture comes from --cfg, or else from the yaml the checkpoint carries (model.yaml).
- * Our own checkpoint format does not exist yet, so -o is refused with a message; the mapping
- * check and the copy into the model's arenas (trn_pt_load_into_model) are what the trainer and
- * the validator use.
+ * The mapping check and the copy into the model's arenas (trn_pt_load_into_model) are what the
+ * trainer and the validator use. -o OUT.ckpt writes those weights as our checkpoint
+ * (trainer/weights/ckpt.h): model and EMA records both the .pt's weights, the model yaml, nc
+ * and (for 80 classes) COCO's names; no optimizer state, so it serves --weights (yolo-train,
+ * yolo-val, yolo-detect, yolo-export), not --resume.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +20,9 @@
 #include <zlib.h>
 
 #include "argparse.h"
+#include "ckpt.h"
+#include "dataset.h"
+#include "util.h"
 #include "model.h"
 #include "ptload.h"
 #include "errors.h"
@@ -43,6 +48,53 @@ static void print_shape(int ndim, const int64_t *shape)
         n += (size_t)snprintf(b + n, sizeof b - n, "%s%" PRId64, i ? "," : "", shape[i]);
     if (n < sizeof b) snprintf(b + n, sizeof b - n, "]");
     printf("%-18s", b);
+}
+
+/* Our checkpoint of m's weights (from src): model and EMA records both these weights, no
+ * optimizer state, the yaml, and metadata that yolo-val / yolo-detect / yolo-train --weights
+ * read (nc, names). */
+static int write_ckpt(const char *out, const char *src, struct trn_model *m, const char *yaml,
+                      size_t ylen, char *err, size_t cap)
+{
+    const struct trn_model_info *I = trn_model_info(m);
+    const size_t P = I->arena_len[TRN_ARENA_PARAM] * sizeof(float);
+    const size_t B = I->arena_len[TRN_ARENA_BUFFER] * sizeof(float);
+    const size_t C = I->arena_len[TRN_ARENA_COUNT] * sizeof(int64_t);
+    const struct trn_ckpt_src rec[TRN_CKPT_N_RECORDS] = {
+        { trn_model_arena(m, TRN_ARENA_PARAM), P },
+        { trn_model_arena(m, TRN_ARENA_BUFFER), B },
+        { trn_model_arena(m, TRN_ARENA_COUNT), C },
+        { trn_model_arena(m, TRN_ARENA_PARAM), P },
+        { trn_model_arena(m, TRN_ARENA_BUFFER), B },
+        { NULL, 0 },
+        { NULL, 0 },
+        { NULL, 0 },
+        { yaml, ylen },
+        { NULL, 0 },
+        { NULL, 0 },
+    };
+    char *meta = NULL;
+    size_t mlen = 0;
+    FILE *f = open_memstream(&meta, &mlen);
+    if (!f) return -ENOMEM;
+    fprintf(f, "format: %s\nimported_from: \"", TRN_CKPT_FORMAT);
+    for (const char *p = src; *p; p++) /* a YAML double-quoted scalar */
+        fprintf(f, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+    fprintf(f, "\"\nnc: %d\narena_param: %zu\narena_buffer: %zu\narena_count: %zu\n", I->nc,
+            I->arena_len[TRN_ARENA_PARAM], I->arena_len[TRN_ARENA_BUFFER],
+            I->arena_len[TRN_ARENA_COUNT]);
+    if (I->nc == 80) { /* ultralytics' COCO weights: their names (the .pt's list is not read) */
+        fprintf(f, "names:\n");
+        for (int c = 0; c < 80; c++)
+            fprintf(f, "  - \"%s\"\n", pack_coco80_names[c]);
+    }
+    if (fclose(f) != 0) {
+        free(meta);
+        return -ENOMEM;
+    }
+    const int rc = trn_ckpt_write(out, rec, meta, mlen, err, cap);
+    free(meta);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -73,7 +125,7 @@ int main(int argc, char **argv)
         AP_OPT("--table", AP_FLAG, &table, NULL,
                "print every tensor: name, dtype, shape, storage, sum, crc32"),
         AP_OPT("-o", AP_STR, &out, "OUT",
-               "write our checkpoint (not available yet: our format does not exist)"),
+               "write the weights as our checkpoint (.ckpt) for --weights"),
         AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
     const struct ap_spec sp = {
@@ -92,13 +144,6 @@ int main(int argc, char **argv)
     if (arc) return arc == AP_HELPED ? 0 : arc;
     if (!path) return ap_usage_error(&sp, "FILE.pt is required");
     const bool which_set = which != NULL;
-    if (out) {
-        fprintf(stderr,
-                "yolo-import: -o %s: our checkpoint format does not exist yet; nothing "
-                "written\nhint: run without -o to check the mapping\n",
-                out);
-        return 2;
-    }
     char err[512];
     struct trn_pt *pt;
     int rc = trn_pt_open(path, &pt, err, sizeof err);
@@ -171,6 +216,8 @@ int main(int argc, char **argv)
     struct trn_model *m = NULL;
     struct trn_model_opts o;
     trn_model_opts_default(&o);
+    char *yaml_text = NULL;
+    size_t yaml_len = 0;
     if (cfg) {
         char mpath[1024];
         if (trn_model_cfg_find(cfg, TRN_MODELS_DIR, mpath, sizeof mpath) != 0) {
@@ -179,6 +226,11 @@ int main(int argc, char **argv)
             return 1;
         }
         rc = trn_model_load(mpath, &o, &m, err, sizeof err);
+        if (rc == 0 && out) {
+            char e[256];
+            rc = trn_read_file(mpath, TRN_CKPT_MAX_TEXT, &yaml_text, &yaml_len, e, sizeof e);
+            if (rc < 0) snprintf(err, sizeof err, "%s", e);
+        }
     } else {
         const int len = trn_pt_model_yaml(pt, which, NULL, 0);
         char *y = len >= 0 ? malloc((size_t)len + 1) : NULL;
@@ -193,7 +245,8 @@ int main(int argc, char **argv)
         /* The stored file name gives the summary name ("YOLOv5n") and the messages' file. */
         rc = trn_model_parse(y, (size_t)len, yaml_file ? yaml_file : "model.yaml", &o, &m, err,
                              sizeof err);
-        free(y);
+        yaml_text = y;
+        yaml_len = (size_t)len;
     }
     if (rc) {
         fprintf(stderr, "yolo-import: %s\n", err);
@@ -219,6 +272,15 @@ int main(int argc, char **argv)
     } else {
         printf("OK: every tensor maps onto the model and was copied into its arenas\n");
     }
+    if (rc == 0 && out) {
+        rc = write_ckpt(out, path, m, yaml_text, yaml_len, err, sizeof err);
+        if (rc < 0)
+            fprintf(stderr, "yolo-import: -o %s: %s\n", out, err);
+        else
+            printf("wrote %s: our checkpoint of these weights (for --weights; not --resume)\n",
+                   out);
+    }
+    free(yaml_text);
     trn_model_destroy(m);
     trn_pt_close(pt);
     return rc ? 1 : 0;
