@@ -680,6 +680,11 @@ static int run(const struct args *A)
             fprintf(stderr, PROG ": %s\n", werr);
             goto out;
         }
+        /* attempt_load(fuse=True)'s lines: the Conv+BN fused model of a released checkpoint
+         * (strip_optimizer froze its parameters: 0 gradients) */
+        char fl[256];
+        if (trn_model_summary_line(models[k], 640, true, true, fl, sizeof fl) > 0)
+            fprintf(stderr, "Fusing layers... \n%s\n", fl);
         /* A checkpoint carries the dataset's class names in its metadata; an ensemble takes the
          * first model's, as ultralytics' Ensemble does. */
         if (meta && trn_plot_names_parse(meta, mlen, &names) < 0) {

@@ -3,7 +3,7 @@
  * It is the `--cfg X --summary` part of yolo-train, kept as its own small program until the
  * trainer's main takes it over.
  *
- *   yolo-model --cfg yolov5s [--nc N] [--summary] [--verbose [--seed S]]
+ *   yolo-model --cfg yolov5s [--nc N] [--img N] [--fuse] [--summary] [--verbose [--seed S]]
  *
  * --cfg takes a path, or a bare name (yolov5s, yolov5s.yaml) looked up in $FFYOLO_MODELS_DIR,
  * ./models and the source tree's models (TRN_MODELS_DIR, set by meson).
@@ -57,8 +57,8 @@ static void print_params(struct trn_model *m, uint64_t seed)
 int main(int argc, char **argv)
 {
     const char *cfg = NULL;
-    long nc = 0, seed = 0;
-    bool verbose = false, summary = false;
+    long nc = 0, seed = 0, img = 640;
+    bool verbose = false, summary = false, fuse = false;
     const struct ap_opt opts[] = {
         AP_OPT("--cfg", AP_STR, &cfg, "MODEL",
                "model yaml: a path, or a name (yolov5n, yolov5s.yaml) looked up in "
@@ -67,6 +67,11 @@ int main(int argc, char **argv)
                  "override the yaml's number of classes (changes only Detect)", 1, 100000),
         AP_OPT("--summary", AP_FLAG, &summary, NULL,
                "print the layer table and summary line (the default)"),
+        AP_RANGE("--img|--imgsz|--img-size", AP_LONG, &img, "N",
+                 "image size the summary's GFLOPs are given at (default 640)", 32, 16384),
+        AP_OPT("--fuse", AP_FLAG, &fuse, NULL,
+               "also print the summary after Conv+BN fusion, as val.py and detect.py print it "
+               "(\"Fusing layers... \")"),
         AP_OPT("--verbose", AP_FLAG, &verbose, NULL,
                "also list every parameter (name, shape, mean, std of the initial weights), as "
                "ultralytics' model.info(verbose=True)"),
@@ -76,7 +81,7 @@ int main(int argc, char **argv)
     };
     const struct ap_spec sp = {
         .prog = "yolo-model",
-        .usage = "--cfg MODEL [--nc N] [--summary] [--verbose [--seed S]]",
+        .usage = "--cfg MODEL [--nc N] [--img N] [--fuse] [--summary] [--verbose [--seed S]]",
         .about = "Build a model from its yaml and print the summary ultralytics prints.",
         .opts = opts,
         .n_opts = sizeof opts / sizeof opts[0],
@@ -113,8 +118,22 @@ int main(int argc, char **argv)
     }
     trn_model_summary(m, text, (size_t)need + 1);
     if (trn_model_info(m)->anchors_reversed) printf("AutoAnchor: Reversing anchor order\n");
+    /* the table, then the summary line at --img (the table's own line is at 640) */
+    char *last = text[0] ? strrchr(text, '\n') : NULL;
+    if (last) {
+        *last = '\0';
+        last = strrchr(text, '\n');
+        if (last) last[1] = '\0';
+    }
     fputs(text, stdout);
     free(text);
+    char line[256];
+    trn_model_summary_line(m, (int)img, false, false, line, sizeof line);
+    printf("%s\n", line);
+    if (fuse) {
+        trn_model_summary_line(m, (int)img, true, false, line, sizeof line);
+        printf("Fusing layers... \n%s\n", line);
+    }
     if (verbose) print_params(m, (uint64_t)seed);
     trn_model_destroy(m);
     return 0;

@@ -433,6 +433,11 @@ static int run(const struct args *A)
             fprintf(stderr, PROG ": %s\n", werr);
             goto out;
         }
+        /* attempt_load(fuse=True)'s lines: the Conv+BN fused model of a released checkpoint
+         * (strip_optimizer froze its parameters: 0 gradients) */
+        char fl[256];
+        if (trn_model_summary_line(models[k], 640, true, true, fl, sizeof fl) > 0)
+            fprintf(stderr, "Fusing layers... \n%s\n", fl);
         mi = trn_model_info(models[k]);
         if ((names.n > 0 && names.n != mi->nc) || mi->nc != trn_model_info(models[0])->nc) {
             fprintf(stderr,

@@ -28,6 +28,8 @@ check $? "8 coco128 images packed at 160"
     "$val" --records "$work/v.ffr" --weights "$work/n.ckpt" --img 160 --json --project "$work/r" \
         --no-plots >"$work/b.json" 2>>"$work/out"
 check $? "yolo-val with the .pt and with n.ckpt"
+grep -qx "YOLOv5n summary: 157 layers, 1867405 parameters, 0 gradients, 4.5 GFLOPs" "$work/out"
+check $? "... val.py's 'Fusing layers...' summary line"
 # the same weights: the same detections, so the same metrics to the last digit
 same=0
 for k in precision recall map50 map50_95 instances; do

@@ -1452,6 +1452,33 @@ int trn_model_summary(const struct trn_model *m, char *dst, size_t dst_cap)
     return len > (size_t)INT32_MAX ? -ENOMEM : (int)len;
 }
 
+int trn_model_summary_line(const struct trn_model *m, int imgsz, bool fused, bool no_grad,
+                           char *dst, size_t dst_cap)
+{
+    if (!m || imgsz < 1) return -EINVAL;
+    const struct trn_model_info *I = &m->info;
+    long long layers = I->n_modules, params = I->n_params, grads = no_grad ? 0 : I->n_params;
+    if (fused) {
+        long long detect = 0;
+        for (int i = 0; i < I->n_convs; i++) {
+            const struct trn_conv *c = &m->convs[i];
+            if (c->bn) { /* BatchNorm2d (weight, bias) out, a conv bias in */
+                layers--;
+                params -= c->c2;
+            } else {
+                detect += (long long)c->c2 * c->c1 * c->k * c->k + c->c2;
+            }
+        }
+        grads = no_grad ? 0 : detect;
+    }
+    size_t len = 0;
+    if (dst && dst_cap) dst[0] = '\0';
+    if (!dst) dst_cap = 0;
+    cat(dst, dst_cap, &len, "%s summary: %lld layers, %lld parameters, %lld gradients, %.1f GFLOPs",
+        I->name, layers, params, grads, trn_model_gflops(m, imgsz, fused));
+    return len > (size_t)INT32_MAX ? -ENOMEM : (int)len;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Activation plan                                                                          */
 

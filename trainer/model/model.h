@@ -336,6 +336,18 @@ double trn_model_gflops(const struct trn_model *m, int imgsz, bool fused);
  */
 int trn_model_summary(const struct trn_model *m, char *dst, size_t dst_cap);
 
+/*
+ * model_info's summary line alone, "NAME summary: L layers, P parameters, G gradients, X GFLOPs",
+ * at imgsz (GFLOPs as trn_model_gflops). fused: as after ultralytics' Model.fuse() (the line
+ * val.py prints after "Fusing layers... "): each Conv's BatchNorm gone (one module less) and
+ * folded into a conv bias (c2 parameters where the BN had 2 c2), its GFLOPs without the BN term,
+ * and gradients only for the parameters fusion did not make (the Detect convs), or 0 with
+ * no_grad (a released checkpoint, whose parameters strip_optimizer froze). Returns as
+ * trn_model_summary.
+ */
+int trn_model_summary_line(const struct trn_model *m, int imgsz, bool fused, bool no_grad,
+                           char *dst, size_t dst_cap);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Activation plan                                                                          */
 
