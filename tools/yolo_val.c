@@ -20,6 +20,7 @@
  *
  * Exit status: 0 done, 1 a file or dataset problem, 2 a bad command line.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -61,6 +62,7 @@ struct args {
     long img, batch, max_det, workers, threads, micro;
     double conf, iou;
     bool json, save_json, verbose, no_plots, exist_ok, augment, single_cls;
+    bool save_txt, save_conf, save_hybrid; /* --save-txt, --save-conf, --save-hybrid */
     bool half;          /* --half: fp16 convolutions (trn_val_opts.amp = KERN_DT_F16) */
     bool micro_set;     /* --micro-batch given */
     const char *device; /* --device: "cpu", a number, or NULL (0 if present) */
@@ -143,11 +145,20 @@ static int parse_args(int argc, char **argv, struct args *A)
           .kind = AP_CHOICE,
           .dst = &A->task,
           .metavar = "T",
-          .help = "with --data: the split to validate, val (default) or test; --records: val",
-          .choices = "val|test" },
+          .help = "val (default) or test: the --data split to validate (--records: val); "
+                  "speed: val.py's speed run (conf 0.25, iou 0.45, no json, no plots)",
+          .choices = "val|test|speed" },
         AP_OPT("--json", AP_FLAG, &A->json, NULL, "print the metrics as one JSON object on stdout"),
         AP_OPT("--save-json", AP_FLAG, &A->save_json, NULL,
                "write DIR/<weights>_predictions.json (COCO results)"),
+        AP_OPT("--save-txt", AP_FLAG, &A->save_txt, NULL,
+               "write DIR/labels/<image>.txt: each image's detections, 'cls cx cy w h' "
+               "normalised to the image"),
+        AP_OPT("--save-conf", AP_FLAG, &A->save_conf, NULL,
+               "add the confidence to --save-txt rows"),
+        AP_OPT("--save-hybrid", AP_FLAG, &A->save_hybrid, NULL,
+               "save label+prediction hybrid results to *.txt: the labels join the predictions "
+               "before NMS (the metrics come out high, as val.py's)"),
         AP_OPT("--data", AP_STR, &A->data, "DATA.yaml",
                "dataset yaml (ultralytics' form): the --task split is packed at --img on first use "
                "into the pack cache and reused (a .json here means --annotations)"),
@@ -188,6 +199,11 @@ static int parse_args(int argc, char **argv, struct args *A)
         return ap_usage_error(&sp, "--data packs the records itself: give --data or --records");
     if (!A->records && !A->data)
         return ap_usage_error(&sp, "--data DATA.yaml or --records FILE is required");
+    if (!strcmp(A->task, "speed")) { /* val.py: speed benchmarks on the val split */
+        A->conf = 0.25, A->iou = 0.45, A->save_json = false, A->no_plots = true;
+        A->task = "val";
+    }
+    A->save_txt |= A->save_hybrid; /* val.py: opt.save_txt |= opt.save_hybrid */
     if (A->records && strcmp(A->task, "val"))
         return ap_usage_error(&sp, "--task test needs --data (with --records, pass the test "
                                    "split's records)");
@@ -475,6 +491,20 @@ static int run(const struct args *A)
     vo.iou_thres = A->iou;
     vo.max_det = (int)A->max_det;
     vo.save_json = A->save_json;
+    char labels_dir[PATH_MAX];
+    if (A->save_txt) {
+        snprintf(labels_dir, sizeof labels_dir, "%s/labels", dir);
+        if (mkdir(labels_dir, 0777) < 0 && errno != EEXIST) {
+            fprintf(stderr, PROG ": cannot create %s: %s\n", labels_dir, strerror(errno));
+            goto out;
+        }
+        vo.save_txt_dir = labels_dir;
+        vo.save_conf = A->save_conf;
+        vo.save_hybrid = A->save_hybrid;
+        if (A->save_hybrid)
+            fprintf(stderr, PROG ": WARNING: --save-hybrid adds the labels to the predictions "
+                            "before NMS: the metrics it gives are high, not the model's\n");
+    }
     vo.coco91 = mi->nc == 80;
     vo.plot_dir = A->no_plots ? NULL : dir;
     vo.curves_dir = vo.plot_dir; /* val.py plots=True: PR/F1/P/R curves, confusion matrix */
@@ -504,7 +534,16 @@ static int run(const struct args *A)
     bool have_stats = false;
     ret = 0;
     if (A->save_json) ret = save_json(A, dir, &res, tab, stats, &have_stats);
-    if (res.plots_written) fprintf(tab, "Results saved to %s\n", dir);
+    if (A->save_txt) { /* val.py: "N labels saved to DIR/labels" */
+        int nf = 0;
+        DIR *d = opendir(labels_dir);
+        for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d))
+            nf += strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".txt");
+        if (d) closedir(d);
+        fprintf(tab, "Results saved to %s\n%d labels saved to %s\n", dir, nf, labels_dir);
+    } else if (res.plots_written) {
+        fprintf(tab, "Results saved to %s\n", dir);
+    }
     if (A->json && ret == 0) print_json(stdout, A, &res, &names, have_stats ? stats : NULL);
     trn_val_result_free(&res);
 out:

@@ -19,7 +19,9 @@ On the CPU val.py runs in float32 (half only on CUDA); batch 32.
 
 Output lines: "case IMG IOU", then val.py's rows ("all" first) as
 "NAME|IMAGES|INSTANCES|P|R|MAP50|MAP" with P..MAP printed as val.py does ('%.3g'), then
-"crc IMG INDEX H W CRC32" per image (dataset order) of the letterboxed RGB bytes.
+"crc IMG INDEX H W CRC32" per image (dataset order) of the letterboxed RGB bytes, and
+"txt STEM CLS CX CY W H CONF", val.py --save-txt --save-conf's lines of the first images at 640
+/ iou 0.6 (save_one_txt, '%g').
 """
 import os
 import sys
@@ -218,7 +220,16 @@ def letterbox(im, new_shape, color=(114, 114, 114)):
     return im, (r, r), (dw, dh)
 
 
-def run_case(model, files, labels, shapes0, img, iou_thres, lines, crcs):
+def xywh_of(x):
+    y = x.clone()
+    y[..., 0] = (x[..., 0] + x[..., 2]) / 2
+    y[..., 1] = (x[..., 1] + x[..., 3]) / 2
+    y[..., 2] = x[..., 2] - x[..., 0]
+    y[..., 3] = x[..., 3] - x[..., 1]
+    return y
+
+
+def run_case(model, files, labels, shapes0, img, iou_thres, lines, crcs, txt=None):
     stride, pad, bs = 32, 0.5, 32
     s = np.array(shapes0, dtype=np.float64)  # (w, h) as exif_size gives
     n = len(files)
@@ -290,6 +301,13 @@ def run_case(model, files, labels, shapes0, img, iou_thres, lines, crcs):
                 continue
             predn = pred.clone()
             scale_boxes((H, W), predn[:, :4], shape, shp[si][1])
+            if txt is not None and len(txt) < 40:  # save_one_txt(predn, save_conf=True, shape)
+                gn = torch.tensor(shape)[[1, 0, 1, 0]]
+                stem = os.path.splitext(os.path.basename(files_r[b * bs + si]))[0]
+                for *xyxy, conf, cls in predn.tolist():
+                    xywh = (xywh_of(torch.tensor(xyxy).view(1, 4)) / gn).view(-1).tolist()
+                    line = (cls, *xywh, conf)
+                    txt.append("txt %s " % stem + ("%g " * len(line)).rstrip() % line)
             if nl:
                 tbox = xywh2xyxy(lab[:, 1:5])
                 scale_boxes((H, W), tbox, shape, shp[si][1])
@@ -330,9 +348,10 @@ def main():
         labels.append(lab)
         im = cv2.imread(f)
         shapes0.append((im.shape[1], im.shape[0]))
-    lines, crcs = [], []
+    lines, crcs, txt = [], [], []
     for img, iou in CASES:
-        run_case(model, files, labels, shapes0, img, iou, lines, crcs)
+        run_case(model, files, labels, shapes0, img, iou, lines, crcs,
+                 txt if (img, iou) == (640, 0.6) else None)
         print("\n".join(l for l in lines if l.startswith("case") or l.startswith("all")))
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
@@ -340,6 +359,7 @@ def main():
                 "(torch %s, torchvision %s, OpenCV %s, numpy %s)\n" % (
                     torch.__version__, torchvision.__version__, cv2.__version__, np.__version__))
         f.write("\n".join(lines) + "\n")
+        f.write("\n".join(txt) + "\n")
         seen = set()
         for img, i, h, w, crc in crcs:
             if (img, i) not in seen:

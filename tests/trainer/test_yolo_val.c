@@ -208,6 +208,44 @@ static void test_synthetic(const char *val, const char *synth, const char *pack)
        "--augment: other detections (%ld vs %ld)", (long)num(j, "detections"), all_dets);
     cJSON_Delete(j);
     free(out);
+
+    /* --save-hybrid: the labels join the predictions before NMS, so (initial weights or not)
+     * every label is found: mAP50 near 1, as val.py warns; --save-txt implied */
+    rc = run("%s --records %s/val.ffr --cfg yolov5n --img 320 --batch-size 4 --project %s/runs "
+             "--name h --json --no-plots --save-hybrid",
+             val, dir, dir);
+    out = out_text("stdout");
+    char *errt = out_text("stderr");
+    j = out ? cJSON_Parse(out) : NULL;
+    snprintf(cmd, sizeof cmd, "ls %s/runs/h/labels/*.txt 2>/dev/null | wc -l", dir);
+    long files = -1;
+    if ((pf = popen(cmd, "r"))) {
+        if (fscanf(pf, "%ld", &files) != 1) files = -1;
+        pclose(pf);
+    }
+    ok(rc == 0 && num(j, "map50") > 0.95 && files == 10 && errt && strstr(errt, "WARNING") &&
+           strstr(errt, "10 labels saved to"),
+       "--save-hybrid: mAP50 %.3f (the labels themselves), 10 label files, the warning",
+       num(j, "map50"));
+    cJSON_Delete(j);
+    free(out);
+    free(errt);
+    /* --task speed: val.py's conf 0.25 / iou 0.45 run, no json, no pictures */
+    rc = run("%s --records %s/val.ffr --cfg yolov5n --img 320 --batch-size 4 --project %s/runs "
+             "--name sp --task speed --save-json",
+             val, dir, dir);
+    out = out_text("stdout");
+    char p2[600];
+    snprintf(p2, sizeof p2, "%s/runs/sp/val_batch0_labels.jpg", dir);
+    snprintf(cmd, sizeof cmd, "ls %s/runs/sp/*.json 2>/dev/null | wc -l", dir);
+    long jsons = -1;
+    if ((pf = popen(cmd, "r"))) {
+        if (fscanf(pf, "%ld", &jsons) != 1) jsons = -1;
+        pclose(pf);
+    }
+    ok(rc == 0 && out && strstr(out, "Speed: ") && access(p2, F_OK) != 0 && jsons == 0,
+       "--task speed: the table and speed line, no pictures, no json (--save-json dropped)");
+    free(out);
 }
 
 static void test_bad(const char *val, const char *synth, const char *pack)
@@ -326,6 +364,59 @@ static int compare_rows(const char *table, const char *ref_path, int img, double
     return rows;
 }
 
+static double absd(double x)
+{
+    return x < 0 ? -x : x;
+}
+
+/*
+ * --save-txt --save-conf against val.py's save_one_txt lines in the reference ("txt STEM cls cx
+ * cy w h conf"): each of its rows has one of ours with the class and every number within 2e-4
+ * (the boxes come from a forward that equals PyTorch's to float rounding, not bit for bit).
+ * Returns the reference rows; *matched those found.
+ */
+static int compare_txt(const char *ref_path, const char *labels_dir, int *matched, int *ours)
+{
+    char *ref = slurp(ref_path, NULL);
+    *matched = *ours = 0;
+    int rows = 0;
+    char stem[64] = "", *mine = NULL;
+    for (char *l = ref ? strstr(ref, "\ntxt ") : NULL; l; l = strstr(l + 1, "\ntxt ")) {
+        char st[64];
+        double v[6];
+        if (sscanf(l + 5, "%63s %lf %lf %lf %lf %lf %lf", st, &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5]) != 7)
+            continue;
+        if (strcmp(st, stem)) {
+            free(mine);
+            snprintf(stem, sizeof stem, "%s", st);
+            char p[1200];
+            snprintf(p, sizeof p, "%s/%s.txt", labels_dir, stem);
+            mine = slurp(p, NULL);
+            for (const char *q = mine; q && *q; q = strchr(q, '\n') ? strchr(q, '\n') + 1 : NULL)
+                (*ours)++;
+        }
+        rows++;
+        for (const char *q = mine; q && *q; q = strchr(q, '\n') ? strchr(q, '\n') + 1 : NULL) {
+            double u[6];
+            if (sscanf(q, "%lf %lf %lf %lf %lf %lf", &u[0], &u[1], &u[2], &u[3], &u[4], &u[5]) !=
+                    6 ||
+                u[0] != v[0])
+                continue;
+            bool near = true;
+            for (int k = 1; k < 6; k++)
+                near &= absd(u[k] - v[k]) <= 2e-4;
+            if (near) {
+                (*matched)++;
+                break;
+            }
+        }
+    }
+    free(mine);
+    free(ref);
+    return rows;
+}
+
 static void test_coco128(const char *val, const char *shared, int img, const char *ref,
                          const char *yaml)
 {
@@ -355,10 +446,11 @@ static void test_coco128(const char *val, const char *shared, int img, const cha
     const double ious[2] = { 0.6, 0.65 };
     for (int k = 0; k < (img == 640 ? 2 : 1); k++) {
         const bool first = k == 0 && img == 640;
-        const int rc = run("%s --data %s --pack-dir %s/packs --weights %s --img %d --iou-thres %g "
-                           "--project %s/runs --json --verbose --no-plots%s%s",
-                           val, yp, dir, w, img, ious[k], dir,
-                           first ? " --save-json --annotations " : "", first ? ann : "");
+        const int rc =
+            run("%s --data %s --pack-dir %s/packs --weights %s --img %d --iou-thres %g "
+                "--project %s/runs --json --verbose --no-plots%s%s%s",
+                val, yp, dir, w, img, ious[k], dir, first ? " --save-txt --save-conf" : "",
+                first ? " --save-json --annotations " : "", first ? ann : "");
         is_int(rc, 0, "yolo-val yolov5n.pt on coco128 at %d, iou %g, exits 0", img, ious[k]);
         if (rc) show_stderr();
         char *out = out_text("stdout"), *tab = out_text("stderr");
@@ -375,6 +467,14 @@ static void test_coco128(const char *val, const char *shared, int img, const cha
            "%d iou %g: %d of %d rows (all, then each class) equal val.py's as printed", img,
            ious[k], equal, rows);
         if (first) {
+            char ld[600];
+            snprintf(ld, sizeof ld, "%s/runs/exp/labels", dir);
+            int matched = 0, ours = 0;
+            const int trows = compare_txt(ref, ld, &matched, &ours);
+            ok(trows > 0 && matched == trows && ours == trows,
+               "--save-txt --save-conf: %d of val.py's %d lines of the first image found "
+               "(within 2e-4; %d of ours)",
+               matched, trows, ours);
             const cJSON *coco = cJSON_GetObjectItemCaseSensitive(j, "coco");
             const cJSON *s0 = cJSON_GetArrayItem(coco, 0), *s1 = cJSON_GetArrayItem(coco, 1);
             /* COCOeval against the original annotations checks the mapping back to each
@@ -388,11 +488,6 @@ static void test_coco128(const char *val, const char *shared, int img, const cha
         free(out);
         free(tab);
     }
-}
-
-static double absd(double x)
-{
-    return x < 0 ? -x : x;
 }
 
 /* One --json run on records rec; *j gets the object (free with cJSON_Delete). Returns the exit. */

@@ -90,7 +90,7 @@ static int cmp_i64(const void *a, const void *b)
  * gets its record number, as ultralytics would use the stem string, which COCO cannot take.
  */
 static int read_image_ids(const struct ffr_reader *r, const struct trn_val_opts *o, int64_t *ids,
-                          char *err, size_t err_cap)
+                          char **stems, char *err, size_t err_cap)
 {
     const uint64_t n = ffr_reader_count(r);
     struct ffr_decoder *dec = NULL;
@@ -128,6 +128,20 @@ static int read_image_ids(const struct ffr_reader *r, const struct trn_val_opts 
                        ffr_strerror(rc));
             break;
         }
+        if (stems) { /* Path(name).stem: the name less its last extension */
+            size_t len = s.name_len;
+            const char *base = s.name;
+            for (uint32_t k = 0; k < s.name_len; k++)
+                if (s.name[k] == '/') base = s.name + k + 1, len = s.name_len - k - 1;
+            const char *dot = memrchr(base, '.', len);
+            if (dot && dot > base) len = (size_t)(dot - base);
+            if (len == 0 || !(stems[i] = strndup(base, len))) {
+                rc = len ? -ENOMEM : -EINVAL;
+                if (!len) trn_seterr(err, err_cap, "record %" PRIu64 ": no file name", i);
+                break;
+            }
+        }
+        if (!ids) continue;
         ids[i] = s.image_id;
         if (s.image_id < 0) {
             ids[i] = (int64_t)i;
@@ -158,7 +172,11 @@ struct state {
     size_t label_cap;
     float *plot_rows; /* 7 floats per detection of a plotted batch */
     size_t plot_cap, n_plot;
-    int64_t *ids;                         /* save_json: image id per record */
+    int64_t *ids; /* save_json: image id per record */
+    char **stems; /* save_txt: file stem per record */
+    uint64_t n_stems;
+    float *hybrid; /* save_hybrid: predictions + labels of one image */
+    size_t hybrid_cap;
     struct kern_ctx *loss_ctx;            /* loss_hyp: a caller-only context for the loss */
     float *raw[TRN_MODEL_MAX_LEVELS];     /* loss_hyp: the batch's raw Detect outputs */
     size_t raw_cap[TRN_MODEL_MAX_LEVELS]; /* floats allocated in raw[l] */
@@ -178,6 +196,10 @@ static void state_free(struct state *s)
     free(s->labels);
     free(s->plot_rows);
     free(s->ids);
+    for (uint64_t i = 0; s->stems && i < s->n_stems; i++)
+        free(s->stems[i]);
+    free(s->stems);
+    free(s->hybrid);
     free(s->seen_rec);
     kern_ctx_destroy(s->loss_ctx);
     for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++)
@@ -335,6 +357,65 @@ static int add_coco(struct state *s, struct trn_val_result *res, const struct tr
     return 0;
 }
 
+/*
+ * val.py --save-hybrid: image i's prediction rows followed by its labels as candidates
+ * (non_max_suppression's labels=: box = the label's xywh in batch pixels, objectness 1, its
+ * class 1, the rest 0), in s->hybrid; *rows grows by the label count.
+ */
+static int hybrid_rows(struct state *s, const struct trn_batch *b, int i, const float *pred,
+                       int *rows, int no, int nc)
+{
+    size_t nl = 0;
+    for (size_t t = 0; t < b->n_targets; t++)
+        nl += (int)b->targets[6 * t] == i;
+    const size_t need = ((size_t)*rows + nl) * (size_t)no;
+    if (need > s->hybrid_cap) {
+        float *h = realloc(s->hybrid, need * sizeof *h);
+        if (!h) return -ENOMEM;
+        s->hybrid = h;
+        s->hybrid_cap = need;
+    }
+    memcpy(s->hybrid, pred, (size_t)*rows * (size_t)no * sizeof *pred);
+    float *v = s->hybrid + (size_t)*rows * (size_t)no;
+    for (size_t t = 0; t < b->n_targets; t++) {
+        const float *row = b->targets + 6 * t;
+        if ((int)row[0] != i) continue;
+        memset(v, 0, (size_t)no * sizeof *v);
+        v[0] = row[2] * (float)b->width; /* targets[:, 2:] *= whwh, in float32 */
+        v[1] = row[3] * (float)b->height;
+        v[2] = row[4] * (float)b->width;
+        v[3] = row[5] * (float)b->height;
+        v[4] = 1.0f;
+        const int c = (int)row[1];
+        if (c >= 0 && c < nc) v[5 + c] = 1.0f;
+        v += no;
+    }
+    *rows += (int)nl;
+    return 0;
+}
+
+/* save_one_txt: the image's detections (already in its own pixels) appended to its stem's file,
+ * "cls cx cy w h [conf]" normalised by (w0, h0) in float32, '%g' each. */
+static int save_one_txt(const struct state *s, const struct trn_val_opts *o,
+                        const struct trn_batch_image *bi, int nd)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s.txt", o->save_txt_dir, s->stems[bi->index]);
+    FILE *f = fopen(path, "a");
+    if (!f) return -errno;
+    const float gw = (float)bi->w0, gh = (float)bi->h0;
+    for (int k = 0; k < nd; k++) {
+        const struct trn_det *d = &s->dets[k];
+        const float xywh[4] = { (d->x1 + d->x2) / 2 / gw, (d->y1 + d->y2) / 2 / gh,
+                                (d->x2 - d->x1) / gw, (d->y2 - d->y1) / gh };
+        fprintf(f, "%g %g %g %g %g", (double)(float)d->cls, (double)xywh[0], (double)xywh[1],
+                (double)xywh[2], (double)xywh[3]);
+        if (o->save_conf) fprintf(f, " %g", (double)d->conf);
+        fputc('\n', f);
+    }
+    return fclose(f) == 0 ? 0 : -EIO;
+}
+
 /* One batch image after the forward: NMS, mapping back, stats, json, plot rows. */
 static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_val_result *res,
                       const struct trn_batch *b, int i, const float *pred, int rows, int no, int nc,
@@ -346,6 +427,14 @@ static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_
     no_.conf_thres = o->conf_thres;
     no_.iou_thres = o->iou_thres;
     no_.max_det = o->max_det;
+    if (o->save_hybrid) {
+        const int rc = hybrid_rows(s, b, i, pred, &rows, no, nc);
+        if (rc < 0) {
+            trn_seterr(err, err_cap, "out of memory");
+            return rc;
+        }
+        pred = s->hybrid;
+    }
     const int nd =
         trn_nms_run(s->nms, pred, (size_t)rows, (size_t)no, nc, &no_, s->dets, (size_t)o->max_det);
     if (nd < 0) {
@@ -388,6 +477,11 @@ static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_
         return rc;
     }
     res->n_dets += nd;
+    if (o->save_txt_dir && nd > 0 && (rc = save_one_txt(s, o, bi, nd)) < 0) {
+        trn_seterr(err, err_cap, "%s/%s.txt: %s", o->save_txt_dir, s->stems[bi->index],
+                   strerror(-rc));
+        return rc;
+    }
     if (o->save_json) {
         s->seen_rec[bi->index] = 1;
         rc = add_coco(s, res, o, s->ids[bi->index], (size_t)nd);
@@ -473,7 +567,18 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
             trn_seterr(err, err_cap, "out of memory");
             goto out;
         }
-        rc = read_image_ids(r, &o, s.ids, err, err_cap);
+    }
+    if (o.save_txt_dir) {
+        s.stems = calloc(n_records ? n_records : 1, sizeof *s.stems);
+        s.n_stems = n_records;
+        if (!s.stems) {
+            rc = -ENOMEM;
+            trn_seterr(err, err_cap, "out of memory");
+            goto out;
+        }
+    }
+    if (o.save_json || o.save_txt_dir) {
+        rc = read_image_ids(r, &o, s.ids, s.stems, err, err_cap);
         if (rc < 0) goto out;
     }
 

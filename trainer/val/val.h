@@ -101,6 +101,15 @@ struct trn_val_opts {
                                            (trn_net_opts.device_path; tests); default false */
     bool single_cls;                    /* val.py --single-cls: every label's class and every
                                            prediction's class is 0; default false */
+    const char *save_txt_dir;           /* val.py --save-txt: for every image with predictions,
+                                           DIR/<file stem>.txt (existing dir, borrowed) gets
+                                           "cls cx cy w h" per detection, normalised to the
+                                           original image, '%g' as save_one_txt; NULL: none */
+    bool save_conf;                     /* --save-conf: the confidence after each row */
+    bool save_hybrid;                   /* --save-hybrid: each image's labels join its
+                                           predictions before NMS as confidence-1 candidates
+                                           (val.py's labels= to non_max_suppression: the
+                                           metrics then come out high, as val.py warns) */
     trn_progress_fn progress;           /* NULL, or val.py's tqdm bar after every batch (cli.h),
                                            its description the table's header */
     void *progress_ctx;
