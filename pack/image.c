@@ -162,6 +162,19 @@ static int check_supported(const struct jpeg_header *h)
 int pack_image_probe(const void *src, size_t src_len, struct pack_image_info *out)
 {
     if (!out || (!src && src_len)) return -EINVAL;
+    const enum pack_image_format fmt = pack_image_sniff(src, src_len);
+    if (fmt != PACK_IMAGE_FMT_JPEG) {
+        int w = 0, hh = 0;
+        const int prc = pack_image_probe_other(fmt, src, src_len, &w, &hh);
+        if (prc < 0) return prc;
+        *out = (struct pack_image_info){ .width = w,
+                                         .height = hh,
+                                         .coded_width = w,
+                                         .coded_height = hh,
+                                         .components = 3,
+                                         .orientation = 1 };
+        return 0;
+    }
     struct jpeg_header h;
     int rc = walk_header(src, src_len, &h);
     if (rc < 0) return rc;
@@ -320,6 +333,22 @@ int pack_image_decode(struct pack_image_decoder *dec, const void *src, size_t sr
     if (!dec || !out || (!src && src_len)) return -EINVAL;
     dec->detail[0] = '\0';
     const uint8_t *p = src;
+    const enum pack_image_format fmt = pack_image_sniff(p, src_len);
+    if (fmt != PACK_IMAGE_FMT_JPEG) {
+        int w = 0, hh = 0;
+        const int orc =
+            pack_image_decode_other(fmt, p, src_len, &dec->opts, &dec->dec, &dec->dec_cap, &w, &hh,
+                                    dec->detail, sizeof dec->detail);
+        if (orc < 0) return orc;
+        *out = (struct pack_image){ .pixels = dec->dec,
+                                    .width = w,
+                                    .height = hh,
+                                    .src_width = w,
+                                    .src_height = hh,
+                                    .interp = PACK_IMAGE_INTERP_LINEAR,
+                                    .orientation = 1 };
+        return 0;
+    }
     struct jpeg_header h;
     int rc = walk_header(p, src_len, &h);
     if (rc < 0) {

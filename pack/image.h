@@ -84,7 +84,8 @@ struct pack_image_info {
 };
 
 /*
- * pack_image_probe: read the JPEG header (markers up to the first SOS) without decoding.
+ * pack_image_probe: read the JPEG header (markers up to the first SOS) without decoding (for a
+ * PNG, BMP or WebP: its size from the header pack_image_decode checks first).
  *
  * Cheap (no allocation, no libjpeg call, stops at the first scan): use it to size buffers or
  * to list image shapes. A successful probe does not promise that the scan data decodes.
@@ -149,6 +150,9 @@ struct pack_image {
 
 /*
  * pack_image_decode: decode a JPEG to RGB, as cv2.imread(path, IMREAD_COLOR) then BGR->RGB.
+ * PNG, BMP (24/32-bit, 8-bit palettes) and WebP files, told by their first bytes, are decoded as
+ * OpenCV reads them too (image_formats.c: libpng, libwebp; no EXIF orientation); the rest of
+ * this comment is about JPEG.
  *
  * Accurate DCT and fancy upsampling (OpenCV's libjpeg defaults), EXIF orientation as OpenCV
  * reads it, greyscale replicated to RGB, CMYK and YCCK converted with OpenCV's formula for

@@ -26,6 +26,30 @@
  */
 int pack_image_exif_orientation(const uint8_t *tiff, size_t len, int *malformed);
 
+/* What a file's first bytes say it is (pack_image_decode's dispatch); JPEG for anything
+ * else, whose header walk then names the problem. */
+enum pack_image_format {
+    PACK_IMAGE_FMT_JPEG = 0,
+    PACK_IMAGE_FMT_PNG = 1,
+    PACK_IMAGE_FMT_BMP = 2,
+    PACK_IMAGE_FMT_WEBP = 3,
+};
+enum pack_image_format pack_image_sniff(const void *src, size_t len);
+
+/*
+ * pack_image_decode_other (image_formats.c): a PNG, BMP or WebP file to RGB8 in *buf (grown with
+ * realloc to *cap bytes), its size in *w, *h, as cv2.imread(IMREAD_COLOR) reads it. o: the
+ * decoder's limits. detail: a line on failure. Returns 0, -ENOMEM, -PACK_IMAGE_ETOOBIG,
+ * -PACK_IMAGE_ECORRUPT or -PACK_IMAGE_EUNSUPPORTED.
+ */
+int pack_image_decode_other(enum pack_image_format f, const uint8_t *p, size_t len,
+                            const struct pack_image_opts *o, uint8_t **buf, size_t *cap, int *w,
+                            int *h, char *detail, size_t dcap);
+
+/* pack_image_probe's size of a PNG (IHDR), BMP (headers) or WebP (libwebp's info): the checks
+ * pack_image_decode_other makes first, so a probe failure is the decoder's failure too. */
+int pack_image_probe_other(enum pack_image_format f, const uint8_t *p, size_t len, int *w, int *h);
+
 /*
  * pack_image_orient: apply EXIF orientation 2..8 the way OpenCV's ExifTransform does (flips,
  * transpose). src: coded_w x coded_h packed RGB. dst: packed RGB of the oriented size (coded
