@@ -1,32 +1,37 @@
 /*
- * yolo-detect: ultralytics/yolov5 v7.0 detect.py on JPEG files, directories and image list files.
+ * yolo-detect: ultralytics/yolov5 v7.0 detect.py on images (JPEG, PNG, BMP, WebP), directories,
+ * globs and image list files.
  *
- *   yolo-detect --weights W [W ...] --source FILE|DIR|LIST.txt [--img 640] [--augment]
+ *   yolo-detect --weights W [W ...] --source FILE|DIR|GLOB|LIST.txt [--imgsz H [W]] [--augment]
  *               [--conf-thres 0.25] [--iou-thres 0.45] [--max-det 1000] [--classes C ...]
- *               [--hide-labels] [--hide-conf] [--save-txt] [--save-conf] [--save-json]
+ *               [--agnostic-nms] [--device D] [--half] [--line-thickness 3] [--hide-labels]
+ *               [--hide-conf] [--save-txt] [--save-conf] [--save-crop] [--save-json]
  *               [--project runs/detect] [--name exp] [--exist-ok] [--nosave]
  *
- * Per image, as detect.py: cv2.imread (pack_image_decode: EXIF, grey and CMYK as OpenCV),
- * letterbox(im0, img, stride=max(model stride, 32), auto=True) (trn_aug_letterbox, INTER_LINEAR,
- * 114 padding), an eval forward and the Detect decode on a net built for that input shape (nets
- * are cached per shape), with --augment ultralytics' test-time augmentation (scales 1, 0.83,
- * 0.67, the middle one flipped left-right, merged before NMS) and with several --weights
- * ultralytics' Ensemble (outputs concatenated before NMS, stride the largest, class names from
- * the first; the models must have the same classes) (trainer/eval/tta.h), NMS with
- * multi_label=False and agnostic=False, scale_boxes back to the original image,
- * then the annotated image (Annotator: box + "name conf"), labels/<stem>.txt rows
- * "cls cx cy w h [conf]" ('%g', normalised, lowest confidence first, appended as detect.py opens
- * them with 'a') and, with --save-json, predictions.json in val.py's COCO results form.
+ * Per image, as detect.py: cv2.imread (pack_image_decode: JPEG with EXIF, grey and CMYK, PNG,
+ * BMP and WebP, all as OpenCV reads them), letterbox(im0, (h, w), stride=max(model stride, 32),
+ * auto=True) (trn_aug_letterbox, INTER_LINEAR, 114 padding), an eval forward (fp16 convolutions
+ * with --half) and the Detect decode on a net built for that input shape (nets are cached per
+ * shape), with --augment ultralytics' test-time augmentation (scales 1, 0.83, 0.67, the middle
+ * one flipped left-right, merged before NMS) and with several --weights ultralytics' Ensemble
+ * (outputs concatenated before NMS, stride the largest, class names from the first; the models
+ * must have the same classes) (trainer/eval/tta.h), NMS with multi_label=False (agnostic with
+ * --agnostic-nms; its time is the speed line's NMS), scale_boxes back to the original image,
+ * then the annotated image (Annotator(line_width=--line-thickness): box + "name conf"),
+ * labels/<stem>.txt rows "cls cx cy w h [conf]" ('%g', normalised, lowest confidence first,
+ * appended as detect.py opens them with 'a'), --save-crop's save_one_box crops and, with
+ * --save-json, predictions.json in val.py's COCO results form. --weights takes .pt checkpoints,
+ * plain state dicts (yolo-export --include pt; with --cfg) and our .ckpt files.
  *
  * A list file holds one path per line (blank lines skipped): a path that exists as written (from
  * the working directory, as detect.py's LoadImages resolves it) is taken, else the same path
  * relative to the list's folder (newer ultralytics' LoadImages fallback); a line naming nothing
  * is reported with the list's name and line and skipped, as is an unreadable image.
  *
- * Differences from detect.py, on purpose: JPEG only (pack/image decodes exactly as OpenCV; any
- * other file is reported as unreadable); a missing list entry is skipped with an error instead of
- * stopping the run; list entries keep their order (detect.py sorts them); annotated images are
- * always written as .jpg; labels
+ * Differences from detect.py, on purpose: TIFF, DNG, MPO and PFM are not read (reported as
+ * unreadable); a glob has no '**' recursion (glob(3)); a missing list entry is skipped with an
+ * error instead of stopping the run; list entries keep their order (detect.py sorts them);
+ * annotated images are written as .jpg, or .png for a PNG (detect.py keeps every format); labels
  * are drawn with cairo's sans-serif instead of OpenCV's Hershey font; --classes filters after
  * NMS with max_det applied after the filter, which keeps the same boxes as detect.py's filter
  * before NMS because NMS is class-aware. Class names: the checkpoint's metadata `names`; for a
@@ -40,6 +45,7 @@
 #include <cairo.h>
 #include <dirent.h>
 #include <errno.h>
+#include <glob.h>
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
@@ -49,6 +55,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "argparse.h"
@@ -57,6 +65,7 @@
 #include "cocoeval.h"
 #include "dataset.h"
 #include "ffr.h"
+#include "device.h"
 #include "image.h"
 #include "model.h"
 #include "net.h"
@@ -86,11 +95,14 @@ struct args {
     const char *weights[MAX_WEIGHTS]; /* --weights, in the order given (an ensemble if > 1) */
     int n_weights;
     const char *source, *cfg, *project, *name;
-    long img, max_det, threads;
+    long imgsz[2], max_det, threads, line_thickness;
+    int n_imgsz;        /* --imgsz H [W]: one value is square */
+    const char *device; /* --device: cpu, a CUDA device number, or NULL (0 when present) */
     double conf, iou;
     long classes[MAX_CLASSES]; /* --classes, in the order given */
     int n_classes;             /* 0: every class */
     bool hide_labels, hide_conf, save_txt, save_conf, save_json, exist_ok, nosave, augment;
+    bool half, agnostic_nms, save_crop;
 };
 
 /* A list of image paths (malloc'd strings). */
@@ -105,7 +117,8 @@ static int parse_args(int argc, char **argv, struct args *A)
     memset(A, 0, sizeof *A);
     A->project = "runs/detect";
     A->name = "exp";
-    A->img = 640;
+    A->imgsz[0] = A->imgsz[1] = 640;
+    A->line_thickness = 3;
     A->max_det = 1000;
     A->conf = 0.25;
     A->iou = 0.45;
@@ -122,10 +135,31 @@ static int parse_args(int argc, char **argv, struct args *A)
                "model yaml (path or yolov5n/s/...): with --weights, the architecture; without, "
                "the initial weights (seed 0)"),
         AP_OPT("--source", AP_STR, &A->source, "S",
-               "a JPEG, a directory of images, or a .txt list of paths (as written, else relative "
-               "to the list's folder)"),
-        AP_RANGE("--img|--imgsz|--img-size", AP_LONG, &A->img, "N",
-                 "inference size, pixels (default 640)", 32, 8192),
+               "an image (JPEG, PNG, BMP, WebP), a directory of them, a glob ('dir/*.jpg'), or a "
+               ".txt list of paths (as written, else relative to the list's folder)"),
+        { .names = "--img|--imgsz|--img-size",
+          .kind = AP_LONGS,
+          .dst = A->imgsz,
+          .metavar = "H [W]",
+          .help = "inference size h,w, pixels (default 640; one value: square)",
+          .lo = 32,
+          .hi = 8192,
+          .max_n = 2,
+          .n = &A->n_imgsz },
+        { .names = "--device",
+          .kind = AP_CALL,
+          .dst = &A->device,
+          .metavar = "D",
+          .help = "cpu or a CUDA device number (default: 0 if present)",
+          .call = tool_parse_device },
+        AP_OPT("--half", AP_FLAG, &A->half, NULL,
+               "FP16 half-precision inference: the convolutions in fp16 with fp32 accumulation"),
+        AP_OPT("--agnostic-nms", AP_FLAG, &A->agnostic_nms, NULL, "class-agnostic NMS"),
+        AP_RANGE("--line-thickness", AP_LONG, &A->line_thickness, "N",
+                 "bounding box thickness, pixels (default 3)", 1, 100),
+        AP_OPT("--save-crop", AP_FLAG, &A->save_crop, NULL,
+               "save each box's crop to crops/<class>/<stem>.jpg (1.02x + 10 px, as "
+               "save_one_box)"),
         AP_OPT("--augment", AP_FLAG, &A->augment, NULL,
                "test-time augmentation (scales 1, 0.83, 0.67; flip)"),
         AP_RANGE("--conf-thres", AP_DOUBLE, &A->conf, "X", "confidence threshold (default 0.25)", 0,
@@ -160,14 +194,15 @@ static int parse_args(int argc, char **argv, struct args *A)
     };
     const struct ap_spec sp = {
         .prog = PROG,
-        .usage = "--weights W [W ...] --source FILE|DIR|LIST.txt [options]",
-        .about = "Detect objects in JPEG images as ultralytics' detect.py does.",
+        .usage = "--weights W [W ...] --source FILE|DIR|GLOB|LIST.txt [options]",
+        .about = "Detect objects in images as ultralytics' detect.py does.",
         .opts = t,
         .n_opts = sizeof t / sizeof t[0],
     };
     const int rc = ap_parse(&sp, argc, argv);
     if (rc) return rc;
-    if (!A->source) return ap_usage_error(&sp, "--source FILE|DIR|LIST.txt is required");
+    if (!A->source) return ap_usage_error(&sp, "--source FILE|DIR|GLOB|LIST.txt is required");
+    if (A->n_imgsz == 1) A->imgsz[1] = A->imgsz[0]; /* detect.py: imgsz *= 2 if len == 1 */
     if (!A->n_weights && !A->cfg)
         return ap_usage_error(&sp, "--weights W (or --cfg MODEL for initial weights)");
     if (strchr(A->name, '/'))
@@ -268,6 +303,17 @@ static int list_entry(const char *list, const char *line, char *dst, size_t cap)
 static int add_source(struct paths *p, const char *src, int depth, int *skipped)
 {
     struct stat st;
+    if (depth == 0 && strpbrk(src, "*?[") && stat(src, &st) != 0) {
+        /* LoadImages: sorted(glob.glob(p)), the image files among them */
+        glob_t g;
+        const int grc = glob(src, 0, NULL, &g);
+        int rc = 0;
+        for (size_t i = 0; grc == 0 && i < g.gl_pathc && rc == 0; i++)
+            if (is_image_name(g.gl_pathv[i])) rc = paths_add(p, NULL, g.gl_pathv[i]);
+        if (grc == 0) globfree(&g);
+        if (grc == GLOB_NOSPACE || rc == -ENOMEM) return -ENOMEM;
+        return 0;
+    }
     if (stat(src, &st) != 0) {
         fprintf(stderr, PROG ": %s: %s\n", src, strerror(errno));
         ++*skipped;
@@ -372,7 +418,8 @@ static int annotate(uint8_t *rgb, int w, int h, const struct trn_det *dets, int 
     }
     cairo_surface_mark_dirty(s);
     cairo_t *cr = cairo_create(s);
-    const double lw = fmax(round((double)(h + w) / 2 * 0.003), 2);
+    /* Annotator(line_width=line_thickness): detect.py's default 3 */
+    const double lw = (double)A->line_thickness;
     /* cv2.getTextSize(fontScale = lw / 3) is about 22 * scale pixels tall for capitals; a sans
      * font at 1.4x that em size has the same cap height */
     const double font_px = 22.0 * lw / 3 * 1.4;
@@ -422,6 +469,70 @@ static int annotate(uint8_t *rgb, int w, int h, const struct trn_det *dets, int 
     }
     cairo_destroy(cr);
     cairo_surface_destroy(s);
+    return rc;
+}
+
+/*
+ * detect.py --save-crop: save_one_box(xyxy, imc, crops/NAME/STEM.jpg, BGR=True) for one
+ * detection of the unannotated image im (w x h RGB): the box's w, h * 1.02 + 10 about its
+ * centre in float32, truncated to integers (.long()), clipped to the image; written as PIL does
+ * (quality 95, 4:4:4) to the first free name of STEM.jpg, STEM2.jpg, ... (increment_path).
+ */
+static int save_crop(const char *run_dir, const struct trn_plot_names *names, const uint8_t *im,
+                     int w, int h, const struct trn_det *d, const char *stem)
+{
+    const float cx = (d->x1 + d->x2) / 2, cy = (d->y1 + d->y2) / 2;
+    const float bw = (d->x2 - d->x1) * 1.02f + 10, bh = (d->y2 - d->y1) * 1.02f + 10;
+    long x1 = (long)(cx - bw / 2), y1 = (long)(cy - bh / 2), x2 = (long)(cx + bw / 2),
+         y2 = (long)(cy + bh / 2);
+    x1 = x1 < 0 ? 0 : x1 > w ? w : x1, x2 = x2 < 0 ? 0 : x2 > w ? w : x2;
+    y1 = y1 < 0 ? 0 : y1 > h ? h : y1, y2 = y2 < 0 ? 0 : y2 > h ? h : y2;
+    if (x2 <= x1 || y2 <= y1) return 0;
+    char num[32], dirp[PATH_MAX], path[PATH_MAX + 300];
+    const char *nm = class_name(names, d->cls, num, sizeof num);
+    snprintf(dirp, sizeof dirp, "%s/crops", run_dir);
+    if (mkdir(dirp, 0777) < 0 && errno != EEXIST) return -errno;
+    snprintf(dirp, sizeof dirp, "%s/crops/%s", run_dir, nm);
+    if (mkdir(dirp, 0777) < 0 && errno != EEXIST) return -errno;
+    snprintf(path, sizeof path, "%s/%s.jpg", dirp, stem);
+    for (int k = 2; access(path, F_OK) == 0 && k < 9999; k++)
+        snprintf(path, sizeof path, "%s/%s%d.jpg", dirp, stem, k);
+    tjhandle tj = tjInitCompress();
+    unsigned char *jpg = NULL;
+    unsigned long len = 0;
+    const int cw = (int)(x2 - x1), ch = (int)(y2 - y1);
+    int rc = tj && tjCompress2(tj, im + ((size_t)y1 * (size_t)w + (size_t)x1) * 3, cw, w * 3, ch,
+                               TJPF_RGB, &jpg, &len, TJSAMP_444, 95, TJFLAG_ACCURATEDCT) == 0
+                 ? 0
+                 : -EIO;
+    FILE *f = rc == 0 ? fopen(path, "wb") : NULL;
+    if (rc == 0 && !f) rc = -errno;
+    if (f && (fwrite(jpg, 1, len, f) != len || fclose(f) != 0)) rc = -EIO;
+    tjFree(jpg);
+    if (tj) tjDestroy(tj);
+    return rc;
+}
+
+/* An RGB8 image as a PNG file (cairo's writer). Returns 0, -ENOMEM or -EIO. */
+static int write_png(const uint8_t *rgb, int w, int h, const char *path)
+{
+    cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
+    if (cairo_surface_status(sf) != CAIRO_STATUS_SUCCESS) {
+        cairo_surface_destroy(sf);
+        return -ENOMEM;
+    }
+    cairo_surface_flush(sf);
+    uint8_t *px = cairo_image_surface_get_data(sf);
+    const int stride = cairo_image_surface_get_stride(sf);
+    for (int y = 0; y < h; y++) {
+        uint32_t *row = (uint32_t *)(void *)(px + (size_t)y * (size_t)stride);
+        const uint8_t *src = rgb + (size_t)y * (size_t)w * 3;
+        for (int x = 0; x < w; x++)
+            row[x] = (uint32_t)src[3 * x] << 16 | (uint32_t)src[3 * x + 1] << 8 | src[3 * x + 2];
+    }
+    cairo_surface_mark_dirty(sf);
+    const int rc = cairo_surface_write_to_png(sf, path) == CAIRO_STATUS_SUCCESS ? 0 : -EIO;
+    cairo_surface_destroy(sf);
     return rc;
 }
 
@@ -476,7 +587,7 @@ struct detector {
     const struct args *A;
     struct trn_tta *tta; /* the model or ensemble, with --augment's branches */
     const struct trn_plot_names *names;
-    int nc, img, stride; /* stride: the letterbox's, max(model stride, 32) */
+    int nc, img_h, img_w, stride; /* stride: the letterbox's, max(model stride, 32) */
     struct pack_image_decoder *dec;
     struct trn_nms *nms;
     uint8_t *lb;    /* letterboxed RGB */
@@ -532,7 +643,7 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
     lo.stride = D->stride;
     struct trn_aug_letterbox_plan plan;
     char err[512] = "";
-    rc = trn_aug_letterbox_plan(w0, h0, D->img, D->img, &lo, &plan);
+    rc = trn_aug_letterbox_plan(w0, h0, D->img_h, D->img_w, &lo, &plan);
     if (rc < 0) {
         fprintf(stderr, PROG ": image %zu/%zu %s: %dx%d cannot be letterboxed: %s\n", idx, total,
                 path, w0, h0, trn_aug_strerror(rc));
@@ -571,7 +682,7 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
     no.conf_thres = (float)A->conf;
     no.iou_thres = A->iou;
     no.multi_label = 0;
-    no.agnostic = 0;
+    no.agnostic = A->agnostic_nms;
     no.max_det = A->n_classes ? TRN_NMS_MAX_NMS : (int)A->max_det;
     const int nd = trn_nms_run(D->nms, pred, (size_t)rows, (size_t)D->nc + 5, D->nc, &no, D->dets,
                                D->dets_cap);
@@ -582,10 +693,10 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
     int n = 0;
     for (int i = 0; i < nd && n < A->max_det; i++)
         if (class_wanted(A, D->dets[i].cls)) D->dets[n++] = D->dets[i];
+    const double t3 = now_ms(); /* detect.py's dt[2]: non_max_suppression (classes= included) */
     double gain, padw, padh;
     trn_ratio_pad(plan.out_w, plan.out_h, w0, h0, &gain, &padw, &padh);
     trn_scale_dets(D->dets, (size_t)n, gain, padw, padh, w0, h0);
-    const double t3 = now_ms();
     D->t_pre += t1 - t0;
     D->t_inf += t2 - t1;
     D->t_nms += t3 - t2;
@@ -644,13 +755,26 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
             const int cls = D->dets[i].cls;
             json_det(&D->json, stem, D->nc == 80 ? trn_coco80_to_coco91(cls) : cls, &D->dets[i]);
         }
+    for (int i = n - 1; A->save_crop && i >= 0 && ret == 0; i--) { /* reversed(det) */
+        if ((rc = save_crop(D->dir, D->names, D->im0, w0, h0, &D->dets[i], stem)) < 0) {
+            fprintf(stderr, PROG ": %s: crop: %s\n", path, strerror(-rc));
+            ret = 1;
+        }
+    }
     if (!A->nosave) {
         rc = annotate(D->im0, w0, h0, D->dets, n, D->names, A);
         char ip[PATH_MAX];
         const char *bn = base_name(path);
+        /* cv2.imwrite(save_dir / p.name): a PNG stays PNG (lossless); JPEG for the others
+         * (detect.py keeps BMP and WebP too) */
         const bool jpg = ends_with_ci(bn, ".jpg") || ends_with_ci(bn, ".jpeg");
-        snprintf(ip, sizeof ip, "%s/%s%s", D->dir, jpg ? bn : stem, jpg ? "" : ".jpg");
-        if (rc == 0) rc = trn_plot_jpeg_write(D->im0, w0, h0, DET_JPEG_Q, ip, err, sizeof err);
+        const bool png = ends_with_ci(bn, ".png");
+        snprintf(ip, sizeof ip, "%s/%s%s", D->dir, jpg || png ? bn : stem,
+                 jpg || png ? "" : ".jpg");
+        if (rc == 0 && png)
+            rc = write_png(D->im0, w0, h0, ip);
+        else if (rc == 0)
+            rc = trn_plot_jpeg_write(D->im0, w0, h0, DET_JPEG_Q, ip, err, sizeof err);
         if (rc < 0) {
             fprintf(stderr, PROG ": %s: %s\n", ip, err[0] ? err : strerror(-rc));
             ret = 1;
@@ -709,7 +833,10 @@ static int run(const struct args *A)
     struct trn_tta_opts to;
     trn_tta_opts_default(&to);
     to.augment = A->augment;
-    to.threads = trn_cli_threads(A->threads, 1); /* one per core, BLAS single (cli.h) */
+    to.device = tool_pick_device(PROG, A->device);
+    if (to.device == -2) goto out;
+    to.amp = A->half ? KERN_DT_F16 : KERN_DT_F32; /* --half: fp16 convs, fp32 accumulation */
+    to.threads = trn_cli_threads(A->threads, 1);  /* one per core, BLAS single (cli.h) */
     /* detect.py's auto letterbox gives several shapes: keep nets for a few of them */
     const int per_shape = n_models * (A->augment ? TRN_TTA_BRANCHES : 1);
     to.max_shapes = MAX_NETS / per_shape > 1 ? MAX_NETS / per_shape : 1;
@@ -734,11 +861,14 @@ static int run(const struct args *A)
     /* check_img_size: a multiple of the largest stride */
     const int smax = trn_tta_stride(D.tta) > LB_STRIDE ? trn_tta_stride(D.tta) : LB_STRIDE;
     D.stride = smax;
-    D.img = (int)((A->img + smax - 1) / smax * smax);
-    if (D.img != A->img)
-        fprintf(stderr,
-                PROG ": warning: --img %ld must be a multiple of max stride %d, updating to %d\n",
-                A->img, smax, D.img);
+    D.img_h = (int)((A->imgsz[0] + smax - 1) / smax * smax);
+    D.img_w = (int)((A->imgsz[1] + smax - 1) / smax * smax);
+    for (int k = 0; k < 2; k++)
+        if ((k ? D.img_w : D.img_h) != A->imgsz[k])
+            fprintf(stderr,
+                    PROG ": warning: --img-size %ld must be multiple of max stride %d, updating "
+                         "to %d\n",
+                    A->imgsz[k], smax, k ? D.img_w : D.img_h);
 
     int skipped = 0;
     rc = add_source(&src, A->source, 0, &skipped);
@@ -797,7 +927,7 @@ static int run(const struct args *A)
     if (D.n_done > 0)
         printf("Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape "
                "(1, 3, %d, %d)\n",
-               D.t_pre / D.n_done, D.t_inf / D.n_done, D.t_nms / D.n_done, D.img, D.img);
+               D.t_pre / D.n_done, D.t_inf / D.n_done, D.t_nms / D.n_done, D.img_h, D.img_w);
     if (A->save_txt || !A->nosave) {
         printf("Results saved to %s\n", dir);
         if (A->save_txt) printf("%d labels saved to %s/labels\n", D.n_txt, dir);

@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include "cli.h"
+#include "device.h"
 #include "cocoeval.h"
 #include "ffr.h"
 #include "kern_cuda.h"
@@ -68,18 +69,6 @@ struct args {
     const char *device; /* --device: "cpu", a number, or NULL (0 if present) */
     bool device_path;   /* --device-path (tests): the GPU data path on the CPU ops */
 };
-
-static int parse_device(const char *v, void *dst, char *why, size_t cap)
-{
-    char *end = NULL;
-    const long d = strtol(v, &end, 10);
-    if (strcmp(v, "cpu") && (end == v || *end || d < 0 || d > 63)) {
-        snprintf(why, cap, "is not cpu or a CUDA device number");
-        return -EINVAL;
-    }
-    *(const char **)dst = v;
-    return 0;
-}
 
 /* Returns 0 or the exit status 2. */
 static int parse_args(int argc, char **argv, struct args *A)
@@ -139,7 +128,7 @@ static int parse_args(int argc, char **argv, struct args *A)
           .dst = &A->device,
           .metavar = "D",
           .help = "cpu or a CUDA device number (default: 0 if present)",
-          .call = parse_device },
+          .call = tool_parse_device },
         AP_OPT("--device-path", AP_FLAG, &A->device_path, NULL, NULL),
         { .names = "--task",
           .kind = AP_CHOICE,
@@ -213,22 +202,6 @@ static int parse_args(int argc, char **argv, struct args *A)
         return ap_usage_error(&sp, "--annotations needs --save-json");
     if (A->micro > A->batch) A->micro = A->batch;
     return 0;
-}
-
-/* val.py's select_device: --device cpu, a number, or none: device 0 when one is visible. Returns
- * the device, -1 for the CPU, or -2 (after saying why) when the asked-for one is not there. */
-static int pick_device(const char *d)
-{
-    const int count = kern_cuda_device_count();
-    if (!d) return count > 0 ? 0 : -1;
-    if (!strcmp(d, "cpu")) return -1;
-    const int id = atoi(d);
-    if (id < count) return id;
-    fprintf(stderr,
-            PROG ": --device %s: CUDA device %d is not there (%d visible%s)\n"
-                 "hint: --device cpu runs on the CPU\n",
-            d, id, count, count ? "" : "; or this build has no CUDA");
-    return -2;
 }
 
 static void log_cb(void *ctx, const char *msg)
@@ -404,7 +377,7 @@ static int save_json(const struct args *A, const char *dir, const struct trn_val
 
 static int run(const struct args *A)
 {
-    const int device = pick_device(A->device);
+    const int device = tool_pick_device(PROG, A->device);
     if (device == -2) return 1;
     struct ffr_reader *r = NULL;
     char err[768] = "";
@@ -503,7 +476,7 @@ static int run(const struct args *A)
         vo.save_hybrid = A->save_hybrid;
         if (A->save_hybrid)
             fprintf(stderr, PROG ": WARNING: --save-hybrid adds the labels to the predictions "
-                            "before NMS: the metrics it gives are high, not the model's\n");
+                                 "before NMS: the metrics it gives are high, not the model's\n");
     }
     vo.coco91 = mi->nc == 80;
     vo.plot_dir = A->no_plots ? NULL : dir;

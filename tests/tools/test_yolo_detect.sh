@@ -7,7 +7,9 @@
 # relative to the list's folder, the skipped-count line, run directory numbering and bad
 # arguments. Shared part (when ../shared is there): the official yolov5n.pt on coco128 images
 # finds the labelled objects (same class, IoU > 0.5 with a label), also with --augment, and an
-# ensemble of it with the 3-class checkpoint is refused.
+# ensemble of it with the 3-class checkpoint is refused; one image as JPEG, PNG, BMP and lossless
+# WebP gives the same detections, a glob, --save-crop, --imgsz H W, --agnostic-nms,
+# --line-thickness, --device, --half, and yolo-export's state dict with --cfg.
 # Usage: test_yolo_detect.sh YOLO_DETECT YOLO_SYNTH YOLO_PACK YOLO_TRAIN SHARED_DIR
 set -u
 detect=$(realpath "$1") synth=$(realpath "$2") pack=$(realpath "$3") train=$(realpath "$4")
@@ -283,6 +285,39 @@ EOF
     rc=$?
     [ $rc = 1 ] && grep -q 'different class counts' "$work/mix.err"
     check $? "an ensemble of 80- and 3-class models is refused (rc $rc): $(tr '\n' '|' <"$work/mix.err" | head -c 200)"
+
+    # --- formats, globs and the other flags, on one coco128 image ---
+    f=$work/fmt
+    mkdir -p "$f"
+    cp "$coco/images/train2017/000000000009.jpg" "$f/a.jpg"
+    $py -c "import cv2, sys; im = cv2.imread(sys.argv[1]); cv2.imwrite(sys.argv[2] + '/b.png', im); cv2.imwrite(sys.argv[2] + '/c.bmp', im); cv2.imwrite(sys.argv[2] + '/d.webp', im, [cv2.IMWRITE_WEBP_QUALITY, 101])" "$f/a.jpg" "$f"
+    "$detect" --weights "$pt" --source "$f" --project "$work/d" --name fmt --save-txt \
+        --save-conf --save-crop >"$work/fmt.log" 2>&1
+    rc=$?
+    same=0
+    for k in b c d; do cmp -s "$work/d/fmt/labels/a.txt" "$work/d/fmt/labels/$k.txt" && same=$((same + 1)); done
+    [ $rc = 0 ] && [ "$(grep -c '^image ' "$work/fmt.log")" = 4 ] && [ $same = 3 ] &&
+        [ -s "$work/d/fmt/b.png" ] && head -c 8 "$work/d/fmt/b.png" | grep -q PNG
+    check $? "a folder of JPEG, PNG, BMP and WebP (lossless): 4 images, the same detections from the decoded pixels ($same of 3), a PNG saved as PNG"
+    ncrops=$(find "$work/d/fmt/crops" -name '*.jpg' | wc -l)
+    [ "$ncrops" = "$(cat "$work"/d/fmt/labels/*.txt | wc -l)" ] && [ -n "$(find "$work/d/fmt/crops" -name 'a2.jpg' -o -name 'a.jpg')" ]
+    check $? "--save-crop: one crop per detection ($ncrops) under crops/<class>/<stem>[N].jpg"
+    "$detect" --weights "$pt" --source "$f/*.png" --project "$work/d" --name glob --nosave >"$work/g.log" 2>&1 &&
+        [ "$(grep -c '^image ' "$work/g.log")" = 1 ] && grep -q '^image 1/1 .*b.png' "$work/g.log"
+    check $? "a glob ('dir/*.png'): the one PNG"
+    "$detect" --weights "$pt" --source "$f/a.jpg" --project "$work/d" --name hw --nosave \
+        --imgsz 320 480 --agnostic-nms --line-thickness 1 --device cpu >"$work/hw.log" 2>&1 &&
+        grep -q '^image 1/1 .*: 320x448 ' "$work/hw.log" && grep -q 'at shape (1, 3, 320, 480)' "$work/hw.log"
+    check $? "--imgsz 320 480, --agnostic-nms, --line-thickness, --device cpu: $(grep -o 'image 1/1.*' "$work/hw.log" | head -c 120)"
+    "$detect" --weights "$pt" --source "$f/a.jpg" --project "$work/d" --name half --nosave --half \
+        >"$work/half.log" 2>&1 && grep -q '^image 1/1 .*bowl' "$work/half.log"
+    check $? "--half: fp16 convolutions find the bowl: $(grep -o 'image 1/1.*' "$work/half.log" | head -c 120)"
+    cp "$pt" "$work/n.pt"
+    "$(dirname "$detect")/yolo-export" --weights "$work/n.pt" --include pt >/dev/null 2>&1 &&
+        "$detect" --weights "$work/n_state_dict.pt" --cfg yolov5n --source "$f/a.jpg" \
+            --project "$work/d" --name sd --save-txt --save-conf --nosave >/dev/null 2>&1 &&
+        cmp -s "$work/d/sd/labels/a.txt" "$work/d/fmt/labels/a.txt"
+    check $? "a state dict from yolo-export --include pt, with --cfg: the .pt's detections"
 else
     skip "no $pt or $coco (../shared)"
 fi

@@ -264,7 +264,9 @@ const char *trn_pt_default_key(const struct trn_pt *pt)
     if (!pt || pt->root < 0 || pt->objs[pt->root].kind != PT_DICT) return NULL;
     const int32_t ema = pt_dict_get(pt, pt->root, "ema");
     if (ema >= 0 && pt->objs[ema].kind != PT_NONE) return "ema";
-    return "model";
+    if (pt_dict_get(pt, pt->root, "model") >= 0) return "model";
+    /* no checkpoint keys: a plain state dict (yolo-export --include pt, torch.save(sd)) */
+    return "";
 }
 
 int32_t pt_resolve(const struct trn_pt *pt, const char *which)

@@ -127,7 +127,9 @@ int trn_pt_top_key(const struct trn_pt *pt, int i, const char **key, const char 
 int trn_pt_state_dict(struct trn_pt *pt, const char *which, const struct trn_pt_tensor **out,
                       char *err, size_t err_cap);
 
-/* The key trn_pt_state_dict(pt, NULL, ...) picks, or NULL if the top level is not a dict. */
+/* The key trn_pt_state_dict(pt, NULL, ...) picks: "ema" when present and not None, else
+ * "model" when present, else "" (the top level itself: a plain state dict); NULL if the top
+ * level is not a dict. */
 const char *trn_pt_default_key(const struct trn_pt *pt);
 
 /* The raw bytes of a tensor's storage (storage_numel elements, little-endian), valid until

@@ -1,0 +1,19 @@
+/*
+ * device: --device as val.py and detect.py take it (select_device): "cpu" or one CUDA device
+ * number; absent means device 0 when one is visible. Shared by yolo-val and yolo-detect
+ * (yolo-train takes a list of devices for its ranks).
+ */
+#ifndef TOOL_DEVICE_H
+#define TOOL_DEVICE_H
+
+#include <stddef.h>
+
+/* An argparse AP_CALL: v must be "cpu" or 0..63; *(const char **)dst = v. Returns 0 or -EINVAL
+ * with the reason in why. */
+int tool_parse_device(const char *v, void *dst, char *why, size_t cap);
+
+/* The device d names: -1 for the CPU, the CUDA device number, or -2 after printing (prefixed
+ * with prog) that the asked-for device is not there. d NULL: 0 when a device is visible. */
+int tool_pick_device(const char *prog, const char *d);
+
+#endif
