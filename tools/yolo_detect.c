@@ -399,13 +399,13 @@ static const char *class_name(const struct trn_plot_names *names, int c, char *b
  * lw = max(round((h + w) / 2 * 0.003), 2) in the class colour, and when label != NULL a filled
  * tag in that colour above the box (inside when there is no room) with the label in white.
  */
-static int annotate(uint8_t *rgb, int w, int h, const struct trn_det *dets, int n,
-                    const struct trn_plot_names *names, const struct args *A)
+/* A cairo RGB24 surface holding the RGB8 image (w x h), or NULL without memory. */
+static cairo_surface_t *rgb_surface(const uint8_t *rgb, int w, int h)
 {
     cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
     if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
         cairo_surface_destroy(s);
-        return -ENOMEM;
+        return NULL;
     }
     cairo_surface_flush(s);
     uint8_t *px = cairo_image_surface_get_data(s);
@@ -417,6 +417,16 @@ static int annotate(uint8_t *rgb, int w, int h, const struct trn_det *dets, int 
             row[x] = (uint32_t)src[3 * x] << 16 | (uint32_t)src[3 * x + 1] << 8 | src[3 * x + 2];
     }
     cairo_surface_mark_dirty(s);
+    return s;
+}
+
+static int annotate(uint8_t *rgb, int w, int h, const struct trn_det *dets, int n,
+                    const struct trn_plot_names *names, const struct args *A)
+{
+    cairo_surface_t *s = rgb_surface(rgb, w, h);
+    if (!s) return -ENOMEM;
+    uint8_t *px = cairo_image_surface_get_data(s);
+    const int stride = cairo_image_surface_get_stride(s);
     cairo_t *cr = cairo_create(s);
     /* Annotator(line_width=line_thickness): detect.py's default 3 */
     const double lw = (double)A->line_thickness;
@@ -516,21 +526,8 @@ static int save_crop(const char *run_dir, const struct trn_plot_names *names, co
 /* An RGB8 image as a PNG file (cairo's writer). Returns 0, -ENOMEM or -EIO. */
 static int write_png(const uint8_t *rgb, int w, int h, const char *path)
 {
-    cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
-    if (cairo_surface_status(sf) != CAIRO_STATUS_SUCCESS) {
-        cairo_surface_destroy(sf);
-        return -ENOMEM;
-    }
-    cairo_surface_flush(sf);
-    uint8_t *px = cairo_image_surface_get_data(sf);
-    const int stride = cairo_image_surface_get_stride(sf);
-    for (int y = 0; y < h; y++) {
-        uint32_t *row = (uint32_t *)(void *)(px + (size_t)y * (size_t)stride);
-        const uint8_t *src = rgb + (size_t)y * (size_t)w * 3;
-        for (int x = 0; x < w; x++)
-            row[x] = (uint32_t)src[3 * x] << 16 | (uint32_t)src[3 * x + 1] << 8 | src[3 * x + 2];
-    }
-    cairo_surface_mark_dirty(sf);
+    cairo_surface_t *sf = rgb_surface(rgb, w, h);
+    if (!sf) return -ENOMEM;
     const int rc = cairo_surface_write_to_png(sf, path) == CAIRO_STATUS_SUCCESS ? 0 : -EIO;
     cairo_surface_destroy(sf);
     return rc;

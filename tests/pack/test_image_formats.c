@@ -14,23 +14,8 @@
 #include <string.h>
 
 #include "image.h"
+#include "crc32_testutil.h"
 #include "tap.h"
-
-static uint32_t crc32_of(const uint8_t *p, size_t n)
-{
-    static uint32_t t[256];
-    if (!t[1])
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++)
-                c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            t[i] = c;
-        }
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++)
-        c = t[(c ^ p[i]) & 255] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
 
 static uint8_t *slurp(const char *path, size_t *len)
 {
@@ -75,7 +60,7 @@ int main(int argc, char **argv)
         struct pack_image im;
         const int rc = data ? pack_image_decode(dec, data, len, &im) : -ENOENT;
         const bool same = rc == 0 && im.width == w && im.height == h &&
-                          crc32_of(im.pixels, (size_t)w * h * 3) == crc;
+                          test_crc32(im.pixels, (size_t)w * h * 3) == crc;
         ok(same, "%s: %dx%d, the pixels cv2.imread gives (%s)", name, w, h,
            rc ? pack_image_decoder_detail(dec) : "");
         if (!strcmp(name, "rgb.png")) keep_png = data, png_len = len, data = NULL;

@@ -18,24 +18,10 @@
 #include "ffr.h"
 #include "loader.h"
 #include "run_testutil.h"
+#include "crc32_testutil.h"
 #include "tap.h"
 
 /* CRC-32 (IEEE 802.3, reflected 0xEDB88320), as Python's zlib.crc32. */
-static uint32_t crc32_of(const uint8_t *p, size_t n)
-{
-    static uint32_t table[256];
-    if (!table[1])
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++)
-                c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++)
-        c = table[(c ^ p[i]) & 255] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
 
 static void check_size(const char *pack, const char *shared, const char *ref, int img)
 {
@@ -76,7 +62,7 @@ static void check_size(const char *pack, const char *shared, const char *ref, in
             for (size_t i = 0; i < plane; i++)
                 for (int c = 0; c < 3; c++)
                     hwc[3 * i + c] = src[c * plane + i];
-            const uint32_t crc = crc32_of(hwc, 3 * plane);
+            const uint32_t crc = test_crc32(hwc, 3 * plane);
             char key[64];
             snprintf(key, sizeof key, "crc %d %" PRIu64 " ", img, bt.info[j].index);
             const char *at = text ? strstr(text, key) : NULL;

@@ -89,3 +89,15 @@ bool trn_yaml_scalar_is(const yaml_node_t *n, const char *s)
     return n && n->type == YAML_SCALAR_NODE && n->data.scalar.length == strlen(s) &&
            memcmp(n->data.scalar.value, s, n->data.scalar.length) == 0;
 }
+
+void trn_trim(char *s)
+{
+    char *a = s;
+    while (*a == ' ' || *a == '\t')
+        a++;
+    size_t n = strlen(a);
+    while (n && (a[n - 1] == ' ' || a[n - 1] == '\t' || a[n - 1] == '\r' || a[n - 1] == '\n'))
+        n--;
+    memmove(s, a, n);
+    s[n] = '\0';
+}

@@ -39,6 +39,9 @@ int trn_grow(void **p, size_t *cap, size_t need, size_t elem);
  */
 int trn_read_file(const char *path, size_t max, char **buf, size_t *len, char *err, size_t err_cap);
 
+/* Remove leading and trailing spaces, tabs, CR and LF of the string s in place. */
+void trn_trim(char *s);
+
 /* True when n is a scalar equal to s (byte for byte, length included). */
 bool trn_yaml_scalar_is(const yaml_node_t *n, const char *s);
 

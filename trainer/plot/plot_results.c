@@ -24,18 +24,6 @@ static void gauss_smooth(const double *y, int n, double sigma, double *out)
     }
 }
 
-static void strip(char *s)
-{
-    char *a = s;
-    while (*a == ' ' || *a == '\t')
-        a++;
-    size_t n = strlen(a);
-    while (n && (a[n - 1] == ' ' || a[n - 1] == '\t' || a[n - 1] == '\r' || a[n - 1] == '\n'))
-        n--;
-    memmove(s, a, n);
-    s[n] = '\0';
-}
-
 /* Split line into at most RES_MAX_COLS stripped fields (in place). Returns the field count. */
 static int split_csv(char *line, char **f)
 {
@@ -43,7 +31,7 @@ static int split_csv(char *line, char **f)
     for (char *p = line; n < RES_MAX_COLS;) {
         char *c = strchr(p, ',');
         if (c) *c = '\0';
-        strip(p);
+        trn_trim(p);
         f[n++] = p;
         if (!c) break;
         p = c + 1;

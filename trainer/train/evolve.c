@@ -166,18 +166,6 @@ static const char *key_name(int col, bool anchors)
     return col < TRN_EVOLVE_RESULT ? result_keys[col] : keys[col - TRN_EVOLVE_RESULT].name;
 }
 
-static void trim(char *s)
-{
-    char *a = s;
-    while (*a == ' ' || *a == '\t')
-        a++;
-    size_t n = strlen(a);
-    while (n && (a[n - 1] == ' ' || a[n - 1] == '\t' || a[n - 1] == '\r' || a[n - 1] == '\n'))
-        n--;
-    memmove(s, a, n);
-    s[n] = '\0';
-}
-
 int trn_evolve_csv_parse(const char *text, size_t len, const char *name, bool anchors,
                          double **rows, int *n_rows, char *err, size_t err_cap)
 {
@@ -214,7 +202,7 @@ int trn_evolve_csv_parse(const char *text, size_t len, const char *name, bool an
             }
             memcpy(field, text + p, fe - p);
             field[fe - p] = '\0';
-            trim(field);
+            trn_trim(field);
             if (lineno == 1) {
                 if (strcmp(field, key_name(col, anchors))) rc = -EINVAL;
             } else {
