@@ -96,7 +96,7 @@ struct run {
     int32_t *iw_cls;
     double *iw_class, *iw_image, *maps;
     uint64_t *iw_draw;
-    int anchors_override; /* hyp.anchors > 0: the yaml's anchors replaced by that many per level */
+    int anchors_override;  /* hyp.anchors > 0: the yaml's anchors replaced by that many per level */
     uint64_t val_seen[32]; /* hashes of validation log lines already printed (val_log) */
     int n_val_seen;
     struct trn_model *m;
