@@ -134,9 +134,9 @@ static int parse_args(int argc, char **argv, struct args *A)
           .kind = AP_CHOICE,
           .dst = &A->task,
           .metavar = "T",
-          .help = "val (default) or test: the --data split to validate (--records: val); "
+          .help = "val (default), train or test: the --data split to validate (--records: val); "
                   "speed: val.py's speed run (conf 0.25, iou 0.45, no json, no plots)",
-          .choices = "val|test|speed" },
+          .choices = "train|val|test|speed" },
         AP_OPT("--json", AP_FLAG, &A->json, NULL, "print the metrics as one JSON object on stdout"),
         AP_OPT("--save-json", AP_FLAG, &A->save_json, NULL,
                "write DIR/<weights>_predictions.json (COCO results)"),
@@ -194,8 +194,8 @@ static int parse_args(int argc, char **argv, struct args *A)
     }
     A->save_txt |= A->save_hybrid; /* val.py: opt.save_txt |= opt.save_hybrid */
     if (A->records && strcmp(A->task, "val"))
-        return ap_usage_error(&sp, "--task test needs --data (with --records, pass the test "
-                                   "split's records)");
+        return ap_usage_error(&sp, "--task train/test needs --data (with --records, pass "
+                                   "that split's records)");
     if (!A->weights && !A->cfg)
         return ap_usage_error(&sp, "--weights W (or --cfg MODEL for initial weights)");
     if (A->annotations && !A->save_json)

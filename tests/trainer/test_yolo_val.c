@@ -257,7 +257,9 @@ static void test_bad(const char *val, const char *synth, const char *pack)
            "--conf-thres 2: exit 2");
     is_int(run("%s --records x.ffr --weights w.pt --iou-thres -0.1", val), 2,
            "--iou-thres -0.1: exit 2");
-    is_int(run("%s --records x.ffr --weights w.pt --task speed", val), 2, "--task speed: exit 2");
+    is_int(run("%s --records x.ffr --weights w.pt --task study", val), 2, "--task study: exit 2");
+    is_int(run("%s --records x.ffr --weights w.pt --task test", val), 2,
+           "--task test with --records: exit 2");
     is_int(run("%s --weights w.pt", val), 2, "no --records: exit 2");
     is_int(run("%s --records x.ffr", val), 2, "neither --weights nor --cfg: exit 2");
     is_int(run("%s --records x.ffr --weights w.pt --data a.json", val), 2,

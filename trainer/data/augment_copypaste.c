@@ -118,9 +118,9 @@ int trn_aug_fill_poly(uint8_t *mask, int w, int h, const int32_t *xy, int n, uin
     /* CollectPolyEdges: the outline, and one edge per non-horizontal side (x in 16.16, dx the
      * truncated quotient of the side's x span by its rows) */
     int ne = 0;
-    int64_t px = (int64_t)xy[2 * (n - 1)] << XY_SHIFT, py = xy[2 * (n - 1) + 1];
+    int64_t px = (int64_t)xy[2 * (n - 1)] * XY_ONE, py = xy[2 * (n - 1) + 1];
     for (int i = 0; i < n; i++) {
-        const int64_t qx = (int64_t)xy[2 * i] << XY_SHIFT, qy = xy[2 * i + 1];
+        const int64_t qx = (int64_t)xy[2 * i] * XY_ONE, qy = xy[2 * i + 1];
         line8(mask, w, h, (px + (XY_ONE >> 1)) >> XY_SHIFT, py, (qx + (XY_ONE >> 1)) >> XY_SHIFT,
               qy, value);
         if (py != qy) {

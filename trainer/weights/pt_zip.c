@@ -200,9 +200,13 @@ int pt_zip_get(struct trn_pt *pt, struct pt_entry *e, uint64_t max, const uint8_
         crc = crc32(crc, src + done, step);
         done += step;
     }
-    if ((uint32_t)crc != e->crc)
+    if ((uint32_t)crc != e->crc) {
+        /* a later get of the same entry inflates afresh: drop this copy */
+        free(e->owned);
+        e->owned = NULL;
         return pt_fail(pt, -TRN_PT_ECRC, "%s: CRC-32 %08x, directory says %08x", e->name,
                        (unsigned)crc, (unsigned)e->crc);
+    }
     e->bytes = src;
     *out = src;
     return 0;
