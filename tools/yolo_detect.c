@@ -399,31 +399,10 @@ static const char *class_name(const struct trn_plot_names *names, int c, char *b
  * lw = max(round((h + w) / 2 * 0.003), 2) in the class colour, and when label != NULL a filled
  * tag in that colour above the box (inside when there is no room) with the label in white.
  */
-/* A cairo RGB24 surface holding the RGB8 image (w x h), or NULL without memory. */
-static cairo_surface_t *rgb_surface(const uint8_t *rgb, int w, int h)
-{
-    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
-    if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
-        cairo_surface_destroy(s);
-        return NULL;
-    }
-    cairo_surface_flush(s);
-    uint8_t *px = cairo_image_surface_get_data(s);
-    const int stride = cairo_image_surface_get_stride(s);
-    for (int y = 0; y < h; y++) {
-        uint32_t *row = (uint32_t *)(void *)(px + (size_t)y * (size_t)stride);
-        const uint8_t *src = rgb + (size_t)y * (size_t)w * 3;
-        for (int x = 0; x < w; x++)
-            row[x] = (uint32_t)src[3 * x] << 16 | (uint32_t)src[3 * x + 1] << 8 | src[3 * x + 2];
-    }
-    cairo_surface_mark_dirty(s);
-    return s;
-}
-
 static int annotate(uint8_t *rgb, int w, int h, const struct trn_det *dets, int n,
                     const struct trn_plot_names *names, const struct args *A)
 {
-    cairo_surface_t *s = rgb_surface(rgb, w, h);
+    cairo_surface_t *s = trn_plot_rgb_surface(rgb, w, h);
     if (!s) return -ENOMEM;
     uint8_t *px = cairo_image_surface_get_data(s);
     const int stride = cairo_image_surface_get_stride(s);
@@ -515,21 +494,9 @@ static int save_crop(const char *run_dir, const struct trn_plot_names *names, co
                                TJPF_RGB, &jpg, &len, TJSAMP_444, 95, TJFLAG_ACCURATEDCT) == 0
                  ? 0
                  : -EIO;
-    FILE *f = rc == 0 ? fopen(path, "wb") : NULL;
-    if (rc == 0 && !f) rc = -errno;
-    if (f && (fwrite(jpg, 1, len, f) != len || fclose(f) != 0)) rc = -EIO;
+    if (rc == 0) rc = trn_write_file(path, jpg, len, false, NULL, 0);
     tjFree(jpg);
     if (tj) tjDestroy(tj);
-    return rc;
-}
-
-/* An RGB8 image as a PNG file (cairo's writer). Returns 0, -ENOMEM or -EIO. */
-static int write_png(const uint8_t *rgb, int w, int h, const char *path)
-{
-    cairo_surface_t *sf = rgb_surface(rgb, w, h);
-    if (!sf) return -ENOMEM;
-    const int rc = cairo_surface_write_to_png(sf, path) == CAIRO_STATUS_SUCCESS ? 0 : -EIO;
-    cairo_surface_destroy(sf);
     return rc;
 }
 
@@ -769,7 +736,7 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
         snprintf(ip, sizeof ip, "%s/%s%s", D->dir, jpg || png ? bn : stem,
                  jpg || png ? "" : ".jpg");
         if (rc == 0 && png)
-            rc = write_png(D->im0, w0, h0, ip);
+            rc = trn_plot_png_write(D->im0, w0, h0, ip, err, sizeof err);
         else if (rc == 0)
             rc = trn_plot_jpeg_write(D->im0, w0, h0, DET_JPEG_Q, ip, err, sizeof err);
         if (rc < 0) {

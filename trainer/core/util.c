@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,46 @@ int trn_grow(void **p, size_t *cap, size_t need, size_t elem)
     *p = q;
     *cap = n;
     return 0;
+}
+
+int trn_write_file(const char *path, const void *data, size_t len, bool durable, char *err,
+                   size_t cap)
+{
+    (void)ffr_remove_stale_tmp(path, 0); /* a killed run's leftovers (ffr.h) */
+    char *const tmp = ffr_tmp_path(path);
+    if (!tmp) {
+        trn_seterr(err, cap, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        const int e = errno;
+        trn_seterr(err, cap, "%s: cannot create: %s", path, strerror(e));
+        free(tmp);
+        return -e;
+    }
+    const char *p = data;
+    size_t left = len;
+    int rc = 0;
+    while (left > 0) {
+        const ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            rc = w < 0 ? -errno : -EIO;
+            break;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (rc == 0 && durable && fsync(fd) < 0) rc = -errno;
+    if (close(fd) < 0 && rc == 0) rc = -errno;
+    if (rc == 0 && rename(tmp, path) < 0) rc = -errno;
+    if (rc < 0) {
+        unlink(tmp);
+        trn_seterr(err, cap, "%s: write failed: %s", path, strerror(-rc));
+    }
+    free(tmp);
+    return rc;
 }
 
 int trn_read_file(const char *path, size_t max, char **buf, size_t *len, char *err, size_t cap)

@@ -39,6 +39,15 @@ int trn_grow(void **p, size_t *cap, size_t need, size_t elem);
  */
 int trn_read_file(const char *path, size_t max, char **buf, size_t *len, char *err, size_t err_cap);
 
+/*
+ * Write len bytes to path all or nothing: into PATH.tmp.PID (ffr_tmp_path; a killed writer's
+ * leftovers are removed first), fsync'd when durable, then renamed over path. On failure the
+ * temporary is removed and an existing path is left as it was. Returns 0 or -errno; err gets
+ * "PATH: write failed: reason".
+ */
+int trn_write_file(const char *path, const void *data, size_t len, bool durable, char *err,
+                   size_t err_cap);
+
 /* Remove leading and trailing spaces, tabs, CR and LF of the string s in place. */
 void trn_trim(char *s);
 

@@ -194,16 +194,8 @@ int trn_plot_jpeg_write(const uint8_t *rgb, int w, int h, int quality, const cha
         rc = -EIO;
     }
     tjDestroy(tj);
-    if (rc == 0) {
-        FILE *f = fopen(path, "wb");
-        if (!f) {
-            rc = -errno;
-        } else {
-            if (fwrite(jpg, 1, n, f) != n) rc = -(errno ? errno : EIO);
-            if (fclose(f) != 0 && rc == 0) rc = -(errno ? errno : EIO);
-        }
-        if (rc < 0) snprintf(err, err_cap, "%s: %s", path, strerror(-rc));
-    }
+    /* all or nothing: a full disk or a killed run leaves the last picture, not half of one */
+    if (rc == 0) rc = trn_write_file(path, jpg, n, false, err, err_cap);
     tjFree(jpg);
     return rc;
 }

@@ -103,14 +103,65 @@ int plt_surface_rgb(cairo_surface_t *sf, uint8_t **rgb, int *w_out, int *h_out)
     return 0;
 }
 
+struct png_buf {
+    unsigned char *p;
+    size_t n, cap;
+};
+
+static cairo_status_t png_append(void *closure, const unsigned char *data, unsigned int len)
+{
+    struct png_buf *b = closure;
+    if (trn_grow((void **)&b->p, &b->cap, b->n + len, 1) < 0) return CAIRO_STATUS_NO_MEMORY;
+    memcpy(b->p + b->n, data, len);
+    b->n += len;
+    return CAIRO_STATUS_SUCCESS;
+}
+
 int plt_png_write(cairo_surface_t *sf, const char *path, char *err, size_t err_cap)
 {
     cairo_surface_flush(sf);
-    const cairo_status_t st = cairo_surface_write_to_png(sf, path);
-    if (st == CAIRO_STATUS_SUCCESS) return 0;
-    if (err && err_cap)
-        snprintf(err, err_cap, "%s: cannot write: %s", path, cairo_status_to_string(st));
-    return st == CAIRO_STATUS_NO_MEMORY ? -ENOMEM : -EIO;
+    /* encoded in memory, then written all or nothing (trn_write_file) */
+    struct png_buf b = { 0 };
+    const cairo_status_t st = cairo_surface_write_to_png_stream(sf, png_append, &b);
+    int rc;
+    if (st == CAIRO_STATUS_SUCCESS) {
+        rc = trn_write_file(path, b.p, b.n, false, err, err_cap);
+    } else {
+        trn_seterr(err, err_cap, "%s: cannot encode: %s", path, cairo_status_to_string(st));
+        rc = st == CAIRO_STATUS_NO_MEMORY ? -ENOMEM : -EIO;
+    }
+    free(b.p);
+    return rc;
+}
+
+cairo_surface_t *trn_plot_rgb_surface(const uint8_t *rgb, int w, int h)
+{
+    cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
+    if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
+        cairo_surface_destroy(s);
+        return NULL;
+    }
+    cairo_surface_flush(s);
+    uint8_t *px = cairo_image_surface_get_data(s);
+    const int stride = cairo_image_surface_get_stride(s);
+    for (int y = 0; y < h; y++) {
+        uint32_t *row = (uint32_t *)(void *)(px + (size_t)y * (size_t)stride);
+        const uint8_t *src = rgb + (size_t)y * (size_t)w * 3;
+        for (int x = 0; x < w; x++)
+            row[x] = (uint32_t)src[3 * x] << 16 | (uint32_t)src[3 * x + 1] << 8 | src[3 * x + 2];
+    }
+    cairo_surface_mark_dirty(s);
+    return s;
+}
+
+int trn_plot_png_write(const uint8_t *rgb, int w, int h, const char *path, char *err,
+                       size_t err_cap)
+{
+    cairo_surface_t *sf = trn_plot_rgb_surface(rgb, w, h);
+    if (!sf) return trn_fail(err, err_cap, -ENOMEM, "%s: out of memory", path);
+    const int rc = plt_png_write(sf, path, err, err_cap);
+    cairo_surface_destroy(sf);
+    return rc;
 }
 
 void plt_show_centered(cairo_t *cr, double x, double y, const char *s)

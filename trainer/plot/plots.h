@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cairo.h>
+
 #include "loader.h"
 #include "metrics.h"
 
@@ -70,12 +72,20 @@ int trn_plot_batch_render(const struct trn_batch *b, const struct trn_plot_names
 
 /*
  * Write an RGB8 HWC image (w x h, rows of 3w bytes) to path as a baseline JPEG at `quality`
- * (1..100), 4:2:0 as PIL. err: out, err_cap bytes, one line naming the path on error (may be
- * NULL). Returns 0, -EINVAL, -ENOMEM, -EIO (TurboJPEG) or -errno from creating or writing
- * the file.
+ * (1..100), 4:2:0 as PIL, all or nothing (trn_write_file: an existing picture stays whole when
+ * writing fails). err: out, err_cap bytes, one line naming the path on error (may be NULL).
+ * Returns 0, -EINVAL, -ENOMEM, -EIO (TurboJPEG) or -errno from creating or writing the file.
  */
 int trn_plot_jpeg_write(const uint8_t *rgb, int w, int h, int quality, const char *path, char *err,
                         size_t err_cap);
+
+/* The same as a PNG (cairo's encoder, lossless), all or nothing. Returns 0, -ENOMEM, -EIO or
+ * -errno. */
+int trn_plot_png_write(const uint8_t *rgb, int w, int h, const char *path, char *err,
+                       size_t err_cap);
+
+/* A cairo RGB24 surface holding the RGB8 image (w x h) to draw on, or NULL without memory. */
+cairo_surface_t *trn_plot_rgb_surface(const uint8_t *rgb, int w, int h);
 
 /*
  * trn_plot_batch_render, then trn_plot_jpeg_write at TRN_PLOT_JPEG_QUALITY to path (e.g.

@@ -124,46 +124,6 @@ char *run_hyp_text(const struct trn_hyp *h, bool line, size_t *len)
     return text;
 }
 
-/* Write a small file atomically (temporary, fsync, rename), checking every call. */
-static int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t cap)
-{
-    (void)ffr_remove_stale_tmp(path, 0); /* a killed run's leftovers (ffr.h) */
-    char *const tmp = ffr_tmp_path(path);
-    if (!tmp) {
-        trn_seterr(err, cap, "%s: out of memory", path);
-        return -ENOMEM;
-    }
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        const int e = errno;
-        trn_seterr(err, cap, "%s: cannot create: %s", path, strerror(e));
-        free(tmp);
-        return -e;
-    }
-    const char *p = data;
-    size_t left = len;
-    int rc = 0;
-    while (left > 0) {
-        const ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            rc = w < 0 ? -errno : -EIO;
-            break;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) < 0) rc = -errno;
-    if (close(fd) < 0 && rc == 0) rc = -errno;
-    if (rc == 0 && rename(tmp, path) < 0) rc = -errno;
-    if (rc < 0) {
-        unlink(tmp);
-        trn_seterr(err, cap, "%s: write failed: %s", path, strerror(-rc));
-    }
-    free(tmp);
-    return rc;
-}
-
 char *run_opt_yaml(const struct run *R, size_t *len)
 {
     const struct trn_train_opts *o = &R->o;
@@ -542,10 +502,10 @@ int run_write_files(struct run *R, char *err, size_t cap)
 {
     char p[4200];
     snprintf(p, sizeof p, "%s/hyp.yaml", R->o.run_dir);
-    int rc = write_file_atomic(p, R->hyp_text, R->hyp_len, err, cap);
+    int rc = trn_write_file(p, R->hyp_text, R->hyp_len, true, err, cap);
     if (rc < 0) return rc;
     snprintf(p, sizeof p, "%s/opt.yaml", R->o.run_dir);
-    if ((rc = write_file_atomic(p, R->opt_text, R->opt_len, err, cap)) < 0) return rc;
+    if ((rc = trn_write_file(p, R->opt_text, R->opt_len, true, err, cap)) < 0) return rc;
     if (snprintf(R->weights_dir, sizeof R->weights_dir, "%s/weights", R->o.run_dir) >=
         (int)sizeof R->weights_dir) {
         trn_seterr(err, cap, "%s: path too long", R->o.run_dir);
