@@ -25,8 +25,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cairo.h>
-
 #include "loader.h"
 #include "metrics.h"
 
@@ -84,8 +82,10 @@ int trn_plot_jpeg_write(const uint8_t *rgb, int w, int h, int quality, const cha
 int trn_plot_png_write(const uint8_t *rgb, int w, int h, const char *path, char *err,
                        size_t err_cap);
 
-/* A cairo RGB24 surface holding the RGB8 image (w x h) to draw on, or NULL without memory. */
-cairo_surface_t *trn_plot_rgb_surface(const uint8_t *rgb, int w, int h);
+/* A cairo RGB24 surface (cairo_surface_t) holding the RGB8 image (w x h) to draw on, or NULL
+ * without memory. Declared with cairo's struct tag so that this header needs no cairo.h. */
+struct _cairo_surface;
+struct _cairo_surface *trn_plot_rgb_surface(const uint8_t *rgb, int w, int h);
 
 /*
  * trn_plot_batch_render, then trn_plot_jpeg_write at TRN_PLOT_JPEG_QUALITY to path (e.g.
