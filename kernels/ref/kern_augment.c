@@ -29,63 +29,10 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include <limits.h>
-#include <math.h>
 #include <pthread.h>
-#include <stdbool.h>
 #include <string.h>
 
-#include "kern_internal.h"
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
-#define INTER_BITS     5
-#define INTER_TAB_SIZE (1 << INTER_BITS)
-#define AB_BITS        10
-#define AB_SCALE       (1 << AB_BITS)
-#define MAX_SIDE       32767
-#define HSV_SIMD_BLOCK 32 /* pixels per iteration of OpenCV's AVX2 HSV2RGB_b loop */
-
-/* ---- rounding as OpenCV ------------------------------------------------------------------ */
-
-/* cvRound(double): nearest, ties to even; out-of-range values give INT_MIN as cvtsd2si does. */
-static inline int cv_round(double v)
-{
-#if defined(__SSE2__)
-    return _mm_cvtsd_si32(_mm_set_sd(v));
-#else
-    if (!(v > (double)INT_MIN - 0.5 && v < (double)INT_MAX + 0.5)) return INT_MIN;
-    return (int)lrint(v);
-#endif
-}
-
-/* cvRound(float) */
-static inline int cv_roundf(float v)
-{
-#if defined(__SSE2__)
-    return _mm_cvtss_si32(_mm_set_ss(v));
-#else
-    return (int)lrintf(v);
-#endif
-}
-
-static inline int sat_s16(int v)
-{
-    return v < SHRT_MIN ? SHRT_MIN : v > SHRT_MAX ? SHRT_MAX : v;
-}
-
-/* numpy's float -> uint8 astype: C truncation (the values here are in [0, 255]). */
-static inline uint8_t trunc_u8(double v)
-{
-    return (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : (int)v);
-}
-
-static bool bad_size(int w, int h)
-{
-    return w < 1 || h < 1 || w > MAX_SIDE || h > MAX_SIDE;
-}
+#include "kern_augment_px.h"
 
 /* ---- argument checks shared with the CUDA twins ----------------------------------------- */
 
@@ -209,26 +156,6 @@ int kern_ref_aug_paste(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT canvas,
 
 /* ---- warp -------------------------------------------------------------------------------- */
 
-/*
- * The four weights of fraction (fx, fy): OpenCV's interpolation table (initInterTab2D, entries
- * summing to 32768) divided by 32, so (sum*32 + 2^14) >> 15 is (sum + 2^9) >> 10.
- */
-struct taps_w {
-    int w0, w1, w2, w3;
-};
-
-static inline struct taps_w taps_weights(int fx, int fy)
-{
-    const struct taps_w t = { (INTER_TAB_SIZE - fy) * (INTER_TAB_SIZE - fx),
-                              (INTER_TAB_SIZE - fy) * fx, fy * (INTER_TAB_SIZE - fx), fy * fx };
-    return t;
-}
-
-static inline uint8_t blend4(int a, int b, int c, int d, struct taps_w w)
-{
-    return (uint8_t)((a * w.w0 + b * w.w1 + c * w.w2 + d * w.w3 + 512) >> 10);
-}
-
 /* A pixel with a tap outside the source (remapBilinear's BORDER_CONSTANT path). */
 static void bilinear_border(const uint8_t *src, int sw, int sh, size_t sstep, int sx, int sy,
                             int fx, int fy, uint8_t bv, uint8_t *d)
@@ -314,45 +241,6 @@ static inline void bilinear_px(const uint8_t *src, int sw, int sh, size_t sstep,
     }
 }
 
-/* Affine source coordinates: the row part X0 (rounding delta included) and the column part. */
-static inline int affine_row(double m_y, double m_c, int y)
-{
-    return cv_round((m_y * y + m_c) * AB_SCALE) + AB_SCALE / INTER_TAB_SIZE / 2;
-}
-
-static inline int affine_col(double m_x, int x)
-{
-    return cv_round(m_x * x * AB_SCALE);
-}
-
-/* OpenCV's int sums wrap for absurd matrices; unsigned keeps that defined. */
-static inline int affine_sum(int r, int c)
-{
-    return (int)((unsigned)r + (unsigned)c) >> (AB_BITS - INTER_BITS);
-}
-
-/* WarpPerspectiveInvoker's column block width (BLOCK_SZ 32): X0 is computed at each block's
- * first column, so the block width changes the rounding and must match. */
-static inline int persp_block(int dst_w, int dst_h)
-{
-    const int bh0 = dst_h < 16 ? dst_h : 16;
-    return 1024 / bh0 < dst_w ? 1024 / bh0 : dst_w;
-}
-
-/* Perspective source coordinates of column x0 + x1 of row y, x0 a block's first column. */
-static inline void persp_xy(const double *M, int x0, int y, int x1, int *X, int *Y)
-{
-    const double X0 = M[0] * x0 + M[1] * y + M[2];
-    const double Y0 = M[3] * x0 + M[4] * y + M[5];
-    const double W0 = M[6] * x0 + M[7] * y + M[8];
-    double W = W0 + M[6] * x1;
-    W = W != 0 ? INTER_TAB_SIZE / W : 0;
-    const double fX = fmax((double)INT_MIN, fmin((double)INT_MAX, (X0 + M[0] * x1) * W));
-    const double fY = fmax((double)INT_MIN, fmin((double)INT_MAX, (Y0 + M[3] * x1) * W));
-    *X = cv_round(fX);
-    *Y = cv_round(fY);
-}
-
 int kern_ref_aug_warp(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT dst, int dst_w, int dst_h,
                       const uint8_t *KERN_RESTRICT src, int src_w, int src_h, const double inv[9],
                       int perspective, uint8_t border)
@@ -405,22 +293,20 @@ static inline float fused_1_minus(float a, float b)
     return (float)(1.0 - (double)a * (double)b);
 }
 
-/*
- * Constant tables, built once: sdiv[v] = round((255 << 12) / v), hdiv[d] = round((180 << 12) /
- * (6 d)), and the HSV -> RGB factors per (H', S'): channel values are v * fac (one float
- * rounding, then * 255.f), fac = 1, 1 - s, 1 - s f or 1 - s (1 - f) per channel by H's sector
- * (180 x 256 x 3 floats, 540 KiB).
- */
-static int g_sdiv[256], g_hdiv[256];
-static float g_hsv_fac[180][256][3];
-static pthread_once_t g_hsv_once = PTHREAD_ONCE_INIT;
+/* The tables of kern_augment_px.h */
+int kern_aug_sdiv[256], kern_aug_hdiv[256];
+float kern_aug_hsv_fac[180][256][3];
+float kern_aug_u8_f32[256];
+static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
 
-static void hsv_tables_init(void)
+static void tables_init(void)
 {
-    g_sdiv[0] = g_hdiv[0] = 0;
+    for (int i = 0; i < 256; i++)
+        kern_aug_u8_f32[i] = (float)i / 255.0f;
+    kern_aug_sdiv[0] = kern_aug_hdiv[0] = 0;
     for (int i = 1; i < 256; i++) {
-        g_sdiv[i] = cv_round((255 << 12) / (1. * i));
-        g_hdiv[i] = cv_round((180 << 12) / (6. * i));
+        kern_aug_sdiv[i] = cv_round((255 << 12) / (1. * i));
+        kern_aug_hdiv[i] = cv_round((180 << 12) / (6. * i));
     }
     /* tab index per sector for (r, g, b): OpenCV's sector_data with blue and red swapped */
     static const uint8_t sector_rgb[6][3] = { { 0, 3, 1 }, { 2, 0, 1 }, { 1, 0, 3 },
@@ -436,37 +322,14 @@ static void hsv_tables_init(void)
             const float tab[4] = { 1.f, 1.f - ss, fused_1_minus(ss, f),
                                    fused_1_minus(ss, 1.f - f) };
             for (int c = 0; c < 3; c++)
-                g_hsv_fac[hh][s][c] = tab[map[c]];
+                kern_aug_hsv_fac[hh][s][c] = tab[map[c]];
         }
     }
 }
 
-/* One pixel (r, g, b) through the HSV LUTs into d. truncate: the SIMD loop's conversion. */
-static inline void hsv_px(int r, int g, int b, const struct kern_aug_hsv_lut *lut, bool truncate,
-                          uint8_t *d)
+void kern_aug_tables_init(void)
 {
-    int v = b, vmin = b;
-    v = v > g ? v : g;
-    v = v > r ? v : r;
-    vmin = vmin < g ? vmin : g;
-    vmin = vmin < r ? vmin : r;
-    const int diff = v - vmin;
-    const int vr = v == r ? -1 : 0, vg = v == g ? -1 : 0;
-    const int s = (diff * g_sdiv[v] + (1 << 11)) >> 12;
-    int hh = (vr & (g - b)) + (~vr & ((vg & (b - r + 2 * diff)) + (~vg & (r - g + 4 * diff))));
-    hh = (hh * g_hdiv[diff] + (1 << 11)) >> 12;
-    hh += hh < 0 ? 180 : 0;
-    /* hh is in [0, 180): it indexes the LUT as OpenCV's uint8 H does; LUT H' < 180 too */
-    const float *fac = g_hsv_fac[lut->h[hh]][lut->s[s]];
-    const float vv = (float)lut->v[v] * (1.0f / 255.0f);
-    const float o0 = vv * fac[0] * 255.0f, o1 = vv * fac[1] * 255.0f, o2 = vv * fac[2] * 255.0f;
-    /* v, fac <= 1: the values lie in [0, 255] and need no clamp */
-    if (truncate) {
-        d[0] = (uint8_t)(int)o0, d[1] = (uint8_t)(int)o1, d[2] = (uint8_t)(int)o2;
-    } else {
-        d[0] = (uint8_t)cv_roundf(o0), d[1] = (uint8_t)cv_roundf(o1);
-        d[2] = (uint8_t)cv_roundf(o2);
-    }
+    pthread_once(&g_tables_once, tables_init);
 }
 
 /* n pixels of a row in place. Runs of one colour (the 114 border, flat regions) cost a compare. */
@@ -484,8 +347,7 @@ static void hsv_span(uint8_t *p, int n, bool truncate, const struct kern_aug_hsv
     }
 }
 
-/* HSV lookup tables must map H into [0, 180): a wrong LUT would index past g_hsv_fac. */
-static bool lut_ok(const struct kern_aug_hsv_lut *lut)
+bool kern_aug_lut_ok(const struct kern_aug_hsv_lut *lut)
 {
     for (int i = 0; i < 180; i++)
         if (lut->h[i] >= 180) return false;
@@ -496,8 +358,8 @@ int kern_ref_aug_hsv(struct kern_ctx *ctx, uint8_t *img, int w, int h,
                      const struct kern_aug_hsv_lut *lut)
 {
     KERN_CHECK_CPU_CTX(ctx);
-    KERN_RETURN_IF(!img || !lut || bad_size(w, h) || !lut_ok(lut), -EINVAL);
-    pthread_once(&g_hsv_once, hsv_tables_init);
+    KERN_RETURN_IF(!img || !lut || bad_size(w, h) || !kern_aug_lut_ok(lut), -EINVAL);
+    kern_aug_tables_init();
     const int simd_end = w / HSV_SIMD_BLOCK * HSV_SIMD_BLOCK;
     for (int y = 0; y < h; y++) {
         uint8_t *row = img + (size_t)y * (size_t)w * 3;
@@ -540,11 +402,6 @@ int kern_ref_aug_flip(struct kern_ctx *ctx, uint8_t *img, int w, int h, int lr, 
     return 0;
 }
 
-static inline uint8_t mix_px(int a, int b, double r, double r2)
-{
-    return trunc_u8(a * r + b * r2);
-}
-
 int kern_ref_aug_mixup(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT img,
                        const uint8_t *KERN_RESTRICT img2, size_t n, double r)
 {
@@ -556,16 +413,6 @@ int kern_ref_aug_mixup(struct kern_ctx *ctx, uint8_t *KERN_RESTRICT img,
     return 0;
 }
 
-/* u8 -> float / 255, as the loader's table */
-static float g_u8_f32[256];
-static pthread_once_t g_u8_once = PTHREAD_ONCE_INIT;
-
-static void u8_f32_init(void)
-{
-    for (int i = 0; i < 256; i++)
-        g_u8_f32[i] = (float)i / 255.0f;
-}
-
 int kern_ref_aug_to_nchw(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype,
                          const uint8_t *KERN_RESTRICT hwc, int w, int h)
 {
@@ -574,12 +421,12 @@ int kern_ref_aug_to_nchw(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtyp
         !dst || !hwc || bad_size(w, h) || (dtype != KERN_AUG_U8 && dtype != KERN_AUG_F32), -EINVAL);
     const size_t plane = (size_t)h * (size_t)w;
     if (dtype == KERN_AUG_F32) {
-        pthread_once(&g_u8_once, u8_f32_init);
+        kern_aug_tables_init();
         float *r = dst, *g = r + plane, *b = g + plane;
         for (size_t i = 0; i < plane; i++) {
-            r[i] = g_u8_f32[hwc[3 * i]];
-            g[i] = g_u8_f32[hwc[3 * i + 1]];
-            b[i] = g_u8_f32[hwc[3 * i + 2]];
+            r[i] = kern_aug_u8_f32[hwc[3 * i]];
+            g[i] = kern_aug_u8_f32[hwc[3 * i + 1]];
+            b[i] = kern_aug_u8_f32[hwc[3 * i + 2]];
         }
     } else {
         uint8_t *r = dst, *g = r + plane, *b = g + plane;
@@ -594,46 +441,6 @@ int kern_ref_aug_to_nchw(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtyp
 
 /* ---- fused batch ------------------------------------------------------------------------- */
 
-/* Canvas pixel (x, y) of c: the last region holding it, KERN_AUG_FILL elsewhere and outside. */
-static inline const uint8_t *canvas_px(const struct kern_aug_canvas *c, int x, int y,
-                                       const uint8_t *fill)
-{
-    if (x < 0 || y < 0 || x >= c->w || y >= c->h) return fill;
-    for (int i = c->n_paste - 1; i >= 0; i--) {
-        const struct kern_aug_paste *p = &c->paste[i];
-        const int rx = x - p->dst_x, ry = y - p->dst_y;
-        if (rx >= 0 && ry >= 0 && rx < p->w && ry < p->h)
-            return p->src +
-                   ((size_t)(p->src_y + ry) * (size_t)p->src_w + (size_t)(p->src_x + rx)) * 3;
-    }
-    return fill;
-}
-
-/*
- * Output pixel (x, y) of one warp of the sample, sampling the canvas directly. With border ==
- * fill (114), a pixel whose taps are all outside is the border value either way, and the
- * weights of 4 equal taps sum to the value, so this equals warping the pasted canvas.
- */
-static inline void warp_px(const struct kern_aug_canvas *c, const double *M, int perspective,
-                           int bw0, int x, int y, uint8_t *d)
-{
-    int X, Y;
-    if (perspective) {
-        const int x0 = x / bw0 * bw0;
-        persp_xy(M, x0, y, x - x0, &X, &Y);
-    } else {
-        X = affine_sum(affine_row(M[1], M[2], y), affine_col(M[0], x));
-        Y = affine_sum(affine_row(M[4], M[5], y), affine_col(M[3], x));
-    }
-    static const uint8_t fill[3] = { KERN_AUG_FILL, KERN_AUG_FILL, KERN_AUG_FILL };
-    const int sx = sat_s16(X >> INTER_BITS), sy = sat_s16(Y >> INTER_BITS);
-    const struct taps_w w = taps_weights(X & (INTER_TAB_SIZE - 1), Y & (INTER_TAB_SIZE - 1));
-    const uint8_t *v0 = canvas_px(c, sx, sy, fill), *v1 = canvas_px(c, sx + 1, sy, fill);
-    const uint8_t *v2 = canvas_px(c, sx, sy + 1, fill), *v3 = canvas_px(c, sx + 1, sy + 1, fill);
-    for (int k = 0; k < 3; k++)
-        d[k] = blend4(v0[k], v1[k], v2[k], v3[k], w);
-}
-
 struct batch_job {
     void *dst;
     int dtype, s;
@@ -643,36 +450,9 @@ struct batch_job {
 
 static void batch_one(const struct batch_job *j, int i)
 {
-    const struct kern_aug_sample *smp = &j->samples[i];
-    const int s = j->s;
-    const size_t plane = (size_t)s * (size_t)s;
-    const int bw0 = persp_block(s, s), simd_end = s / HSV_SIMD_BLOCK * HSV_SIMD_BLOCK;
-    const double r = smp->mixup_ratio, r2 = 1 - r;
-    for (int y = 0; y < s; y++) {
-        const int oy = smp->flip_ud ? s - 1 - y : y;
-        for (int x = 0; x < s; x++) {
-            uint8_t px[3];
-            warp_px(&smp->canvas[0], smp->inv[0], smp->perspective[0], bw0, x, y, px);
-            if (smp->mixup) {
-                uint8_t p2[3];
-                warp_px(&smp->canvas[1], smp->inv[1], smp->perspective[1], bw0, x, y, p2);
-                for (int k = 0; k < 3; k++)
-                    px[k] = mix_px(px[k], p2[k], r, r2);
-            }
-            if (smp->hsv) hsv_px(px[0], px[1], px[2], &smp->lut, x < simd_end, px);
-            const int ox = smp->flip_lr ? s - 1 - x : x;
-            const size_t o = (size_t)oy * (size_t)s + (size_t)ox;
-            if (j->dtype == KERN_AUG_F32) {
-                float *const img = (float *)j->dst + (size_t)i * 3 * plane;
-                for (int k = 0; k < 3; k++)
-                    img[(size_t)k * plane + o] = g_u8_f32[px[k]];
-            } else {
-                uint8_t *const img = (uint8_t *)j->dst + (size_t)i * 3 * plane;
-                for (int k = 0; k < 3; k++)
-                    img[(size_t)k * plane + o] = px[k];
-            }
-        }
-    }
+    const size_t bytes = (size_t)3 * j->s * j->s * (j->dtype == KERN_AUG_F32 ? sizeof(float) : 1);
+    kern_aug_sample_run((uint8_t *)j->dst + (size_t)i * bytes, j->dtype, j->s, j->s,
+                        &j->samples[i]);
 }
 
 static void batch_task(void *arg, int w, int nw)
@@ -693,10 +473,9 @@ int kern_ref_aug_batch(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype,
                    -EINVAL);
     for (int i = 0; i < n; i++) {
         KERN_RETURN_IF(kern_aug_sample_check(&samples[i], s) < 0, -EINVAL);
-        KERN_RETURN_IF(samples[i].hsv && !lut_ok(&samples[i].lut), -EINVAL);
+        KERN_RETURN_IF(samples[i].hsv && !kern_aug_lut_ok(&samples[i].lut), -EINVAL);
     }
-    pthread_once(&g_hsv_once, hsv_tables_init);
-    pthread_once(&g_u8_once, u8_f32_init);
+    kern_aug_tables_init();
     struct batch_job j = { dst, dtype, s, samples, n };
     /* images are independent: the split never changes a byte */
     kern_parallel(ctx, batch_task, &j, (size_t)n * (size_t)s * (size_t)s);

@@ -510,20 +510,47 @@ static void test_flip_mixup_layout(void)
 
 /* ---- the fused batch against the ops composed ---------------------------------------------- */
 
-/* A random sample for side s: mosaic-like canvases (2s, 4 regions) or letterbox-like (s, 1),
- * random warps, mixup, HSV gains, flips. tiles: out, 8 allocations (NULL where unused). */
-static void rand_sample(struct kern_aug_sample *p, int s, uint8_t **tiles)
+/* A mosaic's canvas as load_mosaic builds it (2s x 2s, four tiles around a centre, each cut
+ * at the canvas edge): regions that never overlap and that end at their tiles' corners. */
+static void mosaic_canvas(struct kern_aug_canvas *c, int s, uint8_t **tiles)
+{
+    memset(c, 0, sizeof *c);
+    c->w = c->h = 2 * s, c->n_paste = 4;
+    const int xc = kt_randint(s / 2, 3 * s / 2), yc = kt_randint(s / 2, 3 * s / 2);
+    for (int i = 0; i < 4; i++) {
+        struct kern_aug_paste *p = &c->paste[i];
+        p->src_w = kt_randint(1, s), p->src_h = kt_randint(1, s);
+        tiles[i] = rand_image(p->src_w, p->src_h);
+        p->src = tiles[i];
+        const bool right = i & 1, bottom = i & 2;
+        p->w = right ? (p->src_w < 2 * s - xc ? p->src_w : 2 * s - xc)
+                     : (p->src_w < xc ? p->src_w : xc);
+        p->h = bottom ? (p->src_h < 2 * s - yc ? p->src_h : 2 * s - yc)
+                      : (p->src_h < yc ? p->src_h : yc);
+        p->dst_x = right ? xc : xc - p->w, p->dst_y = bottom ? yc : yc - p->h;
+        p->src_x = right ? 0 : p->src_w - p->w, p->src_y = bottom ? 0 : p->src_h - p->h;
+    }
+}
+
+/* A random sample for an oh x ow output: mosaic canvases (as load_mosaic, or random regions that
+ * may overlap) or letterbox-like (1 region), random warps, mixup, HSV gains, flips. tiles: out,
+ * 8 allocations (NULL where unused). */
+static void rand_sample_shape(struct kern_aug_sample *p, int oh, int ow, uint8_t **tiles)
 {
     memset(p, 0, sizeof *p);
     memset(tiles, 0, 8 * sizeof *tiles);
     p->mixup = kt_randint(0, 2) == 0;
+    const int s = oh > ow ? oh : ow;
     for (int k = 0; k < 1 + p->mixup; k++) {
-        const bool mosaic = kt_randint(0, 3) != 0;
-        const int cs = mosaic ? 2 * s : s;
-        rand_canvas(&p->canvas[k], cs, cs, mosaic ? 4 : 1, tiles + 4 * k);
+        const int kind = kt_randint(0, 3); /* 0, 1: load_mosaic; 2: random regions; 3: one */
+        const int cs = kind < 3 ? 2 * s : s;
+        if (kind < 2)
+            mosaic_canvas(&p->canvas[k], s, tiles + 4 * k);
+        else
+            rand_canvas(&p->canvas[k], cs, cs, kind == 2 ? 4 : 1, tiles + 4 * k);
         p->perspective[k] = kt_randint(0, 3) == 0;
         double M[9];
-        rand_matrix(cs, cs, s, s, p->perspective[k], M);
+        rand_matrix(cs, cs, ow, oh, p->perspective[k], M);
         kern_aug_warp_invert(M, p->perspective[k], p->inv[k]);
     }
     p->mixup_ratio = kt_uniform(0.3f, 0.7f);
@@ -534,25 +561,64 @@ static void rand_sample(struct kern_aug_sample *p, int s, uint8_t **tiles)
     p->flip_lr = kt_randint(0, 1), p->flip_ud = kt_randint(0, 3) == 0;
 }
 
-static void composed(const struct kern_aug_sample *p, int s, int dtype, void *dst)
+static void rand_sample(struct kern_aug_sample *p, int s, uint8_t **tiles)
 {
-    uint8_t *canvas = malloc((size_t)4 * s * s * 3), *img = malloc((size_t)s * s * 3);
-    uint8_t *img2 = malloc((size_t)s * s * 3);
+    rand_sample_shape(p, s, s, tiles);
+}
+
+static void composed_shape(const struct kern_aug_sample *p, int oh, int ow, int dtype, void *dst)
+{
+    const int s = oh > ow ? oh : ow;
+    uint8_t *canvas = malloc((size_t)4 * s * s * 3), *img = malloc((size_t)oh * ow * 3);
+    uint8_t *img2 = malloc((size_t)oh * ow * 3);
     kern_ref_aug_paste(g_ctx, canvas, &p->canvas[0]);
-    kern_ref_aug_warp(g_ctx, img, s, s, canvas, p->canvas[0].w, p->canvas[0].h, p->inv[0],
+    kern_ref_aug_warp(g_ctx, img, ow, oh, canvas, p->canvas[0].w, p->canvas[0].h, p->inv[0],
                       p->perspective[0], KERN_AUG_FILL);
     if (p->mixup) {
         kern_ref_aug_paste(g_ctx, canvas, &p->canvas[1]);
-        kern_ref_aug_warp(g_ctx, img2, s, s, canvas, p->canvas[1].w, p->canvas[1].h, p->inv[1],
+        kern_ref_aug_warp(g_ctx, img2, ow, oh, canvas, p->canvas[1].w, p->canvas[1].h, p->inv[1],
                           p->perspective[1], KERN_AUG_FILL);
-        kern_ref_aug_mixup(g_ctx, img, img2, (size_t)s * s * 3, p->mixup_ratio);
+        kern_ref_aug_mixup(g_ctx, img, img2, (size_t)oh * ow * 3, p->mixup_ratio);
     }
-    if (p->hsv) kern_ref_aug_hsv(g_ctx, img, s, s, &p->lut);
-    kern_ref_aug_flip(g_ctx, img, s, s, p->flip_lr, p->flip_ud);
-    kern_ref_aug_to_nchw(g_ctx, dst, dtype, img, s, s);
+    if (p->hsv) kern_ref_aug_hsv(g_ctx, img, ow, oh, &p->lut);
+    kern_ref_aug_flip(g_ctx, img, ow, oh, p->flip_lr, p->flip_ud);
+    kern_ref_aug_to_nchw(g_ctx, dst, dtype, img, ow, oh);
     free(canvas);
     free(img);
     free(img2);
+}
+
+static void composed(const struct kern_aug_sample *p, int s, int dtype, void *dst)
+{
+    composed_shape(p, s, s, dtype, dst);
+}
+
+/* kern_aug_sample_cpu at the current SIMD level against the ops composed, on n samples. */
+static void test_sample_cpu(int oh, int ow, int n, int dtype, int level)
+{
+    const size_t img = (size_t)3 * oh * ow * (dtype == KERN_AUG_F32 ? 4 : 1);
+    uint8_t *got = malloc(img), *want = malloc(img);
+    size_t bad = 0;
+    int rc = 0, mix = 0, persp = 0, mos = 0;
+    for (int i = 0; i < n; i++) {
+        struct kern_aug_sample p;
+        uint8_t *tiles[8];
+        rand_sample_shape(&p, oh, ow, tiles);
+        composed_shape(&p, oh, ow, dtype, want);
+        memset(got, 0xA5, img);
+        rc |= kern_aug_sample_cpu(got, dtype, oh, ow, &p);
+        for (size_t k = 0; k < img; k++)
+            bad += got[k] != want[k];
+        mix += p.mixup, persp += p.perspective[0], mos += p.canvas[0].n_paste == 4;
+        for (int k = 0; k < 8; k++)
+            free(tiles[k]);
+    }
+    ok(rc == 0 && bad == 0,
+       "sample_cpu, SIMD level %d, %s: %dx%d, %d samples (%d 4-region, %d mixup, %d perspective) "
+       "equal paste+warp+mixup+hsv+flip+nchw (%zu bytes differ)",
+       level, dtype == KERN_AUG_F32 ? "f32" : "u8", oh, ow, n, mos, mix, persp, bad);
+    free(got);
+    free(want);
 }
 
 static void test_batch(struct kern_ctx *ctx, int s, int n, int dtype, const char *what)
@@ -608,9 +674,39 @@ int main(int argc, char **argv)
     test_warp();
     test_paste();
     test_flip_mixup_layout();
-    test_batch(g_ctx, 200, 3, KERN_AUG_U8, "u8");
-    test_batch(g_ctx, 64, 4, KERN_AUG_F32, "f32");
-    test_batch(threads, 96, 5, KERN_AUG_U8, "3 threads");
+    /* every SIMD level the machine has, forced in turn: the same bytes */
+    const int top = kern_aug_simd(KERN_AUG_SIMD_AVX512);
+    tap_diag("augmentation SIMD levels on this CPU: 0..%d", top);
+    for (int level = KERN_AUG_SIMD_SCALAR; level <= top; level++) {
+        is_int(kern_aug_simd(level), level, "SIMD level %d forced", level);
+        char what[64];
+        snprintf(what, sizeof what, "u8, level %d", level);
+        test_batch(g_ctx, 200, 3, KERN_AUG_U8, what);
+        snprintf(what, sizeof what, "f32, level %d", level);
+        test_batch(g_ctx, 64, 4, KERN_AUG_F32, what);
+        snprintf(what, sizeof what, "3 threads, level %d", level);
+        test_batch(threads, 96, 5, KERN_AUG_U8, what);
+        test_sample_cpu(640, 640, 2, KERN_AUG_U8, level);
+        test_sample_cpu(203, 203, 6, KERN_AUG_U8, level);
+        test_sample_cpu(128, 128, 8, KERN_AUG_F32, level);
+        test_sample_cpu(96, 150, 4, KERN_AUG_U8, level);
+        test_sample_cpu(150, 97, 4, KERN_AUG_F32, level);
+        test_sample_cpu(7, 5, 6, KERN_AUG_U8, level);
+    }
+    kern_aug_simd(KERN_AUG_SIMD_AVX512);
+    {
+        struct kern_aug_sample p;
+        uint8_t *tiles[8], out[3 * 16 * 16];
+        rand_sample(&p, 16, tiles);
+        is_int(kern_aug_sample_cpu(out, 9, 16, 16, &p), -EINVAL, "sample_cpu: bad dtype: -EINVAL");
+        is_int(kern_aug_sample_cpu(out, KERN_AUG_U8, 0, 16, &p), -EINVAL,
+               "sample_cpu: height 0: -EINVAL");
+        p.hsv = 1, p.lut.h[5] = 200;
+        is_int(kern_aug_sample_cpu(out, KERN_AUG_U8, 16, 16, &p), -EINVAL,
+               "sample_cpu: a LUT mapping H past 179: -EINVAL");
+        for (int k = 0; k < 8; k++)
+            free(tiles[k]);
+    }
     const struct kern_ops *K = kern_ops_ref();
     ok(K->aug_paste == kern_ref_aug_paste && K->aug_warp == kern_ref_aug_warp &&
            K->aug_hsv == kern_ref_aug_hsv && K->aug_flip == kern_ref_aug_flip &&

@@ -12,6 +12,7 @@
  * Usage: test_augment PATH/refs.bin [PATH/copypaste.bin]
  */
 #include "augment.h"
+#include "kern.h"
 #include "tap.h"
 
 #include <errno.h>
@@ -482,6 +483,43 @@ static void test_rect(void)
     free(shapes);
 }
 
+/*
+ * trn_aug_train_sample_planar (the loader's fused pass) against trn_aug_train_sample_shape and
+ * the planar layout, at every SIMD level the CPU has and for uint8 and float: the same bytes and
+ * the same rows. Returns the number of (level, dtype) runs that differ.
+ */
+static int planar_check(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                        const struct trn_aug_draws *d, const struct trn_aug_tile *tiles, int nt,
+                        int oh, int ow, int cap_rows)
+{
+    const size_t plane = (size_t)oh * ow;
+    uint8_t *hwc = malloc(plane * 3), *u8 = malloc(plane * 3);
+    float *f32 = malloc(plane * 3 * sizeof *f32), *rows = malloc(5 * (size_t)cap_rows * 4);
+    float *rows2 = malloc(5 * (size_t)cap_rows * 4);
+    const int n = trn_aug_train_sample_shape(ws, hyp, d, tiles, nt, oh, ow, hwc, rows, cap_rows);
+    int bad = n < 0;
+    const int top = kern_aug_simd(KERN_AUG_SIMD_AVX512);
+    for (int level = 0; level <= top && n >= 0; level++) {
+        kern_aug_simd(level);
+        for (int dt = 0; dt < 2; dt++) {
+            memset(u8, 0xA5, plane * 3);
+            memset(f32, 0xA5, plane * 3 * sizeof *f32);
+            const int n2 = trn_aug_train_sample_planar(
+                ws, hyp, d, tiles, nt, oh, ow, dt ? KERN_AUG_F32 : KERN_AUG_U8,
+                dt ? (void *)f32 : (void *)u8, rows2, cap_rows);
+            int same = n2 == n && !memcmp(rows, rows2, 5 * (size_t)n * sizeof *rows);
+            for (size_t i = 0; same && i < plane; i++)
+                for (int c = 0; c < 3; c++)
+                    same &= dt ? f32[(size_t)c * plane + i] == (float)hwc[3 * i + c] / 255.0f
+                               : u8[(size_t)c * plane + i] == hwc[3 * i + c];
+            bad += !same;
+        }
+    }
+    kern_aug_simd(KERN_AUG_SIMD_AVX512);
+    free(hwc), free(u8), free(f32), free(rows), free(rows2);
+    return bad;
+}
+
 static void test_samples(void)
 {
     const int n = i32(NEED("sample/count"), 0);
@@ -534,6 +572,17 @@ static void test_samples(void)
         ok(got >= 0, "%s: returns %d", what, got);
         pix_cmp(out, NEED("sample/%d/out", k), (size_t)s * s * 3, 6, what);
         rows_cmp(rows, got, NEED("sample/%d/labels", k), 1.0, what);
+        is_int(planar_check(ws, &hyp, &d, tiles, nt, s, s, total), 0,
+               "%s: the fused planar pass gives the same bytes and rows at every SIMD level, "
+               "uint8 and float",
+               what);
+        /* the same with copy_paste drawing on the canvases (built, then read in place) */
+        struct trn_aug_hyp cp = hyp;
+        cp.copy_paste = 0.5;
+        d.copy_paste_key[0] = 0x1234u + (unsigned)k, d.copy_paste_key[1] = 0x5678u;
+        is_int(planar_check(ws, &cp, &d, tiles, nt, s, s, 2 * total), 0,
+               "%s, copy_paste 0.5: the fused planar pass gives the same bytes and rows", what);
+        d.copy_paste_key[0] = d.copy_paste_key[1] = 0;
         for (int t = 0; t < nt; t++)
             free_tile(&tb[t]);
         free(out);
@@ -554,6 +603,12 @@ static void test_samples(void)
     const int got = trn_aug_train_sample(ws, &hyp, &d, &tb.t, 1, out, rows, 8);
     pix_cmp(out, NEED("single/out"), sizeof out, 6, "train sample without mosaic");
     rows_cmp(rows, got, NEED("single/labels"), 1.0, "train sample without mosaic");
+    is_int(planar_check(ws, &hyp, &d, &tb.t, 1, 48, 48, 8), 0,
+           "train sample without mosaic: the fused planar pass gives the same bytes and rows");
+    is_int(planar_check(ws, &hyp, &d, &tb.t, 1, 32, 48, 8) +
+               planar_check(ws, &hyp, &d, &tb.t, 1, 48, 24, 8),
+           0,
+           "rect shapes 32x48 and 48x24 (resizing letterboxes): the same through the planar pass");
     trn_aug_ws_destroy(ws);
     free_tile(&tb);
     g_group_names[6] = "whole train samples";

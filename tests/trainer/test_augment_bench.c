@@ -3,10 +3,15 @@
  * (mosaic of four 640 x 480 tiles with 8 polygon labels each, random_perspective, HSV, fliplr)
  * with hyp.scratch-low values, and each stage alone. Registered as a meson benchmark; prints
  * ms of thread CPU time per sample (the fastest of 5 rounds; CPU time, not wall time, so that
- * a shared machine does not inflate it). Not a test: nothing is asserted about time.
- * Usage: test_augment_bench [samples]
+ * a shared machine does not inflate it). Not a test: nothing is asserted about time. The
+ * loader's fused planar pass (trn_aug_train_sample_planar: tiles sampled in place, HSV, flips
+ * and the uint8 NCHW write in one pass) is timed at each SIMD level, alternating with the
+ * staged path, on the same draws.
+ * Usage: test_augment_bench [samples [level]]   level: time only the fused pass at that SIMD
+ * level (for a profiler)
  */
 #include "augment.h"
+#include "kern.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +79,24 @@ int main(int argc, char **argv)
     float rows[5 * 4 * NLAB];
 
     /* The machine may be shared: report the fastest of 5 rounds of n samples each. */
-    double whole = 1e30, t_mos = 1e30, t_warp = 1e30, t_hsv = 1e30;
+    double whole = 1e30, t_mos = 1e30, t_warp = 1e30, t_hsv = 1e30,
+           planar[3] = { 1e30, 1e30, 1e30 };
+    static uint8_t nchw[3 * S * S];
+    const int top = kern_aug_simd(KERN_AUG_SIMD_AVX512);
+    if (argc > 2) {
+        kern_aug_simd(atoi(argv[2]));
+        const double p0 = now_ms();
+        for (int i = 0; i < n; i++) {
+            struct trn_aug_draws d;
+            trn_aug_draws_fill(&hyp, S, urand, NULL, &d);
+            if (trn_aug_train_sample_planar(ws, &hyp, &d, tiles, 4, S, S, KERN_AUG_U8, nchw, rows,
+                                            4 * NLAB) < 0)
+                return 1;
+        }
+        printf("fused planar pass, level %d: %.2f ms per sample\n", kern_aug_simd(-1),
+               (now_ms() - p0) / n);
+        return 0;
+    }
     static uint32_t bseg_n[4 * NLAB];
     static float bseg_xy[2 * 4 * NLAB * NPTS];
     for (int round = 0; round < 5; round++) {
@@ -86,6 +108,20 @@ int main(int argc, char **argv)
         }
         const double t = (now_ms() - t0) / n;
         whole = t < whole ? t : whole;
+        for (int level = 0; level <= top; level++) {
+            kern_aug_simd(level);
+            const double p0 = now_ms();
+            for (int i = 0; i < n; i++) {
+                struct trn_aug_draws d;
+                trn_aug_draws_fill(&hyp, S, urand, NULL, &d);
+                if (trn_aug_train_sample_planar(ws, &hyp, &d, tiles, 4, S, S, KERN_AUG_U8, nchw,
+                                                rows, 4 * NLAB) < 0)
+                    return 1;
+            }
+            const double tp = (now_ms() - p0) / n;
+            planar[level] = tp < planar[level] ? tp : planar[level];
+        }
+        kern_aug_simd(top);
         double tm = 0, tw = 0, th = 0;
         for (int i = 0; i < n; i++) {
             struct trn_aug_draws d;
@@ -110,6 +146,11 @@ int main(int argc, char **argv)
     printf("  whole training sample (mosaic + random_perspective + hsv + flip): %.2f ms "
            "(%.0f samples/s)\n",
            whole, 1e3 / whole);
+    static const char *const names[3] = { "scalar", "AVX2", "AVX-512" };
+    for (int level = 0; level <= top; level++)
+        printf("  fused planar pass (the loader's), %s: %.2f ms (%.0f samples/s), %.2fx the "
+               "staged sample\n",
+               names[level], planar[level], 1e3 / planar[level], whole / planar[level]);
     printf("  mosaic4 (canvas 1280x1280): %.2f ms\n", t_mos);
     printf("  random_perspective (warp + %d polygon boxes): %.2f ms\n", 4 * NLAB, t_warp);
     printf("  hsv: %.2f ms\n", t_hsv);

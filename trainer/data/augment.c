@@ -686,6 +686,7 @@ struct trn_aug_ws {
     int *cp_sel;         /* [cap_rows] copy_paste's draw */
     uint8_t *canvas;     /* 2s * 2s * 3: mosaic canvas, or the letterboxed image */
     uint8_t *mix;        /* s * s * 3: the mixup mosaic after its warp */
+    uint8_t *canvas2;    /* 2s * 2s * 3: the mixup canvas with copy_paste (on first use) */
     uint32_t *seg_n;     /* [cap_rows] */
     int cap_rows;        /* rows seg_n holds */
     float *seg_xy;       /* [cap_points][2] */
@@ -749,6 +750,7 @@ void trn_aug_ws_destroy(struct trn_aug_ws *ws)
     if (!ws) return;
     free(ws->canvas);
     free(ws->mix);
+    free(ws->canvas2);
     free(ws->seg_n);
     free(ws->seg_xy);
     free(ws->cp_sel);
@@ -986,6 +988,51 @@ int trn_aug_train_sample_shape(struct trn_aug_ws *ws, const struct trn_aug_hyp *
     if (rc == 0 && p.hsv) rc = kern_ref_aug_hsv(k, dst, ow, oh, &p.lut);
     if (rc == 0 && (p.flip_lr || p.flip_ud))
         rc = kern_ref_aug_flip(k, dst, ow, oh, p.flip_lr, p.flip_ud);
+    return rc < 0 ? rc : n;
+}
+
+/* Canvas k of p as one region of buf (w x h, already holding its pixels). */
+static void canvas_of_buffer(struct kern_aug_canvas *c, const uint8_t *buf)
+{
+    c->n_paste = 1;
+    c->paste[0] =
+        (struct kern_aug_paste){ .src = buf, .src_w = c->w, .src_h = c->h, .w = c->w, .h = c->h };
+}
+
+int trn_aug_train_sample_planar(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                                const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
+                                int n_tiles, int oh, int ow, int dtype, void *dst, float *rows,
+                                int cap_rows)
+{
+    if (!dst) return -EINVAL;
+    struct kern_aug_sample p;
+    const int n = plan_sample(ws, hyp, d, tiles, n_tiles, NULL, false, oh, ow, &p, rows, cap_rows);
+    if (n < 0) return n;
+    int rc = 0;
+    if (!d->mosaic && p.canvas[0].n_paste == 0) {
+        /* a resizing letterbox: done into ws->canvas, which the pass then reads */
+        struct trn_aug_letterbox_opts o;
+        trn_aug_letterbox_opts_default(&o);
+        struct trn_aug_letterbox_plan lp;
+        rc = trn_aug_letterbox_plan(tiles[0].w, tiles[0].h, oh, ow, &o, &lp);
+        if (rc == 0)
+            rc = trn_aug_letterbox(tiles[0].pixels, tiles[0].w, tiles[0].h, &lp, ws->canvas,
+                                   4 * (size_t)ws->s * ws->s * 3);
+        if (rc < 0) return rc;
+        canvas_of_buffer(&p.canvas[0], ws->canvas);
+    }
+    /* copy_paste draws on a built canvas: build it, then read it as one region */
+    for (int k = 0; k < 1 + p.mixup; k++) {
+        if (!ws->cp_on[k]) continue;
+        if (k == 1 && !ws->canvas2 && !(ws->canvas2 = malloc(4 * (size_t)ws->s * ws->s * 3)))
+            return -ENOMEM;
+        uint8_t *const buf = k == 0 ? ws->canvas : ws->canvas2;
+        rc = kern_ref_aug_paste(trn_aug_cpu_ctx(), buf, &p.canvas[k]);
+        if (rc < 0) return rc;
+        trn_aug_copy_paste_pixels(buf, p.canvas[k].w, p.canvas[k].h, ws->cp_mask[k]);
+        canvas_of_buffer(&p.canvas[k], buf);
+    }
+    rc = kern_aug_sample_cpu(dst, dtype, oh, ow, &p);
     return rc < 0 ? rc : n;
 }
 

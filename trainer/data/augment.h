@@ -504,6 +504,19 @@ int trn_aug_train_sample_shape(struct trn_aug_ws *ws, const struct trn_aug_hyp *
                                int cap_rows);
 
 /*
+ * trn_aug_train_sample_shape with the pixels written as the loader's batch wants them: 3 planes
+ * (R, G, B) of oh * ow elements, uint8 (KERN_AUG_U8) or float / 255 (KERN_AUG_F32), the same
+ * bytes as trn_aug_train_sample_shape followed by that layout. One fused pass over the output
+ * (kern_aug_sample_cpu: the tiles are sampled in place, no canvas is built unless copy_paste
+ * draws on it), on the calling thread, SIMD where the CPU has it. Returns as
+ * trn_aug_train_sample_shape.
+ */
+int trn_aug_train_sample_planar(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
+                                const struct trn_aug_draws *d, const struct trn_aug_tile *tiles,
+                                int n_tiles, int oh, int ow, int dtype, void *dst, float *rows,
+                                int cap_rows);
+
+/*
  * One validation sample, as __getitem__ with augment=False: letterbox(auto=False,
  * scaleup=false) to (shape_h, shape_w) (the rect batch shape, or s x s), labels scaled and
  * shifted by the plan and converted to normalised xywh (clip eps 1e-3). No workspace needed.

@@ -622,9 +622,15 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
                 return up;
             }
             nr = plan_on_arena(w, sl, j, &d, tiles, n_tiles, idx, rows);
-        } else
-            nr = trn_aug_train_sample_shape(w->ws, &l->aug, &d, tiles, n_tiles, sl->height,
-                                            sl->width, w->hwc, rows, l->cap_rows);
+        } else {
+            /* straight into the slot's planes: one fused pass, no HWC image */
+            nr = trn_aug_train_sample_planar(
+                w->ws, &l->aug, &d, tiles, n_tiles, sl->height, sl->width,
+                l->o.pixels == TRN_PIXELS_F32 ? KERN_AUG_F32 : KERN_AUG_U8,
+                (char *)sl->images +
+                    (size_t)j * 3 * (size_t)sl->height * (size_t)sl->width * l->elem,
+                rows, l->cap_rows);
+        }
         if (nr < 0) {
             snprintf(w->msg, sizeof w->msg,
                      "augmenting the sample at position %" PRIu64 " (record %" PRIu64 "%s): %s", g,
@@ -638,10 +644,6 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
                 info->index = idx[k];
                 break;
             }
-        if (!l->pix)
-            store_image(l, w->hwc, sl->height, sl->width,
-                        (char *)sl->images +
-                            (size_t)j * 3 * (size_t)sl->height * (size_t)sl->width * l->elem);
     } else {
         int rc = load_tiles(w, idx, 1, tiles);
         if (rc < 0) return rc;
