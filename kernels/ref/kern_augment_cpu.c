@@ -17,7 +17,8 @@
  * table gathers and the same float products (no FMA: this file is compiled without
  * contraction and its AVX2 code with target("avx2") only), the planes written 8 elements at a
  * time. The perspective coordinates stay scalar (a double division per pixel, as OpenCV).
- * The AVX-512 level is not written yet: kern_aug_simd reports AVX2 at most.
+ * AVX-512 (F, BW, VL, DQ and VBMI): the same with 16 pixels per step, and the per-sample H and
+ * S tables looked up with VBMI byte permutes (four 64-byte registers) instead of gathers.
  */
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -45,6 +46,10 @@ static atomic_int g_simd_cap = KERN_AUG_SIMD_AVX512;
 static int cpu_level(void)
 {
 #if AUG_HAVE_AVX2
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vbmi"))
+        return KERN_AUG_SIMD_AVX512;
     if (__builtin_cpu_supports("avx2")) return KERN_AUG_SIMD_AVX2;
 #endif
     return KERN_AUG_SIMD_SCALAR;
@@ -167,22 +172,24 @@ AUG_AVX2 static inline __m256i affine_col8(double m, int x0)
     return _mm256_set_m128i(b, a);
 }
 
-/* The byte-c-of-each-word shuffles: into the low 16 bits (first tap) or the high (second). */
-AUG_AVX2 static inline __m256i sel_lo(int c)
-{
-    const char z = (char)0x80;
-    return _mm256_setr_epi8((char)c, z, z, z, (char)(4 + c), z, z, z, (char)(8 + c), z, z, z,
-                            (char)(12 + c), z, z, z, (char)c, z, z, z, (char)(4 + c), z, z, z,
-                            (char)(8 + c), z, z, z, (char)(12 + c), z, z, z);
-}
-
-AUG_AVX2 static inline __m256i sel_hi(int c)
-{
-    const char z = (char)0x80;
-    return _mm256_setr_epi8(z, z, (char)c, z, z, z, (char)(4 + c), z, z, z, (char)(8 + c), z, z, z,
-                            (char)(12 + c), z, z, z, (char)c, z, z, z, (char)(4 + c), z, z, z,
-                            (char)(8 + c), z, z, z, (char)(12 + c), z);
-}
+/* The byte-c-of-each-word shuffles, per channel c: into the low 16 bits of the word (first
+ * tap of a pair) or the high 16 (second tap). */
+#define Z_ (-128)
+#define SEL_LO(c)                                                                               \
+    {                                                                                           \
+        c, Z_, Z_, Z_, 4 + c, Z_, Z_, Z_, 8 + c, Z_, Z_, Z_, 12 + c, Z_, Z_, Z_, c, Z_, Z_, Z_, \
+            4 + c, Z_, Z_, Z_, 8 + c, Z_, Z_, Z_, 12 + c, Z_, Z_, Z_                            \
+    }
+#define SEL_HI(c)                                                                               \
+    {                                                                                           \
+        Z_, Z_, c, Z_, Z_, Z_, 4 + c, Z_, Z_, Z_, 8 + c, Z_, Z_, Z_, 12 + c, Z_, Z_, Z_, c, Z_, \
+            Z_, Z_, 4 + c, Z_, Z_, Z_, 8 + c, Z_, Z_, Z_, 12 + c, Z_                            \
+    }
+static const _Alignas(32) int8_t g_sel[2][3][32] = { { SEL_LO(0), SEL_LO(1), SEL_LO(2) },
+                                                     { SEL_HI(0), SEL_HI(1), SEL_HI(2) } };
+#undef SEL_LO
+#undef SEL_HI
+#undef Z_
 
 /*
  * 8 warped pixels at source coordinates X, Y (1/32 px) for output columns x .. x + 7 of row y.
@@ -214,19 +221,23 @@ AUG_AVX2 static bool warp8(const struct kern_aug_canvas *c, const struct cprep *
                 _mm256_and_si256(_mm256_cmpgt_epi32(sy, _mm256_set1_epi32(r->y0 - 1)),
                                  _mm256_cmpgt_epi32(_mm256_set1_epi32(r->y1 - 1), sy)));
             if (_mm256_movemask_epi8(in) == -1) {
-                const __m256i fx = _mm256_and_si256(X, _mm256_set1_epi32(INTER_TAB_SIZE - 1));
-                const __m256i fy = _mm256_and_si256(Y, _mm256_set1_epi32(INTER_TAB_SIZE - 1));
+                /* OpenCV's weights (32 - fy)(32 - fx), (32 - fy) fx, fy (32 - fx), fy fx as 16-bit
+                 * pairs (w0, w1) and (w2, w3) of each word: one 16-bit multiply per pair */
+                const __m256i m31 = _mm256_set1_epi32(INTER_TAB_SIZE - 1);
+                const __m256i fx = _mm256_and_si256(X, m31), fy = _mm256_and_si256(Y, m31);
                 const __m256i one = _mm256_set1_epi32(INTER_TAB_SIZE);
-                const __m256i gx = _mm256_sub_epi32(one, fx), gy = _mm256_sub_epi32(one, fy);
-                const __m256i w0 = _mm256_mullo_epi32(gy, gx), w1 = _mm256_mullo_epi32(gy, fx);
-                const __m256i w2 = _mm256_mullo_epi32(fy, gx), w3 = _mm256_mullo_epi32(fy, fx);
-                const __m256i w01 = _mm256_or_si256(w0, _mm256_slli_epi32(w1, 16));
-                const __m256i w23 = _mm256_or_si256(w2, _mm256_slli_epi32(w3, 16));
+                const __m256i gxfx =
+                    _mm256_or_si256(_mm256_sub_epi32(one, fx), _mm256_slli_epi32(fx, 16));
+                const __m256i gy = _mm256_sub_epi32(one, fy);
+                const __m256i w01 =
+                    _mm256_mullo_epi16(_mm256_or_si256(gy, _mm256_slli_epi32(gy, 16)), gxfx);
+                const __m256i w23 =
+                    _mm256_mullo_epi16(_mm256_or_si256(fy, _mm256_slli_epi32(fy, 16)), gxfx);
+                const __m256i dx = _mm256_sub_epi32(sx, _mm256_set1_epi32(r->x0));
                 const __m256i off = _mm256_add_epi32(
                     _mm256_mullo_epi32(_mm256_sub_epi32(sy, _mm256_set1_epi32(r->y0)),
                                        _mm256_set1_epi32(r->step)),
-                    _mm256_mullo_epi32(_mm256_sub_epi32(sx, _mm256_set1_epi32(r->x0)),
-                                       _mm256_set1_epi32(3)));
+                    _mm256_add_epi32(dx, _mm256_add_epi32(dx, dx)));
                 const int *b = (const int *)(const void *)r->base;
                 const __m256i three = _mm256_set1_epi32(3), st = _mm256_set1_epi32(r->step);
                 const __m256i A = _mm256_i32gather_epi32(b, off, 1);
@@ -236,7 +247,10 @@ AUG_AVX2 static bool warp8(const struct kern_aug_canvas *c, const struct cprep *
                 const __m256i D = _mm256_i32gather_epi32(b, _mm256_add_epi32(offc, three), 1);
                 const __m256i half = _mm256_set1_epi32(1 << (2 * INTER_BITS - 1));
                 for (int ch = 0; ch < 3; ch++) {
-                    const __m256i lo = sel_lo(ch), hi = sel_hi(ch);
+                    const __m256i lo =
+                        _mm256_load_si256((const __m256i *)(const void *)g_sel[0][ch]);
+                    const __m256i hi =
+                        _mm256_load_si256((const __m256i *)(const void *)g_sel[1][ch]);
                     const __m256i ab =
                         _mm256_or_si256(_mm256_shuffle_epi8(A, lo), _mm256_shuffle_epi8(B, hi));
                     const __m256i cd =
@@ -314,18 +328,18 @@ AUG_AVX2 static inline __m256i mix8(__m256i a, __m256i b, double r, double r2)
     return _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(255)), _mm256_setzero_si256());
 }
 
-/* The per-sample HSV tables as 32-bit words for gathers. */
+/* The per-sample HSV tables as 32-bit words for gathers: by V, sdiv[V] << 8 | V' (one gather
+ * for both); by H and S, H' and S'. */
 struct hsv_tabs {
-    int h[256], s[256];
-    float v[256];
+    int v[256], h[256], s[256];
 };
 
 static void hsv_tabs_init(struct hsv_tabs *t, const struct kern_aug_hsv_lut *lut)
 {
     for (int i = 0; i < 256; i++) {
+        t->v[i] = kern_aug_sdiv[i] << 8 | lut->v[i];
         t->h[i] = lut->h[i];
         t->s[i] = lut->s[i];
-        t->v[i] = (float)lut->v[i] * (1.0f / 255.0f);
     }
 }
 
@@ -338,10 +352,9 @@ AUG_AVX2 static inline void hsv8(struct lanes *p, const struct hsv_tabs *t, bool
     const __m256i diff = _mm256_sub_epi32(v, vmin);
     const __m256i vr = _mm256_cmpeq_epi32(v, r), vg = _mm256_cmpeq_epi32(v, g);
     const __m256i round = _mm256_set1_epi32(1 << 11);
+    const __m256i tv = _mm256_i32gather_epi32(t->v, v, 4);
     const __m256i s = _mm256_srai_epi32(
-        _mm256_add_epi32(_mm256_mullo_epi32(diff, _mm256_i32gather_epi32(kern_aug_sdiv, v, 4)),
-                         round),
-        12);
+        _mm256_add_epi32(_mm256_mullo_epi32(diff, _mm256_srli_epi32(tv, 8)), round), 12);
     const __m256i d2 = _mm256_add_epi32(diff, diff);
     const __m256i h_r = _mm256_sub_epi32(g, b);
     const __m256i h_g = _mm256_add_epi32(_mm256_sub_epi32(b, r), d2);
@@ -354,7 +367,10 @@ AUG_AVX2 static inline void hsv8(struct lanes *p, const struct hsv_tabs *t, bool
     hh = _mm256_add_epi32(hh, _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), hh),
                                                _mm256_set1_epi32(180)));
     const __m256i H = _mm256_i32gather_epi32(t->h, hh, 4), S = _mm256_i32gather_epi32(t->s, s, 4);
-    const __m256 vv = _mm256_i32gather_ps(t->v, v, 4);
+    /* (float)V' * (1 / 255.f), as hsv_px */
+    const __m256 vv =
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(tv, _mm256_set1_epi32(255))),
+                      _mm256_set1_ps(1.0f / 255.0f));
     const __m256i idx =
         _mm256_mullo_epi32(_mm256_add_epi32(_mm256_slli_epi32(H, 8), S), _mm256_set1_epi32(3));
     const float *fac = &kern_aug_hsv_fac[0][0][0];
@@ -440,6 +456,283 @@ AUG_AVX2 static void run_avx2(const struct pass *P)
         row_scalar(P, y, ow8);
     }
 }
+
+/* ---- AVX-512 (F, BW, VL, DQ, VBMI) -------------------------------------------------------- */
+
+#define AUG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx2")))
+
+struct lanes16 {
+    __m512i c[3];
+};
+
+AUG_AVX512 static inline __m512i clamp16_s16(__m512i v)
+{
+    return _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(SHRT_MAX)),
+                            _mm512_set1_epi32(SHRT_MIN));
+}
+
+AUG_AVX512 static inline __m512i affine_col16(double m, int x0)
+{
+    const __m512d vm = _mm512_set1_pd(m), sc = _mm512_set1_pd(AB_SCALE);
+    const __m512d lo = _mm512_add_pd(_mm512_set1_pd(x0), _mm512_setr_pd(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m512d hi = _mm512_add_pd(lo, _mm512_set1_pd(8));
+    const __m256i a = _mm512_cvtpd_epi32(_mm512_mul_pd(_mm512_mul_pd(vm, lo), sc));
+    const __m256i b = _mm512_cvtpd_epi32(_mm512_mul_pd(_mm512_mul_pd(vm, hi), sc));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+AUG_AVX512 static inline void coords16(const double *M, int persp, int bw0, int x, int y, int X0,
+                                       int Y0, __m512i *X, __m512i *Y)
+{
+    if (!persp) {
+        *X = _mm512_srai_epi32(_mm512_add_epi32(_mm512_set1_epi32(X0), affine_col16(M[0], x)),
+                               AB_BITS - INTER_BITS);
+        *Y = _mm512_srai_epi32(_mm512_add_epi32(_mm512_set1_epi32(Y0), affine_col16(M[3], x)),
+                               AB_BITS - INTER_BITS);
+        return;
+    }
+    int xs[16], ys[16];
+    for (int i = 0; i < 16; i++) {
+        const int xb = (x + i) / bw0 * bw0;
+        persp_xy(M, xb, y, x + i - xb, &xs[i], &ys[i]);
+    }
+    *X = _mm512_loadu_si512(xs);
+    *Y = _mm512_loadu_si512(ys);
+}
+
+/* warp8 for 16 pixels; returns true when all 16 are the fill by the fill path. */
+AUG_AVX512 static bool warp16(const struct kern_aug_canvas *c, const struct cprep *cp,
+                              const double *M, int persp, int bw0, __m512i X, __m512i Y, int x,
+                              int y, struct lanes16 *out)
+{
+    const __m512i sx = clamp16_s16(_mm512_srai_epi32(X, INTER_BITS));
+    const __m512i sy = clamp16_s16(_mm512_srai_epi32(Y, INTER_BITS));
+    if (cp->gather) {
+        const int sx0 = _mm_cvtsi128_si32(_mm512_castsi512_si128(sx));
+        const int sy0 = _mm_cvtsi128_si32(_mm512_castsi512_si128(sy));
+        int k = -1;
+        for (int i = 0; i < cp->n; i++) {
+            const struct region *r = &cp->r[i];
+            if (sx0 >= r->x0 && sx0 + 1 < r->xs1 && sy0 >= r->y0 && sy0 + 1 < r->y1) {
+                k = i;
+                break;
+            }
+        }
+        if (k >= 0) {
+            const struct region *r = &cp->r[k];
+            const __mmask16 in = _mm512_cmpge_epi32_mask(sx, _mm512_set1_epi32(r->x0)) &
+                                 _mm512_cmplt_epi32_mask(sx, _mm512_set1_epi32(r->xs1 - 1)) &
+                                 _mm512_cmpge_epi32_mask(sy, _mm512_set1_epi32(r->y0)) &
+                                 _mm512_cmplt_epi32_mask(sy, _mm512_set1_epi32(r->y1 - 1));
+            if (in == 0xFFFF) {
+                const __m512i m31 = _mm512_set1_epi32(INTER_TAB_SIZE - 1);
+                const __m512i fx = _mm512_and_si512(X, m31), fy = _mm512_and_si512(Y, m31);
+                const __m512i one = _mm512_set1_epi32(INTER_TAB_SIZE);
+                const __m512i gxfx =
+                    _mm512_or_si512(_mm512_sub_epi32(one, fx), _mm512_slli_epi32(fx, 16));
+                const __m512i gy = _mm512_sub_epi32(one, fy);
+                const __m512i w01 =
+                    _mm512_mullo_epi16(_mm512_or_si512(gy, _mm512_slli_epi32(gy, 16)), gxfx);
+                const __m512i w23 =
+                    _mm512_mullo_epi16(_mm512_or_si512(fy, _mm512_slli_epi32(fy, 16)), gxfx);
+                const __m512i dx = _mm512_sub_epi32(sx, _mm512_set1_epi32(r->x0));
+                const __m512i off = _mm512_add_epi32(
+                    _mm512_mullo_epi32(_mm512_sub_epi32(sy, _mm512_set1_epi32(r->y0)),
+                                       _mm512_set1_epi32(r->step)),
+                    _mm512_add_epi32(dx, _mm512_add_epi32(dx, dx)));
+                const void *b = r->base;
+                const __m512i three = _mm512_set1_epi32(3), st = _mm512_set1_epi32(r->step);
+                const __m512i A = _mm512_i32gather_epi32(off, b, 1);
+                const __m512i B = _mm512_i32gather_epi32(_mm512_add_epi32(off, three), b, 1);
+                const __m512i offc = _mm512_add_epi32(off, st);
+                const __m512i C = _mm512_i32gather_epi32(offc, b, 1);
+                const __m512i D = _mm512_i32gather_epi32(_mm512_add_epi32(offc, three), b, 1);
+                const __m512i half = _mm512_set1_epi32(1 << (2 * INTER_BITS - 1));
+                for (int ch = 0; ch < 3; ch++) {
+                    const __m512i lo = _mm512_broadcast_i64x4(
+                        _mm256_load_si256((const __m256i *)(const void *)g_sel[0][ch]));
+                    const __m512i hi = _mm512_broadcast_i64x4(
+                        _mm256_load_si256((const __m256i *)(const void *)g_sel[1][ch]));
+                    const __m512i ab =
+                        _mm512_or_si512(_mm512_shuffle_epi8(A, lo), _mm512_shuffle_epi8(B, hi));
+                    const __m512i cd =
+                        _mm512_or_si512(_mm512_shuffle_epi8(C, lo), _mm512_shuffle_epi8(D, hi));
+                    const __m512i sum =
+                        _mm512_add_epi32(_mm512_madd_epi16(ab, w01), _mm512_madd_epi16(cd, w23));
+                    out->c[ch] = _mm512_srli_epi32(_mm512_add_epi32(sum, half), 2 * INTER_BITS);
+                }
+                return false;
+            }
+        } else {
+            __mmask16 outside = 0xFFFF;
+            const __m512i sx1 = _mm512_add_epi32(sx, _mm512_set1_epi32(1));
+            const __m512i sy1 = _mm512_add_epi32(sy, _mm512_set1_epi32(1));
+            for (int i = 0; i < cp->n; i++) {
+                const struct region *r = &cp->r[i];
+                outside &= _mm512_cmplt_epi32_mask(sx1, _mm512_set1_epi32(r->x0)) |
+                           _mm512_cmpge_epi32_mask(sx, _mm512_set1_epi32(r->x1)) |
+                           _mm512_cmplt_epi32_mask(sy1, _mm512_set1_epi32(r->y0)) |
+                           _mm512_cmpge_epi32_mask(sy, _mm512_set1_epi32(r->y1));
+            }
+            if (outside == 0xFFFF) {
+                out->c[0] = out->c[1] = out->c[2] = _mm512_set1_epi32(KERN_AUG_FILL);
+                return true;
+            }
+        }
+    }
+    int v[3][16];
+    for (int i = 0; i < 16; i++) {
+        uint8_t px[3];
+        warp_px(c, M, persp, bw0, x + i, y, px);
+        v[0][i] = px[0], v[1][i] = px[1], v[2][i] = px[2];
+    }
+    for (int ch = 0; ch < 3; ch++)
+        out->c[ch] = _mm512_loadu_si512(v[ch]);
+    return false;
+}
+
+AUG_AVX512 static inline __m512i mix16(__m512i a, __m512i b, double r, double r2)
+{
+    const __m512d vr = _mm512_set1_pd(r), vr2 = _mm512_set1_pd(r2);
+    const __m512d alo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(a));
+    const __m512d ahi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(a, 1));
+    const __m512d blo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(b));
+    const __m512d bhi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(b, 1));
+    const __m256i lo =
+        _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_mul_pd(alo, vr), _mm512_mul_pd(blo, vr2)));
+    const __m256i hi =
+        _mm512_cvttpd_epi32(_mm512_add_pd(_mm512_mul_pd(ahi, vr), _mm512_mul_pd(bhi, vr2)));
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(255)), _mm512_setzero_si512());
+}
+
+/* A 256-entry byte table as four 64-byte registers, looked up with VBMI permutes. */
+struct lut512 {
+    __m512i t[4];
+};
+
+AUG_AVX512 static inline void lut512_load(struct lut512 *L, const uint8_t tab[256])
+{
+    for (int i = 0; i < 4; i++)
+        L->t[i] = _mm512_loadu_si512(tab + 64 * i);
+}
+
+/* tab[i] for 16 indices 0..255 (one per 32-bit lane), as 32-bit lanes. */
+AUG_AVX512 static inline __m512i lut512_get(const struct lut512 *L, __m512i idx)
+{
+    const __m512i b = _mm512_castsi128_si512(_mm512_cvtepi32_epi8(idx));
+    const __m512i lo = _mm512_permutex2var_epi8(L->t[0], b, L->t[1]);
+    const __m512i hi = _mm512_permutex2var_epi8(L->t[2], b, L->t[3]);
+    const __m512i v = _mm512_mask_blend_epi8(_mm512_movepi8_mask(b), lo, hi);
+    return _mm512_cvtepu8_epi32(_mm512_castsi512_si128(v));
+}
+
+AUG_AVX512 static inline void hsv16(struct lanes16 *p, const struct hsv_tabs *t,
+                                    const struct lut512 *lh, const struct lut512 *ls, bool trunc)
+{
+    const __m512i r = p->c[0], g = p->c[1], b = p->c[2];
+    const __m512i v = _mm512_max_epi32(_mm512_max_epi32(b, g), r);
+    const __m512i vmin = _mm512_min_epi32(_mm512_min_epi32(b, g), r);
+    const __m512i diff = _mm512_sub_epi32(v, vmin);
+    const __mmask16 vr = _mm512_cmpeq_epi32_mask(v, r), vg = _mm512_cmpeq_epi32_mask(v, g);
+    const __m512i round = _mm512_set1_epi32(1 << 11);
+    const __m512i tv = _mm512_i32gather_epi32(v, t->v, 4);
+    const __m512i s = _mm512_srai_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(diff, _mm512_srli_epi32(tv, 8)), round), 12);
+    const __m512i d2 = _mm512_add_epi32(diff, diff);
+    const __m512i h_r = _mm512_sub_epi32(g, b);
+    const __m512i h_g = _mm512_add_epi32(_mm512_sub_epi32(b, r), d2);
+    const __m512i h_b = _mm512_add_epi32(_mm512_sub_epi32(r, g), _mm512_add_epi32(d2, d2));
+    __m512i hh = _mm512_mask_blend_epi32(vr, _mm512_mask_blend_epi32(vg, h_b, h_g), h_r);
+    hh = _mm512_srai_epi32(
+        _mm512_add_epi32(_mm512_mullo_epi32(hh, _mm512_i32gather_epi32(diff, kern_aug_hdiv, 4)),
+                         round),
+        12);
+    hh = _mm512_mask_add_epi32(hh, _mm512_cmplt_epi32_mask(hh, _mm512_setzero_si512()), hh,
+                               _mm512_set1_epi32(180));
+    const __m512i H = lut512_get(lh, hh), S = lut512_get(ls, s);
+    const __m512 vv =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(tv, _mm512_set1_epi32(255))),
+                      _mm512_set1_ps(1.0f / 255.0f));
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_add_epi32(_mm512_slli_epi32(H, 8), S), _mm512_set1_epi32(3));
+    const float *fac = &kern_aug_hsv_fac[0][0][0];
+    const __m512 k255 = _mm512_set1_ps(255.0f);
+    for (int ch = 0; ch < 3; ch++) {
+        const __m512 f = _mm512_i32gather_ps(idx, fac + ch, 4);
+        const __m512 o = _mm512_mul_ps(_mm512_mul_ps(vv, f), k255);
+        p->c[ch] = trunc ? _mm512_cvttps_epi32(o) : _mm512_cvtps_epi32(o);
+    }
+}
+
+AUG_AVX512 static inline void store16(const struct pass *P, const struct lanes16 *p, int oy, int x)
+{
+    const bool lr = P->smp->flip_lr;
+    const size_t o = (size_t)oy * (size_t)P->ow + (size_t)(lr ? P->ow - 16 - x : x);
+    const __m512i rev = _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int ch = 0; ch < 3; ch++) {
+        __m512i v = p->c[ch];
+        if (lr) v = _mm512_permutexvar_epi32(rev, v);
+        if (P->dtype == KERN_AUG_F32)
+            _mm512_storeu_ps((float *)P->dst + (size_t)ch * P->plane + o,
+                             _mm512_div_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(255.0f)));
+        else
+            _mm_storeu_si128((__m128i *)(void *)((uint8_t *)P->dst + (size_t)ch * P->plane + o),
+                             _mm512_cvtepi32_epi8(v));
+    }
+}
+
+AUG_AVX512 static void run_avx512(const struct pass *P)
+{
+    const struct kern_aug_sample *smp = P->smp;
+    struct cprep cp[2];
+    prep_canvas(&smp->canvas[0], &cp[0]);
+    if (smp->mixup) prep_canvas(&smp->canvas[1], &cp[1]);
+    struct hsv_tabs tabs;
+    struct lut512 lh, ls;
+    struct lanes16 fill_hsv[2];
+    if (smp->hsv) {
+        hsv_tabs_init(&tabs, &smp->lut);
+        lut512_load(&lh, smp->lut.h);
+        lut512_load(&ls, smp->lut.s);
+        for (int t = 0; t < 2; t++) {
+            fill_hsv[t].c[0] = fill_hsv[t].c[1] = fill_hsv[t].c[2] =
+                _mm512_set1_epi32(KERN_AUG_FILL);
+            hsv16(&fill_hsv[t], &tabs, &lh, &ls, t == 1);
+        }
+    }
+    const double r = smp->mixup_ratio, r2 = 1 - r;
+    const int ow16 = P->ow / 16 * 16;
+    for (int y = 0; y < P->oh; y++) {
+        const int oy = smp->flip_ud ? P->oh - 1 - y : y;
+        int X0[2], Y0[2];
+        for (int k = 0; k < 1 + smp->mixup; k++) {
+            X0[k] = affine_row(smp->inv[k][1], smp->inv[k][2], y);
+            Y0[k] = affine_row(smp->inv[k][4], smp->inv[k][5], y);
+        }
+        for (int x = 0; x < ow16; x += 16) {
+            struct lanes16 p, q;
+            __m512i X, Y;
+            coords16(smp->inv[0], smp->perspective[0], P->bw0, x, y, X0[0], Y0[0], &X, &Y);
+            const bool fill = warp16(&smp->canvas[0], &cp[0], smp->inv[0], smp->perspective[0],
+                                     P->bw0, X, Y, x, y, &p);
+            if (smp->mixup) {
+                coords16(smp->inv[1], smp->perspective[1], P->bw0, x, y, X0[1], Y0[1], &X, &Y);
+                warp16(&smp->canvas[1], &cp[1], smp->inv[1], smp->perspective[1], P->bw0, X, Y, x,
+                       y, &q);
+                for (int ch = 0; ch < 3; ch++)
+                    p.c[ch] = mix16(p.c[ch], q.c[ch], r, r2);
+            }
+            /* simd_end is a multiple of 32: a group of 16 is wholly on one side */
+            if (smp->hsv && fill && !smp->mixup)
+                p = fill_hsv[x < P->simd_end];
+            else if (smp->hsv)
+                hsv16(&p, &tabs, &lh, &ls, x < P->simd_end);
+            store16(P, &p, oy, x);
+        }
+        row_scalar(P, y, ow16);
+    }
+}
 #endif
 
 void kern_aug_sample_run(void *dst, int dtype, int oh, int ow, const struct kern_aug_sample *smp)
@@ -453,7 +746,12 @@ void kern_aug_sample_run(void *dst, int dtype, int oh, int ow, const struct kern
                             .plane = (size_t)oh * (size_t)ow,
                             .smp = smp };
 #if AUG_HAVE_AVX2
-    if (kern_aug_simd(-1) >= KERN_AUG_SIMD_AVX2) {
+    const int level = kern_aug_simd(-1);
+    if (level >= KERN_AUG_SIMD_AVX512) {
+        run_avx512(&P);
+        return;
+    }
+    if (level >= KERN_AUG_SIMD_AVX2) {
         run_avx2(&P);
         return;
     }
