@@ -92,6 +92,7 @@ struct args {
     bool image_weights;     /* --image-weights */
     bool rect, multi_scale; /* --rect, --multi-scale */
     const char *evolve;     /* --evolve [N]: "" for the default 300 */
+    const char *cache;      /* --cache [ram|disk]: "" for ram; NULL: not given */
     long freeze[64];        /* --freeze N | R [R ...] */
     int n_freeze;
     bool cuda_graph_fail; /* --cuda-graph-test-fail: the capture acts as failed (tests) */
@@ -390,6 +391,10 @@ static int parse_args(int argc, char **argv, struct args *A)
           .lo = 0,
           .hi = 86400,
           .open_lo = true },
+        AP_OPT("--cache", AP_OPTSTR, &A->cache, "[ram|disk]",
+               "train.py's --cache: ram (the default value) keeps the decoded training images in "
+               "RAM as they are first read (refused with a warning when they would not fit); "
+               "disk: the records already are the decoded images on disk, nothing to do"),
         AP_OPT("--page-cache", AP_FLAG, &A->page_cache, NULL,
                "--bench-data: buffered reads instead of O_DIRECT"),
         AP_OPT("--json", AP_FLAG, &A->json, NULL, "--bench and --bench-data: one JSON object"),
@@ -410,6 +415,8 @@ static int parse_args(int argc, char **argv, struct args *A)
     if (rc) return rc;
     if (!A->project[0] || !A->name[0])
         return ap_usage_error(&sp, "--project and --name must not be empty");
+    if (A->cache && A->cache[0] && strcmp(A->cache, "ram") && strcmp(A->cache, "disk"))
+        return ap_usage_error(&sp, "--cache: ram or disk, not '%s'", A->cache);
     if (A->batch == 0) return ap_usage_error(&sp, "--batch-size: 1 or more, or -1 (AutoBatch)");
     if (A->batch == -1 && (A->bench_step || A->bench || A->plot || A->nproc > 1))
         return ap_usage_error(&sp, "--batch-size -1 (AutoBatch) is for training on one process");
@@ -557,6 +564,7 @@ static int do_bench(const struct args *A, const struct trn_hyp *hyp)
     o.img_size = (int)A->img;
     o.seed = (uint64_t)A->seed;
     o.page_cache = A->page_cache;
+    o.cache_ram = A->cache && strcmp(A->cache, "disk") != 0;
     o.hyp = *hyp;
     o.log = log_cb;
     struct trn_bench_data_result r;
@@ -569,9 +577,10 @@ static int do_bench(const struct args *A, const struct trn_hyp *hyp)
     if (A->json)
         printf("{\"images_per_s\": %.2f, \"workers\": %u, \"batch_size\": %ld, \"img\": %ld, "
                "\"seconds\": %.3f, \"images\": %llu, \"bad_records\": %llu, "
-               "\"mosaic\": %g, \"mixup\": %g}\n",
+               "\"mosaic\": %g, \"mixup\": %g, \"cache\": \"%s\"}\n",
                r.images_per_s, r.workers, A->batch, A->img, r.seconds, (unsigned long long)r.images,
-               (unsigned long long)r.bad_records, hyp->mosaic, hyp->mixup);
+               (unsigned long long)r.bad_records, hyp->mosaic, hyp->mixup,
+               o.cache_ram ? "ram" : "none");
     else
         printf("%.1f images/s (%u workers, batch %ld, img %ld, %llu images in %.1f s, mosaic %g, "
                "mixup %g)\n",
@@ -923,6 +932,10 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.any_algo = A->any_algo;
     o.noautoanchor = A->noautoanchor;
     o.noplots = A->noplots;
+    o.cache_ram = A->cache && strcmp(A->cache, "disk") != 0;
+    if (A->cache && !strcmp(A->cache, "disk"))
+        fprintf(stderr, PROG ": --cache disk: the records are already the decoded images on disk "
+                             "(train.py's .npy cache); nothing more to cache\n");
     o.label_smoothing = A->label_smoothing;
     o.single_cls = A->single_cls;
     o.image_weights = A->image_weights;

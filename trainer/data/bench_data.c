@@ -49,6 +49,7 @@ int trn_bench_data_run(const struct trn_bench_data_opts *o, struct trn_bench_dat
     lo.log = o->log;
     lo.log_ctx = o->log_ctx;
     if (o->page_cache) lo.io.io.direct = FFIO_DIRECT_OFF;
+    lo.cache_ram = o->cache_ram;
 
     struct ffr_reader *r = NULL;
     char why[448];

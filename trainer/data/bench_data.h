@@ -26,6 +26,8 @@ struct trn_bench_data_opts {
     int img_size;          /* output side; records must be packed at this long side; default 640 */
     uint64_t seed;         /* sampling seed; default 0 */
     bool page_cache;       /* buffered reads instead of O_DIRECT; default false */
+    bool cache_ram;        /* decoded tiles kept in RAM (trn_loader_opts.cache_ram); default
+                              false */
     struct trn_hyp hyp;    /* augmentation; default hyp.scratch-low (trn_hyp_default) */
     trn_loader_log_fn log; /* loader log lines (bad records, I/O fallbacks); NULL drops them */
     void *log_ctx;         /* passed to log */

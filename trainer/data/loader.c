@@ -76,6 +76,16 @@ struct arena_tile {
 
 #define NO_RECORD UINT64_MAX
 
+/*
+ * A decoded tile kept in RAM (trn_loader_opts.cache_ram): pixels (already resized on load),
+ * labels and polygons in one allocation, written once by the worker that decoded the record and
+ * then only read, by any worker.
+ */
+struct ram_tile {
+    struct trn_aug_tile t; /* pointers into this allocation */
+    size_t bytes;          /* of the allocation */
+};
+
 /* One ring buffer. */
 struct slot {
     enum slot_state state;
@@ -139,6 +149,9 @@ struct trn_loader {
     size_t region_bytes;         /* pix: arena bytes per sample */
     size_t device_bytes;         /* pix: pix_ctx memory held */
     atomic_bool told_host_built; /* pix: the one-time log line about host-built samples is out */
+    _Atomic(struct ram_tile *) *ram; /* cache_ram: [n] decoded tiles, published once each */
+    atomic_uint_least64_t ram_bytes; /* cache_ram: bytes held */
+    uint64_t ram_cap;                /* cache_ram: most bytes to hold */
     struct trn_aug_hyp aug;
     struct trn_plan_probs probs;
     struct trn_sampler sampler; /* template for the workers */
@@ -372,6 +385,61 @@ static int make_tile(struct worker *w, int k, uint64_t idx, const void *payload,
     return 0;
 }
 
+/* The cached tile of record idx, or NULL. */
+static const struct ram_tile *ram_get(const struct trn_loader *l, uint64_t idx)
+{
+    return l->ram ? atomic_load_explicit(&l->ram[idx], memory_order_acquire) : NULL;
+}
+
+/*
+ * Keep a copy of tile t of record idx while the budget allows; *t then points at the copy. A
+ * record another worker published first keeps that copy. Out of memory or budget: t stays.
+ */
+static void ram_put(struct trn_loader *l, uint64_t idx, struct trn_aug_tile *t)
+{
+    const size_t px = (size_t)t->w * (size_t)t->h * 3, nl = (size_t)t->n_labels;
+    size_t pts = 0;
+    for (size_t i = 0; t->seg_n && i < nl; i++)
+        pts += t->seg_n[i];
+    const size_t bytes = sizeof(struct ram_tile) + nl * 5 * sizeof(float) +
+                         (t->seg_n ? nl * sizeof(uint32_t) : 0) + pts * 2 * sizeof(float) + px;
+    if (atomic_fetch_add(&l->ram_bytes, bytes) + bytes > l->ram_cap) {
+        atomic_fetch_sub(&l->ram_bytes, bytes);
+        return;
+    }
+    struct ram_tile *rt = malloc(bytes);
+    if (!rt) {
+        atomic_fetch_sub(&l->ram_bytes, bytes);
+        return;
+    }
+    rt->bytes = bytes;
+    char *p = (char *)(rt + 1);
+    float *labels = (float *)(void *)p;
+    memcpy(labels, t->labels, nl * 5 * sizeof(float));
+    p += nl * 5 * sizeof(float);
+    uint32_t *seg_n = NULL;
+    float *seg_xy = NULL;
+    if (t->seg_n) {
+        seg_n = (uint32_t *)(void *)p;
+        memcpy(seg_n, t->seg_n, nl * sizeof(uint32_t));
+        p += nl * sizeof(uint32_t);
+        seg_xy = (float *)(void *)p;
+        memcpy(seg_xy, t->seg_xy, pts * 2 * sizeof(float));
+        p += pts * 2 * sizeof(float);
+    }
+    memcpy(p, t->pixels, px);
+    rt->t =
+        (struct trn_aug_tile){ (const uint8_t *)p, t->w, t->h, labels, t->n_labels, seg_n, seg_xy };
+    struct ram_tile *none = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&l->ram[idx], &none, rt, memory_order_release,
+                                                 memory_order_acquire)) {
+        atomic_fetch_sub(&l->ram_bytes, bytes);
+        free(rt);
+        rt = none;
+    }
+    *t = rt->t;
+}
+
 /*
  * Read and decode the records idx[0, n) into tiles. Known-bad records are replaced first;
  * records found bad now are reported and replaced (SKIP) or fail the task. idx is updated to
@@ -394,6 +462,12 @@ static int load_tiles(struct worker *w, uint64_t *idx, int n, struct trn_aug_til
             if (idx[k] >= l->n) {
                 snprintf(w->msg, sizeof w->msg, "every record of the dataset is bad");
                 return -EIO;
+            }
+            const struct ram_tile *rt = ram_get(l, idx[k]);
+            if (rt) { /* decoded before: no read, no decode */
+                tiles[k] = rt->t;
+                pending[k] = false;
+                continue;
             }
             struct ffr_record_info info;
             if (ffr_reader_info(l->r, idx[k], &info) < 0) {
@@ -434,6 +508,7 @@ static int load_tiles(struct worker *w, uint64_t *idx, int n, struct trn_aug_til
                                         &tiles[k], why, sizeof why);
                 if (t < 0) return t;
                 if (t == 0) {
+                    if (l->ram) ram_put(l, idx[k], &tiles[k]);
                     pending[k] = false;
                     continue;
                 }
@@ -1057,6 +1132,51 @@ static int setup_rect(struct trn_loader *l, char *err, size_t cap)
     return 0;
 }
 
+/* MemAvailable of /proc/meminfo in bytes, or 0 when unknown. TRN_LOADER_TEST_MEM_AVAILABLE
+ * (bytes) stands in for it in the tests. */
+static uint64_t mem_available(void)
+{
+    const char *t = getenv("TRN_LOADER_TEST_MEM_AVAILABLE");
+    if (t && *t) return strtoull(t, NULL, 10);
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/*
+ * cache_ram as train.py --cache ram decides it: the decoded tiles must fit in the memory
+ * available with a 10% margin, else a warning and no cache. Tiles are cached as workers first
+ * decode them (the first epoch reads everything once), not up front.
+ */
+static void setup_ram(struct trn_loader *l)
+{
+    uint64_t need = 0;
+    for (uint64_t i = 0; i < l->n; i++)
+        need += (uint64_t)l->meta[i].tw * l->meta[i].th * 3 +
+                5 * 4 * (uint64_t)l->meta[i].n_labels + sizeof(struct ram_tile);
+    const uint64_t avail = mem_available();
+    const double gb = 1e-9 * (double)need;
+    if (avail && (double)need * 1.1 > (double)avail) {
+        log_line(l,
+                 "WARNING: --cache ram needs %.1f GB for %" PRIu64 " decoded images, %.1f GB "
+                 "available: not caching",
+                 gb, l->n, 1e-9 * (double)avail);
+        return;
+    }
+    l->ram = calloc(l->n, sizeof *l->ram);
+    if (!l->ram) return;
+    /* polygons are not in the index summary: room for them within the margin */
+    l->ram_cap = avail ? (uint64_t)((double)avail * 0.9) : need + need / 2;
+    log_line(
+        l, "caching decoded images in RAM (%.1f GB for %" PRIu64 " images) as they are first read",
+        gb, l->n);
+}
+
 static int check_opts(const struct trn_loader_opts *o, char *err, size_t cap)
 {
     if (o->mode != TRN_LOADER_TRAIN && o->mode != TRN_LOADER_VAL)
@@ -1287,6 +1407,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
                  o->mode == TRN_LOADER_VAL
                      ? "val.py shrinks the original image with INTER_AREA instead:"
                      : "load_image resizes the original image:");
+    if (o->cache_ram) setup_ram(l);
     if (o->rect) {
         rc = setup_rect(l, err, err_cap);
         if (rc < 0) goto fail_out;
@@ -1398,6 +1519,9 @@ void trn_loader_destroy(struct trn_loader *l)
         free(l->slots[i].info);
     }
     free(l->slots);
+    for (uint64_t i = 0; l->ram && i < l->n; i++)
+        free(atomic_load(&l->ram[i]));
+    free((void *)l->ram);
     free(l->meta);
     free(l->indices);
     free(l->order);

@@ -138,6 +138,11 @@ struct trn_loader_opts {
     enum trn_bad_record bad_records; /* default TRN_BAD_RECORD_SKIP */
     struct trn_hyp hyp;              /* augmentation hyperparameters (TRAIN); default
                                         hyp.scratch-low (trn_hyp_default) */
+    bool cache_ram;                  /* train.py --cache ram: decoded tiles (after any resize
+                                        on load) kept in RAM as they are first read, so later
+                                        samples skip the read, the checksum and the decode;
+                                        refused with a log line, like train.py, when they would
+                                        not fit in 90% of MemAvailable; default false */
     struct ffio_records_opts io;     /* each worker's record reader; default
                                         ffio_records_opts_default (verify on: with verify
                                         off, a corrupted record is no longer detected) */

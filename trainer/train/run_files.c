@@ -145,6 +145,7 @@ char *run_opt_yaml(const struct run *R, size_t *len)
         fputc('\n', f);
     }
     fprintf(f, "epochs: %d\nbatch_size: %d\nimgsz: %d\n", o->epochs, o->batch_size, o->img);
+    fprintf(f, "cache: %s\n", o->cache_ram ? "ram" : "null");
     fprintf(f, "resume: %s\n", o->resume ? "true" : "false");
     fprintf(f, "device: ");
     yaml_quote(f, o->device ? o->device : "cpu");

@@ -707,6 +707,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     /* train.py's train loader: rect with pad 0.0 at the grid size max(stride, 32) */
     lo.rect = o->rect;
     lo.rect_pad = 0.0;
+    lo.cache_ram = o->cache_ram;
     lo.stride = R->grid;
     if (o->cache_dir) {
         lo.damaged = loader_damaged;

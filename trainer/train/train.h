@@ -238,6 +238,8 @@ struct trn_train_opts {
                            weighted by their labels' classes' rarity and (1 - last mAP)^2
                            (trn_image_weights, trn_loader_set_indices); one process only;
                            recorded [false] */
+    bool cache_ram;     /* train.py --cache ram: the training images decoded once and kept
+                           in RAM (trn_loader_opts.cache_ram); recorded [false] */
     bool noplots;       /* train.py --noplots: no train_batch0..2.jpg, results.png, nor the
                            final validation's pictures [false] */
     bool noautoanchor;  /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which
