@@ -197,9 +197,8 @@ static const _Alignas(32) int8_t g_sel[2][3][32] = { { SEL_LO(0), SEL_LO(1), SEL
  * tile (or only fill) for all four taps of all eight pixels. Returns true when all 8 are the
  * fill by the fill path.
  */
-AUG_AVX2 static bool warp8(const struct kern_aug_canvas *c, const struct cprep *cp, const double *M,
-                           int persp, int bw0, __m256i X, __m256i Y, int x, int y,
-                           struct lanes *out)
+AUG_AVX2 static bool warp8(const struct kern_aug_canvas *c, const struct cprep *cp, __m256i X,
+                           __m256i Y, struct lanes *out)
 {
     const __m256i sx = clamp_s16(_mm256_srai_epi32(X, INTER_BITS));
     const __m256i sy = clamp_s16(_mm256_srai_epi32(Y, INTER_BITS));
@@ -281,10 +280,13 @@ AUG_AVX2 static bool warp8(const struct kern_aug_canvas *c, const struct cprep *
             }
         }
     }
-    int v[3][8];
+    /* the taps straddle regions or the fill: each pixel alone, from its coordinates */
+    int xs[8], ys[8], v[3][8];
+    _mm256_storeu_si256((__m256i *)(void *)xs, X);
+    _mm256_storeu_si256((__m256i *)(void *)ys, Y);
     for (int i = 0; i < 8; i++) {
         uint8_t px[3];
-        warp_px(c, M, persp, bw0, x + i, y, px);
+        warp_tap(c, xs[i], ys[i], px);
         v[0][i] = px[0], v[1][i] = px[1], v[2][i] = px[2];
     }
     for (int ch = 0; ch < 3; ch++)
@@ -437,12 +439,10 @@ AUG_AVX2 static void run_avx2(const struct pass *P)
             struct lanes p, q;
             __m256i X, Y;
             coords8(smp->inv[0], smp->perspective[0], P->bw0, x, y, X0[0], Y0[0], &X, &Y);
-            const bool fill = warp8(&smp->canvas[0], &cp[0], smp->inv[0], smp->perspective[0],
-                                    P->bw0, X, Y, x, y, &p);
+            const bool fill = warp8(&smp->canvas[0], &cp[0], X, Y, &p);
             if (smp->mixup) {
                 coords8(smp->inv[1], smp->perspective[1], P->bw0, x, y, X0[1], Y0[1], &X, &Y);
-                warp8(&smp->canvas[1], &cp[1], smp->inv[1], smp->perspective[1], P->bw0, X, Y, x, y,
-                      &q);
+                warp8(&smp->canvas[1], &cp[1], X, Y, &q);
                 for (int ch = 0; ch < 3; ch++)
                     p.c[ch] = mix8(p.c[ch], q.c[ch], r, r2);
             }
@@ -501,9 +501,8 @@ AUG_AVX512 static inline void coords16(const double *M, int persp, int bw0, int 
 }
 
 /* warp8 for 16 pixels; returns true when all 16 are the fill by the fill path. */
-AUG_AVX512 static bool warp16(const struct kern_aug_canvas *c, const struct cprep *cp,
-                              const double *M, int persp, int bw0, __m512i X, __m512i Y, int x,
-                              int y, struct lanes16 *out)
+AUG_AVX512 static bool warp16(const struct kern_aug_canvas *c, const struct cprep *cp, __m512i X,
+                              __m512i Y, struct lanes16 *out)
 {
     const __m512i sx = clamp16_s16(_mm512_srai_epi32(X, INTER_BITS));
     const __m512i sy = clamp16_s16(_mm512_srai_epi32(Y, INTER_BITS));
@@ -580,10 +579,12 @@ AUG_AVX512 static bool warp16(const struct kern_aug_canvas *c, const struct cpre
             }
         }
     }
-    int v[3][16];
+    int xs[16], ys[16], v[3][16];
+    _mm512_storeu_si512(xs, X);
+    _mm512_storeu_si512(ys, Y);
     for (int i = 0; i < 16; i++) {
         uint8_t px[3];
-        warp_px(c, M, persp, bw0, x + i, y, px);
+        warp_tap(c, xs[i], ys[i], px);
         v[0][i] = px[0], v[1][i] = px[1], v[2][i] = px[2];
     }
     for (int ch = 0; ch < 3; ch++)
@@ -714,12 +715,10 @@ AUG_AVX512 static void run_avx512(const struct pass *P)
             struct lanes16 p, q;
             __m512i X, Y;
             coords16(smp->inv[0], smp->perspective[0], P->bw0, x, y, X0[0], Y0[0], &X, &Y);
-            const bool fill = warp16(&smp->canvas[0], &cp[0], smp->inv[0], smp->perspective[0],
-                                     P->bw0, X, Y, x, y, &p);
+            const bool fill = warp16(&smp->canvas[0], &cp[0], X, Y, &p);
             if (smp->mixup) {
                 coords16(smp->inv[1], smp->perspective[1], P->bw0, x, y, X0[1], Y0[1], &X, &Y);
-                warp16(&smp->canvas[1], &cp[1], smp->inv[1], smp->perspective[1], P->bw0, X, Y, x,
-                       y, &q);
+                warp16(&smp->canvas[1], &cp[1], X, Y, &q);
                 for (int ch = 0; ch < 3; ch++)
                     p.c[ch] = mix16(p.c[ch], q.c[ch], r, r2);
             }

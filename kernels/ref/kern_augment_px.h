@@ -203,6 +203,18 @@ static inline const uint8_t *canvas_px(const struct kern_aug_canvas *c, int x, i
  * fill (114), a pixel whose taps are all outside is the border value either way, and the
  * weights of 4 equal taps sum to the value, so this equals warping the pasted canvas.
  */
+/* The warped pixel at source (X, Y) in 1/32 px, its taps read from the canvas's regions. */
+static inline void warp_tap(const struct kern_aug_canvas *c, int X, int Y, uint8_t *d)
+{
+    static const uint8_t fill[3] = { KERN_AUG_FILL, KERN_AUG_FILL, KERN_AUG_FILL };
+    const int sx = sat_s16(X >> INTER_BITS), sy = sat_s16(Y >> INTER_BITS);
+    const struct taps_w w = taps_weights(X & (INTER_TAB_SIZE - 1), Y & (INTER_TAB_SIZE - 1));
+    const uint8_t *v0 = canvas_px(c, sx, sy, fill), *v1 = canvas_px(c, sx + 1, sy, fill);
+    const uint8_t *v2 = canvas_px(c, sx, sy + 1, fill), *v3 = canvas_px(c, sx + 1, sy + 1, fill);
+    for (int k = 0; k < 3; k++)
+        d[k] = blend4(v0[k], v1[k], v2[k], v3[k], w);
+}
+
 static inline void warp_px(const struct kern_aug_canvas *c, const double *M, int perspective,
                            int bw0, int x, int y, uint8_t *d)
 {
@@ -214,13 +226,7 @@ static inline void warp_px(const struct kern_aug_canvas *c, const double *M, int
         X = affine_sum(affine_row(M[1], M[2], y), affine_col(M[0], x));
         Y = affine_sum(affine_row(M[4], M[5], y), affine_col(M[3], x));
     }
-    static const uint8_t fill[3] = { KERN_AUG_FILL, KERN_AUG_FILL, KERN_AUG_FILL };
-    const int sx = sat_s16(X >> INTER_BITS), sy = sat_s16(Y >> INTER_BITS);
-    const struct taps_w w = taps_weights(X & (INTER_TAB_SIZE - 1), Y & (INTER_TAB_SIZE - 1));
-    const uint8_t *v0 = canvas_px(c, sx, sy, fill), *v1 = canvas_px(c, sx + 1, sy, fill);
-    const uint8_t *v2 = canvas_px(c, sx, sy + 1, fill), *v3 = canvas_px(c, sx + 1, sy + 1, fill);
-    for (int k = 0; k < 3; k++)
-        d[k] = blend4(v0[k], v1[k], v2[k], v3[k], w);
+    warp_tap(c, X, Y, d);
 }
 
 /*
