@@ -68,6 +68,12 @@ run 0 "--single-cls on 8 classes" -- --cfg yolov5n --single-cls --name sc
 has "Overriding model.yaml nc=80 with nc=1" && grep -qx "single_cls: true" "$work/runs/sc/opt.yaml"
 check $? "... one class (nc=1), recorded in opt.yaml"
 
+run 0 "--cache (ram)" -- --cfg yolov5n --cache --noplots --name cr
+has "caching decoded images in RAM" && grep -qx "cache: ram" "$work/runs/cr/opt.yaml" &&
+    grep -qx "cache: null" "$work/runs/a/opt.yaml"
+check $? "... says so, recorded in opt.yaml as train.py writes it (null without)"
+run 2 "--cache tape" -- --cfg yolov5n --cache tape --name cr2
+
 run 0 "--image-weights" -- --cfg yolov5n --image-weights --noplots --name iw
 grep -qx "image_weights: true" "$work/runs/iw/opt.yaml" && [ ! -e "$work/runs/iw/labels.jpg" ]
 check $? "... recorded in opt.yaml; --noplots writes no labels.jpg"
