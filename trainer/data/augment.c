@@ -943,6 +943,19 @@ int trn_aug_plan_sample(struct trn_aug_ws *ws, const struct trn_aug_hyp *hyp,
                        plan, rows, cap_rows);
 }
 
+/* letterbox(auto=False, scaleup=True) of tile t to oh x ow into ws->canvas (a sample whose
+ * letterbox must resize: plan_sample leaves its canvas empty). */
+static int letterbox_canvas(struct trn_aug_ws *ws, const struct trn_aug_tile *t, int oh, int ow)
+{
+    struct trn_aug_letterbox_opts o;
+    trn_aug_letterbox_opts_default(&o);
+    struct trn_aug_letterbox_plan lp;
+    const int rc = trn_aug_letterbox_plan(t->w, t->h, oh, ow, &o, &lp);
+    return rc < 0 ? rc
+                  : trn_aug_letterbox(t->pixels, t->w, t->h, &lp, ws->canvas,
+                                      4 * (size_t)ws->s * ws->s * 3);
+}
+
 /* Paste canvas k of p onto ws->canvas and warp it into dst (s x s), on the CPU. */
 static int cpu_warp(struct kern_ctx *k, struct trn_aug_ws *ws, const struct kern_aug_sample *p,
                     int i, uint8_t *dst, int oh, int ow)
@@ -968,13 +981,7 @@ int trn_aug_train_sample_shape(struct trn_aug_ws *ws, const struct trn_aug_hyp *
     int rc;
     if (!d->mosaic && p.canvas[0].n_paste == 0) {
         /* a resizing letterbox: done here, then warped from ws->canvas */
-        struct trn_aug_letterbox_opts o;
-        trn_aug_letterbox_opts_default(&o);
-        struct trn_aug_letterbox_plan lp;
-        rc = trn_aug_letterbox_plan(tiles[0].w, tiles[0].h, oh, ow, &o, &lp);
-        if (rc == 0)
-            rc = trn_aug_letterbox(tiles[0].pixels, tiles[0].w, tiles[0].h, &lp, ws->canvas,
-                                   4 * (size_t)ws->s * ws->s * 3);
+        rc = letterbox_canvas(ws, &tiles[0], oh, ow);
         if (rc == 0)
             rc = kern_ref_aug_warp(k, dst, ow, oh, ws->canvas, ow, oh, p.inv[0], p.perspective[0],
                                    TRN_AUG_FILL);
@@ -1011,13 +1018,7 @@ int trn_aug_train_sample_planar(struct trn_aug_ws *ws, const struct trn_aug_hyp 
     int rc = 0;
     if (!d->mosaic && p.canvas[0].n_paste == 0) {
         /* a resizing letterbox: done into ws->canvas, which the pass then reads */
-        struct trn_aug_letterbox_opts o;
-        trn_aug_letterbox_opts_default(&o);
-        struct trn_aug_letterbox_plan lp;
-        rc = trn_aug_letterbox_plan(tiles[0].w, tiles[0].h, oh, ow, &o, &lp);
-        if (rc == 0)
-            rc = trn_aug_letterbox(tiles[0].pixels, tiles[0].w, tiles[0].h, &lp, ws->canvas,
-                                   4 * (size_t)ws->s * ws->s * 3);
+        rc = letterbox_canvas(ws, &tiles[0], oh, ow);
         if (rc < 0) return rc;
         canvas_of_buffer(&p.canvas[0], ws->canvas);
     }
