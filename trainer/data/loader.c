@@ -1132,20 +1132,53 @@ static int setup_rect(struct trn_loader *l, char *err, size_t cap)
     return 0;
 }
 
-/* MemAvailable of /proc/meminfo in bytes, or 0 when unknown. TRN_LOADER_TEST_MEM_AVAILABLE
- * (bytes) stands in for it in the tests. */
+/* A /proc/meminfo field ("MemAvailable", "MemTotal") in bytes, or 0 when unknown. */
+static uint64_t meminfo(const char *field)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    const size_t fl = strlen(field);
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, fl) && line[fl] == ':' && sscanf(line + fl + 1, "%llu", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* MemAvailable in bytes, or 0 when unknown. TRN_LOADER_TEST_MEM_AVAILABLE (bytes) stands in for
+ * it in the tests. */
 static uint64_t mem_available(void)
 {
     const char *t = getenv("TRN_LOADER_TEST_MEM_AVAILABLE");
     if (t && *t) return strtoull(t, NULL, 10);
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
+    return meminfo("MemAvailable");
+}
+
+/*
+ * FFIO_DIRECT_AUTO, decided per dataset: O_DIRECT pays when the data is much larger than RAM
+ * (ffio.h); a dataset within a quarter of the machine's memory is read through the page cache,
+ * so that after the first epoch its reads are memory copies. The reads of a sample are not
+ * overlapped with its augmentation, so on a slow device O_DIRECT halved the loader's rate on
+ * coco128 (docs/benchmarks.md, issue 23). An explicit FFIO_DIRECT_ON or _OFF is kept.
+ */
+static void choose_direct(struct trn_loader *l)
+{
+    if (l->o.io.io.direct != FFIO_DIRECT_AUTO) return;
+    uint64_t bytes = 0;
+    for (uint64_t i = 0; i < l->n; i++) {
+        struct ffr_record_info in;
+        if (ffr_reader_info(l->r, i, &in) == 0) bytes += in.extent_len;
+    }
+    const uint64_t total = meminfo("MemTotal");
+    if (total && bytes <= total / 4) {
+        l->o.io.io.direct = FFIO_DIRECT_OFF;
+        log_line(l,
+                 "the dataset (%.2f GB) fits in a quarter of this machine's memory (%.1f GB): "
+                 "reading it through the page cache, not O_DIRECT",
+                 1e-9 * (double)bytes, 1e-9 * (double)total);
+    }
 }
 
 /*
@@ -1407,6 +1440,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
                  o->mode == TRN_LOADER_VAL
                      ? "val.py shrinks the original image with INTER_AREA instead:"
                      : "load_image resizes the original image:");
+    choose_direct(l);
     if (o->cache_ram) setup_ram(l);
     if (o->rect) {
         rc = setup_rect(l, err, err_cap);

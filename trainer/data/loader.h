@@ -145,7 +145,10 @@ struct trn_loader_opts {
                                         not fit in 90% of MemAvailable; default false */
     struct ffio_records_opts io;     /* each worker's record reader; default
                                         ffio_records_opts_default (verify on: with verify
-                                        off, a corrupted record is no longer detected) */
+                                        off, a corrupted record is no longer detected). With
+                                        io.io.direct FFIO_DIRECT_AUTO (the default), a dataset
+                                        within a quarter of MemTotal is read through the page
+                                        cache (one log line), a larger one with O_DIRECT */
     trn_loader_log_fn log;           /* optional; NULL drops the lines */
     void *log_ctx;                   /* passed to log */
     trn_loader_damaged_fn damaged;   /* optional: a shard's record failed its checksum (a node
