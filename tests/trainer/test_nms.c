@@ -1,6 +1,12 @@
-/* NMS, IoU and scale_boxes on hand cases; every expected value is derived in a comment. */
+/* NMS, IoU and scale_boxes on hand cases; every expected value is derived in a comment. And the
+ * NMS against a plain restatement of non_max_suppression + torchvision's batched NMS (every
+ * later candidate compared) on random crowded predictions: the per-class sweep must give the
+ * same detections, also when it must not be used (agnostic, a negative threshold, NaN or huge
+ * boxes). */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nms.h"
@@ -18,6 +24,103 @@ static void row(float *r, float cx, float cy, float w, float h, float obj, float
     r[4] = obj;
     r[5] = c0;
     r[6] = c1;
+}
+
+/* ---- the plain restatement ---------------------------------------------------------------- */
+
+struct rc {
+    float box[4], conf;
+    int cls, seq;
+};
+
+static int rc_cmp(const void *pa, const void *pb)
+{
+    const struct rc *a = pa, *b = pb;
+    if (a->conf != b->conf) return a->conf > b->conf ? -1 : 1;
+    return a->seq - b->seq;
+}
+
+static float plain_iou(const float *a, const float *b)
+{
+    const float aa = (a[2] - a[0]) * (a[3] - a[1]), ab = (b[2] - b[0]) * (b[3] - b[1]);
+    const float w = fmaxf(0.0f, fminf(a[2], b[2]) - fmaxf(a[0], b[0]));
+    const float h = fmaxf(0.0f, fminf(a[3], b[3]) - fmaxf(a[1], b[1]));
+    return w * h / (aa + ab - w * h);
+}
+
+static int plain_nms(const float *pred, int rows, int nc, const struct trn_nms_opts *o,
+                     struct trn_det *out, int cap)
+{
+    struct rc *c = malloc(sizeof *c * (size_t)rows * (size_t)nc);
+    int n = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *x = pred + (size_t)r * (5 + (size_t)nc);
+        if (!(x[4] > o->conf_thres)) continue;
+        const float hw = x[2] / 2, hh = x[3] / 2;
+        const float b[4] = { x[0] - hw, x[1] - hh, x[0] + hw, x[1] + hh };
+        for (int j = 0; j < nc; j++) {
+            const float conf = x[5 + j] * x[4];
+            if (!(conf > o->conf_thres)) continue;
+            memcpy(c[n].box, b, sizeof b);
+            c[n].conf = conf, c[n].cls = j, c[n].seq = n;
+            n++;
+        }
+    }
+    qsort(c, (size_t)n, sizeof *c, rc_cmp);
+    if (n > o->max_nms) n = o->max_nms;
+    float *ob = malloc(sizeof(float) * 4 * (size_t)(n ? n : 1));
+    char *supp = calloc((size_t)(n ? n : 1), 1);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++)
+            ob[4 * i + k] = c[i].box[k] + (o->agnostic ? 0.0f : (float)c[i].cls * 7680.0f);
+    int kept = 0;
+    for (int i = 0; i < n && kept < cap && kept < o->max_det; i++) {
+        if (supp[i]) continue;
+        out[kept] = (struct trn_det){ c[i].box[0], c[i].box[1], c[i].box[2],
+                                      c[i].box[3], c[i].conf,   c[i].cls };
+        kept++;
+        for (int j = i + 1; j < n; j++)
+            if (!supp[j] && (double)plain_iou(ob + 4 * i, ob + 4 * j) > o->iou_thres) supp[j] = 1;
+    }
+    free(c), free(ob), free(supp);
+    return kept;
+}
+
+static uint64_t g_x = 0x9E3779B97F4A7C15ull;
+
+static float urand(void)
+{
+    g_x ^= g_x << 13, g_x ^= g_x >> 7, g_x ^= g_x << 17;
+    return (float)(g_x >> 40) / (float)(1 << 24);
+}
+
+/* rows crowded around a few centres, so that boxes of one class and of different classes
+ * overlap; twist: 1 a NaN box, 2 a box 9000 px wide, 3 a box of negative width. */
+static int plain_case(struct trn_nms *nms, const struct trn_nms_opts *o, int twist)
+{
+    enum { ROWS = 600, C = 5 };
+    static float pred[ROWS * (5 + C)];
+    for (int r = 0; r < ROWS; r++) {
+        float *x = pred + r * (5 + C);
+        const int k = r % 7;
+        x[0] = 50.0f + 60.0f * (float)k + 20.0f * urand();
+        x[1] = 80.0f + 20.0f * urand();
+        x[2] = 30.0f + 40.0f * urand();
+        x[3] = 30.0f + 40.0f * urand();
+        x[4] = urand();
+        for (int j = 0; j < C; j++)
+            x[5 + j] = urand();
+    }
+    if (twist == 1) pred[5 * (5 + C) + 2] = NAN;
+    if (twist == 2) pred[7 * (5 + C) + 2] = 9000.0f;
+    if (twist == 3) pred[9 * (5 + C) + 2] = -50.0f;
+    static struct trn_det a[400], b[400];
+    const int na = trn_nms_run(nms, pred, ROWS, 5 + C, C, o, a, 400);
+    const int nb = plain_nms(pred, ROWS, C, o, b, 400);
+    int same = na == nb;
+    for (int i = 0; same && i < na; i++)
+        same = !memcmp(&a[i], &b[i], sizeof a[i]) || (isnan(a[i].x1) && isnan(b[i].x1));
+    return same ? na : -1;
 }
 
 int main(void)
@@ -119,6 +222,30 @@ int main(void)
     double g, pw, ph;
     ok(trn_ratio_pad(640, 640, 1280, 960, &g, &pw, &ph) == 0 && g == 0.5 && pw == 0 && ph == 80,
        "ratio_pad from shapes");
+
+    /* the per-class sweep against every later candidate compared */
+    struct trn_nms_opts po;
+    trn_nms_opts_default(&po);
+    po.conf_thres = 0.05f;
+    po.iou_thres = 0.45;
+    int r1 = plain_case(nms, &po, 0), r2 = plain_case(nms, &po, 3);
+    ok(r1 > 0 && r2 > 0,
+       "multi-label, 5 classes, 600 crowded rows: the same %d detections as the plain NMS "
+       "(and %d with a box of negative width)",
+       r1, r2);
+    po.agnostic = 1;
+    r1 = plain_case(nms, &po, 0);
+    po.agnostic = 0;
+    po.iou_thres = -0.1;
+    r2 = plain_case(nms, &po, 0);
+    po.iou_thres = 0.45;
+    const int r3 = plain_case(nms, &po, 1), r4 = plain_case(nms, &po, 2);
+    ok(r1 > 0 && r2 > 0 && r3 > 0 && r4 > 0,
+       "the same where the sweep must compare every pair: agnostic (%d), iou_thres -0.1 (%d), a "
+       "NaN box (%d), a box 9000 px wide (%d)",
+       r1, r2, r3, r4);
+    po.max_det = 7;
+    ok(plain_case(nms, &po, 0) == 7, "max_det 7: the first 7 of the same");
 
     trn_nms_destroy(nms);
     return tap_done();

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,10 @@ struct trn_nms {
     float *obox;         /* offset boxes for the NMS, 4 per kept candidate */
     float *area;         /* their areas */
     unsigned char *supp; /* suppressed flags */
-    size_t cap_nms;      /* entries of obox/area/supp */
+    uint32_t *next;      /* the next candidate of the same class, in sorted order */
+    size_t cap_nms;      /* entries of obox/area/supp/next */
+    uint32_t *head;      /* per class: its first candidate not yet linked (building next) */
+    size_t cap_head;
 };
 
 void trn_nms_opts_default(struct trn_nms_opts *o)
@@ -49,6 +53,8 @@ void trn_nms_destroy(struct trn_nms *nms)
     free(nms->obox);
     free(nms->area);
     free(nms->supp);
+    free(nms->next);
+    free(nms->head);
     free(nms);
 }
 
@@ -166,8 +172,12 @@ int trn_nms_run(struct trn_nms *nms, const float *pred, size_t n_rows, size_t ro
         float *ob = realloc(nms->obox, n * 4 * sizeof(float));
         if (!ob) return -ENOMEM;
         nms->obox = ob;
+        uint32_t *nx = realloc(nms->next, n * sizeof(uint32_t));
+        if (!nx) return -ENOMEM;
+        nms->next = nx;
         nms->cap_nms = n;
     }
+    if (trn_grow((void **)&nms->head, &nms->cap_head, (size_t)nc, sizeof(uint32_t))) return -ENOMEM;
 
     for (size_t i = 0; i < n; i++) {
         const struct cand *c = &nms->cand[i];
@@ -178,6 +188,33 @@ int trn_nms_run(struct trn_nms *nms, const float *pred, size_t n_rows, size_t ro
             b[k] = c->box[k] + off;
         nms->area[i] = (b[2] - b[0]) * (b[3] - b[1]);
         nms->supp[i] = 0;
+    }
+    /*
+     * Which pairs can suppress. batched_nms's offsets put each class max_wh apart, so boxes of
+     * two classes never intersect when all boxes span less than max_wh in x (less a margin for
+     * the float rounding of the offset sums): their IoU is 0, which suppresses nothing when
+     * iou_thres >= 0. Then only pairs of one class need an IoU: each candidate links to the next
+     * of its class (next[]), and the sweep below compares along that chain, the same decisions
+     * as comparing with every later candidate. Otherwise (agnostic, NaN or huge boxes, a
+     * negative threshold) the chain is every later candidate.
+     */
+    const uint32_t none = UINT32_MAX;
+    bool by_class = !o->agnostic && o->iou_thres >= 0 && nc > 1;
+    float lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < n && by_class; i++) {
+        const float *b = nms->cand[i].box;
+        if (!(fabsf(b[0]) <= 1e30f && fabsf(b[2]) <= 1e30f)) by_class = false; /* NaN, inf */
+        /* both x coordinates: a box of negative width has x2 < x1 */
+        lo = fminf(lo, fminf(b[0], b[2]));
+        hi = fmaxf(hi, fmaxf(b[0], b[2]));
+    }
+    if (by_class && !((double)hi - (double)lo < TRN_NMS_MAX_WH - 1.0)) by_class = false;
+    for (int c = 0; c < nc; c++)
+        nms->head[c] = none;
+    for (size_t i = n; i-- > 0;) {
+        const int c = by_class ? nms->cand[i].cls : 0;
+        nms->next[i] = by_class ? nms->head[c] : (i + 1 < n ? (uint32_t)(i + 1) : none);
+        nms->head[c] = (uint32_t)i;
     }
     /* torchvision sorts the scores again (descending); our order already is that order. */
     size_t kept = 0;
@@ -193,7 +230,7 @@ int trn_nms_run(struct trn_nms *nms, const float *pred, size_t n_rows, size_t ro
         dets[kept].cls = c->cls;
         kept++;
         const float *bi = nms->obox + 4 * i;
-        for (size_t j = i + 1; j < n; j++) {
+        for (uint32_t j = nms->next[i]; j != none; j = nms->next[j]) {
             if (nms->supp[j]) continue;
             const float ovr = tv_iou(bi, nms->area[i], nms->obox + 4 * j, nms->area[j]);
             /* float promoted to double against the double threshold, as in torchvision. */
