@@ -10,7 +10,10 @@
  *   3. candidates sorted by conf, descending, keeping at most max_nms;
  *   4. class-aware greedy NMS: boxes shifted by cls * max_wh (0 when agnostic), then
  *      torchvision's CPU nms: in score order, keep a box and suppress every later box whose IoU
- *      with it is > iou_thres (strictly greater; IoU == iou_thres survives);
+ *      with it is > iou_thres (strictly greater; IoU == iou_thres survives). When the offsets
+ *      keep the classes apart (every box spans < max_wh - 1 in x, iou_thres >= 0, not agnostic)
+ *      boxes of two classes have IoU 0, so only later boxes of the same class are compared: the
+ *      same decisions, in a fraction of the pairs;
  *   5. keep the first max_det.
  * No wall-clock limit (ultralytics' time_limit is deliberately not copied, recipe S6).
  *
