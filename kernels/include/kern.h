@@ -126,6 +126,12 @@ KERN_API int kern_cpu_count(void);
  * say): 1 once a context with threads > 1 exists, so the two never oversubscribe. */
 KERN_API int kern_blas_threads(void);
 
+/* The BLAS kernels the CPU ops use, for a log line: OpenBLAS's core name (e.g. "SkylakeX"), with
+ * a note when this library chose it because OpenBLAS fell back to Prescott's SSE3 kernels on a
+ * CPU it does not know (kern_ctx_create does that once, see kern_ctx.c); "not OpenBLAS"
+ * otherwise. Static storage. Thread-safe. */
+KERN_API const char *kern_blas_core(void);
+
 /* Returns the backend of ctx (KERN_BACKEND_*), or -EINVAL for NULL. */
 KERN_API int kern_ctx_backend(const struct kern_ctx *ctx);
 

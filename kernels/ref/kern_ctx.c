@@ -6,8 +6,10 @@
  * machine would steal the cores from OpenBLAS and the data loader) and wake for each
  * kern_parallel call; the caller works as worker 0 and waits for the others.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -172,6 +174,66 @@ void kern_ctx_opts_default(struct kern_ctx_opts *o)
     o->backend = KERN_BACKEND_CPU;
 }
 
+/*
+ * OpenBLAS's DYNAMIC_ARCH picks its kernels by CPU vendor, family and model. A CPU newer than the
+ * library (Debian 12's 0.3.21 on an Intel Emerald Rapids, family 6 model 207) is not in its table,
+ * and it falls back to Prescott's SSE3 kernels: sgemm at 28 GFLOP/s per core where its SkylakeX
+ * kernels reach 150 on the same core. When OpenBLAS fell back that way on a CPU whose AVX-512 or
+ * AVX2 the OS enables, and the user chose no core (OPENBLAS_CORETYPE), the core is chosen again by
+ * instruction set, through OpenBLAS's own selection (gotoblas_dynamic_quit and _init read
+ * OPENBLAS_CORETYPE again and initialise the new core's parameters), once, before this library's
+ * first GEMM. Both are looked up at run time: another BLAS, or an OpenBLAS without them, is left
+ * as it is. OPENBLAS_CORETYPE is put back as it was afterwards, so children choose for themselves.
+ */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static char blas_core[128];
+
+static void blas_choose(void)
+{
+#ifdef OPENBLAS_VERSION
+    const char *const chosen = openblas_get_corename();
+    snprintf(blas_core, sizeof blas_core, "%s", chosen ? chosen : "?");
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!chosen || strcmp(chosen, "Prescott") || getenv("OPENBLAS_CORETYPE")) return;
+    __builtin_cpu_init();
+    const char *want = NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512cd"))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        want = "Haswell";
+    /* ISO C has no object-to-function pointer cast; POSIX guarantees the representation */
+    void (*quit)(void), (*init)(void);
+    void *const q = dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit");
+    void *const i = dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init");
+    if (!want || !q || !i) return;
+    memcpy(&quit, &q, sizeof quit);
+    memcpy(&init, &i, sizeof init);
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    quit();
+    init();
+    unsetenv("OPENBLAS_CORETYPE");
+    const char *const now = openblas_get_corename();
+    if (now && !strcmp(now, want)) {
+        snprintf(blas_core, sizeof blas_core, "%s (OpenBLAS fell back to Prescott on this CPU)",
+                 now);
+    } else { /* not taken: back to OpenBLAS's own choice */
+        quit();
+        init();
+    }
+#endif
+#else
+    snprintf(blas_core, sizeof blas_core, "not OpenBLAS");
+#endif
+}
+
+const char *kern_blas_core(void)
+{
+    pthread_once(&blas_once, blas_choose);
+    return blas_core;
+}
+
 int kern_ctx_create(const struct kern_ctx_opts *opts, struct kern_ctx **out)
 {
     struct kern_ctx_opts o;
@@ -187,6 +249,7 @@ int kern_ctx_create(const struct kern_ctx_opts *opts, struct kern_ctx **out)
     /* -KERN_EBACKEND from the hook when the build has no CUDA or no device is visible. */
     if (o.backend == KERN_BACKEND_CUDA) return kern_cuda_ctx_create(&o, out);
     if (o.backend != KERN_BACKEND_CPU) return -EINVAL;
+    pthread_once(&blas_once, blas_choose);
     struct kern_ctx *const ctx = calloc(1, sizeof(*ctx));
     if (!ctx) return -ENOMEM;
     ctx->backend = o.backend;

@@ -10,6 +10,7 @@
  * with h = 0.25 are exact up to rounding; checked at 2e-3 + 1e-3 |g|.
  */
 #include <errno.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -276,6 +277,41 @@ static void check_errors(void)
     kern_ctx_destroy(NULL);
 }
 
+/*
+ * The BLAS core (kern_ctx.c): with OPENBLAS_CORETYPE unset, a CPU with AVX2 and FMA never runs
+ * OpenBLAS's Prescott fallback; a core the user set is kept as set, without the note; the
+ * environment is left as it was. The conv checks after this one run on the chosen core.
+ */
+static void check_blas_core(void)
+{
+    const char *const env0 = getenv("OPENBLAS_CORETYPE");
+    char env[64];
+    snprintf(env, sizeof env, "%s", env0 ? env0 : "");
+    struct kern_ctx *const ctx = ctx_threads(1);
+    const char *const core = kern_blas_core();
+    ok(core && *core, "BLAS kernels named: %s", core ? core : "(null)");
+    if (!strcmp(core, "not OpenBLAS")) {
+        tap_diag("not OpenBLAS: nothing to check of the core");
+        kern_ctx_destroy(ctx);
+        return;
+    }
+    const char *const env1 = getenv("OPENBLAS_CORETYPE");
+    ok(!env0 == !env1 && (!env0 || !strcmp(env, env1)), "OPENBLAS_CORETYPE left as it was (%s)",
+       env0 ? env : "unset");
+    if (env0) {
+        ok(!strncasecmp(core, env, strlen(env)) && !strstr(core, "fell back"),
+           "OPENBLAS_CORETYPE=%s is kept: %s", env, core);
+    } else {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            ok(strncmp(core, "Prescott", 8) != 0, "an AVX2 CPU runs no SSE3 Prescott kernels: %s",
+               core);
+        else
+            tap_diag("this CPU has no AVX2 and FMA: nothing to check of the core");
+    }
+    kern_ctx_destroy(ctx);
+}
+
 /* ---- benchmark ---- */
 
 static double now_s(void)
@@ -377,6 +413,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--bench")) return bench();
     kt_seed_from_args(argc, argv, 20240601);
+    check_blas_core();
 
     static const struct shape fixed[] = {
         { 2, 3, 16, 14, 5, 6, 6, 2, 2, 2, 2 }, /* YOLOv5 stem k6 s2 p2 */

@@ -52,8 +52,9 @@ char *trn_cli_compute_line(char *buf, size_t cap, int threads, unsigned workers)
 {
     snprintf(buf, cap,
              "compute: %d thread(s) per op, BLAS %d thread(s), %u loader worker(s); %d threads in "
-             "the process",
-             threads > 1 ? threads : 1, kern_blas_threads(), workers, trn_cli_os_threads());
+             "the process; BLAS kernels %s",
+             threads > 1 ? threads : 1, kern_blas_threads(), workers, trn_cli_os_threads(),
+             kern_blas_core());
     return buf;
 }
 

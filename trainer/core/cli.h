@@ -24,7 +24,8 @@ int trn_cli_double(const char *s, double lo, double hi, double *out);
 int trn_cli_threads(long requested, int ranks);
 
 /* The line training and validation print at their start, counted now:
- * "compute: N thread(s) per op, BLAS M thread(s), W loader worker(s); T threads in the process".
+ * "compute: N thread(s) per op, BLAS M thread(s), W loader worker(s); T threads in the process;
+ * BLAS kernels K" (K: kern_blas_core).
  * Returns buf. */
 char *trn_cli_compute_line(char *buf, size_t cap, int threads, unsigned workers);
 
