@@ -276,11 +276,12 @@ static void row_map_init(const struct kern_conv2d *d, int ow, int kx, int split,
     }
 }
 
-/* col (K, P) from one image: x itself, or its phase split xs when xs != NULL. */
-static void im2col(const struct kern_conv2d *d, int oh, int ow, float *restrict col,
-                   const float *restrict x, const float *restrict xs)
+/* col (K, P) from one image: x itself, or its phase split xs when xs != NULL; output rows
+ * [oy0, oy1) only, so that col is K x (oy1 - oy0) ow (the forward builds it a band at a time). */
+static void im2col_rows(const struct kern_conv2d *d, int oy0, int oy1, int ow, float *restrict col,
+                        const float *restrict x, const float *restrict xs)
 {
-    const size_t p = (size_t)oh * (size_t)ow, plane = (size_t)d->h_in * d->w_in;
+    const size_t p = (size_t)(oy1 - oy0) * (size_t)ow, plane = (size_t)d->h_in * d->w_in;
     size_t off[CONV_MAX_PHASES];
     const float *src_img = x;
     if (xs) {
@@ -295,8 +296,8 @@ static void im2col(const struct kern_conv2d *d, int oh, int ow, float *restrict 
                 struct row_map m;
                 row_map_init(d, ow, kx, xs != NULL, off, &m);
                 const size_t n = (size_t)(m.hi - m.lo);
-                for (int oy = 0; oy < oh; oy++) {
-                    float *const dst = row + (size_t)oy * ow;
+                for (int oy = oy0; oy < oy1; oy++) {
+                    float *const dst = row + (size_t)(oy - oy0) * ow;
                     const int iy = oy * d->stride_h - d->pad_h + ky;
                     if (iy < 0 || iy >= d->h_in || n == 0) {
                         memset(dst, 0, (size_t)ow * sizeof(float));
@@ -315,6 +316,12 @@ static void im2col(const struct kern_conv2d *d, int oh, int ow, float *restrict 
             }
         }
     }
+}
+
+static void im2col(const struct kern_conv2d *d, int oh, int ow, float *restrict col,
+                   const float *restrict x, const float *restrict xs)
+{
+    im2col_rows(d, 0, oh, ow, col, x, xs);
 }
 
 /* dx += col2im(col) (dx is the phase-split layout when split); dx initialised by the caller. */
@@ -386,13 +393,37 @@ static const float *conv_cols(const struct kern_conv2d *d, const struct conv_pla
     return sl->col;
 }
 
+/*
+ * Floats of col one forward GEMM takes at most: the forward builds col a band of output rows at a
+ * time, so that the band stays in L2 between im2col writing it and the GEMM packing it (the whole
+ * col of a 640-pixel layer is tens of MB, written to memory and read back). Each output element
+ * is the same dot product in the same order whatever the band (the GEMM splits P, never K), so
+ * the results are the same bytes; at least 64 K floats per band keep c_out x P x K above
+ * OpenBLAS's small-matrix threshold (10^6) for any c_out >= 16, as the whole image's call is.
+ */
+#define CONV_FWD_BAND_FLOATS (192u * 1024u)
+
 /* y (c_out, P) = w . col(x), one float32 image, no bias. */
 static void conv_fwd_image(const struct kern_conv2d *d, const struct conv_plan *pl,
                            const struct conv_slot *sl, float *y, const float *x, const float *w)
 {
-    const float *const b = conv_cols(d, pl, sl, x);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pl->p, pl->kk, 1.0f, w, pl->kk,
-                b, pl->p, 0.0f, y, pl->p);
+    const size_t row_floats = (size_t)pl->kk * (size_t)pl->ow;
+    int band = (int)(CONV_FWD_BAND_FLOATS / (row_floats ? row_floats : 1));
+    if (!pl->col || band >= pl->oh || d->c_out < 16) {
+        const float *const b = conv_cols(d, pl, sl, x);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pl->p, pl->kk, 1.0f, w,
+                    pl->kk, b, pl->p, 0.0f, y, pl->p);
+        return;
+    }
+    if (band < 1) band = 1;
+    if (sl->xs) phase_split(sl->xs, x, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
+    for (int oy0 = 0; oy0 < pl->oh; oy0 += band) {
+        const int oy1 = oy0 + band < pl->oh ? oy0 + band : pl->oh;
+        const int pn = (oy1 - oy0) * pl->ow;
+        im2col_rows(d, oy0, oy1, pl->ow, sl->col, x, sl->xs);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pn, pl->kk, 1.0f, w,
+                    pl->kk, sl->col, pn, 0.0f, y + (size_t)oy0 * pl->ow, pl->p);
+    }
 }
 
 /* y[c] += bias[c] (bias of dtype dt) over one float32 image. */

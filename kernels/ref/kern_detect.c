@@ -75,12 +75,21 @@ int kern_ref_detect_decode(struct kern_ctx *ctx, const struct kern_detect *d, fl
             float *const dst = out + blk;
             /* anchor_grid = anchors * stride, as ultralytics builds it. */
             const float aw = anchors[2 * a] * d->stride, ah = anchors[2 * a + 1] * d->stride;
-            for (int gy = 0; gy < d->ny; gy++) {
-                for (int gx = 0; gx < d->nx; gx++) {
-                    const size_t j = (size_t)gy * d->nx + gx;
-                    float *const o = dst + j * no;
-                    for (size_t k = 0; k < no; k++)
-                        o[k] = 1.0f / (1.0f + expf(-src[k * cells + j]));
+            /* A tile of cells at a time: each output k is read along its plane (contiguous)
+             * and the tile's rows (T x no floats) stay in L1 until the box terms are done. */
+            enum { T = 64 };
+            for (size_t j0 = 0; j0 < cells; j0 += T) {
+                const size_t tn = cells - j0 < T ? cells - j0 : T;
+                float *const o0 = dst + j0 * no;
+                for (size_t k = 0; k < no; k++) {
+                    const float *const s = src + k * cells + j0;
+                    for (size_t t = 0; t < tn; t++)
+                        o0[t * no + k] = 1.0f / (1.0f + expf(-s[t]));
+                }
+                for (size_t t = 0; t < tn; t++) {
+                    const size_t j = j0 + t;
+                    float *const o = o0 + t * no;
+                    const int gy = (int)(j / (size_t)d->nx), gx = (int)(j % (size_t)d->nx);
                     o[0] = (o[0] * 2.0f + ((float)gx - 0.5f)) * d->stride;
                     o[1] = (o[1] * 2.0f + ((float)gy - 0.5f)) * d->stride;
                     const float tw = o[2] * 2.0f, th = o[3] * 2.0f;

@@ -52,6 +52,8 @@ struct trn_net {
     size_t mem;     /* bytes of tensor memory allocated through alloc_tensor */
     bool input_grad;
     bool trained;  /* the last forward was a training forward: backward may run */
+    bool no_head;  /* this forward is trn_net_infer's: the decode reads the Detect convs' raw
+                      outputs, so the (bs, na, ny, nx, no) head layout is not written */
     bool resident; /* gpu: d_param / d_buf are the master copies (net.h RESIDENT) */
     bool shared;   /* gpu: d_param / d_buf belong to another net (trn_net_opts.share) */
     bool no_count; /* training forwards leave num_batches_tracked alone (trn_net_set_count) */
@@ -752,8 +754,9 @@ static int layer_fwd(struct trn_net *net, int i, bool train)
     case TRN_MOD_DETECT:
         for (int l = 0; l < L->n_conv; l++) {
             TRY(conv_fwd(net, c0 + l, train));
-            TRY(K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
-                                      A(net, net->plan.convs[c0 + l].conv)));
+            if (!net->no_head)
+                TRY(K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
+                                          A(net, net->plan.convs[c0 + l].conv)));
         }
         break;
     }
@@ -1249,7 +1252,10 @@ const float *trn_net_act(const struct trn_net *net, int a)
 int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows)
 {
     if (!net || !images || !out) return -EINVAL;
-    TRY(forward_dev(net, images, false, false));
+    net->no_head = true;
+    const int frc = forward_dev(net, images, false, false);
+    net->no_head = false;
+    TRY(frc);
     const struct trn_model_info *I = net->I;
     const struct trn_layer *Ld = trn_model_layer(net->m, I->detect);
     const float *anchors =

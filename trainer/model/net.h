@@ -387,6 +387,8 @@ const float *trn_net_act(const struct trn_net *net, int a);
  * ultralytics' Detect in eval mode returns torch.cat(z, 1): *out (bs, rows, no) where rows =
  * sum over levels of na*ny*nx (level 0's anchors first), each row x, y, w, h in input pixels,
  * then objectness and class probabilities. out: a view valid until the next forward or infer.
+ * The (bs, na, ny, nx, no) head trn_net_forward hands out is not written (the decode reads the
+ * Detect convs' outputs): what it held before stays, stale.
  * rows: out, may be NULL. Returns 0, -EINVAL, or a kern error.
  */
 int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows);
