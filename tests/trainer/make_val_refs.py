@@ -18,7 +18,8 @@ On the CPU val.py runs in float32 (half only on CUDA); batch 32.
     /usr/bin/python3 tests/trainer/make_val_refs.py SHARED_DIR
 
 Output lines: "case IMG IOU", then val.py's rows ("all" first) as
-"NAME|IMAGES|INSTANCES|P|R|MAP50|MAP" with P..MAP printed as val.py does ('%.3g'), then
+"NAME|IMAGES|INSTANCES|P|R|MAP50|MAP|P9|R9|MAP50_9|MAP_9" with P..MAP printed as val.py does
+('%.3g') and then unrounded ('%.9g'), then
 "crc IMG INDEX H W CRC32" per image (dataset order) of the letterboxed RGB bytes, and
 "txt STEM CLS CX CY W H CONF", val.py --save-txt --save-conf's lines of the first images at 640
 / iou 0.6 (save_one_txt, '%g').
@@ -318,11 +319,12 @@ def run_case(model, files, labels, shapes0, img, iou_thres, lines, crcs, txt=Non
     ap50, apm = ap[:, 0], ap.mean(1)
     nt = np.bincount(st[3].astype(int), minlength=80)
     lines.append("case %d %g" % (img, iou_thres))
-    lines.append("all|%d|%d|%.3g|%.3g|%.3g|%.3g" % (seen, nt.sum(), p.mean(), r.mean(),
-                                                    ap50.mean(), apm.mean()))
+    def row(name, n, v):  # as printed, then unrounded (for the test's rounding-edge rule)
+        return "%s|%d|%d|%.3g|%.3g|%.3g|%.3g|%.9g|%.9g|%.9g|%.9g" % (name, seen, n, *v, *v)
+
+    lines.append(row("all", nt.sum(), (p.mean(), r.mean(), ap50.mean(), apm.mean())))
     for i, c in enumerate(ap_class):
-        lines.append("%s|%d|%d|%.3g|%.3g|%.3g|%.3g" % (model.names[c], seen, nt[c], p[i], r[i],
-                                                       ap50[i], apm[i]))
+        lines.append(row(model.names[c], nt[c], (p[i], r[i], ap50[i], apm[i])))
 
 
 def main():

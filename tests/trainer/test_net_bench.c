@@ -1,17 +1,25 @@
 /*
- * Benchmark of trainer/model/net.c: forward + backward (train mode) of a model, ms per step.
- * Usage: test_net_bench [MODEL_YAML [IMG [BATCH [THREADS [ITERS]]]]]; defaults yolov5n, 320,
- * 8, 1, 3. THREADS is trn_net_opts.threads (kern's own split; with 1, OpenBLAS uses
- * OPENBLAS_NUM_THREADS). Prints one line per phase; not a test (no timing is asserted).
+ * Benchmark of trainer/model/net.c: forward + backward (train mode) of a model, ms per step, or
+ * (MODE infer) validation inference: an inference-only net's trn_net_infer (eval forward and the
+ * Detect decode), as yolo-val runs it, ms per image.
+ *
+ * Usage: test_net_bench [MODEL_YAML [IMG [BATCH [THREADS [ITERS [MODE]]]]]]; defaults yolov5n,
+ * 320, 8, 1, 3, train. THREADS is trn_net_opts.threads (kern's own split; with 1, OpenBLAS uses
+ * OPENBLAS_NUM_THREADS). Prints one line per phase and the model's fused GFLOPs per image, which
+ * scripts/bench-cpu turns into GFLOP/s; not a test (no timing is asserted).
+ *
+ * test_net_bench clock: the cores' clock as measured (the peak of scripts/bench-cpu).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "model.h"
 #include "net.h"
 #include "errors.h"
+#include "kern.h"
 
 static double now_ms(void)
 {
@@ -20,13 +28,40 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* The core clock now, in GHz: a chain of dependent 1-cycle decrements runs one per cycle, so the
+ * chain's length over its time is the clock the cores really run at (turbo included), which
+ * /proc/cpuinfo's nominal "cpu MHz" is not. 0 where there is no x86-64 asm. */
+static double clock_ghz(void)
+{
+    double best = 1e30;
+#if defined(__x86_64__) && defined(__GNUC__)
+    const long n = 300000000;
+    for (int r = 0; r < 3; r++) {
+        long i = n;
+        const double t0 = now_ms();
+        __asm__ volatile("1: dec %0\n\tjnz 1b" : "+r"(i));
+        const double t = now_ms() - t0;
+        if (t < best) best = t;
+    }
+    return (double)n / (best * 1e6);
+#else
+    (void)best;
+    return 0;
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "clock")) {
+        printf("clock %.2f GHz\n", clock_ghz());
+        return 0;
+    }
     const char *cfg = argc > 1 ? argv[1] : TRN_TEST_MODELS_DIR "/yolov5n.yaml";
     const int img = argc > 2 ? atoi(argv[2]) : 320;
     const int batch = argc > 3 ? atoi(argv[3]) : 8;
     const int threads = argc > 4 ? atoi(argv[4]) : 1;
     const int iters = argc > 5 ? atoi(argv[5]) : 3;
+    const bool infer = argc > 6 && !strcmp(argv[6], "infer");
     char err[256];
     struct trn_model *m = NULL;
     int rc = trn_model_load(cfg, NULL, &m, err, sizeof err);
@@ -38,6 +73,8 @@ int main(int argc, char **argv)
     struct trn_net_opts o;
     trn_net_opts_default(&o);
     o.threads = threads;
+    o.train = !infer;
+    o.fixed_params = infer; /* yolo-val's runner: the weights do not change between batches */
     struct trn_net *net = NULL;
     if ((rc = trn_net_create(m, batch, img, img, &o, &net, err, sizeof err))) {
         fprintf(stderr, "%s\n", err);
@@ -50,6 +87,36 @@ int main(int argc, char **argv)
         s = s * 1664525u + 1013904223u;
         x[i] = (float)(s >> 8) * 0x1.0p-24f;
     }
+    printf("model %s img %d batch %d threads %d; %.4f GFLOPs per image (fused); BLAS kernels %s\n",
+           cfg, img, batch, threads, trn_model_gflops(m, img, true), kern_blas_core());
+    if (infer) {
+        double best = 1e30;
+        const float *out = NULL;
+        int rows = 0;
+        for (int it = 0; it <= iters && !rc; it++) { /* iteration 0 warms up */
+            const double t0 = now_ms();
+            rc = trn_net_infer(net, x, &out, &rows);
+            const double t1 = now_ms();
+            if (it && t1 - t0 < best) best = t1 - t0;
+        }
+        if (rc) {
+            fprintf(stderr, "%s\n", trn_strerror(rc));
+            return 1;
+        }
+        /* FNV-1a of the output's bytes: two builds computing the same predictions print the same
+         * hash (the random weights and input are fixed) */
+        uint64_t h = 1469598103934665603ull;
+        const unsigned char *ob = (const unsigned char *)out;
+        const size_t no = (size_t)trn_model_info(m)->nc + 5;
+        for (size_t i = 0; i < (size_t)batch * (size_t)rows * no * sizeof(float); i++)
+            h = (h ^ ob[i]) * 1099511628211ull;
+        printf("infer %.1f ms per batch, %.3f ms per image (best of %d); output hash %016llx\n",
+               best, best / batch, iters, (unsigned long long)h);
+        free(x);
+        trn_net_destroy(net);
+        trn_model_destroy(m);
+        return 0;
+    }
     const int nl = trn_net_levels(net);
     float *d[TRN_MODEL_MAX_LEVELS];
     for (int l = 0; l < nl; l++) {
@@ -61,8 +128,8 @@ int main(int argc, char **argv)
     const float *dc[TRN_MODEL_MAX_LEVELS];
     for (int l = 0; l < nl; l++)
         dc[l] = d[l];
-    printf("model %s img %d batch %d threads %d; activations %.1f MiB (x2 with gradients)\n", cfg,
-           img, batch, threads, (double)trn_net_plan(net)->total * 4.0 / 1048576.0);
+    printf("activations %.1f MiB (x2 with gradients)\n",
+           (double)trn_net_plan(net)->total * 4.0 / 1048576.0);
     double best_f = 1e30, best_b = 1e30, best_e = 1e30;
     for (int it = 0; it <= iters; it++) { /* iteration 0 warms up */
         const double t0 = now_ms();

@@ -21,6 +21,7 @@
  */
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -312,7 +313,25 @@ static void test_bad(const char *val, const char *synth, const char *pack)
  * "NAME|IMAGES|INSTANCES|P|R|MAP50|MAP"), each compared as printed ('%.3g') with the row of the
  * same class in our table text. Returns the number of reference rows (0: none found).
  */
-static int compare_rows(const char *table, const char *ref_path, int img, double iou, int *equal)
+/*
+ * Whether our printed value g and val.py's printed f differ only because val.py's unrounded value
+ * v lies on the edge between them: g and f are neighbours at 3 significant digits and v is within
+ * 0.1% of its size from their midpoint, the rounding boundary. Both sides compute in float32 with
+ * other summation orders (OpenBLAS against oneDNN), and P and R are interpolated between
+ * detections whose confidences may lie 1e-6 apart, so their 4th digit moves with the last bits
+ * of the predictions (skis at 640: val.py's P is 0.0027036, 0.05% below the edge 0.002705, and
+ * OpenBLAS's SkylakeX kernels put ours above it where its Prescott ones did not).
+ */
+static bool rounding_edge(const char *g, const char *f, double v)
+{
+    const double a = strtod(g, NULL), b = strtod(f, NULL), m = (a + b) / 2;
+    if (!(a > 0) || !(b > 0) || !(v > 0)) return false;
+    const double unit = pow(10, floor(log10(a > b ? a : b)) - 2); /* one in the 3rd digit */
+    return fabs(a - b) <= unit * 1.0001 && fabs(v - m) <= 1e-3 * v;
+}
+
+static int compare_rows(const char *table, const char *ref_path, int img, double iou, int *equal,
+                        int *edges)
 {
     char *ref = slurp(ref_path, NULL);
     *equal = 0;
@@ -328,9 +347,11 @@ static int compare_rows(const char *table, const char *ref_path, int img, double
          l && *l && strncmp(l, "case", 4) && strncmp(l, "crc", 3);
          l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         char name[64], f[6][32];
-        if (sscanf(l, "%63[^|]|%31[^|]|%31[^|]|%31[^|]|%31[^|]|%31[^|]|%31[^\n]", name, f[0], f[1],
-                   f[2], f[3], f[4], f[5]) != 7)
-            break;
+        double full[4];
+        const int nf = sscanf(
+            l, "%63[^|]|%31[^|]|%31[^|]|%31[^|]|%31[^|]|%31[^|]|%31[^|\n]|%lf|%lf|%lf|%lf", name,
+            f[0], f[1], f[2], f[3], f[4], f[5], &full[0], &full[1], &full[2], &full[3]);
+        if (nf != 7 && nf != 11) break;
         rows++;
         /* our row: the name right-aligned in 22 columns, then six numbers */
         bool found = false;
@@ -350,12 +371,24 @@ static int compare_rows(const char *table, const char *ref_path, int img, double
             if (sscanf(t + 22, "%31s %31s %31s %31s %31s %31s", g[0], g[1], g[2], g[3], g[4],
                        g[5]) != 6)
                 break;
-            bool same = true;
-            for (int k = 0; k < 6; k++)
-                same &= !strcmp(g[k], f[k]);
-            if (same)
+            bool same = true, edge = false;
+            for (int k = 0; k < 6; k++) {
+                if (!strcmp(g[k], f[k])) continue;
+                if (k >= 2 && nf == 11 && rounding_edge(g[k], f[k], full[k - 2])) {
+                    edge = true;
+                    continue;
+                }
+                same = false;
+            }
+            if (same && edge && ++*edges > 2) same = false; /* a few, not a pattern */
+            if (same) {
                 (*equal)++;
-            else if (rows - *equal <= 8)
+                if (edge)
+                    tap_diag("%d iou %g: %s: ours %s %s %s %s, val.py's %s %s %s %s: val.py's "
+                             "unrounded %.9g %.9g %.9g %.9g sit on a rounding edge",
+                             img, iou, name, g[2], g[3], g[4], g[5], f[2], f[3], f[4], f[5],
+                             full[0], full[1], full[2], full[3]);
+            } else if (rows - *equal <= 8)
                 tap_diag("%d iou %g: %s: ours %s %s %s %s %s %s, val.py's %s %s %s %s %s %s", img,
                          iou, name, g[0], g[1], g[2], g[3], g[4], g[5], f[0], f[1], f[2], f[3],
                          f[4], f[5]);
@@ -463,11 +496,12 @@ static void test_coco128(const char *val, const char *shared, int img, const cha
         is_int((long)num(j, "images"), 128, "128 images");
         is_int((long)num(j, "instances"), 929, "929 labels (coco128's YOLO labels)");
         /* every row as val.py prints it: make_val_refs.py ran val.py's pipeline on PyTorch */
-        int equal = 0;
-        const int rows = compare_rows(tab, ref, img, ious[k], &equal);
+        int equal = 0, edges = 0;
+        const int rows = compare_rows(tab, ref, img, ious[k], &equal, &edges);
         ok(rows > 70 && equal == rows,
-           "%d iou %g: %d of %d rows (all, then each class) equal val.py's as printed", img,
-           ious[k], equal, rows);
+           "%d iou %g: %d of %d rows (all, then each class) equal val.py's as printed (%d of "
+           "them on a rounding edge, at most 2)",
+           img, ious[k], equal, rows, edges);
         if (first) {
             char ld[600];
             snprintf(ld, sizeof ld, "%s/runs/exp/labels", dir);
