@@ -24,6 +24,31 @@ static int detect_check(struct kern_ctx *ctx, const struct kern_detect *d, const
     return 0;
 }
 
+/* dst (cols x rows) (= or += with add) the transpose of src (rows x cols), in 16 x 16 blocks: the
+ * plain loop writes one float per cache line of a stride-cols walk, a fifth of the copy's speed
+ * on the Detect heads' planes (255 x 1600 at 320). */
+static void transpose_add(float *restrict dst, const float *restrict src, size_t rows, size_t cols,
+                          int add)
+{
+    enum { B = 16 };
+    for (size_t r0 = 0; r0 < rows; r0 += B) {
+        const size_t r1 = r0 + B < rows ? r0 + B : rows;
+        for (size_t c0 = 0; c0 < cols; c0 += B) {
+            const size_t c1 = c0 + B < cols ? c0 + B : cols;
+            for (size_t c = c0; c < c1; c++) {
+                float *const d = dst + c * rows;
+                if (add) {
+                    for (size_t r = r0; r < r1; r++)
+                        d[r] += src[r * cols + c];
+                } else {
+                    for (size_t r = r0; r < r1; r++)
+                        d[r] = src[r * cols + c];
+                }
+            }
+        }
+    }
+}
+
 int kern_ref_detect_reshape_fwd(struct kern_ctx *ctx, const struct kern_detect *d,
                                 float *restrict p, const float *restrict raw)
 {
@@ -31,13 +56,8 @@ int kern_ref_detect_reshape_fwd(struct kern_ctx *ctx, const struct kern_detect *
     if (rc < 0) return rc;
     const size_t cells = (size_t)d->ny * d->nx, no = (size_t)d->no;
     const size_t blocks = (size_t)d->bs * d->na; /* one (no, cells) -> (cells, no) transpose each */
-    for (size_t b = 0; b < blocks; b++) {
-        const float *const src = raw + b * no * cells;
-        float *const dst = p + b * no * cells;
-        for (size_t k = 0; k < no; k++)
-            for (size_t j = 0; j < cells; j++)
-                dst[j * no + k] = src[k * cells + j];
-    }
+    for (size_t b = 0; b < blocks; b++)
+        transpose_add(p + b * no * cells, raw + b * no * cells, no, cells, 0);
     return 0;
 }
 
@@ -50,16 +70,8 @@ int kern_ref_detect_reshape_bwd(struct kern_ctx *ctx, const struct kern_detect *
     const size_t cells = (size_t)d->ny * d->nx, no = (size_t)d->no;
     const size_t blocks = (size_t)d->bs * d->na;
     const int add = (accum & KERN_ACCUM_DX) != 0;
-    for (size_t b = 0; b < blocks; b++) {
-        const float *const src = dp + b * no * cells;
-        float *const dst = draw + b * no * cells;
-        for (size_t k = 0; k < no; k++) {
-            for (size_t j = 0; j < cells; j++) {
-                const float v = src[j * no + k];
-                dst[k * cells + j] = add ? dst[k * cells + j] + v : v;
-            }
-        }
-    }
+    for (size_t b = 0; b < blocks; b++)
+        transpose_add(draw + b * no * cells, dp + b * no * cells, cells, no, add);
     return 0;
 }
 
