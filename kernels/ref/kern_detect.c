@@ -8,6 +8,7 @@
  * wh = (2 s)^2 (anchor stride), anchors in grid units; obj, cls = s. Written in p's layout.
  *
  * Gradients: the reshape backward overwrites draw unless accum has KERN_ACCUM_DX.
+ * Threads: the reshapes split their (image, anchor) blocks over the context's threads.
  */
 #include <math.h>
 
@@ -49,15 +50,39 @@ static void transpose_add(float *restrict dst, const float *restrict src, size_t
     }
 }
 
+/* One reshape call's blocks (bs na of them), shared over the context's workers. */
+struct reshape_job {
+    float *dst;
+    const float *src;
+    size_t rows, cols; /* of each source block */
+    int add;
+    size_t blocks;
+};
+
+static void reshape_task(void *arg, int w, int nw)
+{
+    const struct reshape_job *const j = arg;
+    size_t lo, hi;
+    kern_share(j->blocks, w, nw, &lo, &hi);
+    const size_t n = j->rows * j->cols;
+    for (size_t b = lo; b < hi; b++)
+        transpose_add(j->dst + b * n, j->src + b * n, j->rows, j->cols, j->add);
+}
+
+static void reshape_run(struct kern_ctx *ctx, const struct kern_detect *d, float *dst,
+                        const float *src, size_t rows, size_t cols, int add)
+{
+    struct reshape_job j = { dst, src, rows, cols, add, (size_t)d->bs * d->na };
+    kern_parallel(ctx, reshape_task, &j, j.blocks * rows * cols);
+}
+
 int kern_ref_detect_reshape_fwd(struct kern_ctx *ctx, const struct kern_detect *d,
                                 float *restrict p, const float *restrict raw)
 {
     const int rc = detect_check(ctx, d, p, raw);
     if (rc < 0) return rc;
-    const size_t cells = (size_t)d->ny * d->nx, no = (size_t)d->no;
-    const size_t blocks = (size_t)d->bs * d->na; /* one (no, cells) -> (cells, no) transpose each */
-    for (size_t b = 0; b < blocks; b++)
-        transpose_add(p + b * no * cells, raw + b * no * cells, no, cells, 0);
+    /* one (no, cells) -> (cells, no) transpose per image and anchor */
+    reshape_run(ctx, d, p, raw, (size_t)d->no, (size_t)d->ny * d->nx, 0);
     return 0;
 }
 
@@ -67,11 +92,8 @@ int kern_ref_detect_reshape_bwd(struct kern_ctx *ctx, const struct kern_detect *
     KERN_CHECK_ACCUM(accum);
     const int rc = detect_check(ctx, d, draw, dp);
     if (rc < 0) return rc;
-    const size_t cells = (size_t)d->ny * d->nx, no = (size_t)d->no;
-    const size_t blocks = (size_t)d->bs * d->na;
-    const int add = (accum & KERN_ACCUM_DX) != 0;
-    for (size_t b = 0; b < blocks; b++)
-        transpose_add(draw + b * no * cells, dp + b * no * cells, cells, no, add);
+    reshape_run(ctx, d, draw, dp, (size_t)d->ny * d->nx, (size_t)d->no,
+                (accum & KERN_ACCUM_DX) != 0);
     return 0;
 }
 
