@@ -13,7 +13,7 @@
  * z = x a + b and silu(z) are computed as bn_apply_fwd does, and the product is rounded before
  * the add (__fmul_rn keeps nvcc from fusing it with the add into an FMA), so y is bit for bit
  * kern_cuda_bn_silu_fwd_* followed by kern_cuda_add_fwd.
- * No gradients (forward only).
+ * No gradients (forward only). Also the fused conv + BN + SiLU of inference, as its unfused ops.
  */
 #include "kern_cuda_internal.h"
 
@@ -111,4 +111,26 @@ int kern_cuda_bn_silu_add_fwd_apply(struct kern_ctx *ctx, const struct kern_bn *
                                 beta, sums, &coef);
     if (rc < 0) return rc;
     return resadd_launch(ctx, d, y, x, r, coef, ysn, rsn);
+}
+
+/* The fused conv + BN + SiLU (+ r) of inference, unfused here: cuDNN's forward into tmp, then
+ * the BN+SiLU op (with r, the fused add above), so the result is theirs bit for bit. */
+int kern_cuda_conv2d_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_conv2d *c,
+                                      const struct kern_bn *d, float *__restrict__ y,
+                                      float *__restrict__ tmp, const float *__restrict__ x,
+                                      const float *__restrict__ w, const float *__restrict__ gamma,
+                                      const float *__restrict__ beta,
+                                      const float *__restrict__ running_mean,
+                                      const float *__restrict__ running_var,
+                                      const float *__restrict__ r)
+{
+    int oh = 0, ow = 0;
+    if (!c || !d || !tmp || kern_conv2d_out_hw(c, &oh, &ow) < 0) return -EINVAL;
+    if (d->n != c->n || d->c != c->c_out || d->hw != oh * ow) return -EINVAL;
+    const int rc = kern_cuda_conv2d_fwd(ctx, c, tmp, x, w, NULL);
+    if (rc < 0) return rc;
+    if (r)
+        return kern_cuda_bn_silu_add_fwd_eval(ctx, d, y, tmp, gamma, beta, running_mean,
+                                              running_var, r);
+    return kern_cuda_bn_silu_fwd_eval(ctx, d, y, tmp, gamma, beta, running_mean, running_var);
 }

@@ -262,5 +262,26 @@ KERN_OP(bn_silu_add_fwd_apply, (struct kern_ctx *ctx, const struct kern_bn *d,
                                 float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
                                 const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
                                 const double *KERN_RESTRICT sums, const float *KERN_RESTRICT r))
+
+/* --- Conv + BN + SiLU (+ residual add), eval, fused: inference --- */
+
+/*
+ * y = silu(bn_eval(conv(x, w))), plus r when r != NULL: bit for bit conv2d_fwd(c) into tmp
+ * followed by bn_silu_fwd_eval(d) (bn_silu_add_fwd_eval with r) from tmp. c: the conv, no bias;
+ * d: the BN of its output (d->n, d->c, d->hw equal to c->n, c->c_out, h_out w_out), y and r
+ * strided by d->y_nstride and d->r_nstride as there. tmp: scratch of the conv output's size; a
+ * backend that does not fuse writes the conv's output there; the CPU never touches it: it runs
+ * the conv a band of output rows at a time and applies BN+SiLU (and r) to the band while the band
+ * is in L2, so the conv's output never goes to memory. Workspace: conv2d_workspace_size(c).
+ * -EINVAL as either op, and for c and d of different shapes.
+ */
+KERN_OP(conv2d_bn_silu_fwd_eval, (struct kern_ctx *ctx, const struct kern_conv2d *c,
+                                  const struct kern_bn *d, float *KERN_RESTRICT y,
+                                  float *KERN_RESTRICT tmp, const float *KERN_RESTRICT x,
+                                  const float *KERN_RESTRICT w, const float *KERN_RESTRICT gamma,
+                                  const float *KERN_RESTRICT beta,
+                                  const float *KERN_RESTRICT running_mean,
+                                  const float *KERN_RESTRICT running_var,
+                                  const float *KERN_RESTRICT r))
 #endif /* KERN_OP */
 /* clang-format on */

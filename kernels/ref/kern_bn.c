@@ -226,9 +226,9 @@ static void bn_eval_task(void *arg, int w, int nw)
     size_t lo, hi;
     kern_share((size_t)j->d->c, w, nw, &lo, &hi);
     for (int c = (int)lo; c < (int)hi; c++) {
-        const double invstd = 1.0 / sqrt((double)j->rvar_in[c] + (double)j->d->eps);
-        const float a = (float)(j->gamma[c] * invstd);
-        const float b = (float)(j->beta[c] - j->rmean_in[c] * (double)j->gamma[c] * invstd);
+        float a, b;
+        kern_bn_eval_coef(j->gamma[c], j->beta[c], j->rmean_in[c], j->rvar_in[c], j->d->eps, &a,
+                          &b);
         kern_bn_apply_channel(j->d, c, j->y, j->x, a, b, j->silu);
     }
 }

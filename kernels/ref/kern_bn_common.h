@@ -8,6 +8,7 @@
 #define KERN_BN_COMMON_H
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -104,6 +105,17 @@ void kern_bn_sums_coef(const struct kern_bn *d, size_t c, const double *restrict
                        float *restrict save_mean, float *restrict save_invstd,
                        float *restrict running_mean, float *restrict running_var,
                        const float *restrict gamma, const float *restrict beta, float *a, float *b);
+
+/* The eval forward's per-channel coefficients, bn(x) = x a + b from the running statistics:
+ * one definition for every op that applies them (kern_bn.c, kern_resadd.c, the fused conv in
+ * kern_conv.c), so that all round alike. */
+static inline void kern_bn_eval_coef(float gamma, float beta, float running_mean, float running_var,
+                                     float eps, float *a, float *b)
+{
+    const double invstd = 1.0 / sqrt((double)running_var + (double)eps);
+    *a = (float)(gamma * invstd);
+    *b = (float)(beta - running_mean * (double)gamma * invstd);
+}
 
 /* y = x a + b (then SiLU) over channel c, for every image; y steps kern_bn_y_nstride(d). */
 void kern_bn_apply_channel(const struct kern_bn *d, size_t c, float *restrict y,

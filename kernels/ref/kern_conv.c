@@ -29,6 +29,7 @@
 
 #include <cblas.h>
 
+#include "kern_bn_common.h"
 #include "kern_internal.h"
 #include "kern_lowp_common.h"
 
@@ -113,10 +114,41 @@ struct conv_plan {
     size_t col, dw;      /* floats per slot for col and the partial dw */
     size_t xs;           /* floats per slot for the phase-split image (strided convs) */
     size_t xf, yf;       /* floats per slot: widened input, float32 output image (lowp, else 0) */
+    size_t yb;           /* floats per slot: one band of the fused forward's conv output (float32
+                            ops, else 0; conv2d_bn_silu_fwd_eval) */
     size_t shared;       /* floats before the slots: widened w or the float32 dw sum (lowp) */
     size_t slot;         /* floats per slot in all */
     int slots;           /* workers that can have images: min(threads, n) */
 };
+
+/*
+ * The forward builds col a band of output rows at a time, so that the band stays in L2 between
+ * im2col writing it and the GEMM packing it (the whole col of a 640-pixel layer is tens of MB,
+ * written to memory and read back), and the fused eval op applies BN+SiLU to each band of the
+ * conv's output while that is in L2 too. Each output element is the same dot product in the
+ * same order whatever the band (the GEMM splits P, never K), so the results are the same bytes.
+ * A band holds at most CONV_FWD_BAND_FLOATS of col and output together, but at least
+ * CONV_BAND_MIN_COLS columns (OpenBLAS packs w again for every call) and c_out x P x K of
+ * CONV_BAND_MIN_MNK (twice OpenBLAS's small-matrix threshold, whose kernels sum otherwise);
+ * a layer with less than that in all is one band, as the whole image's call always was.
+ */
+#define CONV_FWD_BAND_FLOATS (192u * 1024u)
+#define CONV_BAND_MIN_COLS   512u
+#define CONV_BAND_MIN_MNK    2000000u
+
+/* Output rows per band (pl's oh, ow, kk and col set). */
+static int conv_band_rows(const struct kern_conv2d *d, const struct conv_plan *pl)
+{
+    const size_t ow = (size_t)pl->ow;
+    const size_t per_row = ((pl->col ? (size_t)pl->kk : 0) + (size_t)d->c_out) * ow;
+    const size_t mnk_row = (size_t)d->c_out * (size_t)pl->kk * ow;
+    size_t rows = CONV_FWD_BAND_FLOATS / per_row;
+    const size_t min_mnk = (CONV_BAND_MIN_MNK + mnk_row - 1) / mnk_row;
+    const size_t min_cols = (CONV_BAND_MIN_COLS + ow - 1) / ow;
+    if (rows < min_mnk) rows = min_mnk;
+    if (rows < min_cols) rows = min_cols;
+    return rows >= (size_t)pl->oh ? pl->oh : rows < 1 ? 1 : (int)rows;
+}
 
 static int conv_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d *d, int lowp,
                           struct conv_plan *pl)
@@ -137,7 +169,8 @@ static int conv_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d *
     pl->shared = lowp ? round16((size_t)d->c_out * (size_t)pl->kk) : 0;
     pl->xf = lowp ? round16(pl->x_img) : 0;
     pl->yf = lowp ? round16(pl->y_img) : 0;
-    pl->slot = pl->col + pl->dw + pl->xs + pl->xf + pl->yf;
+    pl->yb = lowp ? 0 : round16((size_t)d->c_out * (size_t)conv_band_rows(d, pl) * (size_t)pl->ow);
+    pl->slot = pl->col + pl->dw + pl->xs + pl->xf + pl->yf + pl->yb;
     return 0;
 }
 
@@ -370,15 +403,18 @@ static int conv_prepare(struct kern_ctx *ctx, const struct kern_conv2d_lowp *dl,
 
 /* Slot w's areas (xs NULL for unstrided convs; xf, yf empty for the float32 ops). */
 struct conv_slot {
-    float *col, *dw, *xs, *xf, *yf;
+    float *col, *dw, *xs, *xf, *yf, *yb;
 };
 
 static struct conv_slot conv_slot_of(float *ws, const struct conv_plan *pl, int w)
 {
     float *const base = ws + pl->shared + (size_t)w * pl->slot;
-    const struct conv_slot s = { base, base + pl->col, pl->xs ? base + pl->col + pl->dw : NULL,
+    const struct conv_slot s = { base,
+                                 base + pl->col,
+                                 pl->xs ? base + pl->col + pl->dw : NULL,
                                  base + pl->col + pl->dw + pl->xs,
-                                 base + pl->col + pl->dw + pl->xs + pl->xf };
+                                 base + pl->col + pl->dw + pl->xs + pl->xf,
+                                 base + pl->col + pl->dw + pl->xs + pl->xf + pl->yf };
     return s;
 }
 
@@ -393,29 +429,17 @@ static const float *conv_cols(const struct kern_conv2d *d, const struct conv_pla
     return sl->col;
 }
 
-/*
- * Floats of col one forward GEMM takes at most: the forward builds col a band of output rows at a
- * time, so that the band stays in L2 between im2col writing it and the GEMM packing it (the whole
- * col of a 640-pixel layer is tens of MB, written to memory and read back). Each output element
- * is the same dot product in the same order whatever the band (the GEMM splits P, never K), so
- * the results are the same bytes; at least 64 K floats per band keep c_out x P x K above
- * OpenBLAS's small-matrix threshold (10^6) for any c_out >= 16, as the whole image's call is.
- */
-#define CONV_FWD_BAND_FLOATS (192u * 1024u)
-
 /* y (c_out, P) = w . col(x), one float32 image, no bias. */
 static void conv_fwd_image(const struct kern_conv2d *d, const struct conv_plan *pl,
                            const struct conv_slot *sl, float *y, const float *x, const float *w)
 {
-    const size_t row_floats = (size_t)pl->kk * (size_t)pl->ow;
-    int band = (int)(CONV_FWD_BAND_FLOATS / (row_floats ? row_floats : 1));
-    if (!pl->col || band >= pl->oh || d->c_out < 16) {
+    const int band = conv_band_rows(d, pl);
+    if (!pl->col || band >= pl->oh) {
         const float *const b = conv_cols(d, pl, sl, x);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pl->p, pl->kk, 1.0f, w,
                     pl->kk, b, pl->p, 0.0f, y, pl->p);
         return;
     }
-    if (band < 1) band = 1;
     if (sl->xs) phase_split(sl->xs, x, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
     for (int oy0 = 0; oy0 < pl->oh; oy0 += band) {
         const int oy1 = oy0 + band < pl->oh ? oy0 + band : pl->oh;
@@ -506,6 +530,97 @@ int kern_ref_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d, float
     const size_t work = (size_t)d->n * (pl.x_img + pl.y_img);
     struct conv_job j = { d, &pl, ctx->ws, y, x, w, bias, 0, kern_parallel_width(ctx, work) };
     kern_parallel(ctx, conv_fwd_task, &j, work);
+    return 0;
+}
+
+/* conv2d_bn_silu_fwd_eval's job: the conv's, the BN's and the residual's. */
+struct conv_bn_job {
+    const struct kern_conv2d *d;
+    const struct kern_bn *bn;
+    const struct conv_plan *pl;
+    float *ws, *y;
+    const float *x, *w, *gamma, *beta, *mean, *var, *r;
+};
+
+/* One band of output rows [oy0, oy1) of one image: its conv output into slot yb, then
+ * silu(bn) (+ r) from there into y, an L1-sized span at a time, through the BN ops' own loop and
+ * the residual op's own add (kern_resadd.c), so each element is rounded as they round it. */
+static void conv_bn_band(const struct conv_bn_job *j, const struct conv_slot *sl, float *yi,
+                         const float *ri, const float *xi, int oy0, int oy1)
+{
+    const struct kern_conv2d *const d = j->d;
+    const struct conv_plan *const pl = j->pl;
+    const int pn = (oy1 - oy0) * pl->ow;
+    const size_t p0 = (size_t)oy0 * (size_t)pl->ow, hw = (size_t)pl->p;
+    const float *b = xi + p0;
+    int ldb = pl->p;
+    if (pl->col) {
+        im2col_rows(d, oy0, oy1, pl->ow, sl->col, xi, sl->xs);
+        b = sl->col;
+        ldb = pn;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pn, pl->kk, 1.0f, j->w, pl->kk,
+                b, ldb, 0.0f, sl->yb, pn);
+    struct kern_bn span = *j->bn;
+    span.n = 1;
+    span.c = 1;
+    span.y_nstride = 0;
+    span.r_nstride = 0;
+    for (int c = 0; c < d->c_out; c++) {
+        float a, bb;
+        kern_bn_eval_coef(j->gamma[c], j->beta[c], j->mean[c], j->var[c], j->bn->eps, &a, &bb);
+        float *const yc = yi + (size_t)c * hw + p0;
+        const float *const zc = sl->yb + (size_t)c * (size_t)pn;
+        const float *const rc = ri ? ri + (size_t)c * hw + p0 : NULL;
+        for (size_t k0 = 0; k0 < (size_t)pn; k0 += KERN_BN_CHUNK) {
+            const size_t len = (size_t)pn - k0 < KERN_BN_CHUNK ? (size_t)pn - k0 : KERN_BN_CHUNK;
+            span.hw = (int)len;
+            kern_bn_apply_channel(&span, 0, yc + k0, zc + k0, a, bb, 1);
+            if (rc)
+                for (size_t k = k0; k < k0 + len; k++)
+                    yc[k] = yc[k] + rc[k];
+        }
+    }
+}
+
+static void conv_bn_task(void *arg, int w, int nw)
+{
+    const struct conv_bn_job *const j = arg;
+    const struct kern_conv2d *const d = j->d;
+    const struct conv_plan *const pl = j->pl;
+    const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
+    const size_t plane = (size_t)j->bn->c * (size_t)j->bn->hw;
+    const size_t ysn = kern_bn_y_nstride(j->bn), rsn = j->bn->r_nstride ? j->bn->r_nstride : plane;
+    const int band = conv_band_rows(d, pl);
+    for (int i = w; i < d->n; i += nw) {
+        const float *const xi = j->x + (size_t)i * pl->x_ns;
+        if (sl.xs) phase_split(sl.xs, xi, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
+        for (int oy0 = 0; oy0 < pl->oh; oy0 += band)
+            conv_bn_band(j, &sl, j->y + (size_t)i * ysn, j->r ? j->r + (size_t)i * rsn : NULL, xi,
+                         oy0, oy0 + band < pl->oh ? oy0 + band : pl->oh);
+    }
+}
+
+int kern_ref_conv2d_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_conv2d *c,
+                                     const struct kern_bn *d, float *restrict y,
+                                     float *restrict tmp, const float *restrict x,
+                                     const float *restrict w, const float *restrict gamma,
+                                     const float *restrict beta, const float *restrict running_mean,
+                                     const float *restrict running_var, const float *restrict r)
+{
+    struct conv_plan pl;
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!c || !y || !tmp || !x || !w || !gamma || !beta, -EINVAL);
+    KERN_RETURN_IF(!running_mean || !running_var, -EINVAL);
+    int rc = kern_bn_check(d);
+    if (rc < 0) return rc;
+    KERN_RETURN_IF(d->r_nstride && d->r_nstride < (size_t)d->c * (size_t)d->hw, -EINVAL);
+    if ((rc = conv_prepare(ctx, NULL, c, &pl)) < 0) return rc;
+    KERN_RETURN_IF(d->n != c->n || d->c != c->c_out || d->hw != pl.p, -EINVAL);
+    struct conv_bn_job j = {
+        c, d, &pl, ctx->ws, y, x, w, gamma, beta, running_mean, running_var, r
+    };
+    kern_parallel(ctx, conv_bn_task, &j, (size_t)c->n * (pl.x_img + pl.y_img));
     return 0;
 }
 

@@ -83,10 +83,8 @@ static void resadd_task(void *arg, int w, int nw)
             a = (float)(j->gamma[c] * invstd);
             b = (float)(j->beta[c] - mean * j->gamma[c] * invstd);
         } else if (j->mode == RESADD_EVAL) {
-            /* bn_eval_task's coefficients (kern_bn.c) */
-            const double invstd = 1.0 / sqrt((double)j->rvar_in[c] + (double)d->eps);
-            a = (float)(j->gamma[c] * invstd);
-            b = (float)(j->beta[c] - j->rmean_in[c] * (double)j->gamma[c] * invstd);
+            kern_bn_eval_coef(j->gamma[c], j->beta[c], j->rmean_in[c], j->rvar_in[c], d->eps, &a,
+                              &b);
         } else {
             kern_bn_sums_coef(d, c, j->sums, j->save_mean, j->save_invstd, j->running_mean,
                               j->running_var, j->gamma, j->beta, &a, &b);

@@ -4,7 +4,8 @@
  * draws each run; the seed is printed, --seed N replays it), every output poisoned first, dense
  * and with y and r channel slices of wider buffers (the channels outside y's slice must keep
  * their poison); and against the CUDA unfused composition (kern_cuda_bn_silu_fwd_* then
- * kern_cuda_add_fwd), which it must equal bit for bit (kern_cuda.h).
+ * kern_cuda_add_fwd), which it must equal bit for bit (kern_cuda.h). Also the fused conv + BN +
+ * SiLU (+ r) of inference (kern_cuda_conv2d_bn_silu_fwd_eval), see test_conv_bn.
  * Tolerances (fp32) vs the CPU: y 1e-5 + 1e-4 rel, the BN+SiLU forward's (variance as
  * E[x^2] - mean^2 in double, FMA in x a + b, CUDA's expf); the sum adds no error of its own.
  * Saved statistics and running stats 1e-6 + 1e-5 rel, as the BN ops.
@@ -206,6 +207,61 @@ static void test_errors(void)
     cudaFree(y), cudaFree(x), cudaFree(r), cudaFree(v);
 }
 
+/*
+ * The fused conv + BN + SiLU (+ r) of inference: kern_cuda_conv2d_bn_silu_fwd_eval against the
+ * CPU's (which runs it in bands, fused) within the conv's tolerance (test_cuda_parity.c: cuDNN
+ * and OpenBLAS sum in other orders) and the BN+SiLU's, and bit for bit against its own unfused
+ * composition on the GPU (cuDNN's forward, then the BN op), which it is.
+ */
+static void test_conv_bn(int n, int c_in, int h, int w, int c_out, int k, int st, int pd,
+                         int residual)
+{
+    struct kern_conv2d cd;
+    kern_conv2d_init(&cd, n, c_in, h, w, c_out, k, st, pd);
+    int oh = 0, ow = 0;
+    kern_conv2d_out_hw(&cd, &oh, &ow);
+    const size_t hw = (size_t)oh * (size_t)ow, cnt = (size_t)n * c_out * hw;
+    const size_t nx = (size_t)n * c_in * h * w, nw = (size_t)c_out * c_in * k * k;
+    size_t ws_ref = 0, ws_gpu = 0;
+    CK(kern_ref_conv2d_workspace_size(g_cpu, &cd, &ws_ref));
+    CK(kern_cuda_conv2d_workspace_size(g_gpu, &cd, &ws_gpu));
+    CK(kern_ctx_reserve(g_cpu, ws_ref));
+    CK(kern_ctx_reserve(g_gpu, ws_gpu));
+    float *const x = rnd(nx, -1.0f, 1.0f), *const wt = rnd(nw, -0.5f, 0.5f);
+    float *const g = rnd((size_t)c_out, 0.5f, 1.5f), *const b = rnd((size_t)c_out, -0.5f, 0.5f);
+    float *const rm = rnd((size_t)c_out, -0.3f, 0.3f), *const rv = rnd((size_t)c_out, 0.5f, 2.0f);
+    float *const r = rnd(cnt, -4.0f, 4.0f), *const y = kt_alloc(cnt), *const tmp = kt_alloc(cnt);
+    float *const yg = kt_alloc(cnt), *const yu = kt_alloc(cnt);
+    struct kern_bn d;
+    kern_bn_init(&d, n, c_out, (int)hw);
+    CK(kern_ref_conv2d_bn_silu_fwd_eval(g_cpu, &cd, &d, y, tmp, x, wt, g, b, rm, rv,
+                                        residual ? r : NULL));
+    float *const x_d = d_up(x, nx), *const w_d = d_up(wt, nw), *const g_d = d_up(g, c_out);
+    float *const b_d = d_up(b, c_out), *const rm_d = d_up(rm, c_out), *const rv_d = d_up(rv, c_out);
+    float *const r_d = d_up(r, cnt), *const y_d = d_canary(cnt), *const t_d = d_canary(cnt);
+    float *const u_d = d_canary(cnt), *const t2_d = d_canary(cnt);
+    CK(kern_cuda_conv2d_bn_silu_fwd_eval(g_gpu, &cd, &d, y_d, t_d, x_d, w_d, g_d, b_d, rm_d, rv_d,
+                                         residual ? r_d : NULL));
+    CK(kern_cuda_conv2d_fwd(g_gpu, &cd, t2_d, x_d, w_d, NULL));
+    if (residual)
+        CK(kern_cuda_bn_silu_add_fwd_eval(g_gpu, &d, u_d, t2_d, g_d, b_d, rm_d, rv_d, r_d));
+    else
+        CK(kern_cuda_bn_silu_fwd_eval(g_gpu, &d, u_d, t2_d, g_d, b_d, rm_d, rv_d));
+    d_down(yg, y_d, cnt);
+    d_down(yu, u_d, cnt);
+    /* the conv's error, scaled by the BN's gain (at most 1.5 / sqrt(0.5)) and SiLU' (<= 1.1) */
+    ok(kt_check_close_f("conv+bn+silu y", yg, y, cnt, 4e-5 * sqrt((double)c_in * k * k), 2e-4),
+       "conv %dx%d s%d %d->%d%s: CUDA fused within tolerance of the CPU's", k, k, st, c_in, c_out,
+       residual ? " +r" : "");
+    ok(memcmp(yg, yu, cnt * sizeof(float)) == 0,
+       "conv %dx%d s%d %d->%d%s: CUDA fused equals its unfused composition bit for bit", k, k, st,
+       c_in, c_out, residual ? " +r" : "");
+    cudaFree(x_d), cudaFree(w_d), cudaFree(g_d), cudaFree(b_d), cudaFree(rm_d), cudaFree(rv_d);
+    cudaFree(r_d), cudaFree(y_d), cudaFree(t_d), cudaFree(u_d), cudaFree(t2_d);
+    free(x), free(wt), free(g), free(b), free(rm), free(rv), free(r), free(y), free(tmp);
+    free(yg), free(yu);
+}
+
 void parity_resadd(int bench)
 {
     (void)bench; /* no benchmark in this suite */
@@ -217,4 +273,8 @@ void parity_resadd(int bench)
     test_case(1, 24, 33, 31, 1);
     test_case(5, 3, 2, 2, 1);
     test_errors();
+    test_conv_bn(2, 16, 40, 40, 16, 3, 1, 1, 1);
+    test_conv_bn(1, 16, 160, 160, 16, 1, 1, 0, 0);
+    test_conv_bn(2, 16, 160, 160, 32, 3, 2, 1, 0);
+    test_conv_bn(1, 3, 320, 320, 16, 6, 2, 2, 0);
 }

@@ -57,6 +57,7 @@ static const struct {
     { "bn_silu_add_fwd_train", "test_cuda_parity_resadd.c" },
     { "bn_silu_add_fwd_eval", "test_cuda_parity_resadd.c" },
     { "bn_silu_add_fwd_apply", "test_cuda_parity_resadd.c" },
+    { "conv2d_bn_silu_fwd_eval", "test_cuda_parity_resadd.c" },
     { "maxpool2d_fwd", "test_cuda_parity.c" },
     { "maxpool2d_bwd", "test_cuda_parity.c" },
     { "upsample2x_fwd", "test_cuda_parity.c" },

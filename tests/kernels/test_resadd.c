@@ -6,7 +6,8 @@
  * span loop's whole and partial spans are both taken), dense and with y and r channel slices
  * of wider tensors whose other channels are poisoned and must stay so; with one and three
  * threads; the argument checks; and finite differences for the backward the trainer uses
- * (kern_ref_bn_silu_bwd on the sum's gradient). --seed N replays the random draws.
+ * (kern_ref_bn_silu_bwd on the sum's gradient). Also the fused conv + BN + SiLU (+ r) of
+ * inference against the conv followed by these ops. --seed N replays the random draws.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -284,6 +285,99 @@ static void test_backward(struct kern_ctx *ctx)
     inputs_free(&in);
 }
 
+/*
+ * The fused conv + BN + SiLU (+ r) of inference (kern_ref_conv2d_bn_silu_fwd_eval) against
+ * kern_ref_conv2d_fwd into a buffer, then the eval BN+SiLU op (with r, the fused add): the same
+ * bytes, y and r as channel slices of wider tensors, bands of output rows taken whole and
+ * partial (shapes chosen so that several bands run), pointwise, strided and the k6 stem, one and
+ * three threads; the scratch tmp is never touched on the CPU.
+ */
+static void test_conv_bn(struct kern_ctx *ctx, int threads, int n, int c_in, int h, int w,
+                         int c_out, int k, int stride, int pad, int residual)
+{
+    struct kern_conv2d cd;
+    kern_conv2d_init(&cd, n, c_in, h, w, c_out, k, stride, pad);
+    int oh = 0, ow = 0;
+    kern_conv2d_out_hw(&cd, &oh, &ow);
+    size_t ws = 0;
+    if (kern_ref_conv2d_workspace_size(ctx, &cd, &ws) < 0 || kern_ctx_reserve(ctx, ws) < 0) {
+        ok(0, "conv+bn workspace");
+        return;
+    }
+    const size_t hw = (size_t)oh * (size_t)ow, cnt = (size_t)n * c_out * hw;
+    const size_t xcnt = (size_t)n * c_in * (size_t)h * (size_t)w;
+    const size_t wcnt = (size_t)c_out * c_in * (size_t)k * (size_t)k;
+    float *x = kt_alloc(xcnt), *wt = kt_alloc(wcnt), *tmp = kt_alloc(cnt), *ref = kt_alloc(cnt);
+    float *g = kt_alloc((size_t)c_out), *b = kt_alloc((size_t)c_out);
+    float *rm = kt_alloc((size_t)c_out), *rv = kt_alloc((size_t)c_out);
+    float *got = kt_alloc(cnt), *rd = kt_alloc(cnt);
+    kt_fill(x, xcnt, -2.0f, 2.0f);
+    kt_fill(wt, wcnt, -0.3f, 0.3f);
+    kt_fill(g, (size_t)c_out, 0.5f, 1.5f);
+    kt_fill(b, (size_t)c_out, -0.5f, 0.5f);
+    kt_fill(rm, (size_t)c_out, -0.3f, 0.3f);
+    kt_fill(rv, (size_t)c_out, 0.5f, 2.0f);
+    kt_fill(rd, cnt, -4.0f, 4.0f);
+    struct kern_bn d;
+    kern_bn_init(&d, n, c_out, (int)hw);
+    /* the reference: the two ops the trainer ran before, on dense tensors */
+    int rc = kern_ref_conv2d_fwd(ctx, &cd, tmp, x, wt, NULL);
+    if (rc == 0)
+        rc = residual ? kern_ref_bn_silu_add_fwd_eval(ctx, &d, ref, tmp, g, b, rm, rv, rd)
+                      : kern_ref_bn_silu_fwd_eval(ctx, &d, ref, tmp, g, b, rm, rv);
+    /* the fused op, y and r as slices of wider tensors */
+    struct slice ys = slice_new(n, c_out, (int)hw, 2, 1), rs = slice_new(n, c_out, (int)hw, 1, 3);
+    slice_put(&rs, rd);
+    d.y_nstride = ys.ns;
+    d.r_nstride = residual ? rs.ns : 0;
+    kt_poison(tmp, cnt);
+    if (rc == 0)
+        rc = kern_ref_conv2d_bn_silu_fwd_eval(ctx, &cd, &d, ys.buf + ys.off, tmp, x, wt, g, b, rm,
+                                              rv, residual ? rs.buf + rs.off : NULL);
+    slice_get(&ys, got);
+    size_t untouched = 0;
+    for (size_t i = 0; i < cnt; i++)
+        untouched += kt_is_canary(tmp[i]);
+    ok(rc == 0 && bits_equal(got, ref, cnt) && slice_gaps_intact(&ys) && untouched == cnt,
+       "conv %dx%d s%d %d->%d on %dx%dx%d%s, %d thread(s): fused conv+BN+SiLU%s equals conv then "
+       "BN+SiLU%s bit for bit, slice gaps and tmp untouched (rc %d)",
+       k, k, stride, c_in, c_out, n, h, w, residual ? " (+r)" : "", threads, residual ? "+r" : "",
+       residual ? "+r" : "", rc);
+    free(ys.buf), free(rs.buf);
+    free(x), free(wt), free(tmp), free(ref), free(g), free(b), free(rm), free(rv), free(got);
+    free(rd);
+}
+
+static void test_conv_bn_errors(struct kern_ctx *ctx)
+{
+    struct kern_conv2d cd;
+    kern_conv2d_init(&cd, 1, 4, 8, 8, 6, 3, 1, 1);
+    size_t ws = 0;
+    kern_ref_conv2d_workspace_size(ctx, &cd, &ws);
+    kern_ctx_reserve(ctx, ws);
+    float *buf = kt_alloc(4096);
+    struct kern_bn d;
+    kern_bn_init(&d, 1, 6, 64);
+    is_int(kern_ref_conv2d_bn_silu_fwd_eval(ctx, &cd, &d, buf, NULL, buf + 512, buf + 1024,
+                                            buf + 2048, buf + 2100, buf + 2200, buf + 2300, NULL),
+           -EINVAL, "conv+bn: NULL tmp refused");
+    kern_bn_init(&d, 1, 5, 64);
+    is_int(kern_ref_conv2d_bn_silu_fwd_eval(ctx, &cd, &d, buf, buf + 3000, buf + 512, buf + 1024,
+                                            buf + 2048, buf + 2100, buf + 2200, buf + 2300, NULL),
+           -EINVAL, "conv+bn: BN channels other than the conv's refused");
+    kern_bn_init(&d, 1, 6, 63);
+    is_int(kern_ref_conv2d_bn_silu_fwd_eval(ctx, &cd, &d, buf, buf + 3000, buf + 512, buf + 1024,
+                                            buf + 2048, buf + 2100, buf + 2200, buf + 2300, NULL),
+           -EINVAL, "conv+bn: BN plane other than the conv's output refused");
+    struct kern_ctx *bare = kt_ctx(0);
+    kern_bn_init(&d, 1, 6, 64);
+    is_int(kern_ref_conv2d_bn_silu_fwd_eval(bare, &cd, &d, buf, buf + 3000, buf + 512, buf + 1024,
+                                            buf + 2048, buf + 2100, buf + 2200, buf + 2300, NULL),
+           -KERN_EWORKSPACE, "conv+bn: no workspace refused");
+    kern_ctx_destroy(bare);
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_from_args(argc, argv, 20240611);
@@ -297,6 +391,18 @@ int main(int argc, char **argv)
     test_case(ctx, ctx3, 5, 3, 2, 2);
     test_errors(ctx);
     test_backward(ctx);
+    struct kern_ctx *const cx[2] = { ctx, ctx3 };
+    for (int t = 0; t < 2; t++) {
+        test_conv_bn(cx[t], t ? 3 : 1, 2, 16, 40, 40, 16, 3, 1, 1,
+                     1); /* a bottleneck's cv2, one band */
+        test_conv_bn(cx[t], t ? 3 : 1, 1, 16, 160, 160, 16, 1, 1, 0, 0); /* pointwise, 3 bands */
+        test_conv_bn(cx[t], t ? 3 : 1, 2, 16, 160, 160, 32, 3, 2, 1,
+                     0); /* k3 s2, 7 bands, the last short */
+        test_conv_bn(cx[t], t ? 3 : 1, 1, 3, 320, 320, 16, 6, 2, 2, 0); /* the k6 s2 stem, banded */
+        test_conv_bn(cx[t], t ? 3 : 1, 3, 16, 96, 96, 16, 3, 1, 1, 1);  /* +r across bands */
+        test_conv_bn(cx[t], t ? 3 : 1, 3, 4, 6, 5, 3, 3, 1, 1, 1);      /* tiny: one band */
+    }
+    test_conv_bn_errors(ctx);
     kern_ctx_destroy(ctx3);
     kern_ctx_destroy(ctx);
     return tap_done();

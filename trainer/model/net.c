@@ -604,6 +604,23 @@ static int conv_fwd(struct trn_net *net, int ci, bool train)
     const struct kern_ops *K = net->K;
     const struct trn_conv *c = trn_model_conv(net->m, ci);
     const struct trn_act_conv *ac = &net->plan.convs[ci];
+    struct kern_bn d;
+    /* A shortcut bottleneck's cv2 writes silu(bn) + the bottleneck input (cv1's input) straight
+     * into the sum: its SiLU output is never stored (trn_act_conv.act). */
+    const bool sum = c->bn && ac->add >= 0;
+    float *const y = c->bn ? A(net, sum ? ac->add : ac->act) : NULL;
+    const float *const r = sum ? A(net, net->plan.convs[ci - 1].in) : NULL;
+    if (c->bn) {
+        bn_desc(net, ci, &d);
+        d.y_nstride = NS(net, sum ? ac->add : ac->act); /* a concat slice writes in place */
+        if (sum) d.r_nstride = NS(net, net->plan.convs[ci - 1].in);
+    }
+    if (!train && !net->lp && c->bn && c->bias < 0)
+        /* inference: conv, BN, SiLU (and the sum) in one op; the CPU keeps the conv's output
+         * in L2, a band at a time (A(conv) is the scratch a backend that does not fuse uses) */
+        return K->conv2d_bn_silu_fwd_eval(
+            net->ctx, &net->cd[ci], &d, y, A(net, ac->conv), A(net, ac->in), P(net, c->weight),
+            P(net, c->bn_weight), P(net, c->bn_bias), B(net, c->bn_mean), B(net, c->bn_var), r);
     if (net->lp) {
         /* autocast: the input cast to the dtype, the lowp conv, its output widened back */
         TRY(act_to_lowp(net, net->x16, ac->in));
@@ -615,15 +632,6 @@ static int conv_fwd(struct trn_net *net, int ci, bool train)
                           P(net, c->weight), c->bias >= 0 ? P(net, c->bias) : NULL));
     }
     if (!c->bn) return 0;
-    struct kern_bn d;
-    bn_desc(net, ci, &d);
-    /* A shortcut bottleneck's cv2 writes silu(bn) + the bottleneck input (cv1's input) straight
-     * into the sum: its SiLU output is never stored (trn_act_conv.act). */
-    const bool sum = ac->add >= 0;
-    float *const y = A(net, sum ? ac->add : ac->act);
-    const float *const r = sum ? A(net, net->plan.convs[ci - 1].in) : NULL;
-    d.y_nstride = NS(net, sum ? ac->add : ac->act); /* a concat slice writes in place */
-    if (sum) d.r_nstride = NS(net, net->plan.convs[ci - 1].in);
     if (train) {
         float *mean = net->bn_stat + net->bn_off[ci];
         if (net->bn_allreduce) {
