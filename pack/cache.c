@@ -31,6 +31,7 @@ void pack_cache_opts_default(struct pack_cache_opts *o)
     o->size = 640;
     o->interp = -1;
     o->round = PACK_IMAGE_ROUND_INT;
+    o->codec = PACK_CODEC_RAW;
     o->progress = true;
 }
 
@@ -232,6 +233,7 @@ int pack_cache_get(const struct pack_cache_opts *o, struct pack_cache_result *r,
     po.size = o->size;
     po.interp = o->interp;
     po.round = o->round;
+    po.codec = o->codec;
     po.threads = o->threads > 0 ? o->threads : po.threads;
     po.progress = o->progress;
     po.log = o->log;

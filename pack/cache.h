@@ -47,13 +47,17 @@ struct pack_cache_opts {
     int size;                    /* long side of the packed images */
     int interp;                  /* -1: by split, as yolo-pack; else PACK_IMAGE_INTERP_* */
     enum pack_image_round round; /* resize rounding (PACK_IMAGE_ROUND_INT: ultralytics v7.0) */
+    int codec;                   /* PACK_CODEC_* (packer.h) of the pixels [PACK_CODEC_RAW] */
     const char *dir;             /* NULL: beside the dataset, else the user's cache (above) */
     int threads;                 /* packer workers, 0 = all cores */
     bool progress;               /* the packer's progress bar on log */
     FILE *log;                   /* packer output; NULL = stderr */
 };
 
-/* Defaults: split "train", size 640, interp by split, int rounding, all cores, progress on. */
+/* Defaults: split "train", size 640, interp by split, int rounding, raw pixels, all cores,
+ * progress on. Raw, not yolo-pack's zstd: a pack cache is a local copy made for speed, as
+ * ultralytics' --cache disk keeps decoded .npy arrays; zstd -1 saves a fifth of the bytes and
+ * costs the loader a fifth of its rate (docs/benchmarks.md, issue 23). */
 void pack_cache_opts_default(struct pack_cache_opts *o);
 
 struct pack_cache_result {

@@ -6,9 +6,10 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "packer.h"
 
 int data_pack(const char *prog, const char *data, const char *split, int img, const char *pack_dir,
-              bool quiet, char *out, size_t cap)
+              const char *codec, bool quiet, char *out, size_t cap)
 {
     if (access(data, R_OK) != 0) {
         fprintf(stderr,
@@ -24,6 +25,7 @@ int data_pack(const char *prog, const char *data, const char *split, int img, co
     o.split = split;
     o.size = img;
     o.dir = pack_dir;
+    o.codec = codec && !strcmp(codec, "zstd") ? PACK_CODEC_ZSTD : PACK_CODEC_RAW;
     o.progress = !quiet && isatty(STDERR_FILENO);
     struct pack_cache_result r;
     char err[1024] = "";

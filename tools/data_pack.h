@@ -9,10 +9,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* The pack of `split` of data at img (pack_dir: --pack-dir or NULL) into out. quiet: no
- * progress bar (the packer's summary and the line above still print). Returns 0, 1 when data
- * names no such split (nothing printed), or -1 after printing "PROG: why" on stderr. */
+/* The pack of `split` of data at img (pack_dir: --pack-dir or NULL; codec: --pack-codec, "raw"
+ * or "zstd", NULL for raw) into out. quiet: no progress bar (the packer's summary and the line
+ * above still print). Returns 0, 1 when data names no such split (nothing printed), or -1 after
+ * printing "PROG: why" on stderr. */
 int data_pack(const char *prog, const char *data, const char *split, int img, const char *pack_dir,
-              bool quiet, char *out, size_t cap);
+              const char *codec, bool quiet, char *out, size_t cap);
 
 #endif

@@ -70,6 +70,7 @@
 struct args {
     const char *records, *val_records, *cfg, *weights, *hyp, *device, *resume;
     const char *data, *pack_dir; /* --data DATA.yaml through the pack cache, --pack-dir */
+    const char *pack_codec;      /* --pack-codec raw|zstd */
     const char *project, *name, *optimizer, *dist_backend, *cache_dir;
     const char *amp;     /* --amp: bf16, fp16, fp32, or NULL for the device's default */
     const char *val_amp; /* --val-amp (--val-half: "fp16"), or NULL: the training's on a GPU */
@@ -199,6 +200,13 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_OPT("--pack-dir", AP_STR, &A->pack_dir, "DIR",
                "--data: the pack cache (default: ffyolo-packs in the dataset's folder when "
                "writable, else ~/.cache/ffyolo/packs)"),
+        { .names = "--pack-codec",
+          .kind = AP_CHOICE,
+          .dst = &A->pack_codec,
+          .metavar = "C",
+          .help = "--data: how the pack cache stores pixels: raw (default: fastest to train "
+                  "from) or zstd (a fifth smaller, a fifth slower to load)",
+          .choices = "raw|zstd" },
         AP_OPT("--records", AP_STR, &A->records, "FILE", "training dataset (ffr, packed at --img)"),
         AP_OPT("--val-records", AP_STR, &A->val_records, "FILE", "validation dataset (ffr)"),
         AP_OPT("--cache-dir", AP_STR, &A->cache_dir, "DIR",
@@ -1152,12 +1160,12 @@ int main(int argc, char **argv)
     if (A.data && !A.resume) {
         if (A.records || A.val_records)
             return ap_error(PROG, "--data packs the records itself: give --data or --records");
-        rc = data_pack(PROG, A.data, "train", (int)A.img, A.pack_dir, false, data_train,
-                       sizeof data_train);
+        rc = data_pack(PROG, A.data, "train", (int)A.img, A.pack_dir, A.pack_codec, false,
+                       data_train, sizeof data_train);
         if (rc == 1) fprintf(stderr, PROG ": --data %s: no train split\n", A.data);
         if (rc) return 1;
         A.records = data_train;
-        rc = data_pack(PROG, A.data, "val", (int)A.img, A.pack_dir, false, data_val,
+        rc = data_pack(PROG, A.data, "val", (int)A.img, A.pack_dir, A.pack_codec, false, data_val,
                        sizeof data_val);
         if (rc < 0) return 1;
         if (rc == 0) A.val_records = data_val;

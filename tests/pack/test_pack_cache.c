@@ -16,16 +16,20 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "packer.h"
 #include "ffr.h"
 #include "tap.h"
 
 static char dir[256], data[300], packs[300];
+
+static int g_codec = -1; /* a pack_cache_opts.codec to set, or -1 for the default */
 
 static int get(const char *split, int size, const char *where, struct pack_cache_result *r,
                char *err, size_t cap)
 {
     struct pack_cache_opts o;
     pack_cache_opts_default(&o);
+    if (g_codec >= 0) o.codec = g_codec;
     o.data = data;
     o.split = split;
     o.size = size;
@@ -36,6 +40,20 @@ static int get(const char *split, int size, const char *where, struct pack_cache
     const int rc = pack_cache_get(&o, r, err, cap);
     fclose(o.log);
     return rc;
+}
+
+/* Records of pack p stored with codec c (FFR_CODEC_*). */
+static uint64_t records_coded(const char *p, uint32_t c)
+{
+    struct ffr_reader *rd = NULL;
+    if (ffr_reader_open(&rd, p, NULL, NULL, 0) < 0) return 0;
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < ffr_reader_count(rd); i++) {
+        struct ffr_record_info in;
+        n += ffr_reader_info(rd, i, &in) == 0 && in.codec == c;
+    }
+    ffr_reader_close(rd);
+    return n;
 }
 
 static bool exists(const char *p)
@@ -97,6 +115,22 @@ int main(int argc, char **argv)
     is_int(get("train", 96, packs, &a, err, sizeof err), 0, "first use: packed (%s)", err);
     ok(!a.hit && exists(a.path) && records(a.path) == 12 && a.samples == 12,
        "first use makes a complete pack of the 12 images (hit %d, %s)", a.hit, a.path);
+    ok(records_coded(a.path, FFR_CODEC_RAW) == 12,
+       "the pack cache stores raw pixels by default (a local copy for speed)");
+    {
+        /* in a folder of its own: a pack of another key replaces the older one in its folder */
+        struct pack_cache_result z;
+        char zdir[400];
+        snprintf(zdir, sizeof zdir, "%s/zstd", dir);
+        g_codec = PACK_CODEC_ZSTD;
+        is_int(get("train", 96, zdir, &z, err, sizeof err), 0, "codec zstd (%s)", err);
+        g_codec = -1;
+        ok(!z.hit && z.key != a.key && strcmp(z.path, a.path) && exists(a.path) &&
+               records_coded(z.path, FFR_CODEC_ZSTD) + records_coded(z.path, FFR_CODEC_RAW) == 12 &&
+               records_coded(z.path, FFR_CODEC_ZSTD) > 0,
+           "--pack-codec zstd: another key, zstd records (%s)", z.path);
+        unlink(z.path);
+    }
     ok(strncmp(a.path, packs, strlen(packs)) == 0 && strstr(a.path, "/synth-") &&
            strstr(a.path, "/train-96-"),
        "named DIR/synth-PATHHASH/train-96-KEY.ffr");
