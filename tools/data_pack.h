@@ -9,6 +9,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "argparse.h"
+
+/* The --pack-dir and --pack-codec rows of a program's argument table (yolo-train, yolo-val):
+ * dir and codec are the addresses of its const char * fields, passed to data_pack. */
+#define DATA_PACK_ARGS(dir, codec)                                                          \
+    AP_OPT("--pack-dir", AP_STR, dir, "DIR",                                                \
+           "--data: the pack cache (default: ffyolo-packs in the dataset's folder when "    \
+           "writable, else ~/.cache/ffyolo/packs)"),                                        \
+    {                                                                                       \
+        .names = "--pack-codec", .kind = AP_CHOICE, .dst = codec, .metavar = "C",           \
+        .help = "--data: how the pack cache stores pixels: raw (default: fastest to train " \
+                "from) or zstd (a fifth smaller, a fifth slower to load)",                  \
+        .choices = "raw|zstd"                                                               \
+    }
+
 /* The pack of `split` of data at img (pack_dir: --pack-dir or NULL; codec: --pack-codec, "raw"
  * or "zstd", NULL for raw) into out. quiet: no progress bar (the packer's summary and the line
  * above still print). Returns 0, 1 when data names no such split (nothing printed), or -1 after

@@ -197,16 +197,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_OPT("--data", AP_STR, &A->data, "DATA.yaml",
                "dataset yaml (ultralytics' form: path, train, val, names): each split is packed at "
                "--img on first use into the pack cache and reused while its files are unchanged"),
-        AP_OPT("--pack-dir", AP_STR, &A->pack_dir, "DIR",
-               "--data: the pack cache (default: ffyolo-packs in the dataset's folder when "
-               "writable, else ~/.cache/ffyolo/packs)"),
-        { .names = "--pack-codec",
-          .kind = AP_CHOICE,
-          .dst = &A->pack_codec,
-          .metavar = "C",
-          .help = "--data: how the pack cache stores pixels: raw (default: fastest to train "
-                  "from) or zstd (a fifth smaller, a fifth slower to load)",
-          .choices = "raw|zstd" },
+        DATA_PACK_ARGS(&A->pack_dir, &A->pack_codec),
         AP_OPT("--records", AP_STR, &A->records, "FILE", "training dataset (ffr, packed at --img)"),
         AP_OPT("--val-records", AP_STR, &A->val_records, "FILE", "validation dataset (ffr)"),
         AP_OPT("--cache-dir", AP_STR, &A->cache_dir, "DIR",

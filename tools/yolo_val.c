@@ -152,16 +152,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_OPT("--data", AP_STR, &A->data, "DATA.yaml",
                "dataset yaml (ultralytics' form): the --task split is packed at --img on first use "
                "into the pack cache and reused (a .json here means --annotations)"),
-        AP_OPT("--pack-dir", AP_STR, &A->pack_dir, "DIR",
-               "--data: the pack cache (default: ffyolo-packs in the dataset's folder when "
-               "writable, else ~/.cache/ffyolo/packs)"),
-        { .names = "--pack-codec",
-          .kind = AP_CHOICE,
-          .dst = &A->pack_codec,
-          .metavar = "C",
-          .help = "--data: how the pack cache stores pixels: raw (default: fastest to train "
-                  "from) or zstd (a fifth smaller, a fifth slower to load)",
-          .choices = "raw|zstd" },
+        DATA_PACK_ARGS(&A->pack_dir, &A->pack_codec),
         AP_OPT("--annotations", AP_STR, &A->annotations, "FILE",
                "with --save-json: COCO annotations (instances_val2017.json); run COCOeval"),
         AP_OPT("--verbose", AP_FLAG, &A->verbose, NULL, "per-class rows for any number of classes"),

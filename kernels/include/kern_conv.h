@@ -113,11 +113,13 @@ KERN_API void kern_conv2d_lowp_init(struct kern_conv2d_lowp *d, const struct ker
 /* --- conv2d: groups 1, dilation 1, no bias except where given --- */
 
 /*
- * Bytes of workspace that kern_ref_conv2d_fwd/_bwd_data/_bwd_filter need for shape d on ctx
- * (the max of the three) into *bytes: per thread that gets images, c_in k_h k_w h_out w_out
- * floats (none for 1x1 stride-1 unpadded convs), c_in h_in w_in floats more for strided convs,
- * and c_out c_in k_h k_w floats of partial dw when threaded. Depends on the context's thread
- * count. Errors: -EINVAL.
+ * Bytes of workspace that kern_ref_conv2d_fwd/_bwd_data/_bwd_filter and
+ * kern_ref_conv2d_bn_silu_fwd_eval need for shape d on ctx (the max of them) into *bytes: per
+ * thread that gets images, c_in k_h k_w h_out w_out floats (none for 1x1 stride-1 unpadded
+ * convs), c_in h_in w_in floats more for strided convs, c_out c_in k_h k_w floats of partial dw
+ * when threaded, and one band of the conv's output for the fused eval op (the plain ops run
+ * without it: a 1x1 stride-1 unpadded conv's fwd and backward need no workspace). Depends on the
+ * context's thread count. Errors: -EINVAL.
  */
 KERN_OP(conv2d_workspace_size, (struct kern_ctx *ctx, const struct kern_conv2d *d, size_t *bytes))
 

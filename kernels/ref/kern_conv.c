@@ -169,9 +169,16 @@ static int conv_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d *
     pl->shared = lowp ? round16((size_t)d->c_out * (size_t)pl->kk) : 0;
     pl->xf = lowp ? round16(pl->x_img) : 0;
     pl->yf = lowp ? round16(pl->y_img) : 0;
-    pl->yb = lowp ? 0 : round16((size_t)d->c_out * (size_t)conv_band_rows(d, pl) * (size_t)pl->ow);
-    pl->slot = pl->col + pl->dw + pl->xs + pl->xf + pl->yf + pl->yb;
+    pl->yb = 0; /* conv_plan_fused adds it: the other ops run without */
+    pl->slot = pl->col + pl->dw + pl->xs + pl->xf + pl->yf;
     return 0;
+}
+
+/* The plan of conv2d_bn_silu_fwd_eval: the float32 plan with a band of conv output per slot. */
+static void conv_plan_fused(const struct kern_conv2d *d, struct conv_plan *pl)
+{
+    pl->yb = round16((size_t)d->c_out * (size_t)conv_band_rows(d, pl) * (size_t)pl->ow);
+    pl->slot += pl->yb;
 }
 
 static size_t conv_plan_bytes(const struct conv_plan *pl)
@@ -212,6 +219,7 @@ static int conv_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d_lo
     KERN_RETURN_IF(!bytes, -EINVAL);
     const int rc = conv_plan_checked(ctx, dl, d, &pl);
     if (rc < 0) return rc;
+    if (!dl) conv_plan_fused(d, &pl); /* the most any float32 op of d takes */
     *bytes = conv_plan_bytes(&pl);
     return 0;
 }
@@ -615,7 +623,9 @@ int kern_ref_conv2d_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_con
     int rc = kern_bn_check(d);
     if (rc < 0) return rc;
     KERN_RETURN_IF(d->r_nstride && d->r_nstride < (size_t)d->c * (size_t)d->hw, -EINVAL);
-    if ((rc = conv_prepare(ctx, NULL, c, &pl)) < 0) return rc;
+    if ((rc = conv_plan_checked(ctx, NULL, c, &pl)) < 0) return rc;
+    conv_plan_fused(c, &pl);
+    if (conv_plan_bytes(&pl) > ctx->ws_size) return -KERN_EWORKSPACE;
     KERN_RETURN_IF(d->n != c->n || d->c != c->c_out || d->hw != pl.p, -EINVAL);
     struct conv_bn_job j = {
         c, d, &pl, ctx->ws, y, x, w, gamma, beta, running_mean, running_var, r

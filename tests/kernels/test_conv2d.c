@@ -121,9 +121,14 @@ static void check_shape(const struct shape *s, const char *label)
     is_int(kern_ref_conv2d_fwd(ctx, &d, NULL, NULL, NULL, NULL), -EINVAL,
            "%s: NULL tensors refused", label);
     if (ws) {
-        /* The full size is what bwd_filter needs (fwd may need less: none for 1x1 convs). */
-        float d1[4] = { 0 }, d2[4] = { 0 }, d3[4] = { 0 };
-        is_int(kern_ref_conv2d_bwd_filter(ctx, &d, d1, d2, d3, 0), -KERN_EWORKSPACE,
+        /* The full size is what the fused eval op needs (its band of conv output; the plain ops
+         * may need less: none for 1x1 convs). Refused before any buffer is touched. */
+        float b1[4] = { 0 }, b2[4] = { 0 }, b3[4] = { 0 }, b4[4] = { 0 }, b5[4] = { 0 };
+        float b6[4] = { 0 }, b7[4] = { 0 }, b8[4] = { 0 };
+        struct kern_bn bn;
+        kern_bn_init(&bn, d.n, d.c_out, oh * ow);
+        is_int(kern_ref_conv2d_bn_silu_fwd_eval(ctx, &d, &bn, b1, b2, b3, b4, b5, b6, b7, b8, NULL),
+               -KERN_EWORKSPACE,
                "%s: missing workspace refused with KERN_EWORKSPACE, nothing allocated", label);
     }
     if (kern_ctx_reserve(ctx, ws) < 0) exit(99);

@@ -379,7 +379,9 @@ const float *trn_net_layer_output(const struct trn_net *net, int i, int shape[4]
 /* Activation a of the plan (trn_net_plan()->acts[a]) from the last forward, or NULL. The plan
  * has no BN-output (pre-SiLU) acts: BN and SiLU run fused. A shortcut
  * bottleneck's cv2 has no SiLU-output act at all (trn_act_conv.act -1): its forward writes
- * SiLU + input straight into the "...add" act. */
+ * SiLU + input straight into the "...add" act. After an eval forward a conv with BN has no
+ * conv-output act either (trn_act_conv.conv holds what it held before): the CPU runs conv, BN
+ * and SiLU as one op whose conv output never leaves L2 (kern conv2d_bn_silu_fwd_eval). */
 const float *trn_net_act(const struct trn_net *net, int a);
 
 /*
