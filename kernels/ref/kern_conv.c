@@ -174,11 +174,15 @@ static int conv_plan_init(const struct kern_ctx *ctx, const struct kern_conv2d *
     return 0;
 }
 
-/* The plan of conv2d_bn_silu_fwd_eval: the float32 plan with a band of conv output per slot. */
-static void conv_plan_fused(const struct kern_conv2d *d, struct conv_plan *pl)
+/* The plan of conv2d_bn_silu_fwd_eval: the float32 plan with a band of conv output per slot, and
+ * a slot for every thread: with fewer images than threads (yolo-detect's one) the bands of an
+ * image are shared out instead. */
+static void conv_plan_fused(const struct kern_ctx *ctx, const struct kern_conv2d *d,
+                            struct conv_plan *pl)
 {
     pl->yb = round16((size_t)d->c_out * (size_t)conv_band_rows(d, pl) * (size_t)pl->ow);
     pl->slot += pl->yb;
+    if (pl->slots < ctx->threads) pl->slots = ctx->threads;
 }
 
 static size_t conv_plan_bytes(const struct conv_plan *pl)
@@ -219,7 +223,7 @@ static int conv_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d_lo
     KERN_RETURN_IF(!bytes, -EINVAL);
     const int rc = conv_plan_checked(ctx, dl, d, &pl);
     if (rc < 0) return rc;
-    if (!dl) conv_plan_fused(d, &pl); /* the most any float32 op of d takes */
+    if (!dl) conv_plan_fused(ctx, d, &pl); /* the most any float32 op of d takes */
     *bytes = conv_plan_bytes(&pl);
     return 0;
 }
@@ -591,6 +595,9 @@ static void conv_bn_band(const struct conv_bn_job *j, const struct conv_slot *sl
     }
 }
 
+/* Worker w of nw takes (image, band) items w, w + nw, ... in image-major order: whole images
+ * when there are at least as many as workers, else the bands of each image. A band is computed
+ * the same whoever takes it, so the bytes do not depend on the split. */
 static void conv_bn_task(void *arg, int w, int nw)
 {
     const struct conv_bn_job *const j = arg;
@@ -599,13 +606,22 @@ static void conv_bn_task(void *arg, int w, int nw)
     const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     const size_t plane = (size_t)j->bn->c * (size_t)j->bn->hw;
     const size_t ysn = kern_bn_y_nstride(j->bn), rsn = j->bn->r_nstride ? j->bn->r_nstride : plane;
-    const int band = conv_band_rows(d, pl);
-    for (int i = w; i < d->n; i += nw) {
+    const int band = conv_band_rows(d, pl), bands = (pl->oh + band - 1) / band;
+    const int per = d->n >= nw ? 1 : bands; /* items per image */
+    int split = -1;                         /* the image whose phase split sl.xs holds */
+    for (long it = w; it < (long)d->n * per; it += nw) {
+        const int i = (int)(it / per);
         const float *const xi = j->x + (size_t)i * pl->x_ns;
-        if (sl.xs) phase_split(sl.xs, xi, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
-        for (int oy0 = 0; oy0 < pl->oh; oy0 += band)
+        if (sl.xs && split != i) {
+            phase_split(sl.xs, xi, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
+            split = i;
+        }
+        const int b0 = per == 1 ? 0 : (int)(it % per), b1 = per == 1 ? bands : b0 + 1;
+        for (int b = b0; b < b1; b++) {
+            const int oy0 = b * band;
             conv_bn_band(j, &sl, j->y + (size_t)i * ysn, j->r ? j->r + (size_t)i * rsn : NULL, xi,
                          oy0, oy0 + band < pl->oh ? oy0 + band : pl->oh);
+        }
     }
 }
 
@@ -624,7 +640,7 @@ int kern_ref_conv2d_bn_silu_fwd_eval(struct kern_ctx *ctx, const struct kern_con
     if (rc < 0) return rc;
     KERN_RETURN_IF(d->r_nstride && d->r_nstride < (size_t)d->c * (size_t)d->hw, -EINVAL);
     if ((rc = conv_plan_checked(ctx, NULL, c, &pl)) < 0) return rc;
-    conv_plan_fused(c, &pl);
+    conv_plan_fused(ctx, c, &pl);
     if (conv_plan_bytes(&pl) > ctx->ws_size) return -KERN_EWORKSPACE;
     KERN_RETURN_IF(d->n != c->n || d->c != c->c_out || d->hw != pl.p, -EINVAL);
     struct conv_bn_job j = {

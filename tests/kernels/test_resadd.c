@@ -290,7 +290,8 @@ static void test_backward(struct kern_ctx *ctx)
  * kern_ref_conv2d_fwd into a buffer, then the eval BN+SiLU op (with r, the fused add): the same
  * bytes, y and r as channel slices of wider tensors, bands of output rows taken whole and
  * partial (shapes chosen so that several bands run), pointwise, strided and the k6 stem, one and
- * three threads; the scratch tmp is never touched on the CPU.
+ * three threads (one image over three threads: its bands shared out); the scratch tmp is never
+ * touched on the CPU.
  */
 static void test_conv_bn(struct kern_ctx *ctx, int threads, int n, int c_in, int h, int w,
                          int c_out, int k, int stride, int pad, int residual)
