@@ -121,6 +121,12 @@ static inline void kern_bn_eval_coef(float gamma, float beta, float running_mean
 void kern_bn_apply_channel(const struct kern_bn *d, size_t c, float *restrict y,
                            const float *restrict x, float a, float b, int silu);
 
+/* y[0..len) = silu(x a + b), plus r[0..len) when r != NULL, an L1-sized span at a time: the
+ * BN+SiLU op's own loop, then a plain add while the span is in L1 (kern_resadd.c), so the result
+ * is the unfused ops' bit for bit. Used by the residual op and the fused eval conv. */
+void kern_bn_silu_add_span(float *restrict y, const float *restrict x, const float *restrict r,
+                           size_t len, float a, float b);
+
 /* dz = dy silu'(xhat g + bt) over x[0..len), xhat = (x - mean) invstd, into gz. */
 void kern_bn_dz_chunk(float *restrict gz, const float *restrict dy, const float *restrict x,
                       size_t len, float mean, float invstd, float g, float bt);

@@ -441,6 +441,25 @@ static const float *conv_cols(const struct kern_conv2d *d, const struct conv_pla
     return sl->col;
 }
 
+/* Output rows [oy0, oy1) of one float32 image's conv, out (c_out, (oy1 - oy0) ow) with row
+ * stride ldc: w . col(x) for those rows, col built into the slot (x itself for pointwise convs;
+ * strided convs read the phase split the caller made in sl->xs). */
+static void conv_band_gemm(const struct kern_conv2d *d, const struct conv_plan *pl,
+                           const struct conv_slot *sl, const float *x, const float *w, int oy0,
+                           int oy1, float *out, int ldc)
+{
+    const int pn = (oy1 - oy0) * pl->ow;
+    const float *b = x + (size_t)oy0 * (size_t)pl->ow;
+    int ldb = pl->p;
+    if (pl->col) {
+        im2col_rows(d, oy0, oy1, pl->ow, sl->col, x, sl->xs);
+        b = sl->col;
+        ldb = pn;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pn, pl->kk, 1.0f, w, pl->kk, b,
+                ldb, 0.0f, out, ldc);
+}
+
 /* y (c_out, P) = w . col(x), one float32 image, no bias. */
 static void conv_fwd_image(const struct kern_conv2d *d, const struct conv_plan *pl,
                            const struct conv_slot *sl, float *y, const float *x, const float *w)
@@ -453,13 +472,9 @@ static void conv_fwd_image(const struct kern_conv2d *d, const struct conv_plan *
         return;
     }
     if (sl->xs) phase_split(sl->xs, x, (size_t)d->c_in * d->h_in, d->w_in, d->stride_w);
-    for (int oy0 = 0; oy0 < pl->oh; oy0 += band) {
-        const int oy1 = oy0 + band < pl->oh ? oy0 + band : pl->oh;
-        const int pn = (oy1 - oy0) * pl->ow;
-        im2col_rows(d, oy0, oy1, pl->ow, sl->col, x, sl->xs);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pn, pl->kk, 1.0f, w,
-                    pl->kk, sl->col, pn, 0.0f, y + (size_t)oy0 * pl->ow, pl->p);
-    }
+    for (int oy0 = 0; oy0 < pl->oh; oy0 += band)
+        conv_band_gemm(d, pl, sl, x, w, oy0, oy0 + band < pl->oh ? oy0 + band : pl->oh,
+                       y + (size_t)oy0 * pl->ow, pl->p);
 }
 
 /* y[c] += bias[c] (bias of dtype dt) over one float32 image. */
@@ -555,43 +570,21 @@ struct conv_bn_job {
 };
 
 /* One band of output rows [oy0, oy1) of one image: its conv output into slot yb, then
- * silu(bn) (+ r) from there into y, an L1-sized span at a time, through the BN ops' own loop and
- * the residual op's own add (kern_resadd.c), so each element is rounded as they round it. */
+ * silu(bn) (+ r) from there into y through the residual op's own span loop (kern_resadd.c), so
+ * each element is rounded as the unfused ops round it. */
 static void conv_bn_band(const struct conv_bn_job *j, const struct conv_slot *sl, float *yi,
                          const float *ri, const float *xi, int oy0, int oy1)
 {
     const struct kern_conv2d *const d = j->d;
     const struct conv_plan *const pl = j->pl;
-    const int pn = (oy1 - oy0) * pl->ow;
+    const size_t pn = (size_t)(oy1 - oy0) * (size_t)pl->ow;
     const size_t p0 = (size_t)oy0 * (size_t)pl->ow, hw = (size_t)pl->p;
-    const float *b = xi + p0;
-    int ldb = pl->p;
-    if (pl->col) {
-        im2col_rows(d, oy0, oy1, pl->ow, sl->col, xi, sl->xs);
-        b = sl->col;
-        ldb = pn;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->c_out, pn, pl->kk, 1.0f, j->w, pl->kk,
-                b, ldb, 0.0f, sl->yb, pn);
-    struct kern_bn span = *j->bn;
-    span.n = 1;
-    span.c = 1;
-    span.y_nstride = 0;
-    span.r_nstride = 0;
+    conv_band_gemm(d, pl, sl, xi, j->w, oy0, oy1, sl->yb, (int)pn);
     for (int c = 0; c < d->c_out; c++) {
-        float a, bb;
-        kern_bn_eval_coef(j->gamma[c], j->beta[c], j->mean[c], j->var[c], j->bn->eps, &a, &bb);
-        float *const yc = yi + (size_t)c * hw + p0;
-        const float *const zc = sl->yb + (size_t)c * (size_t)pn;
-        const float *const rc = ri ? ri + (size_t)c * hw + p0 : NULL;
-        for (size_t k0 = 0; k0 < (size_t)pn; k0 += KERN_BN_CHUNK) {
-            const size_t len = (size_t)pn - k0 < KERN_BN_CHUNK ? (size_t)pn - k0 : KERN_BN_CHUNK;
-            span.hw = (int)len;
-            kern_bn_apply_channel(&span, 0, yc + k0, zc + k0, a, bb, 1);
-            if (rc)
-                for (size_t k = k0; k < k0 + len; k++)
-                    yc[k] = yc[k] + rc[k];
-        }
+        float a, b;
+        kern_bn_eval_coef(j->gamma[c], j->beta[c], j->mean[c], j->var[c], j->bn->eps, &a, &b);
+        kern_bn_silu_add_span(yi + (size_t)c * hw + p0, sl->yb + (size_t)c * pn,
+                              ri ? ri + (size_t)c * hw + p0 : NULL, pn, a, b);
     }
 }
 

@@ -40,6 +40,21 @@ struct resadd_job {
 /* Elements per span: 4 KiB of y, so the SiLU output is still in L1 when r is added to it. */
 #define RESADD_SPAN KERN_BN_CHUNK
 
+void kern_bn_silu_add_span(float *restrict y, const float *restrict x, const float *restrict r,
+                           size_t len, float a, float b)
+{
+    for (size_t j0 = 0; j0 < len; j0 += RESADD_SPAN) {
+        const size_t n = len - j0 < RESADD_SPAN ? len - j0 : RESADD_SPAN;
+        /* the BN+SiLU op's own loop on a one-image, one-channel span of n elements */
+        struct kern_bn span;
+        kern_bn_init(&span, 1, 1, (int)n);
+        kern_bn_apply_channel(&span, 0, y + j0, x + j0, a, b, 1);
+        if (r)
+            for (size_t j = j0; j < j0 + n; j++)
+                y[j] = y[j] + r[j];
+    }
+}
+
 /* y = silu(x a + b) + r over channel c of every image. */
 static void resadd_channel(const struct kern_bn *d, size_t c, float *restrict y,
                            const float *restrict x, const float *restrict r, float a, float b)
@@ -47,24 +62,9 @@ static void resadd_channel(const struct kern_bn *d, size_t c, float *restrict y,
     const size_t hw = (size_t)d->hw, plane = (size_t)d->c * hw;
     const size_t ysn = d->y_nstride ? d->y_nstride : plane;
     const size_t rsn = d->r_nstride ? d->r_nstride : plane;
-    for (int i = 0; i < d->n; i++) {
-        const float *const xc = x + (size_t)i * plane + c * hw;
-        const float *const rc = r + (size_t)i * rsn + c * hw;
-        float *const yc = y + (size_t)i * ysn + c * hw;
-        for (size_t j0 = 0; j0 < hw; j0 += RESADD_SPAN) {
-            const size_t len = hw - j0 < RESADD_SPAN ? hw - j0 : RESADD_SPAN;
-            /* the BN+SiLU op's own loop on a one-image, one-channel span of len elements */
-            struct kern_bn span = *d;
-            span.n = 1;
-            span.c = 1;
-            span.hw = (int)len;
-            span.y_nstride = 0;
-            span.r_nstride = 0;
-            kern_bn_apply_channel(&span, 0, yc + j0, xc + j0, a, b, 1);
-            for (size_t j = j0; j < j0 + len; j++)
-                yc[j] = yc[j] + rc[j];
-        }
-    }
+    for (int i = 0; i < d->n; i++)
+        kern_bn_silu_add_span(y + (size_t)i * ysn + c * hw, x + (size_t)i * plane + c * hw,
+                              r + (size_t)i * rsn + c * hw, hw, a, b);
 }
 
 static void resadd_task(void *arg, int w, int nw)

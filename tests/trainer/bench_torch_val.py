@@ -66,7 +66,7 @@ def dump(a):
     img_dir = os.path.join(shared, "datasets", "coco128", "images", "train2017")
     files = sorted(os.path.join(img_dir, f) for f in os.listdir(img_dir) if f.endswith(".jpg"))[:n]
     with open(out, "wb") as f:
-        f.write(b"NMSP" + struct.pack("<ii", len(files), 85))
+        f.write(b"NMSP" + struct.pack("<ii", len(files), det.no))
         for p in files:
             im, _, (h, w) = val.load_image(p, img)
             # val.py's batch shape for a batch of this one image (stride 32, pad 0.5)
