@@ -81,6 +81,7 @@ struct args {
     bool bench_step;
     double seconds, dist_timeout;
     bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, sync_bn;
+    bool direct, no_read_ahead;
     bool no_grad_overlap;   /* --no-grad-overlap: all-reduce the gradients after backward */
     bool device_path;       /* --device-path: the GPU path on the CPU ops (tests) */
     bool host_aug;          /* --host-aug: no GPU augmentation */
@@ -396,6 +397,12 @@ static int parse_args(int argc, char **argv, struct args *A)
                "disk: the records already are the decoded images on disk, nothing to do"),
         AP_OPT("--page-cache", AP_FLAG, &A->page_cache, NULL,
                "--bench-data: buffered reads instead of O_DIRECT"),
+        AP_OPT("--direct", AP_FLAG, &A->direct, NULL,
+               "--bench-data: O_DIRECT reads even when the dataset fits in a quarter of RAM "
+               "(where the loader reads through the page cache by default)"),
+        AP_OPT("--no-read-ahead", AP_FLAG, &A->no_read_ahead, NULL,
+               "--bench-data: each loader worker reads a sample's records only when it builds "
+               "it, instead of while it builds the one before (to measure the overlap)"),
         AP_OPT("--json", AP_FLAG, &A->json, NULL, "--bench and --bench-data: one JSON object"),
         AP_OPT("--plot", AP_FLAG, &A->plot, NULL,
                "write train_batch0..2.jpg (batches with labels) to the run directory and exit"),
@@ -416,6 +423,8 @@ static int parse_args(int argc, char **argv, struct args *A)
         return ap_usage_error(&sp, "--project and --name must not be empty");
     if (A->cache && A->cache[0] && strcmp(A->cache, "ram") && strcmp(A->cache, "disk"))
         return ap_usage_error(&sp, "--cache: ram or disk, not '%s'", A->cache);
+    if (A->direct && A->page_cache)
+        return ap_usage_error(&sp, "--direct and --page-cache exclude each other");
     if (A->batch == 0) return ap_usage_error(&sp, "--batch-size: 1 or more, or -1 (AutoBatch)");
     if (A->batch == -1 && (A->bench_step || A->bench || A->plot || A->nproc > 1))
         return ap_usage_error(&sp, "--batch-size -1 (AutoBatch) is for training on one process");
@@ -563,6 +572,8 @@ static int do_bench(const struct args *A, const struct trn_hyp *hyp)
     o.img_size = (int)A->img;
     o.seed = (uint64_t)A->seed;
     o.page_cache = A->page_cache;
+    o.direct = A->direct;
+    o.read_ahead = !A->no_read_ahead;
     o.cache_ram = A->cache && strcmp(A->cache, "disk") != 0;
     o.hyp = *hyp;
     o.log = log_cb;

@@ -437,6 +437,23 @@ struct ffio_record_req {
  */
 FFIO_API int ffio_records_read(struct ffio_records *rr, struct ffio_record_req *reqs, size_t n);
 
+/*
+ * ffio_records_read in two halves, so that a thread can keep records in flight while it works:
+ * submit starts reading reqs[0, n) (as many extents as the queue takes; the rest follow as room
+ * frees) and returns; wait, with the same reqs and n, blocks until all of them have landed and
+ * been checked, and returns what ffio_records_read returns. Up to 8 batches may be outstanding;
+ * waits may come in any order, and completions of other batches that land meanwhile are checked
+ * and decoded into their own requests. reqs and every buffer it names are borrowed until its
+ * wait returns. Requests that fail before reading (an unknown record, a small buffer) get their
+ * result at once and are counted by the wait.
+ * submit returns 0, -EINVAL (n == 0, NULL reqs), -EBUSY (8 batches outstanding, or reqs already
+ * is one), -ENOMEM, or the engine's error (then the reader is unusable: every later call returns
+ * it); wait returns -EINVAL when reqs/n name no outstanding batch. ffio_records_close lets
+ * extents in flight land before it frees anything.
+ */
+FFIO_API int ffio_records_submit(struct ffio_records *rr, struct ffio_record_req *reqs, size_t n);
+FFIO_API int ffio_records_wait(struct ffio_records *rr, struct ffio_record_req *reqs, size_t n);
+
 /* Formats a failed request as one line naming the file, shard, record and offset. */
 FFIO_API int ffio_records_describe(const struct ffio_records *rr, const struct ffio_record_req *req,
                                    char *buf, size_t cap);

@@ -163,6 +163,38 @@ static void test_train(void)
     unsave(b, RUN);
     memset(b, 0, sizeof b);
 
+    /* Read-ahead changes when records are read, never what a sample is. */
+    for (unsigned wk = 1; wk <= 2; wk++) {
+        train_opts(&o, wk);
+        o.read_ahead = false;
+        rc = collect("train.ffr", &o, b, RUN, NULL, err, sizeof err);
+        eq = rc == 0;
+        for (int i = 0; eq && i < RUN; i++)
+            eq &= same(&a[i], &b[i]);
+        ok(eq, "%u worker(s) without read-ahead: the same bytes (%s)", wk, err);
+        unsave(b, RUN);
+        memset(b, 0, sizeof b);
+    }
+    for (int ahead = 0; ahead < 2; ahead++) {
+        struct ffr_reader *r = open_ds("train.ffr");
+        struct trn_loader *l = NULL;
+        train_opts(&o, 1);
+        o.read_ahead = ahead;
+        rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+        struct trn_batch bt;
+        for (int i = 0; rc == 0 && i < RUN; i++)
+            rc = trn_loader_next(l, &bt);
+        struct trn_loader_info info;
+        trn_loader_info(l, &info);
+        /* One worker fills the ring ahead of this consumer: only a sample claimed when the
+         * ring was full (the first of a batch) can lack a successor to read ahead. */
+        ok(rc == 0 && (ahead ? info.read_ahead * 2 > info.images : info.read_ahead == 0),
+           "read_ahead %d: %llu of %llu samples were read while the one before was built", ahead,
+           (unsigned long long)info.read_ahead, (unsigned long long)info.images);
+        trn_loader_destroy(l);
+        ffr_reader_close(r);
+    }
+
     train_opts(&o, 2);
     o.seed = 8;
     rc = collect("train.ffr", &o, b, 2, NULL, err, sizeof err);

@@ -18,6 +18,7 @@ void trn_bench_data_opts_default(struct trn_bench_data_opts *o)
     o->seconds = 10;
     o->batch_size = 16;
     o->img_size = 640;
+    o->read_ahead = true;
     trn_hyp_default(&o->hyp);
 }
 
@@ -49,6 +50,8 @@ int trn_bench_data_run(const struct trn_bench_data_opts *o, struct trn_bench_dat
     lo.log = o->log;
     lo.log_ctx = o->log_ctx;
     if (o->page_cache) lo.io.io.direct = FFIO_DIRECT_OFF;
+    if (o->direct) lo.io.io.direct = FFIO_DIRECT_ON;
+    lo.read_ahead = o->read_ahead;
     lo.cache_ram = o->cache_ram;
 
     struct ffr_reader *r = NULL;

@@ -26,6 +26,9 @@ struct trn_bench_data_opts {
     int img_size;          /* output side; records must be packed at this long side; default 640 */
     uint64_t seed;         /* sampling seed; default 0 */
     bool page_cache;       /* buffered reads instead of O_DIRECT; default false */
+    bool direct;           /* O_DIRECT even for a dataset that fits in memory (the loader's
+                              FFIO_DIRECT_AUTO picks the page cache then); default false */
+    bool read_ahead;       /* trn_loader_opts.read_ahead; default true */
     bool cache_ram;        /* decoded tiles kept in RAM (trn_loader_opts.cache_ram); default
                               false */
     struct trn_hyp hyp;    /* augmentation; default hyp.scratch-low (trn_hyp_default) */

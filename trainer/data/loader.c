@@ -10,6 +10,13 @@
  * number of workers. The worker that finishes a batch's last sample packs the per-sample label
  * rows into the batch's target list (in image order) and marks the slot ready.
  *
+ * Read-ahead: a worker claims its next sample before it builds the current one and submits that
+ * sample's record reads (ffio_records_submit), so that on a device with latency (O_DIRECT, a
+ * cold cache) the records land while the CPU augments. Everything the sampler decides (records,
+ * random draws) is taken at claim time, so the bytes stay those of the sample's position. A
+ * claimed sample counts as in flight until it is built or, after a repositioning or at stop,
+ * its reads have landed and it is dropped.
+ *
  * Locking: one mutex guards the task counters, the slot states and the error; samples are built
  * outside it. `gen` changes on every set_position, and results of older generations are dropped
  * (set_position waits for in-flight tasks first, so nothing writes a slot after it is reset).
@@ -125,17 +132,44 @@ struct slot {
     uint32_t dd_now;
 };
 
+/*
+ * A sample a worker has claimed: what its position decides (its records and random draws, taken
+ * from the worker's sampler when it is claimed, since the sampler's epoch moves on with the next
+ * claim), and the reads of its records, which may be in flight while the worker builds the
+ * sample before it (trn_loader_opts.read_ahead).
+ */
+struct sample {
+    struct slot *sl;
+    int j;             /* image in the slot */
+    uint64_t seq, gen; /* the batch and the loader generation it was claimed in */
+    bool planned;      /* sample_plan done */
+    uint64_t g;        /* position in the epoch's order */
+    uint64_t own;      /* TRAIN: the sample's own record before bad-record replacement */
+    int n_tiles;
+    uint64_t idx[MAX_TILES];
+    struct trn_plan plan;   /* TRAIN */
+    struct trn_aug_draws d; /* TRAIN */
+    struct trn_aug_tile tiles[MAX_TILES];
+    bool pending[MAX_TILES]; /* tile k not read and made yet */
+    struct ffio_record_req req[MAX_TILES];
+    int which[MAX_TILES];    /* req[q] is tile which[q] */
+    int m;                   /* requests in req */
+    bool reading;            /* req[0, m) submitted and not yet waited for */
+    bool ahead;              /* its reads began before the worker built the sample before it */
+    uint8_t *ext[MAX_TILES]; /* its own record extents and decode buffers (4096-aligned) */
+    uint8_t *dec[MAX_TILES];
+};
+
 struct worker {
     struct trn_loader *l;
     pthread_t thread;
     bool joinable;
     struct ffio_records *rr;
-    struct ffio_pinned scratch; /* record extents and decode buffers, 4096-aligned pieces */
-    uint8_t *ext[MAX_TILES];
-    uint8_t *dec[MAX_TILES];
-    uint8_t *pix[MAX_TILES];   /* unfiltered RGB8-SUB pixels (malloc on first use) */
-    uint8_t *small[MAX_TILES]; /* tiles resized on load to img_size (malloc on first use) */
-    uint8_t *hwc;              /* one augmented sample, HWC */
+    struct ffio_pinned scratch; /* both samples' record extents and decode buffers */
+    struct sample smp[2];       /* the one being built and the one read ahead */
+    uint8_t *pix[MAX_TILES];    /* unfiltered RGB8-SUB pixels (malloc on first use) */
+    uint8_t *small[MAX_TILES];  /* tiles resized on load to img_size (malloc on first use) */
+    uint8_t *hwc;               /* one augmented sample, HWC */
     struct trn_aug_ws *ws;
     struct trn_sampler sampler; /* private copy; epoch switched as tasks need */
     char msg[512];              /* error line of the last failed task */
@@ -161,6 +195,7 @@ struct trn_loader {
     uint64_t steps;             /* batches per epoch */
     int cap_rows;               /* label rows one sample may produce */
     size_t max_extent, max_raw; /* largest record extent and decoded size */
+    bool any_coded;             /* some record needs decoding (not FFR_CODEC_RAW) */
     size_t max_pixels;          /* largest h * w * 3 */
     size_t max_tile;            /* largest th * tw * 3 */
     uint64_t *indices;          /* trn_loader_set_indices' table (n), or NULL */
@@ -202,7 +237,7 @@ struct trn_loader {
 
     _Atomic uint8_t *bad;     /* [n]: 1 once a record is known bad */
     _Atomic uint8_t *damaged; /* [shards]: 1 once o.damaged was called for the shard */
-    atomic_uint_fast64_t n_bad, n_images;
+    atomic_uint_fast64_t n_bad, n_images, n_read_ahead;
     size_t pinned_bytes;
     enum ffio_pinned_kind pinned_kind;
 };
@@ -239,6 +274,7 @@ void trn_loader_opts_default(struct trn_loader_opts *o)
     o->rect_pad = 0.5;
     o->pixels = TRN_PIXELS_U8;
     o->bad_records = TRN_BAD_RECORD_SKIP;
+    o->read_ahead = true;
     trn_hyp_default(&o->hyp);
     ffio_records_opts_default(&o->io);
 }
@@ -441,82 +477,118 @@ static void ram_put(struct trn_loader *l, uint64_t idx, struct trn_aug_tile *t)
 }
 
 /*
- * Read and decode the records idx[0, n) into tiles. Known-bad records are replaced first;
- * records found bad now are reported and replaced (SKIP) or fail the task. idx is updated to
- * the records actually used.
+ * Requests for the sample's pending tiles into p->req: known-bad records are replaced first and
+ * tiles in the RAM cache taken from it. Returns the request count or a fatal error (w->msg).
  */
-static int load_tiles(struct worker *w, uint64_t *idx, int n, struct trn_aug_tile *tiles)
+static int tiles_queue(struct worker *w, struct sample *p)
 {
     struct trn_loader *l = w->l;
-    struct ffio_record_req req[MAX_TILES];
-    int which[MAX_TILES];
-    bool pending[MAX_TILES];
-    for (int k = 0; k < n; k++)
-        pending[k] = true;
-
-    for (uint64_t round = 0;; round++) {
-        int m = 0;
-        for (int k = 0; k < n; k++) {
-            if (!pending[k]) continue;
-            idx[k] = resolve(l, idx[k]);
-            if (idx[k] >= l->n) {
-                snprintf(w->msg, sizeof w->msg, "every record of the dataset is bad");
-                return -EIO;
-            }
-            const struct ram_tile *rt = ram_get(l, idx[k]);
-            if (rt) { /* decoded before: no read, no decode */
-                tiles[k] = rt->t;
-                pending[k] = false;
-                continue;
-            }
-            struct ffr_record_info info;
-            if (ffr_reader_info(l->r, idx[k], &info) < 0) {
-                snprintf(w->msg, sizeof w->msg, "record %" PRIu64 " out of range", idx[k]);
-                return -EINVAL;
-            }
-            memset(&req[m], 0, sizeof req[m]);
-            req[m].index = idx[k];
-            req[m].extent = w->ext[k];
-            req[m].extent_cap = ALIGN_UP(l->max_extent, 4096);
-            req[m].dst = info.codec == FFR_CODEC_RAW ? NULL : w->dec[k];
-            req[m].dst_cap = info.codec == FFR_CODEC_RAW ? 0 : l->max_raw;
-            which[m++] = k;
-        }
-        if (m == 0) return 0;
-        if (round > l->n) {
-            snprintf(w->msg, sizeof w->msg,
-                     "every record is bad (each is named in a line above): check the dataset "
-                     "with ffr verify");
+    int m = 0;
+    for (int k = 0; k < p->n_tiles; k++) {
+        if (!p->pending[k]) continue;
+        p->idx[k] = resolve(l, p->idx[k]);
+        if (p->idx[k] >= l->n) {
+            snprintf(w->msg, sizeof w->msg, "every record of the dataset is bad");
             return -EIO;
         }
-        const int rc = ffio_records_read(w->rr, req, (size_t)m);
+        const struct ram_tile *rt = ram_get(l, p->idx[k]);
+        if (rt) { /* decoded before: no read, no decode */
+            p->tiles[k] = rt->t;
+            p->pending[k] = false;
+            continue;
+        }
+        struct ffr_record_info info;
+        if (ffr_reader_info(l->r, p->idx[k], &info) < 0) {
+            snprintf(w->msg, sizeof w->msg, "record %" PRIu64 " out of range", p->idx[k]);
+            return -EINVAL;
+        }
+        struct ffio_record_req *q = &p->req[m];
+        memset(q, 0, sizeof *q);
+        q->index = p->idx[k];
+        q->extent = p->ext[k];
+        q->extent_cap = ALIGN_UP(l->max_extent, 4096);
+        q->dst = info.codec == FFR_CODEC_RAW ? NULL : p->dec[k];
+        q->dst_cap = info.codec == FFR_CODEC_RAW ? 0 : l->max_raw;
+        p->which[m++] = k;
+    }
+    return m;
+}
+
+/*
+ * Start reading the sample's records, to be finished by load_tiles. Anything that goes wrong
+ * here is left for load_tiles, which meets it again and reports it.
+ */
+static void tiles_start(struct worker *w, struct sample *p)
+{
+    const int m = tiles_queue(w, p);
+    if (m > 0 && ffio_records_submit(w->rr, p->req, (size_t)m) == 0) {
+        p->m = m;
+        p->reading = true;
+    }
+}
+
+/* Let the sample's reads land (a sample given up: its buffers are about to be reused). */
+static void tiles_drop(struct worker *w, struct sample *p)
+{
+    if (p->reading) (void)ffio_records_wait(w->rr, p->req, (size_t)p->m);
+    p->reading = false;
+}
+
+/*
+ * Read and decode the sample's records into its tiles, finishing reads tiles_start began.
+ * Records found bad are reported and replaced (SKIP) or fail the task; idx is updated to the
+ * records actually used.
+ */
+static int load_tiles(struct worker *w, struct sample *p)
+{
+    struct trn_loader *l = w->l;
+    for (uint64_t round = 0;; round++) {
+        int m = p->m;
+        if (p->reading) {
+            p->reading = false;
+        } else {
+            if ((m = tiles_queue(w, p)) <= 0) return m;
+            if (round > l->n) {
+                snprintf(w->msg, sizeof w->msg,
+                         "every record is bad (each is named in a line above): check the dataset "
+                         "with ffr verify");
+                return -EIO;
+            }
+            const int s = ffio_records_submit(w->rr, p->req, (size_t)m);
+            if (s < 0) {
+                snprintf(w->msg, sizeof w->msg, "record reader failed: %s", ffio_strerror(s));
+                return s;
+            }
+        }
+        const int rc = ffio_records_wait(w->rr, p->req, (size_t)m);
         if (rc < 0) {
             snprintf(w->msg, sizeof w->msg, "record reader failed: %s", ffio_strerror(rc));
             return rc;
         }
         for (int q = 0; q < m; q++) {
-            const int k = which[q];
+            const int k = p->which[q];
+            const struct ffio_record_req *req = &p->req[q];
             char why[384];
             int bad_rc = 0;
-            if (req[q].result < 0) {
+            if (req->result < 0) {
                 char desc[300];
-                ffio_records_describe(w->rr, &req[q], desc, sizeof desc);
+                ffio_records_describe(w->rr, req, desc, sizeof desc);
                 snprintf(why, sizeof why, "%s", desc);
-                bad_rc = (int)req[q].result;
+                bad_rc = (int)req->result;
             } else {
-                const int t = make_tile(w, k, idx[k], req[q].payload, (size_t)req[q].result,
-                                        &tiles[k], why, sizeof why);
+                const int t = make_tile(w, k, p->idx[k], req->payload, (size_t)req->result,
+                                        &p->tiles[k], why, sizeof why);
                 if (t < 0) return t;
                 if (t == 0) {
-                    if (l->ram) ram_put(l, idx[k], &tiles[k]);
-                    pending[k] = false;
+                    if (l->ram) ram_put(l, p->idx[k], &p->tiles[k]);
+                    p->pending[k] = false;
                     continue;
                 }
                 bad_rc = -FFR_ECORRUPT;
             }
-            const int b = mark_bad(w, idx[k], bad_rc, why);
+            const int b = mark_bad(w, p->idx[k], bad_rc, why);
             if (b < 0) return b;
-            idx[k] = (idx[k] + 1) % l->n;
+            p->idx[k] = (p->idx[k] + 1) % l->n;
         }
     }
 }
@@ -622,71 +694,92 @@ static int plan_on_arena(struct worker *w, struct slot *sl, int j, const struct 
     return nr;
 }
 
-static int make_sample(struct worker *w, struct slot *sl, int j)
+/*
+ * What the sample's position decides: its records (the sampler's plan) and, for training, its
+ * random draws. Everything that reads the worker's sampler happens here.
+ */
+static void sample_plan(struct worker *w, struct sample *p)
 {
     struct trn_loader *l = w->l;
+    struct slot *sl = p->sl;
     const int s = l->o.img_size;
-    const uint64_t local = sl->step * (uint64_t)l->o.batch_size + (uint64_t)j;
-    uint64_t idx[MAX_TILES];
-    struct trn_aug_tile tiles[MAX_TILES];
-    struct trn_batch_image *info = &sl->info[j];
-    float *rows = sl->rows + (size_t)j * (size_t)l->cap_rows * 5;
-    int n_tiles = 1, nr;
-    uint64_t g;
+    const uint64_t local = sl->step * (uint64_t)l->o.batch_size + (uint64_t)p->j;
+    uint64_t *idx = p->idx;
 
     if (w->sampler.epoch != sl->epoch) trn_sampler_set_epoch(&w->sampler, sl->epoch);
-    memset(info, 0, sizeof *info);
+    p->planned = true;
+    p->n_tiles = 1;
     if (l->order) {
-        g = local;
-        idx[0] = (uint64_t)l->order[g];
+        p->g = local;
+        idx[0] = (uint64_t)l->order[p->g];
     } else {
-        g = trn_sampler_position(&w->sampler, local);
-        idx[0] = trn_sampler_index(&w->sampler, g);
+        p->g = trn_sampler_position(&w->sampler, local);
+        idx[0] = trn_sampler_index(&w->sampler, p->g);
     }
-
     if (l->o.mode == TRN_LOADER_TRAIN) {
-        struct trn_plan plan;
-        trn_sampler_plan(&w->sampler, g, &l->probs, &plan);
-        if (plan.mosaic) {
-            n_tiles = plan.mixup ? 8 : 4;
-            memcpy(idx, plan.tiles, sizeof plan.tiles);
-            if (plan.mixup) memcpy(idx + 4, plan.mixup_tiles, sizeof plan.mixup_tiles);
+        const uint64_t g = p->g;
+        struct trn_plan *plan = &p->plan;
+        trn_sampler_plan(&w->sampler, g, &l->probs, plan);
+        if (plan->mosaic) {
+            p->n_tiles = plan->mixup ? 8 : 4;
+            memcpy(idx, plan->tiles, sizeof plan->tiles);
+            if (plan->mixup) memcpy(idx + 4, plan->mixup_tiles, sizeof plan->mixup_tiles);
         } else if (!l->order) {
-            idx[0] = plan.index;
+            idx[0] = plan->index;
         } else {
-            plan.index = plan.tiles[0] = idx[0]; /* rect training: the aspect-ratio order */
+            plan->index = plan->tiles[0] = idx[0]; /* rect training: the aspect-ratio order */
         }
-        const uint64_t own = plan.index;
-        int rc = load_tiles(w, idx, n_tiles, tiles);
-        if (rc < 0) return rc;
+        p->own = plan->index;
 
-        struct trn_aug_draws d;
+        struct trn_aug_draws *d = &p->d;
         struct trn_rng r;
-        memset(&d, 0, sizeof d);
-        d.mosaic = plan.mosaic;
-        d.mixup = plan.mixup;
-        d.flipud = plan.flipud;
-        d.fliplr = plan.fliplr;
-        if (plan.mosaic) {
+        memset(d, 0, sizeof *d);
+        d->mosaic = plan->mosaic;
+        d->mixup = plan->mixup;
+        d->flipud = plan->flipud;
+        d->fliplr = plan->fliplr;
+        if (plan->mosaic) {
             trn_sampler_rng(&w->sampler, g, TRN_STREAM_MOSAIC, &r);
-            trn_aug_draw_mosaic(&l->aug, s, uniform_cb, &r, &d.mos);
+            trn_aug_draw_mosaic(&l->aug, s, uniform_cb, &r, &d->mos);
         } else {
             trn_sampler_rng(&w->sampler, g, TRN_STREAM_LETTERBOX, &r);
-            trn_aug_draw_perspective(&l->aug, uniform_cb, &r, &d.mos.persp);
+            trn_aug_draw_perspective(&l->aug, uniform_cb, &r, &d->mos.persp);
         }
-        if (plan.mixup) {
+        if (plan->mixup) {
             trn_sampler_rng(&w->sampler, g, TRN_STREAM_MIXUP, &r);
-            trn_aug_draw_mosaic(&l->aug, s, uniform_cb, &r, &d.mixmos);
+            trn_aug_draw_mosaic(&l->aug, s, uniform_cb, &r, &d->mixmos);
         }
-        if (plan.mosaic && l->aug.copy_paste > 0) {
+        if (plan->mosaic && l->aug.copy_paste > 0) {
             trn_sampler_rng(&w->sampler, g, TRN_STREAM_COPYPASTE, &r);
-            d.copy_paste_key[0] = trn_rng_u64(&r);
-            d.copy_paste_key[1] = trn_rng_u64(&r);
+            d->copy_paste_key[0] = trn_rng_u64(&r);
+            d->copy_paste_key[1] = trn_rng_u64(&r);
         }
         trn_sampler_rng(&w->sampler, g, TRN_STREAM_COLOR, &r);
-        d.mixup_ratio = trn_rng_beta(&r, 32.0, 32.0);
-        trn_aug_draw_hsv(&l->aug, uniform_cb, &r, &d.hsv);
+        d->mixup_ratio = trn_rng_beta(&r, 32.0, 32.0);
+        trn_aug_draw_hsv(&l->aug, uniform_cb, &r, &d->hsv);
+    }
+    for (int k = 0; k < p->n_tiles; k++)
+        p->pending[k] = true;
+}
 
+/* Read the planned sample's records (finishing reads begun earlier) and build it in its slot. */
+static int sample_build(struct worker *w, struct sample *p)
+{
+    struct trn_loader *l = w->l;
+    struct slot *sl = p->sl;
+    const int j = p->j;
+    const uint64_t g = p->g;
+    const uint64_t *idx = p->idx;
+    const struct trn_aug_tile *tiles = p->tiles;
+    struct trn_batch_image *info = &sl->info[j];
+    float *rows = sl->rows + (size_t)j * (size_t)l->cap_rows * 5;
+    int nr;
+
+    memset(info, 0, sizeof *info);
+    int rc = load_tiles(w, p);
+    if (rc < 0) return rc;
+    if (l->o.mode == TRN_LOADER_TRAIN) {
+        const struct trn_aug_draws *d = &p->d;
         if (l->pix) {
             /* The slot's previous upload may still read the arena. */
             const int up = kern_event_sync(sl->up_ev);
@@ -696,11 +789,11 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
                          kern_strerror(up), kern_stream_last_error());
                 return up;
             }
-            nr = plan_on_arena(w, sl, j, &d, tiles, n_tiles, idx, rows);
+            nr = plan_on_arena(w, sl, j, d, tiles, p->n_tiles, idx, rows);
         } else {
             /* straight into the slot's planes: one fused pass, no HWC image */
             nr = trn_aug_train_sample_planar(
-                w->ws, &l->aug, &d, tiles, n_tiles, sl->height, sl->width,
+                w->ws, &l->aug, d, tiles, p->n_tiles, sl->height, sl->width,
                 l->o.pixels == TRN_PIXELS_F32 ? KERN_AUG_F32 : KERN_AUG_U8,
                 (char *)sl->images +
                     (size_t)j * 3 * (size_t)sl->height * (size_t)sl->width * l->elem,
@@ -709,19 +802,17 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
         if (nr < 0) {
             snprintf(w->msg, sizeof w->msg,
                      "augmenting the sample at position %" PRIu64 " (record %" PRIu64 "%s): %s", g,
-                     own, l->pix ? ", GPU plan" : "", trn_aug_strerror(nr));
+                     p->own, l->pix ? ", GPU plan" : "", trn_aug_strerror(nr));
             return nr;
         }
         /* The image's own record, after any bad-record replacement. */
         info->index = idx[0];
-        for (int k = 0; k < 4 && plan.mosaic; k++)
-            if (plan.tiles[k] == own) {
+        for (int k = 0; k < 4 && p->plan.mosaic; k++)
+            if (p->plan.tiles[k] == p->own) {
                 info->index = idx[k];
                 break;
             }
     } else {
-        int rc = load_tiles(w, idx, 1, tiles);
-        if (rc < 0) return rc;
         struct trn_aug_letterbox_plan lp;
         nr = trn_aug_val_sample(&tiles[0], sl->height, sl->width, w->hwc,
                                 (size_t)l->max_h * (size_t)l->max_w * 3, rows, l->cap_rows, &lp);
@@ -747,6 +838,7 @@ static int make_sample(struct worker *w, struct slot *sl, int j)
     info->w = m->tw;
     sl->n_rows[j] = nr;
     atomic_fetch_add(&l->n_images, 1);
+    if (p->ahead) atomic_fetch_add(&l->n_read_ahead, 1);
     return 0;
 }
 
@@ -887,17 +979,26 @@ static int worker_setup(struct worker *w)
         snprintf(w->msg, sizeof w->msg, "opening a record reader: %s", ffio_strerror(rc));
         return rc;
     }
-    const size_t ext = ALIGN_UP(l->max_extent, 4096), dec = ALIGN_UP(l->max_raw, 4096);
-    rc = ffio_pinned_alloc(MAX_TILES * (ext + dec), FFIO_PINNED_HOST_ONLY, &w->scratch);
+    /* Tiles per sample: a worker's two samples need their own buffers; raw records are used
+     * where they land, so decode buffers only for a dataset with coded records. */
+    const size_t tiles = l->o.mode == TRN_LOADER_TRAIN ? MAX_TILES : 1;
+    const size_t ext = ALIGN_UP(l->max_extent, 4096);
+    const size_t dec = l->any_coded ? ALIGN_UP(l->max_raw, 4096) : 0;
+    const size_t n_smp = l->o.read_ahead ? 2 : 1, bytes = n_smp * tiles * (ext + dec);
+    rc = ffio_pinned_alloc(bytes, FFIO_PINNED_HOST_ONLY, &w->scratch);
     if (rc < 0) {
-        snprintf(w->msg, sizeof w->msg, "allocating %zu bytes of read buffers: %s",
-                 MAX_TILES * (ext + dec), ffio_strerror(rc));
+        snprintf(w->msg, sizeof w->msg, "allocating %zu bytes of read buffers: %s", bytes,
+                 ffio_strerror(rc));
         return rc;
     }
-    for (int k = 0; k < MAX_TILES; k++) {
-        w->ext[k] = (uint8_t *)w->scratch.ptr + (size_t)k * ext;
-        w->dec[k] = (uint8_t *)w->scratch.ptr + MAX_TILES * ext + (size_t)k * dec;
-    }
+    uint8_t *at = w->scratch.ptr;
+    for (size_t i = 0; i < n_smp; i++)
+        for (size_t k = 0; k < tiles; k++) {
+            w->smp[i].ext[k] = at;
+            at += ext;
+            w->smp[i].dec[k] = dec ? at : NULL;
+            at += dec;
+        }
     /* Registration is an optimisation: the engine reads without it when refused. */
     (void)ffio_engine_register_buffer(ffio_records_engine(w->rr), w->scratch.ptr, w->scratch.size);
     w->hwc = malloc((size_t)l->max_h * (size_t)l->max_w * 3);
@@ -938,6 +1039,41 @@ static void worker_teardown(struct worker *w)
     w->ws = NULL;
 }
 
+/* Whether a worker may claim a sample now (l->mu held). */
+static bool claimable(const struct trn_loader *l, int setup)
+{
+    return setup == 0 && !l->stop && !l->paused && !l->err && l->claim_seq < l->released + l->depth;
+}
+
+/* Claim the next sample into p (l->mu held): the slot's batch is set up by its first sample. */
+static struct sample *claim(struct trn_loader *l, struct sample *p)
+{
+    const uint64_t seq = l->claim_seq;
+    struct slot *sl = &l->slots[seq % l->depth];
+    const int j = l->claim_j;
+    if (j == 0) {
+        sl->seq = seq;
+        sl->state = SLOT_FILLING;
+        seq_position(l, seq, &sl->epoch, &sl->step, &sl->n);
+        sl->remaining = sl->n;
+        sl->n_targets = 0;
+        batch_shape(l, sl->step, &sl->height, &sl->width);
+    }
+    if (++l->claim_j >= sl->n) {
+        l->claim_seq++;
+        l->claim_j = 0;
+    }
+    l->inflight++;
+    p->sl = sl;
+    p->j = j;
+    p->seq = seq;
+    p->gen = l->gen;
+    p->planned = false;
+    p->reading = false;
+    p->ahead = false;
+    return p;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -951,30 +1087,46 @@ static void *worker_main(void *arg)
     }
     l->inited++;
     pthread_cond_broadcast(&l->cv_done);
-    while (!l->stop) {
-        if (setup < 0 || l->paused || l->err || l->claim_seq >= l->released + l->depth) {
-            pthread_cond_wait(&l->cv_work, &l->mu);
+    /*
+     * cur: the sample being built; nx: the next one, claimed and its reads started before cur is
+     * built (read_ahead), so that the records land while the CPU augments. A claimed sample is
+     * always finished or, when the loader moved (gen) or stops, its reads drained and dropped:
+     * inflight counts both, so that a repositioning waits for them.
+     */
+    struct sample *cur = NULL;
+    while (!(l->stop && !cur)) {
+        if (cur && (l->stop || cur->gen != l->gen)) {
+            pthread_mutex_unlock(&l->mu);
+            tiles_drop(w, cur);
+            pthread_mutex_lock(&l->mu);
+            cur = NULL;
+            if (--l->inflight == 0) pthread_cond_broadcast(&l->cv_done);
             continue;
         }
-        const uint64_t seq = l->claim_seq, gen = l->gen;
-        struct slot *sl = &l->slots[seq % l->depth];
-        const int j = l->claim_j;
-        if (j == 0) {
-            sl->seq = seq;
-            sl->state = SLOT_FILLING;
-            seq_position(l, seq, &sl->epoch, &sl->step, &sl->n);
-            sl->remaining = sl->n;
-            sl->n_targets = 0;
-            batch_shape(l, sl->step, &sl->height, &sl->width);
+        if (!cur) {
+            if (!claimable(l, setup)) {
+                pthread_cond_wait(&l->cv_work, &l->mu);
+                continue;
+            }
+            cur = claim(l, &w->smp[0]);
         }
-        if (++l->claim_j >= sl->n) {
-            l->claim_seq++;
-            l->claim_j = 0;
-        }
-        l->inflight++;
+        struct sample *nx = NULL;
+        if (l->o.read_ahead && claimable(l, setup)) nx = claim(l, &w->smp[cur == &w->smp[0]]);
         pthread_mutex_unlock(&l->mu);
 
-        const int rc = make_sample(w, sl, j);
+        if (!cur->planned) {
+            sample_plan(w, cur);
+            tiles_start(w, cur);
+        }
+        if (nx) {
+            sample_plan(w, nx);
+            tiles_start(w, nx);
+            nx->ahead = nx->reading;
+        }
+        const uint64_t seq = cur->seq, gen = cur->gen;
+        struct slot *sl = cur->sl;
+        const int rc = sample_build(w, cur);
+        cur = nx;
 
         pthread_mutex_lock(&l->mu);
         if (gen == l->gen) {
@@ -1090,6 +1242,7 @@ static int scan_index(struct trn_loader *l, char *err, size_t cap)
         if (sum.n_labels > max_labels) max_labels = sum.n_labels;
         if (info.extent_len > l->max_extent) l->max_extent = (size_t)info.extent_len;
         if (info.raw_len > l->max_raw) l->max_raw = info.raw_len;
+        if (info.codec != FFR_CODEC_RAW) l->any_coded = true;
         const size_t px = (size_t)sum.h * sum.w * 3;
         if (px > l->max_pixels) l->max_pixels = px;
     }
@@ -1159,9 +1312,9 @@ static uint64_t mem_available(void)
 /*
  * FFIO_DIRECT_AUTO, decided per dataset: O_DIRECT pays when the data is much larger than RAM
  * (ffio.h); a dataset within a quarter of the machine's memory is read through the page cache,
- * so that after the first epoch its reads are memory copies. The reads of a sample are not
- * overlapped with its augmentation, so on a slow device O_DIRECT halved the loader's rate on
- * coco128 (docs/benchmarks.md, issue 23). An explicit FFIO_DIRECT_ON or _OFF is kept.
+ * so that after the first epoch its reads are memory copies: on coco128 that is 1.5x the rate of
+ * O_DIRECT from this VM's disk even with the next sample's reads overlapping the current one's
+ * augmentation (docs/benchmarks.md, issue 23). An explicit FFIO_DIRECT_ON or _OFF is kept.
  */
 static void choose_direct(struct trn_loader *l)
 {
@@ -1748,6 +1901,7 @@ void trn_loader_info(struct trn_loader *l, struct trn_loader_info *out)
     out->upload_bytes = atomic_load(&l->upload_bytes);
     out->bad_records = atomic_load(&l->n_bad);
     out->images = atomic_load(&l->n_images);
+    out->read_ahead = atomic_load(&l->n_read_ahead);
 }
 
 const char *trn_loader_error(struct trn_loader *l)

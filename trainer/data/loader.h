@@ -143,6 +143,10 @@ struct trn_loader_opts {
                                         samples skip the read, the checksum and the decode;
                                         refused with a log line, like train.py, when they would
                                         not fit in 90% of MemAvailable; default false */
+    bool read_ahead;                 /* each worker claims its next sample and starts reading
+                                        its records before it builds the current one, so that
+                                        reads overlap augmentation (two samples' read buffers per
+                                        worker); the same batches either way; default true */
     struct ffio_records_opts io;     /* each worker's record reader; default
                                         ffio_records_opts_default (verify on: with verify
                                         off, a corrupted record is no longer detected). With
@@ -225,6 +229,8 @@ struct trn_loader_info {
     enum ffio_pinned_kind pinned_kind; /* how the ring memory was obtained */
     uint64_t bad_records;              /* distinct bad records found so far */
     uint64_t images;                   /* samples produced so far */
+    uint64_t read_ahead;               /* of those, samples whose reads were in flight while
+                                          their worker built the sample before */
     size_t device_bytes;   /* pix_ctx memory held (GPU augmentation): per ring buffer the tiles'
                               device twin and the image tensor; 0 without */
     uint64_t uploads;      /* GPU augmentation: batches whose tiles were enqueued on the copy
