@@ -7,7 +7,9 @@
  *   nchw     oneDNN's forward-inference convolution on the same NCHW tensors (weights reordered
  *            once to its format, outside the timing, as constant weights would be);
  *   blocked  oneDNN with the layouts it prefers for src and dst too (nChw16c-like), reordered
- *            once outside the timing: what a network kept in oneDNN's layouts end to end gets.
+ *            once outside the timing: what a network kept in oneDNN's layouts end to end gets;
+ *   reorder  the blocked convolution inside an NCHW network: src reordered into its layout and
+ *            dst back to NCHW around every call, in the timing (a drop-in conv op).
  * Prints per-arm medians, the ratios, and GFLOP/s. Threads: argv (ours, kern_ctx threads) and
  * OMP_NUM_THREADS (oneDNN, OpenMP), to be set the same:
  *   OMP_NUM_THREADS=2 build/tests/kernels/bench_onednn_conv [IMG=320] [BATCH=16] [THREADS=2]
@@ -86,6 +88,8 @@ struct run {
     float *x, *w, *y;                     /* NCHW / OIHW, ours and oneDNN's nchw arm */
     dnnl_primitive_t conv[2];             /* [0] nchw src/dst, [1] blocked */
     dnnl_memory_t src[2], wei[2], dst[2]; /* per arm, in the primitive's formats */
+    dnnl_memory_t xm, ym;                 /* x and y as NCHW oneDNN memories */
+    dnnl_primitive_t to_blk, from_blk;    /* x -> src[1], dst[1] -> y */
     double flops;
 };
 
@@ -148,6 +152,7 @@ static void setup(struct run *r, const struct layer *L, int img, int batch, dnnl
     DN(dnnl_memory_desc_init_by_tag(&d_any, 4, dd, dnnl_f32, dnnl_format_tag_any));
     dnnl_memory_t xm, wm;
     DN(dnnl_memory_create(&xm, &s_plain, eng, r->x));
+    DN(dnnl_memory_create(&r->ym, &d_plain, eng, r->y));
     DN(dnnl_memory_create(&wm, &w_plain, eng, r->w));
     for (int a = 0; a < 2; a++) {
         dnnl_convolution_desc_t cd;
@@ -164,7 +169,17 @@ static void setup(struct run *r, const struct layer *L, int img, int batch, dnnl
             in_format(eng, st, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), NULL);
         dnnl_primitive_desc_destroy(pd);
     }
-    dnnl_memory_destroy(xm);
+    const dnnl_memory_desc_t *bs, *bd;
+    DN(dnnl_memory_get_memory_desc(r->src[1], &bs));
+    DN(dnnl_memory_get_memory_desc(r->dst[1], &bd));
+    dnnl_primitive_desc_t rpd;
+    DN(dnnl_reorder_primitive_desc_create(&rpd, &s_plain, eng, bs, eng, NULL));
+    DN(dnnl_primitive_create(&r->to_blk, rpd));
+    dnnl_primitive_desc_destroy(rpd);
+    DN(dnnl_reorder_primitive_desc_create(&rpd, bd, eng, &d_plain, eng, NULL));
+    DN(dnnl_primitive_create(&r->from_blk, rpd));
+    dnnl_primitive_desc_destroy(rpd);
+    r->xm = xm;
     dnnl_memory_destroy(wm);
 }
 
@@ -211,11 +226,12 @@ int main(int argc, char **argv)
     }
     if (kern_ctx_reserve(ctx, ws) < 0) return 1;
 
-    static const char *const names[3] = { "ours (im2col + OpenBLAS, NCHW)", "oneDNN, NCHW",
-                                          "oneDNN, its blocked layouts" };
-    double t[3][99];
+    static const char *const names[4] = { "ours (im2col + OpenBLAS, NCHW)", "oneDNN, NCHW",
+                                          "oneDNN, its blocked layouts",
+                                          "oneDNN blocked, reordered per call" };
+    double t[4][99];
     for (int r = -1; r < rounds; r++) { /* round -1 warms every arm up */
-        for (int a = 0; a < 3; a++) {
+        for (int a = 0; a < 4; a++) {
             const double t0 = now();
             for (int i = 0; i < N_LAYERS; i++) {
                 struct run *R = &runs[i];
@@ -223,10 +239,21 @@ int main(int argc, char **argv)
                     if (kern_ref_conv2d_fwd(ctx, &R->d, R->y, R->x, R->w, NULL) < 0) return 1;
                     continue;
                 }
-                const dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, R->src[a - 1] },
-                                                  { DNNL_ARG_WEIGHTS, R->wei[a - 1] },
-                                                  { DNNL_ARG_DST, R->dst[a - 1] } };
-                DN(dnnl_primitive_execute(R->conv[a - 1], st, 3, args));
+                const int c = a == 3 ? 1 : a - 1;
+                if (a == 3) {
+                    const dnnl_exec_arg_t ra[2] = { { DNNL_ARG_FROM, R->xm },
+                                                    { DNNL_ARG_TO, R->src[1] } };
+                    DN(dnnl_primitive_execute(R->to_blk, st, 2, ra));
+                }
+                const dnnl_exec_arg_t args[3] = { { DNNL_ARG_SRC, R->src[c] },
+                                                  { DNNL_ARG_WEIGHTS, R->wei[c] },
+                                                  { DNNL_ARG_DST, R->dst[c] } };
+                DN(dnnl_primitive_execute(R->conv[c], st, 3, args));
+                if (a == 3) {
+                    const dnnl_exec_arg_t ra[2] = { { DNNL_ARG_FROM, R->dst[1] },
+                                                    { DNNL_ARG_TO, R->ym } };
+                    DN(dnnl_primitive_execute(R->from_blk, st, 2, ra));
+                }
             }
             DN(dnnl_stream_wait(st));
             if (r >= 0) t[a][r] = now() - t0;
@@ -237,8 +264,8 @@ int main(int argc, char **argv)
            "BLAS %s; oneDNN %d.%d.%d (%s)\n",
            img, batch, threads, flops * 1e-9, kern_blas_core(), v->major, v->minor, v->patch,
            v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
-    double med[3];
-    for (int a = 0; a < 3; a++) {
+    double med[4];
+    for (int a = 0; a < 4; a++) {
         qsort(t[a], (size_t)rounds, sizeof(double), cmp_double);
         med[a] = t[a][rounds / 2];
         printf("%-32s %8.1f ms  %6.1f GFLOP/s  (sorted rounds:", names[a], med[a] * 1e3,
@@ -247,8 +274,8 @@ int main(int argc, char **argv)
             printf(" %.1f", t[a][r] * 1e3);
         printf(")\n");
     }
-    printf("ratio ours / oneDNN time: %.2f (NCHW), %.2f (blocked)\n", med[0] / med[1],
-           med[0] / med[2]);
+    printf("ratio ours / oneDNN time: %.2f (NCHW), %.2f (blocked), %.2f (reordered per call)\n",
+           med[0] / med[1], med[0] / med[2], med[0] / med[3]);
     for (int i = 0; i < N_LAYERS; i++) {
         for (int a = 0; a < 2; a++) {
             dnnl_primitive_destroy(runs[i].conv[a]);
@@ -256,6 +283,10 @@ int main(int argc, char **argv)
             dnnl_memory_destroy(runs[i].wei[a]);
             dnnl_memory_destroy(runs[i].dst[a]);
         }
+        dnnl_primitive_destroy(runs[i].to_blk);
+        dnnl_primitive_destroy(runs[i].from_blk);
+        dnnl_memory_destroy(runs[i].xm);
+        dnnl_memory_destroy(runs[i].ym);
         free(runs[i].x), free(runs[i].w), free(runs[i].y);
     }
     dnnl_stream_destroy(st);
