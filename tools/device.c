@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kern_cuda.h"
+#include "net.h"
 
 int tool_parse_device(const char *v, void *dst, char *why, size_t cap)
 {
@@ -32,4 +33,11 @@ int tool_pick_device(const char *prog, const char *d)
             "hint: --device cpu runs on the CPU\n",
             prog, d, id, count, count ? "" : "; or this build has no CUDA");
     return -2;
+}
+
+int tool_cpu_engine(const char *e)
+{
+    if (e && !strcmp(e, "reference")) return TRN_CPU_ENGINE_REF;
+    if (e && !strcmp(e, "onednn")) return TRN_CPU_ENGINE_ONEDNN;
+    return TRN_CPU_ENGINE_AUTO;
 }

@@ -12,6 +12,10 @@
  * with the reason in why. */
 int tool_parse_device(const char *v, void *dst, char *why, size_t cap);
 
+/* --cpu-engine E (auto, onednn or reference) as net.h's enum trn_cpu_engine; the argparse
+ * table checks the choice, NULL is auto. */
+int tool_cpu_engine(const char *e);
+
 /* The device d names: -1 for the CPU, the CUDA device number, or -2 after printing (prefixed
  * with prog) that the asked-for device is not there. d NULL: 0 when a device is visible. */
 int tool_pick_device(const char *prog, const char *d);

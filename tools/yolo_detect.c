@@ -103,6 +103,7 @@ struct args {
     int n_classes;             /* 0: every class */
     bool hide_labels, hide_conf, save_txt, save_conf, save_json, exist_ok, nosave, augment;
     bool half, agnostic_nms, save_crop;
+    const char *cpu_engine; /* --cpu-engine auto|onednn|reference */
 };
 
 /* A list of image paths (malloc'd strings). */
@@ -154,6 +155,14 @@ static int parse_args(int argc, char **argv, struct args *A)
           .call = tool_parse_device },
         AP_OPT("--half", AP_FLAG, &A->half, NULL,
                "FP16 half-precision inference: the convolutions in fp16 with fp32 accumulation"),
+        { .names = "--cpu-engine",
+          .kind = AP_CHOICE,
+          .dst = &A->cpu_engine,
+          .metavar = "E",
+          .help = "what runs inference on the CPU: auto (default: oneDNN where the build has it "
+                  "and it has JIT code for every conv; else the reference ops), onednn, or "
+                  "reference (our ops, bit for bit the reference)",
+          .choices = "auto|onednn|reference" },
         AP_OPT("--agnostic-nms", AP_FLAG, &A->agnostic_nms, NULL, "class-agnostic NMS"),
         AP_RANGE("--line-thickness", AP_LONG, &A->line_thickness, "N",
                  "bounding box thickness, pixels (default 3)", 1, 100),
@@ -801,6 +810,7 @@ static int run(const struct args *A)
     if (to.device == -2) goto out;
     to.amp = A->half ? KERN_DT_F16 : KERN_DT_F32; /* --half: fp16 convs, fp32 accumulation */
     to.threads = trn_cli_threads(A->threads, 1);  /* one per core, BLAS single (cli.h) */
+    to.cpu_engine = tool_cpu_engine(A->cpu_engine);
     /* detect.py's auto letterbox gives several shapes: keep nets for a few of them */
     const int per_shape = n_models * (A->augment ? TRN_TTA_BRANCHES : 1);
     to.max_shapes = MAX_NETS / per_shape > 1 ? MAX_NETS / per_shape : 1;

@@ -65,10 +65,11 @@ struct args {
     double conf, iou;
     bool json, save_json, verbose, no_plots, exist_ok, augment, single_cls;
     bool save_txt, save_conf, save_hybrid; /* --save-txt, --save-conf, --save-hybrid */
-    bool half;          /* --half: fp16 convolutions (trn_val_opts.amp = KERN_DT_F16) */
-    bool micro_set;     /* --micro-batch given */
-    const char *device; /* --device: "cpu", a number, or NULL (0 if present) */
-    bool device_path;   /* --device-path (tests): the GPU data path on the CPU ops */
+    bool half;              /* --half: fp16 convolutions (trn_val_opts.amp = KERN_DT_F16) */
+    bool micro_set;         /* --micro-batch given */
+    const char *device;     /* --device: "cpu", a number, or NULL (0 if present) */
+    bool device_path;       /* --device-path (tests): the GPU data path on the CPU ops */
+    const char *cpu_engine; /* --cpu-engine auto|onednn|reference */
 };
 
 /* Returns 0 or the exit status 2. */
@@ -131,6 +132,14 @@ static int parse_args(int argc, char **argv, struct args *A)
           .help = "cpu or a CUDA device number (default: 0 if present)",
           .call = tool_parse_device },
         AP_OPT("--device-path", AP_FLAG, &A->device_path, NULL, NULL),
+        { .names = "--cpu-engine",
+          .kind = AP_CHOICE,
+          .dst = &A->cpu_engine,
+          .metavar = "E",
+          .help = "what runs inference on the CPU: auto (default: oneDNN where the build has it "
+                  "and it has JIT code for every conv; else the reference ops), onednn, or "
+                  "reference (our ops, bit for bit the reference)",
+          .choices = "auto|onednn|reference" },
         { .names = "--task",
           .kind = AP_CHOICE,
           .dst = &A->task,
@@ -491,6 +500,7 @@ static int run(const struct args *A)
     vo.amp = A->half ? KERN_DT_F16 : KERN_DT_F32;
     vo.device = device;
     vo.device_path = vo.device < 0 && A->device_path;
+    vo.cpu_engine = tool_cpu_engine(A->cpu_engine);
     /* a GPU runs the whole rect batch per forward; the CPU's 4 only bounds host memory */
     if (vo.device >= 0 && !A->micro_set) vo.micro_batch = vo.batch_size;
     rc = trn_val_run_ensemble(models, n_models, r, &vo, &res, err, sizeof err);

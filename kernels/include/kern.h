@@ -135,6 +135,9 @@ KERN_API const char *kern_blas_core(void);
 /* Returns the backend of ctx (KERN_BACKEND_*), or -EINVAL for NULL. */
 KERN_API int kern_ctx_backend(const struct kern_ctx *ctx);
 
+/* The threads that run one of ctx's CPU ops, caller included (>= 1), or -EINVAL for NULL. */
+KERN_API int kern_ctx_threads(const struct kern_ctx *ctx);
+
 /*
  * Makes sure ctx has at least `bytes` of workspace, allocating a context-owned buffer if the
  * current one is smaller (a borrowed buffer is then dropped, not freed). Call it at setup with

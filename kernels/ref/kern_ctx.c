@@ -306,6 +306,11 @@ int kern_ctx_backend(const struct kern_ctx *ctx)
     return ctx ? ctx->backend : -EINVAL;
 }
 
+int kern_ctx_threads(const struct kern_ctx *ctx)
+{
+    return ctx ? ctx->threads : -EINVAL;
+}
+
 int kern_ctx_reserve(struct kern_ctx *ctx, size_t bytes)
 {
     if (!ctx) return -EINVAL;

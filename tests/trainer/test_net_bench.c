@@ -1,7 +1,8 @@
 /*
  * Benchmark of trainer/model/net.c: forward + backward (train mode) of a model, ms per step, or
  * (MODE infer) validation inference: an inference-only net's trn_net_infer (eval forward and the
- * Detect decode), as yolo-val runs it, ms per image.
+ * Detect decode), as yolo-val runs it (cpu_engine AUTO: oneDNN where the build has it), ms per
+ * image; MODE infer-ref: the same on the reference ops.
  *
  * Usage: test_net_bench [MODEL_YAML [IMG [BATCH [THREADS [ITERS [MODE]]]]]]; defaults yolov5n,
  * 320, 8, 1, 3, train. THREADS is trn_net_opts.threads (kern's own split; with 1, OpenBLAS uses
@@ -28,7 +29,7 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* The core clock now, in GHz: a chain of dependent 1-cycle decrements runs one per cycle, so the
+/* The core clock now, in GHz: a chain of dependent 1-cycle adds runs one per cycle, so the
  * chain's length over its time is the clock the cores really run at (turbo included), which
  * /proc/cpuinfo's nominal "cpu MHz" is not. 0 where there is no x86-64 asm. */
 static double clock_ghz(void)
@@ -36,11 +37,19 @@ static double clock_ghz(void)
     double best = 1e30;
 #if defined(__x86_64__) && defined(__GNUC__)
     /* the best of several short chains: a shared VM's vCPU may be descheduled during one */
+    /* ten dependent adds per iteration: the loop's own branch (which Zen 4 takes at most every
+       other cycle, so a bare dec/jnz chain measured 1.1-1.8 GHz on a 2.6 GHz part) runs beside
+       the chain instead of setting its pace */
     const long n = 100000000;
     for (int r = 0; r < 9; r++) {
-        long i = n;
+        long i = n / 10, x = 0;
         const double t0 = now_ms();
-        __asm__ volatile("1: dec %0\n\tjnz 1b" : "+r"(i));
+        __asm__ volatile("1:\n\t"
+                         "add $1, %1\n\tadd $1, %1\n\tadd $1, %1\n\tadd $1, %1\n\t"
+                         "add $1, %1\n\tadd $1, %1\n\tadd $1, %1\n\tadd $1, %1\n\t"
+                         "add $1, %1\n\tadd $1, %1\n\t"
+                         "dec %0\n\tjnz 1b"
+                         : "+r"(i), "+r"(x));
         const double t = now_ms() - t0;
         if (t < best) best = t;
     }
@@ -62,7 +71,8 @@ int main(int argc, char **argv)
     const int batch = argc > 3 ? atoi(argv[3]) : 8;
     const int threads = argc > 4 ? atoi(argv[4]) : 1;
     const int iters = argc > 5 ? atoi(argv[5]) : 3;
-    const bool infer = argc > 6 && !strcmp(argv[6], "infer");
+    const bool ref = argc > 6 && !strcmp(argv[6], "infer-ref");
+    const bool infer = ref || (argc > 6 && !strcmp(argv[6], "infer"));
     char err[256];
     struct trn_model *m = NULL;
     int rc = trn_model_load(cfg, NULL, &m, err, sizeof err);
@@ -76,6 +86,7 @@ int main(int argc, char **argv)
     o.threads = threads;
     o.train = !infer;
     o.fixed_params = infer; /* yolo-val's runner: the weights do not change between batches */
+    o.cpu_engine = infer && !ref ? TRN_CPU_ENGINE_AUTO : TRN_CPU_ENGINE_REF;
     struct trn_net *net = NULL;
     if ((rc = trn_net_create(m, batch, img, img, &o, &net, err, sizeof err))) {
         fprintf(stderr, "%s\n", err);
@@ -111,8 +122,9 @@ int main(int argc, char **argv)
         const size_t no = (size_t)trn_model_info(m)->nc + 5;
         for (size_t i = 0; i < (size_t)batch * (size_t)rows * no * sizeof(float); i++)
             h = (h ^ ob[i]) * 1099511628211ull;
-        printf("infer %.1f ms per batch, %.3f ms per image (best of %d); output hash %016llx\n",
-               best, best / batch, iters, (unsigned long long)h);
+        printf("infer %.1f ms per batch, %.3f ms per image (best of %d); output hash %016llx; "
+               "engine %s\n",
+               best, best / batch, iters, (unsigned long long)h, trn_net_engine(net));
         free(x);
         trn_net_destroy(net);
         trn_model_destroy(m);

@@ -15,6 +15,7 @@ static const struct {
     { TRN_MODEL_ESCHEMA, "model yaml has the wrong structure, types or values" },
     { TRN_MODEL_EUNSUPPORTED, "model yaml uses a module or option that is not supported" },
     { TRN_MODEL_ESHAPE, "the model cannot take this image size" },
+    { TRN_MODEL_EONEDNN, "oneDNN refused or failed a primitive" },
     { TRN_LOSS_ETARGET, "bad target row (non-finite, image or class out of range)" },
     { TRN_CKPT_EBAD, "not a valid checkpoint for this model" },
     { TRN_PT_EZIP, "malformed zip archive" },

@@ -30,6 +30,7 @@ extern "C" {
 #define TRN_MODEL_ESCHEMA      4602 /* well-formed YAML, wrong structure, type or value */
 #define TRN_MODEL_EUNSUPPORTED 4603 /* a module or option we do not implement (yet) */
 #define TRN_MODEL_ESHAPE       4604 /* an image size the model cannot take (Concat mismatch) */
+#define TRN_MODEL_EONEDNN      4605 /* oneDNN refused or failed a primitive (net.h cpu_engine) */
 
 /* loss (loss.h) */
 #define TRN_LOSS_ETARGET 4711 /* a target row with bad values */

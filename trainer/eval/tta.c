@@ -180,6 +180,7 @@ void trn_tta_opts_default(struct trn_tta_opts *o)
     memset(o, 0, sizeof *o);
     o->max_shapes = 1;
     o->device = -1;
+    o->cpu_engine = TRN_CPU_ENGINE_AUTO;
 }
 
 /* One cached net: model `model` at batch x 3 x h x w. */
@@ -196,6 +197,7 @@ struct trn_tta {
     bool augment;
     int amp;           /* trn_tta_opts.amp */
     bool fixed_params; /* trn_tta_opts.fixed_params */
+    int cpu_engine;    /* trn_tta_opts.cpu_engine */
     bool device_path;  /* trn_tta_opts.device_path */
     struct kern_ctx *ctx;
     struct slot *slots;
@@ -248,6 +250,7 @@ int trn_tta_create(struct trn_model *const *models, int n_models, int batch,
     t->augment = o.augment;
     t->amp = o.amp;
     t->fixed_params = o.fixed_params;
+    t->cpu_engine = o.cpu_engine;
     t->device_path = o.device_path;
     for (int i = 0; i < n_models; i++) {
         t->models[i] = models[i];
@@ -333,6 +336,7 @@ static int get_net(struct trn_tta *t, int model, int h, int w, struct trn_net **
     no.amp = t->amp;
     no.fixed_params = t->fixed_params;
     no.device_path = t->device_path;
+    no.cpu_engine = t->cpu_engine;
     char msg[256] = "";
     const int rc = trn_net_create(t->models[model], t->batch, h, w, &no, &s->net, msg, sizeof msg);
     if (rc < 0) {

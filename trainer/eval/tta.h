@@ -110,6 +110,8 @@ struct trn_tta_opts {
                           (inputs and outputs stay host memory: the nets copy them) */
     bool device_path;  /* CPU only: the nets run the device data path on the CPU ops
                           (trn_net_opts.device_path; tests); default false */
+    int cpu_engine;    /* what runs the nets' inference on the CPU (trn_net_opts.cpu_engine,
+                          enum trn_cpu_engine); default TRN_CPU_ENGINE_AUTO */
 };
 
 /* Fill *o with the defaults above. Thread-safe. */

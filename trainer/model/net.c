@@ -22,6 +22,7 @@
 
 #include "kern_cuda.h"
 #include "errors.h"
+#include "priv/net_onednn.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -102,6 +103,10 @@ struct trn_net {
     bool fixed;           /* trn_net_opts.fixed_params */
     bool up_ok;           /* fixed non-resident device net: d_param / d_buf hold the host model */
     int64_t n_casts;      /* whole-arena casts of the parameters so far (trn_net_lowp_casts) */
+    /* the oneDNN inference forward (net.h cpu_engine); NULL on the reference ops */
+    struct trn_dnn *dnn;
+    bool dnn_ok;          /* (fixed nets) dnn holds the current parameters */
+    char engine_name[32]; /* trn_net_engine's answer for a oneDNN net */
 };
 
 #define TRY(x)                           \
@@ -297,6 +302,40 @@ static int row_ranges(struct trn_net *net, char *err, size_t err_cap)
     return 0;
 }
 
+/* The oneDNN executor where o->cpu_engine asks for it and it applies (net.h trn_cpu_engine):
+ * its Detect convs write into the acts the decode reads. */
+static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *err, size_t err_cap)
+{
+    const char *why = !trn_dnn_built() ? "this build has no oneDNN"
+                      : o->train       ? "a training net"
+                      : net->gpu || kern_ctx_backend(net->ctx) != KERN_BACKEND_CPU ? "not a CPU net"
+                      : net->amp != KERN_DT_F32                                    ? "autocast"
+                                                                                   : NULL;
+    if (why) {
+        if (o->cpu_engine == TRN_CPU_ENGINE_AUTO) return 0;
+        if (err && err_cap) snprintf(err, err_cap, "cpu_engine oneDNN: %s", why);
+        return -ENOTSUP;
+    }
+    const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
+    float *det[TRN_MODEL_MAX_LEVELS];
+    for (int l = 0; l < net->I->nl; l++)
+        det[l] = A(net, net->plan.convs[Ld->conv0 + l].conv);
+    /* as many threads as the reference ops' GEMMs would use: the context's, or OpenBLAS's own
+       when the context runs on the caller alone */
+    const int ct = kern_ctx_threads(net->ctx);
+    const int threads = ct > 1 ? ct : kern_blas_threads();
+    const int rc =
+        trn_dnn_create(net->m, &net->plan, threads > 0 ? threads : 1, det, &net->dnn, err, err_cap);
+    if (rc == -ENOTSUP && o->cpu_engine == TRN_CPU_ENGINE_AUTO) { /* only its slow code here */
+        if (err && err_cap) err[0] = '\0';
+        return 0;
+    }
+    if (rc < 0) return rc;
+    net->mem += trn_dnn_bytes(net->dnn);
+    snprintf(net->engine_name, sizeof net->engine_name, "oneDNN %s", trn_dnn_layout(net->dnn));
+    return 0;
+}
+
 int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct trn_net_opts *opts,
                    struct trn_net **out, char *err, size_t err_cap)
 {
@@ -309,6 +348,10 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
         trn_net_opts_default(&o);
     const struct trn_model_info *I = trn_model_info(m);
     if (I->nl > TRN_MODEL_MAX_LEVELS) return -EINVAL;
+    if (o.cpu_engine < TRN_CPU_ENGINE_REF || o.cpu_engine > TRN_CPU_ENGINE_ONEDNN) {
+        if (err && err_cap) snprintf(err, err_cap, "trn_net_opts.cpu_engine: %d", o.cpu_engine);
+        return -EINVAL;
+    }
     if (o.amp != KERN_DT_F32 && o.amp != KERN_DT_BF16 && o.amp != KERN_DT_F16) {
         if (err && err_cap) snprintf(err, err_cap, "trn_net_opts.amp: unknown dtype %d", o.amp);
         return -EINVAL;
@@ -503,6 +546,8 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
     for (int t = 0; t < I->n_tensors; t++)
         if (trn_model_tensor(m, t)->role == TRN_T_ANCHORS)
             net->anchors = trn_model_tensor(m, t)->offset;
+    if (o.cpu_engine != TRN_CPU_ENGINE_REF && (rc = dnn_create(net, &o, err, err_cap)) < 0)
+        goto fail_quiet;
     *out = net;
     return 0;
 fail:
@@ -553,6 +598,7 @@ void trn_net_destroy(struct trn_net *net)
     free(net->h_view);
     free(net->h_sums);
     free(net->row_start);
+    trn_dnn_destroy(net->dnn);
     free(net);
 }
 
@@ -1114,6 +1160,13 @@ size_t trn_net_memory_bytes(const struct trn_net *net)
     return net ? net->mem + kern_ctx_workspace_size(net->ctx) : 0;
 }
 
+const char *trn_net_engine(const struct trn_net *net)
+{
+    if (!net) return "";
+    if (net->dnn) return net->engine_name;
+    return trn_net_on_device(net) ? "CUDA" : "reference";
+}
+
 bool trn_net_on_device(const struct trn_net *net)
 {
     return net && kern_ctx_backend(net->ctx) == KERN_BACKEND_CUDA;
@@ -1260,10 +1313,18 @@ const float *trn_net_act(const struct trn_net *net, int a)
 int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows)
 {
     if (!net || !images || !out) return -EINVAL;
-    net->no_head = true;
-    const int frc = forward_dev(net, images, false, false);
-    net->no_head = false;
-    TRY(frc);
+    if (net->dnn) {
+        /* a fixed net folds its weights once (and after trn_net_params_changed) */
+        net->trained = false;
+        if (!net->fixed || !net->dnn_ok) TRY(trn_dnn_load(net->dnn, net->m));
+        net->dnn_ok = true;
+        TRY(trn_dnn_run(net->dnn, images));
+    } else {
+        net->no_head = true;
+        const int frc = forward_dev(net, images, false, false);
+        net->no_head = false;
+        TRY(frc);
+    }
     const struct trn_model_info *I = net->I;
     const struct trn_layer *Ld = trn_model_layer(net->m, I->detect);
     const float *anchors =
@@ -1298,6 +1359,7 @@ int trn_net_params_changed(struct trn_net *net)
 {
     if (!net) return -EINVAL;
     net->pown->w16_ok = false;
+    net->dnn_ok = false;
     net->up_ok = false;
     return 0;
 }

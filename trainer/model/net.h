@@ -139,6 +139,24 @@ struct trn_net_grad_range {
                       to the range is enqueued there before the call. NULL otherwise */
 };
 
+/*
+ * What runs trn_net_infer on the CPU (trn_net_opts.cpu_engine). The reference ops are the
+ * bit-for-bit reference every other path is tested against. oneDNN (an optional dependency,
+ * Debian's libdnnl-dev) runs the inference forward with BatchNorm folded into the convs, as
+ * val.py fuses them, and the activations in its blocked layout (about 1.8x faster on AVX-512:
+ * docs/benchmarks.md); its results differ from the reference's by float summation order, as
+ * PyTorch's do (tests/trainer/test_net_onednn.c). Only trn_net_infer changes engine:
+ * trn_net_forward, backward and the view getters stay on the reference ops.
+ */
+enum trn_cpu_engine {
+    TRN_CPU_ENGINE_REF = 0,    /* the reference ops (the default of trn_net_opts) */
+    TRN_CPU_ENGINE_AUTO = 1,   /* oneDNN where the build has it and the net is an inference
+                                  net (train false) on a CPU context in float32 (amp KERN_DT_F32,
+                                  not device_path); else the reference ops */
+    TRN_CPU_ENGINE_ONEDNN = 2, /* oneDNN, or -ENOTSUP from trn_net_create where AUTO would not
+                                  choose it */
+};
+
 /* Options for trn_net_create. */
 struct trn_net_opts {
     int threads;          /* threads of the kern context the net creates (kern_ctx_opts.threads:
@@ -183,6 +201,7 @@ struct trn_net_opts {
                           host model (parameters and buffers) is also uploaded once, at the first
                           inference forward and the first after trn_net_params_changed, instead of
                           at every forward (validation on a GPU) [false] */
+    int cpu_engine;    /* enum trn_cpu_engine [TRN_CPU_ENGINE_REF] */
 };
 
 /* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false,
@@ -249,6 +268,10 @@ void trn_net_zero_grad(struct trn_net *net);
  * read and write it (the optimizer clips and consumes it).
  */
 float *trn_net_grad(struct trn_net *net);
+
+/* What runs trn_net_infer: "reference", "oneDNN nChw16c" (with the activation layout), or
+ * "CUDA". Static storage or the net's; valid for the net's life. */
+const char *trn_net_engine(const struct trn_net *net);
 
 /* True when the net runs on a CUDA context (see DEVICES). */
 bool trn_net_on_device(const struct trn_net *net);

@@ -32,6 +32,7 @@ void trn_val_opts_default(struct trn_val_opts *o)
     o->iou_thres = 0.6;
     o->max_det = TRN_NMS_MAX_DET;
     o->rect = true;
+    o->cpu_engine = TRN_CPU_ENGINE_AUTO;
 }
 
 void trn_val_result_free(struct trn_val_result *res)
@@ -553,6 +554,7 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     to.fixed_params = true;
     to.device = o.device;
     to.device_path = o.device_path;
+    to.cpu_engine = o.cpu_engine;
     rc = trn_tta_create(models, n_models, o.micro_batch, &to, &s.tta, err, err_cap);
     if (rc < 0) return rc;
     const int no = trn_tta_no(s.tta);
@@ -668,6 +670,11 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
             }
             t1 = now_ms();
             t_inf += t1 - t0;
+            if (!step && !c0) {
+                struct trn_net *net = NULL;
+                if (trn_tta_net(s.tta, 0, b.height, b.width, &net, NULL, 0) == 0)
+                    logf_(&o, "inference: %s", trn_net_engine(net));
+            }
             for (int k = 0; k < cn; k++) {
                 rc = post_image(&s, &o, res, &b, c0 + k, out + (size_t)k * (size_t)rows * no, rows,
                                 no, nc, plot, err, err_cap);

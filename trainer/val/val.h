@@ -99,6 +99,9 @@ struct trn_val_opts {
                                            memory) */
     bool device_path;                   /* CPU only: the device data path on the CPU ops
                                            (trn_net_opts.device_path; tests); default false */
+    int cpu_engine;                     /* what runs inference on the CPU (net.h enum
+                                           trn_cpu_engine); default TRN_CPU_ENGINE_AUTO: oneDNN
+                                           where the build has it */
     bool single_cls;                    /* val.py --single-cls: every label's class and every
                                            prediction's class is 0; default false */
     const char *save_txt_dir;           /* val.py --save-txt: for every image with predictions,

@@ -1,0 +1,234 @@
+/*
+ * trn_net_infer on oneDNN (trn_net_opts.cpu_engine, net.h) against the reference ops, on the
+ * same model and images: every decoded value within float summation-order distance, on
+ *   - models_test/dnn_net.yaml (every module kind: Conv copies, standalone Bottleneck, C3 with
+ *     and without shortcut, SPPF, Upsample, Concat) at a non-square 96x128, batch 3, at its
+ *     width (16..64 channels: nChw16c on AVX-512) and at 0.0625 (8..32: convs of 8 channels,
+ *     which only nChw8c runs in JIT code, so the executor falls back to that layout);
+ *   - yolov5n at 160, batch 2;
+ * with BatchNorm statistics and affine parameters drawn at random, so that the folding of BN
+ * into the weights and bias (val.py's fuse_conv_and_bn) is exercised. Also: a fixed_params net
+ * keeps its folded weights until trn_net_params_changed and refolds after it; a net without
+ * fixed_params refolds at every call; the engine choice (AUTO, ONEDNN, training nets, builds
+ * without oneDNN, tiny_net's own width 0.0625 with 4-channel convs that oneDNN has only its
+ * reference code for: -ENOTSUP from ONEDNN, the reference ops from AUTO).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "model.h"
+#include "net.h"
+#include "tap.h"
+
+static unsigned long long rng = 0x9e3779b97f4a7c15ull;
+
+static float urand(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng >> 11) * 0x1.0p-53);
+}
+
+/* BN statistics and affine parameters of every Conv at random, as a trained model has them. */
+static void randomize_bn(struct trn_model *m)
+{
+    float *P = trn_model_arena(m, TRN_ARENA_PARAM), *B = trn_model_arena(m, TRN_ARENA_BUFFER);
+    const struct trn_model_info *I = trn_model_info(m);
+    for (int t = 0; t < I->n_tensors; t++) {
+        const struct trn_tensor *T = trn_model_tensor(m, t);
+        float *p = (T->arena == TRN_ARENA_PARAM ? P : B) + T->offset;
+        for (size_t j = 0; j < T->numel; j++) {
+            switch (T->role) {
+            case TRN_T_BN_WEIGHT:
+                p[j] = 0.5f + urand();
+                break;
+            case TRN_T_BN_BIAS:
+                p[j] = urand() - 0.5f;
+                break;
+            case TRN_T_BN_MEAN:
+                p[j] = 0.4f * (urand() - 0.5f);
+                break;
+            case TRN_T_BN_VAR:
+                p[j] = 0.05f + urand();
+                break;
+            default:
+                break;
+            }
+        }
+    }
+}
+
+static struct trn_net *make_net(struct trn_model *m, int batch, int h, int w, int engine,
+                                bool fixed, bool train, int *rc)
+{
+    struct trn_net_opts o;
+    trn_net_opts_default(&o);
+    o.train = train;
+    o.threads = 2;
+    o.cpu_engine = engine;
+    o.fixed_params = fixed;
+    struct trn_net *net = NULL;
+    char err[256] = "";
+    *rc = trn_net_create(m, batch, h, w, &o, &net, err, sizeof err);
+    if (*rc < 0) tap_diag("trn_net_create: %s (%s)", err, trn_strerror(*rc));
+    return net;
+}
+
+/*
+ * Largest error of b against a, each value scaled by its column's magnitude (pixels for the
+ * boxes, 1 for probabilities): summation order moves a box by a tiny fraction of a pixel.
+ */
+static double max_err(const float *a, const float *b, size_t rows, int no)
+{
+    double e = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (int k = 0; k < no; k++) {
+            const double ref = a[r * (size_t)no + k];
+            const double d = fabs(ref - (double)b[r * (size_t)no + k]) / (1.0 + fabs(ref));
+            if (!(d <= e)) e = d; /* NaN too */
+        }
+    return e;
+}
+
+/* Infers the same images with net a and net b; returns the largest scaled difference. */
+static double compare(struct trn_net *a, struct trn_net *b, const float *img, int batch, int no)
+{
+    const float *oa, *ob;
+    int ra = 0, rb = 0;
+    if (trn_net_infer(a, img, &oa, &ra) < 0 || trn_net_infer(b, img, &ob, &rb) < 0 || ra != rb)
+        return INFINITY;
+    return max_err(oa, ob, (size_t)batch * (size_t)ra, no);
+}
+
+#define TOL 2e-4
+
+/* The model at path, its width_multiple replaced by width when not NULL. */
+static struct trn_model *load(const char *path, const char *width)
+{
+    char err[256], text[8192];
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    char *at = width ? strstr(text, "width_multiple: ") : NULL;
+    if (at) { /* at most the same number of characters: "0.1250" -> "0.0625" */
+        at += strlen("width_multiple: ");
+        memcpy(at, "      ", 6);
+        memcpy(at, width, strlen(width));
+    }
+    struct trn_model *m = NULL;
+    if (!n || trn_model_parse(text, n, path, NULL, &m, err, sizeof err) < 0)
+        ok(0, "load %s: %s", path, n ? err : "unreadable");
+    return m;
+}
+
+static void check_model(const char *yaml, const char *width, int batch, int h, int w)
+{
+    struct trn_model *m = load(yaml, width);
+    if (!m) return;
+    trn_model_init(m, 7);
+    randomize_bn(m);
+    const int no = trn_model_info(m)->no;
+    int rc;
+    struct trn_net *ref = make_net(m, batch, h, w, TRN_CPU_ENGINE_REF, true, false, &rc);
+    struct trn_net *dnn = make_net(m, batch, h, w, TRN_CPU_ENGINE_ONEDNN, true, false, &rc);
+    struct trn_net *live = make_net(m, batch, h, w, TRN_CPU_ENGINE_AUTO, false, false, &rc);
+    ok(ref && dnn && live, "%s: nets at %dx%d batch %d", yaml, w, h, batch);
+    if (!ref || !dnn || !live) goto out;
+    ok(!strcmp(trn_net_engine(ref), "reference"), "the reference net says '%s'",
+       trn_net_engine(ref));
+    ok(!strncmp(trn_net_engine(dnn), "oneDNN ", 7) &&
+           !strcmp(trn_net_engine(live), trn_net_engine(dnn)),
+       "ONEDNN and AUTO run '%s'", trn_net_engine(dnn));
+    ok(trn_net_memory_bytes(dnn) > trn_net_memory_bytes(ref),
+       "the executor's tensors are counted (%zu > %zu bytes)", trn_net_memory_bytes(dnn),
+       trn_net_memory_bytes(ref));
+
+    const size_t n_img = (size_t)batch * 3 * (size_t)h * (size_t)w;
+    float *img = malloc(n_img * sizeof *img);
+    if (!img) goto out;
+    for (size_t i = 0; i < n_img; i++)
+        img[i] = urand();
+    double e = compare(ref, dnn, img, batch, no);
+    ok(e < TOL, "%s: oneDNN within %.0e of the reference (max scaled error %.2e)", yaml, TOL, e);
+    /* the same executor again: the same bytes (nothing left over from the last run) */
+    const float *o1, *o2;
+    int r1 = 0, r2 = 0;
+    float *keep = NULL;
+    if (trn_net_infer(dnn, img, &o1, &r1) == 0) {
+        const size_t n = (size_t)batch * (size_t)r1 * (size_t)no;
+        keep = malloc(n * sizeof *keep);
+        if (keep) memcpy(keep, o1, n * sizeof *keep);
+        ok(keep && trn_net_infer(dnn, img, &o2, &r2) == 0 && !memcmp(keep, o2, n * sizeof *keep),
+           "%s: a second run gives the same bytes", yaml);
+    }
+
+    /* Change one BN layer's statistics: the fixed net keeps its fold until told, the other
+       nets see the change at once. */
+    const struct trn_conv *c0 = trn_model_conv(m, 0);
+    float *mean =
+        (float *)trn_model_arena(m, TRN_ARENA_BUFFER) + trn_model_tensor(m, c0->bn_mean)->offset;
+    for (int k = 0; k < c0->c2; k++)
+        mean[k] += 2.0f;
+    const double stale = compare(ref, dnn, img, batch, no);
+    ok(stale > 10 * TOL, "%s: a fixed_params net keeps its folded weights (error %.2e)", yaml,
+       stale);
+    e = compare(ref, live, img, batch, no);
+    ok(e < TOL, "%s: a net without fixed_params refolds at every call (error %.2e)", yaml, e);
+    trn_net_params_changed(dnn);
+    e = compare(ref, dnn, img, batch, no);
+    ok(e < TOL, "%s: after trn_net_params_changed it refolds (error %.2e)", yaml, e);
+    free(keep);
+    free(img);
+out:
+    trn_net_destroy(ref);
+    trn_net_destroy(dnn);
+    trn_net_destroy(live);
+    trn_model_destroy(m);
+}
+
+int main(void)
+{
+    char err[256];
+    struct trn_model *m = NULL;
+    if (trn_model_load(TRN_TEST_MODELS_DIR "/yolov5n.yaml", NULL, &m, err, sizeof err) < 0) {
+        ok(0, "load yolov5n: %s", err);
+        return tap_done();
+    }
+    int rc;
+    struct trn_net *net = make_net(m, 1, 64, 64, TRN_CPU_ENGINE_ONEDNN, false, true, &rc);
+    ok(!net && rc == -ENOTSUP, "a training net cannot ask for oneDNN (%d)", rc);
+    net = make_net(m, 1, 64, 64, TRN_CPU_ENGINE_AUTO, false, true, &rc);
+    ok(net && !strcmp(trn_net_engine(net), "reference"), "AUTO keeps a training net on the "
+                                                         "reference ops");
+    trn_net_destroy(net);
+    net = make_net(m, 1, 64, 64, 3, false, false, &rc);
+    ok(!net && rc == -EINVAL, "an unknown engine is refused");
+#if !TRN_HAVE_ONEDNN
+    net = make_net(m, 1, 64, 64, TRN_CPU_ENGINE_ONEDNN, false, false, &rc);
+    ok(!net && rc == -ENOTSUP, "without oneDNN in the build, ONEDNN is -ENOTSUP");
+    net = make_net(m, 1, 64, 64, TRN_CPU_ENGINE_AUTO, false, false, &rc);
+    ok(net && !strcmp(trn_net_engine(net), "reference"), "and AUTO is the reference");
+    trn_net_destroy(net);
+    trn_model_destroy(m);
+    tap_diag("this build has no oneDNN (libdnnl-dev): the parity checks need it");
+    return tap_done();
+#else
+    trn_model_destroy(m);
+    if ((m = load(TRN_TEST_NETS_DIR "/tiny_net.yaml", NULL))) {
+        net = make_net(m, 1, 64, 64, TRN_CPU_ENGINE_ONEDNN, false, false, &rc);
+        ok(!net && rc == -ENOTSUP, "tiny_net's 4-channel convs: ONEDNN is -ENOTSUP (%d)", rc);
+        net = make_net(m, 1, 64, 64, TRN_CPU_ENGINE_AUTO, false, false, &rc);
+        ok(net && !strcmp(trn_net_engine(net), "reference"), "and AUTO the reference ops");
+        trn_net_destroy(net);
+        trn_model_destroy(m);
+    }
+    check_model(TRN_TEST_NETS_DIR "/dnn_net.yaml", NULL, 3, 96, 128);
+    check_model(TRN_TEST_NETS_DIR "/dnn_net.yaml", "0.0625", 3, 96, 128);
+    check_model(TRN_TEST_MODELS_DIR "/yolov5n.yaml", NULL, 2, 160, 160);
+    return tap_done();
+#endif
+}

@@ -1,0 +1,48 @@
+/*
+ * The oneDNN executor's stand-in for builds without oneDNN (priv/net_onednn.h): nothing can be
+ * created, so net.c stays on the reference ops.
+ */
+#include "priv/net_onednn.h"
+
+#include <errno.h>
+
+bool trn_dnn_built(void)
+{
+    return false;
+}
+
+int trn_dnn_create(const struct trn_model *m, const struct trn_act_plan *pl, int threads,
+                   float *const *det_out, struct trn_dnn **out, char *err, size_t err_cap)
+{
+    (void)m, (void)pl, (void)threads, (void)det_out, (void)out, (void)err, (void)err_cap;
+    return -ENOTSUP;
+}
+
+int trn_dnn_load(struct trn_dnn *d, const struct trn_model *m)
+{
+    (void)d, (void)m;
+    return -ENOTSUP;
+}
+
+int trn_dnn_run(struct trn_dnn *d, const float *images)
+{
+    (void)d, (void)images;
+    return -ENOTSUP;
+}
+
+size_t trn_dnn_bytes(const struct trn_dnn *d)
+{
+    (void)d;
+    return 0;
+}
+
+const char *trn_dnn_layout(const struct trn_dnn *d)
+{
+    (void)d;
+    return "";
+}
+
+void trn_dnn_destroy(struct trn_dnn *d)
+{
+    (void)d;
+}

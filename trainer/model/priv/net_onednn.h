@@ -1,0 +1,63 @@
+/*
+ * The CPU inference forward in oneDNN's blocked layout (docs/design.md, "The CPU inference
+ * forward on oneDNN"): an executor net.c runs for trn_net_infer when the net was created with
+ * trn_net_opts.cpu_engine asking for it. Internal to the model module.
+ *
+ * CONTRACT. Built from the model's rows and the net's plan, once, for one batch and image size:
+ * one oneDNN primitive per conv (BatchNorm folded into its weights and bias as val.py's
+ * fuse_conv_and_bn does, SiLU as a swish post-op, a shortcut bottleneck's residual as a binary
+ * add post-op), SPPF's max pools, the nearest 2x upsample and every concatenation, with the
+ * activations in the blocked layout oneDNN's convolutions choose on this CPU (nChw16c with
+ * AVX-512, nChw8c with AVX2). The images are read in place (NCHW) and each Detect level's raw
+ * conv output is written, NCHW, where net.c's decode reads it (det_out), so nothing else of the
+ * net changes. The numbers differ from the reference path by the summation order only: parity,
+ * not bytes (tests/trainer/test_net_onednn.c).
+ *
+ * WEIGHTS. trn_dnn_load folds and reorders the model's current parameters and running
+ * statistics into the primitives' own copies; a run uses what the last load saw.
+ *
+ * THREADS. oneDNN runs on OpenMP here (Debian's build); each run asks for `threads` of them.
+ * One thread at a time per executor. The library never prints.
+ *
+ * Without oneDNN in the build (net_onednn_none.c) trn_dnn_built is false and create returns
+ * -ENOTSUP.
+ */
+#ifndef TRN_NET_ONEDNN_H
+#define TRN_NET_ONEDNN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "model.h"
+
+struct trn_dnn;
+
+/* Whether this build has the oneDNN executor. */
+bool trn_dnn_built(void);
+
+/*
+ * An executor for model m at the plan's batch and size. threads: OpenMP threads per run (>= 1).
+ * det_out[l]: level l's Detect conv output, batch x (na * no) x ny x nx floats NCHW (borrowed,
+ * written by each run). out: the executor on success. Returns 0, -ENOMEM, -ENOTSUP (not built),
+ * -TRN_MODEL_EONEDNN (err names the primitive oneDNN refused).
+ */
+int trn_dnn_create(const struct trn_model *m, const struct trn_act_plan *pl, int threads,
+                   float *const *det_out, struct trn_dnn **out, char *err, size_t err_cap);
+
+/* Fold and reorder m's parameters and BN running statistics into the executor. Returns 0 or
+ * -TRN_MODEL_EONEDNN. */
+int trn_dnn_load(struct trn_dnn *d, const struct trn_model *m);
+
+/* The forward on images (batch x ch x h x w float NCHW, borrowed for the call): writes det_out.
+ * Returns 0 or -TRN_MODEL_EONEDNN. */
+int trn_dnn_run(struct trn_dnn *d, const float *images);
+
+/* Bytes of tensor memory the executor holds (activations and weight copies). */
+size_t trn_dnn_bytes(const struct trn_dnn *d);
+
+/* The activation layout the executor chose ("nChw16c", "nChw8c", ...), for log lines. */
+const char *trn_dnn_layout(const struct trn_dnn *d);
+
+void trn_dnn_destroy(struct trn_dnn *d);
+
+#endif
