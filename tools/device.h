@@ -13,8 +13,18 @@
 int tool_parse_device(const char *v, void *dst, char *why, size_t cap);
 
 /* --cpu-engine E (auto, onednn or reference) as net.h's enum trn_cpu_engine; the argparse
- * table checks the choice, NULL is auto. */
+ * table row below checks the choice; NULL is auto. */
 int tool_cpu_engine(const char *e);
+
+/* The --cpu-engine row of an argparse table (argparse.h), its value into *where (const char *). */
+#define TOOL_CPU_ENGINE_OPT(where)                                                              \
+    {                                                                                           \
+        .names = "--cpu-engine", .kind = AP_CHOICE, .dst = (where), .metavar = "E",             \
+        .help = "what runs inference on the CPU: auto (default: oneDNN where the build has it " \
+                "and it has JIT code for every conv; else the reference ops), onednn, or "      \
+                "reference (our ops, bit for bit the reference)",                               \
+        .choices = "auto|onednn|reference"                                                      \
+    }
 
 /* The device d names: -1 for the CPU, the CUDA device number, or -2 after printing (prefixed
  * with prog) that the asked-for device is not there. d NULL: 0 when a device is visible. */

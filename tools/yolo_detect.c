@@ -7,6 +7,7 @@
  *               [--agnostic-nms] [--device D] [--half] [--line-thickness 3] [--hide-labels]
  *               [--hide-conf] [--save-txt] [--save-conf] [--save-crop] [--save-json]
  *               [--project runs/detect] [--name exp] [--exist-ok] [--nosave]
+ *               [--cpu-engine auto|onednn|reference]
  *
  * Per image, as detect.py: cv2.imread (pack_image_decode: JPEG with EXIF, grey and CMYK, PNG,
  * BMP and WebP, all as OpenCV reads them), letterbox(im0, (h, w), stride=max(model stride, 32),
@@ -155,14 +156,7 @@ static int parse_args(int argc, char **argv, struct args *A)
           .call = tool_parse_device },
         AP_OPT("--half", AP_FLAG, &A->half, NULL,
                "FP16 half-precision inference: the convolutions in fp16 with fp32 accumulation"),
-        { .names = "--cpu-engine",
-          .kind = AP_CHOICE,
-          .dst = &A->cpu_engine,
-          .metavar = "E",
-          .help = "what runs inference on the CPU: auto (default: oneDNN where the build has it "
-                  "and it has JIT code for every conv; else the reference ops), onednn, or "
-                  "reference (our ops, bit for bit the reference)",
-          .choices = "auto|onednn|reference" },
+        TOOL_CPU_ENGINE_OPT(&A->cpu_engine),
         AP_OPT("--agnostic-nms", AP_FLAG, &A->agnostic_nms, NULL, "class-agnostic NMS"),
         AP_RANGE("--line-thickness", AP_LONG, &A->line_thickness, "N",
                  "bounding box thickness, pixels (default 3)", 1, 100),

@@ -1,9 +1,12 @@
 /*
  * yolo-val: ultralytics' val.py (task val) on ffr records, on the CPU in float32 (--half: fp16
- * convolutions with float32 accumulation, the rest float32, as val.py --half on a GPU).
+ * convolutions with float32 accumulation, the rest float32, as val.py --half on a GPU). The CPU
+ * forward runs on oneDNN where the build has it, else on our reference ops (--cpu-engine; net.h
+ * enum trn_cpu_engine); a stderr line says which.
  *
  *   yolo-val --records val.ffr --weights W [W ...] [--cfg yolov5n] --img 640 --batch-size 32
  *            --conf-thres 0.001 --iou-thres 0.6 --max-det 300 [--augment] [--half] [--workers N]
+ *            [--cpu-engine auto|onednn|reference]
  *            [--json]
  *            [--save-json [--annotations instances.json]] [--verbose] [--single-cls]
  *            [--project runs/val --name exp]
@@ -132,14 +135,7 @@ static int parse_args(int argc, char **argv, struct args *A)
           .help = "cpu or a CUDA device number (default: 0 if present)",
           .call = tool_parse_device },
         AP_OPT("--device-path", AP_FLAG, &A->device_path, NULL, NULL),
-        { .names = "--cpu-engine",
-          .kind = AP_CHOICE,
-          .dst = &A->cpu_engine,
-          .metavar = "E",
-          .help = "what runs inference on the CPU: auto (default: oneDNN where the build has it "
-                  "and it has JIT code for every conv; else the reference ops), onednn, or "
-                  "reference (our ops, bit for bit the reference)",
-          .choices = "auto|onednn|reference" },
+        TOOL_CPU_ENGINE_OPT(&A->cpu_engine),
         { .names = "--task",
           .kind = AP_CHOICE,
           .dst = &A->task,
