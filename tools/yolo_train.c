@@ -41,6 +41,7 @@
 
 #include "argparse.h"
 #include "data_pack.h"
+#include "device.h"
 #include "progress.h"
 #include "amp.h"
 #include "bench_data.h"
@@ -72,9 +73,10 @@ struct args {
     const char *data, *pack_dir; /* --data DATA.yaml through the pack cache, --pack-dir */
     const char *pack_codec;      /* --pack-codec raw|zstd */
     const char *project, *name, *optimizer, *dist_backend, *cache_dir;
-    const char *amp;     /* --amp: bf16, fp16, fp32, or NULL for the device's default */
-    const char *val_amp; /* --val-amp (--val-half: "fp16"), or NULL: the training's on a GPU */
-    long amp_inf_at;     /* --amp-test-inf-at NI (-1: not given) */
+    const char *amp;        /* --amp: bf16, fp16, fp32, or NULL for the device's default */
+    const char *val_amp;    /* --val-amp (--val-half: "fp16"), or NULL: the training's on a GPU */
+    const char *cpu_engine; /* --cpu-engine: the validation's CPU inference */
+    long amp_inf_at;        /* --amp-test-inf-at NI (-1: not given) */
     unsigned long long cache_max;
     long img, batch, epochs, workers, threads, nc, patience, save_period, seed, stop_after;
     long nproc, bench_steps, bench_warmup;
@@ -356,6 +358,7 @@ static int parse_args(int argc, char **argv, struct args *A)
           .metavar = NULL,
           .help = "--val-amp fp16 (val.py --half)",
           .choices = "fp16" },
+        TOOL_CPU_ENGINE_OPT(&A->cpu_engine),
         AP_SECTION("Output"),
         AP_OPT("--project", AP_STR, &A->project, "DIR", "save to DIR/NAME (default runs/train)"),
         AP_OPT("--name", AP_STR, &A->name, "NAME",
@@ -966,6 +969,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
                     : v == TRN_AMP_FP16 ? KERN_DT_F16
                                         : KERN_DT_F32;
     }
+    o.val_cpu_engine = tool_cpu_engine(A->cpu_engine);
     o.noval = A->noval;
     o.patience = (int)A->patience;
     o.stop_after = A->stop_after;

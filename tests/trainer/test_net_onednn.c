@@ -7,7 +7,8 @@
  *     which only nChw8c runs in JIT code, so the executor falls back to that layout);
  *   - yolov5n at 160, batch 2;
  * with BatchNorm statistics and affine parameters drawn at random, so that the folding of BN
- * into the weights and bias (val.py's fuse_conv_and_bn) is exercised. Also: a fixed_params net
+ * into the weights and bias (val.py's fuse_conv_and_bn) is exercised; the same for an eval
+ * trn_net_forward's raw (bs, na, ny, nx, no) head, which val losses read. Also: a fixed_params net
  * keeps its folded weights until trn_net_params_changed and refolds after it; a net without
  * fixed_params refolds at every call; the engine choice (AUTO, ONEDNN, training nets, builds
  * without oneDNN, tiny_net's own width 0.0625 with 4-channel convs that oneDNN has only its
@@ -165,6 +166,21 @@ static void check_model(const char *yaml, const char *width, int batch, int h, i
         ok(keep && trn_net_infer(dnn, img, &o2, &r2) == 0 && !memcmp(keep, o2, n * sizeof *keep),
            "%s: a second run gives the same bytes", yaml);
     }
+
+    /* an eval forward's raw head (what val losses read) too */
+    const float *ha[TRN_MODEL_MAX_LEVELS], *hb[TRN_MODEL_MAX_LEVELS];
+    double eh = INFINITY;
+    const int nl = trn_net_levels(ref);
+    if (trn_net_forward(ref, img, false, ha) == 0 && trn_net_forward(dnn, img, false, hb) == 0) {
+        eh = 0;
+        for (int l = 0; l < nl; l++) {
+            int shape[5];
+            const long n = trn_net_output_shape(ref, l, shape);
+            const double el = max_err(ha[l], hb[l], (size_t)n / (size_t)no, no);
+            if (!(el <= eh)) eh = el;
+        }
+    }
+    ok(eh < TOL, "%s: eval forward's head within %.0e (max scaled error %.2e)", yaml, TOL, eh);
 
     /* Change one BN layer's statistics: the fixed net keeps its fold until told, the other
        nets see the change at once. */

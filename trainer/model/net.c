@@ -862,10 +862,29 @@ static int forward_dev(struct trn_net *net, const float *images, bool images_dev
     return 0;
 }
 
+/* An eval forward on the oneDNN executor (net.h trn_cpu_engine), which writes the Detect convs'
+ * acts (what the decode and the head's reshape read). A fixed net folds its weights once, and
+ * again after trn_net_params_changed; another at every call. */
+static int dnn_forward(struct trn_net *net, const float *images)
+{
+    net->trained = false;
+    if (!net->fixed || !net->dnn_ok) TRY(trn_dnn_load(net->dnn, net->m));
+    net->dnn_ok = true;
+    return trn_dnn_run(net->dnn, images);
+}
+
 int trn_net_forward(struct trn_net *net, const float *images, bool train, const float **outputs)
 {
     if (!net || !images) return -EINVAL;
-    TRY(forward_dev(net, images, false, train));
+    if (net->dnn && !train) {
+        TRY(dnn_forward(net, images));
+        const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
+        for (int l = 0; l < net->I->nl; l++)
+            TRY(net->K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
+                                           A(net, net->plan.convs[Ld->conv0 + l].conv)));
+    } else {
+        TRY(forward_dev(net, images, false, train));
+    }
     const float *head = net->head;
     if (net->gpu) {
         TRY(kern_mem_copy(net->ctx, net->h_head, net->head, net->n_head * sizeof(float),
@@ -1314,11 +1333,7 @@ int trn_net_infer(struct trn_net *net, const float *images, const float **out, i
 {
     if (!net || !images || !out) return -EINVAL;
     if (net->dnn) {
-        /* a fixed net folds its weights once (and after trn_net_params_changed) */
-        net->trained = false;
-        if (!net->fixed || !net->dnn_ok) TRY(trn_dnn_load(net->dnn, net->m));
-        net->dnn_ok = true;
-        TRY(trn_dnn_run(net->dnn, images));
+        TRY(dnn_forward(net, images));
     } else {
         net->no_head = true;
         const int frc = forward_dev(net, images, false, false);

@@ -145,8 +145,10 @@ struct trn_net_grad_range {
  * Debian's libdnnl-dev) runs the inference forward with BatchNorm folded into the convs, as
  * val.py fuses them, and the activations in its blocked layout (about 1.8x faster on AVX-512:
  * docs/benchmarks.md); its results differ from the reference's by float summation order, as
- * PyTorch's do (tests/trainer/test_net_onednn.c). Only trn_net_infer changes engine:
- * trn_net_forward, backward and the view getters stay on the reference ops.
+ * PyTorch's do (tests/trainer/test_net_onednn.c). Only inference changes engine: trn_net_infer
+ * and eval forwards (train false: the Detect outputs for val losses). Training forwards and
+ * backward stay on the reference ops; after a oneDNN forward the view getters show the Detect
+ * convs' outputs as computed, every other act as the last reference forward left it.
  */
 enum trn_cpu_engine {
     TRN_CPU_ENGINE_REF = 0,    /* the reference ops (the default of trn_net_opts) */

@@ -19,6 +19,7 @@ void trn_train_opts_default(struct trn_train_opts *o)
     o->patience = 100;
     o->amp = KERN_DT_F32;
     o->val_amp = -1;
+    o->val_cpu_engine = TRN_CPU_ENGINE_AUTO;
     o->amp_inf_ni = -1;
 }
 
@@ -965,6 +966,7 @@ static int builtin_val(struct run *R, struct trn_model *m, bool best, struct trn
        memory. The micro batch never changes results. */
     vo.device = R->o.gpu;
     vo.device_path = R->o.gpu < 0 && R->o.device_path;
+    vo.cpu_engine = R->o.val_cpu_engine;
     if (vo.device >= 0) vo.micro_batch = vo.batch_size < 16 ? vo.batch_size : 16;
     struct trn_val_result vr;
     char e[768] = "";
