@@ -13,7 +13,7 @@
 int tool_parse_device(const char *v, void *dst, char *why, size_t cap);
 
 /* --cpu-engine E (auto, onednn or reference) as net.h's enum trn_cpu_engine; the argparse
- * table row below checks the choice; NULL is auto. */
+ * table row below checks the choice; NULL (no flag) is auto. */
 int tool_cpu_engine(const char *e);
 
 /* The --cpu-engine row of an argparse table (argparse.h), its value into *where (const char *). */
@@ -22,7 +22,8 @@ int tool_cpu_engine(const char *e);
         .names = "--cpu-engine", .kind = AP_CHOICE, .dst = (where), .metavar = "E",             \
         .help = "what runs inference on the CPU: auto (default: oneDNN where the build has it " \
                 "and it has JIT code for every conv; else the reference ops), onednn, or "      \
-                "reference (our ops, bit for bit the reference)",                               \
+                "reference (our ops, bit for bit the reference); in yolo-train for the "        \
+                "training step and the validation",                                             \
         .choices = "auto|onednn|reference"                                                      \
     }
 

@@ -970,6 +970,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
                                         : KERN_DT_F32;
     }
     o.val_cpu_engine = tool_cpu_engine(A->cpu_engine);
+    o.cpu_engine = o.val_cpu_engine; /* the training step and the validation alike */
     o.noval = A->noval;
     o.patience = (int)A->patience;
     o.stop_after = A->stop_after;

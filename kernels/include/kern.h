@@ -162,7 +162,9 @@ KERN_API size_t kern_ctx_workspace_size(const struct kern_ctx *ctx);
  * (cudaMalloc, 256-byte aligned) for CUDA contexts.
  *
  * kern_mem_alloc: *out receives `bytes` of zeroed memory owned by the caller (free with
- * kern_mem_free on a context of the same backend and device). bytes 0 gives NULL and 0.
+ * kern_mem_free on a context of the same backend and device, never with free()). bytes 0 gives
+ * NULL and 0. On the CPU, blocks from 1 MiB on are anonymous mappings: the pages are zero when
+ * first touched and cost nothing until then.
  * Errors: -EINVAL (NULL ctx or out), -ENOMEM, -KERN_EBACKEND.
  * kern_mem_free: frees p (NULL ok). Waits for ctx's enqueued work first on CUDA.
  * kern_mem_copy: copies bytes between memory of the directions' kinds (KERN_COPY_*). CPU

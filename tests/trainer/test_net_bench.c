@@ -2,7 +2,9 @@
  * Benchmark of trainer/model/net.c: forward + backward (train mode) of a model, ms per step, or
  * (MODE infer) validation inference: an inference-only net's trn_net_infer (eval forward and the
  * Detect decode), as yolo-val runs it (cpu_engine AUTO: oneDNN where the build has it), ms per
- * image; MODE infer-ref: the same on the reference ops.
+ * image; MODE infer-ref: the same on the reference ops. MODE train (the default) runs the
+ * training step as yolo-train does (cpu_engine AUTO: oneDNN where the build has it), train-ref
+ * on the reference ops.
  *
  * Usage: test_net_bench [MODEL_YAML [IMG [BATCH [THREADS [ITERS [MODE]]]]]]; defaults yolov5n,
  * 320, 8, 1, 3, train. THREADS is trn_net_opts.threads (kern's own split; with 1, OpenBLAS uses
@@ -86,7 +88,8 @@ int main(int argc, char **argv)
     o.threads = threads;
     o.train = !infer;
     o.fixed_params = infer; /* yolo-val's runner: the weights do not change between batches */
-    o.cpu_engine = infer && !ref ? TRN_CPU_ENGINE_AUTO : TRN_CPU_ENGINE_REF;
+    o.cpu_engine = ref || (argc > 6 && !strcmp(argv[6], "train-ref")) ? TRN_CPU_ENGINE_REF
+                                                                        : TRN_CPU_ENGINE_AUTO;
     struct trn_net *net = NULL;
     if ((rc = trn_net_create(m, batch, img, img, &o, &net, err, sizeof err))) {
         fprintf(stderr, "%s\n", err);
@@ -163,8 +166,9 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("train forward %.1f ms, backward %.1f ms, forward+backward %.1f ms (%.2f img/s); eval "
-           "forward %.1f ms (best of %d)\n",
-           best_f, best_b, best_f + best_b, batch * 1e3 / (best_f + best_b), best_e, iters);
+           "forward %.1f ms (best of %d); engine %s\n",
+           best_f, best_b, best_f + best_b, batch * 1e3 / (best_f + best_b), best_e, iters,
+           trn_net_engine(net));
     for (int l = 0; l < nl; l++)
         free(d[l]);
     free(x);

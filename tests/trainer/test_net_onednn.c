@@ -126,6 +126,113 @@ static struct trn_model *load(const char *path, const char *width)
     return m;
 }
 
+/* Largest |a - b| over a tensor, against its largest |a| (a gradient's own scale). */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double e = 0, s = 1e-12;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= e)) e = d;
+        if (fabs((double)a[i]) > s) s = fabs((double)a[i]);
+    }
+    return e / s;
+}
+
+/*
+ * Training on oneDNN against the reference ops: two copies of one model (a training forward
+ * moves its running statistics), two steps without zeroing between them (backward adds): the
+ * head, the running statistics, num_batches_tracked and every parameter's gradient.
+ */
+static void check_train(const char *yaml, const char *width, int batch, int h, int w)
+{
+    const unsigned long long seed = rng;
+    struct trn_model *ma = load(yaml, width), *mb = NULL;
+    rng = seed;
+    if (ma) mb = load(yaml, width);
+    if (!ma || !mb) goto out;
+    trn_model_init(ma, 3);
+    trn_model_init(mb, 3);
+    randomize_bn(ma);
+    rng = seed;
+    randomize_bn(mb);
+    int rc;
+    struct trn_net *ref = make_net(ma, batch, h, w, TRN_CPU_ENGINE_REF, false, true, &rc);
+    struct trn_net *dnt = make_net(mb, batch, h, w, TRN_CPU_ENGINE_ONEDNN, false, true, &rc);
+    ok(ref && dnt && !strncmp(trn_net_engine(dnt), "oneDNN ", 7),
+       "%s: training nets, %dx%d batch %d ('%s')", yaml, w, h, batch,
+       dnt ? trn_net_engine(dnt) : "");
+    if (!ref || !dnt) goto nets;
+    const struct trn_model_info *I = trn_model_info(ma);
+    const size_t n_img = (size_t)batch * 3 * (size_t)h * (size_t)w;
+    float *img = malloc(n_img * sizeof *img);
+    float *dout[TRN_MODEL_MAX_LEVELS] = { 0 };
+    const float *dc[TRN_MODEL_MAX_LEVELS];
+    long nout[TRN_MODEL_MAX_LEVELS];
+    if (!img) goto nets;
+    for (size_t i = 0; i < n_img; i++)
+        img[i] = urand();
+    for (int l = 0; l < I->nl; l++) {
+        nout[l] = trn_net_output_shape(ref, l, NULL);
+        if (!(dout[l] = malloc((size_t)nout[l] * sizeof(float)))) goto bufs;
+        for (long i = 0; i < nout[l]; i++)
+            dout[l][i] = 0.01f * (urand() - 0.5f);
+        dc[l] = dout[l];
+    }
+    trn_net_zero_grad(ref);
+    trn_net_zero_grad(dnt);
+    for (int step = 1; step <= 2; step++) {
+        const float *oa[TRN_MODEL_MAX_LEVELS], *ob[TRN_MODEL_MAX_LEVELS];
+        double eo = INFINITY;
+        if (trn_net_forward(ref, img, true, oa) == 0 && trn_net_forward(dnt, img, true, ob) == 0) {
+            eo = 0;
+            for (int l = 0; l < I->nl; l++) {
+                const double el = max_err(oa[l], ob[l], (size_t)nout[l] / (size_t)I->no, I->no);
+                if (!(el <= eo)) eo = el;
+            }
+        }
+        ok(eo < 2e-4, "%s step %d: training forward's head within 2e-4 (max scaled error %.2e)",
+           yaml, step, eo);
+        const float *Ba = trn_model_arena(ma, TRN_ARENA_BUFFER);
+        const float *Bb = trn_model_arena(mb, TRN_ARENA_BUFFER);
+        const int64_t *Ca = trn_model_arena(ma, TRN_ARENA_COUNT);
+        const int64_t *Cb = trn_model_arena(mb, TRN_ARENA_COUNT);
+        double eb = rel_err(Ba, Bb, I->arena_len[TRN_ARENA_BUFFER]);
+        ok(eb < 1e-4 && !memcmp(Ca, Cb, I->arena_len[TRN_ARENA_COUNT] * sizeof *Ca),
+           "%s step %d: running statistics within 1e-4 (%.2e), the same batch counts", yaml, step,
+           eb);
+        const int rb = trn_net_backward(ref, dc), rd = trn_net_backward(dnt, dc);
+        double eg = INFINITY;
+        const char *worst = "";
+        if (rb == 0 && rd == 0) {
+            eg = 0;
+            const float *ga = trn_net_grad(ref), *gb = trn_net_grad(dnt);
+            for (int t = 0; t < I->n_tensors; t++) {
+                const struct trn_tensor *T = trn_model_tensor(ma, t);
+                if (T->arena != TRN_ARENA_PARAM) continue;
+                const double et = rel_err(ga + T->offset, gb + T->offset, T->numel);
+                if (!(et <= eg)) {
+                    eg = et;
+                    worst = T->name;
+                }
+            }
+        }
+        ok(eg < 5e-4,
+           "%s step %d: every parameter's gradient (added over the steps) within 5e-4 of its "
+           "scale (worst %.2e, %s)",
+           yaml, step, eg, worst);
+    }
+bufs:
+    for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++)
+        free(dout[l]);
+    free(img);
+nets:
+    trn_net_destroy(ref);
+    trn_net_destroy(dnt);
+out:
+    trn_model_destroy(ma);
+    trn_model_destroy(mb);
+}
+
 static void check_model(const char *yaml, const char *width, int batch, int h, int w)
 {
     struct trn_model *m = load(yaml, width);
@@ -215,12 +322,33 @@ int main(void)
         return tap_done();
     }
     int rc;
-    struct trn_net *net = make_net(m, 1, 64, 64, TRN_CPU_ENGINE_ONEDNN, false, true, &rc);
-    ok(!net && rc == -ENOTSUP, "a training net cannot ask for oneDNN (%d)", rc);
+    struct trn_net *net = NULL;
+    {
+        struct trn_net_opts o;
+        trn_net_opts_default(&o);
+        o.cpu_engine = TRN_CPU_ENGINE_ONEDNN;
+        o.input_grad = true;
+        rc = trn_net_create(m, 1, 64, 64, &o, &net, NULL, 0);
+        ok(!net && rc == -ENOTSUP, "a oneDNN training net has no image gradient (%d)", rc);
+        trn_net_destroy(net);
+        net = NULL;
+    }
     net = make_net(m, 1, 64, 64, TRN_CPU_ENGINE_AUTO, false, true, &rc);
-    ok(net && !strcmp(trn_net_engine(net), "reference"), "AUTO keeps a training net on the "
-                                                         "reference ops");
+    ok(net && !strncmp(trn_net_engine(net), TRN_HAVE_ONEDNN ? "oneDNN " : "reference", 7),
+       "AUTO runs a training net on %s ('%s')", TRN_HAVE_ONEDNN ? "oneDNN" : "the reference ops",
+       net ? trn_net_engine(net) : "");
     trn_net_destroy(net);
+    {
+        struct trn_net_opts o;
+        trn_net_opts_default(&o);
+        o.cpu_engine = TRN_CPU_ENGINE_AUTO;
+        o.input_grad = true;
+        net = NULL;
+        rc = trn_net_create(m, 1, 64, 64, &o, &net, NULL, 0);
+        ok(net && !strcmp(trn_net_engine(net), "reference"),
+           "and one with an image gradient on the reference ops");
+        trn_net_destroy(net);
+    }
     net = make_net(m, 1, 64, 64, 3, false, false, &rc);
     ok(!net && rc == -EINVAL, "an unknown engine is refused");
 #if !TRN_HAVE_ONEDNN
@@ -245,6 +373,9 @@ int main(void)
     check_model(TRN_TEST_NETS_DIR "/dnn_net.yaml", NULL, 3, 96, 128);
     check_model(TRN_TEST_NETS_DIR "/dnn_net.yaml", "0.0625", 3, 96, 128);
     check_model(TRN_TEST_MODELS_DIR "/yolov5n.yaml", NULL, 2, 160, 160);
+    check_train(TRN_TEST_NETS_DIR "/dnn_net.yaml", NULL, 2, 96, 128);
+    check_train(TRN_TEST_NETS_DIR "/dnn_net.yaml", "0.0625", 2, 96, 128);
+    check_train(TRN_TEST_MODELS_DIR "/yolov5n.yaml", NULL, 2, 128, 128);
     return tap_done();
 #endif
 }

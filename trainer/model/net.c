@@ -106,6 +106,8 @@ struct trn_net {
     /* the oneDNN inference forward (net.h cpu_engine); NULL on the reference ops */
     struct trn_dnn *dnn;
     bool dnn_ok;          /* (fixed nets) dnn holds the current parameters */
+    bool dnn_train;       /* dnn is a training executor: it runs training forwards and backward,
+                             and eval forwards stay on the reference ops */
     char engine_name[32]; /* trn_net_engine's answer for a oneDNN net */
 };
 
@@ -306,11 +308,15 @@ static int row_ranges(struct trn_net *net, char *err, size_t err_cap)
  * its Detect convs write into the acts the decode reads. */
 static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *err, size_t err_cap)
 {
+    /* training nets without the options the training executor does not cover */
+    const bool train = o->train;
     const char *why = !trn_dnn_built() ? "this build has no oneDNN"
-                      : o->train       ? "a training net"
                       : net->gpu || kern_ctx_backend(net->ctx) != KERN_BACKEND_CPU ? "not a CPU net"
                       : net->amp != KERN_DT_F32                                    ? "autocast"
-                                                                                   : NULL;
+                      : train && o->bn_allreduce                                   ? "SyncBatchNorm"
+                      : train && o->grad_ready ? "a gradient-ready hook"
+                      : train && o->input_grad ? "input gradients"
+                                               : NULL;
     if (why) {
         if (o->cpu_engine == TRN_CPU_ENGINE_AUTO) return 0;
         if (err && err_cap) snprintf(err, err_cap, "cpu_engine oneDNN: %s", why);
@@ -324,8 +330,13 @@ static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *e
        when the context runs on the caller alone */
     const int ct = kern_ctx_threads(net->ctx);
     const int threads = ct > 1 ? ct : kern_blas_threads();
-    const int rc =
-        trn_dnn_create(net->m, &net->plan, threads > 0 ? threads : 1, det, &net->dnn, err, err_cap);
+    float *ddet[TRN_MODEL_MAX_LEVELS];
+    for (int l = 0; train && l < net->I->nl; l++)
+        ddet[l] = D(net, net->plan.convs[Ld->conv0 + l].conv);
+    const int rc = train ? trn_dnn_train_create(net->m, &net->plan, threads > 0 ? threads : 1,
+                                                net->grad, det, ddet, &net->dnn, err, err_cap)
+                         : trn_dnn_create(net->m, &net->plan, threads > 0 ? threads : 1, det,
+                                          &net->dnn, err, err_cap);
     if (rc == -ENOTSUP && o->cpu_engine == TRN_CPU_ENGINE_AUTO) { /* only its slow code here */
         if (err && err_cap) err[0] = '\0';
         return 0;
@@ -333,6 +344,7 @@ static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *e
     if (rc < 0) return rc;
     net->mem += trn_dnn_bytes(net->dnn);
     snprintf(net->engine_name, sizeof net->engine_name, "oneDNN %s", trn_dnn_layout(net->dnn));
+    net->dnn_train = train;
     return 0;
 }
 
@@ -876,8 +888,13 @@ static int dnn_forward(struct trn_net *net, const float *images)
 int trn_net_forward(struct trn_net *net, const float *images, bool train, const float **outputs)
 {
     if (!net || !images) return -EINVAL;
-    if (net->dnn && !train) {
-        TRY(dnn_forward(net, images));
+    if (net->dnn && net->dnn_train == train) {
+        if (train) {
+            TRY(trn_dnn_train_forward(net->dnn, net->m, images, !net->no_count));
+            net->trained = true;
+        } else {
+            TRY(dnn_forward(net, images));
+        }
         const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
         for (int l = 0; l < net->I->nl; l++)
             TRY(net->K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
@@ -1140,6 +1157,14 @@ int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
     if (!net || !d_outputs || !net->trained) return -EINVAL;
     for (int l = 0; l < net->I->nl; l++)
         if (!d_outputs[l]) return -EINVAL;
+    if (net->dnn_train) {
+        const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
+        for (int l = 0; l < net->I->nl; l++)
+            TRY(net->K->detect_reshape_bwd(net->ctx, &net->det[l],
+                                           D(net, net->plan.convs[Ld->conv0 + l].conv),
+                                           d_outputs[l], 0));
+        return trn_dnn_train_backward(net->dnn);
+    }
     const float *dout[TRN_MODEL_MAX_LEVELS];
     for (int l = 0; l < net->I->nl; l++) {
         dout[l] = d_outputs[l];
@@ -1332,7 +1357,7 @@ const float *trn_net_act(const struct trn_net *net, int a)
 int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows)
 {
     if (!net || !images || !out) return -EINVAL;
-    if (net->dnn) {
+    if (net->dnn && !net->dnn_train) {
         TRY(dnn_forward(net, images));
     } else {
         net->no_head = true;

@@ -145,16 +145,21 @@ struct trn_net_grad_range {
  * Debian's libdnnl-dev) runs the inference forward with BatchNorm folded into the convs, as
  * val.py fuses them, and the activations in its blocked layout (about 1.8x faster on AVX-512:
  * docs/benchmarks.md); its results differ from the reference's by float summation order, as
- * PyTorch's do (tests/trainer/test_net_onednn.c). Only inference changes engine: trn_net_infer
- * and eval forwards (train false: the Detect outputs for val losses). Training forwards and
- * backward stay on the reference ops; after a oneDNN forward the view getters show the Detect
- * convs' outputs as computed, every other act as the last reference forward left it.
+ * PyTorch's do (tests/trainer/test_net_onednn.c). An inference net (train false) runs
+ * trn_net_infer and eval forwards on it (BN folded); a training net runs training forwards (BN
+ * with batch statistics, running statistics moved as the reference moves them) and backward on
+ * it (BN's gamma and beta read in place, every gradient added into the grad arena), and its eval
+ * forwards and trn_net_infer on the reference ops. A training net on oneDNN has no image
+ * gradient (input_grad), SyncBatchNorm (bn_allreduce) or gradient-ready hook (grad_ready).
+ * After a oneDNN forward the view getters show the Detect convs' outputs as computed, every
+ * other act as the last reference forward left it.
  */
 enum trn_cpu_engine {
     TRN_CPU_ENGINE_REF = 0,    /* the reference ops (the default of trn_net_opts) */
-    TRN_CPU_ENGINE_AUTO = 1,   /* oneDNN where the build has it and the net is an inference
-                                  net (train false) on a CPU context in float32 (amp KERN_DT_F32,
-                                  not device_path); else the reference ops */
+    TRN_CPU_ENGINE_AUTO = 1,   /* oneDNN where the build has it, the net is on a CPU context in
+                                  float32 (amp KERN_DT_F32, not device_path), oneDNN has JIT
+                                  code for its convs and (training nets) none of input_grad,
+                                  bn_allreduce, grad_ready is set; else the reference ops */
     TRN_CPU_ENGINE_ONEDNN = 2, /* oneDNN, or -ENOTSUP from trn_net_create where AUTO would not
                                   choose it */
 };

@@ -1,13 +1,17 @@
 /*
- * The CPU inference forward on oneDNN (priv/net_onednn.h). The walk over the rows mirrors
- * net.c's layer_fwd, so the two run the same network; what differs is where activations live
- * (oneDNN's blocked layout, never converted between layers: a reorder around each conv gives
- * back most of the gain, docs/benchmarks.md "bench_onednn_conv") and who computes them.
+ * The CPU inference forward and training step on oneDNN (priv/net_onednn.h). The walks over the
+ * rows (row, trow) mirror net.c's layer_fwd, so both run the same network; what differs is where
+ * activations live (oneDNN's blocked layout, never converted between layers: a reorder around
+ * each conv gives back most of the gain, docs/benchmarks.md "bench_onednn_conv") and who
+ * computes them. One executor holds its steps in two lists: the forward's, and a training
+ * executor's backward, built by walking the forward's nodes in reverse.
  *
- * Two oneDNN 2.6 details shape it (measured in tests/trainer/bench_onednn_net.c): a residual
- * written as a sum post-op after the swish, and a convolution from a blocked source into an
- * NCHW destination, both fall to its reference implementation; so the residual is a binary add
- * post-op and the Detect convs write blocked, then reorder into the net's NCHW buffer.
+ * oneDNN 2.6 details that shape it (measured in tests/trainer/bench_onednn_net.c and
+ * bench_onednn_train.c): a residual written as a sum post-op after the swish, a convolution from
+ * a blocked source into an NCHW destination, and backward data given the forward's weight
+ * layout, all fall to its reference implementation; so the residual is a binary add post-op, the
+ * Detect convs write blocked and then reorder into the net's NCHW buffer, and backward data gets
+ * the weights in the layout it asks for.
  */
 #include "priv/net_onednn.h"
 
@@ -23,10 +27,13 @@
 #include "errors.h"
 
 /* A primitive with its arguments; p NULL: a concatenation of whole channel blocks (cat_blocks),
- * sources args[0 .. nargs - 1), destination args[nargs - 1]. */
+ * sources args[0 .. nargs - 1), destination args[nargs - 1]; with split, the other way: the
+ * destination's slices copied into the sources, or added where bit i of acc is set. */
 struct step {
     dnnl_primitive_t p;
     int nargs;
+    bool split;
+    unsigned acc;
     dnnl_exec_arg_t args[TRN_MODEL_MAX_FROM + 3];
 };
 
@@ -42,8 +49,9 @@ struct trn_dnn {
     dnnl_engine_t eng;
     dnnl_stream_t st;
     int threads;
-    struct step *steps;
-    int n_steps, cap_steps;
+    struct step *steps[2]; /* the forward's; a training executor's backward */
+    int n_steps[2], cap_steps[2];
+    int phase;           /* which list push() appends to */
     dnnl_memory_t *mems; /* every memory object made, destroyed at the end */
     int n_mems, cap_mems;
     struct wconv *wc;
@@ -62,10 +70,37 @@ struct trn_dnn {
     bool ref_conv;         /* a conv got only oneDNN's reference code in this layout */
     const char *tag_name;
     size_t bytes;
+    /* training (trn_dnn_train_*): activations with their gradients, the forward's nodes for
+       building the backward, and what each step adds into the grad arena */
+    struct tt *tt;
+    int n_tt, cap_tt;
+    struct tnode *nodes;
+    int n_nodes;
+    dnnl_primitive_attr_t attr_sum; /* user scratchpad and a sum post-op: reorders that add */
+    void *tmp;                      /* a gradient that adds goes here first (largest act) */
+    size_t tmp_bytes;
     int rc; /* the first failure while building */
     char *err;
     size_t err_cap;
 };
+
+/* A training activation and its gradient (made when the backward first needs it). */
+struct tt {
+    dnnl_memory_t x, dx;
+    bool written; /* backward build: its gradient has had a first writer */
+};
+
+/* One forward node of a training executor, with what its backward needs. */
+struct tnode {
+    int type; /* 0 Conv (conv, BN, SiLU), 1 Detect conv, 2 concat, 3 max pool, 4 upsample */
+    int conv; /* model conv (types 0, 1) */
+    struct tt *in[TRN_MODEL_MAX_FROM], *out, *c, *b, *res;
+    int k;
+    dnnl_primitive_desc_t pd, bn_pd, elt_pd; /* hints for the backward; freed after it */
+    dnnl_memory_t w, mean, var, scale, shift, ws, dplain;
+};
+
+static int run_steps(struct trn_dnn *d, int ph);
 
 bool trn_dnn_built(void)
 {
@@ -134,19 +169,20 @@ static dnnl_memory_t act(struct trn_dnn *d, dnnl_dim_t n, dnnl_dim_t c, dnnl_dim
 static void push(struct trn_dnn *d, dnnl_primitive_desc_t pd, int nargs,
                  const dnnl_exec_arg_t *args)
 {
-    if (!d->rc && d->n_steps == d->cap_steps) {
-        const int cap = d->cap_steps ? 2 * d->cap_steps : 64;
-        struct step *p = realloc(d->steps, (size_t)cap * sizeof *p);
+    const int ph = d->phase;
+    if (!d->rc && d->n_steps[ph] == d->cap_steps[ph]) {
+        const int cap = d->cap_steps[ph] ? 2 * d->cap_steps[ph] : 64;
+        struct step *p = realloc(d->steps[ph], (size_t)cap * sizeof *p);
         if (p) {
-            d->steps = p;
-            d->cap_steps = cap;
+            d->steps[ph] = p;
+            d->cap_steps[ph] = cap;
         } else {
             d->rc = -ENOMEM;
         }
     }
     if (!d->rc) {
-        struct step *s = &d->steps[d->n_steps];
-        s->p = NULL;
+        struct step *s = &d->steps[ph][d->n_steps[ph]];
+        memset(s, 0, sizeof *s);
         if (!pd || DN(d, dnnl_primitive_create(&s->p, pd))) {
             s->nargs = nargs;
             memcpy(s->args, args, (size_t)nargs * sizeof *args);
@@ -157,7 +193,7 @@ static void push(struct trn_dnn *d, dnnl_primitive_desc_t pd, int nargs,
                 s->args[s->nargs++] = (dnnl_exec_arg_t){ DNNL_ARG_SCRATCHPAD, NULL };
                 if (bytes > d->scratch) d->scratch = bytes;
             }
-            d->n_steps++;
+            d->n_steps[ph]++;
         }
     }
     if (pd) dnnl_primitive_desc_destroy(pd);
@@ -422,11 +458,548 @@ static dnnl_memory_t row(struct trn_dnn *d, const struct trn_model *m,
     return NULL;
 }
 
+/* --- training ------------------------------------------------------------------------------ */
+
+/* The forward primitive descriptors kept as the backward's hints. */
+static void free_hints(struct trn_dnn *d)
+{
+    for (int i = 0; d->nodes && i < d->n_nodes; i++) {
+        struct tnode *nd = &d->nodes[i];
+        dnnl_primitive_desc_t *const pds[3] = { &nd->pd, &nd->bn_pd, &nd->elt_pd };
+        for (int k = 0; k < 3; k++)
+            if (*pds[k]) {
+                dnnl_primitive_desc_destroy(*pds[k]);
+                *pds[k] = NULL;
+            }
+    }
+}
+
+/* What a training executor is built over: the model's arenas the primitives read and write in
+ * place, and the net's NCHW Detect buffers. */
+struct tspec {
+    float *param, *grad;      /* PARAM arena, and the grad arena in its layout (adds into it) */
+    float *const *det_dout;   /* per level: the Detect conv output's gradient, NCHW */
+    const struct trn_act *in; /* the images */
+};
+
+static struct tt *tt_new(struct trn_dnn *d, dnnl_dim_t n, dnnl_dim_t c, dnnl_dim_t h, dnnl_dim_t w,
+                         dnnl_format_tag_t tag, void *handle)
+{
+    if (d->rc) return NULL;
+    if (d->n_tt == d->cap_tt) { /* sized at build: nodes keep pointers into the array */
+        d->rc = -EINVAL;
+        return NULL;
+    }
+    struct tt *t = &d->tt[d->n_tt];
+    if (!(t->x = act(d, n, c, h, w, tag, handle))) return NULL;
+    d->n_tt++;
+    const size_t b = dnnl_memory_desc_get_size(md_of(t->x));
+    if (b > d->tmp_bytes) d->tmp_bytes = b;
+    return t;
+}
+
+static dnnl_memory_t tt_dx(struct trn_dnn *d, struct tt *t)
+{
+    if (t && !t->dx && !d->rc) t->dx = mem(d, md_of(t->x), NULL);
+    return t ? t->dx : NULL;
+}
+
+static struct tnode *tnode_new(struct trn_dnn *d, int type, struct tt *x)
+{
+    if (d->rc || !x) return NULL;
+    struct tnode *nd = &d->nodes[d->n_nodes++];
+    nd->type = type;
+    nd->in[0] = x;
+    nd->k = 1;
+    return nd;
+}
+
+/* A 1-D or OIHW user memory over floats of an arena. */
+static dnnl_memory_t user(struct trn_dnn *d, float *at, const dnnl_dim_t *dims, int nd)
+{
+    dnnl_memory_desc_t md;
+    if (d->rc ||
+        !DN(d, dnnl_memory_desc_init_by_tag(&md, nd, dims, dnnl_f32, nd == 1 ? dnnl_a : dnnl_oihw)))
+        return NULL;
+    return mem(d, &md, at);
+}
+
+/* Pushes a primitive of pd (checked for oneDNN's reference code when it is a conv) and keeps pd
+ * for the backward's hints (the caller frees it). */
+static void push_keep(struct trn_dnn *d, dnnl_primitive_desc_t pd, int nargs,
+                      const dnnl_exec_arg_t *a, const struct trn_conv *conv)
+{
+    dnnl_primitive_desc_t c = NULL;
+    if (d->rc || !pd) return;
+    if (conv && is_ref_impl(pd)) {
+        d->rc = -ENOTSUP;
+        d->ref_conv = true;
+        if (d->err && d->err_cap)
+            snprintf(d->err, d->err_cap, "oneDNN has only its reference code for %s here",
+                     conv->name);
+        return;
+    }
+    if (DN(d, dnnl_primitive_desc_clone(&c, pd))) push(d, c, nargs, a);
+}
+
+/* dst = src in dst's layout, or dst += src with d->attr_sum. */
+static void reorder(struct trn_dnn *d, dnnl_memory_t src, dnnl_memory_t dst,
+                    dnnl_primitive_attr_t attr)
+{
+    dnnl_primitive_desc_t pd;
+    if (d->rc || !src || !dst ||
+        !DN(d,
+            dnnl_reorder_primitive_desc_create(&pd, md_of(src), d->eng, md_of(dst), d->eng, attr)))
+        return;
+    const dnnl_exec_arg_t a[2] = { { DNNL_ARG_FROM, src }, { DNNL_ARG_TO, dst } };
+    push(d, pd, 2, a);
+}
+
+/* dst += src, in place. */
+static void add_into(struct trn_dnn *d, dnnl_memory_t dst, dnnl_memory_t src)
+{
+    dnnl_binary_desc_t bd;
+    dnnl_primitive_desc_t pd;
+    if (d->rc || !dst || !src ||
+        !DN(d, dnnl_binary_desc_init(&bd, dnnl_binary_add, md_of(dst), md_of(src), md_of(dst))) ||
+        !DN(d, dnnl_primitive_desc_create(&pd, &bd, d->attr, d->eng, NULL)))
+        return;
+    const dnnl_exec_arg_t a[3] = { { DNNL_ARG_SRC_0, dst },
+                                   { DNNL_ARG_SRC_1, src },
+                                   { DNNL_ARG_DST, dst } };
+    push(d, pd, 3, a);
+}
+
+/* Conv ci on x (train mode): with BN, conv -> BN (batch statistics) -> swish (+ res, in place);
+ * Detect, conv with bias, then NCHW into plain. */
+static struct tt *tconv(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                        int ci, struct tt *x, struct tt *res, float *plain)
+{
+    const struct trn_conv *c = trn_model_conv(m, ci);
+    struct tnode *nd = tnode_new(d, c->bn ? 0 : 1, x);
+    if (!nd) return NULL;
+    nd->conv = ci;
+    nd->res = res;
+    const dnnl_memory_desc_t *xd = md_of(x->x);
+    const dnnl_dim_t n = xd->dims[0], h = xd->dims[2], w = xd->dims[3];
+    const dnnl_dim_t oh = (h + 2 * c->p - c->k) / c->s + 1, ow = (w + 2 * c->p - c->k) / c->s + 1;
+    if (!(nd->c = tt_new(d, n, c->c2, oh, ow, d->tag, NULL))) return NULL;
+    dnnl_memory_desc_t wd, bd;
+    const dnnl_dims_t wdims = { c->c2, c->c1, c->k, c->k }, bdims = { c->c2 };
+    const dnnl_dims_t strides = { c->s, c->s }, padl = { c->p, c->p };
+    const dnnl_dims_t padr = { (oh - 1) * c->s + c->k - h - c->p,
+                               (ow - 1) * c->s + c->k - w - c->p };
+    dnnl_convolution_desc_t cd;
+    if (!DN(d, dnnl_memory_desc_init_by_tag(&wd, 4, wdims, dnnl_f32, dnnl_format_tag_any)) ||
+        !DN(d, dnnl_memory_desc_init_by_tag(&bd, 1, bdims, dnnl_f32, dnnl_a)) ||
+        !DN(d, dnnl_convolution_forward_desc_init(
+                   &cd, dnnl_forward_training, dnnl_convolution_direct, xd, &wd, c->bn ? NULL : &bd,
+                   md_of(nd->c->x), strides, padl, padr)) ||
+        !DN(d, dnnl_primitive_desc_create(&nd->pd, &cd, d->attr, d->eng, NULL)))
+        return NULL;
+    /* the weights into the conv's layout at every step: the optimizer moves them */
+    nd->w = mem(d, dnnl_primitive_desc_query_md(nd->pd, dnnl_query_weights_md, 0), NULL);
+    reorder(d, user(d, ts->param + trn_model_tensor(m, c->weight)->offset, wdims, 4), nd->w,
+            d->attr);
+    dnnl_memory_t bias =
+        c->bn ? NULL : user(d, ts->param + trn_model_tensor(m, c->bias)->offset, bdims, 1);
+    const dnnl_exec_arg_t a[4] = { { DNNL_ARG_SRC, x->x },
+                                   { DNNL_ARG_WEIGHTS, nd->w },
+                                   { DNNL_ARG_DST, nd->c->x },
+                                   { DNNL_ARG_BIAS, bias } };
+    push_keep(d, nd->pd, c->bn ? 3 : 4, a, c);
+    if (!c->bn) {
+        reorder(d, nd->c->x, act(d, n, c->c2, oh, ow, dnnl_nchw, plain), d->attr);
+        return nd->out = nd->c;
+    }
+    if (!(nd->b = tt_new(d, n, c->c2, oh, ow, d->tag, NULL))) return NULL;
+    dnnl_batch_normalization_desc_t bn;
+    if (!DN(d, dnnl_batch_normalization_forward_desc_init(&bn, dnnl_forward_training,
+                                                          md_of(nd->c->x), TRN_MODEL_BN_EPS,
+                                                          dnnl_use_scale | dnnl_use_shift)) ||
+        !DN(d, dnnl_primitive_desc_create(&nd->bn_pd, &bn, d->attr, d->eng, NULL)))
+        return NULL;
+    nd->mean = mem(d, dnnl_primitive_desc_query_md(nd->bn_pd, dnnl_query_dst_md, 1), NULL);
+    nd->var = mem(d, dnnl_primitive_desc_query_md(nd->bn_pd, dnnl_query_dst_md, 2), NULL);
+    nd->scale = user(d, ts->param + trn_model_tensor(m, c->bn_weight)->offset, bdims, 1);
+    nd->shift = user(d, ts->param + trn_model_tensor(m, c->bn_bias)->offset, bdims, 1);
+    const dnnl_exec_arg_t b[6] = { { DNNL_ARG_SRC, nd->c->x },    { DNNL_ARG_DST, nd->b->x },
+                                   { DNNL_ARG_MEAN, nd->mean },   { DNNL_ARG_VARIANCE, nd->var },
+                                   { DNNL_ARG_SCALE, nd->scale }, { DNNL_ARG_SHIFT, nd->shift } };
+    push_keep(d, nd->bn_pd, 6, b, NULL);
+    if (!(nd->out = tt_new(d, n, c->c2, oh, ow, d->tag, NULL))) return NULL;
+    dnnl_eltwise_desc_t ed;
+    if (!DN(d, dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, dnnl_eltwise_swish,
+                                              md_of(nd->b->x), 1.0f, 0.0f)) ||
+        !DN(d, dnnl_primitive_desc_create(&nd->elt_pd, &ed, d->attr, d->eng, NULL)))
+        return NULL;
+    const dnnl_exec_arg_t e[2] = { { DNNL_ARG_SRC, nd->b->x }, { DNNL_ARG_DST, nd->out->x } };
+    push_keep(d, nd->elt_pd, 2, e, NULL);
+    if (res) add_into(d, nd->out->x, res->x);
+    return nd->out;
+}
+
+static struct tt *tconcat(struct trn_dnn *d, struct tt *const *xs, int k)
+{
+    if (d->rc) return NULL;
+    dnnl_dim_t c = 0;
+    for (int i = 0; i < k; i++) {
+        if (!xs[i]) return NULL;
+        c += md_of(xs[i]->x)->dims[1];
+        if (md_of(xs[i]->x)->dims[1] % d->blk) { /* the block copies need whole blocks */
+            d->rc = -ENOTSUP;
+            d->ref_conv = true;
+            if (d->err && d->err_cap)
+                snprintf(d->err, d->err_cap, "a concat input of %d channels",
+                         (int)md_of(xs[i]->x)->dims[1]);
+            return NULL;
+        }
+    }
+    const dnnl_memory_desc_t *x0 = md_of(xs[0]->x);
+    struct tnode *nd = tnode_new(d, 2, xs[0]);
+    if (!nd || !(nd->out = tt_new(d, x0->dims[0], c, x0->dims[2], x0->dims[3], d->tag, NULL)))
+        return NULL;
+    nd->k = k;
+    dnnl_exec_arg_t a[TRN_MODEL_MAX_FROM + 1];
+    for (int i = 0; i < k; i++) {
+        nd->in[i] = xs[i];
+        a[i] = (dnnl_exec_arg_t){ DNNL_ARG_MULTIPLE_SRC + i, xs[i]->x };
+    }
+    a[k] = (dnnl_exec_arg_t){ DNNL_ARG_DST, nd->out->x };
+    push(d, NULL, k + 1, a);
+    return nd->out;
+}
+
+static struct tt *tpool(struct trn_dnn *d, struct tt *x, int k)
+{
+    struct tnode *nd = tnode_new(d, 3, x);
+    if (!nd) return NULL;
+    nd->k = k;
+    const dnnl_memory_desc_t *xd = md_of(x->x);
+    const dnnl_dims_t st = { 1, 1 }, kk = { k, k }, p = { k / 2, k / 2 };
+    dnnl_pooling_desc_t pdesc;
+    if (!(nd->out = tt_new(d, xd->dims[0], xd->dims[1], xd->dims[2], xd->dims[3], d->tag, NULL)) ||
+        !DN(d, dnnl_pooling_forward_desc_init(&pdesc, dnnl_forward_training, dnnl_pooling_max, xd,
+                                              md_of(nd->out->x), st, kk, p, p)) ||
+        !DN(d, dnnl_primitive_desc_create(&nd->pd, &pdesc, d->attr, d->eng, NULL)))
+        return NULL;
+    nd->ws = mem(d, dnnl_primitive_desc_query_md(nd->pd, dnnl_query_workspace_md, 0), NULL);
+    const dnnl_exec_arg_t a[3] = { { DNNL_ARG_SRC, x->x },
+                                   { DNNL_ARG_DST, nd->out->x },
+                                   { DNNL_ARG_WORKSPACE, nd->ws } };
+    push_keep(d, nd->pd, 3, a, NULL);
+    return nd->out;
+}
+
+static struct tt *tup(struct trn_dnn *d, struct tt *x, int f)
+{
+    struct tnode *nd = tnode_new(d, 4, x);
+    if (!nd) return NULL;
+    const dnnl_memory_desc_t *xd = md_of(x->x);
+    dnnl_resampling_desc_t rd;
+    if (!(nd->out = tt_new(d, xd->dims[0], xd->dims[1], f * xd->dims[2], f * xd->dims[3], d->tag,
+                           NULL)) ||
+        !DN(d,
+            dnnl_resampling_forward_desc_init(&rd, dnnl_forward_training, dnnl_resampling_nearest,
+                                              NULL, xd, md_of(nd->out->x))) ||
+        !DN(d, dnnl_primitive_desc_create(&nd->pd, &rd, d->attr, d->eng, NULL)))
+        return NULL;
+    const dnnl_exec_arg_t a[2] = { { DNNL_ARG_SRC, x->x }, { DNNL_ARG_DST, nd->out->x } };
+    push_keep(d, nd->pd, 2, a, NULL);
+    return nd->out;
+}
+
+static struct tt *tbottleneck(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                              const struct trn_act_plan *pl, int cv1, struct tt *x)
+{
+    struct tt *t = tconv(d, ts, m, cv1, x, NULL, NULL);
+    return tconv(d, ts, m, cv1 + 1, t, pl->convs[cv1 + 1].add >= 0 ? x : NULL, NULL);
+}
+
+/* Row i in train mode (as row() for inference). */
+static struct tt *trow(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                       const struct trn_act_plan *pl, int i, struct tt *const *out, struct tt *in,
+                       float *const *det_out)
+{
+    const struct trn_layer *L = trn_model_layer(m, i);
+    const int c0 = L->conv0;
+    struct tt *ins[TRN_MODEL_MAX_FROM], *x, *cat[4];
+    for (int j = 0; j < L->n_from; j++)
+        ins[j] = L->from[j] < 0 ? in : out[L->from[j]];
+    x = ins[0];
+    switch (L->type) {
+    case TRN_MOD_CONV:
+        for (int j = 0; j < L->n; j++)
+            x = tconv(d, ts, m, c0 + j, x, NULL, NULL);
+        return x;
+    case TRN_MOD_BOTTLENECK:
+        for (int j = 0; j < L->n; j++)
+            x = tbottleneck(d, ts, m, pl, c0 + 2 * j, x);
+        return x;
+    case TRN_MOD_C3:
+        cat[0] = tconv(d, ts, m, c0, x, NULL, NULL);
+        for (int j = 0; j < L->n; j++)
+            cat[0] = tbottleneck(d, ts, m, pl, c0 + 3 + 2 * j, cat[0]);
+        cat[1] = tconv(d, ts, m, c0 + 1, x, NULL, NULL);
+        return tconv(d, ts, m, c0 + 2, tconcat(d, cat, 2), NULL, NULL);
+    case TRN_MOD_SPPF:
+        cat[0] = tconv(d, ts, m, c0, x, NULL, NULL);
+        for (int j = 1; j < 4; j++)
+            cat[j] = cat[j - 1] ? tpool(d, cat[j - 1], L->k) : NULL;
+        return tconv(d, ts, m, c0 + 1, tconcat(d, cat, 4), NULL, NULL);
+    case TRN_MOD_UPSAMPLE:
+        return x ? tup(d, x, L->scale) : NULL;
+    case TRN_MOD_CONCAT:
+        return tconcat(d, ins, L->n_from);
+    case TRN_MOD_DETECT: {
+        struct tt *y0 = NULL;
+        for (int l = 0; l < L->n_conv; l++) {
+            struct tt *y = ins[l] ? tconv(d, ts, m, c0 + l, ins[l], NULL, det_out[l]) : NULL;
+            if (!l) y0 = y;
+        }
+        return y0;
+    }
+    }
+    return NULL;
+}
+
+/* Where a gradient of t goes: its dx when it is the first, else the scratch (*add: then add it
+ * into dx). */
+static dnnl_memory_t grad_dst(struct trn_dnn *d, struct tt *t, bool *add)
+{
+    *add = t->written;
+    t->written = true;
+    return *add ? mem(d, md_of(t->x), d->tmp) : tt_dx(d, t);
+}
+
+/* t's gradient gets src: a copy when it is the first, else added. */
+static void grad_from(struct trn_dnn *d, struct tt *t, dnnl_memory_t src)
+{
+    if (t->written)
+        add_into(d, tt_dx(d, t), src);
+    else
+        reorder(d, src, tt_dx(d, t), d->attr);
+    t->written = true;
+}
+
+/* The backward of conv node nd: its output's gradient is in nd->c's dx. */
+static void conv_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                     struct tnode *nd, const struct tt *images)
+{
+    const struct trn_conv *c = trn_model_conv(m, nd->conv);
+    struct tt *x = nd->in[0];
+    const dnnl_memory_desc_t *xd = md_of(x->x), *yd = md_of(nd->c->x);
+    const dnnl_dims_t wdims = { c->c2, c->c1, c->k, c->k }, bdims = { c->c2 };
+    const dnnl_dims_t strides = { c->s, c->s }, padl = { c->p, c->p };
+    const dnnl_dims_t padr = { (yd->dims[2] - 1) * c->s + c->k - xd->dims[2] - c->p,
+                               (yd->dims[3] - 1) * c->s + c->k - xd->dims[3] - c->p };
+    dnnl_memory_desc_t wany, bd;
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_desc_t pd = NULL;
+    if (!DN(d, dnnl_memory_desc_init_by_tag(&wany, 4, wdims, dnnl_f32, dnnl_format_tag_any)) ||
+        !DN(d, dnnl_memory_desc_init_by_tag(&bd, 1, bdims, dnnl_f32, dnnl_a)))
+        return;
+    if (x != images) { /* no gradient for the images (trn_net_opts.input_grad off) */
+        /* backward data has JIT code only with the weights in its own layout (given the
+           forward's, 2.6 runs its reference code): reordered from the forward's each step */
+        if (!DN(d, dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, xd, &wany,
+                                                            yd, strides, padl, padr)) ||
+            !DN(d, dnnl_primitive_desc_create(&pd, &cd, d->attr, d->eng, nd->pd)))
+            return;
+        dnnl_memory_t wb = nd->w;
+        const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        if (!dnnl_memory_desc_equal(want, md_of(nd->w))) {
+            wb = mem(d, want, NULL);
+            reorder(d, nd->w, wb, d->attr);
+        }
+        bool add;
+        dnnl_memory_t dx = grad_dst(d, x, &add);
+        const dnnl_exec_arg_t a[3] = { { DNNL_ARG_DIFF_DST, nd->c->dx },
+                                       { DNNL_ARG_WEIGHTS, wb },
+                                       { DNNL_ARG_DIFF_SRC, dx } };
+        push_keep(d, pd, 3, a, c);
+        dnnl_primitive_desc_destroy(pd);
+        if (add) add_into(d, x->dx, dx);
+    }
+    if (!DN(d, dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, xd, &wany,
+                                                           c->bn ? NULL : &bd, yd, strides, padl,
+                                                           padr)) ||
+        !DN(d, dnnl_primitive_desc_create(&pd, &cd, d->attr, d->eng, nd->pd)))
+        return;
+    dnnl_memory_t dw =
+        mem(d, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0), NULL);
+    dnnl_memory_t db = c->bn ? NULL : mem(d, &bd, NULL);
+    const dnnl_exec_arg_t a[4] = { { DNNL_ARG_SRC, x->x },
+                                   { DNNL_ARG_DIFF_DST, nd->c->dx },
+                                   { DNNL_ARG_DIFF_WEIGHTS, dw },
+                                   { DNNL_ARG_DIFF_BIAS, db } };
+    push_keep(d, pd, c->bn ? 3 : 4, a, c);
+    dnnl_primitive_desc_destroy(pd);
+    /* into the grad arena, adding (trn_net_backward adds) */
+    reorder(d, dw, user(d, ts->grad + trn_model_tensor(m, c->weight)->offset, wdims, 4),
+            d->attr_sum);
+    if (db)
+        reorder(d, db, user(d, ts->grad + trn_model_tensor(m, c->bias)->offset, bdims, 1),
+                d->attr_sum);
+}
+
+static void node_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                     struct tnode *nd, const struct tt *images)
+{
+    dnnl_primitive_desc_t pd = NULL;
+    bool add;
+    if (nd->type != 1 && !nd->out->written) { /* an output nobody reads: not in YOLOv5 */
+        d->rc = -ENOTSUP;
+        return;
+    }
+    switch (nd->type) {
+    case 0: {
+        const struct trn_conv *c = trn_model_conv(m, nd->conv);
+        const dnnl_dims_t bdims = { c->c2 };
+        dnnl_memory_t dout = nd->out->dx;
+        if (nd->res) grad_from(d, nd->res, dout);
+        dnnl_eltwise_desc_t ed;
+        if (!DN(d, dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_swish, md_of(nd->b->x),
+                                                   md_of(nd->b->x), 1.0f, 0.0f)) ||
+            !DN(d, dnnl_primitive_desc_create(&pd, &ed, d->attr, d->eng, nd->elt_pd)))
+            return;
+        const dnnl_exec_arg_t e[3] = { { DNNL_ARG_SRC, nd->b->x },
+                                       { DNNL_ARG_DIFF_DST, dout },
+                                       { DNNL_ARG_DIFF_SRC, tt_dx(d, nd->b) } };
+        push(d, pd, 3, e);
+        dnnl_batch_normalization_desc_t bn;
+        if (!DN(d, dnnl_batch_normalization_backward_desc_init(&bn, dnnl_backward, md_of(nd->c->x),
+                                                               md_of(nd->c->x), TRN_MODEL_BN_EPS,
+                                                               dnnl_use_scale | dnnl_use_shift)) ||
+            !DN(d, dnnl_primitive_desc_create(&pd, &bn, d->attr, d->eng, nd->bn_pd)))
+            return;
+        dnnl_memory_t dsc = mem(d, md_of(nd->scale), NULL), dsh = mem(d, md_of(nd->shift), NULL);
+        const dnnl_exec_arg_t b[9] = {
+            { DNNL_ARG_SRC, nd->c->x },
+            { DNNL_ARG_MEAN, nd->mean },
+            { DNNL_ARG_VARIANCE, nd->var },
+            { DNNL_ARG_DIFF_DST, nd->b->dx },
+            { DNNL_ARG_SCALE, nd->scale },
+            { DNNL_ARG_SHIFT, nd->shift },
+            { DNNL_ARG_DIFF_SRC, tt_dx(d, nd->c) },
+            { DNNL_ARG_DIFF_SCALE, dsc },
+            { DNNL_ARG_DIFF_SHIFT, dsh },
+        };
+        push(d, pd, 9, b);
+        reorder(d, dsc, user(d, ts->grad + trn_model_tensor(m, c->bn_weight)->offset, bdims, 1),
+                d->attr_sum);
+        reorder(d, dsh, user(d, ts->grad + trn_model_tensor(m, c->bn_bias)->offset, bdims, 1),
+                d->attr_sum);
+        conv_bwd(d, ts, m, nd, images);
+        break;
+    }
+    case 1: { /* the loss's NCHW gradient into the blocked layout */
+        const dnnl_memory_desc_t *yd = md_of(nd->c->x);
+        const int l = nd->conv - trn_model_layer(m, trn_model_info(m)->detect)->conv0;
+        dnnl_memory_t dplain =
+            act(d, yd->dims[0], yd->dims[1], yd->dims[2], yd->dims[3], dnnl_nchw, ts->det_dout[l]);
+        reorder(d, dplain, tt_dx(d, nd->c), d->attr);
+        conv_bwd(d, ts, m, nd, images);
+        break;
+    }
+    case 2: {
+        dnnl_exec_arg_t a[TRN_MODEL_MAX_FROM + 1];
+        unsigned acc = 0;
+        for (int i = 0; i < nd->k; i++) {
+            a[i] = (dnnl_exec_arg_t){ DNNL_ARG_MULTIPLE_SRC + i, tt_dx(d, nd->in[i]) };
+            if (nd->in[i]->written) acc |= 1u << i;
+            nd->in[i]->written = true;
+        }
+        a[nd->k] = (dnnl_exec_arg_t){ DNNL_ARG_DST, nd->out->dx };
+        if (d->rc) return;
+        const int at = d->n_steps[1];
+        push(d, NULL, nd->k + 1, a);
+        if (!d->rc) {
+            d->steps[1][at].split = true;
+            d->steps[1][at].acc = acc;
+        }
+        break;
+    }
+    case 3: {
+        const dnnl_memory_desc_t *xd = md_of(nd->in[0]->x);
+        const dnnl_dims_t st = { 1, 1 }, kk = { nd->k, nd->k }, p = { nd->k / 2, nd->k / 2 };
+        dnnl_pooling_desc_t pdesc;
+        if (!DN(d, dnnl_pooling_backward_desc_init(&pdesc, dnnl_pooling_max, xd, md_of(nd->out->x),
+                                                   st, kk, p, p)) ||
+            !DN(d, dnnl_primitive_desc_create(&pd, &pdesc, d->attr, d->eng, nd->pd)))
+            return;
+        dnnl_memory_t dx = grad_dst(d, nd->in[0], &add);
+        const dnnl_exec_arg_t a[3] = { { DNNL_ARG_DIFF_DST, nd->out->dx },
+                                       { DNNL_ARG_WORKSPACE, nd->ws },
+                                       { DNNL_ARG_DIFF_SRC, dx } };
+        push(d, pd, 3, a);
+        if (add) add_into(d, nd->in[0]->dx, dx);
+        break;
+    }
+    case 4: {
+        dnnl_resampling_desc_t rd;
+        if (!DN(d, dnnl_resampling_backward_desc_init(&rd, dnnl_resampling_nearest, NULL,
+                                                      md_of(nd->in[0]->x), md_of(nd->out->x))) ||
+            !DN(d, dnnl_primitive_desc_create(&pd, &rd, d->attr, d->eng, nd->pd)))
+            return;
+        dnnl_memory_t dx = grad_dst(d, nd->in[0], &add);
+        const dnnl_exec_arg_t a[2] = { { DNNL_ARG_DIFF_DST, nd->out->dx },
+                                       { DNNL_ARG_DIFF_SRC, dx } };
+        push(d, pd, 2, a);
+        if (add) add_into(d, nd->in[0]->dx, dx);
+        break;
+    }
+    }
+}
+
+/* The training graph: forward (phase 0) from the rows, then its backward (phase 1), nodes in
+ * reverse (every reader of an activation comes after its producer, so its gradient is whole
+ * when the producer's node is reached). */
+static void build_train(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                        const struct trn_act_plan *pl, float *const *det_out)
+{
+    const struct trn_model_info *I = trn_model_info(m);
+    const int cap = 6 * I->n_convs + 8 * I->n_layers + 8;
+    struct tt **outs = calloc((size_t)I->n_layers, sizeof *outs);
+    d->tt = calloc((size_t)cap, sizeof *d->tt);
+    d->nodes = calloc((size_t)cap, sizeof *d->nodes);
+    dnnl_post_ops_t po = NULL;
+    if (!outs || !d->tt || !d->nodes) d->rc = -ENOMEM;
+    d->cap_tt = cap;
+    if (DN(d, dnnl_primitive_attr_create(&d->attr_sum)) &&
+        DN(d, dnnl_primitive_attr_set_scratchpad_mode(d->attr_sum, dnnl_scratchpad_mode_user)) &&
+        DN(d, dnnl_post_ops_create(&po)) && DN(d, dnnl_post_ops_append_sum(po, 1.0f)))
+        DN(d, dnnl_primitive_attr_set_post_ops(d->attr_sum, po));
+    if (po) dnnl_post_ops_destroy(po);
+    struct tt *images = tt_new(d, ts->in->n, ts->in->c, ts->in->h, ts->in->w, dnnl_nchw, d->stage);
+    if (images) d->input = images->x;
+    d->phase = 0;
+    for (int i = 0; i < I->n_layers && !d->rc; i++)
+        if (!(outs[i] = trow(d, ts, m, pl, i, outs, images, det_out)) && !d->rc) d->rc = -EINVAL;
+    if (!d->rc && !(d->tmp = aligned_alloc(64, (d->tmp_bytes + 63) / 64 * 64))) d->rc = -ENOMEM;
+    d->phase = 1;
+    for (int i = d->n_nodes - 1; i >= 0 && !d->rc; i--)
+        node_bwd(d, ts, m, &d->nodes[i], images);
+    d->phase = 0;
+    free(outs);
+    free_hints(d);
+}
+
+/* Every step's scratchpad argument: the one buffer, made once the largest need is known. */
+static void set_scratch(struct trn_dnn *d)
+{
+    for (int ph = 0; ph < 2; ph++)
+        for (int i = 0; i < d->n_steps[ph]; i++)
+            for (int j = 0; j < d->steps[ph][i].nargs; j++)
+                if (d->steps[ph][i].args[j].arg == DNNL_ARG_SCRATCHPAD)
+                    d->steps[ph][i].args[j].memory = d->scratch_mem;
+}
+
 /* trn_dnn_create in the first usable layout from layouts[from] on; *ref_conv: failed because
  * a conv had only oneDNN's reference code there, *used: that layout. */
 static int build(const struct trn_model *m, const struct trn_act_plan *pl, int threads,
-                 float *const *det_out, size_t from, struct trn_dnn **out, char *err,
-                 size_t err_cap, bool *ref_conv, size_t *used)
+                 float *const *det_out, const struct tspec *ts, size_t from, struct trn_dnn **out,
+                 char *err, size_t err_cap, bool *ref_conv, size_t *used)
 {
     const struct trn_model_info *I = trn_model_info(m);
     struct trn_dnn *d = calloc(1, sizeof *d);
@@ -461,18 +1034,19 @@ static int build(const struct trn_model *m, const struct trn_act_plan *pl, int t
                 snprintf(err, err_cap, "oneDNN has no JIT convolution for this CPU");
         }
         const struct trn_act *in = &pl->acts[0];
-        d->input = act(d, in->n, in->c, in->h, in->w, dnnl_nchw, d->stage /* set per run */);
-        for (int i = 0; i < I->n_layers && !d->rc; i++)
-            if (!(outs[i] = row(d, m, pl, i, outs, det_out)) && !d->rc) d->rc = -EINVAL;
+        if (ts) {
+            build_train(d, ts, m, pl, det_out);
+        } else {
+            d->input = act(d, in->n, in->c, in->h, in->w, dnnl_nchw, d->stage /* set per run */);
+            for (int i = 0; i < I->n_layers && !d->rc; i++)
+                if (!(outs[i] = row(d, m, pl, i, outs, det_out)) && !d->rc) d->rc = -EINVAL;
+        }
         dnnl_memory_desc_t sd;
         const dnnl_dims_t sdim = { (dnnl_dim_t)d->scratch };
         if (!d->rc && d->scratch &&
             DN(d, dnnl_memory_desc_init_by_tag(&sd, 1, sdim, dnnl_u8, dnnl_a)) &&
             (d->scratch_mem = mem(d, &sd, NULL)))
-            for (int i = 0; i < d->n_steps; i++)
-                for (int j = 0; j < d->steps[i].nargs; j++)
-                    if (d->steps[i].args[j].arg == DNNL_ARG_SCRATCHPAD)
-                        d->steps[i].args[j].memory = d->scratch_mem;
+            set_scratch(d);
     }
     free(outs);
     d->err = NULL;
@@ -498,10 +1072,66 @@ int trn_dnn_create(const struct trn_model *m, const struct trn_act_plan *pl, int
     for (;;) {
         bool ref_conv = false;
         size_t used = 0;
-        const int rc = build(m, pl, threads, det_out, from, out, err, err_cap, &ref_conv, &used);
+        const int rc =
+            build(m, pl, threads, det_out, NULL, from, out, err, err_cap, &ref_conv, &used);
         if (!ref_conv || used + 1 >= sizeof layouts / sizeof layouts[0]) return rc;
         from = used + 1;
     }
+}
+
+int trn_dnn_train_create(struct trn_model *m, const struct trn_act_plan *pl, int threads,
+                         float *grad, float *const *det_out, float *const *det_dout,
+                         struct trn_dnn **out, char *err, size_t err_cap)
+{
+    if (!m || !pl || !grad || !det_out || !det_dout || !out || threads < 1) return -EINVAL;
+    const struct tspec ts = { .param = trn_model_arena(m, TRN_ARENA_PARAM),
+                              .grad = grad,
+                              .det_dout = det_dout,
+                              .in = &pl->acts[0] };
+    size_t from = 0;
+    for (;;) {
+        bool ref_conv = false;
+        size_t used = 0;
+        const int rc =
+            build(m, pl, threads, det_out, &ts, from, out, err, err_cap, &ref_conv, &used);
+        if (!ref_conv || used + 1 >= sizeof layouts / sizeof layouts[0]) return rc;
+        from = used + 1;
+    }
+}
+
+int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *images, bool count)
+{
+    if (dnnl_memory_set_data_handle(d->input, (void *)images)) return -TRN_MODEL_EONEDNN;
+    const int rc = run_steps(d, 0);
+    if (rc < 0) return rc;
+    /* the running statistics as PyTorch's train mode moves them: the batch variance unbiased */
+    float *B = trn_model_arena(m, TRN_ARENA_BUFFER);
+    int64_t *cnt = trn_model_arena(m, TRN_ARENA_COUNT);
+    const float mom = TRN_MODEL_BN_MOMENTUM;
+    for (int i = 0; i < d->n_nodes; i++) {
+        const struct tnode *nd = &d->nodes[i];
+        if (nd->type) continue;
+        const struct trn_conv *c = trn_model_conv(m, nd->conv);
+        const dnnl_memory_desc_t *yd = md_of(nd->c->x);
+        const double n = (double)yd->dims[0] * (double)yd->dims[2] * (double)yd->dims[3];
+        float *mean, *var;
+        if (dnnl_memory_get_data_handle(nd->mean, (void **)&mean) ||
+            dnnl_memory_get_data_handle(nd->var, (void **)&var))
+            return -TRN_MODEL_EONEDNN;
+        float *rm = B + trn_model_tensor(m, c->bn_mean)->offset;
+        float *rv = B + trn_model_tensor(m, c->bn_var)->offset;
+        for (int k = 0; k < c->c2; k++) {
+            rm[k] = (1.0f - mom) * rm[k] + mom * mean[k];
+            rv[k] = (1.0f - mom) * rv[k] + mom * (float)((double)var[k] * n / (n > 1 ? n - 1 : 1));
+        }
+        if (count) cnt[trn_model_tensor(m, c->bn_count)->offset] += 1;
+    }
+    return 0;
+}
+
+int trn_dnn_train_backward(struct trn_dnn *d)
+{
+    return run_steps(d, 1);
 }
 
 int trn_dnn_load(struct trn_dnn *d, const struct trn_model *m)
@@ -564,21 +1194,30 @@ static int cat_blocks(const struct step *s)
         at += per[i];
     }
     const long n = (long)yd->dims[0], tasks = n * k;
+    const bool split = s->split;
+    const unsigned acc = s->acc;
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < tasks; t++) {
         const long b = t / k;
         const int i = (int)(t % k);
-        memcpy(dst + (size_t)b * at + off[i], src[i] + (size_t)b * per[i], per[i] * sizeof(float));
+        float *cat = dst + (size_t)b * at + off[i], *x = (float *)src[i] + (size_t)b * per[i];
+        if (!split)
+            memcpy(cat, x, per[i] * sizeof(float));
+        else if (!(acc >> i & 1))
+            memcpy(x, cat, per[i] * sizeof(float));
+        else
+            for (size_t j = 0; j < per[i]; j++)
+                x[j] += cat[j];
     }
     return 0;
 }
 
-int trn_dnn_run(struct trn_dnn *d, const float *images)
+/* Runs the steps of phase ph. */
+static int run_steps(struct trn_dnn *d, int ph)
 {
     omp_set_num_threads(d->threads);
-    if (dnnl_memory_set_data_handle(d->input, (void *)images)) return -TRN_MODEL_EONEDNN;
-    for (int i = 0; i < d->n_steps; i++) {
-        const struct step *s = &d->steps[i];
+    for (int i = 0; i < d->n_steps[ph]; i++) {
+        const struct step *s = &d->steps[ph][i];
         if (!s->p) {
             const int rc = cat_blocks(s);
             if (rc < 0) return rc;
@@ -587,6 +1226,12 @@ int trn_dnn_run(struct trn_dnn *d, const float *images)
         }
     }
     return dnnl_stream_wait(d->st) ? -TRN_MODEL_EONEDNN : 0;
+}
+
+int trn_dnn_run(struct trn_dnn *d, const float *images)
+{
+    if (dnnl_memory_set_data_handle(d->input, (void *)images)) return -TRN_MODEL_EONEDNN;
+    return run_steps(d, 0);
 }
 
 size_t trn_dnn_bytes(const struct trn_dnn *d)
@@ -602,18 +1247,25 @@ const char *trn_dnn_layout(const struct trn_dnn *d)
 void trn_dnn_destroy(struct trn_dnn *d)
 {
     if (!d) return;
-    for (int i = 0; i < d->n_steps; i++)
-        if (d->steps[i].p) dnnl_primitive_destroy(d->steps[i].p);
+    for (int ph = 0; ph < 2; ph++) {
+        for (int i = 0; i < d->n_steps[ph]; i++)
+            if (d->steps[ph][i].p) dnnl_primitive_destroy(d->steps[ph][i].p);
+        free(d->steps[ph]);
+    }
     for (int i = 0; d->wc && i < d->n_wc; i++)
         if (d->wc[i].reorder) dnnl_primitive_destroy(d->wc[i].reorder);
     for (int i = 0; i < d->n_mems; i++)
         dnnl_memory_destroy(d->mems[i]);
+    free_hints(d);
     if (d->attr) dnnl_primitive_attr_destroy(d->attr);
+    if (d->attr_sum) dnnl_primitive_attr_destroy(d->attr_sum);
     if (d->st) dnnl_stream_destroy(d->st);
     if (d->eng) dnnl_engine_destroy(d->eng);
-    free(d->steps);
     free(d->mems);
     free(d->wc);
     free(d->stage);
+    free(d->tt);
+    free(d->nodes);
+    free(d->tmp);
     free(d);
 }

@@ -46,3 +46,24 @@ void trn_dnn_destroy(struct trn_dnn *d)
 {
     (void)d;
 }
+
+int trn_dnn_train_create(struct trn_model *m, const struct trn_act_plan *pl, int threads,
+                         float *grad, float *const *det_out, float *const *det_dout,
+                         struct trn_dnn **out, char *err, size_t err_cap)
+{
+    (void)m, (void)pl, (void)threads, (void)grad, (void)det_out, (void)det_dout, (void)out;
+    (void)err, (void)err_cap;
+    return -ENOTSUP;
+}
+
+int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *images, bool count)
+{
+    (void)d, (void)m, (void)images, (void)count;
+    return -ENOTSUP;
+}
+
+int trn_dnn_train_backward(struct trn_dnn *d)
+{
+    (void)d;
+    return -ENOTSUP;
+}

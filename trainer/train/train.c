@@ -20,6 +20,7 @@ void trn_train_opts_default(struct trn_train_opts *o)
     o->amp = KERN_DT_F32;
     o->val_amp = -1;
     o->val_cpu_engine = TRN_CPU_ENGINE_AUTO;
+    o->cpu_engine = TRN_CPU_ENGINE_AUTO;
     o->amp_inf_ni = -1;
 }
 
@@ -406,6 +407,7 @@ static int make_net_loss(struct run *R, int bs, int h, int w, struct trn_net **n
     no.ctx = R->gpu_ctx ? R->gpu_ctx : R->ctx;
     no.device_path = R->device_path;
     no.amp = R->o.amp;
+    no.cpu_engine = R->o.cpu_engine;
     /* the short last batch's net runs on the main net's device copies of the model */
     if (R->net && (R->gpu_ctx || R->device_path)) no.share = R->net;
     if (R->overlap) {

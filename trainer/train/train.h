@@ -254,6 +254,11 @@ struct trn_train_opts {
                            the training's amp on a GPU (val.py's half = amp), KERN_DT_F32 on
                            the CPU; else KERN_DT_F32, KERN_DT_F16 or KERN_DT_BF16. The
                            validation itself runs on the CPU ops (val.h). Not recorded */
+    int cpu_engine;     /* what runs the training nets on the CPU (trn_net_opts.cpu_engine):
+                           TRN_CPU_ENGINE_AUTO [default]: oneDNN where the build has it and the
+                           step is float32 without SyncBatchNorm or the overlapped all-reduce,
+                           else the reference ops; TRN_CPU_ENGINE_ONEDNN: oneDNN or an error;
+                           TRN_CPU_ENGINE_REF: the reference ops */
     int val_cpu_engine; /* what runs the built-in validation's CPU inference (trn_val_opts.
                            cpu_engine, net.h enum trn_cpu_engine) [TRN_CPU_ENGINE_AUTO] */
     int64_t amp_inf_ni; /* tests: >= 0 with fp16: batch ni's loss gradient gets an Inf, so the

@@ -1,7 +1,8 @@
 /*
- * The CPU inference forward in oneDNN's blocked layout (docs/design.md, "The CPU inference
- * forward on oneDNN"): an executor net.c runs for trn_net_infer when the net was created with
- * trn_net_opts.cpu_engine asking for it. Internal to the model module.
+ * The CPU forward, and the training step, in oneDNN's blocked layout (docs/design.md, "The CPU
+ * forward and training step on oneDNN"): executors net.c runs when the net was created with
+ * trn_net_opts.cpu_engine asking for one (TRAINING below for the step). Internal to the model
+ * module.
  *
  * CONTRACT. Built from the model's rows and the net's plan, once, for one batch and image size:
  * one oneDNN primitive per conv (BatchNorm folded into its weights and bias as val.py's
@@ -59,5 +60,28 @@ size_t trn_dnn_bytes(const struct trn_dnn *d);
 const char *trn_dnn_layout(const struct trn_dnn *d);
 
 void trn_dnn_destroy(struct trn_dnn *d);
+
+/*
+ * TRAINING. An executor of the training step for model m at the plan's batch and size: the
+ * forward in train mode (conv, then BatchNorm with the batch's statistics, reading gamma and beta
+ * in place from the PARAM arena, then SiLU; the residual in place) and its backward, activations
+ * and their gradients blocked. The forward reorders the PARAM arena's weights into the convs'
+ * layouts at every call (the optimizer moves them). grad: the net's grad arena (PARAM layout),
+ * into which the backward ADDS every parameter's gradient, as trn_net_backward does; det_out[l]
+ * as for inference; det_dout[l]: level l's gradient of the Detect conv output, NCHW, read by
+ * the backward. No gradient for the images. Returns as trn_dnn_create.
+ */
+int trn_dnn_train_create(struct trn_model *m, const struct trn_act_plan *pl, int threads,
+                         float *grad, float *const *det_out, float *const *det_dout,
+                         struct trn_dnn **out, char *err, size_t err_cap);
+
+/* The training forward on images: det_out written, the model's BN running statistics moved
+ * (momentum TRN_MODEL_BN_MOMENTUM, unbiased batch variance) and, with count, each
+ * num_batches_tracked + 1. Returns 0 or -TRN_MODEL_EONEDNN. */
+int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *images, bool count);
+
+/* The backward of the last training forward from det_dout: adds into grad. Returns 0 or
+ * -TRN_MODEL_EONEDNN. */
+int trn_dnn_train_backward(struct trn_dnn *d);
 
 #endif
