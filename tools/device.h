@@ -27,6 +27,17 @@ int tool_cpu_engine(const char *e);
         .choices = "auto|onednn|reference"                                                      \
     }
 
+/*
+ * OpenMP's threads (oneDNN's, net.h trn_cpu_engine) made to sleep at once when they wait: called
+ * first in main, it sets OMP_WAIT_POLICY=PASSIVE and re-executes the program when the variable
+ * is unset (libgomp reads it once, when it is loaded, before main). By default they spin, and a
+ * spinning thread takes the core from the loader's workers and from our own pool: a training
+ * epoch at 640 on 2 cores with a zstd pack ran at 4.98 img/s on oneDNN against 5.38 on the
+ * reference ops, and 5.80 with PASSIVE; the step alone is the same either way (docs/benchmarks.md).
+ * A value the user set is kept. Returns only when it did not re-execute.
+ */
+void tool_omp_passive(char **argv);
+
 /* The device d names: -1 for the CPU, the CUDA device number, or -2 after printing (prefixed
  * with prog) that the asked-for device is not there. d NULL: 0 when a device is visible. */
 int tool_pick_device(const char *prog, const char *d);

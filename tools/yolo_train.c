@@ -495,6 +495,7 @@ static int do_bench_step(const struct args *A)
     o.cuda_graph = A->cuda_graph;
     o.any_algo = A->any_algo;
     o.amp = amp_dtype(A, gpu);
+    o.cpu_engine = tool_cpu_engine(A->cpu_engine);
     struct trn_bench_step_result r;
     char err[512] = "";
     const int rc = trn_bench_step_run(&o, &r, err, sizeof err);
@@ -510,21 +511,21 @@ static int do_bench_step(const struct args *A)
                "\"ms_ema\": %.4f, \"gflops_img\": %.4f, \"tflops\": %.4f, \"net_bytes\": %zu, "
                "\"peak_bytes\": %zu, \"resident\": %s, \"graph\": %s, \"params\": %lld, "
                "\"loss\": %.9g, \"steps\": %d, \"threads\": %d, \"blas_threads\": %d, "
-               "\"os_threads\": %d}\n",
+               "\"os_threads\": %d, \"engine\": \"%s\"}\n",
                slash ? slash + 1 : path, r.on_device ? "cuda" : "cpu", o.img, o.batch, r.img_per_s,
                r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
                r.gflops_img, r.tflops, r.net_bytes, r.peak_bytes, r.resident ? "true" : "false",
                r.graph ? "true" : "false", r.params, r.loss, o.steps, r.threads, r.blas_threads,
-               r.os_threads);
+               r.os_threads, r.engine);
     else
         printf("%s img %d batch %d on %s: %.1f img/s, %.2f ms/step (forward %.2f, loss %.2f, "
                "backward %.2f, optimizer %.2f, EMA %.2f), %.3f TFLOP/s, net %.0f MiB, peak %.0f "
-               "MiB%s%s\n",
+               "MiB%s%s; %s\n",
                slash ? slash + 1 : path, o.img, o.batch, r.on_device ? "cuda" : "cpu", r.img_per_s,
                r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
                r.tflops, (double)r.net_bytes / (1 << 20), (double)r.peak_bytes / (1 << 20),
                r.resident ? " (resident step)" : "",
-               r.graph ? " (graph replays: phases not split)" : "");
+               r.graph ? " (graph replays: phases not split)" : "", r.engine);
     return 0;
 }
 
@@ -1152,6 +1153,7 @@ static int join_job(const struct args *A, struct trn_dist **dist, int *local_wor
 
 int main(int argc, char **argv)
 {
+    tool_omp_passive(argv);
     struct args A;
     int rc = parse_args(argc, argv, &A);
     if (rc) return rc == AP_HELPED ? 0 : rc;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bench_step.h"
+#include "net.h"
 #include "kern.h"
 #include "kern_cuda.h"
 #include "tap.h"
@@ -23,6 +24,9 @@ int main(void)
     o.warmup = 1;
     o.steps = 2;
     o.boxes = 3;
+    /* the reference ops: the resident step below (the device data path, which oneDNN does not
+       run) must give the host step's loss bit for bit */
+    o.cpu_engine = TRN_CPU_ENGINE_REF;
     struct trn_bench_step_result r;
     char err[256];
     int rc = trn_bench_step_run(&o, &r, err, sizeof err);
@@ -45,6 +49,7 @@ int main(void)
     is_int(r.on_device, 0, "CPU run is not on a device");
 
     is_int(r.resident, 0, "the CPU path runs the host step");
+    ok(!strcmp(r.engine, "reference"), "on the reference ops ('%s')", r.engine);
 
     /* the resident step on the device data path (CPU ops): the same numbers, bit for bit */
     struct trn_bench_step_opts dv = o;

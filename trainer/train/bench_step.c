@@ -28,6 +28,7 @@ void trn_bench_step_opts_default(struct trn_bench_step_opts *o)
     o->warmup = 3;
     o->steps = 10;
     o->boxes = 8;
+    o->cpu_engine = TRN_CPU_ENGINE_AUTO;
 }
 
 static double now_s(void)
@@ -302,10 +303,12 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     no.device_path = o->device_path != 0;
     no.amp = o->amp;
     no.any_algo = o->any_algo != 0;
+    no.cpu_engine = o->cpu_engine;
     if ((rc = trn_net_create(b.m, o->batch, o->img, o->img, &no, &b.net, msg, sizeof msg)) < 0) {
         snprintf(err, err_cap, "net: %s", msg);
         goto out;
     }
+    snprintf(r->engine, sizeof r->engine, "%s", trn_net_engine(b.net));
     struct kern_ctx_opts ko;
     kern_ctx_opts_default(&ko);
     struct trn_hyp hyp;

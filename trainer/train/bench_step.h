@@ -42,6 +42,8 @@ struct trn_bench_step_opts {
     int any_algo;    /* GPU: kern_ctx_opts.any_algo (non-deterministic cuDNN algorithms allowed) */
     int amp;         /* the net's convs (trn_net_opts.amp): KERN_DT_F32 [default], KERN_DT_BF16,
                         KERN_DT_F16 (timing only: no loss scaler, the loss gradient unscaled) */
+    int cpu_engine;  /* CPU: what runs the step (trn_net_opts.cpu_engine), as in yolo-train
+                        [TRN_CPU_ENGINE_AUTO] */
 };
 
 /* Defaults: img 640, batch 16, CPU, threads 0, warmup 3, steps 10, 8 boxes, seed 0. */
@@ -75,6 +77,7 @@ struct trn_bench_step_result {
     int graph;           /* the timed steps were graph replays (cuda_graph): ms_step is the whole
                             step (batch and scalars up, one replay, loss floats down) and the
                             phase times are 0 (one launch has no phases) */
+    char engine[32];     /* what ran the step (trn_net_engine) */
 };
 
 /*
