@@ -89,7 +89,7 @@ int main(int argc, char **argv)
     o.train = !infer;
     o.fixed_params = infer; /* yolo-val's runner: the weights do not change between batches */
     o.cpu_engine = ref || (argc > 6 && !strcmp(argv[6], "train-ref")) ? TRN_CPU_ENGINE_REF
-                                                                        : TRN_CPU_ENGINE_AUTO;
+                                                                      : TRN_CPU_ENGINE_AUTO;
     struct trn_net *net = NULL;
     if ((rc = trn_net_create(m, batch, img, img, &o, &net, err, sizeof err))) {
         fprintf(stderr, "%s\n", err);
