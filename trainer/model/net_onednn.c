@@ -6,12 +6,12 @@
  * computes them. One executor holds its steps in two lists: the forward's, and a training
  * executor's backward, built by walking the forward's nodes in reverse.
  *
- * oneDNN 2.6 details that shape it (measured in tests/trainer/bench_onednn_net.c and
- * bench_onednn_train.c): a residual written as a sum post-op after the swish, a convolution from
- * a blocked source into an NCHW destination, and backward data given the forward's weight
- * layout, all fall to its reference implementation; so the residual is a binary add post-op, the
- * Detect convs write blocked and then reorder into the net's NCHW buffer, and backward data gets
- * the weights in the layout it asks for.
+ * oneDNN 2.6 details that shape it (measured, docs/benchmarks.md, issue 25 sessions 15-16): a
+ * residual written as a sum post-op after the swish, a convolution from a blocked source into an
+ * NCHW destination, and backward data given the forward's weight layout, all fall to its
+ * reference implementation; so the residual is a binary add post-op, the Detect convs write
+ * blocked and then reorder into the net's NCHW buffer, and backward data gets the weights in the
+ * layout it asks for.
  */
 #include "priv/net_onednn.h"
 
