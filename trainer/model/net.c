@@ -108,6 +108,7 @@ struct trn_net {
     bool dnn_ok;          /* (fixed nets) dnn holds the current parameters */
     bool dnn_train;       /* dnn is a training executor: it runs training forwards and backward,
                              and eval forwards stay on the reference ops */
+    bool dnn_trained;     /* the last forward was dnn's training forward: backward runs there */
     char engine_name[32]; /* trn_net_engine's answer for a oneDNN net */
 };
 
@@ -849,7 +850,7 @@ static int lowp_weights(struct trn_net *net, bool uploaded)
  * memory, or backend memory when images_dev. */
 static int forward_dev(struct trn_net *net, const float *images, bool images_dev, bool train)
 {
-    net->trained = false;
+    net->trained = net->dnn_trained = false;
     /* The optimizer and EMA update the host model between steps; a fixed_params net's model
        changes only where trn_net_params_changed says so (validation uploads once). */
     const bool upload = net->gpu && !net->resident && !(net->fixed && net->up_ok);
@@ -879,7 +880,7 @@ static int forward_dev(struct trn_net *net, const float *images, bool images_dev
  * again after trn_net_params_changed; another at every call. */
 static int dnn_forward(struct trn_net *net, const float *images)
 {
-    net->trained = false;
+    net->trained = net->dnn_trained = false;
     if (!net->fixed || !net->dnn_ok) TRY(trn_dnn_load(net->dnn, net->m));
     net->dnn_ok = true;
     return trn_dnn_run(net->dnn, images);
@@ -889,9 +890,10 @@ int trn_net_forward(struct trn_net *net, const float *images, bool train, const 
 {
     if (!net || !images) return -EINVAL;
     if (net->dnn && net->dnn_train == train) {
+        net->dnn_trained = false;
         if (train) {
             TRY(trn_dnn_train_forward(net->dnn, net->m, images, !net->no_count));
-            net->trained = true;
+            net->trained = net->dnn_trained = true;
         } else {
             TRY(dnn_forward(net, images));
         }
@@ -1152,19 +1154,23 @@ static int backward_dev(struct trn_net *net, const float *const *dout)
     return 0;
 }
 
+/* The backward of a training forward on the oneDNN executor: the head's gradients reshaped into
+ * the Detect convs' NCHW gradients, which it reads (CPU nets only: host memory). */
+static int dnn_backward(struct trn_net *net, const float *const *d_outputs)
+{
+    const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
+    for (int l = 0; l < net->I->nl; l++)
+        TRY(net->K->detect_reshape_bwd(
+            net->ctx, &net->det[l], D(net, net->plan.convs[Ld->conv0 + l].conv), d_outputs[l], 0));
+    return trn_dnn_train_backward(net->dnn);
+}
+
 int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
 {
     if (!net || !d_outputs || !net->trained) return -EINVAL;
     for (int l = 0; l < net->I->nl; l++)
         if (!d_outputs[l]) return -EINVAL;
-    if (net->dnn_train) {
-        const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
-        for (int l = 0; l < net->I->nl; l++)
-            TRY(net->K->detect_reshape_bwd(net->ctx, &net->det[l],
-                                           D(net, net->plan.convs[Ld->conv0 + l].conv),
-                                           d_outputs[l], 0));
-        return trn_dnn_train_backward(net->dnn);
-    }
+    if (net->dnn_trained) return dnn_backward(net, d_outputs);
     const float *dout[TRN_MODEL_MAX_LEVELS];
     for (int l = 0; l < net->I->nl; l++) {
         dout[l] = d_outputs[l];
@@ -1184,6 +1190,7 @@ int trn_net_backward_dev(struct trn_net *net, const float *const *d_outputs)
     if (!net || !d_outputs || !net->trained) return -EINVAL;
     for (int l = 0; l < net->I->nl; l++)
         if (!d_outputs[l]) return -EINVAL;
+    if (net->dnn_trained) return dnn_backward(net, d_outputs);
     return backward_dev(net, d_outputs);
 }
 

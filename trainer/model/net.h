@@ -149,8 +149,10 @@ struct trn_net_grad_range {
  * trn_net_infer and eval forwards on it (BN folded); a training net runs training forwards (BN
  * with batch statistics, running statistics moved as the reference moves them) and backward on
  * it (BN's gamma and beta read in place, every gradient added into the grad arena), and its eval
- * forwards and trn_net_infer on the reference ops. A training net on oneDNN has no image
- * gradient (input_grad), SyncBatchNorm (bn_allreduce) or gradient-ready hook (grad_ready).
+ * forwards and trn_net_infer on the reference ops; trn_net_forward_dev always runs the
+ * reference ops (a backward follows the engine of the forward before it). A training net on
+ * oneDNN has no image gradient (input_grad), SyncBatchNorm (bn_allreduce) or gradient-ready hook
+ * (grad_ready).
  * After a oneDNN forward the view getters show the Detect convs' outputs as computed, every
  * other act as the last reference forward left it.
  */
