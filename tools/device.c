@@ -43,8 +43,11 @@ int tool_cpu_engine(const char *e)
     return TRN_CPU_ENGINE_AUTO;
 }
 
-void tool_omp_passive(char **argv)
+void tool_omp_wait(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || setenv("OMP_WAIT_POLICY", "PASSIVE", 1)) return;
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    /* libgomp takes GOMP_SPINCOUNT over the policy's own count; PASSIVE is what a libgomp
+       that ignores it (or another OpenMP runtime) falls back to */
+    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) || setenv("GOMP_SPINCOUNT", "5000", 1)) return;
     execv("/proc/self/exe", argv); /* keeps the pid, the descriptors and the rest of the env */
 }

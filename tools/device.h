@@ -28,15 +28,17 @@ int tool_cpu_engine(const char *e);
     }
 
 /*
- * OpenMP's threads (oneDNN's, net.h trn_cpu_engine) made to sleep at once when they wait: called
- * first in main, it sets OMP_WAIT_POLICY=PASSIVE and re-executes the program when the variable
- * is unset (libgomp reads it once, when it is loaded, before main). By default they spin, and a
- * spinning thread takes the core from the loader's workers and from our own pool: a training
- * epoch at 640 on 2 cores with a zstd pack ran at 4.98 img/s on oneDNN against 5.38 on the
- * reference ops, and 5.80 with PASSIVE; the step alone is the same either way (docs/benchmarks.md).
- * A value the user set is kept. Returns only when it did not re-execute.
+ * How OpenMP's threads (oneDNN's, net.h trn_cpu_engine) wait between parallel regions: called
+ * first in main, it sets GOMP_SPINCOUNT=5000 and OMP_WAIT_POLICY=PASSIVE and re-executes the
+ * program when neither is set (libgomp reads them once, when it is loaded, before main): a
+ * short spin, then sleep. libgomp's default spin (300000 rounds) takes the cores from the
+ * loader's workers and our own pool: a 640 epoch on 2 cores with a zstd pack ran at 4.98 img/s
+ * on oneDNN against 5.38 on the reference ops, 5.80 with PASSIVE. Sleeping at once (PASSIVE
+ * alone) costs a futex wake at each of the step's ~900 regions: the yolov5n 320 b16 step took
+ * 362 ms against 324 with the short spin, and a coco128 epoch ran 5-8% slower
+ * (docs/benchmarks.md). A value the user set is kept. Returns only when it did not re-execute.
  */
-void tool_omp_passive(char **argv);
+void tool_omp_wait(char **argv);
 
 /* The device d names: -1 for the CPU, the CUDA device number, or -2 after printing (prefixed
  * with prog) that the asked-for device is not there. d NULL: 0 when a device is visible. */

@@ -931,7 +931,7 @@ out:
 
 int main(int argc, char **argv)
 {
-    tool_omp_passive(argv);
+    tool_omp_wait(argv);
     struct args A;
     const int rc = parse_args(argc, argv, &A);
     if (rc) return rc == AP_HELPED ? 0 : rc;

@@ -1153,7 +1153,7 @@ static int join_job(const struct args *A, struct trn_dist **dist, int *local_wor
 
 int main(int argc, char **argv)
 {
-    tool_omp_passive(argv);
+    tool_omp_wait(argv);
     struct args A;
     int rc = parse_args(argc, argv, &A);
     if (rc) return rc == AP_HELPED ? 0 : rc;

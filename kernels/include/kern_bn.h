@@ -98,6 +98,52 @@ KERN_API void kern_bn_init(struct kern_bn *d, int n, int c, int hw);
  */
 #define KERN_BN_SUMS_LEN(c) (2u * (size_t)(c) + 1u)
 
+/* ---------------------------------------------------------------------------------------- */
+/* BN + SiLU on channel blocks                                                              */
+
+/*
+ * The training BN + SiLU (+ residual) on a channel-blocked layout (oneDNN's nChw16c and nChw8c),
+ * for the CPU oneDNN executor (trainer/model/net_onednn.c), whose convolutions read and write
+ * that layout. Plain functions, not ops: no threads of their own. A tensor is n images of
+ * cpad / blk channel blocks (cpad: c rounded up to whole blocks), each block hw positions of
+ * blk lanes: slice s = image * (cpad / blk) + block starts at s * hw * blk, lane l is channel
+ * block * blk + l. The per-slice passes touch only their slice and its sums, so a caller runs
+ * them on its threads in any order; the merges (_coef) add the slices in image order, so
+ * results do not depend on the thread count. Arithmetic as the NCHW ops above (kern_bn.c): the
+ * same sigmoid, z = x a + b forward, z recomputed as xhat gamma + beta backward; sums in float
+ * over L1-sized chunks, merged in double (the forward's moments pairwise, Chan et al.).
+ *
+ *   forward:  kern_bnblk_moments(s) for every slice; kern_bnblk_fwd_coef;
+ *             kern_bnblk_silu_fwd(s) for every slice: y = silu(x a + b) (+ r)
+ *   backward: kern_bnblk_silu_bwd_sums(s) for every slice; kern_bnblk_bwd_coef (dgamma += sum
+ *             dz xhat, dbeta += sum dz); kern_bnblk_silu_bwd_dx(s) for every slice:
+ *             dx = k (dz - m1 - xhat m2), dz = dy silu'(xhat gamma + beta)
+ *
+ * The per-channel arrays hold cpad floats each; the pad lanes must be zero (calloc), and stay
+ * so: their outputs and gradients are then zero. y, dx never overlap an input. blk is 8 or 16.
+ */
+struct kern_bnblk {
+    int n, c, cpad, blk; /* images, channels, channels padded to whole blocks, lanes per block */
+    size_t hw;           /* positions per slice */
+    float eps;
+    /* per channel: the batch mean, biased variance, invstd = 1 / sqrt(var + eps), gamma and
+       beta as of the forward, a = gamma invstd, b = beta - mean a (fwd_coef); k = gamma invstd,
+       m1 = sum dz / N, m2 = sum dz xhat / N over the batch, N = n hw (bwd_coef) */
+    float *mean, *var, *invstd, *gamma, *beta, *a, *b, *k, *m1, *m2;
+    double *s1, *s2; /* per slice and lane (n * cpad each): mean and M2, or sum dz and dz xhat */
+};
+
+KERN_API void kern_bnblk_moments(const struct kern_bnblk *p, long s, const float *x);
+KERN_API void kern_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma,
+                                  const float *beta);
+KERN_API void kern_bnblk_silu_fwd(const struct kern_bnblk *p, long s, float *y, const float *x,
+                                  const float *r);
+KERN_API void kern_bnblk_silu_bwd_sums(const struct kern_bnblk *p, long s, const float *dy,
+                                       const float *x);
+KERN_API void kern_bnblk_bwd_coef(const struct kern_bnblk *p, float *dgamma, float *dbeta);
+KERN_API void kern_bnblk_silu_bwd_dx(const struct kern_bnblk *p, long s, float *dx, const float *dy,
+                                     const float *x);
+
 #endif /* KERN_BN_H */
 
 /* The rows, laid out by hand: clang-format would read them as one statement. */

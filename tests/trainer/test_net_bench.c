@@ -31,31 +31,31 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* The core clock now, in GHz: a chain of dependent 1-cycle adds runs one per cycle, so the
- * chain's length over its time is the clock the cores really run at (turbo included), which
- * /proc/cpuinfo's nominal "cpu MHz" is not. 0 where there is no x86-64 asm. */
+/* The core clock now, in GHz: a chain of dependent integer multiplies runs one per 3 cycles on
+ * every x86-64 core since Sandy Bridge and Zen, so the chain's length over its time is the clock
+ * the cores really run at (turbo included), which /proc/cpuinfo's nominal "cpu MHz" is not. Not
+ * a chain of 1-cycle adds: Intel's newer cores (Golden Cove on) fold immediate adds at rename,
+ * where such a chain measured 21 GHz on a 2.6 GHz Xeon. 0 where there is no x86-64 asm. */
 static double clock_ghz(void)
 {
     double best = 1e30;
 #if defined(__x86_64__) && defined(__GNUC__)
-    /* the best of several short chains: a shared VM's vCPU may be descheduled during one */
-    /* ten dependent adds per iteration: the loop's own branch (which Zen 4 takes at most every
-       other cycle, so a bare dec/jnz chain measured 1.1-1.8 GHz on a 2.6 GHz part) runs beside
-       the chain instead of setting its pace */
-    const long n = 100000000;
+    /* the best of several short chains: a shared VM's vCPU may be descheduled during one; ten
+       multiplies per iteration keep the loop's own branch off the chain's pace */
+    const long n = 30000000;
     for (int r = 0; r < 9; r++) {
-        long i = n / 10, x = 0;
+        long i = n / 10, x = 3;
         const double t0 = now_ms();
         __asm__ volatile("1:\n\t"
-                         "add $1, %1\n\tadd $1, %1\n\tadd $1, %1\n\tadd $1, %1\n\t"
-                         "add $1, %1\n\tadd $1, %1\n\tadd $1, %1\n\tadd $1, %1\n\t"
-                         "add $1, %1\n\tadd $1, %1\n\t"
+                         "imul %1, %1\n\timul %1, %1\n\timul %1, %1\n\timul %1, %1\n\t"
+                         "imul %1, %1\n\timul %1, %1\n\timul %1, %1\n\timul %1, %1\n\t"
+                         "imul %1, %1\n\timul %1, %1\n\t"
                          "dec %0\n\tjnz 1b"
                          : "+r"(i), "+r"(x));
         const double t = now_ms() - t0;
         if (t < best) best = t;
     }
-    return (double)n / (best * 1e6);
+    return 3.0 * (double)n / (best * 1e6);
 #else
     (void)best;
     return 0;

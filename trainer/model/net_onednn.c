@@ -25,15 +25,29 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "errors.h"
+#include "kern.h"
 
-/* A primitive with its arguments; p NULL: a concatenation of whole channel blocks (cat_blocks),
- * sources args[0 .. nargs - 1), destination args[nargs - 1]; with split, the other way: the
- * destination's slices copied into the sources, or added where bit i of acc is set. */
+/* What a step runs: a oneDNN primitive, or one of the executor's own passes. */
+enum step_kind {
+    STEP_PRIM,
+    /* a concatenation of whole channel blocks (cat_blocks), sources args[0 .. nargs - 1),
+       destination args[nargs - 1]; with split, the other way: the destination's slices copied
+       into the sources, or added where bit i of acc is set */
+    STEP_CAT,
+    STEP_BN_FWD, /* the training BN + SiLU (+ residual) of node nd (bn_fwd) */
+    STEP_BN_BWD, /* its backward (bn_bwd) */
+};
+
+struct tnode;
+
+/* A primitive with its arguments, or a pass of the executor's own. */
 struct step {
     dnnl_primitive_t p;
+    enum step_kind kind;
     int nargs;
     bool split;
     unsigned acc;
+    struct tnode *nd;
     dnnl_exec_arg_t args[TRN_MODEL_MAX_FROM + 3];
 };
 
@@ -79,6 +93,8 @@ struct trn_dnn {
     dnnl_primitive_attr_t attr_sum; /* user scratchpad and a sum post-op: reorders that add */
     void *tmp;                      /* a gradient that adds goes here first (largest act) */
     size_t tmp_bytes;
+    double *sums; /* the BN passes' per-slice sums: two per (image, channel) of the widest */
+    size_t n_sums;
     int rc; /* the first failure while building */
     char *err;
     size_t err_cap;
@@ -94,10 +110,15 @@ struct tt {
 struct tnode {
     int type; /* 0 Conv (conv, BN, SiLU), 1 Detect conv, 2 concat, 3 max pool, 4 upsample */
     int conv; /* model conv (types 0, 1) */
-    struct tt *in[TRN_MODEL_MAX_FROM], *out, *c, *b, *res;
+    struct tt *in[TRN_MODEL_MAX_FROM], *out, *c, *res;
     int k;
-    dnnl_primitive_desc_t pd, bn_pd, elt_pd; /* hints for the backward; freed after it */
-    dnnl_memory_t w, mean, var, scale, shift, ws, dplain;
+    dnnl_primitive_desc_t pd; /* the backward's hint; freed after it */
+    dnnl_memory_t w, ws, dplain;
+    /* type 0's BN + SiLU (kern_bnblk), its per-channel arrays in bn */
+    struct kern_bnblk bp;
+    float *bn;
+    const float *gamma, *beta; /* the PARAM arena's */
+    float *dgamma, *dbeta;     /* the grad arena's (added into) */
 };
 
 static int run_steps(struct trn_dnn *d, int ph);
@@ -165,10 +186,12 @@ static dnnl_memory_t act(struct trn_dnn *d, dnnl_dim_t n, dnnl_dim_t c, dnnl_dim
     return mem(d, &md, handle);
 }
 
-/* Takes ownership of pd (destroyed here whatever happens); NULL pushes a cat_blocks step. */
-static void push(struct trn_dnn *d, dnnl_primitive_desc_t pd, int nargs,
-                 const dnnl_exec_arg_t *args)
+/* Appends a step of kind k to the current phase's list; takes ownership of pd (destroyed here
+ * whatever happens), which only STEP_PRIM has. Returns the step, NULL on failure. */
+static struct step *push_kind(struct trn_dnn *d, enum step_kind k, dnnl_primitive_desc_t pd,
+                              int nargs, const dnnl_exec_arg_t *args)
 {
+    struct step *s = NULL;
     const int ph = d->phase;
     if (!d->rc && d->n_steps[ph] == d->cap_steps[ph]) {
         const int cap = d->cap_steps[ph] ? 2 * d->cap_steps[ph] : 64;
@@ -181,11 +204,12 @@ static void push(struct trn_dnn *d, dnnl_primitive_desc_t pd, int nargs,
         }
     }
     if (!d->rc) {
-        struct step *s = &d->steps[ph][d->n_steps[ph]];
+        s = &d->steps[ph][d->n_steps[ph]];
         memset(s, 0, sizeof *s);
+        s->kind = k;
         if (!pd || DN(d, dnnl_primitive_create(&s->p, pd))) {
             s->nargs = nargs;
-            memcpy(s->args, args, (size_t)nargs * sizeof *args);
+            if (nargs) memcpy(s->args, args, (size_t)nargs * sizeof *args);
             const dnnl_memory_desc_t *sp =
                 pd ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
             const size_t bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
@@ -194,9 +218,19 @@ static void push(struct trn_dnn *d, dnnl_primitive_desc_t pd, int nargs,
                 if (bytes > d->scratch) d->scratch = bytes;
             }
             d->n_steps[ph]++;
+        } else {
+            s = NULL;
         }
     }
     if (pd) dnnl_primitive_desc_destroy(pd);
+    return s;
+}
+
+/* A oneDNN primitive's step (pd, which it takes), or with pd NULL a cat_blocks step. */
+static void push(struct trn_dnn *d, dnnl_primitive_desc_t pd, int nargs,
+                 const dnnl_exec_arg_t *args)
+{
+    push_kind(d, pd ? STEP_PRIM : STEP_CAT, pd, nargs, args);
 }
 
 static const struct {
@@ -465,12 +499,10 @@ static void free_hints(struct trn_dnn *d)
 {
     for (int i = 0; d->nodes && i < d->n_nodes; i++) {
         struct tnode *nd = &d->nodes[i];
-        dnnl_primitive_desc_t *const pds[3] = { &nd->pd, &nd->bn_pd, &nd->elt_pd };
-        for (int k = 0; k < 3; k++)
-            if (*pds[k]) {
-                dnnl_primitive_desc_destroy(*pds[k]);
-                *pds[k] = NULL;
-            }
+        if (nd->pd) {
+            dnnl_primitive_desc_destroy(nd->pd);
+            nd->pd = NULL;
+        }
     }
 }
 
@@ -612,30 +644,34 @@ static struct tt *tconv(struct trn_dnn *d, const struct tspec *ts, const struct 
         reorder(d, nd->c->x, act(d, n, c->c2, oh, ow, dnnl_nchw, plain), d->attr);
         return nd->out = nd->c;
     }
-    if (!(nd->b = tt_new(d, n, c->c2, oh, ow, d->tag, NULL))) return NULL;
-    dnnl_batch_normalization_desc_t bn;
-    if (!DN(d, dnnl_batch_normalization_forward_desc_init(&bn, dnnl_forward_training,
-                                                          md_of(nd->c->x), TRN_MODEL_BN_EPS,
-                                                          dnnl_use_scale | dnnl_use_shift)) ||
-        !DN(d, dnnl_primitive_desc_create(&nd->bn_pd, &bn, d->attr, d->eng, NULL)))
-        return NULL;
-    nd->mean = mem(d, dnnl_primitive_desc_query_md(nd->bn_pd, dnnl_query_dst_md, 1), NULL);
-    nd->var = mem(d, dnnl_primitive_desc_query_md(nd->bn_pd, dnnl_query_dst_md, 2), NULL);
-    nd->scale = user(d, ts->param + trn_model_tensor(m, c->bn_weight)->offset, bdims, 1);
-    nd->shift = user(d, ts->param + trn_model_tensor(m, c->bn_bias)->offset, bdims, 1);
-    const dnnl_exec_arg_t b[6] = { { DNNL_ARG_SRC, nd->c->x },    { DNNL_ARG_DST, nd->b->x },
-                                   { DNNL_ARG_MEAN, nd->mean },   { DNNL_ARG_VARIANCE, nd->var },
-                                   { DNNL_ARG_SCALE, nd->scale }, { DNNL_ARG_SHIFT, nd->shift } };
-    push_keep(d, nd->bn_pd, 6, b, NULL);
+    /* BN with batch statistics, SiLU and the residual in one pass of the executor's own
+       (bn_fwd): oneDNN 2.6's BN and eltwise primitives and a binary add were three passes over
+       the activation, and a stored BN output that the backward reads again */
     if (!(nd->out = tt_new(d, n, c->c2, oh, ow, d->tag, NULL))) return NULL;
-    dnnl_eltwise_desc_t ed;
-    if (!DN(d, dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, dnnl_eltwise_swish,
-                                              md_of(nd->b->x), 1.0f, 0.0f)) ||
-        !DN(d, dnnl_primitive_desc_create(&nd->elt_pd, &ed, d->attr, d->eng, NULL)))
+    struct kern_bnblk *bp = &nd->bp;
+    bp->n = (int)n;
+    bp->c = c->c2;
+    bp->cpad = (c->c2 + d->blk - 1) / d->blk * d->blk;
+    bp->blk = d->blk;
+    bp->hw = (size_t)oh * (size_t)ow;
+    bp->eps = TRN_MODEL_BN_EPS;
+    float **const arrays[] = { &bp->mean, &bp->var, &bp->invstd, &bp->gamma, &bp->beta,
+                               &bp->a,    &bp->b,   &bp->k,      &bp->m1,    &bp->m2 };
+    const size_t na = sizeof arrays / sizeof arrays[0];
+    if (!(nd->bn = calloc(na * (size_t)bp->cpad, sizeof(float)))) { /* pad lanes stay 0 */
+        d->rc = -ENOMEM;
         return NULL;
-    const dnnl_exec_arg_t e[2] = { { DNNL_ARG_SRC, nd->b->x }, { DNNL_ARG_DST, nd->out->x } };
-    push_keep(d, nd->elt_pd, 2, e, NULL);
-    if (res) add_into(d, nd->out->x, res->x);
+    }
+    for (size_t i = 0; i < na; i++)
+        *arrays[i] = nd->bn + i * (size_t)bp->cpad;
+    nd->gamma = ts->param + trn_model_tensor(m, c->bn_weight)->offset;
+    nd->beta = ts->param + trn_model_tensor(m, c->bn_bias)->offset;
+    nd->dgamma = ts->grad + trn_model_tensor(m, c->bn_weight)->offset;
+    nd->dbeta = ts->grad + trn_model_tensor(m, c->bn_bias)->offset;
+    const size_t sums = 2 * (size_t)n * (size_t)bp->cpad;
+    if (sums > d->n_sums) d->n_sums = sums;
+    struct step *st = push_kind(d, STEP_BN_FWD, NULL, 0, NULL);
+    if (st) st->nd = nd;
     return nd->out;
 }
 
@@ -854,42 +890,12 @@ static void node_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn
     }
     switch (nd->type) {
     case 0: {
-        const struct trn_conv *c = trn_model_conv(m, nd->conv);
-        const dnnl_dims_t bdims = { c->c2 };
-        dnnl_memory_t dout = nd->out->dx;
-        if (nd->res) grad_from(d, nd->res, dout);
-        dnnl_eltwise_desc_t ed;
-        if (!DN(d, dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_swish, md_of(nd->b->x),
-                                                   md_of(nd->b->x), 1.0f, 0.0f)) ||
-            !DN(d, dnnl_primitive_desc_create(&pd, &ed, d->attr, d->eng, nd->elt_pd)))
-            return;
-        const dnnl_exec_arg_t e[3] = { { DNNL_ARG_SRC, nd->b->x },
-                                       { DNNL_ARG_DIFF_DST, dout },
-                                       { DNNL_ARG_DIFF_SRC, tt_dx(d, nd->b) } };
-        push(d, pd, 3, e);
-        dnnl_batch_normalization_desc_t bn;
-        if (!DN(d, dnnl_batch_normalization_backward_desc_init(&bn, dnnl_backward, md_of(nd->c->x),
-                                                               md_of(nd->c->x), TRN_MODEL_BN_EPS,
-                                                               dnnl_use_scale | dnnl_use_shift)) ||
-            !DN(d, dnnl_primitive_desc_create(&pd, &bn, d->attr, d->eng, nd->bn_pd)))
-            return;
-        dnnl_memory_t dsc = mem(d, md_of(nd->scale), NULL), dsh = mem(d, md_of(nd->shift), NULL);
-        const dnnl_exec_arg_t b[9] = {
-            { DNNL_ARG_SRC, nd->c->x },
-            { DNNL_ARG_MEAN, nd->mean },
-            { DNNL_ARG_VARIANCE, nd->var },
-            { DNNL_ARG_DIFF_DST, nd->b->dx },
-            { DNNL_ARG_SCALE, nd->scale },
-            { DNNL_ARG_SHIFT, nd->shift },
-            { DNNL_ARG_DIFF_SRC, tt_dx(d, nd->c) },
-            { DNNL_ARG_DIFF_SCALE, dsc },
-            { DNNL_ARG_DIFF_SHIFT, dsh },
-        };
-        push(d, pd, 9, b);
-        reorder(d, dsc, user(d, ts->grad + trn_model_tensor(m, c->bn_weight)->offset, bdims, 1),
-                d->attr_sum);
-        reorder(d, dsh, user(d, ts->grad + trn_model_tensor(m, c->bn_bias)->offset, bdims, 1),
-                d->attr_sum);
+        if (nd->res) grad_from(d, nd->res, nd->out->dx);
+        /* the conv output's gradient from the output's (bn_bwd) */
+        if (tt_dx(d, nd->c)) {
+            struct step *st = push_kind(d, STEP_BN_BWD, NULL, 0, NULL);
+            if (st) st->nd = nd;
+        }
         conv_bwd(d, ts, m, nd, images);
         break;
     }
@@ -977,6 +983,7 @@ static void build_train(struct trn_dnn *d, const struct tspec *ts, const struct 
     for (int i = 0; i < I->n_layers && !d->rc; i++)
         if (!(outs[i] = trow(d, ts, m, pl, i, outs, images, det_out)) && !d->rc) d->rc = -EINVAL;
     if (!d->rc && !(d->tmp = aligned_alloc(64, (d->tmp_bytes + 63) / 64 * 64))) d->rc = -ENOMEM;
+    if (!d->rc && d->n_sums && !(d->sums = malloc(d->n_sums * sizeof *d->sums))) d->rc = -ENOMEM;
     d->phase = 1;
     for (int i = d->n_nodes - 1; i >= 0 && !d->rc; i--)
         node_bwd(d, ts, m, &d->nodes[i], images);
@@ -1114,10 +1121,7 @@ int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *i
         const struct trn_conv *c = trn_model_conv(m, nd->conv);
         const dnnl_memory_desc_t *yd = md_of(nd->c->x);
         const double n = (double)yd->dims[0] * (double)yd->dims[2] * (double)yd->dims[3];
-        float *mean, *var;
-        if (dnnl_memory_get_data_handle(nd->mean, (void **)&mean) ||
-            dnnl_memory_get_data_handle(nd->var, (void **)&var))
-            return -TRN_MODEL_EONEDNN;
+        const float *mean = nd->bp.mean, *var = nd->bp.var;
         float *rm = B + trn_model_tensor(m, c->bn_mean)->offset;
         float *rv = B + trn_model_tensor(m, c->bn_var)->offset;
         for (int k = 0; k < c->c2; k++) {
@@ -1212,18 +1216,87 @@ static int cat_blocks(const struct step *s)
     return 0;
 }
 
+/* The data of a node's tensors, and its BN's per-slice sums pointed into the shared buffer. */
+struct bn_data {
+    float *x, *y, *r; /* the conv output, the node's output, the residual (or NULL) */
+    float *dx, *dy;   /* their gradients (backward) */
+    long slices;
+};
+
+static int bn_data(struct trn_dnn *d, struct tnode *nd, bool bwd, struct bn_data *v)
+{
+    memset(v, 0, sizeof *v);
+    struct kern_bnblk *bp = &nd->bp;
+    bp->s1 = d->sums;
+    bp->s2 = d->sums + (size_t)bp->n * (size_t)bp->cpad;
+    v->slices = (long)bp->n * (bp->cpad / bp->blk);
+    if (dnnl_memory_get_data_handle(nd->c->x, (void **)&v->x) ||
+        dnnl_memory_get_data_handle(nd->out->x, (void **)&v->y) ||
+        (nd->res && dnnl_memory_get_data_handle(nd->res->x, (void **)&v->r)) ||
+        (bwd && (dnnl_memory_get_data_handle(nd->c->dx, (void **)&v->dx) ||
+                 dnnl_memory_get_data_handle(nd->out->dx, (void **)&v->dy))))
+        return -TRN_MODEL_EONEDNN;
+    return 0;
+}
+
+/* The training forward's BN + SiLU (+ residual) of node nd (kern_bnblk): the batch statistics
+ * stay in nd->bp for the backward and the running statistics. */
+static int bn_fwd(struct trn_dnn *d, struct tnode *nd)
+{
+    struct bn_data v;
+    const int rc = bn_data(d, nd, false, &v);
+    if (rc < 0) return rc;
+    const struct kern_bnblk *bp = &nd->bp;
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < v.slices; t++)
+        kern_bnblk_moments(bp, t, v.x);
+    kern_bnblk_fwd_coef(bp, nd->gamma, nd->beta);
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < v.slices; t++)
+        kern_bnblk_silu_fwd(bp, t, v.y, v.x, v.r);
+    return 0;
+}
+
+/* Its backward: the conv output's gradient from the node output's (the residual's share went to
+ * the residual before); dgamma and dbeta added into the grad arena. */
+static int bn_bwd(struct trn_dnn *d, struct tnode *nd)
+{
+    struct bn_data v;
+    const int rc = bn_data(d, nd, true, &v);
+    if (rc < 0) return rc;
+    const struct kern_bnblk *bp = &nd->bp;
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < v.slices; t++)
+        kern_bnblk_silu_bwd_sums(bp, t, v.dy, v.x);
+    kern_bnblk_bwd_coef(bp, nd->dgamma, nd->dbeta);
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < v.slices; t++)
+        kern_bnblk_silu_bwd_dx(bp, t, v.dx, v.dy, v.x);
+    return 0;
+}
+
 /* Runs the steps of phase ph. */
 static int run_steps(struct trn_dnn *d, int ph)
 {
     omp_set_num_threads(d->threads);
     for (int i = 0; i < d->n_steps[ph]; i++) {
         const struct step *s = &d->steps[ph][i];
-        if (!s->p) {
-            const int rc = cat_blocks(s);
-            if (rc < 0) return rc;
-        } else if (dnnl_primitive_execute(s->p, d->st, s->nargs, s->args)) {
-            return -TRN_MODEL_EONEDNN;
+        int rc = 0;
+        switch (s->kind) {
+        case STEP_PRIM:
+            if (dnnl_primitive_execute(s->p, d->st, s->nargs, s->args)) rc = -TRN_MODEL_EONEDNN;
+            break;
+        case STEP_CAT:
+            rc = cat_blocks(s);
+            break;
+        case STEP_BN_FWD:
+            rc = bn_fwd(d, s->nd);
+            break;
+        case STEP_BN_BWD:
+            rc = bn_bwd(d, s->nd);
+            break;
         }
+        if (rc < 0) return rc;
     }
     return dnnl_stream_wait(d->st) ? -TRN_MODEL_EONEDNN : 0;
 }
@@ -1265,7 +1338,10 @@ void trn_dnn_destroy(struct trn_dnn *d)
     free(d->wc);
     free(d->stage);
     free(d->tt);
+    for (int i = 0; d->nodes && i < d->n_nodes; i++)
+        free(d->nodes[i].bn);
     free(d->nodes);
     free(d->tmp);
+    free(d->sums);
     free(d);
 }
