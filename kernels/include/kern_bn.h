@@ -115,16 +115,21 @@ KERN_API void kern_bn_init(struct kern_bn *d, int n, int c, int hw);
  *
  *   forward:  kern_bnblk_moments(s) for every slice; kern_bnblk_fwd_coef;
  *             kern_bnblk_silu_fwd(s) for every slice: y = silu(x a + b) (+ r)
- *   backward: kern_bnblk_silu_bwd_sums(s) for every slice; kern_bnblk_bwd_coef (dgamma += sum
- *             dz xhat, dbeta += sum dz); kern_bnblk_silu_bwd_dx(s) for every slice:
- *             dx = k (dz - m1 - xhat m2), dz = dy silu'(xhat gamma + beta)
+ *   backward: kern_bnblk_silu_bwd_sums(s) for every slice, which also gives the residual its
+ *             share when rdx != NULL (rdx = dy, or rdx += dy with radd); kern_bnblk_bwd_coef
+ *             (dgamma += sum dz xhat, dbeta += sum dz); kern_bnblk_silu_bwd_dx(s) for every
+ *             slice: dx = k (dz - m1 - xhat m2), dz = dy silu'(xhat gamma + beta)
  *
+ * x, r, dx and rdx are dense; y and dy may be a channel slice of a wider tensor (a concat's:
+ * the producer writes it in place), their images y_nstride floats apart (0: dense).
  * The per-channel arrays hold cpad floats each; the pad lanes must be zero (calloc), and stay
- * so: their outputs and gradients are then zero. y, dx never overlap an input. blk is 8 or 16.
+ * so: their outputs and gradients are then zero. y, dx, rdx never overlap an input. blk is 8
+ * or 16.
  */
 struct kern_bnblk {
     int n, c, cpad, blk; /* images, channels, channels padded to whole blocks, lanes per block */
     size_t hw;           /* positions per slice */
+    size_t y_nstride;    /* floats from one image to the next in y and dy; 0: cpad * hw */
     float eps;
     /* per channel: the batch mean, biased variance, invstd = 1 / sqrt(var + eps), gamma and
        beta as of the forward, a = gamma invstd, b = beta - mean a (fwd_coef); k = gamma invstd,
@@ -139,7 +144,7 @@ KERN_API void kern_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma
 KERN_API void kern_bnblk_silu_fwd(const struct kern_bnblk *p, long s, float *y, const float *x,
                                   const float *r);
 KERN_API void kern_bnblk_silu_bwd_sums(const struct kern_bnblk *p, long s, const float *dy,
-                                       const float *x);
+                                       const float *x, float *rdx, int radd);
 KERN_API void kern_bnblk_bwd_coef(const struct kern_bnblk *p, float *dgamma, float *dbeta);
 KERN_API void kern_bnblk_silu_bwd_dx(const struct kern_bnblk *p, long s, float *dx, const float *dy,
                                      const float *x);

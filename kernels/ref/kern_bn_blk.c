@@ -17,6 +17,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "compiler.h"
 #include "kern_bn_common.h"
@@ -34,30 +35,44 @@ static size_t slice_at(const struct kern_bnblk *p, long s)
     return (size_t)s * p->hw * (size_t)p->blk;
 }
 
+/* The same in y and dy, whose images may lie y_nstride floats apart. */
+static size_t slice_at_y(const struct kern_bnblk *p, long s)
+{
+    if (!p->y_nstride) return slice_at(p, s);
+    const long nb = p->cpad / p->blk;
+    return (size_t)(s / nb) * p->y_nstride + (size_t)(s % nb) * p->hw * (size_t)p->blk;
+}
+
 /* The slice's channel values of one per-channel array. */
 static size_t lane0(const struct kern_bnblk *p, long s)
 {
     return (size_t)(s % (p->cpad / p->blk)) * (size_t)p->blk;
 }
 
+/* Moments of x - shift, shift the lane's first value: a channel whose mean is far from 0 (1000
+ * std) would otherwise lose its chunk means to float rounding (6e-5 of 1000), and the variance
+ * 1e-5 with them; shifted, the float sums see values near 0. */
 BLK_INLINE void moments_l(const float *restrict x, size_t hw, const int L, double *restrict mean,
                           double *restrict m2)
 {
     double n = 0;
-    for (int l = 0; l < L; l++)
+    float k[BLK_MAX];
+    for (int l = 0; l < L; l++) {
         mean[l] = m2[l] = 0;
+        k[l] = x[l];
+    }
     for (size_t p0 = 0; p0 < hw; p0 += BLK_CHUNK) {
         const size_t len = hw - p0 < BLK_CHUNK ? hw - p0 : BLK_CHUNK;
         const float *const c = x + p0 * (size_t)L;
         float s[BLK_MAX] = { 0 }, q[BLK_MAX] = { 0 }, cm[BLK_MAX];
         for (size_t p = 0; p < len; p++)
             for (int l = 0; l < L; l++)
-                s[l] += c[p * (size_t)L + (size_t)l];
+                s[l] += c[p * (size_t)L + (size_t)l] - k[l];
         for (int l = 0; l < L; l++)
             cm[l] = s[l] / (float)len;
         for (size_t p = 0; p < len; p++)
             for (int l = 0; l < L; l++) {
-                const float e = c[p * (size_t)L + (size_t)l] - cm[l];
+                const float e = (c[p * (size_t)L + (size_t)l] - k[l]) - cm[l];
                 q[l] += e * e;
             }
         const double cn = (double)len, tot = n + cn;
@@ -68,6 +83,8 @@ BLK_INLINE void moments_l(const float *restrict x, size_t hw, const int L, doubl
         }
         n = tot;
     }
+    for (int l = 0; l < L; l++)
+        mean[l] += (double)k[l];
 }
 
 KERN_VEC_CLONES void kern_bnblk_moments(const struct kern_bnblk *p, long s, const float *x)
@@ -126,10 +143,11 @@ KERN_VEC_CLONES void kern_bnblk_silu_fwd(const struct kern_bnblk *p, long s, flo
                                          const float *x, const float *r)
 {
     const size_t at = slice_at(p, s), c0 = lane0(p, s);
+    y += slice_at_y(p, s);
     if (p->blk == 16)
-        silu_fwd_l(y + at, x + at, r ? r + at : NULL, p->hw, 16, p->a + c0, p->b + c0);
+        silu_fwd_l(y, x + at, r ? r + at : NULL, p->hw, 16, p->a + c0, p->b + c0);
     else
-        silu_fwd_l(y + at, x + at, r ? r + at : NULL, p->hw, 8, p->a + c0, p->b + c0);
+        silu_fwd_l(y, x + at, r ? r + at : NULL, p->hw, 8, p->a + c0, p->b + c0);
 }
 
 /* The backward's coefficients of one slice, in locals: the vectoriser keeps them in registers. */
@@ -153,8 +171,15 @@ BLK_INLINE void coef_load(struct coef_l *c, const struct kern_bnblk *p, size_t c
 
 BLK_INLINE void silu_bwd_sums_l(const float *restrict dy, const float *restrict x, size_t hw,
                                 const int L, const struct coef_l *restrict k, double *restrict s1,
-                                double *restrict s2)
+                                double *restrict s2, float *restrict rdx, int radd)
 {
+    /* the residual's share of the gradient while dy streams in: a copy, or added */
+    const size_t all = hw * (size_t)L;
+    if (rdx && radd)
+        for (size_t i = 0; i < all; i++)
+            rdx[i] += dy[i];
+    else if (rdx)
+        memcpy(rdx, dy, all * sizeof *dy);
     for (int l = 0; l < L; l++)
         s1[l] = s2[l] = 0;
     for (size_t p0 = 0; p0 < hw; p0 += BLK_CHUNK) {
@@ -177,16 +202,18 @@ BLK_INLINE void silu_bwd_sums_l(const float *restrict dy, const float *restrict 
 }
 
 KERN_VEC_CLONES void kern_bnblk_silu_bwd_sums(const struct kern_bnblk *p, long s, const float *dy,
-                                              const float *x)
+                                              const float *x, float *rdx, int radd)
 {
     const size_t at = slice_at(p, s), c0 = lane0(p, s), sa = (size_t)s * (size_t)p->blk;
     struct coef_l k;
+    dy += slice_at_y(p, s);
+    if (rdx) rdx += at;
     if (p->blk == 16) {
         coef_load(&k, p, c0, 16);
-        silu_bwd_sums_l(dy + at, x + at, p->hw, 16, &k, p->s1 + sa, p->s2 + sa);
+        silu_bwd_sums_l(dy, x + at, p->hw, 16, &k, p->s1 + sa, p->s2 + sa, rdx, radd);
     } else {
         coef_load(&k, p, c0, 8);
-        silu_bwd_sums_l(dy + at, x + at, p->hw, 8, &k, p->s1 + sa, p->s2 + sa);
+        silu_bwd_sums_l(dy, x + at, p->hw, 8, &k, p->s1 + sa, p->s2 + sa, rdx, radd);
     }
 }
 
@@ -225,11 +252,12 @@ KERN_VEC_CLONES void kern_bnblk_silu_bwd_dx(const struct kern_bnblk *p, long s, 
 {
     const size_t at = slice_at(p, s), c0 = lane0(p, s);
     struct coef_l k;
+    dy += slice_at_y(p, s);
     if (p->blk == 16) {
         coef_load(&k, p, c0, 16);
-        silu_bwd_dx_l(dx + at, dy + at, x + at, p->hw, 16, &k);
+        silu_bwd_dx_l(dx + at, dy, x + at, p->hw, 16, &k);
     } else {
         coef_load(&k, p, c0, 8);
-        silu_bwd_dx_l(dx + at, dy + at, x + at, p->hw, 8, &k);
+        silu_bwd_dx_l(dx + at, dy, x + at, p->hw, 8, &k);
     }
 }

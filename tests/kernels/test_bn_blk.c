@@ -7,12 +7,16 @@
  *   - y (with and without a residual: y = silu(bn(x)) + r), the batch mean, biased variance and
  *     invstd against the reference's y, save_mean, save_invstd;
  *   - dx, and dgamma, dbeta added into nonzero buffers (the executor adds into the grad arena);
+ *   - the residual's gradient given while dy streams: copied, or added to what is there;
+ *   - y and dy as the middle slice of a wider tensor (a concat's, y_nstride): the same values,
+ *     and the rest of the wide y untouched;
  *   - the pad lanes of y and dx are 0, and nothing past the tensors is written (canaries);
  *   - slices run in reverse order give the same bits (the merges fix the order);
  *   - a channel whose |mean| is 1000 std keeps its variance (no float sum of squares).
  * Tolerance 1e-5 + 1e-5 |ref|: the same formulas, sums in another grouping. With |mean| at 1000
  * std, x a + b cancels: a mean 1e-7 apart in its last float bits moves y by 1e-4, so there the
- * outputs get 1e-3 and the variance keeps 1e-4 (a float sum of squares would be 6e-2 off).
+ * outputs get 1e-3; the variance keeps 2e-5 (3e-6 measured; a float sum of squares would be
+ * 6e-2 off, unshifted float chunk means 1.4e-5).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -79,7 +83,7 @@ static void run_init(struct blk_run *r, int n, int c, int blk, size_t hw)
 /* The forward and backward over every slice, in order or reversed. */
 static void run_blk(struct blk_run *r, float *y, float *dx, const float *x, const float *res,
                     const float *dy, const float *gamma, const float *beta, float *dg, float *db,
-                    bool reverse)
+                    float *rdx, int radd, bool reverse)
 {
     const struct kern_bnblk *p = &r->p;
     const long ns = (long)p->n * (p->cpad / p->blk);
@@ -89,21 +93,22 @@ static void run_blk(struct blk_run *r, float *y, float *dx, const float *x, cons
     for (long k = 0; k < ns; k++)
         kern_bnblk_silu_fwd(p, reverse ? ns - 1 - k : k, y, x, res);
     for (long k = 0; k < ns; k++)
-        kern_bnblk_silu_bwd_sums(p, reverse ? ns - 1 - k : k, dy, x);
+        kern_bnblk_silu_bwd_sums(p, reverse ? ns - 1 - k : k, dy, x, rdx, radd);
     kern_bnblk_bwd_coef(p, dg, db);
     for (long k = 0; k < ns; k++)
         kern_bnblk_silu_bwd_dx(p, reverse ? ns - 1 - k : k, dx, dy, x);
 }
 
-static void check_case(int n, int c, int hw_, int blk, bool residual, float offset)
+/* wide: y and dy as the middle of a tensor with a block more on each side of every image. */
+static void check_case(int n, int c, int hw_, int blk, bool residual, float offset, bool wide)
 {
     const double tol = offset > 10 ? 1e-3 : 1e-5;
     const size_t hw = (size_t)hw_, nx = (size_t)n * (size_t)c * hw;
     const int cpad = (c + blk - 1) / blk * blk;
     const size_t nb = (size_t)n * (size_t)cpad * hw;
     char what[160];
-    snprintf(what, sizeof what, "n%d c%d hw%d blk%d%s offset %g", n, c, hw_, blk,
-             residual ? " residual" : "", (double)offset);
+    snprintf(what, sizeof what, "n%d c%d hw%d blk%d%s%s offset %g", n, c, hw_, blk,
+             residual ? " residual" : "", wide ? " in a wider tensor" : "", (double)offset);
     float *x = kt_alloc(nx), *dy = kt_alloc(nx), *r = kt_alloc(nx);
     float *gamma = kt_alloc((size_t)c), *beta = kt_alloc((size_t)c);
     for (int ch = 0; ch < c; ch++) {
@@ -145,8 +150,42 @@ static void check_case(int n, int c, int hw_, int blk, bool residual, float offs
     struct blk_run run, run2;
     run_init(&run, n, c, blk, hw);
     run_init(&run2, n, c, blk, hw);
-    run_blk(&run, yb, dxb, xb, residual ? rb : NULL, dyb, gamma, beta, dg, db, false);
-    run_blk(&run2, yb2, dxb2, xb, residual ? rb : NULL, dyb, gamma, beta, dg2, db2, true);
+    /* the residual's gradient: copied in the first run, added onto 1 in the second */
+    float *rdx = kt_alloc(nb), *rdx2 = kt_alloc(nb);
+    for (size_t i = 0; i < nb; i++)
+        rdx2[i] = 1.0f;
+    /* wide: images of cpad + 2 blk channels, the tensor at one block in */
+    const size_t img = (size_t)cpad * hw, wimg = img + 2 * (size_t)blk * hw;
+    const size_t nw = (size_t)n * wimg, in = (size_t)blk * hw;
+    float *yw = kt_alloc(nw), *dyw = kt_alloc(nw);
+    kt_poison(yw, nw);
+    kt_fill(dyw, nw, -1, 1);
+    for (int i = 0; i < n; i++)
+        memcpy(dyw + (size_t)i * wimg + in, dyb + (size_t)i * img, img * sizeof *dyb);
+    if (wide) {
+        run.p.y_nstride = wimg;
+        run_blk(&run, yw + in, dxb, xb, residual ? rb : NULL, dyw + in, gamma, beta, dg, db,
+                residual ? rdx : NULL, 0, false);
+        for (int i = 0; i < n; i++)
+            memcpy(yb + (size_t)i * img, yw + (size_t)i * wimg + in, img * sizeof *yb);
+        size_t touched = 0;
+        for (int i = 0; i < n; i++)
+            for (size_t j = 0; j < wimg; j++)
+                if ((j < in || j >= in + img) && !kt_is_canary(yw[(size_t)i * wimg + j])) touched++;
+        ok(touched == 0, "%s: nothing of the wider y outside the slice written (%zu)", what,
+           touched);
+    } else {
+        run_blk(&run, yb, dxb, xb, residual ? rb : NULL, dyb, gamma, beta, dg, db,
+                residual ? rdx : NULL, 0, false);
+    }
+    run_blk(&run2, yb2, dxb2, xb, residual ? rb : NULL, dyb, gamma, beta, dg2, db2,
+            residual ? rdx2 : NULL, 1, true);
+    if (residual) {
+        size_t bad = 0;
+        for (size_t i = 0; i < nb; i++)
+            bad += rdx[i] != dyb[i] || rdx2[i] != 1.0f + dyb[i];
+        ok(bad == 0, "%s: the residual's gradient copied, and added (%zu wrong)", what, bad);
+    }
 
     float *y = kt_alloc(nx), *dx = kt_alloc(nx);
     size_t pad_nonzero = 0;
@@ -163,7 +202,7 @@ static void check_case(int n, int c, int hw_, int blk, bool residual, float offs
     for (int ch = 0; ch < c; ch++)
         var[ch] = (float)(1.0 / ((double)si[ch] * si[ch]) - (double)KERN_BN_EPS);
     snprintf(w, sizeof w, "%s: biased variance", what);
-    kt_check_close_f(w, run.p.var, var, (size_t)c, 1e-4, 1e-4);
+    kt_check_close_f(w, run.p.var, var, (size_t)c, 2e-5, 2e-5);
     snprintf(w, sizeof w, "%s: dx", what);
     kt_check_close_f(w, dx, dxr, nx, tol, tol);
     for (int ch = 0; ch < c; ch++)
@@ -182,18 +221,21 @@ static void check_case(int n, int c, int hw_, int blk, bool residual, float offs
     free(run.chan), free(run.sums), free(run2.chan), free(run2.sums);
     free(x), free(dy), free(r), free(gamma), free(beta), free(yr), free(dxr), free(sm), free(si);
     free(dgr), free(dbr), free(xb), free(dyb), free(rb), free(yb), free(dxb), free(yb2), free(dxb2);
-    free(dg), free(db), free(dg2), free(db2), free(y), free(dx), free(var);
+    free(dg), free(db), free(dg2), free(db2), free(y), free(dx), free(var), free(rdx), free(rdx2);
+    free(yw), free(dyw);
     kern_ctx_destroy(ctx);
 }
 
 int main(int argc, char **argv)
 {
     kt_seed_from_args(argc, argv, 25);
-    check_case(3, 32, 37, 16, false, 1.0f);
-    check_case(3, 32, 37, 16, true, 1.0f);
-    check_case(2, 20, 150, 16, true, 1.0f); /* pad lanes, three chunks per plane */
-    check_case(4, 24, 64, 8, false, 1.0f);
-    check_case(2, 13, 200, 8, true, 1.0f);
-    check_case(2, 16, 300, 16, false, 1000.0f); /* |mean| up to 1000 std */
+    check_case(3, 32, 37, 16, false, 1.0f, false);
+    check_case(3, 32, 37, 16, true, 1.0f, false);
+    check_case(2, 20, 150, 16, true, 1.0f, false); /* pad lanes, three chunks per plane */
+    check_case(3, 32, 50, 16, true, 1.0f, true);
+    check_case(4, 24, 64, 8, false, 1.0f, false);
+    check_case(2, 13, 200, 8, true, 1.0f, false);
+    check_case(2, 16, 40, 8, false, 1.0f, true);
+    check_case(2, 16, 300, 16, false, 1000.0f, false); /* |mean| up to 1000 std */
     return tap_done();
 }

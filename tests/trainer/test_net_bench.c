@@ -4,7 +4,8 @@
  * Detect decode), as yolo-val runs it (cpu_engine AUTO: oneDNN where the build has it), ms per
  * image; MODE infer-ref: the same on the reference ops. MODE train (the default) runs the
  * training step as yolo-train does (cpu_engine AUTO: oneDNN where the build has it), train-ref
- * on the reference ops.
+ * on the reference ops; train-step the same as train without the eval forward (for profiling the
+ * step alone).
  *
  * Usage: test_net_bench [MODEL_YAML [IMG [BATCH [THREADS [ITERS [MODE]]]]]]; defaults yolov5n,
  * 320, 8, 1, 3, train. THREADS is trn_net_opts.threads (kern's own split; with 1, OpenBLAS uses
@@ -75,6 +76,7 @@ int main(int argc, char **argv)
     const int iters = argc > 5 ? atoi(argv[5]) : 3;
     const bool ref = argc > 6 && !strcmp(argv[6], "infer-ref");
     const bool infer = ref || (argc > 6 && !strcmp(argv[6], "infer"));
+    const bool no_eval = argc > 6 && !strcmp(argv[6], "train-step");
     char err[256];
     struct trn_model *m = NULL;
     int rc = trn_model_load(cfg, NULL, &m, err, sizeof err);
@@ -154,7 +156,7 @@ int main(int argc, char **argv)
         trn_net_zero_grad(net);
         if ((rc = trn_net_backward(net, dc))) break;
         const double t2 = now_ms();
-        if ((rc = trn_net_forward(net, x, false, NULL))) break;
+        if (!no_eval && (rc = trn_net_forward(net, x, false, NULL))) break;
         const double t3 = now_ms();
         if (it == 0) continue;
         if (t1 - t0 < best_f) best_f = t1 - t0;

@@ -116,6 +116,8 @@ struct tnode {
     dnnl_memory_t w, ws, dplain;
     /* type 0's BN + SiLU (kern_bnblk), its per-channel arrays in bn */
     struct kern_bnblk bp;
+    size_t out_off; /* out is a concat this node writes a slice of, from this float of an image */
+    bool radd;      /* the residual's gradient is added (else the first: copied) */
     float *bn;
     const float *gamma, *beta; /* the PARAM arena's */
     float *dgamma, *dbeta;     /* the grad arena's (added into) */
@@ -604,8 +606,9 @@ static void add_into(struct trn_dnn *d, dnnl_memory_t dst, dnnl_memory_t src)
 
 /* Conv ci on x (train mode): with BN, conv -> BN (batch statistics) -> swish (+ res, in place);
  * Detect, conv with bias, then NCHW into plain. */
-static struct tt *tconv(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
-                        int ci, struct tt *x, struct tt *res, float *plain)
+static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                             int ci, struct tt *x, struct tt *res, float *plain, struct tt *into,
+                             size_t into_off)
 {
     const struct trn_conv *c = trn_model_conv(m, ci);
     struct tnode *nd = tnode_new(d, c->bn ? 0 : 1, x);
@@ -646,8 +649,16 @@ static struct tt *tconv(struct trn_dnn *d, const struct tspec *ts, const struct 
     }
     /* BN with batch statistics, SiLU and the residual in one pass of the executor's own
        (bn_fwd): oneDNN 2.6's BN and eltwise primitives and a binary add were three passes over
-       the activation, and a stored BN output that the backward reads again */
-    if (!(nd->out = tt_new(d, n, c->c2, oh, ow, d->tag, NULL))) return NULL;
+       the activation, and a stored BN output that the backward reads again. With into, the
+       output is a slice of a concat (C3's), written in place: no copy either way. */
+    if (into) {
+        const dnnl_memory_desc_t *id = md_of(into->x);
+        nd->out = into;
+        nd->out_off = into_off;
+        nd->bp.y_nstride = (size_t)id->dims[1] * (size_t)id->dims[2] * (size_t)id->dims[3];
+    } else if (!(nd->out = tt_new(d, n, c->c2, oh, ow, d->tag, NULL))) {
+        return NULL;
+    }
     struct kern_bnblk *bp = &nd->bp;
     bp->n = (int)n;
     bp->c = c->c2;
@@ -673,6 +684,12 @@ static struct tt *tconv(struct trn_dnn *d, const struct tspec *ts, const struct 
     struct step *st = push_kind(d, STEP_BN_FWD, NULL, 0, NULL);
     if (st) st->nd = nd;
     return nd->out;
+}
+
+static struct tt *tconv(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                        int ci, struct tt *x, struct tt *res, float *plain)
+{
+    return tconv_into(d, ts, m, ci, x, res, plain, NULL, 0);
 }
 
 static struct tt *tconcat(struct trn_dnn *d, struct tt *const *xs, int k)
@@ -745,11 +762,46 @@ static struct tt *tup(struct trn_dnn *d, struct tt *x, int f)
     return nd->out;
 }
 
+/* A bottleneck (its output into a concat's slice with into, as tconv_into). */
 static struct tt *tbottleneck(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
-                              const struct trn_act_plan *pl, int cv1, struct tt *x)
+                              const struct trn_act_plan *pl, int cv1, struct tt *x, struct tt *into,
+                              size_t into_off)
 {
     struct tt *t = tconv(d, ts, m, cv1, x, NULL, NULL);
-    return tconv(d, ts, m, cv1 + 1, t, pl->convs[cv1 + 1].add >= 0 ? x : NULL, NULL);
+    return tconv_into(d, ts, m, cv1 + 1, t, pl->convs[cv1 + 1].add >= 0 ? x : NULL, NULL, into,
+                      into_off);
+}
+
+/* C3 on x: cv1 -> bottlenecks and cv2 write their halves of the concat in place, cv3 reads it.
+ * Needs cv1's channels in whole blocks (yolov5's all are); otherwise the concat is a copy. */
+static struct tt *tc3(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                      const struct trn_act_plan *pl, const struct trn_layer *L, struct tt *x)
+{
+    const int c0 = L->conv0;
+    const struct trn_conv *a = trn_model_conv(m, c0), *b = trn_model_conv(m, c0 + 1);
+    struct tt *cat[2];
+    if (d->rc || !x) return NULL;
+    const dnnl_memory_desc_t *xd = md_of(x->x);
+    const dnnl_dim_t oh = (xd->dims[2] + 2 * a->p - a->k) / a->s + 1;
+    const dnnl_dim_t ow = (xd->dims[3] + 2 * a->p - a->k) / a->s + 1;
+    if (a->c2 % d->blk || !a->bn || !b->bn || a->k != b->k || a->s != b->s || a->p != b->p) {
+        cat[0] = tconv(d, ts, m, c0, x, NULL, NULL);
+        for (int j = 0; j < L->n; j++)
+            cat[0] = tbottleneck(d, ts, m, pl, c0 + 3 + 2 * j, cat[0], NULL, 0);
+        cat[1] = tconv(d, ts, m, c0 + 1, x, NULL, NULL);
+        return tconv(d, ts, m, c0 + 2, tconcat(d, cat, 2), NULL, NULL);
+    }
+    struct tt *both = tt_new(d, xd->dims[0], a->c2 + b->c2, oh, ow, d->tag, NULL);
+    const size_t second = (size_t)a->c2 * (size_t)oh * (size_t)ow; /* floats into an image */
+    if (!L->n) {
+        tconv_into(d, ts, m, c0, x, NULL, NULL, both, 0);
+    } else {
+        struct tt *t = tconv(d, ts, m, c0, x, NULL, NULL);
+        for (int j = 0; j < L->n; j++)
+            t = tbottleneck(d, ts, m, pl, c0 + 3 + 2 * j, t, j == L->n - 1 ? both : NULL, 0);
+    }
+    tconv_into(d, ts, m, c0 + 1, x, NULL, NULL, both, second);
+    return tconv(d, ts, m, c0 + 2, both, NULL, NULL);
 }
 
 /* Row i in train mode (as row() for inference). */
@@ -770,14 +822,10 @@ static struct tt *trow(struct trn_dnn *d, const struct tspec *ts, const struct t
         return x;
     case TRN_MOD_BOTTLENECK:
         for (int j = 0; j < L->n; j++)
-            x = tbottleneck(d, ts, m, pl, c0 + 2 * j, x);
+            x = tbottleneck(d, ts, m, pl, c0 + 2 * j, x, NULL, 0);
         return x;
     case TRN_MOD_C3:
-        cat[0] = tconv(d, ts, m, c0, x, NULL, NULL);
-        for (int j = 0; j < L->n; j++)
-            cat[0] = tbottleneck(d, ts, m, pl, c0 + 3 + 2 * j, cat[0]);
-        cat[1] = tconv(d, ts, m, c0 + 1, x, NULL, NULL);
-        return tconv(d, ts, m, c0 + 2, tconcat(d, cat, 2), NULL, NULL);
+        return tc3(d, ts, m, pl, L, x);
     case TRN_MOD_SPPF:
         cat[0] = tconv(d, ts, m, c0, x, NULL, NULL);
         for (int j = 1; j < 4; j++)
@@ -806,16 +854,6 @@ static dnnl_memory_t grad_dst(struct trn_dnn *d, struct tt *t, bool *add)
     *add = t->written;
     t->written = true;
     return *add ? mem(d, md_of(t->x), d->tmp) : tt_dx(d, t);
-}
-
-/* t's gradient gets src: a copy when it is the first, else added. */
-static void grad_from(struct trn_dnn *d, struct tt *t, dnnl_memory_t src)
-{
-    if (t->written)
-        add_into(d, tt_dx(d, t), src);
-    else
-        reorder(d, src, tt_dx(d, t), d->attr);
-    t->written = true;
 }
 
 /* The backward of conv node nd: its output's gradient is in nd->c's dx. */
@@ -890,7 +928,11 @@ static void node_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn
     }
     switch (nd->type) {
     case 0: {
-        if (nd->res) grad_from(d, nd->res, nd->out->dx);
+        if (nd->res) { /* the residual's share: in bn_bwd's first pass */
+            nd->radd = nd->res->written;
+            nd->res->written = true;
+            tt_dx(d, nd->res);
+        }
         /* the conv output's gradient from the output's (bn_bwd) */
         if (tt_dx(d, nd->c)) {
             struct step *st = push_kind(d, STEP_BN_BWD, NULL, 0, NULL);
@@ -1218,8 +1260,8 @@ static int cat_blocks(const struct step *s)
 
 /* The data of a node's tensors, and its BN's per-slice sums pointed into the shared buffer. */
 struct bn_data {
-    float *x, *y, *r; /* the conv output, the node's output, the residual (or NULL) */
-    float *dx, *dy;   /* their gradients (backward) */
+    float *x, *y, *r;     /* the conv output, the node's output, the residual (or NULL) */
+    float *dx, *dy, *rdx; /* their gradients (backward) */
     long slices;
 };
 
@@ -1234,8 +1276,11 @@ static int bn_data(struct trn_dnn *d, struct tnode *nd, bool bwd, struct bn_data
         dnnl_memory_get_data_handle(nd->out->x, (void **)&v->y) ||
         (nd->res && dnnl_memory_get_data_handle(nd->res->x, (void **)&v->r)) ||
         (bwd && (dnnl_memory_get_data_handle(nd->c->dx, (void **)&v->dx) ||
-                 dnnl_memory_get_data_handle(nd->out->dx, (void **)&v->dy))))
+                 dnnl_memory_get_data_handle(nd->out->dx, (void **)&v->dy) ||
+                 (nd->res && dnnl_memory_get_data_handle(nd->res->dx, (void **)&v->rdx)))))
         return -TRN_MODEL_EONEDNN;
+    v->y += nd->out_off;
+    if (v->dy) v->dy += nd->out_off;
     return 0;
 }
 
@@ -1267,7 +1312,7 @@ static int bn_bwd(struct trn_dnn *d, struct tnode *nd)
     const struct kern_bnblk *bp = &nd->bp;
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
-        kern_bnblk_silu_bwd_sums(bp, t, v.dy, v.x);
+        kern_bnblk_silu_bwd_sums(bp, t, v.dy, v.x, v.rdx, nd->radd);
     kern_bnblk_bwd_coef(bp, nd->dgamma, nd->dbeta);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
