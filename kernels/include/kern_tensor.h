@@ -56,6 +56,22 @@ struct kern_detect {
     float stride; /* pixels per grid cell (8, 16, 32) */
 };
 
+/*
+ * The training reshape on a channel-blocked raw (the CPU oneDNN executor's layout, as
+ * kern_bnblk's in kern_bn.h: per image cpad / blk blocks of ny nx positions by blk lanes, channel
+ * a no + k at block (a no + k) / blk, lane (a no + k) % blk, cpad = na no rounded up to whole
+ * blocks; blk 8 or 16). Plain functions with no threads: one (image, anchor) or (image, block)
+ * per call, so that a caller splits them over its own. Copies only: p and draw are bit for bit
+ * kern_ref_detect_reshape_fwd / _bwd's on the same numbers, without the NCHW tensor between.
+ * kern_detect_blk_fwd: p's (b, a) block from raw (bases of the whole tensors).
+ * kern_detect_blk_bwd: block cb of image b of raw's gradient draw from dp (overwritten; pad
+ *   lanes 0).
+ */
+KERN_API void kern_detect_blk_fwd(const struct kern_detect *d, int blk, int b, int a, float *p,
+                                  const float *raw);
+KERN_API void kern_detect_blk_bwd(const struct kern_detect *d, int blk, int b, int cb, float *draw,
+                                  const float *dp);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Channel slices: producers and consumers of a concat's inputs work in place               */
 

@@ -97,6 +97,53 @@ int kern_ref_detect_reshape_bwd(struct kern_ctx *ctx, const struct kern_detect *
     return 0;
 }
 
+/* Blocks per image of a channel-blocked raw. */
+static size_t blk_blocks(const struct kern_detect *d, int blk)
+{
+    return ((size_t)d->na * (size_t)d->no + (size_t)blk - 1) / (size_t)blk;
+}
+
+void kern_detect_blk_fwd(const struct kern_detect *d, int blk, int b, int a, float *p,
+                         const float *raw)
+{
+    const size_t cells = (size_t)d->ny * (size_t)d->nx, no = (size_t)d->no, B = (size_t)blk;
+    float *const dst = p + ((size_t)b * (size_t)d->na + (size_t)a) * cells * no;
+    /* k in runs that share a channel block: each a stride-blk stream of raw, read in order */
+    for (size_t k0 = 0; k0 < no;) {
+        const size_t ch = (size_t)a * no + k0, l0 = ch % B;
+        const size_t run = B - l0 < no - k0 ? B - l0 : no - k0;
+        const float *const src = raw + ((size_t)b * blk_blocks(d, blk) + ch / B) * cells * B + l0;
+        for (size_t c = 0; c < cells; c++)
+            for (size_t j = 0; j < run; j++)
+                dst[c * no + k0 + j] = src[c * B + j];
+        k0 += run;
+    }
+}
+
+void kern_detect_blk_bwd(const struct kern_detect *d, int blk, int b, int cb, float *draw,
+                         const float *dp)
+{
+    const size_t cells = (size_t)d->ny * (size_t)d->nx, no = (size_t)d->no, B = (size_t)blk;
+    const size_t nch = (size_t)d->na * no;
+    float *const dst = draw + ((size_t)b * blk_blocks(d, blk) + (size_t)cb) * cells * B;
+    for (size_t l0 = 0; l0 < B;) {
+        const size_t ch = (size_t)cb * B + l0;
+        if (ch >= nch) { /* pad lanes */
+            for (size_t c = 0; c < cells; c++)
+                for (size_t j = l0; j < B; j++)
+                    dst[c * B + j] = 0.0f;
+            break;
+        }
+        const size_t a = ch / no, k0 = ch % no;
+        const size_t run = B - l0 < no - k0 ? B - l0 : no - k0;
+        const float *const src = dp + ((size_t)b * (size_t)d->na + a) * cells * no + k0;
+        for (size_t c = 0; c < cells; c++)
+            for (size_t j = 0; j < run; j++)
+                dst[c * B + l0 + j] = src[c * no + j];
+        l0 += run;
+    }
+}
+
 /* sig[0..n) = sigmoid(v[0..n)), in lanes: kern_bn_sigmoid, the SiLU's (about 1 ulp from the
  * exact value, as PyTorch's vectorised sigmoid is; libm's expf one element at a time made the
  * decode a tenth of yolov5n's inference at 640). */

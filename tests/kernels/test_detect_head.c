@@ -4,6 +4,9 @@
  * inverse (overwrite and accumulate), and the inference decode against ultralytics' formulas in
  * double: xy = (2 sigmoid + grid - 0.5) * stride, wh = (2 sigmoid)^2 * anchor * stride.
  * The reshape is a copy (bit-exact); decode is checked to 1e-5 + 1e-5 |ref| (pixels up to 640).
+ * The blocked reshapes (kern_detect_blk_fwd / _bwd, the oneDNN executor's) against the NCHW ones
+ * on the same numbers, blocks of 16 and 8, with and without pad lanes: the same bytes, pad lanes
+ * of the gradient 0, nothing written past it.
  */
 #include <errno.h>
 
@@ -74,11 +77,63 @@ static void check_detect(int bs, int na, int no, int ny, int nx, float stride)
     kern_ctx_destroy(ctx);
 }
 
+/* raw NCHW (bs, C, cells) into blocked (bs, cpad / blk, cells, blk), pad lanes 0. */
+static void nchw_to_blk(float *dst, const float *src, int bs, int C, int cpad, int blk,
+                        size_t cells)
+{
+    memset(dst, 0, (size_t)bs * (size_t)cpad * cells * sizeof *dst);
+    for (int b = 0; b < bs; b++)
+        for (int ch = 0; ch < C; ch++)
+            for (size_t c = 0; c < cells; c++)
+                dst[(((size_t)b * (size_t)(cpad / blk) + (size_t)(ch / blk)) * cells + c) *
+                        (size_t)blk +
+                    (size_t)(ch % blk)] = src[((size_t)b * (size_t)C + (size_t)ch) * cells + c];
+}
+
+static void check_blk(int bs, int na, int no, int ny, int nx, int blk)
+{
+    struct kern_ctx *const ctx = kt_ctx(0);
+    const struct kern_detect d = { bs, na, no, ny, nx, 8.0f };
+    const int C = na * no, cpad = (C + blk - 1) / blk * blk;
+    const size_t cells = (size_t)ny * (size_t)nx, n = (size_t)bs * (size_t)C * cells;
+    const size_t nb = (size_t)bs * (size_t)cpad * cells;
+    float *const raw = kt_alloc(n), *const rawb = kt_alloc(nb), *const p = kt_alloc(n);
+    float *const pb = kt_alloc(n), *const dp = kt_alloc(n), *const draw = kt_alloc(n);
+    float *const drawb_ref = kt_alloc(nb), *const drawb = kt_alloc(nb + 1);
+    kt_fill(raw, n, -6, 6);
+    kt_fill(dp, n, -1, 1);
+    nchw_to_blk(rawb, raw, bs, C, cpad, blk, cells);
+    kt_poison(pb, n);
+    kt_poison(drawb, nb + 1);
+    if (kern_ref_detect_reshape_fwd(ctx, &d, p, raw) ||
+        kern_ref_detect_reshape_bwd(ctx, &d, draw, dp, 0))
+        exit(98);
+    for (int b = bs - 1; b >= 0; b--) /* any order */
+        for (int a = 0; a < na; a++)
+            kern_detect_blk_fwd(&d, blk, b, a, pb, rawb);
+    ok(!memcmp(p, pb, n * sizeof *p),
+       "blocked reshape bs%d na%d no%d %dx%d blk%d: p as the NCHW op's", bs, na, no, ny, nx, blk);
+    nchw_to_blk(drawb_ref, draw, bs, C, cpad, blk, cells);
+    for (int b = 0; b < bs; b++)
+        for (int cb = cpad / blk - 1; cb >= 0; cb--)
+            kern_detect_blk_bwd(&d, blk, b, cb, drawb, dp);
+    ok(!memcmp(drawb, drawb_ref, nb * sizeof *drawb) && kt_is_canary(drawb[nb]),
+       "blocked reshape bs%d na%d no%d %dx%d blk%d: its gradient as the NCHW op's (pad lanes 0, "
+       "nothing past it)",
+       bs, na, no, ny, nx, blk);
+    free(raw), free(rawb), free(p), free(pb), free(dp), free(draw), free(drawb_ref), free(drawb);
+    kern_ctx_destroy(ctx);
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_from_args(argc, argv, 17);
     check_detect(2, 3, 85, 4, 5, 8.0f);
     check_detect(1, 3, 6, 3, 2, 32.0f);
     check_detect(1, 1, 5, 1, 1, 16.0f);
+    check_blk(2, 3, 85, 4, 5, 16); /* 255 channels: one pad lane */
+    check_blk(2, 3, 85, 3, 3, 8);
+    check_blk(1, 2, 8, 2, 3, 16); /* whole blocks; an anchor per block */
+    check_blk(1, 3, 6, 5, 1, 8);  /* anchors split inside blocks */
     return tap_done();
 }

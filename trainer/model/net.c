@@ -331,11 +331,12 @@ static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *e
        when the context runs on the caller alone */
     const int ct = kern_ctx_threads(net->ctx);
     const int threads = ct > 1 ? ct : kern_blas_threads();
-    float *ddet[TRN_MODEL_MAX_LEVELS];
-    for (int l = 0; train && l < net->I->nl; l++)
-        ddet[l] = D(net, net->plan.convs[Ld->conv0 + l].conv);
+    /* training: the Detect convs write the head itself, reshaped as the loss reads it */
+    float *head[TRN_MODEL_MAX_LEVELS];
+    for (int l = 0; l < net->I->nl; l++)
+        head[l] = net->head + net->head_off[l];
     const int rc = train ? trn_dnn_train_create(net->m, &net->plan, threads > 0 ? threads : 1,
-                                                net->grad, det, ddet, &net->dnn, err, err_cap)
+                                                net->grad, head, &net->dnn, err, err_cap)
                          : trn_dnn_create(net->m, &net->plan, threads > 0 ? threads : 1, det,
                                           &net->dnn, err, err_cap);
     if (rc == -ENOTSUP && o->cpu_engine == TRN_CPU_ENGINE_AUTO) { /* only its slow code here */
@@ -891,16 +892,16 @@ int trn_net_forward(struct trn_net *net, const float *images, bool train, const 
     if (!net || !images) return -EINVAL;
     if (net->dnn && net->dnn_train == train) {
         net->dnn_trained = false;
-        if (train) {
+        if (train) { /* writes the head */
             TRY(trn_dnn_train_forward(net->dnn, net->m, images, !net->no_count));
             net->trained = net->dnn_trained = true;
         } else {
             TRY(dnn_forward(net, images));
+            const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
+            for (int l = 0; l < net->I->nl; l++)
+                TRY(net->K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
+                                               A(net, net->plan.convs[Ld->conv0 + l].conv)));
         }
-        const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
-        for (int l = 0; l < net->I->nl; l++)
-            TRY(net->K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
-                                           A(net, net->plan.convs[Ld->conv0 + l].conv)));
     } else {
         TRY(forward_dev(net, images, false, train));
     }
@@ -1158,11 +1159,7 @@ static int backward_dev(struct trn_net *net, const float *const *dout)
  * the Detect convs' NCHW gradients, which it reads (CPU nets only: host memory). */
 static int dnn_backward(struct trn_net *net, const float *const *d_outputs)
 {
-    const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
-    for (int l = 0; l < net->I->nl; l++)
-        TRY(net->K->detect_reshape_bwd(
-            net->ctx, &net->det[l], D(net, net->plan.convs[Ld->conv0 + l].conv), d_outputs[l], 0));
-    return trn_dnn_train_backward(net->dnn);
+    return trn_dnn_train_backward(net->dnn, d_outputs, net->I->nl);
 }
 
 int trn_net_backward(struct trn_net *net, const float *const *d_outputs)

@@ -34,8 +34,10 @@ enum step_kind {
        destination args[nargs - 1]; with split, the other way: the destination's slices copied
        into the sources, or added where bit i of acc is set */
     STEP_CAT,
-    STEP_BN_FWD, /* the training BN + SiLU (+ residual) of node nd (bn_fwd) */
-    STEP_BN_BWD, /* its backward (bn_bwd) */
+    STEP_BN_FWD,  /* the training BN + SiLU (+ residual) of node nd (bn_fwd) */
+    STEP_BN_BWD,  /* its backward (bn_bwd) */
+    STEP_DET_FWD, /* Detect conv node nd's output into the head, reshaped (det_fwd) */
+    STEP_DET_BWD, /* its gradient from the head's (det_bwd) */
 };
 
 struct tnode;
@@ -95,7 +97,8 @@ struct trn_dnn {
     size_t tmp_bytes;
     double *sums; /* the BN passes' per-slice sums: two per (image, channel) of the widest */
     size_t n_sums;
-    int rc; /* the first failure while building */
+    const float *dhead[TRN_MODEL_MAX_LEVELS]; /* the backward's head gradients (per call) */
+    int rc;                                   /* the first failure while building */
     char *err;
     size_t err_cap;
 };
@@ -118,6 +121,10 @@ struct tnode {
     struct kern_bnblk bp;
     size_t out_off; /* out is a concat this node writes a slice of, from this float of an image */
     bool radd;      /* the residual's gradient is added (else the first: copied) */
+    /* type 1: its level, shape and output in the head (bs, na, ny, nx, no) */
+    int level;
+    struct kern_detect det;
+    float *head;
     float *bn;
     const float *gamma, *beta; /* the PARAM arena's */
     float *dgamma, *dbeta;     /* the grad arena's (added into) */
@@ -512,7 +519,6 @@ static void free_hints(struct trn_dnn *d)
  * place, and the net's NCHW Detect buffers. */
 struct tspec {
     float *param, *grad;      /* PARAM arena, and the grad arena in its layout (adds into it) */
-    float *const *det_dout;   /* per level: the Detect conv output's gradient, NCHW */
     const struct trn_act *in; /* the images */
 };
 
@@ -605,7 +611,7 @@ static void add_into(struct trn_dnn *d, dnnl_memory_t dst, dnnl_memory_t src)
 }
 
 /* Conv ci on x (train mode): with BN, conv -> BN (batch statistics) -> swish (+ res, in place);
- * Detect, conv with bias, then NCHW into plain. */
+ * Detect, conv with bias, then into the head at plain, reshaped (det_fwd). */
 static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
                              int ci, struct tt *x, struct tt *res, float *plain, struct tt *into,
                              size_t into_off)
@@ -643,8 +649,19 @@ static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const st
                                    { DNNL_ARG_DST, nd->c->x },
                                    { DNNL_ARG_BIAS, bias } };
     push_keep(d, nd->pd, c->bn ? 3 : 4, a, c);
-    if (!c->bn) {
-        reorder(d, nd->c->x, act(d, n, c->c2, oh, ow, dnnl_nchw, plain), d->attr);
+    if (!c->bn) { /* Detect: straight into the head's layout, no NCHW tensor between */
+        const struct trn_model_info *I = trn_model_info(m);
+        nd->level = ci - trn_model_layer(m, I->detect)->conv0;
+        nd->det = (struct kern_detect){
+            .bs = (int)n, .na = I->na, .no = I->no, .ny = (int)oh, .nx = (int)ow, .stride = 1
+        };
+        nd->head = plain;
+        if ((size_t)I->na * (size_t)I->no != (size_t)c->c2) {
+            d->rc = -EINVAL;
+            return NULL;
+        }
+        struct step *st = push_kind(d, STEP_DET_FWD, NULL, 0, NULL);
+        if (st) st->nd = nd;
         return nd->out = nd->c;
     }
     /* BN with batch statistics, SiLU and the residual in one pass of the executor's own
@@ -941,12 +958,11 @@ static void node_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn
         conv_bwd(d, ts, m, nd, images);
         break;
     }
-    case 1: { /* the loss's NCHW gradient into the blocked layout */
-        const dnnl_memory_desc_t *yd = md_of(nd->c->x);
-        const int l = nd->conv - trn_model_layer(m, trn_model_info(m)->detect)->conv0;
-        dnnl_memory_t dplain =
-            act(d, yd->dims[0], yd->dims[1], yd->dims[2], yd->dims[3], dnnl_nchw, ts->det_dout[l]);
-        reorder(d, dplain, tt_dx(d, nd->c), d->attr);
+    case 1: { /* the loss's gradient of the head into the blocked layout (det_bwd) */
+        if (tt_dx(d, nd->c)) {
+            struct step *st = push_kind(d, STEP_DET_BWD, NULL, 0, NULL);
+            if (st) st->nd = nd;
+        }
         conv_bwd(d, ts, m, nd, images);
         break;
     }
@@ -1129,20 +1145,20 @@ int trn_dnn_create(const struct trn_model *m, const struct trn_act_plan *pl, int
 }
 
 int trn_dnn_train_create(struct trn_model *m, const struct trn_act_plan *pl, int threads,
-                         float *grad, float *const *det_out, float *const *det_dout,
-                         struct trn_dnn **out, char *err, size_t err_cap)
+                         float *grad, float *const *head, struct trn_dnn **out, char *err,
+                         size_t err_cap)
 {
-    if (!m || !pl || !grad || !det_out || !det_dout || !out || threads < 1) return -EINVAL;
+    if (!m || !pl || !grad || !head || !out || threads < 1) return -EINVAL;
+    for (int l = 0; l < trn_model_info(m)->nl; l++)
+        if (!head[l]) return -EINVAL;
     const struct tspec ts = { .param = trn_model_arena(m, TRN_ARENA_PARAM),
                               .grad = grad,
-                              .det_dout = det_dout,
                               .in = &pl->acts[0] };
     size_t from = 0;
     for (;;) {
         bool ref_conv = false;
         size_t used = 0;
-        const int rc =
-            build(m, pl, threads, det_out, &ts, from, out, err, err_cap, &ref_conv, &used);
+        const int rc = build(m, pl, threads, head, &ts, from, out, err, err_cap, &ref_conv, &used);
         if (!ref_conv || used + 1 >= sizeof layouts / sizeof layouts[0]) return rc;
         from = used + 1;
     }
@@ -1175,8 +1191,11 @@ int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *i
     return 0;
 }
 
-int trn_dnn_train_backward(struct trn_dnn *d)
+int trn_dnn_train_backward(struct trn_dnn *d, const float *const *dhead, int levels)
 {
+    if (levels < 1 || levels > TRN_MODEL_MAX_LEVELS) return -EINVAL;
+    for (int l = 0; l < levels; l++)
+        if (!(d->dhead[l] = dhead[l])) return -EINVAL;
     return run_steps(d, 1);
 }
 
@@ -1320,6 +1339,33 @@ static int bn_bwd(struct trn_dnn *d, struct tnode *nd)
     return 0;
 }
 
+/* Detect conv node nd's output into its level of the head, reshaped (kern_detect_blk_fwd). */
+static int det_fwd(struct trn_dnn *d, const struct tnode *nd)
+{
+    const float *raw;
+    if (dnnl_memory_get_data_handle(nd->c->x, (void **)&raw)) return -TRN_MODEL_EONEDNN;
+    const int na = nd->det.na;
+    const long tasks = (long)nd->det.bs * na;
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < tasks; t++)
+        kern_detect_blk_fwd(&nd->det, d->blk, (int)(t / na), (int)(t % na), nd->head, raw);
+    return 0;
+}
+
+/* Its gradient, blocked, from the head's (kern_detect_blk_bwd). */
+static int det_bwd(struct trn_dnn *d, const struct tnode *nd)
+{
+    float *draw;
+    if (dnnl_memory_get_data_handle(nd->c->dx, (void **)&draw)) return -TRN_MODEL_EONEDNN;
+    const int nb = (nd->det.na * nd->det.no + d->blk - 1) / d->blk;
+    const long tasks = (long)nd->det.bs * nb;
+    const float *const dp = d->dhead[nd->level];
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < tasks; t++)
+        kern_detect_blk_bwd(&nd->det, d->blk, (int)(t / nb), (int)(t % nb), draw, dp);
+    return 0;
+}
+
 /* Runs the steps of phase ph. */
 static int run_steps(struct trn_dnn *d, int ph)
 {
@@ -1339,6 +1385,12 @@ static int run_steps(struct trn_dnn *d, int ph)
             break;
         case STEP_BN_BWD:
             rc = bn_bwd(d, s->nd);
+            break;
+        case STEP_DET_FWD:
+            rc = det_fwd(d, s->nd);
+            break;
+        case STEP_DET_BWD:
+            rc = det_bwd(d, s->nd);
             break;
         }
         if (rc < 0) return rc;

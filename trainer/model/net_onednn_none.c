@@ -48,11 +48,10 @@ void trn_dnn_destroy(struct trn_dnn *d)
 }
 
 int trn_dnn_train_create(struct trn_model *m, const struct trn_act_plan *pl, int threads,
-                         float *grad, float *const *det_out, float *const *det_dout,
-                         struct trn_dnn **out, char *err, size_t err_cap)
+                         float *grad, float *const *head, struct trn_dnn **out, char *err,
+                         size_t err_cap)
 {
-    (void)m, (void)pl, (void)threads, (void)grad, (void)det_out, (void)det_dout, (void)out;
-    (void)err, (void)err_cap;
+    (void)m, (void)pl, (void)threads, (void)grad, (void)head, (void)out, (void)err, (void)err_cap;
     return -ENOTSUP;
 }
 
@@ -62,8 +61,8 @@ int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *i
     return -ENOTSUP;
 }
 
-int trn_dnn_train_backward(struct trn_dnn *d)
+int trn_dnn_train_backward(struct trn_dnn *d, const float *const *dhead, int levels)
 {
-    (void)d;
+    (void)d, (void)dhead, (void)levels;
     return -ENOTSUP;
 }

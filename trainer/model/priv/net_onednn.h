@@ -67,21 +67,22 @@ void trn_dnn_destroy(struct trn_dnn *d);
  * in place from the PARAM arena, then SiLU; the residual in place) and its backward, activations
  * and their gradients blocked. The forward reorders the PARAM arena's weights into the convs'
  * layouts at every call (the optimizer moves them). grad: the net's grad arena (PARAM layout),
- * into which the backward ADDS every parameter's gradient, as trn_net_backward does; det_out[l]
- * as for inference; det_dout[l]: level l's gradient of the Detect conv output, NCHW, read by
- * the backward. No gradient for the images. Returns as trn_dnn_create.
+ * into which the backward ADDS every parameter's gradient, as trn_net_backward does; head[l]:
+ * level l's output (borrowed), written by the forward already reshaped as the loss reads it
+ * (bs, na, ny, nx, no: kern_ref_detect_reshape_fwd's layout, bit for bit its values), with no
+ * NCHW tensor between. No gradient for the images. Returns as trn_dnn_create.
  */
 int trn_dnn_train_create(struct trn_model *m, const struct trn_act_plan *pl, int threads,
-                         float *grad, float *const *det_out, float *const *det_dout,
-                         struct trn_dnn **out, char *err, size_t err_cap);
+                         float *grad, float *const *head, struct trn_dnn **out, char *err,
+                         size_t err_cap);
 
-/* The training forward on images: det_out written, the model's BN running statistics moved
+/* The training forward on images: head written, the model's BN running statistics moved
  * (momentum TRN_MODEL_BN_MOMENTUM, unbiased batch variance) and, with count, each
  * num_batches_tracked + 1. Returns 0 or -TRN_MODEL_EONEDNN. */
 int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *images, bool count);
 
-/* The backward of the last training forward from det_dout: adds into grad. Returns 0 or
- * -TRN_MODEL_EONEDNN. */
-int trn_dnn_train_backward(struct trn_dnn *d);
+/* The backward of the last training forward from dhead[0 .. levels) (the head's gradients, in
+ * its layout; read during the call): adds into grad. Returns 0, -EINVAL or -TRN_MODEL_EONEDNN. */
+int trn_dnn_train_backward(struct trn_dnn *d, const float *const *dhead, int levels);
 
 #endif
