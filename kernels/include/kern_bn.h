@@ -113,12 +113,18 @@ KERN_API void kern_bn_init(struct kern_bn *d, int n, int c, int hw);
  * same sigmoid, z = x a + b forward, z recomputed as xhat gamma + beta backward; sums in float
  * over L1-sized chunks, merged in double (the forward's moments pairwise, Chan et al.).
  *
- *   forward:  kern_bnblk_moments(s) for every slice; kern_bnblk_fwd_coef;
- *             kern_bnblk_silu_fwd(s) for every slice: y = silu(x a + b) (+ r)
+ *   forward:  kern_bnblk_moments(s) for every slice; kern_bnblk_fwd_coef(NULL) (the slices
+ *             merged pairwise); kern_bnblk_silu_fwd(s) for every slice: y = silu(x a + b) (+ r)
  *   backward: kern_bnblk_silu_bwd_sums(s) for every slice, which also gives the residual its
- *             share when rdx != NULL (rdx = dy, or rdx += dy with radd); kern_bnblk_bwd_coef
- *             (dgamma += sum dz xhat, dbeta += sum dz); kern_bnblk_silu_bwd_dx(s) for every
- *             slice: dx = k (dz - m1 - xhat m2), dz = dy silu'(xhat gamma + beta)
+ *             share when rdx != NULL (rdx = dy, or rdx += dy with radd); kern_bnblk_bwd_sums
+ *             (dgamma += sum dz xhat, dbeta += sum dz); kern_bnblk_bwd_coef;
+ *             kern_bnblk_silu_bwd_dx(s) for every slice: dx = k (dz - m1 - xhat m2),
+ *             dz = dy silu'(xhat gamma + beta)
+ * SyncBatchNorm: the sums buffers are kern.h's "Batch norm in phases" (KERN_BN_SUMS_LEN(c)
+ * doubles: (sum x, sum x^2, n hw) from kern_bnblk_fwd_sums, (sum dz, sum dz xhat, n hw) from
+ * kern_bnblk_bwd_sums), which a caller sums over its ranks before kern_bnblk_fwd_coef(sums) and
+ * kern_bnblk_bwd_coef; their arithmetic is kern_ref_bn_stats' and _fwd_apply's (sum x^2 formed
+ * as M2 + N mean^2 from the local pairwise merge). dgamma and dbeta stay the local batch's.
  *
  * x, r, dx and rdx are dense; y and dy may be a channel slice of a wider tensor (a concat's:
  * the producer writes it in place), their images y_nstride floats apart (0: dense).
@@ -133,19 +139,24 @@ struct kern_bnblk {
     float eps;
     /* per channel: the batch mean, biased variance, invstd = 1 / sqrt(var + eps), gamma and
        beta as of the forward, a = gamma invstd, b = beta - mean a (fwd_coef); k = gamma invstd,
-       m1 = sum dz / N, m2 = sum dz xhat / N over the batch, N = n hw (bwd_coef) */
+       m1 = sum dz / N, m2 = sum dz xhat / N over the batch, N = n hw or the summed count
+       (bwd_coef) */
     float *mean, *var, *invstd, *gamma, *beta, *a, *b, *k, *m1, *m2;
     double *s1, *s2; /* per slice and lane (n * cpad each): mean and M2, or sum dz and dz xhat */
 };
 
 KERN_API void kern_bnblk_moments(const struct kern_bnblk *p, long s, const float *x);
-KERN_API void kern_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma,
-                                  const float *beta);
+KERN_API void kern_bnblk_fwd_sums(const struct kern_bnblk *p, double *sums);
+/* Returns the count N the statistics cover (n hw, or the sums' count). */
+KERN_API double kern_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma,
+                                    const float *beta, const double *sums);
 KERN_API void kern_bnblk_silu_fwd(const struct kern_bnblk *p, long s, float *y, const float *x,
                                   const float *r);
 KERN_API void kern_bnblk_silu_bwd_sums(const struct kern_bnblk *p, long s, const float *dy,
                                        const float *x, float *rdx, int radd);
-KERN_API void kern_bnblk_bwd_coef(const struct kern_bnblk *p, float *dgamma, float *dbeta);
+KERN_API void kern_bnblk_bwd_sums(const struct kern_bnblk *p, double *sums, float *dgamma,
+                                  float *dbeta);
+KERN_API void kern_bnblk_bwd_coef(const struct kern_bnblk *p, const double *sums);
 KERN_API void kern_bnblk_silu_bwd_dx(const struct kern_bnblk *p, long s, float *dx, const float *dy,
                                      const float *x);
 

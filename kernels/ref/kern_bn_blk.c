@@ -96,19 +96,50 @@ KERN_VEC_CLONES void kern_bnblk_moments(const struct kern_bnblk *p, long s, cons
         moments_l(x + slice_at(p, s), p->hw, 8, p->s1 + at, p->s2 + at);
 }
 
-void kern_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma, const float *beta)
+/* Channel ch's mean and M2 over the batch, the slices merged in image order (Chan et al.). */
+static void merged(const struct kern_bnblk *p, int ch, double *mean, double *m2)
 {
-    const double hw = (double)p->hw, count = (double)p->n * hw;
+    const double hw = (double)p->hw;
+    double mu = 0, q = 0, k = 0;
+    for (int i = 0; i < p->n; i++) {
+        const size_t at = (size_t)i * (size_t)p->cpad + (size_t)ch;
+        const double delta = p->s1[at] - mu, tot = k + hw;
+        mu += delta * hw / tot;
+        q += p->s2[at] + delta * delta * k * hw / tot;
+        k = tot;
+    }
+    *mean = mu;
+    *m2 = q;
+}
+
+void kern_bnblk_fwd_sums(const struct kern_bnblk *p, double *sums)
+{
+    const double count = (double)p->n * (double)p->hw;
     for (int ch = 0; ch < p->c; ch++) {
-        double mu = 0, q = 0, k = 0;
-        for (int i = 0; i < p->n; i++) {
-            const size_t at = (size_t)i * (size_t)p->cpad + (size_t)ch;
-            const double delta = p->s1[at] - mu, tot = k + hw;
-            mu += delta * hw / tot;
-            q += p->s2[at] + delta * delta * k * hw / tot;
-            k = tot;
+        double mu, q;
+        merged(p, ch, &mu, &q);
+        sums[ch] = count * mu;
+        sums[p->c + ch] = q + count * mu * mu;
+    }
+    sums[2 * p->c] = count;
+}
+
+double kern_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma, const float *beta,
+                           const double *sums)
+{
+    const double count = sums ? sums[2 * p->c] : (double)p->n * (double)p->hw;
+    for (int ch = 0; ch < p->c; ch++) {
+        double mu, var;
+        if (sums) { /* kern_bn_sums_coef's: E[x^2] - mean^2 of the summed buffer */
+            mu = sums[ch] / count;
+            var = sums[p->c + ch] / count - mu * mu;
+            var = var > 0 ? var : 0;
+        } else {
+            double q;
+            merged(p, ch, &mu, &q);
+            var = q / count;
         }
-        const double var = q / count, invstd = 1.0 / sqrt(var + (double)p->eps);
+        const double invstd = 1.0 / sqrt(var + (double)p->eps);
         const double g = gamma[ch], be = beta[ch];
         p->mean[ch] = (float)mu;
         p->var[ch] = (float)var;
@@ -118,6 +149,7 @@ void kern_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma, const f
         p->a[ch] = (float)(g * invstd);
         p->b[ch] = (float)(be - mu * g * invstd);
     }
+    return count;
 }
 
 BLK_INLINE void silu_fwd_l(float *restrict y, const float *restrict x, const float *restrict r,
@@ -217,9 +249,8 @@ KERN_VEC_CLONES void kern_bnblk_silu_bwd_sums(const struct kern_bnblk *p, long s
     }
 }
 
-void kern_bnblk_bwd_coef(const struct kern_bnblk *p, float *dgamma, float *dbeta)
+void kern_bnblk_bwd_sums(const struct kern_bnblk *p, double *sums, float *dgamma, float *dbeta)
 {
-    const double count = (double)p->n * (double)p->hw;
     for (int ch = 0; ch < p->c; ch++) {
         double a = 0, b = 0;
         for (int i = 0; i < p->n; i++) {
@@ -228,9 +259,19 @@ void kern_bnblk_bwd_coef(const struct kern_bnblk *p, float *dgamma, float *dbeta
         }
         dbeta[ch] += (float)a;
         dgamma[ch] += (float)b;
+        sums[ch] = a;
+        sums[p->c + ch] = b;
+    }
+    sums[2 * p->c] = (double)p->n * (double)p->hw;
+}
+
+void kern_bnblk_bwd_coef(const struct kern_bnblk *p, const double *sums)
+{
+    const double count = sums[2 * p->c];
+    for (int ch = 0; ch < p->c; ch++) {
         p->k[ch] = p->gamma[ch] * p->invstd[ch];
-        p->m1[ch] = (float)(a / count);
-        p->m2[ch] = (float)(b / count);
+        p->m1[ch] = (float)(sums[ch] / count);
+        p->m2[ch] = (float)(sums[p->c + ch] / count);
     }
 }
 

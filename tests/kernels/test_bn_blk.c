@@ -12,7 +12,9 @@
  *     and the rest of the wide y untouched;
  *   - the pad lanes of y and dx are 0, and nothing past the tensors is written (canaries);
  *   - slices run in reverse order give the same bits (the merges fix the order);
- *   - a channel whose |mean| is 1000 std keeps its variance (no float sum of squares).
+ *   - a channel whose |mean| is 1000 std keeps its variance (no float sum of squares);
+ *   - SyncBatchNorm's path: the batch cut into two "ranks" whose sums buffers are added (as the
+ *     all-reduce does) gives the whole batch's y and dx, the ranks' dgamma and dbeta summed.
  * Tolerance 1e-5 + 1e-5 |ref|: the same formulas, sums in another grouping. With |mean| at 1000
  * std, x a + b cancels: a mean 1e-7 apart in its last float bits moves y by 1e-4, so there the
  * outputs get 1e-3; the variance keeps 2e-5 (3e-6 measured; a float sum of squares would be
@@ -56,7 +58,7 @@ static void from_blk(float *dst, const float *src, int n, int c, int cpad, int b
 struct blk_run {
     struct kern_bnblk p;
     float *chan;
-    double *sums;
+    double *sums, *bsums;
 };
 
 static void run_init(struct blk_run *r, int n, int c, int blk, size_t hw)
@@ -71,7 +73,8 @@ static void run_init(struct blk_run *r, int n, int c, int blk, size_t hw)
     p->eps = KERN_BN_EPS;
     r->chan = calloc(10 * (size_t)p->cpad, sizeof(float));
     r->sums = calloc(2 * (size_t)n * (size_t)p->cpad, sizeof(double));
-    if (!r->chan || !r->sums) exit(99);
+    r->bsums = calloc(KERN_BN_SUMS_LEN(c), sizeof(double));
+    if (!r->chan || !r->sums || !r->bsums) exit(99);
     float **const a[10] = { &p->mean, &p->var, &p->invstd, &p->gamma, &p->beta,
                             &p->a,    &p->b,   &p->k,      &p->m1,    &p->m2 };
     for (int i = 0; i < 10; i++)
@@ -89,12 +92,13 @@ static void run_blk(struct blk_run *r, float *y, float *dx, const float *x, cons
     const long ns = (long)p->n * (p->cpad / p->blk);
     for (long k = 0; k < ns; k++)
         kern_bnblk_moments(p, reverse ? ns - 1 - k : k, x);
-    kern_bnblk_fwd_coef(p, gamma, beta);
+    kern_bnblk_fwd_coef(p, gamma, beta, NULL);
     for (long k = 0; k < ns; k++)
         kern_bnblk_silu_fwd(p, reverse ? ns - 1 - k : k, y, x, res);
     for (long k = 0; k < ns; k++)
         kern_bnblk_silu_bwd_sums(p, reverse ? ns - 1 - k : k, dy, x, rdx, radd);
-    kern_bnblk_bwd_coef(p, dg, db);
+    kern_bnblk_bwd_sums(p, r->bsums, dg, db);
+    kern_bnblk_bwd_coef(p, r->bsums);
     for (long k = 0; k < ns; k++)
         kern_bnblk_silu_bwd_dx(p, reverse ? ns - 1 - k : k, dx, dy, x);
 }
@@ -218,12 +222,83 @@ static void check_case(int n, int c, int hw_, int blk, bool residual, float offs
            !memcmp(dg, dg2, (size_t)c * sizeof *dg) && !memcmp(db, db2, (size_t)c * sizeof *db),
        "%s: slices in reverse order give the same bits", what);
 
-    free(run.chan), free(run.sums), free(run2.chan), free(run2.sums);
+    free(run.chan), free(run.sums), free(run2.chan), free(run2.sums), free(run.bsums),
+        free(run2.bsums);
     free(x), free(dy), free(r), free(gamma), free(beta), free(yr), free(dxr), free(sm), free(si);
     free(dgr), free(dbr), free(xb), free(dyb), free(rb), free(yb), free(dxb), free(yb2), free(dxb2);
     free(dg), free(db), free(dg2), free(db2), free(y), free(dx), free(var), free(rdx), free(rdx2);
     free(yw), free(dyw);
     kern_ctx_destroy(ctx);
+}
+
+/* Two ranks of n / 2 images each, their sums added between the phases, against one run on n. */
+static void check_sync(int n, int c, int hw_, int blk)
+{
+    const size_t hw = (size_t)hw_;
+    const int cpad = (c + blk - 1) / blk * blk, h = n / 2;
+    const size_t nb = (size_t)n * (size_t)cpad * hw, half = nb / 2;
+    float *x = kt_alloc(nb), *dy = kt_alloc(nb), *y = kt_alloc(nb), *dx = kt_alloc(nb);
+    float *ys = kt_alloc(nb), *dxs = kt_alloc(nb);
+    float *gamma = kt_alloc((size_t)c), *beta = kt_alloc((size_t)c);
+    float *dg = kt_alloc((size_t)c), *db = kt_alloc((size_t)c);
+    float *dgs = kt_alloc((size_t)c), *dbs = kt_alloc((size_t)c);
+    kt_fill(x, nb, -2, 3);
+    kt_fill(dy, nb, -1, 1);
+    for (int ch = 0; ch < c; ch++) {
+        gamma[ch] = kt_uniform(0.5f, 1.5f), beta[ch] = kt_uniform(-0.5f, 0.5f);
+        dg[ch] = db[ch] = dgs[ch] = dbs[ch] = 0;
+    }
+    for (size_t i = 0; i < nb; i++) /* pad lanes of inputs are 0, as the executor's */
+        if ((int)((i / hw / (size_t)blk) % (size_t)(cpad / blk)) * blk + (int)(i % (size_t)blk) >=
+            c)
+            x[i] = dy[i] = 0;
+    struct blk_run whole, rk[2];
+    run_init(&whole, n, c, blk, hw);
+    run_blk(&whole, y, dx, x, NULL, dy, gamma, beta, dg, db, NULL, 0, false);
+    double *sum = calloc(KERN_BN_SUMS_LEN(c), sizeof(double));
+    double *part[2] = { calloc(KERN_BN_SUMS_LEN(c), sizeof(double)),
+                        calloc(KERN_BN_SUMS_LEN(c), sizeof(double)) };
+    if (!sum || !part[0] || !part[1]) exit(99);
+    const long ns = (long)h * (cpad / blk);
+    for (int r = 0; r < 2; r++) {
+        run_init(&rk[r], h, c, blk, hw);
+        for (long k = 0; k < ns; k++)
+            kern_bnblk_moments(&rk[r].p, k, x + (size_t)r * half);
+        kern_bnblk_fwd_sums(&rk[r].p, part[r]);
+    }
+    for (size_t i = 0; i < KERN_BN_SUMS_LEN(c); i++)
+        sum[i] = part[0][i] + part[1][i];
+    for (int r = 0; r < 2; r++) {
+        kern_bnblk_fwd_coef(&rk[r].p, gamma, beta, sum);
+        for (long k = 0; k < ns; k++) {
+            kern_bnblk_silu_fwd(&rk[r].p, k, ys + (size_t)r * half, x + (size_t)r * half, NULL);
+            kern_bnblk_silu_bwd_sums(&rk[r].p, k, dy + (size_t)r * half, x + (size_t)r * half, NULL,
+                                     0);
+        }
+        kern_bnblk_bwd_sums(&rk[r].p, part[r], dgs, dbs); /* both ranks' add up */
+    }
+    for (size_t i = 0; i < KERN_BN_SUMS_LEN(c); i++)
+        sum[i] = part[0][i] + part[1][i];
+    for (int r = 0; r < 2; r++) {
+        kern_bnblk_bwd_coef(&rk[r].p, sum);
+        for (long k = 0; k < ns; k++)
+            kern_bnblk_silu_bwd_dx(&rk[r].p, k, dxs + (size_t)r * half, dy + (size_t)r * half,
+                                   x + (size_t)r * half);
+    }
+    char w[160];
+    snprintf(w, sizeof w, "two ranks of n%d c%d hw%d blk%d, sums added: y", h, c, hw_, blk);
+    kt_check_close_f(w, ys, y, nb, 1e-5, 1e-5);
+    snprintf(w, sizeof w, "two ranks of n%d c%d hw%d blk%d, sums added: dx", h, c, hw_, blk);
+    kt_check_close_f(w, dxs, dx, nb, 1e-5, 1e-5);
+    snprintf(w, sizeof w, "two ranks of n%d c%d hw%d blk%d: dgamma summed", h, c, hw_, blk);
+    kt_check_close_f(w, dgs, dg, (size_t)c, 1e-4, 1e-5);
+    snprintf(w, sizeof w, "two ranks of n%d c%d hw%d blk%d: dbeta summed", h, c, hw_, blk);
+    kt_check_close_f(w, dbs, db, (size_t)c, 1e-4, 1e-5);
+    free(x), free(dy), free(y), free(dx), free(ys), free(dxs), free(gamma), free(beta), free(dg);
+    free(db), free(dgs), free(dbs), free(sum), free(part[0]), free(part[1]);
+    free(whole.chan), free(whole.sums), free(whole.bsums);
+    for (int r = 0; r < 2; r++)
+        free(rk[r].chan), free(rk[r].sums), free(rk[r].bsums);
 }
 
 int main(int argc, char **argv)
@@ -237,5 +312,7 @@ int main(int argc, char **argv)
     check_case(2, 13, 200, 8, true, 1.0f, false);
     check_case(2, 16, 40, 8, false, 1.0f, true);
     check_case(2, 16, 300, 16, false, 1000.0f, false); /* |mean| up to 1000 std */
+    check_sync(4, 20, 90, 16);
+    check_sync(6, 24, 40, 8);
     return tap_done();
 }

@@ -8,7 +8,9 @@
  * the first launched long before the backward's last row, and one completed by the communication
  * thread while the backward was still running (the last row's hook waits for it). Variants: with
  *            SyncBatchNorm on the same communicator (its sums run during backward between the
- *            buckets), and on the GPU net's data path (trn_net_opts.device_path, CPU ops).
+ *            buckets), on the GPU net's data path (trn_net_opts.device_path, CPU ops), and
+ *            (net-onednn) both hooks on the CPU oneDNN executor (trn_cpu_engine ONEDNN,
+ *            dnn_net.yaml, whose convs oneDNN has JIT code for; skipped without oneDNN).
  *   faults   rank 1 dies (SIGKILL) inside its backward while buckets are in flight: rank 0 fails
  *            naming rank 1 and exits non-zero; rank 1 hangs (SIGSTOP) there: rank 0 gives up at
  *            its 2 s deadline naming rank 1.
@@ -19,7 +21,7 @@
  *            Skipped without mpirun or the MPI backend.
  *   bench    not a test (meson benchmark 'dist_overlap'): one-epoch runs of 2 ranks x batch 2,
  *            alternately with and without overlap, and the ratio of their step times.
- * usage: test_dist_overlap net|net-syncbn|net-device|faults MODELS_TEST_DIR
+ * usage: test_dist_overlap net|net-syncbn|net-device|net-onednn|faults MODELS_TEST_DIR
  *        test_dist_overlap train|mpi MODELS_TEST_DIR YOLO_TRAIN YOLO_SYNTH YOLO_PACK MPIRUN|-
  *                          MPI_BUILT
  *        test_dist_overlap bench ... (as train) [CFG [IMG [STEPS [REPS]]]]
@@ -136,7 +138,7 @@ static void spawn(child_fn fn, int *status, pid_t *pids, bool wait_all)
 #define STEPS   4
 #define LR      0.01f
 
-enum variant { V_PLAIN, V_SYNCBN, V_DEVICE };
+enum variant { V_PLAIN, V_SYNCBN, V_DEVICE, V_ONEDNN };
 static enum variant variant;
 
 /* What the hook of the bucketed net needs. */
@@ -186,7 +188,8 @@ static struct trn_model *tiny(void)
 {
     struct trn_model *m = NULL;
     char path[512], err[256];
-    snprintf(path, sizeof path, "%s/tiny_net.yaml", models);
+    snprintf(path, sizeof path, "%s/%s", models,
+             variant == V_ONEDNN ? "dnn_net.yaml" : "tiny_net.yaml");
     if (trn_model_load(path, NULL, &m, err, sizeof err) < 0) return NULL;
     trn_model_init(m, 7);
     return m;
@@ -215,10 +218,11 @@ static int child_net(int rank, int fault, double timeout)
     struct hook_ctx h = { .d = d, .rows = I->n_layers, .rank = rank, .fault = fault };
     struct trn_net_opts o;
     trn_net_opts_default(&o);
-    if (variant == V_SYNCBN) {
+    if (variant == V_SYNCBN || variant == V_ONEDNN) {
         o.bn_allreduce = bn_sum;
         o.bn_allreduce_ctx = d;
     }
+    if (variant == V_ONEDNN) o.cpu_engine = TRN_CPU_ENGINE_ONEDNN;
     struct trn_net *ref = NULL, *ovl = NULL;
     int rc = trn_net_create(m_ref, 2, NET_IMG, NET_IMG, &o, &ref, err, sizeof err);
     o.grad_ready = hook;
@@ -314,7 +318,9 @@ static void test_net(void)
     static const char *const names[] = { "CPU path",
                                          "CPU path, SyncBatchNorm on the same "
                                          "communicator",
-                                         "GPU net's data path (device_path)" };
+                                         "GPU net's data path (device_path)",
+                                         "oneDNN executor, SyncBatchNorm on the same "
+                                         "communicator" };
     const char *what = names[variant];
     int st[2];
     pid_t pids[2];
@@ -589,6 +595,19 @@ int main(int argc, char **argv)
         test_net();
     } else if (!strcmp(mode, "net-device")) {
         variant = V_DEVICE;
+        test_net();
+    } else if (!strcmp(mode, "net-onednn")) {
+        variant = V_ONEDNN;
+        struct trn_model *m = tiny();
+        struct trn_net_opts o;
+        trn_net_opts_default(&o);
+        o.train = true;
+        o.cpu_engine = TRN_CPU_ENGINE_ONEDNN;
+        struct trn_net *net = NULL;
+        const int rc = m ? trn_net_create(m, 2, NET_IMG, NET_IMG, &o, &net, NULL, 0) : -EINVAL;
+        trn_net_destroy(net);
+        trn_model_destroy(m);
+        if (rc == -ENOTSUP) tap_skip_all("no oneDNN executor for dnn_net.yaml here");
         test_net();
     } else if (!strcmp(mode, "faults")) {
         test_faults();

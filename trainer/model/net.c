@@ -305,6 +305,14 @@ static int row_ranges(struct trn_net *net, char *err, size_t err_cap)
     return 0;
 }
 
+static int row_ready(struct trn_net *net, int i);
+
+/* The oneDNN training executor's row-done hook: the gradient-ready hook of row i. */
+static int dnn_row_done(void *ctx, int i)
+{
+    return row_ready(ctx, i);
+}
+
 /* The oneDNN executor where o->cpu_engine asks for it and it applies (net.h trn_cpu_engine):
  * its Detect convs write into the acts the decode reads. */
 static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *err, size_t err_cap)
@@ -314,8 +322,6 @@ static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *e
     const char *why = !trn_dnn_built() ? "this build has no oneDNN"
                       : net->gpu || kern_ctx_backend(net->ctx) != KERN_BACKEND_CPU ? "not a CPU net"
                       : net->amp != KERN_DT_F32                                    ? "autocast"
-                      : train && o->bn_allreduce                                   ? "SyncBatchNorm"
-                      : train && o->grad_ready ? "a gradient-ready hook"
                       : train && o->input_grad ? "input gradients"
                                                : NULL;
     if (why) {
@@ -344,6 +350,9 @@ static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *e
         return 0;
     }
     if (rc < 0) return rc;
+    if (train)
+        trn_dnn_train_hooks(net->dnn, net->bn_allreduce, net->bn_allreduce_ctx,
+                            net->grad_ready ? dnn_row_done : NULL, net);
     net->mem += trn_dnn_bytes(net->dnn);
     snprintf(net->engine_name, sizeof net->engine_name, "oneDNN %s", trn_dnn_layout(net->dnn));
     net->dnn_train = train;

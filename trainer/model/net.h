@@ -151,8 +151,8 @@ struct trn_net_grad_range {
  * it (BN's gamma and beta read in place, every gradient added into the grad arena), and its eval
  * forwards and trn_net_infer on the reference ops; trn_net_forward_dev always runs the
  * reference ops (a backward follows the engine of the forward before it). A training net on
- * oneDNN has no image gradient (input_grad), SyncBatchNorm (bn_allreduce) or gradient-ready hook
- * (grad_ready).
+ * oneDNN has no image gradient (input_grad); its SyncBatchNorm and gradient-ready hooks are
+ * called in the reference ops' sequence, so ranks on either engine work together.
  * After a oneDNN forward the view getters show the Detect convs' outputs as computed, every
  * other act as the last reference forward left it.
  */
@@ -160,8 +160,8 @@ enum trn_cpu_engine {
     TRN_CPU_ENGINE_REF = 0,    /* the reference ops (the default of trn_net_opts) */
     TRN_CPU_ENGINE_AUTO = 1,   /* oneDNN where the build has it, the net is on a CPU context in
                                   float32 (amp KERN_DT_F32, not device_path), oneDNN has JIT
-                                  code for its convs and (training nets) none of input_grad,
-                                  bn_allreduce, grad_ready is set; else the reference ops */
+                                  code for its convs and (training nets) input_grad is off;
+                                  else the reference ops */
     TRN_CPU_ENGINE_ONEDNN = 2, /* oneDNN, or -ENOTSUP from trn_net_create where AUTO would not
                                   choose it */
 };

@@ -38,6 +38,7 @@ enum step_kind {
     STEP_BN_BWD,  /* its backward (bn_bwd) */
     STEP_DET_FWD, /* Detect conv node nd's output into the head, reshaped (det_fwd) */
     STEP_DET_BWD, /* its gradient from the head's (det_bwd) */
+    STEP_ROW,     /* the backward is done with row `row`: the gradient-ready hook */
 };
 
 struct tnode;
@@ -49,6 +50,7 @@ struct step {
     int nargs;
     bool split;
     unsigned acc;
+    int row;
     struct tnode *nd;
     dnnl_exec_arg_t args[TRN_MODEL_MAX_FROM + 3];
 };
@@ -98,7 +100,15 @@ struct trn_dnn {
     double *sums; /* the BN passes' per-slice sums: two per (image, channel) of the widest */
     size_t n_sums;
     const float *dhead[TRN_MODEL_MAX_LEVELS]; /* the backward's head gradients (per call) */
-    int rc;                                   /* the first failure while building */
+    int cur_row;                              /* the row being built (tnode.row) */
+    /* trn_dnn_train_hooks: SyncBatchNorm's all-reduce over gsums, and the row-done hook */
+    int (*bn_allreduce)(void *, double *, size_t);
+    void *bn_ctx;
+    int (*row_done)(void *, int);
+    void *row_ctx;
+    double *gsums; /* KERN_BN_SUMS_LEN of the widest BN */
+    int max_c;
+    int rc; /* the first failure while building */
     char *err;
     size_t err_cap;
 };
@@ -121,6 +131,8 @@ struct tnode {
     struct kern_bnblk bp;
     size_t out_off; /* out is a concat this node writes a slice of, from this float of an image */
     bool radd;      /* the residual's gradient is added (else the first: copied) */
+    int row;        /* the model row it belongs to */
+    double count;   /* type 0: the values its batch statistics covered (all ranks' with SyncBN) */
     /* type 1: its level, shape and output in the head (bs, na, ny, nx, no) */
     int level;
     struct kern_detect det;
@@ -549,6 +561,7 @@ static struct tnode *tnode_new(struct trn_dnn *d, int type, struct tt *x)
     if (d->rc || !x) return NULL;
     struct tnode *nd = &d->nodes[d->n_nodes++];
     nd->type = type;
+    nd->row = d->cur_row;
     nd->in[0] = x;
     nd->k = 1;
     return nd;
@@ -698,6 +711,7 @@ static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const st
     nd->dbeta = ts->grad + trn_model_tensor(m, c->bn_bias)->offset;
     const size_t sums = 2 * (size_t)n * (size_t)bp->cpad;
     if (sums > d->n_sums) d->n_sums = sums;
+    if (c->c2 > d->max_c) d->max_c = c->c2;
     struct step *st = push_kind(d, STEP_BN_FWD, NULL, 0, NULL);
     if (st) st->nd = nd;
     return nd->out;
@@ -1038,13 +1052,26 @@ static void build_train(struct trn_dnn *d, const struct tspec *ts, const struct 
     struct tt *images = tt_new(d, ts->in->n, ts->in->c, ts->in->h, ts->in->w, dnnl_nchw, d->stage);
     if (images) d->input = images->x;
     d->phase = 0;
-    for (int i = 0; i < I->n_layers && !d->rc; i++)
+    for (int i = 0; i < I->n_layers && !d->rc; i++) {
+        d->cur_row = i;
         if (!(outs[i] = trow(d, ts, m, pl, i, outs, images, det_out)) && !d->rc) d->rc = -EINVAL;
+    }
     if (!d->rc && !(d->tmp = aligned_alloc(64, (d->tmp_bytes + 63) / 64 * 64))) d->rc = -ENOMEM;
     if (!d->rc && d->n_sums && !(d->sums = malloc(d->n_sums * sizeof *d->sums))) d->rc = -ENOMEM;
+    if (!d->rc && !(d->gsums = malloc(KERN_BN_SUMS_LEN(d->max_c) * sizeof *d->gsums)))
+        d->rc = -ENOMEM;
+    /* the backward, with a row step once every node of a row is done (rows n - 1 down to 0,
+       each once, as the reference backward calls the gradient-ready hook) */
     d->phase = 1;
-    for (int i = d->n_nodes - 1; i >= 0 && !d->rc; i--)
-        node_bwd(d, ts, m, &d->nodes[i], images);
+    int next = I->n_layers - 1;
+    for (int i = d->n_nodes - 1; i >= -1 && !d->rc; i--) {
+        const int row = i >= 0 ? d->nodes[i].row : -1;
+        for (; next > row && !d->rc; next--) {
+            struct step *st = push_kind(d, STEP_ROW, NULL, 0, NULL);
+            if (st) st->row = next;
+        }
+        if (i >= 0) node_bwd(d, ts, m, &d->nodes[i], images);
+    }
     d->phase = 0;
     free(outs);
     free_hints(d);
@@ -1177,8 +1204,7 @@ int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *i
         const struct tnode *nd = &d->nodes[i];
         if (nd->type) continue;
         const struct trn_conv *c = trn_model_conv(m, nd->conv);
-        const dnnl_memory_desc_t *yd = md_of(nd->c->x);
-        const double n = (double)yd->dims[0] * (double)yd->dims[2] * (double)yd->dims[3];
+        const double n = nd->count;
         const float *mean = nd->bp.mean, *var = nd->bp.var;
         float *rm = B + trn_model_tensor(m, c->bn_mean)->offset;
         float *rv = B + trn_model_tensor(m, c->bn_var)->offset;
@@ -1189,6 +1215,15 @@ int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *i
         if (count) cnt[trn_model_tensor(m, c->bn_count)->offset] += 1;
     }
     return 0;
+}
+
+void trn_dnn_train_hooks(struct trn_dnn *d, int (*bn_allreduce)(void *, double *, size_t),
+                         void *bn_ctx, int (*row_done)(void *, int), void *row_ctx)
+{
+    d->bn_allreduce = bn_allreduce;
+    d->bn_ctx = bn_ctx;
+    d->row_done = row_done;
+    d->row_ctx = row_ctx;
 }
 
 int trn_dnn_train_backward(struct trn_dnn *d, const float *const *dhead, int levels)
@@ -1314,7 +1349,12 @@ static int bn_fwd(struct trn_dnn *d, struct tnode *nd)
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
         kern_bnblk_moments(bp, t, v.x);
-    kern_bnblk_fwd_coef(bp, nd->gamma, nd->beta);
+    if (d->bn_allreduce) { /* SyncBatchNorm: the statistics of every rank's batch */
+        kern_bnblk_fwd_sums(bp, d->gsums);
+        const int r = d->bn_allreduce(d->bn_ctx, d->gsums, KERN_BN_SUMS_LEN(bp->c));
+        if (r < 0) return r;
+    }
+    nd->count = kern_bnblk_fwd_coef(bp, nd->gamma, nd->beta, d->bn_allreduce ? d->gsums : NULL);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
         kern_bnblk_silu_fwd(bp, t, v.y, v.x, v.r);
@@ -1332,7 +1372,12 @@ static int bn_bwd(struct trn_dnn *d, struct tnode *nd)
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
         kern_bnblk_silu_bwd_sums(bp, t, v.dy, v.x, v.rdx, nd->radd);
-    kern_bnblk_bwd_coef(bp, nd->dgamma, nd->dbeta);
+    kern_bnblk_bwd_sums(bp, d->gsums, nd->dgamma, nd->dbeta); /* dgamma, dbeta: this batch's */
+    if (d->bn_allreduce) {
+        const int r = d->bn_allreduce(d->bn_ctx, d->gsums, KERN_BN_SUMS_LEN(bp->c));
+        if (r < 0) return r;
+    }
+    kern_bnblk_bwd_coef(bp, d->gsums);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
         kern_bnblk_silu_bwd_dx(bp, t, v.dx, v.dy, v.x);
@@ -1392,6 +1437,9 @@ static int run_steps(struct trn_dnn *d, int ph)
         case STEP_DET_BWD:
             rc = det_bwd(d, s->nd);
             break;
+        case STEP_ROW:
+            if (d->row_done) rc = d->row_done(d->row_ctx, s->row);
+            break;
         }
         if (rc < 0) return rc;
     }
@@ -1440,5 +1488,6 @@ void trn_dnn_destroy(struct trn_dnn *d)
     free(d->nodes);
     free(d->tmp);
     free(d->sums);
+    free(d->gsums);
     free(d);
 }

@@ -61,6 +61,12 @@ int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *i
     return -ENOTSUP;
 }
 
+void trn_dnn_train_hooks(struct trn_dnn *d, int (*bn_allreduce)(void *, double *, size_t),
+                         void *bn_ctx, int (*row_done)(void *, int), void *row_ctx)
+{
+    (void)d, (void)bn_allreduce, (void)bn_ctx, (void)row_done, (void)row_ctx;
+}
+
 int trn_dnn_train_backward(struct trn_dnn *d, const float *const *dhead, int levels)
 {
     (void)d, (void)dhead, (void)levels;

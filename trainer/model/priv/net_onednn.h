@@ -76,6 +76,17 @@ int trn_dnn_train_create(struct trn_model *m, const struct trn_act_plan *pl, int
                          float *grad, float *const *head, struct trn_dnn **out, char *err,
                          size_t err_cap);
 
+/*
+ * The training executor's hooks, as trn_net_opts' (net.h): bn_allreduce (SyncBatchNorm; NULL:
+ * off) sums each BN layer's KERN_BN_SUMS_LEN(c) buffer over the ranks, once per BN layer in
+ * layer order in the forward and in reverse in the backward, the reference backward's sequence;
+ * row_done(row_ctx, i) (NULL: none) is called once per model row, n_layers - 1 down to 0, when
+ * the backward is done writing row i's parameter gradients. A negative return stops the forward
+ * or backward, which returns it.
+ */
+void trn_dnn_train_hooks(struct trn_dnn *d, int (*bn_allreduce)(void *, double *, size_t),
+                         void *bn_ctx, int (*row_done)(void *, int), void *row_ctx);
+
 /* The training forward on images: head written, the model's BN running statistics moved
  * (momentum TRN_MODEL_BN_MOMENTUM, unbiased batch variance) and, with count, each
  * num_batches_tracked + 1. Returns 0 or -TRN_MODEL_EONEDNN. */
