@@ -280,4 +280,18 @@ static inline uint64_t kt_seed_from_args(int argc, char **argv, uint64_t dflt)
     return s;
 }
 
+/* NCHW (n, c, hw) into a channel-blocked (n, cpad / blk, hw, blk), oneDNN's nChw16c / nChw8c
+ * (kern_bnblk's and kern_detect_blk's layout), pad lanes 0. */
+static inline void kt_to_blk(float *dst, const float *src, int n, int c, int cpad, int blk,
+                             size_t hw)
+{
+    memset(dst, 0, (size_t)n * (size_t)cpad * hw * sizeof *dst);
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (size_t p = 0; p < hw; p++)
+                dst[(((size_t)i * (size_t)(cpad / blk) + (size_t)(ch / blk)) * hw + p) *
+                        (size_t)blk +
+                    (size_t)(ch % blk)] = src[((size_t)i * (size_t)c + (size_t)ch) * hw + p];
+}
+
 #endif

@@ -25,18 +25,6 @@
 
 #include "kern_testutil.h"
 
-/* NCHW (n, c, hw) into blocked (n, cpad / blk, hw, blk), pad lanes 0. */
-static void to_blk(float *dst, const float *src, int n, int c, int cpad, int blk, size_t hw)
-{
-    memset(dst, 0, (size_t)n * (size_t)cpad * hw * sizeof *dst);
-    for (int i = 0; i < n; i++)
-        for (int ch = 0; ch < c; ch++)
-            for (size_t p = 0; p < hw; p++)
-                dst[(((size_t)i * (size_t)(cpad / blk) + (size_t)(ch / blk)) * hw + p) *
-                        (size_t)blk +
-                    (size_t)(ch % blk)] = src[((size_t)i * (size_t)c + (size_t)ch) * hw + p];
-}
-
 /* Blocked back into NCHW; *pad_nonzero counts pad lanes that are not 0. */
 static void from_blk(float *dst, const float *src, int n, int c, int cpad, int blk, size_t hw,
                      size_t *pad_nonzero)
@@ -143,9 +131,9 @@ static void check_case(int n, int c, int hw_, int blk, bool residual, float offs
     float *xb = kt_alloc(nb), *dyb = kt_alloc(nb), *rb = kt_alloc(nb);
     float *yb = kt_alloc(nb + 1), *dxb = kt_alloc(nb + 1), *yb2 = kt_alloc(nb + 1);
     float *dxb2 = kt_alloc(nb + 1);
-    to_blk(xb, x, n, c, cpad, blk, hw);
-    to_blk(dyb, dy, n, c, cpad, blk, hw);
-    to_blk(rb, r, n, c, cpad, blk, hw);
+    kt_to_blk(xb, x, n, c, cpad, blk, hw);
+    kt_to_blk(dyb, dy, n, c, cpad, blk, hw);
+    kt_to_blk(rb, r, n, c, cpad, blk, hw);
     kt_poison(yb, nb + 1), kt_poison(dxb, nb + 1), kt_poison(yb2, nb + 1), kt_poison(dxb2, nb + 1);
     float *dg = kt_alloc((size_t)c), *db = kt_alloc((size_t)c);
     float *dg2 = kt_alloc((size_t)c), *db2 = kt_alloc((size_t)c);

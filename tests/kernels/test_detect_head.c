@@ -77,19 +77,6 @@ static void check_detect(int bs, int na, int no, int ny, int nx, float stride)
     kern_ctx_destroy(ctx);
 }
 
-/* raw NCHW (bs, C, cells) into blocked (bs, cpad / blk, cells, blk), pad lanes 0. */
-static void nchw_to_blk(float *dst, const float *src, int bs, int C, int cpad, int blk,
-                        size_t cells)
-{
-    memset(dst, 0, (size_t)bs * (size_t)cpad * cells * sizeof *dst);
-    for (int b = 0; b < bs; b++)
-        for (int ch = 0; ch < C; ch++)
-            for (size_t c = 0; c < cells; c++)
-                dst[(((size_t)b * (size_t)(cpad / blk) + (size_t)(ch / blk)) * cells + c) *
-                        (size_t)blk +
-                    (size_t)(ch % blk)] = src[((size_t)b * (size_t)C + (size_t)ch) * cells + c];
-}
-
 static void check_blk(int bs, int na, int no, int ny, int nx, int blk)
 {
     struct kern_ctx *const ctx = kt_ctx(0);
@@ -102,7 +89,7 @@ static void check_blk(int bs, int na, int no, int ny, int nx, int blk)
     float *const drawb_ref = kt_alloc(nb), *const drawb = kt_alloc(nb + 1);
     kt_fill(raw, n, -6, 6);
     kt_fill(dp, n, -1, 1);
-    nchw_to_blk(rawb, raw, bs, C, cpad, blk, cells);
+    kt_to_blk(rawb, raw, bs, C, cpad, blk, cells);
     kt_poison(pb, n);
     kt_poison(drawb, nb + 1);
     if (kern_ref_detect_reshape_fwd(ctx, &d, p, raw) ||
@@ -113,7 +100,7 @@ static void check_blk(int bs, int na, int no, int ny, int nx, int blk)
             kern_detect_blk_fwd(&d, blk, b, a, pb, rawb);
     ok(!memcmp(p, pb, n * sizeof *p),
        "blocked reshape bs%d na%d no%d %dx%d blk%d: p as the NCHW op's", bs, na, no, ny, nx, blk);
-    nchw_to_blk(drawb_ref, draw, bs, C, cpad, blk, cells);
+    kt_to_blk(drawb_ref, draw, bs, C, cpad, blk, cells);
     for (int b = 0; b < bs; b++)
         for (int cb = cpad / blk - 1; cb >= 0; cb--)
             kern_detect_blk_bwd(&d, blk, b, cb, drawb, dp);
