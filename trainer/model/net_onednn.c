@@ -108,6 +108,8 @@ struct trn_dnn {
     void *row_ctx;
     double *gsums; /* KERN_BN_SUMS_LEN of the widest BN */
     int max_c;
+    struct gbuf *gb; /* the backward's gradient buffers (tt_dx) */
+    int n_gb, cap_gb;
     int rc; /* the first failure while building */
     char *err;
     size_t err_cap;
@@ -116,7 +118,19 @@ struct trn_dnn {
 /* A training activation and its gradient (made when the backward first needs it). */
 struct tt {
     dnnl_memory_t x, dx;
-    bool written; /* backward build: its gradient has had a first writer */
+    bool written;  /* backward build: its gradient has had a first writer */
+    int producers; /* nodes that write it (two for C3's concat); its gradient dies after them */
+    int gb;        /* dx's buffer in trn_dnn.gb */
+};
+
+/* A buffer the backward's gradients live in, one after another: a tensor's gradient lives from
+ * its first writer (a consumer's backward) to its producers' backward, so at most a few are
+ * alive at once; reusing buffers keeps the backward's working set a few tensors wide, and its
+ * memory a few tensors instead of one per activation. */
+struct gbuf {
+    void *p;
+    size_t bytes;
+    bool busy;
 };
 
 /* One forward node of a training executor, with what its backward needs. */
@@ -550,10 +564,48 @@ static struct tt *tt_new(struct trn_dnn *d, dnnl_dim_t n, dnnl_dim_t c, dnnl_dim
     return t;
 }
 
+/* t's gradient, made at its first writer in a free buffer that fits (the smallest), or a new one.
+ */
 static dnnl_memory_t tt_dx(struct trn_dnn *d, struct tt *t)
 {
-    if (t && !t->dx && !d->rc) t->dx = mem(d, md_of(t->x), NULL);
-    return t ? t->dx : NULL;
+    if (!t || t->dx || d->rc) return t ? t->dx : NULL;
+    const size_t need = dnnl_memory_desc_get_size(md_of(t->x));
+    int best = -1;
+    for (int i = 0; i < d->n_gb; i++)
+        if (!d->gb[i].busy && d->gb[i].bytes >= need &&
+            (best < 0 || d->gb[i].bytes < d->gb[best].bytes))
+            best = i;
+    if (best < 0) {
+        if (d->n_gb == d->cap_gb) {
+            const int cap = d->cap_gb ? 2 * d->cap_gb : 16;
+            struct gbuf *g = realloc(d->gb, (size_t)cap * sizeof *g);
+            if (!g) {
+                d->rc = -ENOMEM;
+                return NULL;
+            }
+            d->gb = g;
+            d->cap_gb = cap;
+        }
+        const size_t bytes = (need + 63) / 64 * 64;
+        void *p = aligned_alloc(64, bytes ? bytes : 64);
+        if (!p) {
+            d->rc = -ENOMEM;
+            return NULL;
+        }
+        d->gb[d->n_gb] = (struct gbuf){ .p = p, .bytes = bytes };
+        d->bytes += bytes;
+        best = d->n_gb++;
+    }
+    d->gb[best].busy = true;
+    t->gb = best;
+    t->dx = mem(d, md_of(t->x), d->gb[best].p);
+    return t->dx;
+}
+
+/* One of t's producers has had its backward built: after the last, t's gradient is dead. */
+static void tt_produced(struct trn_dnn *d, struct tt *t)
+{
+    if (t && --t->producers == 0 && t->dx) d->gb[t->gb].busy = false;
 }
 
 static struct tnode *tnode_new(struct trn_dnn *d, int type, struct tt *x)
@@ -1060,6 +1112,11 @@ static void build_train(struct trn_dnn *d, const struct tspec *ts, const struct 
     if (!d->rc && d->n_sums && !(d->sums = malloc(d->n_sums * sizeof *d->sums))) d->rc = -ENOMEM;
     if (!d->rc && !(d->gsums = malloc(KERN_BN_SUMS_LEN(d->max_c) * sizeof *d->gsums)))
         d->rc = -ENOMEM;
+    for (int i = 0; i < d->n_nodes; i++) {
+        struct tnode *nd = &d->nodes[i];
+        if (nd->out) nd->out->producers++;
+        if (nd->c && nd->c != nd->out) nd->c->producers++;
+    }
     /* the backward, with a row step once every node of a row is done (rows n - 1 down to 0,
        each once, as the reference backward calls the gradient-ready hook) */
     d->phase = 1;
@@ -1070,7 +1127,11 @@ static void build_train(struct trn_dnn *d, const struct tspec *ts, const struct 
             struct step *st = push_kind(d, STEP_ROW, NULL, 0, NULL);
             if (st) st->row = next;
         }
-        if (i >= 0) node_bwd(d, ts, m, &d->nodes[i], images);
+        if (i < 0) continue;
+        struct tnode *nd = &d->nodes[i];
+        node_bwd(d, ts, m, nd, images);
+        tt_produced(d, nd->out);
+        if (nd->c && nd->c != nd->out) tt_produced(d, nd->c);
     }
     d->phase = 0;
     free(outs);
@@ -1487,6 +1548,9 @@ void trn_dnn_destroy(struct trn_dnn *d)
         free(d->nodes[i].bn);
     free(d->nodes);
     free(d->tmp);
+    for (int i = 0; i < d->n_gb; i++)
+        free(d->gb[i].p);
+    free(d->gb);
     free(d->sums);
     free(d->gsums);
     free(d);
