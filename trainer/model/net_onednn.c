@@ -4,14 +4,18 @@
  * activations live (oneDNN's blocked layout, never converted between layers: a reorder around
  * each conv gives back most of the gain, docs/benchmarks.md "bench_onednn_conv") and who
  * computes them. One executor holds its steps in two lists: the forward's, and a training
- * executor's backward, built by walking the forward's nodes in reverse.
+ * executor's backward, built by walking the forward's nodes in reverse. A step is a oneDNN
+ * primitive or a pass of our own over the blocked tensors: concat copies, and in training the
+ * BN + SiLU (+ residual) passes (kern_bnblk: oneDNN's BN, eltwise and binary primitives took
+ * more passes over memory), the Detect convs' output straight into the head, and the hooks of
+ * multi-process training.
  *
  * oneDNN 2.6 details that shape it (measured, docs/benchmarks.md, issue 25 sessions 15-16): a
  * residual written as a sum post-op after the swish, a convolution from a blocked source into an
  * NCHW destination, and backward data given the forward's weight layout, all fall to its
- * reference implementation; so the residual is a binary add post-op, the Detect convs write
- * blocked and then reorder into the net's NCHW buffer, and backward data gets the weights in the
- * layout it asks for.
+ * reference implementation; so the residual is a binary add post-op, the inference Detect convs
+ * write blocked and then reorder into the net's NCHW buffer, and backward data gets the weights
+ * in the layout it asks for.
  */
 #include "priv/net_onednn.h"
 
@@ -140,7 +144,7 @@ struct tnode {
     struct tt *in[TRN_MODEL_MAX_FROM], *out, *c, *res;
     int k;
     dnnl_primitive_desc_t pd; /* the backward's hint; freed after it */
-    dnnl_memory_t w, ws, dplain;
+    dnnl_memory_t w, ws;
     /* type 0's BN + SiLU (kern_bnblk), its per-channel arrays in bn */
     struct kern_bnblk bp;
     size_t out_off; /* out is a concat this node writes a slice of, from this float of an image */
@@ -564,8 +568,7 @@ static struct tt *tt_new(struct trn_dnn *d, dnnl_dim_t n, dnnl_dim_t c, dnnl_dim
     return t;
 }
 
-/* t's gradient, made at its first writer in a free buffer that fits (the smallest), or a new one.
- */
+/* t's gradient, made at its first writer in the smallest free buffer that fits, or a new one. */
 static dnnl_memory_t tt_dx(struct trn_dnn *d, struct tt *t)
 {
     if (!t || t->dx || d->rc) return t ? t->dx : NULL;
