@@ -108,10 +108,11 @@ KERN_API void kern_bn_init(struct kern_bn *d, int n, int c, int hw);
  * cpad / blk channel blocks (cpad: c rounded up to whole blocks), each block hw positions of
  * blk lanes: slice s = image * (cpad / blk) + block starts at s * hw * blk, lane l is channel
  * block * blk + l. The per-slice passes touch only their slice and its sums, so a caller runs
- * them on its threads in any order; the merges (_coef) add the slices in image order, so
+ * them on its threads in any order; the merges (_sums, _coef) add the slices in image order, so
  * results do not depend on the thread count. Arithmetic as the NCHW ops above (kern_bn.c): the
  * same sigmoid, z = x a + b forward, z recomputed as xhat gamma + beta backward; sums in float
- * over L1-sized chunks, merged in double (the forward's moments pairwise, Chan et al.).
+ * over L1-sized chunks, merged in double (the forward's moments of values shifted by the lane's
+ * first, pairwise, Chan et al.).
  *
  *   forward:  kern_bnblk_moments(s) for every slice; kern_bnblk_fwd_coef(NULL) (the slices
  *             merged pairwise); kern_bnblk_silu_fwd(s) for every slice: y = silu(x a + b) (+ r)
