@@ -314,7 +314,8 @@ static int dnn_row_done(void *ctx, int i)
 }
 
 /* The oneDNN executor where o->cpu_engine asks for it and it applies (net.h trn_cpu_engine):
- * its Detect convs write into the acts the decode reads. */
+ * an inference executor's Detect convs write into the acts the decode reads, a training one's into
+ * the head, already reshaped. */
 static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *err, size_t err_cap)
 {
     /* training nets without the options the training executor does not cover */
@@ -1164,8 +1165,8 @@ static int backward_dev(struct trn_net *net, const float *const *dout)
     return 0;
 }
 
-/* The backward of a training forward on the oneDNN executor: the head's gradients reshaped into
- * the Detect convs' NCHW gradients, which it reads (CPU nets only: host memory). */
+/* The backward of a training forward on the oneDNN executor, which reads the head's gradients in
+ * their own layout (CPU nets only: host memory). */
 static int dnn_backward(struct trn_net *net, const float *const *d_outputs)
 {
     return trn_dnn_train_backward(net->dnn, d_outputs, net->I->nl);
