@@ -38,9 +38,9 @@ static size_t slice_at(const struct kern_bnblk *p, long s)
 /* The same in y and dy, whose images may lie y_nstride floats apart. */
 static size_t slice_at_y(const struct kern_bnblk *p, long s)
 {
-    if (!p->y_nstride) return slice_at(p, s);
     const long nb = p->cpad / p->blk;
-    return (size_t)(s / nb) * p->y_nstride + (size_t)(s % nb) * p->hw * (size_t)p->blk;
+    const size_t img = p->y_nstride ? p->y_nstride : (size_t)p->cpad * p->hw;
+    return (size_t)(s / nb) * img + (size_t)(s % nb) * p->hw * (size_t)p->blk;
 }
 
 /* The slice's channel values of one per-channel array. */
@@ -130,10 +130,8 @@ double kern_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma, const
     const double count = sums ? sums[2 * p->c] : (double)p->n * (double)p->hw;
     for (int ch = 0; ch < p->c; ch++) {
         double mu, var;
-        if (sums) { /* kern_bn_sums_coef's: E[x^2] - mean^2 of the summed buffer */
-            mu = sums[ch] / count;
-            var = sums[p->c + ch] / count - mu * mu;
-            var = var > 0 ? var : 0;
+        if (sums) {
+            kern_bn_sums_moments(sums, (size_t)p->c, (size_t)ch, &mu, &var);
         } else {
             double q;
             merged(p, ch, &mu, &q);

@@ -97,6 +97,20 @@ void kern_bn_channel_stats(const struct kern_bn *d, int c, const float *restrict
                            float *restrict running_var);
 
 /*
+ * Channel ch's mean and biased variance from a summed buffer (KERN_BN_SUMS_LEN(c) doubles: sum x,
+ * sum x^2, count): E[x^2] - mean^2, below 0 (its rounding) taken as 0, a NaN kept. One definition
+ * for the NCHW ops' SyncBatchNorm and the blocked ones' (kern_bn_blk.c).
+ */
+static inline void kern_bn_sums_moments(const double *sums, size_t c, size_t ch, double *mean,
+                                        double *var)
+{
+    const double cnt = sums[2 * c];
+    *mean = sums[ch] / cnt;
+    *var = sums[c + ch] / cnt - *mean * *mean;
+    if (*var < 0.0) *var = 0.0;
+}
+
+/*
  * SyncBatchNorm's forward apply for channel c (kern_bn_sync.c): the statistics from the summed
  * buffer, the saves and running update as kern_bn_channel_stats, and *a, *b such that
  * bn(x) = x a + b.

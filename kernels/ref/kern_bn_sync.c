@@ -76,9 +76,8 @@ void kern_bn_sums_coef(const struct kern_bn *d, size_t c, const double *restrict
 {
     const size_t cc = (size_t)d->c;
     const double cnt = sums[2 * cc];
-    const double mean = sums[c] / cnt;
-    double var = sums[cc + c] / cnt - mean * mean;
-    if (var < 0.0) var = 0.0; /* rounding of E[x^2] - mean^2; a NaN stays NaN */
+    double mean, var;
+    kern_bn_sums_moments(sums, cc, c, &mean, &var);
     const double invstd = 1.0 / sqrt(var + (double)d->eps);
     if (save_mean) save_mean[c] = (float)mean;
     if (save_invstd) save_invstd[c] = (float)invstd;

@@ -272,6 +272,13 @@ static void push(struct trn_dnn *d, dnnl_primitive_desc_t pd, int nargs,
     push_kind(d, pd ? STEP_PRIM : STEP_CAT, pd, nargs, args);
 }
 
+/* A pass of our own over node nd (STEP_BN_*, STEP_DET_*). */
+static void push_node(struct trn_dnn *d, enum step_kind k, struct tnode *nd)
+{
+    struct step *st = push_kind(d, k, NULL, 0, NULL);
+    if (st) st->nd = nd;
+}
+
 static const struct {
     dnnl_format_tag_t tag;
     const char *name;
@@ -728,8 +735,7 @@ static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const st
             d->rc = -EINVAL;
             return NULL;
         }
-        struct step *st = push_kind(d, STEP_DET_FWD, NULL, 0, NULL);
-        if (st) st->nd = nd;
+        push_node(d, STEP_DET_FWD, nd);
         return nd->out = nd->c;
     }
     /* BN with batch statistics, SiLU and the residual in one pass of the executor's own
@@ -767,8 +773,7 @@ static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const st
     const size_t sums = 2 * (size_t)n * (size_t)bp->cpad;
     if (sums > d->n_sums) d->n_sums = sums;
     if (c->c2 > d->max_c) d->max_c = c->c2;
-    struct step *st = push_kind(d, STEP_BN_FWD, NULL, 0, NULL);
-    if (st) st->nd = nd;
+    push_node(d, STEP_BN_FWD, nd);
     return nd->out;
 }
 
@@ -1020,18 +1025,12 @@ static void node_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn
             tt_dx(d, nd->res);
         }
         /* the conv output's gradient from the output's (bn_bwd) */
-        if (tt_dx(d, nd->c)) {
-            struct step *st = push_kind(d, STEP_BN_BWD, NULL, 0, NULL);
-            if (st) st->nd = nd;
-        }
+        if (tt_dx(d, nd->c)) push_node(d, STEP_BN_BWD, nd);
         conv_bwd(d, ts, m, nd, images);
         break;
     }
     case 1: { /* the loss's gradient of the head into the blocked layout (det_bwd) */
-        if (tt_dx(d, nd->c)) {
-            struct step *st = push_kind(d, STEP_DET_BWD, NULL, 0, NULL);
-            if (st) st->nd = nd;
-        }
+        if (tt_dx(d, nd->c)) push_node(d, STEP_DET_BWD, nd);
         conv_bwd(d, ts, m, nd, images);
         break;
     }
@@ -1115,10 +1114,14 @@ static void build_train(struct trn_dnn *d, const struct tspec *ts, const struct 
     if (!d->rc && d->n_sums && !(d->sums = malloc(d->n_sums * sizeof *d->sums))) d->rc = -ENOMEM;
     if (!d->rc && !(d->gsums = malloc(KERN_BN_SUMS_LEN(d->max_c) * sizeof *d->gsums)))
         d->rc = -ENOMEM;
-    for (int i = 0; i < d->n_nodes; i++) {
+    for (int i = 0; i < d->n_nodes && !d->rc; i++) {
         struct tnode *nd = &d->nodes[i];
         if (nd->out) nd->out->producers++;
         if (nd->c && nd->c != nd->out) nd->c->producers++;
+        if (!nd->type) { /* every BN pass's per-slice sums share one buffer */
+            nd->bp.s1 = d->sums;
+            nd->bp.s2 = d->sums + (size_t)nd->bp.n * (size_t)nd->bp.cpad;
+        }
     }
     /* the backward, with a row step once every node of a row is done (rows n - 1 down to 0,
        each once, as the reference backward calls the gradient-ready hook) */
@@ -1376,20 +1379,17 @@ static int cat_blocks(const struct step *s)
     return 0;
 }
 
-/* The data of a node's tensors, and its BN's per-slice sums pointed into the shared buffer. */
+/* The data of a node's tensors. */
 struct bn_data {
     float *x, *y, *r;     /* the conv output, the node's output, the residual (or NULL) */
     float *dx, *dy, *rdx; /* their gradients (backward) */
     long slices;
 };
 
-static int bn_data(struct trn_dnn *d, struct tnode *nd, bool bwd, struct bn_data *v)
+static int bn_data(const struct tnode *nd, bool bwd, struct bn_data *v)
 {
     memset(v, 0, sizeof *v);
-    struct kern_bnblk *bp = &nd->bp;
-    bp->s1 = d->sums;
-    bp->s2 = d->sums + (size_t)bp->n * (size_t)bp->cpad;
-    v->slices = (long)bp->n * (bp->cpad / bp->blk);
+    v->slices = (long)nd->bp.n * (nd->bp.cpad / nd->bp.blk);
     if (dnnl_memory_get_data_handle(nd->c->x, (void **)&v->x) ||
         dnnl_memory_get_data_handle(nd->out->x, (void **)&v->y) ||
         (nd->res && dnnl_memory_get_data_handle(nd->res->x, (void **)&v->r)) ||
@@ -1407,7 +1407,7 @@ static int bn_data(struct trn_dnn *d, struct tnode *nd, bool bwd, struct bn_data
 static int bn_fwd(struct trn_dnn *d, struct tnode *nd)
 {
     struct bn_data v;
-    const int rc = bn_data(d, nd, false, &v);
+    const int rc = bn_data(nd, false, &v);
     if (rc < 0) return rc;
     const struct kern_bnblk *bp = &nd->bp;
 #pragma omp parallel for schedule(static)
@@ -1430,7 +1430,7 @@ static int bn_fwd(struct trn_dnn *d, struct tnode *nd)
 static int bn_bwd(struct trn_dnn *d, struct tnode *nd)
 {
     struct bn_data v;
-    const int rc = bn_data(d, nd, true, &v);
+    const int rc = bn_data(nd, true, &v);
     if (rc < 0) return rc;
     const struct kern_bnblk *bp = &nd->bp;
 #pragma omp parallel for schedule(static)
