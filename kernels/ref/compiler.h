@@ -34,4 +34,21 @@
 #define KERN_VEC_CLONES
 #endif
 
+/*
+ * KERN_PREFETCH(p, bytes): asks for the cache line `bytes` past p ahead of its use (a hint:
+ * never faults, so it may point past the data; the address is formed as an integer, not as
+ * pointer arithmetic that would leave the object). The streaming passes whose loops do much
+ * arithmetic per line (the BN backward's sigmoid and divide) kept too few loads in flight for the
+ * hardware prefetcher: the blocked BN backward's first pass read its cold operands at 12.7 GB/s,
+ * a third of the 2 cores' bandwidth, and ran 2.4x faster with lines asked for KERN_AHEAD ahead
+ * (yolov5n 320 b16, 2 threads, Xeon; 1 to 4 KiB did alike, 8 KiB worse). Not where the data is
+ * already in cache (the forward's moments, right after the conv wrote them): there it cost 25%.
+ */
+#define KERN_AHEAD 4096
+#if defined(__GNUC__)
+#define KERN_PREFETCH(p, bytes) __builtin_prefetch((const void *)((__UINTPTR_TYPE__)(p) + (bytes)))
+#else
+#define KERN_PREFETCH(p, bytes) ((void)(p))
+#endif
+
 #endif

@@ -13,7 +13,8 @@
  * sigmoid (kern_bn_common.h). Sums run in float over chunks of BLK_CHUNK positions that stay in
  * L1 and are merged in double: the forward's moments by Chan et al.'s pairwise update (each
  * chunk read twice: its mean, then the squared deviations from it), so no float sum of squares
- * cancels.
+ * cancels. The backward's passes read operands the forward wrote long before, and ask for their
+ * lines ahead (KERN_PREFETCH); the forward's follow the conv that wrote theirs, in cache.
  */
 #include <math.h>
 #include <stddef.h>
@@ -216,7 +217,9 @@ BLK_INLINE void silu_bwd_sums_l(const float *restrict dy, const float *restrict 
         const size_t len = hw - p0 < BLK_CHUNK ? hw - p0 : BLK_CHUNK;
         const float *const xc = x + p0 * (size_t)L, *const gc = dy + p0 * (size_t)L;
         float t1[BLK_MAX] = { 0 }, t2[BLK_MAX] = { 0 };
-        for (size_t p = 0; p < len; p++)
+        for (size_t p = 0; p < len; p++) {
+            KERN_PREFETCH(xc + p * (size_t)L, KERN_AHEAD);
+            KERN_PREFETCH(gc + p * (size_t)L, KERN_AHEAD);
             for (int l = 0; l < L; l++) {
                 const size_t i = p * (size_t)L + (size_t)l;
                 const float xh = (xc[i] - k->mean[l]) * k->invstd[l];
@@ -224,6 +227,7 @@ BLK_INLINE void silu_bwd_sums_l(const float *restrict dy, const float *restrict 
                 t1[l] += dz;
                 t2[l] += dz * xh;
             }
+        }
         for (int l = 0; l < L; l++) {
             s1[l] += (double)t1[l];
             s2[l] += (double)t2[l];
@@ -277,13 +281,16 @@ BLK_INLINE void silu_bwd_dx_l(float *restrict dx, const float *restrict dy, cons
                               size_t hw, const int L, const struct coef_l *restrict k)
 {
     const size_t len = hw * (size_t)L;
-    for (size_t p = 0; p < len; p += (size_t)L)
+    for (size_t p = 0; p < len; p += (size_t)L) {
+        KERN_PREFETCH(x + p, KERN_AHEAD);
+        KERN_PREFETCH(dy + p, KERN_AHEAD);
         for (int l = 0; l < L; l++) {
             const size_t i = p + (size_t)l;
             const float xh = (x[i] - k->mean[l]) * k->invstd[l];
             const float dz = dy[i] * kern_bn_silu_grad(xh * k->gamma[l] + k->beta[l]);
             dx[i] = k->k[l] * (dz - k->m1[l] - xh * k->m2[l]);
         }
+    }
 }
 
 KERN_VEC_CLONES void kern_bnblk_silu_bwd_dx(const struct kern_bnblk *p, long s, float *dx,

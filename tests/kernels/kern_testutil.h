@@ -114,7 +114,8 @@ static inline size_t kt_random_segs(struct kern_optim_seg *seg, size_t cap, size
     size_t n = 0, at = 0;
     while (n < cap) {
         at += (size_t)kt_randint(0, max_gap);
-        const size_t c = (size_t)kt_randint(1, large > small && !kt_randint(0, 3) ? large : small);
+        size_t c = (size_t)kt_randint(1, large > small && !kt_randint(0, 3) ? large : small);
+        if (n == 0 && at < len && at + c > len) c = len - at; /* never an empty table */
         if (at + c > len) break;
         seg[n].offset = at, seg[n].count = c, seg[n].group = kt_randint(0, n_groups - 1);
         at += c;
