@@ -48,6 +48,17 @@ static inline void kern_share(size_t count, int w, int n, size_t *lo, size_t *hi
     *hi = count * (size_t)(w + 1) / (size_t)n;
 }
 
+/* kern_ref_bce_logits_bwd's gradient scale, dloss / (rows cols) (kern_loss.c): one definition
+ * for the ops that form it themselves (kern_yolo_loss.c). */
+static inline float kern_bce_logits_scale(float dloss, size_t rows, size_t cols)
+{
+    return (float)((double)dloss / ((double)rows * (double)cols));
+}
+
+/* kern_ref_bce_logits_bwd's pass over rows [r0, r1) on the calling thread, scale formed. */
+void kern_bce_logits_grad(float *restrict dx, const float *restrict x, const float *restrict t,
+                          size_t r0, size_t r1, size_t cols, size_t ldx, float scale, int add);
+
 /* Checks an argument at the API boundary: returns rc from the calling function when cond. */
 #define KERN_RETURN_IF(cond, rc) \
     do {                         \

@@ -312,6 +312,33 @@ static size_t yl_row(const struct kern_yolo_loss *d, int l, const struct yl_leve
     return cell * (size_t)(d->nc + 5);
 }
 
+/*
+ * The objectness gradient of a level that dl does not accumulate: each share of cells cleared,
+ * then its objectness column written as kern_ref_bce_logits_bwd would, YL_OBJ_RUN cells at a time
+ * while their rows are in cache. One pass over the level's gradient instead of a memset and a
+ * second pass (they took 4.4 and 2.9 ms of the yolov5n 320 b16 step on one thread).
+ */
+#define YL_OBJ_RUN 256
+
+struct yl_obj_job {
+    float *dl;
+    const float *pl, *t;
+    size_t cells, no;
+    float scale;
+};
+
+static void yl_obj_task(void *arg, int w, int n)
+{
+    const struct yl_obj_job *const j = arg;
+    size_t lo, hi;
+    kern_share(j->cells, w, n, &lo, &hi);
+    for (size_t c0 = lo; c0 < hi; c0 += YL_OBJ_RUN) {
+        const size_t c1 = hi - c0 < YL_OBJ_RUN ? hi : c0 + YL_OBJ_RUN;
+        memset(j->dl + c0 * j->no, 0, (c1 - c0) * j->no * sizeof *j->dl);
+        kern_bce_logits_grad(j->dl + 4, j->pl + 4, j->t, c0, c1, 1, j->no, j->scale, 0);
+    }
+}
+
 int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, float *const *dp,
                        float *restrict out, const float *const *p, const float *restrict targets,
                        const int *restrict ntp, void *scratch, size_t scratch_bytes, unsigned accum)
@@ -407,14 +434,21 @@ int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, flo
         const float *const pl = p[l];
         float *const dl = dp[l];
         const float go = fbs * d->obj * d->balance[l];
-        if (!add) memset(dl, 0, v->cells * (size_t)no * sizeof *dl);
-        if (d->obj_pw == 1.0f) {
+        if (d->obj_pw == 1.0f && !add) {
+            struct yl_obj_job j = { .dl = dl,
+                                    .pl = pl,
+                                    .t = v->tobj,
+                                    .cells = v->cells,
+                                    .no = (size_t)no,
+                                    .scale = kern_bce_logits_scale(go, v->cells, 1) };
+            kern_parallel(ctx, yl_obj_task, &j, v->cells * (size_t)no);
+        } else if (d->obj_pw == 1.0f) {
             rc = kern_ref_bce_logits_bwd(ctx, dl + 4, pl + 4, v->tobj, v->cells, 1, (size_t)no, go,
                                          add);
             if (rc < 0) return rc;
         } else {
-            /* The scale as kern_ref_bce_logits_bwd forms it. */
-            const float scale = (float)((double)go / (double)v->cells);
+            if (!add) memset(dl, 0, v->cells * (size_t)no * sizeof *dl);
+            const float scale = kern_bce_logits_scale(go, v->cells, 1);
             for (size_t c = 0; c < v->cells; c++) {
                 float *const dc = dl + c * (size_t)no + 4;
                 const float gc = yl_bce_grad(pl[c * (size_t)no + 4], v->tobj[c], d->obj_pw) * scale;

@@ -311,6 +311,7 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     snprintf(r->engine, sizeof r->engine, "%s", trn_net_engine(b.net));
     struct kern_ctx_opts ko;
     kern_ctx_opts_default(&ko);
+    ko.threads = o->threads; /* the loss's threads, as train.c's context has them */
     struct trn_hyp hyp;
     trn_hyp_default(&hyp);
     const int nt = o->boxes * o->batch;
