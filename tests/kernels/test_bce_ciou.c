@@ -10,6 +10,8 @@
  * overlapping, nested and disjoint boxes drawn away from the min/max kinks; also the gradient of
  * identical boxes (ties split in halves).
  *
+ * Over 50,000 rows (the context's threads take shares) the same bits on 1 and 3 threads.
+ *
  * Tolerances: BCE forward 1e-6 + 1e-6 |ref|; BCE backward 1e-7 + 1e-5; BCE finite differences
  * (h 1e-2) 1e-4 + 1e-2; CIoU forward 2e-6 + 1e-5 (fp32 vs double); CIoU backward vs double
  * finite differences 1e-5 + 1e-3 |g| (fp32 analytic gradient).
@@ -99,6 +101,39 @@ static void check_bce(size_t rows, size_t cols, size_t ldx, size_t off, float sp
     }
     free(x), free(t), free(dx), free(dx0), free(rdx), free(blk);
     kern_ctx_destroy(ctx);
+}
+
+/* Rows enough for the context's threads (the objectness column of 50,000 anchor cells): the
+ * same loss and gradient bits on 1 and 3 threads, and the loss still the double sum's. */
+static void check_bce_threads(void)
+{
+    const size_t rows = 50000, ldx = 85, nbuf = rows * ldx;
+    struct kern_ctx *const c1 = kt_ctx_threads(1), *const c3 = kt_ctx_threads(3);
+    float *const x = kt_alloc(nbuf), *const t = kt_alloc(rows), *const d1 = kt_alloc(nbuf);
+    float *const d3 = kt_alloc(nbuf);
+    kt_fill(x, nbuf, -12, 12);
+    kt_fill(t, rows, 0, 1);
+    double s = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const double v = x[r * ldx + 4], tt = t[r];
+        s += (v > 0 ? v + log1p(exp(-v)) : log1p(exp(v))) - v * tt;
+    }
+    const double want = s / (double)rows;
+    float l1 = NAN, l3 = NAN;
+    is_int(kern_ref_bce_logits_fwd(c1, &l1, x + 4, t, rows, 1, ldx), 0, "bce 50000 rows, 1 thread");
+    is_int(kern_ref_bce_logits_fwd(c3, &l3, x + 4, t, rows, 1, ldx), 0,
+           "bce 50000 rows, 3 threads");
+    ok(!memcmp(&l1, &l3, sizeof l1), "bce fwd: the same bits on 1 and 3 threads (%.9g, %.9g)",
+       (double)l1, (double)l3);
+    kt_check_close("bce fwd, 3 threads, vs double", &l3, &want, 1, 1e-6, 1e-6);
+    kt_poison(d1, nbuf);
+    kt_poison(d3, nbuf);
+    kern_ref_bce_logits_bwd(c1, d1 + 4, x + 4, t, rows, 1, ldx, 0.7f, 0);
+    kern_ref_bce_logits_bwd(c3, d3 + 4, x + 4, t, rows, 1, ldx, 0.7f, 0);
+    ok(!memcmp(d1, d3, nbuf * sizeof *d1), "bce bwd: the same bits on 1 and 3 threads");
+    free(x), free(t), free(d1), free(d3);
+    kern_ctx_destroy(c1);
+    kern_ctx_destroy(c3);
 }
 
 /* ---- CIoU: an independent double implementation; alpha_in >= 0 freezes alpha ---- */
@@ -235,6 +270,7 @@ int main(int argc, char **argv)
     check_bce(12, 1, 85, 4, 8); /* objectness column of (.., 85) rows */
     check_bce(9, 80, 85, 5, 8); /* class block of gathered rows */
     check_bce(50, 3, 3, 0, 30); /* large logits */
+    check_bce_threads();
     check_ciou();
     return tap_done();
 }

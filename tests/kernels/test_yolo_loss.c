@@ -559,6 +559,67 @@ static void test_accum_workspace_determinism(void)
     problem_free(&P);
 }
 
+/* A problem of 64.5k anchor cells (batch 4, 3 anchors, 64/32/16 grids), so that the context's
+ * threads take shares of the objectness passes: the same outputs and gradient bits on 1 and 3
+ * threads, plain and accumulating, and the outputs still the double re-implementation's. */
+static void test_threads(void)
+{
+    struct problem P;
+    problem_random(&P, 0);
+    const int g[3] = { 64, 32, 16 };
+    P.d.nl = 3;
+    P.d.na = 3;
+    P.d.bs = 4;
+    for (int l = 0; l < 3; l++) {
+        P.d.ny[l] = P.d.nx[l] = g[l];
+        P.d.balance[l] = kt_uniform(0.2f, 4.0f);
+        for (int a = 0; a < 3; a++) {
+            P.d.anchors[l][a][0] = kt_uniform(0.3f, 3.0f);
+            P.d.anchors[l][a][1] = kt_uniform(0.3f, 3.0f);
+        }
+    }
+    for (int r = 0; r < P.nt; r++) {
+        P.t[6 * r] = (float)kt_randint(0, 3);
+        P.t[6 * r + 1] = (float)kt_randint(0, P.d.nc - 1);
+    }
+    problem_alloc(&P, 3.0f);
+    struct kern_ctx *const c3 = kt_ctx_threads(3);
+    float out1[KERN_YOLO_OUT_N], out3[KERN_YOLO_OUT_N];
+    float *d1[KERN_YOLO_MAX_LEVELS], *d3[KERN_YOLO_MAX_LEVELS];
+    for (int acc = 0; acc < 2; acc++) {
+        const unsigned accum = acc ? KERN_ACCUM_DX : 0;
+        for (int l = 0; l < 3; l++) {
+            d1[l] = kt_alloc(P.len[l]);
+            d3[l] = kt_alloc(P.len[l]);
+            kt_fill(d1[l], P.len[l], -1.0f, 1.0f);
+            memcpy(d3[l], d1[l], P.len[l] * sizeof(float));
+        }
+        const int r1 = kern_ref_yolo_loss(g_ctx, &P.d, d1, out1, (const float *const *)P.p, P.t,
+                                          &P.nt, P.scratch, P.bytes, accum);
+        const int r3 = kern_ref_yolo_loss(c3, &P.d, d3, out3, (const float *const *)P.p, P.t, &P.nt,
+                                          P.scratch, P.bytes, accum);
+        int same = r1 == 0 && r3 == 0 && !memcmp(out1, out3, sizeof out1);
+        for (int l = 0; l < 3; l++) {
+            same &= !memcmp(d1[l], d3[l], P.len[l] * sizeof(float));
+            free(d1[l]);
+            free(d3[l]);
+        }
+        ok(same, "64.5k cells%s: the same outputs and gradient bits on 1 and 3 threads",
+           acc ? ", accumulating" : "");
+    }
+    double want[KERN_YOLO_OUT_N];
+    ref_loss(&P.d, (const float *const *)P.p, P.t, P.nt, want);
+    int good = 1;
+    for (int k = 0; k < KERN_YOLO_OUT_N; k++)
+        if (!close_d(out3[k], want[k], 2e-5)) {
+            good = 0;
+            tap_diag("out[%d]: got %.9g want %.9g", k, (double)out3[k], want[k]);
+        }
+    ok(good, "64.5k cells, 3 threads: the outputs match the double re-implementation (rel 2e-5)");
+    kern_ctx_destroy(c3);
+    problem_free(&P);
+}
+
 static void test_errors(void)
 {
     struct problem P;
@@ -633,6 +694,7 @@ int main(int argc, char **argv)
     test_empty();
     test_duplicates();
     test_accum_workspace_determinism();
+    test_threads();
     test_errors();
     kern_ctx_destroy(g_ctx);
     return tap_done();
