@@ -42,7 +42,7 @@
  * hardware prefetcher: the blocked BN backward's first pass read its cold operands at 12.7 GB/s,
  * a third of the 2 cores' bandwidth, and ran 2.4x faster with lines asked for KERN_AHEAD ahead
  * (yolov5n 320 b16, 2 threads, Xeon; 1 to 4 KiB did alike, 8 KiB worse). Not where the data is
- * already in cache (the forward's moments, right after the conv wrote them): there it cost 25%.
+ * already in cache (the forward's moments, right after the conv wrote them): there it cost 30%.
  */
 #define KERN_AHEAD 4096
 #if defined(__GNUC__)
