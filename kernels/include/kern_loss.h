@@ -146,7 +146,9 @@ KERN_API int kern_ref_yolo_loss_entries(const struct kern_yolo_loss *d, const vo
  * BCE-with-logits, mean reduction, pos_weight 1, over a rows x cols block: element (r, c) of
  * the logits is x[r * ldx + c] (ldx >= cols lets the block be the class or objectness columns
  * of (.., no) rows), and its target t[r * cols + c] (dense). Per element, numerically stable:
- * max(x, 0) - x t + log1p(exp(-|x|)). *loss (host) = sum / (rows * cols), summed in double.
+ * max(x, 0) - x t + log1p(exp(-|x|)). *loss (host) = sum / (rows * cols), summed in double
+ * (on the CPU in at most 64 runs of rows fixed by the shape, then the runs in order: the same
+ * bits on any thread count).
  */
 KERN_OP(bce_logits_fwd, (struct kern_ctx *ctx, float *loss, const float *KERN_RESTRICT x,
                          const float *KERN_RESTRICT t, size_t rows, size_t cols, size_t ldx))

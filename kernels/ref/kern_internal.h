@@ -55,10 +55,10 @@ static inline float kern_bce_logits_scale(float dloss, size_t rows, size_t cols)
     return (float)((double)dloss / ((double)rows * (double)cols));
 }
 
-/* kern_ref_bce_logits_bwd's pass over rows [r0, r1) on the calling thread, scale formed (no
- * restrict here: the CUDA files, C++, include this header). */
-void kern_bce_logits_grad(float *dx, const float *x, const float *t, size_t r0, size_t r1,
-                          size_t cols, size_t ldx, float scale, int add);
+/* kern_ref_bce_logits_bwd's pass over rows [r0, r1) on the calling thread, scale formed. */
+void kern_bce_logits_grad(float *KERN_RESTRICT dx, const float *KERN_RESTRICT x,
+                          const float *KERN_RESTRICT t, size_t r0, size_t r1, size_t cols,
+                          size_t ldx, float scale, int add);
 
 /* Checks an argument at the API boundary: returns rc from the calling function when cond. */
 #define KERN_RETURN_IF(cond, rc) \

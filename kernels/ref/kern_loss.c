@@ -3,7 +3,9 @@
  *
  * BCE: logits x as a rows x cols block with row stride ldx (element (r, c) at x[r ldx + c]),
  * targets t dense (rows, cols); loss = mean of max(x, 0) - x t + log1p(exp(-|x|)), summed in
- * double; dx has x's layout: dx = dloss (sigmoid(x) - t) / (rows cols), only inside the block.
+ * double over runs of rows fixed by the shape (BCE_PARTS), the runs on the context's threads and
+ * added in order; dx has x's layout: dx = dloss (sigmoid(x) - t) / (rows cols), only inside the
+ * block, rows shared among the threads.
  * CIoU: b1, b2, db1, db2 (n, 4) as (x, y, w, h); ciou, dciou (n). The forward follows
  * ultralytics' bbox_iou(xywh=True, CIoU=True) op by op in float32; the backward is its autograd
  * with alpha held constant, min/max ties split in halves and clamp(0) passing its gradient at 0.

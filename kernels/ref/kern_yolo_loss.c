@@ -9,7 +9,9 @@
  * This is the code trainer/model/loss.c ran before it moved here, operation for operation, so CPU
  * training stays bit-identical: float32 in PyTorch's op order (python scalars rounded to float
  * first, as PyTorch's CPU kernels do), only the means summed in double, CIoU and the objectness
- * BCE through kern_ref_ciou_* and kern_ref_bce_logits_* (kern_loss.c). kernels/meson.build lets
+ * BCE through kern_ref_ciou_* and kern_ref_bce_logits_* (kern_loss.c; when dp is overwritten,
+ * the objectness gradient through its row pass, which here also clears each share of cells).
+ * Those two run on the context's threads, with the same bits on any count. kernels/meson.build lets
  * the reference contract a * b + c into FMAs; this file must not (the history it reproduces had
  * none), hence the pragma.
  *
