@@ -193,19 +193,30 @@ static bool ok(struct trn_dnn *d, dnnl_status_t st, const char *what)
 
 #define DN(d, call) ok((d), (call), #call)
 
+/* The executor's lists grow by doubling: arr (of *cap elements of elem bytes) reallocated, *cap
+ * updated; NULL (arr kept, d->rc set) when memory runs out. */
+static void *grow(struct trn_dnn *d, void *arr, int *cap, size_t elem)
+{
+    const int c = *cap ? 2 * *cap : 64;
+    void *p = realloc(arr, (size_t)c * elem);
+    if (!p) {
+        if (!d->rc) d->rc = -ENOMEM;
+        return NULL;
+    }
+    *cap = c;
+    return p;
+}
+
 static dnnl_memory_t keep(struct trn_dnn *d, dnnl_memory_t m)
 {
     if (!m) return NULL;
     if (d->n_mems == d->cap_mems) {
-        const int cap = d->cap_mems ? 2 * d->cap_mems : 64;
-        dnnl_memory_t *p = realloc(d->mems, (size_t)cap * sizeof *p);
+        dnnl_memory_t *p = grow(d, d->mems, &d->cap_mems, sizeof *p);
         if (!p) {
             dnnl_memory_destroy(m);
-            if (!d->rc) d->rc = -ENOMEM;
             return NULL;
         }
         d->mems = p;
-        d->cap_mems = cap;
     }
     d->mems[d->n_mems++] = m;
     return m;
@@ -235,14 +246,9 @@ static void *host_block(struct trn_dnn *d, size_t bytes)
 {
     if (d->rc) return NULL;
     if (d->n_hb == d->cap_hb) {
-        const int cap = d->cap_hb ? 2 * d->cap_hb : 64;
-        struct hblock *h = realloc(d->hb, (size_t)cap * sizeof *h);
-        if (!h) {
-            d->rc = -ENOMEM;
-            return NULL;
-        }
+        struct hblock *h = grow(d, d->hb, &d->cap_hb, sizeof *h);
+        if (!h) return NULL;
         d->hb = h;
-        d->cap_hb = cap;
     }
     void *p;
     size_t len = 0;
@@ -302,14 +308,8 @@ static struct step *push_kind(struct trn_dnn *d, enum step_kind k, dnnl_primitiv
     struct step *s = NULL;
     const int ph = d->phase;
     if (!d->rc && d->n_steps[ph] == d->cap_steps[ph]) {
-        const int cap = d->cap_steps[ph] ? 2 * d->cap_steps[ph] : 64;
-        struct step *p = realloc(d->steps[ph], (size_t)cap * sizeof *p);
-        if (p) {
-            d->steps[ph] = p;
-            d->cap_steps[ph] = cap;
-        } else {
-            d->rc = -ENOMEM;
-        }
+        struct step *p = grow(d, d->steps[ph], &d->cap_steps[ph], sizeof *p);
+        if (p) d->steps[ph] = p;
     }
     if (!d->rc) {
         s = &d->steps[ph][d->n_steps[ph]];
@@ -656,17 +656,12 @@ static dnnl_memory_t tt_dx(struct trn_dnn *d, struct tt *t)
             best = i;
     if (best < 0) {
         if (d->n_gb == d->cap_gb) {
-            const int cap = d->cap_gb ? 2 * d->cap_gb : 16;
-            struct gbuf *g = realloc(d->gb, (size_t)cap * sizeof *g);
-            if (!g) {
-                d->rc = -ENOMEM;
-                return NULL;
-            }
+            struct gbuf *g = grow(d, d->gb, &d->cap_gb, sizeof *g);
+            if (!g) return NULL;
             d->gb = g;
-            d->cap_gb = cap;
         }
         const size_t bytes = (need + 63) / 64 * 64;
-        void *p = host_block(d, bytes ? bytes : 64);
+        void *p = host_block(d, bytes);
         if (!p) return NULL;
         d->gb[d->n_gb] = (struct gbuf){ .p = p, .bytes = bytes };
         d->bytes += bytes;
