@@ -127,8 +127,10 @@ KERN_API void kern_bn_init(struct kern_bn *d, int n, int c, int hw);
  * kern_bnblk_bwd_coef; their arithmetic is kern_ref_bn_stats' and _fwd_apply's (sum x^2 formed
  * as M2 + N mean^2 from the local pairwise merge). dgamma and dbeta stay the local batch's.
  *
- * x, r, dx and rdx are dense; y and dy may be a channel slice of a wider tensor (a concat's:
- * the producer writes it in place), their images y_nstride floats apart (0: dense).
+ * r and rdx are dense; y and dy may be a channel slice of a wider tensor (a concat's: the
+ * producer writes it in place), their images y_nstride floats apart (0: dense); x and dx
+ * likewise, x_nstride apart (a slice of one conv's output that two BNs share: C3's cv1 and cv2
+ * run as one conv).
  * The per-channel arrays hold cpad floats each; the pad lanes must be zero (calloc), and stay
  * so: their outputs and gradients are then zero. y, dx, rdx never overlap an input. blk is 8
  * or 16.
@@ -137,6 +139,7 @@ struct kern_bnblk {
     int n, c, cpad, blk; /* images, channels, channels padded to whole blocks, lanes per block */
     size_t hw;           /* positions per slice */
     size_t y_nstride;    /* floats from one image to the next in y and dy; 0: cpad * hw */
+    size_t x_nstride;    /* the same in x and dx */
     float eps;
     /* per channel: the batch mean, biased variance, invstd = 1 / sqrt(var + eps), gamma and
        beta as of the forward, a = gamma invstd, b = beta - mean a (fwd_coef); k = gamma invstd,

@@ -4,6 +4,8 @@
  *
  * Layout: slice s = image * (cpad / blk) + block covers hw positions of blk lanes (lane l of
  * position p at s * hw * blk + p * blk + l), blk 8 or 16; lane l is channel block * blk + l.
+ * y and dy may be a channel slice of a wider tensor (images y_nstride apart), and so may x and
+ * dx (x_nstride): the executor's C3 runs cv1 and cv2 as one conv, each BN over its slice.
  * The per-slice passes touch only their slice's data and sums, so a caller may run them on
  * any threads in any order; the merges add the slices in image order, so results do not depend
  * on the thread count.
@@ -36,12 +38,23 @@ static size_t slice_at(const struct kern_bnblk *p, long s)
     return (size_t)s * p->hw * (size_t)p->blk;
 }
 
-/* The same in y and dy, whose images may lie y_nstride floats apart. */
-static size_t slice_at_y(const struct kern_bnblk *p, long s)
+/* The same in a tensor whose images lie nstride floats apart (0: dense): y and dy step
+   y_nstride, x and dx x_nstride. */
+static size_t slice_at_ns(const struct kern_bnblk *p, long s, size_t nstride)
 {
     const long nb = p->cpad / p->blk;
-    const size_t img = p->y_nstride ? p->y_nstride : (size_t)p->cpad * p->hw;
+    const size_t img = nstride ? nstride : (size_t)p->cpad * p->hw;
     return (size_t)(s / nb) * img + (size_t)(s % nb) * p->hw * (size_t)p->blk;
+}
+
+static size_t slice_at_y(const struct kern_bnblk *p, long s)
+{
+    return slice_at_ns(p, s, p->y_nstride);
+}
+
+static size_t slice_at_x(const struct kern_bnblk *p, long s)
+{
+    return slice_at_ns(p, s, p->x_nstride);
 }
 
 /* The slice's channel values of one per-channel array. */
@@ -92,9 +105,9 @@ KERN_VEC_CLONES void kern_bnblk_moments(const struct kern_bnblk *p, long s, cons
 {
     const size_t at = (size_t)s * (size_t)p->blk;
     if (p->blk == 16)
-        moments_l(x + slice_at(p, s), p->hw, 16, p->s1 + at, p->s2 + at);
+        moments_l(x + slice_at_x(p, s), p->hw, 16, p->s1 + at, p->s2 + at);
     else
-        moments_l(x + slice_at(p, s), p->hw, 8, p->s1 + at, p->s2 + at);
+        moments_l(x + slice_at_x(p, s), p->hw, 8, p->s1 + at, p->s2 + at);
 }
 
 /* Channel ch's mean and M2 over the batch, the slices merged in image order (Chan et al.). */
@@ -175,10 +188,11 @@ KERN_VEC_CLONES void kern_bnblk_silu_fwd(const struct kern_bnblk *p, long s, flo
 {
     const size_t at = slice_at(p, s), c0 = lane0(p, s);
     y += slice_at_y(p, s);
+    x += slice_at_x(p, s);
     if (p->blk == 16)
-        silu_fwd_l(y, x + at, r ? r + at : NULL, p->hw, 16, p->a + c0, p->b + c0);
+        silu_fwd_l(y, x, r ? r + at : NULL, p->hw, 16, p->a + c0, p->b + c0);
     else
-        silu_fwd_l(y, x + at, r ? r + at : NULL, p->hw, 8, p->a + c0, p->b + c0);
+        silu_fwd_l(y, x, r ? r + at : NULL, p->hw, 8, p->a + c0, p->b + c0);
 }
 
 /* The backward's coefficients of one slice, in locals: the vectoriser keeps them in registers. */
@@ -241,13 +255,14 @@ KERN_VEC_CLONES void kern_bnblk_silu_bwd_sums(const struct kern_bnblk *p, long s
     const size_t at = slice_at(p, s), c0 = lane0(p, s), sa = (size_t)s * (size_t)p->blk;
     struct coef_l k;
     dy += slice_at_y(p, s);
+    x += slice_at_x(p, s);
     if (rdx) rdx += at;
     if (p->blk == 16) {
         coef_load(&k, p, c0, 16);
-        silu_bwd_sums_l(dy, x + at, p->hw, 16, &k, p->s1 + sa, p->s2 + sa, rdx, radd);
+        silu_bwd_sums_l(dy, x, p->hw, 16, &k, p->s1 + sa, p->s2 + sa, rdx, radd);
     } else {
         coef_load(&k, p, c0, 8);
-        silu_bwd_sums_l(dy, x + at, p->hw, 8, &k, p->s1 + sa, p->s2 + sa, rdx, radd);
+        silu_bwd_sums_l(dy, x, p->hw, 8, &k, p->s1 + sa, p->s2 + sa, rdx, radd);
     }
 }
 
@@ -296,7 +311,7 @@ BLK_INLINE void silu_bwd_dx_l(float *restrict dx, const float *restrict dy, cons
 KERN_VEC_CLONES void kern_bnblk_silu_bwd_dx(const struct kern_bnblk *p, long s, float *dx,
                                             const float *dy, const float *x)
 {
-    const size_t at = slice_at(p, s), c0 = lane0(p, s);
+    const size_t at = slice_at_x(p, s), c0 = lane0(p, s);
     struct coef_l k;
     dy += slice_at_y(p, s);
     if (p->blk == 16) {

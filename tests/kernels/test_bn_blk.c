@@ -8,8 +8,9 @@
  *     invstd against the reference's y, save_mean, save_invstd;
  *   - dx, and dgamma, dbeta added into nonzero buffers (the executor adds into the grad arena);
  *   - the residual's gradient given while dy streams: copied, or added to what is there;
- *   - y and dy as the middle slice of a wider tensor (a concat's, y_nstride): the same values,
- *     and the rest of the wide y untouched;
+ *   - y and dy as the middle slice of a wider tensor (a concat's, y_nstride), and x and dx as
+ *     well (one conv's output two BNs share, x_nstride): the same values, the rest of the wide
+ *     y and dx untouched, the rest of the wide x (values of +-1000) in no statistic;
  *   - the pad lanes of y and dx are 0, and nothing past the tensors is written (canaries);
  *   - slices run in reverse order give the same bits (the merges fix the order);
  *   - a channel whose |mean| is 1000 std keeps its variance (no float sum of squares);
@@ -91,7 +92,7 @@ static void run_blk(struct blk_run *r, float *y, float *dx, const float *x, cons
         kern_bnblk_silu_bwd_dx(p, reverse ? ns - 1 - k : k, dx, dy, x);
 }
 
-/* wide: y and dy as the middle of a tensor with a block more on each side of every image. */
+/* wide: y, dy, x and dx as the middle of tensors with a block more on each side of every image. */
 static void check_case(int n, int c, int hw_, int blk, bool residual, float offset, bool wide)
 {
     const double tol = offset > 10 ? 1e-3 : 1e-5;
@@ -149,22 +150,30 @@ static void check_case(int n, int c, int hw_, int blk, bool residual, float offs
     /* wide: images of cpad + 2 blk channels, the tensor at one block in */
     const size_t img = (size_t)cpad * hw, wimg = img + 2 * (size_t)blk * hw;
     const size_t nw = (size_t)n * wimg, in = (size_t)blk * hw;
-    float *yw = kt_alloc(nw), *dyw = kt_alloc(nw);
+    float *yw = kt_alloc(nw), *dyw = kt_alloc(nw), *xw = kt_alloc(nw), *dxw = kt_alloc(nw);
     kt_poison(yw, nw);
+    kt_poison(dxw, nw);
     kt_fill(dyw, nw, -1, 1);
-    for (int i = 0; i < n; i++)
+    kt_fill(xw, nw, -1e3f, 1e3f); /* values no statistic may see */
+    for (int i = 0; i < n; i++) {
         memcpy(dyw + (size_t)i * wimg + in, dyb + (size_t)i * img, img * sizeof *dyb);
-    if (wide) {
-        run.p.y_nstride = wimg;
-        run_blk(&run, yw + in, dxb, xb, residual ? rb : NULL, dyw + in, gamma, beta, dg, db,
-                residual ? rdx : NULL, 0, false);
-        for (int i = 0; i < n; i++)
+        memcpy(xw + (size_t)i * wimg + in, xb + (size_t)i * img, img * sizeof *xb);
+    }
+    if (wide) { /* x and dx too: a slice of a conv output two BNs share (x_nstride) */
+        run.p.y_nstride = run.p.x_nstride = wimg;
+        run_blk(&run, yw + in, dxw + in, xw + in, residual ? rb : NULL, dyw + in, gamma, beta, dg,
+                db, residual ? rdx : NULL, 0, false);
+        for (int i = 0; i < n; i++) {
             memcpy(yb + (size_t)i * img, yw + (size_t)i * wimg + in, img * sizeof *yb);
+            memcpy(dxb + (size_t)i * img, dxw + (size_t)i * wimg + in, img * sizeof *dxb);
+        }
         size_t touched = 0;
         for (int i = 0; i < n; i++)
             for (size_t j = 0; j < wimg; j++)
-                if ((j < in || j >= in + img) && !kt_is_canary(yw[(size_t)i * wimg + j])) touched++;
-        ok(touched == 0, "%s: nothing of the wider y outside the slice written (%zu)", what,
+                if ((j < in || j >= in + img) && (!kt_is_canary(yw[(size_t)i * wimg + j]) ||
+                                                  !kt_is_canary(dxw[(size_t)i * wimg + j])))
+                    touched++;
+        ok(touched == 0, "%s: nothing of the wider y and dx outside the slices written (%zu)", what,
            touched);
     } else {
         run_blk(&run, yb, dxb, xb, residual ? rb : NULL, dyb, gamma, beta, dg, db,
@@ -215,7 +224,7 @@ static void check_case(int n, int c, int hw_, int blk, bool residual, float offs
     free(x), free(dy), free(r), free(gamma), free(beta), free(yr), free(dxr), free(sm), free(si);
     free(dgr), free(dbr), free(xb), free(dyb), free(rb), free(yb), free(dxb), free(yb2), free(dxb2);
     free(dg), free(db), free(dg2), free(db2), free(y), free(dx), free(var), free(rdx), free(rdx2);
-    free(yw), free(dyw);
+    free(yw), free(dyw), free(xw), free(dxw);
     kern_ctx_destroy(ctx);
 }
 

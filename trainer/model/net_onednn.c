@@ -8,7 +8,9 @@
  * primitive or a pass of our own over the blocked tensors: concat copies, and in training the
  * BN + SiLU (+ residual) passes (kern_bnblk: oneDNN's BN, eltwise and binary primitives took
  * more passes over memory), the Detect convs' output straight into the head, and the hooks of
- * multi-process training.
+ * multi-process training. A training C3's cv1 and cv2, which read the same input, run as one
+ * conv of both's channels, each BN over its slice of the output (tc3): one GEMM twice as wide
+ * instead of two narrow ones, and one backward data instead of two and their sum.
  *
  * oneDNN 2.6 details that shape it (measured, docs/benchmarks.md, issue 25 sessions 15-16): a
  * residual written as a sum post-op after the swish, a convolution from a blocked source into an
@@ -151,14 +153,20 @@ struct hblock {
 
 /* One forward node of a training executor, with what its backward needs. */
 struct tnode {
-    int type; /* 0 Conv (conv, BN, SiLU), 1 Detect conv, 2 concat, 3 max pool, 4 upsample */
-    int conv; /* model conv (types 0, 1) */
+    /* 0 Conv (conv, BN, SiLU), 1 Detect conv, 2 concat, 3 max pool, 4 upsample, 5 two model
+       convs of one input as one (C3's cv1 and cv2: tc3), their BNs two type-0 nodes (bn_only) */
+    int type;
+    int conv, conv2; /* model conv (types 0, 1, 5); type 5's second, whose channels follow */
     struct tt *in[TRN_MODEL_MAX_FROM], *out, *c, *res;
     int k;
     dnnl_primitive_desc_t pd; /* the backward's hint; freed after it */
     dnnl_memory_t w, ws;
-    /* type 0's BN + SiLU (kern_bnblk), its per-channel arrays in bn */
+    /* type 0's BN + SiLU (kern_bnblk), its per-channel arrays in bn; bn_only: its conv is a type
+       5 node's, c that node's output, this conv's channels x_off floats into an image */
     struct kern_bnblk bp;
+    bool bn_only;
+    size_t x_off;
+    float *wstage;  /* type 5: the two convs' weights, one OIHW tensor (and their gradient) */
     size_t out_off; /* out is a concat this node writes a slice of, from this float of an image */
     bool radd;      /* the residual's gradient is added (else the first: copied) */
     int row;        /* the model row it belongs to */
@@ -746,21 +754,16 @@ static void add_into(struct trn_dnn *d, dnnl_memory_t dst, dnnl_memory_t src)
     push(d, pd, 3, a);
 }
 
-/* Conv ci on x (train mode): with BN, conv -> BN (batch statistics) -> swish (+ res, in place);
- * Detect, conv with bias, then into the head at plain, reshaped (det_fwd). */
-static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
-                             int ci, struct tt *x, struct tt *res, float *plain, struct tt *into,
-                             size_t into_off)
+/* The forward conv of node nd on x (train mode), of geometry c, into a new nd->c: its weights
+ * reordered at every step from wsrc (OIHW; the optimizer moves them), with bias when c has no BN.
+ * Returns whether it was built. */
+static bool tconv_prim(struct trn_dnn *d, struct tnode *nd, const struct trn_conv *c, struct tt *x,
+                       dnnl_memory_t wsrc, dnnl_memory_t bias)
 {
-    const struct trn_conv *c = trn_model_conv(m, ci);
-    struct tnode *nd = tnode_new(d, c->bn ? 0 : 1, x);
-    if (!nd) return NULL;
-    nd->conv = ci;
-    nd->res = res;
     const dnnl_memory_desc_t *xd = md_of(x->x);
     const dnnl_dim_t n = xd->dims[0], h = xd->dims[2], w = xd->dims[3];
     const dnnl_dim_t oh = (h + 2 * c->p - c->k) / c->s + 1, ow = (w + 2 * c->p - c->k) / c->s + 1;
-    if (!(nd->c = tt_new(d, n, c->c2, oh, ow, d->tag, NULL))) return NULL;
+    if (!(nd->c = tt_new(d, n, c->c2, oh, ow, d->tag, NULL))) return false;
     dnnl_memory_desc_t wd, bd;
     const dnnl_dims_t wdims = { c->c2, c->c1, c->k, c->k }, bdims = { c->c2 };
     const dnnl_dims_t strides = { c->s, c->s }, padl = { c->p, c->p };
@@ -773,18 +776,39 @@ static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const st
                    &cd, dnnl_forward_training, dnnl_convolution_direct, xd, &wd, c->bn ? NULL : &bd,
                    md_of(nd->c->x), strides, padl, padr)) ||
         !DN(d, dnnl_primitive_desc_create(&nd->pd, &cd, d->attr, d->eng, NULL)))
-        return NULL;
-    /* the weights into the conv's layout at every step: the optimizer moves them */
+        return false;
     nd->w = mem(d, dnnl_primitive_desc_query_md(nd->pd, dnnl_query_weights_md, 0), NULL);
-    reorder(d, user(d, ts->param + trn_model_tensor(m, c->weight)->offset, wdims, 4), nd->w,
-            d->attr);
-    dnnl_memory_t bias =
-        c->bn ? NULL : user(d, ts->param + trn_model_tensor(m, c->bias)->offset, bdims, 1);
+    reorder(d, wsrc, nd->w, d->attr);
     const dnnl_exec_arg_t a[4] = { { DNNL_ARG_SRC, x->x },
                                    { DNNL_ARG_WEIGHTS, nd->w },
                                    { DNNL_ARG_DST, nd->c->x },
                                    { DNNL_ARG_BIAS, bias } };
     push_keep(d, nd->pd, c->bn ? 3 : 4, a, c);
+    return !d->rc;
+}
+
+static struct tt *tbn(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                      struct tnode *nd, struct tt *into, size_t into_off);
+
+/* Conv ci on x (train mode): with BN, conv -> BN (batch statistics) -> swish (+ res, in place);
+ * Detect, conv with bias, then into the head at plain, reshaped (det_fwd). */
+static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                             int ci, struct tt *x, struct tt *res, float *plain, struct tt *into,
+                             size_t into_off)
+{
+    const struct trn_conv *c = trn_model_conv(m, ci);
+    struct tnode *nd = tnode_new(d, c->bn ? 0 : 1, x);
+    if (!nd) return NULL;
+    nd->conv = ci;
+    nd->res = res;
+    const dnnl_dims_t wdims = { c->c2, c->c1, c->k, c->k }, bdims = { c->c2 };
+    dnnl_memory_t bias =
+        c->bn ? NULL : user(d, ts->param + trn_model_tensor(m, c->bias)->offset, bdims, 1);
+    if (!tconv_prim(d, nd, c, x,
+                    user(d, ts->param + trn_model_tensor(m, c->weight)->offset, wdims, 4), bias))
+        return NULL;
+    const dnnl_memory_desc_t *yd = md_of(nd->c->x);
+    const dnnl_dim_t n = yd->dims[0], oh = yd->dims[2], ow = yd->dims[3];
     if (!c->bn) { /* Detect: straight into the head's layout, no NCHW tensor between */
         const struct trn_model_info *I = trn_model_info(m);
         nd->level = ci - trn_model_layer(m, I->detect)->conv0;
@@ -799,10 +823,22 @@ static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const st
         push_node(d, STEP_DET_FWD, nd);
         return nd->out = nd->c;
     }
-    /* BN with batch statistics, SiLU and the residual in one pass of the executor's own
-       (bn_fwd): oneDNN 2.6's BN and eltwise primitives and a binary add were three passes over
-       the activation, and a stored BN output that the backward reads again. With into, the
-       output is a slice of a concat (C3's), written in place: no copy either way. */
+    return tbn(d, ts, m, nd, into, into_off);
+}
+
+/* The BN + SiLU (+ residual) of type-0 node nd, whose conv nd->conv wrote nd->c (bp.x_nstride
+ * and x_off set when it is a slice of it).
+ * BN with batch statistics, SiLU and the residual in one pass of the executor's own (bn_fwd):
+ * oneDNN 2.6's BN and eltwise primitives and a binary add were three passes over the
+ * activation, and a stored BN output that the backward reads again. With into, the output is a
+ * slice of a concat (C3's), written in place: no copy either way. */
+static struct tt *tbn(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                      struct tnode *nd, struct tt *into, size_t into_off)
+{
+    const struct trn_conv *c = trn_model_conv(m, nd->conv);
+    if (d->rc || !nd->c) return NULL;
+    const dnnl_memory_desc_t *yd = md_of(nd->c->x);
+    const dnnl_dim_t n = yd->dims[0], oh = yd->dims[2], ow = yd->dims[3];
     if (into) {
         const dnnl_memory_desc_t *id = md_of(into->x);
         nd->out = into;
@@ -924,8 +960,25 @@ static struct tt *tbottleneck(struct trn_dnn *d, const struct tspec *ts, const s
                       into_off);
 }
 
+/* The BN + SiLU of conv ci, whose output is the slice of type-5 node mc's from x_off floats into
+ * each image (of img floats); into the concat as tbn. */
+static struct tt *bn_slice(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
+                           struct tnode *mc, int ci, size_t x_off, size_t img, struct tt *into,
+                           size_t into_off)
+{
+    struct tnode *nd = tnode_new(d, 0, mc->in[0]);
+    if (!nd) return NULL;
+    nd->conv = ci;
+    nd->bn_only = true;
+    nd->c = mc->c;
+    nd->x_off = x_off;
+    nd->bp.x_nstride = img;
+    return tbn(d, ts, m, nd, into, into_off);
+}
+
 /* C3 on x: cv1 -> bottlenecks and cv2 write their halves of the concat in place, cv3 reads it.
- * Needs cv1's channels in whole blocks (yolov5's all are); otherwise the concat is a copy. */
+ * Needs cv1's and cv2's channels in whole blocks (yolov5's all are); otherwise the concat is a
+ * copy. With them, cv1 and cv2 run as one conv (node type 5). */
 static struct tt *tc3(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
                       const struct trn_act_plan *pl, const struct trn_layer *L, struct tt *x)
 {
@@ -936,7 +989,8 @@ static struct tt *tc3(struct trn_dnn *d, const struct tspec *ts, const struct tr
     const dnnl_memory_desc_t *xd = md_of(x->x);
     const dnnl_dim_t oh = (xd->dims[2] + 2 * a->p - a->k) / a->s + 1;
     const dnnl_dim_t ow = (xd->dims[3] + 2 * a->p - a->k) / a->s + 1;
-    if (a->c2 % d->blk || !a->bn || !b->bn || a->k != b->k || a->s != b->s || a->p != b->p) {
+    if (a->c2 % d->blk || b->c2 % d->blk || !a->bn || !b->bn || a->k != b->k || a->s != b->s ||
+        a->p != b->p) {
         cat[0] = tconv(d, ts, m, c0, x, NULL, NULL);
         for (int j = 0; j < L->n; j++)
             cat[0] = tbottleneck(d, ts, m, pl, c0 + 3 + 2 * j, cat[0], NULL, 0);
@@ -945,14 +999,33 @@ static struct tt *tc3(struct trn_dnn *d, const struct tspec *ts, const struct tr
     }
     struct tt *both = tt_new(d, xd->dims[0], a->c2 + b->c2, oh, ow, d->tag, NULL);
     const size_t second = (size_t)a->c2 * (size_t)oh * (size_t)ow; /* floats into an image */
-    if (!L->n) {
-        tconv_into(d, ts, m, c0, x, NULL, NULL, both, 0);
-    } else {
-        struct tt *t = tconv(d, ts, m, c0, x, NULL, NULL);
-        for (int j = 0; j < L->n; j++)
-            t = tbottleneck(d, ts, m, pl, c0 + 3 + 2 * j, t, j == L->n - 1 ? both : NULL, 0);
-    }
-    tconv_into(d, ts, m, c0 + 1, x, NULL, NULL, both, second);
+    /* cv1 and cv2 as one conv of a->c2 + b->c2 channels (node type 5), its output's two slices
+       each a BN of its own: one GEMM of twice the width instead of two narrow ones, and one
+       backward data, so no sum of two gradients of x (docs/benchmarks.md "C3's two convs as
+       one") */
+    struct tnode *mc = tnode_new(d, 5, x);
+    if (!mc) return NULL;
+    mc->conv = c0;
+    mc->conv2 = c0 + 1;
+    struct trn_conv g = *a;
+    g.c2 = a->c2 + b->c2;
+    const size_t per = (size_t)a->c1 * (size_t)a->k * (size_t)a->k;
+    if (!(mc->wstage = host_block(d, (size_t)g.c2 * per * sizeof(float)))) return NULL;
+    const dnnl_dims_t ad = { a->c2, a->c1, a->k, a->k }, bd = { b->c2, b->c1, b->k, b->k };
+    const dnnl_dims_t gd = { g.c2, g.c1, g.k, g.k };
+    reorder(d, user(d, ts->param + trn_model_tensor(m, a->weight)->offset, ad, 4),
+            user(d, mc->wstage, ad, 4), d->attr);
+    reorder(d, user(d, ts->param + trn_model_tensor(m, b->weight)->offset, bd, 4),
+            user(d, mc->wstage + (size_t)a->c2 * per, bd, 4), d->attr);
+    if (!tconv_prim(d, mc, &g, x, user(d, mc->wstage, gd, 4), NULL)) return NULL;
+    mc->out = mc->c;
+    /* the BNs in the reference's order (cv1's, the bottlenecks', cv2's): SyncBatchNorm's
+       all-reduces pair up by sequence across ranks, whichever engine each runs on */
+    const size_t img = (size_t)g.c2 * (size_t)oh * (size_t)ow;
+    struct tt *t = bn_slice(d, ts, m, mc, c0, 0, img, L->n ? NULL : both, 0);
+    for (int j = 0; j < L->n; j++)
+        t = tbottleneck(d, ts, m, pl, c0 + 3 + 2 * j, t, j == L->n - 1 ? both : NULL, 0);
+    bn_slice(d, ts, m, mc, c0 + 1, second, img, both, second);
     return tconv(d, ts, m, c0 + 2, both, NULL, NULL);
 }
 
@@ -1012,7 +1085,11 @@ static dnnl_memory_t grad_dst(struct trn_dnn *d, struct tt *t, bool *add)
 static void conv_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn_model *m,
                      struct tnode *nd, const struct tt *images)
 {
-    const struct trn_conv *c = trn_model_conv(m, nd->conv);
+    const struct trn_conv *c1 = trn_model_conv(m, nd->conv);
+    const struct trn_conv *c2 = nd->type == 5 ? trn_model_conv(m, nd->conv2) : NULL;
+    struct trn_conv g = *c1; /* the geometry: with type 5, both convs' output channels */
+    if (c2) g.c2 += c2->c2;
+    const struct trn_conv *c = &g;
     struct tt *x = nd->in[0];
     const dnnl_memory_desc_t *xd = md_of(x->x), *yd = md_of(nd->c->x);
     const dnnl_dims_t wdims = { c->c2, c->c1, c->k, c->k }, bdims = { c->c2 };
@@ -1061,9 +1138,20 @@ static void conv_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn
                                    { DNNL_ARG_DIFF_BIAS, db } };
     push_keep(d, pd, c->bn ? 3 : 4, a, c);
     dnnl_primitive_desc_destroy(pd);
-    /* into the grad arena, adding (trn_net_backward adds) */
-    reorder(d, dw, user(d, ts->grad + trn_model_tensor(m, c->weight)->offset, wdims, 4),
-            d->attr_sum);
+    /* into the grad arena, adding (trn_net_backward adds); type 5's through its staging, in
+       OIHW, from which each conv's rows are its gradient */
+    if (c2) {
+        const size_t per = (size_t)c->c1 * (size_t)c->k * (size_t)c->k;
+        const dnnl_dims_t d1 = { c1->c2, c->c1, c->k, c->k }, d2 = { c2->c2, c->c1, c->k, c->k };
+        reorder(d, dw, user(d, nd->wstage, wdims, 4), d->attr);
+        reorder(d, user(d, nd->wstage, d1, 4),
+                user(d, ts->grad + trn_model_tensor(m, c1->weight)->offset, d1, 4), d->attr_sum);
+        reorder(d, user(d, nd->wstage + (size_t)c1->c2 * per, d2, 4),
+                user(d, ts->grad + trn_model_tensor(m, c2->weight)->offset, d2, 4), d->attr_sum);
+    } else {
+        reorder(d, dw, user(d, ts->grad + trn_model_tensor(m, c->weight)->offset, wdims, 4),
+                d->attr_sum);
+    }
     if (db)
         reorder(d, db, user(d, ts->grad + trn_model_tensor(m, c->bias)->offset, bdims, 1),
                 d->attr_sum);
@@ -1074,7 +1162,7 @@ static void node_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn
 {
     dnnl_primitive_desc_t pd = NULL;
     bool add;
-    if (nd->type != 1 && !nd->out->written) { /* an output nobody reads: not in YOLOv5 */
+    if (nd->type != 1 && nd->type != 5 && !nd->out->written) { /* nobody reads it: not in YOLOv5 */
         d->rc = -ENOTSUP;
         return;
     }
@@ -1087,9 +1175,12 @@ static void node_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn
         }
         /* the conv output's gradient from the output's (bn_bwd) */
         if (tt_dx(d, nd->c)) push_node(d, STEP_BN_BWD, nd);
-        conv_bwd(d, ts, m, nd, images);
+        if (!nd->bn_only) conv_bwd(d, ts, m, nd, images);
         break;
     }
+    case 5: /* its gradient from its BN nodes, which came before in this reversed walk */
+        conv_bwd(d, ts, m, nd, images);
+        break;
     case 1: { /* the loss's gradient of the head into the blocked layout (det_bwd) */
         if (tt_dx(d, nd->c)) push_node(d, STEP_DET_BWD, nd);
         conv_bwd(d, ts, m, nd, images);
@@ -1461,6 +1552,8 @@ static int bn_data(const struct tnode *nd, bool bwd, struct bn_data *v)
         return -TRN_MODEL_EONEDNN;
     v->y += nd->out_off;
     if (v->dy) v->dy += nd->out_off;
+    v->x += nd->x_off;
+    if (v->dx) v->dx += nd->x_off;
     return 0;
 }
 
