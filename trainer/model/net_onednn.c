@@ -807,10 +807,10 @@ static struct tt *tconv_into(struct trn_dnn *d, const struct tspec *ts, const st
     if (!tconv_prim(d, nd, c, x,
                     user(d, ts->param + trn_model_tensor(m, c->weight)->offset, wdims, 4), bias))
         return NULL;
-    const dnnl_memory_desc_t *yd = md_of(nd->c->x);
-    const dnnl_dim_t n = yd->dims[0], oh = yd->dims[2], ow = yd->dims[3];
     if (!c->bn) { /* Detect: straight into the head's layout, no NCHW tensor between */
         const struct trn_model_info *I = trn_model_info(m);
+        const dnnl_memory_desc_t *yd = md_of(nd->c->x);
+        const dnnl_dim_t n = yd->dims[0], oh = yd->dims[2], ow = yd->dims[3];
         nd->level = ci - trn_model_layer(m, I->detect)->conv0;
         nd->det = (struct kern_detect){
             .bs = (int)n, .na = I->na, .no = I->no, .ny = (int)oh, .nx = (int)ow, .stride = 1
