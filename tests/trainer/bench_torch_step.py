@@ -117,7 +117,8 @@ def main():
     opt.add_param_group({"params": g_b, "weight_decay": 0.0})
     ema = EMA(model)
     amp = a.amp != "off" and dev.type == "cuda"
-    dtype = torch.bfloat16 if a.amp == "bf16" else torch.float16
+    # autocast's dtype even when it is off: torch 1.13 refuses fp16 for a disabled CPU autocast
+    dtype = torch.float16 if amp and a.amp == "fp16" else torch.bfloat16
     # torch.amp.GradScaler is 2.3+; Debian's 1.13 has the CUDA one only.
     Scaler = getattr(torch.amp, "GradScaler", None)
     scaler = (Scaler("cuda", enabled=amp and a.amp == "fp16") if Scaler else
