@@ -66,6 +66,24 @@ class EMA:
                             alpha=1 - d)
 
 
+def sgd(model):
+    """smart_optimizer's SGD: nesterov, momentum 0.937; weight decay 5e-4 on the weights only
+    (BN weights and biases in groups of their own without it)."""
+    g_bn, g_w, g_b = [], [], []
+    for mod in model.modules():
+        for name, p in mod.named_parameters(recurse=False):
+            if name == "bias":
+                g_b.append(p)
+            elif isinstance(mod, nn.BatchNorm2d):
+                g_bn.append(p)
+            else:
+                g_w.append(p)
+    opt = torch.optim.SGD(g_bn, lr=0.01, momentum=0.937, nesterov=True)
+    opt.add_param_group({"params": g_w, "weight_decay": 5e-4})
+    opt.add_param_group({"params": g_b, "weight_decay": 0.0})
+    return opt
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cfg", required=True)
@@ -103,18 +121,7 @@ def main():
     cl = not a.no_channels_last and dev.type == "cuda"
     if cl:
         model = model.to(memory_format=torch.channels_last)
-    g_bn, g_w, g_b = [], [], []
-    for mod in model.modules():
-        for name, p in mod.named_parameters(recurse=False):
-            if name == "bias":
-                g_b.append(p)
-            elif isinstance(mod, nn.BatchNorm2d):
-                g_bn.append(p)
-            else:
-                g_w.append(p)
-    opt = torch.optim.SGD(g_bn, lr=0.01, momentum=0.937, nesterov=True)
-    opt.add_param_group({"params": g_w, "weight_decay": 5e-4})
-    opt.add_param_group({"params": g_b, "weight_decay": 0.0})
+    opt = sgd(model)
     ema = EMA(model)
     amp = a.amp != "off" and dev.type == "cuda"
     # autocast's dtype even when it is off: torch 1.13 refuses fp16 for a disabled CPU autocast

@@ -23,12 +23,11 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_ultra_loader import Mosaics  # noqa: E402
-from bench_torch_step import EMA, loss_fn  # noqa: E402
+from bench_torch_step import EMA, loss_fn, sgd  # noqa: E402
 from make_parity_ref import Model, build_targets  # noqa: E402
 
 
@@ -53,18 +52,7 @@ def main():
     model = Model(a.cfg).train()
     det = model.model[-1]
     nc = det.nc if hasattr(det, "nc") else 80
-    g_bn, g_w, g_b = [], [], []
-    for mod in model.modules():
-        for name, p in mod.named_parameters(recurse=False):
-            if name == "bias":
-                g_b.append(p)
-            elif isinstance(mod, nn.BatchNorm2d):
-                g_bn.append(p)
-            else:
-                g_w.append(p)
-    opt = torch.optim.SGD(g_bn, lr=0.01, momentum=0.937, nesterov=True)
-    opt.add_param_group({"params": g_w, "weight_decay": 5e-4})
-    opt.add_param_group({"params": g_b, "weight_decay": 0.0})
+    opt = sgd(model)
     ema = EMA(model)
     strides = [8, 16, 32]
     anchors = det.anchors.detach().float() / torch.tensor(strides, dtype=torch.float32).view(3, 1, 1)

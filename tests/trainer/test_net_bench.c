@@ -91,23 +91,21 @@ static void *fma_run(void *arg)
     /* normal numbers throughout: whatever the registers held could be subnormal, and an FMA on
        subnormals takes a microcode assist (the first version ran 150 times slower) */
     const float small = 1e-3f;
+#define FMA_LOOP(r)                                                                            \
+    __asm__ volatile(ZERO12(r) "vbroadcastss %1, %%" r "14\n\tvbroadcastss %1, %%" r "15\n\t"  \
+                               "1:\n\t" FMA12(r) "dec %0\n\tjnz 1b"                            \
+                     : "+r"(n)                                                                 \
+                     : "m"(small)                                                              \
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
+                       "xmm9", "xmm10", "xmm11", "xmm14", "xmm15", "cc")
     if (__builtin_cpu_supports("avx512f")) {
         flops = n * 12 * 16 * 2;
-        __asm__ volatile(ZERO12("zmm") "vbroadcastss %1, %%zmm14\n\tvbroadcastss %1, %%zmm15\n\t"
-                                       "1:\n\t" FMA12("zmm") "dec %0\n\tjnz 1b"
-                         : "+r"(n)
-                         : "m"(small)
-                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
-                           "xmm9", "xmm10", "xmm11", "xmm14", "xmm15", "cc");
+        FMA_LOOP("zmm");
     } else if (__builtin_cpu_supports("fma")) {
         flops = n * 12 * 8 * 2;
-        __asm__ volatile(ZERO12("ymm") "vbroadcastss %1, %%ymm14\n\tvbroadcastss %1, %%ymm15\n\t"
-                                       "1:\n\t" FMA12("ymm") "dec %0\n\tjnz 1b"
-                         : "+r"(n)
-                         : "m"(small)
-                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
-                           "xmm9", "xmm10", "xmm11", "xmm14", "xmm15", "cc");
+        FMA_LOOP("ymm");
     }
+#undef FMA_LOOP
 #undef FMA12
 #undef ZERO12
 #endif
