@@ -71,6 +71,16 @@ KERN_API void kern_detect_blk_fwd(const struct kern_detect *d, int blk, int b, i
                                   const float *raw);
 KERN_API void kern_detect_blk_bwd(const struct kern_detect *d, int blk, int b, int cb, float *draw,
                                   const float *dp);
+/*
+ * The inference decode (kern_ref_detect_decode) on a channel-blocked raw, as the two above: one
+ * (image b, anchor a) per call, out that pair's ny nx rows of no (where the caller wants them),
+ * raw the whole tensor, anchors the level's na (w, h) pairs. The same bits as
+ * kern_ref_detect_decode on the NCHW copy of raw. Returns 0, -EINVAL (no above
+ * KERN_DETECT_BLK_MAX_NO, a bad shape or NULL).
+ */
+#define KERN_DETECT_BLK_MAX_NO 4096
+KERN_API int kern_detect_blk_decode(const struct kern_detect *d, int blk, int b, int a, float *out,
+                                    const float *raw, const float *anchors);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Channel slices: producers and consumers of a concat's inputs work in place               */

@@ -153,6 +153,23 @@ static KERN_VEC_CLONES void sigmoid_run(float *restrict sig, const float *restri
         sig[t] = kern_bn_sigmoid(v[t]);
 }
 
+/* The box terms of decoded rows o[0 .. tn) (their sigmoids already there), cells j0 on. */
+static void decode_boxes(const struct kern_detect *d, float *o0, size_t j0, size_t tn, float aw,
+                         float ah)
+{
+    const size_t no = (size_t)d->no;
+    for (size_t t = 0; t < tn; t++) {
+        const size_t j = j0 + t;
+        float *const o = o0 + t * no;
+        const int gy = (int)(j / (size_t)d->nx), gx = (int)(j % (size_t)d->nx);
+        o[0] = (o[0] * 2.0f + ((float)gx - 0.5f)) * d->stride;
+        o[1] = (o[1] * 2.0f + ((float)gy - 0.5f)) * d->stride;
+        const float tw = o[2] * 2.0f, th = o[3] * 2.0f;
+        o[2] = tw * tw * aw;
+        o[3] = th * th * ah;
+    }
+}
+
 int kern_ref_detect_decode(struct kern_ctx *ctx, const struct kern_detect *d, float *restrict out,
                            const float *restrict raw, const float *restrict anchors)
 {
@@ -179,18 +196,41 @@ int kern_ref_detect_decode(struct kern_ctx *ctx, const struct kern_detect *d, fl
                     for (size_t t = 0; t < tn; t++)
                         o0[t * no + k] = sig[t];
                 }
-                for (size_t t = 0; t < tn; t++) {
-                    const size_t j = j0 + t;
-                    float *const o = o0 + t * no;
-                    const int gy = (int)(j / (size_t)d->nx), gx = (int)(j % (size_t)d->nx);
-                    o[0] = (o[0] * 2.0f + ((float)gx - 0.5f)) * d->stride;
-                    o[1] = (o[1] * 2.0f + ((float)gy - 0.5f)) * d->stride;
-                    const float tw = o[2] * 2.0f, th = o[3] * 2.0f;
-                    o[2] = tw * tw * aw;
-                    o[3] = th * th * ah;
-                }
+                decode_boxes(d, o0, j0, tn, aw, ah);
             }
         }
+    }
+    return 0;
+}
+
+int kern_detect_blk_decode(const struct kern_detect *d, int blk, int b, int a, float *out,
+                           const float *raw, const float *anchors)
+{
+    if (!d || !out || !raw || !anchors || (blk != 8 && blk != 16) || d->na < 1 || d->no < 5 ||
+        d->no > KERN_DETECT_BLK_MAX_NO || d->ny < 1 || d->nx < 1 || b < 0 || b >= d->bs || a < 0 ||
+        a >= d->na || !(d->stride > 0.0f))
+        return -EINVAL;
+    const size_t cells = (size_t)d->ny * (size_t)d->nx, no = (size_t)d->no, B = (size_t)blk;
+    const float *const img = raw + (size_t)b * blk_blocks(d, blk) * cells * B;
+    const float aw = anchors[2 * a] * d->stride, ah = anchors[2 * a + 1] * d->stride;
+    /* a tile of cells: their rows gathered from the blocks in output order (each run of k that
+       shares a block a stride-blk stream), then the sigmoids in one pass, then the box terms */
+    float buf[2 * KERN_DETECT_BLK_MAX_NO];
+    const size_t T = sizeof buf / sizeof *buf / no;
+    for (size_t j0 = 0; j0 < cells; j0 += T) {
+        const size_t tn = cells - j0 < T ? cells - j0 : T;
+        for (size_t k0 = 0; k0 < no;) {
+            const size_t ch = (size_t)a * no + k0, l0 = ch % B;
+            const size_t run = B - l0 < no - k0 ? B - l0 : no - k0;
+            const float *const src = img + (ch / B) * cells * B + j0 * B + l0;
+            for (size_t t = 0; t < tn; t++)
+                for (size_t j = 0; j < run; j++)
+                    buf[t * no + k0 + j] = src[t * B + j];
+            k0 += run;
+        }
+        float *const o0 = out + j0 * no;
+        sigmoid_run(o0, buf, tn * no);
+        decode_boxes(d, o0, j0, tn, aw, ah);
     }
     return 0;
 }

@@ -6,7 +6,8 @@
  * The reshape is a copy (bit-exact); decode is checked to 1e-5 + 1e-5 |ref| (pixels up to 640).
  * The blocked reshapes (kern_detect_blk_fwd / _bwd, the oneDNN executor's) against the NCHW ones
  * on the same numbers, blocks of 16 and 8, with and without pad lanes: the same bytes, pad lanes
- * of the gradient 0, nothing written past it.
+ * of the gradient 0, nothing written past it; the blocked decode (kern_detect_blk_decode) the
+ * NCHW decode's bytes, over several of its tiles, and its bad calls refused.
  */
 #include <errno.h>
 
@@ -108,8 +109,47 @@ static void check_blk(int bs, int na, int no, int ny, int nx, int blk)
        "blocked reshape bs%d na%d no%d %dx%d blk%d: its gradient as the NCHW op's (pad lanes 0, "
        "nothing past it)",
        bs, na, no, ny, nx, blk);
+    /* the decode: each (image, anchor) where the caller puts it, here the NCHW op's place */
+    const float anchors[6] = { 1.25f, 1.625f, 2.0f, 3.75f, 4.125f, 2.875f };
+    float *const dec = kt_alloc(n), *const decb = kt_alloc(n + 1);
+    kt_poison(decb, n + 1);
+    if (kern_ref_detect_decode(ctx, &d, dec, raw, anchors)) exit(98);
+    int rc = 0;
+    for (int b = bs - 1; b >= 0; b--)
+        for (int a = na - 1; a >= 0; a--)
+            rc |= kern_detect_blk_decode(
+                &d, blk, b, a, decb + ((size_t)b * (size_t)na + (size_t)a) * cells * (size_t)no,
+                rawb, anchors);
+    ok(!rc && !memcmp(dec, decb, n * sizeof *dec) && kt_is_canary(decb[n]),
+       "blocked decode bs%d na%d no%d %dx%d blk%d: the NCHW op's bytes, nothing past them", bs, na,
+       no, ny, nx, blk);
+    free(dec), free(decb);
     free(raw), free(rawb), free(p), free(pb), free(dp), free(draw), free(drawb_ref), free(drawb);
     kern_ctx_destroy(ctx);
+}
+
+/* Bad calls are refused, nothing written. */
+static void check_blk_decode_args(void)
+{
+    const struct kern_detect d = { 1, 3, 85, 2, 2, 8.0f };
+    const float anchors[6] = { 1, 1, 1, 1, 1, 1 };
+    float raw[256 * 4] = { 0 }, out[85 * 4];
+    kt_poison(out, 85 * 4);
+    struct kern_detect big = d;
+    big.no = KERN_DETECT_BLK_MAX_NO + 1;
+    struct kern_detect nostride = d;
+    nostride.stride = 0.0f;
+    ok(kern_detect_blk_decode(&d, 12, 0, 0, out, raw, anchors) == -EINVAL &&
+           kern_detect_blk_decode(&d, 16, 1, 0, out, raw, anchors) == -EINVAL &&
+           kern_detect_blk_decode(&d, 16, 0, 3, out, raw, anchors) == -EINVAL &&
+           kern_detect_blk_decode(&big, 16, 0, 0, out, raw, anchors) == -EINVAL &&
+           kern_detect_blk_decode(&nostride, 16, 0, 0, out, raw, anchors) == -EINVAL &&
+           kern_detect_blk_decode(&d, 16, 0, 0, out, NULL, anchors) == -EINVAL &&
+           kern_detect_blk_decode(&d, 16, 0, 0, out, raw, NULL) == -EINVAL &&
+           kt_is_canary(out[0]) && kt_is_canary(out[85 * 4 - 1]),
+       "blocked decode refuses a block of 12, an image or anchor out of range, no above %d, a "
+       "zero stride and NULLs, writing nothing",
+       KERN_DETECT_BLK_MAX_NO);
 }
 
 int main(int argc, char **argv)
@@ -120,7 +160,9 @@ int main(int argc, char **argv)
     check_detect(1, 1, 5, 1, 1, 16.0f);
     check_blk(2, 3, 85, 4, 5, 16); /* 255 channels: one pad lane */
     check_blk(2, 3, 85, 3, 3, 8);
-    check_blk(1, 2, 8, 2, 3, 16); /* whole blocks; an anchor per block */
-    check_blk(1, 3, 6, 5, 1, 8);  /* anchors split inside blocks */
+    check_blk(1, 2, 8, 2, 3, 16);    /* whole blocks; an anchor per block */
+    check_blk(1, 3, 6, 5, 1, 8);     /* anchors split inside blocks */
+    check_blk(2, 3, 85, 13, 11, 16); /* more cells than one tile of the decode */
+    check_blk_decode_args();
     return tap_done();
 }

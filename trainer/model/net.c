@@ -330,10 +330,6 @@ static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *e
         if (err && err_cap) snprintf(err, err_cap, "cpu_engine oneDNN: %s", why);
         return -ENOTSUP;
     }
-    const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
-    float *det[TRN_MODEL_MAX_LEVELS];
-    for (int l = 0; l < net->I->nl; l++)
-        det[l] = A(net, net->plan.convs[Ld->conv0 + l].conv);
     /* as many threads as the reference ops' GEMMs would use: the context's, or OpenBLAS's own
        when the context runs on the caller alone */
     const int ct = kern_ctx_threads(net->ctx);
@@ -344,8 +340,8 @@ static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *e
         head[l] = net->head + net->head_off[l];
     const int rc = train ? trn_dnn_train_create(net->m, &net->plan, threads > 0 ? threads : 1,
                                                 net->grad, head, &net->dnn, err, err_cap)
-                         : trn_dnn_create(net->m, &net->plan, threads > 0 ? threads : 1, det,
-                                          &net->dnn, err, err_cap);
+                         : trn_dnn_create(net->m, &net->plan, threads > 0 ? threads : 1, &net->dnn,
+                                          err, err_cap);
     if (rc == -ENOTSUP && o->cpu_engine == TRN_CPU_ENGINE_AUTO) { /* only its slow code here */
         if (err && err_cap) err[0] = '\0';
         return 0;
@@ -886,8 +882,8 @@ static int forward_dev(struct trn_net *net, const float *images, bool images_dev
     return 0;
 }
 
-/* An eval forward on the oneDNN executor (net.h trn_cpu_engine), which writes the Detect convs'
- * acts (what the decode and the head's reshape read). A fixed net folds its weights once, and
+/* An eval forward on the oneDNN executor (net.h trn_cpu_engine), which keeps the Detect convs'
+ * outputs (trn_dnn_decode and trn_dnn_head read them). A fixed net folds its weights once, and
  * again after trn_net_params_changed; another at every call. */
 static int dnn_forward(struct trn_net *net, const float *images)
 {
@@ -907,10 +903,10 @@ int trn_net_forward(struct trn_net *net, const float *images, bool train, const 
             net->trained = net->dnn_trained = true;
         } else {
             TRY(dnn_forward(net, images));
-            const struct trn_layer *Ld = trn_model_layer(net->m, net->I->detect);
+            float *head[TRN_MODEL_MAX_LEVELS];
             for (int l = 0; l < net->I->nl; l++)
-                TRY(net->K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
-                                               A(net, net->plan.convs[Ld->conv0 + l].conv)));
+                head[l] = net->head + net->head_off[l];
+            TRY(trn_dnn_head(net->dnn, net->det, net->I->nl, head));
         }
     } else {
         TRY(forward_dev(net, images, false, train));
@@ -1371,19 +1367,22 @@ const float *trn_net_act(const struct trn_net *net, int a)
 int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows)
 {
     if (!net || !images || !out) return -EINVAL;
-    if (net->dnn && !net->dnn_train) {
-        TRY(dnn_forward(net, images));
-    } else {
-        net->no_head = true;
-        const int frc = forward_dev(net, images, false, false);
-        net->no_head = false;
-        TRY(frc);
-    }
     const struct trn_model_info *I = net->I;
-    const struct trn_layer *Ld = trn_model_layer(net->m, I->detect);
     const float *anchors =
         (net->gpu ? net->d_buf : (const float *)trn_model_arena(net->m, TRN_ARENA_BUFFER)) +
         net->anchors;
+    if (net->dnn && !net->dnn_train) { /* the decode on the executor's blocked outputs */
+        TRY(dnn_forward(net, images));
+        TRY(trn_dnn_decode(net->dnn, net->det, I->nl, anchors, net->dec, (size_t)net->dec_rows));
+        *out = net->dec;
+        if (rows) *rows = net->dec_rows;
+        return 0;
+    }
+    net->no_head = true;
+    const int frc = forward_dev(net, images, false, false);
+    net->no_head = false;
+    TRY(frc);
+    const struct trn_layer *Ld = trn_model_layer(net->m, I->detect);
     const size_t no = (size_t)I->no;
     /* Decoded per image so that each image's rows of all levels are contiguous (torch.cat). */
     for (int b = 0; b < net->batch; b++) {

@@ -85,6 +85,8 @@ struct trn_dnn {
     int n_wc;
     float *stage; /* folded OIHW weights of one conv */
     dnnl_memory_t input;
+    dnnl_memory_t det[TRN_MODEL_MAX_LEVELS]; /* an inference executor's Detect convs' outputs */
+    int n_det;
     /* Every primitive takes its scratch from one buffer made once (the user scratchpad mode):
        in oneDNN's own mode the 1x1 convs' scratch was allocated at each run, and clearing
        those fresh pages was 28% of the forward (perf, yolov5n 320 b32). */
@@ -414,10 +416,10 @@ static bool pick_layout(struct trn_dnn *d, size_t from)
 
 /*
  * Model conv ci on x: bias, then swish when the conv has BN (Conv = conv + BN + SiLU), then
- * + add when given. The output is blocked; with plain, also reordered into NCHW at `plain`.
+ * + add when given. The output is blocked (the Detect convs' too: trn_dnn_decode reads them so).
  */
 static dnnl_memory_t conv(struct trn_dnn *d, const struct trn_model *m, int ci, dnnl_memory_t x,
-                          dnnl_memory_t add, float *plain)
+                          dnnl_memory_t add)
 {
     if (d->rc || !x) return NULL;
     const struct trn_conv *c = trn_model_conv(m, ci);
@@ -480,14 +482,7 @@ static dnnl_memory_t conv(struct trn_dnn *d, const struct trn_model *m, int ci, 
         { DNNL_ARG_ATTR_MULTIPLE_POST_OP(c->bn ? 1 : 0) | DNNL_ARG_SRC_1, add },
     };
     push(d, pd, add ? 5 : 4, a);
-    if (!plain || d->rc) return y;
-    dnnl_memory_t yp = act(d, n, c->c2, oh, ow, dnnl_nchw, plain);
-    if (yp && DN(d, dnnl_reorder_primitive_desc_create(&pd, md_of(y), d->eng, md_of(yp), d->eng,
-                                                       d->attr))) {
-        const dnnl_exec_arg_t r[2] = { { DNNL_ARG_FROM, y }, { DNNL_ARG_TO, yp } };
-        push(d, pd, 2, r);
-    }
-    return yp;
+    return y;
 }
 
 static dnnl_memory_t concat(struct trn_dnn *d, const dnnl_memory_t *xs, int k)
@@ -560,14 +555,13 @@ static dnnl_memory_t upsample(struct trn_dnn *d, dnnl_memory_t x, int f)
 static dnnl_memory_t bottleneck(struct trn_dnn *d, const struct trn_model *m,
                                 const struct trn_act_plan *pl, int cv1, dnnl_memory_t x)
 {
-    dnnl_memory_t t = conv(d, m, cv1, x, NULL, NULL);
-    return conv(d, m, cv1 + 1, t, pl->convs[cv1 + 1].add >= 0 ? x : NULL, NULL);
+    dnnl_memory_t t = conv(d, m, cv1, x, NULL);
+    return conv(d, m, cv1 + 1, t, pl->convs[cv1 + 1].add >= 0 ? x : NULL);
 }
 
 /* Row i on its inputs; returns its output (level 0's for Detect, NULL on failure). */
 static dnnl_memory_t row(struct trn_dnn *d, const struct trn_model *m,
-                         const struct trn_act_plan *pl, int i, const dnnl_memory_t *out,
-                         float *const *det_out)
+                         const struct trn_act_plan *pl, int i, const dnnl_memory_t *out)
 {
     const struct trn_layer *L = trn_model_layer(m, i);
     const int c0 = L->conv0;
@@ -578,7 +572,7 @@ static dnnl_memory_t row(struct trn_dnn *d, const struct trn_model *m,
     switch (L->type) {
     case TRN_MOD_CONV:
         for (int j = 0; j < L->n; j++)
-            x = conv(d, m, c0 + j, x, NULL, NULL);
+            x = conv(d, m, c0 + j, x, NULL);
         return x;
     case TRN_MOD_BOTTLENECK:
         for (int j = 0; j < L->n; j++)
@@ -586,18 +580,18 @@ static dnnl_memory_t row(struct trn_dnn *d, const struct trn_model *m,
         return x;
     case TRN_MOD_C3: {
         dnnl_memory_t cat[2];
-        cat[0] = conv(d, m, c0, x, NULL, NULL);
+        cat[0] = conv(d, m, c0, x, NULL);
         for (int j = 0; j < L->n; j++)
             cat[0] = bottleneck(d, m, pl, c0 + 3 + 2 * j, cat[0]);
-        cat[1] = conv(d, m, c0 + 1, x, NULL, NULL);
-        return conv(d, m, c0 + 2, concat(d, cat, 2), NULL, NULL);
+        cat[1] = conv(d, m, c0 + 1, x, NULL);
+        return conv(d, m, c0 + 2, concat(d, cat, 2), NULL);
     }
     case TRN_MOD_SPPF: {
         dnnl_memory_t cat[4];
-        cat[0] = conv(d, m, c0, x, NULL, NULL);
+        cat[0] = conv(d, m, c0, x, NULL);
         for (int j = 1; j < 4; j++)
             cat[j] = maxpool(d, cat[j - 1], L->k);
-        return conv(d, m, c0 + 1, concat(d, cat, 4), NULL, NULL);
+        return conv(d, m, c0 + 1, concat(d, cat, 4), NULL);
     }
     case TRN_MOD_UPSAMPLE:
         return upsample(d, x, L->scale);
@@ -606,8 +600,9 @@ static dnnl_memory_t row(struct trn_dnn *d, const struct trn_model *m,
     case TRN_MOD_DETECT: {
         dnnl_memory_t y0 = NULL;
         for (int l = 0; l < L->n_conv; l++) {
-            dnnl_memory_t y = conv(d, m, c0 + l, ins[l], NULL, det_out[l]);
+            dnnl_memory_t y = conv(d, m, c0 + l, ins[l], NULL);
             if (!l) y0 = y;
+            if (y && d->n_det < TRN_MODEL_MAX_LEVELS) d->det[d->n_det++] = y;
         }
         return y0;
     }
@@ -1351,7 +1346,7 @@ static int build(const struct trn_model *m, const struct trn_act_plan *pl, int t
         } else {
             d->input = act(d, in->n, in->c, in->h, in->w, dnnl_nchw, d->stage /* set per run */);
             for (int i = 0; i < I->n_layers && !d->rc; i++)
-                if (!(outs[i] = row(d, m, pl, i, outs, det_out)) && !d->rc) d->rc = -EINVAL;
+                if (!(outs[i] = row(d, m, pl, i, outs)) && !d->rc) d->rc = -EINVAL;
         }
         dnnl_memory_desc_t sd;
         const dnnl_dims_t sdim = { (dnnl_dim_t)d->scratch };
@@ -1375,17 +1370,16 @@ static int build(const struct trn_model *m, const struct trn_act_plan *pl, int t
 }
 
 int trn_dnn_create(const struct trn_model *m, const struct trn_act_plan *pl, int threads,
-                   float *const *det_out, struct trn_dnn **out, char *err, size_t err_cap)
+                   struct trn_dnn **out, char *err, size_t err_cap)
 {
-    if (!m || !pl || !det_out || !out || threads < 1) return -EINVAL;
+    if (!m || !pl || !out || threads < 1) return -EINVAL;
     /* A model with narrow convs (under 16 channels) has no JIT code in nChw16c: the next
        layout may have it. */
     size_t from = 0;
     for (;;) {
         bool ref_conv = false;
         size_t used = 0;
-        const int rc =
-            build(m, pl, threads, det_out, NULL, from, out, err, err_cap, &ref_conv, &used);
+        const int rc = build(m, pl, threads, NULL, NULL, from, out, err, err_cap, &ref_conv, &used);
         if (!ref_conv || used + 1 >= sizeof layouts / sizeof layouts[0]) return rc;
         from = used + 1;
     }
@@ -1669,6 +1663,62 @@ int trn_dnn_run(struct trn_dnn *d, const float *images)
 {
     if (dnnl_memory_set_data_handle(d->input, (void *)images)) return -TRN_MODEL_EONEDNN;
     return run_steps(d, 0);
+}
+
+/* The Detect level l of the last run, blocked, with geometry det checked against it. */
+static const float *det_raw(const struct trn_dnn *d, int l, const struct kern_detect *det)
+{
+    const float *raw;
+    if (l >= d->n_det || dnnl_memory_get_data_handle(d->det[l], (void **)&raw)) return NULL;
+    const dnnl_memory_desc_t *md = md_of(d->det[l]);
+    const bool fits = md->dims[0] == det->bs && md->dims[1] == (dnnl_dim_t)det->na * det->no &&
+                      md->dims[2] == det->ny && md->dims[3] == det->nx;
+    return fits ? raw : NULL;
+}
+
+int trn_dnn_decode(struct trn_dnn *d, const struct kern_detect *det, int levels,
+                   const float *anchors, float *out, size_t rows)
+{
+    if (!d || !det || !anchors || !out || levels != d->n_det) return -EINVAL;
+    const float *raw[TRN_MODEL_MAX_LEVELS];
+    size_t first[TRN_MODEL_MAX_LEVELS + 1] = { 0 }; /* each level's first row in an image */
+    for (int l = 0; l < levels; l++) {
+        if (!(raw[l] = det_raw(d, l, &det[l])) || det[l].bs != det[0].bs || det[l].no != det[0].no)
+            return -EINVAL;
+        first[l + 1] = first[l] + (size_t)det[l].na * (size_t)det[l].ny * (size_t)det[l].nx;
+    }
+    if (first[levels] != rows) return -EINVAL;
+    /* one (image, level, anchor) a task; images in order, so a thread's rows are contiguous */
+    const int na = det[0].na;
+    const long tasks = (long)det[0].bs * levels * na;
+    const size_t no = (size_t)det[0].no;
+    int rc = 0;
+    omp_set_num_threads(d->threads);
+#pragma omp parallel for schedule(static) reduction(| : rc)
+    for (long t = 0; t < tasks; t++) {
+        const int b = (int)(t / ((long)levels * na)), l = (int)(t / na % levels), a = (int)(t % na);
+        const size_t cells = (size_t)det[l].ny * (size_t)det[l].nx;
+        float *const o = out + ((size_t)b * rows + first[l] + (size_t)a * cells) * no;
+        rc |=
+            kern_detect_blk_decode(&det[l], d->blk, b, a, o, raw[l], anchors + 2 * (size_t)na * l);
+    }
+    return rc ? -EINVAL : 0;
+}
+
+int trn_dnn_head(struct trn_dnn *d, const struct kern_detect *det, int levels, float *const *head)
+{
+    if (!d || !det || !head || levels != d->n_det) return -EINVAL;
+    for (int l = 0; l < levels; l++) {
+        const float *const raw = det_raw(d, l, &det[l]);
+        if (!raw || !head[l]) return -EINVAL;
+        const long tasks = (long)det[l].bs * det[l].na;
+        omp_set_num_threads(d->threads);
+#pragma omp parallel for schedule(static)
+        for (long t = 0; t < tasks; t++)
+            kern_detect_blk_fwd(&det[l], d->blk, (int)(t / det[l].na), (int)(t % det[l].na),
+                                head[l], raw);
+    }
+    return 0;
 }
 
 size_t trn_dnn_bytes(const struct trn_dnn *d)

@@ -12,9 +12,9 @@ bool trn_dnn_built(void)
 }
 
 int trn_dnn_create(const struct trn_model *m, const struct trn_act_plan *pl, int threads,
-                   float *const *det_out, struct trn_dnn **out, char *err, size_t err_cap)
+                   struct trn_dnn **out, char *err, size_t err_cap)
 {
-    (void)m, (void)pl, (void)threads, (void)det_out, (void)out, (void)err, (void)err_cap;
+    (void)m, (void)pl, (void)threads, (void)out, (void)err, (void)err_cap;
     return -ENOTSUP;
 }
 
@@ -27,6 +27,19 @@ int trn_dnn_load(struct trn_dnn *d, const struct trn_model *m)
 int trn_dnn_run(struct trn_dnn *d, const float *images)
 {
     (void)d, (void)images;
+    return -ENOTSUP;
+}
+
+int trn_dnn_decode(struct trn_dnn *d, const struct kern_detect *det, int levels,
+                   const float *anchors, float *out, size_t rows)
+{
+    (void)d, (void)det, (void)levels, (void)anchors, (void)out, (void)rows;
+    return -ENOTSUP;
+}
+
+int trn_dnn_head(struct trn_dnn *d, const struct kern_detect *det, int levels, float *const *head)
+{
+    (void)d, (void)det, (void)levels, (void)head;
     return -ENOTSUP;
 }
 

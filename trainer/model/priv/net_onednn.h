@@ -9,10 +9,11 @@
  * fuse_conv_and_bn does, SiLU as a swish post-op, a shortcut bottleneck's residual as a binary
  * add post-op), SPPF's max pools, the nearest 2x upsample and every concatenation, with the
  * activations in the blocked layout oneDNN's convolutions choose on this CPU (nChw16c with
- * AVX-512, nChw8c with AVX2). The images are read in place (NCHW) and each Detect level's raw
- * conv output is written, NCHW, where net.c's decode reads it (det_out), so nothing else of the
- * net changes. The numbers differ from the reference path by the summation order only: parity,
- * not bytes (tests/trainer/test_net_onednn.c).
+ * AVX-512, nChw8c with AVX2). The images are read in place (NCHW); each Detect level's raw conv
+ * output stays in the executor, blocked, and trn_dnn_decode / trn_dnn_head read it from there
+ * (the decode and the head's reshape of net.c's reference path, on the blocked layout: no NCHW
+ * copy between, which took 4% of yolov5n's inference at 320). The numbers differ from the
+ * reference path by the summation order only: parity, not bytes (tests/trainer/test_net_onednn.c).
  *
  * WEIGHTS. trn_dnn_load folds and reorders the model's current parameters and running
  * statistics into the primitives' own copies; a run uses what the last load saw.
@@ -32,26 +33,41 @@
 #include "model.h"
 
 struct trn_dnn;
+struct kern_detect;
 
 /* Whether this build has the oneDNN executor. */
 bool trn_dnn_built(void);
 
 /*
  * An executor for model m at the plan's batch and size. threads: OpenMP threads per run (>= 1).
- * det_out[l]: level l's Detect conv output, batch x (na * no) x ny x nx floats NCHW (borrowed,
- * written by each run). out: the executor on success. Returns 0, -ENOMEM, -ENOTSUP (not built),
- * -TRN_MODEL_EONEDNN (err names the primitive oneDNN refused).
+ * out: the executor on success. Returns 0, -ENOMEM, -ENOTSUP (not built), -TRN_MODEL_EONEDNN
+ * (err names the primitive oneDNN refused).
  */
 int trn_dnn_create(const struct trn_model *m, const struct trn_act_plan *pl, int threads,
-                   float *const *det_out, struct trn_dnn **out, char *err, size_t err_cap);
+                   struct trn_dnn **out, char *err, size_t err_cap);
 
 /* Fold and reorder m's parameters and BN running statistics into the executor. Returns 0 or
  * -TRN_MODEL_EONEDNN. */
 int trn_dnn_load(struct trn_dnn *d, const struct trn_model *m);
 
-/* The forward on images (batch x ch x h x w float NCHW, borrowed for the call): writes det_out.
- * Returns 0 or -TRN_MODEL_EONEDNN. */
+/* The forward on images (batch x ch x h x w float NCHW, borrowed for the call). Returns 0 or
+ * -TRN_MODEL_EONEDNN. */
 int trn_dnn_run(struct trn_dnn *d, const float *images);
+
+/*
+ * After a run of an executor from trn_dnn_create: kern_ref_detect_decode of every image's Detect
+ * levels into out (batch, rows, no), each image's rows level after level (levels: the model's,
+ * det[l] each one's geometry with the batch as bs, anchors each level's na (w, h) pairs in grid
+ * units one level after another, rows the sum of na ny nx), with the same bits
+ * (kern_detect_blk_decode), on the executor's threads. Returns 0, -EINVAL (a geometry or count
+ * that is not the executor's).
+ */
+int trn_dnn_decode(struct trn_dnn *d, const struct kern_detect *det, int levels,
+                   const float *anchors, float *out, size_t rows);
+
+/* After such a run: each Detect level into head[l] (bs, na, ny, nx, no), the bytes of
+ * kern_ref_detect_reshape_fwd (kern_detect_blk_fwd). Returns 0 or -EINVAL as trn_dnn_decode. */
+int trn_dnn_head(struct trn_dnn *d, const struct kern_detect *det, int levels, float *const *head);
 
 /* Bytes of tensor memory the executor holds (activations and weight copies). */
 size_t trn_dnn_bytes(const struct trn_dnn *d);
