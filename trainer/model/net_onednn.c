@@ -1683,7 +1683,8 @@ int trn_dnn_decode(struct trn_dnn *d, const struct kern_detect *det, int levels,
     const float *raw[TRN_MODEL_MAX_LEVELS];
     size_t first[TRN_MODEL_MAX_LEVELS + 1] = { 0 }; /* each level's first row in an image */
     for (int l = 0; l < levels; l++) {
-        if (!(raw[l] = det_raw(d, l, &det[l])) || det[l].bs != det[0].bs || det[l].no != det[0].no)
+        if (!(raw[l] = det_raw(d, l, &det[l])) || det[l].bs != det[0].bs ||
+            det[l].na != det[0].na || det[l].no != det[0].no)
             return -EINVAL;
         first[l + 1] = first[l] + (size_t)det[l].na * (size_t)det[l].ny * (size_t)det[l].nx;
     }
