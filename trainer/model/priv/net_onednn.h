@@ -11,9 +11,10 @@
  * activations in the blocked layout oneDNN's convolutions choose on this CPU (nChw16c with
  * AVX-512, nChw8c with AVX2). The images are read in place (NCHW); each Detect level's raw conv
  * output stays in the executor, blocked, and trn_dnn_decode / trn_dnn_head read it from there
- * (the decode and the head's reshape of net.c's reference path, on the blocked layout: no NCHW
- * copy between, which took 4% of yolov5n's inference at 320). The numbers differ from the
- * reference path by the summation order only: parity, not bytes (tests/trainer/test_net_onednn.c).
+ * (the decode and the head's reshape of net.c's reference path, on the blocked layout, on the
+ * executor's threads: an NCHW copy and a decode on one thread took 18-20% of yolov5n's
+ * inference). The numbers differ from the reference path by the summation order only: parity, not
+ * bytes (tests/trainer/test_net_onednn.c).
  *
  * WEIGHTS. trn_dnn_load folds and reorders the model's current parameters and running
  * statistics into the primitives' own copies; a run uses what the last load saw.
