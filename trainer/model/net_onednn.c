@@ -1597,16 +1597,23 @@ static int bn_bwd(struct trn_dnn *d, struct tnode *nd)
     return 0;
 }
 
+/* A Detect level's blocked raw into its head (bs, na, ny, nx, no), one (image, anchor) a task
+ * (kern_detect_blk_fwd). */
+static void head_fwd(const struct trn_dnn *d, const struct kern_detect *det, float *head,
+                     const float *raw)
+{
+    const long tasks = (long)det->bs * det->na;
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < tasks; t++)
+        kern_detect_blk_fwd(det, d->blk, (int)(t / det->na), (int)(t % det->na), head, raw);
+}
+
 /* Detect conv node nd's output into its level of the head, reshaped (kern_detect_blk_fwd). */
 static int det_fwd(struct trn_dnn *d, const struct tnode *nd)
 {
     const float *raw;
     if (dnnl_memory_get_data_handle(nd->c->x, (void **)&raw)) return -TRN_MODEL_EONEDNN;
-    const int na = nd->det.na;
-    const long tasks = (long)nd->det.bs * na;
-#pragma omp parallel for schedule(static)
-    for (long t = 0; t < tasks; t++)
-        kern_detect_blk_fwd(&nd->det, d->blk, (int)(t / na), (int)(t % na), nd->head, raw);
+    head_fwd(d, &nd->det, nd->head, raw);
     return 0;
 }
 
@@ -1709,15 +1716,11 @@ int trn_dnn_decode(struct trn_dnn *d, const struct kern_detect *det, int levels,
 int trn_dnn_head(struct trn_dnn *d, const struct kern_detect *det, int levels, float *const *head)
 {
     if (!d || !det || !head || levels != d->n_det) return -EINVAL;
+    omp_set_num_threads(d->threads);
     for (int l = 0; l < levels; l++) {
         const float *const raw = det_raw(d, l, &det[l]);
         if (!raw || !head[l]) return -EINVAL;
-        const long tasks = (long)det[l].bs * det[l].na;
-        omp_set_num_threads(d->threads);
-#pragma omp parallel for schedule(static)
-        for (long t = 0; t < tasks; t++)
-            kern_detect_blk_fwd(&det[l], d->blk, (int)(t / det[l].na), (int)(t % det[l].na),
-                                head[l], raw);
+        head_fwd(d, &det[l], head[l], raw);
     }
     return 0;
 }
