@@ -181,6 +181,25 @@ static void test_synthetic(const char *val, const char *synth, const char *pack)
                   num(first, "score") > 0.001),
        "entries have bbox[4], a class id (nc 4: no COCO mapping) and a score > conf");
     cJSON_Delete(pred);
+
+    /* NMS runs on the compute threads, one image each (val.c post_chunk): every image's
+     * detections, and their order in the json, are the one thread's. Random weights fill
+     * max_det, so each image's NMS has thousands of candidates. */
+    char *pt[2] = { NULL, NULL };
+    size_t pn[2] = { 0, 0 };
+    for (int k = 0; k < 2; k++) {
+        rc = run("%s --records %s/val.ffr --cfg yolov5n --img 320 --batch-size 4 --project "
+                 "%s/runs --name thr%d --save-json --no-plots --exist-ok --threads %d",
+                 val, dir, dir, k, k ? 3 : 1);
+        snprintf(path, sizeof path, "%s/runs/thr%d/init_predictions.json", dir, k);
+        pt[k] = rc == 0 ? slurp(path, &pn[k]) : NULL;
+    }
+    ok(pt[0] && pt[1] && pn[0] == pn[1] && pn[0] > 1000 && !memcmp(pt[0], pt[1], pn[0]) && pj &&
+           strlen(pj) == pn[0] && !memcmp(pj, pt[0], pn[0]),
+       "--threads 3 and --threads 1: the same predictions json, byte for byte (%zu, %zu bytes)",
+       pn[0], pn[1]);
+    free(pt[0]);
+    free(pt[1]);
     free(pj);
 
     /* --augment: the same run through val.py's test-time augmentation; every detection kept

@@ -12,7 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
+#include "kern.h"
 #include "loader.h"
 #include "loss.h"
 #include "net.h"
@@ -163,12 +167,14 @@ static int read_image_ids(const struct ffr_reader *r, const struct trn_val_opts 
 /* Everything one run holds; freed by state_free. */
 struct state {
     struct trn_loader *loader;
-    struct trn_tta *tta; /* the models (one, or an ensemble), with or without augment */
-    struct trn_nms *nms;
+    struct trn_tta *tta;  /* the models (one, or an ensemble), with or without augment */
+    struct trn_nms **nms; /* one workspace per NMS thread (nms_threads) */
+    int n_nms;
     struct trn_val_stats *stats;
     struct trn_confusion *cm;
     float *stage;             /* micro x 3 x max_h x max_w */
-    struct trn_det *dets;     /* max_det */
+    struct trn_det *dets;     /* micro_batch x max_det: a chunk's images, max_det each */
+    int *nd;                  /* micro_batch: each image's detection count, or its NMS error */
     struct trn_label *labels; /* label_cap */
     size_t label_cap;
     float *plot_rows; /* 7 floats per detection of a plotted batch */
@@ -189,7 +195,10 @@ static void state_free(struct state *s)
 {
     trn_loader_destroy(s->loader);
     trn_tta_destroy(s->tta);
-    trn_nms_destroy(s->nms);
+    for (int t = 0; s->nms && t < s->n_nms; t++)
+        trn_nms_destroy(s->nms[t]);
+    free(s->nms);
+    free(s->nd);
     trn_val_stats_destroy(s->stats);
     trn_confusion_destroy(s->cm);
     free(s->stage);
@@ -339,7 +348,7 @@ static int image_labels(struct state *s, const struct trn_batch *b, int i, int n
 }
 
 static int add_coco(struct state *s, struct trn_val_result *res, const struct trn_val_opts *o,
-                    int64_t image_id, size_t nd)
+                    int64_t image_id, const struct trn_det *dets, size_t nd)
 {
     if (res->n_coco + nd > s->coco_cap) {
         size_t cap = s->coco_cap ? s->coco_cap : 4096;
@@ -351,9 +360,9 @@ static int add_coco(struct state *s, struct trn_val_result *res, const struct tr
         s->coco_cap = cap;
     }
     for (size_t k = 0; k < nd; k++) {
-        const int cls = s->dets[k].cls;
+        const int cls = dets[k].cls;
         const int cat = o->coco91 ? trn_coco80_to_coco91(cls) : cls;
-        trn_coco_det_from(&s->dets[k], image_id, cat, &res->coco[res->n_coco++]);
+        trn_coco_det_from(&dets[k], image_id, cat, &res->coco[res->n_coco++]);
     }
     return 0;
 }
@@ -398,7 +407,7 @@ static int hybrid_rows(struct state *s, const struct trn_batch *b, int i, const 
 /* save_one_txt: the image's detections (already in its own pixels) appended to its stem's file,
  * "cls cx cy w h [conf]" normalised by (w0, h0) in float32, '%g' each. */
 static int save_one_txt(const struct state *s, const struct trn_val_opts *o,
-                        const struct trn_batch_image *bi, int nd)
+                        const struct trn_batch_image *bi, const struct trn_det *dets, int nd)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s.txt", o->save_txt_dir, s->stems[bi->index]);
@@ -406,7 +415,7 @@ static int save_one_txt(const struct state *s, const struct trn_val_opts *o,
     if (!f) return -errno;
     const float gw = (float)bi->w0, gh = (float)bi->h0;
     for (int k = 0; k < nd; k++) {
-        const struct trn_det *d = &s->dets[k];
+        const struct trn_det *d = &dets[k];
         const float xywh[4] = { (d->x1 + d->x2) / 2 / gw, (d->y1 + d->y2) / 2 / gh,
                                 (d->x2 - d->x1) / gw, (d->y2 - d->y1) / gh };
         fprintf(f, "%g %g %g %g %g", (double)(float)d->cls, (double)xywh[0], (double)xywh[1],
@@ -417,33 +426,35 @@ static int save_one_txt(const struct state *s, const struct trn_val_opts *o,
     return fclose(f) == 0 ? 0 : -EIO;
 }
 
-/* One batch image after the forward: NMS, mapping back, stats, json, plot rows. */
-static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_val_result *res,
-                      const struct trn_batch *b, int i, const float *pred, int rows, int no, int nc,
-                      bool plot, char *err, size_t err_cap)
+/* NMS of image i of a batch (pred: its rows) into dets, on workspace nms: the detection count,
+ * or a negative code. Called from the NMS threads, one image each (see post_chunk). */
+static int nms_image(struct state *s, struct trn_nms *nms, const struct trn_val_opts *o,
+                     const struct trn_batch *b, int i, const float *pred, int rows, int no, int nc,
+                     struct trn_det *dets)
 {
-    const struct trn_batch_image *bi = &b->info[i];
     struct trn_nms_opts no_;
     trn_nms_opts_default(&no_);
     no_.conf_thres = o->conf_thres;
     no_.iou_thres = o->iou_thres;
     no_.max_det = o->max_det;
-    if (o->save_hybrid) {
+    if (o->save_hybrid) { /* s->hybrid is one buffer: nms_threads gives this one thread */
         const int rc = hybrid_rows(s, b, i, pred, &rows, no, nc);
-        if (rc < 0) {
-            trn_seterr(err, err_cap, "out of memory");
-            return rc;
-        }
+        if (rc < 0) return rc;
         pred = s->hybrid;
     }
     const int nd =
-        trn_nms_run(s->nms, pred, (size_t)rows, (size_t)no, nc, &no_, s->dets, (size_t)o->max_det);
-    if (nd < 0) {
-        trn_seterr(err, err_cap, "NMS of record %" PRIu64 ": %s", bi->index, trn_strerror(nd));
-        return nd;
-    }
+        trn_nms_run(nms, pred, (size_t)rows, (size_t)no, nc, &no_, dets, (size_t)o->max_det);
     for (int k = 0; o->single_cls && k < nd; k++) /* val.py: pred[:, 5] = 0 */
-        s->dets[k].cls = 0;
+        dets[k].cls = 0;
+    return nd;
+}
+
+/* One batch image after its NMS (nd detections in dets): mapping back, stats, json, plot rows. */
+static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_val_result *res,
+                      const struct trn_batch *b, int i, struct trn_det *dets, int nd, int nc,
+                      bool plot, char *err, size_t err_cap)
+{
+    const struct trn_batch_image *bi = &b->info[i];
     if (plot && nd > 0) {
         if (s->n_plot + (size_t)nd > s->plot_cap) {
             size_t cap = s->plot_cap ? s->plot_cap : 1024;
@@ -454,7 +465,7 @@ static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_
             s->plot_rows = nr;
             s->plot_cap = cap;
         }
-        trn_val_dets_to_rows(s->dets, (size_t)nd, i, s->plot_rows + 7 * s->n_plot);
+        trn_val_dets_to_rows(dets, (size_t)nd, i, s->plot_rows + 7 * s->n_plot);
         s->n_plot += (size_t)nd;
     }
     /* shapes[si][1][0][0] = h / h0: the record's load_image resize (the letterbox ratio is 1 in
@@ -470,26 +481,73 @@ static int post_image(struct state *s, const struct trn_val_opts *o, struct trn_
         if (rc == -ENOMEM) trn_seterr(err, err_cap, "out of memory");
         return rc;
     }
-    rc = trn_scale_dets(s->dets, (size_t)nd, gain, bi->pad_w, bi->pad_h, (int)bi->w0, (int)bi->h0);
-    if (rc == 0) rc = trn_val_stats_add(s->stats, s->dets, (size_t)nd, s->labels, (size_t)nl);
-    if (rc == 0) rc = trn_confusion_add(s->cm, s->dets, (size_t)nd, s->labels, (size_t)nl);
+    rc = trn_scale_dets(dets, (size_t)nd, gain, bi->pad_w, bi->pad_h, (int)bi->w0, (int)bi->h0);
+    if (rc == 0) rc = trn_val_stats_add(s->stats, dets, (size_t)nd, s->labels, (size_t)nl);
+    if (rc == 0) rc = trn_confusion_add(s->cm, dets, (size_t)nd, s->labels, (size_t)nl);
     if (rc < 0) {
         trn_seterr(err, err_cap, "record %" PRIu64 ": metrics: %s", bi->index, trn_strerror(rc));
         return rc;
     }
     res->n_dets += nd;
-    if (o->save_txt_dir && nd > 0 && (rc = save_one_txt(s, o, bi, nd)) < 0) {
+    if (o->save_txt_dir && nd > 0 && (rc = save_one_txt(s, o, bi, dets, nd)) < 0) {
         trn_seterr(err, err_cap, "%s/%s.txt: %s", o->save_txt_dir, s->stems[bi->index],
                    strerror(-rc));
         return rc;
     }
     if (o->save_json) {
         s->seen_rec[bi->index] = 1;
-        rc = add_coco(s, res, o, s->ids[bi->index], (size_t)nd);
+        rc = add_coco(s, res, o, s->ids[bi->index], dets, (size_t)nd);
         if (rc < 0) {
             trn_seterr(err, err_cap, "out of memory");
             return rc;
         }
+    }
+    return 0;
+}
+
+/*
+ * Threads for the NMS of a chunk's images: the net's compute threads (--threads, else one per
+ * CPU; on a GPU the CPUs wait for it), no more than a chunk's images, and one with --save-hybrid
+ * (its rows are built in one buffer). Each image's NMS is independent and the rest of its
+ * post-processing runs afterwards in image order, so every count and output is the one thread's.
+ */
+static int nms_threads(const struct trn_val_opts *o)
+{
+    int t = o->device < 0 && o->threads > 0 ? o->threads : kern_cpu_count();
+    if (t > o->micro_batch) t = o->micro_batch;
+    return o->save_hybrid || t < 1 ? 1 : t;
+}
+
+/* Images c0 .. c0 + cn of a batch after the forward (out: their rows): NMS of each on the NMS
+ * threads, then post_image in image order. */
+static int post_chunk(struct state *s, const struct trn_val_opts *o, struct trn_val_result *res,
+                      const struct trn_batch *b, int c0, int cn, const float *out, int rows, int no,
+                      int nc, bool plot, char *err, size_t err_cap)
+{
+    const size_t md = (size_t)o->max_det;
+#ifdef _OPENMP
+    /* dynamic: an image's candidates, and so its NMS time, vary by orders of magnitude */
+#pragma omp parallel for num_threads(s->n_nms) schedule(dynamic, 1)
+#endif
+    for (int k = 0; k < cn; k++) {
+#ifdef _OPENMP
+        const int t = omp_get_thread_num();
+#else
+        const int t = 0;
+#endif
+        s->nd[k] = nms_image(s, s->nms[t], o, b, c0 + k, out + (size_t)k * (size_t)rows * no, rows,
+                             no, nc, s->dets + (size_t)k * md);
+    }
+    for (int k = 0; k < cn; k++) {
+        const int i = c0 + k;
+        if (s->nd[k] < 0) {
+            trn_seterr(err, err_cap, "NMS of record %" PRIu64 ": %s", b->info[i].index,
+                       s->nd[k] == -ENOMEM ? "out of memory" : trn_strerror(s->nd[k]));
+            return s->nd[k];
+        }
+        const int rc =
+            post_image(s, o, res, b, i, s->dets + (size_t)k * md, s->nd[k], nc, plot, err, err_cap);
+        if (rc < 0) return rc;
     }
     return 0;
 }
@@ -611,13 +669,19 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
     const size_t stage_len =
         (size_t)o.micro_batch * 3 * (size_t)li.max_height * (size_t)li.max_width;
     s.stage = malloc(stage_len * sizeof *s.stage);
-    s.dets = malloc((size_t)o.max_det * sizeof *s.dets);
-    if (!s.stage || !s.dets) {
+    s.dets = malloc((size_t)o.micro_batch * (size_t)o.max_det * sizeof *s.dets);
+    s.nd = malloc((size_t)o.micro_batch * sizeof *s.nd);
+    s.n_nms = nms_threads(&o);
+    s.nms = calloc((size_t)s.n_nms, sizeof *s.nms);
+    if (!s.stage || !s.dets || !s.nd || !s.nms) {
         rc = -ENOMEM;
         trn_seterr(err, err_cap, "out of memory");
         goto out;
     }
-    if ((rc = trn_nms_create(&s.nms)) < 0 || (rc = trn_val_stats_create(nc, &s.stats)) < 0 ||
+    rc = 0;
+    for (int t = 0; t < s.n_nms && rc >= 0; t++)
+        rc = trn_nms_create(&s.nms[t]);
+    if (rc < 0 || (rc = trn_val_stats_create(nc, &s.stats)) < 0 ||
         (rc = trn_confusion_create(nc, 0.25f, 0.45f, &s.cm)) < 0) {
         trn_seterr(err, err_cap, "%s", trn_strerror(rc));
         goto out;
@@ -675,11 +739,8 @@ int trn_val_run_ensemble(struct trn_model *const *models, int n_models, const st
                 if (trn_tta_net(s.tta, 0, b.height, b.width, &net, NULL, 0) == 0)
                     logf_(&o, "inference: %s", trn_net_engine(net));
             }
-            for (int k = 0; k < cn; k++) {
-                rc = post_image(&s, &o, res, &b, c0 + k, out + (size_t)k * (size_t)rows * no, rows,
-                                no, nc, plot, err, err_cap);
-                if (rc < 0) goto out;
-            }
+            rc = post_chunk(&s, &o, res, &b, c0, cn, out, rows, no, nc, plot, err, err_cap);
+            if (rc < 0) goto out;
             t_nms += now_ms() - t1;
         }
         if (o.loss_hyp && (rc = batch_loss(&s, m, &o, &b, step, loss_sum, err, err_cap)) < 0)
