@@ -28,9 +28,10 @@
  * record or step. The library never prints and never exits.
  *
  * Threads: trn_val_run uses the model read-only (an eval forward writes nothing into it), the
- * reader read-only, and its own loader workers and net; it may run while no other thread
- * writes the model. The log callback is called from the calling thread and the loader's
- * workers, one call at a time.
+ * reader read-only, and its own loader workers, net and NMS threads (OpenMP: `threads` of them
+ * on the CPU, else one per CPU; each image's NMS on one, the rest in image order); it may run
+ * while no other thread writes the model. The log callback is called from the calling thread and
+ * the loader's workers, one call at a time.
  */
 #ifndef TRN_VAL_H
 #define TRN_VAL_H
