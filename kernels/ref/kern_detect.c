@@ -108,6 +108,23 @@ static size_t blk_blocks(const struct kern_detect *d, int blk)
  * b16: 4.95-5.0 against 5.5-6.3 ms; the same tiles in the backward changed nothing). */
 #define BLK_TILE 64
 
+/* Anchor a's rows of cells c0 .. c0 + tn of one image's blocked raw (img, of cells cells) into
+ * dst, tn rows of no: k in runs that share a channel block, each a stride-B stream of img. */
+static void blk_rows(const struct kern_detect *d, size_t B, int a, const float *img, size_t cells,
+                     size_t c0, size_t tn, float *dst)
+{
+    const size_t no = (size_t)d->no;
+    for (size_t k0 = 0; k0 < no;) {
+        const size_t ch = (size_t)a * no + k0, l0 = ch % B;
+        const size_t run = B - l0 < no - k0 ? B - l0 : no - k0;
+        const float *const src = img + (ch / B) * cells * B + c0 * B + l0;
+        for (size_t t = 0; t < tn; t++)
+            for (size_t j = 0; j < run; j++)
+                dst[t * no + k0 + j] = src[t * B + j];
+        k0 += run;
+    }
+}
+
 void kern_detect_blk_fwd(const struct kern_detect *d, int blk, int b, int a, float *p,
                          const float *raw)
 {
@@ -115,17 +132,8 @@ void kern_detect_blk_fwd(const struct kern_detect *d, int blk, int b, int a, flo
     float *const dst = p + ((size_t)b * (size_t)d->na + (size_t)a) * cells * no;
     const float *const img = raw + (size_t)b * blk_blocks(d, blk) * cells * B;
     for (size_t c0 = 0; c0 < cells; c0 += BLK_TILE) {
-        const size_t c1 = cells - c0 < BLK_TILE ? cells : c0 + BLK_TILE;
-        /* k in runs that share a channel block: each a stride-blk stream of raw */
-        for (size_t k0 = 0; k0 < no;) {
-            const size_t ch = (size_t)a * no + k0, l0 = ch % B;
-            const size_t run = B - l0 < no - k0 ? B - l0 : no - k0;
-            const float *const src = img + (ch / B) * cells * B + l0;
-            for (size_t c = c0; c < c1; c++)
-                for (size_t j = 0; j < run; j++)
-                    dst[c * no + k0 + j] = src[c * B + j];
-            k0 += run;
-        }
+        const size_t tn = cells - c0 < BLK_TILE ? cells - c0 : BLK_TILE;
+        blk_rows(d, B, a, img, cells, c0, tn, dst + c0 * no);
     }
 }
 
@@ -222,21 +230,13 @@ int kern_detect_blk_decode(const struct kern_detect *d, int blk, int b, int a, f
     const size_t cells = (size_t)d->ny * (size_t)d->nx, no = (size_t)d->no, B = (size_t)blk;
     const float *const img = raw + (size_t)b * blk_blocks(d, blk) * cells * B;
     const float aw = anchors[2 * a] * d->stride, ah = anchors[2 * a + 1] * d->stride;
-    /* a tile of cells: their rows gathered from the blocks in output order (each run of k that
-       shares a block a stride-blk stream), then the sigmoids in one pass, then the box terms */
+    /* a tile of cells: their rows gathered from the blocks (blk_rows), then the sigmoids in one
+       pass, then the box terms */
     float buf[2 * KERN_DETECT_BLK_MAX_NO];
     const size_t T = sizeof buf / sizeof *buf / no;
     for (size_t j0 = 0; j0 < cells; j0 += T) {
         const size_t tn = cells - j0 < T ? cells - j0 : T;
-        for (size_t k0 = 0; k0 < no;) {
-            const size_t ch = (size_t)a * no + k0, l0 = ch % B;
-            const size_t run = B - l0 < no - k0 ? B - l0 : no - k0;
-            const float *const src = img + (ch / B) * cells * B + j0 * B + l0;
-            for (size_t t = 0; t < tn; t++)
-                for (size_t j = 0; j < run; j++)
-                    buf[t * no + k0 + j] = src[t * B + j];
-            k0 += run;
-        }
+        blk_rows(d, B, a, img, cells, j0, tn, buf);
         float *const o0 = out + j0 * no;
         sigmoid_run(o0, buf, tn * no);
         decode_boxes(d, o0, j0, tn, aw, ah);
