@@ -40,6 +40,25 @@ struct kern_pool2d {
 /* Computes the output size. Errors: -EINVAL (bad or empty shape). */
 KERN_API int kern_pool2d_out_hw(const struct kern_pool2d *d, int *h_out, int *w_out);
 
+/*
+ * Max pool on one channel-blocked plane (the CPU oneDNN executor's layout, as kern_bnblk's in
+ * kern_bn.h: h w positions of blk lanes, blk 8 or 16), stride 1, pad k / 2, odd k up to
+ * KERN_POOLBLK_MAX_K, rows up to KERN_POOLBLK_MAX_W wide: SPPF's pools. Plain functions with no
+ * threads: one (image, channel block) plane per call, so that a caller splits them over its own.
+ * kern_poolblk_fwd: y and, unless idx is NULL, each output lane's winner as its offset in the
+ *   window, kh k + kw; the rule of kern_ref_maxpool2d_fwd, so y is its y bit for bit and idx
+ *   names the element its idx does.
+ * kern_poolblk_bwd: dx from dy and the forward's idx: each element the sum of the dy that chose
+ *   it, added in row-major output order from 0 (kern_ref_maxpool2d_bwd's bits); with add, that
+ *   sum added to dx (PyTorch's sum of two gradients of one tensor).
+ * Returns 0, or -EINVAL (a bad shape, k, blk, or NULL).
+ */
+#define KERN_POOLBLK_MAX_K 15
+#define KERN_POOLBLK_MAX_W 256
+KERN_API int kern_poolblk_fwd(int h, int w, int k, int blk, float *y, uint8_t *idx, const float *x);
+KERN_API int kern_poolblk_bwd(int h, int w, int k, int blk, float *dx, const float *dy,
+                              const uint8_t *idx, int add);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Detect head                                                                              */
 

@@ -9,6 +9,7 @@
  * Upsample against out[y][x] = in[y/2][x/2]; backward against the 2x2 sums and finite
  * differences. Exact ops: results must match bit for bit, except sums of dy, checked to 1e-6;
  * finite differences (piecewise linear ops, h = 1e-3 with inputs >= 1e-2 apart): 1e-3 + 1e-3 |g|.
+ * The blocked pools (kern_poolblk_*, the oneDNN executor's) against the reference, bit for bit.
  */
 #include <errno.h>
 
@@ -234,6 +235,84 @@ static void check_threads(void)
     kern_ctx_destroy(c3);
 }
 
+/* kern_poolblk_* on the blocked copy of an NCHW tensor against kern_ref_maxpool2d_* on it: the
+ * same y and gradients bit for bit, and each idx naming the element the reference's index does.
+ * Inputs with ties (drawn from {0, 1, 2}), a few NaNs and -inf, and channels that leave pad
+ * lanes; dx into zeros and added to a gradient already there (as ref's into zeros, then +). */
+static void check_poolblk(int n, int c, int h, int w, int k, int blk, const char *label)
+{
+    struct kern_ctx *const ctx = kt_ctx(0);
+    const struct kern_pool2d d = { n, c, h, w, k, 1, k / 2, 0, 0 };
+    const int cpad = (c + blk - 1) / blk * blk, nb = cpad / blk;
+    const size_t hw = (size_t)h * (size_t)w, nx = (size_t)n * (size_t)c * hw;
+    const size_t nbx = (size_t)n * (size_t)cpad * hw, plane = hw * (size_t)blk;
+    float *const x = kt_alloc(nx), *const y = kt_alloc(nx), *const dy = kt_alloc(nx);
+    float *const dx = kt_alloc(nx), *const dx0 = kt_alloc(nx);
+    float *const bx = kt_alloc(nbx), *const by = kt_alloc(nbx), *const bdy = kt_alloc(nbx);
+    float *const bdx = kt_alloc(nbx), *const want = kt_alloc(nbx);
+    int32_t *const idx = malloc(nx * 4);
+    uint8_t *const bidx = malloc(nbx);
+    if (!idx || !bidx) exit(99);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = (float)kt_randint(0, 2);
+    x[3] = NAN, x[nx / 2] = NAN, x[nx - 1] = -INFINITY;
+    kt_fill(dy, nx, -1, 1);
+    kern_ref_maxpool2d_fwd(ctx, &d, y, idx, x);
+    kt_to_blk(bx, x, n, c, cpad, blk, hw);
+    kt_to_blk(bdy, dy, n, c, cpad, blk, hw);
+    int rc = 0;
+    for (int pl = 0; pl < n * nb; pl++)
+        rc |= kern_poolblk_fwd(h, w, k, blk, by + pl * plane, bidx + pl * plane, bx + pl * plane);
+    is_int(rc, 0, "%s: blocked fwd runs", label);
+    kt_to_blk(want, y, n, c, cpad, blk, hw);
+    /* NaN lanes: compare bits, not values (memcmp), pad lanes included (max of zeros: 0) */
+    ok(!memcmp(by, want, nbx * 4), "%s: blocked y is the reference's bit for bit", label);
+    size_t same = 0, named = 0;
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (size_t o = 0; o < hw; o++) {
+                const size_t b =
+                    (((size_t)i * nb + (size_t)(ch / blk)) * hw + o) * blk + (size_t)(ch % blk);
+                const int oy = (int)(o / (size_t)w), ox = (int)(o % (size_t)w);
+                const int t = bidx[b], iy = oy - k / 2 + t / k, ix = ox - k / 2 + t % k;
+                named++;
+                same += iy * w + ix == idx[((size_t)i * c + (size_t)ch) * hw + o];
+            }
+    ok(same == named, "%s: each idx names the reference's argmax (%zu of %zu)", label, same, named);
+    kern_ref_maxpool2d_bwd(ctx, &d, dx, dy, idx, 0);
+    kt_poison(bdx, nbx);
+    rc = 0;
+    for (int pl = 0; pl < n * nb; pl++)
+        rc |= kern_poolblk_bwd(h, w, k, blk, bdx + pl * plane, bdy + pl * plane, bidx + pl * plane,
+                               0);
+    kt_to_blk(want, dx, n, c, cpad, blk, hw);
+    ok(!rc && !memcmp(bdx, want, nbx * 4), "%s: blocked dx (=) is the reference's bit for bit",
+       label);
+    kt_fill(dx0, nx, -1, 1);
+    kt_to_blk(bdx, dx0, n, c, cpad, blk, hw);
+    for (int pl = 0; pl < n * nb; pl++)
+        kern_poolblk_bwd(h, w, k, blk, bdx + pl * plane, bdy + pl * plane, bidx + pl * plane, 1);
+    for (size_t i = 0; i < nx; i++)
+        dx[i] += dx0[i];
+    kt_to_blk(want, dx, n, c, cpad, blk, hw);
+    ok(!memcmp(bdx, want, nbx * 4), "%s: blocked dx (+) is the gradient there plus the reference's",
+       label);
+    free(x), free(y), free(dy), free(dx), free(dx0), free(bx), free(by), free(bdy), free(bdx);
+    free(want), free(idx), free(bidx);
+    kern_ctx_destroy(ctx);
+}
+
+static void check_poolblk_bad(void)
+{
+    float a[16] = { 0 }, b[16] = { 0 };
+    uint8_t i[16] = { 0 };
+    is_int(kern_poolblk_fwd(1, 1, 4, 16, a, i, b), -EINVAL, "poolblk: even k refused");
+    is_int(kern_poolblk_fwd(1, 1, 17, 16, a, i, b), -EINVAL, "poolblk: k over the limit refused");
+    is_int(kern_poolblk_fwd(1, 1, 5, 4, a, i, b), -EINVAL, "poolblk: blk 4 refused");
+    is_int(kern_poolblk_bwd(1, 1, 5, 16, a, b, NULL, 0), -EINVAL, "poolblk: bwd without idx");
+    is_int(kern_poolblk_fwd(1, 1, 5, 16, a, NULL, b), 0, "poolblk: fwd without idx runs");
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_from_args(argc, argv, 11);
@@ -248,5 +327,10 @@ int main(int argc, char **argv)
     check_upsample(3, 4, 5);
     check_upsample(1, 1, 1);
     check_threads();
+    check_poolblk(2, 20, 7, 6, 5, 16, "poolblk k5 blk16, pad lanes");
+    check_poolblk(3, 16, 10, 10, 5, 8, "poolblk k5 blk8 10x10");
+    check_poolblk(1, 5, 1, 3, 3, 16, "poolblk k3 one row");
+    check_poolblk(1, 16, 4, 4, 9, 16, "poolblk k9 wider than the plane");
+    check_poolblk_bad();
     return tap_done();
 }

@@ -5,12 +5,12 @@
  * each conv gives back most of the gain, docs/benchmarks.md "bench_onednn_conv") and who
  * computes them. One executor holds its steps in two lists: the forward's, and a training
  * executor's backward, built by walking the forward's nodes in reverse. A step is a oneDNN
- * primitive or a pass of our own over the blocked tensors: concat copies, and in training the
- * BN + SiLU (+ residual) passes (kern_bnblk: oneDNN's BN, eltwise and binary primitives took
- * more passes over memory), the Detect convs' output straight into the head, and the hooks of
- * multi-process training. A training C3's cv1 and cv2, which read the same input, run as one
- * conv of both's channels, each BN over its slice of the output (tc3): one GEMM twice as wide
- * instead of two narrow ones, and one backward data instead of two and their sum.
+ * primitive or a pass of our own over the blocked tensors: concat copies, max pools, and in
+ * training the BN + SiLU (+ residual) passes (kern_bnblk: oneDNN's BN, eltwise and binary
+ * primitives took more passes over memory), the Detect convs' output straight into the head, and
+ * the hooks of multi-process training. A training C3's cv1 and cv2, which read the same input, run
+ * as one conv of both's channels, each BN over its slice of the output (tc3): one GEMM twice as
+ * wide instead of two narrow ones, and one backward data instead of two and their sum.
  *
  * oneDNN 2.6 details that shape it (measured, docs/benchmarks.md, issue 25 sessions 15-16): a
  * residual written as a sum post-op after the swish, a convolution from a blocked source into an
@@ -48,6 +48,11 @@ enum step_kind {
     STEP_DET_FWD, /* Detect conv node nd's output into the head, reshaped (det_fwd) */
     STEP_DET_BWD, /* its gradient from the head's (det_bwd) */
     STEP_ROW,     /* the backward is done with row `row`: the gradient-ready hook */
+    /* a max pool of our own (pool_run): args[0] its source, args[1] its destination, window k,
+       the winners in idx (NULL: inference, none kept); POOL_BWD: args[0] the output's gradient,
+       args[1] the input's, added into where acc is 1 */
+    STEP_POOL_FWD,
+    STEP_POOL_BWD,
 };
 
 struct tnode;
@@ -61,6 +66,8 @@ struct step {
     unsigned acc;
     int row;
     struct tnode *nd;
+    int k;
+    uint8_t *idx;
     dnnl_exec_arg_t args[TRN_MODEL_MAX_FROM + 3];
 };
 
@@ -163,6 +170,7 @@ struct tnode {
     int k;
     dnnl_primitive_desc_t pd; /* the backward's hint; freed after it */
     dnnl_memory_t w, ws;
+    uint8_t *idx; /* type 3 on our own pool (pool_step): the forward's winners */
     /* type 0's BN + SiLU (kern_bnblk), its per-channel arrays in bn; bn_only: its conv is a type
        5 node's, c that node's output, this conv's channels x_off floats into an image */
     struct kern_bnblk bp;
@@ -515,11 +523,41 @@ static dnnl_memory_t concat(struct trn_dnn *d, const dnnl_memory_t *xs, int k)
     return y;
 }
 
+/* Whether kern_poolblk runs a k x k stride-1 max pool on x: a dense tensor in the 16-lane
+ * layout (not a slice of a wider one), a window and rows it takes. oneDNN's pooling took 0.4 ms
+ * for each of SPPF's training passes over 0.8 MB (yolov5n 320 b16), ours about half of that on
+ * AVX-512, which the 16-lane layout implies; on 8 lanes its plain C is the slower of the two. */
+static bool own_pool(const struct trn_dnn *d, dnnl_memory_t x, int k)
+{
+    dnnl_memory_desc_t dense;
+    const dnnl_memory_desc_t *xd = md_of(x);
+    return d->blk == 16 && k >= 1 && k <= KERN_POOLBLK_MAX_K && (k & 1) && xd && xd->ndims == 4 &&
+           xd->dims[3] <= KERN_POOLBLK_MAX_W &&
+           dnnl_memory_desc_init_by_tag(&dense, 4, xd->dims, dnnl_f32, d->tag) == dnnl_success &&
+           dnnl_memory_desc_equal(&dense, xd);
+}
+
+/* Our pool's step (STEP_POOL_FWD or _BWD) from a to b; idx: the winners, acc: b added into. */
+static void pool_step(struct trn_dnn *d, enum step_kind kind, dnnl_memory_t a, dnnl_memory_t b,
+                      int k, uint8_t *idx, bool acc)
+{
+    const dnnl_exec_arg_t args[2] = { { DNNL_ARG_FROM, a }, { DNNL_ARG_TO, b } };
+    struct step *st = push_kind(d, kind, NULL, 2, args);
+    if (!st) return;
+    st->k = k;
+    st->idx = idx;
+    st->acc = acc;
+}
+
 static dnnl_memory_t maxpool(struct trn_dnn *d, dnnl_memory_t x, int k)
 {
     if (d->rc || !x) return NULL;
     const dnnl_memory_desc_t *xd = md_of(x);
     dnnl_memory_t y = act(d, xd->dims[0], xd->dims[1], xd->dims[2], xd->dims[3], d->tag, NULL);
+    if (y && own_pool(d, x, k)) {
+        pool_step(d, STEP_POOL_FWD, x, y, k, NULL, false);
+        return y;
+    }
     const dnnl_dims_t s = { 1, 1 }, kk = { k, k }, p = { k / 2, k / 2 };
     dnnl_pooling_desc_t pdesc;
     dnnl_primitive_desc_t pd;
@@ -914,8 +952,14 @@ static struct tt *tpool(struct trn_dnn *d, struct tt *x, int k)
     const dnnl_memory_desc_t *xd = md_of(x->x);
     const dnnl_dims_t st = { 1, 1 }, kk = { k, k }, p = { k / 2, k / 2 };
     dnnl_pooling_desc_t pdesc;
-    if (!(nd->out = tt_new(d, xd->dims[0], xd->dims[1], xd->dims[2], xd->dims[3], d->tag, NULL)) ||
-        !DN(d, dnnl_pooling_forward_desc_init(&pdesc, dnnl_forward_training, dnnl_pooling_max, xd,
+    if (!(nd->out = tt_new(d, xd->dims[0], xd->dims[1], xd->dims[2], xd->dims[3], d->tag, NULL)))
+        return NULL;
+    if (own_pool(d, x->x, k)) { /* one winner a lane: the size of the output in bytes */
+        if (!(nd->idx = host_block(d, dnnl_memory_desc_get_size(xd) / sizeof(float)))) return NULL;
+        pool_step(d, STEP_POOL_FWD, x->x, nd->out->x, k, nd->idx, false);
+        return nd->out;
+    }
+    if (!DN(d, dnnl_pooling_forward_desc_init(&pdesc, dnnl_forward_training, dnnl_pooling_max, xd,
                                               md_of(nd->out->x), st, kk, p, p)) ||
         !DN(d, dnnl_primitive_desc_create(&nd->pd, &pdesc, d->attr, d->eng, NULL)))
         return NULL;
@@ -1200,6 +1244,12 @@ static void node_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn
         break;
     }
     case 3: {
+        if (nd->idx) { /* our pool's: a gradient already there is added into in place */
+            add = nd->in[0]->written;
+            nd->in[0]->written = true;
+            pool_step(d, STEP_POOL_BWD, nd->out->dx, tt_dx(d, nd->in[0]), nd->k, nd->idx, add);
+            break;
+        }
         const dnnl_memory_desc_t *xd = md_of(nd->in[0]->x);
         const dnnl_dims_t st = { 1, 1 }, kk = { nd->k, nd->k }, p = { nd->k / 2, nd->k / 2 };
         dnnl_pooling_desc_t pdesc;
@@ -1631,6 +1681,29 @@ static int det_bwd(struct trn_dnn *d, const struct tnode *nd)
     return 0;
 }
 
+/* A max pool of our own (STEP_POOL_*), one (image, channel block) plane a task. */
+static int pool_run(const struct trn_dnn *d, const struct step *s)
+{
+    float *a, *b;
+    if (dnnl_memory_get_data_handle(s->args[0].memory, (void **)&a) ||
+        dnnl_memory_get_data_handle(s->args[1].memory, (void **)&b))
+        return -TRN_MODEL_EONEDNN;
+    const dnnl_memory_desc_t *md = md_of(s->args[0].memory);
+    const int h = (int)md->dims[2], w = (int)md->dims[3];
+    const long planes = (long)md->dims[0] * (long)(md->padded_dims[1] / d->blk);
+    const size_t plane = (size_t)h * (size_t)w * (size_t)d->blk;
+    const bool bwd = s->kind == STEP_POOL_BWD;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (long t = 0; t < planes; t++) {
+        const size_t at = (size_t)t * plane;
+        uint8_t *const idx = s->idx ? s->idx + at : NULL;
+        bad |= (bwd ? kern_poolblk_bwd(h, w, s->k, d->blk, b + at, a + at, idx, (int)s->acc)
+                    : kern_poolblk_fwd(h, w, s->k, d->blk, b + at, idx, a + at)) < 0;
+    }
+    return bad ? -EINVAL : 0;
+}
+
 /* Runs the steps of phase ph. */
 static int run_steps(struct trn_dnn *d, int ph)
 {
@@ -1659,6 +1732,10 @@ static int run_steps(struct trn_dnn *d, int ph)
             break;
         case STEP_ROW:
             if (d->row_done) rc = d->row_done(d->row_ctx, s->row);
+            break;
+        case STEP_POOL_FWD:
+        case STEP_POOL_BWD:
+            rc = pool_run(d, s);
             break;
         }
         if (rc < 0) return rc;
