@@ -21,7 +21,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "compiler.h"
 #include "kern_internal.h"
 
 int kern_pool2d_out_hw(const struct kern_pool2d *d, int *h_out, int *w_out)
