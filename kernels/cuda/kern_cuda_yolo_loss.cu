@@ -142,6 +142,7 @@ int kern_cuda_yolo_loss_scratch_size(struct kern_ctx *ctx, const struct kern_yol
     if (!bytes) return -EINVAL;
     int rc = kern_yolo_loss_check(d);
     if (rc < 0) return rc;
+    if (d->blk) return -EINVAL;
     yl_layout L;
     if ((rc = yl_plan(d, &L)) < 0) return rc;
     *bytes = L.total;
@@ -445,7 +446,7 @@ int kern_cuda_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, fl
     KERN_CHECK_ACCUM(accum);
     int rc = kern_yolo_loss_check(d);
     if (rc < 0) return rc;
-    if (!out || !p || !nt) return -EINVAL;
+    if (!out || !p || !nt || d->blk) return -EINVAL; /* no blocked layout here (kern_loss.h) */
     for (int l = 0; l < d->nl; l++)
         if (!p[l] || (dp && !dp[l])) return -EINVAL;
     if (!scratch) {

@@ -25,6 +25,8 @@
  * p[l], dp[l]  (bs, na, ny_l, nx_l, no), no = nc + 5, the raw logits of level l as Detect
  *              returns them in training (kern_ref_detect_reshape_fwd); k: 0-1 xy, 2-3 wh,
  *              4 objectness, 5.. classes. p and dp are host arrays of nl tensor pointers.
+ *              The reference also reads them where the Detect conv wrote them, channel-blocked
+ *              (d.blk), with the same bits as on its output reshaped.
  * targets      (max_targets, 6) rows (image, class, x_centre, y_centre, w, h), xywh normalised
  *              to [0, 1]; the first *nt are used. nt: ONE int in tensor memory (device memory for
  *              CUDA), so a captured step reads each batch's count without a host sync.
@@ -92,6 +94,11 @@ struct kern_yolo_loss {
     float label_smoothing; /* eps in [0, 1) */
     float cls_pw, obj_pw;  /* BCE positive weights, > 0 (1.0) */
     float gr;              /* iou ratio of the objectness target, in [0, 1] (1.0) */
+    /* The layout of p and dp: 0, (bs, na, ny, nx, no); b in 1..64 (reference only, CUDA refuses
+       it with -EINVAL), the Detect conv's output as a channel-blocked executor leaves it, (bs,
+       ceil(na no / b), ny, nx, b): element k of anchor a in lane (a no + k) % b of block
+       (a no + k) / b. Its pad lanes are read as nothing and, unless accumulating, written 0. */
+    int blk;
 };
 
 /*

@@ -60,6 +60,29 @@ void kern_bce_logits_grad(float *KERN_RESTRICT dx, const float *KERN_RESTRICT x,
                           const float *KERN_RESTRICT t, size_t r0, size_t r1, size_t cols,
                           size_t ldx, float scale, int add);
 
+/*
+ * Rows of a BCE block spread over planes (the loss's objectness column in a channel-blocked
+ * Detect output, kern_yolo_loss.blk): row r is in plane p = r / rows, which starts at
+ * x + kern_bce_map_plane(m, p) (image p / na, anchor p % na), its rows ldx apart. One plane of
+ * every row with na 1 and aoff[0] 0 is the plain block.
+ */
+struct kern_bce_map {
+    size_t rows, ldx; /* rows per plane, the stride between them */
+    size_t na, img;   /* planes per image, an image's floats */
+    size_t aoff[KERN_YOLO_MAX_ANCHORS];
+};
+
+static inline size_t kern_bce_map_plane(const struct kern_bce_map *m, size_t p)
+{
+    return p / m->na * m->img + m->aoff[p % m->na];
+}
+
+/* kern_ref_bce_logits_fwd over a map (arguments checked by the caller): the same runs of rows,
+ * so the same bits as the plain block of the same values. */
+int kern_bce_map_fwd(struct kern_ctx *ctx, float *loss, const float *KERN_RESTRICT x,
+                     const float *KERN_RESTRICT t, size_t rows, size_t cols,
+                     const struct kern_bce_map *m);
+
 /* Checks an argument at the API boundary: returns rc from the calling function when cond. */
 #define KERN_RETURN_IF(cond, rc) \
     do {                         \

@@ -24,17 +24,22 @@
  * for the hardware prefetcher. */
 #define BCE_AHEAD 16
 
-/* The BCE forward's terms of rows [r0, r1), summed in double in row order. */
-static double bce_sum(const float *restrict x, const float *restrict t, size_t r0, size_t r1,
-                      size_t cols, size_t ldx)
+/* The BCE forward's terms of rows [r0, r1), summed in double in row order; row r of plane
+ * r / m->rows (kern_bce_map). */
+static double bce_sum(const float *restrict x, const float *restrict t,
+                      const struct kern_bce_map *m, size_t r0, size_t r1, size_t cols)
 {
     double s = 0.0;
-    for (size_t r = r0; r < r1; r++) {
-        const float *const xr = x + r * ldx, *const tr = t + r * cols;
-        KERN_PREFETCH(xr, BCE_AHEAD * ldx * sizeof *xr);
-        for (size_t c = 0; c < cols; c++) {
-            const float v = xr[c];
-            s += (double)(fmaxf(v, 0.0f) - v * tr[c] + log1pf(expf(-fabsf(v))));
+    for (size_t r = r0; r < r1;) {
+        const size_t p = r / m->rows, end = (p + 1) * m->rows < r1 ? (p + 1) * m->rows : r1;
+        const float *xr = x + kern_bce_map_plane(m, p) + (r - p * m->rows) * m->ldx;
+        for (; r < end; r++, xr += m->ldx) {
+            const float *const tr = t + r * cols;
+            KERN_PREFETCH(xr, BCE_AHEAD * m->ldx * sizeof *xr);
+            for (size_t c = 0; c < cols; c++) {
+                const float v = xr[c];
+                s += (double)(fmaxf(v, 0.0f) - v * tr[c] + log1pf(expf(-fabsf(v))));
+            }
         }
     }
     return s;
@@ -65,6 +70,7 @@ void kern_bce_logits_grad(float *restrict dx, const float *restrict x, const flo
 struct bce_job {
     const float *x, *t;
     float *dx;
+    const struct kern_bce_map *m;
     size_t rows, cols, ldx, per;
     float scale;
     int add;
@@ -78,7 +84,7 @@ static void bce_fwd_task(void *arg, int w, int n)
     kern_share((j->rows + j->per - 1) / j->per, w, n, &lo, &hi);
     for (size_t k = lo; k < hi; k++) {
         const size_t r1 = (k + 1) * j->per < j->rows ? (k + 1) * j->per : j->rows;
-        j->part[k] = bce_sum(j->x, j->t, k * j->per, r1, j->cols, j->ldx);
+        j->part[k] = bce_sum(j->x, j->t, j->m, k * j->per, r1, j->cols);
     }
 }
 
@@ -90,12 +96,11 @@ static void bce_bwd_task(void *arg, int w, int n)
     kern_bce_logits_grad(j->dx, j->x, j->t, lo, hi, j->cols, j->ldx, j->scale, j->add);
 }
 
-int kern_ref_bce_logits_fwd(struct kern_ctx *ctx, float *loss, const float *restrict x,
-                            const float *restrict t, size_t rows, size_t cols, size_t ldx)
+int kern_bce_map_fwd(struct kern_ctx *ctx, float *loss, const float *restrict x,
+                     const float *restrict t, size_t rows, size_t cols,
+                     const struct kern_bce_map *m)
 {
-    KERN_CHECK_CPU_CTX(ctx);
-    KERN_RETURN_IF(!loss || !x || !t || rows == 0 || cols == 0 || ldx < cols, -EINVAL);
-    struct bce_job j = { .x = x, .t = t, .rows = rows, .cols = cols, .ldx = ldx };
+    struct bce_job j = { .x = x, .t = t, .m = m, .rows = rows, .cols = cols };
     j.per = (rows + BCE_PARTS - 1) / BCE_PARTS;
     kern_parallel(ctx, bce_fwd_task, &j, rows * cols);
     double s = 0.0;
@@ -103,6 +108,15 @@ int kern_ref_bce_logits_fwd(struct kern_ctx *ctx, float *loss, const float *rest
         s += j.part[k];
     *loss = (float)(s / ((double)rows * (double)cols));
     return 0;
+}
+
+int kern_ref_bce_logits_fwd(struct kern_ctx *ctx, float *loss, const float *restrict x,
+                            const float *restrict t, size_t rows, size_t cols, size_t ldx)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    KERN_RETURN_IF(!loss || !x || !t || rows == 0 || cols == 0 || ldx < cols, -EINVAL);
+    const struct kern_bce_map m = { .rows = rows, .ldx = ldx, .na = 1 };
+    return kern_bce_map_fwd(ctx, loss, x, t, rows, cols, &m);
 }
 
 int kern_ref_bce_logits_bwd(struct kern_ctx *ctx, float *restrict dx, const float *restrict x,

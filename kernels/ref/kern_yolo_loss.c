@@ -3,8 +3,12 @@
  * and class BCE, and the gradient of the total to the Detect outputs (kern.h, "The whole YOLOv5
  * loss").
  *
- * Tensors: p[l], dp[l] (bs, na, ny_l, nx_l, no) float32, row-major, no = nc + 5; targets
- * (nt, 6). dp[l] is overwritten (every element) or, with KERN_ACCUM_DX, added to.
+ * Tensors: p[l], dp[l] (bs, na, ny_l, nx_l, no) float32, row-major, no = nc + 5, or where a
+ * channel-blocked executor's Detect conv wrote them (d.blk: yl_at), so that it needs no reshape
+ * either way; targets (nt, 6). dp[l] is overwritten (every element, pad lanes too) or, with
+ * KERN_ACCUM_DX, added to. Each element's arithmetic is the same in both layouts and the
+ * objectness sum runs over the same rows in the same order (kern_bce_map), so both give the same
+ * bits.
  *
  * This is the code trainer/model/loss.c ran before it moved here, operation for operation, so CPU
  * training stays bit-identical: float32 in PyTorch's op order (python scalars rounded to float
@@ -76,7 +80,7 @@ int kern_yolo_loss_check(const struct kern_yolo_loss *d)
 {
     KERN_RETURN_IF(!d || d->nl < 1 || d->nl > KERN_YOLO_MAX_LEVELS || d->na < 1 ||
                        d->na > KERN_YOLO_MAX_ANCHORS || d->nc < 1 || d->nc > 1000000 || d->bs < 1 ||
-                       d->max_targets < 1,
+                       d->max_targets < 1 || d->blk < 0 || d->blk > 64,
                    -EINVAL);
     KERN_RETURN_IF(!(d->anchor_t > 0.0f) || !isfinite(d->anchor_t) ||
                        !(d->label_smoothing >= 0.0f) || !(d->label_smoothing < 1.0f) ||
@@ -304,40 +308,129 @@ static float yl_bce_grad(float x, float t, float pw)
     return (1.0f - t) - lw * (1.0f - s);
 }
 
-/* Offset of entry e's anchor row (its `no` logits) in p[l]. */
-static size_t yl_row(const struct kern_yolo_loss *d, int l, const struct yl_level *v, int e)
+/* Where level l's logits lie in p[l] (kern_yolo_loss.blk): element k of anchor a's row at
+ * (image b, cell) of hw cells. */
+struct yl_map {
+    size_t hw, na, no, blk, img; /* img: an image's floats in the blocked layout */
+};
+
+static struct yl_map yl_map_of(const struct kern_yolo_loss *d, int l)
 {
-    const size_t cell = (((size_t)v->b[e] * (size_t)d->na + (size_t)v->a[e]) * (size_t)d->ny[l] +
-                         (size_t)v->gj[e]) *
-                            (size_t)d->nx[l] +
-                        (size_t)v->gi[e];
-    return cell * (size_t)(d->nc + 5);
+    struct yl_map m = { .hw = (size_t)d->ny[l] * (size_t)d->nx[l],
+                        .na = (size_t)d->na,
+                        .no = (size_t)d->nc + 5,
+                        .blk = (size_t)d->blk };
+    if (m.blk) m.img = (m.na * m.no + m.blk - 1) / m.blk * m.hw * m.blk;
+    return m;
+}
+
+static size_t yl_at(const struct yl_map *m, size_t b, size_t a, size_t cell, size_t k)
+{
+    if (!m->blk) return ((b * m->na + a) * m->hw + cell) * m->no + k;
+    const size_t ch = a * m->no + k;
+    return b * m->img + (ch / m->blk * m->hw + cell) * m->blk + ch % m->blk;
+}
+
+/* Entry e's cell as an index of tobj, (b, a, gj, gi), and its element k in p[l]. */
+static size_t yl_cell_of(const struct yl_map *m, const struct yl_level *v, int e, int nx)
+{
+    return ((size_t)v->b[e] * m->na + (size_t)v->a[e]) * m->hw + (size_t)v->gj[e] * (size_t)nx +
+           (size_t)v->gi[e];
+}
+
+static size_t yl_elem(const struct yl_map *m, const struct yl_level *v, int e, int nx, size_t k)
+{
+    return yl_at(m, (size_t)v->b[e], (size_t)v->a[e],
+                 (size_t)v->gj[e] * (size_t)nx + (size_t)v->gi[e], k);
+}
+
+/* A walk over entry e's elements k, k + 1, ... in p[l] (yl_take): the next lane, or the next
+ * block's first; no division per element (the class loops take 80 of them per entry). */
+struct yl_walk {
+    size_t at, lane, blk, jump;
+};
+
+static struct yl_walk yl_walk_of(const struct yl_map *m, const struct yl_level *v, int e, int nx,
+                                 size_t k)
+{
+    struct yl_walk w = { .at = yl_elem(m, v, e, nx, k), .blk = SIZE_MAX, .jump = 1 };
+    if (m->blk) {
+        w.lane = ((size_t)v->a[e] * m->no + k) % m->blk;
+        w.blk = m->blk;
+        w.jump = m->hw * m->blk - (m->blk - 1);
+    }
+    return w;
+}
+
+static size_t yl_take(struct yl_walk *w)
+{
+    const size_t at = w->at;
+    if (++w->lane == w->blk) {
+        w->lane = 0;
+        w->at += w->jump;
+    } else {
+        w->at++;
+    }
+    return at;
+}
+
+/* The objectness column of a level as BCE rows (kern_bce_map): plane (b, a), its cells. */
+static struct kern_bce_map yl_obj_map(const struct yl_map *m)
+{
+    struct kern_bce_map r = { .rows = m->hw, .ldx = m->blk ? m->blk : m->no, .na = m->na };
+    r.img = m->blk ? m->img : m->na * m->hw * m->no;
+    for (size_t a = 0; a < m->na; a++)
+        r.aoff[a] = yl_at(m, 0, a, 0, 4);
+    return r;
 }
 
 /*
  * The objectness gradient of a level that dl does not accumulate: each share of cells cleared,
  * then its objectness column written as kern_ref_bce_logits_bwd would, YL_OBJ_RUN cells at a time
  * while their rows are in cache. One pass over the level's gradient instead of a memset and a
- * second pass (they took 4.4 and 2.9 ms of the yolov5n 320 b16 step on one thread).
+ * second pass (they took 4.4 and 2.9 ms of the yolov5n 320 b16 step on one thread). Blocked
+ * (blk): a share of (image, channel block) planes' cells, their pad lanes cleared too.
  */
 #define YL_OBJ_RUN 256
 
 struct yl_obj_job {
     float *dl;
     const float *pl, *t;
-    size_t cells, no;
+    const struct yl_map *m;
+    size_t cells;
     float scale;
 };
 
 static void yl_obj_task(void *arg, int w, int n)
 {
     const struct yl_obj_job *const j = arg;
+    const struct yl_map *const m = j->m;
     size_t lo, hi;
-    kern_share(j->cells, w, n, &lo, &hi);
-    for (size_t c0 = lo; c0 < hi; c0 += YL_OBJ_RUN) {
-        const size_t c1 = hi - c0 < YL_OBJ_RUN ? hi : c0 + YL_OBJ_RUN;
-        memset(j->dl + c0 * j->no, 0, (c1 - c0) * j->no * sizeof *j->dl);
-        kern_bce_logits_grad(j->dl + 4, j->pl + 4, j->t, c0, c1, 1, j->no, j->scale, 0);
+    if (!m->blk) {
+        kern_share(j->cells, w, n, &lo, &hi);
+        for (size_t c0 = lo; c0 < hi; c0 += YL_OBJ_RUN) {
+            const size_t c1 = hi - c0 < YL_OBJ_RUN ? hi : c0 + YL_OBJ_RUN;
+            memset(j->dl + c0 * m->no, 0, (c1 - c0) * m->no * sizeof *j->dl);
+            kern_bce_logits_grad(j->dl + 4, j->pl + 4, j->t, c0, c1, 1, m->no, j->scale, 0);
+        }
+        return;
+    }
+    /* items: (plane, run of cells), plane = image * nb + block */
+    const size_t nb = m->img / (m->hw * m->blk), runs = (m->hw + YL_OBJ_RUN - 1) / YL_OBJ_RUN;
+    kern_share(j->cells / (m->na * m->hw) * nb * runs, w, n, &lo, &hi);
+    for (size_t it = lo; it < hi; it++) {
+        const size_t plane = it / runs, b = plane / nb, cb = plane % nb;
+        const size_t c0 = it % runs * YL_OBJ_RUN,
+                     c1 = c0 + YL_OBJ_RUN < m->hw ? c0 + YL_OBJ_RUN : m->hw;
+        const size_t base = plane * m->hw * m->blk;
+        memset(j->dl + base + c0 * m->blk, 0, (c1 - c0) * m->blk * sizeof *j->dl);
+        for (size_t a = 0; a < m->na; a++) {
+            const size_t ch = a * m->no + 4;
+            if (ch / m->blk != cb) continue;
+            const size_t at = base + ch % m->blk;
+            kern_bce_logits_grad(j->dl + at, j->pl + at, j->t + (b * m->na + a) * m->hw, c0, c1, 1,
+                                 m->blk, j->scale, 0);
+        }
     }
 }
 
@@ -372,14 +465,16 @@ int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, flo
         struct yl_level *const v = &w.lv[l];
         const int n = w.n[l];
         const float *const pl = p[l];
+        const struct yl_map m = yl_map_of(d, l);
+        const int nx = d->nx[l];
         memset(v->tobj, 0, v->cells * sizeof *v->tobj);
         if (n > 0) {
             for (int e = 0; e < n; e++) {
-                const float *const ps = pl + yl_row(d, l, v, e);
                 float *const pb = v->pbox + 4 * (size_t)e;
-                pb[0] = yl_sigmoid(ps[0]) * 2.0f - 0.5f;
-                pb[1] = yl_sigmoid(ps[1]) * 2.0f - 0.5f;
-                const float qw = yl_sigmoid(ps[2]) * 2.0f, qh = yl_sigmoid(ps[3]) * 2.0f;
+                pb[0] = yl_sigmoid(pl[yl_elem(&m, v, e, nx, 0)]) * 2.0f - 0.5f;
+                pb[1] = yl_sigmoid(pl[yl_elem(&m, v, e, nx, 1)]) * 2.0f - 0.5f;
+                const float qw = yl_sigmoid(pl[yl_elem(&m, v, e, nx, 2)]) * 2.0f;
+                const float qh = yl_sigmoid(pl[yl_elem(&m, v, e, nx, 3)]) * 2.0f;
                 pb[2] = (qw * qw) * d->anchors[l][v->a[e]][0];
                 pb[3] = (qh * qh) * d->anchors[l][v->a[e]][1];
             }
@@ -388,7 +483,7 @@ int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, flo
             for (int e = 0; e < n; e++) {
                 s += (double)(1.0f - v->ciou[e]);
                 /* The last entry in build order wins a shared cell (kern.h). */
-                const size_t cell = yl_row(d, l, v, e) / (size_t)no;
+                const size_t cell = yl_cell_of(&m, v, e, nx);
                 const float io = fmaxf(v->ciou[e], 0.0f);
                 v->tobj[cell] = d->gr < 1.0f ? (1.0f - d->gr) + d->gr * io : io;
             }
@@ -396,23 +491,24 @@ int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, flo
             if (d->nc > 1) {
                 double sc = 0.0;
                 for (int e = 0; e < n; e++) {
-                    const float *const pc = pl + yl_row(d, l, v, e) + 5;
+                    struct yl_walk it = yl_walk_of(&m, v, e, nx, 5);
                     for (int k = 0; k < d->nc; k++) {
                         const float t = k == v->cls[e] ? cp : cn;
-                        sc += (double)yl_bce(pc[k], t, d->cls_pw);
+                        sc += (double)yl_bce(pl[yl_take(&it)], t, d->cls_pw);
                     }
                 }
                 lcls += (float)(sc / ((double)n * (double)d->nc));
             }
         }
         float bo = 0.0f;
+        const struct kern_bce_map om = yl_obj_map(&m);
         if (d->obj_pw == 1.0f) {
-            rc = kern_ref_bce_logits_fwd(ctx, &bo, pl + 4, v->tobj, v->cells, 1, (size_t)no);
-            if (rc < 0) return rc;
+            if ((rc = kern_bce_map_fwd(ctx, &bo, pl, v->tobj, v->cells, 1, &om)) < 0) return rc;
         } else {
             double so = 0.0;
             for (size_t c = 0; c < v->cells; c++)
-                so += (double)yl_bce(pl[c * (size_t)no + 4], v->tobj[c], d->obj_pw);
+                so += (double)yl_bce(pl[kern_bce_map_plane(&om, c / m.hw) + c % m.hw * om.ldx],
+                                     v->tobj[c], d->obj_pw);
             bo = (float)(so / (double)v->cells);
         }
         lobj += bo * d->balance[l];
@@ -435,26 +531,32 @@ int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, flo
         const int n = w.n[l];
         const float *const pl = p[l];
         float *const dl = dp[l];
+        const struct yl_map m = yl_map_of(d, l);
+        const struct kern_bce_map om = yl_obj_map(&m);
+        const int nx = d->nx[l];
         const float go = fbs * d->obj * d->balance[l];
+        const float scale = kern_bce_logits_scale(go, v->cells, 1);
         if (d->obj_pw == 1.0f && !add) {
-            struct yl_obj_job j = { .dl = dl,
-                                    .pl = pl,
-                                    .t = v->tobj,
-                                    .cells = v->cells,
-                                    .no = (size_t)no,
-                                    .scale = kern_bce_logits_scale(go, v->cells, 1) };
+            struct yl_obj_job j = {
+                .dl = dl, .pl = pl, .t = v->tobj, .m = &m, .cells = v->cells, .scale = scale
+            };
             kern_parallel(ctx, yl_obj_task, &j, v->cells * (size_t)no);
-        } else if (d->obj_pw == 1.0f) {
+        } else if (d->obj_pw == 1.0f && !m.blk) {
             rc = kern_ref_bce_logits_bwd(ctx, dl + 4, pl + 4, v->tobj, v->cells, 1, (size_t)no, go,
                                          add);
             if (rc < 0) return rc;
+        } else if (d->obj_pw == 1.0f) { /* blocked, added to: plane by plane */
+            for (size_t q = 0; q < v->cells / m.hw; q++) {
+                const size_t at = kern_bce_map_plane(&om, q);
+                kern_bce_logits_grad(dl + at, pl + at, v->tobj + q * m.hw, 0, m.hw, 1, om.ldx,
+                                     scale, 1);
+            }
         } else {
-            if (!add) memset(dl, 0, v->cells * (size_t)no * sizeof *dl);
-            const float scale = kern_bce_logits_scale(go, v->cells, 1);
+            if (!add) memset(dl, 0, (m.blk ? m.img * (size_t)d->bs : v->cells * m.no) * sizeof *dl);
             for (size_t c = 0; c < v->cells; c++) {
-                float *const dc = dl + c * (size_t)no + 4;
-                const float gc = yl_bce_grad(pl[c * (size_t)no + 4], v->tobj[c], d->obj_pw) * scale;
-                *dc = add ? *dc + gc : gc;
+                float *const dc = dl + kern_bce_map_plane(&om, c / m.hw) + c % m.hw * om.ldx;
+                const float g = yl_bce_grad(pl[dc - dl], v->tobj[c], d->obj_pw) * scale;
+                *dc = add ? *dc + g : g;
             }
         }
         if (n == 0) continue;
@@ -465,24 +567,25 @@ int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, flo
         if (rc < 0) return rc;
         const float gcls = (float)((double)(fbs * d->cls) / ((double)n * (double)d->nc));
         for (int e = 0; e < n; e++) {
-            const size_t r = yl_row(d, l, v, e);
-            const float *const ps = pl + r;
-            float *const ds = dl + r;
             const float *const db = v->dpbox + 4 * (size_t)e;
             for (int k = 0; k < 2; k++) {
-                const float s = yl_sigmoid(ps[k]);
-                ds[k] += db[k] * 2.0f * (s * (1.0f - s));
+                const size_t at = yl_elem(&m, v, e, nx, (size_t)k);
+                const float s = yl_sigmoid(pl[at]);
+                dl[at] += db[k] * 2.0f * (s * (1.0f - s));
             }
             for (int k = 2; k < 4; k++) {
-                const float s = yl_sigmoid(ps[k]);
+                const size_t at = yl_elem(&m, v, e, nx, (size_t)k);
+                const float s = yl_sigmoid(pl[at]);
                 const float q = s * 2.0f;
-                ds[k] += ((db[k] * d->anchors[l][v->a[e]][k - 2]) * (2.0f * q)) * 2.0f *
-                         (s * (1.0f - s));
+                dl[at] += ((db[k] * d->anchors[l][v->a[e]][k - 2]) * (2.0f * q)) * 2.0f *
+                          (s * (1.0f - s));
             }
             if (d->nc > 1) {
+                struct yl_walk it = yl_walk_of(&m, v, e, nx, 5);
                 for (int k = 0; k < d->nc; k++) {
                     const float t = k == v->cls[e] ? cp : cn;
-                    ds[5 + k] += yl_bce_grad(ps[5 + k], t, d->cls_pw) * gcls;
+                    const size_t at = yl_take(&it);
+                    dl[at] += yl_bce_grad(pl[at], t, d->cls_pw) * gcls;
                 }
             }
         }

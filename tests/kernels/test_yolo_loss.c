@@ -620,6 +620,141 @@ static void test_threads(void)
     problem_free(&P);
 }
 
+/* Element (b, a, cell, k) of a level in the channel-blocked layout (kern_yolo_loss.blk), and
+ * that layout's floats: written out here from the contract, not from the op's code. */
+static size_t blk_at(const struct kern_yolo_loss *d, int l, int blk, size_t b, size_t a,
+                     size_t cell, size_t k)
+{
+    const size_t hw = (size_t)d->ny[l] * (size_t)d->nx[l], no = (size_t)d->nc + 5;
+    const size_t nb = ((size_t)d->na * no + (size_t)blk - 1) / (size_t)blk;
+    const size_t ch = a * no + k;
+    return ((b * nb + ch / (size_t)blk) * hw + cell) * (size_t)blk + ch % (size_t)blk;
+}
+
+static size_t blk_len(const struct kern_yolo_loss *d, int l, int blk)
+{
+    const size_t hw = (size_t)d->ny[l] * (size_t)d->nx[l], no = (size_t)d->nc + 5;
+    return (size_t)d->bs * (((size_t)d->na * no + (size_t)blk - 1) / (size_t)blk) * hw *
+           (size_t)blk;
+}
+
+/* Copies a level from (bs, na, ny, nx, no) into the blocked layout (to 1) or back (to 0); the
+ * blocked pad lanes are left as they are. */
+static void blk_copy(const struct kern_yolo_loss *d, int l, int blk, float *std, float *bl, int to)
+{
+    const size_t hw = (size_t)d->ny[l] * (size_t)d->nx[l], no = (size_t)d->nc + 5;
+    size_t i = 0;
+    for (size_t b = 0; b < (size_t)d->bs; b++)
+        for (size_t a = 0; a < (size_t)d->na; a++)
+            for (size_t c = 0; c < hw; c++)
+                for (size_t k = 0; k < no; k++, i++) {
+                    float *const q = bl + blk_at(d, l, blk, b, a, c, k);
+                    if (to)
+                        *q = std[i];
+                    else
+                        std[i] = *q;
+                }
+}
+
+/*
+ * The loss on the Detect outputs in a channel-blocked layout (blk 16, 8 and 5, the last leaving
+ * a block that straddles two anchors' rows): the same outputs and gradient bits as on the same
+ * values in (bs, na, ny, nx, no), NaN in the pad lanes not read, the pad lanes of the gradient
+ * written 0 (or left as they were, accumulating); with weighted BCEs, 1 and 3 threads, and at
+ * yolov5's 80 classes.
+ */
+static void test_blocked(void)
+{
+    struct kern_ctx *const c3 = kt_ctx_threads(3);
+    const int blks[3] = { 16, 8, 5 };
+    int n_same = 0, n_runs = 0, pads = 1;
+    for (int it = 0; it < 12; it++) {
+        struct problem P;
+        problem_random(&P, it % 2);
+        if (it >= 8) { /* yolov5's head: 3 anchors of 85 */
+            P.d.na = 3;
+            P.d.nc = 80;
+            for (int l = 0; l < P.d.nl; l++)
+                for (int a = 0; a < 3; a++) {
+                    P.d.anchors[l][a][0] = kt_uniform(0.3f, 3.0f);
+                    P.d.anchors[l][a][1] = kt_uniform(0.3f, 3.0f);
+                }
+            for (int r = 0; r < P.nt; r++)
+                P.t[6 * r + 1] = (float)kt_randint(0, 79);
+        }
+        if (it % 4 == 3) { /* enough cells for the threads to share the objectness passes */
+            P.d.bs = 2;
+            for (int l = 0; l < P.d.nl; l++)
+                P.d.ny[l] = P.d.nx[l] = 24 >> l;
+        }
+        problem_alloc(&P, 3.0f);
+        const int blk = blks[it % 3];
+        const unsigned accum = it % 3 == 1 ? KERN_ACCUM_DX : 0;
+        struct kern_ctx *const ctx = it % 2 ? c3 : g_ctx;
+        float *bp[KERN_YOLO_MAX_LEVELS], *bd[KERN_YOLO_MAX_LEVELS], *back[KERN_YOLO_MAX_LEVELS];
+        size_t bl[KERN_YOLO_MAX_LEVELS];
+        for (int l = 0; l < P.d.nl; l++) {
+            bl[l] = blk_len(&P.d, l, blk);
+            bp[l] = kt_alloc(bl[l]);
+            bd[l] = kt_alloc(bl[l]);
+            back[l] = kt_alloc(P.len[l]);
+            for (size_t i = 0; i < bl[l]; i++) {
+                bp[l][i] = NAN;  /* pad lanes: never read */
+                bd[l][i] = 7.0f; /* pad lanes: 0 unless accumulating */
+            }
+            kt_fill(P.dp[l], P.len[l], -1.0f, 1.0f);
+            blk_copy(&P.d, l, blk, P.p[l], bp[l], 1);
+            blk_copy(&P.d, l, blk, P.dp[l], bd[l], 1);
+        }
+        float out0[KERN_YOLO_OUT_N], out1[KERN_YOLO_OUT_N];
+        const int r0 = kern_ref_yolo_loss(ctx, &P.d, P.dp, out0, (const float *const *)P.p, P.t,
+                                          &P.nt, P.scratch, P.bytes, accum);
+        struct kern_yolo_loss d = P.d;
+        d.blk = blk;
+        size_t need = 0;
+        int r1 = kern_ref_yolo_loss_scratch_size(g_ctx, &d, &need);
+        if (r1 == 0 && need <= P.bytes)
+            r1 = kern_ref_yolo_loss(ctx, &d, bd, out1, (const float *const *)bp, P.t, &P.nt,
+                                    P.scratch, P.bytes, accum);
+        int same = r0 == 0 && r1 == 0 && !memcmp(out0, out1, sizeof out0);
+        for (int l = 0; l < P.d.nl; l++) {
+            blk_copy(&P.d, l, blk, back[l], bd[l], 0);
+            same &= !memcmp(back[l], P.dp[l], P.len[l] * sizeof(float));
+            /* the pad lanes: every element not named by the copy */
+            for (size_t i = 0; i < bl[l]; i++)
+                bp[l][i] = 0.0f;
+            for (size_t i = 0; i < P.len[l]; i++)
+                back[l][i] = 1.0f;
+            blk_copy(&P.d, l, blk, back[l], bp[l], 1);
+            for (size_t i = 0; i < bl[l]; i++)
+                if (bp[l][i] == 0.0f && bd[l][i] != (accum ? 7.0f : 0.0f)) pads = 0;
+            free(bp[l]);
+            free(bd[l]);
+            free(back[l]);
+        }
+        if (!same)
+            tap_diag("run %d: blk %d na %d nc %d accum %u rc %d %d", it, blk, P.d.na, P.d.nc, accum,
+                     r0, r1);
+        n_same += same;
+        n_runs++;
+        problem_free(&P);
+    }
+    ok(n_same == n_runs,
+       "blocked layout (16, 8, 5 lanes): the same outputs and gradient bits as "
+       "the reshaped tensors, %d of %d problems",
+       n_same, n_runs);
+    ok(pads, "blocked layout: pad lanes of the gradient written 0, or kept when accumulating");
+    struct kern_yolo_loss d;
+    kern_yolo_loss_init(&d, 1, 1, 3, 1, 4);
+    d.ny[0] = d.nx[0] = 2;
+    d.anchors[0][0][0] = d.anchors[0][0][1] = 1.0f;
+    d.blk = 65;
+    ok(kern_yolo_loss_check(&d) == -EINVAL, "blk 65 refused");
+    d.blk = -1;
+    ok(kern_yolo_loss_check(&d) == -EINVAL, "blk -1 refused");
+    kern_ctx_destroy(c3);
+}
+
 static void test_errors(void)
 {
     struct problem P;
@@ -695,6 +830,7 @@ int main(int argc, char **argv)
     test_duplicates();
     test_accum_workspace_determinism();
     test_threads();
+    test_blocked();
     test_errors();
     kern_ctx_destroy(g_ctx);
     return tap_done();

@@ -21,6 +21,8 @@
 #include <string.h>
 
 #include "errors.h"
+#include "hyp.h"
+#include "loss.h"
 #include "model.h"
 #include "net.h"
 #include "tap.h"
@@ -233,6 +235,105 @@ out:
     trn_model_destroy(mb);
 }
 
+/*
+ * The raw head (trn_net_raw_head): two oneDNN training nets of one model, one giving the loss
+ * its head reshaped, one the Detect convs' blocked outputs (trn_loss_compute_blk writing the
+ * gradient into the net's own buffers), two steps each with targets over every image: the same
+ * loss bits, running statistics and gradient arena, byte for byte. The backward refuses other
+ * buffers, and off gives the usual head back.
+ */
+static void check_raw_head(const char *yaml, int batch, int h, int w)
+{
+    struct trn_model *ma = load(yaml, NULL), *mb = load(yaml, NULL);
+    struct trn_net *na = NULL, *nb = NULL;
+    struct trn_loss *L = NULL;
+    struct kern_ctx *ctx = NULL;
+    float *img = NULL, *dp[TRN_MODEL_MAX_LEVELS] = { 0 };
+    struct kern_ctx_opts ko;
+    kern_ctx_opts_default(&ko);
+    ko.threads = 2; /* the loss's objectness passes shared, as yolo-train runs them */
+    if (!ma || !mb || kern_ctx_create(&ko, &ctx) < 0) goto out;
+    trn_model_init(ma, 5);
+    trn_model_init(mb, 5);
+    int rc;
+    na = make_net(ma, batch, h, w, TRN_CPU_ENGINE_ONEDNN, false, true, &rc);
+    nb = make_net(mb, batch, h, w, TRN_CPU_ENGINE_ONEDNN, false, true, &rc);
+    if (!na || !nb) {
+        ok(0, "%s raw head: nets", yaml);
+        goto out;
+    }
+    const int blk = trn_net_raw_head(nb, true);
+    ok(blk == 16 || blk == 8, "%s: raw head on, channel block %d", yaml, blk);
+    const struct trn_model_info *I = trn_model_info(ma);
+    struct trn_hyp hyp;
+    trn_hyp_default(&hyp);
+    struct trn_loss_cfg lc;
+    enum { NT = 24 };
+    float t[6 * NT];
+    for (int r = 0; r < NT; r++) {
+        t[6 * r] = (float)(r % batch);
+        t[6 * r + 1] = (float)(r * 7 % I->nc);
+        t[6 * r + 2] = 0.05f + 0.9f * urand();
+        t[6 * r + 3] = 0.05f + 0.9f * urand();
+        t[6 * r + 4] = 0.02f + 0.5f * urand();
+        t[6 * r + 5] = 0.02f + 0.5f * urand();
+    }
+    if (trn_loss_cfg_from_model(ma, &hyp, batch, w, 0.0f, NT, &lc) < 0 ||
+        trn_loss_cfg_set_grid(&lc, ma, h, w) < 0 || trn_loss_create(&lc, &L) < 0) {
+        ok(0, "%s raw head: loss", yaml);
+        goto out;
+    }
+    const size_t n_img = (size_t)batch * 3 * (size_t)h * (size_t)w;
+    if (!(img = malloc(n_img * sizeof *img))) goto out;
+    for (size_t i = 0; i < n_img; i++)
+        img[i] = urand();
+    for (int l = 0; l < I->nl; l++)
+        if (!(dp[l] = malloc((size_t)trn_net_output_shape(na, l, NULL) * sizeof(float)))) goto out;
+    trn_net_zero_grad(na);
+    trn_net_zero_grad(nb);
+    for (int step = 1; step <= 2; step++) {
+        const float *oa[TRN_MODEL_MAX_LEVELS], *ob[TRN_MODEL_MAX_LEVELS];
+        float *raw[TRN_MODEL_MAX_LEVELS];
+        struct trn_loss_items ia, ib;
+        int r[6] = { trn_net_forward(na, img, true, oa), trn_net_forward(nb, img, true, ob) };
+        r[2] = trn_net_raw_dhead(nb, raw);
+        r[3] = trn_loss_compute(L, ctx, oa, t, NT, dp, &ia);
+        r[4] = trn_loss_compute_blk(L, ctx, ob, blk, t, NT, raw, &ib);
+        r[5] = trn_net_backward(na, (const float *const *)dp);
+        if (step == 2)
+            is_int(trn_net_backward(nb, (const float *const *)dp), -EINVAL,
+                   "%s: the raw head's backward refuses other gradient buffers", yaml);
+        const int rb = trn_net_backward(nb, (const float *const *)raw);
+        const size_t ng = I->arena_len[TRN_ARENA_PARAM], nbuf = I->arena_len[TRN_ARENA_BUFFER];
+        ok(!r[0] && !r[1] && r[2] == blk && !r[3] && !r[4] && !r[5] && !rb &&
+               !memcmp(&ia, &ib, sizeof ia) &&
+               !memcmp(trn_net_grad(na), trn_net_grad(nb), ng * sizeof(float)) &&
+               !memcmp(trn_model_arena(ma, TRN_ARENA_BUFFER), trn_model_arena(mb, TRN_ARENA_BUFFER),
+                       nbuf * sizeof(float)),
+           "%s step %d: raw head, the same loss (%.6f), gradients and running statistics, bit "
+           "for bit (rc %d %d %d %d %d %d %d)",
+           yaml, step, (double)ib.total, r[0], r[1], r[2], r[3], r[4], r[5], rb);
+    }
+    is_int(trn_net_raw_head(nb, false), 0, "%s: raw head off", yaml);
+    const float *oa[TRN_MODEL_MAX_LEVELS], *ob[TRN_MODEL_MAX_LEVELS];
+    float *raw[TRN_MODEL_MAX_LEVELS];
+    int same = !trn_net_forward(na, img, true, oa) && !trn_net_forward(nb, img, true, ob) &&
+               trn_net_raw_dhead(nb, raw) == -EINVAL;
+    for (int l = 0; same && l < I->nl; l++)
+        same = !memcmp(oa[l], ob[l], (size_t)trn_net_output_shape(na, l, NULL) * sizeof(float));
+    ok(same, "%s: and off, the usual head again, the same bytes", yaml);
+out:
+    for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++)
+        free(dp[l]);
+    free(img);
+    trn_loss_destroy(L);
+    kern_ctx_destroy(ctx);
+    trn_net_destroy(na);
+    trn_net_destroy(nb);
+    trn_model_destroy(ma);
+    trn_model_destroy(mb);
+}
+
 static void check_model(const char *yaml, const char *width, int batch, int h, int w)
 {
     struct trn_model *m = load(yaml, width);
@@ -376,6 +477,7 @@ int main(void)
     check_train(TRN_TEST_NETS_DIR "/dnn_net.yaml", NULL, 2, 96, 128);
     check_train(TRN_TEST_NETS_DIR "/dnn_net.yaml", "0.0625", 2, 96, 128);
     check_train(TRN_TEST_MODELS_DIR "/yolov5n.yaml", NULL, 2, 128, 128);
+    check_raw_head(TRN_TEST_MODELS_DIR "/yolov5n.yaml", 2, 128, 160);
     return tap_done();
 #endif
 }

@@ -253,7 +253,14 @@ int trn_loss_items_from_out(const float *out, struct trn_loss_items *items)
 int trn_loss_compute(struct trn_loss *L, struct kern_ctx *ctx, const float *const *p,
                      const float *targets, int nt, float *const *dp, struct trn_loss_items *items)
 {
-    if (!L || !ctx || !p || !items) return -EINVAL;
+    return trn_loss_compute_blk(L, ctx, p, 0, targets, nt, dp, items);
+}
+
+int trn_loss_compute_blk(struct trn_loss *L, struct kern_ctx *ctx, const float *const *p, int blk,
+                         const float *targets, int nt, float *const *dp,
+                         struct trn_loss_items *items)
+{
+    if (!L || !ctx || !p || !items || blk < 0 || blk > 64) return -EINVAL;
     const struct trn_loss_cfg *const c = &L->cfg;
     for (int l = 0; l < c->nl; l++)
         if (!p[l] || (dp && !dp[l])) return -EINVAL;
@@ -261,7 +268,9 @@ int trn_loss_compute(struct trn_loss *L, struct kern_ctx *ctx, const float *cons
     int rc = loss_prepare(L, targets, nt);
     if (rc < 0) return rc;
     float out[KERN_YOLO_OUT_N];
-    rc = kern_ref_yolo_loss(ctx, &L->kd, dp, out, p, targets, &nt, L->mem, L->bytes, 0);
+    struct kern_yolo_loss kd = L->kd;
+    kd.blk = blk;
+    rc = kern_ref_yolo_loss(ctx, &kd, dp, out, p, targets, &nt, L->mem, L->bytes, 0);
     if (rc < 0) return rc;
     return trn_loss_items_from_out(out, items);
 }

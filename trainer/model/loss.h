@@ -162,6 +162,16 @@ int trn_loss_compute(struct trn_loss *L, struct kern_ctx *ctx, const float *cons
                      const float *targets, int nt, float *const *dp, struct trn_loss_items *items);
 
 /*
+ * trn_loss_compute on outputs in a channel-blocked layout (blk 1..64; 0 is trn_loss_compute):
+ * p and dp as a training net with trn_net_raw_head on gives them, (bs, ceil(na no / blk), ny,
+ * nx, blk) per level (kern_yolo_loss.blk), the pad lanes of dp written 0. The same loss and
+ * gradient bits as on the same values in (bs, na, ny, nx, no).
+ */
+int trn_loss_compute_blk(struct trn_loss *L, struct kern_ctx *ctx, const float *const *p, int blk,
+                         const float *targets, int nt, float *const *dp,
+                         struct trn_loss_items *items);
+
+/*
  * cfg as kern's descriptor (struct kern_yolo_loss; positive weights and gr 1). out: out.
  * Returns 0 or -EINVAL (bad cfg, or one kern refuses: more than 2^29 entry slots or cells).
  */

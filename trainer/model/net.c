@@ -105,11 +105,14 @@ struct trn_net {
     int64_t n_casts;      /* whole-arena casts of the parameters so far (trn_net_lowp_casts) */
     /* the oneDNN inference forward (net.h cpu_engine); NULL on the reference ops */
     struct trn_dnn *dnn;
-    bool dnn_ok;          /* (fixed nets) dnn holds the current parameters */
-    bool dnn_train;       /* dnn is a training executor: it runs training forwards and backward,
-                             and eval forwards stay on the reference ops */
-    bool dnn_trained;     /* the last forward was dnn's training forward: backward runs there */
-    char engine_name[32]; /* trn_net_engine's answer for a oneDNN net */
+    bool dnn_ok;      /* (fixed nets) dnn holds the current parameters */
+    bool dnn_train;   /* dnn is a training executor: it runs training forwards and backward,
+                         and eval forwards stay on the reference ops */
+    bool dnn_trained; /* the last forward was dnn's training forward: backward runs there */
+    int raw_blk;      /* trn_net_raw_head on: the Detect outputs' channel block; else 0 */
+    const float *raw_p[TRN_MODEL_MAX_LEVELS]; /* with raw_blk: the Detect convs' outputs */
+    float *raw_dp[TRN_MODEL_MAX_LEVELS];      /* and their gradients' buffers */
+    char engine_name[32];                     /* trn_net_engine's answer for a oneDNN net */
 };
 
 #define TRY(x)                           \
@@ -898,9 +901,14 @@ int trn_net_forward(struct trn_net *net, const float *images, bool train, const 
     if (!net || !images) return -EINVAL;
     if (net->dnn && net->dnn_train == train) {
         net->dnn_trained = false;
-        if (train) { /* writes the head */
+        if (train) { /* writes the head, or leaves it in the Detect convs' outputs (raw_blk) */
             TRY(trn_dnn_train_forward(net->dnn, net->m, images, !net->no_count));
             net->trained = net->dnn_trained = true;
+            if (net->raw_blk) {
+                for (int l = 0; l < net->I->nl; l++)
+                    if (outputs) outputs[l] = net->raw_p[l];
+                return 0;
+            }
         } else {
             TRY(dnn_forward(net, images));
             float *head[TRN_MODEL_MAX_LEVELS];
@@ -1173,6 +1181,9 @@ int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
     if (!net || !d_outputs || !net->trained) return -EINVAL;
     for (int l = 0; l < net->I->nl; l++)
         if (!d_outputs[l]) return -EINVAL;
+    if (net->dnn_trained && net->raw_blk)
+        for (int l = 0; l < net->I->nl; l++)
+            if (d_outputs[l] != net->raw_dp[l]) return -EINVAL;
     if (net->dnn_trained) return dnn_backward(net, d_outputs);
     const float *dout[TRN_MODEL_MAX_LEVELS];
     for (int l = 0; l < net->I->nl; l++) {
@@ -1186,6 +1197,31 @@ int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
         }
     }
     return backward_dev(net, dout);
+}
+
+int trn_net_raw_head(struct trn_net *net, bool on)
+{
+    if (!net) return -EINVAL;
+    if (!net->dnn || !net->dnn_train) return 0;
+    const int blk = trn_dnn_train_raw_head(net->dnn, on);
+    net->raw_blk = 0;
+    if (!on || blk <= 0) return blk < 0 ? blk : 0;
+    for (int l = 0; l < net->I->nl; l++) {
+        const int rc = trn_dnn_train_raw(net->dnn, l, &net->raw_p[l], &net->raw_dp[l]);
+        if (rc < 0) {
+            trn_dnn_train_raw_head(net->dnn, false);
+            return rc;
+        }
+    }
+    return net->raw_blk = blk;
+}
+
+int trn_net_raw_dhead(struct trn_net *net, float **dp)
+{
+    if (!net || !dp || !net->raw_blk) return -EINVAL;
+    for (int l = 0; l < net->I->nl; l++)
+        dp[l] = net->raw_dp[l];
+    return net->raw_blk;
 }
 
 int trn_net_backward_dev(struct trn_net *net, const float *const *d_outputs)

@@ -268,6 +268,24 @@ int trn_net_forward(struct trn_net *net, const float *images, bool train, const 
  */
 int trn_net_backward(struct trn_net *net, const float *const *d_outputs);
 
+/*
+ * The training head in the oneDNN executor's own layout, for a loss that reads it there
+ * (trn_loss_compute_blk; kern_yolo_loss.blk): on a training net on oneDNN, on makes every later
+ * training forward leave each level's Detect output as its conv wrote it, (bs, ceil(na no / blk),
+ * ny, nx, blk), and give those as trn_net_forward's outputs (the head views are then not
+ * written); trn_net_raw_dhead names the buffers the loss writes the gradients into, and
+ * trn_net_backward takes those and no others (-EINVAL). No reshape either way: the forward's and
+ * the backward's took 9-10 ms of yolov5n's 260 ms step at 320 b16. Returns blk (16 or 8), or 0
+ * where the net has no such layout (other engines, inference nets: the outputs stay
+ * (bs, na, ny, nx, no)); off returns 0 and restores the usual head.
+ */
+int trn_net_raw_head(struct trn_net *net, bool on);
+
+/* With the raw head on: the gradients' buffers, trn_net_levels() of them, valid for the net's life
+ * and read by trn_net_backward (the loss writes them in place). Returns the channel block (> 0),
+ * or -EINVAL (off). */
+int trn_net_raw_dhead(struct trn_net *net, float **dp);
+
 /* Set the parameter grad arena to zero (padding included). No-op for an inference net. */
 void trn_net_zero_grad(struct trn_net *net);
 

@@ -118,7 +118,8 @@ struct trn_dnn {
     double *sums; /* the BN passes' per-slice sums: two per (image, channel) of the widest */
     size_t n_sums;
     const float *dhead[TRN_MODEL_MAX_LEVELS]; /* the backward's head gradients (per call) */
-    int cur_row;                              /* the row being built (tnode.row) */
+    bool raw_head; /* the Detect outputs left blocked for the loss (trn_dnn_train_raw_head) */
+    int cur_row;   /* the row being built (tnode.row) */
     /* trn_dnn_train_hooks: SyncBatchNorm's all-reduce over gsums, and the row-done hook */
     int (*bn_allreduce)(void *, double *, size_t);
     void *bn_ctx;
@@ -1323,6 +1324,11 @@ static void build_train(struct trn_dnn *d, const struct tspec *ts, const struct 
     /* the backward, with a row step once every node of a row is done (rows n - 1 down to 0,
        each once, as the reference backward calls the gradient-ready hook) */
     d->phase = 1;
+    /* The Detect convs' gradient buffers first, so that none shares memory with another's or
+       with a gradient written before its own conv's backward: a loss that writes them all
+       before the backward (trn_dnn_train_raw) finds them intact. */
+    for (int i = d->n_nodes - 1; i >= 0; i--)
+        if (d->nodes[i].type == 1) tt_dx(d, d->nodes[i].c);
     int next = I->n_layers - 1;
     for (int i = d->n_nodes - 1; i >= -1 && !d->rc; i--) {
         const int row = i >= 0 ? d->nodes[i].row : -1;
@@ -1498,6 +1504,26 @@ int trn_dnn_train_backward(struct trn_dnn *d, const float *const *dhead, int lev
     return run_steps(d, 1);
 }
 
+int trn_dnn_train_raw_head(struct trn_dnn *d, bool on)
+{
+    d->raw_head = on;
+    return d->blk;
+}
+
+int trn_dnn_train_raw(struct trn_dnn *d, int l, const float **p, float **dp)
+{
+    if (!p || !dp || l < 0) return -EINVAL;
+    for (int i = 0; i < d->n_nodes; i++) {
+        const struct tnode *nd = &d->nodes[i];
+        if (nd->type != 1 || nd->level != l) continue;
+        if (!nd->c->dx || dnnl_memory_get_data_handle(nd->c->x, (void **)p) ||
+            dnnl_memory_get_data_handle(nd->c->dx, (void **)dp))
+            return -EINVAL;
+        return 0;
+    }
+    return -EINVAL;
+}
+
 int trn_dnn_load(struct trn_dnn *d, const struct trn_model *m)
 {
     const float *P = trn_model_arena_const(m, TRN_ARENA_PARAM);
@@ -1661,6 +1687,7 @@ static void head_fwd(const struct trn_dnn *d, const struct kern_detect *det, flo
 /* Detect conv node nd's output into its level of the head, reshaped (kern_detect_blk_fwd). */
 static int det_fwd(struct trn_dnn *d, const struct tnode *nd)
 {
+    if (d->raw_head) return 0;
     const float *raw;
     if (dnnl_memory_get_data_handle(nd->c->x, (void **)&raw)) return -TRN_MODEL_EONEDNN;
     head_fwd(d, &nd->det, nd->head, raw);
@@ -1672,6 +1699,7 @@ static int det_bwd(struct trn_dnn *d, const struct tnode *nd)
 {
     float *draw;
     if (dnnl_memory_get_data_handle(nd->c->dx, (void **)&draw)) return -TRN_MODEL_EONEDNN;
+    if (d->dhead[nd->level] == draw) return 0; /* the loss wrote it there (trn_dnn_train_raw) */
     const int nb = (nd->det.na * nd->det.no + d->blk - 1) / d->blk;
     const long tasks = (long)nd->det.bs * nb;
     const float *const dp = d->dhead[nd->level];

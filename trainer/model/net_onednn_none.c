@@ -85,3 +85,15 @@ int trn_dnn_train_backward(struct trn_dnn *d, const float *const *dhead, int lev
     (void)d, (void)dhead, (void)levels;
     return -ENOTSUP;
 }
+
+int trn_dnn_train_raw_head(struct trn_dnn *d, bool on)
+{
+    (void)d, (void)on;
+    return -ENOTSUP;
+}
+
+int trn_dnn_train_raw(struct trn_dnn *d, int l, const float **p, float **dp)
+{
+    (void)d, (void)l, (void)p, (void)dp;
+    return -ENOTSUP;
+}

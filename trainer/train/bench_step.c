@@ -309,6 +309,10 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
         goto out;
     }
     snprintf(r->engine, sizeof r->engine, "%s", trn_net_engine(b.net));
+    if ((rc = trn_net_raw_head(b.net, true)) < 0) {
+        snprintf(err, err_cap, "net: %s", trn_strerror(rc));
+        goto out;
+    }
     struct kern_ctx_opts ko;
     kern_ctx_opts_default(&ko);
     ko.threads = o->threads; /* the loss's threads, as train.c's context has them */
@@ -399,12 +403,16 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
         }
         const double t1 = now_s();
         struct trn_loss_items items;
-        if ((rc = trn_loss_compute(b.loss, b.cpu, out, b.targets, nt, b.dp, &items)) < 0) {
+        float *raw[TRN_MODEL_MAX_LEVELS], *const *dp = b.dp;
+        const int blk = trn_net_raw_dhead(b.net, raw); /* as yolo-train's step (step_host.c) */
+        if (blk > 0) dp = raw;
+        rc = trn_loss_compute_blk(b.loss, b.cpu, out, blk > 0 ? blk : 0, b.targets, nt, dp, &items);
+        if (rc < 0) {
             snprintf(err, err_cap, "loss: %s", trn_loss_strerror(rc));
             goto out;
         }
         const double t2 = now_s();
-        if ((rc = trn_net_backward(b.net, (const float *const *)b.dp)) < 0) {
+        if ((rc = trn_net_backward(b.net, (const float *const *)dp)) < 0) {
             snprintf(err, err_cap, "backward: %s", trn_strerror(rc));
             goto out;
         }

@@ -175,7 +175,12 @@ int run_train_batch(struct run *R, const struct trn_batch *b, struct trn_loss_it
     rc = trn_net_forward(net, b->images, true, out);
     if (rc < 0) return run_pass_failed(R, b, rc, "forward", err, cap);
     if (b->n_targets > (size_t)INT32_MAX) return -E2BIG;
-    rc = trn_loss_compute(loss, R->ctx, out, b->targets, (int)b->n_targets, dp, items);
+    /* a oneDNN net's outputs as its Detect convs wrote them, and its own gradient buffers */
+    float *raw[TRN_MODEL_MAX_LEVELS];
+    const int blk = trn_net_raw_dhead(net, raw);
+    if (blk > 0) dp = raw;
+    rc = trn_loss_compute_blk(loss, R->ctx, out, blk > 0 ? blk : 0, b->targets, (int)b->n_targets,
+                              dp, items);
     if (rc < 0) {
         trn_seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
                    trn_loss_strerror(rc));

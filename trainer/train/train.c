@@ -426,6 +426,11 @@ static int make_net_loss(struct run *R, int bs, int h, int w, struct trn_net **n
                    e[0] ? e : trn_strerror(rc));
         return rc;
     }
+    /* the loss reads the Detect outputs where oneDNN's convs write them (no reshape) */
+    if ((rc = trn_net_raw_head(*net, true)) < 0) {
+        trn_seterr(err, cap, "network at batch %d, %dx%d: %s", bs, h, w, trn_strerror(rc));
+        return rc;
+    }
     struct trn_loss_cfg lc;
     if (max_t > INT32_MAX / 64) max_t = INT32_MAX / 64;
     rc = trn_loss_cfg_from_model(R->m, &R->o.hyp, bs, R->o.img, (float)R->o.label_smoothing,

@@ -113,4 +113,17 @@ int trn_dnn_train_forward(struct trn_dnn *d, struct trn_model *m, const float *i
  * its layout; read during the call): adds into grad. Returns 0, -EINVAL or -TRN_MODEL_EONEDNN. */
 int trn_dnn_train_backward(struct trn_dnn *d, const float *const *dhead, int levels);
 
+/*
+ * The training head left where the Detect convs write it, for a loss that reads it there
+ * (kern_yolo_loss.blk): on, the forward no longer reshapes the Detect outputs into the head, and
+ * the backward takes a dhead[l] that is trn_dnn_train_raw's dp as it is (another pointer is still
+ * read in the head's layout). Returns the layout's channel block (16 or 8).
+ */
+int trn_dnn_train_raw_head(struct trn_dnn *d, bool on);
+
+/* Level l's Detect conv output, (bs, ceil(na no / blk), ny, nx, blk), after a training forward,
+ * and the buffer of its gradient, which the backward reads first (nothing else shares it before
+ * then). Returns 0 or -EINVAL (no such level). */
+int trn_dnn_train_raw(struct trn_dnn *d, int l, const float **p, float **dp);
+
 #endif
