@@ -554,9 +554,9 @@ int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, flo
         } else {
             if (!add) memset(dl, 0, (m.blk ? m.img * (size_t)d->bs : v->cells * m.no) * sizeof *dl);
             for (size_t c = 0; c < v->cells; c++) {
-                float *const dc = dl + kern_bce_map_plane(&om, c / m.hw) + c % m.hw * om.ldx;
-                const float g = yl_bce_grad(pl[dc - dl], v->tobj[c], d->obj_pw) * scale;
-                *dc = add ? *dc + g : g;
+                const size_t at = kern_bce_map_plane(&om, c / m.hw) + c % m.hw * om.ldx;
+                const float g = yl_bce_grad(pl[at], v->tobj[c], d->obj_pw) * scale;
+                dl[at] = add ? dl[at] + g : g;
             }
         }
         if (n == 0) continue;
