@@ -59,6 +59,16 @@ KERN_API int kern_poolblk_fwd(int h, int w, int k, int blk, float *y, uint8_t *i
 KERN_API int kern_poolblk_bwd(int h, int w, int k, int blk, float *dx, const float *dy,
                               const uint8_t *idx, int add);
 
+/*
+ * Nearest x2 upsample on one channel-blocked plane (as kern_poolblk's: one (image, channel
+ * block) per call, blk 8 or 16). kern_upblk_fwd: x (h, w, blk) -> y (2h, 2w, blk), each lane
+ * kern_ref_upsample2x_fwd's. kern_upblk_bwd: dx (h, w, blk) the sum of dy's 2x2 block in
+ * kern_ref_upsample2x_bwd's order (the same bits), or with add that sum added to dx.
+ * Returns 0, or -EINVAL (a bad shape, blk, or NULL).
+ */
+KERN_API int kern_upblk_fwd(int h, int w, int blk, float *y, const float *x);
+KERN_API int kern_upblk_bwd(int h, int w, int blk, float *dx, const float *dy, int add);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Detect head                                                                              */
 

@@ -409,6 +409,76 @@ int kern_poolblk_bwd(int h, int w, int k, int blk, float *dx, const float *dy, c
     return 0;
 }
 
+/*
+ * Nearest x2 on one channel-blocked plane: each input position's L lanes to its 2x2 outputs, and
+ * back as the 2x2 block's sum in upsample_bwd_task's order per lane. L a constant at each call
+ * (POOLBLK_INLINE), so the lane loops become vector moves and adds.
+ */
+POOLBLK_INLINE void upblk_fwd_l(int h, int w, const int L, float *restrict y,
+                                const float *restrict x)
+{
+    const size_t row = 2 * (size_t)w * (size_t)L; /* one output row's floats */
+    for (int iy = 0; iy < h; iy++) {
+        float *const o = y + 2 * (size_t)iy * row;
+        const float *const in = x + (size_t)iy * (size_t)w * (size_t)L;
+        for (int ix = 0; ix < w; ix++)
+            for (int l = 0; l < L; l++) {
+                const float v = in[(size_t)ix * (size_t)L + (size_t)l];
+                o[2 * (size_t)ix * (size_t)L + (size_t)l] = v;
+                o[(2 * (size_t)ix + 1) * (size_t)L + (size_t)l] = v;
+            }
+        memcpy(o + row, o, row * sizeof *o);
+    }
+}
+
+POOLBLK_INLINE void upblk_bwd_l(int h, int w, const int L, float *restrict dx,
+                                const float *restrict dy, int add)
+{
+    const size_t row = 2 * (size_t)w * (size_t)L;
+    for (int iy = 0; iy < h; iy++) {
+        const float *const r0 = dy + 2 * (size_t)iy * row, *const r1 = r0 + row;
+        float *const g = dx + (size_t)iy * (size_t)w * (size_t)L;
+        for (int ix = 0; ix < w; ix++) {
+            const size_t a = 2 * (size_t)ix * (size_t)L, b = a + (size_t)L;
+            float *const gi = g + (size_t)ix * (size_t)L;
+            for (int l = 0; l < L; l++) {
+                const float v = ((r0[a + (size_t)l] + r0[b + (size_t)l]) + r1[a + (size_t)l]) +
+                                r1[b + (size_t)l];
+                gi[l] = add ? gi[l] + v : v;
+            }
+        }
+    }
+}
+
+static int upblk_check(int h, int w, int blk, const void *a, const void *b)
+{
+    KERN_RETURN_IF(!a || !b || h < 1 || w < 1 || (blk != 8 && blk != 16), -EINVAL);
+    KERN_RETURN_IF((long long)h * w > INT_MAX / 64, -EINVAL);
+    return 0;
+}
+
+int kern_upblk_fwd(int h, int w, int blk, float *y, const float *x)
+{
+    const int rc = upblk_check(h, w, blk, y, x);
+    if (rc < 0) return rc;
+    if (blk == 16)
+        upblk_fwd_l(h, w, 16, y, x);
+    else
+        upblk_fwd_l(h, w, 8, y, x);
+    return 0;
+}
+
+int kern_upblk_bwd(int h, int w, int blk, float *dx, const float *dy, int add)
+{
+    const int rc = upblk_check(h, w, blk, dx, dy);
+    if (rc < 0) return rc;
+    if (blk == 16)
+        upblk_bwd_l(h, w, 16, dx, dy, add);
+    else
+        upblk_bwd_l(h, w, 8, dx, dy, add);
+    return 0;
+}
+
 /* Also the n-strides: the x side's >= c h w, the y side's >= 4 c h w (0: dense). */
 static int upsample_check(struct kern_ctx *ctx, const void *a, const void *b, int n, int c, int h,
                           int w, size_t x_ns, size_t y_ns)

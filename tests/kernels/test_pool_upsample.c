@@ -256,7 +256,8 @@ static void check_poolblk(int n, int c, int h, int w, int k, int blk, const char
     for (size_t i = 0; i < nx; i++)
         x[i] = (float)kt_randint(0, 2);
     x[3] = NAN, x[nx / 2] = NAN, x[nx - 1] = -INFINITY;
-    kt_fill(dy, nx, -1, 1);
+    for (size_t i = 0; i < nx; i++) /* magnitudes apart: the order of the sums shows in the bits */
+        dy[i] = ldexpf(kt_uniform(-1, 1), kt_randint(-12, 12));
     kern_ref_maxpool2d_fwd(ctx, &d, y, idx, x);
     kt_to_blk(bx, x, n, c, cpad, blk, hw);
     kt_to_blk(bdy, dy, n, c, cpad, blk, hw);
@@ -313,6 +314,62 @@ static void check_poolblk_bad(void)
     is_int(kern_poolblk_fwd(1, 1, 5, 16, a, NULL, b), 0, "poolblk: fwd without idx runs");
 }
 
+/* kern_upblk against kern_ref_upsample2x on the same values in NCHW: y, dx (=) and dx (+) bit
+ * for bit, pad lanes included (zeros in, zeros out). */
+static void check_upblk(int n, int c, int h, int w, int blk, const char *label)
+{
+    struct kern_ctx *const ctx = kt_ctx(0);
+    const int cpad = (c + blk - 1) / blk * blk, nb = cpad / blk;
+    const size_t hw = (size_t)h * (size_t)w, nx = (size_t)n * (size_t)c * hw, ny = 4 * nx;
+    const size_t nbx = (size_t)n * (size_t)cpad * hw, nby = 4 * nbx, plane = hw * (size_t)blk;
+    float *const x = kt_alloc(nx), *const y = kt_alloc(ny), *const dy = kt_alloc(ny);
+    float *const dx = kt_alloc(nx), *const dx0 = kt_alloc(nx);
+    float *const bx = kt_alloc(nbx), *const by = kt_alloc(nby), *const bdy = kt_alloc(nby);
+    float *const bdx = kt_alloc(nbx), *const want = kt_alloc(nby);
+    kt_fill(x, nx, -1, 1);
+    /* magnitudes 2^-12 .. 2^12: the 2x2 sums round, so their order shows in the bits (values
+       on one grid would add exactly in any order) */
+    for (size_t i = 0; i < ny; i++)
+        dy[i] = ldexpf(kt_uniform(-1, 1), kt_randint(-12, 12));
+    kern_ref_upsample2x_fwd(ctx, y, x, n * c, h, w);
+    kt_to_blk(bx, x, n, c, cpad, blk, hw);
+    kt_to_blk(bdy, dy, n, c, cpad, blk, 4 * hw);
+    kt_poison(by, nby);
+    int rc = 0;
+    for (int pl = 0; pl < n * nb; pl++)
+        rc |= kern_upblk_fwd(h, w, blk, by + 4 * pl * plane, bx + pl * plane);
+    kt_to_blk(want, y, n, c, cpad, blk, 4 * hw);
+    ok(!rc && !memcmp(by, want, nby * 4), "%s: blocked y is the reference's bit for bit", label);
+    kern_ref_upsample2x_bwd(ctx, dx, dy, n * c, h, w, 0);
+    kt_poison(bdx, nbx);
+    rc = 0;
+    for (int pl = 0; pl < n * nb; pl++)
+        rc |= kern_upblk_bwd(h, w, blk, bdx + pl * plane, bdy + 4 * pl * plane, 0);
+    kt_to_blk(want, dx, n, c, cpad, blk, hw);
+    ok(!rc && !memcmp(bdx, want, nbx * 4), "%s: blocked dx (=) is the reference's bit for bit",
+       label);
+    kt_fill(dx0, nx, -1, 1);
+    kt_to_blk(bdx, dx0, n, c, cpad, blk, hw);
+    for (int pl = 0; pl < n * nb; pl++)
+        kern_upblk_bwd(h, w, blk, bdx + pl * plane, bdy + 4 * pl * plane, 1);
+    kern_ref_upsample2x_bwd(ctx, dx0, dy, n * c, h, w, KERN_ACCUM_DX);
+    kt_to_blk(want, dx0, n, c, cpad, blk, hw);
+    ok(!memcmp(bdx, want, nbx * 4), "%s: blocked dx (+) is the reference's accumulate bit for bit",
+       label);
+    free(x), free(y), free(dy), free(dx), free(dx0), free(bx), free(by), free(bdy), free(bdx);
+    free(want);
+    kern_ctx_destroy(ctx);
+}
+
+static void check_upblk_bad(void)
+{
+    float a[64] = { 0 }, b[64] = { 0 };
+    is_int(kern_upblk_fwd(1, 1, 4, a, b), -EINVAL, "upblk: blk 4 refused");
+    is_int(kern_upblk_fwd(0, 1, 16, a, b), -EINVAL, "upblk: empty plane refused");
+    is_int(kern_upblk_bwd(1, 1, 16, NULL, b, 0), -EINVAL, "upblk: NULL refused");
+    is_int(kern_upblk_fwd(1, 1, 16, a, b), 0, "upblk: one position runs");
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_from_args(argc, argv, 11);
@@ -332,5 +389,9 @@ int main(int argc, char **argv)
     check_poolblk(1, 5, 1, 3, 3, 16, "poolblk k3 one row");
     check_poolblk(1, 16, 4, 4, 9, 16, "poolblk k9 wider than the plane");
     check_poolblk_bad();
+    check_upblk(2, 20, 5, 3, 16, "upblk blk16, pad lanes");
+    check_upblk(3, 16, 10, 10, 8, "upblk blk8 10x10");
+    check_upblk(1, 16, 1, 7, 16, "upblk one row");
+    check_upblk_bad();
     return tap_done();
 }

@@ -5,12 +5,13 @@
  * each conv gives back most of the gain, docs/benchmarks.md "bench_onednn_conv") and who
  * computes them. One executor holds its steps in two lists: the forward's, and a training
  * executor's backward, built by walking the forward's nodes in reverse. A step is a oneDNN
- * primitive or a pass of our own over the blocked tensors: concat copies, max pools, and in
- * training the BN + SiLU (+ residual) passes (kern_bnblk: oneDNN's BN, eltwise and binary
- * primitives took more passes over memory), the Detect convs' output straight into the head, and
- * the hooks of multi-process training. A training C3's cv1 and cv2, which read the same input, run
- * as one conv of both's channels, each BN over its slice of the output (tc3): one GEMM twice as
- * wide instead of two narrow ones, and one backward data instead of two and their sum.
+ * primitive or a pass of our own over the blocked tensors: concat copies, max pools, upsamples,
+ * and in training the BN + SiLU (+ residual) passes (kern_bnblk: oneDNN's BN, eltwise and binary
+ * primitives took more passes over memory), the Detect convs' output into the head (unless the
+ * loss reads it where it is: trn_dnn_train_raw_head), and the hooks of multi-process training. A
+ * training C3's cv1 and cv2, which read the same input, run as one conv of both's channels, each BN
+ * over its slice of the output (tc3): one GEMM twice as wide instead of two narrow ones, and one
+ * backward data instead of two and their sum.
  *
  * oneDNN 2.6 details that shape it (measured, docs/benchmarks.md, issue 25 sessions 15-16): a
  * residual written as a sum post-op after the swish, a convolution from a blocked source into an
@@ -53,6 +54,10 @@ enum step_kind {
        args[1] the input's, added into where acc is 1 */
     STEP_POOL_FWD,
     STEP_POOL_BWD,
+    /* a nearest x2 upsample of our own (up_run), as the pools: args[0] the source, args[1] the
+       destination; UP_BWD adds into it where acc is 1 */
+    STEP_UP_FWD,
+    STEP_UP_BWD,
 };
 
 struct tnode;
@@ -528,17 +533,32 @@ static dnnl_memory_t concat(struct trn_dnn *d, const dnnl_memory_t *xs, int k)
  * layout (not a slice of a wider one), a window and rows it takes. oneDNN's pooling took 0.4 ms
  * for each of SPPF's training passes over 0.8 MB (yolov5n 320 b16), ours about half of that on
  * AVX-512, which the 16-lane layout implies; on 8 lanes its plain C is the slower of the two. */
-static bool own_pool(const struct trn_dnn *d, dnnl_memory_t x, int k)
+static bool dense_blk(const struct trn_dnn *d, const dnnl_memory_desc_t *xd)
 {
     dnnl_memory_desc_t dense;
-    const dnnl_memory_desc_t *xd = md_of(x);
-    return d->blk == 16 && k >= 1 && k <= KERN_POOLBLK_MAX_K && (k & 1) && xd && xd->ndims == 4 &&
-           xd->dims[3] <= KERN_POOLBLK_MAX_W &&
+    return xd && xd->ndims == 4 &&
            dnnl_memory_desc_init_by_tag(&dense, 4, xd->dims, dnnl_f32, d->tag) == dnnl_success &&
            dnnl_memory_desc_equal(&dense, xd);
 }
 
-/* Our pool's step (STEP_POOL_FWD or _BWD) from a to b; idx: the winners, acc: b added into. */
+static bool own_pool(const struct trn_dnn *d, dnnl_memory_t x, int k)
+{
+    const dnnl_memory_desc_t *xd = md_of(x);
+    return d->blk == 16 && k >= 1 && k <= KERN_POOLBLK_MAX_K && (k & 1) && dense_blk(d, xd) &&
+           xd->dims[3] <= KERN_POOLBLK_MAX_W;
+}
+
+/* Whether kern_upblk runs the upsample of x by f: x2 of a dense tensor, in either layout.
+ * oneDNN's resampling took 1.6 ms of yolov5n's 320 b16 step (its two passes each way), its
+ * backward into a scratch buffer and a binary add where the input has another reader (both
+ * neck upsamples' inputs do); ours adds in place, in the reference's order. */
+static bool own_up(const struct trn_dnn *d, dnnl_memory_t x, int f)
+{
+    return f == 2 && dense_blk(d, md_of(x));
+}
+
+/* Our pool's step (STEP_POOL_FWD or _BWD) from a to b; idx: the winners, acc: b added into.
+ * Also our upsample's (STEP_UP_*, k and idx unused). */
 static void pool_step(struct trn_dnn *d, enum step_kind kind, dnnl_memory_t a, dnnl_memory_t b,
                       int k, uint8_t *idx, bool acc)
 {
@@ -578,6 +598,10 @@ static dnnl_memory_t upsample(struct trn_dnn *d, dnnl_memory_t x, int f)
     const dnnl_memory_desc_t *xd = md_of(x);
     dnnl_memory_t y =
         act(d, xd->dims[0], xd->dims[1], f * xd->dims[2], f * xd->dims[3], d->tag, NULL);
+    if (y && own_up(d, x, f)) {
+        pool_step(d, STEP_UP_FWD, x, y, 0, NULL, false);
+        return y;
+    }
     dnnl_resampling_desc_t rd;
     dnnl_primitive_desc_t pd;
     if (!y ||
@@ -978,9 +1002,14 @@ static struct tt *tup(struct trn_dnn *d, struct tt *x, int f)
     if (!nd) return NULL;
     const dnnl_memory_desc_t *xd = md_of(x->x);
     dnnl_resampling_desc_t rd;
-    if (!(nd->out = tt_new(d, xd->dims[0], xd->dims[1], f * xd->dims[2], f * xd->dims[3], d->tag,
-                           NULL)) ||
-        !DN(d,
+    if (!(nd->out =
+              tt_new(d, xd->dims[0], xd->dims[1], f * xd->dims[2], f * xd->dims[3], d->tag, NULL)))
+        return NULL;
+    if (own_up(d, x->x, f)) { /* no primitive: node_bwd takes ours too */
+        pool_step(d, STEP_UP_FWD, x->x, nd->out->x, 0, NULL, false);
+        return nd->out;
+    }
+    if (!DN(d,
             dnnl_resampling_forward_desc_init(&rd, dnnl_forward_training, dnnl_resampling_nearest,
                                               NULL, xd, md_of(nd->out->x))) ||
         !DN(d, dnnl_primitive_desc_create(&nd->pd, &rd, d->attr, d->eng, NULL)))
@@ -1267,6 +1296,12 @@ static void node_bwd(struct trn_dnn *d, const struct tspec *ts, const struct trn
         break;
     }
     case 4: {
+        if (!nd->pd) { /* our upsample's (tup): a gradient already there is added into in place */
+            add = nd->in[0]->written;
+            nd->in[0]->written = true;
+            pool_step(d, STEP_UP_BWD, nd->out->dx, tt_dx(d, nd->in[0]), 0, NULL, add);
+            break;
+        }
         dnnl_resampling_desc_t rd;
         if (!DN(d, dnnl_resampling_backward_desc_init(&rd, dnnl_resampling_nearest, NULL,
                                                       md_of(nd->in[0]->x), md_of(nd->out->x))) ||
@@ -1732,6 +1767,28 @@ static int pool_run(const struct trn_dnn *d, const struct step *s)
     return bad ? -EINVAL : 0;
 }
 
+/* An upsample of our own (STEP_UP_*), one (image, channel block) plane a task. */
+static int up_run(const struct trn_dnn *d, const struct step *s)
+{
+    float *a, *b;
+    if (dnnl_memory_get_data_handle(s->args[0].memory, (void **)&a) ||
+        dnnl_memory_get_data_handle(s->args[1].memory, (void **)&b))
+        return -TRN_MODEL_EONEDNN;
+    const bool bwd = s->kind == STEP_UP_BWD;
+    const dnnl_memory_desc_t *md = md_of(s->args[bwd ? 1 : 0].memory); /* the small side */
+    const int h = (int)md->dims[2], w = (int)md->dims[3];
+    const long planes = (long)md->dims[0] * (long)(md->padded_dims[1] / d->blk);
+    const size_t plane = (size_t)h * (size_t)w * (size_t)d->blk;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (long t = 0; t < planes; t++) {
+        const size_t at = (size_t)t * plane;
+        bad |= (bwd ? kern_upblk_bwd(h, w, d->blk, b + at, a + 4 * at, (int)s->acc)
+                    : kern_upblk_fwd(h, w, d->blk, b + 4 * at, a + at)) < 0;
+    }
+    return bad ? -EINVAL : 0;
+}
+
 /* Runs the steps of phase ph. */
 static int run_steps(struct trn_dnn *d, int ph)
 {
@@ -1764,6 +1821,10 @@ static int run_steps(struct trn_dnn *d, int ph)
         case STEP_POOL_FWD:
         case STEP_POOL_BWD:
             rc = pool_run(d, s);
+            break;
+        case STEP_UP_FWD:
+        case STEP_UP_BWD:
+            rc = up_run(d, s);
             break;
         }
         if (rc < 0) return rc;
