@@ -529,10 +529,7 @@ static dnnl_memory_t concat(struct trn_dnn *d, const dnnl_memory_t *xs, int k)
     return y;
 }
 
-/* Whether kern_poolblk runs a k x k stride-1 max pool on x: a dense tensor in the 16-lane
- * layout (not a slice of a wider one), a window and rows it takes. oneDNN's pooling took 0.4 ms
- * for each of SPPF's training passes over 0.8 MB (yolov5n 320 b16), ours about half of that on
- * AVX-512, which the 16-lane layout implies; on 8 lanes its plain C is the slower of the two. */
+/* Whether x is a whole tensor in the activations' layout, not a slice of a wider one. */
 static bool dense_blk(const struct trn_dnn *d, const dnnl_memory_desc_t *xd)
 {
     dnnl_memory_desc_t dense;
@@ -541,6 +538,10 @@ static bool dense_blk(const struct trn_dnn *d, const dnnl_memory_desc_t *xd)
            dnnl_memory_desc_equal(&dense, xd);
 }
 
+/* Whether kern_poolblk runs a k x k stride-1 max pool on x: a dense tensor in the 16-lane
+ * layout, a window and rows it takes. oneDNN's pooling took 0.4 ms for each of SPPF's training
+ * passes over 0.8 MB (yolov5n 320 b16), ours about half of that on AVX-512, which the 16-lane
+ * layout implies; on 8 lanes its plain C is the slower of the two. */
 static bool own_pool(const struct trn_dnn *d, dnnl_memory_t x, int k)
 {
     const dnnl_memory_desc_t *xd = md_of(x);
