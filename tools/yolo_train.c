@@ -89,6 +89,8 @@ struct args {
     bool host_aug;          /* --host-aug: no GPU augmentation */
     bool cuda_graph;        /* --cuda-graph: the step captured once and replayed */
     bool any_algo;          /* --cudnn-any-algo */
+    const char *cudnn_plan; /* --cudnn-plan FILE */
+    bool cudnn_tune;        /* --cudnn-tune */
     bool noautoanchor;      /* --noautoanchor */
     bool noplots;           /* --noplots */
     double label_smoothing; /* --label-smoothing */
@@ -338,6 +340,15 @@ static int parse_args(int argc, char **argv, struct args *A)
                "GPU: let each convolution take cuDNN's fastest algorithm even where it is not "
                "deterministic (PyTorch's cudnn.deterministic False); the default takes the "
                "fastest deterministic one, as train.py's init_seeds(deterministic=True)"),
+        AP_OPT("--cudnn-plan", AP_STR, &A->cudnn_plan, "FILE",
+               "GPU: the convolutions' algorithms from FILE (written by --cudnn-tune; a key of "
+               "another GPU or cuDNN falls back to the heuristics); without it each takes the "
+               "first deterministic algorithm cuDNN's heuristics rank, untimed, the same in "
+               "every run; the run directory keeps the used entries (cudnn_plans.txt)"),
+        AP_OPT("--cudnn-tune", AP_FLAG, &A->cudnn_tune, NULL,
+               "GPU: time the algorithms of every convolution the plan file lacks (cudnnFind*, "
+               "as PyTorch's cudnn.benchmark) and write them to --cudnn-plan FILE, so that "
+               "later runs read them and never time"),
         { .names = "--amp",
           .kind = AP_CALL,
           .dst = &A->amp,
@@ -494,6 +505,8 @@ static int do_bench_step(const struct args *A)
     o.seed = (uint64_t)A->seed;
     o.cuda_graph = A->cuda_graph;
     o.any_algo = A->any_algo;
+    o.cudnn_plan = A->cudnn_plan;
+    o.cudnn_tune = A->cudnn_tune;
     o.amp = amp_dtype(A, gpu);
     o.cpu_engine = tool_cpu_engine(A->cpu_engine);
     struct trn_bench_step_result r;
@@ -511,12 +524,15 @@ static int do_bench_step(const struct args *A)
                "\"ms_ema\": %.4f, \"gflops_img\": %.4f, \"tflops\": %.4f, \"net_bytes\": %zu, "
                "\"peak_bytes\": %zu, \"resident\": %s, \"graph\": %s, \"params\": %lld, "
                "\"loss\": %.9g, \"steps\": %d, \"threads\": %d, \"blas_threads\": %d, "
-               "\"os_threads\": %d, \"engine\": \"%s\"}\n",
+               "\"os_threads\": %d, \"engine\": \"%s\", \"plan_hash\": \"%016llx\", "
+               "\"plans_table\": %d, \"plans_heur\": %d, \"plans_find\": %d}\n",
                slash ? slash + 1 : path, r.on_device ? "cuda" : "cpu", o.img, o.batch, r.img_per_s,
                r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
                r.gflops_img, r.tflops, r.net_bytes, r.peak_bytes, r.resident ? "true" : "false",
                r.graph ? "true" : "false", r.params, r.loss, o.steps, r.threads, r.blas_threads,
-               r.os_threads, r.engine);
+               r.os_threads, r.engine, (unsigned long long)r.plan_hash,
+               r.plan_counts[KERN_PLAN_HOW_TABLE], r.plan_counts[KERN_PLAN_HOW_HEUR],
+               r.plan_counts[KERN_PLAN_HOW_FIND]);
     else
         printf("%s img %d batch %d on %s: %.1f img/s, %.2f ms/step (forward %.2f, loss %.2f, "
                "backward %.2f, optimizer %.2f, EMA %.2f), %.3f TFLOP/s, net %.0f MiB, peak %.0f "
@@ -944,6 +960,8 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
     o.host_aug = A->host_aug;
     o.cuda_graph = A->cuda_graph;
     o.any_algo = A->any_algo;
+    o.cudnn_plan = A->cudnn_plan;
+    o.cudnn_tune = A->cudnn_tune;
     o.noautoanchor = A->noautoanchor;
     o.noplots = A->noplots;
     o.cache_ram = A->cache && strcmp(A->cache, "disk") != 0;

@@ -21,17 +21,20 @@
  *
  * Plans: one per distinct (struct kern_conv2d, data type, layout), made at setup by
  * kern_cuda_conv2d_workspace_size (or lazily by the first op on a new shape): descriptors, the
- * three algorithms chosen once by cudnnFind* (fastest deterministic one whose workspace fits
- * KERN_CONV_WS_CAP, or the fastest of all with kern_ctx_opts.any_algo; cudnnGet*_v7 heuristics
- * if Find fails), and their workspace sizes. The
- * caller reserves the maximum once (kern_ctx_reserve); the ops then never allocate. Find runs
- * kernels and allocates, so plan every shape before capturing a CUDA graph.
+ * three algorithms and their workspace sizes. The algorithms come from kern_plan_choose
+ * (kern_plan.h): the context's plan table when it holds a fitting entry, else cuDNN's heuristics
+ * (cudnnGet*_v7: ranked from the shape alone, so every process on the same GPU model and cuDNN
+ * takes the same algorithm, deterministic unless kern_ctx_opts.any_algo), or with
+ * kern_ctx_opts.tune a timed cudnnFind*. Every choice is put into the table, whose hash then
+ * names what ran. The caller reserves the maximum workspace once (kern_ctx_reserve); the ops then
+ * never allocate. Planning may allocate (Find), so plan every shape before capturing a CUDA
+ * graph.
  *
  * Math, a deliberate choice: every float32 convolution runs in true FP32 (CUDNN_FMA_MATH, never
  * TF32, on Hopper as anywhere), so that it matches the fp32 CPU reference to fp32 tolerances.
- * The descriptor's math type alone does not guarantee it: cudnnFind* reports each algorithm
+ * The descriptor's math type alone does not guarantee it: cuDNN reports each algorithm
  * with the math type it ran, and CUDNN_DEFAULT_MATH permits TF32 on Ampere and later; so the
- * search keeps only FMA- or default-math results for float32 (pick() below) and runs them with
+ * choice keeps only FMA- or default-math results for float32 (cands() below) and runs them with
  * CUDNN_FMA_MATH set (math_of()), so an algorithm that could only run in TF32 fails the call
  * rather than quietly computing in TF32. PyTorch's default differs (torch.backends.cudnn.
  * allow_tf32 is True): its fp32 comparisons (tests/trainer/bench_torch_step.py with --amp off,
@@ -46,6 +49,7 @@
 #include <string.h>
 
 #include "kern_cuda_internal.h"
+#include "kern_plan.h"
 
 void kern_cuda_conv_release(struct kern_ctx *ctx);
 
@@ -149,74 +153,170 @@ static int handle_get(struct kern_ctx *ctx, cudnnHandle_t *h)
             return cudnn_fail(ctx, s, "cudnnSetStream");
         }
         st->cudnn = nh;
+        /* the device part of every plan key (kern_plan.h "THE KEY") */
+        cudaDeviceProp prop;
+        const cudaError_t e = cudaGetDeviceProperties(&prop, ctx->device);
+        if (e != cudaSuccess) return kern_cuda_fail(ctx, e, "cudaGetDeviceProperties");
+        kern_plan_gpu_name(st->gpu_key, prop.name);
+        st->sms = prop.multiProcessorCount;
+        st->cudnn_version = (int)cudnnGetVersion();
     }
     *h = (cudnnHandle_t)st->cudnn;
     return 0;
 }
 
-/* Index of the perf result to use: fastest deterministic success that fits, else (or with
- * any_algo, kern_ctx_opts) any fit; float32 plans take only FMA-math results (no TF32: see
- * "Math" above). */
-template <typename Perf> static int pick(const Perf *r, int n, cudnnDataType_t dt, bool any_algo)
-{
-    for (int pass = any_algo ? 1 : 0; pass < 2; pass++)
-        for (int i = 0; i < n; i++)
-            if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= KERN_CONV_WS_CAP &&
-                (dt != CUDNN_DATA_FLOAT || r[i].mathType == CUDNN_FMA_MATH ||
-                 r[i].mathType == CUDNN_DEFAULT_MATH) &&
-                (pass == 1 || r[i].determinism == CUDNN_DETERMINISTIC))
-                return i;
-    return -1;
-}
-
-/* The math type to run a picked result with: FMA for float32 whatever the search reported. */
+/* The math type to run a chosen algorithm with: FMA for float32 whatever cuDNN reported. */
 static cudnnMathType_t math_of(const struct kern_conv_plan *p, cudnnMathType_t found)
 {
     return p->dtype == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : found;
 }
 
-static int plan_search(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p)
+/* cuDNN's perf results as kern_plan candidates, in cuDNN's order; float32 takes only FMA- or
+ * default-math results (no TF32: see "Math" above). */
+template <typename Perf>
+static int cands(const Perf *r, int n, cudnnDataType_t dt, struct kern_plan_cand *c, int cap)
 {
-    int got = 0, i;
-    const bool any = kern_cuda_st(ctx)->any_algo;
-    cudnnConvolutionFwdAlgoPerf_t fr[KERN_CONV_NALGO];
-    if (cudnnFindConvolutionForwardAlgorithm(h, p->xd, p->wd, p->cd, p->yd, KERN_CONV_NALGO, &got,
-                                             fr) != CUDNN_STATUS_SUCCESS ||
-        (i = pick(fr, got, p->dtype, any)) < 0) {
-        CUDNN_TRY(ctx, cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd,
-                                                              KERN_CONV_NALGO, &got, fr));
-        if ((i = pick(fr, got, p->dtype, any)) < 0)
-            return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "fwd algo");
+    int m = 0;
+    for (int i = 0; i < n && m < cap; i++, m++) {
+        c[m].algo = (int)r[i].algo;
+        c[m].math = (int)r[i].mathType;
+        c[m].det = r[i].determinism == CUDNN_DETERMINISTIC;
+        c[m].ok = r[i].status == CUDNN_STATUS_SUCCESS;
+        c[m].math_ok = dt != CUDNN_DATA_FLOAT || r[i].mathType == CUDNN_FMA_MATH ||
+                       r[i].mathType == CUDNN_DEFAULT_MATH;
+        c[m].memory = r[i].memory;
+        c[m].ms = r[i].time;
     }
-    p->fwd = fr[i].algo;
-    p->fwd_math = math_of(p, fr[i].mathType);
-    p->ws_fwd = fr[i].memory;
+    return m;
+}
 
-    cudnnConvolutionBwdDataAlgoPerf_t dr[KERN_CONV_NALGO];
-    if (cudnnFindConvolutionBackwardDataAlgorithm(h, p->wd, p->yd, p->cd, p->xd, KERN_CONV_NALGO,
-                                                  &got, dr) != CUDNN_STATUS_SUCCESS ||
-        (i = pick(dr, got, p->dtype, any)) < 0) {
-        CUDNN_TRY(ctx, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->wd, p->yd, p->cd, p->xd,
-                                                                   KERN_CONV_NALGO, &got, dr));
-        if ((i = pick(dr, got, p->dtype, any)) < 0)
-            return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "bwd data algo");
-    }
-    p->bwd_data = dr[i].algo;
-    p->data_math = math_of(p, dr[i].mathType);
-    p->ws_data = dr[i].memory;
+/* What kern_plan_choose asks of cuDNN for one plan (struct kern_plan_backend's arg). */
+struct choose_arg {
+    struct kern_ctx *ctx;
+    cudnnHandle_t h;
+    struct kern_conv_plan *p;
+};
 
-    cudnnConvolutionBwdFilterAlgoPerf_t wr[KERN_CONV_NALGO];
-    if (cudnnFindConvolutionBackwardFilterAlgorithm(h, p->xd, p->yd, p->cd, p->wd, KERN_CONV_NALGO,
-                                                    &got, wr) != CUDNN_STATUS_SUCCESS ||
-        (i = pick(wr, got, p->dtype, any)) < 0) {
-        CUDNN_TRY(ctx, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->xd, p->yd, p->cd, p->wd,
-                                                                     KERN_CONV_NALGO, &got, wr));
-        if ((i = pick(wr, got, p->dtype, any)) < 0)
-            return cudnn_fail(ctx, CUDNN_STATUS_NOT_SUPPORTED, "bwd filter algo");
+/* Heuristics (find false: cudnnGet*_v7, ranked, nothing run) or a timed search (cudnnFind*:
+ * runs every algorithm, allocates). The descriptor's math type is the plan's default
+ * (plan_describe), so both see the same math as a later run of the same shape. */
+static int ask_cudnn(void *arg, int op, struct kern_plan_cand *c, int cap, bool find)
+{
+    const struct choose_arg *a = (const struct choose_arg *)arg;
+    const struct kern_conv_plan *p = a->p;
+    const cudnnMathType_t m0 = p->dtype == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    int got = 0;
+    cudnnStatus_t s = cudnnSetConvolutionMathType(p->cd, m0);
+    if (s != CUDNN_STATUS_SUCCESS) return cudnn_fail(a->ctx, s, "cudnnSetConvolutionMathType");
+    if (op == KERN_PLAN_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t r[KERN_CONV_NALGO];
+        s = find ? cudnnFindConvolutionForwardAlgorithm(a->h, p->xd, p->wd, p->cd, p->yd,
+                                                        KERN_CONV_NALGO, &got, r)
+                 : cudnnGetConvolutionForwardAlgorithm_v7(a->h, p->xd, p->wd, p->cd, p->yd,
+                                                          KERN_CONV_NALGO, &got, r);
+        if (s == CUDNN_STATUS_SUCCESS) return cands(r, got, p->dtype, c, cap);
+    } else if (op == KERN_PLAN_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t r[KERN_CONV_NALGO];
+        s = find ? cudnnFindConvolutionBackwardDataAlgorithm(a->h, p->wd, p->yd, p->cd, p->xd,
+                                                             KERN_CONV_NALGO, &got, r)
+                 : cudnnGetConvolutionBackwardDataAlgorithm_v7(a->h, p->wd, p->yd, p->cd, p->xd,
+                                                               KERN_CONV_NALGO, &got, r);
+        if (s == CUDNN_STATUS_SUCCESS) return cands(r, got, p->dtype, c, cap);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t r[KERN_CONV_NALGO];
+        s = find ? cudnnFindConvolutionBackwardFilterAlgorithm(a->h, p->xd, p->yd, p->cd, p->wd,
+                                                               KERN_CONV_NALGO, &got, r)
+                 : cudnnGetConvolutionBackwardFilterAlgorithm_v7(a->h, p->xd, p->yd, p->cd, p->wd,
+                                                                 KERN_CONV_NALGO, &got, r);
+        if (s == CUDNN_STATUS_SUCCESS) return cands(r, got, p->dtype, c, cap);
     }
-    p->bwd_filter = wr[i].algo;
-    p->filter_math = math_of(p, wr[i].mathType);
-    p->ws_filter = wr[i].memory;
+    return cudnn_fail(a->ctx, s, find ? "cudnnFind*Algorithm" : "cudnnGet*Algorithm_v7");
+}
+
+static int cb_heur(void *arg, int op, struct kern_plan_cand *c, int cap)
+{
+    return ask_cudnn(arg, op, c, cap, false);
+}
+
+static int cb_find(void *arg, int op, struct kern_plan_cand *c, int cap)
+{
+    return ask_cudnn(arg, op, c, cap, true);
+}
+
+/* Whether a table entry runs on this shape here: cuDNN sizes its workspace (an algorithm it
+ * does not support for the shape fails the query). float32 entries must be FMA math. */
+static int cb_check(void *arg, int op, const struct kern_plan_val *v, size_t *ws)
+{
+    const struct choose_arg *a = (const struct choose_arg *)arg;
+    const struct kern_conv_plan *p = a->p;
+    const cudnnMathType_t m = (cudnnMathType_t)v->math;
+    if (p->dtype == CUDNN_DATA_FLOAT && m != CUDNN_FMA_MATH && m != CUDNN_DEFAULT_MATH)
+        return -EINVAL;
+    if (cudnnSetConvolutionMathType(p->cd, math_of(p, m)) != CUDNN_STATUS_SUCCESS) return -EINVAL;
+    cudnnStatus_t s;
+    if (op == KERN_PLAN_FWD)
+        s = cudnnGetConvolutionForwardWorkspaceSize(a->h, p->xd, p->wd, p->cd, p->yd,
+                                                    (cudnnConvolutionFwdAlgo_t)v->algo, ws);
+    else if (op == KERN_PLAN_DATA)
+        s = cudnnGetConvolutionBackwardDataWorkspaceSize(
+            a->h, p->wd, p->yd, p->cd, p->xd, (cudnnConvolutionBwdDataAlgo_t)v->algo, ws);
+    else
+        s = cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            a->h, p->xd, p->yd, p->cd, p->wd, (cudnnConvolutionBwdFilterAlgo_t)v->algo, ws);
+    return s == CUDNN_STATUS_SUCCESS ? 0 : -ENOTSUP;
+}
+
+static int kern_dt_of(cudnnDataType_t dt)
+{
+    return dt == CUDNN_DATA_BFLOAT16 ? KERN_DT_BF16
+           : dt == CUDNN_DATA_HALF   ? KERN_DT_F16
+                                     : KERN_DT_F32;
+}
+
+/* The key of pass op of plan p on this context's device (kern_plan.h "THE KEY"). */
+static void plan_key(const struct kern_cuda_state *st, const struct kern_conv_plan *p, int op,
+                     struct kern_plan_key *k)
+{
+    memset(k, 0, sizeof(*k));
+    memcpy(k->gpu, st->gpu_key, sizeof(k->gpu));
+    k->sms = st->sms;
+    k->cudnn = st->cudnn_version;
+    k->op = op;
+    k->d = p->d;
+    k->dtype = kern_dt_of(p->dtype);
+    k->layout = p->layout;
+}
+
+/* The three algorithms of p (kern_plan_choose for each pass). */
+static int plan_choose(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p)
+{
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    struct choose_arg a = { ctx, h, p };
+    const struct kern_plan_backend b = { &a, cb_check, cb_heur, cb_find };
+    for (int op = 0; op < 3; op++) {
+        struct kern_plan_key k;
+        struct kern_plan_val v;
+        size_t ws = 0;
+        int how = 0;
+        plan_key(st, p, op, &k);
+        const int rc = kern_plan_choose(st->plan_table, &k, st->any_algo, st->tune,
+                                        KERN_CONV_WS_CAP, &b, &v, &ws, &how);
+        if (rc == -ENOTSUP) {
+            snprintf(st->err, KERN_CUDA_ERRLEN, "conv %s: no algorithm of cuDNN fits",
+                     kern_plan_op_name(op));
+            return -EIO;
+        }
+        if (rc < 0) return rc;
+        st->plan_how[how]++;
+        const cudnnMathType_t m = math_of(p, (cudnnMathType_t)v.math);
+        if (op == KERN_PLAN_FWD)
+            p->fwd = (cudnnConvolutionFwdAlgo_t)v.algo, p->fwd_math = m, p->ws_fwd = ws;
+        else if (op == KERN_PLAN_DATA)
+            p->bwd_data = (cudnnConvolutionBwdDataAlgo_t)v.algo, p->data_math = m, p->ws_data = ws;
+        else
+            p->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)v.algo, p->filter_math = m,
+            p->ws_filter = ws;
+    }
     return 0;
 }
 
@@ -248,9 +348,8 @@ static int plan_inherit(cudnnHandle_t h, struct kern_conv_plan *p,
     return 0;
 }
 
-/* dense: the plan of the same shape on dense x, whose algorithms a slice's plan takes. */
-static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p,
-                      const struct kern_conv_plan *dense)
+/* p's descriptors, from p->d, dtype and layout; the math type is the plan's default. */
+static int plan_describe(struct kern_ctx *ctx, struct kern_conv_plan *p)
 {
     const struct kern_conv2d *const d = &p->d;
     const cudnnTensorFormat_t fmt =
@@ -289,8 +388,17 @@ static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_pl
     CUDNN_TRY(ctx, cudnnGetConvolution2dForwardOutputDim(p->cd, p->xd, p->wd, &n, &c, &oh, &ow));
     if (n != d->n || c != d->c_out || oh != p->h_out || ow != p->w_out)
         return cudnn_fail(ctx, CUDNN_STATUS_BAD_PARAM, "output shape");
+    return 0;
+}
+
+/* dense: the plan of the same shape on dense x, whose algorithms a slice's plan takes. */
+static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_plan *p,
+                      const struct kern_conv_plan *dense)
+{
+    const int rc = plan_describe(ctx, p);
+    if (rc < 0) return rc;
     if (dense && plan_inherit(h, p, dense) == 0) return 0;
-    return plan_search(ctx, h, p);
+    return plan_choose(ctx, h, p);
 }
 
 /* The cached plan of shape d, data type dt and layout, made on first use. */
@@ -660,7 +768,62 @@ int kern_cuda_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2
     return kern_cuda_launched(ctx, "conv2d_lowp_bwd_bias");
 }
 
+/* --- plans: the probe and the counts --- */
+int kern_cuda_conv2d_probe(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d, int op,
+                           struct kern_plan_cand *heur, int *nheur, struct kern_plan_cand *find,
+                           int *nfind)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    cudnnDataType_t dt;
+    int oh, ow;
+    if (lp_check(d, &dt) < 0 || op < 0 || op > 2 || !heur || !nheur || !find || !nfind ||
+        d->conv.x_nstride || conv_out_hw(&d->conv, &oh, &ow) < 0)
+        return -EINVAL;
+    cudnnHandle_t h;
+    struct kern_cuda_state *const st = kern_cuda_st(ctx);
+    st->conv_release = kern_cuda_conv_release;
+    int rc = handle_get(ctx, &h);
+    if (rc < 0) return rc;
+    /* a plan of its own, never cached: the probe must not change what the context runs */
+    struct kern_conv_plan *const p = (struct kern_conv_plan *)calloc(1, sizeof(*p));
+    if (!p) return -ENOMEM;
+    p->d = d->conv;
+    p->dtype = dt;
+    p->layout = d->layout;
+    p->h_out = oh;
+    p->w_out = ow;
+    rc = plan_describe(ctx, p);
+    struct choose_arg a = { ctx, h, p };
+    if (rc == 0) rc = *nheur = cb_heur(&a, op, heur, KERN_PLAN_MAX_CANDS);
+    if (rc >= 0) rc = *nfind = cb_find(&a, op, find, KERN_PLAN_MAX_CANDS);
+    plan_free(p);
+    return rc < 0 ? rc : 0;
+}
+
+int kern_cuda_conv_plan_counts(struct kern_ctx *ctx, int counts[3])
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if (!counts) return -EINVAL;
+    memcpy(counts, kern_cuda_st(ctx)->plan_how, sizeof(int[3]));
+    return 0;
+}
+
 #else /* no cuDNN: the conv ops exist (the table needs them) but say the backend lacks them */
+int kern_cuda_conv2d_probe(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d, int op,
+                           struct kern_plan_cand *heur, int *nheur, struct kern_plan_cand *find,
+                           int *nfind)
+{
+    (void)d, (void)op, (void)heur, (void)nheur, (void)find, (void)nfind;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
+
+int kern_cuda_conv_plan_counts(struct kern_ctx *ctx, int counts[3])
+{
+    (void)counts;
+    KERN_CHECK_CUDA_CTX(ctx);
+    return -KERN_EBACKEND;
+}
 
 void kern_cuda_conv_release(struct kern_ctx *ctx)
 {

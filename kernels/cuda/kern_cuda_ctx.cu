@@ -78,6 +78,8 @@ int kern_cuda_ctx_create(const struct kern_ctx_opts *o, struct kern_ctx **out)
     ctx->ws_size = o->workspace_size;
     ctx->backend_state = st;
     st->any_algo = o->any_algo != 0;
+    st->tune = o->tune != 0;
+    st->plan_table = o->plans;
     int rc = 0;
     cudaError_t e = cudaSetDevice(o->device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking);

@@ -66,6 +66,11 @@ struct kern_cuda_state {
     void (*conv_release)(struct kern_ctx *); /* frees cudnn and plans; set by the first plan */
     char err[KERN_CUDA_ERRLEN];              /* the last CUDA/cuDNN failure, "" when none */
     bool any_algo; /* kern_ctx_opts.any_algo: conv plans may take non-deterministic algorithms */
+    bool tune;     /* kern_ctx_opts.tune: passes the table lacks are timed, not ranked */
+    struct kern_plan *plan_table; /* kern_ctx_opts.plans (borrowed), or NULL */
+    char gpu_key[64];             /* the device's name as plan keys hold it (kern_plan_gpu_name) */
+    int sms, cudnn_version;       /* the rest of the keys' device part; set with the handle */
+    int plan_how[3];              /* passes planned, by KERN_PLAN_HOW_* */
 };
 
 /* The state of a CUDA context (never NULL once kern_cuda_ctx_create succeeded). */

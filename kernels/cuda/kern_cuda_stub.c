@@ -96,3 +96,17 @@ int kern_cuda_mem_zero(struct kern_ctx *ctx, void *p, size_t bytes)
     (void)bytes;
     return ctx ? -KERN_EBACKEND : -EINVAL;
 }
+
+int kern_cuda_conv2d_probe(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d, int op,
+                           struct kern_plan_cand *heur, int *nheur, struct kern_plan_cand *find,
+                           int *nfind)
+{
+    (void)d, (void)op, (void)heur, (void)nheur, (void)find, (void)nfind;
+    return ctx ? -KERN_EBACKEND : -EINVAL;
+}
+
+int kern_cuda_conv_plan_counts(struct kern_ctx *ctx, int counts[3])
+{
+    (void)counts;
+    return ctx ? -KERN_EBACKEND : -EINVAL;
+}

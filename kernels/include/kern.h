@@ -89,18 +89,24 @@ KERN_API const char *kern_strerror(int rc);
 enum { KERN_BACKEND_CPU = 0, KERN_BACKEND_CUDA = 1 };
 
 struct kern_ctx;
+struct kern_plan; /* kern_plan.h: which cuDNN algorithm each conv pass runs */
 
 struct kern_ctx_opts {
-    int backend;           /* KERN_BACKEND_CPU (kern_ref_*) or KERN_BACKEND_CUDA (kern_cuda_*) */
-    int threads;           /* CPU: threads per op, caller included (0, 1: caller only; > 1 sets
-                              OpenBLAS to one thread, process-wide, so the pools do not fight) */
-    int device;            /* CUDA: device ordinal; ignored on CPU */
-    void *workspace;       /* borrowed scratch (device memory for CUDA), or NULL for none yet */
-    size_t workspace_size; /* bytes at workspace; 0 when workspace is NULL */
-    int any_algo;          /* CUDA: each conv takes cuDNN's fastest algorithm, deterministic or
-                              not (PyTorch's cudnn.deterministic False); 0: the fastest
-                              deterministic one where there is one, as ultralytics' train.py asks
-                              (init_seeds(deterministic=True)); ignored on CPU */
+    int backend;             /* KERN_BACKEND_CPU (kern_ref_*) or KERN_BACKEND_CUDA (kern_cuda_*) */
+    int threads;             /* CPU: threads per op, caller included (0, 1: caller only; > 1 sets
+                                OpenBLAS to one thread, process-wide, so the pools do not fight) */
+    int device;              /* CUDA: device ordinal; ignored on CPU */
+    void *workspace;         /* borrowed scratch (device memory for CUDA), or NULL for none yet */
+    size_t workspace_size;   /* bytes at workspace; 0 when workspace is NULL */
+    int any_algo;            /* CUDA: each conv may take a non-deterministic algorithm
+                                (PyTorch's cudnn.deterministic False); 0: a deterministic one where
+                                there is one, as ultralytics' train.py asks
+                                (init_seeds(deterministic=True)); ignored on CPU */
+    struct kern_plan *plans; /* CUDA: borrowed conv plan table (kern_plan.h), or NULL: each
+                                conv pass takes its entry there when it fits, and every choice
+                                made is put there; ignored on CPU */
+    int tune;                /* CUDA: a pass the table lacks is timed (cudnnFind*) rather than
+                                ranked by cuDNN's heuristics; 0: never time (reproducible) */
 };
 
 /* Fills *o with the defaults: CPU backend, threads 0 (caller only), device 0, no workspace. */

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "kern.h"
+#include "kern_plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -87,6 +88,27 @@ KERN_API void kern_cuda_profiler_range(int on);
  * CUDA or a device.
  */
 KERN_API int kern_cuda_mem_info(size_t *used, size_t *total);
+
+/*
+ * cuDNN's whole view of one pass (op: KERN_PLAN_FWD, _DATA, _FILTER) of the dense convolution
+ * d, for scripts/gpu-check's conv-probe: its heuristics' ranked list into heur (nothing run) and
+ * every algorithm timed once by cudnnFind* into find (fastest first, each with its time, workspace
+ * and determinism), at most KERN_PLAN_MAX_CANDS each, the counts in *nheur and *nfind. The
+ * context's plans are not touched. Allocates and synchronises: not inside a graph capture.
+ * Returns 0, -EINVAL (a bad shape, dtype, layout or op; x_nstride != 0), -KERN_EBACKEND (a CPU
+ * context, or a build without cuDNN or CUDA), -EIO (cuDNN failed: kern_cuda_ctx_last_error).
+ */
+KERN_API int kern_cuda_conv2d_probe(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d, int op,
+                                    struct kern_plan_cand *heur, int *nheur,
+                                    struct kern_plan_cand *find, int *nfind);
+
+/*
+ * The conv passes ctx has planned so far, by how they were chosen (counts[KERN_PLAN_HOW_*]: from
+ * the plan table, by cuDNN's heuristics, by a timed search). A slice's plan that takes its
+ * dense twin's algorithms counts nowhere. Returns 0, -EINVAL, -KERN_EBACKEND (not a CUDA
+ * context, or a build without cuDNN or CUDA).
+ */
+KERN_API int kern_cuda_conv_plan_counts(struct kern_ctx *ctx, int counts[3]);
 
 /*
  * The twins of kern.h's ops: kern_cuda_NAME for every row of kern_ops.def, with the

@@ -411,6 +411,8 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
             ko.backend = KERN_BACKEND_CUDA;
             ko.device = o.device;
             ko.any_algo = o.any_algo;
+            ko.plans = o.plans;
+            ko.tune = o.tune;
         }
         if ((rc = kern_ctx_create(&ko, &net->ctx))) {
             set_err(err, err_cap, o.device >= 0 ? "CUDA context" : "kern context", rc);

@@ -194,13 +194,15 @@ struct trn_net_opts {
        the device data path each range is copied to the host mirror before its call, and backward
        then skips its whole-arena copy (the hook's consumer may be writing the mirror). */
     int (*grad_ready)(void *ctx, const struct trn_net_grad_range *g);
-    void *grad_ready_ctx;  /* grad_ready's first argument (borrowed) */
-    bool any_algo;         /* device >= 0 without ctx: kern_ctx_opts.any_algo [false] */
-    struct trn_net *share; /* NULL, or a net of the same model on the same borrowed context (ctx)
-                              and data path, not itself sharing, that outlives this one: on the
-                              device data path this net uses its device copies of the parameter
-                              and buffer arenas instead of its own (the trainer's short last-batch
-                              net beside the main one, both resident). -EINVAL otherwise */
+    void *grad_ready_ctx;    /* grad_ready's first argument (borrowed) */
+    bool any_algo;           /* device >= 0 without ctx: kern_ctx_opts.any_algo [false] */
+    struct kern_plan *plans; /* device >= 0 without ctx: kern_ctx_opts.plans (borrowed) [NULL] */
+    bool tune;               /* device >= 0 without ctx: kern_ctx_opts.tune [false] */
+    struct trn_net *share;   /* NULL, or a net of the same model on the same borrowed context (ctx)
+                                and data path, not itself sharing, that outlives this one: on the
+                                device data path this net uses its device copies of the parameter
+                                and buffer arenas instead of its own (the trainer's short last-batch
+                                net beside the main one, both resident). -EINVAL otherwise */
     int amp; /* KERN_DT_F32 [default]: float32 throughout, bit for bit as before; KERN_DT_BF16 or
                 KERN_DT_F16: autocast, see AUTOCAST. -EINVAL for another value */
     bool fixed_params; /* a net whose caller promises that the model's parameters change only

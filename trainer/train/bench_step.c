@@ -17,6 +17,7 @@
 #include "model.h"
 #include "net.h"
 #include "optim.h"
+#include "plans.h"
 #include "errors.h"
 
 void trn_bench_step_opts_default(struct trn_bench_step_opts *o)
@@ -50,6 +51,7 @@ static float unif(uint64_t *s)
 }
 
 struct bench {
+    struct trn_plans plans; /* the conv plan table the net's context borrows */
     struct trn_model *m;
     struct trn_net *net;
     struct kern_ctx *cpu; /* the loss runs on the host, as in train.c */
@@ -109,6 +111,7 @@ static void bench_free(struct bench *b)
     trn_loss_destroy(b->loss);
     kern_ctx_destroy(b->cpu);
     trn_net_destroy(b->net);
+    trn_plans_close(&b->plans); /* after the net's context, which borrows it */
     trn_model_destroy(b->m);
 }
 
@@ -303,6 +306,12 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     no.device_path = o->device_path != 0;
     no.amp = o->amp;
     no.any_algo = o->any_algo != 0;
+    if (o->device >= 0) {
+        if ((rc = trn_plans_open(&b.plans, o->cudnn_plan, o->cudnn_tune, err, err_cap)) < 0)
+            goto out;
+        no.plans = b.plans.table;
+        no.tune = o->cudnn_tune != 0;
+    }
     no.cpu_engine = o->cpu_engine;
     if ((rc = trn_net_create(b.m, o->batch, o->img, o->img, &no, &b.net, msg, sizeof msg)) < 0) {
         snprintf(err, err_cap, "net: %s", msg);
@@ -460,6 +469,9 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     r->resident = resident;
     r->peak_bytes = r->net_bytes + b.bytes;
     r->params = (long long)I->n_params;
+    r->plan_hash = kern_plan_hash(b.plans.table);
+    if (r->on_device) kern_cuda_conv_plan_counts(trn_net_kern_ctx(b.net), r->plan_counts);
+    if ((rc = trn_plans_write(&b.plans, NULL, err, err_cap)) < 0) goto out;
     rc = isfinite(r->loss) ? 0 : -ERANGE;
     if (rc) snprintf(err, err_cap, "the loss is not finite");
 out:

@@ -40,10 +40,12 @@ struct trn_bench_step_opts {
                         steps (warmup then at least 2: the direct step and the capture); the
                         same updates as the direct step, so the same loss */
     int any_algo;    /* GPU: kern_ctx_opts.any_algo (non-deterministic cuDNN algorithms allowed) */
-    int amp;         /* the net's convs (trn_net_opts.amp): KERN_DT_F32 [default], KERN_DT_BF16,
-                        KERN_DT_F16 (timing only: no loss scaler, the loss gradient unscaled) */
-    int cpu_engine;  /* CPU: what runs the step (trn_net_opts.cpu_engine), as in yolo-train
-                        [TRN_CPU_ENGINE_AUTO] */
+    const char *cudnn_plan; /* GPU: the conv plan file (plans.h), or NULL */
+    int cudnn_tune;         /* GPU: time what the plan file lacks, write it back */
+    int amp;        /* the net's convs (trn_net_opts.amp): KERN_DT_F32 [default], KERN_DT_BF16,
+                       KERN_DT_F16 (timing only: no loss scaler, the loss gradient unscaled) */
+    int cpu_engine; /* CPU: what runs the step (trn_net_opts.cpu_engine), as in yolo-train
+                       [TRN_CPU_ENGINE_AUTO] */
 };
 
 /* Defaults: img 640, batch 16, CPU, threads 0, warmup 3, steps 10, 8 boxes, seed 0. */
@@ -78,6 +80,8 @@ struct trn_bench_step_result {
                             step (batch and scalars up, one replay, loss floats down) and the
                             phase times are 0 (one launch has no phases) */
     char engine[32];     /* what ran the step (trn_net_engine) */
+    uint64_t plan_hash;  /* GPU: kern_plan_hash of the conv passes planned (0 on the CPU) */
+    int plan_counts[3];  /* GPU: those passes by how they were chosen (KERN_PLAN_HOW_*) */
 };
 
 /*

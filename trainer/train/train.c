@@ -524,6 +524,7 @@ static void run_free(struct run *R)
     free(R->acc);
     kern_ctx_destroy(R->ctx);
     kern_ctx_destroy(R->gpu_ctx); /* after the nets, whose memory it holds */
+    trn_plans_close(&R->plans);   /* after the context that borrows it */
     trn_model_destroy(R->m);
     for (int k = 0; k < R->n_names; k++)
         free(R->names[k]);
@@ -689,6 +690,9 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         ko.backend = KERN_BACKEND_CUDA;
         ko.device = o->gpu;
         ko.any_algo = o->any_algo;
+        if ((rc = trn_plans_open(&R->plans, o->cudnn_plan, o->cudnn_tune, err, cap)) < 0) return rc;
+        ko.plans = R->plans.table;
+        ko.tune = o->cudnn_tune;
         if ((rc = kern_ctx_create(&ko, &R->gpu_ctx)) < 0) {
             trn_seterr(err, cap, "CUDA device %d: %s", o->gpu,
                        rc == -KERN_EBACKEND ? "no such device, or this build has no CUDA"
@@ -1305,6 +1309,8 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             break;
         }
     }
+    /* every conv is planned by now: the tuned file and the run's copy (rank 0 writes) */
+    if (R->rank == 0 && (rc = trn_plans_write(&R->plans, R->o.run_dir, err, err_cap)) < 0) goto out;
     if (!stopped && R->rank == 0) {
         char csv[4200], png[4200], e[512] = "";
         snprintf(csv, sizeof csv, "%s/results.csv", R->o.run_dir);

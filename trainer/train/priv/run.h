@@ -35,6 +35,7 @@
 #include "loader.h"
 #include "loss.h"
 #include "net.h"
+#include "plans.h"
 #include "plots.h"
 #include "ptload.h"
 #include "sampler.h"
@@ -111,6 +112,7 @@ struct run {
     struct trn_loader *loader;
     struct kern_ctx *ctx;
     struct kern_ctx *gpu_ctx; /* o.gpu >= 0: the CUDA context the nets run on */
+    struct trn_plans plans;   /* o.gpu >= 0: its conv plan table (plans.h) */
     pthread_t plot_thread[4]; /* labels.jpg, train_batch0..2.jpg, drawn beside the first batches */
     int n_plot_threads;
     struct trn_net *net, *net_last; /* full img x img batches; another shape (the epoch's short
