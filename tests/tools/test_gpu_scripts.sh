@@ -32,8 +32,9 @@ if [ "$mode" = bundle ]; then
   exit $bad
 fi
 
-echo "1..9"
-OUT="$tmp/full" "$root/scripts/gpu-check" --build "$build" 120 >"$tmp/full.log" 2>&1
+echo "1..12"
+GPU_CHECK_EPOCH_IMAGES=8 OUT="$tmp/full" "$root/scripts/gpu-check" --build "$build" 120 \
+  >"$tmp/full.log" 2>&1
 rc=$?
 sed 's/^/# /' "$tmp/full.log"
 ok $rc "gpu-check --build 120 exits 0 without a GPU"
@@ -44,7 +45,7 @@ ok $? "summary.md, summary.json, env.txt and gpu-check.log.gz written"
 s=$tmp/full/summary.json
 ok "$([ "$(q "$s" "d['finished'] and d['steps'][0]['name'] == 'env' and d['steps'][0]['status'] == 'pass'")" = True ] && echo 0 || echo 1)" \
   "finished, env step first and passed"
-ok "$([ "$(q "$s" "all(x['status'] == 'skip' and x['note'] == 'no CUDA device' for x in d['steps'] if x['name'].startswith(('op-parity', 'net-parity', 'train-parity', 'bench-', 'loader-stream', 'train-gpu', 'train-graph', 'sanitizer')))")" = True ] && echo 0 || echo 1)" \
+ok "$([ "$(q "$s" "all(x['status'] == 'skip' and x['note'] == 'no CUDA device' for x in d['steps'] if x['name'].startswith(('op-parity', 'net-parity', 'train-parity', 'bench-', 'loader-stream', 'train-gpu', 'train-graph', 'sanitizer', 'determinism-', 'epoch-gpu-ours', 'epoch-gpu-torch')))")" = True ] && echo 0 || echo 1)" \
   "every GPU step is reported as skipped: no CUDA device"
 ok "$([ "$(q "$s" "[x['status'] for x in d['steps'] if x['name'] == 'train-cpu'][0]")" = pass ] && echo 0 || echo 1)" \
   "the CPU training run (the GPU run's baseline) ran and passed"
@@ -52,6 +53,14 @@ ok "$([ "$(q "$s" "len([x for x in d['steps'] if x['name'] == 'train-cpu'][0]['m
   "its results.csv was read (losses, mAP)"
 gzip -dc "$tmp/full/gpu-check.log.gz" | grep -q "===== train-cpu: exit 0"
 ok $? "the compressed log holds the training run's output"
+# the steps issue 41 asks first: the determinism pair, the conv probe (its tool runs and lists
+# yolov5s's 60 convs), the epoch's data made and packed here, its GPU arms skipped
+ok "$([ "$(q "$s" "[x['status'] + ' ' + x['note'] for x in d['steps'] if x['name'] == 'determinism'][0]")" = "skip a bench did not run" ] && echo 0 || echo 1)" \
+  "determinism: reported, skipped without its two benches"
+ok "$([ "$(q "$s" "[x['status'] + ' ' + x['note'] for x in d['steps'] if x['name'] == 'conv-probe'][0]")" = "skip no CUDA device (60 convs, 29 shapes)" ] && echo 0 || echo 1)" \
+  "conv-probe: the tool ran, found yolov5s's 60 convs in 29 shapes, and skipped"
+ok "$([ "$(q "$s" "' '.join(x['name'] + '=' + x['status'] for x in d['steps'] if x['name'].startswith('epoch-gpu'))")" = "epoch-gpu-data=pass epoch-gpu-pack=pass epoch-gpu-ours-1=skip epoch-gpu-torch-1=skip epoch-gpu=skip" ] && echo 0 || echo 1)" \
+  "epoch-gpu: the synthetic set made and packed, both arms and the ratio skipped"
 
 # a deadline that cuts the CPU training run: the step is stopped, later steps not started, the
 # summary still written and final. 20 epochs, so that the cut never depends on the machine's

@@ -10,7 +10,7 @@ are uniform noise and the targets a fixed random set of boxes per image, as in o
 
     bench_torch_step.py --cfg models/yolov5s.yaml --img 640 --batch 64 \
         [--device cuda|cpu] [--amp bf16|fp16|off] [--no-channels-last] [--warmup 3] [--steps 10]
-        [--boxes 8] [--json]
+        [--boxes 8] [--deterministic | --cudnn-benchmark] [--json]
 """
 import argparse
 import json
@@ -103,12 +103,17 @@ def main():
     # train.py's init_seeds(deterministic=True): deterministic algorithms only (warn_only, since
     # some backward ops have no deterministic CUDA kernel); ours: yolo-train's default
     ap.add_argument("--deterministic", action="store_true")
+    # PyTorch's fastest setting: cuDNN times every algorithm per shape (cudnn.benchmark, what
+    # ours does with --cudnn-tune --cudnn-any-algo)
+    ap.add_argument("--cudnn-benchmark", action="store_true")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.deterministic:
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.deterministic = True
+    if a.cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.backends.cudnn.allow_tf32 = a.tf32 or a.amp != "off"
@@ -178,7 +183,8 @@ def main():
     ms = 1e3 * sum(times) / len(times)
     res = {"impl": "torch", "torch": torch.__version__, "device": str(dev),
            "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else "",
-           "amp": a.amp if amp else "off", "deterministic": a.deterministic, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+           "amp": a.amp if amp else "off", "deterministic": a.deterministic,
+           "cudnn_benchmark": a.cudnn_benchmark, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
            "channels_last": cl, "img": a.img,
            "batch": a.batch, "ms_step": ms, "img_per_s": a.batch * 1e3 / ms,
            "peak_mem_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0,
