@@ -337,9 +337,10 @@ static int parse_args(int argc, char **argv, struct args *A)
                "disable AutoAnchor (train.py's check_anchors: below 0.98 best possible recall "
                "the anchors are evolved for the data before training)"),
         AP_OPT("--cudnn-any-algo", AP_FLAG, &A->any_algo, NULL,
-               "GPU: let each convolution take cuDNN's fastest algorithm even where it is not "
-               "deterministic (PyTorch's cudnn.deterministic False); the default takes the "
-               "fastest deterministic one, as train.py's init_seeds(deterministic=True)"),
+               "GPU: let each convolution take an algorithm that is not deterministic (PyTorch's "
+               "cudnn.deterministic False): the heuristics' first, or with --cudnn-tune the "
+               "fastest timed; the default takes a deterministic one, as train.py's "
+               "init_seeds(deterministic=True)"),
         AP_OPT("--cudnn-plan", AP_STR, &A->cudnn_plan, "FILE",
                "GPU: the convolutions' algorithms from FILE (written by --cudnn-tune; a key of "
                "another GPU or cuDNN falls back to the heuristics); without it each takes the "

@@ -235,7 +235,8 @@ enum { KERN_LAYOUT_NCHW = 0, KERN_LAYOUT_NHWC = 1 };
  *   - kern_cuda_bce_logits_fwd (waits on the stream to return a host float; use
  *     kern_cuda_yolo_loss, whose outputs stay on the device);
  *   - the first conv2d op or kern_cuda_conv2d_workspace_size of a new shape (creates the cuDNN
- *     handle, runs cudnnFind*, which allocates and synchronises);
+ *     handle and plans it: cuDNN's heuristics, or cudnnFind*, which allocates and
+ *     synchronises);
  *   - kern_mem_alloc, kern_mem_free, kern_ctx_reserve, kern_ctx_set_workspace (cudaMalloc /
  *     cudaFree / synchronise), kern_ctx_create / kern_ctx_destroy;
  *   - kern_mem_copy D2H (it waits), kern_cuda_ctx_sync, and any cudaMemcpy (non-async),
