@@ -228,6 +228,10 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
     fprintf(f, "ema_updates: %" PRId64 "\noptim_steps: %" PRId64 "\nlast_opt_step: %" PRId64 "\n",
             trn_ema_updates(R->ema), c.steps, c.last_opt_step);
     fprintf(f, "amp: %s\n", amp_name(o->amp));
+    /* GPU runs: which conv algorithms ran (plans.h); absent on the CPU, so CPU checkpoints keep
+     * their bytes */
+    const uint64_t ph = kern_plan_hash(R->plans.table);
+    if (ph) fprintf(f, "cudnn_plan_hash: \"%016" PRIx64 "\"\n", ph);
     if (R->amp) {
         struct trn_amp_state st;
         trn_amp_get_state(R->amp, &st);
