@@ -16,6 +16,30 @@
 #define KERN_TENSOR_H
 
 /* ---------------------------------------------------------------------------------------- */
+/* The stem as space-to-depth                                                               */
+
+/*
+ * YOLOv5's stem, a 6x6 stride-2 pad-2 conv of c input channels, equals a 3x3 stride-1 pad-1 conv
+ * of the image's 2x2 space-to-depth: the same products, summed in another order. cuDNN runs the
+ * second on tensor cores, where the first takes a legacy engine (its weight gradient alone took
+ * 15.8 of yolov5n's 70.7 ms of kernels on an H200).
+ * kern_s2d: x (n, c, h, w) -> y (n, c_out, h / 2, w / 2), both in `layout`: channel
+ *   (dy 2 + dx) c + ch of y at (r, s) is x[ch][2 r + dy][2 s + dx]; channels 4 c .. c_out - 1 are
+ *   0 (c_out 16 for RGB: a multiple the tensor cores take). The order keeps NHWC copies whole:
+ *   the pixels 2 s and 2 s + 1 of an input row are one run of 2 c values of y.
+ * kern_s2d weights: w6 (k_out, c, 6, 6) -> w3 (k_out, c_out, 3, 3), w3[o][(dy 2 + dx) c + ch][i][j]
+ *   = w6[o][ch][2 i + dy][2 j + dx], pad channels 0 (both OIHW, as every conv weight here).
+ * Then conv3x3_s1_p1(s2d(x), w3) = conv6x6_s2_p2(x, w6), and the gradients map back by the
+ * inverse permutations (pad channels dropped): s2d_bwd gives dx from dy, s2d_weight_bwd dw6 from
+ * dw3. Pure copies: the CUDA twins give the same bits (kern_s2d_common.h).
+ */
+struct kern_s2d {
+    int n, c, h, w; /* the input: n, c >= 1; h, w even, >= 2 */
+    int c_out;      /* channels of y, >= 4 c */
+    int layout;     /* KERN_LAYOUT_NCHW or KERN_LAYOUT_NHWC: x, y, dx and dy */
+};
+
+/* ---------------------------------------------------------------------------------------- */
 /* Max pool 2d, nearest upsample x2                                                         */
 
 /*
@@ -180,6 +204,26 @@ KERN_OP(add_fwd, (struct kern_ctx *ctx, float *y, const float *a, const float *b
  */
 KERN_OP(add_bwd, (struct kern_ctx *ctx, float *KERN_RESTRICT dx, const float *KERN_RESTRICT dy,
                   size_t count, unsigned accum))
+
+/* --- the stem as space-to-depth (struct kern_s2d above) --- */
+
+/* y = s2d(x), every element written (pad channels 0). -EINVAL: a bad descriptor or NULL. */
+KERN_OP(s2d_fwd, (struct kern_ctx *ctx, const struct kern_s2d *d, float *KERN_RESTRICT y,
+                  const float *KERN_RESTRICT x))
+
+/* dx (=|+=) dy's elements at the places s2d put x's; pad channels never read. KERN_ACCUM_DX. */
+KERN_OP(s2d_bwd, (struct kern_ctx *ctx, const struct kern_s2d *d, float *KERN_RESTRICT dx,
+                  const float *KERN_RESTRICT dy, unsigned accum))
+
+/* w3 (k_out, d->c_out, 3, 3) = the stem weights w6 (k_out, d->c, 6, 6) rearranged, pad channels
+ * 0. -EINVAL: a bad descriptor, k_out < 1 or NULL. */
+KERN_OP(s2d_weight_fwd, (struct kern_ctx *ctx, const struct kern_s2d *d, int k_out,
+                         float *KERN_RESTRICT w3, const float *KERN_RESTRICT w6))
+
+/* dw6 (=|+=) dw3 rearranged back; pad channels' gradient dropped. KERN_ACCUM_DPARAM. */
+KERN_OP(s2d_weight_bwd, (struct kern_ctx *ctx, const struct kern_s2d *d, int k_out,
+                         float *KERN_RESTRICT dw6, const float *KERN_RESTRICT dw3,
+                         unsigned accum))
 
 /* --- Detect head --- */
 

@@ -403,6 +403,42 @@ static void test_upsample(int planes, int h, int w, unsigned accum)
     free(x), free(dy), free(y), free(dx);
 }
 
+/* ---- the stem as space-to-depth: copies, so bit for bit ---- */
+
+static void test_s2d(int layout, unsigned accum)
+{
+    const struct kern_s2d d = { kt_randint(1, 3),      3,  2 * kt_randint(1, 20),
+                                2 * kt_randint(1, 20), 16, layout };
+    const int k_out = 16;
+    tap_diag("s2d: n %d %dx%d %s accum %u", d.n, d.h, d.w, layout ? "nhwc" : "nchw", accum);
+    const size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = nx / 3 * 4;
+    const size_t n6 = (size_t)k_out * 3 * 36, n3 = (size_t)k_out * 16 * 9;
+    float *const x = rnd(nx, -2.0f, 2.0f), *const dy = rnd(ny, -1.0f, 1.0f);
+    float *const w6 = rnd(n6, -1.0f, 1.0f), *const dw3 = rnd(n3, -1.0f, 1.0f);
+    float *const y = kt_alloc(ny), *const w3 = kt_alloc(n3);
+    float *const dx = rnd(nx, -1.0f, 1.0f), *const dw6 = rnd(n6, -1.0f, 1.0f);
+    if (!(accum & KERN_ACCUM_DX)) kt_poison(dx, nx);
+    if (!(accum & KERN_ACCUM_DPARAM)) kt_poison(dw6, n6);
+    float *const x_d = d_up(x, nx), *const dy_d = d_up(dy, ny), *const y_d = d_canary(y, ny);
+    float *const w6_d = d_up(w6, n6), *const dw3_d = d_up(dw3, n3), *const w3_d = d_canary(w3, n3);
+    float *const dx_d = d_up(dx, nx), *const dw6_d = d_up(dw6, n6);
+    CK(kern_ref_s2d_fwd(g_cpu, &d, y, x));
+    CK(kern_cuda_s2d_fwd(g_gpu, &d, y_d, x_d));
+    cmp("s2d_fwd y", y_d, y, ny, 0.0, 0.0);
+    CK(kern_ref_s2d_bwd(g_cpu, &d, dx, dy, accum));
+    CK(kern_cuda_s2d_bwd(g_gpu, &d, dx_d, dy_d, accum));
+    cmp("s2d_bwd dx", dx_d, dx, nx, 0.0, 0.0);
+    CK(kern_ref_s2d_weight_fwd(g_cpu, &d, k_out, w3, w6));
+    CK(kern_cuda_s2d_weight_fwd(g_gpu, &d, k_out, w3_d, w6_d));
+    cmp("s2d_weight_fwd w3", w3_d, w3, n3, 0.0, 0.0);
+    CK(kern_ref_s2d_weight_bwd(g_cpu, &d, k_out, dw6, dw3, accum));
+    CK(kern_cuda_s2d_weight_bwd(g_gpu, &d, k_out, dw6_d, dw3_d, accum));
+    cmp("s2d_weight_bwd dw6", dw6_d, dw6, n6, 0.0, 0.0);
+    cudaFree(x_d), cudaFree(dy_d), cudaFree(y_d), cudaFree(w6_d), cudaFree(dw3_d);
+    cudaFree(w3_d), cudaFree(dx_d), cudaFree(dw6_d);
+    free(x), free(dy), free(w6), free(dw3), free(y), free(w3), free(dx), free(dw6);
+}
+
 /* ---- concat, add ---- */
 
 static void test_concat_add(unsigned accum)
@@ -712,6 +748,9 @@ void parity_ops(int bench)
             test_bce(accum);
             test_ciou(accum);
         }
+        for (int layout = 0; layout < 2; layout++)
+            for (unsigned accum = 0; accum < 4; accum += 3)
+                test_s2d(layout, accum);
         test_conv(2, 3, 32, 32, 16, 6, 2, 2, 0); /* the stem */
         test_conv(2, 16, 16, 16, 32, 3, 2, 1, KERN_ACCUM_DX | KERN_ACCUM_DPARAM);
         test_conv(3, 32, 10, 12, 32, 3, 1, 1, 0);
