@@ -17,14 +17,14 @@ int tool_parse_device(const char *v, void *dst, char *why, size_t cap);
 int tool_cpu_engine(const char *e);
 
 /* The --cpu-engine row of an argparse table (argparse.h), its value into *where (const char *). */
-#define TOOL_CPU_ENGINE_OPT(where)                                                              \
-    {                                                                                           \
-        .names = "--cpu-engine", .kind = AP_CHOICE, .dst = (where), .metavar = "E",             \
-        .help = "what runs inference on the CPU: auto (default: oneDNN where the build has it " \
-                "and it has JIT code for every conv; else the reference ops), onednn, or "      \
-                "reference (our ops, bit for bit the reference); in yolo-train for the "        \
-                "training step and the validation",                                             \
-        .choices = "auto|onednn|reference"                                                      \
+#define TOOL_CPU_ENGINE_OPT(where)                                                             \
+    {                                                                                          \
+        .names = "--cpu-engine", .kind = AP_CHOICE, .dst = (where), .metavar = "E",            \
+        .help = "what runs the CPU's convolutions: auto (default: oneDNN where the build has " \
+                "it and it has JIT code for every conv; else the reference ops), onednn, or "  \
+                "reference (our ops, bit for bit the reference); in yolo-train for the "       \
+                "training step and the validation",                                            \
+        .choices = "auto|onednn|reference"                                                     \
     }
 
 /*
