@@ -13,7 +13,7 @@
  * over its slice of the output (tc3): one GEMM twice as wide instead of two narrow ones, and one
  * backward data instead of two and their sum.
  *
- * oneDNN 2.6 details that shape it (measured, docs/benchmarks.md, issue 25 sessions 15-16): a
+ * oneDNN 2.6 details that shape it (measured for issue 25; docs/design.md): a
  * residual written as a sum post-op after the swish, a convolution from a blocked source into an
  * NCHW destination, and backward data given the forward's weight layout, all fall to its
  * reference implementation; so the residual is a binary add post-op, the inference Detect convs
