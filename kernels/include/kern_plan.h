@@ -157,7 +157,8 @@ struct kern_plan_backend {
 /*
  * The algorithm of pass k->op: t's entry when it has one that fits (check succeeds within ws_cap
  * and, unless any_algo, it is deterministic); else, with tune, the fastest by b->find; else the
- * first of b->heur by kern_plan_pick (b->find when the heuristics offer nothing that fits). What
+ * first of b->heur by kern_plan_pick (b->find when the heuristics offer nothing that fits). A
+ * pick is confirmed by b->check, whose workspace size is used; one it refuses is passed over. What
  * was chosen is put into t (unless t is NULL), so that t then holds every pass the run planned.
  * *v gets the value, *ws its workspace, *how KERN_PLAN_HOW_*. Returns 0, -ENOTSUP (nothing fits),
  * or the backend's error.

@@ -555,19 +555,29 @@ int kern_plan_pick(const struct kern_plan_cand *c, int n, int any_algo, size_t w
     return -1;
 }
 
-/* Ask src (heur or find) and pick; *v and *ws on success. Returns 0, -ENOTSUP or src's error. */
-static int ask(int (*src)(void *, int, struct kern_plan_cand *, int), void *arg, int op,
-               int any_algo, size_t ws_cap, int from, struct kern_plan_val *v, size_t *ws)
+/* Ask the backend's heuristics (or, find, its timed search) and pick; *v and *ws on success.
+ * The pick is confirmed by the backend's check, whose workspace size is the one used (a ranked
+ * list's sizes are estimates); a pick it refuses is struck and the next taken. Returns 0,
+ * -ENOTSUP or the backend's error. */
+static int ask(const struct kern_plan_backend *b, bool find, int op, int any_algo, size_t ws_cap,
+               struct kern_plan_val *v, size_t *ws)
 {
     struct kern_plan_cand c[KERN_PLAN_MAX_CANDS];
-    const int n = src(arg, op, c, KERN_PLAN_MAX_CANDS);
-    if (n < 0) return n;
-    const int i =
-        kern_plan_pick(c, n < KERN_PLAN_MAX_CANDS ? n : KERN_PLAN_MAX_CANDS, any_algo, ws_cap);
-    if (i < 0) return -ENOTSUP;
-    v->algo = c[i].algo, v->math = c[i].math, v->det = c[i].det ? 1 : 0, v->src = from;
-    *ws = c[i].memory;
-    return 0;
+    const int got = (find ? b->find : b->heur)(b->arg, op, c, KERN_PLAN_MAX_CANDS);
+    if (got < 0) return got;
+    const int n = got < KERN_PLAN_MAX_CANDS ? got : KERN_PLAN_MAX_CANDS;
+    for (;;) {
+        const int i = kern_plan_pick(c, n, any_algo, ws_cap);
+        if (i < 0) return -ENOTSUP;
+        v->algo = c[i].algo, v->math = c[i].math, v->det = c[i].det ? 1 : 0;
+        v->src = find ? KERN_PLAN_SRC_TUNED : KERN_PLAN_SRC_HEUR;
+        size_t w = 0;
+        if (b->check(b->arg, op, v, &w) == 0 && w <= ws_cap) {
+            *ws = w;
+            return 0;
+        }
+        c[i].ok = 0;
+    }
 }
 
 int kern_plan_choose(struct kern_plan *t, const struct kern_plan_key *k, int any_algo, int tune,
@@ -584,13 +594,13 @@ int kern_plan_choose(struct kern_plan *t, const struct kern_plan_key *k, int any
     }
     int rc;
     if (tune) {
-        rc = ask(b->find, b->arg, k->op, any_algo, ws_cap, KERN_PLAN_SRC_TUNED, v, ws);
+        rc = ask(b, true, k->op, any_algo, ws_cap, v, ws);
         *how = KERN_PLAN_HOW_FIND;
     } else {
-        rc = ask(b->heur, b->arg, k->op, any_algo, ws_cap, KERN_PLAN_SRC_HEUR, v, ws);
+        rc = ask(b, false, k->op, any_algo, ws_cap, v, ws);
         *how = KERN_PLAN_HOW_HEUR;
         if (rc == -ENOTSUP) { /* nothing ranked fits: a timed search is the last resort */
-            rc = ask(b->find, b->arg, k->op, any_algo, ws_cap, KERN_PLAN_SRC_TUNED, v, ws);
+            rc = ask(b, true, k->op, any_algo, ws_cap, v, ws);
             *how = KERN_PLAN_HOW_FIND;
         }
     }

@@ -125,8 +125,9 @@ static void test_choose(void)
     int how;
     struct kern_plan_key k = key("NVIDIA H200", KERN_PLAN_DATA, 32);
     ok(kern_plan_choose(t, &k, 0, 0, CAP, &b, &v, &ws, &how) == 0 && v.algo == 2 && v.det &&
-           ws == 4096 && how == KERN_PLAN_HOW_HEUR && v.src == KERN_PLAN_SRC_HEUR,
-       "default: the heuristics' first deterministic fit (2), untimed");
+           ws == 3 * 1024 + KERN_PLAN_DATA && how == KERN_PLAN_HOW_HEUR &&
+           v.src == KERN_PLAN_SRC_HEUR,
+       "default: the heuristics' first deterministic fit (2), untimed, its workspace checked");
     is_int(f.find_calls, 0, "the default never times (cudnnFind* not called)");
     ok(kern_plan_count(t) == 1, "the choice is recorded in the table");
     ok(kern_plan_choose(t, &k, 0, 0, CAP, &b, &v, &ws, &how) == 0 && how == KERN_PLAN_HOW_TABLE &&
@@ -159,6 +160,14 @@ static void test_choose(void)
     struct kern_plan_val g;
     ok(kern_plan_get(t, &k3, &g) == 0 && g.algo == 2 && g.src == KERN_PLAN_SRC_HEUR,
        "and the table now holds what ran");
+    f.refuse_algo = -1;
+
+    /* a ranked pick the backend refuses is passed over for the next */
+    struct kern_plan_key k4 = key("NVIDIA H200", KERN_PLAN_FWD, 96);
+    f.refuse_algo = 2;
+    ok(kern_plan_choose(t, &k4, 0, 0, CAP, &b, &v, &ws, &how) == 0 && v.algo == 3 &&
+           how == KERN_PLAN_HOW_HEUR,
+       "a heuristic pick the check refuses (2): the next deterministic fit (3)");
     f.refuse_algo = -1;
 
     /* nothing ranked fits: Find is the last resort */
