@@ -1118,22 +1118,35 @@ static void launch_log(void *ctx, const char *line)
     fprintf(stderr, PROG ": %s\n", line);
 }
 
-/* --nproc-per-node N: this command line without the option, run N times (dist.h). */
+/* --nproc-per-node N: this command line without the option, run N times (dist.h). --data was
+ * resolved here, once: the ranks get the packs it names (--records, --val-records) instead, so
+ * that none checks the pack cache again or could find another pack than its peers. */
 static int spawn_local_ranks(const struct args *A, int argc, char **argv)
 {
-    char **cargv = calloc((size_t)argc + 1, sizeof *cargv);
+    char **cargv = calloc((size_t)argc + 5, sizeof *cargv);
     if (!cargv) {
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
     }
+    const bool resolved = A->data && !A->resume;
     int n = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--nproc-per-node")) {
+        if (!strcmp(argv[i], "--nproc-per-node") || (resolved && !strcmp(argv[i], "--data"))) {
             i++;
             continue;
         }
-        if (!strncmp(argv[i], "--nproc-per-node=", 17)) continue;
+        if (!strncmp(argv[i], "--nproc-per-node=", 17) ||
+            (resolved && !strncmp(argv[i], "--data=", 7)))
+            continue;
         cargv[n++] = argv[i];
+    }
+    if (resolved) {
+        cargv[n++] = "--records";
+        cargv[n++] = (char *)A->records;
+        if (A->val_records) {
+            cargv[n++] = "--val-records";
+            cargv[n++] = (char *)A->val_records;
+        }
     }
     const int rc = trn_dist_launch_local((int)A->nproc, cargv, RANKS_GRACE_S, launch_log, NULL);
     free(cargv);
