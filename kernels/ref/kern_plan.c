@@ -360,7 +360,7 @@ int kern_plan_parse(struct kern_plan *t, const char *text, size_t len, const cha
             FAIL(-EEXIST, "%s: an entry the table already holds", name);
         }
     ret = grow_locked(t, ngot);
-    if (ret == 0) {
+    if (ret == 0 && ngot > 0) { /* a file of comments only leaves both arrays NULL */
         memcpy(t->e + t->n, got, (size_t)ngot * sizeof(*got));
         t->n += ngot;
         added = ngot;
