@@ -56,8 +56,8 @@ void kern_cuda_conv_release(struct kern_ctx *ctx);
 #if KERN_HAVE_CUDNN
 #include <cudnn.h>
 
-/* Largest workspace one algorithm may ask for; bigger ones are skipped in the search. */
-#define KERN_CONV_WS_CAP ((size_t)1 << 30)
+/* Largest workspace one algorithm may ask for; bigger ones are passed over (kern_plan.h). */
+#define KERN_CONV_WS_CAP KERN_PLAN_WS_CAP
 #define KERN_CONV_NALGO  16
 
 struct kern_conv_plan {

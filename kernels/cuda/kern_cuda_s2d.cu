@@ -34,7 +34,7 @@ int kern_cuda_s2d_fwd(struct kern_ctx *ctx, const struct kern_s2d *d, float *__r
 {
     KERN_CHECK_CUDA_CTX(ctx);
     if (kern_s2d_check(d) < 0 || !y || !x) return -EINVAL;
-    const size_t ny = kern_s2d_count(d) / (4 * (size_t)d->c) * (size_t)d->c_out;
+    const size_t ny = kern_s2d_out_count(d);
     s2d_gather_kernel<<<kern_cuda_blocks(ny), KERN_CUDA_THREADS, 0, kern_cuda_st(ctx)->stream>>>(
         y, x, ny, *d, 0);
     return kern_cuda_launched(ctx, "s2d_fwd");

@@ -63,11 +63,12 @@ enum { KERN_PLAN_SRC_HEUR = 0, KERN_PLAN_SRC_TUNED = 1 };
 /* How kern_plan_choose chose: the table, the heuristics, a timed search. */
 enum { KERN_PLAN_HOW_TABLE = 0, KERN_PLAN_HOW_HEUR = 1, KERN_PLAN_HOW_FIND = 2 };
 
-#define KERN_PLAN_GPU_LEN     64         /* the GPU name, '\0' included */
-#define KERN_PLAN_MAX_BYTES   (4u << 20) /* a plan file larger than this is refused */
-#define KERN_PLAN_MAX_LINE    512        /* a longer line is refused */
-#define KERN_PLAN_MAX_ENTRIES 65536      /* a table never holds more */
-#define KERN_PLAN_MAX_CANDS   32         /* candidates a backend reports per pass */
+#define KERN_PLAN_GPU_LEN     64                /* the GPU name, '\0' included */
+#define KERN_PLAN_MAX_BYTES   (4u << 20)        /* a plan file larger than this is refused */
+#define KERN_PLAN_MAX_LINE    512               /* a longer line is refused */
+#define KERN_PLAN_MAX_ENTRIES 65536             /* a table never holds more */
+#define KERN_PLAN_MAX_CANDS   32                /* candidates a backend reports per pass */
+#define KERN_PLAN_WS_CAP      ((size_t)1 << 30) /* the workspace one pass may take (CUDA) */
 
 struct kern_plan_key {
     char gpu[KERN_PLAN_GPU_LEN]; /* device name as kern_plan_gpu_name writes it */

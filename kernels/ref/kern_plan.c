@@ -275,7 +275,7 @@ static const char *parse_line(char *s, struct entry *e)
     static const unsigned long long lim = INT_MAX;
     for (int i = 1; i <= 15; i++) {
         if (i == 3) continue;
-        const unsigned long long lo = (i >= 13 && i <= 14) || i == 15 ? 0 : 1;
+        const unsigned long long lo = i >= 13 ? 0 : 1; /* pads and x_nstride may be 0 */
         if (!num(f[i], lo, i == 15 ? (unsigned long long)SIZE_MAX : lim, &x[i]))
             return "a number out of range or not a plain decimal";
     }
@@ -466,19 +466,21 @@ int kern_plan_format(struct kern_plan *t, int used_only, char *dst, size_t dst_c
     static const char head[] =
         PLAN_MAGIC "\n# gpu sms cudnn op n c_in h w c_out k_h k_w s_h s_w p_h p_w x_nstride dtype "
                    "layout algo math det src\n";
-    size_t total = 0;
+    /* total: the whole text's bytes; put: those written, whole lines only, so that a short dst
+     * holds a '\0'-terminated prefix and never a byte left unwritten */
     const size_t hl = sizeof(head) - 1;
-    if (dst_cap > hl) memcpy(dst, head, hl);
-    total = hl;
+    size_t total = hl, put = 0;
+    if (dst_cap > hl) memcpy(dst, head, hl), put = hl;
     for (int i = 0; i < n; i++) {
         const size_t ll = strlen(l[i].s);
-        if (total + ll + 1 < dst_cap) {
+        if (put == total && total + ll + 1 < dst_cap) {
             memcpy(dst + total, l[i].s, ll);
             dst[total + ll] = '\n';
+            put += ll + 1;
         }
         total += ll + 1;
     }
-    if (dst_cap) dst[total < dst_cap ? total : dst_cap - 1] = '\0';
+    if (dst_cap) dst[put] = '\0';
     free(l);
     return total > INT_MAX ? -EOVERFLOW : (int)total;
 }

@@ -16,7 +16,7 @@ int kern_ref_s2d_fwd(struct kern_ctx *ctx, const struct kern_s2d *d, float *rest
 {
     KERN_CHECK_CPU_CTX(ctx);
     if (kern_s2d_check(d) < 0 || !y || !x) return -EINVAL;
-    const size_t ny = kern_s2d_count(d) / (4 * (size_t)d->c) * (size_t)d->c_out;
+    const size_t ny = kern_s2d_out_count(d);
     for (size_t i = 0; i < ny; i++) {
         const ptrdiff_t s = kern_s2d_src(d, i);
         y[i] = s < 0 ? 0.0f : x[s];

@@ -29,10 +29,16 @@ KERN_S2D_FN int kern_s2d_check(const struct kern_s2d *d)
     return 0;
 }
 
-/* Elements of x (and dx); y has x_count / (4 c) * c_out. */
+/* Elements of x (and dx). */
 KERN_S2D_FN size_t kern_s2d_count(const struct kern_s2d *d)
 {
     return (size_t)d->n * d->c * d->h * d->w;
+}
+
+/* Elements of y (and dy). */
+KERN_S2D_FN size_t kern_s2d_out_count(const struct kern_s2d *d)
+{
+    return (size_t)d->n * d->c_out * (d->h / 2) * (d->w / 2);
 }
 
 /* The element of x that y's element i (linear, in d->layout) copies, or -1 for a pad channel. */

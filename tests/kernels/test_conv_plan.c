@@ -240,6 +240,15 @@ static void test_file_round_trip(const char *dir)
     ok(kern_plan_format(t, 0, a, sizeof(a)) > 0 && kern_plan_format(u, 0, bb, sizeof(bb)) > 0 &&
            strcmp(a, bb) == 0,
        "both format to the same text");
+    char shortb[300];
+    memset(shortb, 'x', sizeof(shortb));
+    const int need = kern_plan_format(t, 0, shortb, sizeof(shortb));
+    const size_t got = strlen(shortb);
+    ok(need == (int)strlen(a) && got < sizeof(shortb) && got > 0 && shortb[got - 1] == '\n' &&
+           strncmp(shortb, a, got) == 0,
+       "a short buffer: the full size returned, and a terminated prefix of whole lines (%zu of "
+       "%d bytes)",
+       got, need);
 
     /* another GPU, another cuDNN: no entry matches, the heuristics choose */
     struct kern_plan_key k = key("NVIDIA H100 80GB HBM3", KERN_PLAN_FWD, 16);

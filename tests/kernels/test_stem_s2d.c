@@ -155,7 +155,7 @@ static void to_nhwc(float *dst, const float *src, int n, int c, int h, int w)
 static void test_layouts_and_maps(void)
 {
     const int n = 2, c = 3, h = 6, w = 10;
-    const size_t nx = (size_t)n * c * h * w, ny = nx / 3 * 16 / 4 * 1;
+    const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * 16 * (h / 2) * (w / 2);
     const struct kern_s2d s = { n, c, h, w, 16, KERN_LAYOUT_NCHW };
     struct kern_s2d sh = s;
     sh.layout = KERN_LAYOUT_NHWC;

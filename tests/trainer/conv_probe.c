@@ -21,8 +21,6 @@
 #include "kern_plan.h"
 #include "model.h"
 
-#define WS_CAP ((size_t)1 << 30) /* as kernels/cuda/kern_cuda_conv.cu's KERN_CONV_WS_CAP */
-
 /* Find's time of algo in f[0..n) (what the step would spend with it), or -1. */
 static double find_ms(const struct kern_plan_cand *f, int n, int algo)
 {
@@ -126,10 +124,10 @@ int main(int argc, char **argv)
                         kern_cuda_ctx_last_error(ctx));
                 break;
             }
-            const int pick[4] = { kern_plan_pick(h, nh, 0, WS_CAP),
-                                  kern_plan_pick(f, nf, 0, WS_CAP),
-                                  kern_plan_pick(f, nf, 1, WS_CAP),
-                                  kern_plan_pick(h, nh, 1, WS_CAP) };
+            const int pick[4] = { kern_plan_pick(h, nh, 0, KERN_PLAN_WS_CAP),
+                                  kern_plan_pick(f, nf, 0, KERN_PLAN_WS_CAP),
+                                  kern_plan_pick(f, nf, 1, KERN_PLAN_WS_CAP),
+                                  kern_plan_pick(h, nh, 1, KERN_PLAN_WS_CAP) };
             const struct kern_plan_cand *from[4] = { h, f, f, h };
             double ms[4];
             for (int r = 0; r < 4; r++) {
