@@ -99,8 +99,4 @@ int ffr_say(char *err, size_t cap, int rc, const char *fmt, ...)
 int64_t ffr_codec_decode(struct ffr_codec *c, int codec, void *dst, size_t dst_cap, const void *src,
                          size_t src_len, uint32_t raw_len);
 
-/* The Sub filter of the detection encoding, exposed for tests and benchmarks. */
-void ffr_det_sub_filter(uint8_t *dst, const uint8_t *src, uint32_t h, uint32_t w);
-void ffr_det_sub_unfilter(uint8_t *dst, const uint8_t *src, uint32_t h, uint32_t w);
-
 #endif

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "dataset_internal.h"
+#include "det.h"
 #include "ffr.h"
 
 #define LABEL_MAX_BYTES ((size_t)256 << 20) /* a label file larger than this is corrupt */
@@ -432,7 +433,7 @@ int pack_ds_report_lbl(struct pack_ds *ds, const struct pack_lbl *L, const char 
         rc = pack_ds_warn(ds, PACK_DS_W_ROW_DROPPED, file, d->line, d->ann_id,
                           "class %.0f of %s is beyond the record format's limit of %u: row "
                           "dropped",
-                          (double)d->cls, image_path, FFR_DET_CLASS_MAX);
+                          (double)d->cls, image_path, DET_CLASS_MAX);
     }
     return rc;
 }

@@ -111,7 +111,7 @@ enum pack_ds_warn_kind {
                                       socket: the label counts as missing (a background, as
                                       os.path.isfile), the image is skipped; never opened */
     PACK_DS_W_ROW_DROPPED = 9,     /* a label row whose class the record format cannot hold
-                                      (> FFR_DET_CLASS_MAX, 65535): the row alone is dropped */
+                                      (> DET_CLASS_MAX, 65535): the row alone is dropped */
 };
 
 /* One warning. Strings are owned by the struct pack_ds (or, in the callback, valid only during
@@ -144,7 +144,7 @@ struct pack_ds_stats {
     uint64_t rows_duplicate;      /* duplicate rows removed (label files and COCO) */
     uint64_t rows_bad_box;        /* COCO boxes with w <= 0 or h <= 0, or a malformed bbox */
     uint64_t rows_bad_category;   /* COCO annotations with an unknown category id, and rows whose
-                                     class is beyond FFR_DET_CLASS_MAX (dropped) */
+                                     class is beyond DET_CLASS_MAX (dropped) */
     uint64_t rows_no_image;       /* COCO annotations whose image_id is not in images[], or whose
                                      image was unusable or missing on disk */
     uint64_t crowd_skipped;       /* COCO iscrowd annotations skipped */

@@ -19,6 +19,7 @@
 
 #include <turbojpeg.h>
 
+#include "det.h"
 #include "ffr.h"
 #include "ffyolo_config.h"
 #include "packer.h"
@@ -194,7 +195,7 @@ static int process(struct worker *w, size_t i, struct slot *s)
     }
     const char *slash = strrchr(ds->image_path, '/');
     const char *name = slash ? slash + 1 : ds->image_path;
-    struct ffr_det_sample smp = {
+    struct det_sample smp = {
         .n_labels = ds->n_rows,
         .labels = w->labels,
         .n_points = ds->n_seg_points,
@@ -204,8 +205,7 @@ static int process(struct worker *w, size_t i, struct slot *s)
         .name = name,
         .name_len = (uint32_t)strlen(name),
     };
-    smp.pixel_format =
-        o->codec == PACK_CODEC_ZSTD && o->sub_filter ? FFR_DET_RGB8_SUB : FFR_DET_RGB8;
+    smp.pixel_format = o->codec == PACK_CODEC_ZSTD && o->sub_filter ? DET_RGB8_SUB : DET_RGB8;
 
     /* Plain RGB8 records get their pixels decoded (or resized) straight into place: into the
      * slot's frame when stored raw, into the sample buffer that zstd reads otherwise. The
@@ -214,7 +214,7 @@ static int process(struct worker *w, size_t i, struct slot *s)
     size_t into_cap = 0;
     struct pack_image_info info;
     int dw = 0, dh = 0;
-    if (o->codec != PACK_CODEC_JPEG && smp.pixel_format == FFR_DET_RGB8 &&
+    if (o->codec != PACK_CODEC_JPEG && smp.pixel_format == DET_RGB8 &&
         pack_image_probe(w->file, len, &info) == 0 &&
         (o->size == 0
              ? (dw = info.width, dh = info.height, 0)
@@ -222,15 +222,15 @@ static int process(struct worker *w, size_t i, struct slot *s)
         smp.h = (uint32_t)dh;
         smp.w = (uint32_t)dw;
         smp.pixel_bytes = (uint32_t)((size_t)dw * (size_t)dh * 3);
-        const size_t need = ffr_det_encoded_size(&smp);
+        const size_t need = det_encoded_size(&smp);
         if (need && o->codec == PACK_CODEC_RAW) {
             if ((rc = grow_frame(s, need)) < 0) return rc;
-            into = s->stored + FFR_FRAME_HEADER_SIZE + FFR_DET_PIXEL_OFFSET;
-            into_cap = s->stored_cap - FFR_FRAME_HEADER_SIZE - FFR_DET_PIXEL_OFFSET;
+            into = s->stored + FFR_FRAME_HEADER_SIZE + DET_PIXEL_OFFSET;
+            into_cap = s->stored_cap - FFR_FRAME_HEADER_SIZE - DET_PIXEL_OFFSET;
         } else if (need) {
             if ((rc = grow(&w->sample, &w->sample_cap, need)) < 0) return rc;
-            into = w->sample + FFR_DET_PIXEL_OFFSET;
-            into_cap = w->sample_cap - FFR_DET_PIXEL_OFFSET;
+            into = w->sample + DET_PIXEL_OFFSET;
+            into_cap = w->sample_cap - DET_PIXEL_OFFSET;
         }
     }
     struct pack_image img;
@@ -277,14 +277,14 @@ static int process(struct worker *w, size_t i, struct slot *s)
         if (tjCompress2(w->tj, img.pixels, img.width, 0, img.height, TJPF_RGB, &jp, &jlen,
                         TJSAMP_420, o->quality, TJFLAG_ACCURATEDCT | TJFLAG_NOREALLOC) != 0)
             return -EIO;
-        smp.pixel_format = FFR_DET_JPEG;
+        smp.pixel_format = DET_JPEG;
         smp.pixels = jp;
         smp.pixel_bytes = (uint32_t)jlen;
     }
-    const size_t need = ffr_det_encoded_size(&smp);
+    const size_t need = det_encoded_size(&smp);
     if (!need) return -EOVERFLOW;
-    if ((rc = grow(&s->summary, &s->summary_cap, ffr_det_summary_size(&smp))) < 0) return rc;
-    const int64_t sn = ffr_det_summary_encode(&smp, s->summary, s->summary_cap);
+    if ((rc = grow(&s->summary, &s->summary_cap, det_summary_size(&smp))) < 0) return rc;
+    const int64_t sn = det_summary_encode(&smp, s->summary, s->summary_cap);
     if (sn < 0) return (int)sn;
     s->summary_len = (size_t)sn;
     /* The slot holds the whole frame, laid out in place (ffr_writer_append_frame): the header
@@ -295,15 +295,15 @@ static int process(struct worker *w, size_t i, struct slot *s)
          * they were decoded into place: grow_frame keeps a frame that is big enough). */
         if ((rc = grow_frame(s, need)) < 0) return rc;
         at = s->stored + FFR_FRAME_HEADER_SIZE;
-        if (placed && placed != at + FFR_DET_PIXEL_OFFSET) return -EFAULT; /* frame moved */
-        const int64_t n = ffr_det_encode(&smp, at, s->stored_cap - FFR_FRAME_HEADER_SIZE);
+        if (placed && placed != at + DET_PIXEL_OFFSET) return -EFAULT; /* frame moved */
+        const int64_t n = det_encode(&smp, at, s->stored_cap - FFR_FRAME_HEADER_SIZE);
         if (n < 0) return (int)n;
         s->stored_len = s->raw_len = (size_t)n;
         s->codec = FFR_CODEC_RAW;
     } else {
         if ((rc = grow(&w->sample, &w->sample_cap, need)) < 0) return rc;
-        if (placed && placed != w->sample + FFR_DET_PIXEL_OFFSET) return -EFAULT; /* moved */
-        const int64_t n = ffr_det_encode(&smp, w->sample, w->sample_cap);
+        if (placed && placed != w->sample + DET_PIXEL_OFFSET) return -EFAULT; /* moved */
+        const int64_t n = det_encode(&smp, w->sample, w->sample_cap);
         if (n < 0) return (int)n;
         if ((rc = grow_frame(s, ffr_encode_bound((size_t)n))) < 0) return rc;
         at = s->stored + FFR_FRAME_HEADER_SIZE;
@@ -383,76 +383,47 @@ static void *worker_main(void *arg)
     }
 }
 
-static void yaml_quoted(FILE *f, const char *s)
+/* The metadata block (docs/format.md 8.3), written by det's one writer (det_meta_write's
+ * returns). No command line and no thread count: the same input must give the same bytes whatever
+ * -j and the output name are; the options that shape the output are the keys. */
+static int make_metadata(const struct pack_opts *o, const struct pack_ds *ds,
+                         const struct pack_result *r, char **text, size_t *len)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        const unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\x%02x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-/* The metadata block (docs/format.md 8.3), as YAML. Returns a malloc'd string. */
-static char *make_metadata(const struct pack_opts *o, const struct pack_ds *ds,
-                           const struct pack_result *r, size_t *len)
-{
-    char *text = NULL;
-    FILE *f = open_memstream(&text, len);
-    if (!f) return NULL;
     const struct pack_ds_info *info = pack_ds_info(ds);
     size_t nn;
     const char *const *names = pack_ds_names(ds, &nn);
-    static const char *const codecs[] = { "raw", "zstd", "jpeg" };
-    fprintf(f, "encoding: ffr-det-1\n");
-    fprintf(f, "nc: %zu\nnames:\n", nn);
-    for (size_t k = 0; k < nn; k++) {
-        fprintf(f, "  - ");
-        yaml_quoted(f, names[k]);
-        fputc('\n', f);
-    }
-    fprintf(f, "size: %d\nsplit: ", o->size);
-    yaml_quoted(f, info->split ? info->split : "");
-    fprintf(f, "\nformat: %s\n", info->format == PACK_DS_FORMAT_COCO ? "coco" : "yolo");
-    fprintf(f, "interp: %s\n",
-            o->interp == PACK_IMAGE_INTERP_LINEAR ? "linear"
-            : o->interp == PACK_IMAGE_INTERP_AREA ? "area"
-            : o->interp == PACK_IMAGE_INTERP_AUTO_TRAIN
-                ? "linear (train)"
-                : "area when shrinking, linear when enlarging (val)");
-    fprintf(f, "resize_round: %s\n", o->round == PACK_IMAGE_ROUND_CEIL ? "ceil" : "int");
-    fprintf(f, "codec: %s\n", codecs[o->codec]);
-    if (o->codec == PACK_CODEC_ZSTD)
-        fprintf(f, "zstd_level: %d\nfilter: %s\n", o->zstd_level, o->sub_filter ? "sub" : "none");
-    if (o->codec == PACK_CODEC_JPEG) fprintf(f, "jpeg_quality: %d\n", o->quality);
-    fprintf(f, "source: ");
-    yaml_quoted(f, info->source ? info->source : o->input);
-    fprintf(f,
-            "\ncounts:\n  found: %" PRIu64 "\n  packed: %" PRIu64 "\n  backgrounds: %" PRIu64
-            "\n  corrupt_skipped: %" PRIu64 "\n  missing_skipped: %" PRIu64 "\n  restored: %" PRIu64
-            "\n  label_rows: %" PRIu64 "\n  label_rows_dropped: %" PRIu64
-            "\n  crowd_skipped: %" PRIu64 "\n",
-            r->scan.images_found, r->packed, r->backgrounds, r->corrupt_images + r->scan.corrupt,
-            r->scan.images_missing, r->restored_images, r->scan.rows,
-            r->scan.rows_corrupt + r->scan.rows_duplicate + r->scan.rows_bad_box +
-                r->scan.rows_bad_category + r->scan.rows_no_image,
-            r->scan.crowd_skipped);
-    /* No command line and no thread count: the same input must give the same bytes whatever
-     * -j and the output name are; the options that shape the output are the keys above. */
-    fprintf(f, "packer:\n  program: yolo-pack\n  version: %s\n", FFYOLO_VERSION);
-    fprintf(f, "  drop_backgrounds: %s\n  segments: %s\n  boxes_from_segments: %s\n",
-            o->ds.drop_backgrounds ? "true" : "false", o->ds.keep_segments ? "true" : "false",
-            o->ds.coco_boxes_from_segments ? "true" : "false");
-    if (fclose(f) != 0) {
-        free(text);
-        return NULL;
-    }
-    return text;
+    if (nn > DET_CLASS_MAX + 1) return -EINVAL;
+    static const enum det_codec codecs[] = { DET_CODEC_RAW, DET_CODEC_ZSTD, DET_CODEC_JPEG };
+    const struct det_meta m = {
+        .is_det = true,
+        .nc = (uint32_t)nn,
+        .n_names = (uint32_t)nn,
+        .names = (char **)names,
+        .size = (uint32_t)o->size,
+        .split = (char *)(info->split ? info->split : ""),
+        .format = info->format == PACK_DS_FORMAT_COCO ? DET_FORMAT_COCO : DET_FORMAT_YOLO,
+        .interp = o->interp == PACK_IMAGE_INTERP_LINEAR       ? DET_INTERP_LINEAR
+                  : o->interp == PACK_IMAGE_INTERP_AREA       ? DET_INTERP_AREA
+                  : o->interp == PACK_IMAGE_INTERP_AUTO_TRAIN ? DET_INTERP_TRAIN
+                                                              : DET_INTERP_VAL,
+        .round = o->round == PACK_IMAGE_ROUND_CEIL ? DET_ROUND_CEIL : DET_ROUND_INT,
+        .codec = codecs[o->codec],
+        .zstd_level = o->zstd_level,
+        .sub_filter = o->sub_filter,
+        .jpeg_quality = o->quality,
+        .source = (char *)(info->source ? info->source : o->input),
+        .counts = { r->scan.images_found, r->packed, r->backgrounds,
+                    r->corrupt_images + r->scan.corrupt, r->scan.images_missing, r->restored_images,
+                    r->scan.rows,
+                    r->scan.rows_corrupt + r->scan.rows_duplicate + r->scan.rows_bad_box +
+                        r->scan.rows_bad_category + r->scan.rows_no_image,
+                    r->scan.crowd_skipped },
+        .packer_version = FFYOLO_VERSION,
+        .drop_backgrounds = o->ds.drop_backgrounds,
+        .segments = o->ds.keep_segments,
+        .boxes_from_segments = o->ds.coco_boxes_from_segments,
+    };
+    return det_meta_write(&m, text, len);
 }
 
 static void human_bytes(char *dst, size_t cap, uint64_t b)
@@ -700,8 +671,14 @@ out:
     }
     if (fw && rc == 0) {
         size_t mlen = 0;
-        char *meta = make_metadata(&eff, ds, &r, &mlen);
-        rc = meta ? ffr_writer_set_metadata(fw, meta, mlen) : -ENOMEM;
+        char *meta = NULL;
+        rc = make_metadata(&eff, ds, &r, &meta, &mlen);
+        if (rc == -EINVAL)
+            fprintf(log,
+                    "yolo-pack: %s: the class names exceed what a dataset's metadata holds (%u "
+                    "classes, %u bytes a name, %u MiB in all)\n",
+                    o->input, DET_CLASS_MAX + 1, DET_NAME_MAX, DET_NAMES_BYTES_MAX >> 20);
+        if (rc == 0) rc = ffr_writer_set_metadata(fw, meta, mlen);
         free(meta);
         if (rc == 0) {
             /* The output is not complete before its index, flush and rename: on storage that

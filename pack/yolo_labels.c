@@ -24,6 +24,7 @@
 #include <strings.h>
 
 #include "dataset_internal.h"
+#include "det.h"
 #include "ffr.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -481,7 +482,7 @@ int pack_lbl_clean(struct pack_lbl *L, int64_t nc)
      * the image and not the whole pack; --strict makes the warning an error. */
     size_t kept = 0;
     for (size_t r = 0; r < L->n_rows; r++) {
-        if (L->rows[r].v[0] <= (float)FFR_DET_CLASS_MAX) {
+        if (L->rows[r].v[0] <= (float)DET_CLASS_MAX) {
             L->rows[kept++] = L->rows[r];
             continue;
         }

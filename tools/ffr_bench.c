@@ -166,9 +166,9 @@ static void *ffr_worker(void *arg)
             w->a.bytes += in.extent_len;
             w->a.items++;
             if (c->pixels) {
-                struct ffr_det_sample s;
-                if (ffr_det_decode(q[k].payload, (size_t)q[k].result, &s) < 0 ||
-                    ffr_det_pixels(&s, pixels, (size_t)c->max_pixels) < 0) {
+                struct det_sample s;
+                if (det_decode(q[k].payload, (size_t)q[k].result, &s) < 0 ||
+                    det_pixels(&s, pixels, (size_t)c->max_pixels) < 0) {
                     if (!w->a.errors++)
                         snprintf(w->a.first_error, sizeof w->a.first_error,
                                  "record %" PRIu64 " is not a decodable detection sample",
@@ -667,8 +667,8 @@ int ffrt_cmd_bench(const struct ffrt_cmd *cmd, int argc, char **argv)
             ffr_reader_info(ds.r, i, &in);
             if (in.extent_len > c.max_extent) c.max_extent = in.extent_len;
             if (in.raw_len > c.max_raw) c.max_raw = in.raw_len;
-            struct ffr_det_summary s;
-            if (pixels && ffr_det_summary_decode(in.summary, in.summary_len, &s) == 0 &&
+            struct det_summary s;
+            if (pixels && det_summary_decode(in.summary, in.summary_len, &s) == 0 &&
                 (uint64_t)s.h * s.w * 3 > c.max_pixels)
                 c.max_pixels = (uint64_t)s.h * s.w * 3;
         }

@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <yaml.h>
-
 #include "argparse.h"
 #include "ffr_tool.h"
 
@@ -102,94 +100,17 @@ int ffrt_parse_count(const struct ffrt_cmd *cmd, const char *opt, const char *te
     return FFRT_PROCEED;
 }
 
-/* Copies a YAML scalar (which may hold escaped NULs) into a C string. */
-static char *scalar_dup(const yaml_node_t *n)
-{
-    if (!n || n->type != YAML_SCALAR_NODE) return NULL;
-    return strndup((const char *)n->data.scalar.value, n->data.scalar.length);
-}
-
-static int scalar_is(const yaml_node_t *n, const char *s)
-{
-    return n && n->type == YAML_SCALAR_NODE && n->data.scalar.length == strlen(s) &&
-           memcmp(n->data.scalar.value, s, n->data.scalar.length) == 0;
-}
-
-/* Grows ds->names to hold index k (class ids are at most 65535 in ffr-det-1). */
-static int names_reserve(struct ffrt_ds *ds, uint64_t k)
-{
-    if (k > 65535) return -ERANGE;
-    if (k < ds->n_names) return 0;
-    char **n = realloc(ds->names, (size_t)(k + 1) * sizeof *n);
-    if (!n) return -ENOMEM;
-    for (uint64_t j = ds->n_names; j <= k; j++)
-        n[j] = NULL;
-    ds->names = n;
-    ds->n_names = (uint32_t)(k + 1);
-    return 0;
-}
-
-/* names: either a list in class order or ultralytics' {id: name} mapping. */
-static int read_names(struct ffrt_ds *ds, yaml_document_t *doc, const yaml_node_t *v)
-{
-    if (v->type == YAML_SEQUENCE_NODE) {
-        const long n = v->data.sequence.items.top - v->data.sequence.items.start;
-        for (long j = 0; j < n; j++) {
-            const int rc = names_reserve(ds, (uint64_t)j);
-            if (rc < 0) return rc;
-            ds->names[j] = scalar_dup(yaml_document_get_node(doc, v->data.sequence.items.start[j]));
-        }
-    } else if (v->type == YAML_MAPPING_NODE) {
-        for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top;
-             p++) {
-            char *key = scalar_dup(yaml_document_get_node(doc, p->key));
-            char *end = NULL;
-            const unsigned long long k = key && *key ? strtoull(key, &end, 10) : 0;
-            const int good = key && *key && !*end;
-            free(key);
-            if (!good) continue;
-            const int rc = names_reserve(ds, k);
-            if (rc < 0) return rc;
-            free(ds->names[k]);
-            ds->names[k] = scalar_dup(yaml_document_get_node(doc, p->value));
-        }
-    }
-    return 0;
-}
-
 static void parse_metadata(const struct ffrt_cmd *cmd, struct ffrt_ds *ds)
 {
-    if (ds->meta_len == 0) return;
-    yaml_parser_t p;
-    yaml_document_t doc;
-    if (!yaml_parser_initialize(&p)) return;
-    yaml_parser_set_input_string(&p, (const unsigned char *)ds->meta, ds->meta_len);
-    if (!yaml_parser_load(&p, &doc)) {
-        fprintf(stderr,
-                "ffr %s: %s: warning: metadata is not YAML (line %zu: %s); records are shown as "
-                "plain bytes\n",
-                cmd->name, ds->path, p.problem_mark.line + 1, p.problem ? p.problem : "?");
-        yaml_parser_delete(&p);
-        return;
-    }
-    const yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (root && root->type == YAML_MAPPING_NODE) {
-        for (yaml_node_pair_t *q = root->data.mapping.pairs.start; q < root->data.mapping.pairs.top;
-             q++) {
-            const yaml_node_t *k = yaml_document_get_node(&doc, q->key);
-            const yaml_node_t *v = yaml_document_get_node(&doc, q->value);
-            if (!v) continue;
-            if (scalar_is(k, "encoding") && !ds->encoding) {
-                ds->encoding = scalar_dup(v);
-            } else if (scalar_is(k, "names") && read_names(ds, &doc, v) < 0) {
-                fprintf(stderr, "ffr %s: %s: warning: metadata names: too many classes\n",
-                        cmd->name, ds->path);
-            }
-        }
-    }
-    ds->is_det = ds->encoding && strcmp(ds->encoding, "ffr-det-1") == 0;
-    yaml_document_delete(&doc);
-    yaml_parser_delete(&p);
+    char why[300];
+    const int rc = det_meta_parse(ds->meta, ds->meta_len, &ds->dm, why, sizeof why);
+    if (rc < 0)
+        fprintf(stderr, "ffr %s: %s: warning: %s; records are shown as plain bytes\n", cmd->name,
+                ds->path, rc == -ENOMEM ? "out of memory reading the metadata" : why);
+    ds->is_det = ds->dm.is_det;
+    ds->encoding = ds->dm.encoding;
+    ds->names = ds->dm.names;
+    ds->n_names = ds->dm.n_names;
 }
 
 int ffrt_ds_open(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, const char *path)
@@ -218,10 +139,7 @@ int ffrt_ds_open(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, const char *pat
 
 void ffrt_ds_close(struct ffrt_ds *ds)
 {
-    for (uint32_t k = 0; k < ds->n_names; k++)
-        free(ds->names[k]);
-    free(ds->names);
-    free(ds->encoding);
+    det_meta_free(&ds->dm);
     free(ds->buf);
     ffr_decoder_destroy(ds->dec);
     ffr_reader_close(ds->r);
@@ -302,12 +220,12 @@ const char *ffrt_det_strerror(int rc)
 }
 
 int ffrt_ds_read_det(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, uint64_t i,
-                     struct ffr_det_sample *s)
+                     struct det_sample *s)
 {
     const uint8_t *data;
     const int64_t n = ffrt_ds_read(cmd, ds, i, &data);
     if (n < 0) return FFRT_EXIT_FAIL;
-    const int rc = ffr_det_decode(data, (size_t)n, s);
+    const int rc = det_decode(data, (size_t)n, s);
     if (rc < 0) {
         char where[600];
         return ffrt_fail(cmd, "%s: not a valid detection sample (%s)%s",
@@ -322,7 +240,7 @@ const char *ffrt_class_name(const struct ffrt_ds *ds, uint32_t c)
     return c < ds->n_names ? ds->names[c] : NULL;
 }
 
-const char *ffrt_sample_stem(const struct ffr_det_sample *s, uint64_t i, char *dst, size_t cap)
+const char *ffrt_sample_stem(const struct det_sample *s, uint64_t i, char *dst, size_t cap)
 {
     const char *name = s->name;
     size_t n = s->name_len;

@@ -137,14 +137,14 @@ static void text_coord(struct text *t, double v)
  * longer than a box row, so a label without a polygon is written as its box's four corners
  * rather than as a box row that would be misread as two points.
  */
-static void labels_text(struct text *t, const struct ffr_det_sample *s, int boxes)
+static void labels_text(struct text *t, const struct det_sample *s, int boxes)
 {
     const int segs = s->n_points > 0 && !boxes;
     uint64_t at = 0; /* first point of label j */
     for (uint32_t j = 0; j < s->n_labels; j++) {
         const float *l = s->labels + 5 * (size_t)j;
         char cls[16];
-        /* A whole number in [0, 65535]: ffr_det_decode checked it. */
+        /* A whole number in [0, 65535]: det_decode checked it. */
         const int n = snprintf(cls, sizeof cls, "%d", (int)l[0]);
         text_put(t, cls, (size_t)n);
         if (!segs) {
@@ -191,13 +191,13 @@ int ffrt_cmd_export(const struct ffrt_cmd *cmd, int argc, char **argv)
     char where[600];
     rc = ffrt_record_arg(cmd, &ds, a.pos[1], &i);
     if (rc != FFRT_PROCEED) goto out;
-    struct ffr_det_sample s;
+    struct det_sample s;
     if ((rc = ffrt_ds_read_det(cmd, &ds, i, &s)) != FFRT_EXIT_OK) goto out;
     ffrt_where(&ds, i, where, sizeof where);
     rc = FFRT_EXIT_FAIL;
     char stem[256];
     ffrt_sample_stem(&s, i, stem, sizeof stem);
-    const int jpeg = s.pixel_format == FFR_DET_JPEG;
+    const int jpeg = s.pixel_format == DET_JPEG;
     const char *ext = jpeg ? "jpg" : png ? "png" : "ppm";
     if (asprintf(&img_path, "%s/%s.%s", dir, stem, ext) < 0) img_path = NULL;
     if (asprintf(&txt_path, "%s/%s.txt", dir, stem) < 0) txt_path = NULL;
@@ -226,7 +226,7 @@ int ffrt_cmd_export(const struct ffrt_cmd *cmd, int argc, char **argv)
                       s.w);
             goto out;
         }
-        const int64_t got = ffr_det_pixels(&s, rgb, n);
+        const int64_t got = det_pixels(&s, rgb, n);
         if (got < 0) {
             ffrt_fail(cmd, "%s: pixels: %s", where, ffr_strerror((int)got));
             goto out;

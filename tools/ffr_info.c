@@ -85,8 +85,8 @@ static int gather(const struct ffrt_cmd *cmd, const struct ffrt_ds *ds, struct i
         range_add(&in->raw_len, ri.raw_len, i == 0);
         range_add(&in->stored_len, ri.stored_len, i == 0);
         if (!ds->is_det) continue;
-        struct ffr_det_summary s;
-        const int rc = ffr_det_summary_decode(ri.summary, ri.summary_len, &s);
+        struct det_summary s;
+        const int rc = det_summary_decode(ri.summary, ri.summary_len, &s);
         if (rc < 0) {
             char where[600];
             free(seen);
@@ -100,7 +100,7 @@ static int gather(const struct ffrt_cmd *cmd, const struct ffrt_ds *ds, struct i
         in->labels += s.n_labels;
         if (s.n_labels == 0) in->backgrounds++;
         for (uint32_t j = 0; j < s.n_labels; j++) {
-            /* ffr_det_summary_decode checked the class is a whole number in [0, 65535]. */
+            /* det_summary_decode checked the class is a whole number in [0, 65535]. */
             const uint32_t c = (uint32_t)s.labels[j * 5];
             if (c >= in->n_cls) {
                 if (class_reserve(in, c + 1) < 0) {
@@ -350,11 +350,11 @@ int ffrt_cmd_ls(const struct ffrt_cmd *cmd, int argc, char **argv)
                ri.shard, ri.offset, ri.stored_len, ri.raw_len,
                ri.codec == FFR_CODEC_ZSTD ? "zstd" : "raw");
         if (ds.is_det) {
-            struct ffr_det_summary s;
-            struct ffr_det_sample smp;
+            struct det_summary s;
+            struct det_sample smp;
             char hw[32] = "?";
             char nl[16] = "?";
-            if (ffr_det_summary_decode(ri.summary, ri.summary_len, &s) == 0) {
+            if (det_summary_decode(ri.summary, ri.summary_len, &s) == 0) {
                 snprintf(hw, sizeof hw, "%" PRIu32 "x%" PRIu32, s.h, s.w);
                 snprintf(nl, sizeof nl, "%" PRIu32, s.n_labels);
             }

@@ -39,15 +39,15 @@ static int is_light(uint32_t c)
 }
 
 /* The image as packed RGB8 (h*w*3, malloc'd): pixels undone from RGB8-SUB, or JPEG decoded. */
-static int sample_rgb(const struct ffr_det_sample *s, uint8_t **out, uint32_t *h, uint32_t *w,
+static int sample_rgb(const struct det_sample *s, uint8_t **out, uint32_t *h, uint32_t *w,
                       char *why, size_t cap)
 {
     *out = NULL;
-    if (s->pixel_format != FFR_DET_JPEG) {
+    if (s->pixel_format != DET_JPEG) {
         const size_t n = (size_t)s->h * s->w * 3;
         uint8_t *rgb = malloc(n ? n : 1);
         if (!rgb) return -ENOMEM;
-        const int64_t got = ffr_det_pixels(s, rgb, n);
+        const int64_t got = det_pixels(s, rgb, n);
         if (got < 0) {
             free(rgb);
             snprintf(why, cap, "pixels: %s", ffr_strerror((int)got));
@@ -84,7 +84,7 @@ static int sample_rgb(const struct ffr_det_sample *s, uint8_t **out, uint32_t *h
     return 0;
 }
 
-static void draw_polygons(cairo_t *cr, const struct ffr_det_sample *s, double W, double H)
+static void draw_polygons(cairo_t *cr, const struct det_sample *s, double W, double H)
 {
     uint64_t at = 0;
     for (uint32_t j = 0; j < s->n_labels && s->n_points; j++) {
@@ -111,8 +111,8 @@ static void draw_polygons(cairo_t *cr, const struct ffr_det_sample *s, double W,
     }
 }
 
-static void draw_labels(cairo_t *cr, const struct ffrt_ds *ds, const struct ffr_det_sample *s,
-                        double W, double H)
+static void draw_labels(cairo_t *cr, const struct ffrt_ds *ds, const struct det_sample *s, double W,
+                        double H)
 {
     /* YOLOv5's Annotator: lw = max(round((h + w) / 2 * 0.003), 2). */
     const double lw = fmax(round((W + H) / 2 * 0.003), 2);
@@ -259,7 +259,7 @@ int ffrt_cmd_show(const struct ffrt_cmd *cmd, int argc, char **argv)
     char where[600], why[240] = "";
     rc = ffrt_record_arg(cmd, &ds, a.pos[1], &i);
     if (rc != FFRT_PROCEED) goto out;
-    struct ffr_det_sample s;
+    struct det_sample s;
     if ((rc = ffrt_ds_read_det(cmd, &ds, i, &s)) != FFRT_EXIT_OK) goto out;
     ffrt_where(&ds, i, where, sizeof where);
     rc = FFRT_EXIT_FAIL;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "det.h"
 #include "ffr.h"
 
 #define FFRT_EXIT_OK    0
@@ -79,20 +80,22 @@ struct ffrt_ds {
     uint32_t n_shards;       /* files */
     const char *meta;        /* metadata text (not NUL-terminated), owned by r */
     size_t meta_len;         /* bytes */
-    int is_det;              /* the metadata says "encoding: ffr-det-1" */
-    char *encoding;          /* the metadata's encoding value, or NULL; owned */
-    char **names;            /* class names from the metadata; entries may be NULL; owned */
+    struct det_meta dm;      /* the metadata, parsed by det's reader; owned */
+    int is_det;              /* dm.is_det: the metadata says "encoding: ffr-det-1" */
+    const char *encoding;    /* dm.encoding: the metadata's encoding value, or NULL */
+    char **names;            /* dm.names: class names; entries may be NULL */
     uint32_t n_names;        /* entries in names */
     struct ffr_decoder *dec; /* read state, owned */
-    uint8_t *buf;            /* record buffer (malloc: aligned for ffr_det_decode), owned */
+    uint8_t *buf;            /* record buffer (malloc: aligned for det_decode), owned */
     size_t cap;              /* bytes in buf */
 };
 
 /*
- * Opens path with ffr_reader_open and parses its metadata. Metadata that is not YAML is not
- * an error (the format only asks for text): a warning is printed and the dataset is treated as
- * plain records. Returns FFRT_EXIT_OK, or FFRT_EXIT_FAIL after printing the open error (which
- * names the file and, for a manifest, the shard). On failure *ds needs no close.
+ * Opens path with ffr_reader_open and parses its metadata (det_meta_parse). Metadata that is
+ * not YAML, or that det's reader refuses, is not an error (the format only asks for text): a
+ * warning naming the problem is printed and the dataset is treated as plain records. Returns
+ * FFRT_EXIT_OK, or FFRT_EXIT_FAIL after printing the open error (which names the file and, for a
+ * manifest, the shard). On failure *ds needs no close.
  */
 int ffrt_ds_open(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, const char *path);
 
@@ -126,9 +129,9 @@ int64_t ffrt_ds_read(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, uint64_t i,
  * read). Returns FFRT_EXIT_OK, or FFRT_EXIT_FAIL after printing the error naming the record.
  */
 int ffrt_ds_read_det(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, uint64_t i,
-                     struct ffr_det_sample *s);
+                     struct det_sample *s);
 
-/* What an ffr_det_decode error means for a record (ffr_strerror speaks of files). */
+/* What an det_decode error means for a record (ffr_strerror speaks of files). */
 const char *ffrt_det_strerror(int rc);
 
 /* The class name for class id c from the metadata, or NULL when the metadata has none. */
@@ -139,7 +142,7 @@ const char *ffrt_class_name(const struct ffrt_ds *ds, uint32_t c);
  * its extension. Falls back to the record number when the name is empty or would not be a safe
  * file name (control characters, "." or ".."). Writes at most cap bytes into dst; returns dst.
  */
-const char *ffrt_sample_stem(const struct ffr_det_sample *s, uint64_t i, char *dst, size_t cap);
+const char *ffrt_sample_stem(const struct det_sample *s, uint64_t i, char *dst, size_t cap);
 
 /* How ffrt_text_dup treats control characters. */
 enum {

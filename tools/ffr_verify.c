@@ -111,8 +111,8 @@ static void det_problem(struct vstate *v, uint64_t i, int code, const char *what
 }
 
 /* Compares a sample with its index summary; writes the first difference into what. */
-static int summary_differs(const struct ffr_det_summary *s, const struct ffr_det_sample *d,
-                           char *what, size_t cap)
+static int summary_differs(const struct det_summary *s, const struct det_sample *d, char *what,
+                           size_t cap)
 {
     const uint32_t sv[4] = { s->h, s->w, s->h0, s->w0 };
     const uint32_t dv[4] = { d->h, d->w, d->h0, d->w0 };
@@ -157,15 +157,15 @@ static int det_pass(struct vstate *v, struct ffrt_ds *ds)
             det_problem(v, i, (int)n, what);
             continue;
         }
-        struct ffr_det_sample d;
-        struct ffr_det_summary s;
-        int rc = ffr_det_decode(ds->buf, (size_t)n, &d);
+        struct det_sample d;
+        struct det_summary s;
+        int rc = det_decode(ds->buf, (size_t)n, &d);
         if (rc < 0) {
             snprintf(what, sizeof what, "not a valid detection sample: %s", ffrt_det_strerror(rc));
             det_problem(v, i, rc, what);
             continue;
         }
-        rc = ffr_det_summary_decode(ri.summary, ri.summary_len, &s);
+        rc = det_summary_decode(ri.summary, ri.summary_len, &s);
         if (rc < 0) {
             snprintf(what, sizeof what, "index summary is not a detection summary: %s",
                      ffr_strerror(rc));
@@ -175,7 +175,7 @@ static int det_pass(struct vstate *v, struct ffrt_ds *ds)
         } else {
             /* what the loaders refuse, verify refuses: the one shared check */
             char why[200];
-            if ((rc = ffr_det_check(&d, why, sizeof why)) < 0) {
+            if ((rc = det_check(&d, why, sizeof why)) < 0) {
                 snprintf(what, sizeof what, "a sample training refuses: %s", why);
                 det_problem(v, i, rc, what);
             }

@@ -38,6 +38,7 @@
 #include "cli.h"
 #include "device.h"
 #include "cocoeval.h"
+#include "det.h"
 #include "ffr.h"
 #include "kern_cuda.h"
 #include "model.h"
@@ -399,21 +400,22 @@ static int run(const struct args *A)
         return 1;
     }
     /* val.py (v7.0) sizes with int(w0 * r), shrinks with INTER_AREA and enlarges with
-     * INTER_LINEAR: say so, with the full stored values, only when the pack differs */
-    char interp[160], rnd[32];
-    trn_meta_value(meta, mlen, "interp", interp, sizeof interp);
-    trn_meta_value(meta, mlen, "resize_round", rnd, sizeof rnd);
-    static const char val_interp[] = "area when shrinking, linear when enlarging"; /* yolo-pack's */
-    if (interp[0] && strncmp(interp, val_interp, sizeof val_interp - 1) != 0)
-        fprintf(stderr,
-                PROG ": warning: %s was packed with interp '%s'; val.py shrinks with INTER_AREA "
-                     "and enlarges with INTER_LINEAR (yolo-pack --interp val)\n",
-                A->records, interp);
-    if (strcmp(rnd, "int") != 0)
-        fprintf(stderr,
-                PROG ": warning: %s was packed with sizes rounded %s; val.py (v7.0) sizes with "
-                     "int(w0 * r) (yolo-pack --resize-round int, the default)\n",
-                A->records, rnd[0] ? rnd : "up (a pack older than resize_round)");
+     * INTER_LINEAR: say so only when the pack differs */
+    struct det_meta dm;
+    if (det_meta_parse(meta, mlen, &dm, NULL, 0) == 0) {
+        if (dm.interp != DET_INTERP_UNKNOWN && dm.interp != DET_INTERP_VAL)
+            fprintf(stderr,
+                    PROG ": warning: %s was packed with interp '%s'; val.py shrinks with "
+                         "INTER_AREA and enlarges with INTER_LINEAR (yolo-pack --interp val)\n",
+                    A->records, det_interp_name(dm.interp));
+        if (dm.round != DET_ROUND_INT)
+            fprintf(stderr,
+                    PROG ": warning: %s was packed with sizes rounded %s; val.py (v7.0) sizes "
+                         "with int(w0 * r) (yolo-pack --resize-round int, the default)\n",
+                    A->records,
+                    dm.round == DET_ROUND_CEIL ? "ceil" : "up (a pack older than resize_round)");
+    }
+    det_meta_free(&dm);
     struct trn_model *models[TRN_TTA_MAX_MODELS] = { 0 };
     const int n_models = A->n_weights ? A->n_weights : 1;
     int ret = 1;

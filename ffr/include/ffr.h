@@ -3,8 +3,8 @@
  *
  * A dataset is one file or several shards named by a manifest. Each record is a byte string
  * stored raw or zstd-compressed, with an xxh3-64 checksum, plus a small summary kept in the index
- * so that planning needs no record reads. The detection sample encoding that yolo-pack writes and
- * the trainer reads (ffr_det_*) is at the end of this header.
+ * so that planning needs no record reads. What a record holds is its user's business: the
+ * detection dataset (det/include/det.h) is the one this project writes.
  *
  * Errors: functions returning int give >= 0 on success and a negative code on failure: -errno
  * for system and argument errors, -FFR_E* for format errors. ffr_strerror() names both. The
@@ -354,91 +354,6 @@ FFR_API int64_t ffr_reader_verify_all(const struct ffr_reader *r, ffr_problem_fn
 
 /* Checks record i alone (frame header, hash, decode). Returns 0 or a negative error. */
 FFR_API int ffr_reader_verify(const struct ffr_reader *r, struct ffr_decoder *d, uint64_t i);
-
-/* ---------------------------------------------------------------------------------------- */
-/* Detection samples (docs/format.md section 8): one image and its labels per record.        */
-
-enum { FFR_DET_RGB8 = 0, FFR_DET_RGB8_SUB = 1, FFR_DET_JPEG = 2 };
-/* Where the pixels start in a sample ffr_det_encode writes (right after its header, format.md
- * 8), so that a producer can decode an image straight into its place in the record and hand
- * ffr_det_encode that same pointer (no copy is then made). 8 past a multiple of 16 on purpose:
- * see format.md 8.2. Decoders also read version-1 samples, whose pixels start at 64. */
-#define FFR_DET_PIXEL_OFFSET 72u
-
-/* The largest class index a detection sample holds (docs/format.md 8). */
-#define FFR_DET_CLASS_MAX 65535u
-
-/* A detection sample. For encoding, the caller fills it; after decoding, pointers are views
- * into the decoded buffer (valid while that buffer is). */
-struct ffr_det_sample {
-    uint32_t h, w;         /* stored image size in pixels */
-    uint32_t h0, w0;       /* original size (after EXIF orientation) */
-    uint32_t pixel_format; /* FFR_DET_* */
-    const uint8_t *pixels; /* pixel_bytes bytes (RGB8: h*w*3, HWC) */
-    uint32_t pixel_bytes;
-    uint32_t n_labels;          /* rows */
-    const float *labels;        /* n_labels x 5: class, cx, cy, w, h, normalised */
-    uint32_t n_points;          /* total polygon points; 0 = no segments */
-    const uint32_t *seg_counts; /* n_labels entries when n_points > 0, else NULL */
-    const float *seg_points;    /* n_points x 2 (x, y), normalised */
-    int64_t image_id;           /* -1 when unknown */
-    const char *name;           /* source file name, name_len bytes, not NUL-terminated */
-    uint32_t name_len;
-};
-
-/* Bytes ffr_det_encode needs for s. Returns 0 when s is invalid (sizes overflow u32). */
-FFR_API size_t ffr_det_encoded_size(const struct ffr_det_sample *s);
-
-/*
- * Serialises s into dst. With pixel_format FFR_DET_RGB8_SUB, s->pixels must hold plain RGB8
- * pixels: the filter is applied here. For the other formats s->pixels may already sit at
- * dst + FFR_DET_PIXEL_OFFSET (they are then left in place); any other overlap is not allowed.
- * Returns bytes written or -EINVAL (inconsistent sample), -FFR_ETOOBIG (dst_cap too small).
- */
-FFR_API int64_t ffr_det_encode(const struct ffr_det_sample *s, void *dst, size_t dst_cap);
-
-/*
- * Parses and checks a sample: every size against len, finite coordinates, whole-number classes.
- * On success *out holds views into buf (pixels still filtered for RGB8_SUB: use
- * ffr_det_pixels). Returns 0 or -FFR_EBADMAGIC, -FFR_EVERSION, -FFR_ECORRUPT.
- */
-FFR_API int ffr_det_decode(const void *buf, size_t len, struct ffr_det_sample *out);
-
-/*
- * Writes the sample's image as plain RGB8 (h*w*3 bytes) into dst, undoing the Sub filter.
- * Returns bytes written, -FFR_ETOOBIG, or -ENOTSUP for JPEG samples (decode those with a JPEG
- * library: they hold a JPEG file in pixels).
- */
-FFR_API int64_t ffr_det_pixels(const struct ffr_det_sample *s, uint8_t *dst, size_t dst_cap);
-
-/* The index summary of a detection record (docs/format.md 8.1). */
-struct ffr_det_summary {
-    uint32_t h, w, h0, w0; /* stored and original image sizes */
-    uint32_t n_labels;
-    const float *labels; /* n_labels x 5, a view into the summary bytes (4-byte aligned) */
-};
-
-/* The largest image side a consumer accepts (stored and original sizes). */
-#define FFR_DET_SIDE_MAX 65535u
-
-/*
- * What every consumer of detection samples requires beyond the encoding (ffr_det_decode): the
- * stored and original sizes in 1..FFR_DET_SIDE_MAX, and every label box normalised (cx, cy, w,
- * h within [0, 1]: what yolo-pack writes and ultralytics asserts of a label file). The training
- * and validation loaders and `ffr verify` apply exactly these checks, so a dataset that verify
- * passes is one that training accepts and reads as written. Returns 0, or -FFR_ECORRUPT with one
- * line in why (may be NULL) naming the first offending field.
- */
-FFR_API int ffr_det_check(const struct ffr_det_sample *s, char *why, size_t why_cap);
-/* The same checks of an index summary (its sizes and labels). */
-FFR_API int ffr_det_summary_check(const struct ffr_det_summary *m, char *why, size_t why_cap);
-
-/* Bytes of the summary of s: 20 + 20 * n_labels. */
-FFR_API size_t ffr_det_summary_size(const struct ffr_det_sample *s);
-/* Writes the summary of s. Returns bytes written or -FFR_ETOOBIG. */
-FFR_API int64_t ffr_det_summary_encode(const struct ffr_det_sample *s, void *dst, size_t dst_cap);
-/* Parses a summary (views into buf). Returns 0 or -FFR_ECORRUPT. */
-FFR_API int ffr_det_summary_decode(const void *buf, size_t len, struct ffr_det_summary *out);
 
 /* ---------------------------------------------------------------------------------------- */
 /* --- share: node-local shard cache (ffr_cache.c; docs/sharing.md) ---                      */

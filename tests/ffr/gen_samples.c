@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "det.h"
 #include "ffr.h"
 #include "testutil.h"
 
@@ -28,12 +29,12 @@ static int write_det(const char *path, uint32_t align, int codec)
         const uint32_t counts[2] = { 3, 0 };
         const float pts[6] = { 0.4f, 0.3f, 0.6f, 0.3f, 0.5f, 0.7f };
         char name[32];
-        struct ffr_det_sample s = {
+        struct det_sample s = {
             .h = 4,
             .w = 6,
             .h0 = 8,
             .w0 = 12,
-            .pixel_format = i == 1 ? FFR_DET_RGB8_SUB : FFR_DET_RGB8,
+            .pixel_format = i == 1 ? DET_RGB8_SUB : DET_RGB8,
             .pixels = px,
             .pixel_bytes = sizeof px,
             .n_labels = i == 2 ? 0 : 1 + i,
@@ -46,8 +47,8 @@ static int write_det(const char *path, uint32_t align, int codec)
         };
         s.name_len = (uint32_t)snprintf(name, sizeof name, "%012u.jpg", 100 + i);
         uint8_t buf[1024], sum[128];
-        const int64_t n = ffr_det_encode(&s, buf, sizeof buf);
-        const int64_t sn = ffr_det_summary_encode(&s, sum, sizeof sum);
+        const int64_t n = det_encode(&s, buf, sizeof buf);
+        const int64_t sn = det_summary_encode(&s, sum, sizeof sum);
         rc = n < 0    ? (int)n
              : sn < 0 ? (int)sn
                       : ffr_writer_append(w, buf, (size_t)n, sum, (size_t)sn);

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "det.h"
 #include "ffr.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -32,16 +33,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (uint64_t i = 0; i < n && i < 64; i++) {
                 struct ffr_record_info info;
                 if (ffr_reader_info(r, i, &info) < 0) continue;
-                struct ffr_det_summary sum;
-                ffr_det_summary_decode(info.summary, info.summary_len, &sum);
+                struct det_summary sum;
+                det_summary_decode(info.summary, info.summary_len, &sum);
                 void *buf = malloc(info.raw_len + 1);
                 if (!buf) continue;
                 const int64_t got = ffr_reader_read(r, d, i, buf, info.raw_len);
-                struct ffr_det_sample s;
-                if (got >= 0 && ffr_det_decode(buf, (size_t)got, &s) == 0 &&
-                    s.pixel_format != FFR_DET_JPEG) {
+                struct det_sample s;
+                if (got >= 0 && det_decode(buf, (size_t)got, &s) == 0 &&
+                    s.pixel_format != DET_JPEG) {
                     uint8_t *px = malloc(s.pixel_bytes + 1);
-                    if (px) ffr_det_pixels(&s, px, s.pixel_bytes);
+                    if (px) det_pixels(&s, px, s.pixel_bytes);
                     free(px);
                 }
                 free(buf);

@@ -14,6 +14,7 @@
 
 #include <turbojpeg.h>
 
+#include "det.h"
 #include "ffr.h"
 #include "image.h"
 
@@ -110,14 +111,14 @@ int main(int argc, char **argv)
         uint64_t stored_total = 0;
         for (int i = 0; i < n; i++) {
             const size_t len = (size_t)imgs[i].w * imgs[i].h * 3;
-            struct ffr_det_sample smp = {
+            struct det_sample smp = {
                 .h = (uint32_t)imgs[i].h,
                 .w = (uint32_t)imgs[i].w,
                 .h0 = 1,
                 .w0 = 1,
                 .pixels = imgs[i].px,
                 .pixel_bytes = (uint32_t)len,
-                .pixel_format = !is_jpeg && schemes[s].sub ? FFR_DET_RGB8_SUB : FFR_DET_RGB8,
+                .pixel_format = !is_jpeg && schemes[s].sub ? DET_RGB8_SUB : DET_RGB8,
             };
             const double t0 = now();
             if (is_jpeg) {
@@ -125,11 +126,11 @@ int main(int argc, char **argv)
                 unsigned char *jp = jpeg;
                 tjCompress2(tjc, imgs[i].px, imgs[i].w, 0, imgs[i].h, TJPF_RGB, &jp, &jl,
                             TJSAMP_420, 90, TJFLAG_NOREALLOC | TJFLAG_ACCURATEDCT);
-                smp.pixel_format = FFR_DET_JPEG;
+                smp.pixel_format = DET_JPEG;
                 smp.pixels = jp;
                 smp.pixel_bytes = (uint32_t)jl;
             }
-            const int64_t en = ffr_det_encode(&smp, filt, 8u << 20);
+            const int64_t en = det_encode(&smp, filt, 8u << 20);
             int used;
             const int64_t sn = ffr_encode(c, stored, 16u << 20, filt, (size_t)en,
                                           is_jpeg ? FFR_CODEC_RAW : schemes[s].codec,
@@ -147,13 +148,13 @@ int main(int argc, char **argv)
             const double t0 = now();
             for (int i = 0; i < n; i++) {
                 const int64_t got = ffr_reader_read(r, fd, (uint64_t)i, filt, 8u << 20);
-                struct ffr_det_sample back;
-                if (got < 0 || ffr_det_decode(filt, (size_t)got, &back) < 0) return 1;
-                if (back.pixel_format == FFR_DET_JPEG) {
+                struct det_sample back;
+                if (got < 0 || det_decode(filt, (size_t)got, &back) < 0) return 1;
+                if (back.pixel_format == DET_JPEG) {
                     if (tjDecompress2(tjd, back.pixels, back.pixel_bytes, out, (int)back.w, 0,
                                       (int)back.h, TJPF_RGB, TJFLAG_ACCURATEDCT) != 0)
                         return 1;
-                } else if (ffr_det_pixels(&back, out, 8u << 20) < 0) {
+                } else if (det_pixels(&back, out, 8u << 20) < 0) {
                     return 1;
                 }
             }

@@ -23,6 +23,7 @@
 #include <turbojpeg.h>
 
 #include "dataset.h"
+#include "det.h"
 #include "ffr.h"
 #include "image.h"
 #include "packer.h"
@@ -109,8 +110,8 @@ static void check_records(const char *ffr_path, const char *root, const char *wh
     size_t next_sample = 0;
     for (uint64_t i = 0; i < ffr_reader_count(r); i++) {
         const int64_t n = ffr_reader_read(r, fd, i, buf, 8u << 20);
-        struct ffr_det_sample s;
-        if (n < 0 || ffr_det_decode(buf, (size_t)n, &s) < 0) {
+        struct det_sample s;
+        if (n < 0 || det_decode(buf, (size_t)n, &s) < 0) {
             bad_labels++;
             continue;
         }
@@ -140,22 +141,22 @@ static void check_records(const char *ffr_path, const char *root, const char *wh
                     l[3] != row->w || l[4] != row->h)
                     bad_labels++;
             }
-        if (s.pixel_format != FFR_DET_JPEG) {
+        if (s.pixel_format != DET_JPEG) {
             FILE *f = fopen(src->image_path, "rb");
             const size_t fl = f ? fread(file, 1, 8u << 20, f) : 0;
             if (f) fclose(f);
             struct pack_image img;
             if (pack_image_load(dec, 640, PACK_IMAGE_INTERP_AUTO_TRAIN, file, fl, &img) < 0 ||
                 (uint32_t)img.width != s.w || (uint32_t)img.height != s.h ||
-                ffr_det_pixels(&s, px, 8u << 20) != (int64_t)s.w * s.h * 3 ||
+                det_pixels(&s, px, 8u << 20) != (int64_t)s.w * s.h * 3 ||
                 memcmp(px, img.pixels, (size_t)s.w * s.h * 3) != 0 ||
                 (uint32_t)img.src_width != s.w0 || (uint32_t)img.src_height != s.h0)
                 bad_pixels++;
         }
         struct ffr_record_info info;
-        struct ffr_det_summary sum;
+        struct det_summary sum;
         ffr_reader_info(r, i, &info);
-        if (ffr_det_summary_decode(info.summary, info.summary_len, &sum) < 0 || sum.w != s.w ||
+        if (det_summary_decode(info.summary, info.summary_len, &sum) < 0 || sum.w != s.w ||
             sum.h != s.h || sum.n_labels != s.n_labels)
             bad_summary++;
     }

@@ -8,13 +8,14 @@
  * "records N" and "metadata LEN xxh3". The file is opened with ffr_reader_open, checked whole with
  * ffr_reader_verify_all, and every record read with ffr_reader_read; when the metadata has the
  * line `encoding: ffr-det-1` (docs/format.md 8.3), every record is also decoded with
- * ffr_det_decode and its summary compared with the one the library derives from the sample.
+ * det_decode and its summary compared with the one the library derives from the sample.
  * Exit 0 when all of that succeeds; 1, with one line per problem on stderr ending in the error's
  * name (e.g. "(FFR_ECORRUPT)"), when anything fails; 2 on bad usage.
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "det.h"
 #include "ffr.h"
 
 #include <inttypes.h>
@@ -110,16 +111,16 @@ int main(int argc, char **argv)
             goto out;
         }
         if (det) {
-            struct ffr_det_sample s;
-            rc = ffr_det_decode(buf, info.raw_len, &s);
-            const size_t want = rc < 0 ? 0 : ffr_det_summary_size(&s);
+            struct det_sample s;
+            rc = det_decode(buf, info.raw_len, &s);
+            const size_t want = rc < 0 ? 0 : det_summary_size(&s);
             if (rc == 0 && want > sum_cap) {
                 uint8_t *const grown = realloc(sum, want);
                 if (!grown) goto out;
                 sum = grown;
                 sum_cap = want;
             }
-            if (rc == 0) rc = ffr_det_summary_encode(&s, sum, sum_cap);
+            if (rc == 0) rc = det_summary_encode(&s, sum, sum_cap);
             if (rc < 0 || want != info.summary_len || memcmp(sum, info.summary, want)) {
                 fprintf(stderr, "ffr_lines: %s: record %" PRIu64 ": %s (%s)\n", path, i,
                         rc < 0 ? ffr_strerror((int)rc) : "index summary differs from the sample",

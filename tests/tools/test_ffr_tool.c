@@ -21,6 +21,7 @@
 #include <png.h>
 #include <turbojpeg.h>
 
+#include "det.h"
 #include "ffr.h"
 #include "tap.h"
 
@@ -36,7 +37,7 @@ static char tmp[256];
 #define N_CLASSES 3
 
 struct sample {
-    struct ffr_det_sample s;
+    struct det_sample s;
     uint8_t *rgb; /* plain RGB8 (what export must reproduce); for JPEG the decoded source */
     uint8_t *jpeg;
     float labels[3 * 5];
@@ -98,7 +99,7 @@ static int make_samples(void)
         m->s.w = w;
         m->s.h0 = h * 10;
         m->s.w0 = w * 10 + (uint32_t)k;
-        m->s.pixel_format = k == 1 ? FFR_DET_RGB8_SUB : FFR_DET_RGB8;
+        m->s.pixel_format = k == 1 ? DET_RGB8_SUB : DET_RGB8;
         m->s.pixels = m->rgb;
         m->s.pixel_bytes = h * w * 3;
         m->s.image_id = k == 5 ? -1 : 1000 + k;
@@ -135,7 +136,7 @@ static int make_samples(void)
                            TJSAMP_420, 90, 0) != 0)
         return -1;
     tjDestroy(tj);
-    j->s.pixel_format = FFR_DET_JPEG;
+    j->s.pixel_format = DET_JPEG;
     j->s.pixels = j->jpeg;
     j->s.pixel_bytes = (uint32_t)len;
     set_label(j, 0, 1, 0.5f, 0.5f, 0.5f, 0.5f);
@@ -155,12 +156,12 @@ static int write_dataset(const char *path, uint64_t shard_bytes, int lie)
     int rc = ffr_writer_open(&w, path, &o);
     if (rc < 0) return rc;
     for (int k = 0; k < N_SAMPLES && rc >= 0; k++) {
-        const struct ffr_det_sample *s = &samples[k].s;
-        const size_t n = ffr_det_encoded_size(s);
+        const struct det_sample *s = &samples[k].s;
+        const size_t n = det_encoded_size(s);
         uint8_t *buf = malloc(n);
         uint8_t sum[256];
-        int64_t e = buf ? ffr_det_encode(s, buf, n) : -ENOMEM;
-        int64_t sn = ffr_det_summary_encode(s, sum, sizeof sum);
+        int64_t e = buf ? det_encode(s, buf, n) : -ENOMEM;
+        int64_t sn = det_summary_encode(s, sum, sizeof sum);
         if (k == lie) sum[0] ^= 1; /* h, little-endian */
         if (e >= 0 && sn >= 0)
             rc = ffr_writer_append(w, buf, (size_t)e, sum, (size_t)sn);
@@ -776,7 +777,7 @@ static void check_verify_summary_lie(void)
 
 /* What training refuses, verify refuses (issue 20: these passed verify and were trained on, or
  * made yolo-train refuse the whole dataset with a wrong hint): one bad field at a time, sample
- * and summary consistent, so only the shared ffr_det_check can catch it. */
+ * and summary consistent, so only the shared det_check can catch it. */
 static void check_verify_semantics(void)
 {
     static const struct {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/check-layers: the tree as it is passes, and copies of it with a forbidden include
 # (upward between trainer layers, a priv/ header from another folder, the trainer from a lower
-# library, a "../" climb) each fail with a line naming the file and the header.
+# library, ffr including det, a "../" climb) each fail with a line naming the file and the header;
+# copies where a file outside det/ looks up a dataset metadata key itself fail naming the file
+# and the key.
 # Usage: test_layers.sh SOURCE_ROOT
 set -u
 src=$1
@@ -20,7 +22,7 @@ case_fails() {
   local file=$1 line=$2 header=$3 what=$4
   rm -rf "$tmp/t"
   mkdir -p "$tmp/t"
-  cp -r "$src/ffr" "$src/io" "$src/kernels" "$src/pack" "$src/trainer" "$src/tools" "$src/scripts" "$tmp/t/"
+  cp -r "$src/ffr" "$src/det" "$src/io" "$src/kernels" "$src/pack" "$src/trainer" "$src/tools" "$src/scripts" "$tmp/t/"
   mkdir -p "$tmp/t/tests"
   echo "$line" >>"$tmp/t/$file"
   local o
@@ -40,5 +42,35 @@ case_fails trainer/weights/weights.c '#include "priv/dist_internal.h"' priv/dist
 case_fails ffr/reader.c '#include "model.h"' model.h "a lower library includes the trainer"
 case_fails trainer/train/train.c '#include "../core/hyp.h"' ../core/hyp.h "a ../ climb"
 case_fails trainer/eval/nms.c '#include "packer.h"' packer.h "the trainer includes pack/"
+case_fails ffr/reader.c '#include "det.h"' det.h "ffr includes det, the dataset above it"
+# one case: FILE gets LINE appended; the check must fail naming FILE and the metadata KEY.
+meta_fails() {
+  local file=$1 line=$2 key=$3 what=$4
+  rm -rf "$tmp/t"
+  mkdir -p "$tmp/t/tests"
+  cp -r "$src/ffr" "$src/det" "$src/io" "$src/kernels" "$src/pack" "$src/trainer" "$src/tools" "$src/scripts" "$tmp/t/"
+  printf '%s\n' "$line" >>"$tmp/t/$file"
+  local o
+  if o=$("$tmp/t/scripts/check-layers" "$tmp/t" 2>&1); then
+    notok "$what: not detected"
+  elif echo "$o" | grep -q "^$file: looks up the dataset metadata key \"$key\""; then
+    ok "$what: $o"
+  else
+    notok "$what: wrong message"
+    echo "$o" | sed 's/^/# /'
+  fi
+}
+meta_fails trainer/data/loader.c 'static int is_det(const char *m, size_t n) { return memmem(m, n, "ffr-det-1", 9) != 0; }' \
+  ffr-det-1 "the loader finds the encoding with memmem"
+meta_fails trainer/eval/nms.c 'static int ceil_round(const char *m, size_t n) { return memmem(m, n, "resize_round: ceil", 18) != 0; }' \
+  resize_round "a file that never reads metadata looks up resize_round"
+meta_fails tools/yolo_val.c 'static void nm(const char *m, size_t n, char *d) { trn_meta_value(m, n, "names", d, 8); }' \
+  names "a program that reads a dataset's metadata looks up names itself"
+# a comment may name a key: the tree with one added still passes
+rm -rf "$tmp/t"
+mkdir -p "$tmp/t/tests"
+cp -r "$src/ffr" "$src/det" "$src/io" "$src/kernels" "$src/pack" "$src/trainer" "$src/tools" "$src/scripts" "$tmp/t/"
+echo '/* memmem(meta, n, "ffr-det-1", 9) was how this was done */' >>"$tmp/t/trainer/data/loader.c"
+o=$("$tmp/t/scripts/check-layers" "$tmp/t" 2>&1) && ok "a comment naming a key passes" || { notok "a comment naming a key fails"; echo "$o" | sed 's/^/# /'; }
 echo "1..$n"
 exit $((fails > 0))

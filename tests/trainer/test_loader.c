@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "det.h"
 #include "ffr.h"
 #include "kern.h"
 #include "augment.h"
@@ -383,9 +384,9 @@ static void test_identity(void)
         for (int j = 0; j < b.n; j++) {
             const uint64_t idx = b.info[j].index;
             const int64_t len = ffr_reader_read(r, NULL, idx, raw, 1 << 20);
-            struct ffr_det_sample s;
-            if (len < 0 || ffr_det_decode(raw, (size_t)len, &s) < 0 ||
-                ffr_det_pixels(&s, rgb, IMG * IMG * 3) < 0) {
+            struct det_sample s;
+            if (len < 0 || det_decode(raw, (size_t)len, &s) < 0 ||
+                det_pixels(&s, rgb, IMG * IMG * 3) < 0) {
                 pix_ok = 0;
                 continue;
             }
@@ -489,13 +490,13 @@ static void test_resize_on_load(void)
             const int th = ratio == 1 ? (int)in->h0 : (int)(in->h0 * ratio);
             if ((int)in->w != tw || (int)in->h != th) size_ok = 0;
             const int64_t len = ffr_reader_read(r, NULL, in->index, raw, 1 << 20);
-            struct ffr_det_sample s;
+            struct det_sample s;
             struct trn_aug_letterbox_opts lo;
             trn_aug_letterbox_opts_default(&lo);
             lo.scaleup = false;
             struct trn_aug_letterbox_plan lp;
-            if (len < 0 || ffr_det_decode(raw, (size_t)len, &s) < 0 ||
-                ffr_det_pixels(&s, rgb, IMG * IMG * 3) < 0 ||
+            if (len < 0 || det_decode(raw, (size_t)len, &s) < 0 ||
+                det_pixels(&s, rgb, IMG * IMG * 3) < 0 ||
                 trn_aug_resize_linear(rgb, (int)s.w, (int)s.h, small, tw, th) < 0 ||
                 trn_aug_letterbox_plan(tw, th, S, S, &lo, &lp) < 0 ||
                 trn_aug_letterbox(small, tw, th, &lp, lbx, S * S * 3) < 0) {
@@ -594,9 +595,9 @@ static void test_rect_train(void)
     int64_t order[N_TRAIN];
     for (uint64_t i = 0; r && i < N_TRAIN; i++) {
         struct ffr_record_info info;
-        struct ffr_det_summary sm;
+        struct det_summary sm;
         ffr_reader_info(r, i, &info);
-        ffr_det_summary_decode(info.summary, info.summary_len, &sm);
+        det_summary_decode(info.summary, info.summary_len, &sm);
         hw[2 * i] = (int32_t)sm.h0, hw[2 * i + 1] = (int32_t)sm.w0;
     }
     ffr_reader_close(r);
@@ -638,9 +639,9 @@ static void test_val(void)
     int order[N_VAL];
     for (int i = 0; i < N_VAL; i++) {
         struct ffr_record_info info;
-        struct ffr_det_summary s;
+        struct det_summary s;
         ffr_reader_info(r, (uint64_t)i, &info);
-        ffr_det_summary_decode(info.summary, info.summary_len, &s);
+        det_summary_decode(info.summary, info.summary_len, &s);
         ar[i] = (double)s.h0 / s.w0;
         order[i] = i;
     }
@@ -770,9 +771,9 @@ static void test_segments(void)
     uint64_t points = 0;
     uint8_t *raw = malloc(1 << 20);
     for (uint64_t i = 0; r && i < ffr_reader_count(r); i++) {
-        struct ffr_det_sample s;
+        struct det_sample s;
         const int64_t len = ffr_reader_read(r, NULL, i, raw, 1 << 20);
-        if (len > 0 && ffr_det_decode(raw, (size_t)len, &s) == 0) points += s.n_points;
+        if (len > 0 && det_decode(raw, (size_t)len, &s) == 0) points += s.n_points;
     }
     free(raw);
     ffr_reader_close(r);

@@ -188,24 +188,25 @@ struct trn_loader {
     uint64_t ram_cap;                /* cache_ram: most bytes to hold */
     struct trn_aug_hyp aug;
     struct trn_plan_probs probs;
-    struct trn_sampler sampler; /* template for the workers */
-    uint64_t n;                 /* records */
-    struct rec_meta *meta;      /* [n] */
-    uint64_t rank_samples;      /* per epoch on this rank */
-    uint64_t steps;             /* batches per epoch */
-    int cap_rows;               /* label rows one sample may produce */
-    size_t max_extent, max_raw; /* largest record extent and decoded size */
-    bool any_coded;             /* some record needs decoding (not FFR_CODEC_RAW) */
-    size_t max_pixels;          /* largest h * w * 3 */
-    size_t max_tile;            /* largest th * tw * 3 */
-    uint64_t *indices;          /* trn_loader_set_indices' table (n), or NULL */
-    uint64_t n_resized;         /* records packed larger than img_size, resized on load */
-    bool round_ceil;            /* the pack sized with math.ceil (yolo-pack --resize-round) */
-    int64_t *order;             /* rect: dataset indices sorted by aspect ratio */
-    int32_t *shapes;            /* rect: (h, w) per batch */
-    int max_h, max_w;           /* largest batch image */
-    size_t elem;                /* bytes per image element */
-    float lut[256];             /* u8 -> float / 255 */
+    struct trn_sampler sampler;    /* template for the workers */
+    uint64_t n;                    /* records */
+    struct rec_meta *meta;         /* [n] */
+    struct det_labels *own_labels; /* built here when the caller gave no table */
+    uint64_t rank_samples;         /* per epoch on this rank */
+    uint64_t steps;                /* batches per epoch */
+    int cap_rows;                  /* label rows one sample may produce */
+    size_t max_extent, max_raw;    /* largest record extent and decoded size */
+    bool any_coded;                /* some record needs decoding (not FFR_CODEC_RAW) */
+    size_t max_pixels;             /* largest h * w * 3 */
+    size_t max_tile;               /* largest th * tw * 3 */
+    uint64_t *indices;             /* trn_loader_set_indices' table (n), or NULL */
+    uint64_t n_resized;            /* records packed larger than img_size, resized on load */
+    bool round_ceil;               /* the pack sized with math.ceil (yolo-pack --resize-round) */
+    int64_t *order;                /* rect: dataset indices sorted by aspect ratio */
+    int32_t *shapes;               /* rect: (h, w) per batch */
+    int max_h, max_w;              /* largest batch image */
+    size_t elem;                   /* bytes per image element */
+    float lut[256];                /* u8 -> float / 255 */
     unsigned depth;
     struct slot *slots;
     unsigned n_workers;
@@ -356,13 +357,13 @@ static int make_tile(struct worker *w, int k, uint64_t idx, const void *payload,
                      struct trn_aug_tile *t, char *why, size_t why_cap)
 {
     const struct trn_loader *l = w->l;
-    struct ffr_det_sample s;
-    const int rc = ffr_det_decode(payload, len, &s);
+    struct det_sample s;
+    const int rc = det_decode(payload, len, &s);
     if (rc < 0) {
         snprintf(why, why_cap, "not a detection sample (%s)", ffr_strerror(rc));
         return 1;
     }
-    if (ffr_det_check(&s, why, why_cap) < 0) return 1; /* the check ffr verify makes */
+    if (det_check(&s, why, why_cap) < 0) return 1; /* the check ffr verify makes */
     const struct rec_meta *m = &l->meta[idx];
     if (s.h != m->h || s.w != m->w || s.n_labels != m->n_labels) {
         snprintf(why, why_cap,
@@ -372,14 +373,14 @@ static int make_tile(struct worker *w, int k, uint64_t idx, const void *payload,
         return 1;
     }
     const uint8_t *pixels = s.pixels;
-    if (s.pixel_format == FFR_DET_JPEG) {
+    if (s.pixel_format == DET_JPEG) {
         snprintf(w->msg, sizeof w->msg,
                  "record %" PRIu64 ": JPEG pixels are not supported by the loader; repack with "
                  "yolo-pack --codec zstd or raw",
                  idx);
         return -ENOTSUP;
     }
-    if (s.pixel_format == FFR_DET_RGB8_SUB) {
+    if (s.pixel_format == DET_RGB8_SUB) {
         if (!w->pix[k]) {
             w->pix[k] = malloc(l->max_pixels);
             if (!w->pix[k]) {
@@ -387,13 +388,13 @@ static int make_tile(struct worker *w, int k, uint64_t idx, const void *payload,
                 return -ENOMEM;
             }
         }
-        const int64_t got = ffr_det_pixels(&s, w->pix[k], l->max_pixels);
+        const int64_t got = det_pixels(&s, w->pix[k], l->max_pixels);
         if (got < 0) {
             snprintf(why, why_cap, "pixels do not decode (%s)", ffr_strerror((int)got));
             return 1;
         }
         pixels = w->pix[k];
-    } else if (s.pixel_format != FFR_DET_RGB8) {
+    } else if (s.pixel_format != DET_RGB8) {
         snprintf(why, why_cap, "unknown pixel format %" PRIu32, s.pixel_format);
         return 1;
     }
@@ -1171,7 +1172,7 @@ static void *worker_main(void *arg)
  * so each side is within a pixel of ceil(w0 * r). One pixel of slack on each side keeps this a
  * check of the packing size, not of the packer's rounding.
  */
-static bool packed_for(const struct ffr_det_summary *m, uint32_t s)
+static bool packed_for(const struct det_summary *m, uint32_t s)
 {
     if (m->h0 == 0 || m->w0 == 0) return false;
     const double r = (double)s / (double)(m->h0 > m->w0 ? m->h0 : m->w0);
@@ -1200,29 +1201,34 @@ static void load_size(uint32_t w0, uint32_t h0, uint32_t s, bool ceil_round, uin
 static int scan_index(struct trn_loader *l, char *err, size_t cap)
 {
     size_t mlen = 0;
-    const char *meta = ffr_reader_metadata(l->r, &mlen);
-    if (!meta || mlen == 0 || !memmem(meta, mlen, "ffr-det-1", 9))
+    const char *text = ffr_reader_metadata(l->r, &mlen);
+    struct det_meta dm;
+    char why[300];
+    int rc = det_meta_parse(text, mlen, &dm, why, sizeof why);
+    const bool is_det = dm.is_det;
+    l->round_ceil = dm.round == DET_ROUND_CEIL;
+    det_meta_free(&dm);
+    if (rc < 0) return trn_fail(err, cap, rc, "%s", rc == -ENOMEM ? "out of memory" : why);
+    if (!is_det)
         return trn_fail(err, cap, -EINVAL,
-                        "not a detection dataset (its metadata has no 'encoding: ffr-det-1'); "
-                        "make it with yolo-pack");
+                        "not a detection dataset (its metadata has no 'encoding: " DET_ENCODING
+                        "'); make it with yolo-pack");
+    /* the table of the caller's (the trainer builds one for everyone), or one of its own */
+    const struct det_labels *t = l->o.labels;
+    if (!t) {
+        if ((rc = det_labels_build(l->r, NULL, &l->own_labels, err, cap)) < 0) return rc;
+        t = l->own_labels;
+    }
+    if (t->n != l->n) return trn_fail(err, cap, -EINVAL, "the label table is of another dataset");
     l->meta = calloc(l->n, sizeof *l->meta);
     if (!l->meta) return trn_fail(err, cap, -ENOMEM, "out of memory for %" PRIu64 " records", l->n);
-    uint32_t max_labels = 0;
     const uint32_t s = (uint32_t)l->o.img_size;
-    l->round_ceil = memmem(meta, mlen, "resize_round: ceil", 18) != NULL;
     for (uint64_t i = 0; i < l->n; i++) {
         struct ffr_record_info info;
-        struct ffr_det_summary sum;
-        int rc = ffr_reader_info(l->r, i, &info);
-        if (rc < 0) return trn_fail(err, cap, rc, "record %" PRIu64 ": %s", i, ffr_strerror(rc));
-        rc = ffr_det_summary_decode(info.summary, info.summary_len, &sum);
-        if (rc < 0)
-            return trn_fail(err, cap, rc, "record %" PRIu64 ": index summary does not parse (%s)",
-                            i, ffr_strerror(rc));
-        char why[200];
-        if ((rc = ffr_det_summary_check(&sum, why, sizeof why)) < 0) /* as ffr verify */
-            return trn_fail(err, cap, rc,
-                            "record %" PRIu64 ": %s (ffr verify names every such record)", i, why);
+        if ((rc = ffr_reader_info(l->r, i, &info)) < 0)
+            return trn_fail(err, cap, rc, "record %" PRIu64 ": %s", i, ffr_strerror(rc));
+        const struct det_image *im = &t->image[i];
+        const struct det_summary sum = { im->h, im->w, im->h0, im->w0, 0, NULL };
         uint32_t tw = sum.w, th = sum.h;
         if (!packed_for(&sum, s)) {
             /* Packed larger: shrink on load. Smaller would enlarge stored pixels, which is not
@@ -1237,15 +1243,16 @@ static int scan_index(struct trn_loader *l, char *err, size_t cap)
             load_size(sum.w0, sum.h0, s, l->round_ceil, &tw, &th);
             l->n_resized++;
         }
-        l->meta[i] = (struct rec_meta){ sum.h, sum.w, sum.h0, sum.w0, th, tw, sum.n_labels };
+        const uint32_t n_labels = (uint32_t)(t->first[i + 1] - t->first[i]);
+        l->meta[i] = (struct rec_meta){ sum.h, sum.w, sum.h0, sum.w0, th, tw, n_labels };
         if ((size_t)th * tw * 3 > l->max_tile) l->max_tile = (size_t)th * tw * 3;
-        if (sum.n_labels > max_labels) max_labels = sum.n_labels;
         if (info.extent_len > l->max_extent) l->max_extent = (size_t)info.extent_len;
         if (info.raw_len > l->max_raw) l->max_raw = info.raw_len;
         if (info.codec != FFR_CODEC_RAW) l->any_coded = true;
         const size_t px = (size_t)sum.h * sum.w * 3;
         if (px > l->max_pixels) l->max_pixels = px;
     }
+    const uint32_t max_labels = t->max_rows;
     if (max_labels > 100000)
         return trn_fail(err, cap, -EINVAL, "a record has %" PRIu32 " labels (limit 100000)",
                         max_labels);
@@ -1710,6 +1717,7 @@ void trn_loader_destroy(struct trn_loader *l)
         free(atomic_load(&l->ram[i]));
     free((void *)l->ram);
     free(l->meta);
+    det_labels_free(l->own_labels);
     free(l->indices);
     free(l->order);
     free(l->shapes);

@@ -67,6 +67,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "det.h"
 #include "ffio.h"
 #include "ffr.h"
 #include "hyp.h"
@@ -153,6 +154,9 @@ struct trn_loader_opts {
                                         io.io.direct FFIO_DIRECT_AUTO (the default), a dataset
                                         within a quarter of MemTotal is read through the page
                                         cache (one log line), a larger one with O_DIRECT */
+    const struct det_labels *labels; /* the dataset's label table (det_labels_build), which the
+                                        caller keeps alive while the loader lives; NULL (the
+                                        default): the loader builds its own */
     trn_loader_log_fn log;           /* optional; NULL drops the lines */
     void *log_ctx;                   /* passed to log */
     trn_loader_damaged_fn damaged;   /* optional: a shard's record failed its checksum (a node

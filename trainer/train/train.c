@@ -96,22 +96,6 @@ static int dataset_names(struct run *R, bool single_cls)
     return 0;
 }
 
-/* Most label rows of one record, from the index summaries (no record reads). */
-static int64_t max_labels(const struct ffr_reader *r)
-{
-    int64_t most = 0;
-    const uint64_t n = ffr_reader_count(r);
-    for (uint64_t i = 0; i < n; i++) {
-        struct ffr_record_info ri;
-        struct ffr_det_summary s;
-        if (ffr_reader_info(r, i, &ri) < 0 ||
-            ffr_det_summary_decode(ri.summary, ri.summary_len, &s) < 0)
-            continue;
-        if ((int64_t)s.n_labels > most) most = s.n_labels;
-    }
-    return most;
-}
-
 /* The model as train.py's Model() prints it: the nc override, the layer table, the summary.
  * yaml_nc > 0: the nc the model's yaml stands for (a checkpoint's: its yaml text predates the
  * override it was trained with, where ultralytics' saved yaml carries it). */
@@ -234,41 +218,26 @@ static void *labels_job_run(void *arg)
 static void plot_labels(struct run *R)
 {
     if (R->rank != 0 || R->o.noplots || R->o.resume || !R->o.run_dir) return;
-    const uint64_t n = ffr_reader_count(R->data);
-    size_t nl = 0, k = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        struct labels_job *j = NULL;
-        if (pass == 1 && (!(j = calloc(1, sizeof *j)) || !(j->rows = malloc((nl + 1) * 20)))) {
-            free(j);
-            run_log(R, "WARNING: labels.jpg: out of memory");
-            return;
-        }
-        for (uint64_t i = 0; i < n; i++) {
-            struct ffr_record_info ri;
-            struct ffr_det_summary s;
-            if (ffr_reader_info(R->data, i, &ri) < 0 ||
-                ffr_det_summary_decode(ri.summary, ri.summary_len, &s) < 0)
-                continue;
-            if (pass == 0) {
-                nl += s.n_labels;
-                continue;
-            }
-            for (uint32_t q = 0; q < s.n_labels && k < nl; q++, k++) {
-                memcpy(j->rows + 5 * k, s.labels + 5 * q, 5 * sizeof(float));
-                if (R->o.single_cls) j->rows[5 * k] = 0;
-            }
-        }
-        if (pass == 0) continue;
-        j->n = k;
-        j->names.names = R->names;
-        j->names.n = R->n_names;
-        j->R = R;
-        run_log(R, "Plotting labels to %s/labels.jpg... ", R->o.run_dir);
-        if (pthread_create(&R->plot_thread[R->n_plot_threads], NULL, labels_job_run, j) == 0)
-            R->n_plot_threads++;
-        else
-            labels_job_run(j);
+    const struct det_labels *t = R->labels;
+    const size_t nl = (size_t)t->first[t->n];
+    struct labels_job *j = calloc(1, sizeof *j);
+    if (!j || !(j->rows = malloc((nl + 1) * 20))) {
+        free(j);
+        run_log(R, "WARNING: labels.jpg: out of memory");
+        return;
     }
+    memcpy(j->rows, t->rows, nl * 20);
+    for (size_t k = 0; R->o.single_cls && k < nl; k++)
+        j->rows[5 * k] = 0;
+    j->n = nl;
+    j->names.names = R->names;
+    j->names.n = R->n_names;
+    j->R = R;
+    run_log(R, "Plotting labels to %s/labels.jpg... ", R->o.run_dir);
+    if (pthread_create(&R->plot_thread[R->n_plot_threads], NULL, labels_job_run, j) == 0)
+        R->n_plot_threads++;
+    else
+        labels_job_run(j);
 }
 
 /* --image-weights: the classes of every image's labels from the index summaries (no record
@@ -282,37 +251,25 @@ static int image_weights_setup(struct run *R, char *err, size_t cap)
                         "as in train.py");
     const uint64_t n = ffr_reader_count(R->data);
     const int nc = R->info->nc;
-    R->iw_first = calloc(n + 1, sizeof *R->iw_first);
     R->iw_image = calloc(n + 1, sizeof *R->iw_image);
     R->iw_draw = calloc(n + 1, sizeof *R->iw_draw);
     R->iw_class = calloc((size_t)nc, sizeof *R->iw_class);
     R->maps = calloc((size_t)nc, sizeof *R->maps);
-    if (!R->iw_first || !R->iw_image || !R->iw_draw || !R->iw_class || !R->maps)
+    if (!R->iw_image || !R->iw_draw || !R->iw_class || !R->maps)
         return trn_fail(err, cap, -ENOMEM, "--image-weights: out of memory");
-    for (int pass = 0; pass < 2; pass++) {
-        uint64_t k = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            struct ffr_record_info ri;
-            struct ffr_det_summary s;
-            int rc = ffr_reader_info(R->data, i, &ri);
-            if (rc == 0) rc = ffr_det_summary_decode(ri.summary, ri.summary_len, &s);
-            if (rc < 0)
-                return trn_fail(err, cap, rc, "%s: record %" PRIu64 ": %s", R->o.records, i,
-                                ffr_strerror(rc));
-            R->iw_first[i] = k;
-            for (uint32_t q = 0; q < s.n_labels; q++, k++) {
-                const float c = R->o.single_cls ? 0.0f : s.labels[5 * q];
-                if (pass == 1) R->iw_cls[k] = (int32_t)c;
-                if (!(c >= 0 && c < (float)nc))
-                    return trn_fail(err, cap, -EINVAL,
-                                    "%s: record %" PRIu64 " has class %g, the model has nc=%d",
-                                    R->o.records, i, (double)c, nc);
-            }
+    const struct det_labels *t = R->labels;
+    const uint64_t rows = t->first[n];
+    if (!(R->iw_cls = malloc((rows + 1) * sizeof *R->iw_cls)))
+        return trn_fail(err, cap, -ENOMEM, "--image-weights: out of memory");
+    for (uint64_t i = 0; i < n; i++)
+        for (uint64_t k = t->first[i]; k < t->first[i + 1]; k++) {
+            const float c = R->o.single_cls ? 0.0f : t->rows[5 * k];
+            if (!(c >= 0 && c < (float)nc))
+                return trn_fail(err, cap, -EINVAL,
+                                "%s: record %" PRIu64 " has class %g, the model has nc=%d",
+                                R->o.records, i, (double)c, nc);
+            R->iw_cls[k] = (int32_t)c;
         }
-        R->iw_first[n] = k;
-        if (pass == 0 && !(R->iw_cls = malloc((k + 1) * sizeof *R->iw_cls)))
-            return trn_fail(err, cap, -ENOMEM, "--image-weights: out of memory");
-    }
     return 0;
 }
 
@@ -322,7 +279,7 @@ static int image_weights_apply(struct run *R, int epoch, int64_t step, char *err
 {
     if (!R->o.image_weights) return 0;
     const uint64_t n = ffr_reader_count(R->data);
-    int rc = trn_image_weights(R->iw_first, R->iw_cls, n, R->info->nc, R->maps, R->iw_class,
+    int rc = trn_image_weights(R->labels->first, R->iw_cls, n, R->info->nc, R->maps, R->iw_class,
                                R->iw_image);
     if (rc == 0)
         rc = trn_sampler_weighted_indices(R->iw_image, n, R->o.seed, (uint32_t)epoch, R->iw_draw);
@@ -342,38 +299,23 @@ static void autoanchor_log(void *ctx, const char *line)
  * summaries (no record reads): every rank computes the same anchors from the same seed. */
 static int run_autoanchor(struct run *R, char *err, size_t cap)
 {
-    const uint64_t n = ffr_reader_count(R->data);
-    size_t nl = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        struct ffr_record_info ri;
-        struct ffr_det_summary s;
-        if (ffr_reader_info(R->data, i, &ri) == 0 &&
-            ffr_det_summary_decode(ri.summary, ri.summary_len, &s) == 0)
-            nl += s.n_labels;
-    }
+    const struct det_labels *t = R->labels;
+    const uint64_t n = t->n, nl = t->first[n];
     float *shape = malloc(((size_t)n + 1) * 2 * sizeof *shape);
     size_t *first = malloc(((size_t)n + 1) * sizeof *first);
-    float *wh = malloc((nl + 1) * 2 * sizeof *wh);
+    float *wh = malloc(((size_t)nl + 1) * 2 * sizeof *wh);
     if (!shape || !first || !wh) {
         free(shape), free(first), free(wh);
         return trn_fail(err, cap, -ENOMEM, "AutoAnchor: out of memory");
     }
-    size_t k = 0, m = 0;
     for (uint64_t i = 0; i < n; i++) {
-        struct ffr_record_info ri;
-        struct ffr_det_summary s;
-        if (ffr_reader_info(R->data, i, &ri) < 0 ||
-            ffr_det_summary_decode(ri.summary, ri.summary_len, &s) < 0 || k + s.n_labels > nl)
-            continue;
-        shape[2 * m] = (float)s.w0, shape[2 * m + 1] = (float)s.h0;
-        first[m] = k;
-        for (uint32_t j = 0; j < s.n_labels; j++)
-            wh[2 * (k + j)] = s.labels[5 * j + 3], wh[2 * (k + j) + 1] = s.labels[5 * j + 4];
-        k += s.n_labels;
-        m++;
+        shape[2 * i] = (float)t->image[i].w0, shape[2 * i + 1] = (float)t->image[i].h0;
+        first[i] = (size_t)t->first[i];
     }
-    first[m] = k;
-    const struct trn_anchor_data d = { m, shape, first, wh };
+    first[n] = (size_t)nl;
+    for (uint64_t k = 0; k < nl; k++)
+        wh[2 * k] = t->rows[5 * k + 3], wh[2 * k + 1] = t->rows[5 * k + 4];
+    const struct trn_anchor_data d = { (size_t)n, shape, first, wh };
     struct trn_autoanchor_result res;
     const int rc = trn_autoanchor(R->m, &d, R->o.img, R->o.hyp.anchor_t, R->o.seed,
                                   R->rank == 0 ? autoanchor_log : NULL, R, &res);
@@ -494,6 +436,7 @@ static void run_free(struct run *R)
     if (R->dctx) kern_mem_free(R->dctx, R->d_dyn);
     ffio_pinned_free(&R->stage);
     trn_loader_destroy(R->loader);
+    det_labels_free(R->labels);
     ffr_reader_close(R->data);
     ffr_reader_close(R->val_data);
     trn_plot_names_free(&R->val_names);
@@ -529,7 +472,6 @@ static void run_free(struct run *R)
     for (int k = 0; k < R->n_names; k++)
         free(R->names[k]);
     free(R->names);
-    free(R->iw_first);
     free(R->iw_cls);
     free(R->iw_class);
     free(R->iw_image);
@@ -577,6 +519,9 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         trn_seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
         return rc;
     }
+    /* the label table, once: the loader, AutoAnchor, image weights and the plots share it */
+    if ((rc = det_labels_build(R->data, o->records, &R->labels, e, sizeof e)) < 0)
+        return trn_fail(err, cap, rc, "%s", e);
     if ((rc = dataset_names(R, o->single_cls)) < 0) {
         trn_seterr(err, cap, "out of memory");
         return rc;
@@ -714,6 +659,7 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
     lo.seed = o->seed;
     lo.pixels = TRN_PIXELS_F32;
     lo.hyp = o->hyp;
+    lo.labels = R->labels;
     lo.log = loader_log;
     lo.log_ctx = R;
     /* train.py's train loader: rect with pad 0.0 at the grid size max(stride, 32) */
@@ -773,8 +719,9 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
 
     /* A mosaic holds 4 records' labels, a mixup 8, copy_paste up to twice that; clipping only
      * removes rows. */
-    const int64_t per =
-        max_labels(R->data) * (o->hyp.mixup > 0 ? 8 : 4) * (o->hyp.copy_paste > 0 ? 2 : 1) + 8;
+    const int64_t per = (int64_t)R->labels->max_rows * (o->hyp.mixup > 0 ? 8 : 4) *
+                            (o->hyp.copy_paste > 0 ? 2 : 1) +
+                        8;
     R->per_image_t = per;
     rc = make_net_loss(R, R->local_bs, o->img, o->img, &R->net, &R->loss, R->dp, per * R->local_bs,
                        err, cap);

@@ -17,6 +17,7 @@
 #endif
 
 #include "kern.h"
+#include "det.h"
 #include "loader.h"
 #include "loss.h"
 #include "net.h"
@@ -126,8 +127,8 @@ static int read_image_ids(const struct ffr_reader *r, const struct trn_val_opts 
             trn_seterr(err, err_cap, "record %" PRIu64 ": %s", i, ffr_strerror(rc));
             break;
         }
-        struct ffr_det_sample s;
-        rc = ffr_det_decode(buf, (size_t)got, &s);
+        struct det_sample s;
+        rc = det_decode(buf, (size_t)got, &s);
         if (rc < 0) {
             trn_seterr(err, err_cap, "record %" PRIu64 ": not a detection sample: %s", i,
                        ffr_strerror(rc));

@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "det.h"
 #include "ffio.h"
 #include "ffr.h"
 #include "amp.h"
@@ -91,9 +92,8 @@ struct graph_stage {
 /* Everything a run holds; allocated once in setup. */
 struct run {
     struct trn_train_opts o; /* effective options (from the checkpoint when resuming) */
-    /* --image-weights: each image's label classes (CSR), the class and image weights, the
-     * last validation's per-class mAP@0.5:0.95 (train.py's maps), the epoch's draw. */
-    uint64_t *iw_first;
+    /* --image-weights: each image's label classes (CSR over labels->first), the class and image
+     * weights, the last validation's per-class mAP@0.5:0.95 (train.py's maps), the epoch's draw. */
     int32_t *iw_cls;
     double *iw_class, *iw_image, *maps;
     uint64_t *iw_draw;
@@ -109,6 +109,7 @@ struct run {
     char **names; /* class names (may be fewer than nc: then numbered) */
     int n_names;
     struct ffr_reader *data;
+    struct det_labels *labels; /* data's label table (det_labels_build), built once */
     struct trn_loader *loader;
     struct kern_ctx *ctx;
     struct kern_ctx *gpu_ctx; /* o.gpu >= 0: the CUDA context the nets run on */
