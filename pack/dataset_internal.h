@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dataset.h"
+#include "det.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Numbers
@@ -39,7 +40,7 @@ struct pack_lbl_row {
     int64_t ann_id;   /* COCO annotation id, -1 for label files */
 };
 
-/* A row dropped for a class the record format cannot hold (> FFR_DET_CLASS_MAX). */
+/* A row dropped for a class the record format cannot hold (> DET_CLASS_MAX). */
 struct pack_lbl_drop {
     uint32_t line;
     int64_t ann_id;
@@ -213,8 +214,13 @@ struct pack_dsyaml {
     size_t n_split[PACK_DSYAML_NSPLIT];
     char **names; /* names in class order; NULL when absent */
     size_t n_names;
-    int64_t nc; /* `nc:`, or -1 */
+    int64_t nc;    /* `nc:`, or -1 */
+    size_t copied; /* bytes of strings copied so far (PACK_DSYAML_COPY_MAX) */
 };
+
+/* The dataset yaml's bounds (dsyaml.c): all strings copied out, aliases expanded; one path. */
+#define PACK_DSYAML_COPY_MAX (16u << 20)
+#define PACK_DSYAML_PATH_MAX 4096u
 
 /* Parses a dataset yaml from memory. file is used in messages. Returns 0, -ENOMEM,
  * -PACK_DS_ESYNTAX or -PACK_DS_ESCHEMA with a message in err (may be NULL). */

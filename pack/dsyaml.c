@@ -1,7 +1,11 @@
 /*
- * Ultralytics dataset yaml (data/coco128.yaml form), read with libyaml's document API: the file is
- * small, and the document API keeps an alias as a reference to its anchor (no expansion), so a
- * hostile file cannot blow up memory through aliases. We read only the top-level mapping:
+ * Ultralytics dataset yaml (data/coco128.yaml form), read with libyaml's document API, which keeps
+ * an alias as a reference to its anchor. What we copy out is bounded all the same, because a copy
+ * per alias is where a hostile file blows up: 5,000 aliases of one 200 KB scalar are 1 GB of
+ * copies from a 215 KB file. So every string copied counts against PACK_DSYAML_COPY_MAX, a name
+ * is at most DET_NAME_MAX bytes and a path PACK_DSYAML_PATH_MAX, and nc and the names are at most
+ * DET_CLASS_MAX + 1 (what a detection sample holds); each refusal names the file, line and key.
+ * We read only the top-level mapping:
  *   path: dataset root (str; null = absent)
  *   train / val / test: str, or list of str (directories or image list files)
  *   names: list of names, or a mapping {int: name} whose keys are exactly 0..n-1
@@ -57,12 +61,26 @@ static bool is_null(const yaml_node_t *n)
            (l == 4 && (!memcmp(s, "null", 4) || !memcmp(s, "Null", 4) || !memcmp(s, "NULL", 4)));
 }
 
-static char *dup_scalar(const yaml_node_t *n)
+/* A copy of scalar n into *out, counted against the file's copy budget; what names the key in
+ * messages (line: n's). Refuses a NUL byte, a string over max bytes and a spent budget. */
+static int copy_scalar(struct pack_dsyaml *y, const yaml_node_t *n, size_t max, const char *what,
+                       const char *file, char *err, size_t cap, char **out)
 {
     size_t l;
     const char *s = scalar(n, &l);
-    if (memchr(s, '\0', l)) return NULL;
-    return strndup(s, l);
+    const size_t line = n->start_mark.line + 1;
+    if (memchr(s, '\0', l))
+        return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: %s holds a NUL byte", file, line,
+                         what);
+    if (l > max)
+        return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: %s is %zu bytes, over %zu", file,
+                         line, what, l, max);
+    if ((y->copied += l) > PACK_DSYAML_COPY_MAX)
+        return pack_errf(err, cap, -PACK_DS_ESCHEMA,
+                         "%s:%zu: the yaml's strings exceed %u MiB with its aliases expanded", file,
+                         line, PACK_DSYAML_COPY_MAX >> 20);
+    *out = strndup(s, l);
+    return *out ? 0 : -ENOMEM;
 }
 
 /* A plain decimal integer scalar (as PyYAML reads "12"), in [0, 2^31). */
@@ -82,10 +100,12 @@ static int scalar_int(const yaml_node_t *n, int64_t *out)
     return 0;
 }
 
-static int add_str(char ***v, size_t *n, const yaml_node_t *node)
+static int add_str(struct pack_dsyaml *y, char ***v, size_t *n, const yaml_node_t *node, size_t max,
+                   const char *what, const char *file, char *err, size_t cap)
 {
-    char *s = dup_scalar(node);
-    if (!s) return -ENOMEM;
+    char *s;
+    const int rc = copy_scalar(y, node, max, what, file, err, cap, &s);
+    if (rc) return rc;
     char **nv = realloc(*v, (*n + 1) * sizeof **v);
     if (!nv) {
         free(s);
@@ -100,6 +120,15 @@ static int read_names(yaml_document_t *doc, const yaml_node_t *v, const char *fi
                       struct pack_dsyaml *y, char *err, size_t cap)
 {
     const size_t line = v->start_mark.line + 1;
+    const size_t n_items = v->type == YAML_SEQUENCE_NODE
+                               ? (size_t)(v->data.sequence.items.top - v->data.sequence.items.start)
+                           : v->type == YAML_MAPPING_NODE
+                               ? (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start)
+                               : 0;
+    if (n_items > DET_CLASS_MAX + 1)
+        return pack_errf(err, cap, -PACK_DS_ESCHEMA,
+                         "%s:%zu: names has %zu entries; a dataset holds at most %u classes", file,
+                         line, n_items, DET_CLASS_MAX + 1);
     if (v->type == YAML_SEQUENCE_NODE) {
         for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
              it++) {
@@ -107,7 +136,7 @@ static int read_names(yaml_document_t *doc, const yaml_node_t *v, const char *fi
             if (!e || e->type != YAML_SCALAR_NODE)
                 return pack_errf(err, cap, -PACK_DS_ESCHEMA,
                                  "%s:%zu: names: entries must be scalars", file, line);
-            int rc = add_str(&y->names, &y->n_names, e);
+            int rc = add_str(y, &y->names, &y->n_names, e, DET_NAME_MAX, "a name", file, err, cap);
             if (rc) return rc;
         }
         if (!y->names) y->names = calloc(1, sizeof *y->names); /* "names: []" is zero classes */
@@ -135,8 +164,8 @@ static int read_names(yaml_document_t *doc, const yaml_node_t *v, const char *fi
         if (!e || e->type != YAML_SCALAR_NODE)
             return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: names values must be scalars",
                              file, k->start_mark.line + 1);
-        y->names[id] = dup_scalar(e);
-        if (!y->names[id]) return -ENOMEM;
+        const int rc = copy_scalar(y, e, DET_NAME_MAX, "a name", file, err, cap, &y->names[id]);
+        if (rc) return rc;
     }
     return 0;
 }
@@ -168,8 +197,10 @@ static int read_doc(yaml_document_t *doc, const char *file, struct pack_dsyaml *
                 return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: path must be a string", file,
                                  line);
             free(y->path);
-            y->path = dup_scalar(v);
-            if (!y->path) return -ENOMEM;
+            y->path = NULL;
+            const int rc =
+                copy_scalar(y, v, PACK_DSYAML_PATH_MAX, "path", file, err, cap, &y->path);
+            if (rc) return rc;
         } else if (si >= 0) {
             for (size_t i = 0; i < y->n_split[si]; i++)
                 free(y->split[si][i]);
@@ -178,7 +209,8 @@ static int read_doc(yaml_document_t *doc, const char *file, struct pack_dsyaml *
             y->n_split[si] = 0;
             if (is_null(v)) continue;
             if (v->type == YAML_SCALAR_NODE) {
-                int rc = add_str(&y->split[si], &y->n_split[si], v);
+                int rc = add_str(y, &y->split[si], &y->n_split[si], v, PACK_DSYAML_PATH_MAX, key,
+                                 file, err, cap);
                 if (rc) return rc;
             } else if (v->type == YAML_SEQUENCE_NODE) {
                 for (yaml_node_item_t *it = v->data.sequence.items.start;
@@ -187,7 +219,8 @@ static int read_doc(yaml_document_t *doc, const char *file, struct pack_dsyaml *
                     if (!e || e->type != YAML_SCALAR_NODE || is_null(e))
                         return pack_errf(err, cap, -PACK_DS_ESCHEMA,
                                          "%s:%zu: %s: entries must be strings", file, line, key);
-                    int rc = add_str(&y->split[si], &y->n_split[si], e);
+                    int rc = add_str(y, &y->split[si], &y->n_split[si], e, PACK_DSYAML_PATH_MAX,
+                                     key, file, err, cap);
                     if (rc) return rc;
                 }
             } else {
@@ -206,6 +239,10 @@ static int read_doc(yaml_document_t *doc, const char *file, struct pack_dsyaml *
             if (scalar_int(v, &y->nc) != 0)
                 return pack_errf(err, cap, -PACK_DS_ESCHEMA, "%s:%zu: nc must be an integer", file,
                                  line);
+            if (y->nc > (int64_t)DET_CLASS_MAX + 1)
+                return pack_errf(err, cap, -PACK_DS_ESCHEMA,
+                                 "%s:%zu: nc is %lld; a dataset holds at most %u classes", file,
+                                 line, (long long)y->nc, DET_CLASS_MAX + 1);
         }
     }
     if (y->names && y->nc >= 0 && (size_t)y->nc != y->n_names)

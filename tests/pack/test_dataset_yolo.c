@@ -2,13 +2,16 @@
  * YOLO layouts end to end through pack_ds_scan, on small datasets written to a temporary
  * directory: the ROOT/images|labels layout with good, duplicate, corrupt, segment and missing
  * labels; orphans; split choice; strict mode; image list files; dataset yamls (list and dict
- * names, list files, relative paths); names overrides; the summary line.
+ * names, list files, relative paths); names overrides; the summary line; yaml memory bombs
+ * (nc without names, aliases of one large scalar) refused by name under a peak RSS bound.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dataset.h"
@@ -451,6 +454,100 @@ static void test_not_files(void)
 
 /* A class beyond the format's 65535 aborted the whole pack ("b.jpg: Invalid argument"): now
  * that row alone is dropped, named with its file, line and the limit, and counted (issue 20). */
+/* Scans path in a child (so that its peak RSS is its own, from wait4): the return code, the
+ * message and the child's peak RSS in KB. */
+static int scan_in_child(const char *path, char *msg, size_t cap, long *rss_kb)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return -999;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        int rc;
+        struct pack_ds *ds = scan(path, NULL, &rc);
+        pack_ds_destroy(ds);
+        char out[1100];
+        const int n = snprintf(out, sizeof out, "%d %s", rc, err);
+        if (write(fd[1], out, (size_t)n) < 0) _exit(2);
+        _exit(0);
+    }
+    close(fd[1]);
+    char in[1100] = "";
+    ssize_t got = 0, r;
+    while (got < (ssize_t)sizeof in - 1 &&
+           (r = read(fd[0], in + got, sizeof in - 1 - (size_t)got)) > 0)
+        got += r;
+    close(fd[0]);
+    int status;
+    struct rusage ru;
+    if (pid < 0 || wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status)) return -998;
+    *rss_kb = ru.ru_maxrss;
+    int rc = -997, off = 0;
+    if (sscanf(in, "%d %n", &rc, &off) >= 1) snprintf(msg, cap, "%s", in + off);
+    return rc;
+}
+
+/* A dataset yaml that copies out far more than it holds, and nc with no names: each refused,
+ * naming the line and the bound, in a child whose peak RSS stays under 256 MB (the issue's
+ * bound; without these bounds nc: 20000000 took 1.6 GB and an alias bomb 3.0 GB). */
+static void test_yaml_bombs(void)
+{
+    tdu_image("bomb/images/train/a.jpg");
+    tdu_text("bomb/labels/train/a.txt", "0 0.5 0.5 0.2 0.2\n");
+    const size_t big = 4000, aliases = 5000;
+    char *names = malloc(big + aliases * 8 + 256), *train = malloc(big + aliases * 8 + 256);
+    size_t n = (size_t)sprintf(names, "path: ..\ntrain: images/train\nnames:\n  - &a \"");
+    memset(names + n, 'n', big);
+    n += big;
+    n += (size_t)sprintf(names + n, "\"\n");
+    for (size_t k = 0; k < aliases; k++)
+        n += (size_t)sprintf(names + n, "  - *a\n");
+    n = (size_t)sprintf(train, "path: ..\nnames: [a]\ntrain:\n  - &p \"images/");
+    memset(train + n, 't', big);
+    n += big;
+    n += (size_t)sprintf(train + n, "\"\n");
+    for (size_t k = 0; k < aliases; k++)
+        n += (size_t)sprintf(train + n, "  - *p\n");
+    char *long_name = malloc(300 * 1024);
+    n = (size_t)sprintf(long_name, "path: ..\ntrain: images/train\nnames: [\"");
+    memset(long_name + n, 'x', 200 * 1024);
+    n += 200 * 1024;
+    sprintf(long_name + n, "\"]\n");
+    struct {
+        const char *text, *want, *what;
+    } bombs[] = {
+        { "path: ..\ntrain: images/train\nnc: 20000000\n",
+          "bomb.yaml:3: nc is 20000000; a dataset holds at most 65536 classes", "nc: 20000000" },
+        { "path: ..\ntrain: images/train\nnc: 2147483647\n", "nc is 2147483647", "nc: 2147483647" },
+        { names, "the yaml's strings exceed 16 MiB with its aliases expanded",
+          "5,000 aliases of a 4,000-byte name" },
+        { train, "the yaml's strings exceed 16 MiB with its aliases expanded",
+          "5,000 aliases of a 4,000-byte train path" },
+        { long_name, "bomb.yaml:3: a name is 204800 bytes, over 4096", "a 200 KB name" },
+        { "path: ..\ntrain: images/train\nnames: [\"a\\0b\"]\n",
+          "bomb.yaml:3: a name holds a NUL byte", "a name with \\0 (not 'out of memory')" },
+    };
+    for (size_t i = 0; i < sizeof bombs / sizeof *bombs; i++) {
+        tdu_text("bomb/cfg/bomb.yaml", bombs[i].text);
+        char msg[1100] = "";
+        long rss = 0;
+        const int rc = scan_in_child(tdu_path("bomb/cfg/bomb.yaml"), msg, sizeof msg, &rss);
+        ok(rc == -PACK_DS_ESCHEMA && strstr(msg, bombs[i].want) && rss < 256 * 1024,
+           "%s: refused in a child of peak RSS %ld KB (bound 256 MB): %s", bombs[i].what, rss, msg);
+    }
+    /* the bounds leave real datasets alone: 65,536 short names pass */
+    char *many = malloc(65536 * 12 + 64);
+    n = (size_t)sprintf(many, "path: ..\ntrain: images/train\nnames:\n");
+    for (int k = 0; k < 65536; k++)
+        n += (size_t)sprintf(many + n, "- c%d\n", k);
+    tdu_text("bomb/cfg/bomb.yaml", many);
+    char msg[1100] = "";
+    long rss = 0;
+    ok(scan_in_child(tdu_path("bomb/cfg/bomb.yaml"), msg, sizeof msg, &rss) == 0,
+       "65,536 names are a dataset, not a bomb (%s)", msg);
+    free(many), free(names), free(train), free(long_name);
+}
+
 static void test_class_limit(void)
 {
     tdu_image("big/images/train/a.jpg");
@@ -486,6 +583,7 @@ int main(void)
 {
     tdu_init("dsyolo");
     test_not_files();
+    test_yaml_bombs();
     test_class_limit();
     test_yolo_root();
     test_splits();
