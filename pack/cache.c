@@ -20,7 +20,7 @@
 #include "packer.h"
 
 /* The key's first bytes: a new layout of the key (or of what a pack holds) changes it. */
-#define PACK_CACHE_TAG "ffyolo-pack-cache-1"
+#define PACK_CACHE_TAG "ffyolo-pack-cache-2"
 /* The dataset yaml is hashed whole; larger is not a dataset yaml. */
 #define PACK_CACHE_YAML_MAX (1u << 20)
 
@@ -70,8 +70,11 @@ static void kprintf(struct kbuf *b, const char *fmt, ...)
     if (n > 0) kput(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-/* A file's identity in the key: path, size and mtime (ns), or "absent". A path is followed by a
- * NUL so that no two lists of names hash alike. */
+/* A file's identity in the key: path, size, mtime and ctime (ns) and inode, or "absent". A path
+ * is followed by a NUL so that no two lists of names hash alike. The ctime and the inode catch
+ * what size and mtime miss: an edit whose mtime was put back (touch -r, rsync -t), and a swap of
+ * two files of equal size and mtime (a rename changes both files' ctime, and their inodes trade
+ * places); the kernel sets ctime, so no user tool can put it back. */
 static void kfile(struct kbuf *b, const char *path)
 {
     kput(b, path, strlen(path) + 1);
@@ -79,8 +82,9 @@ static void kfile(struct kbuf *b, const char *path)
     if (stat(path, &st) != 0)
         kprintf(b, "absent;");
     else
-        kprintf(b, "%lld %lld.%09ld;", (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-                st.st_mtim.tv_nsec);
+        kprintf(b, "%lld %lld.%09ld %lld.%09ld %llu;", (long long)st.st_size,
+                (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec,
+                st.st_ctim.tv_nsec, (unsigned long long)st.st_ino);
 }
 
 /* mkdir -p; 0 or -errno. */
@@ -188,7 +192,9 @@ static bool complete(const char *path)
     return true;
 }
 
-/* Removes the packs of an older source: PREFIX*.ffr in dir other than keep. */
+/* Removes the packs of an older source: PREFIX*.ffr in dir other than keep, except those a
+ * live process holds (pack_cache_result.hold_fd's shared lock): a job still training or
+ * validating on an older pack keeps it until it exits, and a later call removes it. */
 static void remove_stale(const char *dir, const char *prefix, const char *keep)
 {
     DIR *d = opendir(dir);
@@ -200,9 +206,27 @@ static void remove_stale(const char *dir, const char *prefix, const char *keep)
             !strcmp(e->d_name, keep))
             continue;
         char p[PATH_MAX];
-        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p) unlink(p);
+        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p) continue;
+        const int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0) continue;
+        /* a holder takes its shared lock under the split's lock, which we hold: no one can
+         * start holding this pack between the test and the unlink */
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) unlink(p);
+        close(fd);
     }
     closedir(d);
+}
+
+/* A shared lock on the pack at path, for as long as the descriptor stays open; -1 if none. */
+static int hold(const char *path)
+{
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    if (flock(fd, LOCK_SH) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 bool pack_cache_has_split(const char *data, const char *split)
@@ -227,6 +251,7 @@ int pack_cache_get(const struct pack_cache_opts *o, struct pack_cache_result *r,
 {
     if (!o || !r || !o->data || !o->split || o->size < 1) return -EINVAL;
     memset(r, 0, sizeof *r);
+    r->hold_fd = -1;
     struct pack_opts po;
     pack_opts_default(&po);
     po.input = o->data;
@@ -268,6 +293,11 @@ int pack_cache_get(const struct pack_cache_opts *o, struct pack_cache_result *r,
             return rc;
         }
     }
+    /* the split is ours: any temporary of its packs is a killed packer's (of this or an older
+     * key), which no later pack would ever reuse */
+    char stem[PATH_MAX + 64];
+    snprintf(stem, sizeof stem, "%s/%s", dir, prefix);
+    ffr_remove_stale_tmp(stem, 1);
     if (complete(r->path)) {
         r->hit = true;
     } else {
@@ -278,9 +308,11 @@ int pack_cache_get(const struct pack_cache_opts *o, struct pack_cache_result *r,
             pack_errf(err, err_cap, rc,
                       "%s: packing split '%s' into %s failed (the packer said why)", o->data,
                       o->split, r->path);
-        else
-            remove_stale(dir, prefix, name);
     }
+    /* on a hit too: an older pack that was held when this one was made goes once let go */
+    if (rc == 0) remove_stale(dir, prefix, name);
+    if (rc == 0 && o->hold && (r->hold_fd = hold(r->path)) < 0)
+        rc = pack_errf(err, err_cap, -errno, "%s: %s", r->path, strerror(errno));
     flock(fd, LOCK_UN);
     close(fd);
     return rc;

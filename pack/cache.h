@@ -6,10 +6,10 @@
  * KEY. A pack is named by a 64-bit hash (ffr_hash) of everything that decides its bytes: the
  * record format and packer version, the size, interpolation, rounding and codec, the split, the
  * dataset yaml's own bytes (class names), and for every sample of the scan (pack_ds_scan, in its
- * sorted order) the image's path, size and mtime and its label file's (or the COCO JSON's) path,
- * size and mtime, "absent" for a missing label. A changed, added or removed file, or a touched
- * one, gives another key, so a stale pack is never read; the same source gives the same key on
- * any machine that sees the same paths.
+ * sorted order) the image's and its label file's (or the COCO JSON's) path, size, mtime, ctime
+ * and inode, "absent" for a missing label. A changed, added, removed, touched, replaced or
+ * swapped file gives another key (ctime cannot be put back from user space), so a stale pack is
+ * never read.
  *
  * PLACE. DIR/STEM-PATHHASH/SPLIT-SIZE-KEY.ffr, where STEM is the yaml's name without extension,
  * PATHHASH hashes its absolute path (two datasets never share a folder), and DIR is the caller's
@@ -17,7 +17,9 @@
  * be created and written and ROOT's mode has a write bit (a read-only share is read in place, also
  * by root), else $XDG_CACHE_HOME/ffyolo/packs ($HOME/.cache/... when unset). After
  * a new pack is complete, older packs of the same split and size in that folder (other keys: an
- * older source) are removed.
+ * older source) are removed, except those a live process holds (opts.hold): a job reading an
+ * older pack keeps it until it exits. Temporaries of killed packers of that split and size
+ * (SPLIT-SIZE-*.ffr.tmp.PID.HOST with PID dead on this host) are removed on every call.
  *
  * CONCURRENCY. The ranks of one node may ask at once: an exclusive flock on SPLIT-SIZE.lock in
  * that folder is held from the check to the end of packing, so one packs and the others wait and
@@ -51,6 +53,7 @@ struct pack_cache_opts {
     const char *dir;             /* NULL: beside the dataset, else the user's cache (above) */
     int threads;                 /* packer workers, 0 = all cores */
     bool progress;               /* the packer's progress bar on log */
+    bool hold;                   /* keep a shared lock on the pack (result.hold_fd) [false] */
     FILE *log;                   /* packer output; NULL = stderr */
 };
 
@@ -65,6 +68,8 @@ struct pack_cache_result {
     bool hit;         /* true: it existed; false: packed by this call */
     uint64_t samples; /* images the scan found for the split */
     uint64_t key;     /* the content key */
+    int hold_fd;      /* opts.hold: a descriptor with a shared lock on path, which no newer pack
+                         removes while it is open (close it, or exit, to let go); else -1 */
 };
 
 /* Whether data names split: a dataset yaml's train/val/test entry (empty or null is none); any

@@ -27,6 +27,9 @@ int data_pack(const char *prog, const char *data, const char *split, int img, co
     o.dir = pack_dir;
     o.codec = codec && !strcmp(codec, "zstd") ? PACK_CODEC_ZSTD : PACK_CODEC_RAW;
     o.progress = !quiet && isatty(STDERR_FILENO);
+    /* held for the life of the process (never closed): a newer pack of this split, made by
+     * another job after a label changed, then leaves ours in place while we read it */
+    o.hold = true;
     struct pack_cache_result r;
     char err[1024] = "";
     if (pack_cache_get(&o, &r, err, sizeof err) < 0) {

@@ -1,7 +1,9 @@
 /*
  * The pack cache of --data (pack/cache.h) on a yolo-synth dataset: made on first use and found
  * afterwards without a rewrite; made again when a label is touched, changed (same mtime, other
- * size) or an image removed, the older pack removed; one file per split and size; a damaged pack
+ * size; same size with its mtime put back), two labels of equal size and mtime swapped, or an
+ * image removed, the older pack removed unless a live job holds it; a killed packer's temporary
+ * removed; one file per split and size; a damaged pack
  * is made again; two processes asking at once get one pack (one makes it, the other waits and
  * finds it); the default folder beside the dataset; errors that name the folder.
  * Usage: test_pack_cache YOLO_SYNTH
@@ -169,6 +171,105 @@ int main(int argc, char **argv)
     is_int(get("train", 96, packs, &a, err, sizeof err), 0, "after changing a label");
     ok(!a.hit && a.key != b.key && records(a.path) == 12,
        "a changed label with its mtime kept (another size) gives a new pack");
+
+    /* the same size and the mtime put back (touch -r): only the ctime tells */
+    stat(lab, &ls);
+    {
+        /* the first row's class digit, changed in place: the same size, still a valid label */
+        const int fd = open(lab, O_RDWR);
+        char d = 0;
+        if (fd < 0 || pread(fd, &d, 1, 0) != 1 || d < '0' || d > '8' ||
+            pwrite(fd, (char[]){ (char)(d + 1) }, 1, 0) != 1)
+            tap_diag("could not edit %s", lab);
+        if (fd >= 0) close(fd);
+    }
+    struct timespec back[2] = { ls.st_atim, ls.st_mtim };
+    utimensat(AT_FDCWD, lab, back, 0);
+    struct stat ls2;
+    stat(lab, &ls2);
+    is_int(get("train", 96, packs, &b, err, sizeof err), 0, "after a same-size edit");
+    ok(ls2.st_size == ls.st_size && ls2.st_mtim.tv_nsec == ls.st_mtim.tv_nsec &&
+           ls2.st_mtim.tv_sec == ls.st_mtim.tv_sec && !b.hit && b.key != a.key,
+       "a same-size label edit with its mtime put back gives a new pack");
+
+    /* two labels of equal size and mtime swapped (yolo-synth writes equal nanosecond mtimes) */
+    char l1[400], l2[400], tmp[420];
+    snprintf(l1, sizeof l1, "%s/s/labels/train2017/a-swap.txt", dir);
+    snprintf(l2, sizeof l2, "%s/s/labels/train2017/b-swap.txt", dir);
+    char src1[400], src2[400];
+    snprintf(src1, sizeof src1, "%s/s/images/train2017/a-swap.jpg", dir);
+    snprintf(src2, sizeof src2, "%s/s/images/train2017/b-swap.jpg", dir);
+    char cp[2000];
+    snprintf(cp, sizeof cp, "cp '%s/s/images/train2017/000000000012.jpg' '%s' && cp '%s' '%s'", dir,
+             src1, src1, src2);
+    ok(system(cp) == 0, "two more images for the swap");
+    FILE *g1 = fopen(l1, "w"), *g2 = fopen(l2, "w");
+    fputs("1 0.5 0.5 0.2 0.2\n", g1), fputs("2 0.5 0.5 0.2 0.2\n", g2);
+    fclose(g1), fclose(g2);
+    struct timespec t0[2] = { { 1700000000, 5 }, { 1700000000, 5 } };
+    utimensat(AT_FDCWD, l1, t0, 0), utimensat(AT_FDCWD, l2, t0, 0);
+    is_int(get("train", 96, packs, &a, err, sizeof err), 0, "with the two labels");
+    snprintf(tmp, sizeof tmp, "%s.tmp", l1);
+    rename(l1, tmp), rename(l2, l1), rename(tmp, l2);
+    is_int(get("train", 96, packs, &b, err, sizeof err), 0, "after swapping them");
+    ok(!b.hit && b.key != a.key, "a swap of two labels of equal size and mtime gives a new pack");
+    unlink(l1), unlink(l2), unlink(src1), unlink(src2);
+    is_int(get("train", 96, packs, &a, err, sizeof err), 0, "without the two");
+
+    /* a killed packer's temporary, of an older key: gone on the next call, whatever its key;
+     * one of a live process (ours) stays */
+    const pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char orphan[600], live[600];
+    {
+        char base[500];
+        snprintf(base, sizeof base, "%.*s/train-96-0123456789abcdef.ffr",
+                 (int)(strrchr(a.path, '/') - a.path), a.path);
+        char *t = ffr_tmp_path(base); /* BASE.tmp.OURPID.HOST */
+        char *dot = strstr(t, ".tmp.") + 5, *host = strchr(dot, '.');
+        snprintf(orphan, sizeof orphan, "%.*s%d%s", (int)(dot - t), t, (int)dead, host);
+        snprintf(live, sizeof live, "%s", t);
+        free(t);
+    }
+    FILE *o1 = fopen(orphan, "w"), *o2 = fopen(live, "w");
+    fputs("a partial pack", o1), fputs("a pack being written", o2);
+    fclose(o1), fclose(o2);
+    is_int(get("train", 96, packs, &b, err, sizeof err), 0, "with a killed packer's temporary");
+    ok(!exists(orphan) && exists(live),
+       "the killed packer's temporary is removed, a live one kept");
+    unlink(live);
+
+    /* a pack a live job holds is not removed by a newer pack of its split */
+    int go[2], done[2];
+    if (pipe(go) != 0 || pipe(done) != 0) return 99;
+    const pid_t holder = fork();
+    if (holder == 0) {
+        struct pack_cache_opts ho;
+        pack_cache_opts_default(&ho);
+        ho.data = data, ho.split = "train", ho.size = 96, ho.dir = packs, ho.threads = 2;
+        ho.progress = false, ho.hold = true, ho.log = fopen("/dev/null", "w");
+        struct pack_cache_result hr;
+        char he[256];
+        const int rc = pack_cache_get(&ho, &hr, he, sizeof he);
+        char yes = rc == 0 && hr.hold_fd >= 0 ? 'y' : 'n';
+        if (write(go[1], &yes, 1) != 1) _exit(2);
+        if (read(done[0], &yes, 1) != 1) _exit(3); /* hold until told */
+        _exit(0);
+    }
+    char said = 0;
+    ok(read(go[0], &said, 1) == 1 && said == 'y', "a job holds the train pack (%s)", a.path);
+    stat(lab, &ls);
+    struct timespec later2[2] = { { ls.st_mtim.tv_sec + 7, 0 }, { ls.st_mtim.tv_sec + 7, 0 } };
+    utimensat(AT_FDCWD, lab, later2, 0);
+    is_int(get("train", 96, packs, &b, err, sizeof err), 0, "a new pack while it is held");
+    ok(!b.hit && strcmp(b.path, a.path) && exists(a.path),
+       "the held pack stays beside the new one (the job can still validate and resume)");
+    if (write(done[1], "x", 1) != 1) tap_diag("could not release the holder");
+    waitpid(holder, NULL, 0);
+    is_int(get("train", 96, packs, &c, err, sizeof err), 0, "the next use, the job gone");
+    ok(c.hit && !strcmp(c.path, b.path) && !exists(a.path),
+       "once let go, the older pack is removed");
 
     char img[400];
     snprintf(img, sizeof img, "%s/s/images/train2017/000000000011.jpg", dir);
