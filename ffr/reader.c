@@ -457,6 +457,19 @@ uint64_t ffr_reader_count(const struct ffr_reader *r)
     return r ? r->total : 0;
 }
 
+uint64_t ffr_reader_content_hash(const struct ffr_reader *r)
+{
+    uint64_t h = 0;
+    const uint64_t n = ffr_reader_count(r);
+    for (uint64_t i = 0; i < n; i++) {
+        struct ffr_record_info ri;
+        if (ffr_reader_info(r, i, &ri) < 0) return 0;
+        const uint64_t v[4] = { h, ri.data_hash, ri.raw_len, ffr_hash(ri.summary, ri.summary_len) };
+        h = ffr_hash(v, sizeof v);
+    }
+    return h;
+}
+
 uint32_t ffr_reader_shard_count(const struct ffr_reader *r)
 {
     return r ? r->n_shards : 0;

@@ -59,6 +59,7 @@
 #include "rundir.h"
 #include "train.h"
 #include "evolve.h"
+#include "ckpt.h"
 #include "weights.h"
 #include "errors.h"
 
@@ -83,6 +84,7 @@ struct args {
     bool bench_step;
     double seconds, dist_timeout;
     bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, sync_bn;
+    bool resume_other_data;
     bool direct, no_read_ahead;
     bool no_grad_overlap;   /* --no-grad-overlap: all-reduce the gradients after backward */
     bool device_path;       /* --device-path: the GPU path on the CPU ops (tests) */
@@ -257,7 +259,10 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_OPT(
             "--resume", AP_OPTSTR, &A->resume, "[DIR]",
             "resume the most recent run under --project, or the given run directory or .ckpt, "
-            "bit-exactly from where it stopped (on any number of ranks that divides --batch-size)"),
+            "bit-exactly from where it stopped (on any number of ranks that divides --batch-size); "
+            "with --data or --records, on those (which must hold the records it trained on)"),
+        AP_OPT("--resume-other-data", AP_FLAG, &A->resume_other_data, NULL,
+               "--resume: continue on records other than those the checkpoint trained on"),
         AP_OPT("--noval", AP_FLAG, &A->noval, NULL, "validate only after the final epoch"),
         AP_OPT("--nosave", AP_FLAG, &A->nosave, NULL, "save only the final checkpoint"),
         AP_RANGE("--save-period", AP_LONG, &A->save_period, "N",
@@ -758,6 +763,41 @@ static int find_resume(const struct args *A, char *ckpt, size_t cap, char *dir, 
     return 0;
 }
 
+/* --resume: the records to read instead of the checkpoint's, into rec and val (empty: the
+ * checkpoint's), and the dataset yaml they come from in *data. --data given: its packs at the
+ * checkpoint's img. Else, when the checkpoint's records are gone (a newer pack of its dataset
+ * replaced them once the job that held them ended) and it names its --data: packed again from
+ * that (the same source gives the same records; the trainer checks their content either way).
+ * Returns 0 or 1 (after saying why). */
+static int resume_records(const struct args *A, const char *ckpt, char *rec, char *val, size_t cap,
+                          const char **data)
+{
+    rec[0] = val[0] = '\0';
+    *data = A->data;
+    if (!A->data && A->records) return 0;
+    struct trn_ckpt *C = NULL;
+    char err[768] = "";
+    if (trn_ckpt_open(ckpt, &C, err, sizeof err) < 0) return 0; /* the trainer says why */
+    int64_t img = 0;
+    const char *was = trn_ckpt_get(C, "records"), *from = trn_ckpt_get(C, "data");
+    static char src[PATH_MAX];
+    snprintf(src, sizeof src, "%s",
+             A->data                                            ? A->data
+             : from && from[0] && was && access(was, F_OK) != 0 ? from
+                                                                : "");
+    const int ok_img = trn_ckpt_i64(C, "img", 32, 16383, &img) == 0;
+    trn_ckpt_close(C);
+    if (!src[0] || !ok_img) return 0;
+    if (!A->data)
+        fprintf(stderr, PROG ": --resume: %s is gone; packing it again from %s\n", was, src);
+    *data = src;
+    int rc = data_pack(PROG, src, "train", (int)img, A->pack_dir, A->pack_codec, false, rec, cap);
+    if (rc == 1) fprintf(stderr, PROG ": --data %s: no train split\n", src);
+    if (rc) return 1;
+    rc = data_pack(PROG, src, "val", (int)img, A->pack_dir, A->pack_codec, false, val, cap);
+    return rc < 0;
+}
+
 /* --cache-dir: the dataset's shards copied (or, for an http(s) URL, downloaded) into the
  * node-local cache, verified, and the cached manifest's path in local. Every local rank calls
  * it; the cache's locks fetch each shard once per node. Returns 0 or 1 (after saying why). */
@@ -879,6 +919,7 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
             return 1;
         }
         o.resume = ckpt;
+        o.resume_other_data = A->resume_other_data;
     } else if (evolve_dir) {
         snprintf(dir, sizeof dir, "%s", evolve_dir);
         o.evolve = true;
@@ -907,6 +948,14 @@ static int do_train(const struct args *A, const struct trn_hyp *hyp, const char 
                 o.gpu);
     o.records = A->records;
     o.val_records = A->val_records;
+    o.data = A->data;
+    static char repacked[2][PATH_MAX];
+    if (A->resume) {
+        if (resume_records(A, ckpt, repacked[0], repacked[1], sizeof repacked[0], &o.data))
+            return 1;
+        if (repacked[0][0]) o.records = repacked[0];
+        if (repacked[1][0]) o.val_records = repacked[1];
+    }
     static char cached[2][PATH_MAX];
     if (A->cache_dir && A->records) {
         if (cache_dataset(A, A->records, cached[0], sizeof cached[0])) return 1;
@@ -1198,9 +1247,9 @@ int main(int argc, char **argv)
         return do_bench_step(&A);
     }
     static char data_train[4096], data_val[4096];
+    if (A.data && (A.records || A.val_records))
+        return ap_error(PROG, "--data packs the records itself: give --data or --records");
     if (A.data && !A.resume) {
-        if (A.records || A.val_records)
-            return ap_error(PROG, "--data packs the records itself: give --data or --records");
         rc = data_pack(PROG, A.data, "train", (int)A.img, A.pack_dir, A.pack_codec, false,
                        data_train, sizeof data_train);
         if (rc == 1) fprintf(stderr, PROG ": --data %s: no train split\n", A.data);

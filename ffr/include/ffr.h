@@ -271,6 +271,15 @@ FFR_API uint64_t ffr_reader_count(const struct ffr_reader *r);
 /* Number of files: 1 for a single file, the shard count for a manifest. */
 FFR_API uint32_t ffr_reader_shard_count(const struct ffr_reader *r);
 
+/*
+ * What the records are, as one number: a chain of xxh3 over every record's stored-bytes hash,
+ * raw length and summary, in order. The index is in memory, so no record is read. Equal for
+ * the same records however they are sharded, named or described (the metadata is left out);
+ * different when any record's bytes, order or count differ. A checkpoint keeps it so that a
+ * resume can tell whether it is reading what it trained on.
+ */
+FFR_API uint64_t ffr_reader_content_hash(const struct ffr_reader *r);
+
 struct ffr_shard_info {
     const char *path;     /* path as opened (valid while the reader lives) */
     int fd;               /* read-only descriptor owned by the reader */

@@ -2,7 +2,9 @@
 # --data DATA.yaml as ultralytics' train.py / val.py take it: yolo-train packs the train and val
 # splits at --img into the pack cache on first use and finds them afterwards; a changed label
 # makes a new pack; two local ranks (--nproc-per-node 2) pack once; yolo-val --data packs its
-# --task split and validates it; the usage errors.
+# --task split and validates it; the usage errors; a resume checks that it reads the records it
+# trained on (another dataset refused, naming both, unless --resume-other-data), and packs them
+# again from the checkpoint's --data when its pack is gone.
 # Usage: test_data_yaml.sh YOLO_TRAIN YOLO_VAL YOLO_SYNTH MODELS_DIR
 set -u
 train=$1 val=$2 synth=$3 models=$4
@@ -92,4 +94,31 @@ run 1 "yolo-val --data --task test on a yaml without test" -- "$val" --data "$y"
 grep -q "no test split" "$work/err"
 check $? "... says there is no test split"
 run 2 "yolo-val --data with --records" -- "$val" --data "$y" --records x.ffr --weights "$ck"
+
+# --resume and the data: the checkpoint names its --data and the content of its records
+R=(--cfg yolov5n --img 64 --batch-size 4 --epochs 2 --workers 1 --threads 2 --noautoanchor
+    --noval --project "$work/runs" --pack-dir "$work/packs")
+run 0 "a run stopped after one step" -- "$train" --data "$y" "${R[@]}" --stop-after-steps 1 --name r
+rk=$work/runs/r/weights/last.ckpt
+was=$(grep -o '/[^ ]*/train-64-[0-9a-f]*\.ffr' "$work/err" | head -1)
+"$synth" "$work/s2" --split train2017=12 --split val2017=4 --seed 6 --format yolo >/dev/null 2>&1
+run 1 "--resume --data on another dataset" -- "$train" --resume "$work/runs/r" --data "$work/s2/synth.yaml" \
+    --pack-dir "$work/packs" --workers 1 --threads 2
+grep -q "holds other records than $rk was trained on (content [0-9a-f]\{16\}, the checkpoint's [0-9a-f]\{16\})" "$work/err" &&
+    grep -q "give --resume-other-data" "$work/err"
+check $? "... refused, naming the records, the checkpoint, both contents and the way out"
+cp -r "$work/runs/r" "$work/runs/r2"
+run 0 "--resume --data on another dataset, --resume-other-data" -- "$train" --resume "$work/runs/r2" \
+    --data "$work/s2/synth.yaml" --resume-other-data --pack-dir "$work/packs" --workers 1 --threads 2
+grep -q "WARNING: .* holds other records than .* continuing on them (--resume-other-data)" "$work/err" &&
+    grep -q "3 batches of 4 per epoch" "$work/err"
+check $? "... continues on the 12 images, saying so"
+touch -d '+2 hours' "$(ls "$work"/s/labels/train2017/*.txt | head -1)"
+run 0 "a newer pack of the dataset (a label touched)" -- "$train" --data "$y" "${T[@]}" --name t2
+[ -n "$was" ] && [ ! -e "$was" ]
+check $? "... replaced the pack the stopped run read (no job holds it): $was"
+run 0 "--resume with its pack gone" -- "$train" --resume "$work/runs/r" --pack-dir "$work/packs" \
+    --workers 1 --threads 2
+grep -q "is gone; packing it again from $y" "$work/err" && grep -q "train: 8 images at 64, packed before" "$work/err"
+check $? "... packs it again from the checkpoint's --data (here: the pack is there) and trains on"
 tap_done

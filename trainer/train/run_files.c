@@ -137,6 +137,7 @@ char *run_opt_yaml(const struct run *R, size_t *len)
         { "cfg", o->cfg ? o->cfg : "" },
         { "records", o->records },
         { "val_records", o->val_records ? o->val_records : "" },
+        { "data", o->data ? o->data : "" },
         { "hyp", o->hyp_path ? o->hyp_path : "" },
     };
     for (size_t k = 0; k < sizeof s / sizeof s[0]; k++) {
@@ -211,6 +212,7 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
     } s[] = {
         { "records", o->records },
         { "val_records", o->val_records ? o->val_records : "" },
+        { "data", o->data ? o->data : "" },
         { "cfg", o->cfg ? o->cfg : "" },
         { "weights", o->weights ? o->weights : "" },
         { "hyp", o->hyp_path ? o->hyp_path : "" },
@@ -222,6 +224,9 @@ static char *ckpt_metadata(const struct run *R, size_t *len)
         yaml_quote(f, s[k].v);
         fputc('\n', f);
     }
+    /* what the records are (ffr_reader_content_hash): a resume checks it */
+    fprintf(f, "records_hash: \"%016" PRIx64 "\"\n", R->data_hash);
+    if (R->val_hash) fprintf(f, "val_records_hash: \"%016" PRIx64 "\"\n", R->val_hash);
     yaml_num(f, "best_fitness", R->best_fitness);
     fprintf(f, "best_epoch: %d\n", R->best_epoch);
     fprintf(f, "world_size: %d\n", R->world);
@@ -372,8 +377,16 @@ int run_resume_opts(struct run *R, const struct trn_ckpt *C, char *err, size_t c
         return -TRN_TRAIN_ECKPT;
     }
     o->amp = adt == TRN_AMP_BF16 ? KERN_DT_BF16 : adt == TRN_AMP_FP16 ? KERN_DT_F16 : KERN_DT_F32;
-    copy_meta_str(C, "records", R->resume_records, sizeof R->resume_records, &o->records);
-    copy_meta_str(C, "val_records", R->resume_val, sizeof R->resume_val, &o->val_records);
+    /* records given with the resume are read instead (their content is checked in setup) */
+    if (!o->records)
+        copy_meta_str(C, "records", R->resume_records, sizeof R->resume_records, &o->records);
+    if (!o->val_records)
+        copy_meta_str(C, "val_records", R->resume_val, sizeof R->resume_val, &o->val_records);
+    if (!o->data) copy_meta_str(C, "data", R->resume_data, sizeof R->resume_data, &o->data);
+    /* absent in checkpoints older than the key: nothing to check against */
+    const char *hx = trn_ckpt_get(C, "records_hash"), *vx = trn_ckpt_get(C, "val_records_hash");
+    R->ckpt_data_hash = hx ? strtoull(hx, NULL, 16) : 0;
+    R->ckpt_val_hash = vx ? strtoull(vx, NULL, 16) : 0;
     copy_meta_str(C, "cfg", R->resume_cfg, sizeof R->resume_cfg, &o->cfg);
     copy_meta_str(C, "weights", R->resume_weights, sizeof R->resume_weights, &o->weights);
     copy_meta_str(C, "hyp", R->resume_hyp, sizeof R->resume_hyp, &o->hyp_path);

@@ -483,6 +483,27 @@ static void run_free(struct run *R)
     free(R);
 }
 
+/* Resuming: the records at path must be those the checkpoint trained on (its content hash),
+ * unless opts.resume_other_data; a checkpoint without the hash is not checked. */
+static int check_resumed_data(const struct run *R, const char *path, uint64_t have, uint64_t want,
+                              const char *what, char *err, size_t cap)
+{
+    if (!R->o.resume || !want || have == want) return 0;
+    if (R->o.resume_other_data) {
+        run_log(R,
+                "WARNING: %s holds other %s than %s was trained on (content %016" PRIx64
+                ", the checkpoint's %016" PRIx64 "): continuing on them (--resume-other-data)",
+                path, what, R->o.resume, have, want);
+        return 0;
+    }
+    return trn_fail(err, cap, -EINVAL,
+                    "%s holds other %s than %s was trained on (content %016" PRIx64
+                    ", the checkpoint's %016" PRIx64
+                    "): resume on the same data (--data or --records), or give "
+                    "--resume-other-data to continue on these",
+                    path, what, R->o.resume, have, want);
+}
+
 static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
 {
     struct trn_train_opts *o = &R->o;
@@ -519,6 +540,10 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         trn_seterr(err, cap, "%s", e[0] ? e : ffr_strerror(rc));
         return rc;
     }
+    R->data_hash = ffr_reader_content_hash(R->data);
+    if ((rc = check_resumed_data(R, o->records, R->data_hash, R->ckpt_data_hash, "records", err,
+                                 cap)) < 0)
+        return rc;
     /* the label table, once: the loader, AutoAnchor, image weights and the plots share it */
     if ((rc = det_labels_build(R->data, o->records, &R->labels, e, sizeof e)) < 0)
         return trn_fail(err, cap, rc, "%s", e);
@@ -1112,6 +1137,10 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             trn_seterr(err, err_cap, "%s", e[0] ? e : ffr_strerror(rc));
             goto out;
         }
+        R->val_hash = ffr_reader_content_hash(R->val_data);
+        if ((rc = check_resumed_data(R, R->o.val_records, R->val_hash, R->ckpt_val_hash,
+                                     "validation records", err, err_cap)) < 0)
+            goto out;
         size_t ml = 0;
         const char *meta = ffr_reader_metadata(R->val_data, &ml);
         if (meta && (rc = trn_plot_names_parse(meta, ml, &R->val_names)) < 0) goto out;

@@ -155,6 +155,9 @@ struct trn_train_opts {
                                 shard whose record fails its checksum is evicted from it, said
                                 once, and fetched again (every byte verified) by the next run */
     const char *val_records; /* validation dataset (ffr packed at img) or NULL: see VALIDATION */
+    const char *data;        /* NULL, or the dataset yaml (--data) records was packed from:
+                                recorded in the checkpoint, so that a resume whose pack is gone
+                                can pack it again; and in opt.yaml, as train.py's data */
     const char *cfg;         /* model yaml path (resolved), or NULL with weights: the weights'
                                 own yaml; ignored when resuming */
     const char *weights;     /* NULL, or pretrained weights as train.py loads them
@@ -213,6 +216,10 @@ struct trn_train_opts {
                                  several ranks, SyncBatchNorm, Adam/AdamW, a failed capture. Not
                                  recorded: a resume takes the caller's [false] */
     bool cuda_graph_fail;     /* tests: with cuda_graph, act as if the capture failed (-ENOTSUP) */
+    bool resume_other_data;   /* a resume continues on records (or val_records) whose content
+                                 (ffr_reader_content_hash) is not the checkpoint's; without it
+                                 that is an error naming both. Given records (with resume) are
+                                 read instead of the checkpoint's either way [false] */
     trn_progress_fn progress; /* NULL, or the tqdm bar after every batch (cli.h); the last of
                                  an epoch then goes there and not to log */
     void *progress_ctx;

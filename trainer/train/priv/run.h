@@ -109,7 +109,9 @@ struct run {
     char **names; /* class names (may be fewer than nc: then numbered) */
     int n_names;
     struct ffr_reader *data;
-    struct det_labels *labels; /* data's label table (det_labels_build), built once */
+    struct det_labels *labels;    /* data's label table (det_labels_build), built once */
+    uint64_t data_hash, val_hash; /* ffr_reader_content_hash of data and val_data (0: none) */
+    uint64_t ckpt_data_hash, ckpt_val_hash; /* resuming: the checkpoint's (0: it has none) */
     struct trn_loader *loader;
     struct kern_ctx *ctx;
     struct kern_ctx *gpu_ctx; /* o.gpu >= 0: the CUDA context the nets run on */
@@ -140,6 +142,7 @@ struct run {
     double lr[3];   /* lr of the last batch (x/lr0..2) */
     char weights_dir[4000];
     char resume_records[4096], resume_val[4096], resume_cfg[4096]; /* strings when resuming */
+    char resume_data[4096];
     char resume_weights[4096], resume_hyp[4096], resume_project[4096], resume_name[1024];
     struct trn_dist *dist; /* the job's communicator, or NULL for one process */
     int rank, world;       /* this rank and the number of ranks (0 and 1 without dist) */
