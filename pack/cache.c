@@ -229,21 +229,27 @@ static int hold(const char *path)
     return fd;
 }
 
-bool pack_cache_has_split(const char *data, const char *split)
+int pack_cache_has_split(const char *data, const char *split, char *err, size_t err_cap)
 {
     const int si = pack_dsyaml_split_index(split);
     const size_t l = strlen(data);
-    if (si < 0) return false;
+    if (si < 0) return 0;
     if (!(l > 5 && !strcmp(data + l - 5, ".yaml")) && !(l > 4 && !strcmp(data + l - 4, ".yml")))
         return si == PACK_DSYAML_TRAIN;
     char *buf = NULL;
     size_t len = 0;
-    if (pack_ds_read_file(data, PACK_CACHE_YAML_MAX, &buf, &len) < 0) return false;
+    int rc = pack_ds_read_file(data, PACK_CACHE_YAML_MAX, &buf, &len);
+    if (rc == -EFBIG)
+        return pack_errf(err, err_cap, rc, "%s: over %u MiB, which no dataset yaml needs", data,
+                         PACK_CACHE_YAML_MAX >> 20);
+    if (rc < 0) return pack_errf(err, err_cap, rc, "%s: %s", data, ffr_strerror(rc));
     struct pack_dsyaml y = { 0 };
-    const bool has = pack_dsyaml_parse(buf, len, data, &y, NULL, 0) == 0 && y.n_split[si] > 0;
+    /* a yaml that does not parse is said as such, not as a missing split */
+    rc = pack_dsyaml_parse(buf, len, data, &y, err, err_cap);
+    if (rc == 0) rc = y.n_split[si] > 0;
     pack_dsyaml_free(&y);
     free(buf);
-    return has;
+    return rc;
 }
 
 int pack_cache_get(const struct pack_cache_opts *o, struct pack_cache_result *r, char *err,

@@ -73,8 +73,9 @@ struct pack_cache_result {
 };
 
 /* Whether data names split: a dataset yaml's train/val/test entry (empty or null is none); any
- * other input has only "train". */
-bool pack_cache_has_split(const char *data, const char *split);
+ * other input has only "train". Returns 1, 0, or a negative error with one line in err (a yaml
+ * that cannot be read, is too large or does not parse: said as such, not as a missing split). */
+int pack_cache_has_split(const char *data, const char *split, char *err, size_t err_cap);
 
 /* Finds or makes the pack of o->split of o->data. Returns 0 with *r filled, or an error. */
 int pack_cache_get(const struct pack_cache_opts *o, struct pack_cache_result *r, char *err,

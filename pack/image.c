@@ -554,6 +554,30 @@ int pack_image_load_into(struct pack_image_decoder *dec, int size, enum pack_ima
     return 0;
 }
 
+const char *pack_image_error_line(int rc, const void *src, size_t len, char *buf, size_t cap)
+{
+    static const char *const names[] = { "JPEG", "PNG", "BMP", "WebP" };
+    const enum pack_image_format f = src && len ? pack_image_sniff(src, len) : PACK_IMAGE_FMT_JPEG;
+    const char *name = names[f];
+    switch (f == PACK_IMAGE_FMT_JPEG ? 0 : -rc) {
+    case PACK_IMAGE_ETRUNC:
+        snprintf(buf, cap, "truncated %s (data ends inside the header)", name);
+        break;
+    case PACK_IMAGE_ECORRUPT:
+        snprintf(buf, cap, "corrupt %s (its decoder cannot read it)", name);
+        break;
+    case PACK_IMAGE_ETOOBIG:
+        snprintf(buf, cap, "%s dimensions above the decoder limits", name);
+        break;
+    case PACK_IMAGE_EUNSUPPORTED:
+        snprintf(buf, cap, "unsupported %s", name);
+        break;
+    default:
+        snprintf(buf, cap, "%s", pack_image_strerror(rc));
+    }
+    return buf;
+}
+
 const char *pack_image_strerror(int rc)
 {
     switch (-rc) {

@@ -201,6 +201,13 @@ int pack_image_load_into(struct pack_image_decoder *dec, int size, enum pack_ima
 const char *pack_image_decoder_detail(const struct pack_image_decoder *dec);
 
 /*
+ * pack_image_strerror for an error of decoding src (len bytes), naming src's format: a PNG, BMP
+ * or WebP file that fails is "corrupt PNG", "PNG dimensions above the decoder limits", never a
+ * JPEG's message. Writes one line into buf (cap bytes) and returns buf.
+ */
+const char *pack_image_error_line(int rc, const void *src, size_t len, char *buf, size_t cap);
+
+/*
  * pack_image_target_size: ultralytics' size rule. r = size / max(w0, h0) in double; when
  * r == 1 the size is unchanged, else (int(w0*r), int(h0*r)) with a double multiply, as v7.0's
  * load_image (round PACK_IMAGE_ROUND_CEIL: math.ceil(w0 * r), as later master), at least 1

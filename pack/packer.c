@@ -242,7 +242,9 @@ static int process(struct worker *w, size_t i, struct slot *s)
     if (rc == -ENOMEM) return rc;
     const uint8_t *const placed = rc == 0 && into && img.pixels == into ? into : NULL;
     if (rc < 0) {
-        const char *what = pack_image_strerror(rc), *detail = pack_image_decoder_detail(w->dec);
+        char line[160];
+        const char *what = pack_image_error_line(rc, w->file, len, line, sizeof line),
+                   *detail = pack_image_decoder_detail(w->dec);
         const int same = !detail[0] || strcmp(what, detail) == 0;
         snprintf(s->msg, sizeof s->msg, "%s: corrupt image: %s%s%s%s; skipped", ds->image_path,
                  what, same ? "" : " (", same ? "" : detail, same ? "" : ")");

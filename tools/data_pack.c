@@ -18,7 +18,13 @@ int data_pack(const char *prog, const char *data, const char *split, int img, co
                 prog, data);
         return -1;
     }
-    if (!pack_cache_has_split(data, split)) return 1;
+    char err[1024] = "";
+    const int has = pack_cache_has_split(data, split, err, sizeof err);
+    if (has < 0) {
+        fprintf(stderr, "%s: --data %s: %s\n", prog, data, err);
+        return -1;
+    }
+    if (!has) return 1;
     struct pack_cache_opts o;
     pack_cache_opts_default(&o);
     o.data = data;
@@ -31,7 +37,6 @@ int data_pack(const char *prog, const char *data, const char *split, int img, co
      * another job after a label changed, then leaves ours in place while we read it */
     o.hold = true;
     struct pack_cache_result r;
-    char err[1024] = "";
     if (pack_cache_get(&o, &r, err, sizeof err) < 0) {
         fprintf(stderr, "%s: --data %s, split %s: %s\n", prog, data, split, err);
         return -1;

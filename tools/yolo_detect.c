@@ -595,12 +595,14 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
     }
     struct pack_image im;
     rc = pack_image_decode(D->dec, file, flen, &im);
+    char why[160];
+    if (rc < 0) pack_image_error_line(rc, file, flen, why, sizeof why);
     free(file);
     if (rc < 0) {
         const char *detail = pack_image_decoder_detail(D->dec);
-        if (!strcmp(detail, pack_image_strerror(rc))) detail = "";
+        if (!strcmp(detail, why)) detail = "";
         fprintf(stderr, PROG ": image %zu/%zu %s: cannot read the image: %s%s%s\n", idx, total,
-                path, pack_image_strerror(rc), detail[0] ? ": " : "", detail);
+                path, why, detail[0] ? ": " : "", detail);
         return rc == -ENOMEM ? rc : 1;
     }
     const int w0 = im.width, h0 = im.height;

@@ -71,12 +71,12 @@ int main(int argc, char **argv)
     fclose(refs);
     /* damaged files: every prefix, and every byte flipped in turn, decode or fail cleanly */
     struct {
-        const char *what;
+        const char *what, *fmt;
         uint8_t *p;
         size_t n;
-    } k[3] = { { "png", keep_png, png_len },
-               { "bmp", keep_bmp, bmp_len },
-               { "webp", keep_webp, webp_len } };
+    } k[3] = { { "png", "PNG", keep_png, png_len },
+               { "bmp", "BMP", keep_bmp, bmp_len },
+               { "webp", "WebP", keep_webp, webp_len } };
     for (int f = 0; f < 3; f++) {
         if (!k[f].p) continue;
         int cut_fail = 0, crashes = 0;
@@ -88,6 +88,21 @@ int main(int argc, char **argv)
         }
         ok(cut_fail > 0 && crashes == 0, "%s cut short: refused with a message (%d cuts)",
            k[f].what, cut_fail);
+        /* the line names the file's format, never a JPEG's (issue 44) */
+        int jpeg_said = 0, named = 0, failed = 0;
+        for (size_t n = 16; n + 1 < k[f].n; n += 13) {
+            struct pack_image im;
+            const int rc = pack_image_decode(dec, k[f].p, n, &im);
+            if (rc >= 0 || rc == -ENOMEM) continue;
+            char said[160];
+            pack_image_error_line(rc, k[f].p, n, said, sizeof said);
+            failed++;
+            jpeg_said += strstr(said, "JPEG") != NULL;
+            named += strstr(said, k[f].fmt) != NULL;
+        }
+        ok(failed > 0 && jpeg_said == 0 && named == failed,
+           "%s cut short: every error line names %s, none says JPEG (%d of %d)", k[f].what,
+           k[f].fmt, named, failed);
         uint8_t *copy = malloc(k[f].n);
         int bad = 0;
         for (size_t i = 0; i < k[f].n && i < 400; i++) {
@@ -108,7 +123,10 @@ int main(int argc, char **argv)
         memcpy(b + 18, &big, 4), memcpy(b + 22, &big, 4);
         struct pack_image im;
         const int rc = pack_image_decode(dec, b, bmp_len, &im);
-        ok(rc == -PACK_IMAGE_ETOOBIG, "a BMP claiming 60000x60000: too big (%s)",
+        char said[160];
+        pack_image_error_line(rc, b, bmp_len, said, sizeof said);
+        ok(rc == -PACK_IMAGE_ETOOBIG && !strcmp(said, "BMP dimensions above the decoder limits"),
+           "a BMP claiming 60000x60000: too big, said as a BMP's (%s; %s)", said,
            pack_image_decoder_detail(dec));
         free(b);
     }

@@ -106,13 +106,36 @@ int main(int argc, char **argv)
     char err[1024] = "";
     struct pack_cache_result a, b, c;
 
-    ok(pack_cache_has_split(data, "train") && pack_cache_has_split(data, "val") &&
-           !pack_cache_has_split(data, "test") && !pack_cache_has_split(data, "bogus"),
+    ok(pack_cache_has_split(data, "train", err, sizeof err) == 1 &&
+           pack_cache_has_split(data, "val", err, sizeof err) == 1 &&
+           pack_cache_has_split(data, "test", err, sizeof err) == 0 &&
+           pack_cache_has_split(data, "bogus", err, sizeof err) == 0,
        "has_split: the yaml's train and val, no test");
     char imgdir[300];
     snprintf(imgdir, sizeof imgdir, "%s/s/images/train2017", dir);
-    ok(pack_cache_has_split(imgdir, "train") && !pack_cache_has_split(imgdir, "val"),
+    ok(pack_cache_has_split(imgdir, "train", err, sizeof err) == 1 &&
+           pack_cache_has_split(imgdir, "val", err, sizeof err) == 0,
        "has_split: an image folder has only train");
+    {
+        /* a yaml that is wrong is said as such, not as a missing split (issue 44) */
+        char bad[400];
+        snprintf(bad, sizeof bad, "%s/bad.yaml", dir);
+        FILE *bf = fopen(bad, "w");
+        fputs("path: s\ntrain: images/train2017\nnames: [a, b]\nnc: 3\n", bf);
+        fclose(bf);
+        err[0] = '\0';
+        ok(pack_cache_has_split(bad, "train", err, sizeof err) < 0 &&
+               strstr(err, "names has 2 entries but nc is 3"),
+           "has_split: nc disagreeing with names is said (%s)", err);
+        bf = fopen(bad, "w");
+        for (int k = 0; k < 70000; k++)
+            fprintf(bf, "# a comment line of a large yaml, line %d\n", k);
+        fclose(bf);
+        err[0] = '\0';
+        ok(pack_cache_has_split(bad, "train", err, sizeof err) < 0 && strstr(err, "over 1 MiB"),
+           "has_split: a yaml over 1 MiB is said (%s)", err);
+        unlink(bad);
+    }
 
     is_int(get("train", 96, packs, &a, err, sizeof err), 0, "first use: packed (%s)", err);
     ok(!a.hit && exists(a.path) && records(a.path) == 12 && a.samples == 12,
