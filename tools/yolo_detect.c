@@ -605,6 +605,16 @@ static int detect_one(struct detector *D, const char *path, size_t idx, size_t t
                 path, why, detail[0] ? ": " : "", detail);
         return rc == -ENOMEM ? rc : 1;
     }
+    /* One rule, each side as ultralytics has it, and said: detect.py's cv2.imread decodes a
+     * JPEG whose scan data is cut or damaged with the missing part filled, and so do we;
+     * train.py's verify_image_label refuses it, and so does yolo-pack. */
+    if (im.warnings & PACK_IMAGE_WARN_DATA)
+        fprintf(stderr,
+                PROG
+                ": warning: image %zu/%zu %s: corrupt JPEG data (%s): decoded with the missing "
+                "part filled, as cv2.imread does (yolo-pack skips such an image, as train.py "
+                "does)\n",
+                idx, total, path, pack_image_decoder_detail(D->dec));
     const int w0 = im.width, h0 = im.height;
     struct trn_aug_letterbox_opts lo;
     trn_aug_letterbox_opts_default(&lo);

@@ -188,6 +188,15 @@ check $? "both bad files are named on stderr: $(tr '\n' '|' <"$work/l.err" | hea
 check $? "the good images before and after it are still processed"
 grep -q '2 of 4 images detected; skipped: 2 unreadable images, 0 missing' "$work/l.err"
 check $? "the skipped count is printed: $(grep -o 'images detected.*' "$work/l.err" | head -c 200)"
+# a JPEG cut inside its scan data: decoded as cv2.imread does (the rest filled), and said
+sz=$(stat -c %s "$imgs/000000000005.jpg")
+head -c $((sz / 2)) "$imgs/000000000005.jpg" >"$work/half.jpg"
+"$detect" --weights "$ckpt" --source "$work/half.jpg" --img 64 --project "$work/d" --name half \
+    >"$work/h.log" 2>"$work/h.err"
+rc=$?
+[ $rc = 0 ] && [ -f "$work/d/half/half.jpg" ] &&
+    grep -q "warning: image 1/1 .*half.jpg: corrupt JPEG data (.*): decoded with the missing part filled, as cv2.imread does (yolo-pack skips such an image" "$work/h.err"
+check $? "a JPEG cut in its scan data: detected as cv2.imread reads it, with a warning (rc $rc: $(head -c 300 "$work/h.err"))"
 
 # list entries relative to the list's folder; a missing one is named with its line and skipped
 mkdir -p "$work/lists/sub" "$work/elsewhere"
