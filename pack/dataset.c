@@ -774,8 +774,10 @@ static int add_list_file(struct pack_ds *ds, struct img_list *L, const char *lis
             free(entry); /* blank line */
         } else if (!pack_ds_is_image_name(entry)) {
             ds->st.non_image_files++;
+            /* the line itself is not quoted: a list that is no list (a yaml's train: naming
+             * /etc/shadow) must not have its lines echoed into logs */
             rc = pack_ds_warn(ds, PACK_DS_W_LIST_ENTRY, list, line, -1,
-                              "'%s' is not an image path (suffix not in %s): ignored", entry,
+                              "not an image path (its suffix is not one of %s): ignored",
                               "bmp,dng,jpeg,jpg,mpo,png,tif,tiff,webp");
             free(entry);
         } else {

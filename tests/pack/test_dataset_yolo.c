@@ -204,6 +204,17 @@ static void test_splits(void)
     ok(rc == -PACK_DS_ENOIMAGES, "no images: ENOIMAGES");
 }
 
+static bool secret_echoed;
+static int secret_named;
+
+static void on_secret_warn(void *user, const struct pack_ds_warning *w)
+{
+    (void)user;
+    secret_echoed |= strstr(w->msg, "s3cr3t") != NULL || strstr(w->msg, "user") != NULL;
+    secret_named += w->kind == PACK_DS_W_LIST_ENTRY && w->line >= 1 && w->line <= 25 &&
+                    strstr(w->msg, "not an image path") != NULL;
+}
+
 static void test_list_file(void)
 {
     tdu_image("lst/images/train/x1.jpg");
@@ -240,6 +251,24 @@ static void test_list_file(void)
             miss = w->line == 3 && strstr(w->file, "train.txt") && strstr(w->msg, "missing.jpg");
     }
     ok(miss, "missing image warning names train.txt line 3");
+    pack_ds_destroy(ds);
+
+    /* a "list" that is no list (a yaml's train: naming /etc/shadow): its lines are never
+     * quoted in warnings or errors, only their numbers (issue 44) */
+    char secret[4096];
+    size_t sn = 0;
+    for (int k = 0; k < 25; k++)
+        sn += (size_t)snprintf(secret + sn, sizeof secret - sn,
+                               "user%d:$6$s3cr3t%d$hash:19000:0:99999:7:::\n", k, k);
+    tdu_text("lst/shadow", secret);
+    struct pack_ds_opts so;
+    pack_ds_opts_default(&so);
+    so.warn_fn = on_secret_warn;
+    ds = scan(tdu_path("lst/shadow"), &so, &rc);
+    ok(!secret_echoed && strstr(err, "s3cr3t") == NULL && secret_named == 25,
+       "a list of secrets: no line echoed, in any warning or the error (%d warnings name the "
+       "line numbers only; %s)",
+       secret_named, err);
     pack_ds_destroy(ds);
 
     /* the ultralytics COCO layout: ROOT/<split>.txt when images/<split>/ is absent */
