@@ -1,15 +1,17 @@
 /*
  * ffio over HTTP against a real web server: Debian's nginx, started by this program as the
- * test user on a free loopback port with a configuration in a scratch directory whose root
- * holds a sharded dataset and a single file. Every record read through ffio_remote_* equals
- * the local reader's; the node cache fetches the shards by URL, verifies and reuses them; a
- * missing URL and a missing shard are named. Skips when nginx or libcurl is missing.
- * argv[1]: a scratch directory (the build directory).
+ * test user on a free loopback port with a configuration in a scratch directory (mode 0700, as
+ * a checkout under mktemp -d or /root is) whose root holds a sharded dataset and a single file.
+ * Every record read through ffio_remote_* equals the local reader's; the node cache fetches the
+ * shards by URL, verifies and reuses them; a missing URL and a missing shard are named. Skips when
+ * nginx or libcurl is missing. argv[1]: a scratch directory (the build directory).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,13 +122,15 @@ int main(int argc, char **argv)
         if (access(nginx_paths[i], X_OK) == 0) nginx = nginx_paths[i];
     if (!nginx) tap_skip_all("nginx is not installed (Debian package nginx)");
 
-    char dir[4096], p[4400], q[4400], conf[4400], cmd[9000];
+    char dir[4096], p[4400], q[4400], conf[4400], cmd[16384];
     char base[4000];
     /* nginx resolves relative paths against its prefix: give it absolute ones. */
     if (!realpath(argc > 1 ? argv[1] : "/tmp", base)) return 99;
     snprintf(dir, sizeof dir, "%s/ffio_nginx.%ld", base, (long)getpid());
     snprintf(p, sizeof p, "%s/www/ds", dir);
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s/tmp'", p, dir);
+    /* the scratch folder is 0700, as a checkout under mktemp -d or /root is: the server must
+     * serve from it all the same */
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s/tmp' && chmod 0700 '%s'", p, dir, dir);
     if (system(cmd) != 0) return 99;
     snprintf(p, sizeof p, "%s/www/ds/coco.ffr", dir);
     snprintf(q, sizeof q, "%s/www/one.ffr", dir);
@@ -136,6 +140,12 @@ int main(int argc, char **argv)
     snprintf(conf, sizeof conf, "%s/nginx.conf", dir);
     FILE *f = fopen(conf, "w");
     if (!f || port < 0) return 99;
+    /* The workers run as the invoking user: started by root, nginx would otherwise run them as
+     * www-data, which cannot enter a checkout under a 0700 folder (mktemp -d, /root). Started
+     * by anyone else, nginx ignores the line. */
+    const struct passwd *pw = getpwuid(geteuid());
+    const struct group *gr = getgrgid(getegid());
+    if (pw && gr) fprintf(f, "user %s %s;\n", pw->pw_name, gr->gr_name);
     fprintf(f,
             "daemon off;\nworker_processes 1;\npid %s/nginx.pid;\nerror_log %s/error.log;\n"
             "events { worker_connections 64; }\nhttp {\n  access_log off;\n"
