@@ -180,6 +180,7 @@ int main(int argc, char **argv)
     if (trn_pt_model_attr_int(pt, which, "nc", &nc) == 0) printf("nc: %" PRId64 "\n", nc);
     if (trn_pt_model_attr_str(pt, which, "yaml_file", &yaml_file) == 0)
         printf("yaml_file: %s\n", yaml_file);
+    int unreadable = 0;
     if (table) {
         float *buf = NULL;
         size_t cap = 0;
@@ -187,6 +188,25 @@ int main(int argc, char **argv)
                "abs_sum", "crc32");
         for (int i = 0; i < n; i++) {
             const struct trn_pt_tensor *t = &sd[i];
+            /* its storage first (checked, inflated within the budget): a bomb's view must not
+             * cost its numel in floats before it is refused */
+            const int crc_rc = trn_pt_tensor_check(pt, t);
+            if (crc_rc < 0) {
+                printf("%-36s %-5s ", t->name, trn_pt_dtype_name(t->dtype));
+                print_shape(t->ndim, t->shape);
+                printf(" %-8s unreadable\n", t->storage_key);
+                if (crc_rc == -TRN_PT_ELIMIT)
+                    fprintf(stderr,
+                            "yolo-import: %s: %s: storage %s: inflating it passes the reader's "
+                            "budget for deflated storages (%llu MiB in all): a deflate bomb?\n",
+                            path, t->name, t->storage_key,
+                            (unsigned long long)(TRN_PT_INFLATE_BUDGET >> 20));
+                else
+                    fprintf(stderr, "yolo-import: %s: %s: storage %s: %s\n", path, t->name,
+                            t->storage_key, trn_strerror(crc_rc));
+                unreadable++;
+                continue;
+            }
             if ((size_t)t->numel > cap) {
                 cap = (size_t)t->numel;
                 float *nb = realloc(buf, cap * sizeof *buf);
@@ -200,14 +220,23 @@ int main(int argc, char **argv)
             }
             double sum = 0, asum = 0;
             uLong crc = crc32(0L, Z_NULL, 0);
-            if (trn_pt_tensor_read_f32(pt, t, buf, cap) == t->numel) {
+            const int64_t got = trn_pt_tensor_read_f32(pt, t, buf, cap);
+            if (got == t->numel) {
                 for (int64_t k = 0; k < t->numel; k++)
                     sum += buf[k], asum += fabs(buf[k]);
                 crc = crc32(crc, (const Bytef *)buf, (uInt)((size_t)t->numel * sizeof *buf));
             }
             printf("%-36s %-5s ", t->name, trn_pt_dtype_name(t->dtype));
             print_shape(t->ndim, t->shape);
-            printf(" %-8s %16.6f %16.6f %08lx\n", t->storage_key, sum, asum, (unsigned long)crc);
+            if (got == t->numel) {
+                printf(" %-8s %16.6f %16.6f %08lx\n", t->storage_key, sum, asum,
+                       (unsigned long)crc);
+            } else {
+                printf(" %-8s unreadable\n", t->storage_key);
+                fprintf(stderr, "yolo-import: %s: %s: storage %s: %s\n", path, t->name,
+                        t->storage_key, trn_strerror((int)got));
+                unreadable++;
+            }
         }
         free(buf);
     }
@@ -266,6 +295,11 @@ int main(int argc, char **argv)
     if (rc == 0 && mt.ckpt_params != mt.model_params) {
         snprintf(err, sizeof err, "parameter counts differ");
         rc = -TRN_PT_EMISMATCH;
+    }
+    if (rc == 0 && unreadable) {
+        snprintf(err, sizeof err, "%d tensor%s of the table could not be read (above)", unreadable,
+                 unreadable == 1 ? "" : "s");
+        rc = -TRN_PT_ELIMIT;
     }
     if (rc) {
         fprintf(stderr, "yolo-import: %s\n", err);

@@ -100,6 +100,14 @@ int trn_pt_copy_into_model(struct trn_pt *pt, const char *which, struct trn_mode
     const struct trn_pt_tensor *sd;
     const int n = trn_pt_state_dict(pt, which, &sd, err, err_cap);
     if (n < 0) return n;
+    /* every tensor read matches the model's shape, so the model's size bounds what a deflated
+     * archive may honestly inflate to (its dtype at most 8 bytes an element) */
+    const struct trn_model_info *info = trn_model_info(m);
+    const uint64_t model_bytes =
+        8 * ((uint64_t)info->arena_len[TRN_ARENA_PARAM] + info->arena_len[TRN_ARENA_BUFFER] +
+             info->arena_len[TRN_ARENA_COUNT]);
+    if (model_bytes + (16u << 20) > TRN_PT_INFLATE_BUDGET)
+        trn_pt_set_inflate_budget(pt, model_bytes + (16u << 20));
     for (int i = 0; i < n; i++) {
         const struct trn_tensor *t = trn_model_tensor(m, trn_model_find(m, sd[i].name));
         void *arena = trn_model_arena(m, t->arena);
@@ -110,7 +118,10 @@ int trn_pt_copy_into_model(struct trn_pt *pt, const char *which, struct trn_mode
             got = trn_pt_tensor_read_f32(pt, &sd[i], (float *)arena + t->offset, t->numel);
         }
         if (got != (int64_t)t->numel) {
-            if (err && err_cap)
+            if (err && err_cap && got < 0 && got != -TRN_PT_EUNSUPPORTED)
+                snprintf(err, err_cap, "%s: storage %s: %s", sd[i].name, sd[i].storage_key,
+                         trn_strerror((int)got));
+            else if (err && err_cap)
                 snprintf(err, err_cap, "%s: cannot convert %s to the model's type", sd[i].name,
                          trn_pt_dtype_name(sd[i].dtype));
             return got < 0 ? (int)got : -TRN_PT_EMISMATCH;

@@ -325,6 +325,7 @@ static int rebuild_tensor(struct vm *v, int32_t args, int32_t *out)
         if (t.shape[i] > 0) last += (t.shape[i] - 1) * t.stride[i];
         if (last > (INT64_C(1) << 50)) return FAIL(v, -TRN_PT_EPICKLE, "tensor view too large");
     }
+    t.last = numel > 0 ? last : -1;
     if (numel > 0 && last >= snumel)
         return FAIL(v, -TRN_PT_EPICKLE,
                     "tensor view reaches element %lld of a %lld-element "

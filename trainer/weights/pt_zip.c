@@ -149,65 +149,113 @@ struct pt_entry *pt_zip_find(struct trn_pt *pt, const char *name)
 
 int pt_zip_get(struct trn_pt *pt, struct pt_entry *e, uint64_t max, const uint8_t **out)
 {
-    if (e->bytes) {
-        *out = e->bytes;
-        return 0;
-    }
     if (e->usize > max)
         return pt_fail(pt, -TRN_PT_ELIMIT, "%s: %llu bytes (limit %llu)", e->name,
                        (unsigned long long)e->usize, (unsigned long long)max);
+    return pt_zip_get_prefix(pt, e, e->usize, out);
+}
+
+/* Inflates e whole through a window, keeping its first `keep` bytes in buf; the CRC of all of it
+ * in *crc. Returns 0 or a pt_fail code. */
+static int inflate_prefix(struct trn_pt *pt, struct pt_entry *e, uint8_t *buf, uint64_t keep,
+                          uLong *crc)
+{
+    enum { WINDOW = 1 << 20 };
+    uint8_t *win = malloc(WINDOW);
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (!win || inflateInit2(&zs, -MAX_WBITS) != Z_OK) {
+        free(win);
+        return pt_fail(pt, -ENOMEM, "%s: out of memory", e->name);
+    }
     const uint8_t *src = pt->file + e->data_off;
+    uint64_t in_left = e->csize, out_done = 0;
+    int zr = Z_OK;
+    while (zr == Z_OK) {
+        if (zs.avail_in == 0 && in_left) {
+            const uInt step = in_left > (1u << 30) ? (1u << 30) : (uInt)in_left;
+            zs.next_in = (Bytef *)src;
+            zs.avail_in = step;
+            src += step, in_left -= step;
+        }
+        /* into the kept prefix while it lasts, then into the window */
+        uint8_t *to = out_done < keep ? buf + out_done : win;
+        const uint64_t room = out_done < keep ? keep - out_done : WINDOW;
+        const uInt n = room > WINDOW ? WINDOW : (uInt)room;
+        zs.next_out = to;
+        zs.avail_out = n;
+        zr = inflate(&zs, Z_NO_FLUSH);
+        const uInt got = n - zs.avail_out;
+        if (out_done + got > e->usize) break; /* more than the directory says */
+        *crc = crc32(*crc, to, got);
+        out_done += got;
+        if (zr == Z_BUF_ERROR && got == 0 && !zs.avail_in && !in_left) break;
+        if (zr == Z_BUF_ERROR) zr = Z_OK;
+    }
+    inflateEnd(&zs);
+    free(win);
+    if (zr != Z_STREAM_END || out_done != e->usize)
+        return pt_fail(pt, -TRN_PT_EZIP, "%s: corrupt deflate data", e->name);
+    return 0;
+}
+
+int pt_zip_get_prefix(struct trn_pt *pt, struct pt_entry *e, uint64_t keep, const uint8_t **out)
+{
+    if (keep > e->usize) keep = e->usize;
+    if (e->bytes && e->kept >= keep) {
+        *out = e->bytes;
+        return 0;
+    }
+    const uint8_t *src = pt->file + e->data_off;
+    uLong crc = crc32(0L, Z_NULL, 0);
     if (e->method == 8) {
         /* DEFLATE expands at most ~1032:1, so a declared size beyond that is a lie: refuse it
-         * before allocating (a fuzzer found a 2.3 GB claim for a few hundred input bytes). */
-        if (e->usize > 1032 * e->csize + 64 || e->usize > (1u << 30))
+         * before anything (a fuzzer found a 2.3 GB claim for a few hundred input bytes). */
+        if (e->usize > 1032 * e->csize + 64)
             return pt_fail(pt, -TRN_PT_EZIP,
                            "%s: declared size %llu impossible for %llu deflated bytes", e->name,
                            (unsigned long long)e->usize, (unsigned long long)e->csize);
-        uint8_t *buf = malloc(e->usize ? (size_t)e->usize : 1);
+        /* Every inflation counts, held or streamed through: a storage of 2^28 zeros deflated
+         * to 1 MB is a gigabyte of work and, held, of memory (issue 44). */
+        if (e->usize > pt->inflate_budget - pt->inflated)
+            return pt_fail(pt, -TRN_PT_ELIMIT,
+                           "%s: inflating %llu more bytes passes the budget of %llu for the "
+                           "archive's deflated entries (%llu so far)",
+                           e->name, (unsigned long long)e->usize,
+                           (unsigned long long)pt->inflate_budget,
+                           (unsigned long long)pt->inflated);
+        pt->inflated += e->usize;
+        uint8_t *buf = malloc(keep ? (size_t)keep : 1);
         if (!buf) return pt_fail(pt, -ENOMEM, "%s: out of memory", e->name);
-        z_stream zs;
-        memset(&zs, 0, sizeof zs);
-        if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) {
+        const int rc = inflate_prefix(pt, e, buf, keep, &crc);
+        if (rc) {
             free(buf);
-            return pt_fail(pt, -ENOMEM, "%s: inflateInit failed", e->name);
+            return rc;
         }
-        /* Deflated entries are small in practice; one call keeps the sizes within uInt. */
-        if (e->usize > (1u << 30) || e->csize > (1u << 30)) {
-            inflateEnd(&zs);
-            free(buf);
-            return pt_fail(pt, -TRN_PT_ELIMIT, "%s: deflated entry over 1 GiB", e->name);
-        }
-        zs.next_in = (Bytef *)src;
-        zs.avail_in = (uInt)e->csize;
-        zs.next_out = buf;
-        zs.avail_out = (uInt)e->usize;
-        const int zr = inflate(&zs, Z_FINISH);
-        const int done = zr == Z_STREAM_END && zs.total_out == e->usize;
-        inflateEnd(&zs);
-        if (!done) {
-            free(buf);
-            return pt_fail(pt, -TRN_PT_EZIP, "%s: corrupt deflate data", e->name);
-        }
+        free(e->owned);
         e->owned = buf;
         src = buf;
-    }
-    /* zlib's crc32 takes uInt lengths: chunk it. */
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (uint64_t done = 0; done < e->usize;) {
-        const uint64_t left = e->usize - done;
-        const uInt step = left > (1u << 30) ? (1u << 30) : (uInt)left;
-        crc = crc32(crc, src + done, step);
-        done += step;
+    } else {
+        /* zlib's crc32 takes uInt lengths: chunk it. */
+        for (uint64_t done = 0; done < e->usize;) {
+            const uint64_t left = e->usize - done;
+            const uInt step = left > (1u << 30) ? (1u << 30) : (uInt)left;
+            crc = crc32(crc, src + done, step);
+            done += step;
+        }
+        keep = e->usize;
     }
     if ((uint32_t)crc != e->crc) {
         /* a later get of the same entry inflates afresh: drop this copy */
         free(e->owned);
         e->owned = NULL;
+        e->bytes = NULL;
+        e->kept = 0;
         return pt_fail(pt, -TRN_PT_ECRC, "%s: CRC-32 %08x, directory says %08x", e->name,
                        (unsigned)crc, (unsigned)e->crc);
     }
     e->bytes = src;
+    e->kept = keep;
     *out = src;
     return 0;
 }

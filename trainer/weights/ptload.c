@@ -161,6 +161,7 @@ static struct trn_pt *pt_new(const char *name, char *err, size_t err_cap)
     pt->err = err;
     pt->err_cap = err_cap;
     pt->root = -1;
+    pt->inflate_budget = TRN_PT_INFLATE_BUDGET;
     return pt;
 }
 
@@ -388,9 +389,9 @@ static int sd_add(struct trn_pt *pt, const char *name, int32_t tobj, bool param)
     pt->sd_names[pt->n_sd] = copy;
     pt->sd_raw[pt->n_sd] = (int32_t)pt->objs[tobj].i;
     pt->n_sd++;
-    /* The bytes are checked now, so later reads cannot meet a CRC error. */
-    const uint8_t *b;
-    return pt_zip_get(pt, s->entry, UINT64_MAX, &b);
+    /* No bytes yet: a storage is checked (CRC) and, deflated, inflated when a view of it is
+     * read, and then only as far as the view reaches, so a tensor nobody reads costs nothing. */
+    return 0;
 }
 
 static int join(struct trn_pt *pt, char *dst, const char *prefix, int32_t key)
@@ -544,11 +545,33 @@ static int sd_index(const struct trn_pt *pt, const struct trn_pt_tensor *t)
     return (int)(t - pt->sd);
 }
 
-const void *trn_pt_storage(const struct trn_pt *pt, const struct trn_pt_tensor *t)
+/* The storage bytes t's view reads (at least), checked on first use. */
+static int storage_of(const struct trn_pt *pt, const struct trn_pt_tensor *t, const uint8_t **b)
 {
     const int i = sd_index(pt, t);
-    if (i < 0) return NULL;
-    return pt->storages[pt->tensors[pt->sd_raw[i]].storage].entry->bytes;
+    if (i < 0) return -EINVAL;
+    const struct pt_tensor_raw *r = &pt->tensors[pt->sd_raw[i]];
+    const struct pt_storage *s = &pt->storages[r->storage];
+    const uint64_t need = (uint64_t)(r->last + 1) * trn_pt_dtype_size(s->dtype);
+    /* the handle is the reader's state: reading fills its cache of checked bytes */
+    return pt_zip_get_prefix((struct trn_pt *)pt, s->entry, need, b);
+}
+
+int trn_pt_tensor_check(const struct trn_pt *pt, const struct trn_pt_tensor *t)
+{
+    const uint8_t *b = NULL;
+    return storage_of(pt, t, &b);
+}
+
+const void *trn_pt_storage(const struct trn_pt *pt, const struct trn_pt_tensor *t)
+{
+    const uint8_t *b = NULL;
+    return storage_of(pt, t, &b) == 0 ? b : NULL;
+}
+
+void trn_pt_set_inflate_budget(struct trn_pt *pt, uint64_t bytes)
+{
+    if (pt) pt->inflate_budget = bytes > pt->inflated ? bytes : pt->inflated;
 }
 
 static double elem(const uint8_t *b, enum trn_pt_dtype d, int64_t k, int64_t *iv)
@@ -601,8 +624,10 @@ static double elem(const uint8_t *b, enum trn_pt_dtype d, int64_t k, int64_t *iv
 static int64_t gather(const struct trn_pt *pt, const struct trn_pt_tensor *t, float *f, int64_t *iv,
                       size_t dst_len)
 {
-    const uint8_t *b = trn_pt_storage(pt, t);
-    if (!b || (uint64_t)t->numel > dst_len) return -EINVAL;
+    if ((uint64_t)t->numel > dst_len) return -EINVAL;
+    const uint8_t *b = NULL;
+    const int rc = storage_of(pt, t, &b);
+    if (rc < 0) return rc;
     int64_t idx[TRN_PT_MAX_DIMS] = { 0 };
     for (int64_t n = 0; n < t->numel; n++) {
         int64_t k = t->offset;

@@ -56,6 +56,11 @@ extern "C" {
 #define TRN_PT_MAX_DEPTH   64           /* nesting of modules / dicts walked */
 #define TRN_PT_MAX_DIMS    8            /* tensor dimensions */
 #define TRN_PT_MAX_NAME    256          /* bytes of a state-dict name, NUL included */
+/* Bytes the DEFLATE entries of one archive may inflate to, in all, held or streamed through,
+ * unless trn_pt_set_inflate_budget says otherwise. torch.save stores its entries (no DEFLATE),
+ * so this only bounds rewritten files: a deflate bomb (a 2^28-float storage of zeros in 1 MB)
+ * is refused at it. */
+#define TRN_PT_INFLATE_BUDGET (192ull << 20)
 
 /* Element types of storages. */
 enum trn_pt_dtype {
@@ -122,7 +127,9 @@ int trn_pt_top_key(const struct trn_pt *pt, int i, const char **key, const char 
  * out: the tensors in state_dict() order, owned by pt, valid until the next trn_pt_state_dict
  * call or trn_pt_close. Returns the count, -TRN_PT_ESTRUCT (no such key, None, not a module or
  * dict, a value that is neither tensor nor module), -TRN_PT_ELIMIT (too deep, name too long),
- * -ENOMEM. The storages used are CRC-checked here (-TRN_PT_ECRC).
+ * -ENOMEM. No storage bytes are read here: each is CRC-checked when a view of it is first read
+ * (trn_pt_storage, trn_pt_tensor_read_*), and a DEFLATE storage is inflated then, only as far as
+ * the view reaches, within the archive's inflate budget.
  */
 int trn_pt_state_dict(struct trn_pt *pt, const char *which, const struct trn_pt_tensor **out,
                       char *err, size_t err_cap);
@@ -132,14 +139,25 @@ int trn_pt_state_dict(struct trn_pt *pt, const char *which, const struct trn_pt_
  * level is not a dict. */
 const char *trn_pt_default_key(const struct trn_pt *pt);
 
-/* The raw bytes of a tensor's storage (storage_numel elements, little-endian), valid until
- * trn_pt_close; NULL if t does not come from pt's last state dict. */
+/* The raw bytes of a tensor's storage (little-endian) as far as its view reaches (all
+ * storage_numel elements for a STORED entry), CRC-checked, valid until trn_pt_close; NULL if t
+ * does not come from pt's last state dict, or the storage fails its CRC, does not inflate, or
+ * passes the inflate budget. */
 const void *trn_pt_storage(const struct trn_pt *pt, const struct trn_pt_tensor *t);
+/* As trn_pt_storage, with the reason: 0, -EINVAL (t not from pt's last state dict),
+ * -TRN_PT_ECRC, -TRN_PT_EZIP, -TRN_PT_ELIMIT (the inflate budget) or -ENOMEM. */
+int trn_pt_tensor_check(const struct trn_pt *pt, const struct trn_pt_tensor *t);
+
+/* The bytes this archive's DEFLATE entries may inflate to, in all (default
+ * TRN_PT_INFLATE_BUDGET). A caller that knows the model sets it from the model's size. */
+void trn_pt_set_inflate_budget(struct trn_pt *pt, uint64_t bytes);
 
 /*
  * Copy a tensor's elements in row-major order, converted to float (fp16/bf16 exactly; fp64 and
  * integers rounded to nearest), honouring stride and offset. dst_len: elements of dst, at least
- * t->numel. Returns t->numel, -EINVAL (dst too small, t not from pt's last state dict).
+ * t->numel. Returns t->numel, -EINVAL (dst too small, t not from pt's last state dict), or the
+ * storage's first-read error: -TRN_PT_ECRC, -TRN_PT_EZIP, -TRN_PT_ELIMIT (the inflate budget),
+ * -ENOMEM.
  */
 int64_t trn_pt_tensor_read_f32(const struct trn_pt *pt, const struct trn_pt_tensor *t, float *dst,
                                size_t dst_len);

@@ -21,6 +21,7 @@ struct pt_entry {
     uint64_t usize;       /* bytes once inflated */
     uint64_t data_off;    /* where the data starts in the file */
     const uint8_t *bytes; /* the checked bytes once pt_zip_get has run, else NULL */
+    uint64_t kept;        /* bytes of `bytes` held: usize, or the prefix a view needs (DEFLATE) */
     uint8_t *owned;       /* inflated copy (DEFLATE), freed at close */
 };
 
@@ -66,6 +67,7 @@ struct pt_tensor_raw {
     int ndim;
     int64_t shape[TRN_PT_MAX_DIMS], stride[TRN_PT_MAX_DIMS];
     int64_t offset;
+    int64_t last; /* the largest element index the view reads; -1 when it reads none */
 };
 
 struct trn_pt {
@@ -85,8 +87,9 @@ struct trn_pt {
     uint32_t n_tensors, cap_tensors;
     char **strings; /* owned strings (global names) */
     uint32_t n_strings, cap_strings;
-    int32_t root;   /* the pickle's result */
-    uint64_t steps; /* work done, bounded against pathological inputs */
+    int32_t root;                      /* the pickle's result */
+    uint64_t steps;                    /* work done, bounded against pathological inputs */
+    uint64_t inflate_budget, inflated; /* bytes DEFLATE entries may inflate to, in all; so far */
 
     /* the last state dict */
     struct trn_pt_tensor *sd;
@@ -109,6 +112,9 @@ int pt_zip_parse(struct trn_pt *pt);
 struct pt_entry *pt_zip_find(struct trn_pt *pt, const char *name);
 /* The checked (CRC) and, if needed, inflated bytes of an entry, at most max bytes. */
 int pt_zip_get(struct trn_pt *pt, struct pt_entry *e, uint64_t max, const uint8_t **out);
+/* The first `keep` bytes of e, its whole CRC checked; a DEFLATE entry is inflated through a small
+ * window and only `keep` bytes are held, its usize counted against pt->inflate_budget. */
+int pt_zip_get_prefix(struct trn_pt *pt, struct pt_entry *e, uint64_t keep, const uint8_t **out);
 
 /* Run the pickle; sets pt->root. */
 int pt_pickle_run(struct trn_pt *pt, const uint8_t *p, size_t len);
