@@ -296,6 +296,19 @@ void pack_image_decoder_destroy(struct pack_image_decoder *dec)
     free(dec);
 }
 
+void pack_image_decoder_trim(struct pack_image_decoder *dec, size_t keep)
+{
+    if (!dec) return;
+    void **bufs[4] = { (void **)&dec->dec, (void **)&dec->rot, (void **)&dec->out, &dec->work };
+    size_t *caps[4] = { &dec->dec_cap, &dec->rot_cap, &dec->out_cap, &dec->work_cap };
+    for (int k = 0; k < 4; k++)
+        if (*caps[k] > keep) {
+            free(*bufs[k]);
+            *bufs[k] = NULL;
+            *caps[k] = 0;
+        }
+}
+
 const char *pack_image_decoder_detail(const struct pack_image_decoder *dec)
 {
     return dec ? dec->detail : "";

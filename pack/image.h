@@ -200,6 +200,10 @@ int pack_image_load_into(struct pack_image_decoder *dec, int size, enum pack_ima
  */
 const char *pack_image_decoder_detail(const struct pack_image_decoder *dec);
 
+/* Frees the decoder's buffers larger than keep bytes (they grow to the largest image seen), so
+ * that a worker that met one huge image does not hold its memory for the rest of a run. */
+void pack_image_decoder_trim(struct pack_image_decoder *dec, size_t keep);
+
 /*
  * pack_image_strerror for an error of decoding src (len bytes), naming src's format: a PNG, BMP
  * or WebP file that fails is "corrupt PNG", "PNG dimensions above the decoder limits", never a

@@ -54,9 +54,12 @@ struct job {
     pthread_cond_t cv_worker, cv_writer;
     struct slot *slots;
     size_t window;
-    size_t next;      /* next sample to hand to a worker */
-    size_t written;   /* samples consumed by the appender */
-    int abort;        /* set by the appender on a fatal error or stop */
+    size_t next;       /* next sample to hand to a worker */
+    size_t written;    /* samples consumed by the appender */
+    int abort;         /* set by the appender on a fatal error or stop */
+    uint64_t budget;   /* bytes the images being decoded may take at once (PACK_MAX_PIXELS) */
+    uint64_t decoding; /* bytes they take now (under mu) */
+    pthread_cond_t cv_budget;
     double stalled_s; /* workers' seconds waiting for a free slot (under mu) */
 };
 
@@ -158,7 +161,36 @@ struct worker {
     size_t labels_cap;
     uint32_t *seg_counts;
     size_t seg_cap;
+    uint64_t held; /* this worker's share of job.decoding */
 };
+
+/* Waits until the image of `pixels` (coded) fits the decode budget beside the others being
+ * decoded; alone it always fits. Its decode, orientation and resize buffers: 4 + 3 bytes a
+ * pixel at most. */
+static void budget_take(struct worker *w, uint64_t pixels)
+{
+    struct job *j = w->j;
+    const uint64_t need = pixels * 7;
+    pthread_mutex_lock(&j->mu);
+    while (j->decoding > 0 && j->decoding + need > j->budget && !j->abort)
+        pthread_cond_wait(&j->cv_budget, &j->mu);
+    j->decoding += need;
+    pthread_mutex_unlock(&j->mu);
+    w->held = need;
+}
+
+/* After a sample: a big image's buffers go, and its share of the budget with them. */
+static void budget_give(struct worker *w)
+{
+    if (!w->held) return;
+    pack_image_decoder_trim(w->dec, 32u << 20);
+    struct job *j = w->j;
+    pthread_mutex_lock(&j->mu);
+    j->decoding -= w->held;
+    pthread_cond_broadcast(&j->cv_budget);
+    pthread_mutex_unlock(&j->mu);
+    w->held = 0;
+}
 
 /* Processes sample i into slot s (whose state the caller sets under the lock). Returns 0 when
  * the slot holds a record, 1 when the sample is skipped (s->msg says why), or a fatal error. */
@@ -178,6 +210,10 @@ static int process(struct worker *w, size_t i, struct slot *s)
         return 1;
     }
     s->bytes_in = len;
+    struct pack_image_info head;
+    if (pack_image_probe(w->file, len, &head) == 0 &&
+        (uint64_t)head.coded_width * (uint64_t)head.coded_height <= w->j->budget / 7)
+        budget_take(w, (uint64_t)head.coded_width * (uint64_t)head.coded_height);
 
     /* Labels and polygons in the record's layout. */
     if ((rc = grow((uint8_t **)&w->labels, &w->labels_cap, 20 * (size_t)ds->n_rows + 4)) < 0 ||
@@ -246,8 +282,9 @@ static int process(struct worker *w, size_t i, struct slot *s)
         const char *what = pack_image_error_line(rc, w->file, len, line, sizeof line),
                    *detail = pack_image_decoder_detail(w->dec);
         const int same = !detail[0] || strcmp(what, detail) == 0;
-        snprintf(s->msg, sizeof s->msg, "%s: corrupt image: %s%s%s%s; skipped", ds->image_path,
-                 what, same ? "" : " (", same ? "" : detail, same ? "" : ")");
+        snprintf(s->msg, sizeof s->msg, "%s: corrupt image: %s%s%s%s; skipped%s", ds->image_path,
+                 what, same ? "" : " (", same ? "" : detail, same ? "" : ")",
+                 rc == -PACK_IMAGE_ETOOBIG ? " (yolo-pack --max-pixels raises the limit)" : "");
         s->corrupt = 1;
         return 1;
     }
@@ -376,6 +413,7 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&j->mu);
 
         const int rc = process(w, i, s);
+        budget_give(w);
 
         pthread_mutex_lock(&j->mu);
         s->state = rc < 0 ? SLOT_FATAL : rc == 1 ? SLOT_SKIPPED : SLOT_READY;
@@ -503,9 +541,11 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
     /* Enough slots that the appender finds runs of finished records to write at once
      * (PACK_RUN_BYTES: about 5 records at 640) while the workers go on. */
     j.window = 4 * (size_t)nt + 16;
+    j.budget = 7 * (o->max_pixels ? o->max_pixels : PACK_MAX_PIXELS);
     pthread_mutex_init(&j.mu, NULL);
     pthread_cond_init(&j.cv_worker, NULL);
     pthread_cond_init(&j.cv_writer, NULL);
+    pthread_cond_init(&j.cv_budget, NULL);
     j.slots = calloc(j.window, sizeof *j.slots);
     struct worker *ws = calloc((size_t)nt, sizeof *ws);
     pthread_t *th = calloc((size_t)nt, sizeof *th);
@@ -536,6 +576,7 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
         struct pack_image_opts io;
         pack_image_opts_default(&io);
         io.round = o->round;
+        io.max_pixels = j.budget / 7;
         if ((rc = pack_image_decoder_create(&io, &ws[k].dec)) < 0 ||
             (rc = ffr_codec_create(&ws[k].codec)) < 0)
             goto out;
@@ -753,6 +794,7 @@ out:
     pthread_mutex_destroy(&j.mu);
     pthread_cond_destroy(&j.cv_worker);
     pthread_cond_destroy(&j.cv_writer);
+    pthread_cond_destroy(&j.cv_budget);
     free(j.slots);
     free(ws);
     free(th);

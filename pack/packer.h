@@ -24,6 +24,12 @@ enum pack_codec {
     PACK_CODEC_JPEG = 2, /* pixels re-encoded as JPEG at `quality` (lossy, smallest) */
 };
 
+/* The packer's pixel limit by default: 2^26 (67 MP, 192 MiB decoded), under the decoder's own
+ * 2^28, because every worker decodes at once: with one budget of PACK_MAX_PIXELS * 7 bytes for
+ * the images being decoded (and each worker letting a huge image's buffers go after it), the
+ * packer's memory stays that of one image at the limit, whatever -j is. */
+#define PACK_MAX_PIXELS (UINT64_C(1) << 26)
+
 struct pack_opts {
     const char *input;           /* dataset root, yaml, json or list file */
     const char *output;          /* .ffr path (a manifest when shard_bytes > 0) */
@@ -37,6 +43,8 @@ struct pack_opts {
     bool sub_filter;           /* Sub filter before zstd */
     int quality;               /* JPEG quality for PACK_CODEC_JPEG */
     int threads;               /* workers, >= 1 */
+    uint64_t max_pixels;       /* largest image decoded (coded width * height); 0: the default
+                                  PACK_MAX_PIXELS. A larger one is skipped as corrupt, named */
     uint64_t shard_bytes;      /* 0: one file */
     bool strict;               /* any warning fails the run */
     bool progress;             /* draw a progress line on `log` */

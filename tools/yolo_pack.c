@@ -107,7 +107,7 @@ int main(int argc, char **argv)
     const char *input = NULL, *format = "auto", *codec = "zstd", *filter = "none";
     const char *interp = "auto", *round = "int";
     long size = o.size, threads = 0, level = o.zstd_level, quality = o.quality;
-    long max_warnings = (long)o.max_warnings_shown;
+    long max_warnings = (long)o.max_warnings_shown, max_pixels = 0;
     bool quiet = false, strict = false, drop_bg = false, no_seg = false;
     bool seg_box = false;
     int n_pos = 0;
@@ -136,6 +136,11 @@ int main(int argc, char **argv)
                "COCO: where the images are (default ROOT/SPLIT or ROOT/images/SPLIT)"),
         AP_RANGE("-j|--threads", AP_LONG, &threads, "N", "worker threads (default: all cores)", 1,
                  1024),
+        AP_RANGE("--max-pixels", AP_LONG, &max_pixels, "N",
+                 "largest image decoded, width x height (default 67108864 = 2^26); larger ones "
+                 "are skipped, named. Images being decoded take at most 7 bytes a pixel of it "
+                 "at once, whatever -j",
+                 1, 4294967296.0),
         { .names = "--codec",
           .kind = AP_CHOICE,
           .dst = &codec,
@@ -219,6 +224,7 @@ int main(int argc, char **argv)
     o.sub_filter = !strcmp(filter, "sub");
     o.round = !strcmp(round, "ceil") ? PACK_IMAGE_ROUND_CEIL : PACK_IMAGE_ROUND_INT;
     if (threads) o.threads = (int)threads;
+    o.max_pixels = (uint64_t)max_pixels;
     o.zstd_level = (int)level;
     o.quality = (int)quality;
     o.max_warnings_shown = (size_t)max_warnings;

@@ -5,6 +5,8 @@
 # run stays under 256 MB of peak RSS (one bomb used to cost 1.07 GB, six 6.3 GB).
 # Usage: test_pt_bombs.sh YOLO_IMPORT YOLO_VAL YOLO_SYNTH MODELS_DIR
 set -u
+# ASan's quarantine would hold the freed buffers whose release is the point: keep it small
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=16"
 imp=$1 val=$2 synth=$3 models=$4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
