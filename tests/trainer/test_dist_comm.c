@@ -31,6 +31,8 @@ static char dir[64];
 
 static int port;
 
+static double g_heartbeat = 30; /* trn_dist_opts.heartbeat_s of the next joins */
+
 static int join(int rank, int world, double timeout, struct trn_dist **d, char *err, size_t cap)
 {
     char r[32], w[32], p[32];
@@ -46,6 +48,7 @@ static int join(int rank, int world, double timeout, struct trn_dist **d, char *
     o.backend = TRN_DIST_TCP;
     o.timeout_s = timeout;
     o.bucket_bytes = 4096; /* small buckets: several per all-reduce */
+    o.heartbeat_s = g_heartbeat;
     return trn_dist_create(&e, &o, d, err, cap);
 }
 
@@ -264,6 +267,27 @@ static int child_hangs(int rank, int world)
     return rc == -ETIMEDOUT || rc == -ECONNRESET ? 0 : 1;
 }
 
+/* rank 1 stops (SIGSTOP: its heartbeat thread with it) while rank 0 sums; rank 2 sums too */
+static int child_stopped(int rank, int world)
+{
+    struct trn_dist *d = NULL;
+    char err[512] = "";
+    if (join(rank, world, 60, &d, err, sizeof err) < 0) {
+        note(rank, "join: %s", err);
+        return 2;
+    }
+    if (rank == 1) {
+        raise(SIGSTOP); /* the parent kills it */
+        return 5;
+    }
+    const double t0 = (double)time(NULL);
+    int64_t v = 1;
+    const int rc = trn_dist_allreduce_i64(d, &v, 1, TRN_DIST_SUM);
+    note(rank, "rc=%d after=%.0f err=%s", rc, (double)time(NULL) - t0, trn_dist_error(d));
+    trn_dist_destroy(d);
+    return rc == -ETIMEDOUT || rc == -ECONNRESET ? 0 : 1;
+}
+
 static int child_mismatch(int rank, int world)
 {
     struct trn_dist *d = NULL;
@@ -401,6 +425,26 @@ static void test_faults(void)
            strstr(n0, "rc=-110") && strstr(n0, "rank 1") && strstr(n0, "hung"),
        "a hung rank: rank 0 times out naming rank 1, rank 2 fails too ('%s')", n0);
     free(n0);
+
+    /* a stopped rank (SIGSTOP): heartbeats end the job at 3 s, not at the 60 s deadline */
+    g_heartbeat = 3;
+    spawn(child_stopped, 3, false, st, pids, false);
+    waitpid(pids[0], &s0, 0);
+    waitpid(pids[2], &s2, 0);
+    kill(pids[1], SIGKILL);
+    waitpid(pids[1], NULL, 0);
+    g_heartbeat = 30;
+    n0 = read_note(0);
+    char *n2 = read_note(2);
+    double after = 99;
+    const char *at = strstr(n0, "after=");
+    if (at) after = atof(at + 6);
+    ok(WIFEXITED(s0) && WEXITSTATUS(s0) == 0 && WIFEXITED(s2) && WEXITSTATUS(s2) == 0 &&
+           strstr(n0, "rank 1 sent no heartbeat for 3 s") && after < 20 && strstr(n2, "rc=-"),
+       "a stopped rank: rank 0 names it within %.0f s by its silent heartbeat, rank 2 fails too "
+       "('%s' | '%s')",
+       after, n0, n2);
+    free(n0), free(n2);
 
     spawn(child_mismatch, 2, false, st, pids, true);
     ok(st[0] == 0 || st[1] == 0, "different collectives on two ranks: -EPROTO (statuses %d %d)",

@@ -98,6 +98,8 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     d->world = env->world_size;
     d->local_rank = env->local_rank;
     d->timeout_s = o.timeout_s;
+    /* a deadline as short as the heartbeat's limit ends waits on a silent rank itself */
+    d->hb_limit_s = o.heartbeat_s > 0 && o.heartbeat_s < o.timeout_s ? o.heartbeat_s : 0;
     d->bucket_bytes = o.bucket_bytes & ~(size_t)7;
     d->listen_fd = -1;
     d->overlap = o.overlap;
@@ -142,6 +144,11 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     }
     d->broken = false;
     d->err[0] = '\0';
+    if (d->be->star && d->world > 1 && (rc = dist_star_heartbeat(d)) < 0) {
+        trn_seterr(err, err_cap, "cannot start the heartbeat thread: %s", strerror(-rc));
+        trn_dist_destroy(d);
+        return rc;
+    }
     if (d->world > 1 && (rc = sync_init(d)) < 0) {
         trn_seterr(err, err_cap, "cannot create the communication thread's locks: %s",
                    strerror(-rc));

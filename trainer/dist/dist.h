@@ -150,6 +150,12 @@ struct trn_dist_opts {
                                       while the backward goes on [true] */
     size_t first_bucket_bytes;     /* the first gradient bucket of a backward closes here, bytes
                                       (at most bucket_bytes is used) [1 MiB, DDP's first bucket] */
+    double heartbeat_s;            /* TCP star (TCP, NCCL's bootstrap): a rank heard from by no
+                                      heartbeat this long (a thread sends one each second,
+                                      whatever the rank computes) is stopped, hung or cut off,
+                                      and the collectives waiting on it fail naming it; not used
+                                      when timeout_s is as short, whose deadline then ends such
+                                      waits itself; 0: never [30] */
 };
 
 /* Fill o with the defaults in brackets. */

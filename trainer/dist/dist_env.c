@@ -71,6 +71,7 @@ void trn_dist_opts_default(struct trn_dist_opts *o)
     o->device = -1;
     o->overlap = true;
     o->first_bucket_bytes = (size_t)1 << 20;
+    o->heartbeat_s = 30;
 }
 
 static const char *env_get(const char *const *env, const char *key)

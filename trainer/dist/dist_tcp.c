@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include "priv/dist_internal.h"
@@ -41,6 +42,12 @@ static int wait_fd(int fd, short ev, double deadline)
 
 static int io_fail(struct trn_dist *d, int rc, int peer, const char *what, uint64_t seq)
 {
+    if (__atomic_load_n(&d->hb_silent, __ATOMIC_ACQUIRE) == peer)
+        return dist_fail(d, -ETIMEDOUT,
+                         "rank %d sent no heartbeat for %g s during %s #%llu: it is stopped, hung "
+                         "or cut off, and the job ends (--dist-timeout bounds slow collectives, "
+                         "not silent ranks)",
+                         peer, d->hb_limit_s, what, (unsigned long long)seq);
     if (rc == -ETIMEDOUT)
         return dist_fail(
             d, rc,
@@ -194,18 +201,19 @@ static int star_accept(struct trn_dist *d, int port, double deadline)
     int rc = listen_on(d, port);
     if (rc < 0) return rc;
     int joined = 0, strangers = 0;
-    while (joined < d->world - 1) {
+    /* each rank connects twice: its collectives, then its heartbeats */
+    while (joined < 2 * (d->world - 1)) {
         rc = wait_fd(d->listen_fd, POLLIN, deadline);
         if (rc == -ETIMEDOUT) {
             char missing[256] = "";
             size_t n = 0;
             for (int r = 1; r < d->world && n + 12 < sizeof missing; r++)
-                if (d->fd[r] < 0)
+                if (d->fd[r] < 0 || d->hb_fd[r] < 0)
                     n +=
                         (size_t)snprintf(missing + n, sizeof missing - n, "%s%d", n ? ", " : "", r);
             return dist_fail(d, rc,
                              "only %d of %d ranks joined within %g s on port %d (missing: %s%s)",
-                             joined + 1, d->world, d->timeout_s, port, missing,
+                             joined / 2 + 1, d->world, d->timeout_s, port, missing,
                              strangers ? "; connections that were not ranks of this job came" : "");
         }
         if (rc < 0)
@@ -226,8 +234,9 @@ static int star_accept(struct trn_dist *d, int port, double deadline)
             strangers++;
             continue;
         }
+        int *slot = h.kind == HELLO_HEARTBEAT ? d->hb_fd : d->fd;
         if (h.bytes != (uint64_t)d->world || h.seq == 0 || h.seq >= (uint64_t)d->world ||
-            d->fd[h.seq] >= 0) {
+            h.kind > HELLO_HEARTBEAT || slot[h.seq] >= 0) {
             close(fd);
             return dist_fail(
                 d, -EPROTO,
@@ -236,7 +245,7 @@ static int star_accept(struct trn_dist *d, int port, double deadline)
                 "RANK?)",
                 (unsigned long long)h.seq, (unsigned long long)h.bytes, d->world, port);
         }
-        d->fd[h.seq] = fd;
+        slot[h.seq] = fd;
         joined++;
     }
     close(d->listen_fd);
@@ -247,8 +256,8 @@ static int star_accept(struct trn_dist *d, int port, double deadline)
     return 0;
 }
 
-/* Rank r > 0: connect to rank 0 (retrying until it listens), HELLO, wait for WELCOME. */
-static int star_connect(struct trn_dist *d, const char *host, int port, double deadline)
+/* Rank r > 0: one connection to rank 0 (retrying until it listens) into *out. */
+static int connect_to(struct trn_dist *d, const char *host, int port, double deadline, int *out)
 {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
@@ -306,32 +315,135 @@ static int star_connect(struct trn_dist *d, const char *host, int port, double d
     }
     freeaddrinfo(ai);
     set_sock_opts(fd);
-    d->fd[0] = fd;
-    const struct wire_hdr h = { WIRE_MAGIC, OP_HELLO, 0, (uint64_t)d->rank, (uint64_t)d->world };
-    int rc = send_msg(d, 0, &h, NULL, deadline);
+    *out = fd;
+    return 0;
+}
+
+/* Rank r > 0: connect to rank 0 twice (collectives, heartbeats), HELLO on each, wait for
+ * WELCOME. */
+static int star_connect(struct trn_dist *d, const char *host, int port, double deadline)
+{
+    int rc = connect_to(d, host, port, deadline, &d->fd[0]);
     if (rc < 0) return rc;
+    const struct wire_hdr h = { WIRE_MAGIC, OP_HELLO, 0, (uint64_t)d->rank, (uint64_t)d->world };
+    if ((rc = send_msg(d, 0, &h, NULL, deadline)) < 0) return rc;
+    if ((rc = connect_to(d, host, port, deadline, &d->hb_fd[0])) < 0) return rc;
+    const struct wire_hdr hb = { WIRE_MAGIC, OP_HELLO, HELLO_HEARTBEAT, (uint64_t)d->rank,
+                                 (uint64_t)d->world };
+    if ((rc = send_all(d->hb_fd[0], &hb, sizeof hb, deadline)) < 0)
+        return io_fail(d, rc, 0, "hello", 0);
     const struct wire_hdr w = { WIRE_MAGIC, OP_WELCOME, 0, 0, 0 };
     return recv_msg(d, 0, &w, NULL, deadline);
 }
 
+/* The heartbeat thread: a byte to each peer every HEARTBEAT_S on its heartbeat connection, and
+ * every byte from them noted. A peer heard from last more than hb_limit_s ago (when set: it
+ * is 0 where the collectives' own deadline is as short) is taken for
+ * stopped or hung (a SIGSTOP, a machine that froze, a cut network: nothing a socket reports):
+ * it is named in hb_silent and its collective connection is shut down, so that a wait on it
+ * ends at once and io_fail says why. A peer whose heartbeat connection closes has exited: its
+ * collective connection says so itself, after whatever it sent last, so nothing is cut. */
+static void *heartbeat(void *arg)
+{
+    struct trn_dist *d = arg;
+    const int n = d->world;
+    double *last = malloc((size_t)n * sizeof *last);
+    struct pollfd *p = malloc((size_t)(n + 1) * sizeof *p);
+    if (!last || !p) {
+        free(last), free(p);
+        return NULL;
+    }
+    for (int r = 0; r < n; r++)
+        last[r] = dist_now_s();
+    double next_beat = 0;
+    for (;;) {
+        const double now = dist_now_s();
+        if (now >= next_beat) {
+            for (int r = 0; r < n; r++)
+                if (d->hb_fd[r] >= 0) {
+                    const char beat = 'h';
+                    /* a full buffer means the peer is not reading: its own silence says so */
+                    (void)!send(d->hb_fd[r], &beat, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                }
+            next_beat = now + HEARTBEAT_S;
+        }
+        int m = 0;
+        p[m++] = (struct pollfd){ .fd = d->hb_wake[0], .events = POLLIN };
+        for (int r = 0; r < n; r++)
+            if (d->hb_fd[r] >= 0) p[m++] = (struct pollfd){ .fd = d->hb_fd[r], .events = POLLIN };
+        const int ms = (int)ceil((next_beat - dist_now_s()) * 1000);
+        if (poll(p, (nfds_t)m, ms > 0 ? ms : 0) < 0 && errno != EINTR) break;
+        if (p[0].revents) break; /* stop */
+        for (int k = 1, r = 0; k < m; k++) {
+            while (d->hb_fd[r] != p[k].fd)
+                r++;
+            if (!p[k].revents) continue;
+            char buf[256];
+            const ssize_t got = recv(d->hb_fd[r], buf, sizeof buf, MSG_DONTWAIT);
+            if (got > 0) {
+                last[r] = dist_now_s();
+            } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+                close(d->hb_fd[r]); /* it exited: no more to watch */
+                d->hb_fd[r] = -1;
+            }
+        }
+        for (int r = 0; r < n && d->hb_limit_s > 0; r++)
+            if (d->hb_fd[r] >= 0 && dist_now_s() - last[r] > d->hb_limit_s) {
+                int none = -1;
+                if (__atomic_compare_exchange_n(&d->hb_silent, &none, r, false, __ATOMIC_RELEASE,
+                                                __ATOMIC_RELAXED) &&
+                    d->fd[r] >= 0)
+                    shutdown(d->fd[r], SHUT_RDWR);
+                close(d->hb_fd[r]);
+                d->hb_fd[r] = -1;
+            }
+    }
+    free(last), free(p);
+    return NULL;
+}
+
+int dist_star_heartbeat(struct trn_dist *d)
+{
+    if (!d->hb_fd || d->hb_on) return 0;
+    if (pipe2(d->hb_wake, O_CLOEXEC) != 0) return -errno;
+    const int rc = pthread_create(&d->hb_thread, NULL, heartbeat, d);
+    if (rc != 0) {
+        close(d->hb_wake[0]), close(d->hb_wake[1]);
+        return -rc;
+    }
+    d->hb_on = true;
+    return 0;
+}
+
 int dist_star_open(struct trn_dist *d, const char *host, int port)
 {
+    d->hb_silent = -1;
     d->fd = malloc((size_t)d->world * sizeof *d->fd);
-    if (!d->fd) return dist_fail(d, -ENOMEM, "out of memory");
+    d->hb_fd = malloc((size_t)d->world * sizeof *d->hb_fd);
+    if (!d->fd || !d->hb_fd) return dist_fail(d, -ENOMEM, "out of memory");
     for (int r = 0; r < d->world; r++)
-        d->fd[r] = -1;
+        d->fd[r] = d->hb_fd[r] = -1;
     const double deadline = dist_now_s() + d->timeout_s;
     return d->rank == 0 ? star_accept(d, port, deadline) : star_connect(d, host, port, deadline);
 }
 
 void dist_star_close(struct trn_dist *d)
 {
+    if (d->hb_on) {
+        close(d->hb_wake[1]); /* the thread sees the end of the pipe */
+        pthread_join(d->hb_thread, NULL);
+        close(d->hb_wake[0]);
+        d->hb_on = false;
+    }
     if (d->listen_fd >= 0) close(d->listen_fd);
     d->listen_fd = -1;
     for (int r = 0; d->fd && r < d->world; r++)
         if (d->fd[r] >= 0) close(d->fd[r]);
+    for (int r = 0; d->hb_fd && r < d->world; r++)
+        if (d->hb_fd[r] >= 0) close(d->hb_fd[r]);
     free(d->fd);
-    d->fd = NULL;
+    free(d->hb_fd);
+    d->fd = d->hb_fd = NULL;
 }
 
 static void combine(void *acc, const void *in, size_t n, enum dtype dt, enum trn_dist_op op)

@@ -86,11 +86,14 @@ void trn_dist_nccl_abort(struct trn_dist_nccl *c);
 #error "the TCP star sends headers in host order; every rank must be little-endian"
 #endif
 
-#define WIRE_MAGIC   0x31445946u /* "FYD1" */
-#define HELLO_WAIT_S 10.0        /* a connection must say who it is within this */
+#define WIRE_MAGIC      0x31445946u /* "FYD1" */
+#define HELLO_WAIT_S    10.0        /* a connection must say who it is within this */
+#define HELLO_HEARTBEAT 1u          /* HELLO's kind for a rank's heartbeat connection */
+#define HEARTBEAT_S     1.0         /* a byte each way on it this often */
 
 enum wire_op {
-    OP_HELLO = 1,  /* rank -> 0: seq = rank, bytes = world */
+    OP_HELLO = 1,  /* rank -> 0: seq = rank, bytes = world, kind 0 (collectives) or
+                      HELLO_HEARTBEAT (the connection that carries heartbeats) */
     OP_WELCOME,    /* 0 -> rank: everyone has joined */
     OP_ALLREDUCE,  /* a bucket of an all-reduce */
     OP_BROADCAST,  /* a bucket of a broadcast */
@@ -129,6 +132,13 @@ struct trn_dist {
     size_t bucket_bytes;
     int listen_fd;              /* rank 0 of a star: the listening socket until all joined */
     int *fd;                    /* star: rank 0 holds fd[1..world), the others fd[0]; -1 unused */
+    int *hb_fd;                 /* star: the heartbeat connection of the same peers */
+    pthread_t hb_thread;        /* dist_star_heartbeat: sends and watches the heartbeats */
+    bool hb_on;                 /* the thread runs */
+    int hb_wake[2];             /* a pipe: closing hb_wake[1] stops the thread */
+    double hb_limit_s;          /* a peer silent this long is taken for stopped or hung (0: not
+                                   watched; beats are still sent) */
+    int hb_silent;              /* the first such peer, or -1 (__atomic: the thread writes it) */
     uint64_t seq;               /* collectives started on this communicator */
     unsigned char *tmp;         /* rank 0's receive bucket */
     size_t tmp_cap;             /* bytes at tmp */
@@ -205,6 +215,8 @@ double dist_now_s(void);
 int dist_fail(struct trn_dist *d, int rc, const char *fmt, ...);
 const char *dist_op_name(int op);
 int dist_star_open(struct trn_dist *d, const char *host, int port);
+/* Starts the heartbeat thread of an open star (dist.c, once the communicator is made). */
+int dist_star_heartbeat(struct trn_dist *d);
 void dist_star_close(struct trn_dist *d);
 int dist_star_reduce(struct trn_dist *d, void *buf, size_t count, enum dtype dt,
                      enum trn_dist_op op);
