@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -37,6 +38,8 @@ int data_pack(const char *prog, const char *data, const char *split, int img, co
      * another job after a label changed, then leaves ours in place while we read it */
     o.hold = true;
     struct pack_cache_result r;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (pack_cache_get(&o, &r, err, sizeof err) < 0) {
         fprintf(stderr, "%s: --data %s, split %s: %s\n", prog, data, split, err);
         return -1;
@@ -46,7 +49,13 @@ int data_pack(const char *prog, const char *data, const char *split, int img, co
         return -1;
     }
     snprintf(out, cap, "%s", r.path);
-    fprintf(stderr, "%s: %s %s: %llu images at %d, %s %s\n", prog, data, split,
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    /* the check of a warm cache (a scan and a stat of every file) says how long it took */
+    fprintf(stderr, "%s: %s %s: %llu images at %d, %s %s", prog, data, split,
             (unsigned long long)r.samples, img, r.hit ? "packed before:" : "packed into", r.path);
+    if (r.hit)
+        fprintf(stderr, " (checked in %.2f s)",
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    fputc('\n', stderr);
     return 0;
 }

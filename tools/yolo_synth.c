@@ -84,6 +84,8 @@ struct options {
     int min_side;                          /* pixels, image sides drawn in [min_side, max_side] */
     int max_side;                          /* pixels */
     int max_objects; /* objects per image are drawn in [1, max_objects] (or 0: background) */
+    int more_pct;    /* after each object, another with this chance (percent): a geometric
+                        count of mean 100 / (100 - more_pct) before the max_objects cap */
     unsigned broken; /* bit i: broken kind i */
     int force;       /* write into a non-empty OUT_DIR */
 };
@@ -272,6 +274,7 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->format = FMT_YOLO | FMT_COCO;
     struct synth_cli cli = { o, 0 };
     long classes = 8, min_side = 240, max_side = 800, max_objects = 10;
+    double mean_objects = 10.0 / 3.0;
     const char *format = "both";
     bool force = false;
     int n_pos = 0;
@@ -303,6 +306,10 @@ static void parse_args(int argc, char **argv, struct options *o)
                  "largest image side in pixels (default 800)", 32, 8192),
         AP_RANGE("--max-objects", AP_LONG, &max_objects, "N",
                  "at most N objects per image (default 10)", 1, SYNTH_MAX_OBJECTS),
+        AP_RANGE("--mean-objects", AP_DOUBLE, &mean_objects, "M",
+                 "mean of the (geometric) number of objects an image is drawn with, before the "
+                 "--max-objects cap and overlaps (default 3.33; COCO has about 7)",
+                 1, 100),
         { .names = "--broken",
           .kind = AP_CALL,
           .dst = &o->broken,
@@ -337,6 +344,7 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->min_side = (int)min_side;
     o->max_side = (int)max_side;
     o->max_objects = (int)max_objects;
+    o->more_pct = (int)lround(100.0 - 100.0 / mean_objects);
     o->force = force;
     o->format = !strcmp(format, "yolo")   ? FMT_YOLO
                 : !strcmp(format, "coco") ? FMT_COCO
@@ -557,7 +565,7 @@ static void make_sample(struct gen *g, struct synth_rng *rng, int w, int h, int 
     if (min_objects > 0 || synth_rng_below(rng, 12) != 0) {
         /* Geometric counts: mostly a few objects, sometimes crowded scenes. */
         want = 1;
-        while (want < g->o->max_objects && synth_rng_below(rng, 100) < 70)
+        while (want < g->o->max_objects && synth_rng_below(rng, 100) < (uint32_t)g->o->more_pct)
             want++;
     }
     if (want < min_objects) want = min_objects;
