@@ -211,22 +211,24 @@ struct det_image {
 };
 
 /*
- * Every record's sizes and label rows, in CSR form: image i's rows are rows[first[i]] to
- * rows[first[i + 1]] (exclusive), each class, cx, cy, w, h (normalised, as in the record).
- * Read-only once built: several threads may read it.
+ * Every record's sizes and label rows, in CSR form: image i has first[i + 1] - first[i] rows,
+ * numbered first[i] onwards in the table's flat numbering, at rows[i], each class, cx, cy, w, h
+ * (normalised, as in the record). The rows are views into the reader's index (its summaries),
+ * not copies, so the table costs 32 bytes an image and the rows nothing more: they stay valid
+ * while the reader does. Read-only once built: several threads may read it.
  */
 struct det_labels {
     uint64_t n;              /* images (records) */
     struct det_image *image; /* n */
     uint64_t *first;         /* n + 1 */
-    float *rows;             /* first[n] x 5 */
+    const float **rows;      /* n: image i's rows (5 floats each), in the reader's index */
     uint32_t max_rows;       /* the most rows of one image */
 };
 
 /*
- * Builds the table from the index summaries of r (no record reads). A summary that does not
- * parse or fails det_summary_check stops it: -FFR_ECORRUPT with "PATH: record I: why" in err
- * (path names the dataset in messages). Memory: 24 bytes an image, 20 a label row.
+ * Builds the table from the index summaries of r (no record reads); r must outlive it. A
+ * summary that does not parse or fails det_summary_check stops it: -FFR_ECORRUPT with
+ * "PATH: record I: why" in err (path names the dataset in messages; NULL: "record I: why").
  * Returns 0, -FFR_ECORRUPT, -ENOMEM or the reader's error.
  */
 DET_API int det_labels_build(const struct ffr_reader *r, const char *path, struct det_labels **out,

@@ -226,7 +226,9 @@ static void plot_labels(struct run *R)
         run_log(R, "WARNING: labels.jpg: out of memory");
         return;
     }
-    memcpy(j->rows, t->rows, nl * 20);
+    for (uint64_t i = 0; i < t->n; i++)
+        if (t->first[i + 1] > t->first[i])
+            memcpy(j->rows + 5 * t->first[i], t->rows[i], (t->first[i + 1] - t->first[i]) * 20);
     for (size_t k = 0; R->o.single_cls && k < nl; k++)
         j->rows[5 * k] = 0;
     j->n = nl;
@@ -263,7 +265,7 @@ static int image_weights_setup(struct run *R, char *err, size_t cap)
         return trn_fail(err, cap, -ENOMEM, "--image-weights: out of memory");
     for (uint64_t i = 0; i < n; i++)
         for (uint64_t k = t->first[i]; k < t->first[i + 1]; k++) {
-            const float c = R->o.single_cls ? 0.0f : t->rows[5 * k];
+            const float c = R->o.single_cls ? 0.0f : t->rows[i][5 * (k - t->first[i])];
             if (!(c >= 0 && c < (float)nc))
                 return trn_fail(err, cap, -EINVAL,
                                 "%s: record %" PRIu64 " has class %g, the model has nc=%d",
@@ -313,8 +315,9 @@ static int run_autoanchor(struct run *R, char *err, size_t cap)
         first[i] = (size_t)t->first[i];
     }
     first[n] = (size_t)nl;
-    for (uint64_t k = 0; k < nl; k++)
-        wh[2 * k] = t->rows[5 * k + 3], wh[2 * k + 1] = t->rows[5 * k + 4];
+    for (uint64_t i = 0; i < n; i++)
+        for (uint64_t k = t->first[i], q = 0; k < t->first[i + 1]; k++, q++)
+            wh[2 * k] = t->rows[i][5 * q + 3], wh[2 * k + 1] = t->rows[i][5 * q + 4];
     const struct trn_anchor_data d = { (size_t)n, shape, first, wh };
     struct trn_autoanchor_result res;
     const int rc = trn_autoanchor(R->m, &d, R->o.img, R->o.hyp.anchor_t, R->o.seed,
