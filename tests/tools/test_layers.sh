@@ -17,24 +17,29 @@ out=$("$check" "$src" 2>&1) && ok "the tree passes: $out" || { notok "the tree f
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# one case: FILE (relative) gets LINE appended; the check must fail and name FILE and HEADER.
-case_fails() {
-  local file=$1 line=$2 header=$3 what=$4
+# a copy of the tree in $tmp/t with LINE appended to FILE (relative)
+copy_with() {
   rm -rf "$tmp/t"
-  mkdir -p "$tmp/t"
-  cp -r "$src/ffr" "$src/det" "$src/io" "$src/kernels" "$src/pack" "$src/trainer" "$src/tools" "$src/scripts" "$tmp/t/"
   mkdir -p "$tmp/t/tests"
-  echo "$line" >>"$tmp/t/$file"
+  cp -r "$src/ffr" "$src/det" "$src/io" "$src/kernels" "$src/pack" "$src/trainer" "$src/tools" "$src/scripts" "$tmp/t/"
+  printf '%s\n' "$2" >>"$tmp/t/$1"
+}
+# one case: FILE gets LINE appended; the check must fail with a line starting "FILE: SAYS".
+fails_saying() {
+  local file=$1 line=$2 says=$3 what=$4
+  copy_with "$file" "$line"
   local o
   if o=$("$tmp/t/scripts/check-layers" "$tmp/t" 2>&1); then
     notok "$what: not detected"
-  elif echo "$o" | grep -q "^$file: includes \"$header\""; then
+  elif echo "$o" | grep -qF "$file: $says"; then
     ok "$what: $o"
   else
     notok "$what: wrong message"
     echo "$o" | sed 's/^/# /'
   fi
 }
+# an include that breaks a rule: the message names the file and the header
+case_fails() { fails_saying "$1" "$2" "includes \"$3\"" "$4"; }
 case_fails trainer/core/hyp.c '#include "train.h"' train.h "upward include core -> train"
 case_fails trainer/model/net.c '#include "loader.h"' loader.h "upward include model -> data"
 case_fails tools/yolo_train.c '#include "priv/model_internal.h"' priv/model_internal.h "a program includes a private header"
@@ -43,23 +48,8 @@ case_fails ffr/reader.c '#include "model.h"' model.h "a lower library includes t
 case_fails trainer/train/train.c '#include "../core/hyp.h"' ../core/hyp.h "a ../ climb"
 case_fails trainer/eval/nms.c '#include "packer.h"' packer.h "the trainer includes pack/"
 case_fails ffr/reader.c '#include "det.h"' det.h "ffr includes det, the dataset above it"
-# one case: FILE gets LINE appended; the check must fail naming FILE and the metadata KEY.
-meta_fails() {
-  local file=$1 line=$2 key=$3 what=$4
-  rm -rf "$tmp/t"
-  mkdir -p "$tmp/t/tests"
-  cp -r "$src/ffr" "$src/det" "$src/io" "$src/kernels" "$src/pack" "$src/trainer" "$src/tools" "$src/scripts" "$tmp/t/"
-  printf '%s\n' "$line" >>"$tmp/t/$file"
-  local o
-  if o=$("$tmp/t/scripts/check-layers" "$tmp/t" 2>&1); then
-    notok "$what: not detected"
-  elif echo "$o" | grep -q "^$file: looks up the dataset metadata key \"$key\""; then
-    ok "$what: $o"
-  else
-    notok "$what: wrong message"
-    echo "$o" | sed 's/^/# /'
-  fi
-}
+# a dataset metadata lookup outside det/: the message names the file and the key
+meta_fails() { fails_saying "$1" "$2" "looks up the dataset metadata key \"$3\"" "$4"; }
 meta_fails trainer/data/loader.c 'static int is_det(const char *m, size_t n) { return memmem(m, n, "ffr-det-1", 9) != 0; }' \
   ffr-det-1 "the loader finds the encoding with memmem"
 meta_fails trainer/eval/nms.c 'static int ceil_round(const char *m, size_t n) { return memmem(m, n, "resize_round: ceil", 18) != 0; }' \
@@ -67,10 +57,7 @@ meta_fails trainer/eval/nms.c 'static int ceil_round(const char *m, size_t n) { 
 meta_fails tools/yolo_val.c 'static void nm(const char *m, size_t n, char *d) { trn_meta_value(m, n, "names", d, 8); }' \
   names "a program that reads a dataset's metadata looks up names itself"
 # a comment may name a key: the tree with one added still passes
-rm -rf "$tmp/t"
-mkdir -p "$tmp/t/tests"
-cp -r "$src/ffr" "$src/det" "$src/io" "$src/kernels" "$src/pack" "$src/trainer" "$src/tools" "$src/scripts" "$tmp/t/"
-echo '/* memmem(meta, n, "ffr-det-1", 9) was how this was done */' >>"$tmp/t/trainer/data/loader.c"
+copy_with trainer/data/loader.c '/* memmem(meta, n, "ffr-det-1", 9) was how this was done */'
 o=$("$tmp/t/scripts/check-layers" "$tmp/t" 2>&1) && ok "a comment naming a key passes" || { notok "a comment naming a key fails"; echo "$o" | sed 's/^/# /'; }
 echo "1..$n"
 exit $((fails > 0))
