@@ -101,8 +101,16 @@ int det_meta_write(const struct det_meta *m, char **out, size_t *len)
             "\n  crowd_skipped: %" PRIu64 "\n",
             c->found, c->packed, c->backgrounds, c->corrupt_skipped, c->missing_skipped,
             c->restored, c->label_rows, c->label_rows_dropped, c->crowd_skipped);
-    fprintf(f, "packer:\n  program: yolo-pack\n  version: %s\n",
-            m->packer_version ? m->packer_version : "");
+    fprintf(f, "packer:\n  program: yolo-pack\n  version: ");
+    /* a version is written plain when it is one ("1.2.3"), else quoted, so that it reads back
+     * as written (a plain scalar loses its edge spaces, and ':' or '#' would end it) */
+    const char *v = m->packer_version ? m->packer_version : "";
+    if (v[0] && strspn(v, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.+-_") ==
+                    strlen(v))
+        fprintf(f, "%s", v);
+    else
+        quoted(f, v);
+    fputc('\n', f);
     fprintf(f, "  drop_backgrounds: %s\n  segments: %s\n  boxes_from_segments: %s\n",
             yes(m->drop_backgrounds), yes(m->segments), yes(m->boxes_from_segments));
     if (fclose(f) != 0) {

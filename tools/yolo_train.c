@@ -779,12 +779,14 @@ static int resume_records(const struct args *A, const char *ckpt, char *rec, cha
     char err[768] = "";
     if (trn_ckpt_open(ckpt, &C, err, sizeof err) < 0) return 0; /* the trainer says why */
     int64_t img = 0;
-    const char *was = trn_ckpt_get(C, "records"), *from = trn_ckpt_get(C, "data");
-    static char src[PATH_MAX];
+    const char *from = trn_ckpt_get(C, "data"), *ck_rec = trn_ckpt_get(C, "records");
+    static char src[PATH_MAX], was[PATH_MAX];
+    /* copies: the checkpoint's strings go with it */
+    snprintf(was, sizeof was, "%s", ck_rec ? ck_rec : "");
     snprintf(src, sizeof src, "%s",
-             A->data                                            ? A->data
-             : from && from[0] && was && access(was, F_OK) != 0 ? from
-                                                                : "");
+             A->data                                               ? A->data
+             : from && from[0] && was[0] && access(was, F_OK) != 0 ? from
+                                                                   : "");
     const int ok_img = trn_ckpt_i64(C, "img", 32, 16383, &img) == 0;
     trn_ckpt_close(C);
     if (!src[0] || !ok_img) return 0;
