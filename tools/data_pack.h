@@ -13,6 +13,13 @@
 
 /* The --pack-dir and --pack-codec rows of a program's argument table (yolo-train, yolo-val):
  * dir and codec are the addresses of its const char * fields, passed to data_pack. */
+/* --data DATA.yaml (what: how this program uses its splits) and the rows below. */
+#define DATA_PACK_OPTS(data, dir, codec, what)       \
+    AP_OPT("--data", AP_STR, (data), "DATA.yaml",    \
+           "dataset yaml (ultralytics' form: path, " \
+           "train, val, names): " what),             \
+        DATA_PACK_ARGS(dir, codec)
+
 #define DATA_PACK_ARGS(dir, codec)                                                          \
     AP_OPT("--pack-dir", AP_STR, dir, "DIR",                                                \
            "--data: the pack cache (default: ffyolo-packs in the dataset's folder when "    \

@@ -66,7 +66,7 @@
 #include "cocoeval.h"
 #include "dataset.h"
 #include "ffr.h"
-#include "device.h"
+#include "common_opts.h"
 #include "image.h"
 #include "model.h"
 #include "net.h"
@@ -125,17 +125,10 @@ static int parse_args(int argc, char **argv, struct args *A)
     A->conf = 0.25;
     A->iou = 0.45;
     const struct ap_opt t[] = {
-        { .names = "--weights",
-          .kind = AP_STRS,
-          .dst = A->weights,
-          .metavar = "W [W ...]",
-          .help = "ultralytics .pt, or our checkpoint (.ckpt); several: an ensemble (same "
-                  "classes; names from the first)",
-          .max_n = MAX_WEIGHTS,
-          .n = &A->n_weights },
-        AP_OPT("--cfg", AP_STR, &A->cfg, "MODEL",
-               "model yaml (path or yolov5n/s/...): with --weights, the architecture; without, "
-               "the initial weights (seed 0)"),
+        TOOL_OPT_WEIGHTS(A->weights, &A->n_weights, MAX_WEIGHTS,
+                         " (same classes; names from the first)"),
+        TOOL_OPT_CFG(&A->cfg, ": with --weights, the architecture; without, the initial "
+                              "weights (seed 0)"),
         AP_OPT("--source", AP_STR, &A->source, "S",
                "an image (JPEG, PNG, BMP, WebP), a directory of them, a glob ('dir/*.jpg'), or a "
                ".txt list of paths (as written, else relative to the list's folder)"),
@@ -148,15 +141,10 @@ static int parse_args(int argc, char **argv, struct args *A)
           .hi = 8192,
           .max_n = 2,
           .n = &A->n_imgsz },
-        { .names = "--device",
-          .kind = AP_CALL,
-          .dst = &A->device,
-          .metavar = "D",
-          .help = "cpu or a CUDA device number (default: 0 if present)",
-          .call = tool_parse_device },
+        TOOL_OPT_DEVICE(&A->device),
         AP_OPT("--half", AP_FLAG, &A->half, NULL,
                "FP16 half-precision inference: the convolutions in fp16 with fp32 accumulation"),
-        TOOL_CPU_ENGINE_OPT(&A->cpu_engine),
+        TOOL_OPT_CPU_ENGINE(&A->cpu_engine),
         AP_OPT("--agnostic-nms", AP_FLAG, &A->agnostic_nms, NULL, "class-agnostic NMS"),
         AP_RANGE("--line-thickness", AP_LONG, &A->line_thickness, "N",
                  "bounding box thickness, pixels (default 3)", 1, 100),
@@ -187,9 +175,7 @@ static int parse_args(int argc, char **argv, struct args *A)
                "add the confidence to --save-txt rows"),
         AP_OPT("--save-json", AP_FLAG, &A->save_json, NULL,
                "write predictions.json (COCO results format)"),
-        AP_OPT("--project", AP_STR, &A->project, "DIR", "save to DIR/NAME (default runs/detect)"),
-        AP_OPT("--name", AP_STR, &A->name, "NAME", "run name (default exp; exp2, ... when taken)"),
-        AP_OPT("--exist-ok", AP_FLAG, &A->exist_ok, NULL, "reuse DIR/NAME instead of incrementing"),
+        TOOL_OPT_RUN_DIR(&A->project, &A->name, &A->exist_ok, "runs/detect"),
         AP_OPT("--nosave", AP_FLAG, &A->nosave, NULL, "do not write annotated images"),
         AP_RANGE("--threads", AP_LONG, &A->threads, "N",
                  "compute threads (default 0: one per core, BLAS single-threaded)", 0, 256),

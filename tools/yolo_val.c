@@ -36,7 +36,7 @@
 #include <sys/types.h>
 
 #include "cli.h"
-#include "device.h"
+#include "common_opts.h"
 #include "cocoeval.h"
 #include "det.h"
 #include "ffr.h"
@@ -91,18 +91,10 @@ static int parse_args(int argc, char **argv, struct args *A)
     const struct ap_opt t[] = {
         AP_OPT("--records", AP_STR, &A->records, "FILE",
                "validation dataset (ffr, packed at --img; --interp val)"),
-        { .names = "--weights",
-          .kind = AP_STRS,
-          .dst = A->ensemble,
-          .metavar = "W [W ...]",
-          .help = "ultralytics .pt, or our checkpoint (.ckpt); several: an ensemble; without it, "
-                  "--cfg with the deterministic initial weights",
-          .max_n = TRN_TTA_MAX_MODELS,
-          .n = &A->n_weights },
-        AP_OPT("--cfg", AP_STR, &A->cfg, "MODEL",
-               "model yaml (path or yolov5n/s/m/l/x); default: from W"),
-        AP_RANGE("--img|--imgsz|--img-size", AP_LONG, &A->img, "N",
-                 "image size the records were packed at (default 640)", 32, 16383),
+        TOOL_OPT_WEIGHTS(A->ensemble, &A->n_weights, TRN_TTA_MAX_MODELS,
+                         "; without it, --cfg with the deterministic initial weights"),
+        TOOL_OPT_CFG(&A->cfg, "; default: from W"),
+        TOOL_OPT_IMG(&A->img, "image size the records were packed at (default 640)"),
         AP_RANGE("--batch-size", AP_LONG, &A->batch, "N", "rect batch size (default 32)", 1, 4096),
         { .names = "--conf-thres",
           .kind = AP_DOUBLE,
@@ -129,14 +121,9 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_RANGE("--micro-batch", AP_LONG, &A->micro, "N",
                  "images per forward (memory only; default 4 on the CPU, --batch-size on a GPU)", 1,
                  256),
-        { .names = "--device",
-          .kind = AP_CALL,
-          .dst = &A->device,
-          .metavar = "D",
-          .help = "cpu or a CUDA device number (default: 0 if present)",
-          .call = tool_parse_device },
+        TOOL_OPT_DEVICE(&A->device),
         AP_OPT("--device-path", AP_FLAG, &A->device_path, NULL, NULL),
-        TOOL_CPU_ENGINE_OPT(&A->cpu_engine),
+        TOOL_OPT_CPU_ENGINE(&A->cpu_engine),
         { .names = "--task",
           .kind = AP_CHOICE,
           .dst = &A->task,
@@ -155,10 +142,9 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_OPT("--save-hybrid", AP_FLAG, &A->save_hybrid, NULL,
                "save label+prediction hybrid results to *.txt: the labels join the predictions "
                "before NMS (the metrics come out high, as val.py's)"),
-        AP_OPT("--data", AP_STR, &A->data, "DATA.yaml",
-               "dataset yaml (ultralytics' form): the --task split is packed at --img on first use "
-               "into the pack cache and reused (a .json here means --annotations)"),
-        DATA_PACK_ARGS(&A->pack_dir, &A->pack_codec),
+        DATA_PACK_OPTS(&A->data, &A->pack_dir, &A->pack_codec,
+                       "the --task split is packed at --img on first use into the pack cache and "
+                       "reused (a .json here means --annotations)"),
         AP_OPT("--annotations", AP_STR, &A->annotations, "FILE",
                "with --save-json: COCO annotations (instances_val2017.json); run COCOeval"),
         AP_OPT("--verbose", AP_FLAG, &A->verbose, NULL, "per-class rows for any number of classes"),
@@ -167,9 +153,7 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_OPT("--noplots|--no-plots", AP_FLAG, &A->no_plots, NULL,
                "do not write val_batchK_labels.jpg / _pred.jpg, the PR / F1 / P / R curves and "
                "confusion_matrix.png"),
-        AP_OPT("--project", AP_STR, &A->project, "DIR", "save to DIR/NAME (default runs/val)"),
-        AP_OPT("--name", AP_STR, &A->name, "NAME", "run name (default exp; exp2, ... when taken)"),
-        AP_OPT("--exist-ok", AP_FLAG, &A->exist_ok, NULL, "reuse DIR/NAME"),
+        TOOL_OPT_RUN_DIR(&A->project, &A->name, &A->exist_ok, "runs/val"),
         AP_OPT("-h|--help", AP_HELP, NULL, NULL, "this help"),
     };
     const struct ap_spec sp = {

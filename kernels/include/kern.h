@@ -12,6 +12,9 @@
  * order). From the rows come the kern_ref_* prototypes and the struct kern_ops members here, the
  * kern_cuda_* prototypes in kern_cuda.h, and both backend tables (designated initialisers), so
  * a table cannot name an op of another signature in a slot.
+ * The CPU's blocked and SIMD passes (kernels/cpu/) are rows of a table of their own,
+ * kern_cpu.h's struct kern_cpu_ops: plain functions without a context, each checked against
+ * the reference it speeds up.
  *
  * TENSORS. Dense float32, NCHW (batch, channels, height, width), row-major, no padding between
  * rows or planes. Shapes are given in small descriptor structs (struct kern_conv2d, ...) or as
@@ -403,6 +406,7 @@ KERN_API const char *kern_stream_last_error(void);
 #include "kern_optim.h"
 #include "kern_cast.h"
 #include "kern_augment.h"
+#include "kern_cpu.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* The ops and the backend table                                                            */

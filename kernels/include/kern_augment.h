@@ -102,17 +102,8 @@ struct kern_aug_sample {
 /* Returns 0 when smp is a valid sample for output side s, else -EINVAL. Host only. */
 KERN_API int kern_aug_sample_check(const struct kern_aug_sample *smp, int s);
 
-/*
- * One sample's pixels on the calling thread, host memory only: the oh x ow output (oh = ow = s
- * is image i of kern_ref_aug_batch, byte for byte; a letterboxed sample of rect training may be
- * any shape) written to dst as 3 planes of oh * ow elements, uint8 or float / 255 (dtype).
- * Tiles are read in place (no canvas is built). Uses no context: any number of threads may call
- * it at once. Returns 0, or -EINVAL (NULL pointers, sizes, an invalid sample or LUT).
+/* SIMD levels of kern_cpu.h's aug_sample and kern_ref_aug_batch; every level gives the same bytes.
  */
-KERN_API int kern_aug_sample_cpu(void *dst, int dtype, int oh, int ow,
-                                 const struct kern_aug_sample *smp);
-
-/* SIMD levels of kern_aug_sample_cpu and kern_ref_aug_batch; every level gives the same bytes. */
 enum { KERN_AUG_SIMD_SCALAR = 0, KERN_AUG_SIMD_AVX2 = 1, KERN_AUG_SIMD_AVX512 = 2 };
 
 /* The level in use: the highest the CPU has, at most max. max >= 0 also sets that cap for the

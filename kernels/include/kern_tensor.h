@@ -64,35 +64,6 @@ struct kern_pool2d {
 /* Computes the output size. Errors: -EINVAL (bad or empty shape). */
 KERN_API int kern_pool2d_out_hw(const struct kern_pool2d *d, int *h_out, int *w_out);
 
-/*
- * Max pool on one channel-blocked plane (the CPU oneDNN executor's layout, as kern_bnblk's in
- * kern_bn.h: h w positions of blk lanes, blk 8 or 16), stride 1, pad k / 2, odd k up to
- * KERN_POOLBLK_MAX_K, rows up to KERN_POOLBLK_MAX_W wide: SPPF's pools. Plain functions with no
- * threads: one (image, channel block) plane per call, so that a caller splits them over its own.
- * kern_poolblk_fwd: y and, unless idx is NULL, each output lane's winner as its offset in the
- *   window, kh k + kw; the rule of kern_ref_maxpool2d_fwd, so y is its y bit for bit and idx
- *   names the element its idx does.
- * kern_poolblk_bwd: dx from dy and the forward's idx: each element the sum of the dy that chose
- *   it, added in row-major output order from 0 (kern_ref_maxpool2d_bwd's bits); with add, that
- *   sum added to dx (PyTorch's sum of two gradients of one tensor).
- * Returns 0, or -EINVAL (a bad shape, k, blk, or NULL).
- */
-#define KERN_POOLBLK_MAX_K 15
-#define KERN_POOLBLK_MAX_W 256
-KERN_API int kern_poolblk_fwd(int h, int w, int k, int blk, float *y, uint8_t *idx, const float *x);
-KERN_API int kern_poolblk_bwd(int h, int w, int k, int blk, float *dx, const float *dy,
-                              const uint8_t *idx, int add);
-
-/*
- * Nearest x2 upsample on one channel-blocked plane (as kern_poolblk's: one (image, channel
- * block) per call, blk 8 or 16). kern_upblk_fwd: x (h, w, blk) -> y (2h, 2w, blk), each lane
- * kern_ref_upsample2x_fwd's. kern_upblk_bwd: dx (h, w, blk) the sum of dy's 2x2 block in
- * kern_ref_upsample2x_bwd's order (the same bits), or with add that sum added to dx.
- * Returns 0, or -EINVAL (a bad shape, blk, or NULL).
- */
-KERN_API int kern_upblk_fwd(int h, int w, int blk, float *y, const float *x);
-KERN_API int kern_upblk_bwd(int h, int w, int blk, float *dx, const float *dy, int add);
-
 /* ---------------------------------------------------------------------------------------- */
 /* Detect head                                                                              */
 
@@ -108,32 +79,6 @@ struct kern_detect {
     int ny, nx;   /* grid size, >= 1 */
     float stride; /* pixels per grid cell (8, 16, 32) */
 };
-
-/*
- * The training reshape on a channel-blocked raw (the CPU oneDNN executor's layout, as
- * kern_bnblk's in kern_bn.h: per image cpad / blk blocks of ny nx positions by blk lanes, channel
- * a no + k at block (a no + k) / blk, lane (a no + k) % blk, cpad = na no rounded up to whole
- * blocks; blk 8 or 16). Plain functions with no threads: one (image, anchor) or (image, block)
- * per call, so that a caller splits them over its own. Copies only: p and draw are bit for bit
- * kern_ref_detect_reshape_fwd / _bwd's on the same numbers, without the NCHW tensor between.
- * kern_detect_blk_fwd: p's (b, a) block from raw (bases of the whole tensors).
- * kern_detect_blk_bwd: block cb of image b of raw's gradient draw from dp (overwritten; pad
- *   lanes 0).
- */
-KERN_API void kern_detect_blk_fwd(const struct kern_detect *d, int blk, int b, int a, float *p,
-                                  const float *raw);
-KERN_API void kern_detect_blk_bwd(const struct kern_detect *d, int blk, int b, int cb, float *draw,
-                                  const float *dp);
-/*
- * The inference decode (kern_ref_detect_decode) on a channel-blocked raw, as the two above: one
- * (image b, anchor a) per call, out that pair's ny nx rows of no (where the caller wants them),
- * raw the whole tensor, anchors the level's na (w, h) pairs. The same bits as
- * kern_ref_detect_decode on the NCHW copy of raw. Returns 0, -EINVAL (no above
- * KERN_DETECT_BLK_MAX_NO, a bad shape or NULL).
- */
-#define KERN_DETECT_BLK_MAX_NO 4096
-KERN_API int kern_detect_blk_decode(const struct kern_detect *d, int blk, int b, int a, float *out,
-                                    const float *raw, const float *anchors);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Channel slices: producers and consumers of a concat's inputs work in place               */

@@ -1,6 +1,6 @@
 /*
  * The per-pixel arithmetic of the CPU augmentation ops (kern_augment.c, the reference;
- * kern_augment_cpu.c, the fused sample pass and its SIMD levels), written once so that every
+ * cpu/kern_augment_cpu.c, the fused sample pass and its SIMD levels), written once so that every
  * path computes the same bytes. Private to kernels/ref: OpenCV's rounding, the bilinear taps,
  * the affine and perspective source coordinates, the HSV tables and pixel, mixup, and a
  * warped pixel read straight from a canvas's regions. The float and double code here must not
@@ -230,7 +230,7 @@ static inline void warp_px(const struct kern_aug_canvas *c, const double *M, int
 }
 
 /*
- * The fused pass of one sample (kern_augment_cpu.c): every output pixel of the oh x ow image
+ * The fused pass of one sample (cpu/kern_augment_cpu.c): every output pixel of the oh x ow image
  * (warp of canvas[0], mixup with canvas[1], HSV, flips) written to dst, 3 planes of oh * ow
  * elements (dtype), at the SIMD level kern_aug_simd allows. Arguments checked by the caller;
  * tables built (kern_aug_tables_init). Any thread; no allocation.

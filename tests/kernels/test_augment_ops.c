@@ -593,7 +593,7 @@ static void composed(const struct kern_aug_sample *p, int s, int dtype, void *ds
     composed_shape(p, s, s, dtype, dst);
 }
 
-/* kern_aug_sample_cpu at the current SIMD level against the ops composed, on n samples. */
+/* kern_ops_cpu()->aug_sample at the current SIMD level against the ops composed, on n samples. */
 static void test_sample_cpu(int oh, int ow, int n, int dtype, int level)
 {
     const size_t img = (size_t)3 * oh * ow * (dtype == KERN_AUG_F32 ? 4 : 1);
@@ -606,7 +606,7 @@ static void test_sample_cpu(int oh, int ow, int n, int dtype, int level)
         rand_sample_shape(&p, oh, ow, tiles);
         composed_shape(&p, oh, ow, dtype, want);
         memset(got, 0xA5, img);
-        rc |= kern_aug_sample_cpu(got, dtype, oh, ow, &p);
+        rc |= kern_ops_cpu()->aug_sample(got, dtype, oh, ow, &p);
         for (size_t k = 0; k < img; k++)
             bad += got[k] != want[k];
         mix += p.mixup, persp += p.perspective[0], mos += p.canvas[0].n_paste == 4;
@@ -698,11 +698,12 @@ int main(int argc, char **argv)
         struct kern_aug_sample p;
         uint8_t *tiles[8], out[3 * 16 * 16];
         rand_sample(&p, 16, tiles);
-        is_int(kern_aug_sample_cpu(out, 9, 16, 16, &p), -EINVAL, "sample_cpu: bad dtype: -EINVAL");
-        is_int(kern_aug_sample_cpu(out, KERN_AUG_U8, 0, 16, &p), -EINVAL,
+        is_int(kern_ops_cpu()->aug_sample(out, 9, 16, 16, &p), -EINVAL,
+               "sample_cpu: bad dtype: -EINVAL");
+        is_int(kern_ops_cpu()->aug_sample(out, KERN_AUG_U8, 0, 16, &p), -EINVAL,
                "sample_cpu: height 0: -EINVAL");
         p.hsv = 1, p.lut.h[5] = 200;
-        is_int(kern_aug_sample_cpu(out, KERN_AUG_U8, 16, 16, &p), -EINVAL,
+        is_int(kern_ops_cpu()->aug_sample(out, KERN_AUG_U8, 16, 16, &p), -EINVAL,
                "sample_cpu: a LUT mapping H past 179: -EINVAL");
         for (int k = 0; k < 8; k++)
             free(tiles[k]);

@@ -80,16 +80,16 @@ static void run_blk(struct blk_run *r, float *y, float *dx, const float *x, cons
     const struct kern_bnblk *p = &r->p;
     const long ns = (long)p->n * (p->cpad / p->blk);
     for (long k = 0; k < ns; k++)
-        kern_bnblk_moments(p, reverse ? ns - 1 - k : k, x);
-    kern_bnblk_fwd_coef(p, gamma, beta, NULL);
+        kern_ops_cpu()->bnblk_moments(p, reverse ? ns - 1 - k : k, x);
+    kern_ops_cpu()->bnblk_fwd_coef(p, gamma, beta, NULL);
     for (long k = 0; k < ns; k++)
-        kern_bnblk_silu_fwd(p, reverse ? ns - 1 - k : k, y, x, res);
+        kern_ops_cpu()->bnblk_silu_fwd(p, reverse ? ns - 1 - k : k, y, x, res);
     for (long k = 0; k < ns; k++)
-        kern_bnblk_silu_bwd_sums(p, reverse ? ns - 1 - k : k, dy, x, rdx, radd);
-    kern_bnblk_bwd_sums(p, r->bsums, dg, db);
-    kern_bnblk_bwd_coef(p, r->bsums);
+        kern_ops_cpu()->bnblk_silu_bwd_sums(p, reverse ? ns - 1 - k : k, dy, x, rdx, radd);
+    kern_ops_cpu()->bnblk_bwd_sums(p, r->bsums, dg, db);
+    kern_ops_cpu()->bnblk_bwd_coef(p, r->bsums);
     for (long k = 0; k < ns; k++)
-        kern_bnblk_silu_bwd_dx(p, reverse ? ns - 1 - k : k, dx, dy, x);
+        kern_ops_cpu()->bnblk_silu_bwd_dx(p, reverse ? ns - 1 - k : k, dx, dy, x);
 }
 
 /* wide: y, dy, x and dx as the middle of tensors with a block more on each side of every image. */
@@ -260,27 +260,28 @@ static void check_sync(int n, int c, int hw_, int blk)
     for (int r = 0; r < 2; r++) {
         run_init(&rk[r], h, c, blk, hw);
         for (long k = 0; k < ns; k++)
-            kern_bnblk_moments(&rk[r].p, k, x + (size_t)r * half);
-        kern_bnblk_fwd_sums(&rk[r].p, part[r]);
+            kern_ops_cpu()->bnblk_moments(&rk[r].p, k, x + (size_t)r * half);
+        kern_ops_cpu()->bnblk_fwd_sums(&rk[r].p, part[r]);
     }
     for (size_t i = 0; i < KERN_BN_SUMS_LEN(c); i++)
         sum[i] = part[0][i] + part[1][i];
     for (int r = 0; r < 2; r++) {
-        kern_bnblk_fwd_coef(&rk[r].p, gamma, beta, sum);
+        kern_ops_cpu()->bnblk_fwd_coef(&rk[r].p, gamma, beta, sum);
         for (long k = 0; k < ns; k++) {
-            kern_bnblk_silu_fwd(&rk[r].p, k, ys + (size_t)r * half, x + (size_t)r * half, NULL);
-            kern_bnblk_silu_bwd_sums(&rk[r].p, k, dy + (size_t)r * half, x + (size_t)r * half, NULL,
-                                     0);
+            kern_ops_cpu()->bnblk_silu_fwd(&rk[r].p, k, ys + (size_t)r * half, x + (size_t)r * half,
+                                           NULL);
+            kern_ops_cpu()->bnblk_silu_bwd_sums(&rk[r].p, k, dy + (size_t)r * half,
+                                                x + (size_t)r * half, NULL, 0);
         }
-        kern_bnblk_bwd_sums(&rk[r].p, part[r], dgs, dbs); /* both ranks' add up */
+        kern_ops_cpu()->bnblk_bwd_sums(&rk[r].p, part[r], dgs, dbs); /* both ranks' add up */
     }
     for (size_t i = 0; i < KERN_BN_SUMS_LEN(c); i++)
         sum[i] = part[0][i] + part[1][i];
     for (int r = 0; r < 2; r++) {
-        kern_bnblk_bwd_coef(&rk[r].p, sum);
+        kern_ops_cpu()->bnblk_bwd_coef(&rk[r].p, sum);
         for (long k = 0; k < ns; k++)
-            kern_bnblk_silu_bwd_dx(&rk[r].p, k, dxs + (size_t)r * half, dy + (size_t)r * half,
-                                   x + (size_t)r * half);
+            kern_ops_cpu()->bnblk_silu_bwd_dx(&rk[r].p, k, dxs + (size_t)r * half,
+                                              dy + (size_t)r * half, x + (size_t)r * half);
     }
     char w[160];
     snprintf(w, sizeof w, "two ranks of n%d c%d hw%d blk%d, sums added: y", h, c, hw_, blk);

@@ -98,13 +98,13 @@ static void check_blk(int bs, int na, int no, int ny, int nx, int blk)
         exit(98);
     for (int b = bs - 1; b >= 0; b--) /* any order */
         for (int a = 0; a < na; a++)
-            kern_detect_blk_fwd(&d, blk, b, a, pb, rawb);
+            kern_ops_cpu()->detect_blk_fwd(&d, blk, b, a, pb, rawb);
     ok(!memcmp(p, pb, n * sizeof *p),
        "blocked reshape bs%d na%d no%d %dx%d blk%d: p as the NCHW op's", bs, na, no, ny, nx, blk);
     kt_to_blk(drawb_ref, draw, bs, C, cpad, blk, cells);
     for (int b = 0; b < bs; b++)
         for (int cb = cpad / blk - 1; cb >= 0; cb--)
-            kern_detect_blk_bwd(&d, blk, b, cb, drawb, dp);
+            kern_ops_cpu()->detect_blk_bwd(&d, blk, b, cb, drawb, dp);
     ok(!memcmp(drawb, drawb_ref, nb * sizeof *drawb) && kt_is_canary(drawb[nb]),
        "blocked reshape bs%d na%d no%d %dx%d blk%d: its gradient as the NCHW op's (pad lanes 0, "
        "nothing past it)",
@@ -117,7 +117,7 @@ static void check_blk(int bs, int na, int no, int ny, int nx, int blk)
     int rc = 0;
     for (int b = bs - 1; b >= 0; b--)
         for (int a = na - 1; a >= 0; a--)
-            rc |= kern_detect_blk_decode(
+            rc |= kern_ops_cpu()->detect_blk_decode(
                 &d, blk, b, a, decb + ((size_t)b * (size_t)na + (size_t)a) * cells * (size_t)no,
                 rawb, anchors);
     ok(!rc && !memcmp(dec, decb, n * sizeof *dec) && kt_is_canary(decb[n]),
@@ -139,13 +139,13 @@ static void check_blk_decode_args(void)
     big.no = KERN_DETECT_BLK_MAX_NO + 1;
     struct kern_detect nostride = d;
     nostride.stride = 0.0f;
-    ok(kern_detect_blk_decode(&d, 12, 0, 0, out, raw, anchors) == -EINVAL &&
-           kern_detect_blk_decode(&d, 16, 1, 0, out, raw, anchors) == -EINVAL &&
-           kern_detect_blk_decode(&d, 16, 0, 3, out, raw, anchors) == -EINVAL &&
-           kern_detect_blk_decode(&big, 16, 0, 0, out, raw, anchors) == -EINVAL &&
-           kern_detect_blk_decode(&nostride, 16, 0, 0, out, raw, anchors) == -EINVAL &&
-           kern_detect_blk_decode(&d, 16, 0, 0, out, NULL, anchors) == -EINVAL &&
-           kern_detect_blk_decode(&d, 16, 0, 0, out, raw, NULL) == -EINVAL &&
+    ok(kern_ops_cpu()->detect_blk_decode(&d, 12, 0, 0, out, raw, anchors) == -EINVAL &&
+           kern_ops_cpu()->detect_blk_decode(&d, 16, 1, 0, out, raw, anchors) == -EINVAL &&
+           kern_ops_cpu()->detect_blk_decode(&d, 16, 0, 3, out, raw, anchors) == -EINVAL &&
+           kern_ops_cpu()->detect_blk_decode(&big, 16, 0, 0, out, raw, anchors) == -EINVAL &&
+           kern_ops_cpu()->detect_blk_decode(&nostride, 16, 0, 0, out, raw, anchors) == -EINVAL &&
+           kern_ops_cpu()->detect_blk_decode(&d, 16, 0, 0, out, NULL, anchors) == -EINVAL &&
+           kern_ops_cpu()->detect_blk_decode(&d, 16, 0, 0, out, raw, NULL) == -EINVAL &&
            kt_is_canary(out[0]) && kt_is_canary(out[85 * 4 - 1]),
        "blocked decode refuses a block of 12, an image or anchor out of range, no above %d, a "
        "zero stride and NULLs, writing nothing",

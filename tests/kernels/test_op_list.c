@@ -6,7 +6,10 @@
  *   - every op has a row in the parity table below naming the CUDA parity suite that compares
  *     its twin with the reference, and that suite's sources exercise it (the source mentions
  *     kern_cuda_X, K->X or .X). A new op in kern_ops.def fails here until it has its row and
- *     its parity case.
+ *     its parity case;
+ *   - the CPU's fast passes (kern_cpu_ops.def, kernels/cpu/) likewise: every member of
+ *     kern_ops_cpu() is set, and every row has a row below naming the test that checks it and
+ *     the reference op it is checked against, and that test calls both (->X and kern_ref_REF).
  * Usage: test_op_list TESTS_KERNELS_DIR
  */
 #include <stdio.h>
@@ -101,6 +104,36 @@ static const struct {
     { "aug_batch", "test_cuda_parity_augment.c" },
 };
 #define N_PARITY (sizeof parity / sizeof parity[0])
+
+#define KERN_CPU_OP(ret, name, params) #name,
+static const char *const cpu_rows[] = {
+#include "kern_cpu_ops.def"
+};
+#undef KERN_CPU_OP
+#define N_CPU (sizeof cpu_rows / sizeof cpu_rows[0])
+
+/* Which test (tests/kernels/<file>) checks each fast pass, and against which reference op. */
+static const struct {
+    const char *row, *file, *ref;
+} cpu_parity[] = {
+    { "bnblk_moments", "test_bn_blk.c", "bn_silu_fwd_train" },
+    { "bnblk_fwd_sums", "test_bn_blk.c", "bn_silu_fwd_train" },
+    { "bnblk_fwd_coef", "test_bn_blk.c", "bn_silu_fwd_train" },
+    { "bnblk_silu_fwd", "test_bn_blk.c", "bn_silu_fwd_train" },
+    { "bnblk_silu_bwd_sums", "test_bn_blk.c", "bn_silu_bwd" },
+    { "bnblk_bwd_sums", "test_bn_blk.c", "bn_silu_bwd" },
+    { "bnblk_bwd_coef", "test_bn_blk.c", "bn_silu_bwd" },
+    { "bnblk_silu_bwd_dx", "test_bn_blk.c", "bn_silu_bwd" },
+    { "poolblk_fwd", "test_pool_upsample.c", "maxpool2d_fwd" },
+    { "poolblk_bwd", "test_pool_upsample.c", "maxpool2d_bwd" },
+    { "upblk_fwd", "test_pool_upsample.c", "upsample2x_fwd" },
+    { "upblk_bwd", "test_pool_upsample.c", "upsample2x_bwd" },
+    { "detect_blk_fwd", "test_detect_head.c", "detect_reshape_fwd" },
+    { "detect_blk_bwd", "test_detect_head.c", "detect_reshape_bwd" },
+    { "detect_blk_decode", "test_detect_head.c", "detect_decode" },
+    { "aug_sample", "test_augment_ops.c", "aug_warp" },
+};
+#define N_CPU_PARITY (sizeof cpu_parity / sizeof cpu_parity[0])
 
 /* The member functions of a table, in kern_ops.def order. */
 static void members(const struct kern_ops *K, void (**out)(void))
@@ -202,5 +235,45 @@ int main(int argc, char **argv)
         for (k = 0; k < N_OPS; k++)
             known += !strcmp(parity[r].op, ops[k]);
     is_int(known, (int)N_PARITY, "every row names an op of the list, once");
+
+    const struct kern_cpu_ops *C = kern_ops_cpu();
+    void (*cpu[N_CPU])(void);
+    k = 0;
+#define KERN_CPU_OP(ret, name, params) cpu[k++] = (void (*)(void))C->name;
+#include "kern_cpu_ops.def"
+#undef KERN_CPU_OP
+    int set = 0;
+    for (k = 0; k < N_CPU; k++)
+        set += cpu[k] != NULL;
+    is_int(set, (int)N_CPU, "kern_ops_cpu(): every row is set (%zu rows)", (size_t)N_CPU);
+    is_int((int)(sizeof *C / sizeof(void (*)(void))), (int)N_CPU,
+           "struct kern_cpu_ops has exactly the rows of kern_cpu_ops.def");
+    rows = exercised = 0;
+    for (k = 0; k < N_CPU; k++) {
+        size_t r = 0;
+        while (r < N_CPU_PARITY && strcmp(cpu_parity[r].row, cpu_rows[k]))
+            r++;
+        if (r == N_CPU_PARITY) {
+            tap_diag("%s: no parity row", cpu_rows[k]);
+            continue;
+        }
+        rows++;
+        char *text = slurp(argv[1], cpu_parity[r].file);
+        char ref[96], call[96];
+        snprintf(ref, sizeof ref, "kern_ref_%s(", cpu_parity[r].ref);
+        snprintf(call, sizeof call, "->%s(", cpu_rows[k]);
+        if (text && strstr(text, ref) && strstr(text, call))
+            exercised++;
+        else
+            tap_diag("%s: %s does not call it and %s", cpu_rows[k], cpu_parity[r].file, ref);
+        free(text);
+    }
+    is_int(rows, (int)N_CPU, "every row of kern_cpu_ops.def has a parity row");
+    is_int(exercised, (int)N_CPU, "and its test calls it and the reference it is checked against");
+    known = 0;
+    for (size_t r = 0; r < N_CPU_PARITY; r++)
+        for (k = 0; k < N_CPU; k++)
+            known += !strcmp(cpu_parity[r].row, cpu_rows[k]);
+    is_int(known, (int)N_CPU_PARITY, "every parity row names a row of kern_cpu_ops.def, once");
     return tap_done();
 }

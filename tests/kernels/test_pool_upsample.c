@@ -263,7 +263,8 @@ static void check_poolblk(int n, int c, int h, int w, int k, int blk, const char
     kt_to_blk(bdy, dy, n, c, cpad, blk, hw);
     int rc = 0;
     for (int pl = 0; pl < n * nb; pl++)
-        rc |= kern_poolblk_fwd(h, w, k, blk, by + pl * plane, bidx + pl * plane, bx + pl * plane);
+        rc |= kern_ops_cpu()->poolblk_fwd(h, w, k, blk, by + pl * plane, bidx + pl * plane,
+                                          bx + pl * plane);
     is_int(rc, 0, "%s: blocked fwd runs", label);
     kt_to_blk(want, y, n, c, cpad, blk, hw);
     /* NaN lanes: compare bits, not values (memcmp), pad lanes included (max of zeros: 0) */
@@ -284,15 +285,16 @@ static void check_poolblk(int n, int c, int h, int w, int k, int blk, const char
     kt_poison(bdx, nbx);
     rc = 0;
     for (int pl = 0; pl < n * nb; pl++)
-        rc |= kern_poolblk_bwd(h, w, k, blk, bdx + pl * plane, bdy + pl * plane, bidx + pl * plane,
-                               0);
+        rc |= kern_ops_cpu()->poolblk_bwd(h, w, k, blk, bdx + pl * plane, bdy + pl * plane,
+                                          bidx + pl * plane, 0);
     kt_to_blk(want, dx, n, c, cpad, blk, hw);
     ok(!rc && !memcmp(bdx, want, nbx * 4), "%s: blocked dx (=) is the reference's bit for bit",
        label);
     kt_fill(dx0, nx, -1, 1);
     kt_to_blk(bdx, dx0, n, c, cpad, blk, hw);
     for (int pl = 0; pl < n * nb; pl++)
-        kern_poolblk_bwd(h, w, k, blk, bdx + pl * plane, bdy + pl * plane, bidx + pl * plane, 1);
+        kern_ops_cpu()->poolblk_bwd(h, w, k, blk, bdx + pl * plane, bdy + pl * plane,
+                                    bidx + pl * plane, 1);
     for (size_t i = 0; i < nx; i++)
         dx[i] += dx0[i];
     kt_to_blk(want, dx, n, c, cpad, blk, hw);
@@ -307,11 +309,14 @@ static void check_poolblk_bad(void)
 {
     float a[16] = { 0 }, b[16] = { 0 };
     uint8_t i[16] = { 0 };
-    is_int(kern_poolblk_fwd(1, 1, 4, 16, a, i, b), -EINVAL, "poolblk: even k refused");
-    is_int(kern_poolblk_fwd(1, 1, 17, 16, a, i, b), -EINVAL, "poolblk: k over the limit refused");
-    is_int(kern_poolblk_fwd(1, 1, 5, 4, a, i, b), -EINVAL, "poolblk: blk 4 refused");
-    is_int(kern_poolblk_bwd(1, 1, 5, 16, a, b, NULL, 0), -EINVAL, "poolblk: bwd without idx");
-    is_int(kern_poolblk_fwd(1, 1, 5, 16, a, NULL, b), 0, "poolblk: fwd without idx runs");
+    is_int(kern_ops_cpu()->poolblk_fwd(1, 1, 4, 16, a, i, b), -EINVAL, "poolblk: even k refused");
+    is_int(kern_ops_cpu()->poolblk_fwd(1, 1, 17, 16, a, i, b), -EINVAL,
+           "poolblk: k over the limit refused");
+    is_int(kern_ops_cpu()->poolblk_fwd(1, 1, 5, 4, a, i, b), -EINVAL, "poolblk: blk 4 refused");
+    is_int(kern_ops_cpu()->poolblk_bwd(1, 1, 5, 16, a, b, NULL, 0), -EINVAL,
+           "poolblk: bwd without idx");
+    is_int(kern_ops_cpu()->poolblk_fwd(1, 1, 5, 16, a, NULL, b), 0,
+           "poolblk: fwd without idx runs");
 }
 
 /* kern_upblk against kern_ref_upsample2x on the same values in NCHW: y, dx (=) and dx (+) bit
@@ -337,21 +342,21 @@ static void check_upblk(int n, int c, int h, int w, int blk, const char *label)
     kt_poison(by, nby);
     int rc = 0;
     for (int pl = 0; pl < n * nb; pl++)
-        rc |= kern_upblk_fwd(h, w, blk, by + 4 * pl * plane, bx + pl * plane);
+        rc |= kern_ops_cpu()->upblk_fwd(h, w, blk, by + 4 * pl * plane, bx + pl * plane);
     kt_to_blk(want, y, n, c, cpad, blk, 4 * hw);
     ok(!rc && !memcmp(by, want, nby * 4), "%s: blocked y is the reference's bit for bit", label);
     kern_ref_upsample2x_bwd(ctx, dx, dy, n * c, h, w, 0);
     kt_poison(bdx, nbx);
     rc = 0;
     for (int pl = 0; pl < n * nb; pl++)
-        rc |= kern_upblk_bwd(h, w, blk, bdx + pl * plane, bdy + 4 * pl * plane, 0);
+        rc |= kern_ops_cpu()->upblk_bwd(h, w, blk, bdx + pl * plane, bdy + 4 * pl * plane, 0);
     kt_to_blk(want, dx, n, c, cpad, blk, hw);
     ok(!rc && !memcmp(bdx, want, nbx * 4), "%s: blocked dx (=) is the reference's bit for bit",
        label);
     kt_fill(dx0, nx, -1, 1);
     kt_to_blk(bdx, dx0, n, c, cpad, blk, hw);
     for (int pl = 0; pl < n * nb; pl++)
-        kern_upblk_bwd(h, w, blk, bdx + pl * plane, bdy + 4 * pl * plane, 1);
+        kern_ops_cpu()->upblk_bwd(h, w, blk, bdx + pl * plane, bdy + 4 * pl * plane, 1);
     kern_ref_upsample2x_bwd(ctx, dx0, dy, n * c, h, w, KERN_ACCUM_DX);
     kt_to_blk(want, dx0, n, c, cpad, blk, hw);
     ok(!memcmp(bdx, want, nbx * 4), "%s: blocked dx (+) is the reference's accumulate bit for bit",
@@ -364,10 +369,10 @@ static void check_upblk(int n, int c, int h, int w, int blk, const char *label)
 static void check_upblk_bad(void)
 {
     float a[64] = { 0 }, b[64] = { 0 };
-    is_int(kern_upblk_fwd(1, 1, 4, a, b), -EINVAL, "upblk: blk 4 refused");
-    is_int(kern_upblk_fwd(0, 1, 16, a, b), -EINVAL, "upblk: empty plane refused");
-    is_int(kern_upblk_bwd(1, 1, 16, NULL, b, 0), -EINVAL, "upblk: NULL refused");
-    is_int(kern_upblk_fwd(1, 1, 16, a, b), 0, "upblk: one position runs");
+    is_int(kern_ops_cpu()->upblk_fwd(1, 1, 4, a, b), -EINVAL, "upblk: blk 4 refused");
+    is_int(kern_ops_cpu()->upblk_fwd(0, 1, 16, a, b), -EINVAL, "upblk: empty plane refused");
+    is_int(kern_ops_cpu()->upblk_bwd(1, 1, 16, NULL, b, 0), -EINVAL, "upblk: NULL refused");
+    is_int(kern_ops_cpu()->upblk_fwd(1, 1, 16, a, b), 0, "upblk: one position runs");
 }
 
 int main(int argc, char **argv)

@@ -24,16 +24,8 @@
 #define NLAB 8
 #define NPTS 32
 
-static uint64_t g_rng = 88172645463325252ull;
-
-static double urand(void *ctx)
-{
-    (void)ctx;
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
-}
+#define RNG_TESTUTIL_SEED 88172645463325252ull
+#include "rng_testutil.h"
 
 static double now_ms(void)
 {

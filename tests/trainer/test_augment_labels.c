@@ -35,16 +35,8 @@
 #define BACKGROUND 100 /* tile grey, distinct from the 114 fill */
 #define ITERS      300
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-
-static double urand(void *ctx)
-{
-    (void)ctx;
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
-}
+#define RNG_TESTUTIL_SEED 0x9E3779B97F4A7C15ull
+#include "rng_testutil.h"
 
 static int irand(int lo, int hi)
 {

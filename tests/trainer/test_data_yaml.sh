@@ -52,6 +52,8 @@ run 0 "two local ranks, a new size" -- "$train" --data "$y" "${T[@]}" --img 96 -
     --nproc-per-node 2 --name d
 [ "$(count "train: 8 images at 96, packed into")" = 1 ] && [ "$(count "packed before:")" = 0 ]
 check $? "packed once for both ranks, which get the packs and do not look again"
+grep -a -q "^data: \"\?$y" "$work/runs/d/weights/last.ckpt"
+check $? "... and rank 0's checkpoint still names the --data they came from"
 
 run 2 "--data with --records" -- "$train" --data "$y" --records x.ffr "${T[@]}" --name e
 grep -q "give --data or --records" "$work/err"

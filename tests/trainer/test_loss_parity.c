@@ -135,6 +135,16 @@ out:
     trn_loss_destroy(L);
 }
 
+/* The dump's tensor PREFIX + T's name, when it has T's size; else NULL. */
+static const struct pdump_tensor *dumped(const struct pdump *d, const char *prefix,
+                                         const struct trn_tensor *T)
+{
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s%s", prefix, T->name);
+    const struct pdump_tensor *t = pdump_find(d, nm);
+    return t && t->numel == T->numel ? t : NULL;
+}
+
 static void check_step(const struct pdump *d, struct trn_model *m)
 {
     struct trn_optim_opts o;
@@ -171,12 +181,8 @@ static void check_step(const struct pdump *d, struct trn_model *m)
         const int n = trn_model_group(m, g, &idx);
         for (int k = 0; k < n; k++) {
             const struct trn_tensor *T = trn_model_tensor(m, idx[k]);
-            char nm[128];
-            snprintf(nm, sizeof nm, "grad.%s", T->name);
-            const struct pdump_tensor *gt = pdump_find(d, nm);
-            snprintf(nm, sizeof nm, "init.%s", T->name);
-            const struct pdump_tensor *it = pdump_find(d, nm);
-            if (!gt || !it || gt->numel != T->numel || it->numel != T->numel) {
+            const struct pdump_tensor *gt = dumped(d, "grad.", T), *it = dumped(d, "init.", T);
+            if (!gt || !it) {
                 missing++;
                 continue;
             }
@@ -201,10 +207,8 @@ static void check_step(const struct pdump *d, struct trn_model *m)
         const int n = trn_model_group(m, g, &idx);
         for (int k = 0; k < n; k++) {
             const struct trn_tensor *T = trn_model_tensor(m, idx[k]);
-            char nm[128];
-            snprintf(nm, sizeof nm, "step1.delta.%s", T->name);
-            const struct pdump_tensor *dt = pdump_find(d, nm);
-            if (!dt || dt->numel != T->numel) {
+            const struct pdump_tensor *dt = dumped(d, "step1.delta.", T);
+            if (!dt) {
                 off++;
                 continue;
             }

@@ -10,24 +10,8 @@
 #include <string.h>
 
 #include "model.h"
+#include "model_testutil.h"
 #include "tap.h"
-
-static struct trn_model *load(const char *name, int nc)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.yaml", TRN_TEST_MODELS_DIR, name);
-    struct trn_model_opts o;
-    trn_model_opts_default(&o);
-    o.nc = nc;
-    struct trn_model *m = NULL;
-    char err[512] = "";
-    const int rc = trn_model_load(path, &o, &m, err, sizeof err);
-    if (rc) {
-        printf("Bail out! %s: %s\n", path, err);
-        exit(99);
-    }
-    return m;
-}
 
 static int bn_count(const struct trn_model *m)
 {
@@ -121,7 +105,7 @@ static const struct {
 
 static void test_s(void)
 {
-    struct trn_model *m = load("yolov5s", 0);
+    struct trn_model *m = tu_model_load("yolov5s", 0);
     const struct trn_model_info *I = trn_model_info(m);
     is_int(I->n_params, 7235389, "yolov5s: 7,235,389 parameters");
     is_int(I->n_params - I->n_bn_channels, 7225885, "yolov5s fused: 7,225,885 parameters");
@@ -238,7 +222,7 @@ static void test_s(void)
 
 static void test_n(void)
 {
-    struct trn_model *m = load("yolov5n", 0);
+    struct trn_model *m = tu_model_load("yolov5n", 0);
     const struct trn_model_info *I = trn_model_info(m);
     is_int(I->n_params, 1872157, "yolov5n: 1,872,157 parameters");
     is_int(I->n_modules, 214, "yolov5n: 214 layers");
@@ -326,7 +310,7 @@ static void test_n(void)
 
 static void test_mlx(void)
 {
-    struct trn_model *m = load("yolov5m", 0);
+    struct trn_model *m = tu_model_load("yolov5m", 0);
     const struct trn_model_info *I = trn_model_info(m);
     is_int(I->n_params - I->n_bn_channels, 21172173, "yolov5m fused: 21,172,173 parameters");
     ok(I->n_params > 21185000 && I->n_params < 21195000, "yolov5m: 21.19 M parameters (%lld)",
@@ -335,7 +319,7 @@ static void test_mlx(void)
     gflops_is(m, true, "48.9", "yolov5m fused");
     trn_model_destroy(m);
 
-    m = load("yolov5l", 0);
+    m = tu_model_load("yolov5l", 0);
     I = trn_model_info(m);
     is_int(I->n_params, 46563709, "yolov5l: 46,563,709 parameters");
     is_int(I->n_params - I->n_bn_channels, 46533693, "yolov5l fused: 46,533,693 parameters");
@@ -347,13 +331,13 @@ static void test_mlx(void)
     gflops_is(m, true, "109.0", "yolov5l fused");
     trn_model_destroy(m);
 
-    m = load("yolov5l", 10);
+    m = tu_model_load("yolov5l", 10);
     I = trn_model_info(m);
     is_int(I->n_params, 46186759, "yolov5l --nc 10: 46,186,759 parameters");
     gflops_is(m, false, "108.4", "yolov5l --nc 10");
     trn_model_destroy(m);
 
-    m = load("yolov5x", 0);
+    m = tu_model_load("yolov5x", 0);
     I = trn_model_info(m);
     is_int(I->n_params - I->n_bn_channels, 86705005, "yolov5x fused: 86,705,005 parameters");
     ok(I->n_params > 86745000 && I->n_params < 86755000, "yolov5x: 86.75 M parameters (%lld)",
@@ -366,7 +350,7 @@ static void test_mlx(void)
 /* --nc changes Detect and nothing else. */
 static void test_nc_override(void)
 {
-    struct trn_model *a = load("yolov5s", 0), *b = load("yolov5s", 3);
+    struct trn_model *a = tu_model_load("yolov5s", 0), *b = tu_model_load("yolov5s", 3);
     const struct trn_model_info *A = trn_model_info(a), *B = trn_model_info(b);
     is_int(B->nc, 3, "override: nc 3");
     is_int(B->nc_yaml, 80, "override: yaml said 80");
@@ -400,7 +384,7 @@ static void test_nc_override(void)
     trn_model_destroy(a);
     trn_model_destroy(b);
     /* --nc equal to the yaml's: no override line */
-    a = load("yolov5s", 80);
+    a = tu_model_load("yolov5s", 80);
     const int n2 = trn_model_summary(a, NULL, 0);
     text = malloc((size_t)n2 + 1);
     trn_model_summary(a, text, (size_t)n2 + 1);
@@ -441,8 +425,8 @@ static bool tensor_equal(const struct trn_model *a, const struct trn_tensor *ta,
  */
 static void test_transfer(void)
 {
-    struct trn_model *src = load("yolov5n", 80), *dst = load("yolov5n", 8);
-    struct trn_model *fresh = load("yolov5n", 8);
+    struct trn_model *src = tu_model_load("yolov5n", 80), *dst = tu_model_load("yolov5n", 8);
+    struct trn_model *fresh = tu_model_load("yolov5n", 8);
     trn_model_init(src, 1);
     /* the source's BN statistics and counters are not the initial ones either */
     float *buf = trn_model_arena(src, TRN_ARENA_BUFFER);
@@ -483,7 +467,7 @@ static void test_transfer(void)
     ok(tensor_equal(dst, a, fresh,
                     trn_model_tensor(fresh, trn_model_find(fresh, "model.24.anchors"))),
        "... and the anchors stay the yaml's");
-    struct trn_model *s = load("yolov5s", 8);
+    struct trn_model *s = tu_model_load("yolov5s", 8);
     int fit = 0;
     for (int k = 0; k < trn_model_info(s)->n_tensors; k++)
         fit += fits(s, trn_model_tensor(s, k), src);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "model_testutil.h"
 #include "tap.h"
 
 static uint32_t bits(float x)
@@ -24,19 +25,6 @@ static float from_bits(uint32_t b)
     float x;
     memcpy(&x, &b, sizeof x);
     return x;
-}
-
-static struct trn_model *load(const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.yaml", TRN_TEST_MODELS_DIR, name);
-    struct trn_model *m = NULL;
-    char err[512] = "";
-    if (trn_model_load(path, NULL, &m, err, sizeof err)) {
-        printf("Bail out! %s\n", err);
-        exit(99);
-    }
-    return m;
 }
 
 static const float *tensor(struct trn_model *m, const char *name, const struct trn_tensor **t)
@@ -81,7 +69,7 @@ static void test_generator(void)
            trn_model_init_uniform(1, 0, 0) != trn_model_init_uniform(0, 0, 0),
        "element, tensor and seed each change the draw");
 
-    struct trn_model *m = load("yolov5n");
+    struct trn_model *m = tu_model_load("yolov5n", 0);
     const struct trn_tensor *t;
     static const struct {
         uint64_t seed;
@@ -126,7 +114,7 @@ static void test_generator(void)
 
 static void test_distribution(void)
 {
-    struct trn_model *m = load("yolov5s");
+    struct trn_model *m = tu_model_load("yolov5s", 0);
     const struct trn_model_info *I = trn_model_info(m);
     trn_model_init(m, 7);
     int out_of_bound = 0, not_half = 0, bn_wrong = 0, rounding_hist[2] = { 0, 0 };

@@ -11,20 +11,8 @@
 #include <string.h>
 
 #include "model.h"
+#include "model_testutil.h"
 #include "tap.h"
-
-static struct trn_model *load(const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.yaml", TRN_TEST_MODELS_DIR, name);
-    struct trn_model *m = NULL;
-    char err[512] = "";
-    if (trn_model_load(path, NULL, &m, err, sizeof err)) {
-        printf("Bail out! %s\n", err);
-        exit(99);
-    }
-    return m;
-}
 
 static int cmp_offset(const void *a, const void *b)
 {
@@ -194,7 +182,7 @@ static void check_plan(const struct trn_model *m, int batch, int h, int w)
 
 int main(void)
 {
-    struct trn_model *m = load("yolov5s");
+    struct trn_model *m = tu_model_load("yolov5s", 0);
     check_plan(m, 2, 640, 640);
     check_plan(m, 3, 320, 256);
     struct trn_act_plan p;
@@ -220,7 +208,7 @@ int main(void)
     trn_act_plan_free(NULL);
     trn_model_destroy(m);
 
-    m = load("yolov5n");
+    m = tu_model_load("yolov5n", 0);
     check_plan(m, 1, 128, 128);
     trn_model_destroy(m);
     return tap_done();

@@ -1033,7 +1033,7 @@ int trn_aug_train_sample_planar(struct trn_aug_ws *ws, const struct trn_aug_hyp 
         trn_aug_copy_paste_pixels(buf, p.canvas[k].w, p.canvas[k].h, ws->cp_mask[k]);
         canvas_of_buffer(&p.canvas[k], buf);
     }
-    rc = kern_aug_sample_cpu(dst, dtype, oh, ow, &p);
+    rc = kern_ops_cpu()->aug_sample(dst, dtype, oh, ow, &p);
     return rc < 0 ? rc : n;
 }
 

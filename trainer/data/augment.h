@@ -507,7 +507,7 @@ int trn_aug_train_sample_shape(struct trn_aug_ws *ws, const struct trn_aug_hyp *
  * trn_aug_train_sample_shape with the pixels written as the loader's batch wants them: 3 planes
  * (R, G, B) of oh * ow elements, uint8 (KERN_AUG_U8) or float / 255 (KERN_AUG_F32), the same
  * bytes as trn_aug_train_sample_shape followed by that layout. One fused pass over the output
- * (kern_aug_sample_cpu: the tiles are sampled in place, no canvas is built unless copy_paste
+ * (kern_ops_cpu()->aug_sample: the tiles are sampled in place, no canvas is built unless copy_paste
  * draws on it), on the calling thread, SIMD where the CPU has it. Returns as
  * trn_aug_train_sample_shape.
  */

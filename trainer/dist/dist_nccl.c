@@ -171,13 +171,11 @@ static int after_producer(struct trn_dist_nccl *c, void *stream, const char *wha
     return 0;
 }
 
-int trn_dist_nccl_allreduce_f32(struct trn_dist_nccl *c, float *dev, size_t n, size_t bucket,
-                                void *stream, double timeout_s, char *err, size_t err_cap)
+/* Sum dev[0 .. n) over the ranks in place, bucket floats per collective, each enqueued within
+ * the deadline (what names the wait in an error). */
+static int sum_buckets(struct trn_dist_nccl *c, float *dev, size_t n, size_t bucket,
+                       double deadline, const char *what, char *err, size_t err_cap)
 {
-    if (!c || bucket == 0) return -EINVAL;
-    const double deadline = now_s() + timeout_s;
-    const int prc = after_producer(c, stream, "all-reduce", err, err_cap);
-    if (prc < 0) return prc;
     for (size_t off = 0; off < n; off += bucket) {
         const size_t k = n - off < bucket ? n - off : bucket;
         const ncclResult_t r =
@@ -186,9 +184,21 @@ int trn_dist_nccl_allreduce_f32(struct trn_dist_nccl *c, float *dev, size_t n, s
             snprintf(err, err_cap, "ncclAllReduce: %s", ncclGetErrorString(r));
             return -EIO;
         }
-        const int rc = wait_comm(c, deadline, "all-reduce enqueue", err, err_cap);
+        const int rc = wait_comm(c, deadline, what, err, err_cap);
         if (rc < 0) return rc;
     }
+    return 0;
+}
+
+int trn_dist_nccl_allreduce_f32(struct trn_dist_nccl *c, float *dev, size_t n, size_t bucket,
+                                void *stream, double timeout_s, char *err, size_t err_cap)
+{
+    if (!c || bucket == 0) return -EINVAL;
+    const double deadline = now_s() + timeout_s;
+    const int prc = after_producer(c, stream, "all-reduce", err, err_cap);
+    if (prc < 0) return prc;
+    const int rc = sum_buckets(c, dev, n, bucket, deadline, "all-reduce enqueue", err, err_cap);
+    if (rc < 0) return rc;
     return wait_stream(c, deadline, "all-reduce", err, err_cap);
 }
 
@@ -257,17 +267,9 @@ int trn_dist_nccl_grad_bucket(struct trn_dist_nccl *c, void *event, float *dev, 
         snprintf(err, err_cap, "NCCL gradient bucket: CUDA: %s", cudaGetErrorString(ce));
         return -EIO;
     }
-    for (size_t off = 0; off < n; off += bucket) {
-        const size_t k = n - off < bucket ? n - off : bucket;
-        const ncclResult_t r =
-            ncclAllReduce(dev + off, dev + off, k, ncclFloat32, ncclSum, c->comm, c->stream);
-        if (r != ncclSuccess && r != ncclInProgress) {
-            snprintf(err, err_cap, "ncclAllReduce: %s", ncclGetErrorString(r));
-            return -EIO;
-        }
-        const int rc = wait_comm(c, deadline, "gradient bucket enqueue", err, err_cap);
-        if (rc < 0) return rc;
-    }
+    const int brc =
+        sum_buckets(c, dev, n, bucket, deadline, "gradient bucket enqueue", err, err_cap);
+    if (brc < 0) return brc;
     float *dst = NULL;
     if (host) {
         /* enqueued behind the all-reduce into page-locked memory, where the copy is truly

@@ -1,125 +1,26 @@
 /*
- * Forward and backward of the YOLOv5 network (see net.h).
+ * The network's plan, arenas and public API (net.h); its executors run the layers
+ * (priv/net_internal.h EXECUTORS: net_walk.c, net_exec_onednn.c), chosen here, once, at creation.
  *
- * Tensors are NCHW float32 in the activation arena of trn_model_plan; the activation-gradient
- * arena (plan.dtotal floats) holds the gradient of act a at dact + acts[a].doff, where a
- * bottleneck input and its residual sum may share one (trn_model_plan), and concat inputs may
- * be channel slices of their buffer in either arena (trn_act.nstride, dnstride: every op that
- * touches them is given that n-stride; cat_fwd / cat_bwd skip them, by address). Backward
- * walks the rows in reverse: every consumer of a row has a larger index, so a row's output
- * gradient is complete when the row is reached. The first gradient written into an activation
- * overwrites it (kern accum bit clear) and later ones add (KERN_ACCUM_DX), tracked per act by
- * `has`, so the gradient arena is never cleared. Parameter gradients always add
- * (KERN_ACCUM_DPARAM).
- *
- * On a CUDA context every arena above is device memory and the net keeps device copies of the
- * model's parameter and buffer arenas (uploaded at each forward, since the optimizer and EMA still
- * update the host model; BN running statistics come back after a training forward) plus host
- * mirrors of what callers read (Detect outputs, decoded boxes, parameter gradients, views). The
- * ops and the order of calls are the same on both backends: only where memory lives differs.
+ * Every arena (activations, their gradients, the parameter gradients, the head and the decoded
+ * boxes) is the backend's memory. On a CUDA context the net keeps device copies of the model's
+ * parameter and buffer arenas (uploaded at each forward, since the optimizer and EMA still update
+ * the host model; BN running statistics come back after a training forward) plus host mirrors of
+ * what callers read (Detect outputs, decoded boxes, parameter gradients, views), which this file
+ * fills; the walk (the one executor on a CUDA context) uploads the model and brings the running
+ * statistics and gradients back.
  */
 #include "net.h"
 
 #include "kern_cuda.h"
 #include "errors.h"
-#include "priv/net_onednn.h"
+#include "priv/net_internal.h"
 
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct trn_net {
-    struct trn_model *m;
-    const struct trn_model_info *I;
-    const struct kern_ops *K;
-    struct kern_ctx *ctx;
-    bool own_ctx;
-    bool gpu;       /* the device data path: a CUDA context (the arenas below are device
-                       memory), or trn_net_opts.device_path on the CPU ops */
-    float *d_param; /* gpu: device copy of the model's TRN_ARENA_PARAM arena */
-    float *d_buf;   /* gpu: device copy of TRN_ARENA_BUFFER (BN running stats, anchors) */
-    float *d_dout;  /* gpu: the callers' d_outputs staged on the device (head layout) */
-    float *h_head;  /* gpu: host mirror of head */
-    float *h_dec;   /* gpu: host mirror of dec */
-    float *h_grad;  /* gpu: host mirror of grad, refreshed after each backward */
-    float *h_view;  /* gpu: host copy of one activation for the view getters */
-    float **sview;  /* CPU net: per act, NULL or a dense copy of a concat slice for the view
-                       getters (made at the first call, refreshed by each) */
-    size_t n_head;  /* floats in head */
-    size_t n_dec;   /* floats in dec */
-    size_t n_view;  /* floats in h_view (the largest activation) */
-    size_t mem;     /* bytes of tensor memory allocated through alloc_tensor */
-    bool input_grad;
-    bool trained;  /* the last forward was a training forward: backward may run */
-    bool no_head;  /* this forward is trn_net_infer's: the decode reads the Detect convs' raw
-                      outputs, so the (bs, na, ny, nx, no) head layout is not written */
-    bool resident; /* gpu: d_param / d_buf are the master copies (net.h RESIDENT) */
-    bool shared;   /* gpu: d_param / d_buf belong to another net (trn_net_opts.share) */
-    bool no_count; /* training forwards leave num_batches_tracked alone (trn_net_set_count) */
-    struct trn_act_plan plan;
-    int batch;
-    float *act;              /* plan.total floats */
-    float *dact;             /* plan.dtotal floats, or NULL (inference net) */
-    unsigned char *has;      /* per act: its gradient has been written in this backward */
-    float *grad;             /* arena_len[PARAM] floats, or NULL */
-    struct kern_conv2d *cd;  /* per conv; x_nstride: its input act's (forward, bwd_filter) */
-    struct kern_conv2d *cdb; /* per conv: cd[ci] with x_nstride of the input's gradient
-                                (bwd_data), which differs where only one is a concat slice */
-    size_t *bn_off;          /* per conv: offset of its save_mean in bn_stat (invstd follows) */
-    float *bn_stat;          /* BN batch mean and invstd for backward */
-    size_t *pool_off;        /* per row: offset of its 3 pools' indices in pool_idx */
-    int32_t *pool_idx;       /* SPPF max-pool argmax indices */
-    float *head;             /* Detect outputs, permuted, all levels */
-    size_t head_off[TRN_MODEL_MAX_LEVELS];
-    struct kern_detect det[TRN_MODEL_MAX_LEVELS];
-    const float *out_view[TRN_MODEL_MAX_LEVELS];
-    float *dec;     /* decoded boxes, (bs, dec_rows, no) */
-    int dec_rows;   /* sum over levels of na * ny * nx */
-    size_t anchors; /* offset of the anchors tensor in the buffer arena */
-    int (*bn_allreduce)(void *, double *, size_t); /* SyncBatchNorm hook, or NULL */
-    void *bn_allreduce_ctx;
-    double *bn_sums; /* SyncBatchNorm: one layer's KERN_BN_SUMS_LEN(c) sums (backend memory) */
-    double *h_sums;  /* SyncBatchNorm on the device path: their host staging for the hook */
-    int (*grad_ready)(void *, const struct trn_net_grad_range *); /* or NULL (net.h GRADIENTS) */
-    void *grad_ready_ctx;
-    size_t *row_start; /* grad_ready: row i's gradients are [row_start[i], row_start[i + 1]) of
-                          the PARAM arena; n_layers + 1 entries, 0 .. arena_len */
-    /* AMP (net.h AUTOCAST): every conv in amp's dtype through these scratch tensors (backend
-       memory, allocated once); all NULL with amp == KERN_DT_F32. */
-    int amp;                     /* KERN_DT_*: the convs' compute type */
-    struct kern_conv2d_lowp *lp; /* per conv: cd[ci] with amp's dtype, NCHW */
-    uint16_t *w16;               /* the PARAM arena cast to amp (net.h AMP WEIGHTS); the
-                                    share's when it has the same amp (w16_own false) */
-    uint16_t *x16;               /* a conv's input (forward, bwd_filter) or its dx (bwd_data) */
-    uint16_t *y16;               /* a conv's output (forward) or its dy (backward) */
-    float *dx32;                 /* bwd_data's widened dx when it adds into an existing gradient */
-    /* --- wcast --- */
-    struct trn_net *pown; /* the net owning the parameter storage the ops read (the share on the
-                             device data path, else this net): its w16_ok tracks its w16 */
-    bool w16_own;         /* w16 was allocated by this net */
-    bool w16_ok;          /* (pown only) w16 holds the cast of the current parameters */
-    bool fixed;           /* trn_net_opts.fixed_params */
-    bool up_ok;           /* fixed non-resident device net: d_param / d_buf hold the host model */
-    int64_t n_casts;      /* whole-arena casts of the parameters so far (trn_net_lowp_casts) */
-    /* the oneDNN inference forward (net.h cpu_engine); NULL on the reference ops */
-    struct trn_dnn *dnn;
-    bool dnn_ok;      /* (fixed nets) dnn holds the current parameters */
-    bool dnn_train;   /* dnn is a training executor: it runs training forwards and backward,
-                         and eval forwards stay on the reference ops */
-    bool dnn_trained; /* the last forward was dnn's training forward: backward runs there */
-    int raw_blk;      /* trn_net_raw_head on: the Detect outputs' channel block; else 0 */
-    const float *raw_p[TRN_MODEL_MAX_LEVELS]; /* with raw_blk: the Detect convs' outputs */
-    float *raw_dp[TRN_MODEL_MAX_LEVELS];      /* and their gradients' buffers */
-    char engine_name[32];                     /* trn_net_engine's answer for a oneDNN net */
-};
-
-#define TRY(x)                           \
-    do {                                 \
-        const int try_rc_ = (x);         \
-        if (try_rc_ < 0) return try_rc_; \
-    } while (0)
 
 static void set_err(char *err, size_t cap, const char *msg, int rc)
 {
@@ -151,111 +52,6 @@ static void *alloc_tensor(struct trn_net *net, size_t n, size_t elem)
     if (kern_mem_alloc(net->ctx, (n ? n : 1) * elem, &p) < 0) return NULL;
     net->mem += (n ? n : 1) * elem;
     return p;
-}
-
-static size_t arena_bytes(const struct trn_net *net, int arena)
-{
-    return net->I->arena_len[arena] * sizeof(float);
-}
-
-static float *A(const struct trn_net *net, int a)
-{
-    return net->act + net->plan.acts[a].offset;
-}
-
-static float *D(const struct trn_net *net, int a)
-{
-    return net->dact + net->plan.acts[a].doff;
-}
-
-static float *P(const struct trn_net *net, int t)
-{
-    float *p = net->gpu ? net->d_param : (float *)trn_model_arena(net->m, TRN_ARENA_PARAM);
-    return p + trn_model_tensor(net->m, t)->offset;
-}
-
-static float *B(const struct trn_net *net, int t)
-{
-    float *p = net->gpu ? net->d_buf : (float *)trn_model_arena(net->m, TRN_ARENA_BUFFER);
-    return p + trn_model_tensor(net->m, t)->offset;
-}
-
-static float *G(const struct trn_net *net, int t)
-{
-    return net->grad + trn_model_tensor(net->m, t)->offset;
-}
-
-/* Tensor t of the parameters cast to the AMP dtype (w16, same offsets as the PARAM arena). */
-static const uint16_t *P16(const struct trn_net *net, int t)
-{
-    return net->w16 + trn_model_tensor(net->m, t)->offset;
-}
-
-/* float32 -> the AMP dtype, n elements (autocast's cast of a conv's operands). */
-static int to_lowp(const struct trn_net *net, uint16_t *dst, const float *src, size_t n)
-{
-    return net->amp == KERN_DT_BF16 ? net->K->cast_f32_bf16(net->ctx, dst, src, n)
-                                    : net->K->cast_f32_f16(net->ctx, dst, src, n);
-}
-
-/* The AMP dtype -> float32 (exact). */
-static int from_lowp(const struct trn_net *net, float *dst, const uint16_t *src, size_t n)
-{
-    return net->amp == KERN_DT_BF16 ? net->K->cast_bf16_f32(net->ctx, dst, src, n)
-                                    : net->K->cast_f16_f32(net->ctx, dst, src, n);
-}
-
-/* The accum bit for the next gradient written into act a: overwrite first, add afterwards. */
-static unsigned accum_for(struct trn_net *net, int a)
-{
-    const unsigned bit = net->has[a] ? KERN_ACCUM_DX : 0u;
-    net->has[a] = 1;
-    return bit;
-}
-
-/* What conv ci hands to the next op: the residual sum, the SiLU output, or the Detect output. */
-static int conv_out(const struct trn_net *net, int ci)
-{
-    const struct trn_act_conv *ac = &net->plan.convs[ci];
-    return ac->add >= 0 ? ac->add : ac->act >= 0 ? ac->act : ac->conv;
-}
-
-static int layer_in(const struct trn_net *net, int from)
-{
-    return from < 0 ? 0 : net->plan.layers[from].out;
-}
-
-static void bn_desc(const struct trn_net *net, int ci, struct kern_bn *d)
-{
-    const struct trn_act *a = &net->plan.acts[net->plan.convs[ci].conv];
-    kern_bn_init(d, a->n, a->c, a->h * a->w);
-}
-
-/* Elements per image of act a, and its n-strides (0: dense; trn_act.nstride, dnstride): a concat
- * input that lives in its concat buffer's channel slice (model.h CONCAT SLICES). */
-static size_t img_of(const struct trn_net *net, int a)
-{
-    const struct trn_act *t = &net->plan.acts[a];
-    return (size_t)t->c * (size_t)t->h * (size_t)t->w;
-}
-
-static size_t NS(const struct trn_net *net, int a)
-{
-    return net->plan.acts[a].nstride;
-}
-
-static size_t DNS(const struct trn_net *net, int a)
-{
-    return net->plan.acts[a].dnstride;
-}
-
-/* Act a cast to the AMP dtype into the dense scratch dst (through its slice when it has one). */
-static int act_to_lowp(const struct trn_net *net, uint16_t *dst, int a)
-{
-    const struct trn_act *t = &net->plan.acts[a];
-    if (!t->nstride) return to_lowp(net, dst, A(net, a), t->numel);
-    return net->K->cast_f32_lowp_ns(net->ctx, net->amp, dst, A(net, a), t->n, img_of(net, a),
-                                    t->nstride);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -308,54 +104,29 @@ static int row_ranges(struct trn_net *net, char *err, size_t err_cap)
     return 0;
 }
 
-static int row_ready(struct trn_net *net, int i);
-
-/* The oneDNN training executor's row-done hook: the gradient-ready hook of row i. */
-static int dnn_row_done(void *ctx, int i)
+/*
+ * The executors (priv/net_internal.h EXECUTORS), chosen here and nowhere else: the walk for
+ * everything, unless trn_net_opts.cpu_engine lets oneDNN take the kind of forward it covers (a
+ * training net's training forwards and backward, an inference net's eval forwards). AUTO keeps
+ * the walk where oneDNN does not apply; ONEDNN makes that an error.
+ */
+static int exec_choose(struct trn_net *net, const struct trn_net_opts *o, char *err, size_t err_cap)
 {
-    return row_ready(ctx, i);
-}
-
-/* The oneDNN executor where o->cpu_engine asks for it and it applies (net.h trn_cpu_engine):
- * an inference executor's Detect convs write into the acts the decode reads, a training one's into
- * the head, already reshaped. */
-static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, char *err, size_t err_cap)
-{
-    /* training nets without the options the training executor does not cover */
-    const bool train = o->train;
-    const char *why = !trn_dnn_built() ? "this build has no oneDNN"
-                      : net->gpu || kern_ctx_backend(net->ctx) != KERN_BACKEND_CPU ? "not a CPU net"
-                      : net->amp != KERN_DT_F32                                    ? "autocast"
-                      : train && o->input_grad ? "input gradients"
-                                               : NULL;
-    if (why) {
-        if (o->cpu_engine == TRN_CPU_ENGINE_AUTO) return 0;
-        if (err && err_cap) snprintf(err, err_cap, "cpu_engine oneDNN: %s", why);
-        return -ENOTSUP;
+    for (int k = 0; k < 2; k++)
+        net->ex[k] = (struct trn_net_slot){ &trn_net_exec_walk, NULL };
+    const struct trn_net_slot *main = &net->ex[o->train];
+    if (o->cpu_engine != TRN_CPU_ENGINE_REF) {
+        void *self = NULL;
+        const int rc = trn_net_exec_onednn.create(net, o, o->train, &self, err, err_cap);
+        if (rc == -ENOTSUP && o->cpu_engine == TRN_CPU_ENGINE_AUTO) {
+            if (err && err_cap) err[0] = '\0';
+        } else if (rc < 0) {
+            return rc;
+        } else {
+            net->ex[o->train] = (struct trn_net_slot){ &trn_net_exec_onednn, self };
+        }
     }
-    /* as many threads as the reference ops' GEMMs would use: the context's, or OpenBLAS's own
-       when the context runs on the caller alone */
-    const int ct = kern_ctx_threads(net->ctx);
-    const int threads = ct > 1 ? ct : kern_blas_threads();
-    /* training: the Detect convs write the head itself, reshaped as the loss reads it */
-    float *head[TRN_MODEL_MAX_LEVELS];
-    for (int l = 0; l < net->I->nl; l++)
-        head[l] = net->head + net->head_off[l];
-    const int rc = train ? trn_dnn_train_create(net->m, &net->plan, threads > 0 ? threads : 1,
-                                                net->grad, head, &net->dnn, err, err_cap)
-                         : trn_dnn_create(net->m, &net->plan, threads > 0 ? threads : 1, &net->dnn,
-                                          err, err_cap);
-    if (rc == -ENOTSUP && o->cpu_engine == TRN_CPU_ENGINE_AUTO) { /* only its slow code here */
-        if (err && err_cap) err[0] = '\0';
-        return 0;
-    }
-    if (rc < 0) return rc;
-    if (train)
-        trn_dnn_train_hooks(net->dnn, net->bn_allreduce, net->bn_allreduce_ctx,
-                            net->grad_ready ? dnn_row_done : NULL, net);
-    net->mem += trn_dnn_bytes(net->dnn);
-    snprintf(net->engine_name, sizeof net->engine_name, "oneDNN %s", trn_dnn_layout(net->dnn));
-    net->dnn_train = train;
+    snprintf(net->engine_name, sizeof net->engine_name, "%s", main->x->name(net, main->self));
     return 0;
 }
 
@@ -571,8 +342,7 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
     for (int t = 0; t < I->n_tensors; t++)
         if (trn_model_tensor(m, t)->role == TRN_T_ANCHORS)
             net->anchors = trn_model_tensor(m, t)->offset;
-    if (o.cpu_engine != TRN_CPU_ENGINE_REF && (rc = dnn_create(net, &o, err, err_cap)) < 0)
-        goto fail_quiet;
+    if ((rc = exec_choose(net, &o, err, err_cap)) < 0) goto fail_quiet;
     *out = net;
     return 0;
 fail:
@@ -585,6 +355,8 @@ fail_quiet:
 void trn_net_destroy(struct trn_net *net)
 {
     if (!net) return;
+    for (int k = 0; k < 2; k++) /* before the context, which they may use */
+        if (net->ex[k].x) net->ex[k].x->destroy(net->ex[k].self);
     if (net->ctx) {
         /* Tensor memory goes back through the backend that gave it, before the context. */
         void *const t[] = { net->act,
@@ -623,7 +395,6 @@ void trn_net_destroy(struct trn_net *net)
     free(net->h_view);
     free(net->h_sums);
     free(net->row_start);
-    trn_dnn_destroy(net->dnn);
     free(net);
 }
 
@@ -652,200 +423,10 @@ long trn_net_output_shape(const struct trn_net *net, int level, int shape[5])
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Forward                                                                                  */
-
-/* SyncBatchNorm: sum bn_sums (a c-channel layer's) over the ranks through the hook, which
- * takes host memory: on the device path the sums go through h_sums. */
-static int bn_sync(struct trn_net *net, int c)
-{
-    const size_t n = KERN_BN_SUMS_LEN(c);
-    double *host = net->bn_sums;
-    if (net->gpu) {
-        TRY(kern_mem_copy(net->ctx, net->h_sums, net->bn_sums, n * sizeof(double), KERN_COPY_D2H));
-        host = net->h_sums;
-    }
-    TRY(net->bn_allreduce(net->bn_allreduce_ctx, host, n));
-    if (net->gpu)
-        TRY(kern_mem_copy(net->ctx, net->bn_sums, host, n * sizeof(double), KERN_COPY_H2D));
-    return 0;
-}
-
-static int conv_fwd(struct trn_net *net, int ci, bool train)
-{
-    const struct kern_ops *K = net->K;
-    const struct trn_conv *c = trn_model_conv(net->m, ci);
-    const struct trn_act_conv *ac = &net->plan.convs[ci];
-    struct kern_bn d;
-    /* A shortcut bottleneck's cv2 writes silu(bn) + the bottleneck input (cv1's input) straight
-     * into the sum: its SiLU output is never stored (trn_act_conv.act). */
-    const bool sum = c->bn && ac->add >= 0;
-    float *const y = c->bn ? A(net, sum ? ac->add : ac->act) : NULL;
-    const float *const r = sum ? A(net, net->plan.convs[ci - 1].in) : NULL;
-    if (c->bn) {
-        bn_desc(net, ci, &d);
-        d.y_nstride = NS(net, sum ? ac->add : ac->act); /* a concat slice writes in place */
-        if (sum) d.r_nstride = NS(net, net->plan.convs[ci - 1].in);
-    }
-    if (!train && !net->lp && c->bn && c->bias < 0)
-        /* inference: conv, BN, SiLU (and the sum) in one op; the CPU keeps the conv's output
-         * in L2, a band at a time (A(conv) is the scratch a backend that does not fuse uses) */
-        return K->conv2d_bn_silu_fwd_eval(
-            net->ctx, &net->cd[ci], &d, y, A(net, ac->conv), A(net, ac->in), P(net, c->weight),
-            P(net, c->bn_weight), P(net, c->bn_bias), B(net, c->bn_mean), B(net, c->bn_var), r);
-    if (net->lp) {
-        /* autocast: the input cast to the dtype, the lowp conv, its output widened back */
-        TRY(act_to_lowp(net, net->x16, ac->in));
-        TRY(K->conv2d_lowp_fwd(net->ctx, &net->lp[ci], net->y16, net->x16, P16(net, c->weight),
-                               c->bias >= 0 ? P16(net, c->bias) : NULL));
-        TRY(from_lowp(net, A(net, ac->conv), net->y16, net->plan.acts[ac->conv].numel));
-    } else {
-        TRY(K->conv2d_fwd(net->ctx, &net->cd[ci], A(net, ac->conv), A(net, ac->in),
-                          P(net, c->weight), c->bias >= 0 ? P(net, c->bias) : NULL));
-    }
-    if (!c->bn) return 0;
-    if (train) {
-        float *mean = net->bn_stat + net->bn_off[ci];
-        if (net->bn_allreduce) {
-            TRY(K->bn_stats(net->ctx, &d, net->bn_sums, A(net, ac->conv)));
-            TRY(bn_sync(net, c->c2));
-            if (sum)
-                TRY(K->bn_silu_add_fwd_apply(
-                    net->ctx, &d, y, mean, mean + c->c2, B(net, c->bn_mean), B(net, c->bn_var),
-                    A(net, ac->conv), P(net, c->bn_weight), P(net, c->bn_bias), net->bn_sums, r));
-            else
-                TRY(K->bn_silu_fwd_apply(net->ctx, &d, y, mean, mean + c->c2, B(net, c->bn_mean),
-                                         B(net, c->bn_var), A(net, ac->conv), P(net, c->bn_weight),
-                                         P(net, c->bn_bias), net->bn_sums));
-        } else if (sum) {
-            TRY(K->bn_silu_add_fwd_train(net->ctx, &d, y, mean, mean + c->c2, B(net, c->bn_mean),
-                                         B(net, c->bn_var), A(net, ac->conv), P(net, c->bn_weight),
-                                         P(net, c->bn_bias), r));
-        } else {
-            TRY(K->bn_silu_fwd_train(net->ctx, &d, y, mean, mean + c->c2, B(net, c->bn_mean),
-                                     B(net, c->bn_var), A(net, ac->conv), P(net, c->bn_weight),
-                                     P(net, c->bn_bias)));
-        }
-        if (!net->no_count) {
-            int64_t *cnt = trn_model_arena(net->m, TRN_ARENA_COUNT);
-            cnt[trn_model_tensor(net->m, c->bn_count)->offset] += 1;
-        }
-    } else if (sum) {
-        TRY(K->bn_silu_add_fwd_eval(net->ctx, &d, y, A(net, ac->conv), P(net, c->bn_weight),
-                                    P(net, c->bn_bias), B(net, c->bn_mean), B(net, c->bn_var), r));
-    } else {
-        TRY(K->bn_silu_fwd_eval(net->ctx, &d, y, A(net, ac->conv), P(net, c->bn_weight),
-                                P(net, c->bn_bias), B(net, c->bn_mean), B(net, c->bn_var)));
-    }
-    return 0;
-}
-
-/* A bottleneck made of convs cv1, cv1 + 1; with a shortcut cv2's forward adds cv1's input. */
-static int bottleneck_fwd(struct trn_net *net, int cv1, bool train)
-{
-    TRY(conv_fwd(net, cv1, train));
-    return conv_fwd(net, cv1 + 1, train);
-}
-
-/* Copy act src into channels [c_off, ..) of act dst. */
-static int cat_fwd(struct trn_net *net, int dst, int src, int c_off)
-{
-    const struct trn_act *y = &net->plan.acts[dst], *x = &net->plan.acts[src];
-    /* placed in its slice by the plan: its producer has written it there */
-    if (x->nstride && A(net, src) == A(net, dst) + (size_t)c_off * x->h * x->w) return 0;
-    return net->K->concat_fwd(net->ctx, A(net, dst), A(net, src), x->n, x->c, x->h * x->w, y->c,
-                              c_off);
-}
-
-static int pool_desc(const struct trn_net *net, int layer, struct kern_pool2d *d)
-{
-    const struct trn_layer *L = trn_model_layer(net->m, layer);
-    const struct trn_act *p = &net->plan.acts[net->plan.layers[layer].pool[0]];
-    *d = (struct kern_pool2d){
-        .n = p->n, .c = p->c, .h_in = p->h, .w_in = p->w, .k = L->k, .stride = 1, .pad = L->k / 2
-    };
-    return 0;
-}
-
-static int layer_fwd(struct trn_net *net, int i, bool train)
-{
-    const struct kern_ops *K = net->K;
-    const struct trn_layer *L = trn_model_layer(net->m, i);
-    const struct trn_act_layer *al = &net->plan.layers[i];
-    const int c0 = L->conv0;
-    const int x = layer_in(net, L->from[0]);
-    switch (L->type) {
-    case TRN_MOD_CONV:
-        for (int j = 0; j < L->n; j++)
-            TRY(conv_fwd(net, c0 + j, train));
-        break;
-    case TRN_MOD_BOTTLENECK:
-        for (int j = 0; j < L->n; j++)
-            TRY(bottleneck_fwd(net, c0 + 2 * j, train));
-        break;
-    case TRN_MOD_C3: {
-        TRY(conv_fwd(net, c0, train));
-        for (int j = 0; j < L->n; j++) {
-            const int b1 = c0 + 3 + 2 * j;
-            TRY(bottleneck_fwd(net, b1, train));
-        }
-        TRY(conv_fwd(net, c0 + 1, train));
-        /* Bottleneck branch first (common.py C3.forward). */
-        TRY(cat_fwd(net, al->cat, L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0),
-                    0));
-        TRY(cat_fwd(net, al->cat, conv_out(net, c0 + 1), L->hidden));
-        TRY(conv_fwd(net, c0 + 2, train));
-        break;
-    }
-    case TRN_MOD_SPPF: {
-        TRY(conv_fwd(net, c0, train));
-        struct kern_pool2d d;
-        pool_desc(net, i, &d);
-        int src = conv_out(net, c0);
-        TRY(cat_fwd(net, al->cat, src, 0));
-        for (int j = 0; j < 3; j++) {
-            d.x_nstride = NS(net, src);
-            d.y_nstride = NS(net, al->pool[j]);
-            TRY(K->maxpool2d_fwd(net->ctx, &d, A(net, al->pool[j]),
-                                 net->pool_idx + net->pool_off[i] +
-                                     (size_t)j * net->plan.acts[al->pool[j]].numel,
-                                 A(net, src)));
-            src = al->pool[j];
-            TRY(cat_fwd(net, al->cat, src, (j + 1) * L->hidden));
-        }
-        TRY(conv_fwd(net, c0 + 1, train));
-        break;
-    }
-    case TRN_MOD_UPSAMPLE: {
-        const struct trn_act *a = &net->plan.acts[x];
-        TRY(K->upsample2x_ns_fwd(net->ctx, A(net, al->out), A(net, x), a->n, a->c, a->h, a->w,
-                                 NS(net, al->out), NS(net, x)));
-        break;
-    }
-    case TRN_MOD_CONCAT: {
-        int off = 0;
-        for (int j = 0; j < L->n_from; j++) {
-            const int src = layer_in(net, L->from[j]);
-            TRY(cat_fwd(net, al->cat, src, off));
-            off += net->plan.acts[src].c;
-        }
-        break;
-    }
-    case TRN_MOD_DETECT:
-        for (int l = 0; l < L->n_conv; l++) {
-            TRY(conv_fwd(net, c0 + l, train));
-            if (!net->no_head)
-                TRY(K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
-                                          A(net, net->plan.convs[c0 + l].conv)));
-        }
-        break;
-    }
-    return 0;
-}
-
 /* The AMP weights of a forward (net.h AMP WEIGHTS): the PARAM arena cast into w16 unless the
  * cast there is known to be current. uploaded: this forward has just copied the host parameters
  * over the device copy (a non-resident device net), which makes any earlier cast of it stale. */
-static int lowp_weights(struct trn_net *net, bool uploaded)
+int net_lowp_weights(struct trn_net *net, bool uploaded)
 {
     struct trn_net *const o = net->pown;
     const bool follows = net->w16 == o->w16; /* the cast whose state o->w16_ok is */
@@ -858,69 +439,26 @@ static int lowp_weights(struct trn_net *net, bool uploaded)
     return 0;
 }
 
-/* The forward's own part, leaving its results where the backend keeps them. images: host
- * memory, or backend memory when images_dev. */
-static int forward_dev(struct trn_net *net, const float *images, bool images_dev, bool train)
+/* A forward on the executor for its kind, and where its outputs are (backend memory). */
+static int forward(struct trn_net *net, const float *images, bool images_dev, bool train,
+                   const float **outputs)
 {
-    net->trained = net->dnn_trained = false;
-    /* The optimizer and EMA update the host model between steps; a fixed_params net's model
-       changes only where trn_net_params_changed says so (validation uploads once). */
-    const bool upload = net->gpu && !net->resident && !(net->fixed && net->up_ok);
-    if (upload) {
-        TRY(kern_mem_copy(net->ctx, net->d_param, trn_model_arena(net->m, TRN_ARENA_PARAM),
-                          arena_bytes(net, TRN_ARENA_PARAM), KERN_COPY_H2D));
-        TRY(kern_mem_copy(net->ctx, net->d_buf, trn_model_arena(net->m, TRN_ARENA_BUFFER),
-                          arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_H2D));
-        net->up_ok = net->fixed && !net->shared && !train;
-    }
-    /* a batch already in the input slot (trn_net_dev_input) needs no copy */
-    if (!(images_dev && images == net->act))
-        TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
-                          images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
-    if (net->lp) TRY(lowp_weights(net, upload));
-    for (int i = 0; i < net->I->n_layers; i++)
-        TRY(layer_fwd(net, i, train));
-    if (net->gpu && train && !net->resident)
-        TRY(kern_mem_copy(net->ctx, trn_model_arena(net->m, TRN_ARENA_BUFFER), net->d_buf,
-                          arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_D2H));
+    const struct trn_net_slot *x = &net->ex[train];
+    net->trained = false;
+    TRY(x->x->forward(net, x->self, images, images_dev, train));
     net->trained = train && net->dact;
+    const bool raw = train && net->raw_blk;
+    if (!train && !net->no_head && x->x->head) TRY(x->x->head(net, x->self));
+    for (int l = 0; l < net->I->nl && outputs; l++)
+        outputs[l] = raw ? net->raw_p[l] : net->head + net->head_off[l];
     return 0;
-}
-
-/* An eval forward on the oneDNN executor (net.h trn_cpu_engine), which keeps the Detect convs'
- * outputs (trn_dnn_decode and trn_dnn_head read them). A fixed net folds its weights once, and
- * again after trn_net_params_changed; another at every call. */
-static int dnn_forward(struct trn_net *net, const float *images)
-{
-    net->trained = net->dnn_trained = false;
-    if (!net->fixed || !net->dnn_ok) TRY(trn_dnn_load(net->dnn, net->m));
-    net->dnn_ok = true;
-    return trn_dnn_run(net->dnn, images);
 }
 
 int trn_net_forward(struct trn_net *net, const float *images, bool train, const float **outputs)
 {
     if (!net || !images) return -EINVAL;
-    if (net->dnn && net->dnn_train == train) {
-        net->dnn_trained = false;
-        if (train) { /* writes the head, or leaves it in the Detect convs' outputs (raw_blk) */
-            TRY(trn_dnn_train_forward(net->dnn, net->m, images, !net->no_count));
-            net->trained = net->dnn_trained = true;
-            if (net->raw_blk) {
-                for (int l = 0; l < net->I->nl; l++)
-                    if (outputs) outputs[l] = net->raw_p[l];
-                return 0;
-            }
-        } else {
-            TRY(dnn_forward(net, images));
-            float *head[TRN_MODEL_MAX_LEVELS];
-            for (int l = 0; l < net->I->nl; l++)
-                head[l] = net->head + net->head_off[l];
-            TRY(trn_dnn_head(net->dnn, net->det, net->I->nl, head));
-        }
-    } else {
-        TRY(forward_dev(net, images, false, train));
-    }
+    TRY(forward(net, images, false, train, outputs));
+    if (train && net->raw_blk) return 0; /* the raw head is read where the executor keeps it */
     const float *head = net->head;
     if (net->gpu) {
         TRY(kern_mem_copy(net->ctx, net->h_head, net->head, net->n_head * sizeof(float),
@@ -938,209 +476,15 @@ int trn_net_forward_dev(struct trn_net *net, const float *images, bool images_de
                         const float **outputs)
 {
     if (!net || !images) return -EINVAL;
-    TRY(forward_dev(net, images, images_dev, train));
-    for (int l = 0; l < net->I->nl; l++)
-        if (outputs) outputs[l] = net->head + net->head_off[l];
-    return 0;
+    return forward(net, images, images_dev, train, outputs);
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* Backward                                                                                 */
 
-/* The conv's own backward under autocast, from the float32 gradient at its raw output: dy cast
- * to the dtype (the backward of the output's widening), the parameter gradients added into the
- * float32 arena as float32, dx widened and then written or added as the float32 path does. */
-static int conv_bwd_lowp(struct trn_net *net, int ci)
-{
-    const struct kern_ops *K = net->K;
-    const struct trn_conv *c = trn_model_conv(net->m, ci);
-    const struct trn_act_conv *ac = &net->plan.convs[ci];
-    const struct kern_conv2d_lowp *d = &net->lp[ci];
-    const size_t n_in = net->plan.acts[ac->in].numel;
-    TRY(to_lowp(net, net->y16, D(net, ac->conv), net->plan.acts[ac->conv].numel));
-    if (!c->bn && c->bias >= 0)
-        TRY(K->conv2d_lowp_bwd_bias(net->ctx, d, G(net, c->bias), net->y16, KERN_ACCUM_DPARAM));
-    TRY(act_to_lowp(net, net->x16, ac->in)); /* the forward's cast, recomputed */
-    TRY(K->conv2d_lowp_bwd_filter(net->ctx, d, G(net, c->weight), net->y16, net->x16,
-                                  KERN_ACCUM_DPARAM));
-    if (ac->in == 0 && !net->input_grad) return 0;
-    TRY(K->conv2d_lowp_bwd_data(net->ctx, d, net->x16, net->y16, P16(net, c->weight), 0));
-    const unsigned accum = accum_for(net, ac->in);
-    if (DNS(net, ac->in)) /* a gradient slice: widened (=|+=) straight into it */
-        return K->cast_lowp_f32_ns(net->ctx, net->amp, D(net, ac->in), net->x16,
-                                   net->plan.acts[ac->in].n, img_of(net, ac->in), DNS(net, ac->in),
-                                   accum);
-    if (!accum) return from_lowp(net, D(net, ac->in), net->x16, n_in);
-    TRY(from_lowp(net, net->dx32, net->x16, n_in));
-    return K->add_bwd(net->ctx, D(net, ac->in), net->dx32, n_in, KERN_ACCUM_DX);
-}
-
-/* Backward of conv ci from the gradient at its SiLU output (Detect: its raw output). */
-static int conv_bwd(struct trn_net *net, int ci)
-{
-    const struct kern_ops *K = net->K;
-    const struct trn_conv *c = trn_model_conv(net->m, ci);
-    const struct trn_act_conv *ac = &net->plan.convs[ci];
-    /* the gradient at its SiLU output: a shortcut bottleneck cv2's is its sum's (the SiLU output
-       is not stored, and d(sum) / d(silu output) = 1) */
-    const int top = !c->bn ? ac->conv : ac->act >= 0 ? ac->act : ac->add;
-    if (!net->has[top]) return 0; /* nothing downstream used it: zero gradient */
-    if (c->bn) {
-        struct kern_bn d;
-        bn_desc(net, ci, &d);
-        d.y_nstride = DNS(net, top);
-        const float *mean = net->bn_stat + net->bn_off[ci];
-        net->has[ac->conv] = 1;
-        if (net->bn_allreduce) {
-            TRY(K->bn_silu_bwd_reduce(net->ctx, &d, net->bn_sums, G(net, c->bn_weight),
-                                      G(net, c->bn_bias), D(net, top), A(net, ac->conv),
-                                      P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
-                                      KERN_ACCUM_DPARAM));
-            TRY(bn_sync(net, c->c2));
-            TRY(K->bn_silu_bwd_apply(net->ctx, &d, D(net, ac->conv), D(net, top), A(net, ac->conv),
-                                     P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
-                                     net->bn_sums, 0));
-        } else {
-            TRY(K->bn_silu_bwd(net->ctx, &d, D(net, ac->conv), G(net, c->bn_weight),
-                               G(net, c->bn_bias), D(net, top), A(net, ac->conv),
-                               P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
-                               KERN_ACCUM_DPARAM));
-        }
-    }
-    if (net->lp) return conv_bwd_lowp(net, ci);
-    if (!c->bn && c->bias >= 0)
-        TRY(K->conv2d_bwd_bias(net->ctx, &net->cd[ci], G(net, c->bias), D(net, ac->conv),
-                               KERN_ACCUM_DPARAM));
-    TRY(K->conv2d_bwd_filter(net->ctx, &net->cd[ci], G(net, c->weight), D(net, ac->conv),
-                             A(net, ac->in), KERN_ACCUM_DPARAM));
-    if (ac->in != 0 || net->input_grad)
-        TRY(K->conv2d_bwd_data(net->ctx, &net->cdb[ci], D(net, ac->in), D(net, ac->conv),
-                               P(net, c->weight), accum_for(net, ac->in)));
-    return 0;
-}
-
-/* Hand act src's gradient on to act dst (a residual add or the identity). */
-static int pass_bwd(struct trn_net *net, int dst, int src)
-{
-    if (!net->has[src]) return 0;
-    return net->K->add_bwd(net->ctx, D(net, dst), D(net, src), net->plan.acts[src].numel,
-                           accum_for(net, dst));
-}
-
-/*
- * With a shortcut, cv2's backward reads the sum's gradient as its own (conv_bwd's top), and the
- * input x gets the sum's gradient plus cv1's: where the plan gives x the sum's gradient storage
- * (nothing else reads x) that is no copy, only x's `has` following the sum's, so that cv1's
- * bwd_data, which runs after cv2's backward has read the sum's gradient, adds into it (or
- * overwrites it when the sum got no gradient); elsewhere the sum's gradient is passed on.
- */
-static int bottleneck_bwd(struct trn_net *net, int cv1)
-{
-    const struct trn_act_conv *ac = &net->plan.convs[cv1 + 1];
-    if (ac->add >= 0) {
-        const int x = net->plan.convs[cv1].in;
-        if (net->plan.acts[x].doff == net->plan.acts[ac->add].doff)
-            net->has[x] = net->has[ac->add];
-        else
-            TRY(pass_bwd(net, x, ac->add));
-    }
-    TRY(conv_bwd(net, cv1 + 1));
-    return conv_bwd(net, cv1);
-}
-
-static int cat_bwd(struct trn_net *net, int dst, int cat, int c_off)
-{
-    const struct trn_act *y = &net->plan.acts[cat], *x = &net->plan.acts[dst];
-    /* its gradient is the slice of the buffer's (the plan made sure nothing wrote it earlier):
-       no copy, only `has` following the buffer's */
-    if (x->dnstride && D(net, dst) == D(net, cat) + (size_t)c_off * x->h * x->w) {
-        net->has[dst] = net->has[cat];
-        return 0;
-    }
-    if (!net->has[cat]) return 0;
-    return net->K->concat_bwd(net->ctx, D(net, dst), D(net, cat), x->n, x->c, x->h * x->w, y->c,
-                              c_off, accum_for(net, dst));
-}
-
-static int layer_bwd(struct trn_net *net, int i, const float *const *d_outputs)
-{
-    const struct kern_ops *K = net->K;
-    const struct trn_layer *L = trn_model_layer(net->m, i);
-    const struct trn_act_layer *al = &net->plan.layers[i];
-    const int c0 = L->conv0;
-    const int x = layer_in(net, L->from[0]);
-    switch (L->type) {
-    case TRN_MOD_CONV:
-        for (int j = L->n - 1; j >= 0; j--)
-            TRY(conv_bwd(net, c0 + j));
-        break;
-    case TRN_MOD_BOTTLENECK:
-        for (int j = L->n - 1; j >= 0; j--)
-            TRY(bottleneck_bwd(net, c0 + 2 * j));
-        break;
-    case TRN_MOD_C3: {
-        TRY(conv_bwd(net, c0 + 2));
-        const int y = L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0);
-        TRY(cat_bwd(net, y, al->cat, 0));
-        TRY(cat_bwd(net, conv_out(net, c0 + 1), al->cat, L->hidden));
-        TRY(conv_bwd(net, c0 + 1));
-        for (int j = L->n - 1; j >= 0; j--)
-            TRY(bottleneck_bwd(net, c0 + 3 + 2 * j));
-        TRY(conv_bwd(net, c0));
-        break;
-    }
-    case TRN_MOD_SPPF: {
-        struct kern_pool2d d;
-        pool_desc(net, i, &d);
-        TRY(conv_bwd(net, c0 + 1));
-        const int x1 = conv_out(net, c0);
-        TRY(cat_bwd(net, x1, al->cat, 0));
-        for (int j = 0; j < 3; j++)
-            TRY(cat_bwd(net, al->pool[j], al->cat, (j + 1) * L->hidden));
-        for (int j = 2; j >= 0; j--) {
-            const int src = j ? al->pool[j - 1] : x1;
-            if (!net->has[al->pool[j]]) continue;
-            d.x_nstride = DNS(net, src);
-            d.y_nstride = DNS(net, al->pool[j]);
-            TRY(K->maxpool2d_bwd(net->ctx, &d, D(net, src), D(net, al->pool[j]),
-                                 net->pool_idx + net->pool_off[i] +
-                                     (size_t)j * net->plan.acts[al->pool[j]].numel,
-                                 accum_for(net, src)));
-        }
-        TRY(conv_bwd(net, c0));
-        break;
-    }
-    case TRN_MOD_UPSAMPLE: {
-        if (!net->has[al->out] || (x == 0 && !net->input_grad)) break;
-        const struct trn_act *a = &net->plan.acts[x];
-        TRY(K->upsample2x_ns_bwd(net->ctx, D(net, x), D(net, al->out), a->n, a->c, a->h, a->w,
-                                 DNS(net, x), DNS(net, al->out), accum_for(net, x)));
-        break;
-    }
-    case TRN_MOD_CONCAT: {
-        int off = 0;
-        for (int j = 0; j < L->n_from; j++) {
-            const int src = layer_in(net, L->from[j]);
-            if (src != 0 || net->input_grad) TRY(cat_bwd(net, src, al->cat, off));
-            off += net->plan.acts[src].c;
-        }
-        break;
-    }
-    case TRN_MOD_DETECT:
-        for (int l = L->n_conv - 1; l >= 0; l--) {
-            const int raw = net->plan.convs[c0 + l].conv;
-            net->has[raw] = 1;
-            TRY(K->detect_reshape_bwd(net->ctx, &net->det[l], D(net, raw), d_outputs[l], 0));
-            TRY(conv_bwd(net, c0 + l));
-        }
-        break;
-    }
-    return 0;
-}
-
 /* Row i's parameter gradients are final: on the device path bring them to the host mirror, then
  * tell the hook. */
-static int row_ready(struct trn_net *net, int i)
+int net_row_ready(struct trn_net *net, int i)
 {
     const size_t off = net->row_start[i], n = net->row_start[i + 1] - off;
     struct trn_net_grad_range g = {
@@ -1155,41 +499,19 @@ static int row_ready(struct trn_net *net, int i)
     return net->grad_ready(net->grad_ready_ctx, &g);
 }
 
-/* The backward's own part; dout: the output gradients in backend memory. */
-static int backward_dev(struct trn_net *net, const float *const *dout)
+/* The backward on the executor of training forwards; dout in backend memory. */
+static int backward(struct trn_net *net, const float *const *dout)
 {
-    memset(net->has, 0, (size_t)net->plan.n_acts);
-    for (int i = net->I->n_layers - 1; i >= 0; i--) {
-        TRY(layer_bwd(net, i, dout));
-        if (net->grad_ready) TRY(row_ready(net, i));
-    }
-    if (net->input_grad && !net->has[0])
-        TRY(kern_mem_zero(net->ctx, D(net, 0), net->plan.acts[0].numel * sizeof(float)));
-    if (net->gpu && !net->grad_ready && !net->resident)
-        TRY(kern_mem_copy(net->ctx, net->h_grad, net->grad, arena_bytes(net, TRN_ARENA_PARAM),
-                          KERN_COPY_D2H));
-    return 0;
-}
-
-/* The backward of a training forward on the oneDNN executor, which reads the head's gradients in
- * their own layout (CPU nets only: host memory). */
-static int dnn_backward(struct trn_net *net, const float *const *d_outputs)
-{
-    return trn_dnn_train_backward(net->dnn, d_outputs, net->I->nl);
+    const struct trn_net_slot *x = &net->ex[1];
+    return x->x->backward(net, x->self, dout);
 }
 
 int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
 {
     if (!net || !d_outputs || !net->trained) return -EINVAL;
-    for (int l = 0; l < net->I->nl; l++)
-        if (!d_outputs[l]) return -EINVAL;
-    if (net->dnn_trained && net->raw_blk)
-        for (int l = 0; l < net->I->nl; l++)
-            if (d_outputs[l] != net->raw_dp[l]) return -EINVAL;
-    if (net->dnn_trained) return dnn_backward(net, d_outputs);
     const float *dout[TRN_MODEL_MAX_LEVELS];
     for (int l = 0; l < net->I->nl; l++) {
-        dout[l] = d_outputs[l];
+        if (!(dout[l] = d_outputs[l])) return -EINVAL;
         if (net->gpu) {
             float *const at = net->d_dout + net->head_off[l];
             TRY(kern_mem_copy(net->ctx, at, d_outputs[l],
@@ -1198,24 +520,17 @@ int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
             dout[l] = at;
         }
     }
-    return backward_dev(net, dout);
+    return backward(net, dout);
 }
 
 int trn_net_raw_head(struct trn_net *net, bool on)
 {
     if (!net) return -EINVAL;
-    if (!net->dnn || !net->dnn_train) return 0;
-    const int blk = trn_dnn_train_raw_head(net->dnn, on);
+    const struct trn_net_slot *x = &net->ex[1];
+    if (!net->grad || !x->x->raw_head) return 0;
     net->raw_blk = 0;
-    if (!on || blk <= 0) return blk < 0 ? blk : 0;
-    for (int l = 0; l < net->I->nl; l++) {
-        const int rc = trn_dnn_train_raw(net->dnn, l, &net->raw_p[l], &net->raw_dp[l]);
-        if (rc < 0) {
-            trn_dnn_train_raw_head(net->dnn, false);
-            return rc;
-        }
-    }
-    return net->raw_blk = blk;
+    const int blk = x->x->raw_head(net, x->self, on);
+    return blk < 0 ? blk : (net->raw_blk = blk);
 }
 
 int trn_net_raw_dhead(struct trn_net *net, float **dp)
@@ -1231,8 +546,7 @@ int trn_net_backward_dev(struct trn_net *net, const float *const *d_outputs)
     if (!net || !d_outputs || !net->trained) return -EINVAL;
     for (int l = 0; l < net->I->nl; l++)
         if (!d_outputs[l]) return -EINVAL;
-    if (net->dnn_trained) return dnn_backward(net, d_outputs);
-    return backward_dev(net, d_outputs);
+    return backward(net, d_outputs);
 }
 
 void trn_net_zero_grad(struct trn_net *net)
@@ -1254,9 +568,7 @@ size_t trn_net_memory_bytes(const struct trn_net *net)
 
 const char *trn_net_engine(const struct trn_net *net)
 {
-    if (!net) return "";
-    if (net->dnn) return net->engine_name;
-    return trn_net_on_device(net) ? "CUDA" : "reference";
+    return net ? net->engine_name : "";
 }
 
 bool trn_net_on_device(const struct trn_net *net)
@@ -1405,36 +717,16 @@ const float *trn_net_act(const struct trn_net *net, int a)
 int trn_net_infer(struct trn_net *net, const float *images, const float **out, int *rows)
 {
     if (!net || !images || !out) return -EINVAL;
-    const struct trn_model_info *I = net->I;
     const float *anchors =
         (net->gpu ? net->d_buf : (const float *)trn_model_arena(net->m, TRN_ARENA_BUFFER)) +
         net->anchors;
-    if (net->dnn && !net->dnn_train) { /* the decode on the executor's blocked outputs */
-        TRY(dnn_forward(net, images));
-        TRY(trn_dnn_decode(net->dnn, net->det, I->nl, anchors, net->dec, (size_t)net->dec_rows));
-        *out = net->dec;
-        if (rows) *rows = net->dec_rows;
-        return 0;
-    }
+    const struct trn_net_slot *x = &net->ex[0];
+    /* the decode reads the Detect convs' raw outputs: no head */
     net->no_head = true;
-    const int frc = forward_dev(net, images, false, false);
+    const int frc = forward(net, images, false, false, NULL);
     net->no_head = false;
     TRY(frc);
-    const struct trn_layer *Ld = trn_model_layer(net->m, I->detect);
-    const size_t no = (size_t)I->no;
-    /* Decoded per image so that each image's rows of all levels are contiguous (torch.cat). */
-    for (int b = 0; b < net->batch; b++) {
-        size_t row = 0;
-        for (int l = 0; l < I->nl; l++) {
-            struct kern_detect d = net->det[l];
-            d.bs = 1;
-            const size_t per = (size_t)d.na * (size_t)d.ny * (size_t)d.nx;
-            const float *raw = A(net, net->plan.convs[Ld->conv0 + l].conv) + (size_t)b * per * no;
-            float *dst = net->dec + ((size_t)b * (size_t)net->dec_rows + row) * no;
-            TRY(net->K->detect_decode(net->ctx, &d, dst, raw, anchors + (size_t)l * I->na * 2));
-            row += per;
-        }
-    }
+    TRY(x->x->decode(net, x->self, anchors));
     if (net->gpu)
         TRY(kern_mem_copy(net->ctx, net->h_dec, net->dec, net->n_dec * sizeof(float),
                           KERN_COPY_D2H));
@@ -1450,7 +742,8 @@ int trn_net_params_changed(struct trn_net *net)
 {
     if (!net) return -EINVAL;
     net->pown->w16_ok = false;
-    net->dnn_ok = false;
+    for (int k = 0; k < 2; k++)
+        if (net->ex[k].x->params_changed) net->ex[k].x->params_changed(net->ex[k].self);
     net->up_ok = false;
     return 0;
 }
@@ -1467,7 +760,7 @@ int trn_net_lowp_refresh(struct trn_net *net)
     if (!net) return -EINVAL;
     /* a net that does not track its cast recasts at every forward anyway */
     if (!net->lp || !(net->resident || (net->fixed && !net->gpu))) return 0;
-    return lowp_weights(net, false);
+    return net_lowp_weights(net, false);
 }
 
 int64_t trn_net_lowp_casts(const struct trn_net *net)

@@ -1673,16 +1673,17 @@ static int bn_fwd(struct trn_dnn *d, struct tnode *nd)
     const struct kern_bnblk *bp = &nd->bp;
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
-        kern_bnblk_moments(bp, t, v.x);
+        kern_ops_cpu()->bnblk_moments(bp, t, v.x);
     if (d->bn_allreduce) { /* SyncBatchNorm: the statistics of every rank's batch */
-        kern_bnblk_fwd_sums(bp, d->gsums);
+        kern_ops_cpu()->bnblk_fwd_sums(bp, d->gsums);
         const int r = d->bn_allreduce(d->bn_ctx, d->gsums, KERN_BN_SUMS_LEN(bp->c));
         if (r < 0) return r;
     }
-    nd->count = kern_bnblk_fwd_coef(bp, nd->gamma, nd->beta, d->bn_allreduce ? d->gsums : NULL);
+    nd->count =
+        kern_ops_cpu()->bnblk_fwd_coef(bp, nd->gamma, nd->beta, d->bn_allreduce ? d->gsums : NULL);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
-        kern_bnblk_silu_fwd(bp, t, v.y, v.x, v.r);
+        kern_ops_cpu()->bnblk_silu_fwd(bp, t, v.y, v.x, v.r);
     return 0;
 }
 
@@ -1696,16 +1697,17 @@ static int bn_bwd(struct trn_dnn *d, struct tnode *nd)
     const struct kern_bnblk *bp = &nd->bp;
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
-        kern_bnblk_silu_bwd_sums(bp, t, v.dy, v.x, v.rdx, nd->radd);
-    kern_bnblk_bwd_sums(bp, d->gsums, nd->dgamma, nd->dbeta); /* dgamma, dbeta: this batch's */
+        kern_ops_cpu()->bnblk_silu_bwd_sums(bp, t, v.dy, v.x, v.rdx, nd->radd);
+    kern_ops_cpu()->bnblk_bwd_sums(bp, d->gsums, nd->dgamma,
+                                   nd->dbeta); /* dgamma, dbeta: this batch's */
     if (d->bn_allreduce) {
         const int r = d->bn_allreduce(d->bn_ctx, d->gsums, KERN_BN_SUMS_LEN(bp->c));
         if (r < 0) return r;
     }
-    kern_bnblk_bwd_coef(bp, d->gsums);
+    kern_ops_cpu()->bnblk_bwd_coef(bp, d->gsums);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < v.slices; t++)
-        kern_bnblk_silu_bwd_dx(bp, t, v.dx, v.dy, v.x);
+        kern_ops_cpu()->bnblk_silu_bwd_dx(bp, t, v.dx, v.dy, v.x);
     return 0;
 }
 
@@ -1717,7 +1719,8 @@ static void head_fwd(const struct trn_dnn *d, const struct kern_detect *det, flo
     const long tasks = (long)det->bs * det->na;
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < tasks; t++)
-        kern_detect_blk_fwd(det, d->blk, (int)(t / det->na), (int)(t % det->na), head, raw);
+        kern_ops_cpu()->detect_blk_fwd(det, d->blk, (int)(t / det->na), (int)(t % det->na), head,
+                                       raw);
 }
 
 /* Detect conv node nd's output into its level of the head, reshaped (kern_detect_blk_fwd). */
@@ -1741,7 +1744,7 @@ static int det_bwd(struct trn_dnn *d, const struct tnode *nd)
     const float *const dp = d->dhead[nd->level];
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < tasks; t++)
-        kern_detect_blk_bwd(&nd->det, d->blk, (int)(t / nb), (int)(t % nb), draw, dp);
+        kern_ops_cpu()->detect_blk_bwd(&nd->det, d->blk, (int)(t / nb), (int)(t % nb), draw, dp);
     return 0;
 }
 
@@ -1762,8 +1765,9 @@ static int pool_run(const struct trn_dnn *d, const struct step *s)
     for (long t = 0; t < planes; t++) {
         const size_t at = (size_t)t * plane;
         uint8_t *const idx = s->idx ? s->idx + at : NULL;
-        bad |= (bwd ? kern_poolblk_bwd(h, w, s->k, d->blk, b + at, a + at, idx, (int)s->acc)
-                    : kern_poolblk_fwd(h, w, s->k, d->blk, b + at, idx, a + at)) < 0;
+        bad |=
+            (bwd ? kern_ops_cpu()->poolblk_bwd(h, w, s->k, d->blk, b + at, a + at, idx, (int)s->acc)
+                 : kern_ops_cpu()->poolblk_fwd(h, w, s->k, d->blk, b + at, idx, a + at)) < 0;
     }
     return bad ? -EINVAL : 0;
 }
@@ -1784,8 +1788,8 @@ static int up_run(const struct trn_dnn *d, const struct step *s)
 #pragma omp parallel for schedule(static) reduction(| : bad)
     for (long t = 0; t < planes; t++) {
         const size_t at = (size_t)t * plane;
-        bad |= (bwd ? kern_upblk_bwd(h, w, d->blk, b + at, a + 4 * at, (int)s->acc)
-                    : kern_upblk_fwd(h, w, d->blk, b + 4 * at, a + at)) < 0;
+        bad |= (bwd ? kern_ops_cpu()->upblk_bwd(h, w, d->blk, b + at, a + 4 * at, (int)s->acc)
+                    : kern_ops_cpu()->upblk_fwd(h, w, d->blk, b + 4 * at, a + at)) < 0;
     }
     return bad ? -EINVAL : 0;
 }
@@ -1874,8 +1878,8 @@ int trn_dnn_decode(struct trn_dnn *d, const struct kern_detect *det, int levels,
         const int b = (int)(t / ((long)levels * na)), l = (int)(t / na % levels), a = (int)(t % na);
         const size_t cells = (size_t)det[l].ny * (size_t)det[l].nx;
         float *const o = out + ((size_t)b * rows + first[l] + (size_t)a * cells) * no;
-        rc |=
-            kern_detect_blk_decode(&det[l], d->blk, b, a, o, raw[l], anchors + 2 * (size_t)na * l);
+        rc |= kern_ops_cpu()->detect_blk_decode(&det[l], d->blk, b, a, o, raw[l],
+                                                anchors + 2 * (size_t)na * l);
     }
     return rc ? -EINVAL : 0;
 }

@@ -224,14 +224,9 @@ static void draw_error(char *err, size_t err_cap, const char *path, int rc)
                                  : "cairo failed");
 }
 
-int trn_plot_curve(const struct trn_ap_result *ap, enum trn_plot_curve which,
-                   const struct trn_plot_names *names, const char *png_path, char *err,
-                   size_t err_cap)
+/* A drawn surface (rc: its drawing's status) written to png_path and released. */
+static int surface_png(int rc, cairo_surface_t *sf, const char *png_path, char *err, size_t err_cap)
 {
-    if (err && err_cap) err[0] = '\0';
-    if (!png_path) return -EINVAL;
-    cairo_surface_t *sf;
-    int rc = curve_surface(ap, which, names, &sf, NULL);
     if (rc < 0) {
         draw_error(err, err_cap, png_path, rc);
         return rc;
@@ -239,6 +234,17 @@ int trn_plot_curve(const struct trn_ap_result *ap, enum trn_plot_curve which,
     rc = plt_png_write(sf, png_path, err, err_cap);
     cairo_surface_destroy(sf);
     return rc;
+}
+
+int trn_plot_curve(const struct trn_ap_result *ap, enum trn_plot_curve which,
+                   const struct trn_plot_names *names, const char *png_path, char *err,
+                   size_t err_cap)
+{
+    if (err && err_cap) err[0] = '\0';
+    if (!png_path) return -EINVAL;
+    cairo_surface_t *sf = NULL;
+    const int rc = curve_surface(ap, which, names, &sf, NULL);
+    return surface_png(rc, sf, png_path, err, err_cap);
 }
 
 /* matplotlib's 'Blues' (ColorBrewer's 9 colours, linearly interpolated), v in [0, 1]. */
@@ -442,15 +448,9 @@ int trn_plot_confusion(const double *matrix, int nc, const struct trn_plot_names
 {
     if (err && err_cap) err[0] = '\0';
     if (!png_path) return -EINVAL;
-    cairo_surface_t *sf;
-    int rc = confusion_surface(matrix, nc, names, &sf, NULL);
-    if (rc < 0) {
-        draw_error(err, err_cap, png_path, rc);
-        return rc;
-    }
-    rc = plt_png_write(sf, png_path, err, err_cap);
-    cairo_surface_destroy(sf);
-    return rc;
+    cairo_surface_t *sf = NULL;
+    const int rc = confusion_surface(matrix, nc, names, &sf, NULL);
+    return surface_png(rc, sf, png_path, err, err_cap);
 }
 
 int trn_plot_val(const struct trn_ap_result *ap, const double *matrix, int nc,

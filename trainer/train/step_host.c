@@ -2,30 +2,6 @@
  * arenas (any optimizer, any backend; the path every other one is checked against). */
 #include "priv/run.h"
 
-/* The loader's batch has the shape the nets were built for. */
-int run_check_batch(const struct run *R, const struct trn_batch *b, const struct trn_net *net,
-                    bool short_batch, char *err, size_t cap)
-{
-    const int n = short_batch ? R->alt_n : R->local_bs, h = short_batch ? R->alt_h : R->o.img,
-              w = short_batch ? R->alt_w : R->o.img;
-    if (!net || b->n != n || b->height != h || b->width != w || b->pixels != TRN_PIXELS_F32) {
-        trn_seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
-                   b->width, n, h, w);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-/* The batch's targets fit the loss's fixed target buffers. */
-int run_targets_fit(const struct trn_loss_cfg *cfg, const struct trn_batch *b, char *err,
-                    size_t cap)
-{
-    if (b->n_targets <= (size_t)cfg->max_targets) return 0;
-    trn_seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
-               trn_loss_strerror(-E2BIG));
-    return -E2BIG;
-}
-
 /* The device step's loss floats (raw, read back after rc, the result of the step so far) into
  * items, with the finite check. */
 int run_loss_from_device(int rc, const float *raw, const struct trn_batch *b,
@@ -49,9 +25,9 @@ int run_loss_from_device(int rc, const float *raw, const struct trn_batch *b,
 int run_pass_failed(const struct run *R, const struct trn_batch *b, int rc, const char *pass,
                     char *err, size_t cap)
 {
-    if (R->bn_sync_failed)
+    if (R->dist.bn_sync_failed)
         trn_seterr(err, cap, "SyncBatchNorm all-reduce in the %s at epoch %u batch %" PRIu64 ": %s",
-                   pass, b->epoch, b->step, trn_dist_error(R->dist));
+                   pass, b->epoch, b->step, trn_dist_error(R->dist.comm));
     else
         trn_seterr(err, cap, "%s: %s", pass, trn_strerror(rc));
     return rc;
@@ -59,7 +35,7 @@ int run_pass_failed(const struct run *R, const struct trn_batch *b, int rc, cons
 
 /*
  * The backward of a training batch (on the device arenas when dev), with the gradient buckets
- * all-reduced while it runs when R->overlap. The net's arena is zero before its backward, so
+ * all-reduced while it runs when R->dist.overlap. The net's arena is zero before its backward, so
  * the buckets sum this batch's gradients alone, as the whole-arena all-reduce does; no bucket is in
  * flight when this returns, error or not.
  */
@@ -67,18 +43,18 @@ int run_backward(struct run *R, struct trn_net *net, float *const *dp, bool dev,
                  const struct trn_batch *b, char *err, size_t cap)
 {
     int rc;
-    if (R->overlap &&
-        (rc = trn_dist_grad_begin(R->dist, R->info->arena_len[TRN_ARENA_PARAM])) < 0) {
+    if (R->dist.overlap &&
+        (rc = trn_dist_grad_begin(R->dist.comm, R->nets.info->arena_len[TRN_ARENA_PARAM])) < 0) {
         trn_seterr(err, cap, "gradient all-reduce: cannot start (%s)", trn_dist_strerror(rc));
         return rc;
     }
     rc = dev ? trn_net_backward_dev(net, (const float *const *)dp)
              : trn_net_backward(net, (const float *const *)dp);
-    const int wrc = R->overlap ? trn_dist_grad_wait(R->dist) : 0;
+    const int wrc = R->dist.overlap ? trn_dist_grad_wait(R->dist.comm) : 0;
     if (rc >= 0 && wrc >= 0) return 0;
-    if (R->grad_sync_failed || (rc >= 0 && wrc < 0)) {
+    if (R->dist.grad_sync_failed || (rc >= 0 && wrc < 0)) {
         trn_seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
-                   b->step, trn_dist_error(R->dist));
+                   b->step, trn_dist_error(R->dist.comm));
         return rc < 0 ? rc : wrc;
     }
     return run_pass_failed(R, b, rc, "backward", err, cap);
@@ -90,17 +66,17 @@ int run_backward(struct run *R, struct trn_net *net, float *const *dp, bool dev,
 int run_amp_scale_seed(struct run *R, struct trn_net *net, float *const *dp, bool dev,
                        const struct kern_optim_seg *segs, int64_t ni)
 {
-    if (!R->amp) return 0;
-    const float scale = trn_amp_scale(R->amp);
-    for (int l = 0; l < R->info->nl; l++) {
+    if (!R->state.amp) return 0;
+    const float scale = trn_amp_scale(R->state.amp);
+    for (int l = 0; l < R->nets.info->nl; l++) {
         const size_t n = (size_t)trn_net_output_shape(net, l, NULL);
         int rc = 0;
         if (!dev) {
             for (size_t i = 0; i < n; i++)
                 dp[l][i] *= scale;
         } else {
-            rc = R->dK->amp_unscale(R->dctx, dp[l], segs + l, 1, n, scale,
-                                    trn_optim_dev_buffer(R->odev, 2));
+            rc = R->dev.dK->amp_unscale(R->dev.dctx, dp[l], segs + l, 1, n, scale,
+                                        trn_optim_dev_buffer(R->dev.odev, 2));
         }
         if (rc < 0) return rc;
     }
@@ -110,19 +86,19 @@ int run_amp_scale_seed(struct run *R, struct trn_net *net, float *const *dp, boo
         dp[0][0] = inf;
         return 0;
     }
-    return kern_mem_copy(R->dctx, dp[0], &inf, sizeof inf, KERN_COPY_H2D);
+    return kern_mem_copy(R->dev.dctx, dp[0], &inf, sizeof inf, KERN_COPY_H2D);
 }
 
 /* After an fp16 optimizer step (taken or skipped): the scaler's update, and a log line for a
  * skipped one. */
 void run_amp_after_step(struct run *R, bool found_inf, const struct trn_batch *b)
 {
-    trn_amp_update(R->amp, found_inf);
+    trn_amp_update(R->state.amp, found_inf);
     if (found_inf)
         run_log(R,
                 "fp16 loss scaler: Inf/NaN gradients at epoch %u batch %" PRIu64
                 ": optimizer step skipped, scale now %g",
-                b->epoch, b->step, (double)trn_amp_scale(R->amp));
+                b->epoch, b->step, (double)trn_amp_scale(R->state.amp));
 }
 
 /* trn_optim_after_batch under the fp16 loss scaler (GradScaler.unscale_, clip, step, update):
@@ -133,25 +109,25 @@ static int amp_host_step(struct run *R, float *params, float *grad, const struct
                          int64_t ni, struct trn_optim_report *rep)
 {
     struct trn_optim_counters c;
-    int rc = trn_optim_schedule(trn_optim_get_opts(R->opt), (int)b->epoch, ni, &rep->sched);
-    if (rc == 0) rc = trn_optim_get_counters(R->opt, &c);
+    int rc = trn_optim_schedule(trn_optim_get_opts(R->state.opt), (int)b->epoch, ni, &rep->sched);
+    if (rc == 0) rc = trn_optim_get_counters(R->state.opt, &c);
     if (rc < 0) return rc;
     rep->stepped = false;
     if (ni - c.last_opt_step < rep->sched.accumulate) return 0;
-    const float inv = trn_amp_inv_scale(R->amp);
-    const size_t n = R->info->arena_len[TRN_ARENA_PARAM];
+    const float inv = trn_amp_inv_scale(R->state.amp);
+    const size_t n = R->nets.info->arena_len[TRN_ARENA_PARAM];
     bool found = false;
     for (size_t i = 0; i < n; i++) {
         grad[i] *= inv;
         if (!isfinite(grad[i])) found = true;
     }
     if (!found) {
-        rc = trn_optim_after_batch(R->opt, params, grad, (int)b->epoch, ni, rep);
+        rc = trn_optim_after_batch(R->state.opt, params, grad, (int)b->epoch, ni, rep);
         if (rc < 0) return rc;
     } else {
         memset(grad, 0, n * sizeof(float));
         c.last_opt_step = ni;
-        trn_optim_set_counters(R->opt, &c);
+        trn_optim_set_counters(R->state.opt, &c);
         rep->stepped = true;
         rep->grad_norm = NAN;
         rep->clipped = false;
@@ -167,9 +143,9 @@ int run_train_batch(struct run *R, const struct trn_batch *b, struct trn_loss_it
     const bool short_batch = run_is_alt(R, b); /* another shape: net_last */
     int rc = short_batch ? run_alt_net(R, b, err, cap) : 0;
     if (rc < 0) return rc;
-    struct trn_net *net = short_batch ? R->net_last : R->net;
-    struct trn_loss *loss = short_batch ? R->loss_last : R->loss;
-    float *const *dp = short_batch ? R->dp_last : R->dp;
+    struct trn_net *net = short_batch ? R->nets.net_last : R->nets.net;
+    struct trn_loss *loss = short_batch ? R->nets.loss_last : R->nets.loss;
+    float *const *dp = short_batch ? R->nets.dp_last : R->nets.dp;
     if ((rc = run_check_batch(R, b, net, short_batch, err, cap)) < 0) return rc;
     const float *out[TRN_MODEL_MAX_LEVELS];
     rc = trn_net_forward(net, b->images, true, out);
@@ -179,8 +155,8 @@ int run_train_batch(struct run *R, const struct trn_batch *b, struct trn_loss_it
     float *raw[TRN_MODEL_MAX_LEVELS];
     const int blk = trn_net_raw_dhead(net, raw);
     if (blk > 0) dp = raw;
-    rc = trn_loss_compute_blk(loss, R->ctx, out, blk > 0 ? blk : 0, b->targets, (int)b->n_targets,
-                              dp, items);
+    rc = trn_loss_compute_blk(loss, R->nets.ctx, out, blk > 0 ? blk : 0, b->targets,
+                              (int)b->n_targets, dp, items);
     if (rc < 0) {
         trn_seterr(err, cap, "loss at epoch %u batch %" PRIu64 ": %s", b->epoch, b->step,
                    trn_loss_strerror(rc));
@@ -190,57 +166,58 @@ int run_train_batch(struct run *R, const struct trn_batch *b, struct trn_loss_it
         trn_seterr(err, cap, "loss is not finite at epoch %u batch %" PRIu64, b->epoch, b->step);
         return -ERANGE;
     }
-    const size_t n_grad = R->info->arena_len[TRN_ARENA_PARAM];
-    run_amp_scale_seed(R, net, dp, false, NULL, (int64_t)b->epoch * R->nb + (int64_t)b->step);
+    const size_t n_grad = R->nets.info->arena_len[TRN_ARENA_PARAM];
+    run_amp_scale_seed(R, net, dp, false, NULL, (int64_t)b->epoch * R->state.nb + (int64_t)b->step);
     if ((rc = run_backward(R, net, dp, false, b, err, cap)) < 0) return rc;
-    float *grad = trn_net_grad(R->net);
-    if (R->world > 1) {
+    float *grad = trn_net_grad(R->nets.net);
+    if (R->dist.world > 1) {
         /* this batch's gradients (the net's arena was zero before its backward), summed over
          * the ranks, then added to the accumulation since the last optimizer step */
         float *bg = trn_net_grad(net);
         const size_t n = n_grad;
-        if (!R->overlap && (rc = trn_dist_allreduce_f32(R->dist, bg, n)) < 0) {
+        if (!R->dist.overlap && (rc = trn_dist_allreduce_f32(R->dist.comm, bg, n)) < 0) {
             trn_seterr(err, cap, "gradient all-reduce at epoch %u batch %" PRIu64 ": %s", b->epoch,
-                       b->step, trn_dist_error(R->dist));
+                       b->step, trn_dist_error(R->dist.comm));
             return rc;
         }
         for (size_t i = 0; i < n; i++)
-            R->acc[i] += bg[i];
+            R->dist.acc[i] += bg[i];
         trn_net_zero_grad(net);
-        grad = R->acc;
+        grad = R->dist.acc;
     } else if (short_batch) {
         /* the accumulated gradients live in the main net's arena */
-        float *g2 = trn_net_grad(R->net_last);
-        const size_t n = R->info->arena_len[TRN_ARENA_PARAM];
+        float *g2 = trn_net_grad(R->nets.net_last);
+        const size_t n = R->nets.info->arena_len[TRN_ARENA_PARAM];
         for (size_t i = 0; i < n; i++)
             grad[i] += g2[i];
-        trn_net_zero_grad(R->net_last);
+        trn_net_zero_grad(R->nets.net_last);
     }
-    const int64_t ni = (int64_t)b->epoch * R->nb + (int64_t)b->step;
+    const int64_t ni = (int64_t)b->epoch * R->state.nb + (int64_t)b->step;
     struct trn_optim_report rep;
-    float *params = trn_model_arena(R->m, TRN_ARENA_PARAM);
-    rc = R->amp ? amp_host_step(R, params, grad, b, ni, &rep)
-                : trn_optim_after_batch(R->opt, params, grad, (int)b->epoch, ni, &rep);
+    float *params = trn_model_arena(R->nets.m, TRN_ARENA_PARAM);
+    rc = R->state.amp ? amp_host_step(R, params, grad, b, ni, &rep)
+                      : trn_optim_after_batch(R->state.opt, params, grad, (int)b->epoch, ni, &rep);
     if (rc < 0) {
         trn_seterr(err, cap, "optimizer: %s", trn_optim_strerror(rc));
         return rc;
     }
     for (int g = 0; g < 3; g++)
-        R->lr[g] = rep.sched.lr[g];
+        R->state.lr[g] = rep.sched.lr[g];
     /* a device net's backward adds into its backend arena and then copies the whole arena to
      * the host mirror: the step's zeroing of the mirror, and the short batch's sum added to it
      * above, must reach the backend arena too, or the next backward brings stale gradients back
      */
-    if (R->world == 1 && (R->gpu_ctx || R->device_path)) {
+    if (R->dist.world == 1 && (R->nets.gpu_ctx || R->dev.device_path)) {
         if (rep.stepped)
-            trn_net_zero_grad(R->net);
-        else if (short_batch && (rc = trn_net_sync_grad(R->net, KERN_COPY_H2D)) < 0) {
+            trn_net_zero_grad(R->nets.net);
+        else if (short_batch && (rc = trn_net_sync_grad(R->nets.net, KERN_COPY_H2D)) < 0) {
             trn_seterr(err, cap, "gradient accumulation: %s", trn_strerror(rc));
             return rc;
         }
     }
-    if (rep.stepped && R->ema &&
-        (rc = trn_ema_update(R->ema, params, trn_model_arena(R->m, TRN_ARENA_BUFFER))) < 0) {
+    if (rep.stepped && R->state.ema &&
+        (rc = trn_ema_update(R->state.ema, params, trn_model_arena(R->nets.m, TRN_ARENA_BUFFER))) <
+            0) {
         trn_seterr(err, cap, "EMA: %s", trn_optim_strerror(rc));
         return rc;
     }

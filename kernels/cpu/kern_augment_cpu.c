@@ -1,5 +1,5 @@
 /*
- * The fused CPU pass of one training sample (kern_aug_sample_cpu, and each image of
+ * The fused CPU pass of one training sample (kern_cpu.h's aug_sample row, and each image of
  * kern_ref_aug_batch): output pixels are computed row by row straight from the tiles (no
  * canvas is built: a tap is read from the region that holds it, KERN_AUG_FILL elsewhere), then
  * mixup, HSV, the flips and the planar write, without an intermediate image.
@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "kern_augment_px.h"
+#include "kern_cpu_internal.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -794,7 +795,7 @@ void kern_aug_sample_run(void *dst, int dtype, int oh, int ow, const struct kern
         row_scalar(&P, y, 0);
 }
 
-int kern_aug_sample_cpu(void *dst, int dtype, int oh, int ow, const struct kern_aug_sample *smp)
+int kern_cpu_aug_sample(void *dst, int dtype, int oh, int ow, const struct kern_aug_sample *smp)
 {
     if (!dst || !smp || bad_size(ow, oh) || (dtype != KERN_AUG_U8 && dtype != KERN_AUG_F32) ||
         kern_aug_sample_check(smp, oh) < 0 || (smp->hsv && !kern_aug_lut_ok(&smp->lut)))

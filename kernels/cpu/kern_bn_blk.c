@@ -1,5 +1,5 @@
 /*
- * Training BN + SiLU (+ residual) on channel-blocked activations (kern_bn.h "BN + SiLU on
+ * Training BN + SiLU (+ residual) on channel-blocked activations (kern_cpu.h "BN + SiLU on
  * channel blocks"), the passes of the CPU oneDNN executor's Conv.
  *
  * Layout: slice s = image * (cpad / blk) + block covers hw positions of blk lanes (lane l of
@@ -24,6 +24,7 @@
 
 #include "compiler.h"
 #include "kern_bn_common.h"
+#include "kern_cpu_internal.h"
 
 /* positions per float partial sum: 64 x 16 floats = 4 KiB, still in L1 for the chunk's second
    read */
@@ -101,7 +102,7 @@ BLK_INLINE void moments_l(const float *restrict x, size_t hw, const int L, doubl
         mean[l] += (double)k[l];
 }
 
-KERN_VEC_CLONES void kern_bnblk_moments(const struct kern_bnblk *p, long s, const float *x)
+KERN_VEC_CLONES void kern_cpu_bnblk_moments(const struct kern_bnblk *p, long s, const float *x)
 {
     const size_t at = (size_t)s * (size_t)p->blk;
     if (p->blk == 16)
@@ -126,7 +127,7 @@ static void merged(const struct kern_bnblk *p, int ch, double *mean, double *m2)
     *m2 = q;
 }
 
-void kern_bnblk_fwd_sums(const struct kern_bnblk *p, double *sums)
+void kern_cpu_bnblk_fwd_sums(const struct kern_bnblk *p, double *sums)
 {
     const double count = (double)p->n * (double)p->hw;
     for (int ch = 0; ch < p->c; ch++) {
@@ -138,8 +139,8 @@ void kern_bnblk_fwd_sums(const struct kern_bnblk *p, double *sums)
     sums[2 * p->c] = count;
 }
 
-double kern_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma, const float *beta,
-                           const double *sums)
+double kern_cpu_bnblk_fwd_coef(const struct kern_bnblk *p, const float *gamma, const float *beta,
+                               const double *sums)
 {
     const double count = sums ? sums[2 * p->c] : (double)p->n * (double)p->hw;
     for (int ch = 0; ch < p->c; ch++) {
@@ -183,8 +184,8 @@ BLK_INLINE void silu_fwd_l(float *restrict y, const float *restrict x, const flo
     }
 }
 
-KERN_VEC_CLONES void kern_bnblk_silu_fwd(const struct kern_bnblk *p, long s, float *y,
-                                         const float *x, const float *r)
+KERN_VEC_CLONES void kern_cpu_bnblk_silu_fwd(const struct kern_bnblk *p, long s, float *y,
+                                             const float *x, const float *r)
 {
     const size_t at = slice_at(p, s), c0 = lane0(p, s);
     y += slice_at_y(p, s);
@@ -249,8 +250,9 @@ BLK_INLINE void silu_bwd_sums_l(const float *restrict dy, const float *restrict 
     }
 }
 
-KERN_VEC_CLONES void kern_bnblk_silu_bwd_sums(const struct kern_bnblk *p, long s, const float *dy,
-                                              const float *x, float *rdx, int radd)
+KERN_VEC_CLONES void kern_cpu_bnblk_silu_bwd_sums(const struct kern_bnblk *p, long s,
+                                                  const float *dy, const float *x, float *rdx,
+                                                  int radd)
 {
     const size_t at = slice_at(p, s), c0 = lane0(p, s), sa = (size_t)s * (size_t)p->blk;
     struct coef_l k;
@@ -266,7 +268,7 @@ KERN_VEC_CLONES void kern_bnblk_silu_bwd_sums(const struct kern_bnblk *p, long s
     }
 }
 
-void kern_bnblk_bwd_sums(const struct kern_bnblk *p, double *sums, float *dgamma, float *dbeta)
+void kern_cpu_bnblk_bwd_sums(const struct kern_bnblk *p, double *sums, float *dgamma, float *dbeta)
 {
     for (int ch = 0; ch < p->c; ch++) {
         double a = 0, b = 0;
@@ -282,7 +284,7 @@ void kern_bnblk_bwd_sums(const struct kern_bnblk *p, double *sums, float *dgamma
     sums[2 * p->c] = (double)p->n * (double)p->hw;
 }
 
-void kern_bnblk_bwd_coef(const struct kern_bnblk *p, const double *sums)
+void kern_cpu_bnblk_bwd_coef(const struct kern_bnblk *p, const double *sums)
 {
     const double count = sums[2 * p->c];
     for (int ch = 0; ch < p->c; ch++) {
@@ -308,8 +310,8 @@ BLK_INLINE void silu_bwd_dx_l(float *restrict dx, const float *restrict dy, cons
     }
 }
 
-KERN_VEC_CLONES void kern_bnblk_silu_bwd_dx(const struct kern_bnblk *p, long s, float *dx,
-                                            const float *dy, const float *x)
+KERN_VEC_CLONES void kern_cpu_bnblk_silu_bwd_dx(const struct kern_bnblk *p, long s, float *dx,
+                                                const float *dy, const float *x)
 {
     const size_t at = slice_at_x(p, s), c0 = lane0(p, s);
     struct coef_l k;
