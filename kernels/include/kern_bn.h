@@ -98,6 +98,58 @@ KERN_API void kern_bn_init(struct kern_bn *d, int n, int c, int hw);
  */
 #define KERN_BN_SUMS_LEN(c) (2u * (size_t)(c) + 1u)
 
+/* ---------------------------------------------------------------------------------------- */
+/* BN + SiLU (+ residual) on 16-bit activations, NCHW or NHWC                               */
+
+/*
+ * The training BatchNorm + SiLU of the bf16 NHWC network (issue 41): activations, their
+ * gradients and the residual in bf16 (uint16_t), the statistics and every per-element step in
+ * float32 or double, in phases as SyncBatchNorm's above (bnx_stats -> the caller may sum over
+ * its ranks -> bnx_silu_apply; bnx_silu_bwd_reduce -> sum -> bnx_silu_bwd_apply), so that one
+ * rank and several run the same code.
+ *
+ * LAYOUT. d->layout KERN_LAYOUT_NHWC (channels_last): element (image i, channel ch, pixel p) at
+ * i hw ld + p ld + ch, ld the tensor's pixel stride (ld >= c: a concat's channel slice is a
+ * pointer to its first channel with the concat's ld); KERN_LAYOUT_NCHW: at i ld + ch hw + p, ld
+ * the image stride (>= c hw). 0 means dense (c, or c hw). x and dx step d->x_ld, y and dy
+ * d->y_ld, r d->r_ld.
+ *
+ * NUMBERS. Bit for bit the same on every backend, and the same for NCHW and NHWC: the math of
+ * each element is one header shared by the C and CUDA sources (kern_bnx_common.h: products and
+ * sums rounded one at a time, no FMA contraction; a polynomial exp), and every reduction has one
+ * order: the n hw pixels, image after image, in chunks of KERN_BNX_CHUNK(n hw, c) pixels; a
+ * chunk's float sums run pixel by pixel; the chunks merge in double, chunk after chunk (stats:
+ * Chan et al.'s update of (count, mean, M2); the backward's sums: plain double sums). y = silu(x
+ * a + b) (+ r), rounded to bf16 once; a, b as kern_bn_sums_coef (double). The backward
+ * recomputes z = xhat gamma + beta, dz = dy silu'(z), and dx = k (dz - m1 - xhat m2) with k =
+ * gamma invstd, m1 = sum dz / N, m2 = sum dz xhat / N.
+ *
+ * SUMS: KERN_BN_SUMS_LEN(c) doubles as the float32 phases': (sum x, sum x^2 as M2 + N mean^2,
+ * N) from stats, (sum dz, sum dz xhat, N) from bwd_reduce. dgamma, dbeta (float, c): overwritten
+ * unless accum has KERN_ACCUM_DPARAM; dx: written unless accum has KERN_ACCUM_DX (then the sum is
+ * formed in float and rounded once). r: NULL, or the residual added after the SiLU (the
+ * bottleneck's x + cv2(cv1(x))); its gradient is dy itself, which the caller passes on.
+ * dtype: KERN_DT_BF16. Errors: -EINVAL (a bad shape, stride, dtype or NULL).
+ */
+struct kern_bnx {
+    int n, c, hw;            /* images, channels, pixels per image (>= 1 each) */
+    int layout;              /* KERN_LAYOUT_NCHW or KERN_LAYOUT_NHWC */
+    int dtype;               /* KERN_DT_BF16 */
+    float eps;               /* KERN_BN_EPS for YOLOv5 */
+    float momentum;          /* running-stat update weight */
+    size_t x_ld, y_ld, r_ld; /* strides, as LAYOUT says; 0: dense */
+};
+
+/* Fills *d: the shape, layout, bf16, YOLOv5's eps and momentum, dense strides. */
+KERN_API void kern_bnx_init(struct kern_bnx *d, int n, int c, int hw, int layout);
+
+/* Pixels per chunk of the reductions (NUMBERS): at least 1024, and few enough chunks that their
+ * partial sums (8 bytes per chunk and channel) fit in 4 MiB. */
+#define KERN_BNX_CHUNK(count, c)                                   \
+    ((size_t)(count) * (size_t)(c)*8u <= ((size_t)4 << 20) * 1024u \
+         ? (size_t)1024                                            \
+         : (((size_t)(count) * (size_t)(c)*8u / ((size_t)4 << 20) + 1u + 255u) / 256u * 256u))
+
 #endif /* KERN_BN_H */
 
 /* The rows, laid out by hand: clang-format would read them as one statement. */
@@ -262,6 +314,37 @@ KERN_OP(bn_silu_add_fwd_apply, (struct kern_ctx *ctx, const struct kern_bn *d,
                                 float *KERN_RESTRICT running_var, const float *KERN_RESTRICT x,
                                 const float *KERN_RESTRICT gamma, const float *KERN_RESTRICT beta,
                                 const double *KERN_RESTRICT sums, const float *KERN_RESTRICT r))
+
+/* --- BN + SiLU (+ residual) on 16-bit activations, NCHW or NHWC (see above) --- */
+
+/* Forward phase 1: this backend's sums over x. */
+KERN_OP(bnx_stats, (struct kern_ctx *ctx, const struct kern_bnx *d, double *KERN_RESTRICT sums,
+                    const uint16_t *KERN_RESTRICT x))
+
+/* Forward phase 2: y = silu(x a + b) (+ r) from the summed statistics; save_mean, save_invstd
+ * (may be NULL), the running update (running_mean NULL: none), as kern_ref_bn_silu_fwd_apply. */
+KERN_OP(bnx_silu_apply, (struct kern_ctx *ctx, const struct kern_bnx *d, uint16_t *KERN_RESTRICT y,
+                         float *KERN_RESTRICT save_mean, float *KERN_RESTRICT save_invstd,
+                         float *KERN_RESTRICT running_mean, float *KERN_RESTRICT running_var,
+                         const uint16_t *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                         const float *KERN_RESTRICT beta, const double *KERN_RESTRICT sums,
+                         const uint16_t *KERN_RESTRICT r))
+
+/* Backward phase 1: sums = (sum dz, sum dz xhat, N); dgamma += / = sum dz xhat, dbeta sum dz. */
+KERN_OP(bnx_silu_bwd_reduce, (struct kern_ctx *ctx, const struct kern_bnx *d,
+                              double *KERN_RESTRICT sums, float *KERN_RESTRICT dgamma,
+                              float *KERN_RESTRICT dbeta, const uint16_t *KERN_RESTRICT dy,
+                              const uint16_t *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                              const float *KERN_RESTRICT beta, const float *KERN_RESTRICT save_mean,
+                              const float *KERN_RESTRICT save_invstd, unsigned accum))
+
+/* Backward phase 2: dx from the summed (sum dz, sum dz xhat, N). KERN_ACCUM_DX. */
+KERN_OP(bnx_silu_bwd_apply, (struct kern_ctx *ctx, const struct kern_bnx *d,
+                             uint16_t *KERN_RESTRICT dx, const uint16_t *KERN_RESTRICT dy,
+                             const uint16_t *KERN_RESTRICT x, const float *KERN_RESTRICT gamma,
+                             const float *KERN_RESTRICT beta, const float *KERN_RESTRICT save_mean,
+                             const float *KERN_RESTRICT save_invstd,
+                             const double *KERN_RESTRICT sums, unsigned accum))
 
 /* --- Conv + BN + SiLU (+ residual add), eval, fused: inference --- */
 

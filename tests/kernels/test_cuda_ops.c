@@ -24,6 +24,7 @@ static const struct {
     { "ops", parity_ops },         { "optim", parity_optim },   { "yolo_loss", parity_yolo_loss },
     { "augment", parity_augment }, { "graph", parity_graph },   { "conv_lowp", parity_conv_lowp },
     { "resadd", parity_resadd },   { "stride", parity_stride }, { "sgd_lowp", parity_sgd_lowp },
+    { "bnx", parity_bnx },
 };
 #define N_SUITES (sizeof suites / sizeof suites[0])
 

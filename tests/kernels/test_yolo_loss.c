@@ -21,6 +21,7 @@
 
 #include "kern.h"
 #include "kern_testutil.h"
+#include "ciou_ref.h"
 #include "tap.h"
 
 static struct kern_ctx *g_ctx;
@@ -35,7 +36,8 @@ struct ref_entry {
 /* Freezing what autograd treats as constants: alpha of every CIoU, and every tobj value. */
 static int g_freeze;
 static double g_alpha[4096], g_tobj_val[4096];
-static int g_tobj_cell[4096], g_n_alpha, g_n_tobj;
+static struct tu_alpha g_al = { .cap = 4096, .rec = g_alpha };
+static int g_tobj_cell[4096], g_n_tobj;
 
 /* trunc, then clamp to [0, hi] (the values here are small). */
 static int ref_cell(float v, int hi)
@@ -80,29 +82,6 @@ static int ref_build(const struct kern_yolo_loss *d, int l, const float *t, int 
     return n;
 }
 
-static double ref_ciou(const double *p, const double *q)
-{
-    const double eps = 1e-7;
-    const double b1x1 = p[0] - p[2] / 2, b1x2 = p[0] + p[2] / 2, b1y1 = p[1] - p[3] / 2,
-                 b1y2 = p[1] + p[3] / 2;
-    const double b2x1 = q[0] - q[2] / 2, b2x2 = q[0] + q[2] / 2, b2y1 = q[1] - q[3] / 2,
-                 b2y2 = q[1] + q[3] / 2;
-    const double iw = fmax(fmin(b1x2, b2x2) - fmax(b1x1, b2x1), 0.0);
-    const double ih = fmax(fmin(b1y2, b2y2) - fmax(b1y1, b2y1), 0.0);
-    const double inter = iw * ih, uni = p[2] * p[3] + q[2] * q[3] - inter + eps;
-    const double iou = inter / uni;
-    const double cw = fmax(b1x2, b2x2) - fmin(b1x1, b2x1), ch = fmax(b1y2, b2y2) - fmin(b1y1, b2y1);
-    const double c2 = cw * cw + ch * ch + eps;
-    const double dx = b2x1 + b2x2 - b1x1 - b1x2, dy = b2y1 + b2y2 - b1y1 - b1y2;
-    const double rho2 = (dx * dx + dy * dy) / 4.0;
-    const double dd = atan(q[2] / q[3]) - atan(p[2] / p[3]);
-    const double v = 4.0 / (M_PI * M_PI) * dd * dd;
-    double alpha = v / (v - iou + (1 + eps));
-    if (g_freeze == 1 && g_n_alpha < 4096) g_alpha[g_n_alpha++] = alpha;
-    if (g_freeze == 2 && g_n_alpha < 4096) alpha = g_alpha[g_n_alpha++];
-    return iou - (rho2 / c2 + v * alpha);
-}
-
 static double sigd(double x)
 {
     return 1.0 / (1.0 + exp(-x));
@@ -122,7 +101,8 @@ static void ref_loss(const struct kern_yolo_loss *d, const float *const *p, cons
     const int no = d->nc + 5;
     double lbox = 0, lobj = 0, lcls = 0;
     static struct ref_entry ent[4096];
-    if (g_freeze) g_n_alpha = 0;
+    g_al.mode = g_freeze;
+    if (g_freeze) g_al.n = 0;
     if (g_freeze == 1) g_n_tobj = 0;
     int tobj_i = 0;
     for (int l = 0; l < d->nl; l++) {
@@ -138,7 +118,7 @@ static void ref_loss(const struct kern_yolo_loss *d, const float *const *p, cons
             const double pb[4] = { 2 * sigd(ps[0]) - 0.5, 2 * sigd(ps[1]) - 0.5,
                                    pow(2 * sigd(ps[2]), 2) * d->anchors[l][ent[e].a][0],
                                    pow(2 * sigd(ps[3]), 2) * d->anchors[l][ent[e].a][1] };
-            const double ci = ref_ciou(pb, ent[e].tb);
+            const double ci = tu_ciou_ref(pb, ent[e].tb, &g_al);
             sb += 1 - ci;
             const double io = fmax(ci, 0.0);
             tobj[cell] = d->gr < 1 ? (1 - (double)d->gr) + (double)d->gr * io : io;

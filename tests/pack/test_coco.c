@@ -15,15 +15,6 @@
 
 static char err[1024];
 
-static struct pack_ds *scan(const char *path, const struct pack_ds_opts *o, int *rc)
-{
-    struct pack_ds *ds = NULL;
-    err[0] = '\0';
-    *rc = pack_ds_scan(path, o, &ds, err, sizeof err);
-    if (*rc) printf("#   scan %s: %s (%s)\n", path, pack_ds_strerror(*rc), err);
-    return ds;
-}
-
 static void show_warn(void *u, const struct pack_ds_warning *w)
 {
     (void)u;
@@ -84,7 +75,7 @@ static void test_mixed(void)
     pack_ds_opts_default(&o);
     o.warn_fn = show_warn;
     int rc;
-    struct pack_ds *ds = scan(tdu_path("cj"), &o, &rc);
+    struct pack_ds *ds = tdu_scan(tdu_path("cj"), &o, &rc, err, sizeof err);
     ok(rc == 0 && ds, "scan COCO root (annotations/ + images/val/)");
     if (!ds) return;
     const struct pack_ds_stats *st = pack_ds_stats(ds);
@@ -145,19 +136,19 @@ static void test_mixed(void)
     /* JSON named directly; strict fails at the first warning */
     o.strict = true;
     o.warn_fn = NULL;
-    ds = scan(tdu_path("cj/annotations/instances_val.json"), &o, &rc);
+    ds = tdu_scan(tdu_path("cj/annotations/instances_val.json"), &o, &rc, err, sizeof err);
     ok(rc == -PACK_DS_ESTRICT && strstr(err, "instances_val.json:7:"),
        "strict: first warning (image 5, line 7) fails: %s", err);
     pack_ds_opts_default(&o);
     o.drop_backgrounds = true;
-    ds = scan(tdu_path("cj/annotations/instances_val.json"), &o, &rc);
+    ds = tdu_scan(tdu_path("cj/annotations/instances_val.json"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 2 && pack_ds_stats(ds)->backgrounds_dropped == 1,
        "drop_backgrounds");
     pack_ds_destroy(ds);
     const char *short_names[] = { "a", "b" };
     o.names = short_names;
     o.n_names = 2;
-    ds = scan(tdu_path("cj"), &o, &rc);
+    ds = tdu_scan(tdu_path("cj"), &o, &rc, err, sizeof err);
     ok(rc == -EINVAL && strstr(err, "2 class names"), "names override shorter than classes");
 }
 
@@ -178,7 +169,7 @@ static void test_merge(void)
     tdu_text("cc/annotations/instances_val2017.json", json);
     tdu_image("cc/val2017/m.jpg");
     int rc;
-    struct pack_ds *ds = scan(tdu_path("cc"), NULL, &rc);
+    struct pack_ds *ds = tdu_scan(tdu_path("cc"), NULL, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 1, "ROOT/val2017/ image directory");
     if (!ds || pack_ds_count(ds) != 1) return;
     size_t nn;
@@ -206,7 +197,7 @@ static void test_merge(void)
     struct pack_ds_opts o;
     pack_ds_opts_default(&o);
     o.coco_boxes_from_segments = true;
-    ds = scan(tdu_path("cc"), &o, &rc);
+    ds = tdu_scan(tdu_path("cc"), &o, &rc, err, sizeof err);
     s = ds ? pack_ds_get(ds, 0) : NULL;
     const float x0 = (float)(2 / 100.0), x1 = (float)(6 / 100.0), y0 = (float)(2 / 50.0),
                 y1 = (float)(8 / 50.0);
@@ -227,7 +218,7 @@ static void test_layouts(void)
              " 1, \"bbox\": [0, 0, 10, 10], \"iscrowd\": 0}], \"categories\": [{\"id\": 1, "
              "\"name\": \"person\"}]}");
     int rc;
-    struct pack_ds *ds = scan(tdu_path("both"), NULL, &rc);
+    struct pack_ds *ds = tdu_scan(tdu_path("both"), NULL, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_info(ds)->format == PACK_DS_FORMAT_YOLO &&
            pack_ds_get(ds, 0)->rows[0].cls == 3,
        "both layouts: YOLO labels win");
@@ -235,13 +226,13 @@ static void test_layouts(void)
     struct pack_ds_opts o;
     pack_ds_opts_default(&o);
     o.format = PACK_DS_FORMAT_COCO;
-    ds = scan(tdu_path("both"), &o, &rc);
+    ds = tdu_scan(tdu_path("both"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_info(ds)->format == PACK_DS_FORMAT_COCO &&
            pack_ds_get(ds, 0)->rows[0].cls == 0 && pack_ds_get(ds, 0)->rows[0].w == 1.0f,
        "format=coco overrides (images from ROOT/images/<split>/)");
     pack_ds_destroy(ds);
     o.format = PACK_DS_FORMAT_COCO;
-    ds = scan(tdu_path("cj/images"), &o, &rc);
+    ds = tdu_scan(tdu_path("cj/images"), &o, &rc, err, sizeof err);
     ok(rc == -PACK_DS_ELAYOUT, "format=coco without annotations/: ELAYOUT");
 
     /* empty annotations, and none at all: every image is a background */
@@ -251,7 +242,7 @@ static void test_layouts(void)
              " \"annotations\": [], \"categories\": []}");
     tdu_image("bg/x/a.jpg");
     tdu_image("bg/x/b.jpg");
-    ds = scan(tdu_path("bg"), NULL, &rc);
+    ds = tdu_scan(tdu_path("bg"), NULL, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 2 && pack_ds_stats(ds)->backgrounds == 2,
        "empty annotations: 2 backgrounds");
     size_t nn = 99;
@@ -263,7 +254,7 @@ static void test_layouts(void)
         "{\"images\": [{\"id\": 1, \"file_name\": \"a.jpg\", \"width\": 10, \"height\": 10}]}");
     o.format = PACK_DS_FORMAT_AUTO;
     o.drop_backgrounds = true;
-    ds = scan(tdu_path("bg"), &o, &rc);
+    ds = tdu_scan(tdu_path("bg"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 0 && pack_ds_stats(ds)->backgrounds_dropped == 1,
        "no annotations key, backgrounds dropped: empty result");
     pack_ds_destroy(ds);
@@ -271,7 +262,7 @@ static void test_layouts(void)
     /* image_dir override */
     pack_ds_opts_default(&o);
     o.image_dir = tdu_path("cj/images/val");
-    ds = scan(tdu_path("cc/annotations/instances_val2017.json"), &o, &rc);
+    ds = tdu_scan(tdu_path("cc/annotations/instances_val2017.json"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 0 && pack_ds_stats(ds)->images_missing == 1,
        "image_dir override is used (m.jpg is not there)");
     pack_ds_destroy(ds);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dataset.h"
 #include "tap.h"
 
 static char tdu_root[512];
@@ -102,6 +103,18 @@ static inline void tdu_image(const char *rel)
 static inline void tdu_mkdir(const char *rel)
 {
     tdu_mkdirs(tdu_path("%s", rel), 1);
+}
+
+/* pack_ds_scan of path with o; *rc its result (a failure printed as a TAP comment), err its
+ * message. */
+static inline struct pack_ds *tdu_scan(const char *path, const struct pack_ds_opts *o, int *rc,
+                                       char *err, size_t cap)
+{
+    struct pack_ds *ds = NULL;
+    err[0] = '\0';
+    *rc = pack_ds_scan(path, o, &ds, err, cap);
+    if (*rc) printf("#   scan %s: %s (%s)\n", path, pack_ds_strerror(*rc), err);
+    return ds;
 }
 
 #endif

@@ -19,15 +19,6 @@
 
 static char err[1024];
 
-static struct pack_ds *scan(const char *path, const struct pack_ds_opts *o, int *rc)
-{
-    struct pack_ds *ds = NULL;
-    err[0] = '\0';
-    *rc = pack_ds_scan(path, o, &ds, err, sizeof err);
-    if (*rc) printf("#   scan %s: %s (%s)\n", path, pack_ds_strerror(*rc), err);
-    return ds;
-}
-
 static const char *base(const char *p)
 {
     const char *s = strrchr(p, '/');
@@ -71,7 +62,7 @@ static void test_yolo_root(void)
     pack_ds_opts_default(&o);
     o.warn_fn = on_warn;
     int rc;
-    struct pack_ds *ds = scan(tdu_path("yolo"), &o, &rc);
+    struct pack_ds *ds = tdu_scan(tdu_path("yolo"), &o, &rc, err, sizeof err);
     ok(rc == 0 && ds, "scan YOLO root");
     if (!ds) return;
     const struct pack_ds_stats *st = pack_ds_stats(ds);
@@ -138,14 +129,14 @@ static void test_yolo_root(void)
     /* strict: the first warning fails the scan, naming the file and line */
     o.strict = true;
     o.warn_fn = NULL;
-    ds = scan(tdu_path("yolo"), &o, &rc);
+    ds = tdu_scan(tdu_path("yolo"), &o, &rc, err, sizeof err);
     ok(rc == -PACK_DS_ESTRICT && !ds, "strict mode fails");
     ok(strstr(err, "b.txt:3") != NULL, "strict error names b.txt:3 (the duplicate): %s", err);
 
     /* drop backgrounds */
     pack_ds_opts_default(&o);
     o.drop_backgrounds = true;
-    ds = scan(tdu_path("yolo"), &o, &rc);
+    ds = tdu_scan(tdu_path("yolo"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 3 && pack_ds_stats(ds)->backgrounds_dropped == 1,
        "drop_backgrounds drops d.JPG");
     pack_ds_destroy(ds);
@@ -153,7 +144,7 @@ static void test_yolo_root(void)
     /* no polygons wanted */
     o.drop_backgrounds = false;
     o.keep_segments = false;
-    ds = scan(tdu_path("yolo"), &o, &rc);
+    ds = tdu_scan(tdu_path("yolo"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_get(ds, 3)->n_seg_points == 0 &&
            pack_ds_get(ds, 3)->rows[0].seg_count == 0,
        "keep_segments=false returns no points");
@@ -164,14 +155,14 @@ static void test_yolo_root(void)
     pack_ds_opts_default(&o);
     o.names = names4;
     o.n_names = 4;
-    ds = scan(tdu_path("yolo"), &o, &rc);
+    ds = tdu_scan(tdu_path("yolo"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_stats(ds)->corrupt == 2 && pack_ds_count(ds) == 3,
        "names override: class >= 4 rejects e.jpeg");
     ok(ds && pack_ds_info(ds)->names_source == PACK_DS_NAMES_OVERRIDE, "names from override");
     pack_ds_destroy(ds);
 
     /* an image directory given directly, with its labels beside (img2label rule) */
-    ds = scan(tdu_path("yolo/images/train"), NULL, &rc);
+    ds = tdu_scan(tdu_path("yolo/images/train"), NULL, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 4, "image directory scans the same samples");
     pack_ds_destroy(ds);
 }
@@ -184,23 +175,23 @@ static void test_splits(void)
     tdu_text("two/labels/val/b.txt", "0 0.5 0.5 0.5 0.5\n");
     tdu_mkdir("two/labels/train");
     int rc;
-    struct pack_ds *ds = scan(tdu_path("two"), NULL, &rc);
+    struct pack_ds *ds = tdu_scan(tdu_path("two"), NULL, &rc, err, sizeof err);
     ok(rc == -PACK_DS_ELAYOUT && !ds, "two splits without a choice: ELAYOUT");
     ok(strstr(err, "train, val") != NULL, "error lists the splits: %s", err);
     struct pack_ds_opts o;
     pack_ds_opts_default(&o);
     o.split = "val";
-    ds = scan(tdu_path("two"), &o, &rc);
+    ds = tdu_scan(tdu_path("two"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 2 && pack_ds_stats(ds)->labelled == 1, "split=val");
     pack_ds_destroy(ds);
     o.split = "test";
-    ds = scan(tdu_path("two"), &o, &rc);
+    ds = tdu_scan(tdu_path("two"), &o, &rc, err, sizeof err);
     ok(rc == -PACK_DS_ELAYOUT, "missing split: ELAYOUT");
-    ds = scan(tdu_path("nothing-here"), NULL, &rc);
+    ds = tdu_scan(tdu_path("nothing-here"), NULL, &rc, err, sizeof err);
     ok(rc == -ENOENT && strstr(err, "nothing-here"), "missing root: ENOENT naming it");
     tdu_mkdir("emptyroot/images/train");
     tdu_mkdir("emptyroot/labels/train");
-    ds = scan(tdu_path("emptyroot"), NULL, &rc);
+    ds = tdu_scan(tdu_path("emptyroot"), NULL, &rc, err, sizeof err);
     ok(rc == -PACK_DS_ENOIMAGES, "no images: ENOIMAGES");
 }
 
@@ -233,7 +224,7 @@ static void test_list_file(void)
              tdu_path("lst/elsewhere/x3.png"));
     tdu_text("lst/train.txt", list);
     int rc;
-    struct pack_ds *ds = scan(tdu_path("lst/train.txt"), NULL, &rc);
+    struct pack_ds *ds = tdu_scan(tdu_path("lst/train.txt"), NULL, &rc, err, sizeof err);
     ok(rc == 0 && ds, "scan a list file");
     if (!ds) return;
     const struct pack_ds_stats *st = pack_ds_stats(ds);
@@ -264,7 +255,7 @@ static void test_list_file(void)
     struct pack_ds_opts so;
     pack_ds_opts_default(&so);
     so.warn_fn = on_secret_warn;
-    ds = scan(tdu_path("lst/shadow"), &so, &rc);
+    ds = tdu_scan(tdu_path("lst/shadow"), &so, &rc, err, sizeof err);
     ok(!secret_echoed && strstr(err, "s3cr3t") == NULL && secret_named == 25,
        "a list of secrets: no line echoed, in any warning or the error (%d warnings name the "
        "line numbers only; %s)",
@@ -278,7 +269,7 @@ static void test_list_file(void)
     struct pack_ds_opts o;
     pack_ds_opts_default(&o);
     o.split = "train2017";
-    ds = scan(tdu_path("lroot"), &o, &rc);
+    ds = tdu_scan(tdu_path("lroot"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 1 && strstr(pack_ds_info(ds)->source, "train2017.txt"),
        "root + split falls back to ROOT/<split>.txt");
     pack_ds_destroy(ds);
@@ -307,7 +298,7 @@ static void test_yaml(void)
                               "nc: 3\n"
                               "names:\n  2: car\n  0: person\n  1: bicycle\n");
     int rc;
-    struct pack_ds *ds = scan(tdu_path("cfg/list.yaml"), NULL, &rc);
+    struct pack_ds *ds = tdu_scan(tdu_path("cfg/list.yaml"), NULL, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 2, "yaml train: directory, 2 images");
     size_t nn = 0;
     const char *const *names = ds ? pack_ds_names(ds, &nn) : NULL;
@@ -319,28 +310,28 @@ static void test_yaml(void)
     struct pack_ds_opts o;
     pack_ds_opts_default(&o);
     o.split = "val";
-    ds = scan(tdu_path("cfg/list.yaml"), &o, &rc);
+    ds = tdu_scan(tdu_path("cfg/list.yaml"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 1 && pack_ds_get(ds, 0)->rows[0].cls == 2,
        "yaml val: list file with ./ paths relative to it");
     pack_ds_destroy(ds);
     o.split = "test";
-    ds = scan(tdu_path("cfg/list.yaml"), &o, &rc);
+    ds = tdu_scan(tdu_path("cfg/list.yaml"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_count(ds) == 3, "yaml test: list of a directory and a list file");
     pack_ds_destroy(ds);
 
-    ds = scan(tdu_path("cfg/dict.yaml"), NULL, &rc);
+    ds = tdu_scan(tdu_path("cfg/dict.yaml"), NULL, &rc, err, sizeof err);
     names = ds ? pack_ds_names(ds, &nn) : NULL;
     ok(rc == 0 && nn == 3 && strcmp(names[0], "person") == 0 && strcmp(names[2], "car") == 0,
        "names dict in any key order");
     ok(rc == 0 && pack_ds_count(ds) == 2, "train '../images/train' retried as 'images/train'");
     pack_ds_destroy(ds);
     o.split = "val";
-    ds = scan(tdu_path("cfg/dict.yaml"), &o, &rc);
+    ds = tdu_scan(tdu_path("cfg/dict.yaml"), &o, &rc, err, sizeof err);
     ok(rc == 0 && pack_ds_stats(ds)->corrupt == 1 && pack_ds_count(ds) == 0,
        "class 7 with 3 names: image rejected");
     pack_ds_destroy(ds);
     o.split = "train2017";
-    ds = scan(tdu_path("cfg/dict.yaml"), &o, &rc);
+    ds = tdu_scan(tdu_path("cfg/dict.yaml"), &o, &rc, err, sizeof err);
     ok(rc == -EINVAL, "split must be train/val/test for a yaml");
 
     struct {
@@ -357,7 +348,7 @@ static void test_yaml(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         tdu_text("cfg/bad.yaml", bad[i].text);
-        ds = scan(tdu_path("cfg/bad.yaml"), NULL, &rc);
+        ds = tdu_scan(tdu_path("cfg/bad.yaml"), NULL, &rc, err, sizeof err);
         ok(rc == bad[i].rc && strstr(err, bad[i].want) != NULL, "bad yaml %zu: %s", i, err);
         pack_ds_destroy(ds);
     }
@@ -366,12 +357,12 @@ static void test_yaml(void)
     tdu_text("cfg/names.txt", "zero\n one \n\ntwo\nthree\n");
     pack_ds_opts_default(&o);
     o.names_path = tdu_path("cfg/names.txt");
-    ds = scan(tdu_path("cfg/list.yaml"), &o, &rc);
+    ds = tdu_scan(tdu_path("cfg/list.yaml"), &o, &rc, err, sizeof err);
     names = ds ? pack_ds_names(ds, &nn) : NULL;
     ok(rc == 0 && nn == 4 && strcmp(names[1], "one") == 0, "names from a text file win over yaml");
     pack_ds_destroy(ds);
     o.names_path = tdu_path("cfg/dict.yaml");
-    ds = scan(tdu_path("cfg/list.yaml"), &o, &rc);
+    ds = tdu_scan(tdu_path("cfg/list.yaml"), &o, &rc, err, sizeof err);
     names = ds ? pack_ds_names(ds, &nn) : NULL;
     ok(rc == 0 && nn == 3 && strcmp(names[1], "bicycle") == 0, "names from a yaml file");
     pack_ds_destroy(ds);
@@ -400,9 +391,9 @@ static void test_threads(void)
     pack_ds_opts_default(&o);
     int rc1, rc4;
     o.threads = 1;
-    struct pack_ds *a = scan(tdu_path("thr"), &o, &rc1);
+    struct pack_ds *a = tdu_scan(tdu_path("thr"), &o, &rc1, err, sizeof err);
     o.threads = 4;
-    struct pack_ds *b = scan(tdu_path("thr"), &o, &rc4);
+    struct pack_ds *b = tdu_scan(tdu_path("thr"), &o, &rc4, err, sizeof err);
     ok(rc1 == 0 && rc4 == 0 && a && b, "scan with 1 and 4 threads");
     if (!a || !b) return;
     bool same = pack_ds_count(a) == pack_ds_count(b) &&
@@ -450,7 +441,7 @@ static void test_not_files(void)
     int rc;
     /* a FIFO opened the old way blocks for ever: the alarm ends the test instead */
     alarm(60);
-    struct pack_ds *ds = scan(tdu_path("odd"), &o, &rc);
+    struct pack_ds *ds = tdu_scan(tdu_path("odd"), &o, &rc, err, sizeof err);
     alarm(0);
     ok(rc == 0 && ds, "the scan ends without opening a FIFO");
     if (!ds) return;
@@ -475,7 +466,7 @@ static void test_not_files(void)
     ok(named_b && named_c && named_d && named_f, "each names its path and what it is");
     pack_ds_destroy(ds);
     o.strict = true;
-    ds = scan(tdu_path("odd"), &o, &rc);
+    ds = tdu_scan(tdu_path("odd"), &o, &rc, err, sizeof err);
     ok(rc != 0 && !ds, "--strict refuses the dataset (%s)", err);
     pack_ds_destroy(ds);
     n_warn_calls = 0;
@@ -493,7 +484,7 @@ static int scan_in_child(const char *path, char *msg, size_t cap, long *rss_kb)
     if (pid == 0) {
         close(fd[0]);
         int rc;
-        struct pack_ds *ds = scan(path, NULL, &rc);
+        struct pack_ds *ds = tdu_scan(path, NULL, &rc, err, sizeof err);
         pack_ds_destroy(ds);
         char out[1100];
         const int n = snprintf(out, sizeof out, "%d %s", rc, err);
@@ -586,7 +577,7 @@ static void test_class_limit(void)
     struct pack_ds_opts o;
     pack_ds_opts_default(&o);
     int rc;
-    struct pack_ds *ds = scan(tdu_path("big"), &o, &rc);
+    struct pack_ds *ds = tdu_scan(tdu_path("big"), &o, &rc, err, sizeof err);
     ok(rc == 0 && ds, "a class of 70000 does not stop the scan");
     if (!ds) return;
     const struct pack_ds_stats *st = pack_ds_stats(ds);
@@ -603,7 +594,7 @@ static void test_class_limit(void)
     ok(named, "the warning names b.txt line 2, the class and the limit");
     pack_ds_destroy(ds);
     o.strict = true;
-    ds = scan(tdu_path("big"), &o, &rc);
+    ds = tdu_scan(tdu_path("big"), &o, &rc, err, sizeof err);
     ok(rc != 0 && !ds && strstr(err, "70000"), "--strict refuses it: %s", err);
     pack_ds_destroy(ds);
 }

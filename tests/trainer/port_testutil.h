@@ -1,11 +1,14 @@
 /*
  * For the tests that start ranks on loopback (test_dist_comm.c, test_dist_overlap.c): a TCP port
- * p with p and p + 1 both free now (the star listens on MASTER_PORT + 1). Header-only.
+ * p with p and p + 1 both free now (the star listens on MASTER_PORT + 1), and the notes a forked
+ * rank leaves its parent. Header-only.
  */
 #ifndef PORT_TESTUTIL_H
 #define PORT_TESTUTIL_H
 
 #include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -35,6 +38,23 @@ static inline int free_port_pair(int fallback)
         if (good) return p;
     }
     return fallback;
+}
+
+/* One line appended to FOLDER/rRANK.txt: what a forked rank tells the parent. */
+static inline void tu_note(const char *folder, int rank, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void tu_note(const char *folder, int rank, const char *fmt, ...)
+{
+    char p[300];
+    snprintf(p, sizeof p, "%s/r%d.txt", folder, rank);
+    FILE *f = fopen(p, "a");
+    if (!f) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+    fclose(f);
 }
 
 #endif

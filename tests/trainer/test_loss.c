@@ -13,6 +13,8 @@
 
 #include "kern.h"
 #include "loss.h"
+#include "model_testutil.h"
+#include "ciou_ref.h"
 #include "tap.h"
 
 static struct kern_ctx *ctx;
@@ -131,33 +133,10 @@ static void check_build(void)
     trn_loss_destroy(L);
 }
 
-/* alpha is a constant in PyTorch (no_grad): finite differences must hold it too. alpha_mode 1
+/* alpha is a constant in PyTorch (no_grad): finite differences must hold it too. g_al.mode 1
  * records alpha of each call in order, 2 replays the recorded values, 0 computes it. */
-static int alpha_mode, alpha_n;
 static double alpha_rec[256];
-
-/* ultralytics' bbox_iou(CIoU) in double. */
-static double ciou_ref(const double *p, const double *q)
-{
-    const double eps = 1e-7;
-    const double b1x1 = p[0] - p[2] / 2, b1x2 = p[0] + p[2] / 2, b1y1 = p[1] - p[3] / 2,
-                 b1y2 = p[1] + p[3] / 2;
-    const double b2x1 = q[0] - q[2] / 2, b2x2 = q[0] + q[2] / 2, b2y1 = q[1] - q[3] / 2,
-                 b2y2 = q[1] + q[3] / 2;
-    const double iw = fmax(fmin(b1x2, b2x2) - fmax(b1x1, b2x1), 0.0);
-    const double ih = fmax(fmin(b1y2, b2y2) - fmax(b1y1, b2y1), 0.0);
-    const double inter = iw * ih, uni = p[2] * p[3] + q[2] * q[3] - inter + eps;
-    const double iou = inter / uni;
-    const double cw = fmax(b1x2, b2x2) - fmin(b1x1, b2x1), ch = fmax(b1y2, b2y2) - fmin(b1y1, b2y1);
-    const double c2 = cw * cw + ch * ch + eps;
-    const double rho2 =
-        (pow(b2x1 + b2x2 - b1x1 - b1x2, 2) + pow(b2y1 + b2y2 - b1y1 - b1y2, 2)) / 4.0;
-    const double v = 4.0 / (M_PI * M_PI) * pow(atan(q[2] / q[3]) - atan(p[2] / p[3]), 2);
-    double alpha = v / (v - iou + (1 + eps));
-    if (alpha_mode == 1 && alpha_n < 256) alpha_rec[alpha_n++] = alpha;
-    if (alpha_mode == 2 && alpha_n < 256) alpha = alpha_rec[alpha_n++];
-    return iou - (rho2 / c2 + v * alpha);
-}
+static struct tu_alpha g_al = { .cap = 256, .rec = alpha_rec };
 
 static double sig(double x)
 {
@@ -202,7 +181,7 @@ static void loss_ref(const struct trn_loss *L, const float *const *p, double *rb
                                    pow(sig(ps[3]) * 2, 2) * c->anchors[l][lv.a[e]][1] };
             const double tb[4] = { lv.tbox[4 * e], lv.tbox[4 * e + 1], lv.tbox[4 * e + 2],
                                    lv.tbox[4 * e + 3] };
-            const double ci = ciou_ref(pb, tb);
+            const double ci = tu_ciou_ref(pb, tb, &g_al);
             sb += 1.0 - ci;
             tobj[cell] = fmax(ci, 0.0);
             for (int k = 0; k < c->nc; k++) {
@@ -260,7 +239,7 @@ static void check_values(void)
                                pow(sig(ps[3]) * 2, 2) * c.anchors[0][lv.a[e]][1] };
         const double tb[4] = { lv.tbox[4 * e], lv.tbox[4 * e + 1], lv.tbox[4 * e + 2],
                                lv.tbox[4 * e + 3] };
-        worst = fmax(worst, fabs(lv.ciou[e] - ciou_ref(pb, tb)));
+        worst = fmax(worst, fabs(lv.ciou[e] - tu_ciou_ref(pb, tb, &g_al)));
     }
     ok(worst < 2e-6, "per-entry CIoU vs double (max err %.3g)", worst);
 
@@ -381,10 +360,10 @@ static void check_grad(const char *what, float box, float obj, float cls, int lo
     trn_loss_compute(L, ctx, (const float *const *)p, t, 3, dp, &it);
     (void)it;
     double rb0, ro0, rc0;
-    alpha_mode = 1;
-    alpha_n = 0;
+    g_al.mode = 1;
+    g_al.n = 0;
     loss_ref(L, (const float *const *)p, &rb0, &ro0, &rc0);
-    alpha_mode = 2;
+    g_al.mode = 2;
     double num = 0.0, den = 0.0, worst = 0.0;
     int checked = 0;
     for (int l = 0; l < 2; l++) {
@@ -398,7 +377,7 @@ static void check_grad(const char *what, float box, float obj, float cls, int lo
             for (int side = 0; side < 2; side++) {
                 p[l][i] = side ? keep - h : keep + h;
                 double rb, ro, rc;
-                alpha_n = 0;
+                g_al.n = 0;
                 loss_ref(L, (const float *const *)p, &rb, &ro, &rc);
                 ab[side] = c.bs * ((double)c.box * rb + (double)c.obj * ro + (double)c.cls * rc);
             }
@@ -412,7 +391,7 @@ static void check_grad(const char *what, float box, float obj, float cls, int lo
             checked++;
         }
     }
-    alpha_mode = 0;
+    g_al.mode = 0;
     const double rel = sqrt(num / (den > 0 ? den : 1));
     ok(den > 0 && rel < 1e-3,
        "%s: gradient vs finite differences over %d elements (rel %.3g, max "
@@ -506,29 +485,13 @@ static void check_device_path(void)
     trn_loss_destroy(L);
 }
 
-static const char tiny_yaml[] = "nc: 2\n"
-                                "depth_multiple: 0.33\n"
-                                "width_multiple: 0.125\n"
-                                "anchors:\n"
-                                "  - [10,13, 16,30, 33,23]\n"
-                                "  - [30,61, 62,45, 59,119]\n"
-                                "  - [116,90, 156,198, 373,326]\n"
-                                "backbone:\n"
-                                "  [[-1, 1, Conv, [64, 6, 2, 2]],\n"
-                                "   [-1, 1, Conv, [128, 3, 2]],\n"
-                                "   [-1, 1, Conv, [256, 3, 2]],\n"
-                                "   [-1, 1, Conv, [512, 3, 2]],\n"
-                                "   [-1, 1, Conv, [1024, 3, 2]],\n"
-                                "  ]\n"
-                                "head:\n"
-                                "  [[[2, 3, 4], 1, Detect, [nc, anchors]]]\n";
-
 static void check_cfg_from_model(void)
 {
     struct trn_model *m = NULL;
     char err[256];
-    ok(trn_model_parse(tiny_yaml, sizeof tiny_yaml - 1, "tiny.yaml", NULL, &m, err, sizeof err) ==
-           0,
+    size_t tiny_len = 0;
+    const char *const tiny = tu_tiny_yaml(&tiny_len);
+    ok(trn_model_parse(tiny, tiny_len, "tiny.yaml", NULL, &m, err, sizeof err) == 0,
        "tiny model parses");
     if (!m) return;
     trn_model_init(m, 1);

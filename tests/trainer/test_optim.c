@@ -13,24 +13,8 @@
 
 #include "kern.h"
 #include "optim.h"
+#include "model_testutil.h"
 #include "tap.h"
-
-static const char tiny_yaml[] = "nc: 2\n"
-                                "depth_multiple: 0.33\n"
-                                "width_multiple: 0.125\n"
-                                "anchors:\n"
-                                "  - [10,13, 16,30, 33,23]\n"
-                                "  - [30,61, 62,45, 59,119]\n"
-                                "  - [116,90, 156,198, 373,326]\n"
-                                "backbone:\n"
-                                "  [[-1, 1, Conv, [64, 6, 2, 2]],\n"
-                                "   [-1, 1, Conv, [128, 3, 2]],\n"
-                                "   [-1, 1, Conv, [256, 3, 2]],\n"
-                                "   [-1, 1, Conv, [512, 3, 2]],\n"
-                                "   [-1, 1, Conv, [1024, 3, 2]],\n"
-                                "  ]\n"
-                                "head:\n"
-                                "  [[[2, 3, 4], 1, Detect, [nc, anchors]]]\n";
 
 static struct trn_model *M;
 static size_t PLEN, BLEN;
@@ -547,8 +531,9 @@ static void check_dev(void)
 int main(void)
 {
     char err[256];
-    if (trn_model_parse(tiny_yaml, sizeof tiny_yaml - 1, "tiny.yaml", NULL, &M, err, sizeof err) <
-        0) {
+    size_t tiny_len = 0;
+    const char *const tiny = tu_tiny_yaml(&tiny_len);
+    if (trn_model_parse(tiny, tiny_len, "tiny.yaml", NULL, &M, err, sizeof err) < 0) {
         printf("Bail out! %s\n", err);
         return 99;
     }

@@ -15,6 +15,7 @@
 
 #include "model.h"
 #include "ptload.h"
+#include "util.h"
 #include "tap.h"
 #include "errors.h"
 
@@ -27,21 +28,11 @@ static char *path_of(const char *dir, const char *name)
     return buf;
 }
 
+/* A whole file (at most 1 GiB), or NULL. */
 static uint8_t *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    rewind(f);
-    uint8_t *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return b;
+    char *b = NULL, e[256];
+    return trn_read_file(path, (size_t)1 << 30, &b, len, e, sizeof e) < 0 ? NULL : (uint8_t *)b;
 }
 
 static const struct trn_pt_tensor *find(const struct trn_pt_tensor *sd, int n, const char *name)
