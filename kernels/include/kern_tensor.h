@@ -100,6 +100,33 @@ struct kern_detect {
  * so several producers may fill one concat buffer, each its own slice.
  */
 
+/* ---------------------------------------------------------------------------------------- */
+/* Max pool and nearest upsample on 16-bit activations, NCHW or NHWC                        */
+
+/*
+ * SPPF's max pools and the neck's upsamples of the bf16 NHWC network (issue 41), bit for bit the
+ * same on every backend and in either layout (kern_map16_common.h holds each element's steps for
+ * the C and CUDA sources). d: the input map (n, c, h, w) in d->layout with strides as struct
+ * kern_bnx's (kern_bn.h: NHWC pixel stride, NCHW image stride; 0 dense): x and dx step x_ld, y
+ * and dy y_ld.
+ * maxpool16: window k (odd, <= 15), stride 1, pad k / 2, so y is h x w; padding never wins; the
+ *   window scanned row-major, v taken when v > max or v is NaN (kern_ref_maxpool2d_fwd's rule,
+ *   on the values as float): y is the winner's bits, idx[dense y index] its offset kh k + kw.
+ *   Backward: each element of dx the float sum, from 0 in row-major output order, of the dy whose
+ *   window chose it, then plus the old dx with KERN_ACCUM_DX, rounded once (a gather: no atomics,
+ *   one order).
+ * upsample16: y (2h x 2w), y(oy, ox) = x(oy / 2, ox / 2). Backward: dx the float sum of dy's 2 x 2
+ *   block in row-major order (plus the old dx with KERN_ACCUM_DX), rounded once.
+ * dtype KERN_DT_BF16. Errors: -EINVAL (shape, k, layout, dtype, stride, NULL).
+ */
+struct kern_map16 {
+    int n, c, h, w; /* the input map, >= 1 each */
+    int k;          /* maxpool16's window */
+    int layout;     /* KERN_LAYOUT_NCHW or KERN_LAYOUT_NHWC */
+    int dtype;      /* KERN_DT_BF16 */
+    size_t x_ld, y_ld;
+};
+
 #endif /* KERN_TENSOR_H */
 
 /* The rows, laid out by hand: clang-format would read them as one statement. */
@@ -207,5 +234,18 @@ KERN_OP(upsample2x_ns_fwd, (struct kern_ctx *ctx, float *KERN_RESTRICT y,
 KERN_OP(upsample2x_ns_bwd, (struct kern_ctx *ctx, float *KERN_RESTRICT dx,
                             const float *KERN_RESTRICT dy, int n, int c, int h, int w,
                             size_t x_nstride, size_t y_nstride, unsigned accum))
+/* --- Max pool and nearest upsample on 16-bit activations, NCHW or NHWC (see above) --- */
+
+KERN_OP(maxpool16_fwd, (struct kern_ctx *ctx, const struct kern_map16 *d,
+                        uint16_t *KERN_RESTRICT y, uint8_t *KERN_RESTRICT idx,
+                        const uint16_t *KERN_RESTRICT x))
+KERN_OP(maxpool16_bwd, (struct kern_ctx *ctx, const struct kern_map16 *d,
+                        uint16_t *KERN_RESTRICT dx, const uint16_t *KERN_RESTRICT dy,
+                        const uint8_t *KERN_RESTRICT idx, unsigned accum))
+KERN_OP(upsample16_fwd, (struct kern_ctx *ctx, const struct kern_map16 *d,
+                         uint16_t *KERN_RESTRICT y, const uint16_t *KERN_RESTRICT x))
+KERN_OP(upsample16_bwd, (struct kern_ctx *ctx, const struct kern_map16 *d,
+                         uint16_t *KERN_RESTRICT dx, const uint16_t *KERN_RESTRICT dy,
+                         unsigned accum))
 #endif /* KERN_OP */
 /* clang-format on */

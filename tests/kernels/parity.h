@@ -20,6 +20,6 @@ void parity_conv_lowp(int bench); /* reduced-precision conv2d */
 void parity_resadd(int bench);    /* BN + SiLU + residual add */
 void parity_stride(int bench);    /* channel slices: upsample and casts */
 void parity_sgd_lowp(int bench);  /* SGD writing the 16-bit parameter copy */
-void parity_bnx(int bench);       /* BN + SiLU on bf16 activations, NCHW or NHWC */
+void parity_bnx(int bench);       /* bf16 activations, NCHW or NHWC: BN + SiLU, pool, upsample */
 
 #endif

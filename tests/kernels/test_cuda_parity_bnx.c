@@ -1,11 +1,13 @@
 /*
- * CUDA parity of BN + SiLU (+ residual) on bf16 activations (kern_cuda_bnx_*): the same bits as
+ * CUDA parity of the ops on bf16 activations, NCHW or NHWC. BN + SiLU (+ residual)
+ * (kern_cuda_bnx_*): the same bits as
  * the CPU reference (kern_bn.h "BN + SiLU (+ residual) on 16-bit activations": one order for
  * every reduction, each operation rounded alone on both backends). For NCHW and NHWC, dense and
  * as channel slices of wider tensors, with and without the residual, one chunk a channel and
  * many: the sums, y, the saves, the running statistics, dgamma, dbeta and dx are compared byte
  * for byte, the accumulating forms too. Outputs start poisoned; a slice's neighbours must keep
- * their poison.
+ * their poison. Max pool and upsample (kern_cuda_maxpool16_*, kern_cuda_upsample16_*): y, idx
+ * and dx byte for byte, with NaN and ties in the windows, dense and as NHWC slices.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -143,6 +145,50 @@ static void test_case(int n, int c, int hw, int layout, bool slices, bool with_r
     free(H.dg), free(H.db), free(x), free(dy), free(r), free(g), free(b), free(rm), free(rv);
 }
 
+/* Pool (k > 0) or upsample forward and backward, CPU against CUDA, byte for byte. */
+static void test_map16(int n, int c, int h, int w, int k, int layout, bool slices, bool accum)
+{
+    struct kern_map16 d = {
+        .n = n, .c = c, .h = h, .w = w, .k = k, .layout = layout, .dtype = KERN_DT_BF16
+    };
+    const bool pool = k > 0;
+    const int oh = pool ? h : 2 * h, ow = pool ? w : 2 * w;
+    if (slices && layout == KERN_LAYOUT_NHWC) d.x_ld = (size_t)c + 3, d.y_ld = (size_t)c + 2;
+    const size_t lx = d.x_ld ? d.x_ld : (size_t)c, ly = d.y_ld ? d.y_ld : (size_t)c;
+    const size_t ex = (size_t)n * h * w * lx, ey = (size_t)n * oh * ow * ly;
+    const size_t ei = (size_t)n * c * oh * ow;
+    tap_diag("%s k %d n %d c %d %dx%d %s%s%s", pool ? "maxpool16" : "upsample16", k, n, c, h, w,
+             layout == KERN_LAYOUT_NHWC ? "NHWC" : "NCHW", slices ? " slices" : "",
+             accum ? " accum" : "");
+    uint16_t *x = h16(ex, -2, 2), *dy = h16(ey, -1, 1);
+    for (size_t i = 0; i < ex; i += 37) /* ties and NaN in the windows */
+        x[i] = i % 3 ? x[i / 2] : 0x7fc0;
+    uint16_t *yh = malloc(ey * 2), *dxh = h16(ex, -1, 1);
+    uint8_t *ih = malloc(ei ? ei : 1);
+    if (!yh || !ih) exit(99);
+    memset(yh, 0xA5, ey * 2), memset(ih, 0xA5, ei);
+    uint16_t *xd = kct_up(x, ex * 2), *dyd = kct_up(dy, ey * 2), *yd = kct_poison(ey * 2);
+    uint16_t *dxd = kct_up(dxh, ex * 2);
+    uint8_t *id = kct_poison(ei);
+    const unsigned a = accum ? KERN_ACCUM_DX : 0;
+    if (pool) {
+        CK(kern_ref_maxpool16_fwd(g_cpu, &d, yh, ih, x));
+        CK(kern_cuda_maxpool16_fwd(g_gpu, &d, yd, id, xd));
+        CK(kern_ref_maxpool16_bwd(g_cpu, &d, dxh, dy, ih, a));
+        CK(kern_cuda_maxpool16_bwd(g_gpu, &d, dxd, dyd, id, a));
+        ok(same_down(ih, id, ei), "idx: the same bytes");
+    } else {
+        CK(kern_ref_upsample16_fwd(g_cpu, &d, yh, x));
+        CK(kern_cuda_upsample16_fwd(g_gpu, &d, yd, xd));
+        CK(kern_ref_upsample16_bwd(g_cpu, &d, dxh, dy, a));
+        CK(kern_cuda_upsample16_bwd(g_gpu, &d, dxd, dyd, a));
+    }
+    ok(same_down(yh, yd, ey * 2), "y (and the poison around a slice): the same bits");
+    ok(same_down(dxh, dxd, ex * 2), "dx: the same bits");
+    cudaFree(xd), cudaFree(dyd), cudaFree(yd), cudaFree(dxd), cudaFree(id);
+    free(x), free(dy), free(yh), free(dxh), free(ih);
+}
+
 void parity_bnx(int bench)
 {
     (void)bench; /* no benchmark in this suite */
@@ -155,4 +201,11 @@ void parity_bnx(int bench)
     test_case(4, 32, 320 * 320, KERN_LAYOUT_NHWC, false, false, false);
     test_case(4, 64, 160 * 160, KERN_LAYOUT_NHWC, true, true, true);
     test_case(4, 512, 20 * 20, KERN_LAYOUT_NHWC, false, false, false);
+    for (int layout = 0; layout < 2; layout++) {
+        test_map16(2, 5, 9, 7, 5, layout, layout == 1, false);
+        test_map16(2, 5, 6, 7, 0, layout, layout == 1, true);
+    }
+    /* yolov5s' SPPF (512 channels at 20x20) and its last upsample (256 at 40x40), batch 4 */
+    test_map16(4, 256, 20, 20, 5, KERN_LAYOUT_NHWC, false, true);
+    test_map16(4, 128, 40, 40, 0, KERN_LAYOUT_NHWC, true, false);
 }
