@@ -7,7 +7,7 @@ not from ultralytics code: the model parsed from models/yolov5n.yaml as parse_mo
 ComputeLoss (build_targets, CIoU, objectness, classes), smart_optimizer's three SGD groups, the
 warmup schedule, clip_grad_norm_ and ModelEMA. Run with Debian's python3-torch (CPU):
 
-    /usr/bin/python3 tests/trainer/make_parity_ref.py [--dtype float64|float32] [--out FILE]
+    /usr/bin/python3 tests/trainer/make_parity_ref.py [--dtype float64|float32|bf16] [--out FILE]
 
 THE CASE (all fixed, nothing random outside the Philox streams below)
   model   yolov5n, nc 80, 128x128, batch 2. Parameter names are ultralytics' state_dict keys.
@@ -20,6 +20,16 @@ THE CASE (all fixed, nothing random outside the Philox streams below)
           row-major (2, 3, 128, 128) batch: the same generator with a tensor index no model uses,
           values in [0, 1). The dump keeps samples and statistics ("input"), not the pixels.
   targets TARGETS below: (image, class, cx, cy, w, h), normalised, exact binary fractions.
+  bf16    (--dtype bf16, written to data_parity/yolov5n_128_b2_bf16.bin: only what the training
+          step's parity reads, the targets and the step.* / stepN.* entries, 256 elements of a
+          tensor, so that it stays near 1 MB) PyTorch's eager AMP as
+          train.py runs it on a GPU, here on the CPU: the model float32 in channels_last, the
+          forward under torch.autocast(bfloat16), so that every conv runs in bf16 and every
+          activation between layers is bf16 (BatchNorm and SiLU on bf16 tensors); the Detect
+          outputs widened to float32 and the loss computed in float32 from them, as our trainer
+          does (train.py computes it under autocast too: its ops on the bf16 outputs would round
+          the loss's own arithmetic, which is not what this reference is for); backward, clip,
+          optimizer and EMA in float32. The reference of the bf16 NHWC GPU executor (issue 41).
   compute float64 by default (--dtype): the weights, input and targets are float32 values, the
           network, loss, backward and optimizer run in float64 and are stored rounded to float32,
           so the reference is the exact answer to ~1e-7 and a float32 C implementation is judged
@@ -112,8 +122,9 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-CFG = os.path.join(ROOT, "trainer", "models", "yolov5n.yaml")
+CFG = os.path.join(ROOT, "models", "yolov5n.yaml")
 OUT = os.path.join(HERE, "data_parity", "yolov5n_128_b2.bin")
+OUT_BF16 = os.path.join(HERE, "data_parity", "yolov5n_128_b2_bf16.bin")
 
 MAGIC = b"YV5PARITY\0\0\0"
 VERSION = 1
@@ -456,24 +467,32 @@ def compute_loss(p, bt, gains, balance, nc):
 
 
 class Dump:
-    def __init__(self):
+    def __init__(self, samples=N_SAMPLES, full_max=FULL_MAX, only=None):
+        self.samples = samples  # elements kept of a larger tensor
+        self.full_max = full_max  # tensors up to this size are kept whole
+        self.only = only  # None, or the name prefixes to keep (others are dropped)
         self.entries = []
         self.names = set()
 
     def add(self, name, x, full=None):
-        a = np.asarray(x.detach().numpy() if torch.is_tensor(x) else x, dtype=np.float64)
+        if self.only is not None and not name.startswith(self.only):
+            return
+        if torch.is_tensor(x):
+            x = x.detach()
+            x = x.float() if x.dtype == torch.bfloat16 else x  # numpy has no bf16
+        a = np.asarray(x.numpy() if torch.is_tensor(x) else x, dtype=np.float64)
         a32 = a.astype(np.float32)
         assert len(name) < NAME_LEN and name not in self.names, name
         assert a32.ndim <= 8 and np.all(np.isfinite(a32)), name
         self.names.add(name)
         flat = a32.reshape(-1)
         numel = flat.size
-        if full is None:
-            full = numel <= FULL_MAX
+        if full is None:  # a sample needs fewer stored values than the tensor has
+            full = numel <= self.full_max or numel <= self.samples
         if full:
             stored = flat
         else:
-            idx = (np.arange(N_SAMPLES, dtype=np.int64) * numel) // N_SAMPLES
+            idx = (np.arange(self.samples, dtype=np.int64) * numel) // self.samples
             stored = flat[idx]
         f64 = flat.astype(np.float64)
         stats = (math.sqrt(float(np.sum(f64 * f64))), float(np.sum(np.abs(f64))),
@@ -501,10 +520,14 @@ def interp(x, xp, fp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
-    ap.add_argument("--out", default=OUT)
+    ap.add_argument("--dtype", choices=("float64", "float32", "bf16"), default="float64")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    dt = getattr(torch, args.dtype)
+    amp = args.dtype == "bf16"
+    if args.out is None:
+        args.out = OUT_BF16 if amp else OUT
+    dt = torch.float32 if amp else getattr(torch, args.dtype)
+    mf = torch.channels_last if amp else torch.contiguous_format
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)
 
@@ -516,7 +539,7 @@ def main():
     assert strides == [8, 16, 32], strides
     init_weights(model, WEIGHT_SEED, strides)
     init = {k: v.clone() for k, v in model.state_dict().items()}
-    model = model.to(dt)
+    model = model.to(dt).to(memory_format=mf)
     model.train()
     params = list(model.named_parameters())
     nc = det.nc
@@ -554,7 +577,10 @@ def main():
            if v.dtype.is_floating_point}
     updates = 0
 
-    d = Dump()
+    # the bf16 dump keeps what test_train_parity reads, at 256 elements a tensor: it travels in
+    # the working tree to the GPU machine, whose whole bundle must stay under 40 MiB
+    # (docs/gpu-session.md)
+    d = Dump(512, 256, ("targets", "step")) if amp else Dump()
     d.add("input", x, full=False)
     d.add("targets", targets)
     d.add("hyp", [*gains, *balance, HYP["anchor_t"], BS])
@@ -571,8 +597,9 @@ def main():
             grp["lr"] = interp(ni, [0, nw], [HYP["warmup_bias_lr"] if j == 0 else 0.0,
                                              grp["initial_lr"] * lf0])
             grp["momentum"] = interp(ni, [0, nw], [HYP["warmup_momentum"], HYP["momentum"]])
-        ys = model(x.to(dt))
-        p = ys[-1]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            ys = model(x.to(dt).contiguous(memory_format=mf))
+        p = [pi.float() for pi in ys[-1]] if amp else ys[-1]
         for pi in p:
             pi.retain_grad()
         bt = build_targets([pi.shape for pi in p], targets, anchors32, HYP["anchor_t"])
