@@ -11,6 +11,7 @@
 #ifndef KERN_BNX_COMMON_H
 #define KERN_BNX_COMMON_H
 
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,15 +58,15 @@ KERN_BNX_FN size_t kern_bnx_at(int layout, int c, int hw, size_t ld, size_t i, s
 }
 
 /* The descriptor's checks, the same on every backend: shape, layout, dtype, strides. d's fields
- * as struct kern_bnx (kern_bn.h); returns 0 or -22 (-EINVAL). */
+ * as struct kern_bnx (kern_bn.h); returns 0 or -EINVAL. */
 KERN_BNX_FN int kern_bnx_check_shape(int n, int c, int hw, int layout, int dtype, float eps,
                                      float momentum, const size_t ld[3])
 {
-    if (n < 1 || c < 1 || hw < 1 || (layout != 0 && layout != 1) || dtype != 1) return -22;
-    if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f)) return -22;
+    if (n < 1 || c < 1 || hw < 1 || (layout != 0 && layout != 1) || dtype != 1) return -EINVAL;
+    if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f)) return -EINVAL;
     const size_t dense = layout == 1 ? (size_t)c : (size_t)c * (size_t)hw;
     for (int k = 0; k < 3; k++)
-        if (ld[k] && ld[k] < dense) return -22;
+        if (ld[k] && ld[k] < dense) return -EINVAL;
     return 0;
 }
 

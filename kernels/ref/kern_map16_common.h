@@ -24,11 +24,12 @@ KERN_BNX_FN size_t kern_map16_at(int layout, int c, int h, int w, size_t ld, siz
 KERN_BNX_FN int kern_map16_check(int n, int c, int h, int w, int k, int layout, int dtype,
                                  size_t x_ld, size_t y_ld, int pool)
 {
-    if (n < 1 || c < 1 || h < 1 || w < 1 || (layout != 0 && layout != 1) || dtype != 1) return -22;
-    if (pool && (k < 1 || k > 15 || !(k & 1))) return -22;
+    if (n < 1 || c < 1 || h < 1 || w < 1 || (layout != 0 && layout != 1) || dtype != 1)
+        return -EINVAL;
+    if (pool && (k < 1 || k > 15 || !(k & 1))) return -EINVAL;
     const size_t in = layout == 1 ? (size_t)c : (size_t)c * (size_t)h * (size_t)w;
     const size_t out = pool || layout == 1 ? in : 4 * in;
-    if ((x_ld && x_ld < in) || (y_ld && y_ld < out)) return -22;
+    if ((x_ld && x_ld < in) || (y_ld && y_ld < out)) return -EINVAL;
     return 0;
 }
 

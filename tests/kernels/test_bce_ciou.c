@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 
+#include "ciou_ref.h"
 #include "kern_testutil.h"
 
 /* ---- BCE ---- */
@@ -140,22 +141,11 @@ static void check_bce_threads(void)
 
 static double ciou_d(const double *p, const double *q, double alpha_in, double *alpha_out)
 {
-    const double eps = 1e-7;
-    const double ax1 = p[0] - p[2] / 2, ax2 = p[0] + p[2] / 2, ay1 = p[1] - p[3] / 2,
-                 ay2 = p[1] + p[3] / 2;
-    const double bx1 = q[0] - q[2] / 2, bx2 = q[0] + q[2] / 2, by1 = q[1] - q[3] / 2,
-                 by2 = q[1] + q[3] / 2;
-    const double iw = fmax(fmin(ax2, bx2) - fmax(ax1, bx1), 0);
-    const double ih = fmax(fmin(ay2, by2) - fmax(ay1, by1), 0);
-    const double inter = iw * ih;
-    const double iou = inter / (p[2] * p[3] + q[2] * q[3] - inter + eps);
-    const double cw = fmax(ax2, bx2) - fmin(ax1, bx1), ch = fmax(ay2, by2) - fmin(ay1, by1);
-    const double c2 = cw * cw + ch * ch + eps;
-    const double rho2 = (pow(bx1 + bx2 - ax1 - ax2, 2) + pow(by1 + by2 - ay1 - ay2, 2)) / 4;
-    const double v = 4 / (M_PI * M_PI) * pow(atan(q[2] / q[3]) - atan(p[2] / p[3]), 2);
-    const double alpha = alpha_in >= 0 ? alpha_in : v / (v - iou + (1 + eps));
-    if (alpha_out) *alpha_out = alpha;
-    return iou - (rho2 / c2 + v * alpha);
+    double a = alpha_in; /* tests/ciou_ref.h: mode 1 records alpha, mode 2 replays it */
+    struct tu_alpha fr = { .mode = alpha_in >= 0 ? 2 : 1, .cap = 1, .rec = &a };
+    const double r = tu_ciou_ref(p, q, &fr);
+    if (alpha_out) *alpha_out = a;
+    return r;
 }
 
 static void ciou_d_grad(const float *pf, const float *qf, double g[8])
