@@ -64,7 +64,8 @@ struct kern_conv_plan {
     struct kern_conv_plan *next;
     struct kern_conv2d d;  /* the key (conv_key_eq: the shape and the effective x n-stride) ... */
     cudnnDataType_t dtype; /* ... with the tensor data type (FLOAT, BFLOAT16, HALF) ... */
-    int layout;            /* ... and the layout (KERN_LAYOUT_*: cuDNN format NCHW or NHWC) */
+    int layout;            /* ... and the layout (KERN_LAYOUT_*: cuDNN format NCHW or NHWC) ... */
+    size_t x_ld, y_ld;     /* ... and the lowp strides (kern_conv2d_lowp STRIDES; 0 dense) */
     int h_out, w_out;      /* output plane */
     cudnnTensorDescriptor_t xd, yd, bd;
     cudnnFilterDescriptor_t wd;
@@ -348,7 +349,36 @@ static int plan_inherit(cudnnHandle_t h, struct kern_conv_plan *p,
     return 0;
 }
 
-/* p's descriptors, from p->d, dtype and layout; the math type is the plan's default. */
+#define TRY(x)                           \
+    do {                                 \
+        const int try_rc_ = (x);         \
+        if (try_rc_ < 0) return try_rc_; \
+    } while (0)
+
+/* A (n, c, h, w) tensor of p's type in p's layout with stride ld (kern_conv2d_lowp STRIDES; 0:
+ * packed in fmt). */
+static int lp_describe(struct kern_ctx *ctx, cudnnTensorDescriptor_t t,
+                       const struct kern_conv_plan *p, int c, int h, int w, size_t ld,
+                       cudnnTensorFormat_t fmt)
+{
+    const int n = p->d.n;
+    if (!ld) {
+        CUDNN_TRY(ctx, cudnnSetTensor4dDescriptor(t, fmt, p->dtype, n, c, h, w));
+        return 0;
+    }
+    const bool nhwc = p->layout == KERN_LAYOUT_NHWC;
+    const size_t img = nhwc ? (size_t)h * w * ld : ld;
+    if (img > (size_t)INT_MAX) return cudnn_fail(ctx, CUDNN_STATUS_BAD_PARAM, "lowp stride");
+    if (nhwc)
+        CUDNN_TRY(ctx, cudnnSetTensor4dDescriptorEx(t, p->dtype, n, c, h, w, (int)img, 1,
+                                                    w * (int)ld, (int)ld));
+    else
+        CUDNN_TRY(ctx,
+                  cudnnSetTensor4dDescriptorEx(t, p->dtype, n, c, h, w, (int)img, h * w, w, 1));
+    return 0;
+}
+
+/* p's descriptors, from p->d, dtype, layout and strides; the math type is the plan's default. */
 static int plan_describe(struct kern_ctx *ctx, struct kern_conv_plan *p)
 {
     const struct kern_conv2d *const d = &p->d;
@@ -367,11 +397,9 @@ static int plan_describe(struct kern_ctx *ctx, struct kern_conv_plan *p)
                                                     d->w_in, (int)conv_x_nstride(d),
                                                     d->h_in * d->w_in, d->w_in, 1));
     } else {
-        CUDNN_TRY(
-            ctx, cudnnSetTensor4dDescriptor(p->xd, fmt, p->dtype, d->n, d->c_in, d->h_in, d->w_in));
+        TRY(lp_describe(ctx, p->xd, p, d->c_in, d->h_in, d->w_in, p->x_ld, fmt));
     }
-    CUDNN_TRY(ctx,
-              cudnnSetTensor4dDescriptor(p->yd, fmt, p->dtype, d->n, d->c_out, p->h_out, p->w_out));
+    TRY(lp_describe(ctx, p->yd, p, d->c_out, p->h_out, p->w_out, p->y_ld, fmt));
     CUDNN_TRY(ctx,
               cudnnSetTensor4dDescriptor(p->bd, CUDNN_TENSOR_NCHW, p->dtype, 1, d->c_out, 1, 1));
     CUDNN_TRY(ctx,
@@ -403,22 +431,23 @@ static int plan_build(struct kern_ctx *ctx, cudnnHandle_t h, struct kern_conv_pl
 
 /* The cached plan of shape d, data type dt and layout, made on first use. */
 static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, cudnnDataType_t dt,
-                    int layout, struct kern_conv_plan **out)
+                    int layout, size_t x_ld, size_t y_ld, struct kern_conv_plan **out)
 {
     int oh, ow;
     if (conv_out_hw(d, &oh, &ow) < 0) return -EINVAL;
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     for (struct kern_conv_plan *p = st->plans; p; p = p->next) {
-        if (conv_key_eq(&p->d, d) && p->dtype == dt && p->layout == layout) {
+        if (conv_key_eq(&p->d, d) && p->dtype == dt && p->layout == layout && p->x_ld == x_ld &&
+            p->y_ld == y_ld) {
             *out = p;
             return 0;
         }
     }
     struct kern_conv_plan *dense = NULL;
-    if (conv_x_nstride(d) != (size_t)d->c_in * d->h_in * d->w_in) {
+    if (conv_x_nstride(d) != (size_t)d->c_in * d->h_in * d->w_in || x_ld || y_ld) {
         struct kern_conv2d dd = *d;
         dd.x_nstride = 0;
-        const int rd = plan_get(ctx, &dd, dt, layout, &dense);
+        const int rd = plan_get(ctx, &dd, dt, layout, 0, 0, &dense);
         if (rd < 0) return rd;
     }
     cudnnHandle_t h;
@@ -430,6 +459,8 @@ static int plan_get(struct kern_ctx *ctx, const struct kern_conv2d *d, cudnnData
     p->d = *d;
     p->dtype = dt;
     p->layout = layout;
+    p->x_ld = x_ld;
+    p->y_ld = y_ld;
     p->h_out = oh;
     p->w_out = ow;
     rc = plan_build(ctx, h, p, dense);
@@ -498,7 +529,7 @@ int kern_cuda_conv2d_workspace_size(struct kern_ctx *ctx, const struct kern_conv
     KERN_CHECK_CUDA_CTX(ctx);
     if (!bytes) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
+    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, 0, 0, &p);
     if (rc < 0) return rc;
     *bytes = plan_ws_bytes(p, 0);
     return 0;
@@ -511,7 +542,7 @@ int kern_cuda_conv2d_fwd(struct kern_ctx *ctx, const struct kern_conv2d *d, floa
     KERN_CHECK_CUDA_CTX(ctx);
     if (!y || !x || !w) return -EINVAL;
     struct kern_conv_plan *p;
-    int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
+    int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, 0, 0, &p);
     if (rc < 0) return rc;
     rc = plan_fwd(ctx, p, y, x, w);
     if (rc < 0 || !bias) return rc;
@@ -529,7 +560,7 @@ int kern_cuda_conv2d_bwd_data(struct kern_ctx *ctx, const struct kern_conv2d *d,
     KERN_CHECK_ACCUM(accum);
     if (!dx || !dy || !w) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
+    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, 0, 0, &p);
     if (rc < 0) return rc;
     return plan_bwd_data(ctx, p, dx, dy, w, accum);
 }
@@ -542,7 +573,7 @@ int kern_cuda_conv2d_bwd_filter(struct kern_ctx *ctx, const struct kern_conv2d *
     KERN_CHECK_ACCUM(accum);
     if (!dw || !dy || !x) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
+    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, 0, 0, &p);
     if (rc < 0) return rc;
     return plan_bwd_filter(ctx, p, dw, dy, x, 0, (accum & KERN_ACCUM_DPARAM) ? 1.0f : 0.0f);
 }
@@ -554,7 +585,7 @@ int kern_cuda_conv2d_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d *d,
     KERN_CHECK_ACCUM(accum);
     if (!db || !dy) return -EINVAL;
     struct kern_conv_plan *p;
-    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, &p);
+    const int rc = plan_get(ctx, d, CUDNN_DATA_FLOAT, KERN_LAYOUT_NCHW, 0, 0, &p);
     if (rc < 0) return rc;
     const cudnnHandle_t h = (cudnnHandle_t)kern_cuda_st(ctx)->cudnn;
     const float one = 1.0f, beta = (accum & KERN_ACCUM_DPARAM) ? 1.0f : 0.0f;
@@ -607,41 +638,55 @@ static __device__ __forceinline__ float lp_round(int dt, float v)
     return v;
 }
 
-/* dst (=|+=) widen(src), n elements (dw: same layout on both sides). */
+/* dst (=|+=) widen(src), n elements: dw in the same layout on both sides, or with c_in > 0 src
+ * (c_out, khw, c_in) into dst (c_out, c_in, khw) (kern_conv2d_lowp.dw_oihw). */
 static __global__ void lp_widen_kernel(float *__restrict__ dst, const void *__restrict__ src,
-                                       size_t n, int dt, int add)
+                                       size_t n, int dt, int add, int c_in, int khw)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const float v = lp_load(dt, src, i);
+        size_t from = i;
+        if (c_in > 0) {
+            const size_t kk = (size_t)c_in * (size_t)khw, o = i / kk, rem = i % kk;
+            from = o * kk + (rem % (size_t)khw) * (size_t)c_in + rem / (size_t)khw;
+        }
+        const float v = lp_load(dt, src, from);
         dst[i] = add ? dst[i] + v : v;
     }
 }
 
-/* y = r(y + b[channel]) over n images of c channels and p positions. */
+/* Element (image i, channel ch, position q) of a tensor of c channels and pos positions with
+ * stride ld (kern_conv2d_lowp STRIDES). */
+static __device__ __forceinline__ size_t lp_at(int nhwc, size_t ld, int c, size_t pos, size_t i,
+                                               size_t ch, size_t q)
+{
+    if (nhwc) return (i * pos + q) * (ld ? ld : (size_t)c) + ch;
+    return i * (ld ? ld : (size_t)c * pos) + ch * pos + q;
+}
+
+/* y = r(y + b[channel]) over n elements: images of c channels and p positions, stride ld. */
 static __global__ void lp_bias_kernel(void *__restrict__ y, const void *__restrict__ b, size_t n,
-                                      int c, size_t p, int dt, int nhwc)
+                                      int c, size_t p, int dt, int nhwc, size_t ld)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const int ch = nhwc ? (int)(i % (size_t)c) : (int)((i / p) % (size_t)c);
-        lp_store(dt, y, i, lp_load(dt, y, i) + lp_load(dt, b, (size_t)ch));
+        const size_t img = i / ((size_t)c * p), r = i % ((size_t)c * p);
+        const size_t ch = nhwc ? r % (size_t)c : r / p, q = nhwc ? r / (size_t)c : r % p;
+        const size_t at = lp_at(nhwc, ld, c, p, img, ch, q);
+        lp_store(dt, y, at, lp_load(dt, y, at) + lp_load(dt, b, ch));
     }
 }
 
 /* One block per channel: db[c] (=|+=) r((float)(sum of dy in double)), fixed order. */
 static __global__ void lp_bwd_bias_kernel(float *__restrict__ db, const void *__restrict__ dy,
-                                          int n, int c, size_t p, int dt, int nhwc, int add)
+                                          int n, int c, size_t p, int dt, int nhwc, int add,
+                                          size_t ld)
 {
     const int ch = blockIdx.x;
     const size_t per = (size_t)n * p;
     double s = 0.0, unused = 0.0;
-    for (size_t k = threadIdx.x; k < per; k += blockDim.x) {
-        const size_t i = k / p, q = k % p;
-        const size_t at =
-            nhwc ? (i * p + q) * (size_t)c + (size_t)ch : (i * (size_t)c + (size_t)ch) * p + q;
-        s += (double)lp_load(dt, dy, at);
-    }
+    for (size_t k = threadIdx.x; k < per; k += blockDim.x)
+        s += (double)lp_load(dt, dy, lp_at(nhwc, ld, c, p, k / p, (size_t)ch, k % p));
     kern_cuda_block_sum2(s, unused);
     if (threadIdx.x == 0) {
         const float v = lp_round(dt, (float)s);
@@ -673,8 +718,15 @@ static int lp_plan(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
     cudnnDataType_t dt;
     const int rc = lp_check(d, &dt);
     if (rc < 0) return rc;
-    if (d->conv.x_nstride) return -EINVAL; /* kern.h: the lowp ops take dense tensors */
-    return plan_get(ctx, &d->conv, dt, d->layout, p);
+    if (d->conv.x_nstride) return -EINVAL; /* kern_conv.h: strides in x_ld, y_ld */
+    int oh, ow;
+    if (conv_out_hw(&d->conv, &oh, &ow) < 0) return -EINVAL;
+    const bool nhwc = d->layout == KERN_LAYOUT_NHWC;
+    const struct kern_conv2d *const c = &d->conv;
+    const size_t x_min = nhwc ? (size_t)c->c_in : (size_t)c->c_in * c->h_in * c->w_in,
+                 y_min = nhwc ? (size_t)c->c_out : (size_t)c->c_out * oh * ow;
+    if ((d->x_ld && d->x_ld < x_min) || (d->y_ld && d->y_ld < y_min)) return -EINVAL;
+    return plan_get(ctx, &d->conv, dt, d->layout, d->x_ld, d->y_ld, p);
 }
 
 /* Bytes of the reduced-type dw kept at the head of the workspace by bwd_filter (0 for f32). */
@@ -711,7 +763,7 @@ int kern_cuda_conv2d_lowp_fwd(struct kern_ctx *ctx, const struct kern_conv2d_low
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     const size_t pos = (size_t)p->h_out * p->w_out, n = (size_t)d->conv.n * d->conv.c_out * pos;
     lp_bias_kernel<<<kern_cuda_blocks(n), KERN_CUDA_THREADS, 0, st->stream>>>(
-        y, bias, n, d->conv.c_out, pos, d->dtype, d->layout == KERN_LAYOUT_NHWC);
+        y, bias, n, d->conv.c_out, pos, d->dtype, d->layout == KERN_LAYOUT_NHWC, d->y_ld);
     return kern_cuda_launched(ctx, "conv2d_lowp_fwd bias");
 }
 
@@ -746,8 +798,9 @@ int kern_cuda_conv2d_lowp_bwd_filter(struct kern_ctx *ctx, const struct kern_con
     struct kern_cuda_state *const st = kern_cuda_st(ctx);
     const struct kern_conv2d *const c = &d->conv;
     const size_t n = (size_t)c->c_out * c->c_in * c->k_h * c->k_w;
-    lp_widen_kernel<<<kern_cuda_blocks(n), KERN_CUDA_THREADS, 0, st->stream>>>(dw, ctx->ws, n,
-                                                                               d->dtype, add);
+    const int perm = d->dw_oihw && d->layout == KERN_LAYOUT_NHWC;
+    lp_widen_kernel<<<kern_cuda_blocks(n), KERN_CUDA_THREADS, 0, st->stream>>>(
+        dw, ctx->ws, n, d->dtype, add, perm ? c->c_in : 0, c->k_h * c->k_w);
     return kern_cuda_launched(ctx, "conv2d_lowp_bwd_filter widen");
 }
 
@@ -761,10 +814,13 @@ int kern_cuda_conv2d_lowp_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2
     cudnnDataType_t dt;
     int oh, ow;
     if (lp_check(d, &dt) < 0 || conv_out_hw(&d->conv, &oh, &ow) < 0) return -EINVAL;
+    if (d->y_ld && d->y_ld < (d->layout == KERN_LAYOUT_NHWC ? (size_t)d->conv.c_out
+                                                            : (size_t)d->conv.c_out * oh * ow))
+        return -EINVAL;
     lp_bwd_bias_kernel<<<(unsigned)d->conv.c_out, KERN_CUDA_THREADS, 0,
                          kern_cuda_st(ctx)->stream>>>(
         db, dy, d->conv.n, d->conv.c_out, (size_t)oh * ow, d->dtype, d->layout == KERN_LAYOUT_NHWC,
-        (accum & KERN_ACCUM_DPARAM) != 0);
+        (accum & KERN_ACCUM_DPARAM) != 0, d->y_ld);
     return kern_cuda_launched(ctx, "conv2d_lowp_bwd_bias");
 }
 

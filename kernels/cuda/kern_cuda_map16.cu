@@ -1,7 +1,7 @@
 /*
- * Max pool and nearest upsample on 16-bit activations, NCHW or NHWC, CUDA. Contracts in
- * kern_tensor.h, "Max pool and nearest upsample on 16-bit activations"; each element runs
- * kern_map16_common.h's lines, as the CPU reference does, so the bits are the same. One thread
+ * Max pool, nearest upsample and the concat's copies on 16-bit activations, NCHW or NHWC, CUDA.
+ * Contracts in kern_tensor.h, "Max pool and nearest upsample on 16-bit activations"; each element
+ * runs kern_map16_common.h's lines, as the CPU reference does, so the bits are the same. One thread
  * per output element (backward: per input element, a gather), the channel fastest so that NHWC
  * accesses coalesce.
  */
@@ -23,13 +23,14 @@ static __device__ __forceinline__ void map16_plane(const map16_geo &g, size_t ld
     *sy = *sx * (size_t)w;
 }
 
-/* kind: 0 pool fwd, 1 pool bwd, 2 upsample fwd, 3 upsample bwd; t runs over the elements of the
- * map the kind writes (the output, or for a backward the input), channel fastest. */
+/* kind: 0 pool fwd, 1 pool bwd, 2 upsample fwd, 3 upsample bwd, 4 copy; t runs over the elements of
+ * the map the kind writes (the output, or for a backward the input), channel fastest. */
 static __global__ void map16_kernel(map16_geo g, int kind, uint16_t *__restrict__ out,
                                     uint8_t *__restrict__ idx_out, const uint16_t *__restrict__ in,
                                     const uint8_t *__restrict__ idx, int add)
 {
-    const int oh = kind >= 2 ? 2 * g.h : g.h, ow = kind >= 2 ? 2 * g.w : g.w;
+    const bool up = kind == 2 || kind == 3;
+    const int oh = up ? 2 * g.h : g.h, ow = up ? 2 * g.w : g.w;
     const int th = kind == 2 ? oh : g.h, tw = kind == 2 ? ow : g.w; /* the map t runs over */
     const size_t total = (size_t)g.n * (size_t)g.c * (size_t)th * (size_t)tw;
     for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total;
@@ -52,6 +53,10 @@ static __global__ void map16_kernel(map16_geo g, int kind, uint16_t *__restrict_
         } else if (kind == 2) {
             out[yb + (size_t)py * ysy + (size_t)px * ysx] =
                 in[xb + (size_t)(py / 2) * xsy + (size_t)(px / 2) * xsx];
+        } else if (kind == 4) {
+            uint16_t *const y = out + yb + (size_t)py * ysy + (size_t)px * ysx;
+            *y = kern_map16_copy(in[xb + (size_t)py * xsy + (size_t)px * xsx], add,
+                                 add ? *y : (uint16_t)0);
         } else {
             uint16_t *const dx = out + xb + (size_t)py * xsy + (size_t)px * xsx;
             *dx = kern_map16_up_dx(in + yb, ysy, ysx, py, px, add, add ? *dx : (uint16_t)0);
@@ -65,8 +70,8 @@ static int map16_run(struct kern_ctx *ctx, const struct kern_map16 *d, int kind,
 {
     KERN_CHECK_CUDA_CTX(ctx);
     if (!d || !args_ok) return -EINVAL;
-    if (kern_map16_check(d->n, d->c, d->h, d->w, d->k, d->layout, d->dtype, d->x_ld, d->y_ld,
-                         kind < 2) < 0)
+    if (kern_map16_check(d->n, d->c, d->h, d->w, kind == 4 ? 1 : d->k, d->layout, d->dtype, d->x_ld,
+                         d->y_ld, kind < 2 || kind == 4) < 0)
         return -EINVAL;
     const map16_geo g = { d->n, d->c, d->h, d->w, d->k, d->layout, d->x_ld, d->y_ld };
     const size_t total =
@@ -98,4 +103,10 @@ int kern_cuda_upsample16_bwd(struct kern_ctx *ctx, const struct kern_map16 *d, u
                              const uint16_t *dy, unsigned accum)
 {
     return map16_run(ctx, d, 3, dx, NULL, dy, NULL, accum, dx && dy);
+}
+
+int kern_cuda_copy16(struct kern_ctx *ctx, const struct kern_map16 *d, uint16_t *y,
+                     const uint16_t *x, unsigned accum)
+{
+    return map16_run(ctx, d, 4, y, NULL, x, NULL, accum, y && x);
 }

@@ -52,5 +52,16 @@ KERN_OP(cast_f32_lowp_ns, (struct kern_ctx *ctx, int dtype, uint16_t *KERN_RESTR
 KERN_OP(cast_lowp_f32_ns, (struct kern_ctx *ctx, int dtype, float *KERN_RESTRICT dst,
                            const uint16_t *KERN_RESTRICT src, int n, size_t inner,
                            size_t dst_nstride, unsigned accum))
+
+/* --- to channels last (the NHWC network's weights and input) --- */
+
+/*
+ * dst (n, hw, c) 16-bit = r(src (n, c, hw) float32): conv weights (c_out, c_in, k_h, k_w) into
+ * the NHWC convs' (c_out, k_h, k_w, c_in), and the input images into NHWC. dtype KERN_DT_BF16 or
+ * KERN_DT_F16; roundings as kern_ref_cast_f32_bf16 / _f16, so the result is the dense cast,
+ * permuted, bit for bit. Errors: -EINVAL (dtype, n or c < 0, NULL with elements).
+ */
+KERN_OP(cast_f32_lowp_cl, (struct kern_ctx *ctx, int dtype, uint16_t *KERN_RESTRICT dst,
+                           const float *KERN_RESTRICT src, int n, int c, size_t hw))
 #endif /* KERN_OP */
 /* clang-format on */

@@ -34,7 +34,7 @@ struct kern_conv2d {
        concat's input read in place: image i's c_in planes start at x + i * x_nstride, dense
        within the image); 0: c_in h_in w_in (dense); else >= c_in h_in w_in (-EINVAL). Elements
        between the images are never read, and bwd_data never writes them. y, dy, w are dense.
-       The lowp ops (struct kern_conv2d_lowp) take dense tensors only: 0 there (-EINVAL). */
+       The lowp ops (struct kern_conv2d_lowp) take their strides in x_ld, y_ld: 0 here (-EINVAL). */
     size_t x_nstride;
 };
 
@@ -82,6 +82,7 @@ KERN_API double kern_conv2d_flops(const struct kern_conv2d *d);
  * LAYOUT. KERN_LAYOUT_NCHW: x (n, c_in, h, w), y (n, c_out, h_out, w_out), w and dw (c_out,
  * c_in, k_h, k_w), as the float32 ops. KERN_LAYOUT_NHWC (PyTorch channels_last): x (n, h, w,
  * c_in), y (n, h_out, w_out, c_out), w and dw (c_out, k_h, k_w, c_in). Bias and db: (c_out).
+ * x_ld, y_ld and dw_oihw (below) widen this to channel slices and an OIHW dw.
  * The layout only moves elements: the CPU reference gives the same values bit for bit in both.
  *
  * WORKSPACE. kern_*_conv2d_lowp_workspace_size, as the float32 ops: reserve the maximum once.
@@ -95,9 +96,19 @@ KERN_API double kern_conv2d_flops(const struct kern_conv2d *d);
  */
 
 struct kern_conv2d_lowp {
-    struct kern_conv2d conv; /* the shape, as for the float32 ops */
+    struct kern_conv2d conv; /* the shape, as for the float32 ops (x_nstride 0) */
     int dtype;               /* KERN_DT_*: type of x, w, bias, y, dx, dy (dw, db are float32) */
-    int layout;              /* KERN_LAYOUT_*: of x, y, dx, dy, w, dw */
+    int layout;              /* KERN_LAYOUT_*: of x, y, dx, dy, w, and of dw unless dw_oihw */
+    /* STRIDES. x and dx step x_ld, y and dy step y_ld, as struct kern_bnx's (kern_bn.h): NHWC the
+       pixel stride (>= the tensor's channels: a concat's channel slice is a pointer to its first
+       channel with the concat's stride), NCHW the image stride (>= c h w); 0: dense. Elements
+       outside the slices are never read, and never written. The results are the dense call's
+       bit for bit (the CUDA twin runs the dense shape's algorithms on the strided descriptors). */
+    size_t x_ld, y_ld;
+    /* 1: dw is (c_out, c_in, k_h, k_w) in either layout, the float32 master gradients' order, so
+       that the NHWC network adds into them without a transpose pass (the CUDA twin permutes in
+       its widening kernel); 0: dw in `layout`. */
+    int dw_oihw;
 };
 
 /* Fills *d with the shape *conv (copied), dtype and layout. NULL d or conv: nothing. */

@@ -209,6 +209,17 @@ KERN_OP(detect_reshape_bwd, (struct kern_ctx *ctx, const struct kern_detect *d,
                              unsigned accum))
 
 /*
+ * The same permutes from a 16-bit Detect conv output in `layout` (KERN_LAYOUT_NCHW: raw (bs, na
+ * no, ny, nx); KERN_LAYOUT_NHWC: (bs, ny, nx, na no)), dense, KERN_DT_BF16: p (float32) = the
+ * widened raw, permuted; draw (overwritten) = r(dp), permuted back (the gradient reaching a
+ * bf16 tensor under autocast is bf16). Errors: -EINVAL (shape, layout, NULL).
+ */
+KERN_OP(detect16_fwd, (struct kern_ctx *ctx, const struct kern_detect *d, int layout,
+                       float *KERN_RESTRICT p, const uint16_t *KERN_RESTRICT raw))
+KERN_OP(detect16_bwd, (struct kern_ctx *ctx, const struct kern_detect *d, int layout,
+                       uint16_t *KERN_RESTRICT draw, const float *KERN_RESTRICT dp))
+
+/*
  * Inference decode, with the permute fused: reads raw (bs, na*no, ny, nx), writes out
  * (bs, na, ny, nx, no) = (bs, na*ny*nx, no) boxes in input pixels, as ultralytics' Detect in
  * eval mode: s = sigmoid(v); xy = (2 s + (grid - 0.5)) * stride; wh = (2 s)^2 * anchor * stride;
@@ -247,5 +258,11 @@ KERN_OP(upsample16_fwd, (struct kern_ctx *ctx, const struct kern_map16 *d,
 KERN_OP(upsample16_bwd, (struct kern_ctx *ctx, const struct kern_map16 *d,
                          uint16_t *KERN_RESTRICT dx, const uint16_t *KERN_RESTRICT dy,
                          unsigned accum))
+
+/* copy16: y (=|+=) x, both maps (n, c, h, w) with their strides (x_ld, y_ld; k unused): a
+ * concat's copies into its buffer's slice, and the gradient's out of it. With KERN_ACCUM_DX
+ * each element is r(y + x), one float add rounded once; without, x's bits. */
+KERN_OP(copy16, (struct kern_ctx *ctx, const struct kern_map16 *d, uint16_t *KERN_RESTRICT y,
+                 const uint16_t *KERN_RESTRICT x, unsigned accum))
 #endif /* KERN_OP */
 /* clang-format on */

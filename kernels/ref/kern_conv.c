@@ -25,6 +25,7 @@
  * kern_ref_conv2d_workspace_size. Nothing is allocated here.
  */
 #include <limits.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -97,7 +98,9 @@ static size_t round16(size_t n)
  * KERN_LAYOUT_NCHW they are plain float32 loads, so the float32 ops share code through them. */
 static float lp_get(int dt, const void *p, size_t i);
 static float lp_round(int dt, float v);
-static size_t lp_index(int layout, size_t base, int ch, size_t s, int c, size_t hw);
+static size_t lp_index(int layout, size_t base, int ch, size_t s, size_t ld, size_t hw);
+static size_t lp_img(int layout, size_t i, int c, size_t hw, size_t ld);
+static size_t lp_px(int c, size_t ld);
 
 /*
  * How one call splits its work. Worker w of nw takes images w, w + nw, ...; it owns workspace
@@ -199,6 +202,15 @@ static int lp_check(const struct kern_conv2d_lowp *d)
     return 0;
 }
 
+/* kern_conv2d_lowp STRIDES: a nonzero stride at least the dense one (x_img, y_img: c h w). */
+static bool lp_strides_ok(const struct kern_conv2d_lowp *d, size_t x_img, size_t y_img)
+{
+    const bool nhwc = d->layout == KERN_LAYOUT_NHWC;
+    const size_t x_min = nhwc ? (size_t)d->conv.c_in : x_img,
+                 y_min = nhwc ? (size_t)d->conv.c_out : y_img;
+    return (!d->x_ld || d->x_ld >= x_min) && (!d->y_ld || d->y_ld >= y_min);
+}
+
 /*
  * The plan of a float32 conv d (dl NULL) or of the lowp conv dl (d unused), checking ctx first
  * and then dl, as every entry point does.
@@ -212,7 +224,9 @@ static int conv_plan_checked(struct kern_ctx *ctx, const struct kern_conv2d_lowp
         if (rc < 0) return rc;
         d = &dl->conv;
     }
-    return conv_plan_init(ctx, d, dl != NULL, pl);
+    const int rc = conv_plan_init(ctx, d, dl != NULL, pl);
+    if (rc < 0 || !dl) return rc;
+    return lp_strides_ok(dl, pl->x_img, pl->y_img) ? 0 : -EINVAL;
 }
 
 static int conv_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d_lowp *dl,
@@ -727,6 +741,7 @@ struct conv_bias_job {
     const void *dy;
     size_t p;
     unsigned accum;
+    size_t ld; /* dy's stride (kern_conv2d_lowp STRIDES; 0 dense) */
 };
 
 /* db[c] (=|+=) r((float)(sum of dy[., c] in double)), images in order. */
@@ -747,8 +762,10 @@ static void conv_bias_task(void *arg, int w, int nw)
                     s += dyc[k];
                 continue;
             }
+            const size_t at = lp_img(j->layout, (size_t)i, d->c_out, j->p, j->ld);
             for (size_t k = 0; k < j->p; k++)
-                s += lp_get(j->dtype, j->dy, lp_index(j->layout, base, (int)c, k, d->c_out, j->p));
+                s += lp_get(j->dtype, j->dy,
+                            lp_index(j->layout, at, (int)c, k, lp_px(d->c_out, j->ld), j->p));
         }
         const float v = lp_round(j->dtype, (float)s);
         j->db[c] = (j->accum & KERN_ACCUM_DPARAM) ? j->db[c] + v : v;
@@ -763,17 +780,19 @@ static int conv_bwd_bias(struct kern_ctx *ctx, const struct kern_conv2d_lowp *dl
     KERN_CHECK_CPU_CTX(ctx);
     KERN_CHECK_ACCUM(accum);
     KERN_RETURN_IF(!db || !dy, -EINVAL);
-    struct conv_bias_job j = { d, KERN_DT_F32, KERN_LAYOUT_NCHW, db, dy, 0, accum };
+    struct conv_bias_job j = { d, KERN_DT_F32, KERN_LAYOUT_NCHW, db, dy, 0, accum, 0 };
     if (dl) {
         const int rc = lp_check(dl);
         if (rc < 0) return rc;
         j.d = &dl->conv;
         j.dtype = dl->dtype;
         j.layout = dl->layout;
+        j.ld = dl->y_ld;
     }
     const int rc = kern_conv2d_out_hw(j.d, &oh, &ow);
     if (rc < 0) return rc;
     j.p = (size_t)oh * (size_t)ow;
+    if (dl && !lp_strides_ok(dl, 0, (size_t)dl->conv.c_out * j.p)) return -EINVAL;
     kern_parallel(ctx, conv_bias_task, &j, (size_t)j.d->n * j.d->c_out * j.p);
     return 0;
 }
@@ -822,30 +841,44 @@ static float lp_round(int dt, float v)
     return v;
 }
 
-/* Element index, in a layout, of element (ch, s) of an image of c channels and hw positions
- * starting at base. */
-static size_t lp_index(int layout, size_t base, int ch, size_t s, int c, size_t hw)
+/* Element index, in a layout, of element (ch, s) of an image of hw positions starting at base;
+ * ld: NHWC's pixel stride (the image's channels when dense; unused for NCHW). */
+static size_t lp_index(int layout, size_t base, int ch, size_t s, size_t ld, size_t hw)
 {
-    return layout == KERN_LAYOUT_NHWC ? base + s * (size_t)c + (size_t)ch
-                                      : base + (size_t)ch * hw + s;
+    return layout == KERN_LAYOUT_NHWC ? base + s * ld + (size_t)ch : base + (size_t)ch * hw + s;
 }
 
-/* dst (c, hw) float32 NCHW = the image at base of src (dtype, layout), widened. */
+/* Where image i of a tensor of c channels and hw positions with stride ld (kern_conv2d_lowp
+ * STRIDES; 0 dense) starts, and NHWC's pixel step for lp_index. */
+static size_t lp_img(int layout, size_t i, int c, size_t hw, size_t ld)
+{
+    if (layout == KERN_LAYOUT_NHWC) return i * hw * (ld ? ld : (size_t)c);
+    return i * (ld ? ld : (size_t)c * hw);
+}
+
+static size_t lp_px(int c, size_t ld)
+{
+    return ld ? ld : (size_t)c;
+}
+
+/* dst (c, hw) float32 NCHW = the image at base of src (dtype, layout, NHWC pixel stride ld),
+ * widened. */
 static void lp_load(int dt, int layout, float *restrict dst, const void *restrict src, size_t base,
-                    int c, size_t hw)
+                    int c, size_t hw, size_t ld)
 {
     for (int ch = 0; ch < c; ch++)
         for (size_t s = 0; s < hw; s++)
-            dst[(size_t)ch * hw + s] = lp_get(dt, src, lp_index(layout, base, ch, s, c, hw));
+            dst[(size_t)ch * hw + s] = lp_get(dt, src, lp_index(layout, base, ch, s, ld, hw));
 }
 
-/* The image at base of dst (dtype, layout) = r(src) or r(dst + src); src (c, hw) NCHW. */
+/* The image at base of dst (dtype, layout, NHWC pixel stride ld) = r(src) or r(dst + src); src
+ * (c, hw) NCHW. */
 static void lp_store(int dt, int layout, void *restrict dst, size_t base, const float *restrict src,
-                     int c, size_t hw, int add)
+                     int c, size_t hw, size_t ld, int add)
 {
     for (int ch = 0; ch < c; ch++) {
         for (size_t s = 0; s < hw; s++) {
-            const size_t at = lp_index(layout, base, ch, s, c, hw);
+            const size_t at = lp_index(layout, base, ch, s, ld, hw);
             const float v = src[(size_t)ch * hw + s];
             lp_set(dt, dst, at, add ? lp_get(dt, dst, at) + v : v);
         }
@@ -856,9 +889,7 @@ void kern_conv2d_lowp_init(struct kern_conv2d_lowp *d, const struct kern_conv2d 
                            int layout)
 {
     if (!d || !conv) return;
-    d->conv = *conv;
-    d->dtype = dtype;
-    d->layout = layout;
+    *d = (struct kern_conv2d_lowp){ .conv = *conv, .dtype = dtype, .layout = layout };
 }
 
 int kern_ref_conv2d_lowp_workspace_size(struct kern_ctx *ctx, const struct kern_conv2d_lowp *d,
@@ -883,7 +914,8 @@ static void lp_load_weights(const struct lp_job *j, const void *w)
     const struct kern_conv2d *const c = &j->d->conv;
     const size_t khw = (size_t)c->k_h * c->k_w, kk = (size_t)j->pl->kk;
     for (int o = 0; o < c->c_out; o++)
-        lp_load(j->d->dtype, j->d->layout, j->ws + (size_t)o * kk, w, (size_t)o * kk, c->c_in, khw);
+        lp_load(j->d->dtype, j->d->layout, j->ws + (size_t)o * kk, w, (size_t)o * kk, c->c_in, khw,
+                (size_t)c->c_in);
 }
 
 static void lp_fwd_task(void *arg, int w, int nw)
@@ -893,12 +925,15 @@ static void lp_fwd_task(void *arg, int w, int nw)
     const struct conv_plan *const pl = j->pl;
     const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     const size_t hw_in = (size_t)d->h_in * d->w_in;
+    const struct kern_conv2d_lowp *const dl = j->d;
     for (int i = w; i < d->n; i += nw) {
-        lp_load(j->d->dtype, j->d->layout, sl.xf, j->a, (size_t)i * pl->x_img, d->c_in, hw_in);
+        lp_load(dl->dtype, dl->layout, sl.xf, j->a, lp_img(dl->layout, i, d->c_in, hw_in, dl->x_ld),
+                d->c_in, hw_in, lp_px(d->c_in, dl->x_ld));
         conv_fwd_image(d, pl, &sl, sl.yf, sl.xf, j->ws);
-        if (j->b) conv_add_bias(j->d->dtype, d, pl, sl.yf, j->b);
-        lp_store(j->d->dtype, j->d->layout, j->out, (size_t)i * pl->y_img, sl.yf, d->c_out,
-                 (size_t)pl->p, 0);
+        if (j->b) conv_add_bias(dl->dtype, d, pl, sl.yf, j->b);
+        lp_store(dl->dtype, dl->layout, j->out,
+                 lp_img(dl->layout, i, d->c_out, (size_t)pl->p, dl->y_ld), sl.yf, d->c_out,
+                 (size_t)pl->p, lp_px(d->c_out, dl->y_ld), 0);
     }
 }
 
@@ -934,13 +969,15 @@ static void lp_bwd_data_task(void *arg, int w, int nw)
     const struct conv_plan *const pl = j->pl;
     const struct conv_slot sl = conv_slot_of(j->ws, pl, w);
     const size_t hw_in = (size_t)d->h_in * d->w_in;
+    const struct kern_conv2d_lowp *const dl = j->d;
     for (int i = w; i < d->n; i += nw) {
-        lp_load(j->d->dtype, j->d->layout, sl.yf, j->a, (size_t)i * pl->y_img, d->c_out,
-                (size_t)pl->p);
+        lp_load(dl->dtype, dl->layout, sl.yf, j->a,
+                lp_img(dl->layout, i, d->c_out, (size_t)pl->p, dl->y_ld), d->c_out, (size_t)pl->p,
+                lp_px(d->c_out, dl->y_ld));
         /* Overwrite the float32 image; accumulation happens in dtype, in lp_store. */
         conv_bwd_data_image(d, pl, &sl, sl.xf, sl.yf, j->ws, 0);
-        lp_store(j->d->dtype, j->d->layout, j->out, (size_t)i * pl->x_img, sl.xf, d->c_in, hw_in,
-                 (j->accum & KERN_ACCUM_DX) != 0);
+        lp_store(dl->dtype, dl->layout, j->out, lp_img(dl->layout, i, d->c_in, hw_in, dl->x_ld),
+                 sl.xf, d->c_in, hw_in, lp_px(d->c_in, dl->x_ld), (j->accum & KERN_ACCUM_DX) != 0);
     }
 }
 
@@ -964,17 +1001,20 @@ static void lp_bwd_filter_task(void *arg, int w, int nw)
     float *const acc = w == 0 ? j->ws : sl.dw;
     const size_t hw_in = (size_t)d->h_in * d->w_in;
     int first = 1;
+    const struct kern_conv2d_lowp *const dl = j->d;
     for (int i = w; i < d->n; i += nw) {
-        lp_load(j->d->dtype, j->d->layout, sl.xf, j->b, (size_t)i * pl->x_img, d->c_in, hw_in);
-        lp_load(j->d->dtype, j->d->layout, sl.yf, j->a, (size_t)i * pl->y_img, d->c_out,
-                (size_t)pl->p);
+        lp_load(dl->dtype, dl->layout, sl.xf, j->b, lp_img(dl->layout, i, d->c_in, hw_in, dl->x_ld),
+                d->c_in, hw_in, lp_px(d->c_in, dl->x_ld));
+        lp_load(dl->dtype, dl->layout, sl.yf, j->a,
+                lp_img(dl->layout, i, d->c_out, (size_t)pl->p, dl->y_ld), d->c_out, (size_t)pl->p,
+                lp_px(d->c_out, dl->y_ld));
         conv_dw_image(d, pl, &sl, acc, sl.yf, sl.xf, first ? 0.0f : 1.0f);
         first = 0;
     }
 }
 
 /* Adds the partials to the sum in worker order, rounds it to dtype and stores or adds it to dw
- * (float32, in the layout). */
+ * (float32, in the layout, or OIHW with dw_oihw). */
 static void lp_filter_finish_task(void *arg, int w, int nw)
 {
     const struct lp_job *const j = arg;
@@ -991,7 +1031,9 @@ static void lp_filter_finish_task(void *arg, int w, int nw)
         for (int p = 1; p < parts; p++)
             s += conv_slot_of(j->ws, j->pl, p).dw[k];
         const size_t o = k / kk, rem = k % kk;
-        const size_t at = lp_index(j->d->layout, o * kk, (int)(rem / khw), rem % khw, d->c_in, khw);
+        const int dw_layout = j->d->dw_oihw ? KERN_LAYOUT_NCHW : j->d->layout;
+        const size_t at =
+            lp_index(dw_layout, o * kk, (int)(rem / khw), rem % khw, (size_t)d->c_in, khw);
         const float v = lp_round(j->d->dtype, s);
         dw[at] = add ? dw[at] + v : v;
     }

@@ -1,5 +1,6 @@
 /*
- * Max pool and nearest upsample on 16-bit activations, NCHW or NHWC, CPU reference. Contracts in
+ * Max pool, nearest upsample and the concat's copies on 16-bit activations, NCHW or NHWC, CPU
+ * reference. Contracts in
  * kern_tensor.h, "Max pool and nearest upsample on 16-bit activations"; each element's steps are
  * kern_map16_common.h's, which the CUDA twins (kern_cuda_map16.cu) run too. Built without FP
  * contraction, as kern_bnx.c (the sums must round as the device's do).
@@ -36,13 +37,14 @@ struct map_job {
     const uint16_t *in;
     const uint8_t *idx;
     bool add;
-    int kind; /* 0 pool fwd, 1 pool bwd, 2 upsample fwd, 3 upsample bwd */
+    int kind; /* 0 pool fwd, 1 pool bwd, 2 upsample fwd, 3 upsample bwd, 4 copy */
 };
 
 static void plane_task(const struct map_job *j, size_t i, size_t ch)
 {
     const struct kern_map16 *const d = j->d;
-    const int h = d->h, w = d->w, oh = j->kind >= 2 ? 2 * h : h, ow = j->kind >= 2 ? 2 * w : w;
+    const bool up = j->kind == 2 || j->kind == 3;
+    const int h = d->h, w = d->w, oh = up ? 2 * h : h, ow = up ? 2 * w : w;
     const struct plane X = plane_of(d, d->x_ld, h, w, i, ch),
                        Y = plane_of(d, d->y_ld, oh, ow, i, ch);
     const struct kern_map16 dense = { .c = d->c, .layout = d->layout };
@@ -70,6 +72,14 @@ static void plane_task(const struct map_job *j, size_t i, size_t ch)
                 j->out[Y.base + (size_t)oy * Y.sy + (size_t)ox * Y.sx] =
                     j->in[X.base + (size_t)(oy / 2) * X.sy + (size_t)(ox / 2) * X.sx];
         break;
+    case 4:
+        for (int iy = 0; iy < h; iy++)
+            for (int ix = 0; ix < w; ix++) {
+                uint16_t *const y = j->out + Y.base + (size_t)iy * Y.sy + (size_t)ix * Y.sx;
+                *y = kern_map16_copy(j->in[X.base + (size_t)iy * X.sy + (size_t)ix * X.sx], j->add,
+                                     j->add ? *y : 0);
+            }
+        break;
     default:
         for (int iy = 0; iy < h; iy++)
             for (int ix = 0; ix < w; ix++) {
@@ -94,8 +104,9 @@ static int map_run(struct kern_ctx *ctx, struct map_job *j, bool args_ok)
     KERN_CHECK_CPU_CTX(ctx);
     const struct kern_map16 *const d = j->d;
     if (!d || !args_ok) return -EINVAL;
-    if (kern_map16_check(d->n, d->c, d->h, d->w, d->k, d->layout, d->dtype, d->x_ld, d->y_ld,
-                         j->kind < 2) < 0)
+    /* a pool's map and a copy's keep their size (the copy's k unchecked) */
+    if (kern_map16_check(d->n, d->c, d->h, d->w, j->kind == 4 ? 1 : d->k, d->layout, d->dtype,
+                         d->x_ld, d->y_ld, j->kind < 2 || j->kind == 4) < 0)
         return -EINVAL;
     kern_parallel(ctx, map_task, j, (size_t)d->n * d->c * (size_t)d->h * (size_t)d->w);
     return 0;
@@ -131,4 +142,13 @@ int kern_ref_upsample16_bwd(struct kern_ctx *ctx, const struct kern_map16 *d, ui
         .d = d, .out = dx, .in = dy, .add = (accum & KERN_ACCUM_DX) != 0, .kind = 3
     };
     return map_run(ctx, &j, dx && dy);
+}
+
+int kern_ref_copy16(struct kern_ctx *ctx, const struct kern_map16 *d, uint16_t *restrict y,
+                    const uint16_t *restrict x, unsigned accum)
+{
+    struct map_job j = {
+        .d = d, .out = y, .in = x, .add = (accum & KERN_ACCUM_DX) != 0, .kind = 4
+    };
+    return map_run(ctx, &j, y && x);
 }

@@ -94,4 +94,11 @@ KERN_BNX_FN uint16_t kern_map16_up_dx(const uint16_t *dy, size_t sy, size_t sx, 
     return kern_bf16_from_f32(s);
 }
 
+/* copy16's element: x's bits, or with add r(old + x). */
+KERN_BNX_FN uint16_t kern_map16_copy(uint16_t x, int add, uint16_t old)
+{
+    if (!add) return x;
+    return kern_bf16_from_f32(BNX_FADD(kern_bf16_to_f32(old), kern_bf16_to_f32(x)));
+}
+
 #endif

@@ -12,6 +12,8 @@
  *    bit; accumulation adds exactly the overwritten result (float32 dw, db) or rounds once
  *    (dx); single rounding of conv + bias and ties to even on hand-made values; fp16 overflow
  *    gives Inf (the loss scaler's signal).
+ *  - Strides (kern_conv2d_lowp STRIDES): channel slices in either layout give the dense bits and
+ *    write nothing outside; dw_oihw makes the NHWC dw the NCHW dw bit for bit.
  *  - PyTorch 1.13 CPU autocast bf16 (data/lowp_refs.bin from make_lowp_refs.py): y, dx, dw, db
  *    within 2^-7 |ref| + 1e-3 max|ref| (each side is within about one bf16 rounding of the exact
  *    value, so two bf16 units of 2^-8 relative, plus slack for cancellation near zero).
@@ -298,6 +300,130 @@ static void check_shape(const struct shape *sh, int dt)
         free(x16[l]), free(w16[l]), free(dy16[l]);
     free(b16), free(xv), free(wv), free(bv), free(dyv);
     free(r.y), free(r.ya), free(r.dx), free(r.dxa), free(r.dw), free(r.dwa), free(r.db);
+}
+
+/* Rows of `len` elements, `rows` of them, from dense src into dst with a row step of step
+ * (placed at dst, the slice's first element), or back (out != 0). */
+static void rows_copy(uint16_t *dst, const uint16_t *src, size_t rows, size_t len, size_t step,
+                      int out)
+{
+    for (size_t r = 0; r < rows; r++)
+        memcpy(out ? dst + r * len : dst + r * step, out ? src + r * step : src + r * len, len * 2);
+}
+
+/* Elements of a strided buffer of `total` outside the slices [off + r step, + len) changed. */
+static size_t outside(const uint16_t *buf, size_t total, size_t off, size_t rows, size_t len,
+                      size_t step)
+{
+    size_t bad = 0;
+    for (size_t e = 0; e < total; e++) {
+        const int in = e >= off && (e - off) / step < rows && (e - off) % step < len;
+        bad += !in && buf[e] != 0x7fc1;
+    }
+    return bad;
+}
+
+/*
+ * STRIDES and dw_oihw: x and dx, y and dy as channel slices of wider tensors (NHWC: a pixel
+ * stride; NCHW: an image stride) give the dense call's bits, with nothing outside the slices
+ * written; the NHWC dw with dw_oihw is the NCHW dw bit for bit; db reads a strided dy.
+ */
+static void check_strided(const struct shape *sh)
+{
+    const int dt = KERN_DT_BF16;
+    struct kern_conv2d c;
+    int oh, ow;
+    kern_conv2d_init(&c, sh->n, sh->c_in, sh->h, sh->w, sh->c_out, sh->k, sh->s, sh->p);
+    kern_conv2d_out_hw(&c, &oh, &ow);
+    const size_t hw = (size_t)sh->h * sh->w, p = (size_t)oh * ow, khw = (size_t)sh->k * sh->k;
+    const size_t nx = (size_t)sh->n * sh->c_in * hw, nw = (size_t)sh->c_out * sh->c_in * khw;
+    const size_t ny = (size_t)sh->n * sh->c_out * p;
+    struct kern_ctx *const ctx = kt_ctx_threads(1);
+    for (int layout = 0; layout < 2; layout++) {
+        const int nhwc = layout == KERN_LAYOUT_NHWC;
+        float *const tmp = kt_alloc(nx + nw + ny);
+        uint16_t *x = malloc(nx * 2), *w = malloc(nw * 2), *dy = malloc(ny * 2);
+        draw(dt, layout, x, tmp, sh->n, sh->c_in, hw, -2.0f, 2.0f);
+        draw(dt, layout, w, tmp, sh->c_out, sh->c_in, khw, -0.5f, 0.5f);
+        draw(dt, layout, dy, tmp, sh->n, sh->c_out, p, -1.0f, 1.0f);
+        struct kern_conv2d_lowp d;
+        kern_conv2d_lowp_init(&d, &c, dt, layout);
+        d.dw_oihw = 1;
+        size_t ws;
+        kern_ref_conv2d_lowp_workspace_size(ctx, &d, &ws);
+        kern_ctx_reserve(ctx, ws);
+        uint16_t *y = malloc(ny * 2), *dx = malloc(nx * 2);
+        float *dw = kt_alloc(nw), *db = kt_alloc(sh->c_out);
+        int rc = kern_ref_conv2d_lowp_fwd(ctx, &d, y, x, w, NULL);
+        rc |= kern_ref_conv2d_lowp_bwd_data(ctx, &d, dx, dy, w, 0);
+        rc |= kern_ref_conv2d_lowp_bwd_filter(ctx, &d, dw, dy, x, 0);
+        rc |= kern_ref_conv2d_lowp_bwd_bias(ctx, &d, db, dy, 0);
+        /* the dense NCHW dw of the same logical tensors, for dw_oihw */
+        float *dw_nchw = kt_alloc(nw);
+        if (nhwc) {
+            uint16_t *xn = malloc(nx * 2), *dyn = malloc(ny * 2);
+            for (int i = 0; i < sh->n; i++)
+                for (int ch = 0; ch < sh->c_in; ch++)
+                    for (size_t q = 0; q < hw; q++)
+                        xn[at(0, i, ch, q, sh->c_in, hw)] = x[at(1, i, ch, q, sh->c_in, hw)];
+            for (int i = 0; i < sh->n; i++)
+                for (int ch = 0; ch < sh->c_out; ch++)
+                    for (size_t q = 0; q < p; q++)
+                        dyn[at(0, i, ch, q, sh->c_out, p)] = dy[at(1, i, ch, q, sh->c_out, p)];
+            struct kern_conv2d_lowp dn;
+            kern_conv2d_lowp_init(&dn, &c, dt, KERN_LAYOUT_NCHW);
+            rc |= kern_ref_conv2d_lowp_bwd_filter(ctx, &dn, dw_nchw, dyn, xn, 0);
+            free(xn), free(dyn);
+        }
+        /* the slices: NHWC rows are pixels (x at channel 2 of c_in + 5, y at channel 1 of c_out
+           + 3); NCHW rows are images (x 3 elements in, image step x_img + 11; y 1 in, + 6) */
+        const size_t xrows = nhwc ? (size_t)sh->n * hw : (size_t)sh->n,
+                     xlen = nhwc ? (size_t)sh->c_in : (size_t)sh->c_in * hw,
+                     xstep = nhwc ? xlen + 5 : xlen + 11, xoff = nhwc ? 2 : 3;
+        const size_t yrows = nhwc ? (size_t)sh->n * p : (size_t)sh->n,
+                     ylen = nhwc ? (size_t)sh->c_out : (size_t)sh->c_out * p,
+                     ystep = nhwc ? ylen + 3 : ylen + 6, yoff = 1;
+        const size_t xt = xrows * xstep + xoff, yt = yrows * ystep + yoff;
+        uint16_t *xs = malloc(xt * 2), *dxs = malloc(xt * 2), *ys = malloc(yt * 2),
+                 *dys = malloc(yt * 2);
+        memset(xs, 0, xt * 2), memset(dys, 0, yt * 2);
+        for (size_t e = 0; e < xt; e++)
+            dxs[e] = 0x7fc1;
+        for (size_t e = 0; e < yt; e++)
+            ys[e] = 0x7fc1;
+        rows_copy(xs + xoff, x, xrows, xlen, xstep, 0);
+        rows_copy(dys + yoff, dy, yrows, ylen, ystep, 0);
+        struct kern_conv2d_lowp ds = d;
+        ds.x_ld = xstep, ds.y_ld = ystep;
+        float *dws = kt_alloc(nw), *dbs = kt_alloc(sh->c_out);
+        rc |= kern_ref_conv2d_lowp_fwd(ctx, &ds, ys + yoff, xs + xoff, w, NULL);
+        rc |= kern_ref_conv2d_lowp_bwd_data(ctx, &ds, dxs + xoff, dys + yoff, w, 0);
+        rc |= kern_ref_conv2d_lowp_bwd_filter(ctx, &ds, dws, dys + yoff, xs + xoff, 0);
+        rc |= kern_ref_conv2d_lowp_bwd_bias(ctx, &ds, dbs, dys + yoff, 0);
+        uint16_t *yb = malloc(ny * 2), *dxb = malloc(nx * 2);
+        rows_copy(yb, ys + yoff, yrows, ylen, ystep, 1);
+        rows_copy(dxb, dxs + xoff, xrows, xlen, xstep, 1);
+        const size_t spill =
+            outside(ys, yt, yoff, yrows, ylen, ystep) + outside(dxs, xt, xoff, xrows, xlen, xstep);
+        ok(rc == 0 && !memcmp(y, yb, ny * 2) && !memcmp(dx, dxb, nx * 2) &&
+               !memcmp(dw, dws, nw * 4) && !memcmp(db, dbs, (size_t)sh->c_out * 4) && spill == 0,
+           "bf16 %s k%d s%d: strided x, y, dx, dy give the dense bits (%zu written outside)",
+           nhwc ? "NHWC" : "NCHW", sh->k, sh->s, spill);
+        if (nhwc)
+            ok(!memcmp(dw, dw_nchw, nw * 4), "bf16 NHWC k%d s%d: dw_oihw is NCHW's dw bit for bit",
+               sh->k, sh->s);
+        struct kern_conv2d_lowp bad = ds;
+        bad.x_ld = nhwc ? (size_t)sh->c_in - 1 : (size_t)sh->c_in * hw - 1;
+        is_int(kern_ref_conv2d_lowp_fwd(ctx, &bad, ys + yoff, xs + xoff, w, NULL), -EINVAL,
+               "%s: an x stride below the dense one is -EINVAL", nhwc ? "NHWC" : "NCHW");
+        bad = ds;
+        bad.y_ld = nhwc ? (size_t)sh->c_out - 1 : (size_t)sh->c_out * p - 1;
+        is_int(kern_ref_conv2d_lowp_bwd_bias(ctx, &bad, dbs, dys + yoff, 0), -EINVAL,
+               "%s: a y stride below the dense one is -EINVAL (bwd_bias)", nhwc ? "NHWC" : "NCHW");
+        free(tmp), free(x), free(w), free(dy), free(y), free(dx), free(dw), free(db), free(dw_nchw);
+        free(xs), free(dxs), free(ys), free(dys), free(dws), free(dbs), free(yb), free(dxb);
+    }
+    kern_ctx_destroy(ctx);
 }
 
 /* Accumulation: dw and db add exactly the overwritten result in float32; dx rounds once. */
@@ -656,6 +782,8 @@ int main(int argc, char **argv)
     for (int dt = KERN_DT_BF16; dt <= KERN_DT_F16; dt++)
         for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
             check_shape(&shapes[s], dt);
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        check_strided(&shapes[s]);
     check_accum(KERN_DT_BF16);
     check_accum(KERN_DT_F16);
     check_f32_equals_old();

@@ -7,7 +7,8 @@
  * many: the sums, y, the saves, the running statistics, dgamma, dbeta and dx are compared byte
  * for byte, the accumulating forms too. Outputs start poisoned; a slice's neighbours must keep
  * their poison. Max pool and upsample (kern_cuda_maxpool16_*, kern_cuda_upsample16_*): y, idx
- * and dx byte for byte, with NaN and ties in the windows, dense and as NHWC slices.
+ * and dx byte for byte, with NaN and ties in the windows, dense and as NHWC slices. The moves
+ * of the NHWC executor (copy16, cast_f32_lowp_cl, detect16_*): byte for byte.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -189,6 +190,50 @@ static void test_map16(int n, int c, int h, int w, int k, int layout, bool slice
     free(x), free(dy), free(yh), free(dxh), free(ih);
 }
 
+/* copy16 (NHWC slices both ways, accumulating), cast_f32_lowp_cl and detect16 (both layouts):
+ * CPU against CUDA, byte for byte. */
+static void test_moves(int n, int c, int h, int w)
+{
+    tap_diag("copy16 / cast_f32_lowp_cl / detect16 n %d c %d %dx%d", n, c, h, w);
+    const size_t hw = (size_t)h * w, e = (size_t)n * c * hw, lx = (size_t)c + 3, ly = (size_t)c + 5;
+    struct kern_map16 d = {
+        .n = n, .c = c, .h = h, .w = w, .layout = KERN_LAYOUT_NHWC, .dtype = KERN_DT_BF16
+    };
+    d.x_ld = lx, d.y_ld = ly;
+    uint16_t *x = h16((size_t)n * hw * lx, -2, 2), *y = h16((size_t)n * hw * ly, -1, 1);
+    uint16_t *xd = kct_up(x, (size_t)n * hw * lx * 2), *yd = kct_up(y, (size_t)n * hw * ly * 2);
+    for (int acc = 0; acc < 2; acc++) {
+        CK(kern_ref_copy16(g_cpu, &d, y + 2, x + 1, acc ? KERN_ACCUM_DX : 0));
+        CK(kern_cuda_copy16(g_gpu, &d, yd + 2, xd + 1, acc ? KERN_ACCUM_DX : 0));
+        ok(same_down(y, yd, (size_t)n * hw * ly * 2), "copy16%s: the same bits, the gaps kept",
+           acc ? " accum" : "");
+    }
+    float *f = kt_alloc(e);
+    kt_fill(f, e, -300, 300);
+    float *fd = kct_up(f, e * 4);
+    uint16_t *clh = malloc(e * 2), *cld = kct_poison(e * 2);
+    for (int dt = KERN_DT_BF16; dt <= KERN_DT_F16; dt++) {
+        CK(kern_ref_cast_f32_lowp_cl(g_cpu, dt, clh, f, n, c, hw));
+        CK(kern_cuda_cast_f32_lowp_cl(g_gpu, dt, cld, fd, n, c, hw));
+        ok(same_down(clh, cld, e * 2), "cast_f32_lowp_cl %s: the same bits",
+           dt == KERN_DT_BF16 ? "bf16" : "f16");
+    }
+    /* detect16 on a head of na 3, no c / 3 (c a multiple of 3, no >= 5) */
+    const struct kern_detect dd = { .bs = n, .na = 3, .no = c / 3, .ny = h, .nx = w, .stride = 8 };
+    float *ph = malloc(e * 4), *pd = kct_poison(e * 4);
+    uint16_t *rh = malloc(e * 2), *rd = kct_poison(e * 2);
+    for (int layout = 0; layout < 2; layout++) {
+        CK(kern_ref_detect16_fwd(g_cpu, &dd, layout, ph, clh));
+        CK(kern_cuda_detect16_fwd(g_gpu, &dd, layout, pd, cld));
+        CK(kern_ref_detect16_bwd(g_cpu, &dd, layout, rh, f));
+        CK(kern_cuda_detect16_bwd(g_gpu, &dd, layout, rd, fd));
+        ok(same_down(ph, pd, e * 4) && same_down(rh, rd, e * 2), "detect16 %s: the same bits",
+           layout ? "NHWC" : "NCHW");
+    }
+    cudaFree(xd), cudaFree(yd), cudaFree(fd), cudaFree(cld), cudaFree(pd), cudaFree(rd);
+    free(x), free(y), free(f), free(clh), free(ph), free(rh);
+}
+
 void parity_bnx(int bench)
 {
     (void)bench; /* no benchmark in this suite */
@@ -208,4 +253,6 @@ void parity_bnx(int bench)
     /* yolov5s' SPPF (512 channels at 20x20) and its last upsample (256 at 40x40), batch 4 */
     test_map16(4, 256, 20, 20, 5, KERN_LAYOUT_NHWC, false, true);
     test_map16(4, 128, 40, 40, 0, KERN_LAYOUT_NHWC, true, false);
+    test_moves(2, 18, 5, 7);
+    test_moves(4, 255, 20, 20); /* yolov5s' Detect at 640, batch 4, level 3 */
 }

@@ -14,6 +14,7 @@
  *   fp16: rtol 4e-3 (a unit is 2^-11 = 4.9e-4; left room for algorithms that transform in
  *         fp16), atol 2e-3.
  *   float32 (FMA math, no TF32): rtol 1e-5, atol 1e-5.
+ * Strides (x_ld, y_ld) and dw_oihw: the device's own dense bits (check_strided).
  * Registered with the exit-code protocol; exits 77 with "# SKIP no CUDA device" without a GPU.
  */
 #include <errno.h>
@@ -182,6 +183,111 @@ static void check(const struct shape *sh, int dt, int layout)
     cudaFree(dxa_d), cudaFree(dw_d), cudaFree(dwa_d), cudaFree(db_d), cudaFree(dba_d);
 }
 
+/* n rows of len 16-bit elements into a wide host buffer at element off with row step step. */
+static uint16_t *widen_rows(const uint16_t *src, size_t rows, size_t len, size_t step, size_t off)
+{
+    uint16_t *const w = malloc((rows * step + off) * 2);
+    if (!w) exit(99);
+    memset(w, 0xA5, (rows * step + off) * 2);
+    for (size_t r = 0; r < rows; r++)
+        memcpy(w + off + r * step, src + r * len, len * 2);
+    return w;
+}
+
+/*
+ * STRIDES and dw_oihw on the device, bf16 NHWC (the NHWC executor's case): x, dx, y and dy as
+ * channel slices of wider tensors (pixel strides, offsets of 8 channels: 16-byte aligned, as the
+ * executor's concats are) give the dense call's bits and leave the rest of the buffers alone;
+ * dw_oihw is the NHWC dw permuted, bit for bit; db from a strided dy is the dense db.
+ */
+static void check_strided(const struct shape *sh)
+{
+    const int dt = KERN_DT_BF16;
+    struct kern_conv2d c;
+    struct kern_conv2d_lowp d, ds;
+    int oh, ow;
+    size_t ws;
+    kern_conv2d_init(&c, sh->n, sh->c_in, sh->h, sh->w, sh->c_out, sh->k, sh->s, sh->p);
+    kern_conv2d_out_hw(&c, &oh, &ow);
+    kern_conv2d_lowp_init(&d, &c, dt, KERN_LAYOUT_NHWC);
+    ds = d;
+    ds.x_ld = (size_t)sh->c_in + 16, ds.y_ld = (size_t)sh->c_out + 24, ds.dw_oihw = 1;
+    CK(kern_cuda_conv2d_lowp_workspace_size(g_gpu, &d, &ws));
+    CK(kern_ctx_reserve(g_gpu, ws));
+    CK(kern_cuda_conv2d_lowp_workspace_size(g_gpu, &ds, &ws));
+    CK(kern_ctx_reserve(g_gpu, ws));
+    const size_t px = (size_t)sh->n * sh->h * sh->w, py = (size_t)sh->n * oh * ow;
+    const size_t nx = px * sh->c_in, ny = py * sh->c_out, khw = (size_t)sh->k * sh->k;
+    const size_t nw = (size_t)sh->c_out * sh->c_in * khw;
+    uint16_t *const x = draw(dt, nx, -2, 2), *const w = draw(dt, nw, -0.3f, 0.3f),
+                    *const dy = draw(dt, ny, -1, 1);
+    uint16_t *const xw = widen_rows(x, px, sh->c_in, ds.x_ld, 8), *const dyw =
+                                                                      widen_rows(dy, py, sh->c_out,
+                                                                                 ds.y_ld, 8);
+    const size_t exw = px * ds.x_ld + 8, eyw = py * ds.y_ld + 8;
+    void *const x_d = kct_up(x, nx * 2), *const w_d = kct_up(w, nw * 2),
+                *const dy_d = kct_up(dy, ny * 2);
+    void *const xw_d = kct_up(xw, exw * 2), *const dyw_d = kct_up(dyw, eyw * 2);
+    void *const y_d = kct_poison(ny * 2), *const dx_d = kct_poison(nx * 2);
+    float *const dw_d = kct_poison(nw * 4), *const db_d = kct_poison((size_t)sh->c_out * 4);
+    uint16_t *const ywh = malloc(eyw * 2), *const dxwh = malloc(exw * 2);
+    memset(ywh, 0xA5, eyw * 2), memset(dxwh, 0xA5, exw * 2);
+    void *const yw_d = kct_up(ywh, eyw * 2), *const dxw_d = kct_up(dxwh, exw * 2);
+    float *const dws_d = kct_poison(nw * 4), *const dbs_d = kct_poison((size_t)sh->c_out * 4);
+    CK(kern_cuda_conv2d_lowp_fwd(g_gpu, &d, y_d, x_d, w_d, NULL));
+    CK(kern_cuda_conv2d_lowp_bwd_data(g_gpu, &d, dx_d, dy_d, w_d, 0));
+    CK(kern_cuda_conv2d_lowp_bwd_filter(g_gpu, &d, dw_d, dy_d, x_d, 0));
+    CK(kern_cuda_conv2d_lowp_bwd_bias(g_gpu, &d, db_d, dy_d, 0));
+    CK(kern_cuda_conv2d_lowp_fwd(g_gpu, &ds, (uint16_t *)yw_d + 8, (uint16_t *)xw_d + 8, w_d,
+                                 NULL));
+    CK(kern_cuda_conv2d_lowp_bwd_data(g_gpu, &ds, (uint16_t *)dxw_d + 8, (uint16_t *)dyw_d + 8, w_d,
+                                      0));
+    CK(kern_cuda_conv2d_lowp_bwd_filter(g_gpu, &ds, dws_d, (uint16_t *)dyw_d + 8,
+                                        (uint16_t *)xw_d + 8, 0));
+    CK(kern_cuda_conv2d_lowp_bwd_bias(g_gpu, &ds, dbs_d, (uint16_t *)dyw_d + 8, 0));
+    uint16_t *const y = malloc(ny * 2), *const dx = malloc(nx * 2);
+    float *const dw = kt_alloc(nw), *const dws = kt_alloc(nw), *const db = kt_alloc(sh->c_out),
+                 *const dbs = kt_alloc(sh->c_out);
+    kct_down(y, y_d, ny * 2), kct_down(dx, dx_d, nx * 2), kct_down(dw, dw_d, nw * 4);
+    kct_down(ywh, yw_d, eyw * 2), kct_down(dxwh, dxw_d, exw * 2), kct_down(dws, dws_d, nw * 4);
+    kct_down(db, db_d, (size_t)sh->c_out * 4), kct_down(dbs, dbs_d, (size_t)sh->c_out * 4);
+    size_t ybad = 0, dxbad = 0, spill = 0, dwbad = 0;
+    for (size_t r = 0; r < py; r++)
+        for (size_t q = 0; q < ds.y_ld; q++) {
+            const uint16_t v = ywh[8 + r * ds.y_ld + q];
+            if (q < (size_t)sh->c_out)
+                ybad += v != y[r * sh->c_out + q];
+            else
+                spill += v != 0xA5A5;
+        }
+    for (size_t r = 0; r < px; r++)
+        for (size_t q = 0; q < ds.x_ld; q++) {
+            const uint16_t v = dxwh[8 + r * ds.x_ld + q];
+            if (q < (size_t)sh->c_in)
+                dxbad += v != dx[r * sh->c_in + q];
+            else
+                spill += v != 0xA5A5;
+        }
+    for (size_t e = 0; e < 8; e++)
+        spill += (ywh[e] != 0xA5A5) + (dxwh[e] != 0xA5A5);
+    for (size_t o = 0; o < (size_t)sh->c_out; o++)
+        for (size_t ci = 0; ci < (size_t)sh->c_in; ci++)
+            for (size_t k = 0; k < khw; k++)
+                dwbad += memcmp(&dws[(o * sh->c_in + ci) * khw + k],
+                                &dw[(o * khw + k) * sh->c_in + ci], 4) != 0;
+    ok(ybad == 0 && dxbad == 0 && spill == 0 && dwbad == 0 &&
+           !memcmp(db, dbs, (size_t)sh->c_out * 4),
+       "bf16 NHWC n%d c%d->%d %dx%d k%d s%d strided: y, dx the dense bits (%zu, %zu off), %zu "
+       "written outside; dw_oihw the permuted dw (%zu off); db the same",
+       sh->n, sh->c_in, sh->c_out, sh->h, sh->w, sh->k, sh->s, ybad, dxbad, spill, dwbad);
+    free(x), free(w), free(dy), free(xw), free(dyw), free(ywh), free(dxwh), free(y), free(dx);
+    free(dw), free(dws), free(db), free(dbs);
+    void *const dev[] = { x_d,  w_d,  dy_d, xw_d,  dyw_d, y_d,  dx_d,
+                          dw_d, db_d, yw_d, dxw_d, dws_d, dbs_d };
+    for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
+        cudaFree(dev[k]);
+}
+
 static void check_errors(void)
 {
     struct kern_conv2d c;
@@ -214,5 +320,7 @@ void parity_conv_lowp(int bench)
             for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
                 check(&shapes[s], dt, layout);
     check(&shapes[1], KERN_DT_F32, KERN_LAYOUT_NHWC);
+    for (size_t s = 1; s < sizeof(shapes) / sizeof(shapes[0]) - 1; s++)
+        check_strided(&shapes[s]);
     check_errors();
 }

@@ -6,7 +6,8 @@
  *   - against the float32 ops on the widened numbers (kern_ref_maxpool2d_*, kern_ref_upsample2x_*):
  *     the forwards exactly (the same winner, the same offset), the backwards within one bf16
  *     rounding of their float sums;
- *   - with NaN and ties in windows, KERN_ACCUM_DX, bad descriptors.
+ *   - with NaN and ties in windows, KERN_ACCUM_DX, bad descriptors;
+ *   - copy16 (the concat's copies) into and out of NHWC slices and NCHW image strides.
  * The CUDA twins' bits are checked against these in test_cuda_parity_bnx.c.
  * Usage: test_kern_map16 [--seed N]
  */
@@ -215,6 +216,57 @@ static void test_accum_errors(void)
     free(x), free(dy), free(y), free(dx), free(idx), free(acc), free(old);
 }
 
+/* copy16: a concat's copy into an NHWC slice and the gradient's out of it, with and without
+ * KERN_ACCUM_DX; NCHW image strides; the pixels between the slices untouched. */
+static void test_copy(int n, int c, int h, int w)
+{
+    const size_t hw = (size_t)h * w, e = (size_t)n * c * hw, ld = (size_t)c + 6, off = 4;
+    const size_t wide = (size_t)n * hw * ld;
+    uint16_t *x = draws(e, true), *xs = u16(wide, 0x7fc1), *back = u16(e, 0x7fc1);
+    uint16_t *old = draws(e, false), *acc = u16(e, 0);
+    struct kern_map16 d = {
+        .n = n, .c = c, .h = h, .w = w, .layout = KERN_LAYOUT_NHWC, .dtype = KERN_DT_BF16
+    };
+    d.y_ld = ld;
+    int rc = kern_ref_copy16(g_ctx, &d, xs + off, x, 0); /* into the slice */
+    d.y_ld = 0, d.x_ld = ld;
+    if (!rc) rc = kern_ref_copy16(g_ctx, &d, back, xs + off, 0); /* and out */
+    memcpy(acc, old, e * 2);
+    if (!rc) rc = kern_ref_copy16(g_ctx, &d, acc, xs + off, KERN_ACCUM_DX);
+    size_t touched = 0, abad = 0;
+    for (size_t p = 0; p < (size_t)n * hw; p++)
+        for (size_t q = 0; q < ld; q++)
+            touched += (q < off || q >= off + (size_t)c) && xs[p * ld + q] != 0x7fc1;
+    for (size_t t = 0; t < e; t++) {
+        const uint16_t want = kern_bf16_from_f32(kern_bf16_to_f32(old[t]) + kern_bf16_to_f32(x[t]));
+        abad +=
+            acc[t] != want && !(isnan(kern_bf16_to_f32(acc[t])) && isnan(kern_bf16_to_f32(want)));
+    }
+    ok(rc == 0 && !memcmp(back, x, e * 2) && touched == 0 && abad == 0,
+       "copy16 n%d c%d %dx%d: NHWC into a slice and out gives x's bits, KERN_ACCUM_DX is r(old + "
+       "x) (%zu written outside, %zu sums off)",
+       n, c, h, w, touched, abad);
+    /* NCHW with image strides: the same bits */
+    const size_t img = (size_t)c * hw, lds = img + 9;
+    uint16_t *ys = u16((size_t)n * lds, 0x7fc1), *back2 = u16(e, 0);
+    struct kern_map16 dn = {
+        .n = n, .c = c, .h = h, .w = w, .layout = KERN_LAYOUT_NCHW, .dtype = KERN_DT_BF16
+    };
+    dn.y_ld = lds;
+    rc = kern_ref_copy16(g_ctx, &dn, ys, x, 0);
+    dn.y_ld = 0, dn.x_ld = lds;
+    if (!rc) rc = kern_ref_copy16(g_ctx, &dn, back2, ys, 0);
+    size_t gap = 0;
+    for (size_t i = 0; i < (size_t)n; i++)
+        for (size_t q = img; q < lds; q++)
+            gap += ys[i * lds + q] != 0x7fc1;
+    ok(rc == 0 && !memcmp(back2, x, e * 2) && gap == 0,
+       "copy16 NCHW with image strides: x's bits, the gaps untouched (%zu)", gap);
+    dn.x_ld = img - 1;
+    is_int(kern_ref_copy16(g_ctx, &dn, back2, ys, 0), -EINVAL, "copy16: a short stride refused");
+    free(x), free(xs), free(back), free(old), free(acc), free(ys), free(back2);
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_from_args(argc, argv, 41);
@@ -225,6 +277,8 @@ int main(int argc, char **argv)
     test_upsample(2, 5, 6, 7);
     test_upsample(1, 17, 3, 4);
     test_accum_errors();
+    test_copy(2, 5, 6, 7);
+    test_copy(1, 16, 3, 4);
     kern_ctx_destroy(g_ctx);
     return tap_done();
 }

@@ -5,6 +5,8 @@
  * bit and the gaps must keep their canary (stride_testutil.h). Once on one thread and once on
  * three (the ops split channels, images or planes over threads). Also the argument checks: a
  * non-zero stride below the dense one is -EINVAL, and the lowp convs refuse any x_nstride.
+ * And the casts that permute: cast_f32_lowp_cl (to channels last) and detect16_* (the Detect
+ * head from a bf16 conv output), against the dense casts and the float32 permutes.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "kern.h"
+#include "kern_lowp_common.h"
 #include "kern_testutil.h"
 #include "tap.h"
 
@@ -86,11 +89,84 @@ static void test_errors(struct kern_ctx *ctx)
            "cast_lowp_f32_ns: unknown accum bits are -EINVAL");
 }
 
+/* cast_f32_lowp_cl: the dense cast, permuted to channels last, bit for bit (both dtypes). */
+static void test_cast_cl(struct kern_ctx *ctx, int n, int c, size_t hw)
+{
+    const size_t e = (size_t)n * c * hw;
+    float *src = kt_alloc(e);
+    kt_fill(src, e, -7e4f, 7e4f);
+    src[0] = 1e-7f; /* an fp16 subnormal */
+    uint16_t *dense = malloc(e * 2), *cl = malloc(e * 2);
+    for (int k = 0; k < 2; k++) {
+        const int dt = k ? KERN_DT_F16 : KERN_DT_BF16;
+        int rc = k ? kern_ref_cast_f32_f16(ctx, dense, src, e)
+                   : kern_ref_cast_f32_bf16(ctx, dense, src, e);
+        if (!rc) rc = kern_ref_cast_f32_lowp_cl(ctx, dt, cl, src, n, c, hw);
+        size_t bad = 0;
+        for (size_t i = 0; i < (size_t)n; i++)
+            for (size_t ch = 0; ch < (size_t)c; ch++)
+                for (size_t p = 0; p < hw; p++)
+                    bad += cl[(i * hw + p) * c + ch] != dense[(i * c + ch) * hw + p];
+        ok(rc == 0 && bad == 0,
+           "cast_f32_lowp_cl %s n%d c%d hw %zu: the dense cast, channels last (%zu off)",
+           k ? "f16" : "bf16", n, c, hw, bad);
+    }
+    is_int(kern_ref_cast_f32_lowp_cl(ctx, KERN_DT_F32, cl, src, n, c, hw), -EINVAL,
+           "cast_f32_lowp_cl: float32 refused");
+    is_int(kern_ref_cast_f32_lowp_cl(ctx, KERN_DT_BF16, NULL, src, n, c, hw), -EINVAL,
+           "cast_f32_lowp_cl: NULL refused");
+    free(src), free(dense), free(cl);
+}
+
+/* detect16: the float32 Detect permutes on the widened bf16 conv output, NCHW and NHWC; the
+ * backward is r(dp) permuted back. */
+static void test_detect16(struct kern_ctx *ctx)
+{
+    const struct kern_detect d = { .bs = 2, .na = 3, .no = 7, .ny = 5, .nx = 4, .stride = 8 };
+    const size_t cells = (size_t)d.ny * d.nx, cc = (size_t)d.na * d.no,
+                 e = (size_t)d.bs * cc * cells;
+    float *raw = kt_alloc(e), *dp = kt_alloc(e), *p32 = kt_alloc(e), *draw32 = kt_alloc(e);
+    kt_fill(raw, e, -4, 4), kt_fill(dp, e, -1, 1);
+    uint16_t *r16 = malloc(e * 2), *rn = malloc(e * 2), *d16 = malloc(e * 2);
+    int rc = kern_ref_cast_f32_bf16(ctx, r16, raw, e);
+    float *raww = kt_alloc(e);
+    for (size_t t = 0; t < e; t++)
+        raww[t] = kern_bf16_to_f32(r16[t]);
+    rc |= kern_ref_detect_reshape_fwd(ctx, &d, p32, raww);
+    rc |= kern_ref_detect_reshape_bwd(ctx, &d, draw32, dp, 0);
+    rc |= kern_ref_cast_f32_lowp_cl(ctx, KERN_DT_BF16, rn, raww, d.bs, (int)cc, cells);
+    for (int layout = 0; layout < 2; layout++) {
+        float *p = kt_alloc(e);
+        int r = kern_ref_detect16_fwd(ctx, &d, layout, p, layout ? rn : r16);
+        r |= kern_ref_detect16_bwd(ctx, &d, layout, d16, dp);
+        size_t fbad = 0, bbad = 0;
+        for (size_t t = 0; t < e; t++)
+            fbad += p[t] != p32[t];
+        for (size_t i = 0; i < (size_t)d.bs; i++)
+            for (size_t ch = 0; ch < cc; ch++)
+                for (size_t q = 0; q < cells; q++) {
+                    const size_t at =
+                        layout ? (i * cells + q) * cc + ch : (i * cc + ch) * cells + q;
+                    bbad += d16[at] != kern_bf16_from_f32(draw32[(i * cc + ch) * cells + q]);
+                }
+        ok(rc == 0 && r == 0 && fbad == 0 && bbad == 0,
+           "detect16 %s: the float32 permute of the widened output; dx r(dp) permuted back (%zu, "
+           "%zu off)",
+           layout ? "NHWC" : "NCHW", fbad, bbad);
+        free(p);
+    }
+    is_int(kern_ref_detect16_fwd(ctx, &d, 2, p32, r16), -EINVAL, "detect16: a bad layout refused");
+    free(raw), free(dp), free(p32), free(draw32), free(r16), free(rn), free(d16), free(raww);
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_from_args(argc, argv, 20261122u);
     struct kern_ctx *const one = kt_ctx(0), *const three = kt_ctx_threads(3);
     test_errors(one);
+    test_cast_cl(one, 2, 5, 7 * 3);
+    test_cast_cl(one, 4, 16, 9); /* a 3x3 conv's weights, c_out 4 */
+    test_detect16(one);
     const struct st_env e1 = { "cpu", kern_ops_ref(), one, cpu_up, cpu_down, free };
     const struct st_env e3 = { "cpu x3", kern_ops_ref(), three, cpu_up, cpu_down, free };
     st_all(&e1, NULL);

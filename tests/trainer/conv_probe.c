@@ -116,7 +116,7 @@ int main(int argc, char **argv)
     int unknown = 0;
     for (int j = 0; j < ns && rc == 0; j++)
         for (int op = 0; op < 3; op++) {
-            struct kern_conv2d_lowp d = { shape[j], dtype, layout };
+            struct kern_conv2d_lowp d = { .conv = shape[j], .dtype = dtype, .layout = layout };
             struct kern_plan_cand h[KERN_PLAN_MAX_CANDS], f[KERN_PLAN_MAX_CANDS];
             int nh = 0, nf = 0;
             if ((rc = kern_cuda_conv2d_probe(ctx, &d, op, h, &nh, f, &nf)) < 0) {
