@@ -108,7 +108,10 @@ static int row_ranges(struct trn_net *net, char *err, size_t err_cap)
  * The executors (priv/net_internal.h EXECUTORS), chosen here and nowhere else: the walk for
  * everything, unless trn_net_opts.cpu_engine lets oneDNN take the kind of forward it covers (a
  * training net's training forwards and backward, an inference net's eval forwards). AUTO keeps
- * the walk where oneDNN does not apply; ONEDNN makes that an error.
+ * the walk where oneDNN does not apply; ONEDNN makes that an error. trn_net_opts.act_store
+ * other than float32 gives a training net's training forwards and backward to the bf16
+ * executor (net_exec_x16.c), on whichever backend the context is; where it cannot run them,
+ * that is an error (-EINVAL, err says why), never a silent fallback.
  */
 static int exec_choose(struct trn_net *net, const struct trn_net_opts *o, char *err, size_t err_cap)
 {
@@ -125,6 +128,12 @@ static int exec_choose(struct trn_net *net, const struct trn_net_opts *o, char *
         } else {
             net->ex[o->train] = (struct trn_net_slot){ &trn_net_exec_onednn, self };
         }
+    }
+    if (o->train && o->act_store != TRN_ACT_F32) {
+        void *self = NULL;
+        const int rc = trn_net_exec_x16.create(net, o, true, &self, err, err_cap);
+        if (rc < 0) return rc == -ENOTSUP ? -EINVAL : rc;
+        net->ex[1] = (struct trn_net_slot){ &trn_net_exec_x16, self };
     }
     snprintf(net->engine_name, sizeof net->engine_name, "%s", main->x->name(net, main->self));
     return 0;
@@ -144,6 +153,10 @@ int trn_net_create(struct trn_model *m, int batch, int h, int w, const struct tr
     if (I->nl > TRN_MODEL_MAX_LEVELS) return -EINVAL;
     if (o.cpu_engine < TRN_CPU_ENGINE_REF || o.cpu_engine > TRN_CPU_ENGINE_ONEDNN) {
         if (err && err_cap) snprintf(err, err_cap, "trn_net_opts.cpu_engine: %d", o.cpu_engine);
+        return -EINVAL;
+    }
+    if (o.act_store < TRN_ACT_F32 || o.act_store > TRN_ACT_BF16_NCHW) {
+        if (err && err_cap) snprintf(err, err_cap, "trn_net_opts.act_store: %d", o.act_store);
         return -EINVAL;
     }
     if (o.amp != KERN_DT_F32 && o.amp != KERN_DT_BF16 && o.amp != KERN_DT_F16) {
@@ -477,6 +490,56 @@ int trn_net_forward_dev(struct trn_net *net, const float *images, bool images_de
 {
     if (!net || !images) return -EINVAL;
     return forward(net, images, images_dev, train, outputs);
+}
+
+int net_bn_sync(struct trn_net *net, double *sums, int c)
+{
+    const size_t n = KERN_BN_SUMS_LEN(c);
+    double *host = sums;
+    if (net->gpu) {
+        TRY(kern_mem_copy(net->ctx, net->h_sums, sums, n * sizeof(double), KERN_COPY_D2H));
+        host = net->h_sums;
+    }
+    TRY(net->bn_allreduce(net->bn_allreduce_ctx, host, n));
+    if (net->gpu) TRY(kern_mem_copy(net->ctx, sums, host, n * sizeof(double), KERN_COPY_H2D));
+    return 0;
+}
+
+int net_fwd_begin(struct trn_net *net, const float *images, bool images_dev, bool train,
+                  bool *uploaded)
+{
+    /* The optimizer and EMA update the host model between steps; a fixed_params net's model
+       changes only where trn_net_params_changed says so (validation uploads once). */
+    const bool upload = net->gpu && !net->resident && !(net->fixed && net->up_ok);
+    if (upload) {
+        TRY(kern_mem_copy(net->ctx, net->d_param, trn_model_arena(net->m, TRN_ARENA_PARAM),
+                          arena_bytes(net, TRN_ARENA_PARAM), KERN_COPY_H2D));
+        TRY(kern_mem_copy(net->ctx, net->d_buf, trn_model_arena(net->m, TRN_ARENA_BUFFER),
+                          arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_H2D));
+        net->up_ok = net->fixed && !net->shared && !train;
+    }
+    *uploaded = upload;
+    /* a batch already in the input slot (trn_net_dev_input) needs no copy */
+    if (!(images_dev && images == net->act))
+        TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
+                          images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
+    return 0;
+}
+
+int net_fwd_end(struct trn_net *net, bool train)
+{
+    if (net->gpu && train && !net->resident)
+        TRY(kern_mem_copy(net->ctx, trn_model_arena(net->m, TRN_ARENA_BUFFER), net->d_buf,
+                          arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_D2H));
+    return 0;
+}
+
+int net_bwd_end(struct trn_net *net)
+{
+    if (net->gpu && !net->grad_ready && !net->resident)
+        TRY(kern_mem_copy(net->ctx, net->h_grad, net->grad, arena_bytes(net, TRN_ARENA_PARAM),
+                          KERN_COPY_D2H));
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */

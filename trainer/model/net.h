@@ -166,6 +166,26 @@ enum trn_cpu_engine {
                                   choose it */
 };
 
+/*
+ * ACTIVATIONS of a training net's training forwards and backward (trn_net_opts.act_store; eval
+ * forwards always run the float32 walk):
+ *   - TRN_ACT_F32: float32 NCHW between layers; with AMP every conv casts its operands in and
+ *     widens its output (the op-table walk). The default.
+ *   - TRN_ACT_BF16_NHWC: bf16 channels-last between layers, as PyTorch's channels_last autocast
+ *     step stores them: each conv writes bf16 (into its concat's channel slice where it feeds
+ *     one), BN statistics, BN + SiLU (+ the residual), pools, upsample and the concats run on
+ *     bf16 with float32 math (kern_bnx, kern_map16), the Detect head is widened for the loss,
+ *     and the weights are cast once per forward into the convs' layout; weight gradients come
+ *     back float32 in the model's order. Needs amp KERN_DT_BF16 and no input_grad (-EINVAL).
+ *   - TRN_ACT_BF16_NCHW: the same in NCHW; on the CPU reference the two give the same bits,
+ *     which is how the NHWC path is checked where no GPU is.
+ */
+enum trn_act_store {
+    TRN_ACT_F32 = 0,
+    TRN_ACT_BF16_NHWC = 1,
+    TRN_ACT_BF16_NCHW = 2,
+};
+
 /* Options for trn_net_create. */
 struct trn_net_opts {
     int threads;          /* threads of the kern context the net creates (kern_ctx_opts.threads:
@@ -213,6 +233,7 @@ struct trn_net_opts {
                           inference forward and the first after trn_net_params_changed, instead of
                           at every forward (validation on a GPU) [false] */
     int cpu_engine;    /* enum trn_cpu_engine [TRN_CPU_ENGINE_REF] */
+    int act_store;     /* enum trn_act_store (ACTIVATIONS) [TRN_ACT_F32] */
 };
 
 /* Fill o with the defaults: threads 0, no borrowed context, train true, input_grad false,

@@ -33,26 +33,6 @@ static int from_lowp(const struct trn_net *net, float *dst, const uint16_t *src,
                                     : net->K->cast_f16_f32(net->ctx, dst, src, n);
 }
 
-/* The accum bit for the next gradient written into act a: overwrite first, add afterwards. */
-static unsigned accum_for(struct trn_net *net, int a)
-{
-    const unsigned bit = net->has[a] ? KERN_ACCUM_DX : 0u;
-    net->has[a] = 1;
-    return bit;
-}
-
-/* What conv ci hands to the next op: the residual sum, the SiLU output, or the Detect output. */
-static int conv_out(const struct trn_net *net, int ci)
-{
-    const struct trn_act_conv *ac = &net->plan.convs[ci];
-    return ac->add >= 0 ? ac->add : ac->act >= 0 ? ac->act : ac->conv;
-}
-
-static int layer_in(const struct trn_net *net, int from)
-{
-    return from < 0 ? 0 : net->plan.layers[from].out;
-}
-
 static void bn_desc(const struct trn_net *net, int ci, struct kern_bn *d)
 {
     const struct trn_act *a = &net->plan.acts[net->plan.convs[ci].conv];
@@ -66,22 +46,6 @@ static int act_to_lowp(const struct trn_net *net, uint16_t *dst, int a)
     if (!t->nstride) return to_lowp(net, dst, A(net, a), t->numel);
     return net->K->cast_f32_lowp_ns(net->ctx, net->amp, dst, A(net, a), t->n, img_of(net, a),
                                     t->nstride);
-}
-
-/* SyncBatchNorm: sum bn_sums (a c-channel layer's) over the ranks through the hook, which
- * takes host memory: on the device path the sums go through h_sums. */
-static int bn_sync(struct trn_net *net, int c)
-{
-    const size_t n = KERN_BN_SUMS_LEN(c);
-    double *host = net->bn_sums;
-    if (net->gpu) {
-        TRY(kern_mem_copy(net->ctx, net->h_sums, net->bn_sums, n * sizeof(double), KERN_COPY_D2H));
-        host = net->h_sums;
-    }
-    TRY(net->bn_allreduce(net->bn_allreduce_ctx, host, n));
-    if (net->gpu)
-        TRY(kern_mem_copy(net->ctx, net->bn_sums, host, n * sizeof(double), KERN_COPY_H2D));
-    return 0;
 }
 
 static int conv_fwd(struct trn_net *net, int ci, bool train)
@@ -121,7 +85,7 @@ static int conv_fwd(struct trn_net *net, int ci, bool train)
         float *mean = net->bn_stat + net->bn_off[ci];
         if (net->bn_allreduce) {
             TRY(K->bn_stats(net->ctx, &d, net->bn_sums, A(net, ac->conv)));
-            TRY(bn_sync(net, c->c2));
+            TRY(net_bn_sync(net, net->bn_sums, c->c2));
             if (sum)
                 TRY(K->bn_silu_add_fwd_apply(
                     net->ctx, &d, y, mean, mean + c->c2, B(net, c->bn_mean), B(net, c->bn_var),
@@ -260,27 +224,12 @@ static int walk_forward(struct trn_net *net, void *self, const float *images, bo
                         bool train)
 {
     (void)self;
-    /* The optimizer and EMA update the host model between steps; a fixed_params net's model
-       changes only where trn_net_params_changed says so (validation uploads once). */
-    const bool upload = net->gpu && !net->resident && !(net->fixed && net->up_ok);
-    if (upload) {
-        TRY(kern_mem_copy(net->ctx, net->d_param, trn_model_arena(net->m, TRN_ARENA_PARAM),
-                          arena_bytes(net, TRN_ARENA_PARAM), KERN_COPY_H2D));
-        TRY(kern_mem_copy(net->ctx, net->d_buf, trn_model_arena(net->m, TRN_ARENA_BUFFER),
-                          arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_H2D));
-        net->up_ok = net->fixed && !net->shared && !train;
-    }
-    /* a batch already in the input slot (trn_net_dev_input) needs no copy */
-    if (!(images_dev && images == net->act))
-        TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
-                          images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
+    bool upload;
+    TRY(net_fwd_begin(net, images, images_dev, train, &upload));
     if (net->lp) TRY(net_lowp_weights(net, upload));
     for (int i = 0; i < net->I->n_layers; i++)
         TRY(layer_fwd(net, i, train));
-    if (net->gpu && train && !net->resident)
-        TRY(kern_mem_copy(net->ctx, trn_model_arena(net->m, TRN_ARENA_BUFFER), net->d_buf,
-                          arena_bytes(net, TRN_ARENA_BUFFER), KERN_COPY_D2H));
-    return 0;
+    return net_fwd_end(net, train);
 }
 
 /* The conv's own backward under autocast, from the float32 gradient at its raw output: dy cast
@@ -332,7 +281,7 @@ static int conv_bwd(struct trn_net *net, int ci)
                                       G(net, c->bn_bias), D(net, top), A(net, ac->conv),
                                       P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
                                       KERN_ACCUM_DPARAM));
-            TRY(bn_sync(net, c->c2));
+            TRY(net_bn_sync(net, net->bn_sums, c->c2));
             TRY(K->bn_silu_bwd_apply(net->ctx, &d, D(net, ac->conv), D(net, top), A(net, ac->conv),
                                      P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
                                      net->bn_sums, 0));
@@ -484,10 +433,7 @@ static int walk_backward(struct trn_net *net, void *self, const float *const *do
     }
     if (net->input_grad && !net->has[0])
         TRY(kern_mem_zero(net->ctx, D(net, 0), net->plan.acts[0].numel * sizeof(float)));
-    if (net->gpu && !net->grad_ready && !net->resident)
-        TRY(kern_mem_copy(net->ctx, net->h_grad, net->grad, arena_bytes(net, TRN_ARENA_PARAM),
-                          KERN_COPY_D2H));
-    return 0;
+    return net_bwd_end(net);
 }
 
 /* Each image's rows of all levels contiguous, as torch.cat makes them. */

@@ -8,8 +8,9 @@
  * once, from trn_net_opts (the context's backend, amp, cpu_engine, train): one for eval forwards
  * and one for training forwards, since an executor may cover only one of them (oneDNN's training
  * executor leaves eval forwards to the walk, its inference executor training forwards). Nothing
- * else in the module branches on which one runs: the public calls go through the slots. A new
- * executor (the NHWC GPU executor of issue 41) is one more table and one more line in the choice.
+ * else in the module branches on which one runs: the public calls go through the slots. The
+ * third, net_exec_x16.c, keeps a training net's activations in bf16, NHWC (or NCHW for the CPU's
+ * bit-for-bit check of the layouts), between layers (trn_net_opts.act_store).
  *
  * An executor reads the net's plan and model and writes its results where the public API reads
  * them: a forward leaves the head in net->head (at head_off[l], (bs, na, ny, nx, no)) unless
@@ -67,6 +68,7 @@ struct trn_net_slot {
 
 extern const struct trn_net_exec trn_net_exec_walk;
 extern const struct trn_net_exec trn_net_exec_onednn;
+extern const struct trn_net_exec trn_net_exec_x16;
 
 struct trn_net {
     struct trn_model *m;
@@ -219,10 +221,45 @@ static inline size_t DNS(const struct trn_net *net, int a)
     return net->plan.acts[a].dnstride;
 }
 
+/* The accum bit for the next gradient written into act a: overwrite first, add afterwards. */
+static inline unsigned accum_for(struct trn_net *net, int a)
+{
+    const unsigned bit = net->has[a] ? KERN_ACCUM_DX : 0u;
+    net->has[a] = 1;
+    return bit;
+}
+
+/* What conv ci hands to the next op: the residual sum, the SiLU output, or the Detect output. */
+static inline int conv_out(const struct trn_net *net, int ci)
+{
+    const struct trn_act_conv *ac = &net->plan.convs[ci];
+    return ac->add >= 0 ? ac->add : ac->act >= 0 ? ac->act : ac->conv;
+}
+
+/* The act a row reads from row `from` (-1: the image). */
+static inline int layer_in(const struct trn_net *net, int from)
+{
+    return from < 0 ? 0 : net->plan.layers[from].out;
+}
+
 /* Row i's parameter gradients are final: tell the gradient-ready hook (net.h GRADIENTS). */
 int net_row_ready(struct trn_net *net, int i);
 
 /* The AMP weights of a forward (net.h AMP WEIGHTS), where the walk casts them. */
 int net_lowp_weights(struct trn_net *net, bool uploaded);
+
+/* SyncBatchNorm: sums (a c-channel layer's KERN_BN_SUMS_LEN(c), backend memory) summed over the
+ * ranks through the hook, which takes host memory (on the device path through h_sums). */
+int net_bn_sync(struct trn_net *net, double *sums, int c);
+
+/* What every executor's forward does around its layers: the model's parameters and buffers
+ * uploaded where the device copies are stale (*uploaded says so), the images into the input
+ * slot (net->act); at the end the running statistics brought back after a training forward. */
+int net_fwd_begin(struct trn_net *net, const float *images, bool images_dev, bool train,
+                  bool *uploaded);
+int net_fwd_end(struct trn_net *net, bool train);
+
+/* After a backward: the parameter gradients to the host mirror, where no hook took them. */
+int net_bwd_end(struct trn_net *net);
 
 #endif

@@ -1,0 +1,568 @@
+/*
+ * The bf16 executor (priv/net_internal.h EXECUTORS; net.h ACTIVATIONS): a training net's
+ * training forwards and backward with bf16 activations between layers, NHWC or NCHW, on the ops
+ * of the net's context (kern_ops_ref() or kern_ops_cuda()): the step PyTorch's channels_last
+ * autocast takes, without a cast or a transpose around each conv.
+ *
+ * STORAGE. Its arenas mirror the plan's (trn_model_plan): act holds plan.total bf16 elements and
+ * dact plan.dtotal, and every act keeps its plan offset. In NCHW a concat's channel slice is the
+ * plan's own (its offset, its n-stride as the image stride). In NHWC the slice of a buffer of C
+ * channels at channel c_off is the buffer's offset + c_off with pixel stride C. The plan's facts
+ * (which acts are slices, which gradients share storage, which concat inputs are copied) do not
+ * depend on the layout, so the walk's decisions are taken as they are (tested against the plan's
+ * offsets, as net_walk.c does); only the addresses differ (struct place). The images come as
+ * float32 NCHW in the input slot (net->act, as for the walk) and are cast once into act; the
+ * model's parameters are cast at each forward into w16, conv weights in the convs' layout.
+ *
+ * ORDER. The walk's (net_walk.c): the same rows, the same `has` bookkeeping of the gradient
+ * arena (the first gradient written overwrites, later ones add), parameter gradients added into
+ * net->grad in float32 in the model's order (kern_conv2d_lowp.dw_oihw), BN in SyncBatchNorm's
+ * phases always (kern_bnx), with the hook between the phases where one is set.
+ *
+ * Training forwards only (create with train false is -ENOTSUP: eval forwards stay the walk's),
+ * and no input gradient. The view getters show the float32 arena, which this executor does not
+ * write: after its forwards they show what the last walk forward left.
+ */
+#include "priv/net_internal.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Where an act (or its gradient) lives in this executor's arena: the element offset of image 0's
+ * first channel, and its stride as kern_bnx takes it (NHWC pixel, NCHW image; 0 dense). */
+struct place {
+    size_t off, ld;
+};
+
+struct x16 {
+    int layout;
+    uint16_t *act, *dact; /* plan.total and plan.dtotal elements */
+    uint16_t *w16;        /* the PARAM arena in bf16, conv weights in the layout */
+    uint8_t *idx;         /* SPPF pool argmax offsets, three pools a row, dense */
+    size_t *idx_off;      /* per row */
+    double *sums;         /* one BN layer's KERN_BN_SUMS_LEN(c) (backend memory) */
+    struct place *a, *d;  /* per act: its value, its gradient */
+    struct kern_ctx *ctx; /* for destroy */
+};
+
+static bool is_nhwc(const struct x16 *x)
+{
+    return x->layout == KERN_LAYOUT_NHWC;
+}
+
+/* The place of act a in the value (grad false) or gradient arena: a slice's buffer is the dense
+ * act of the same plane whose image-0 range holds the slice's first element. */
+static int place_of(const struct trn_act_plan *pl, int a, bool grad, int layout, struct place *out)
+{
+    const struct trn_act *t = &pl->acts[a];
+    const size_t off = grad ? t->doff : t->offset, ns = grad ? t->dnstride : t->nstride;
+    if (!ns || layout == KERN_LAYOUT_NCHW) {
+        *out = (struct place){ off, ns };
+        return 0;
+    }
+    const size_t hw = (size_t)t->h * (size_t)t->w;
+    for (int b = 0; b < pl->n_acts; b++) {
+        const struct trn_act *u = &pl->acts[b];
+        const size_t uoff = grad ? u->doff : u->offset, uns = grad ? u->dnstride : u->nstride;
+        if (uns || u->n != t->n || u->h != t->h || u->w != t->w || (size_t)u->c * hw != ns)
+            continue;
+        if (off < uoff || off >= uoff + ns) continue;
+        *out = (struct place){ uoff + (off - uoff) / hw, (size_t)u->c };
+        return 0;
+    }
+    return -EINVAL;
+}
+
+static uint16_t *XA(const struct x16 *x, int a)
+{
+    return x->act + x->a[a].off;
+}
+
+static uint16_t *XD(const struct x16 *x, int a)
+{
+    return x->dact + x->d[a].off;
+}
+
+static const uint16_t *W16(const struct trn_net *net, const struct x16 *x, int t)
+{
+    return x->w16 + trn_model_tensor(net->m, t)->offset;
+}
+
+/* Conv ci's descriptor with its input (or input gradient) at stride x_ld; outputs are dense. */
+static struct kern_conv2d_lowp conv_desc(const struct trn_net *net, const struct x16 *x, int ci,
+                                         size_t x_ld)
+{
+    struct kern_conv2d c = net->cd[ci];
+    c.x_nstride = 0;
+    struct kern_conv2d_lowp d;
+    kern_conv2d_lowp_init(&d, &c, KERN_DT_BF16, x->layout);
+    d.x_ld = x_ld;
+    d.dw_oihw = 1;
+    return d;
+}
+
+static struct kern_bnx bnx_desc(const struct trn_net *net, const struct x16 *x, int ci)
+{
+    const struct trn_act *a = &net->plan.acts[net->plan.convs[ci].conv];
+    struct kern_bnx d;
+    kern_bnx_init(&d, a->n, a->c, a->h * a->w, x->layout);
+    return d;
+}
+
+/* A map of act a's shape (n, c, h, w) in the layout, dense strides. */
+static struct kern_map16 map_desc(const struct trn_net *net, const struct x16 *x, int a)
+{
+    const struct trn_act *t = &net->plan.acts[a];
+    return (struct kern_map16){
+        .n = t->n, .c = t->c, .h = t->h, .w = t->w, .layout = x->layout, .dtype = KERN_DT_BF16
+    };
+}
+
+/* Channels [c_off, ..) of buffer act buf in arena base at place p: the slice's first element
+ * and its stride. */
+static uint16_t *slice_of(const struct trn_net *net, const struct x16 *x, uint16_t *base,
+                          const struct place *p, int buf, int c_off, size_t *ld)
+{
+    const struct trn_act *t = &net->plan.acts[buf];
+    const size_t hw = (size_t)t->h * (size_t)t->w;
+    if (is_nhwc(x)) {
+        *ld = p->ld ? p->ld : (size_t)t->c;
+        return base + p->off + (size_t)c_off;
+    }
+    *ld = p->ld ? p->ld : (size_t)t->c * hw;
+    return base + p->off + (size_t)c_off * hw;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Forward                                                                                  */
+
+static int conv_fwd(struct trn_net *net, struct x16 *x, int ci)
+{
+    const struct kern_ops *K = net->K;
+    const struct trn_conv *c = trn_model_conv(net->m, ci);
+    const struct trn_act_conv *ac = &net->plan.convs[ci];
+    const struct kern_conv2d_lowp d = conv_desc(net, x, ci, x->a[ac->in].ld);
+    TRY(K->conv2d_lowp_fwd(net->ctx, &d, XA(x, ac->conv), XA(x, ac->in), W16(net, x, c->weight),
+                           c->bias >= 0 ? W16(net, x, c->bias) : NULL));
+    if (!c->bn) return 0;
+    /* a shortcut bottleneck's cv2 writes silu(bn) + the bottleneck input into the sum */
+    const bool sum = ac->add >= 0;
+    const int out = sum ? ac->add : ac->act, r = sum ? net->plan.convs[ci - 1].in : -1;
+    struct kern_bnx b = bnx_desc(net, x, ci);
+    b.y_ld = x->a[out].ld;
+    if (sum) b.r_ld = x->a[r].ld;
+    float *const mean = net->bn_stat + net->bn_off[ci];
+    TRY(K->bnx_stats(net->ctx, &b, x->sums, XA(x, ac->conv)));
+    if (net->bn_allreduce) TRY(net_bn_sync(net, x->sums, c->c2));
+    TRY(K->bnx_silu_apply(net->ctx, &b, XA(x, out), mean, mean + c->c2, B(net, c->bn_mean),
+                          B(net, c->bn_var), XA(x, ac->conv), P(net, c->bn_weight),
+                          P(net, c->bn_bias), x->sums, sum ? XA(x, r) : NULL));
+    if (!net->no_count) {
+        int64_t *cnt = trn_model_arena(net->m, TRN_ARENA_COUNT);
+        cnt[trn_model_tensor(net->m, c->bn_count)->offset] += 1;
+    }
+    return 0;
+}
+
+/* Act src into channels [c_off, ..) of act dst, unless its producer wrote it there. */
+static int cat_fwd(struct trn_net *net, struct x16 *x, int dst, int src, int c_off)
+{
+    const struct trn_act *y = &net->plan.acts[dst], *s = &net->plan.acts[src];
+    if (s->nstride && s->offset == y->offset + (size_t)c_off * s->h * s->w) return 0;
+    struct kern_map16 d = map_desc(net, x, src);
+    d.x_ld = x->a[src].ld;
+    uint16_t *const at = slice_of(net, x, x->act, &x->a[dst], dst, c_off, &d.y_ld);
+    return net->K->copy16(net->ctx, &d, at, XA(x, src), 0);
+}
+
+static uint8_t *pool_idx(const struct trn_net *net, const struct x16 *x, int i, int j)
+{
+    const int p = net->plan.layers[i].pool[j];
+    return x->idx + x->idx_off[i] + (size_t)j * net->plan.acts[p].numel;
+}
+
+static int layer_fwd(struct trn_net *net, struct x16 *x, int i)
+{
+    const struct kern_ops *K = net->K;
+    const struct trn_layer *L = trn_model_layer(net->m, i);
+    const struct trn_act_layer *al = &net->plan.layers[i];
+    const int c0 = L->conv0;
+    const int in = layer_in(net, L->from[0]);
+    switch (L->type) {
+    case TRN_MOD_CONV:
+        for (int j = 0; j < L->n; j++)
+            TRY(conv_fwd(net, x, c0 + j));
+        break;
+    case TRN_MOD_BOTTLENECK:
+        for (int j = 0; j < 2 * L->n; j++)
+            TRY(conv_fwd(net, x, c0 + j));
+        break;
+    case TRN_MOD_C3:
+        TRY(conv_fwd(net, x, c0));
+        for (int j = 0; j < 2 * L->n; j++)
+            TRY(conv_fwd(net, x, c0 + 3 + j));
+        TRY(conv_fwd(net, x, c0 + 1));
+        /* the bottleneck branch first (common.py C3.forward) */
+        TRY(cat_fwd(net, x, al->cat,
+                    L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0), 0));
+        TRY(cat_fwd(net, x, al->cat, conv_out(net, c0 + 1), L->hidden));
+        TRY(conv_fwd(net, x, c0 + 2));
+        break;
+    case TRN_MOD_SPPF: {
+        TRY(conv_fwd(net, x, c0));
+        int src = conv_out(net, c0);
+        TRY(cat_fwd(net, x, al->cat, src, 0));
+        for (int j = 0; j < 3; j++) {
+            struct kern_map16 d = map_desc(net, x, src);
+            d.k = L->k;
+            d.x_ld = x->a[src].ld;
+            d.y_ld = x->a[al->pool[j]].ld;
+            TRY(K->maxpool16_fwd(net->ctx, &d, XA(x, al->pool[j]), pool_idx(net, x, i, j),
+                                 XA(x, src)));
+            src = al->pool[j];
+            TRY(cat_fwd(net, x, al->cat, src, (j + 1) * L->hidden));
+        }
+        TRY(conv_fwd(net, x, c0 + 1));
+        break;
+    }
+    case TRN_MOD_UPSAMPLE: {
+        struct kern_map16 d = map_desc(net, x, in);
+        d.x_ld = x->a[in].ld;
+        d.y_ld = x->a[al->out].ld;
+        TRY(K->upsample16_fwd(net->ctx, &d, XA(x, al->out), XA(x, in)));
+        break;
+    }
+    case TRN_MOD_CONCAT: {
+        int off = 0;
+        for (int j = 0; j < L->n_from; j++) {
+            const int src = layer_in(net, L->from[j]);
+            TRY(cat_fwd(net, x, al->cat, src, off));
+            off += net->plan.acts[src].c;
+        }
+        break;
+    }
+    case TRN_MOD_DETECT:
+        for (int l = 0; l < L->n_conv; l++) {
+            TRY(conv_fwd(net, x, c0 + l));
+            TRY(K->detect16_fwd(net->ctx, &net->det[l], x->layout, net->head + net->head_off[l],
+                                XA(x, net->plan.convs[c0 + l].conv)));
+        }
+        break;
+    }
+    return 0;
+}
+
+/* The parameters in bf16: the whole arena (biases, and the NCHW weights as they are), then in
+ * NHWC every k > 1 conv weight again, channels last. */
+static int cast_weights(struct trn_net *net, struct x16 *x)
+{
+    const struct kern_ops *K = net->K;
+    const float *const p =
+        net->gpu ? net->d_param : (const float *)trn_model_arena(net->m, TRN_ARENA_PARAM);
+    TRY(K->cast_f32_bf16(net->ctx, x->w16, p, net->I->arena_len[TRN_ARENA_PARAM]));
+    if (!is_nhwc(x)) return 0;
+    for (int ci = 0; ci < net->I->n_convs; ci++) {
+        const struct trn_conv *c = trn_model_conv(net->m, ci);
+        if (c->k == 1) continue;
+        const size_t off = trn_model_tensor(net->m, c->weight)->offset;
+        TRY(K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, x->w16 + off, p + off, c->c2, c->c1,
+                                (size_t)c->k * (size_t)c->k));
+    }
+    return 0;
+}
+
+static int x16_forward(struct trn_net *net, void *self, const float *images, bool images_dev,
+                       bool train)
+{
+    struct x16 *const x = self;
+    if (!train) return -EINVAL; /* eval forwards are the walk's (create) */
+    bool uploaded;
+    TRY(net_fwd_begin(net, images, images_dev, train, &uploaded));
+    TRY(cast_weights(net, x));
+    const struct trn_act *in = &net->plan.acts[0];
+    if (is_nhwc(x))
+        TRY(net->K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, XA(x, 0), A(net, 0), in->n, in->c,
+                                     (size_t)in->h * (size_t)in->w));
+    else
+        TRY(net->K->cast_f32_bf16(net->ctx, XA(x, 0), A(net, 0), in->numel));
+    for (int i = 0; i < net->I->n_layers; i++)
+        TRY(layer_fwd(net, x, i));
+    return net_fwd_end(net, train);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Backward                                                                                 */
+
+/* Backward of conv ci from the gradient at its SiLU output (Detect: its raw output). */
+static int conv_bwd(struct trn_net *net, struct x16 *x, int ci)
+{
+    const struct kern_ops *K = net->K;
+    const struct trn_conv *c = trn_model_conv(net->m, ci);
+    const struct trn_act_conv *ac = &net->plan.convs[ci];
+    /* a shortcut bottleneck cv2's SiLU-output gradient is its sum's (net_walk.c conv_bwd) */
+    const int top = !c->bn ? ac->conv : ac->act >= 0 ? ac->act : ac->add;
+    if (!net->has[top]) return 0; /* nothing downstream used it: zero gradient */
+    if (c->bn) {
+        struct kern_bnx b = bnx_desc(net, x, ci);
+        b.y_ld = x->d[top].ld;
+        const float *mean = net->bn_stat + net->bn_off[ci];
+        net->has[ac->conv] = 1;
+        TRY(K->bnx_silu_bwd_reduce(net->ctx, &b, x->sums, G(net, c->bn_weight), G(net, c->bn_bias),
+                                   XD(x, top), XA(x, ac->conv), P(net, c->bn_weight),
+                                   P(net, c->bn_bias), mean, mean + c->c2, KERN_ACCUM_DPARAM));
+        if (net->bn_allreduce) TRY(net_bn_sync(net, x->sums, c->c2));
+        TRY(K->bnx_silu_bwd_apply(net->ctx, &b, XD(x, ac->conv), XD(x, top), XA(x, ac->conv),
+                                  P(net, c->bn_weight), P(net, c->bn_bias), mean, mean + c->c2,
+                                  x->sums, 0));
+    }
+    const struct kern_conv2d_lowp d = conv_desc(net, x, ci, x->a[ac->in].ld);
+    if (!c->bn && c->bias >= 0)
+        TRY(K->conv2d_lowp_bwd_bias(net->ctx, &d, G(net, c->bias), XD(x, ac->conv),
+                                    KERN_ACCUM_DPARAM));
+    TRY(K->conv2d_lowp_bwd_filter(net->ctx, &d, G(net, c->weight), XD(x, ac->conv), XA(x, ac->in),
+                                  KERN_ACCUM_DPARAM));
+    if (ac->in == 0) return 0; /* no input gradient (create) */
+    const struct kern_conv2d_lowp dd = conv_desc(net, x, ci, x->d[ac->in].ld);
+    return K->conv2d_lowp_bwd_data(net->ctx, &dd, XD(x, ac->in), XD(x, ac->conv),
+                                   W16(net, x, c->weight), accum_for(net, ac->in));
+}
+
+/* Hand act src's gradient on to act dst (=|+=). */
+static int pass_bwd(struct trn_net *net, struct x16 *x, int dst, int src)
+{
+    if (!net->has[src]) return 0;
+    struct kern_map16 d = map_desc(net, x, src);
+    d.x_ld = x->d[src].ld;
+    d.y_ld = x->d[dst].ld;
+    return net->K->copy16(net->ctx, &d, XD(x, dst), XD(x, src), accum_for(net, dst));
+}
+
+/* As net_walk.c's bottleneck_bwd: the input's gradient shares the sum's where the plan says so. */
+static int bottleneck_bwd(struct trn_net *net, struct x16 *x, int cv1)
+{
+    const struct trn_act_conv *ac = &net->plan.convs[cv1 + 1];
+    if (ac->add >= 0) {
+        const int in = net->plan.convs[cv1].in;
+        if (net->plan.acts[in].doff == net->plan.acts[ac->add].doff)
+            net->has[in] = net->has[ac->add];
+        else
+            TRY(pass_bwd(net, x, in, ac->add));
+    }
+    TRY(conv_bwd(net, x, cv1 + 1));
+    return conv_bwd(net, x, cv1);
+}
+
+static int cat_bwd(struct trn_net *net, struct x16 *x, int dst, int cat, int c_off)
+{
+    const struct trn_act *y = &net->plan.acts[cat], *s = &net->plan.acts[dst];
+    if (s->dnstride && s->doff == y->doff + (size_t)c_off * s->h * s->w) {
+        net->has[dst] = net->has[cat]; /* its gradient is the buffer's slice */
+        return 0;
+    }
+    if (!net->has[cat]) return 0;
+    struct kern_map16 d = map_desc(net, x, dst);
+    d.y_ld = x->d[dst].ld;
+    const uint16_t *const at = slice_of(net, x, x->dact, &x->d[cat], cat, c_off, &d.x_ld);
+    return net->K->copy16(net->ctx, &d, XD(x, dst), at, accum_for(net, dst));
+}
+
+static int layer_bwd(struct trn_net *net, struct x16 *x, int i, const float *const *dout)
+{
+    const struct kern_ops *K = net->K;
+    const struct trn_layer *L = trn_model_layer(net->m, i);
+    const struct trn_act_layer *al = &net->plan.layers[i];
+    const int c0 = L->conv0;
+    const int in = layer_in(net, L->from[0]);
+    switch (L->type) {
+    case TRN_MOD_CONV:
+        for (int j = L->n - 1; j >= 0; j--)
+            TRY(conv_bwd(net, x, c0 + j));
+        break;
+    case TRN_MOD_BOTTLENECK:
+        for (int j = L->n - 1; j >= 0; j--)
+            TRY(bottleneck_bwd(net, x, c0 + 2 * j));
+        break;
+    case TRN_MOD_C3: {
+        TRY(conv_bwd(net, x, c0 + 2));
+        const int y = L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0);
+        TRY(cat_bwd(net, x, y, al->cat, 0));
+        TRY(cat_bwd(net, x, conv_out(net, c0 + 1), al->cat, L->hidden));
+        TRY(conv_bwd(net, x, c0 + 1));
+        for (int j = L->n - 1; j >= 0; j--)
+            TRY(bottleneck_bwd(net, x, c0 + 3 + 2 * j));
+        TRY(conv_bwd(net, x, c0));
+        break;
+    }
+    case TRN_MOD_SPPF: {
+        TRY(conv_bwd(net, x, c0 + 1));
+        const int x1 = conv_out(net, c0);
+        TRY(cat_bwd(net, x, x1, al->cat, 0));
+        for (int j = 0; j < 3; j++)
+            TRY(cat_bwd(net, x, al->pool[j], al->cat, (j + 1) * L->hidden));
+        for (int j = 2; j >= 0; j--) {
+            const int src = j ? al->pool[j - 1] : x1;
+            if (!net->has[al->pool[j]]) continue;
+            struct kern_map16 d = map_desc(net, x, src);
+            d.k = L->k;
+            d.x_ld = x->d[src].ld;
+            d.y_ld = x->d[al->pool[j]].ld;
+            TRY(K->maxpool16_bwd(net->ctx, &d, XD(x, src), XD(x, al->pool[j]),
+                                 pool_idx(net, x, i, j), accum_for(net, src)));
+        }
+        TRY(conv_bwd(net, x, c0));
+        break;
+    }
+    case TRN_MOD_UPSAMPLE: {
+        if (!net->has[al->out] || in == 0) break;
+        struct kern_map16 d = map_desc(net, x, in);
+        d.x_ld = x->d[in].ld;
+        d.y_ld = x->d[al->out].ld;
+        TRY(K->upsample16_bwd(net->ctx, &d, XD(x, in), XD(x, al->out), accum_for(net, in)));
+        break;
+    }
+    case TRN_MOD_CONCAT: {
+        int off = 0;
+        for (int j = 0; j < L->n_from; j++) {
+            const int src = layer_in(net, L->from[j]);
+            if (src != 0) TRY(cat_bwd(net, x, src, al->cat, off));
+            off += net->plan.acts[src].c;
+        }
+        break;
+    }
+    case TRN_MOD_DETECT:
+        for (int l = L->n_conv - 1; l >= 0; l--) {
+            const int raw = net->plan.convs[c0 + l].conv;
+            net->has[raw] = 1;
+            TRY(K->detect16_bwd(net->ctx, &net->det[l], x->layout, XD(x, raw), dout[l]));
+            TRY(conv_bwd(net, x, c0 + l));
+        }
+        break;
+    }
+    return 0;
+}
+
+static int x16_backward(struct trn_net *net, void *self, const float *const *dout)
+{
+    struct x16 *const x = self;
+    memset(net->has, 0, (size_t)net->plan.n_acts);
+    for (int i = net->I->n_layers - 1; i >= 0; i--) {
+        TRY(layer_bwd(net, x, i, dout));
+        if (net->grad_ready) TRY(net_row_ready(net, i));
+    }
+    return net_bwd_end(net);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Creation                                                                                 */
+
+static void x16_destroy(void *self)
+{
+    struct x16 *const x = self;
+    if (!x) return;
+    void *const t[] = { x->act, x->dact, x->w16, x->idx, x->sums };
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
+        kern_mem_free(x->ctx, t[k]);
+    free(x->idx_off);
+    free(x->a);
+    free(x->d);
+    free(x);
+}
+
+static int x16_alloc(struct x16 *x, size_t bytes, void **out)
+{
+    return kern_mem_alloc(x->ctx, bytes ? bytes : 1, out);
+}
+
+/* The workspace of conv ci's passes with its input and input gradient at their places. */
+static int conv_ws(struct trn_net *net, const struct x16 *x, int ci, size_t *ws)
+{
+    const int in = net->plan.convs[ci].in;
+    const size_t lds[2] = { x->a[in].ld, x->d[in].ld };
+    for (int k = 0; k < 2; k++) {
+        const struct kern_conv2d_lowp d = conv_desc(net, x, ci, lds[k]);
+        size_t b = 0;
+        TRY(net->K->conv2d_lowp_workspace_size(net->ctx, &d, &b));
+        if (b > *ws) *ws = b;
+    }
+    return 0;
+}
+
+static int x16_create(struct trn_net *net, const struct trn_net_opts *o, bool train, void **self,
+                      char *err, size_t err_cap)
+{
+    *self = NULL;
+    if (!train) return -ENOTSUP;
+    if (o->amp != KERN_DT_BF16 || o->input_grad || !net->dact) {
+        if (err && err_cap)
+            snprintf(err, err_cap,
+                     "bf16 activations (trn_net_opts.act_store) need amp bf16 and a training net "
+                     "without an input gradient");
+        return -EINVAL;
+    }
+    struct x16 *x = calloc(1, sizeof *x);
+    if (!x) return -ENOMEM;
+    const struct trn_act_plan *pl = &net->plan;
+    x->ctx = net->ctx;
+    x->layout = o->act_store == TRN_ACT_BF16_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
+    x->a = calloc((size_t)pl->n_acts, sizeof *x->a);
+    x->d = calloc((size_t)pl->n_acts, sizeof *x->d);
+    x->idx_off = calloc((size_t)net->I->n_layers + 1, sizeof *x->idx_off);
+    int rc = -ENOMEM;
+    if (!x->a || !x->d || !x->idx_off) goto fail;
+    for (int a = 0; a < pl->n_acts; a++) {
+        if (place_of(pl, a, false, x->layout, &x->a[a]) < 0 ||
+            place_of(pl, a, true, x->layout, &x->d[a]) < 0) {
+            if (err && err_cap)
+                snprintf(err, err_cap, "bf16 activations: no concat buffer holds the slice %s",
+                         pl->acts[a].name);
+            rc = -EINVAL;
+            goto fail;
+        }
+    }
+    size_t n_idx = 0;
+    int c_max = 1;
+    for (int i = 0; i < net->I->n_layers; i++) {
+        x->idx_off[i] = n_idx;
+        if (trn_model_layer(net->m, i)->type == TRN_MOD_SPPF)
+            n_idx += 3 * pl->acts[pl->layers[i].pool[0]].numel;
+    }
+    size_t ws = 0;
+    for (int ci = 0; ci < net->I->n_convs; ci++) {
+        const struct trn_conv *c = trn_model_conv(net->m, ci);
+        if (c->c2 > c_max) c_max = c->c2;
+        if ((rc = conv_ws(net, x, ci, &ws)) < 0) goto fail;
+    }
+    if ((rc = kern_ctx_reserve(net->ctx, ws)) < 0) goto fail;
+    if ((rc = x16_alloc(x, pl->total * 2, (void **)&x->act)) < 0 ||
+        (rc = x16_alloc(x, pl->dtotal * 2, (void **)&x->dact)) < 0 ||
+        (rc = x16_alloc(x, net->I->arena_len[TRN_ARENA_PARAM] * 2, (void **)&x->w16)) < 0 ||
+        (rc = x16_alloc(x, n_idx, (void **)&x->idx)) < 0 ||
+        (rc = x16_alloc(x, KERN_BN_SUMS_LEN(c_max) * sizeof(double), (void **)&x->sums)) < 0)
+        goto fail;
+    *self = x;
+    return 0;
+fail:
+    if (err && err_cap && !err[0])
+        snprintf(err, err_cap, "bf16 activations: %s", rc == -ENOMEM ? "out of memory" : "setup");
+    x16_destroy(x);
+    return rc;
+}
+
+static const char *x16_name(const struct trn_net *net, void *self)
+{
+    const struct x16 *const x = self;
+    const bool cuda = kern_ctx_backend(net->ctx) == KERN_BACKEND_CUDA;
+    if (is_nhwc(x)) return cuda ? "CUDA bf16 NHWC" : "reference bf16 NHWC";
+    return cuda ? "CUDA bf16 NCHW" : "reference bf16 NCHW";
+}
+
+const struct trn_net_exec trn_net_exec_x16 = {
+    .create = x16_create,
+    .forward = x16_forward,
+    .backward = x16_backward,
+    .name = x16_name,
+    .destroy = x16_destroy,
+};
