@@ -270,6 +270,15 @@ static int parse_args(int argc, char **argv, struct trn_launch_opts *A)
           .help = "--val-amp fp16 (val.py --half)",
           .choices = "fp16" },
         TOOL_OPT_CPU_ENGINE(&A->cpu_engine),
+        { .names = "--activations",
+          .kind = AP_CHOICE,
+          .dst = &A->activations,
+          .metavar = "A",
+          .help = "what the training step keeps between layers: fp32 (default: float32 NCHW, "
+                  "each conv casting in and out under --amp), bf16-nhwc (bf16 channels-last, as "
+                  "PyTorch's channels_last autocast; needs --amp bf16) or bf16-nchw (the same in "
+                  "NCHW, which gives bf16-nhwc's bits on the CPU)",
+          .choices = "fp32|bf16-nhwc|bf16-nchw" },
         AP_SECTION("Output"),
         TOOL_OPT_RUN_DIR(&A->project, &A->name, &A->exist_ok, "runs/train"),
         AP_SECTION("Testing"),

@@ -32,7 +32,7 @@ if [ "$mode" = bundle ]; then
   exit $bad
 fi
 
-echo "1..12"
+echo "1..13"
 GPU_CHECK_EPOCH_IMAGES=8 OUT="$tmp/full" "$root/scripts/gpu-check" --build "$build" 120 \
   >"$tmp/full.log" 2>&1
 rc=$?
@@ -61,6 +61,8 @@ ok "$([ "$(q "$s" "[x['status'] + ' ' + x['note'] for x in d['steps'] if x['name
   "conv-probe: the tool ran, found yolov5s's 60 convs in 29 shapes, and skipped"
 ok "$([ "$(q "$s" "' '.join(x['name'] + '=' + x['status'] for x in d['steps'] if x['name'].startswith('epoch-gpu'))")" = "epoch-gpu-data=pass epoch-gpu-pack=pass epoch-gpu-ours-1=skip epoch-gpu-torch-1=skip epoch-gpu=skip" ] && echo 0 || echo 1)" \
   "epoch-gpu: the synthetic set made and packed, both arms and the ratio skipped"
+ok "$([ "$(q "$s" "all(any(x['name'] == n and x['status'] == 'skip' for x in d['steps']) for n in ('train-parity-x16', 'bench-yolov5s-ours-nhwc', 'bench-yolov5n-ours-anyalgo-nhwc'))")" = True ] && echo 0 || echo 1)" \
+  "the bf16 NHWC executor's steps are there (train-parity-x16, bench-*-nhwc), skipped"
 
 # a deadline that cuts the CPU training run: the step is stopped, later steps not started, the
 # summary still written and final. 20 epochs, so that the cut never depends on the machine's

@@ -313,6 +313,7 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
         no.tune = o->cudnn_tune != 0;
     }
     no.cpu_engine = o->cpu_engine;
+    no.act_store = o->act_store;
     if ((rc = trn_net_create(b.m, o->batch, o->img, o->img, &no, &b.net, msg, sizeof msg)) < 0) {
         snprintf(err, err_cap, "net: %s", msg);
         goto out;

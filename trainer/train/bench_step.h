@@ -46,6 +46,7 @@ struct trn_bench_step_opts {
                        KERN_DT_F16 (timing only: no loss scaler, the loss gradient unscaled) */
     int cpu_engine; /* CPU: what runs the step (trn_net_opts.cpu_engine), as in yolo-train
                        [TRN_CPU_ENGINE_AUTO] */
+    int act_store;  /* the activations between layers (trn_net_opts.act_store) [TRN_ACT_F32] */
 };
 
 /* Defaults: img 640, batch 16, CPU, threads 0, warmup 3, steps 10, 8 boxes, seed 0. */

@@ -98,6 +98,15 @@ static int cpu_engine(const struct trn_launch_opts *A)
                                         : TRN_CPU_ENGINE_AUTO;
 }
 
+/* --activations as net.h's enum trn_act_store. */
+static int act_store(const struct trn_launch_opts *A)
+{
+    const char *e = A->activations;
+    return e && !strcmp(e, "bf16-nhwc")   ? TRN_ACT_BF16_NHWC
+           : e && !strcmp(e, "bf16-nchw") ? TRN_ACT_BF16_NCHW
+                                          : TRN_ACT_F32;
+}
+
 /* A library's message line (the loader's, the hyp file's): to stderr, after the program's name. */
 static void log_cb(void *ctx, const char *msg)
 {
@@ -163,6 +172,7 @@ static int do_bench_step(const struct trn_launch_opts *A)
     o.cudnn_tune = A->cudnn_tune;
     o.amp = amp_dtype(A, gpu);
     o.cpu_engine = cpu_engine(A);
+    o.act_store = act_store(A);
     struct trn_bench_step_result r;
     char err[512] = "";
     const int rc = trn_bench_step_run(&o, &r, err, sizeof err);
@@ -668,6 +678,7 @@ static int do_train(const struct trn_launch_opts *A, const struct trn_hyp *hyp,
     }
     o.val_cpu_engine = cpu_engine(A);
     o.cpu_engine = o.val_cpu_engine; /* the training step and the validation alike */
+    o.act_store = act_store(A);
     o.noval = A->noval;
     o.patience = (int)A->patience;
     o.stop_after = A->stop_after;

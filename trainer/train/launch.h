@@ -37,10 +37,11 @@ struct trn_launch_opts {
     const char *pack_dir;    /* --pack-dir (read by the caller's pack) */
     const char *pack_codec;  /* --pack-codec raw|zstd (likewise) */
     const char *project, *name, *optimizer, *dist_backend, *cache_dir;
-    const char *amp;        /* --amp: bf16, fp16, fp32, or NULL for the device's default */
-    const char *val_amp;    /* --val-amp (--val-half: "fp16"), or NULL: the training's on a GPU */
-    const char *cpu_engine; /* --cpu-engine auto|onednn|reference, or NULL (auto) */
-    long amp_inf_at;        /* --amp-test-inf-at NI (-1: not given) */
+    const char *amp;         /* --amp: bf16, fp16, fp32, or NULL for the device's default */
+    const char *val_amp;     /* --val-amp (--val-half: "fp16"), or NULL: the training's on a GPU */
+    const char *cpu_engine;  /* --cpu-engine auto|onednn|reference, or NULL (auto) */
+    const char *activations; /* --activations fp32|bf16-nhwc|bf16-nchw, or NULL (fp32) */
+    long amp_inf_at;         /* --amp-test-inf-at NI (-1: not given) */
     unsigned long long cache_max;
     long img, batch, epochs, workers, threads, nc, patience, save_period, seed, stop_after;
     long nproc, bench_steps, bench_warmup;

@@ -75,6 +75,7 @@ static int make_net_loss(struct run *R, int bs, int h, int w, struct trn_net **n
     no.device_path = R->dev.device_path;
     no.amp = R->o.amp;
     no.cpu_engine = R->o.cpu_engine;
+    no.act_store = R->o.act_store;
     /* the short last batch's net runs on the main net's device copies of the model */
     if (R->nets.net && (R->nets.gpu_ctx || R->dev.device_path)) no.share = R->nets.net;
     if (R->dist.overlap) {

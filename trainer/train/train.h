@@ -268,10 +268,13 @@ struct trn_train_opts {
                                step is float32 without SyncBatchNorm or the overlapped all-reduce,
                                else the reference ops; TRN_CPU_ENGINE_ONEDNN: oneDNN or an error;
                                TRN_CPU_ENGINE_REF: the reference ops */
-    int val_cpu_engine;     /* what runs the built-in validation's CPU inference (trn_val_opts.
-                               cpu_engine, net.h enum trn_cpu_engine) [TRN_CPU_ENGINE_AUTO] */
-    int64_t amp_inf_ni;     /* tests: >= 0 with fp16: batch ni's loss gradient gets an Inf, so the
-                               optimizer step that includes it is skipped [-1] */
+    int act_store;      /* the training nets' activations between layers (trn_net_opts.act_store,
+                           net.h ACTIVATIONS): TRN_ACT_F32 [default], TRN_ACT_BF16_NHWC or
+                           TRN_ACT_BF16_NCHW (both need amp KERN_DT_BF16). Not recorded */
+    int val_cpu_engine; /* what runs the built-in validation's CPU inference (trn_val_opts.
+                           cpu_engine, net.h enum trn_cpu_engine) [TRN_CPU_ENGINE_AUTO] */
+    int64_t amp_inf_ni; /* tests: >= 0 with fp16: batch ni's loss gradient gets an Inf, so the
+                           optimizer step that includes it is skipped [-1] */
 };
 
 /* Fill o with the defaults in brackets. o: out. Thread-safe. */
