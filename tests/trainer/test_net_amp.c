@@ -727,6 +727,45 @@ static void test_scaler(const char *synth, const char *pack, const char *models)
     if (tap_n_failed == 0) run("rm -rf %s", dir);
 }
 
+/* trn_net_opts.act_store: where the bf16 executor cannot run, creation says why (no silent
+ * fallback to float32 activations); an inference net keeps the walk; a bad value is refused. */
+static void test_act_store_errors(void)
+{
+    struct trn_model *m = NULL;
+    char err[256];
+    if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &m, err, sizeof err)) {
+        printf("Bail out! %s\n", err);
+        exit(99);
+    }
+    trn_model_init(m, 7);
+    struct trn_net_opts o;
+    trn_net_opts_default(&o);
+    o.act_store = TRN_ACT_BF16_NHWC;
+    struct trn_net *n = NULL;
+    err[0] = '\0';
+    int rc = trn_net_create(m, 2, 32, 32, &o, &n, err, sizeof err);
+    ok(rc == -EINVAL && !n && strstr(err, "amp bf16"),
+       "act_store bf16 with float32 convs: -EINVAL (%s)", err);
+    o.amp = KERN_DT_BF16, o.input_grad = true;
+    rc = trn_net_create(m, 2, 32, 32, &o, &n, err, sizeof err);
+    ok(rc == -EINVAL && !n, "act_store bf16 with an input gradient: -EINVAL (%s)", err);
+    o.input_grad = false, o.act_store = 3;
+    rc = trn_net_create(m, 2, 32, 32, &o, &n, err, sizeof err);
+    ok(rc == -EINVAL && !n, "act_store 3: -EINVAL (%s)", err);
+    o.act_store = TRN_ACT_BF16_NHWC, o.train = false;
+    rc = trn_net_create(m, 2, 32, 32, &o, &n, err, sizeof err);
+    ok(rc == 0 && n && !strcmp(trn_net_engine(n), "reference"),
+       "an inference net with act_store bf16: the walk runs it (%s)", n ? trn_net_engine(n) : err);
+    trn_net_destroy(n);
+    n = NULL;
+    o.train = true;
+    rc = trn_net_create(m, 2, 32, 32, &o, &n, err, sizeof err);
+    ok(rc == 0 && n && !strcmp(trn_net_engine(n), "reference bf16 NHWC"),
+       "a training net with act_store bf16 NHWC and amp bf16: %s", n ? trn_net_engine(n) : err);
+    trn_net_destroy(n);
+    trn_model_destroy(m);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5) { /* program mode: YOLO_TRAIN YOLO_SYNTH YOLO_PACK MODELS_TEST_DIR */
@@ -742,6 +781,7 @@ int main(int argc, char **argv)
     test_op_by_op(KERN_DT_F16, "fp16");
     test_torch();
     test_tiny();
+    test_act_store_errors();
     for (int i = 0; i < n_recs; i++)
         free(recs[i].v);
     return tap_done();

@@ -133,6 +133,7 @@ static int exec_choose(struct trn_net *net, const struct trn_net_opts *o, char *
         void *self = NULL;
         const int rc = trn_net_exec_x16.create(net, o, true, &self, err, err_cap);
         if (rc < 0) return rc == -ENOTSUP ? -EINVAL : rc;
+        if (net->ex[1].x != &trn_net_exec_walk) net->ex[1].x->destroy(net->ex[1].self);
         net->ex[1] = (struct trn_net_slot){ &trn_net_exec_x16, self };
     }
     snprintf(net->engine_name, sizeof net->engine_name, "%s", main->x->name(net, main->self));
