@@ -97,7 +97,9 @@ static __global__ void cast_f32_lowp_cl_kernel(uint16_t *__restrict__ dst,
 int kern_cuda_cast_f32_lowp_cl(struct kern_ctx *ctx, int dtype, uint16_t *__restrict__ dst,
                                const float *__restrict__ src, int n, int c, size_t hw)
 {
-    const int rc = cast_ns_check(ctx, dtype, dst, src, n < 0 || c < 0 ? -1 : n * c, hw, 0);
+    /* n images of c hw elements, checked as the slice casts' dense case (no n * c overflow) */
+    const int rc =
+        cast_ns_check(ctx, dtype, dst, src, c < 0 ? -1 : n, (size_t)(c < 0 ? 0 : c) * hw, 0);
     if (rc < 0) return rc;
     const size_t total = (size_t)n * (size_t)c * hw;
     if (total == 0) return 0;

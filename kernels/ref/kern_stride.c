@@ -69,7 +69,9 @@ int kern_ref_cast_lowp_f32_ns(struct kern_ctx *ctx, int dtype, float *restrict d
 int kern_ref_cast_f32_lowp_cl(struct kern_ctx *ctx, int dtype, uint16_t *restrict dst,
                               const float *restrict src, int n, int c, size_t hw)
 {
-    const int rc = cast_ns_check(ctx, dtype, dst, src, n < 0 || c < 0 ? -1 : n * c, hw, 0);
+    /* n images of c hw elements, checked as the slice casts' dense case (no n * c overflow) */
+    const int rc =
+        cast_ns_check(ctx, dtype, dst, src, c < 0 ? -1 : n, (size_t)(c < 0 ? 0 : c) * hw, 0);
     if (rc < 0) return rc;
     for (size_t i = 0; i < (size_t)n; i++)
         for (size_t ch = 0; ch < (size_t)c; ch++)

@@ -12,12 +12,13 @@
  * depend on the layout, so the walk's decisions are taken as they are (tested against the plan's
  * offsets, as net_walk.c does); only the addresses differ (struct place). The images come as
  * float32 NCHW in the input slot (net->act, as for the walk) and are cast once into act; the
- * model's parameters are cast at each forward into w16, conv weights in the convs' layout.
+ * convs' parameters are cast at each forward into w16, weights in the convs' layout.
  *
- * ORDER. The walk's (net_walk.c): the same rows, the same `has` bookkeeping of the gradient
- * arena (the first gradient written overwrites, later ones add), parameter gradients added into
- * net->grad in float32 in the model's order (kern_conv2d_lowp.dw_oihw), BN in SyncBatchNorm's
- * phases always (kern_bnx), with the hook between the phases where one is set.
+ * ORDER. The walk's: both run the rows through net_rows.c with their own steps (the same `has`
+ * bookkeeping of the gradient arena: the first gradient written overwrites, later ones add);
+ * parameter gradients are added into net->grad in float32 in the model's order
+ * (kern_conv2d_lowp.dw_oihw), BN runs in SyncBatchNorm's phases always (kern_bnx), with the hook
+ * between the phases where one is set.
  *
  * Training forwards only (create with train false is -ENOTSUP: eval forwards stay the walk's),
  * and no input gradient. The view getters show the float32 arena, which this executor does not
@@ -139,8 +140,10 @@ static uint16_t *slice_of(const struct trn_net *net, const struct x16 *x, uint16
 /* ---------------------------------------------------------------------------------------- */
 /* Forward                                                                                  */
 
-static int conv_fwd(struct trn_net *net, struct x16 *x, int ci)
+static int conv_fwd(struct trn_net *net, void *self, int ci, bool train)
 {
+    (void)train; /* always a training forward (create) */
+    struct x16 *const x = self;
     const struct kern_ops *K = net->K;
     const struct trn_conv *c = trn_model_conv(net->m, ci);
     const struct trn_act_conv *ac = &net->plan.convs[ci];
@@ -168,8 +171,9 @@ static int conv_fwd(struct trn_net *net, struct x16 *x, int ci)
 }
 
 /* Act src into channels [c_off, ..) of act dst, unless its producer wrote it there. */
-static int cat_fwd(struct trn_net *net, struct x16 *x, int dst, int src, int c_off)
+static int cat_fwd(struct trn_net *net, void *self, int dst, int src, int c_off)
 {
+    struct x16 *const x = self;
     const struct trn_act *y = &net->plan.acts[dst], *s = &net->plan.acts[src];
     if (s->nstride && s->offset == y->offset + (size_t)c_off * s->h * s->w) return 0;
     struct kern_map16 d = map_desc(net, x, src);
@@ -184,92 +188,54 @@ static uint8_t *pool_idx(const struct trn_net *net, const struct x16 *x, int i, 
     return x->idx + x->idx_off[i] + (size_t)j * net->plan.acts[p].numel;
 }
 
-static int layer_fwd(struct trn_net *net, struct x16 *x, int i)
+static int pool_fwd(struct trn_net *net, void *self, int i, int j, int src)
 {
-    const struct kern_ops *K = net->K;
-    const struct trn_layer *L = trn_model_layer(net->m, i);
-    const struct trn_act_layer *al = &net->plan.layers[i];
-    const int c0 = L->conv0;
-    const int in = layer_in(net, L->from[0]);
-    switch (L->type) {
-    case TRN_MOD_CONV:
-        for (int j = 0; j < L->n; j++)
-            TRY(conv_fwd(net, x, c0 + j));
-        break;
-    case TRN_MOD_BOTTLENECK:
-        for (int j = 0; j < 2 * L->n; j++)
-            TRY(conv_fwd(net, x, c0 + j));
-        break;
-    case TRN_MOD_C3:
-        TRY(conv_fwd(net, x, c0));
-        for (int j = 0; j < 2 * L->n; j++)
-            TRY(conv_fwd(net, x, c0 + 3 + j));
-        TRY(conv_fwd(net, x, c0 + 1));
-        /* the bottleneck branch first (common.py C3.forward) */
-        TRY(cat_fwd(net, x, al->cat,
-                    L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0), 0));
-        TRY(cat_fwd(net, x, al->cat, conv_out(net, c0 + 1), L->hidden));
-        TRY(conv_fwd(net, x, c0 + 2));
-        break;
-    case TRN_MOD_SPPF: {
-        TRY(conv_fwd(net, x, c0));
-        int src = conv_out(net, c0);
-        TRY(cat_fwd(net, x, al->cat, src, 0));
-        for (int j = 0; j < 3; j++) {
-            struct kern_map16 d = map_desc(net, x, src);
-            d.k = L->k;
-            d.x_ld = x->a[src].ld;
-            d.y_ld = x->a[al->pool[j]].ld;
-            TRY(K->maxpool16_fwd(net->ctx, &d, XA(x, al->pool[j]), pool_idx(net, x, i, j),
-                                 XA(x, src)));
-            src = al->pool[j];
-            TRY(cat_fwd(net, x, al->cat, src, (j + 1) * L->hidden));
-        }
-        TRY(conv_fwd(net, x, c0 + 1));
-        break;
-    }
-    case TRN_MOD_UPSAMPLE: {
-        struct kern_map16 d = map_desc(net, x, in);
-        d.x_ld = x->a[in].ld;
-        d.y_ld = x->a[al->out].ld;
-        TRY(K->upsample16_fwd(net->ctx, &d, XA(x, al->out), XA(x, in)));
-        break;
-    }
-    case TRN_MOD_CONCAT: {
-        int off = 0;
-        for (int j = 0; j < L->n_from; j++) {
-            const int src = layer_in(net, L->from[j]);
-            TRY(cat_fwd(net, x, al->cat, src, off));
-            off += net->plan.acts[src].c;
-        }
-        break;
-    }
-    case TRN_MOD_DETECT:
-        for (int l = 0; l < L->n_conv; l++) {
-            TRY(conv_fwd(net, x, c0 + l));
-            TRY(K->detect16_fwd(net->ctx, &net->det[l], x->layout, net->head + net->head_off[l],
-                                XA(x, net->plan.convs[c0 + l].conv)));
-        }
-        break;
-    }
-    return 0;
+    struct x16 *const x = self;
+    const int p = net->plan.layers[i].pool[j];
+    struct kern_map16 d = map_desc(net, x, src);
+    d.k = trn_model_layer(net->m, i)->k;
+    d.x_ld = x->a[src].ld;
+    d.y_ld = x->a[p].ld;
+    return net->K->maxpool16_fwd(net->ctx, &d, XA(x, p), pool_idx(net, x, i, j), XA(x, src));
 }
 
-/* The parameters in bf16: the whole arena (biases, and the NCHW weights as they are), then in
- * NHWC every k > 1 conv weight again, channels last. */
+static int up_fwd(struct trn_net *net, void *self, int in, int out)
+{
+    struct x16 *const x = self;
+    struct kern_map16 d = map_desc(net, x, in);
+    d.x_ld = x->a[in].ld;
+    d.y_ld = x->a[out].ld;
+    return net->K->upsample16_fwd(net->ctx, &d, XA(x, out), XA(x, in));
+}
+
+static int head_fwd(struct trn_net *net, void *self, int l, int raw)
+{
+    struct x16 *const x = self;
+    return net->K->detect16_fwd(net->ctx, &net->det[l], x->layout, net->head + net->head_off[l],
+                                XA(x, raw));
+}
+
+static const struct net_row_ops x16_rows;
+
+/* The convs' parameters in bf16: each weight once, channels last in NHWC where k > 1 (a 1x1
+ * weight is the same in both layouts), and the Detect biases; BN's stay float32. */
 static int cast_weights(struct trn_net *net, struct x16 *x)
 {
     const struct kern_ops *K = net->K;
     const float *const p =
         net->gpu ? net->d_param : (const float *)trn_model_arena(net->m, TRN_ARENA_PARAM);
-    TRY(K->cast_f32_bf16(net->ctx, x->w16, p, net->I->arena_len[TRN_ARENA_PARAM]));
-    if (!is_nhwc(x)) return 0;
     for (int ci = 0; ci < net->I->n_convs; ci++) {
         const struct trn_conv *c = trn_model_conv(net->m, ci);
-        if (c->k == 1) continue;
-        const size_t off = trn_model_tensor(net->m, c->weight)->offset;
-        TRY(K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, x->w16 + off, p + off, c->c2, c->c1,
-                                (size_t)c->k * (size_t)c->k));
+        const struct trn_tensor *w = trn_model_tensor(net->m, c->weight);
+        if (is_nhwc(x) && c->k > 1)
+            TRY(K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, x->w16 + w->offset, p + w->offset,
+                                    c->c2, c->c1, (size_t)c->k * (size_t)c->k));
+        else
+            TRY(K->cast_f32_bf16(net->ctx, x->w16 + w->offset, p + w->offset, w->numel));
+        if (c->bias >= 0) {
+            const struct trn_tensor *b = trn_model_tensor(net->m, c->bias);
+            TRY(K->cast_f32_bf16(net->ctx, x->w16 + b->offset, p + b->offset, b->numel));
+        }
     }
     return 0;
 }
@@ -288,8 +254,7 @@ static int x16_forward(struct trn_net *net, void *self, const float *images, boo
                                      (size_t)in->h * (size_t)in->w));
     else
         TRY(net->K->cast_f32_bf16(net->ctx, XA(x, 0), A(net, 0), in->numel));
-    for (int i = 0; i < net->I->n_layers; i++)
-        TRY(layer_fwd(net, x, i));
+    TRY(net_rows_forward(net, &x16_rows, x, train));
     return net_fwd_end(net, train);
 }
 
@@ -297,8 +262,9 @@ static int x16_forward(struct trn_net *net, void *self, const float *images, boo
 /* Backward                                                                                 */
 
 /* Backward of conv ci from the gradient at its SiLU output (Detect: its raw output). */
-static int conv_bwd(struct trn_net *net, struct x16 *x, int ci)
+static int conv_bwd(struct trn_net *net, void *self, int ci)
 {
+    struct x16 *const x = self;
     const struct kern_ops *K = net->K;
     const struct trn_conv *c = trn_model_conv(net->m, ci);
     const struct trn_act_conv *ac = &net->plan.convs[ci];
@@ -331,127 +297,68 @@ static int conv_bwd(struct trn_net *net, struct x16 *x, int ci)
 }
 
 /* Hand act src's gradient on to act dst (=|+=). */
-static int pass_bwd(struct trn_net *net, struct x16 *x, int dst, int src)
+static int pass_bwd(struct trn_net *net, void *self, int dst, int src)
 {
-    if (!net->has[src]) return 0;
+    struct x16 *const x = self;
     struct kern_map16 d = map_desc(net, x, src);
     d.x_ld = x->d[src].ld;
     d.y_ld = x->d[dst].ld;
     return net->K->copy16(net->ctx, &d, XD(x, dst), XD(x, src), accum_for(net, dst));
 }
 
-/* As net_walk.c's bottleneck_bwd: the input's gradient shares the sum's where the plan says so. */
-static int bottleneck_bwd(struct trn_net *net, struct x16 *x, int cv1)
+static int cat_bwd(struct trn_net *net, void *self, int dst, int cat, int c_off)
 {
-    const struct trn_act_conv *ac = &net->plan.convs[cv1 + 1];
-    if (ac->add >= 0) {
-        const int in = net->plan.convs[cv1].in;
-        if (net->plan.acts[in].doff == net->plan.acts[ac->add].doff)
-            net->has[in] = net->has[ac->add];
-        else
-            TRY(pass_bwd(net, x, in, ac->add));
-    }
-    TRY(conv_bwd(net, x, cv1 + 1));
-    return conv_bwd(net, x, cv1);
-}
-
-static int cat_bwd(struct trn_net *net, struct x16 *x, int dst, int cat, int c_off)
-{
-    const struct trn_act *y = &net->plan.acts[cat], *s = &net->plan.acts[dst];
-    if (s->dnstride && s->doff == y->doff + (size_t)c_off * s->h * s->w) {
-        net->has[dst] = net->has[cat]; /* its gradient is the buffer's slice */
-        return 0;
-    }
-    if (!net->has[cat]) return 0;
+    struct x16 *const x = self;
     struct kern_map16 d = map_desc(net, x, dst);
     d.y_ld = x->d[dst].ld;
     const uint16_t *const at = slice_of(net, x, x->dact, &x->d[cat], cat, c_off, &d.x_ld);
     return net->K->copy16(net->ctx, &d, XD(x, dst), at, accum_for(net, dst));
 }
 
-static int layer_bwd(struct trn_net *net, struct x16 *x, int i, const float *const *dout)
+static int pool_bwd(struct trn_net *net, void *self, int i, int j, int src)
 {
-    const struct kern_ops *K = net->K;
-    const struct trn_layer *L = trn_model_layer(net->m, i);
-    const struct trn_act_layer *al = &net->plan.layers[i];
-    const int c0 = L->conv0;
-    const int in = layer_in(net, L->from[0]);
-    switch (L->type) {
-    case TRN_MOD_CONV:
-        for (int j = L->n - 1; j >= 0; j--)
-            TRY(conv_bwd(net, x, c0 + j));
-        break;
-    case TRN_MOD_BOTTLENECK:
-        for (int j = L->n - 1; j >= 0; j--)
-            TRY(bottleneck_bwd(net, x, c0 + 2 * j));
-        break;
-    case TRN_MOD_C3: {
-        TRY(conv_bwd(net, x, c0 + 2));
-        const int y = L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0);
-        TRY(cat_bwd(net, x, y, al->cat, 0));
-        TRY(cat_bwd(net, x, conv_out(net, c0 + 1), al->cat, L->hidden));
-        TRY(conv_bwd(net, x, c0 + 1));
-        for (int j = L->n - 1; j >= 0; j--)
-            TRY(bottleneck_bwd(net, x, c0 + 3 + 2 * j));
-        TRY(conv_bwd(net, x, c0));
-        break;
-    }
-    case TRN_MOD_SPPF: {
-        TRY(conv_bwd(net, x, c0 + 1));
-        const int x1 = conv_out(net, c0);
-        TRY(cat_bwd(net, x, x1, al->cat, 0));
-        for (int j = 0; j < 3; j++)
-            TRY(cat_bwd(net, x, al->pool[j], al->cat, (j + 1) * L->hidden));
-        for (int j = 2; j >= 0; j--) {
-            const int src = j ? al->pool[j - 1] : x1;
-            if (!net->has[al->pool[j]]) continue;
-            struct kern_map16 d = map_desc(net, x, src);
-            d.k = L->k;
-            d.x_ld = x->d[src].ld;
-            d.y_ld = x->d[al->pool[j]].ld;
-            TRY(K->maxpool16_bwd(net->ctx, &d, XD(x, src), XD(x, al->pool[j]),
-                                 pool_idx(net, x, i, j), accum_for(net, src)));
-        }
-        TRY(conv_bwd(net, x, c0));
-        break;
-    }
-    case TRN_MOD_UPSAMPLE: {
-        if (!net->has[al->out] || in == 0) break;
-        struct kern_map16 d = map_desc(net, x, in);
-        d.x_ld = x->d[in].ld;
-        d.y_ld = x->d[al->out].ld;
-        TRY(K->upsample16_bwd(net->ctx, &d, XD(x, in), XD(x, al->out), accum_for(net, in)));
-        break;
-    }
-    case TRN_MOD_CONCAT: {
-        int off = 0;
-        for (int j = 0; j < L->n_from; j++) {
-            const int src = layer_in(net, L->from[j]);
-            if (src != 0) TRY(cat_bwd(net, x, src, al->cat, off));
-            off += net->plan.acts[src].c;
-        }
-        break;
-    }
-    case TRN_MOD_DETECT:
-        for (int l = L->n_conv - 1; l >= 0; l--) {
-            const int raw = net->plan.convs[c0 + l].conv;
-            net->has[raw] = 1;
-            TRY(K->detect16_bwd(net->ctx, &net->det[l], x->layout, XD(x, raw), dout[l]));
-            TRY(conv_bwd(net, x, c0 + l));
-        }
-        break;
-    }
-    return 0;
+    struct x16 *const x = self;
+    const int p = net->plan.layers[i].pool[j];
+    struct kern_map16 d = map_desc(net, x, src);
+    d.k = trn_model_layer(net->m, i)->k;
+    d.x_ld = x->d[src].ld;
+    d.y_ld = x->d[p].ld;
+    return net->K->maxpool16_bwd(net->ctx, &d, XD(x, src), XD(x, p), pool_idx(net, x, i, j),
+                                 accum_for(net, src));
 }
+
+static int up_bwd(struct trn_net *net, void *self, int in, int out)
+{
+    struct x16 *const x = self;
+    struct kern_map16 d = map_desc(net, x, in);
+    d.x_ld = x->d[in].ld;
+    d.y_ld = x->d[out].ld;
+    return net->K->upsample16_bwd(net->ctx, &d, XD(x, in), XD(x, out), accum_for(net, in));
+}
+
+static int head_bwd(struct trn_net *net, void *self, int l, int raw, const float *dout)
+{
+    struct x16 *const x = self;
+    return net->K->detect16_bwd(net->ctx, &net->det[l], x->layout, XD(x, raw), dout);
+}
+
+static const struct net_row_ops x16_rows = {
+    .conv_fwd = conv_fwd,
+    .cat_fwd = cat_fwd,
+    .pool_fwd = pool_fwd,
+    .up_fwd = up_fwd,
+    .head_fwd = head_fwd,
+    .conv_bwd = conv_bwd,
+    .pass_bwd = pass_bwd,
+    .cat_bwd = cat_bwd,
+    .pool_bwd = pool_bwd,
+    .up_bwd = up_bwd,
+    .head_bwd = head_bwd,
+};
 
 static int x16_backward(struct trn_net *net, void *self, const float *const *dout)
 {
-    struct x16 *const x = self;
-    memset(net->has, 0, (size_t)net->plan.n_acts);
-    for (int i = net->I->n_layers - 1; i >= 0; i--) {
-        TRY(layer_bwd(net, x, i, dout));
-        if (net->grad_ready) TRY(net_row_ready(net, i));
-    }
+    TRY(net_rows_backward(net, &x16_rows, self, dout));
     return net_bwd_end(net);
 }
 

@@ -1,15 +1,14 @@
 /*
  * The op-table walk: the executor (priv/net_internal.h EXECUTORS) that runs the network's rows
- * in order on the kern ops of the net's context, kern_ops_ref() or kern_ops_cuda(); net.h says
- * what the results are.
+ * (net_rows.c, with the steps below) on the kern ops of the net's context, kern_ops_ref() or
+ * kern_ops_cuda(); net.h says what the results are.
  *
  * Tensors are NCHW float32 in the activation arena of trn_model_plan; the activation-gradient
  * arena (plan.dtotal floats) holds the gradient of act a at dact + acts[a].doff, where a
  * bottleneck input and its residual sum may share one (trn_model_plan), and concat inputs may
  * be channel slices of their buffer in either arena (trn_act.nstride, dnstride: every op that
- * touches them is given that n-stride; cat_fwd / cat_bwd skip them, by address). Backward
- * walks the rows in reverse: every consumer of a row has a larger index, so a row's output
- * gradient is complete when the row is reached. The first gradient written into an activation
+ * touches them is given that n-stride; cat_fwd and the rows' cat backward skip them, by
+ * address). The first gradient written into an activation
  * overwrites it (kern accum bit clear) and later ones add (KERN_ACCUM_DX), tracked per act by
  * `has`, so the gradient arena is never cleared. Parameter gradients always add
  * (KERN_ACCUM_DPARAM).
@@ -48,8 +47,9 @@ static int act_to_lowp(const struct trn_net *net, uint16_t *dst, int a)
                                     t->nstride);
 }
 
-static int conv_fwd(struct trn_net *net, int ci, bool train)
+static int conv_fwd(struct trn_net *net, void *self, int ci, bool train)
 {
+    (void)self;
     const struct kern_ops *K = net->K;
     const struct trn_conv *c = trn_model_conv(net->m, ci);
     const struct trn_act_conv *ac = &net->plan.convs[ci];
@@ -117,16 +117,10 @@ static int conv_fwd(struct trn_net *net, int ci, bool train)
     return 0;
 }
 
-/* A bottleneck made of convs cv1, cv1 + 1; with a shortcut cv2's forward adds cv1's input. */
-static int bottleneck_fwd(struct trn_net *net, int cv1, bool train)
-{
-    TRY(conv_fwd(net, cv1, train));
-    return conv_fwd(net, cv1 + 1, train);
-}
-
 /* Copy act src into channels [c_off, ..) of act dst. */
-static int cat_fwd(struct trn_net *net, int dst, int src, int c_off)
+static int cat_fwd(struct trn_net *net, void *self, int dst, int src, int c_off)
 {
+    (void)self;
     const struct trn_act *y = &net->plan.acts[dst], *x = &net->plan.acts[src];
     /* placed in its slice by the plan: its producer has written it there */
     if (x->nstride && A(net, src) == A(net, dst) + (size_t)c_off * x->h * x->w) return 0;
@@ -144,81 +138,35 @@ static int pool_desc(const struct trn_net *net, int layer, struct kern_pool2d *d
     return 0;
 }
 
-static int layer_fwd(struct trn_net *net, int i, bool train)
+static int pool_fwd(struct trn_net *net, void *self, int i, int j, int src)
 {
-    const struct kern_ops *K = net->K;
-    const struct trn_layer *L = trn_model_layer(net->m, i);
-    const struct trn_act_layer *al = &net->plan.layers[i];
-    const int c0 = L->conv0;
-    const int x = layer_in(net, L->from[0]);
-    switch (L->type) {
-    case TRN_MOD_CONV:
-        for (int j = 0; j < L->n; j++)
-            TRY(conv_fwd(net, c0 + j, train));
-        break;
-    case TRN_MOD_BOTTLENECK:
-        for (int j = 0; j < L->n; j++)
-            TRY(bottleneck_fwd(net, c0 + 2 * j, train));
-        break;
-    case TRN_MOD_C3: {
-        TRY(conv_fwd(net, c0, train));
-        for (int j = 0; j < L->n; j++) {
-            const int b1 = c0 + 3 + 2 * j;
-            TRY(bottleneck_fwd(net, b1, train));
-        }
-        TRY(conv_fwd(net, c0 + 1, train));
-        /* Bottleneck branch first (common.py C3.forward). */
-        TRY(cat_fwd(net, al->cat, L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0),
-                    0));
-        TRY(cat_fwd(net, al->cat, conv_out(net, c0 + 1), L->hidden));
-        TRY(conv_fwd(net, c0 + 2, train));
-        break;
-    }
-    case TRN_MOD_SPPF: {
-        TRY(conv_fwd(net, c0, train));
-        struct kern_pool2d d;
-        pool_desc(net, i, &d);
-        int src = conv_out(net, c0);
-        TRY(cat_fwd(net, al->cat, src, 0));
-        for (int j = 0; j < 3; j++) {
-            d.x_nstride = NS(net, src);
-            d.y_nstride = NS(net, al->pool[j]);
-            TRY(K->maxpool2d_fwd(net->ctx, &d, A(net, al->pool[j]),
-                                 net->pool_idx + net->pool_off[i] +
-                                     (size_t)j * net->plan.acts[al->pool[j]].numel,
-                                 A(net, src)));
-            src = al->pool[j];
-            TRY(cat_fwd(net, al->cat, src, (j + 1) * L->hidden));
-        }
-        TRY(conv_fwd(net, c0 + 1, train));
-        break;
-    }
-    case TRN_MOD_UPSAMPLE: {
-        const struct trn_act *a = &net->plan.acts[x];
-        TRY(K->upsample2x_ns_fwd(net->ctx, A(net, al->out), A(net, x), a->n, a->c, a->h, a->w,
-                                 NS(net, al->out), NS(net, x)));
-        break;
-    }
-    case TRN_MOD_CONCAT: {
-        int off = 0;
-        for (int j = 0; j < L->n_from; j++) {
-            const int src = layer_in(net, L->from[j]);
-            TRY(cat_fwd(net, al->cat, src, off));
-            off += net->plan.acts[src].c;
-        }
-        break;
-    }
-    case TRN_MOD_DETECT:
-        for (int l = 0; l < L->n_conv; l++) {
-            TRY(conv_fwd(net, c0 + l, train));
-            if (!net->no_head)
-                TRY(K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
-                                          A(net, net->plan.convs[c0 + l].conv)));
-        }
-        break;
-    }
-    return 0;
+    (void)self;
+    const int p = net->plan.layers[i].pool[j];
+    struct kern_pool2d d;
+    pool_desc(net, i, &d);
+    d.x_nstride = NS(net, src);
+    d.y_nstride = NS(net, p);
+    return net->K->maxpool2d_fwd(
+        net->ctx, &d, A(net, p),
+        net->pool_idx + net->pool_off[i] + (size_t)j * net->plan.acts[p].numel, A(net, src));
 }
+
+static int up_fwd(struct trn_net *net, void *self, int in, int out)
+{
+    (void)self;
+    const struct trn_act *a = &net->plan.acts[in];
+    return net->K->upsample2x_ns_fwd(net->ctx, A(net, out), A(net, in), a->n, a->c, a->h, a->w,
+                                     NS(net, out), NS(net, in));
+}
+
+static int head_fwd(struct trn_net *net, void *self, int l, int raw)
+{
+    (void)self;
+    return net->K->detect_reshape_fwd(net->ctx, &net->det[l], net->head + net->head_off[l],
+                                      A(net, raw));
+}
+
+static const struct net_row_ops walk_rows;
 
 static int walk_forward(struct trn_net *net, void *self, const float *images, bool images_dev,
                         bool train)
@@ -227,8 +175,7 @@ static int walk_forward(struct trn_net *net, void *self, const float *images, bo
     bool upload;
     TRY(net_fwd_begin(net, images, images_dev, train, &upload));
     if (net->lp) TRY(net_lowp_weights(net, upload));
-    for (int i = 0; i < net->I->n_layers; i++)
-        TRY(layer_fwd(net, i, train));
+    TRY(net_rows_forward(net, &walk_rows, self, train));
     return net_fwd_end(net, train);
 }
 
@@ -261,8 +208,9 @@ static int conv_bwd_lowp(struct trn_net *net, int ci)
 }
 
 /* Backward of conv ci from the gradient at its SiLU output (Detect: its raw output). */
-static int conv_bwd(struct trn_net *net, int ci)
+static int conv_bwd(struct trn_net *net, void *self, int ci)
 {
+    (void)self;
     const struct kern_ops *K = net->K;
     const struct trn_conv *c = trn_model_conv(net->m, ci);
     const struct trn_act_conv *ac = &net->plan.convs[ci];
@@ -305,132 +253,66 @@ static int conv_bwd(struct trn_net *net, int ci)
 }
 
 /* Hand act src's gradient on to act dst (a residual add or the identity). */
-static int pass_bwd(struct trn_net *net, int dst, int src)
+static int pass_bwd(struct trn_net *net, void *self, int dst, int src)
 {
-    if (!net->has[src]) return 0;
+    (void)self;
     return net->K->add_bwd(net->ctx, D(net, dst), D(net, src), net->plan.acts[src].numel,
                            accum_for(net, dst));
 }
 
-/*
- * With a shortcut, cv2's backward reads the sum's gradient as its own (conv_bwd's top), and the
- * input x gets the sum's gradient plus cv1's: where the plan gives x the sum's gradient storage
- * (nothing else reads x) that is no copy, only x's `has` following the sum's, so that cv1's
- * bwd_data, which runs after cv2's backward has read the sum's gradient, adds into it (or
- * overwrites it when the sum got no gradient); elsewhere the sum's gradient is passed on.
- */
-static int bottleneck_bwd(struct trn_net *net, int cv1)
+static int cat_bwd(struct trn_net *net, void *self, int dst, int cat, int c_off)
 {
-    const struct trn_act_conv *ac = &net->plan.convs[cv1 + 1];
-    if (ac->add >= 0) {
-        const int x = net->plan.convs[cv1].in;
-        if (net->plan.acts[x].doff == net->plan.acts[ac->add].doff)
-            net->has[x] = net->has[ac->add];
-        else
-            TRY(pass_bwd(net, x, ac->add));
-    }
-    TRY(conv_bwd(net, cv1 + 1));
-    return conv_bwd(net, cv1);
-}
-
-static int cat_bwd(struct trn_net *net, int dst, int cat, int c_off)
-{
+    (void)self;
     const struct trn_act *y = &net->plan.acts[cat], *x = &net->plan.acts[dst];
-    /* its gradient is the slice of the buffer's (the plan made sure nothing wrote it earlier):
-       no copy, only `has` following the buffer's */
-    if (x->dnstride && D(net, dst) == D(net, cat) + (size_t)c_off * x->h * x->w) {
-        net->has[dst] = net->has[cat];
-        return 0;
-    }
-    if (!net->has[cat]) return 0;
     return net->K->concat_bwd(net->ctx, D(net, dst), D(net, cat), x->n, x->c, x->h * x->w, y->c,
                               c_off, accum_for(net, dst));
 }
 
-static int layer_bwd(struct trn_net *net, int i, const float *const *d_outputs)
+static int pool_bwd(struct trn_net *net, void *self, int i, int j, int src)
 {
-    const struct kern_ops *K = net->K;
-    const struct trn_layer *L = trn_model_layer(net->m, i);
-    const struct trn_act_layer *al = &net->plan.layers[i];
-    const int c0 = L->conv0;
-    const int x = layer_in(net, L->from[0]);
-    switch (L->type) {
-    case TRN_MOD_CONV:
-        for (int j = L->n - 1; j >= 0; j--)
-            TRY(conv_bwd(net, c0 + j));
-        break;
-    case TRN_MOD_BOTTLENECK:
-        for (int j = L->n - 1; j >= 0; j--)
-            TRY(bottleneck_bwd(net, c0 + 2 * j));
-        break;
-    case TRN_MOD_C3: {
-        TRY(conv_bwd(net, c0 + 2));
-        const int y = L->n ? conv_out(net, c0 + 4 + 2 * (L->n - 1)) : conv_out(net, c0);
-        TRY(cat_bwd(net, y, al->cat, 0));
-        TRY(cat_bwd(net, conv_out(net, c0 + 1), al->cat, L->hidden));
-        TRY(conv_bwd(net, c0 + 1));
-        for (int j = L->n - 1; j >= 0; j--)
-            TRY(bottleneck_bwd(net, c0 + 3 + 2 * j));
-        TRY(conv_bwd(net, c0));
-        break;
-    }
-    case TRN_MOD_SPPF: {
-        struct kern_pool2d d;
-        pool_desc(net, i, &d);
-        TRY(conv_bwd(net, c0 + 1));
-        const int x1 = conv_out(net, c0);
-        TRY(cat_bwd(net, x1, al->cat, 0));
-        for (int j = 0; j < 3; j++)
-            TRY(cat_bwd(net, al->pool[j], al->cat, (j + 1) * L->hidden));
-        for (int j = 2; j >= 0; j--) {
-            const int src = j ? al->pool[j - 1] : x1;
-            if (!net->has[al->pool[j]]) continue;
-            d.x_nstride = DNS(net, src);
-            d.y_nstride = DNS(net, al->pool[j]);
-            TRY(K->maxpool2d_bwd(net->ctx, &d, D(net, src), D(net, al->pool[j]),
+    (void)self;
+    const int p = net->plan.layers[i].pool[j];
+    struct kern_pool2d d;
+    pool_desc(net, i, &d);
+    d.x_nstride = DNS(net, src);
+    d.y_nstride = DNS(net, p);
+    return net->K->maxpool2d_bwd(net->ctx, &d, D(net, src), D(net, p),
                                  net->pool_idx + net->pool_off[i] +
-                                     (size_t)j * net->plan.acts[al->pool[j]].numel,
-                                 accum_for(net, src)));
-        }
-        TRY(conv_bwd(net, c0));
-        break;
-    }
-    case TRN_MOD_UPSAMPLE: {
-        if (!net->has[al->out] || (x == 0 && !net->input_grad)) break;
-        const struct trn_act *a = &net->plan.acts[x];
-        TRY(K->upsample2x_ns_bwd(net->ctx, D(net, x), D(net, al->out), a->n, a->c, a->h, a->w,
-                                 DNS(net, x), DNS(net, al->out), accum_for(net, x)));
-        break;
-    }
-    case TRN_MOD_CONCAT: {
-        int off = 0;
-        for (int j = 0; j < L->n_from; j++) {
-            const int src = layer_in(net, L->from[j]);
-            if (src != 0 || net->input_grad) TRY(cat_bwd(net, src, al->cat, off));
-            off += net->plan.acts[src].c;
-        }
-        break;
-    }
-    case TRN_MOD_DETECT:
-        for (int l = L->n_conv - 1; l >= 0; l--) {
-            const int raw = net->plan.convs[c0 + l].conv;
-            net->has[raw] = 1;
-            TRY(K->detect_reshape_bwd(net->ctx, &net->det[l], D(net, raw), d_outputs[l], 0));
-            TRY(conv_bwd(net, c0 + l));
-        }
-        break;
-    }
-    return 0;
+                                     (size_t)j * net->plan.acts[p].numel,
+                                 accum_for(net, src));
 }
+
+static int up_bwd(struct trn_net *net, void *self, int in, int out)
+{
+    (void)self;
+    const struct trn_act *a = &net->plan.acts[in];
+    return net->K->upsample2x_ns_bwd(net->ctx, D(net, in), D(net, out), a->n, a->c, a->h, a->w,
+                                     DNS(net, in), DNS(net, out), accum_for(net, in));
+}
+
+static int head_bwd(struct trn_net *net, void *self, int l, int raw, const float *dout)
+{
+    (void)self;
+    return net->K->detect_reshape_bwd(net->ctx, &net->det[l], D(net, raw), dout, 0);
+}
+
+static const struct net_row_ops walk_rows = {
+    .conv_fwd = conv_fwd,
+    .cat_fwd = cat_fwd,
+    .pool_fwd = pool_fwd,
+    .up_fwd = up_fwd,
+    .head_fwd = head_fwd,
+    .conv_bwd = conv_bwd,
+    .pass_bwd = pass_bwd,
+    .cat_bwd = cat_bwd,
+    .pool_bwd = pool_bwd,
+    .up_bwd = up_bwd,
+    .head_bwd = head_bwd,
+};
 
 static int walk_backward(struct trn_net *net, void *self, const float *const *dout)
 {
-    (void)self;
-    memset(net->has, 0, (size_t)net->plan.n_acts);
-    for (int i = net->I->n_layers - 1; i >= 0; i--) {
-        TRY(layer_bwd(net, i, dout));
-        if (net->grad_ready) TRY(net_row_ready(net, i));
-    }
+    TRY(net_rows_backward(net, &walk_rows, self, dout));
     if (net->input_grad && !net->has[0])
         TRY(kern_mem_zero(net->ctx, D(net, 0), net->plan.acts[0].numel * sizeof(float)));
     return net_bwd_end(net);

@@ -242,6 +242,39 @@ static inline int layer_in(const struct trn_net *net, int from)
     return from < 0 ? 0 : net->plan.layers[from].out;
 }
 
+/*
+ * ROWS (net_rows.c): the network's rows in order, written once for the executors that run them
+ * on kern ops, each giving the steps below on its own arenas and ops (self: its state). The row
+ * code decides what runs when, and keeps the `has` bookkeeping where no step runs (a gradient
+ * that is a concat's slice, a bottleneck input sharing its sum's); the steps write gradients
+ * with accum_for. Backward steps are called only where their gradient is there to pass on.
+ */
+struct net_row_ops {
+    int (*conv_fwd)(struct trn_net *net, void *self, int ci, bool train);
+    /* act src into channels [c_off, ..) of concat buffer dst (a no-op where src is in place) */
+    int (*cat_fwd)(struct trn_net *net, void *self, int dst, int src, int c_off);
+    /* SPPF row i's pool j, reading act src, writing plan.layers[i].pool[j] */
+    int (*pool_fwd)(struct trn_net *net, void *self, int i, int j, int src);
+    int (*up_fwd)(struct trn_net *net, void *self, int in, int out);
+    /* Detect level l's head from its conv output act raw, into net->head */
+    int (*head_fwd)(struct trn_net *net, void *self, int l, int raw);
+    /* conv ci's backward from the gradient at its SiLU output (Detect: its raw output) */
+    int (*conv_bwd)(struct trn_net *net, void *self, int ci);
+    /* act src's gradient (=|+=) into act dst's */
+    int (*pass_bwd)(struct trn_net *net, void *self, int dst, int src);
+    /* the gradient of channels [c_off, ..) of buffer cat (=|+=) into act dst's */
+    int (*cat_bwd)(struct trn_net *net, void *self, int dst, int cat, int c_off);
+    int (*pool_bwd)(struct trn_net *net, void *self, int i, int j, int src);
+    int (*up_bwd)(struct trn_net *net, void *self, int in, int out);
+    /* Detect level l: the raw output's gradient (overwritten) from dout (head layout) */
+    int (*head_bwd)(struct trn_net *net, void *self, int l, int raw, const float *dout);
+};
+
+int net_rows_forward(struct trn_net *net, const struct net_row_ops *o, void *self, bool train);
+/* Clears `has`, runs the rows in reverse, and tells the gradient-ready hook of each row. */
+int net_rows_backward(struct trn_net *net, const struct net_row_ops *o, void *self,
+                      const float *const *dout);
+
 /* Row i's parameter gradients are final: tell the gradient-ready hook (net.h GRADIENTS). */
 int net_row_ready(struct trn_net *net, int i);
 
