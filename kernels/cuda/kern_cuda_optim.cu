@@ -77,11 +77,20 @@ static unsigned optim_blocks(size_t total, size_t ch)
 
 /* The casts' roundings (defined with the cast kernels below), for the step's 16-bit copy. */
 
-/* params_lowp[i] = params[i] cast to dtype (kern_sgd.params_lowp); nothing when lp is NULL. */
+/* params_lowp at element i of segment *S = params[i] cast to dtype (kern_sgd.params_lowp), in the
+ * segment's lowp order (struct kern_optim_seg: channels last within it when lowp_c > 0); nothing
+ * when lp is NULL. */
 static __device__ __forceinline__ void sgd_store_lowp(uint16_t *__restrict__ lp, int dtype,
+                                                      const kern_optim_seg *__restrict__ S,
                                                       size_t i, float t)
 {
-    if (lp) lp[i] = dtype == KERN_DT_BF16 ? kern_bf16_from_f32(t) : kern_f16_from_f32(t);
+    if (!lp) return;
+    if (S->lowp_c) {
+        const size_t c = (size_t)S->lowp_c, hw = (size_t)S->lowp_hw, e = i - S->offset;
+        const size_t o = e / (c * hw), ch = e / hw % c, p = e % hw;
+        i = S->offset + (o * hw + p) * c + ch;
+    }
+    lp[i] = dtype == KERN_DT_BF16 ? kern_bf16_from_f32(t) : kern_f16_from_f32(t);
 }
 
 __global__ void sgd_step_kernel(kern_sgd d, float *__restrict__ th, float *__restrict__ buf,
@@ -112,12 +121,12 @@ __global__ void sgd_step_kernel(kern_sgd d, float *__restrict__ th, float *__res
         (d.skip_nonfinite && sumsq &&
          !isfinite(*sumsq))) { /* skipped step: theta unchanged, the EMA still moves */
         if (ema || lp)
-            seg_walk(seg, d.n_seg, d.total, OPTIM_CHUNK, [&](size_t, size_t i) {
+            seg_walk(seg, d.n_seg, d.total, OPTIM_CHUNK, [&](size_t s, size_t i) {
                 const float t = th[i];
                 if (ema)
                     ema[i] =
                         __fadd_rn(__fmul_rn(ema[i], sc.ema_decay), __fmul_rn(sc.ema_weight, t));
-                sgd_store_lowp(lp, d.lowp_dtype, i, t);
+                sgd_store_lowp(lp, d.lowp_dtype, &seg[s], i, t);
             });
         return;
     }
@@ -139,7 +148,7 @@ __global__ void sgd_step_kernel(kern_sgd d, float *__restrict__ th, float *__res
         const float t = __fadd_rn(t0, __fmul_rn(-G.lr, g));
         th[i] = t;
         if (ema) ema[i] = __fadd_rn(__fmul_rn(ema[i], sc.ema_decay), __fmul_rn(sc.ema_weight, t));
-        sgd_store_lowp(lp, d.lowp_dtype, i, t);
+        sgd_store_lowp(lp, d.lowp_dtype, &seg[s], i, t);
     });
 }
 

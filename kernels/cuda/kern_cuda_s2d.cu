@@ -4,8 +4,12 @@
  * accumulating forms add one float each, as the reference). Shapes, layouts and accumulation as
  * kern_tensor.h "The stem as space-to-depth": the forward ops overwrite every element;
  * s2d_bwd's dx (=|+=) by KERN_ACCUM_DX, s2d_weight_bwd's dw6 by KERN_ACCUM_DPARAM.
+ * cast_f32_lowp_s2d rounds with kern_lowp_common.h's integer lines, the reference's own.
  */
+#include <stdint.h>
+
 #include "kern_cuda_internal.h"
+#include "kern_lowp_common.h"
 #include "kern_s2d_common.h"
 
 /* mode 0: y[i] = x[src(i)] or 0 (data); 1: the weights' map. */
@@ -73,4 +77,29 @@ int kern_cuda_s2d_weight_bwd(struct kern_ctx *ctx, const struct kern_s2d *d, int
     s2d_scatter_kernel<<<kern_cuda_blocks(n6), KERN_CUDA_THREADS, 0, kern_cuda_st(ctx)->stream>>>(
         dw6, dw3, n6, *d, 1, (accum & KERN_ACCUM_DPARAM) != 0);
     return kern_cuda_launched(ctx, "s2d_weight_bwd");
+}
+
+/* One thread per element of dst (d's layout): coalesced 16-bit writes; the NCHW reads of one
+ * warp hit 2 rows of a few planes. */
+__global__ static void cast_s2d_kernel(uint16_t *__restrict__ y, const float *__restrict__ x,
+                                       size_t count, struct kern_s2d d, int bf16)
+{
+    KERN_CUDA_LOOP(i, count)
+    {
+        const ptrdiff_t s = kern_s2d_src_in(&d, i, KERN_LAYOUT_NCHW);
+        const float v = s < 0 ? 0.0f : x[s];
+        y[i] = bf16 ? kern_bf16_from_f32(v) : kern_f16_from_f32(v);
+    }
+}
+
+int kern_cuda_cast_f32_lowp_s2d(struct kern_ctx *ctx, const struct kern_s2d *d, int dtype,
+                                uint16_t *__restrict__ dst, const float *__restrict__ src)
+{
+    KERN_CHECK_CUDA_CTX(ctx);
+    if (kern_s2d_check(d) < 0 || !dst || !src) return -EINVAL;
+    if (dtype != KERN_DT_BF16 && dtype != KERN_DT_F16) return -EINVAL;
+    const size_t ny = kern_s2d_out_count(d);
+    cast_s2d_kernel<<<kern_cuda_blocks(ny), KERN_CUDA_THREADS, 0, kern_cuda_st(ctx)->stream>>>(
+        dst, src, ny, *d, dtype == KERN_DT_BF16);
+    return kern_cuda_launched(ctx, "cast_f32_lowp_s2d");
 }

@@ -63,5 +63,15 @@ KERN_OP(cast_lowp_f32_ns, (struct kern_ctx *ctx, int dtype, float *KERN_RESTRICT
  */
 KERN_OP(cast_f32_lowp_cl, (struct kern_ctx *ctx, int dtype, uint16_t *KERN_RESTRICT dst,
                            const float *KERN_RESTRICT src, int n, int c, size_t hw))
+
+/*
+ * The stem's input for the bf16 executor in one pass: dst 16-bit, d->layout, (n, c_out, h / 2,
+ * w / 2) = r(s2d(src)) with src the float32 images (n, c, h, w) always NCHW (what the loaders
+ * hand the net), pad channels 0: bit for bit kern_ref_s2d_fwd in NCHW followed by the dense cast
+ * (NCHW) or kern_ref_cast_f32_lowp_cl (NHWC), without the float32 tensor between them.
+ * Errors: -EINVAL (a bad descriptor (kern_tensor.h "The stem as space-to-depth"), dtype, NULL).
+ */
+KERN_OP(cast_f32_lowp_s2d, (struct kern_ctx *ctx, const struct kern_s2d *d, int dtype,
+                            uint16_t *KERN_RESTRICT dst, const float *KERN_RESTRICT src))
 #endif /* KERN_OP */
 /* clang-format on */

@@ -36,7 +36,12 @@ struct kern_optim_seg {
     size_t count;  /* elements, >= 1 */
     size_t start;  /* sum of the counts of the segments before it (kern_optim_segs_prepare) */
     int group;     /* parameter group, 0 <= group < the descriptor's n_groups */
-    int pad_;      /* zero; keeps the layout the same for host and device compilers */
+    /* The order of the segment's params_lowp copy (REDUCED-PRECISION COPY): lowp_c 0, the
+       buffers' own; lowp_c > 0, the segment is a conv weight (count / (lowp_c lowp_hw), lowp_c,
+       lowp_hw) whose copy is written channels last, (.., lowp_hw, lowp_c), the order the NHWC
+       convs take (count a multiple of lowp_c lowp_hw, lowp_hw >= 1). */
+    int lowp_c, lowp_hw;
+    int pad_; /* zero; keeps the layout the same for host and device compilers */
 };
 
 /*
@@ -44,8 +49,9 @@ struct kern_optim_seg {
  * every seg[i].start (and pad_). Pure host function, no context: call it at setup, before
  * copying the table to the device. total: out, the sum of the counts (the `total` argument of
  * the ops). Returns 0; -EINVAL for NULL pointers, n_seg 0, a count of 0, a segment past len, a
- * group out of [0, n_groups), n_groups out of [1, KERN_OPTIM_MAX_GROUPS], or two segments that
- * overlap (nothing is written then). Thread-safe on distinct tables.
+ * group out of [0, n_groups), n_groups out of [1, KERN_OPTIM_MAX_GROUPS], a lowp order that
+ * does not fit its count, or two segments that overlap (nothing is written then). Thread-safe on
+ * distinct tables.
  */
 KERN_API int kern_optim_segs_prepare(struct kern_optim_seg *seg, size_t n_seg, size_t len,
                                      int n_groups, size_t *total);
@@ -88,10 +94,11 @@ struct kern_sgd_group {
  * params_lowp set the op also writes, for every element of the segments, params_lowp[i] = the
  * cast of the float32 params[i] it leaves (updated, or unchanged on a skipped step), rounded as
  * kern_*_cast_f32_bf16 / _f16 round: bit for bit the cast run after the step, over the
- * segments. Elements outside the segments are not written (they are not updated either, so a
- * copy cast once stays current there). params_lowp must not overlap the other buffers.
- * lowp_dtype is a host field (never in dyn): it is fixed for a buffer, so a captured graph may
- * bake it.
+ * segments; a segment with lowp_c > 0 writes it channels last within the segment, bit for bit
+ * kern_*_cast_f32_lowp_cl over it (the bf16 NHWC executor's conv weights, cast by no pass).
+ * Elements outside the segments are not written (they are not updated either, so a copy cast once
+ * stays current there). params_lowp must not overlap the other buffers. lowp_dtype is a host field
+ * (never in dyn): it is fixed for a buffer, so a captured graph may bake it.
  */
 struct kern_sgd_dyn {
     struct kern_sgd_group group[KERN_OPTIM_MAX_GROUPS]; /* lr, momentum, weight decay per group */

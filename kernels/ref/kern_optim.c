@@ -16,7 +16,9 @@
  * for bit against a plain restatement compiled without contraction. Runs on the calling thread:
  * the step is memory bound and a few ms for YOLOv5s on one core.
  */
+#include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -24,6 +26,15 @@
 #include "kern_lowp_common.h"
 
 #define OPTIM_LANES 8
+
+/* The segment's lowp order fits its count (struct kern_optim_seg). */
+static bool optim_lowp_order_ok(const struct kern_optim_seg *s)
+{
+    if (s->lowp_c == 0) return true;
+    if (s->lowp_c < 0 || s->lowp_hw < 1) return false;
+    const size_t inner = (size_t)s->lowp_c * (size_t)s->lowp_hw;
+    return s->count % inner == 0 && s->count / inner <= INT_MAX;
+}
 
 int kern_optim_segs_prepare(struct kern_optim_seg *seg, size_t n_seg, size_t len, int n_groups,
                             size_t *total)
@@ -34,6 +45,7 @@ int kern_optim_segs_prepare(struct kern_optim_seg *seg, size_t n_seg, size_t len
         const struct kern_optim_seg *const s = &seg[i];
         KERN_RETURN_IF(s->count == 0 || s->offset > len || s->count > len - s->offset, -EINVAL);
         KERN_RETURN_IF(s->group < 0 || s->group >= n_groups, -EINVAL);
+        KERN_RETURN_IF(!optim_lowp_order_ok(s), -EINVAL);
     }
     /* Overlap check without allocating: tables are a few hundred entries, set up once. */
     for (size_t i = 0; i < n_seg; i++)
@@ -60,6 +72,7 @@ static int optim_segs_check(const struct kern_optim_seg *seg, size_t n_seg, size
     for (size_t i = 0; i < n_seg; i++) {
         KERN_RETURN_IF(seg[i].start != t || seg[i].count == 0, -EINVAL);
         KERN_RETURN_IF(seg[i].group < 0 || seg[i].group >= n_groups, -EINVAL);
+        KERN_RETURN_IF(!optim_lowp_order_ok(&seg[i]), -EINVAL);
         t += seg[i].count;
     }
     KERN_RETURN_IF(t != total, -EINVAL);
@@ -176,10 +189,15 @@ int kern_ref_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *desc, float *
      * cast ops' loops over the segments, so the bits are theirs. */
     uint16_t *const lp = d->params_lowp;
     for (size_t s = 0; lp && s < d->n_seg; s++) {
-        const size_t o = seg[s].offset;
-        rc = d->lowp_dtype == KERN_DT_BF16
-                 ? kern_ref_cast_f32_bf16(ctx, lp + o, params + o, seg[s].count)
-                 : kern_ref_cast_f32_f16(ctx, lp + o, params + o, seg[s].count);
+        const size_t o = seg[s].offset, c = (size_t)seg[s].lowp_c;
+        if (c)
+            rc = kern_ref_cast_f32_lowp_cl(ctx, d->lowp_dtype, lp + o, params + o,
+                                           (int)(seg[s].count / (c * (size_t)seg[s].lowp_hw)),
+                                           (int)c, (size_t)seg[s].lowp_hw);
+        else
+            rc = d->lowp_dtype == KERN_DT_BF16
+                     ? kern_ref_cast_f32_bf16(ctx, lp + o, params + o, seg[s].count)
+                     : kern_ref_cast_f32_f16(ctx, lp + o, params + o, seg[s].count);
         if (rc < 0) return rc;
     }
     return 0;

@@ -3,12 +3,14 @@
  * y (n, c_out, h / 2, w / 2) in NCHW or NHWC, and the stem's weights w6 (k_out, c, 6, 6) ->
  * w3 (k_out, c_out, 3, 3). Pure permutations: the forward ops overwrite every element (pad
  * channels with 0); s2d_bwd's dx (=|+=) by KERN_ACCUM_DX, s2d_weight_bwd's dw6 by
- * KERN_ACCUM_DPARAM. One thread: a few MB a step, copied once.
+ * KERN_ACCUM_DPARAM. cast_f32_lowp_s2d (kern_cast.h) fuses the forward with the cast for the
+ * bf16 executor. One thread: a few MB a step, copied once.
  */
 #include <errno.h>
 #include <stddef.h>
 
 #include "kern_internal.h"
+#include "kern_lowp_common.h"
 #include "kern_s2d_common.h"
 
 int kern_ref_s2d_fwd(struct kern_ctx *ctx, const struct kern_s2d *d, float *restrict y,
@@ -63,6 +65,21 @@ int kern_ref_s2d_weight_bwd(struct kern_ctx *ctx, const struct kern_s2d *d, int 
     for (size_t i = 0; i < n6; i++) {
         const float g = dw3[kern_s2d_w_dst(d, i)];
         dw6[i] = add ? dw6[i] + g : g;
+    }
+    return 0;
+}
+
+int kern_ref_cast_f32_lowp_s2d(struct kern_ctx *ctx, const struct kern_s2d *d, int dtype,
+                               uint16_t *restrict dst, const float *restrict src)
+{
+    KERN_CHECK_CPU_CTX(ctx);
+    if (kern_s2d_check(d) < 0 || !dst || !src) return -EINVAL;
+    if (dtype != KERN_DT_BF16 && dtype != KERN_DT_F16) return -EINVAL;
+    const size_t ny = kern_s2d_out_count(d);
+    for (size_t i = 0; i < ny; i++) {
+        const ptrdiff_t s = kern_s2d_src_in(d, i, KERN_LAYOUT_NCHW);
+        const float v = s < 0 ? 0.0f : src[s];
+        dst[i] = dtype == KERN_DT_BF16 ? kern_bf16_from_f32(v) : kern_f16_from_f32(v);
     }
     return 0;
 }

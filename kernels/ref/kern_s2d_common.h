@@ -41,8 +41,9 @@ KERN_S2D_FN size_t kern_s2d_out_count(const struct kern_s2d *d)
     return (size_t)d->n * d->c_out * (d->h / 2) * (d->w / 2);
 }
 
-/* The element of x that y's element i (linear, in d->layout) copies, or -1 for a pad channel. */
-KERN_S2D_FN ptrdiff_t kern_s2d_src(const struct kern_s2d *d, size_t i)
+/* The element of x that y's element i (linear, in d->layout) copies, or -1 for a pad channel,
+ * with x in x_layout (the fused cast reads float32 NCHW images for either y layout). */
+KERN_S2D_FN ptrdiff_t kern_s2d_src_in(const struct kern_s2d *d, size_t i, int x_layout)
 {
     const size_t ho = (size_t)d->h / 2, wo = (size_t)d->w / 2, co = (size_t)d->c_out;
     size_t b, ch, r, s;
@@ -55,8 +56,14 @@ KERN_S2D_FN ptrdiff_t kern_s2d_src(const struct kern_s2d *d, size_t i)
     if (ch >= 4 * c) return -1;
     const size_t q = ch / c, xc = ch % c; /* q = dy 2 + dx */
     const size_t xr = 2 * r + q / 2, xs = 2 * s + q % 2, h = (size_t)d->h, w = (size_t)d->w;
-    return (ptrdiff_t)(d->layout == KERN_LAYOUT_NHWC ? ((b * h + xr) * w + xs) * c + xc
-                                                     : ((b * c + xc) * h + xr) * w + xs);
+    return (ptrdiff_t)(x_layout == KERN_LAYOUT_NHWC ? ((b * h + xr) * w + xs) * c + xc
+                                                    : ((b * c + xc) * h + xr) * w + xs);
+}
+
+/* The element of x that y's element i copies, both in d->layout, or -1 for a pad channel. */
+KERN_S2D_FN ptrdiff_t kern_s2d_src(const struct kern_s2d *d, size_t i)
+{
+    return kern_s2d_src_in(d, i, d->layout);
 }
 
 /* The element of y that x's element i (linear, in d->layout) went to. */

@@ -136,9 +136,9 @@ static inline void gt_step_init(struct gt_step *S, const struct kern_ops *K, str
     int rc = K->conv2d_workspace_size(ctx, &S->cd, &ws); /* plans the shape on CUDA */
     if (rc == 0) rc = kern_ctx_reserve(ctx, ws);
     if (rc < 0) gt_bail("conv workspace", rc);
-    struct kern_optim_seg seg[3] = { { GT_W_OFF, GT_WN, 0, 0, 0 },
-                                     { GT_G_OFF, GT_COUT, 0, 1, 0 },
-                                     { GT_B_OFF, GT_COUT, 0, 2, 0 } };
+    struct kern_optim_seg seg[3] = { { .offset = GT_W_OFF, .count = GT_WN, .group = 0 },
+                                     { .offset = GT_G_OFF, .count = GT_COUT, .group = 1 },
+                                     { .offset = GT_B_OFF, .count = GT_COUT, .group = 2 } };
     if (kern_optim_segs_prepare(seg, 3, GT_LEN, 3, &S->total) < 0) gt_bail("segments", -EINVAL);
     const size_t fb = sizeof(float);
     S->x = gt_alloc(ctx, GT_XN * fb);

@@ -144,6 +144,24 @@ static inline size_t kt_random_segs_prepared(struct kern_optim_seg *seg, size_t 
     return n;
 }
 
+/* Gives every third segment a channels-last lowp order (kern_optim_seg.lowp_c, lowp_hw) that
+ * permutes it: hw the least divisor >= 2 of its count, c the least divisor >= 2 of the rest
+ * (a count with no such pair keeps the plain order). The table stays prepared. */
+static inline void kt_segs_lowp_order(struct kern_optim_seg *seg, size_t n_seg)
+{
+    for (size_t s = 0; s < n_seg; s += 3) {
+        const size_t n = seg[s].count;
+        size_t hw = 2, c = 2;
+        while (hw < n && n % hw)
+            hw++;
+        if (hw >= n) continue;
+        while (c < n / hw && (n / hw) % c)
+            c++;
+        if (c >= n / hw) continue;
+        seg[s].lowp_c = (int)c, seg[s].lowp_hw = (int)hw;
+    }
+}
+
 /* Canaries everywhere in p[0..len), values in [lo, hi) inside the segments. */
 static inline void kt_fill_segs(float *p, const struct kern_optim_seg *seg, size_t n_seg,
                                 size_t len, float lo, float hi)

@@ -8,7 +8,7 @@
  * for byte, the accumulating forms too. Outputs start poisoned; a slice's neighbours must keep
  * their poison. Max pool and upsample (kern_cuda_maxpool16_*, kern_cuda_upsample16_*): y, idx
  * and dx byte for byte, with NaN and ties in the windows, dense and as NHWC slices. The moves
- * of the NHWC executor (copy16, cast_f32_lowp_cl, detect16_*): byte for byte.
+ * of the NHWC executor (copy16, cast_f32_lowp_cl, cast_f32_lowp_s2d, detect16_*): byte for byte.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -190,7 +190,8 @@ static void test_map16(int n, int c, int h, int w, int k, int layout, bool slice
     free(x), free(dy), free(yh), free(dxh), free(ih);
 }
 
-/* copy16 (NHWC slices both ways, accumulating), cast_f32_lowp_cl and detect16 (both layouts):
+/* copy16 (NHWC slices both ways, accumulating), cast_f32_lowp_cl, cast_f32_lowp_s2d and detect16
+ * (both layouts):
  * CPU against CUDA, byte for byte. */
 static void test_moves(int n, int c, int h, int w)
 {
@@ -218,6 +219,22 @@ static void test_moves(int n, int c, int h, int w)
         ok(same_down(clh, cld, e * 2), "cast_f32_lowp_cl %s: the same bits",
            dt == KERN_DT_BF16 ? "bf16" : "f16");
     }
+    /* the stem's fused space-to-depth cast: images (n, 3, 2h, 2w) float32 NCHW */
+    const size_t ns = (size_t)n * 3 * 4 * hw, n16 = (size_t)n * 16 * hw;
+    float *sx = kt_alloc(ns);
+    kt_fill(sx, ns, -300, 300);
+    float *sxd = kct_up(sx, ns * 4);
+    uint16_t *sh = malloc(n16 * 2), *sd = kct_poison(n16 * 2);
+    for (int layout = 0; layout < 2; layout++)
+        for (int dt = KERN_DT_BF16; dt <= KERN_DT_F16; dt++) {
+            const struct kern_s2d s = { n, 3, 2 * h, 2 * w, 16, layout };
+            CK(kern_ref_cast_f32_lowp_s2d(g_cpu, &s, dt, sh, sx));
+            CK(kern_cuda_cast_f32_lowp_s2d(g_gpu, &s, dt, sd, sxd));
+            ok(same_down(sh, sd, n16 * 2), "cast_f32_lowp_s2d %s %s: the same bits",
+               layout ? "NHWC" : "NCHW", dt == KERN_DT_BF16 ? "bf16" : "f16");
+        }
+    cudaFree(sxd), cudaFree(sd);
+    free(sx), free(sh);
     /* detect16 on a head of na 3, no c / 3 (c a multiple of 3, no >= 5) */
     const struct kern_detect dd = { .bs = n, .na = 3, .no = c / 3, .ny = h, .nx = w, .stride = 8 };
     float *ph = malloc(e * 4), *pd = kct_poison(e * 4);

@@ -42,6 +42,7 @@ static void test_lowp(int dtype, int run)
     if (!seg) exit(99);
     size_t total = 0;
     const size_t n = kt_random_segs_prepared(seg, cap, len, 40, 400, 20000, 3, &total);
+    kt_segs_lowp_order(seg, n); /* every third segment written channels last */
     const size_t fb = len * sizeof(float), hb = len * sizeof(uint16_t);
     float *const th = kt_alloc(len), *const buf = kt_alloc(len), *const gr = kt_alloc(len);
     kt_fill(th, len, -2.0f, 2.0f);

@@ -98,9 +98,10 @@ static void test_step_graph(struct kern_ctx *ctx)
 static void test_sgd_dyn(struct kern_ctx *ctx)
 {
     enum { LEN = 3000 };
-    struct kern_optim_seg seg[4] = {
-        { 10, 900, 0, 0, 0 }, { 950, 1200, 0, 1, 0 }, { 2200, 30, 0, 2, 0 }, { 2300, 650, 0, 0, 0 }
-    };
+    struct kern_optim_seg seg[4] = { { .offset = 10, .count = 900, .group = 0 },
+                                     { .offset = 950, .count = 1200, .group = 1 },
+                                     { .offset = 2200, .count = 30, .group = 2 },
+                                     { .offset = 2300, .count = 650, .group = 0 } };
     size_t total = 0;
     if (kern_optim_segs_prepare(seg, 4, LEN, 3, &total) < 0) exit(99);
     static float th[2][LEN], buf[2][LEN], ema[2][LEN], gr[LEN];

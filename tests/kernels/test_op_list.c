@@ -71,6 +71,7 @@ static const struct {
     { "upsample16_bwd", "test_cuda_parity_bnx.c" },
     { "copy16", "test_cuda_parity_bnx.c" },
     { "cast_f32_lowp_cl", "test_cuda_parity_bnx.c" },
+    { "cast_f32_lowp_s2d", "test_cuda_parity_bnx.c" },
     { "detect16_fwd", "test_cuda_parity_bnx.c" },
     { "detect16_bwd", "test_cuda_parity_bnx.c" },
     { "maxpool2d_fwd", "test_cuda_parity.c" },

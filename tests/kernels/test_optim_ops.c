@@ -359,7 +359,8 @@ static void test_norm_clip(void)
 static void test_sgd_dyn_skip(void)
 {
     enum { LEN = 2000 };
-    struct kern_optim_seg seg[2] = { { 5, 900, 0, 0, 0 }, { 1000, 990, 0, 1, 0 } };
+    struct kern_optim_seg seg[2] = { { .offset = 5, .count = 900, .group = 0 },
+                                     { .offset = 1000, .count = 990, .group = 1 } };
     size_t total = 0;
     if (kern_optim_segs_prepare(seg, 2, LEN, 2, &total) < 0) exit(99);
     static float th[LEN], th0[LEN], buf[LEN], buf0[LEN], ema[LEN], r_ema[LEN], gr[LEN];

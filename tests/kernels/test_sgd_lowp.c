@@ -2,9 +2,10 @@
  * The SGD step's reduced-precision copy (kern.h "REDUCED-PRECISION COPY", kern_sgd.params_lowp):
  * on random segment tables with NaN canaries in the padding, for bf16 and fp16, a plain step, a
  * step with its scalars in memory (dyn) and a skipped step (found_inf, skip_nonfinite), the copy
- * equals the cast op run on the updated parameters afterwards, bit for bit, over the segments; the
- * padding of the copy is never written; params, momentum and EMA are the same bits as a step
- * without the copy; a bad dtype is -EINVAL with nothing written.
+ * equals the cast op run on the updated parameters afterwards, bit for bit, over the segments
+ * (kern_ref_cast_f32_lowp_cl over those with a channels-last lowp order); the padding of the copy
+ * is never written; a lowp order that does not fit its segment is refused; params, momentum and EMA
+ * are the same bits as a step without the copy; a bad dtype is -EINVAL with nothing written.
  */
 #include <errno.h>
 #include <math.h>
@@ -30,6 +31,7 @@ static void test_case(struct kern_ctx *ctx, int dtype, int run)
     if (!seg) exit(99);
     size_t total = 0;
     const size_t n_seg = kt_random_segs_prepared(seg, cap, len, 40, 300, 5000, 3, &total);
+    kt_segs_lowp_order(seg, n_seg);
     const char *const dt = dtype == KERN_DT_BF16 ? "bf16" : "fp16";
     float *const th = kt_alloc(len), *const buf = kt_alloc(len), *const ema = kt_alloc(len);
     float *const gr = kt_alloc(len);
@@ -85,8 +87,11 @@ static void test_case(struct kern_ctx *ctx, int dtype, int run)
     for (size_t i = 0; i < len; i++)
         want[i] = LOWP_CANARY;
     for (size_t s = 0; s < n_seg; s++) {
-        const size_t o = seg[s].offset;
-        if (dtype == KERN_DT_BF16)
+        const size_t o = seg[s].offset, c = (size_t)seg[s].lowp_c, hw = (size_t)seg[s].lowp_hw;
+        if (c)
+            kern_ref_cast_f32_lowp_cl(ctx, dtype, want + o, th2 + o, (int)(seg[s].count / (c * hw)),
+                                      (int)c, hw);
+        else if (dtype == KERN_DT_BF16)
             kern_ref_cast_f32_bf16(ctx, want + o, th2 + o, seg[s].count);
         else
             kern_ref_cast_f32_f16(ctx, want + o, th2 + o, seg[s].count);
@@ -94,12 +99,34 @@ static void test_case(struct kern_ctx *ctx, int dtype, int run)
     size_t bad = 0, first = SIZE_MAX;
     for (size_t i = 0; i < len; i++)
         if (lp[i] != want[i] && bad++ == 0) first = i;
-    if (!ok(bad == 0, "%s %s: the copy is the cast of the updated params, padding untouched", dt,
-            run_name[run]))
+    if (!ok(bad == 0,
+            "%s %s: the copy is the cast of the updated params (channels last in the segments "
+            "that ask), padding untouched",
+            dt, run_name[run]))
         printf("#   %zu of %zu differ, first at %zu: %04x want %04x\n", bad, len, first, lp[first],
                want[first]);
     free(seg), free(th), free(buf), free(ema), free(gr), free(th2), free(buf2), free(ema2);
     free(lp), free(want);
+}
+
+/* kern_optim_segs_prepare refuses a lowp order that does not fit its segment. */
+static void test_bad_order(void)
+{
+    static const int bad[][2] = { { 4, 5 }, { -1, 1 }, { 2, 0 }, { 4, -3 }, { 7, 1 } };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        struct kern_optim_seg seg[2] = { { .offset = 0, .count = 30, .group = 0 },
+                                         { .offset = 40, .count = 12, .group = 0 } };
+        seg[0].lowp_c = bad[k][0], seg[0].lowp_hw = bad[k][1];
+        size_t total = 0;
+        ok(kern_optim_segs_prepare(seg, 2, 64, 1, &total) == -EINVAL,
+           "lowp order c %d hw %d on 30 elements: -EINVAL", bad[k][0], bad[k][1]);
+    }
+    struct kern_optim_seg seg[1] = {
+        { .offset = 0, .count = 30, .group = 0, .lowp_c = 5, .lowp_hw = 3 }
+    };
+    size_t total = 0;
+    ok(kern_optim_segs_prepare(seg, 1, 30, 1, &total) == 0 && total == 30,
+       "lowp order c 5 hw 3 on 30 elements: accepted");
 }
 
 /* A dtype other than bf16 / fp16 with a copy asked for: -EINVAL, nothing written. */
@@ -147,6 +174,7 @@ int main(int argc, char **argv)
         for (int run = 0; run < RUN_CASES; run++)
             test_case(ctx, dt, run);
     test_bad_dtype(ctx);
+    test_bad_order();
     kern_ctx_destroy(ctx);
     return tap_done();
 }

@@ -8,6 +8,9 @@
  *   - Within a tolerance from the reduction length on random floats (the two convs sum the same
  *     products in another order).
  *   - NCHW and NHWC bit-identical; the maps' round trips; accumulation; the argument checks.
+ *   - The fused cast of the bf16 executor's input (cast_f32_lowp_s2d) equals s2d then the cast,
+ *     and the executor's bf16 stem (that input, the rearranged weights cast, OIHW dw mapped
+ *     back) equals the bf16 6x6 conv bit for bit on exact values, in both layouts.
  */
 #include <errno.h>
 #include <math.h>
@@ -216,6 +219,103 @@ static void test_layouts_and_maps(void)
     free(w6), free(w3), free(w6b);
 }
 
+/* 16-bit copies of float32 values in the layout (channels last in NHWC, for weights too). */
+static uint16_t *to16(const float *v, int n, int c, size_t hw, int layout)
+{
+    uint16_t *const o = malloc((size_t)n * c * hw * 2 + 2);
+    if (!o) exit(99);
+    const int rc = layout == KERN_LAYOUT_NHWC
+                       ? kern_ref_cast_f32_lowp_cl(g, KERN_DT_BF16, o, v, n, c, hw)
+                       : kern_ref_cast_f32_bf16(g, o, v, (size_t)n * c * hw);
+    if (rc < 0) printf("Bail out! cast\n"), exit(99);
+    return o;
+}
+
+/* The bf16 executor's stem (net_exec_x16.c THE STEM): its 3x3 conv of cast_f32_lowp_s2d's input
+ * with the rearranged weights cast, against the 6x6 stride-2 bf16 conv, on values whose products
+ * and sums are exact in float32: the same bf16 y and the same float32 dw bit for bit. */
+static void test_exact_lowp(int n, int h, int w, int k_out, int layout)
+{
+    const int c = 3, ho = h / 2, wo = w / 2;
+    const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * k_out * ho * wo;
+    const size_t n6 = (size_t)k_out * c * 36, n3 = (size_t)k_out * 16 * 9;
+    float *const x = grid(nx, 8), *const w6 = grid(n6, 16), *const dy = grid(ny, 16);
+    struct kern_conv2d c6, c3;
+    kern_conv2d_init(&c6, n, c, h, w, k_out, 6, 2, 2);
+    kern_conv2d_init(&c3, n, 16, ho, wo, k_out, 3, 1, 1);
+    struct kern_conv2d_lowp d6, d3;
+    kern_conv2d_lowp_init(&d6, &c6, KERN_DT_BF16, layout);
+    kern_conv2d_lowp_init(&d3, &c3, KERN_DT_BF16, layout);
+    d6.dw_oihw = d3.dw_oihw = 1;
+    size_t ws6 = 0, ws3 = 0;
+    if (kern_ref_conv2d_lowp_workspace_size(g, &d6, &ws6) < 0 ||
+        kern_ref_conv2d_lowp_workspace_size(g, &d3, &ws3) < 0 ||
+        kern_ctx_reserve(g, ws6 > ws3 ? ws6 : ws3) < 0)
+        printf("Bail out! workspace\n"), exit(99);
+    uint16_t *const x16 = to16(x, n, c, (size_t)h * w, layout);
+    uint16_t *const w616 = to16(w6, k_out, c, 36, layout);
+    uint16_t *const dy16 = to16(dy, n, k_out, (size_t)ho * wo, layout);
+    uint16_t *const y6 = malloc(ny * 2), *const y3 = malloc(ny * 2);
+    uint16_t *const xs = malloc((size_t)n * 16 * ho * wo * 2);
+    float *const dw6 = kt_alloc(n6), *const dw = kt_alloc(n6), *const w3 = kt_alloc(n3),
+                 *const dw3 = kt_alloc(n3);
+    if (!y6 || !y3 || !xs) exit(99);
+    const struct kern_s2d s = { n, c, h, w, 16, layout };
+    int rc = kern_ref_conv2d_lowp_fwd(g, &d6, y6, x16, w616, NULL);
+    rc |= kern_ref_conv2d_lowp_bwd_filter(g, &d6, dw6, dy16, x16, 0);
+    rc |= kern_ref_cast_f32_lowp_s2d(g, &s, KERN_DT_BF16, xs, x);
+    rc |= kern_ref_s2d_weight_fwd(g, &s, k_out, w3, w6);
+    uint16_t *const w316 = to16(w3, k_out, 16, 9, layout);
+    rc |= kern_ref_conv2d_lowp_fwd(g, &d3, y3, xs, w316, NULL);
+    rc |= kern_ref_conv2d_lowp_bwd_filter(g, &d3, dw3, dy16, xs, 0);
+    kt_poison(dw, n6);
+    rc |= kern_ref_s2d_weight_bwd(g, &s, k_out, dw, dw3, 0);
+    ok(!rc && !memcmp(y6, y3, ny * 2),
+       "bf16 %s %dx3x%dx%d, %d filters, exact values: the s2d stem's y is the 6x6 conv's, bit for "
+       "bit",
+       layout ? "NHWC" : "NCHW", n, h, w, k_out);
+    ok(!rc && !memcmp(dw6, dw, n6 * sizeof(float)), "  and dw (OIHW, through s2d_weight_bwd)");
+    free(x), free(w6), free(dy), free(x16), free(w616), free(dy16), free(y6), free(y3), free(xs);
+    free(dw6), free(dw), free(w3), free(dw3), free(w316);
+}
+
+/* cast_f32_lowp_s2d: s2d_fwd on the NCHW images, then the dense cast (NCHW) or the channels-last
+ * cast (NHWC), bit for bit, without the float32 tensor between them; every element written. */
+static void test_cast_s2d(void)
+{
+    const int n = 2, c = 3, h = 8, w = 6, co = 16;
+    const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * co * (h / 2) * (w / 2);
+    float *const x = uni(nx), *const y = kt_alloc(ny);
+    for (size_t i = 0; i < nx; i += 7)
+        x[i] *= 1e30f;        /* overflow to Inf in fp16, and large values in bf16 */
+    x[5] = 1.0f + 1.0f / 256; /* a tie: bf16 rounds it to even (1.0) */
+    uint16_t *const want = malloc(ny * 2), *const got = malloc(ny * 2);
+    if (!want || !got) exit(99);
+    const struct kern_s2d s = { n, c, h, w, co, KERN_LAYOUT_NCHW };
+    ok(kern_ref_s2d_fwd(g, &s, y, x) == 0, "s2d_fwd (NCHW)");
+    for (int layout = 0; layout < 2; layout++)
+        for (int dt = KERN_DT_BF16; dt <= KERN_DT_F16; dt++) {
+            const struct kern_s2d d = { n, c, h, w, co, layout };
+            int rc =
+                layout == KERN_LAYOUT_NHWC
+                    ? kern_ref_cast_f32_lowp_cl(g, dt, want, y, n, co, (size_t)(h / 2) * (w / 2))
+                : dt == KERN_DT_BF16 ? kern_ref_cast_f32_bf16(g, want, y, ny)
+                                     : kern_ref_cast_f32_f16(g, want, y, ny);
+            memset(got, 0xa5, ny * 2);
+            if (!rc) rc = kern_ref_cast_f32_lowp_s2d(g, &d, dt, got, x);
+            ok(!rc && !memcmp(want, got, ny * 2),
+               "cast_f32_lowp_s2d %s %s: s2d then the cast, bit for bit", layout ? "NHWC" : "NCHW",
+               dt == KERN_DT_BF16 ? "bf16" : "fp16");
+        }
+    const struct kern_s2d d = { n, c, h, w, co, KERN_LAYOUT_NHWC };
+    ok(kern_ref_cast_f32_lowp_s2d(g, &d, KERN_DT_F32, got, x) == -EINVAL, "float32: -EINVAL");
+    ok(kern_ref_cast_f32_lowp_s2d(g, &d, KERN_DT_BF16, NULL, x) == -EINVAL, "NULL: -EINVAL");
+    struct kern_s2d bad = d;
+    bad.w = 5;
+    ok(kern_ref_cast_f32_lowp_s2d(g, &bad, KERN_DT_BF16, got, x) == -EINVAL, "odd width: -EINVAL");
+    free(x), free(y), free(want), free(got);
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_from_args(argc, argv, 41);
@@ -225,6 +325,11 @@ int main(int argc, char **argv)
     test_exact(3, 2, 4, 5);
     test_random(2, 32, 32, 16);
     test_layouts_and_maps();
+    test_cast_s2d();
+    for (int layout = 0; layout < 2; layout++) {
+        test_exact_lowp(2, 16, 12, 8, layout);
+        test_exact_lowp(1, 8, 20, 16, layout);
+    }
     kern_ctx_destroy(g);
     return tap_done();
 }

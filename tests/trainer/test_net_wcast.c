@@ -11,7 +11,9 @@
  *     shares the cast) and with the other dtype (it casts at every forward);
  *   - a CPU net with trn_net_opts.fixed_params (host write + trn_net_params_changed), and a plain
  *     CPU net written behind its back (it still casts at every forward);
- *   - trn_net_lowp_refresh (the graph step's call) casts a stale tracking net once, then nothing.
+ *   - trn_net_lowp_refresh (the graph step's call) casts a stale tracking net once, then nothing;
+ *   - with bf16 activations (net.h ACTIVATIONS) the executor's own copy, channels last in NHWC:
+ *     kept by the step given it and its order, caught stale without it, refreshed once.
  * And the counts (trn_net_lowp_casts): gradient accumulation over 4 micro-batches and 3
  * optimizer steps on the resident net casts once in 12 training forwards (the host path: 12);
  * 5 eval forwards of a fixed_params net cast once.
@@ -38,6 +40,7 @@ static float *g_img;
 static long g_n[TRN_MODEL_MAX_LEVELS];
 static int g_nl;
 static size_t g_plen;
+static enum trn_act_store g_act = TRN_ACT_F32; /* training nets' activations (make_net) */
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static double urand(void)
@@ -92,6 +95,7 @@ static struct trn_net *make_net(int dt, bool device_path, bool fixed, bool train
     o.train = train;
     o.ctx = ctx;
     o.share = share;
+    if (train) o.act_store = g_act;
     struct trn_net *net = NULL;
     char err[256] = "";
     const int rc = trn_net_create(g_m, TB, TIMG, TIMG, &o, &net, err, sizeof err);
@@ -181,7 +185,8 @@ static void dstep_run(struct dstep *S, struct trn_net *net, bool with_lowp)
     const struct trn_optim_dev_step_opts so = { .grad_scale = 1.0f };
     int dt = 0;
     void *const lowp = with_lowp ? trn_net_dev_params_lowp(net, &dt) : NULL;
-    int rc = trn_optim_dev_set_params_lowp(S->dv, lowp, dt);
+    int rc = trn_optim_dev_set_params_lowp(S->dv, lowp, dt,
+                                           with_lowp ? trn_net_params_lowp_order(net) : NULL);
     if (!rc)
         rc = trn_optim_dev_step(S->dv, trn_net_dev_arena(net, TRN_ARENA_PARAM),
                                 trn_net_dev_grad(net), &S->sch, &so);
@@ -361,6 +366,106 @@ static void test_accumulate(int dt, const char *dn)
     trn_net_destroy(R);
 }
 
+/* Outputs of one training forward, concatenated (caller frees). */
+static float *train_out(struct trn_net *net)
+{
+    const float *outs[TRN_MODEL_MAX_LEVELS];
+    const int rc = trn_net_forward_dev(net, g_img, false, true, outs);
+    if (rc < 0) bail("training forward", trn_strerror(rc));
+    float *const o = malloc(out_len() * sizeof *o);
+    if (!o) bail("malloc", "out of memory");
+    size_t n = 0;
+    for (int l = 0; l < g_nl; l++) {
+        memcpy(o + n, outs[l], (size_t)g_n[l] * sizeof *o);
+        n += (size_t)g_n[l];
+    }
+    return o;
+}
+
+/* net's training outputs equal a fresh host net's (same activations) on net's weights. Frees
+ * got. */
+static int train_equals_fresh(struct trn_net *net, float *got, const char *what)
+{
+    if (trn_net_sync_model(net, KERN_COPY_D2H) < 0) bail("sync", what);
+    struct trn_net *const F = make_net(KERN_DT_BF16, false, false, true, NULL, NULL);
+    float *const want = train_out(F);
+    trn_net_destroy(F);
+    const int same = !memcmp(got, want, out_len() * sizeof *got);
+    ok(same, "%s: the training forward equals a fresh net's, bit for bit", what);
+    free(want);
+    free(got);
+    return same;
+}
+
+/*
+ * The bf16 executor's own copy (net.h ACTIVATIONS): the resident net hands it out, with its
+ * channels-last order in NHWC; the SGD step given both keeps it current (no recast, the same
+ * bits as a fresh net's cast); a step without it is caught stale and trn_net_params_changed
+ * recasts; the net's own cast for eval forwards is never trusted again (it is not the one the
+ * step writes); trn_net_lowp_refresh casts the executor's stale copy once.
+ */
+static void test_x16(enum trn_act_store act, const char *an)
+{
+    g_act = act;
+    char what[160];
+    struct trn_net *const R = make_net(KERN_DT_BF16, true, false, true, NULL, NULL);
+    if (trn_net_set_resident(R, true) < 0 || trn_net_sync_model(R, KERN_COPY_H2D) < 0)
+        bail("resident", an);
+    int dt = -1;
+    void *const lp = trn_net_dev_params_lowp(R, &dt);
+    const int *const ord = trn_net_params_lowp_order(R);
+    int cl = 1;
+    for (int ci = 0; ord && ci < trn_model_info(g_m)->n_convs; ci++) {
+        const struct trn_conv *c = trn_model_conv(g_m, ci);
+        const bool want = c->k > 1 && ci > 0; /* conv 0, the stem, is rearranged at each forward */
+        cl &= ord[2 * c->weight] == (want ? c->c1 : 0) &&
+              ord[2 * c->weight + 1] == (want ? c->k * c->k : 0);
+    }
+    ok(lp && dt == KERN_DT_BF16 && (act == TRN_ACT_BF16_NHWC ? ord && cl : !ord),
+       "%s: the net hands out its executor's copy, %s", an,
+       act == TRN_ACT_BF16_NHWC ? "3x3 weights channels last (c_in, k k)" : "in the PARAM order");
+    struct dstep S;
+    dstep_init(&S, R);
+    fwd_bwd(R);
+    dstep_run(&S, R, true);
+    snprintf(what, sizeof what, "%s after the SGD step given the copy", an);
+    train_equals_fresh(R, train_out(R), what);
+    is_int(trn_net_lowp_casts(R), 1, "%s: the step kept the copy current (1 cast in 2 forwards)",
+           an);
+    snprintf(what, sizeof what, "%s eval forward (the net's own cast) after the step", an);
+    equals_fresh(R, eval_out(R), KERN_DT_BF16, what);
+    free(eval_out(R));
+    is_int(trn_net_lowp_casts(R), 3, "%s: the net's own cast is recast at each eval forward", an);
+
+    fwd_bwd(R);
+    dstep_run(&S, R, false);
+    float *const stale = train_out(R);
+    if (trn_net_sync_model(R, KERN_COPY_D2H) < 0) bail("sync", an);
+    struct trn_net *const F = make_net(KERN_DT_BF16, false, false, true, NULL, NULL);
+    float *const want = train_out(F);
+    trn_net_destroy(F);
+    ok(memcmp(stale, want, out_len() * sizeof(float)) != 0,
+       "%s: a step without the copy, not reported: the training forward is stale", an);
+    free(stale), free(want);
+    trn_net_params_changed(R);
+    const int64_t c0 = trn_net_lowp_casts(R);
+    snprintf(what, sizeof what, "%s step without the copy + trn_net_params_changed", an);
+    train_equals_fresh(R, train_out(R), what);
+    is_int(trn_net_lowp_casts(R), c0 + 1, "%s: trn_net_params_changed: one recast", an);
+
+    trn_net_params_changed(R);
+    const int64_t c1 = trn_net_lowp_casts(R);
+    ok(trn_net_lowp_refresh(R) == 0 && trn_net_lowp_refresh(R) == 0 &&
+           trn_net_lowp_casts(R) == c1 + 1,
+       "%s: trn_net_lowp_refresh casts the executor's stale copy once", an);
+    snprintf(what, sizeof what, "%s after trn_net_lowp_refresh", an);
+    train_equals_fresh(R, train_out(R), what);
+    is_int(trn_net_lowp_casts(R), c1 + 1, "%s: the training forward after it does not cast", an);
+    dstep_free(&S);
+    trn_net_destroy(R);
+    g_act = TRN_ACT_F32;
+}
+
 static void test_cpu(int dt, const char *dn)
 {
     char what[96];
@@ -416,6 +521,8 @@ int main(void)
     test_accumulate(KERN_DT_F16, "fp16");
     test_cpu(KERN_DT_BF16, "bf16");
     test_cpu(KERN_DT_F16, "fp16");
+    test_x16(TRN_ACT_BF16_NHWC, "bf16 NHWC activations");
+    test_x16(TRN_ACT_BF16_NCHW, "bf16 NCHW activations");
     free(g_img);
     trn_model_destroy(g_m);
     return tap_done();

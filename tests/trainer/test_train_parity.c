@@ -65,10 +65,15 @@
  *     between the bf16 convs): this reference is for the bf16 NHWC executor, whose activations
  *     are bf16 as PyTorch's.
  *   - --act nhwc (bf16 activations between layers, net.h ACTIVATIONS) against that same PyTorch
- *     bf16 step (tol_x16, 3x what this measured on the CPU ops), steps 1 / 2 / 3: loss 3.94e-3 /
- *     5.65e-3 / 5.09e-3, grad norm 7.65e-2 / 1.55e-1 / 6.39e-2 (a third of the walk's loss error
- *     at step 1: its activations round where PyTorch's do); after step 3 biases 1.27, conv
- *     weights 2.50e-4, BN weights 7.87e-6, running stats 6.52e-2; decay slope - / 0.738 / 0.217.
+ *     bf16 step (tol_x16, 3x the larger of what two machines measured on the CPU ops). Which
+ *     elements round up to the next bf16 depends on the order of the float32 sums before them,
+ *     and OpenBLAS picks its sgemm kernel by CPU, so the figures move with the machine: steps
+ *     1 / 2 / 3, loss 3.94e-3 / 5.65e-3 / 5.09e-3 and grad norm 7.65e-2 / 1.55e-1 / 6.39e-2 on
+ *     an AVX2 Zen 1 (the stem as a plain 6x6 conv), loss 1.36e-2 / 1.12e-2 / 6.68e-3 and grad
+ *     norm 7.50e-2 / 1.29e-1 / 9.97e-2 on an AVX-512 EPYC (the plain stem gives the same step-1
+ *     loss there, so the stem's space-to-depth is not what moved it); after step 3 biases 1.27 /
+ *     0.974, conv weights 2.50e-4 / 2.16e-4, BN weights 7.87e-6 / 7.39e-6, running stats
+ *     6.52e-2 / 6.00e-2; decay slope - / 0.738 / 0.217.
  *     On the CPU ops the same run with --act nchw must give the same bits, which this checks in
  *     the same process.
  * Exits 77 (skip) when the dump is absent.
@@ -131,10 +136,10 @@ static const struct tols tol_bf16 = { .loss = { 3.0e-2, 2.0e-2, 1.8e-1 },
                                       .param = { 2.1, 7.6e-4, 2.4e-5 },
                                       .stats = 0.2 };
 
-/* bf16 activations (--act) against PyTorch's bf16 step: 3x what --act nhwc measured on the CPU
- * ops (see TOLERANCES). */
-static const struct tols tol_x16 = { .loss = { 1.2e-2, 1.7e-2, 1.6e-2 },
-                                     .gnorm = { 2.3e-1, 4.7e-1, 1.9e-1 },
+/* bf16 activations (--act) against PyTorch's bf16 step: 3x the larger of what --act nhwc
+ * measured on two machines' CPU ops (see TOLERANCES). */
+static const struct tols tol_x16 = { .loss = { 4.1e-2, 3.4e-2, 2.0e-2 },
+                                     .gnorm = { 2.3e-1, 4.7e-1, 3.0e-1 },
                                      .bias_l2 = { 1.8, 1.7, 1.9 },
                                      .delta = { 2.5, 2.6, 7.4 },
                                      .decay = { 0.1, 2.2, 0.65 },
@@ -312,7 +317,8 @@ static int dev_setup(struct trn_net *net, const struct trn_model_info *I, struct
     int rc = trn_optim_dev_create(opt, ds->K, ds->ctx, &ds->odev);
     int ldt = 0;
     void *const lowp = trn_net_dev_params_lowp(net, &ldt);
-    if (rc == 0) rc = trn_optim_dev_set_params_lowp(ds->odev, lowp, ldt);
+    if (rc == 0)
+        rc = trn_optim_dev_set_params_lowp(ds->odev, lowp, ldt, trn_net_params_lowp_order(net));
     if (rc == 0)
         rc = trn_loss_dev_scratch_bytes(trn_loss_get_cfg(L), ds->K, ds->ctx, &ds->scratch_bytes);
     if (rc == 0) rc = kern_mem_alloc(ds->ctx, P * sizeof(float), (void **)&ds->ema[0]);

@@ -445,7 +445,7 @@ int net_lowp_weights(struct trn_net *net, bool uploaded)
     struct trn_net *const o = net->pown;
     const bool follows = net->w16 == o->w16; /* the cast whose state o->w16_ok is */
     if (uploaded) o->w16_ok = false;
-    if (follows && o->w16_ok && (net->fixed || net->resident)) return 0;
+    if (follows && o->w16_ok && !o->w16_spare && (net->fixed || net->resident)) return 0;
     TRY(to_lowp(net, net->w16, trn_net_dev_arena(net, TRN_ARENA_PARAM),
                 net->I->arena_len[TRN_ARENA_PARAM]));
     net->n_casts++;
@@ -644,7 +644,7 @@ int trn_net_set_resident(struct trn_net *net, bool on)
 {
     if (!net) return -EINVAL;
     if (net->gpu) net->resident = on;
-    net->pown->w16_ok = false; /* the master copy moves: nothing known about the cast */
+    net_lowp_stale(net); /* the master copy moves: nothing known about the casts */
     return 0;
 }
 
@@ -701,7 +701,7 @@ const struct kern_ops *trn_net_kern_ops(const struct trn_net *net)
 int trn_net_sync_model(struct trn_net *net, int dir)
 {
     if (!net || (dir != KERN_COPY_H2D && dir != KERN_COPY_D2H)) return -EINVAL;
-    if (dir == KERN_COPY_H2D) net->pown->w16_ok = false;
+    if (dir == KERN_COPY_H2D) net_lowp_stale(net);
     if (!net->gpu) return 0;
     for (int k = 0; k < 2; k++) {
         const int a = k ? TRN_ARENA_BUFFER : TRN_ARENA_PARAM;
@@ -802,21 +802,55 @@ int trn_net_infer(struct trn_net *net, const float *images, const float **out, i
 /* ---------------------------------------------------------------------------------------- */
 /* --- wcast --- AMP weights                                                                */
 
+/* Every cast of the parameters of net's owner is stale: its own, and its executors' and net's. */
+void net_lowp_stale(struct trn_net *net)
+{
+    struct trn_net *const nets[2] = { net->pown, net };
+    nets[0]->w16_ok = false;
+    for (int i = 0; i < (net->pown == net ? 1 : 2); i++)
+        for (int k = 0; k < 2; k++)
+            if (nets[i]->ex[k].x && nets[i]->ex[k].x->params_changed)
+                nets[i]->ex[k].x->params_changed(nets[i]->ex[k].self);
+}
+
 int trn_net_params_changed(struct trn_net *net)
 {
     if (!net) return -EINVAL;
-    net->pown->w16_ok = false;
-    for (int k = 0; k < 2; k++)
-        if (net->ex[k].x->params_changed) net->ex[k].x->params_changed(net->ex[k].self);
+    net_lowp_stale(net);
     net->up_ok = false;
     return 0;
 }
 
+/* The training executor's own copy (struct trn_net_exec.params_lowp) of a net owning its
+ * parameters, or NULL. */
+static void *exec_lowp(struct trn_net *net, bool handed, const int **order)
+{
+    const struct trn_net_slot *const t = &net->ex[1];
+    if (order) *order = NULL;
+    if (!net->lp || net->pown != net || !t->x || !t->x->params_lowp) return NULL;
+    return t->x->params_lowp(net, t->self, handed, order);
+}
+
 void *trn_net_dev_params_lowp(struct trn_net *net, int *dtype)
 {
-    if (!net || !net->lp || net->w16 != net->pown->w16) return NULL;
-    if (dtype) *dtype = net->amp;
-    return net->w16;
+    if (!net || !net->lp) return NULL;
+    void *p = exec_lowp(net, true, NULL);
+    if (p) {
+        /* the step keeps the executor's copy, so the net's own cast is never current again */
+        net->w16_spare = true;
+        net->w16_ok = false;
+    } else if (net->w16 == net->pown->w16) {
+        p = net->w16;
+    }
+    if (p && dtype) *dtype = net->amp;
+    return p;
+}
+
+const int *trn_net_params_lowp_order(struct trn_net *net)
+{
+    const int *order = NULL;
+    if (net) exec_lowp(net, false, &order);
+    return order;
 }
 
 int trn_net_lowp_refresh(struct trn_net *net)
@@ -824,6 +858,10 @@ int trn_net_lowp_refresh(struct trn_net *net)
     if (!net) return -EINVAL;
     /* a net that does not track its cast recasts at every forward anyway */
     if (!net->lp || !(net->resident || (net->fixed && !net->gpu))) return 0;
+    if (net->pown->w16_spare) {
+        const struct trn_net_slot *const t = &net->ex[1];
+        return t->x && t->x->lowp_refresh ? t->x->lowp_refresh(net, t->self) : 0;
+    }
     return net_lowp_weights(net, false);
 }
 

@@ -420,11 +420,22 @@ int trn_net_params_changed(struct trn_net *net);
  * The net's cast of the PARAM arena (backend memory, PARAM layout, 16-bit elements) that a step
  * updating trn_net_dev_arena(net, TRN_ARENA_PARAM) in place may rewrite in the same pass, so
  * that it stays current (trn_optim_dev_set_params_lowp / kern_sgd.params_lowp, with
- * *dtype as lowp_dtype). dtype: out (may be NULL), KERN_DT_BF16 or KERN_DT_F16. Returns NULL when
- * the net has no amp or casts into its own buffer beside a share of another dtype (then pass no
- * copy: the forward recasts). Valid for the net's life (the owner's, for a sharing net).
+ * *dtype as lowp_dtype). With bf16 activations (ACTIVATIONS) it is the training executor's own
+ * copy instead, in the order trn_net_params_lowp_order gives: the step then keeps that one, and
+ * the net's cast for eval forwards is recast at each of them. dtype: out (may be NULL),
+ * KERN_DT_BF16 or KERN_DT_F16. Returns NULL when the net has no amp or casts into its own buffer
+ * beside a share of another dtype (then pass no copy: the forward recasts). Valid for the net's
+ * life (the owner's, for a sharing net).
  */
 void *trn_net_dev_params_lowp(struct trn_net *net, int *dtype);
+
+/*
+ * The order of trn_net_dev_params_lowp's copy, per tensor of the model, for
+ * trn_optim_dev_set_params_lowp: NULL, the PARAM arena's; else 2 ints a tensor, (c, hw) where
+ * tensor t (.., c, hw) is stored channels last (.., hw, c) (the bf16 NHWC executor's conv
+ * weights, ACTIVATIONS), (0, 0) where it keeps the PARAM order. Valid for the net's life.
+ */
+const int *trn_net_params_lowp_order(struct trn_net *net);
 
 /*
  * Make the cast of a tracking net current now: cast the PARAM arena if it is stale, enqueued on

@@ -11,8 +11,22 @@
  * (which acts are slices, which gradients share storage, which concat inputs are copied) do not
  * depend on the layout, so the walk's decisions are taken as they are (tested against the plan's
  * offsets, as net_walk.c does); only the addresses differ (struct place). The images come as
- * float32 NCHW in the input slot (net->act, as for the walk) and are cast once into act; the
- * convs' parameters are cast at each forward into w16, weights in the convs' layout.
+ * float32 NCHW in the input slot (net->act, as for the walk) and are cast once into act.
+ *
+ * WEIGHTS. The convs' parameters in bf16 live in w16 (PARAM offsets, conv weights in the convs'
+ * layout: channels last in NHWC where k > 1, the order `order` gives per tensor). A forward
+ * casts them, unless the copy is known current as net.h AMP WEIGHTS tracks the net's own: once
+ * trn_net_dev_params_lowp has handed w16 to the SGD step (which writes it in that order, in its
+ * pass: kern_optim_seg.lowp_c), a resident (or fixed) net casts only after a change it was told
+ * of (params_changed) or an upload. An executor whose copy was not handed out (a sharing net's)
+ * casts at every forward.
+ *
+ * THE STEM. Where the network's input feeds one 6x6 stride-2 pad-2 conv and nothing else (every
+ * YOLOv5), that conv runs as the 3x3 stride-1 conv of the images' 2x2 space-to-depth, 16
+ * channels (kern_tensor.h "The stem as space-to-depth"): cuDNN takes it on tensor cores, where
+ * the 3-channel 6x6 conv's weight gradient ran on a legacy engine. The images are cast straight
+ * into that layout (in16; act's input slot stays unused), the weights rearranged then cast (w3,
+ * w3_16), and the weight gradient mapped back from dw3 into the model's (k_out, 3, 6, 6).
  *
  * ORDER. The walk's: both run the rows through net_rows.c with their own steps (the same `has`
  * bookkeeping of the gradient arena: the first gradient written overwrites, later ones add);
@@ -41,10 +55,17 @@ struct place {
 struct x16 {
     int layout;
     uint16_t *act, *dact; /* plan.total and plan.dtotal elements */
-    uint16_t *w16;        /* the PARAM arena in bf16, conv weights in the layout */
+    uint16_t *w16;        /* the PARAM arena in bf16, conv weights in the layout (WEIGHTS) */
+    int *order;           /* per tensor (c, hw) when w16 holds it channels last, else (0, 0) */
+    bool handed, w_ok;    /* w16 handed to the step; its conv weights current (WEIGHTS) */
     uint8_t *idx;         /* SPPF pool argmax offsets, three pools a row, dense */
     size_t *idx_off;      /* per row */
     double *sums;         /* one BN layer's KERN_BN_SUMS_LEN(c) (backend memory) */
+    int stem;             /* the conv run as space-to-depth (THE STEM), or -1 */
+    struct kern_s2d s2d;  /* its input's map, in the layout */
+    uint16_t *in16;       /* its input: the images' space-to-depth, bf16 */
+    uint16_t *w3_16;      /* its weights (k_out, 16, 3, 3) in bf16, in the convs' layout */
+    float *w3, *dw3;      /* its weights rearranged, and their gradient, float32 OIHW */
     struct place *a, *d;  /* per act: its value, its gradient */
     struct kern_ctx *ctx; /* for destroy */
 };
@@ -92,12 +113,17 @@ static const uint16_t *W16(const struct trn_net *net, const struct x16 *x, int t
     return x->w16 + trn_model_tensor(net->m, t)->offset;
 }
 
-/* Conv ci's descriptor with its input (or input gradient) at stride x_ld; outputs are dense. */
+/* Conv ci's descriptor with its input (or input gradient) at stride x_ld; outputs are dense. The
+ * stem's is the 3x3 conv of its space-to-depth input (dense). */
 static struct kern_conv2d_lowp conv_desc(const struct trn_net *net, const struct x16 *x, int ci,
                                          size_t x_ld)
 {
     struct kern_conv2d c = net->cd[ci];
     c.x_nstride = 0;
+    if (ci == x->stem) {
+        kern_conv2d_init(&c, c.n, x->s2d.c_out, c.h_in / 2, c.w_in / 2, c.c_out, 3, 1, 1);
+        x_ld = 0;
+    }
     struct kern_conv2d_lowp d;
     kern_conv2d_lowp_init(&d, &c, KERN_DT_BF16, x->layout);
     d.x_ld = x_ld;
@@ -148,7 +174,9 @@ static int conv_fwd(struct trn_net *net, void *self, int ci, bool train)
     const struct trn_conv *c = trn_model_conv(net->m, ci);
     const struct trn_act_conv *ac = &net->plan.convs[ci];
     const struct kern_conv2d_lowp d = conv_desc(net, x, ci, x->a[ac->in].ld);
-    TRY(K->conv2d_lowp_fwd(net->ctx, &d, XA(x, ac->conv), XA(x, ac->in), W16(net, x, c->weight),
+    const bool stem = ci == x->stem;
+    TRY(K->conv2d_lowp_fwd(net->ctx, &d, XA(x, ac->conv), stem ? x->in16 : XA(x, ac->in),
+                           stem ? x->w3_16 : W16(net, x, c->weight),
                            c->bias >= 0 ? W16(net, x, c->bias) : NULL));
     if (!c->bn) return 0;
     /* a shortcut bottleneck's cv2 writes silu(bn) + the bottleneck input into the sum */
@@ -227,7 +255,8 @@ static int cast_weights(struct trn_net *net, struct x16 *x)
     for (int ci = 0; ci < net->I->n_convs; ci++) {
         const struct trn_conv *c = trn_model_conv(net->m, ci);
         const struct trn_tensor *w = trn_model_tensor(net->m, c->weight);
-        if (is_nhwc(x) && c->k > 1)
+        if (ci == x->stem) continue; /* stem_weights */
+        if (x->order[2 * c->weight])
             TRY(K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, x->w16 + w->offset, p + w->offset,
                                     c->c2, c->c1, (size_t)c->k * (size_t)c->k));
         else
@@ -240,6 +269,41 @@ static int cast_weights(struct trn_net *net, struct x16 *x)
     return 0;
 }
 
+/* The stem's weights rearranged for its 3x3 conv, then cast (the step cannot write them: they
+ * are not the PARAM arena's elements in another order), at every forward: two small passes. */
+static int stem_weights(struct trn_net *net, struct x16 *x)
+{
+    if (x->stem < 0) return 0;
+    const struct kern_ops *K = net->K;
+    const struct trn_conv *c = trn_model_conv(net->m, x->stem);
+    const float *const w6 =
+        (net->gpu ? net->d_param : (const float *)trn_model_arena(net->m, TRN_ARENA_PARAM)) +
+        trn_model_tensor(net->m, c->weight)->offset;
+    TRY(K->s2d_weight_fwd(net->ctx, &x->s2d, c->c2, x->w3, w6));
+    if (is_nhwc(x))
+        return K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, x->w3_16, x->w3, c->c2, x->s2d.c_out, 9);
+    return K->cast_f32_bf16(net->ctx, x->w3_16, x->w3, (size_t)c->c2 * x->s2d.c_out * 9);
+}
+
+/* Whether w16 may be trusted without a cast (WEIGHTS), as net_lowp_weights decides for the
+ * net's own. */
+static bool tracked(const struct trn_net *net, const struct x16 *x)
+{
+    return x->handed && (net->fixed || net->resident);
+}
+
+/* The weights of a forward: w16 cast unless current, then the stem's. */
+static int x16_weights(struct trn_net *net, struct x16 *x, bool uploaded)
+{
+    if (uploaded) x->w_ok = false;
+    if (!(x->w_ok && tracked(net, x))) {
+        TRY(cast_weights(net, x));
+        net->n_casts++;
+        x->w_ok = tracked(net, x);
+    }
+    return stem_weights(net, x);
+}
+
 static int x16_forward(struct trn_net *net, void *self, const float *images, bool images_dev,
                        bool train)
 {
@@ -247,9 +311,11 @@ static int x16_forward(struct trn_net *net, void *self, const float *images, boo
     if (!train) return -EINVAL; /* eval forwards are the walk's (create) */
     bool uploaded;
     TRY(net_fwd_begin(net, images, images_dev, train, &uploaded));
-    TRY(cast_weights(net, x));
+    TRY(x16_weights(net, x, uploaded));
     const struct trn_act *in = &net->plan.acts[0];
-    if (is_nhwc(x))
+    if (x->stem >= 0)
+        TRY(net->K->cast_f32_lowp_s2d(net->ctx, &x->s2d, KERN_DT_BF16, x->in16, A(net, 0)));
+    else if (is_nhwc(x))
         TRY(net->K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, XA(x, 0), A(net, 0), in->n, in->c,
                                      (size_t)in->h * (size_t)in->w));
     else
@@ -288,8 +354,14 @@ static int conv_bwd(struct trn_net *net, void *self, int ci)
     if (!c->bn && c->bias >= 0)
         TRY(K->conv2d_lowp_bwd_bias(net->ctx, &d, G(net, c->bias), XD(x, ac->conv),
                                     KERN_ACCUM_DPARAM));
-    TRY(K->conv2d_lowp_bwd_filter(net->ctx, &d, G(net, c->weight), XD(x, ac->conv), XA(x, ac->in),
-                                  KERN_ACCUM_DPARAM));
+    if (ci == x->stem) {
+        TRY(K->conv2d_lowp_bwd_filter(net->ctx, &d, x->dw3, XD(x, ac->conv), x->in16, 0));
+        TRY(K->s2d_weight_bwd(net->ctx, &x->s2d, c->c2, G(net, c->weight), x->dw3,
+                              KERN_ACCUM_DPARAM));
+    } else {
+        TRY(K->conv2d_lowp_bwd_filter(net->ctx, &d, G(net, c->weight), XD(x, ac->conv),
+                                      XA(x, ac->in), KERN_ACCUM_DPARAM));
+    }
     if (ac->in == 0) return 0; /* no input gradient (create) */
     const struct kern_conv2d_lowp dd = conv_desc(net, x, ci, x->d[ac->in].ld);
     return K->conv2d_lowp_bwd_data(net->ctx, &dd, XD(x, ac->in), XD(x, ac->conv),
@@ -369,10 +441,13 @@ static void x16_destroy(void *self)
 {
     struct x16 *const x = self;
     if (!x) return;
-    void *const t[] = { x->act, x->dact, x->w16, x->idx, x->sums };
+    void *const t[] = {
+        x->act, x->dact, x->w16, x->idx, x->sums, x->in16, x->w3_16, x->w3, x->dw3
+    };
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
         kern_mem_free(x->ctx, t[k]);
     free(x->idx_off);
+    free(x->order);
     free(x->a);
     free(x->d);
     free(x);
@@ -397,6 +472,31 @@ static int conv_ws(struct trn_net *net, const struct x16 *x, int ci, size_t *ws)
     return 0;
 }
 
+/* The conv to run as space-to-depth (THE STEM), or -1: the one conv reading the images, when
+ * it is 6x6 stride 2 pad 2 on an even-sized input and no other row reads the images. */
+static int find_stem(const struct trn_net *net, struct kern_s2d *s2d)
+{
+    int stem = -1;
+    for (int i = 0; i < net->I->n_layers; i++) {
+        const struct trn_layer *l = trn_model_layer(net->m, i);
+        for (int j = 0; j < l->n_from; j++)
+            if (l->from[j] < 0 && (i > 0 || l->type != TRN_MOD_CONV)) return -1;
+    }
+    for (int ci = 0; ci < net->I->n_convs; ci++) {
+        if (net->plan.convs[ci].in != 0) continue;
+        if (stem >= 0) return -1;
+        stem = ci;
+    }
+    if (stem < 0) return -1;
+    const struct trn_conv *c = trn_model_conv(net->m, stem);
+    const struct kern_conv2d *d = &net->cd[stem];
+    if (c->k != 6 || c->s != 2 || c->p != 2 || d->h_in % 2 || d->w_in % 2) return -1;
+    *s2d = (struct kern_s2d){ d->n, d->c_in, d->h_in, d->w_in, 16, 0 };
+    /* 16 channels for RGB (tensor cores take multiples of 8); more input channels round up */
+    if (4 * d->c_in > 16) s2d->c_out = (4 * d->c_in + 7) / 8 * 8;
+    return stem;
+}
+
 static int x16_create(struct trn_net *net, const struct trn_net_opts *o, bool train, void **self,
                       char *err, size_t err_cap)
 {
@@ -414,11 +514,20 @@ static int x16_create(struct trn_net *net, const struct trn_net_opts *o, bool tr
     const struct trn_act_plan *pl = &net->plan;
     x->ctx = net->ctx;
     x->layout = o->act_store == TRN_ACT_BF16_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
+    x->stem = find_stem(net, &x->s2d);
+    x->s2d.layout = x->layout;
     x->a = calloc((size_t)pl->n_acts, sizeof *x->a);
     x->d = calloc((size_t)pl->n_acts, sizeof *x->d);
     x->idx_off = calloc((size_t)net->I->n_layers + 1, sizeof *x->idx_off);
+    x->order = calloc(2 * (size_t)net->I->n_tensors + 1, sizeof *x->order);
     int rc = -ENOMEM;
-    if (!x->a || !x->d || !x->idx_off) goto fail;
+    if (!x->a || !x->d || !x->idx_off || !x->order) goto fail;
+    for (int ci = 0; ci < net->I->n_convs && is_nhwc(x); ci++) {
+        const struct trn_conv *c = trn_model_conv(net->m, ci);
+        if (ci == x->stem || c->k == 1) continue; /* a 1x1 weight is the same in both layouts */
+        x->order[2 * c->weight] = c->c1;
+        x->order[2 * c->weight + 1] = c->k * c->k;
+    }
     for (int a = 0; a < pl->n_acts; a++) {
         if (place_of(pl, a, false, x->layout, &x->a[a]) < 0 ||
             place_of(pl, a, true, x->layout, &x->d[a]) < 0) {
@@ -449,6 +558,15 @@ static int x16_create(struct trn_net *net, const struct trn_net_opts *o, bool tr
         (rc = x16_alloc(x, n_idx, (void **)&x->idx)) < 0 ||
         (rc = x16_alloc(x, KERN_BN_SUMS_LEN(c_max) * sizeof(double), (void **)&x->sums)) < 0)
         goto fail;
+    if (x->stem >= 0) {
+        const size_t n3 = (size_t)trn_model_conv(net->m, x->stem)->c2 * x->s2d.c_out * 9;
+        const size_t ny = (size_t)x->s2d.n * x->s2d.c_out * (x->s2d.h / 2) * (x->s2d.w / 2);
+        if ((rc = x16_alloc(x, ny * 2, (void **)&x->in16)) < 0 ||
+            (rc = x16_alloc(x, n3 * 2, (void **)&x->w3_16)) < 0 ||
+            (rc = x16_alloc(x, n3 * 4, (void **)&x->w3)) < 0 ||
+            (rc = x16_alloc(x, n3 * 4, (void **)&x->dw3)) < 0)
+            goto fail;
+    }
     *self = x;
     return 0;
 fail:
@@ -456,6 +574,30 @@ fail:
         snprintf(err, err_cap, "bf16 activations: %s", rc == -ENOMEM ? "out of memory" : "setup");
     x16_destroy(x);
     return rc;
+}
+
+static void x16_params_changed(void *self)
+{
+    ((struct x16 *)self)->w_ok = false;
+}
+
+static void *x16_params_lowp(struct trn_net *net, void *self, bool handed, const int **order)
+{
+    (void)net;
+    struct x16 *const x = self;
+    if (handed) x->handed = true;
+    if (order) *order = is_nhwc(x) ? x->order : NULL;
+    return x->w16;
+}
+
+static int x16_lowp_refresh(struct trn_net *net, void *self)
+{
+    struct x16 *const x = self;
+    if (x->w_ok && tracked(net, x)) return 0;
+    TRY(cast_weights(net, x));
+    net->n_casts++;
+    x->w_ok = tracked(net, x);
+    return 0;
 }
 
 static const char *x16_name(const struct trn_net *net, void *self)
@@ -470,6 +612,9 @@ const struct trn_net_exec trn_net_exec_x16 = {
     .create = x16_create,
     .forward = x16_forward,
     .backward = x16_backward,
+    .params_changed = x16_params_changed,
+    .params_lowp = x16_params_lowp,
+    .lowp_refresh = x16_lowp_refresh,
     .name = x16_name,
     .destroy = x16_destroy,
 };

@@ -127,7 +127,8 @@ static int resident_setup(struct bench *b, const struct trn_model_info *I, int n
     /* the steps keep the net's AMP weights current (net.h AMP WEIGHTS) */
     int ldt = 0;
     void *const lowp = trn_net_dev_params_lowp(b->net, &ldt);
-    if (rc == 0) rc = trn_optim_dev_set_params_lowp(b->odev, lowp, ldt);
+    if (rc == 0)
+        rc = trn_optim_dev_set_params_lowp(b->odev, lowp, ldt, trn_net_params_lowp_order(b->net));
     if (rc < 0) {
         snprintf(err, err_cap, "device optimizer: %s", trn_optim_strerror(rc));
         return rc;

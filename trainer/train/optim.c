@@ -30,6 +30,7 @@ struct trn_optim {
     int64_t last_opt_step;      /* ni of the last step, -1 before any */
     struct kern_ctx *kc;        /* CPU context of the kern ops */
     struct kern_optim_seg *seg; /* group tensors, group by group (host table) */
+    int *seg_tensor;            /* each segment's tensor */
     size_t n_seg, total;        /* segments (0: no group tensor), their elements */
 };
 
@@ -171,7 +172,8 @@ static int optim_build_table(struct trn_optim *opt)
     for (int g = 0; g < 3; g++)
         n += (size_t)opt->n_group[g];
     opt->seg = calloc(n ? n : 1, sizeof *opt->seg);
-    if (!opt->seg) return -ENOMEM;
+    opt->seg_tensor = calloc(n ? n : 1, sizeof *opt->seg_tensor);
+    if (!opt->seg || !opt->seg_tensor) return -ENOMEM;
     n = 0;
     for (int g = 0; g < 3; g++) {
         for (int k = 0; k < opt->n_group[g]; k++) {
@@ -184,6 +186,7 @@ static int optim_build_table(struct trn_optim *opt)
             opt->seg[n].offset = T->offset;
             opt->seg[n].count = T->numel;
             opt->seg[n].group = g;
+            opt->seg_tensor[n] = opt->group[g][k];
             n++;
         }
     }
@@ -233,6 +236,7 @@ void trn_optim_destroy(struct trn_optim *opt)
     if (!opt) return;
     kern_ctx_destroy(opt->kc);
     free(opt->seg);
+    free(opt->seg_tensor);
     free(opt->s0);
     free(opt->s1);
     free(opt);
@@ -478,6 +482,7 @@ struct trn_optim_dev {
     int32_t *found_inf;         /* backend memory: overflow flag for the caller */
     void *lowp;                 /* borrowed: the 16-bit copy each step rewrites, or NULL */
     int lowp_dtype;             /* its KERN_DT_* */
+    bool ordered;               /* seg carries a lowp order (trn_optim_dev_set_params_lowp) */
 };
 
 int trn_optim_dev_create(struct trn_optim *opt, const struct kern_ops *K, struct kern_ctx *ctx,
@@ -593,9 +598,29 @@ int trn_optim_dev_step_dyn(struct trn_optim_dev *dv, float *params, const float 
     return rc;
 }
 
-int trn_optim_dev_set_params_lowp(struct trn_optim_dev *dv, void *params_lowp, int dtype)
+int trn_optim_dev_set_params_lowp(struct trn_optim_dev *dv, void *params_lowp, int dtype,
+                                  const int *order)
 {
     if (!dv || (params_lowp && dtype != KERN_DT_BF16 && dtype != KERN_DT_F16)) return -EINVAL;
+    const struct trn_optim *const opt = dv->opt;
+    if ((order || dv->ordered) && opt->n_seg) {
+        /* the device table with each segment's lowp order (checked by the prepare), or back to
+         * the plain one */
+        const size_t bytes = opt->n_seg * sizeof *opt->seg;
+        struct kern_optim_seg *const t = malloc(bytes);
+        if (!t) return -ENOMEM;
+        memcpy(t, opt->seg, bytes);
+        for (size_t i = 0; order && i < opt->n_seg; i++) {
+            t[i].lowp_c = order[2 * opt->seg_tensor[i]];
+            t[i].lowp_hw = order[2 * opt->seg_tensor[i] + 1];
+        }
+        size_t total = 0;
+        int rc = kern_optim_segs_prepare(t, opt->n_seg, opt->len, 3, &total);
+        if (rc == 0) rc = kern_mem_copy(dv->ctx, dv->seg, t, bytes, KERN_COPY_H2D);
+        free(t);
+        if (rc < 0) return rc;
+    }
+    dv->ordered = order != NULL;
     dv->lowp = params_lowp;
     dv->lowp_dtype = params_lowp ? dtype : 0;
     return 0;

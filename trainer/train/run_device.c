@@ -65,7 +65,9 @@ int run_resident_setup(struct run *R, char *err, size_t cap)
      * they stay current without a cast per forward (net.h AMP WEIGHTS) */
     int ldt = 0;
     void *const lowp = trn_net_dev_params_lowp(R->nets.net, &ldt);
-    if (rc == 0) rc = trn_optim_dev_set_params_lowp(R->dev.odev, lowp, ldt);
+    if (rc == 0)
+        rc = trn_optim_dev_set_params_lowp(R->dev.odev, lowp, ldt,
+                                           trn_net_params_lowp_order(R->nets.net));
     const struct trn_loss *const losses[2] = { R->nets.loss, R->nets.loss_last };
     int max_t = 1;
     for (int k = 0; k < 2 && rc == 0; k++) {

@@ -56,6 +56,13 @@ struct trn_net_exec {
     int (*raw_head)(struct trn_net *net, void *self, bool on);
     /* The model's parameters changed (trn_net_params_changed). NULL: nothing kept. */
     void (*params_changed)(void *self);
+    /* A training executor with its own 16-bit copy of the parameters: that copy for
+     * trn_net_dev_params_lowp (handed: from now on a step rewrites it, so the executor may trust
+     * it as net.h AMP WEIGHTS says), and its order per tensor in *order (2 ints a tensor,
+     * trn_net_params_lowp_order; NULL: the PARAM order). NULL hook or result: the net's cast. */
+    void *(*params_lowp)(struct trn_net *net, void *self, bool handed, const int **order);
+    /* trn_net_lowp_refresh for that copy: cast it now if stale. */
+    int (*lowp_refresh)(struct trn_net *net, void *self);
     /* For trn_net_engine: what runs the net ("reference", "CUDA", "oneDNN nChw8c"). */
     const char *(*name)(const struct trn_net *net, void *self);
     void (*destroy)(void *self);
@@ -140,6 +147,8 @@ struct trn_net {
                              device data path, else this net): its w16_ok tracks its w16 */
     bool w16_own;         /* w16 was allocated by this net */
     bool w16_ok;          /* (pown only) w16 holds the cast of the current parameters */
+    bool w16_spare;       /* (pown only) a step rewrites the training executor's copy instead
+                             (trn_net_dev_params_lowp): w16 is never trusted, always recast */
     bool fixed;           /* trn_net_opts.fixed_params */
     bool up_ok;           /* fixed non-resident device net: d_param / d_buf hold the host model */
     int64_t n_casts;      /* whole-arena casts of the parameters so far (trn_net_lowp_casts) */
@@ -280,6 +289,8 @@ int net_row_ready(struct trn_net *net, int i);
 
 /* The AMP weights of a forward (net.h AMP WEIGHTS), where the walk casts them. */
 int net_lowp_weights(struct trn_net *net, bool uploaded);
+/* Every cast of the parameters of net's owner is stale (the owner's w16 and the executors'). */
+void net_lowp_stale(struct trn_net *net);
 
 /* SyncBatchNorm: sums (a c-channel layer's KERN_BN_SUMS_LEN(c), backend memory) summed over the
  * ranks through the hook, which takes host memory (on the device path through h_sums). */
