@@ -25,6 +25,10 @@
  *      cell's run walks it in slot order, computing each entry's CIoU gradient and adding it and
  *      the class gradient to the cell's row: the reference's additions in the reference's order,
  *      no float atomics.
+ * RAW16 (kern_loss.h): p and dp are the bf16 executor's Detect outputs, NCHW or NHWC, read and
+ * written in place (yl_row_of, yl_get): yl_obj writes every element of dp, rounded; yl_grad adds
+ * a cell's entries in float32, in slot order, into registers and stores each sum rounded once,
+ * the same float additions as the float32 path's into its zeroed dp.
  * Every sum has a fixed shape (YL_PARTS partials per level, one block for the total), so results
  * are bitwise reproducible run to run; against the reference they differ by expf/atanf/FMA
  * rounding and the order of the double sums.
@@ -41,6 +45,7 @@
 
 #include "kern_ciou_common.h"
 #include "kern_cuda_internal.h"
+#include "kern_lowp_common.h"
 
 #define YL_PARTS 128 /* partial sums per level: blocks of yl_build and yl_obj along x */
 
@@ -58,6 +63,7 @@ struct yl_args {
     float obj_scale[KERN_YOLO_MAX_LEVELS];  /* objectness gradient scale, as the reference's */
     int cap;                                /* slots per level */
     int add;                                /* KERN_ACCUM_DX given */
+    int raw16, nhwc;                        /* RAW16: p, dp bf16 (cast), NHWC or NCHW */
     const float *targets;
     const int *nt;
     float *out;
@@ -151,6 +157,35 @@ int kern_cuda_yolo_loss_scratch_size(struct kern_ctx *ctx, const struct kern_yol
 
 /* ---- device helpers ---- */
 
+/* The row of anchor a at cell `cell` (gj nx + gi) of image b on level l: its first element and
+ * the step between its elements, in p's layout (RAW16). */
+struct yl_row {
+    size_t at, ks;
+};
+
+static __device__ __forceinline__ yl_row yl_row_of(const yl_args &A, int l, size_t b, size_t a,
+                                                   size_t cell)
+{
+    const size_t na = (size_t)A.d.na, no = (size_t)A.d.nc + 5;
+    const size_t hw = (size_t)A.d.ny[l] * (size_t)A.d.nx[l];
+    if (!A.raw16) return { ((b * na + a) * hw + cell) * no, 1 };
+    if (A.nhwc) return { (b * hw + cell) * na * no + a * no, 1 };
+    return { (b * na + a) * no * hw + cell, hw };
+}
+
+/* The row of level l's cell index c ((b na + a) hw + cell, the winner's and the keys' order). */
+static __device__ __forceinline__ yl_row yl_row_at(const yl_args &A, int l, size_t c)
+{
+    const size_t hw = (size_t)A.d.ny[l] * (size_t)A.d.nx[l], na = (size_t)A.d.na;
+    return yl_row_of(A, l, c / hw / na, c / hw % na, c % hw);
+}
+
+/* Element i of p[l], widened. */
+static __device__ __forceinline__ float yl_get(const yl_args &A, int l, size_t i)
+{
+    return A.raw16 ? kern_bf16_to_f32(((const uint16_t *)A.p[l])[i]) : A.p[l][i];
+}
+
 static __device__ __forceinline__ float yl_bce(float x, float t, float pw)
 {
     if (pw == 1.0f) return fmaxf(x, 0.0f) - x * t + log1pf(expf(-fabsf(x)));
@@ -229,7 +264,7 @@ __global__ void yl_build(yl_args A)
 {
     const kern_yolo_loss &d = A.d;
     const int l = blockIdx.y;
-    const int nt = A.hdr->nt, mt = d.max_targets, na = d.na, no = d.nc + 5;
+    const int nt = A.hdr->nt, mt = d.max_targets, na = d.na;
     const float fnx = (float)d.nx[l], fny = (float)d.ny[l];
     const float cp = 1.0f - 0.5f * d.label_smoothing, cn = 0.5f * d.label_smoothing;
     const unsigned sentinel = (unsigned)A.cell_off[d.nl];
@@ -284,12 +319,13 @@ __global__ void yl_build(yl_args A)
                 tb[2] = gw;
                 tb[3] = gh;
                 A.cls[g] = c;
-                const float *const ps = A.p[l] + (size_t)cell * (size_t)no;
+                const yl_row R = yl_row_of(A, l, (size_t)b, (size_t)a,
+                                           (size_t)gj * (size_t)d.nx[l] + (size_t)gi);
                 float pb[4];
-                pb[0] = kern_cuda_sigmoid(ps[0]) * 2.0f - 0.5f;
-                pb[1] = kern_cuda_sigmoid(ps[1]) * 2.0f - 0.5f;
-                const float qw = kern_cuda_sigmoid(ps[2]) * 2.0f;
-                const float qh = kern_cuda_sigmoid(ps[3]) * 2.0f;
+                pb[0] = kern_cuda_sigmoid(yl_get(A, l, R.at)) * 2.0f - 0.5f;
+                pb[1] = kern_cuda_sigmoid(yl_get(A, l, R.at + R.ks)) * 2.0f - 0.5f;
+                const float qw = kern_cuda_sigmoid(yl_get(A, l, R.at + 2 * R.ks)) * 2.0f;
+                const float qh = kern_cuda_sigmoid(yl_get(A, l, R.at + 3 * R.ks)) * 2.0f;
                 pb[2] = (qw * qw) * d.anchors[l][a][0];
                 pb[3] = (qh * qh) * d.anchors[l][a][1];
                 float *const pbg = A.pbox + 4 * (size_t)g;
@@ -304,7 +340,8 @@ __global__ void yl_build(yl_args A)
                 if (d.nc > 1) {
                     double sc = 0.0;
                     for (int k = 0; k < d.nc; k++)
-                        sc += (double)yl_bce(ps[5 + k], k == c ? cp : cn, d.cls_pw);
+                        sc += (double)yl_bce(yl_get(A, l, R.at + (size_t)(5 + k) * R.ks),
+                                             k == c ? cp : cn, d.cls_pw);
                     acc[2] += sc;
                 }
             }
@@ -333,7 +370,8 @@ __global__ void yl_obj(yl_args A, int write_grad)
     for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < cells; c += stride) {
         const int w = win[c];
         const float t = w >= 0 ? yl_tobj(d, A.ciou[w]) : 0.0f;
-        acc[3] += (double)yl_bce(pl[c * (size_t)no + 4], t, d.obj_pw);
+        const yl_row R = yl_row_at(A, l, c);
+        acc[3] += (double)yl_bce(yl_get(A, l, R.at + 4 * R.ks), t, d.obj_pw);
     }
     yl_block_sum4(acc);
     if (threadIdx.x == 0) A.part[((size_t)l * YL_PARTS + blockIdx.x) * 4 + 3] = acc[3];
@@ -341,6 +379,27 @@ __global__ void yl_obj(yl_args A, int write_grad)
     float *const dl = A.dp[l];
     const float scale = A.obj_scale[l];
     const size_t count = cells * (size_t)no;
+    if (A.raw16) { /* every element of dp in memory order; c: its cell index, k: its column */
+        uint16_t *const d16 = (uint16_t *)dl;
+        const size_t na = (size_t)d.na, hw = (size_t)d.ny[l] * (size_t)d.nx[l];
+        const size_t ch_n = na * (size_t)no;
+        for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += stride) {
+            size_t b, cell, ch;
+            if (A.nhwc)
+                ch = e % ch_n, cell = e / ch_n % hw, b = e / ch_n / hw;
+            else
+                cell = e % hw, ch = e / hw % ch_n, b = e / hw / ch_n;
+            const size_t a = ch / (size_t)no, k = ch % (size_t)no;
+            float gv = 0.0f;
+            if (k == 4) {
+                const int w = win[(b * na + a) * hw + cell];
+                const float t = w >= 0 ? yl_tobj(d, A.ciou[w]) : 0.0f;
+                gv = yl_bce_grad(yl_get(A, l, e), t, d.obj_pw) * scale;
+            }
+            d16[e] = kern_bf16_from_f32(gv);
+        }
+        return;
+    }
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += stride) {
         const size_t c = e / (size_t)no;
         const int k = (int)(e - c * (size_t)no);
@@ -399,6 +458,49 @@ __global__ void yl_final(yl_args A)
     }
 }
 
+/* RAW16's yl_grad for the run of cell `key` starting at sorted slot i: each element's float32
+ * sum over the run's entries in slot order (the float32 path's additions into its zeroed dp),
+ * stored rounded once. */
+static __device__ void yl_grad_raw16(const yl_args &A, int i, int n_slots, unsigned key)
+{
+    const kern_yolo_loss &d = A.d;
+    const float cp = 1.0f - 0.5f * d.label_smoothing, cn = 0.5f * d.label_smoothing;
+    int end = i;
+    while (end < n_slots && A.key_out[end] == key)
+        end++;
+    const int l = A.val_out[i] / A.cap;
+    const yl_row R = yl_row_at(A, l, (size_t)(key - (unsigned)A.cell_off[l]));
+    uint16_t *const ds = (uint16_t *)A.dp[l];
+    float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    for (int j = i; j < end; j++) {
+        const int g = A.val_out[j];
+        const int a = (g - l * A.cap) / d.max_targets % d.na;
+        float db[4];
+        kern_ciou_grad(A.pbox + 4 * (size_t)g, A.tbox + 4 * (size_t)g, A.scales[l], db, NULL);
+        for (int k = 0; k < 2; k++) {
+            const float s = kern_cuda_sigmoid(yl_get(A, l, R.at + (size_t)k * R.ks));
+            acc[k] += db[k] * 2.0f * (s * (1.0f - s));
+        }
+        for (int k = 2; k < 4; k++) {
+            const float s = kern_cuda_sigmoid(yl_get(A, l, R.at + (size_t)k * R.ks));
+            const float q = s * 2.0f;
+            acc[k] += ((db[k] * d.anchors[l][a][k - 2]) * (2.0f * q)) * 2.0f * (s * (1.0f - s));
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        ds[R.at + (size_t)k * R.ks] = kern_bf16_from_f32(acc[k]);
+    if (d.nc <= 1) return;
+    const float gcls = A.scales[KERN_YOLO_MAX_LEVELS + l];
+    for (int k = 0; k < d.nc; k++) {
+        const size_t at = R.at + (size_t)(5 + k) * R.ks;
+        const float x = yl_get(A, l, at);
+        float v = 0.0f;
+        for (int j = i; j < end; j++)
+            v += yl_bce_grad(x, k == A.cls[A.val_out[j]] ? cp : cn, d.cls_pw) * gcls;
+        ds[at] = kern_bf16_from_f32(v);
+    }
+}
+
 __global__ void yl_grad(yl_args A, int n_slots)
 {
     const kern_yolo_loss &d = A.d;
@@ -408,6 +510,10 @@ __global__ void yl_grad(yl_args A, int n_slots)
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_slots; i += blockDim.x * gridDim.x) {
         const unsigned key = A.key_out[i];
         if (key == sentinel || (i > 0 && A.key_out[i - 1] == key)) continue;
+        if (A.raw16) {
+            yl_grad_raw16(A, i, n_slots, key);
+            continue;
+        }
         /* The first of this cell's run: add every entry of the run, in slot order. */
         for (int j = i; j < n_slots && A.key_out[j] == key; j++) {
             const int g = A.val_out[j];
@@ -447,6 +553,7 @@ int kern_cuda_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, fl
     int rc = kern_yolo_loss_check(d);
     if (rc < 0) return rc;
     if (!out || !p || !nt || d->blk) return -EINVAL; /* no blocked layout here (kern_loss.h) */
+    if (d->raw16 && (accum & KERN_ACCUM_DX)) return -EINVAL;
     for (int l = 0; l < d->nl; l++)
         if (!p[l] || (dp && !dp[l])) return -EINVAL;
     if (!scratch) {
@@ -477,6 +584,8 @@ int kern_cuda_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, fl
     A.cell_off[d->nl] = cells;
     A.cap = KERN_YOLO_OFFSETS * d->na * d->max_targets;
     A.add = (accum & KERN_ACCUM_DX) != 0;
+    A.raw16 = d->raw16;
+    A.nhwc = d->raw_layout == KERN_LAYOUT_NHWC;
     A.targets = targets;
     A.nt = nt;
     A.out = out;

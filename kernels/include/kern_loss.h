@@ -99,6 +99,13 @@ struct kern_yolo_loss {
        ceil(na no / b), ny, nx, b): element k of anchor a in lane (a no + k) % b of block
        (a no + k) / b. Its pad lanes are read as nothing and, unless accumulating, written 0. */
     int blk;
+    /* raw16 0: p and dp as above, float32. raw16 1: they are the bf16 executor's Detect conv
+       outputs where it keeps them (the pointers cast from uint16_t), bf16 in raw_layout:
+       KERN_LAYOUT_NCHW (bs, na no, ny, nx), KERN_LAYOUT_NHWC (bs, ny, nx, na no). The loss is that
+       of the widened values and dp the float32 gradient rounded once, every element written
+       (KERN_ACCUM_DX refused): bit for bit detect16_fwd, this op in float32, then detect16_bwd,
+       without the two permutes. blk must be 0. */
+    int raw16, raw_layout;
 };
 
 /*

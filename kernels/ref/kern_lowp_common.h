@@ -62,8 +62,8 @@ KERN_LOWP_FN uint16_t kern_f16_from_f32(float f)
     /* Subnormal: m 2^(e-150) with the implicit bit; the result counts units of 2^-24. */
     const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126u - e; /* 14..24 bits to drop */
-    const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    const uint32_t up = rem > half || (rem == half && (q & 1u));
+    const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), mid = 1u << (shift - 1u);
+    const uint32_t up = rem > mid || (rem == mid && (q & 1u));
     return (uint16_t)(sign | (q + up));
 }
 

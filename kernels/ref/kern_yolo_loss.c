@@ -47,6 +47,7 @@ struct yl_level {
 struct yl_ws {
     int *n; /* (KERN_YOLO_MAX_LEVELS) entries of the last build per level */
     struct yl_level lv[KERN_YOLO_MAX_LEVELS];
+    float *p32[KERN_YOLO_MAX_LEVELS], *dp32[KERN_YOLO_MAX_LEVELS]; /* raw16's (yl_raw16) */
 };
 
 static size_t yl_round(size_t bytes)
@@ -81,6 +82,10 @@ int kern_yolo_loss_check(const struct kern_yolo_loss *d)
     KERN_RETURN_IF(!d || d->nl < 1 || d->nl > KERN_YOLO_MAX_LEVELS || d->na < 1 ||
                        d->na > KERN_YOLO_MAX_ANCHORS || d->nc < 1 || d->nc > 1000000 || d->bs < 1 ||
                        d->max_targets < 1 || d->blk < 0 || d->blk > 64,
+                   -EINVAL);
+    KERN_RETURN_IF(d->raw16 < 0 || d->raw16 > 1 ||
+                       (d->raw16 && (d->blk || (d->raw_layout != KERN_LAYOUT_NCHW &&
+                                                d->raw_layout != KERN_LAYOUT_NHWC))),
                    -EINVAL);
     KERN_RETURN_IF(!(d->anchor_t > 0.0f) || !isfinite(d->anchor_t) ||
                        !(d->label_smoothing >= 0.0f) || !(d->label_smoothing < 1.0f) ||
@@ -135,6 +140,15 @@ static size_t yl_layout(const struct kern_yolo_loss *d, unsigned char *base, str
         YL_CARVE(tobj, float, cells);
     }
 #undef YL_CARVE
+    /* raw16: the float32 head and its gradient, (bs, na, ny, nx, no) a level, after the rest */
+    for (int l = 0; d->raw16 && l < d->nl; l++) {
+        const size_t n = (size_t)d->bs * (size_t)d->na * (size_t)d->ny[l] * (size_t)d->nx[l] *
+                         (size_t)(d->nc + 5);
+        if (base) w->p32[l] = (float *)(void *)(base + off);
+        off += yl_round(n * sizeof(float));
+        if (base) w->dp32[l] = (float *)(void *)(base + off);
+        off += yl_round(n * sizeof(float));
+    }
     return off;
 }
 
@@ -434,6 +448,38 @@ static void yl_obj_task(void *arg, int w, int n)
     }
 }
 
+/* raw16 (kern_loss.h): the head widened into float32 scratch, the float32 loss (whose scratch
+ * is the same, before these arrays), the gradient rounded back: the composition the contract
+ * names, so the bits are those by construction. */
+static int yl_raw16(struct kern_ctx *ctx, const struct kern_yolo_loss *d, const struct yl_ws *w,
+                    float *const *dp, float *out, const float *const *p, const float *targets,
+                    const int *ntp, unsigned accum)
+{
+    KERN_RETURN_IF(accum & KERN_ACCUM_DX, -EINVAL);
+    struct kern_yolo_loss f = *d;
+    f.raw16 = 0;
+    const float *p32[KERN_YOLO_MAX_LEVELS];
+    float *dp32[KERN_YOLO_MAX_LEVELS];
+    struct kern_detect det[KERN_YOLO_MAX_LEVELS];
+    int rc;
+    for (int l = 0; l < d->nl; l++) {
+        det[l] = (struct kern_detect){
+            .bs = d->bs, .na = d->na, .no = d->nc + 5, .ny = d->ny[l], .nx = d->nx[l], .stride = 1
+        };
+        rc = kern_ref_detect16_fwd(ctx, &det[l], d->raw_layout, w->p32[l],
+                                   (const uint16_t *)(const void *)p[l]);
+        if (rc < 0) return rc;
+        p32[l] = w->p32[l];
+        dp32[l] = w->dp32[l];
+    }
+    /* the float32 op rebinds the same scratch: its arrays come first (yl_layout) */
+    rc = kern_ref_yolo_loss(ctx, &f, dp ? dp32 : NULL, out, p32, targets, ntp, w->n,
+                            yl_layout(d, NULL, NULL), 0);
+    for (int l = 0; rc == 0 && dp && l < d->nl; l++)
+        rc = kern_ref_detect16_bwd(ctx, &det[l], d->raw_layout, (uint16_t *)(void *)dp[l], dp32[l]);
+    return rc;
+}
+
 int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, float *const *dp,
                        float *restrict out, const float *const *p, const float *restrict targets,
                        const int *restrict ntp, void *scratch, size_t scratch_bytes, unsigned accum)
@@ -455,6 +501,7 @@ int kern_ref_yolo_loss(struct kern_ctx *ctx, const struct kern_yolo_loss *d, flo
     }
     struct yl_ws w;
     if ((rc = yl_bind(d, scratch, scratch_bytes, &w)) < 0) return rc;
+    if (d->raw16) return yl_raw16(ctx, d, &w, dp, out, p, targets, ntp, accum);
     yl_build(d, &w, targets, nt);
 
     const int no = d->nc + 5;

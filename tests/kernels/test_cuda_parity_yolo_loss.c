@@ -9,7 +9,9 @@
  * an empty batch, and a YOLOv5s-like one (3 levels of 80/40/20 at bs 4, 80 classes, 300 rows).
  * Also: bitwise repeatability of the GPU (fixed-order sums, sort-ordered gradient gathers), the
  * context workspace as scratch, a CUDA graph capture replayed for a new count (no host sync in
- * the op), and bad counts / rows reported through out[KERN_YOLO_OUT_STATUS].
+ * the op), and bad counts / rows reported through out[KERN_YOLO_OUT_STATUS]. raw16 (bf16 Detect
+ * outputs in place, NCHW and NHWC) against the GPU's own float32 loss and detect16_bwd, bit for
+ * bit.
  *
  * Tolerances (fp32), and why:
  *   out (the loss values): 1e-6 abs + 2e-5 rel: double sums in another order (tree vs
@@ -326,6 +328,77 @@ static void test_empty(void)
     prob_free(&P);
 }
 
+/* Level l's Detect head of P as kern_detect describes it. */
+static struct kern_detect det_of(const struct prob *P, int l)
+{
+    return (struct kern_detect){ .bs = P->d.bs,
+                                 .na = P->d.na,
+                                 .no = P->d.nc + 5,
+                                 .ny = P->d.ny[l],
+                                 .nx = P->d.nx[l],
+                                 .stride = 8 };
+}
+
+/* raw16 (kern_loss.h) on the GPU: the loss read from and written to bf16 Detect outputs in
+ * place gives the bits of the GPU's own float32 loss on the widened head followed by
+ * detect16_bwd (the same float additions per element, rounded once), every element written. */
+static void test_raw16(int layout)
+{
+    struct prob P;
+    prob_make(&P, 3, 3, kt_randint(0, 1) ? 80 : kt_randint(1, 6), 2, 20, 40, layout);
+    tap_diag("raw16 %s: nc %d", layout ? "NHWC" : "NCHW", P.d.nc);
+    uint16_t *raw_d[KERN_YOLO_MAX_LEVELS], *want_d[KERN_YOLO_MAX_LEVELS],
+        *got_d[KERN_YOLO_MAX_LEVELS];
+    for (int l = 0; l < P.d.nl; l++) {
+        const struct kern_detect det = det_of(&P, l);
+        uint16_t *const raw = malloc(P.len[l] * 2);
+        if (!raw) exit(99);
+        CK(kern_ref_cast_f32_bf16(g_cpu, raw, P.p[l], P.len[l]));    /* the raw head, any bf16 */
+        CK(kern_ref_detect16_fwd(g_cpu, &det, layout, P.p[l], raw)); /* its widened permute */
+        kct_put(P.p_d[l], P.p[l], P.len[l] * sizeof(float));
+        raw_d[l] = kct_up(raw, P.len[l] * 2);
+        want_d[l] = kct_poison(P.len[l] * 2);
+        got_d[l] = kct_poison(P.len[l] * 2);
+        free(raw);
+    }
+    prob_prefill(&P, 0);
+    float out_w[KERN_YOLO_OUT_N], out_g[KERN_YOLO_OUT_N];
+    CK(gpu_run(&P, 0, 1, P.s_gpu, P.b_gpu));
+    kct_down(out_w, P.out_d, sizeof out_w);
+    for (int l = 0; l < P.d.nl; l++) {
+        const struct kern_detect det = det_of(&P, l);
+        CK(kern_cuda_detect16_bwd(g_gpu, &det, layout, want_d[l], P.dp_d[l]));
+    }
+    struct kern_yolo_loss d = P.d;
+    d.raw16 = 1;
+    d.raw_layout = layout;
+    size_t need = 0;
+    CK(kern_cuda_yolo_loss_scratch_size(g_gpu, &d, &need));
+    const int rc = need <= P.b_gpu ? kern_cuda_yolo_loss(g_gpu, &d, (float *const *)got_d, P.out_d,
+                                                         (const float *const *)raw_d, P.t_d, P.nt_d,
+                                                         P.s_gpu, P.b_gpu, 0)
+                                   : -KERN_EWORKSPACE;
+    kct_down(out_g, P.out_d, sizeof out_g);
+    int same = rc == 0 && !memcmp(out_w, out_g, sizeof out_w);
+    for (int l = 0; l < P.d.nl; l++) {
+        uint16_t *const a = malloc(P.len[l] * 2), *const b = malloc(P.len[l] * 2);
+        if (!a || !b) exit(99);
+        kct_down(a, want_d[l], P.len[l] * 2);
+        kct_down(b, got_d[l], P.len[l] * 2);
+        same &= !memcmp(a, b, P.len[l] * 2);
+        free(a), free(b);
+    }
+    ok(same, "raw16 %s: the loss and gradient bits of the float32 loss then detect16_bwd (rc %d)",
+       layout ? "NHWC" : "NCHW", rc);
+    is_int(kern_cuda_yolo_loss(g_gpu, &d, (float *const *)got_d, P.out_d,
+                               (const float *const *)raw_d, P.t_d, P.nt_d, P.s_gpu, P.b_gpu,
+                               KERN_ACCUM_DX),
+           -EINVAL, "raw16 %s: KERN_ACCUM_DX refused", layout ? "NHWC" : "NCHW");
+    for (int l = 0; l < P.d.nl; l++)
+        cudaFree(raw_d[l]), cudaFree(want_d[l]), cudaFree(got_d[l]);
+    prob_free(&P);
+}
+
 void parity_yolo_loss(int bench)
 {
     (void)bench; /* no benchmark in this suite */
@@ -333,4 +406,6 @@ void parity_yolo_loss(int bench)
         test_random(i % 2, i % 3 == 2 ? KERN_ACCUM_DX : 0);
     test_empty();
     test_special();
+    test_raw16(KERN_LAYOUT_NCHW);
+    test_raw16(KERN_LAYOUT_NHWC);
 }

@@ -735,6 +735,91 @@ static void test_blocked(void)
     kern_ctx_destroy(c3);
 }
 
+/*
+ * raw16 (kern_loss.h): the loss read from and written to the bf16 executor's Detect outputs in
+ * place, NCHW and NHWC: the same outputs and gradient bits as detect16_fwd, the float32 op and
+ * detect16_bwd; every gradient element written; accumulation, a blocked layout and an unknown
+ * layout refused.
+ */
+static void test_raw16(void)
+{
+    int n_same = 0, n_runs = 0;
+    for (int it = 0; it < 8; it++) {
+        struct problem P;
+        problem_random(&P, it % 2);
+        problem_alloc(&P, 3.0f);
+        const int layout = it % 2 ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
+        uint16_t *raw[KERN_YOLO_MAX_LEVELS], *want[KERN_YOLO_MAX_LEVELS],
+            *got[KERN_YOLO_MAX_LEVELS];
+        struct kern_detect det[KERN_YOLO_MAX_LEVELS];
+        int rc = 0;
+        for (int l = 0; l < P.d.nl; l++) {
+            det[l] = (struct kern_detect){ .bs = P.d.bs,
+                                           .na = P.d.na,
+                                           .no = P.d.nc + 5,
+                                           .ny = P.d.ny[l],
+                                           .nx = P.d.nx[l],
+                                           .stride = 8 };
+            raw[l] = alloc16(P.len[l] * 2);
+            want[l] = alloc16(P.len[l] * 2);
+            got[l] = alloc16(P.len[l] * 2);
+            rc |= kern_ref_cast_f32_bf16(g_ctx, raw[l], P.p[l], P.len[l]); /* any bf16 values */
+            memset(got[l], 0xff, P.len[l] * 2);
+            rc |= kern_ref_detect16_fwd(g_ctx, &det[l], layout, P.p[l], raw[l]);
+        }
+        float out0[KERN_YOLO_OUT_N], out1[KERN_YOLO_OUT_N];
+        rc |= run(&P, out0, 0, 1);
+        for (int l = 0; l < P.d.nl; l++)
+            rc |= kern_ref_detect16_bwd(g_ctx, &det[l], layout, want[l], P.dp[l]);
+        struct kern_yolo_loss d = P.d;
+        d.raw16 = 1;
+        d.raw_layout = layout;
+        size_t need = 0;
+        rc |= kern_ref_yolo_loss_scratch_size(g_ctx, &d, &need);
+        void *const sc = alloc16(need);
+        if (!rc)
+            rc = kern_ref_yolo_loss(g_ctx, &d, (float *const *)got, out1, (const float *const *)raw,
+                                    P.t, &P.nt, sc, need, 0);
+        int same = !rc && !memcmp(out0, out1, sizeof out0);
+        for (int l = 0; l < P.d.nl; l++)
+            same &= !memcmp(want[l], got[l], P.len[l] * 2);
+        if (!same) tap_diag("raw16 run %d: layout %d rc %d", it, layout, rc);
+        n_same += same;
+        n_runs++;
+        if (it == 0) {
+            is_int(kern_ref_yolo_loss(g_ctx, &d, (float *const *)got, out1,
+                                      (const float *const *)raw, P.t, &P.nt, sc, need,
+                                      KERN_ACCUM_DX),
+                   -EINVAL, "raw16: KERN_ACCUM_DX refused");
+            is_int(kern_ref_yolo_loss(g_ctx, &d, (float *const *)got, out1,
+                                      (const float *const *)raw, P.t, &P.nt, sc, need - 64, 0),
+                   -KERN_EWORKSPACE, "raw16: a scratch without room for the float32 head refused");
+        }
+        free(sc);
+        for (int l = 0; l < P.d.nl; l++)
+            free(raw[l]), free(want[l]), free(got[l]);
+        problem_free(&P);
+    }
+    ok(n_same == n_runs,
+       "raw16 (bf16 NCHW and NHWC in place): the outputs and gradient bits of detect16, the "
+       "float32 "
+       "loss and detect16_bwd, every element written, %d of %d problems",
+       n_same, n_runs);
+    struct kern_yolo_loss d;
+    kern_yolo_loss_init(&d, 1, 1, 3, 1, 4);
+    d.ny[0] = d.nx[0] = 2;
+    d.anchors[0][0][0] = d.anchors[0][0][1] = 1.0f;
+    d.raw16 = 1;
+    d.raw_layout = 2;
+    ok(kern_yolo_loss_check(&d) == -EINVAL, "raw16 with an unknown layout refused");
+    d.raw_layout = KERN_LAYOUT_NHWC;
+    d.blk = 8;
+    ok(kern_yolo_loss_check(&d) == -EINVAL, "raw16 with a blocked layout refused");
+    d.blk = 0;
+    d.raw16 = 2;
+    ok(kern_yolo_loss_check(&d) == -EINVAL, "raw16 2 refused");
+}
+
 static void test_errors(void)
 {
     struct problem P;
@@ -811,6 +896,7 @@ int main(int argc, char **argv)
     test_accum_workspace_determinism();
     test_threads();
     test_blocked();
+    test_raw16();
     test_errors();
     kern_ctx_destroy(g_ctx);
     return tap_done();

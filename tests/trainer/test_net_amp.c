@@ -14,6 +14,8 @@
 #include "kern.h"
 #include "model.h"
 #include "net.h"
+#include "loss.h"
+#include "hyp.h"
 #include "ffr.h"
 #include "run_testutil.h"
 #include "tap.h"
@@ -766,6 +768,113 @@ static void test_act_store_errors(void)
     trn_model_destroy(m);
 }
 
+/*
+ * The bf16 executor's raw head (trn_net_raw_head; kern_yolo_loss.raw16): two training nets of
+ * one model, NHWC and NCHW, one giving the loss its head widened and permuted (detect16), the
+ * other its Detect convs' bf16 outputs in place (the loss writes their gradients into the net's
+ * own buffers): two steps each, the same loss bits, gradient arena and running statistics, byte
+ * for byte. The backward refuses other buffers; off gives the usual head back.
+ */
+static void test_x16_raw_head(enum trn_act_store act, const char *an)
+{
+    struct trn_model *m[2] = { NULL, NULL };
+    char err[256];
+    for (int k = 0; k < 2; k++) {
+        if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &m[k], err,
+                           sizeof err)) {
+            printf("Bail out! %s\n", err);
+            exit(99);
+        }
+        trn_model_init(m[k], 9);
+    }
+    enum { B = 2, H = 64, W = 64, NT = 12 };
+    struct trn_net_opts o;
+    trn_net_opts_default(&o);
+    o.amp = KERN_DT_BF16;
+    o.act_store = act;
+    struct trn_net *n[2] = { NULL, NULL };
+    for (int k = 0; k < 2; k++)
+        if (trn_net_create(m[k], B, H, W, &o, &n[k], err, sizeof err) < 0) {
+            printf("Bail out! %s\n", err);
+            exit(99);
+        }
+    const int head = trn_net_raw_head(n[1], true);
+    ok(head == (act == TRN_ACT_BF16_NHWC ? TRN_LOSS_HEAD_BF16_NHWC : TRN_LOSS_HEAD_BF16_NCHW),
+       "%s: raw head on (%#x)", an, head);
+    const struct trn_model_info *I = trn_model_info(m[0]);
+    struct trn_hyp hyp;
+    trn_hyp_default(&hyp);
+    struct trn_loss_cfg lc[2];
+    struct trn_loss *L[2] = { NULL, NULL };
+    for (int k = 0; k < 2; k++) {
+        if (trn_loss_cfg_from_model(m[k], &hyp, B, W, 0.0f, NT, &lc[k]) < 0 ||
+            trn_loss_cfg_set_grid(&lc[k], m[k], H, W) < 0)
+            exit(99);
+        lc[k].head = k ? head : 0;
+        if (trn_loss_create(&lc[k], &L[k]) < 0) exit(99);
+    }
+    struct kern_ctx *ctx = NULL;
+    if (kern_ctx_create(NULL, &ctx) < 0) exit(99);
+    float t[6 * NT], *img = malloc((size_t)B * 3 * H * W * sizeof(float));
+    float *dp[TRN_MODEL_MAX_LEVELS] = { 0 };
+    if (!img) exit(99);
+    for (int r = 0; r < NT; r++) {
+        t[6 * r] = (float)(r % B);
+        t[6 * r + 1] = (float)(r % I->nc);
+        t[6 * r + 2] = 0.05f + 0.9f * (float)urand();
+        t[6 * r + 3] = 0.05f + 0.9f * (float)urand();
+        t[6 * r + 4] = 0.05f + 0.4f * (float)urand();
+        t[6 * r + 5] = 0.05f + 0.4f * (float)urand();
+    }
+    for (size_t i = 0; i < (size_t)B * 3 * H * W; i++)
+        img[i] = (float)urand();
+    for (int l = 0; l < I->nl; l++)
+        if (!(dp[l] = malloc((size_t)trn_net_output_shape(n[0], l, NULL) * sizeof(float))))
+            exit(99);
+    trn_net_zero_grad(n[0]);
+    trn_net_zero_grad(n[1]);
+    for (int step = 1; step <= 2; step++) {
+        const float *oa[TRN_MODEL_MAX_LEVELS], *ob[TRN_MODEL_MAX_LEVELS];
+        float *raw[TRN_MODEL_MAX_LEVELS];
+        struct trn_loss_items ia, ib;
+        int r[6] = { trn_net_forward(n[0], img, true, oa), trn_net_forward(n[1], img, true, ob) };
+        r[2] = trn_net_raw_dhead(n[1], raw);
+        r[3] = trn_loss_compute(L[0], ctx, oa, t, NT, dp, &ia);
+        r[4] = trn_loss_compute_blk(L[1], ctx, ob, head, t, NT, raw, &ib);
+        r[5] = trn_net_backward(n[0], (const float *const *)dp);
+        if (step == 2)
+            is_int(trn_net_backward(n[1], (const float *const *)dp), -EINVAL,
+                   "%s: the raw head's backward refuses other gradient buffers", an);
+        const int rb = trn_net_backward(n[1], (const float *const *)raw);
+        const size_t ng = I->arena_len[TRN_ARENA_PARAM], nb = I->arena_len[TRN_ARENA_BUFFER];
+        ok(!r[0] && !r[1] && r[2] == head && !r[3] && !r[4] && !r[5] && !rb &&
+               !memcmp(&ia, &ib, sizeof ia) &&
+               !memcmp(trn_net_grad(n[0]), trn_net_grad(n[1]), ng * sizeof(float)) &&
+               !memcmp(trn_model_arena(m[0], TRN_ARENA_BUFFER),
+                       trn_model_arena(m[1], TRN_ARENA_BUFFER), nb * sizeof(float)),
+           "%s step %d: the raw head gives the same loss (%.6f), gradients and running "
+           "statistics, bit for bit (rc %d %d %d %d %d %d %d)",
+           an, step, (double)ib.total, r[0], r[1], r[2], r[3], r[4], r[5], rb);
+    }
+    is_int(trn_net_raw_head(n[1], false), 0, "%s: raw head off", an);
+    const float *oa[TRN_MODEL_MAX_LEVELS], *ob[TRN_MODEL_MAX_LEVELS];
+    float *raw[TRN_MODEL_MAX_LEVELS];
+    int same = !trn_net_forward(n[0], img, true, oa) && !trn_net_forward(n[1], img, true, ob) &&
+               trn_net_raw_dhead(n[1], raw) == -EINVAL;
+    for (int l = 0; same && l < I->nl; l++)
+        same = !memcmp(oa[l], ob[l], (size_t)trn_net_output_shape(n[0], l, NULL) * sizeof(float));
+    ok(same, "%s: and off, the usual head again, the same bytes", an);
+    for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++)
+        free(dp[l]);
+    free(img);
+    kern_ctx_destroy(ctx);
+    for (int k = 0; k < 2; k++) {
+        trn_loss_destroy(L[k]);
+        trn_net_destroy(n[k]);
+        trn_model_destroy(m[k]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5) { /* program mode: YOLO_TRAIN YOLO_SYNTH YOLO_PACK MODELS_TEST_DIR */
@@ -782,6 +891,8 @@ int main(int argc, char **argv)
     test_torch();
     test_tiny();
     test_act_store_errors();
+    test_x16_raw_head(TRN_ACT_BF16_NHWC, "bf16 NHWC");
+    test_x16_raw_head(TRN_ACT_BF16_NCHW, "bf16 NCHW");
     for (int i = 0; i < n_recs; i++)
         free(recs[i].v);
     return tap_done();

@@ -33,6 +33,8 @@ static int loss_cfg_check(const struct trn_loss_cfg *c)
         c->na > TRN_MODEL_MAX_ANCHORS || c->nc < 1 || c->nc > 1000000 || c->bs < 1 ||
         c->max_targets < 1)
         return -EINVAL;
+    if (c->head != 0 && c->head != TRN_LOSS_HEAD_BF16_NCHW && c->head != TRN_LOSS_HEAD_BF16_NHWC)
+        return -EINVAL;
     if (!(c->anchor_t > 0.0f) || !isfinite(c->anchor_t) || !(c->label_smoothing >= 0.0f) ||
         !(c->label_smoothing < 1.0f) || !isfinite(c->box) || !isfinite(c->obj) || !isfinite(c->cls))
         return -EINVAL;
@@ -49,6 +51,14 @@ static int loss_cfg_check(const struct trn_loss_cfg *c)
 }
 
 /* cfg as kern's descriptor (gr is 1, as train.py's model.gr). */
+/* A head value (trn_loss_cfg.head, trn_loss_compute_blk's blk) into d's layout fields. */
+static void loss_head_to_kern(int head, struct kern_yolo_loss *d)
+{
+    d->blk = head <= 64 ? head : 0;
+    d->raw16 = head == TRN_LOSS_HEAD_BF16_NCHW || head == TRN_LOSS_HEAD_BF16_NHWC;
+    d->raw_layout = head == TRN_LOSS_HEAD_BF16_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
+}
+
 static void loss_to_kern(const struct trn_loss_cfg *c, struct kern_yolo_loss *d)
 {
     kern_yolo_loss_init(d, c->nl, c->na, c->nc, c->bs, c->max_targets);
@@ -68,6 +78,7 @@ static void loss_to_kern(const struct trn_loss_cfg *c, struct kern_yolo_loss *d)
     d->label_smoothing = c->label_smoothing;
     d->cls_pw = c->cls_pw > 0 ? c->cls_pw : 1.0f; /* 0: a cfg filled by hand before the field */
     d->obj_pw = c->obj_pw > 0 ? c->obj_pw : 1.0f;
+    loss_head_to_kern(c->head, d);
 }
 
 int trn_loss_kern_desc(const struct trn_loss_cfg *cfg, struct kern_yolo_loss *out)
@@ -260,7 +271,7 @@ int trn_loss_compute_blk(struct trn_loss *L, struct kern_ctx *ctx, const float *
                          const float *targets, int nt, float *const *dp,
                          struct trn_loss_items *items)
 {
-    if (!L || !ctx || !p || !items || blk < 0 || blk > 64) return -EINVAL;
+    if (!L || !ctx || !p || !items || blk < 0 || (blk > 64 && blk != L->cfg.head)) return -EINVAL;
     const struct trn_loss_cfg *const c = &L->cfg;
     for (int l = 0; l < c->nl; l++)
         if (!p[l] || (dp && !dp[l])) return -EINVAL;
@@ -269,7 +280,7 @@ int trn_loss_compute_blk(struct trn_loss *L, struct kern_ctx *ctx, const float *
     if (rc < 0) return rc;
     float out[KERN_YOLO_OUT_N];
     struct kern_yolo_loss kd = L->kd;
-    kd.blk = blk;
+    loss_head_to_kern(blk, &kd);
     rc = kern_ref_yolo_loss(ctx, &kd, dp, out, p, targets, &nt, L->mem, L->bytes, 0);
     if (rc < 0) return rc;
     return trn_loss_items_from_out(out, items);

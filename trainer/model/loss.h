@@ -74,7 +74,16 @@ struct trn_loss_cfg {
     float label_smoothing;               /* eps in [0, 1): cp = 1 - eps/2, cn = eps/2 */
     float cls_pw, obj_pw;                /* BCE positive weights (hyp.cls_pw, obj_pw), > 0 */
     int max_targets;                     /* most target rows per call, >= 1 */
+    /* Where the Detect outputs are (trn_net_raw_head's value): 0, (bs, na, ny, nx, no) float32
+       (or a float32 channel block given to trn_loss_compute_blk); TRN_LOSS_HEAD_BF16_NCHW or
+       _NHWC, the bf16 executor's outputs read and written in place (kern_yolo_loss.raw16). Set
+       it before trn_loss_create: it sizes the scratch. */
+    int head;
 };
+
+/* trn_loss_cfg.head, and trn_net_raw_head's value for the bf16 executor (net.h ACTIVATIONS):
+ * above every channel block (1..64). */
+enum { TRN_LOSS_HEAD_BF16_NCHW = 0x100, TRN_LOSS_HEAD_BF16_NHWC = 0x101 };
 
 /*
  * Fill cfg for a model and hyp as train.py does for a square imgsz x imgsz batch of bs images:
@@ -165,7 +174,9 @@ int trn_loss_compute(struct trn_loss *L, struct kern_ctx *ctx, const float *cons
  * trn_loss_compute on outputs in a channel-blocked layout (blk 1..64; 0 is trn_loss_compute):
  * p and dp as a training net with trn_net_raw_head on gives them, (bs, ceil(na no / blk), ny,
  * nx, blk) per level (kern_yolo_loss.blk), the pad lanes of dp written 0. The same loss and
- * gradient bits as on the same values in (bs, na, ny, nx, no).
+ * gradient bits as on the same values in (bs, na, ny, nx, no). blk may also be the loss's own
+ * cfg.head (TRN_LOSS_HEAD_BF16_*: p and dp bf16 in place, the pointers cast), nothing else
+ * above 64.
  */
 int trn_loss_compute_blk(struct trn_loss *L, struct kern_ctx *ctx, const float *const *p, int blk,
                          const float *targets, int nt, float *const *dp,

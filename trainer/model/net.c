@@ -471,6 +471,8 @@ static int forward(struct trn_net *net, const float *images, bool images_dev, bo
 int trn_net_forward(struct trn_net *net, const float *images, bool train, const float **outputs)
 {
     if (!net || !images) return -EINVAL;
+    /* the host's view of a raw head in device memory would be device pointers */
+    if (train && net->raw_blk && kern_ctx_backend(net->ctx) == KERN_BACKEND_CUDA) return -EINVAL;
     TRY(forward(net, images, false, train, outputs));
     if (train && net->raw_blk) return 0; /* the raw head is read where the executor keeps it */
     const float *head = net->head;
@@ -576,7 +578,7 @@ int trn_net_backward(struct trn_net *net, const float *const *d_outputs)
     const float *dout[TRN_MODEL_MAX_LEVELS];
     for (int l = 0; l < net->I->nl; l++) {
         if (!(dout[l] = d_outputs[l])) return -EINVAL;
-        if (net->gpu) {
+        if (net->gpu && !net->raw_blk) { /* a raw head's gradients are the net's own buffers */
             float *const at = net->d_dout + net->head_off[l];
             TRY(kern_mem_copy(net->ctx, at, d_outputs[l],
                               (size_t)trn_net_output_shape(net, l, NULL) * sizeof(float),

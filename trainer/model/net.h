@@ -300,7 +300,11 @@ int trn_net_backward(struct trn_net *net, const float *const *d_outputs);
  * trn_net_backward takes those and no others (-EINVAL). No reshape either way: the forward's and
  * the backward's took 9-10 ms of yolov5n's 260 ms step at 320 b16. Returns blk (16 or 8), or 0
  * where the net has no such layout (other engines, inference nets: the outputs stay
- * (bs, na, ny, nx, no)); off returns 0 and restores the usual head.
+ * (bs, na, ny, nx, no)); off returns 0 and restores the usual head. The bf16 executor
+ * (ACTIVATIONS) does the same with its Detect convs' bf16 outputs (the pointers cast from
+ * uint16_t) and returns TRN_LOSS_HEAD_BF16_NCHW or _NHWC (loss.h: give it the loss's cfg.head).
+ * They live in the net's backend memory: on a CUDA net trn_net_forward then refuses a training
+ * forward (-EINVAL; trn_net_forward_dev gives them), and trn_net_backward takes them as they are.
  */
 int trn_net_raw_head(struct trn_net *net, bool on);
 

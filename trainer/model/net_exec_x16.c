@@ -40,6 +40,8 @@
  */
 #include "priv/net_internal.h"
 
+#include "loss.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +60,8 @@ struct x16 {
     uint16_t *w16;        /* the PARAM arena in bf16, conv weights in the layout (WEIGHTS) */
     int *order;           /* per tensor (c, hw) when w16 holds it channels last, else (0, 0) */
     bool handed, w_ok;    /* w16 handed to the step; its conv weights current (WEIGHTS) */
+    bool raw;             /* trn_net_raw_head on: the loss reads and writes the Detect convs'
+                             bf16 outputs and gradients in place (no detect16 pass) */
     uint8_t *idx;         /* SPPF pool argmax offsets, three pools a row, dense */
     size_t *idx_off;      /* per row */
     double *sums;         /* one BN layer's KERN_BN_SUMS_LEN(c) (backend memory) */
@@ -239,6 +243,7 @@ static int up_fwd(struct trn_net *net, void *self, int in, int out)
 static int head_fwd(struct trn_net *net, void *self, int l, int raw)
 {
     struct x16 *const x = self;
+    if (x->raw) return 0; /* read in place (net->raw_p) */
     return net->K->detect16_fwd(net->ctx, &net->det[l], x->layout, net->head + net->head_off[l],
                                 XA(x, raw));
 }
@@ -411,6 +416,7 @@ static int up_bwd(struct trn_net *net, void *self, int in, int out)
 static int head_bwd(struct trn_net *net, void *self, int l, int raw, const float *dout)
 {
     struct x16 *const x = self;
+    if (x->raw) return 0; /* the loss wrote it there (x16_backward checked) */
     return net->K->detect16_bwd(net->ctx, &net->det[l], x->layout, XD(x, raw), dout);
 }
 
@@ -430,6 +436,9 @@ static const struct net_row_ops x16_rows = {
 
 static int x16_backward(struct trn_net *net, void *self, const float *const *dout)
 {
+    const struct x16 *const x = self;
+    for (int l = 0; x->raw && l < net->I->nl; l++)
+        if (dout[l] != net->raw_dp[l]) return -EINVAL; /* the raw head's own buffers only */
     TRY(net_rows_backward(net, &x16_rows, self, dout));
     return net_bwd_end(net);
 }
@@ -600,6 +609,25 @@ static int x16_lowp_refresh(struct trn_net *net, void *self)
     return 0;
 }
 
+/* trn_net_raw_head: the Detect convs' outputs and gradients where this executor keeps them. */
+static int x16_raw_head(struct trn_net *net, void *self, bool on)
+{
+    struct x16 *const x = self;
+    x->raw = on;
+    if (!on) return 0;
+    int c0 = -1;
+    for (int i = 0; i < net->I->n_layers; i++)
+        if (trn_model_layer(net->m, i)->type == TRN_MOD_DETECT)
+            c0 = trn_model_layer(net->m, i)->conv0;
+    if (c0 < 0) return -EINVAL;
+    for (int l = 0; l < net->I->nl; l++) {
+        const int raw = net->plan.convs[c0 + l].conv;
+        net->raw_p[l] = (const float *)(const void *)XA(x, raw);
+        net->raw_dp[l] = (float *)(void *)XD(x, raw);
+    }
+    return is_nhwc(x) ? TRN_LOSS_HEAD_BF16_NHWC : TRN_LOSS_HEAD_BF16_NCHW;
+}
+
 static const char *x16_name(const struct trn_net *net, void *self)
 {
     const struct x16 *const x = self;
@@ -612,6 +640,7 @@ const struct trn_net_exec trn_net_exec_x16 = {
     .create = x16_create,
     .forward = x16_forward,
     .backward = x16_backward,
+    .raw_head = x16_raw_head,
     .params_changed = x16_params_changed,
     .params_lowp = x16_params_lowp,
     .lowp_refresh = x16_lowp_refresh,

@@ -66,6 +66,8 @@ struct bench {
     struct trn_optim_dev *odev;
     float *d_ema[2], *d_targets, *d_out, *d_images;
     float *d_dp[TRN_MODEL_MAX_LEVELS];
+    float *raw_dp[TRN_MODEL_MAX_LEVELS]; /* the net's raw head's gradients, when on */
+    float *const *rdp;                   /* what the resident steps' loss writes: one of those */
     int *d_nt;
     void *d_scratch;
     size_t scratch_bytes, bytes;
@@ -146,6 +148,7 @@ static int resident_setup(struct bench *b, const struct trn_model_info *I, int n
     for (int l = 0; l < I->nl && !rc; l++)
         rc = dalloc(b, (size_t)trn_net_output_shape(b->net, l, NULL) * sizeof(float),
                     (void **)&b->d_dp[l]);
+    b->rdp = trn_net_raw_dhead(b->net, b->raw_dp) > 0 ? b->raw_dp : b->d_dp;
     if (!rc) rc = trn_net_set_resident(b->net, true);
     if (!rc) rc = trn_net_sync_model(b->net, KERN_COPY_H2D);
     if (!rc)
@@ -185,7 +188,7 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
     float raw[KERN_YOLO_OUT_N];
     struct trn_loss_items items;
     rc = trn_loss_compute_dev(trn_loss_get_cfg(b->loss), b->dK, b->dctx, out, b->d_targets, b->d_nt,
-                              b->d_dp, 0, b->d_out, b->d_scratch, b->scratch_bytes);
+                              b->rdp, 0, b->d_out, b->d_scratch, b->scratch_bytes);
     if (!rc) rc = kern_mem_copy(b->dctx, raw, b->d_out, sizeof raw, KERN_COPY_D2H);
     if (!rc) rc = trn_loss_items_from_out(raw, &items);
     t[1] = now_s();
@@ -194,7 +197,7 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
         return rc;
     }
     *loss = items.total;
-    rc = trn_net_backward_dev(b->net, (const float *const *)b->d_dp);
+    rc = trn_net_backward_dev(b->net, (const float *const *)b->rdp);
     if (!rc) rc = dsync(b);
     t[2] = now_s();
     if (rc < 0) {
@@ -230,8 +233,8 @@ static int bench_graph_run(void *arg)
     int rc = trn_net_forward_dev(b->net, trn_net_dev_input(b->net), true, true, out);
     if (!rc)
         rc = trn_loss_compute_dev(trn_loss_get_cfg(b->loss), b->dK, b->dctx, out, b->d_targets,
-                                  b->d_nt, b->d_dp, 0, b->d_out, b->d_scratch, b->scratch_bytes);
-    if (!rc) rc = trn_net_backward_dev(b->net, (const float *const *)b->d_dp);
+                                  b->d_nt, b->rdp, 0, b->d_out, b->d_scratch, b->scratch_bytes);
+    if (!rc) rc = trn_net_backward_dev(b->net, (const float *const *)b->rdp);
     const struct trn_optim_dev_step_opts so = { .grad_scale = 1.0f, .ema = b->d_ema[0] };
     if (!rc)
         rc = trn_optim_dev_step_dyn(b->odev, trn_net_dev_arena(b->net, TRN_ARENA_PARAM), grad,
@@ -320,7 +323,9 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
         goto out;
     }
     snprintf(r->engine, sizeof r->engine, "%s", trn_net_engine(b.net));
-    if ((rc = trn_net_raw_head(b.net, true)) < 0) {
+    /* the loss reads the Detect outputs in place (a device net's bench step is resident) */
+    const int head = trn_net_raw_head(b.net, true);
+    if ((rc = head) < 0) {
         snprintf(err, err_cap, "net: %s", trn_strerror(rc));
         goto out;
     }
@@ -334,7 +339,7 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     if ((rc = kern_ctx_create(&ko, &b.cpu)) < 0 ||
         (rc = trn_loss_cfg_from_model(b.m, &hyp, o->batch, o->img, 0.0f, nt > 0 ? nt : 1, &lc)) <
             0 ||
-        (rc = trn_loss_create(&lc, &b.loss)) < 0) {
+        (lc.head = head > 64 ? head : 0, (rc = trn_loss_create(&lc, &b.loss)) < 0)) {
         snprintf(err, err_cap, "loss: %s", trn_loss_strerror(rc));
         goto out;
     }

@@ -94,8 +94,12 @@ static int make_net_loss(struct run *R, int bs, int h, int w, struct trn_net **n
                    e[0] ? e : trn_strerror(rc));
         return rc;
     }
-    /* the loss reads the Detect outputs where oneDNN's convs write them (no reshape) */
-    if ((rc = trn_net_raw_head(*net, true)) < 0) {
+    /* the loss reads the Detect outputs where oneDNN's convs or the bf16 executor write them (no
+     * reshape), where the step's loss can: in host memory, or in the resident step's device
+     * memory (run_resident_setup: SGD); the host step of a device net needs them on the host */
+    const bool dev = R->nets.gpu_ctx || R->dev.device_path;
+    const int head = dev && R->o.optimizer != TRN_OPTIM_SGD ? 0 : trn_net_raw_head(*net, true);
+    if ((rc = head) < 0) {
         trn_seterr(err, cap, "network at batch %d, %dx%d: %s", bs, h, w, trn_strerror(rc));
         return rc;
     }
@@ -104,6 +108,7 @@ static int make_net_loss(struct run *R, int bs, int h, int w, struct trn_net **n
     rc = trn_loss_cfg_from_model(R->nets.m, &R->o.hyp, bs, R->o.img, (float)R->o.label_smoothing,
                                  (int)max_t, &lc);
     if (!rc) rc = trn_loss_cfg_set_grid(&lc, R->nets.m, h, w);
+    if (head > 64) lc.head = head; /* bf16 in place: the loss's scratch and its device desc */
     if (!rc) rc = trn_loss_create(&lc, loss);
     if (rc < 0) {
         trn_seterr(err, cap, "loss: %s", trn_loss_strerror(rc));

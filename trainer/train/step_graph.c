@@ -73,7 +73,7 @@ int run_graph_setup(struct run *R, char *err, size_t cap)
             .input = trn_net_dev_input(R->nets.net),
             .targets = R->dev.d_targets,
             .nt = R->dev.d_nt,
-            .dp = R->dev.d_dp,
+            .dp = trn_net_raw_dhead(R->nets.net, R->dev.raw_dp) > 0 ? R->dev.raw_dp : R->dev.d_dp,
             .out = R->dev.d_out,
             .scratch = R->dev.d_scratch,
             .scratch_bytes = R->dev.scratch_bytes,

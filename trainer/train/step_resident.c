@@ -16,6 +16,8 @@ int run_train_batch_resident(struct run *R, const struct trn_batch *b, struct tr
     struct trn_net *net = short_batch ? R->nets.net_last : R->nets.net;
     const struct trn_loss *loss = short_batch ? R->nets.loss_last : R->nets.loss;
     float *const *dp = short_batch ? R->dev.d_dp_last : R->dev.d_dp;
+    float *raw_dp[TRN_MODEL_MAX_LEVELS]; /* a raw head's gradients: the net's own buffers */
+    if (trn_net_raw_dhead(net, raw_dp) > 0) dp = raw_dp;
     if ((rc = run_check_batch(R, b, net, short_batch, err, cap)) < 0) return rc;
     const struct kern_ops *const K = R->dev.dK;
     const float *out[TRN_MODEL_MAX_LEVELS];

@@ -200,8 +200,9 @@ struct run_device {
     void *d_scratch;            /* the loss op's scratch (dctx memory) */
     size_t scratch_bytes;       /* its size (the larger of the two losses') */
     float *d_dp[TRN_MODEL_MAX_LEVELS], *d_dp_last[TRN_MODEL_MAX_LEVELS]; /* loss gradients */
-    struct kern_optim_seg *d_seg; /* resident fp16: one segment per loss gradient level, the
-                                     main net's then the short batch net's (dctx memory) */
+    float *raw_dp[TRN_MODEL_MAX_LEVELS]; /* the graph step's: the net's raw head, when on */
+    struct kern_optim_seg *d_seg;        /* resident fp16: one segment per loss gradient level, the
+                                            main net's then the short batch net's (dctx memory) */
     /* --cuda-graph: the full batches' resident step as two graphs, run directly once, then
        captured and replayed (run_train_batch_graph). The short last batch runs
        run_train_batch_resident. */
