@@ -5,7 +5,8 @@
  *
  *     conv_probe MODEL.yaml [IMG 640] [BATCH 64] [bf16|f16|f32] [nhwc|nchw]
  *
- * The shapes are the model's own (trn_model_plan at BATCH x 3 x IMG x IMG), each distinct shape
+ * The shapes are the model's own (trn_model_plan at BATCH x 3 x IMG x IMG; in NHWC the stem as the
+ * bf16 executor runs it, a 3x3 conv of a 16-channel space-to-depth), each distinct shape
  * probed once (kern_cuda_conv2d_probe: the heuristics' ranked list, then cudnnFind* over every
  * algorithm) and weighted by how often the step runs it. One JSON line per (shape, pass): both
  * lists and what each rule picks (kern_plan_pick over the heuristics: the default; over Find:
@@ -81,6 +82,11 @@ int main(int argc, char **argv)
         const struct trn_act *x = &P.acts[P.convs[i].in];
         struct kern_conv2d d;
         kern_conv2d_init(&d, x->n, x->c, x->h, x->w, cv->c2, cv->k, cv->s, cv->p);
+        /* NHWC is the bf16 executor's layout, which runs the 6x6 stride-2 stem as the 3x3 conv
+         * of the images' 16-channel space-to-depth (net_exec_x16.c THE STEM) */
+        if (layout == KERN_LAYOUT_NHWC && P.convs[i].in == 0 && cv->k == 6 && cv->s == 2 &&
+            cv->p == 2 && x->h % 2 == 0 && x->w % 2 == 0 && 4 * x->c <= 16)
+            kern_conv2d_init(&d, x->n, 16, x->h / 2, x->w / 2, cv->c2, 3, 1, 1);
         int j = 0;
         while (j < ns && !same(&shape[j], &d))
             j++;

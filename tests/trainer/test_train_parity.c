@@ -69,11 +69,11 @@
  *     elements round up to the next bf16 depends on the order of the float32 sums before them,
  *     and OpenBLAS picks its sgemm kernel by CPU, so the figures move with the machine: steps
  *     1 / 2 / 3, loss 3.94e-3 / 5.65e-3 / 5.09e-3 and grad norm 7.65e-2 / 1.55e-1 / 6.39e-2 on
- *     an AVX2 Zen 1 (the stem as a plain 6x6 conv), loss 1.36e-2 / 1.12e-2 / 6.68e-3 and grad
- *     norm 7.50e-2 / 1.29e-1 / 9.97e-2 on an AVX-512 EPYC (the plain stem gives the same step-1
- *     loss there, so the stem's space-to-depth is not what moved it); after step 3 biases 1.27 /
- *     0.974, conv weights 2.50e-4 / 2.16e-4, BN weights 7.87e-6 / 7.39e-6, running stats
- *     6.52e-2 / 6.00e-2; decay slope - / 0.738 / 0.217.
+ *     machine G, an AVX2 Zen 1 (the stem as a plain 6x6 conv), and loss 1.36e-2 / 1.12e-2 /
+ *     6.68e-3 and grad norm 7.50e-2 / 1.29e-1 / 9.97e-2 on machine E, an AVX-512 Zen 4 (the
+ *     plain stem gives the same step-1 loss there, so the stem's space-to-depth is not what
+ *     moved it); after step 3 biases 1.27 / 0.974, conv weights 2.50e-4 / 2.16e-4, BN weights
+ *     7.87e-6 / 7.39e-6, running stats 6.52e-2 / 6.00e-2; decay slope - / 0.738 / 0.217.
  *     On the CPU ops the same run with --act nchw must give the same bits, which this checks in
  *     the same process.
  * Exits 77 (skip) when the dump is absent.
