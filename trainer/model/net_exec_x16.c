@@ -250,27 +250,41 @@ static int head_fwd(struct trn_net *net, void *self, int l, int raw)
 
 static const struct net_row_ops x16_rows;
 
+/* Whether w16 may be trusted without a cast (WEIGHTS), as net_lowp_weights decides for the
+ * net's own. */
+static bool tracked(const struct trn_net *net, const struct x16 *x)
+{
+    return x->handed && (net->fixed || net->resident);
+}
+
 /* The convs' parameters in bf16: each weight once, channels last in NHWC where k > 1 (a 1x1
  * weight is the same in both layouts), and the Detect biases; BN's stay float32. */
 static int cast_weights(struct trn_net *net, struct x16 *x)
 {
     const struct kern_ops *K = net->K;
-    const float *const p =
-        net->gpu ? net->d_param : (const float *)trn_model_arena(net->m, TRN_ARENA_PARAM);
     for (int ci = 0; ci < net->I->n_convs; ci++) {
         const struct trn_conv *c = trn_model_conv(net->m, ci);
         const struct trn_tensor *w = trn_model_tensor(net->m, c->weight);
         if (ci == x->stem) continue; /* stem_weights */
         if (x->order[2 * c->weight])
-            TRY(K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, x->w16 + w->offset, p + w->offset,
+            TRY(K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, x->w16 + w->offset, P(net, c->weight),
                                     c->c2, c->c1, (size_t)c->k * (size_t)c->k));
         else
-            TRY(K->cast_f32_bf16(net->ctx, x->w16 + w->offset, p + w->offset, w->numel));
-        if (c->bias >= 0) {
-            const struct trn_tensor *b = trn_model_tensor(net->m, c->bias);
-            TRY(K->cast_f32_bf16(net->ctx, x->w16 + b->offset, p + b->offset, b->numel));
-        }
+            TRY(K->cast_f32_bf16(net->ctx, x->w16 + w->offset, P(net, c->weight), w->numel));
+        if (c->bias >= 0)
+            TRY(K->cast_f32_bf16(net->ctx, x->w16 + trn_model_tensor(net->m, c->bias)->offset,
+                                 P(net, c->bias), trn_model_tensor(net->m, c->bias)->numel));
     }
+    return 0;
+}
+
+/* w16 cast unless it is known current (WEIGHTS): a forward's, and trn_net_lowp_refresh's. */
+static int cast_if_stale(struct trn_net *net, struct x16 *x)
+{
+    if (x->w_ok && tracked(net, x)) return 0;
+    TRY(cast_weights(net, x));
+    net->n_casts++;
+    x->w_ok = tracked(net, x);
     return 0;
 }
 
@@ -281,31 +295,17 @@ static int stem_weights(struct trn_net *net, struct x16 *x)
     if (x->stem < 0) return 0;
     const struct kern_ops *K = net->K;
     const struct trn_conv *c = trn_model_conv(net->m, x->stem);
-    const float *const w6 =
-        (net->gpu ? net->d_param : (const float *)trn_model_arena(net->m, TRN_ARENA_PARAM)) +
-        trn_model_tensor(net->m, c->weight)->offset;
-    TRY(K->s2d_weight_fwd(net->ctx, &x->s2d, c->c2, x->w3, w6));
+    TRY(K->s2d_weight_fwd(net->ctx, &x->s2d, c->c2, x->w3, P(net, c->weight)));
     if (is_nhwc(x))
         return K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, x->w3_16, x->w3, c->c2, x->s2d.c_out, 9);
     return K->cast_f32_bf16(net->ctx, x->w3_16, x->w3, (size_t)c->c2 * x->s2d.c_out * 9);
-}
-
-/* Whether w16 may be trusted without a cast (WEIGHTS), as net_lowp_weights decides for the
- * net's own. */
-static bool tracked(const struct trn_net *net, const struct x16 *x)
-{
-    return x->handed && (net->fixed || net->resident);
 }
 
 /* The weights of a forward: w16 cast unless current, then the stem's. */
 static int x16_weights(struct trn_net *net, struct x16 *x, bool uploaded)
 {
     if (uploaded) x->w_ok = false;
-    if (!(x->w_ok && tracked(net, x))) {
-        TRY(cast_weights(net, x));
-        net->n_casts++;
-        x->w_ok = tracked(net, x);
-    }
+    TRY(cast_if_stale(net, x));
     return stem_weights(net, x);
 }
 
@@ -601,12 +601,7 @@ static void *x16_params_lowp(struct trn_net *net, void *self, bool handed, const
 
 static int x16_lowp_refresh(struct trn_net *net, void *self)
 {
-    struct x16 *const x = self;
-    if (x->w_ok && tracked(net, x)) return 0;
-    TRY(cast_weights(net, x));
-    net->n_casts++;
-    x->w_ok = tracked(net, x);
-    return 0;
+    return cast_if_stale(net, self);
 }
 
 /* trn_net_raw_head: the Detect convs' outputs and gradients where this executor keeps them. */
@@ -615,11 +610,7 @@ static int x16_raw_head(struct trn_net *net, void *self, bool on)
     struct x16 *const x = self;
     x->raw = on;
     if (!on) return 0;
-    int c0 = -1;
-    for (int i = 0; i < net->I->n_layers; i++)
-        if (trn_model_layer(net->m, i)->type == TRN_MOD_DETECT)
-            c0 = trn_model_layer(net->m, i)->conv0;
-    if (c0 < 0) return -EINVAL;
+    const int c0 = trn_model_layer(net->m, net->I->detect)->conv0;
     for (int l = 0; l < net->I->nl; l++) {
         const int raw = net->plan.convs[c0 + l].conv;
         net->raw_p[l] = (const float *)(const void *)XA(x, raw);

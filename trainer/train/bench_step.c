@@ -339,7 +339,8 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     if ((rc = kern_ctx_create(&ko, &b.cpu)) < 0 ||
         (rc = trn_loss_cfg_from_model(b.m, &hyp, o->batch, o->img, 0.0f, nt > 0 ? nt : 1, &lc)) <
             0 ||
-        (lc.head = head > 64 ? head : 0, (rc = trn_loss_create(&lc, &b.loss)) < 0)) {
+        (lc.head = head >= TRN_LOSS_HEAD_BF16_NCHW ? head : 0,
+         (rc = trn_loss_create(&lc, &b.loss)) < 0)) {
         snprintf(err, err_cap, "loss: %s", trn_loss_strerror(rc));
         goto out;
     }

@@ -108,7 +108,7 @@ static int make_net_loss(struct run *R, int bs, int h, int w, struct trn_net **n
     rc = trn_loss_cfg_from_model(R->nets.m, &R->o.hyp, bs, R->o.img, (float)R->o.label_smoothing,
                                  (int)max_t, &lc);
     if (!rc) rc = trn_loss_cfg_set_grid(&lc, R->nets.m, h, w);
-    if (head > 64) lc.head = head; /* bf16 in place: the loss's scratch and its device desc */
+    if (head >= TRN_LOSS_HEAD_BF16_NCHW) lc.head = head; /* bf16 in place: sizes the loss */
     if (!rc) rc = trn_loss_create(&lc, loss);
     if (rc < 0) {
         trn_seterr(err, cap, "loss: %s", trn_loss_strerror(rc));
