@@ -8,7 +8,7 @@
  * the first missing byte after a doubling backoff, so a dropped connection costs the bytes
  * still missing, never a wrong or short range.
  */
-#include "ffio.h"
+#include "ffio_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +33,7 @@
 
 bool ffio_http_is_url(const char *p)
 {
-    return p && (!strncmp(p, "http://", 7) || !strncmp(p, "https://", 8));
+    return p && (!strncmp(p, "http://", 7) || !strncmp(p, "https://", 8) || ffio_s3_is_url(p));
 }
 
 void ffio_http_opts_default(struct ffio_http_opts *o)
@@ -147,6 +147,7 @@ struct job {
     unsigned stuck;    /* consecutive failed requests that brought no byte */
     double not_before; /* monotonic seconds: retry time */
     double deadline;   /* monotonic seconds: the whole read ends by then (read_deadline_s) */
+    uint64_t total;    /* the object's size from an accepted Content-Range ("/TOTAL") */
     int state;         /* 0 waiting, 1 running, 2 done */
 };
 
@@ -164,6 +165,10 @@ struct xfer {
     char why[256];         /* what bad means */
     char range[64];
     char errbuf[CURL_ERROR_SIZE];
+    struct curl_slist *hdrs; /* s3: the signing headers, alive while the transfer is */
+    size_t ebody_n;          /* bytes of an error answer's body kept (S3's <Error>) */
+    char ebody[4096];
+    char real_url[3072]; /* s3: the http(s) URL requested */
 };
 
 struct ffio_http {
@@ -172,7 +177,10 @@ struct ffio_http {
     struct xfer *x; /* max_in_flight slots; easy handles kept between calls */
     struct ffio_http_stats st;
     uint64_t jitter; /* xorshift state for the backoff jitter */
-    char last_error[1024];
+    char last_error[2048];
+    int s3_state; /* 0: not loaded yet, 1: h->s3 holds it, < 0: loading failed (s3_err) */
+    struct ffio_s3_config s3;
+    char s3_err[512];
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -190,6 +198,16 @@ static double mono_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Copies src into dst[cap], cut to fit: a message, where cutting is fine. */
+static void str_copy(char *dst, size_t cap, const char *src)
+{
+    if (!cap) return;
+    size_t l = strlen(src);
+    if (l >= cap) l = cap - 1;
+    memcpy(dst, src, l);
+    dst[l] = '\0';
+}
+
 int ffio_http_create(const struct ffio_http_opts *opts, struct ffio_http **out)
 {
     if (!out) return -EINVAL;
@@ -205,6 +223,11 @@ int ffio_http_create(const struct ffio_http_opts *opts, struct ffio_http **out)
     struct ffio_http *h = calloc(1, sizeof *h);
     if (!h) return -ENOMEM;
     h->o = o;
+    if (o.s3) {
+        h->s3 = *o.s3;
+        h->s3_state = 1;
+    }
+    h->o.s3 = NULL; /* copied: the caller's may go */
     h->jitter = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)h;
     h->multi = curl_multi_init();
     h->x = calloc(o.max_in_flight, sizeof *h->x);
@@ -224,6 +247,7 @@ void ffio_http_destroy(struct ffio_http *h)
         if (!h->x[i].easy) continue;
         if (h->x[i].job) curl_multi_remove_handle(h->multi, h->x[i].easy);
         curl_easy_cleanup(h->x[i].easy);
+        curl_slist_free_all(h->x[i].hdrs);
     }
     if (h->multi) curl_multi_cleanup(h->multi);
     free(h->x);
@@ -263,8 +287,10 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
         const struct job *j = x->job;
         const char *v = buf + 14 + strspn(buf + 14, " \t");
         snprintf(x->got_range, sizeof x->got_range, "%.*s", (int)strcspn(v, "\r\n"), v);
-        if (sscanf(buf + 14, " bytes %llu-%llu/", &a, &b) == 2)
-            x->range_ok = a == x->req_off && b == j->offset + j->length - 1;
+        unsigned long long total = 0;
+        const int got = sscanf(buf + 14, " bytes %llu-%llu/%llu", &a, &b, &total);
+        if (got >= 2) x->range_ok = a == x->req_off && b == j->offset + j->length - 1;
+        if (got == 3 && x->range_ok) x->job->total = total;
     }
     return len;
 }
@@ -274,7 +300,6 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     struct xfer *x = arg;
     struct job *j = x->job;
     const size_t len = size * n;
-    if (x->status >= 300 && x->status < 400) return len; /* a redirect's body */
     if (x->status != 206) {
         if (x->status == 200) {
             x->bad = -EPROTO;
@@ -282,7 +307,13 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
                      "the server ignores Range requests (200 instead of 206)");
             return 0; /* abort: do not download the whole file */
         }
-        return len; /* an error page: the status decides */
+        /* A redirect's or an error's body: the status decides, but S3 says why in it (its
+         * <Error>), so its start is kept; the rest is read and dropped, bounded by the
+         * transfer's deadline. */
+        const size_t k = len < sizeof x->ebody - x->ebody_n ? len : sizeof x->ebody - x->ebody_n;
+        memcpy(x->ebody + x->ebody_n, p, k);
+        x->ebody_n += k;
+        return len;
     }
     if (!x->range_ok) {
         x->bad = -EPROTO;
@@ -337,11 +368,60 @@ static void easy_common(struct ffio_http *h, CURL *e)
 #endif
 }
 
+/* s3://: the URL requested and libcurl's SigV4 signing on e (headers into *hdrs, which must
+ * live while the transfer does). Returns 0, or an error with the cause in why. */
+static int s3_prepare(struct ffio_http *h, CURL *e, const char *url, struct curl_slist **hdrs,
+                      char *real, size_t cap, char *why, size_t wcap)
+{
+    if (h->s3_state == 0) {
+        const int rc = ffio_s3_config_load(&h->s3, h->s3_err, sizeof h->s3_err);
+        h->s3_state = rc < 0 ? rc : 1;
+    }
+    if (h->s3_state < 0) {
+        snprintf(why, wcap, "the S3 configuration: %.220s", h->s3_err);
+        return h->s3_state;
+    }
+    int rc = ffio_s3_http_url(&h->s3, url, real, cap);
+    if (rc < 0) {
+        snprintf(why, wcap, "%s",
+                 rc == -EINVAL ? "not an s3://BUCKET/KEY URL with a valid bucket name"
+                               : "too long for a URL");
+        return rc;
+    }
+    curl_easy_setopt(e, CURLOPT_URL, real);
+    /* A signed request is signed for one host: S3's redirects (another region) are reported,
+     * not followed unsigned. */
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    if (!h->s3.access_key_id[0]) return 0; /* no keys: unsigned, as for a public bucket */
+    char provider[96], line[4200];
+    snprintf(provider, sizeof provider, "aws:amz:%s:s3", h->s3.region);
+    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, provider);
+    curl_easy_setopt(e, CURLOPT_USERNAME, h->s3.access_key_id);
+    curl_easy_setopt(e, CURLOPT_PASSWORD, h->s3.secret_access_key);
+    /* curl 7.88 signs this header's value as the payload hash (S3 requires the header). */
+    struct curl_slist *l = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (l && h->s3.session_token[0]) {
+        snprintf(line, sizeof line, "x-amz-security-token: %s", h->s3.session_token);
+        struct curl_slist *l2 = curl_slist_append(l, line);
+        if (!l2) {
+            curl_slist_free_all(l);
+            l = NULL;
+        }
+    }
+    if (!l) return -ENOMEM;
+    *hdrs = l;
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, l);
+    return 0;
+}
+
 static int start(struct ffio_http *h, struct xfer *x, struct job *j)
 {
     if (!x->easy && !(x->easy = curl_easy_init())) return -ENOMEM;
     CURL *e = x->easy;
     curl_easy_reset(e);
+    curl_slist_free_all(x->hdrs);
+    x->hdrs = NULL;
+    x->ebody_n = 0;
     easy_common(h, e);
     x->job = j;
     x->h = h;
@@ -355,6 +435,14 @@ static int start(struct ffio_http *h, struct xfer *x, struct job *j)
     snprintf(x->range, sizeof x->range, "%" PRIu64 "-%" PRIu64, x->req_off,
              j->offset + j->length - 1);
     curl_easy_setopt(e, CURLOPT_URL, j->url);
+    if (ffio_s3_is_url(j->url)) {
+        const int rc = s3_prepare(h, e, j->url, &x->hdrs, x->real_url, sizeof x->real_url, x->why,
+                                  sizeof x->why);
+        if (rc < 0) {
+            x->job = NULL;
+            return rc;
+        }
+    }
     curl_easy_setopt(e, CURLOPT_RANGE, x->range);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
@@ -413,6 +501,35 @@ static int status_error(long status)
     }
 }
 
+/* An S3 answer (an s3:// URL, or any answer carrying S3's <Error>): what its code means, and a
+ * cause naming the code, the server's message, the bucket and key, and what to do. */
+static void s3_cause(const struct ffio_http *h, const struct xfer *x, const struct job *j, int *err,
+                     bool *again, char *cause, size_t cap)
+{
+    char code[64] = "", msg[240] = "";
+    size_t pos = 0;
+    if (x->ebody_n) {
+        ffio_xml_next(x->ebody, x->ebody_n, &pos, "Code", code, sizeof code);
+        pos = 0;
+        ffio_xml_next(x->ebody, x->ebody_n, &pos, "Message", msg, sizeof msg);
+    }
+    const bool s3 = ffio_s3_is_url(j->url);
+    if (!code[0] && !s3) return;
+    const char *hint;
+    ffio_s3_error_of(code[0] ? code : NULL, x->status, err, again, &hint);
+    int n = snprintf(cause, cap, "S3 %s (HTTP %ld)%s%s%s%s", code[0] ? code : "error", x->status,
+                     msg[0] ? ": " : "", msg, hint ? "; " : "", hint ? hint : "");
+    if (s3 && n >= 0 && (size_t)n < cap) {
+        const char *bk = j->url + 5, *slash = strchr(bk, '/');
+        const int bl = slash ? (int)(slash - bk) : (int)strlen(bk);
+        n += snprintf(cause + n, cap - (size_t)n, " [bucket %.*s, key %.200s]", bl, bk,
+                      slash ? slash + 1 : "");
+    }
+    const bool keys = *err == -EKEYREJECTED || *err == -EKEYEXPIRED || *err == -EACCES;
+    if (s3 && keys && n >= 0 && (size_t)n < cap)
+        snprintf(cause + n, cap - (size_t)n, "; credentials from %s", h->s3.source);
+}
+
 /* A transfer ended: accept the job, schedule a retry, or fail it. */
 static void finish(struct ffio_http *h, struct xfer *x, CURLcode rc, size_t *done)
 {
@@ -426,7 +543,7 @@ static void finish(struct ffio_http *h, struct xfer *x, CURLcode rc, size_t *don
         (*done)++;
         return;
     }
-    char cause[400];
+    char cause[1200];
     int err;
     bool again;
     if (x->bad) {
@@ -449,6 +566,7 @@ static void finish(struct ffio_http *h, struct xfer *x, CURLcode rc, size_t *don
         err = status_error(x->status);
         again = x->status >= 500 || x->status == 408 || x->status == 429;
         snprintf(cause, sizeof cause, "HTTP status %ld", x->status);
+        s3_cause(h, x, j, &err, &again, cause, sizeof cause);
     }
     /* Retries count consecutive attempts that brought no new byte: a connection that drops
      * now and then still completes a large range. A hard cap stops a server that trickles. */
@@ -479,9 +597,9 @@ static void finish(struct ffio_http *h, struct xfer *x, CURLcode rc, size_t *don
         j->state = 0;
         h->st.retries++;
         if (h->o.log) {
-            char line[700];
+            char line[2000];
             snprintf(line, sizeof line,
-                     "ffio http: %s offset %" PRIu64 ": %s; retry %u of %u in %u ms", j->url,
+                     "ffio http: %.500s offset %" PRIu64 ": %s; retry %u of %u in %u ms", j->url,
                      j->offset + j->got, cause, j->tries, h->o.retries, ms);
             h->o.log(h->o.log_ctx, FFIO_LOG_WARN, line);
         }
@@ -526,10 +644,14 @@ static int run_jobs(struct ffio_http *h, struct job *jobs, size_t n)
             unsigned s = 0;
             while (h->x[s].job)
                 s++;
-            if (start(h, &h->x[s], j) < 0) {
-                j->res = -ENOMEM;
+            const int rc = start(h, &h->x[s], j);
+            if (rc < 0) {
+                j->res = rc;
                 j->state = 2;
                 done++;
+                if (!h->last_error[0])
+                    snprintf(h->last_error, sizeof h->last_error, "%s: %s", j->url,
+                             h->x[s].why[0] ? h->x[s].why : strerror(-rc));
                 continue;
             }
             running++;
@@ -617,6 +739,35 @@ int ffio_http_size(struct ffio_http *h, const char *url, uint64_t *size)
 {
     if (!h || !url || !size) return -EINVAL;
     h->last_error[0] = '\0';
+    if (ffio_s3_is_url(url)) {
+        /* A one-byte GET, not a HEAD: S3 says why a request failed only in a body, and HEAD
+         * answers have none. The size is Content-Range's total. */
+        uint8_t one;
+        struct job j = { .url = url, .dst = &one, .fd = -1, .offset = 0, .length = 1 };
+        if (run_jobs(h, &j, 1) == 0) {
+            if (!j.total) {
+                snprintf(h->last_error, sizeof h->last_error,
+                         "%s: size: the answer's Content-Range gives no total", url);
+                return -EPROTO;
+            }
+            *size = j.total;
+            return 0;
+        }
+        if (j.res == -ENODATA) { /* S3 answers any range of an empty object with 416 */
+            h->last_error[0] = '\0';
+            *size = 0;
+            return 0;
+        }
+        /* Say "size", not the probe's "offset 0 length 1". */
+        static const char probe[] = " offset 0 length 1: ";
+        const char *at = strstr(h->last_error, probe);
+        if (at && at - h->last_error == (ptrdiff_t)strlen(url)) {
+            char tmp[sizeof h->last_error];
+            str_copy(tmp, sizeof tmp, at + sizeof probe - 1);
+            snprintf(h->last_error, sizeof h->last_error, "%.500s: size: %.1500s", url, tmp);
+        }
+        return (int)j.res;
+    }
     CURL *e = curl_easy_init();
     if (!e) return -ENOMEM;
     int rc = -EIO;
@@ -826,8 +977,7 @@ static int skeleton(struct ffio_http *h, const char *url, uint64_t size, const c
         }
         free(buf);
     }
-    if (rc < 0 && (!err[0]))
-        snprintf(err, cap, "%s", h->last_error[0] ? h->last_error : strerror(-rc));
+    if (rc < 0 && (!err[0])) str_copy(err, cap, h->last_error[0] ? h->last_error : strerror(-rc));
     close(fd);
     return rc;
 }
@@ -889,7 +1039,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
     uint64_t size = 0;
     int rc = ffio_http_size(h, url, &size);
     if (rc < 0) {
-        snprintf(e2, sizeof e2, "%s", h->last_error);
+        str_copy(e2, sizeof e2, h->last_error);
         goto out;
     }
     if (mkdir(dir, 0700) < 0) {
@@ -907,7 +1057,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
         };
         if (ffio_http_read(h, &x, 1)) {
             rc = (int)x.res;
-            snprintf(e2, sizeof e2, "%s", h->last_error);
+            str_copy(e2, sizeof e2, h->last_error);
             goto out;
         }
         is_manifest = ffr_manifest_sniff_text(head, (size_t)x.length);
@@ -921,7 +1071,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
         }
         if (ffio_http_read(h, &x, 1)) {
             rc = (int)x.res;
-            snprintf(e2, sizeof e2, "%s", h->last_error);
+            str_copy(e2, sizeof e2, h->last_error);
             goto out;
         }
         char why[512] = "";

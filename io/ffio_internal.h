@@ -219,4 +219,38 @@ int ffio_mmap_file_added(struct ffio_engine *e, uint32_t file);
 void ffio_mmap_file_close(struct ffio_file *f);
 int ffio_mmap_submit(struct ffio_engine *e, const uint32_t *si, size_t n);
 
+/* ---- S3 (ffio_s3.c): the two small parsers, here for the tests and fuzz targets ---- */
+
+/*
+ * The next element <tag ...>TEXT</tag> of xml[0, n) at or after *pos (no NUL needed). The
+ * text's entities (&amp; &lt; &gt; &quot; &apos; &#N; &#xH;) are decoded into out, at most
+ * cap - 1 bytes and NUL-terminated; *pos moves past the element. <tag/> is an empty text. An
+ * element nested inside the text is copied as it stands. Returns the decoded length (before
+ * truncation), or -1 when there is no complete element. One pass over the bytes: O(n), no
+ * allocation, so an S3 answer cannot make it slow or large.
+ */
+int ffio_xml_next(const char *xml, size_t n, size_t *pos, const char *tag, char *out, size_t cap);
+
+/* As ffio_xml_next, but gives the raw text's offset and length in xml (for nested lookups). */
+int ffio_xml_span(const char *xml, size_t n, size_t *pos, const char *tag, size_t *begin,
+                  size_t *len);
+
+/*
+ * The value of `key` in `[section]` of an AWS-style INI text[0, n): "key = value" lines, '#'
+ * and ';' comments, a "parent =" line followed by indented "sub = value" lines found as
+ * "parent.sub". The last assignment in the section wins, as in botocore. Writes at most cap - 1
+ * bytes and a NUL. Returns the value's length, -1 when absent, or -ENAMETOOLONG when it does not
+ * fit (nothing silently cut: a cut secret would sign wrongly).
+ */
+int ffio_ini_get(const char *text, size_t n, const char *section, const char *key, char *out,
+                 size_t cap);
+
+/* s[0, l) RFC 3986-encoded into out (unreserved bytes kept, '/' too when keep_slash), as
+ * SigV4 wants keys and query values. Returns 0 or -ENAMETOOLONG. */
+int ffio_s3_encode(const char *s, size_t l, bool keep_slash, char *out, size_t cap);
+
+/* What an S3 answer means: *err (negative errno), whether to retry, and a hint for the user
+ * (NULL when none) from its <Code> (NULL when the body had none) and HTTP status. */
+void ffio_s3_error_of(const char *code, long status, int *err, bool *retry, const char **hint);
+
 #endif /* FFIO_INTERNAL_H */

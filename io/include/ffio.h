@@ -476,9 +476,59 @@ FFIO_API int ffio_records_describe(const struct ffio_records *rr, const struct f
  * ffr_reader_open checks as it checks any file (hashes, layout), then reads records as extents
  * over HTTP and checks and decodes each with ffr_frame_decode, like ffio_records_read.
  *
+ * s3://BUCKET/KEY URLs are read the same way, signed with AWS Signature V4 by libcurl
+ * (CURLOPT_AWS_SIGV4; the project computes no HMAC) with the credentials, region and endpoint of
+ * a struct ffio_s3_config (opts.s3, or the AWS environment and files, loaded at the first s3://
+ * URL). An S3 answer's <Error> body is read: RequestTimeout, SlowDown, InternalError and
+ * ServiceUnavailable are retried like a 5xx; NoSuchKey and NoSuchBucket are -ENOENT,
+ * SignatureDoesNotMatch, InvalidAccessKeyId and InvalidToken -EKEYREJECTED, ExpiredToken
+ * -EKEYEXPIRED, AccessDenied and RequestTimeTooSkewed -EACCES; the error line names the bucket,
+ * the key, the server's code and message, and what to do. Presigned https URLs stay plain URLs.
+ *
  * Threads: a struct ffio_http (and a struct ffio_remote, which uses one) is used by one thread
  * at a time. ffio_http_available and ffio_http_opts_default are thread-safe.
  */
+
+/*
+ * Where S3 requests go and how they are signed. ffio_s3_config_load fills it as the AWS CLI
+ * would, first found wins:
+ *   keys    AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN); else the profile's
+ *           aws_access_key_id, aws_secret_access_key, aws_session_token in
+ *           AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), then in AWS_CONFIG_FILE
+ *           (~/.aws/config); the profile is AWS_PROFILE, else AWS_DEFAULT_PROFILE, else
+ *           "default" ("[NAME]" in the credentials file, "[profile NAME]" in the config file);
+ *           none at all: requests go unsigned (public buckets).
+ *   region  AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1. curl cannot
+ *           infer it from a custom endpoint, so it is always passed.
+ *   endpoint AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url; else AWS.
+ *   style   the profile's "s3 =" sub-section addressing_style (path | virtual); else path-style
+ *           (ENDPOINT/BUCKET/KEY) for a custom endpoint, and for AWS virtual-hosted
+ *           (https://BUCKET.s3.REGION.amazonaws.com/KEY) unless the bucket name has a dot.
+ */
+struct ffio_s3_config {
+    char access_key_id[128];
+    char secret_access_key[256];
+    char session_token[4096]; /* sent as x-amz-security-token */
+    char region[64];
+    char endpoint[512]; /* "" = AWS; else scheme://host[:port] (a path is kept as a prefix) */
+    bool path_style;
+    char source[600]; /* where the keys came from, for messages ("environment", a file and
+                         profile, or "none: requests are unsigned") */
+};
+
+/* Fills *c as above. Returns 0, or -EINVAL (a value too long, a malformed file: err says which
+ * file and line) or -errno reading a file that exists (a FIFO or device is refused). A file that
+ * does not exist is not an error. Thread-safe (reads the environment). */
+FFIO_API int ffio_s3_config_load(struct ffio_s3_config *c, char *err, size_t err_cap);
+
+/* 1 when path is an s3:// URL. Thread-safe. */
+FFIO_API bool ffio_s3_is_url(const char *path);
+
+/* Writes the http(s) URL that s3_url ("s3://BUCKET/KEY") is requested at under c: the key
+ * RFC 3986-encoded ('/' kept). Returns 0, -EINVAL (not s3://BUCKET/..., a bucket name S3 does
+ * not allow) or -ENAMETOOLONG. Thread-safe. */
+FFIO_API int ffio_s3_http_url(const struct ffio_s3_config *c, const char *s3_url, char *out,
+                              size_t cap);
 
 /* HTTP client options; fill with ffio_http_opts_default(). */
 struct ffio_http_opts {
@@ -501,6 +551,8 @@ struct ffio_http_opts {
     bool tls_verify;             /* check https certificates and host names; default true */
     ffio_log_fn log;             /* optional: one line per retry (FFIO_LOG_WARN) */
     void *log_ctx;               /* passed to log */
+    const struct ffio_s3_config *s3; /* optional (copied): how s3:// URLs are signed and where
+                                        they go; NULL: ffio_s3_config_load at the first one */
 };
 
 /* Fills *o with the defaults above. */
@@ -509,7 +561,7 @@ FFIO_API void ffio_http_opts_default(struct ffio_http_opts *o);
 /* Whether this build can read URLs (it was built with libcurl). Thread-safe. */
 FFIO_API bool ffio_http_available(void);
 
-/* 1 when path is an http:// or https:// URL. Thread-safe. */
+/* 1 when path is an http://, https:// or s3:// URL. Thread-safe. */
 FFIO_API bool ffio_http_is_url(const char *path);
 
 struct ffio_http;

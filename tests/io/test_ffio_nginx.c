@@ -23,47 +23,11 @@
 #include <unistd.h>
 
 #include "ffio.h"
+#include "remote_test_util.h"
 #include "tap.h"
 
 static const char *const nginx_paths[] = { "/usr/sbin/nginx", "/usr/bin/nginx",
                                            "/usr/local/sbin/nginx" };
-
-static int make_dataset(const char *path, uint32_t n, uint64_t shard_bytes)
-{
-    struct ffr_writer_opts o;
-    ffr_writer_opts_default(&o);
-    o.durable = 0;
-    o.shard_bytes = shard_bytes;
-    struct ffr_writer *w;
-    if (ffr_writer_open(&w, path, &o) < 0) return -1;
-    uint8_t buf[9000];
-    uint64_t seed = (uint64_t)n * 1315423911u;
-    for (uint32_t i = 0; i < n; i++) {
-        const size_t len = 500 + (i * 877) % 8000;
-        for (size_t k = 0; k < len; k++) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            buf[k] = (uint8_t)(seed >> 56);
-        }
-        if (ffr_writer_append(w, buf, len, &i, sizeof i) < 0) {
-            ffr_writer_abort(w);
-            return -1;
-        }
-    }
-    return ffr_writer_close(w);
-}
-
-static int free_port(void)
-{
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t al = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &al) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
 
 static int port_open(int port)
 {
@@ -74,44 +38,6 @@ static int port_open(int port)
     const int up = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
     if (fd >= 0) close(fd);
     return up;
-}
-
-/* Reads every record of url remotely and compares with the local file; returns equal count. */
-static uint64_t compare_remote(struct ffio_http *h, const char *url, const char *local_path,
-                               uint64_t *n_out, char *err, size_t cap)
-{
-    struct ffio_remote *rm = NULL;
-    struct ffr_reader *local = NULL;
-    *n_out = 0;
-    if (ffio_remote_open(h, url, NULL, &rm, err, cap) < 0) return 0;
-    if (ffr_reader_open(&local, local_path, NULL, err, cap) < 0) {
-        ffio_remote_close(rm);
-        return 0;
-    }
-    const uint64_t n = ffr_reader_count(local);
-    *n_out = ffr_reader_count(ffio_remote_reader(rm));
-    enum { B = 24 };
-    static uint8_t ext[B][12288], dst[B][12288], want[12288];
-    uint64_t same = 0;
-    for (uint64_t i0 = 0; i0 < n && *n_out == n; i0 += B) {
-        struct ffio_record_req q[B];
-        const size_t m = n - i0 < B ? (size_t)(n - i0) : B;
-        for (size_t k = 0; k < m; k++)
-            q[k] = (struct ffio_record_req){ .index = i0 + k,
-                                             .extent = ext[k],
-                                             .extent_cap = sizeof ext[k],
-                                             .dst = dst[k],
-                                             .dst_cap = sizeof dst[k] };
-        ffio_remote_read(rm, q, m);
-        for (size_t k = 0; k < m; k++) {
-            const int64_t wn = ffr_reader_read(local, NULL, i0 + k, want, sizeof want);
-            same +=
-                q[k].result >= 0 && wn == q[k].result && !memcmp(want, q[k].payload, (size_t)wn);
-        }
-    }
-    ffr_reader_close(local);
-    ffio_remote_close(rm);
-    return same;
 }
 
 int main(int argc, char **argv)
@@ -134,9 +60,9 @@ int main(int argc, char **argv)
     if (system(cmd) != 0) return 99;
     snprintf(p, sizeof p, "%s/www/ds/coco.ffr", dir);
     snprintf(q, sizeof q, "%s/www/one.ffr", dir);
-    if (make_dataset(p, 300, 256 * 1024) < 0 || make_dataset(q, 50, 0) < 0) return 99;
+    if (rt_make_dataset(p, 300, 256 * 1024) < 0 || rt_make_dataset(q, 50, 0) < 0) return 99;
 
-    const int port = free_port();
+    const int port = rt_free_port();
     snprintf(conf, sizeof conf, "%s/nginx.conf", dir);
     FILE *f = fopen(conf, "w");
     if (!f || port < 0) return 99;
@@ -185,14 +111,14 @@ int main(int argc, char **argv)
     uint64_t n = 0;
     snprintf(url, sizeof url, "http://127.0.0.1:%d/ds/coco.ffr", port);
     snprintf(p, sizeof p, "%s/www/ds/coco.ffr", dir);
-    uint64_t same = compare_remote(h, url, p, &n, err, sizeof err);
+    uint64_t same = rt_compare_remote(h, url, p, &n, err, sizeof err);
     ok(n == 300 && same == 300,
        "a sharded dataset over nginx: %" PRIu64 " of %" PRIu64
        " records equal the local reader's %s",
        same, n, err);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/one.ffr", port);
     snprintf(q, sizeof q, "%s/www/one.ffr", dir);
-    same = compare_remote(h, url, q, &n, err, sizeof err);
+    same = rt_compare_remote(h, url, q, &n, err, sizeof err);
     ok(n == 50 && same == 50, "a single file over nginx: %" PRIu64 " records equal %s", same, err);
 
     /* The node cache fetching by URL. */
