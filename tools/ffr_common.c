@@ -113,19 +113,43 @@ static void parse_metadata(const struct ffrt_cmd *cmd, struct ffrt_ds *ds)
     ds->n_names = ds->dm.n_names;
 }
 
+/* A URL: the remote skeleton's reader, records over HTTP. */
+static int ds_open_url(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, const char *path)
+{
+    char err[2048] = "";
+    int rc = ffio_http_create(NULL, &ds->http);
+    if (rc < 0)
+        return ffrt_fail(cmd, "%s: %s", path,
+                         rc == -ENOTSUP ? "this build reads no URLs (built without libcurl)"
+                                        : strerror(-rc));
+    rc = ffio_remote_open(ds->http, path, NULL, &ds->rm, err, sizeof err);
+    if (rc < 0) {
+        ffrt_ds_close(ds);
+        return ffrt_fail(cmd, "%s", err[0] ? err : ffio_strerror(rc));
+    }
+    ds->r = ffio_remote_reader(ds->rm);
+    return FFRT_EXIT_OK;
+}
+
+const char *ffrt_shard_name(const struct ffrt_ds *ds, uint32_t k, const struct ffr_shard_info *sh)
+{
+    const char *u = ds->rm ? ffio_remote_url(ds->rm, k) : NULL;
+    return u ? u : sh->path;
+}
+
 int ffrt_ds_open(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, const char *path)
 {
     memset(ds, 0, sizeof *ds);
     ds->path = path;
-    if (!strncmp(path, "http://", 7) || !strncmp(path, "https://", 8))
-        return ffrt_fail(cmd,
-                         "%s: ffr %s reads local files only; for a URL, 'ffr bench URL "
-                         "--cache-dir DIR' fetches a verified local copy (its fill line names the "
-                         "cached manifest, which ffr %s then reads)",
-                         path, cmd->name, cmd->name);
-    char err[512];
-    const int rc = ffr_reader_open(&ds->r, path, NULL, err, sizeof err);
-    if (rc < 0) return ffrt_fail(cmd, "%s", err[0] ? err : ffr_strerror(rc));
+    if (ffio_http_is_url(path)) {
+        const int rc = ds_open_url(cmd, ds, path);
+        if (rc != FFRT_EXIT_OK) return rc;
+    } else {
+        char err[512];
+        const int rc = ffr_reader_open(&ds->own, path, NULL, err, sizeof err);
+        if (rc < 0) return ffrt_fail(cmd, "%s", err[0] ? err : ffr_strerror(rc));
+        ds->r = ds->own;
+    }
     if (ffr_decoder_create(&ds->dec) < 0) {
         ffrt_ds_close(ds);
         return ffrt_fail(cmd, "out of memory");
@@ -141,8 +165,11 @@ void ffrt_ds_close(struct ffrt_ds *ds)
 {
     det_meta_free(&ds->dm);
     free(ds->buf);
+    free(ds->ext);
     ffr_decoder_destroy(ds->dec);
-    ffr_reader_close(ds->r);
+    ffr_reader_close(ds->own);
+    ffio_remote_close(ds->rm);
+    ffio_http_destroy(ds->http);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -174,7 +201,7 @@ const char *ffrt_where(const struct ffrt_ds *ds, uint64_t i, char *dst, size_t c
     if (ds->n_shards > 1 && ffr_reader_info(ds->r, i, &info) == 0 &&
         ffr_reader_shard(ds->r, info.shard, &sh) == 0)
         snprintf(dst, cap, "%s: shard %" PRIu32 " (%s): record %" PRIu64, ds->path, info.shard,
-                 sh.path, i);
+                 ffrt_shard_name(ds, info.shard, &sh), i);
     else
         snprintf(dst, cap, "%s: record %" PRIu64, ds->path, i);
     return dst;
@@ -196,7 +223,33 @@ int64_t ffrt_ds_read(const struct ffrt_cmd *cmd, struct ffrt_ds *ds, uint64_t i,
         else
             ds->cap = (size_t)info.raw_len + 1;
     }
-    if (rc == 0) rc = ffr_reader_read(ds->r, ds->dec, i, ds->buf, ds->cap);
+    if (rc == 0 && ds->rm) {
+        /* One range request for the record's frame, checked and decoded as a local read is. */
+        if (info.frame_len > ds->ext_cap) {
+            free(ds->ext);
+            ds->ext_cap = 0;
+            if (!(ds->ext = malloc((size_t)info.frame_len))) rc = -ENOMEM;
+            if (ds->ext) ds->ext_cap = (size_t)info.frame_len;
+        }
+        struct ffio_record_req q = { .index = i,
+                                     .extent = ds->ext,
+                                     .extent_cap = ds->ext_cap,
+                                     .dst = ds->buf,
+                                     .dst_cap = ds->cap };
+        if (rc == 0) {
+            const int bad = ffio_remote_read(ds->rm, &q, 1);
+            rc = bad < 0 ? bad : q.result;
+        }
+        if (rc < 0) {
+            const char *why = rc <= -1000 ? ffr_strerror((int)rc) : ffio_strerror((int)rc);
+            const char *net = ffio_http_last_error(ds->http);
+            ffrt_fail(cmd, "%s: %s%s%s", ffrt_where(ds, i, where, sizeof where), why,
+                      net[0] ? ": " : "", net);
+            return -1;
+        }
+    } else if (rc == 0) {
+        rc = ffr_reader_read(ds->r, ds->dec, i, ds->buf, ds->cap);
+    }
     if (rc < 0) {
         ffrt_fail(cmd, "%s: %s", ffrt_where(ds, i, where, sizeof where), ffr_strerror((int)rc));
         return -1;

@@ -152,7 +152,8 @@ static void print_text(const struct ffrt_ds *ds, const struct info *in)
         for (uint32_t k = 0; k < ds->n_shards; k++) {
             struct ffr_shard_info sh;
             ffr_reader_shard(ds->r, k, &sh);
-            char *p = ffrt_text_dup(sh.path, strlen(sh.path), FFRT_TEXT_LINE);
+            const char *name = ffrt_shard_name(ds, k, &sh);
+            char *p = ffrt_text_dup(name, strlen(name), FFRT_TEXT_LINE);
             printf("  %5" PRIu32 "  %12" PRIu64 " bytes  %8" PRIu64 " records  %s\n", k,
                    sh.file_size, sh.count, p ? p : "?");
             free(p);
@@ -260,7 +261,8 @@ static int print_json(const struct ffrt_cmd *cmd, const struct ffrt_ds *ds, cons
         struct ffr_shard_info sh;
         ffr_reader_shard(ds->r, k, &sh);
         cJSON *f = cJSON_CreateObject();
-        cJSON_AddItemToObject(f, "path", json_text(sh.path, strlen(sh.path)));
+        const char *name = ffrt_shard_name(ds, k, &sh);
+        cJSON_AddItemToObject(f, "path", json_text(name, strlen(name)));
         cJSON_AddNumberToObject(f, "bytes", (double)sh.file_size);
         cJSON_AddNumberToObject(f, "records", (double)sh.count);
         cJSON_AddNumberToObject(f, "first", (double)sh.first);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "det.h"
+#include "ffio.h"
 #include "ffr.h"
 
 #define FFRT_EXIT_OK    0
@@ -74,24 +75,34 @@ int ffrt_parse_count(const struct ffrt_cmd *cmd, const char *opt, const char *te
 
 /* An open dataset with what the commands need alongside the reader. */
 struct ffrt_ds {
-    const char *path;        /* as given on the command line */
-    struct ffr_reader *r;    /* owned */
-    uint64_t count;          /* records */
-    uint32_t n_shards;       /* files */
-    const char *meta;        /* metadata text (not NUL-terminated), owned by r */
-    size_t meta_len;         /* bytes */
-    struct det_meta dm;      /* the metadata, parsed by det's reader; owned */
-    int is_det;              /* dm.is_det: the metadata says "encoding: ffr-det-1" */
-    const char *encoding;    /* dm.encoding: the metadata's encoding value, or NULL */
-    char **names;            /* dm.names: class names; entries may be NULL */
-    uint32_t n_names;        /* entries in names */
-    struct ffr_decoder *dec; /* read state, owned */
-    uint8_t *buf;            /* record buffer (malloc: aligned for det_decode), owned */
-    size_t cap;              /* bytes in buf */
+    const char *path;           /* as given on the command line */
+    const struct ffr_reader *r; /* own, or the remote skeleton's reader */
+    struct ffr_reader *own;     /* a local dataset's reader, owned (NULL for a URL) */
+    struct ffio_http *http;     /* a URL's client, owned */
+    struct ffio_remote *rm;     /* a URL's remote dataset, owned: records are read over HTTP */
+    uint8_t *ext;               /* a URL's frame buffer (malloc), owned */
+    size_t ext_cap;             /* bytes in ext */
+    uint64_t count;             /* records */
+    uint32_t n_shards;          /* files */
+    const char *meta;           /* metadata text (not NUL-terminated), owned by r */
+    size_t meta_len;            /* bytes */
+    struct det_meta dm;         /* the metadata, parsed by det's reader; owned */
+    int is_det;                 /* dm.is_det: the metadata says "encoding: ffr-det-1" */
+    const char *encoding;       /* dm.encoding: the metadata's encoding value, or NULL */
+    char **names;               /* dm.names: class names; entries may be NULL */
+    uint32_t n_names;           /* entries in names */
+    struct ffr_decoder *dec;    /* read state, owned */
+    uint8_t *buf;               /* record buffer (malloc: aligned for det_decode), owned */
+    size_t cap;                 /* bytes in buf */
 };
 
+/* The name of shard k for messages: its URL for a remote dataset, else its path. */
+const char *ffrt_shard_name(const struct ffrt_ds *ds, uint32_t k, const struct ffr_shard_info *sh);
+
 /*
- * Opens path with ffr_reader_open and parses its metadata (det_meta_parse). Metadata that is
+ * Opens path with ffr_reader_open (an http(s):// or s3:// URL with ffio_remote_open: the index
+ * is fetched and checked, records are read by range as they are asked for) and parses its
+ * metadata (det_meta_parse). Metadata that is
  * not YAML, or that det's reader refuses, is not an error (the format only asks for text): a
  * warning naming the problem is printed and the dataset is treated as plain records. Returns
  * FFRT_EXIT_OK, or FFRT_EXIT_FAIL after printing the open error (which names the file and, for a

@@ -3,9 +3,14 @@
  * second pass decodes each record that passed and compares it with its index summary, since
  * planning (mosaic partners, batching, class counts) trusts the summaries without reading
  * records. That second pass reads every record again: verify is a thorough check, not a fast one.
+ * A URL (http(s):// or s3://) is fetched whole into a temporary node cache first (ffr_cache:
+ * each shard is checked byte for byte as it arrives, as --cache-dir does), the copy is verified
+ * as a local dataset is, and the temporary folder is removed.
  */
 #include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +106,7 @@ static void det_problem(struct vstate *v, uint64_t i, int code, const char *what
     ffr_reader_shard(v->ds->r, ri.shard, &sh);
     const struct ffr_problem p = {
         .shard = ri.shard,
-        .path = sh.path,
+        .path = ffrt_shard_name(v->ds, ri.shard, &sh),
         .record = (int64_t)i,
         .offset = ri.offset,
         .code = code,
@@ -250,6 +255,55 @@ static void print_summary(const struct vstate *v)
     printf("%" PRIu64 " problem%s\n", v->n, v->n == 1 ? "" : "s");
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st, (void)flag, (void)f;
+    return remove(path) < 0 ? -1 : 0;
+}
+
+/* Fetches url into a new folder under $TMPDIR (its name into tmp) through a node cache, which
+ * checks each shard completely as it arrives; the cached manifest's path into local. */
+static int fetch_copy(const struct ffrt_cmd *cmd, const char *url, int quiet, char *tmp,
+                      size_t tcap, char *local, size_t lcap)
+{
+    const char *td = getenv("TMPDIR");
+    snprintf(tmp, tcap, "%s/ffr-verify-XXXXXX", td && *td ? td : "/tmp");
+    if (!mkdtemp(tmp)) {
+        const int e = errno;
+        const int rc = ffrt_fail(cmd, "%s: %s", tmp, strerror(e));
+        tmp[0] = '\0';
+        return rc;
+    }
+    struct ffio_http *h = NULL;
+    struct ffr_cache *c = NULL;
+    struct ffr_cache_source src;
+    struct ffr_cache_opts co;
+    char err[2048] = "";
+    int rc = ffio_http_create(NULL, &h);
+    if (rc < 0)
+        return ffrt_fail(cmd, "%s: %s", url,
+                         rc == -ENOTSUP ? "this build reads no URLs (built without libcurl)"
+                                        : strerror(-rc));
+    ffio_http_cache_source(h, &src);
+    ffr_cache_opts_default(&co);
+    co.source = &src;
+    co.durable = 0; /* a scratch copy, removed at the end */
+    rc = ffr_cache_open(&c, tmp, &co, err, sizeof err);
+    if (rc >= 0) rc = ffr_cache_dataset(c, url, local, lcap, err, sizeof err);
+    ffr_cache_close(c);
+    ffio_http_destroy(h);
+    if (rc < 0) /* the cache's and the client's messages name the URL already */
+        return !strncmp(err, url, strlen(url))
+                   ? ffrt_fail(cmd, "%s", err)
+                   : ffrt_fail(cmd, "%s: %s", url, err[0] ? err : ffr_strerror(rc));
+    if (!quiet)
+        fprintf(stderr,
+                "ffr verify: %s: %d file(s) fetched into %s, each checked byte for byte as it "
+                "arrived\n",
+                url, rc, tmp);
+    return FFRT_EXIT_OK;
+}
+
 int ffrt_cmd_verify(const struct ffrt_cmd *cmd, int argc, char **argv)
 {
     int json = 0, quiet = 0;
@@ -272,13 +326,30 @@ int ffrt_cmd_verify(const struct ffrt_cmd *cmd, int argc, char **argv)
     v.json = json;
     v.quiet = quiet;
     v.limit = limit;
-    if (ffrt_ds_open(cmd, &ds, a.pos[0]) != FFRT_EXIT_OK) {
+    char tmp[PATH_MAX] = "", local[4096];
+    const char *path = a.pos[0];
+    if (ffio_http_is_url(path)) {
+        if (fetch_copy(cmd, path, quiet || json, tmp, sizeof tmp, local, sizeof local) !=
+            FFRT_EXIT_OK) {
+            if (tmp[0]) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+            if (json) {
+                memset(&ds, 0, sizeof ds);
+                ds.path = a.pos[0];
+                print_json(&v, "cannot fetch (see stderr)");
+            }
+            return FFRT_EXIT_FAIL;
+        }
+        path = local;
+    }
+    if (ffrt_ds_open(cmd, &ds, path) != FFRT_EXIT_OK) {
+        if (tmp[0]) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         if (json) {
             ds.path = a.pos[0];
             print_json(&v, "cannot open (see stderr)");
         }
         return FFRT_EXIT_FAIL;
     }
+    ds.path = a.pos[0]; /* messages name what the user asked for */
     v.bad = calloc((size_t)(ds.count / 8 + 1), 1);
     /* JSON lists at most 1000 problems whatever the limit: the count says how many there were. */
     if (json) v.limit = limit < 1000 ? limit : 1000;
@@ -314,5 +385,6 @@ out:
     vproblem_free(&v.first);
     free(v.bad);
     ffrt_ds_close(&ds);
+    if (tmp[0]) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return rc;
 }

@@ -636,9 +636,11 @@ static void expect_usage(const char *why, struct run r)
 
 static void check_arguments(const char *file)
 {
+    /* URLs are read remotely now (tests/tools/test_ffr_s3.sh); one nobody serves is named. */
     struct run u = ffr("info", "http://127.0.0.1:9/x.ffr", NULL);
-    ok(u.code == 1 && strstr(u.err, "reads local files only") && strstr(u.err, "--cache-dir"),
-       "info on a URL: says URLs are read through ffr bench --cache-dir (not 'No such file')");
+    ok(u.code == 1 && strstr(u.err, "http://127.0.0.1:9/x.ffr") && strstr(u.err, "onnect") &&
+           !strstr(u.err, "No such file"),
+       "info on a URL nobody serves: exit 1 naming the URL and the refused connection: %s", u.err);
     run_free(&u);
     expect_usage("no command", ffr(NULL));
     expect_usage("unknown command", ffr("frobnicate", NULL));
