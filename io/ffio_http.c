@@ -416,6 +416,7 @@ static int s3_prepare(struct ffio_http *h, CURL *e, const char *url, struct curl
 
 static int start(struct ffio_http *h, struct xfer *x, struct job *j)
 {
+    x->why[0] = '\0'; /* a failed start's cause, read by run_jobs */
     if (!x->easy && !(x->easy = curl_easy_init())) return -ENOMEM;
     CURL *e = x->easy;
     curl_easy_reset(e);

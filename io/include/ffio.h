@@ -575,8 +575,9 @@ FFIO_API int ffio_http_create(const struct ffio_http_opts *opts, struct ffio_htt
 /* Frees the client and closes its connections. Accepts NULL. */
 FFIO_API void ffio_http_destroy(struct ffio_http *h);
 
-/* Sets *size to the bytes of url (a HEAD request, retried as above). Returns 0 or an error as
- * above (-ENOENT, -EACCES, -EIO after the retries, -EPROTO without a Content-Length). */
+/* Sets *size to the bytes of url (a HEAD request, retried as above; for s3:// a one-byte GET,
+ * whose Content-Range gives the size and whose error body says why it failed). Returns 0 or an
+ * error as above (-ENOENT, -EACCES, -EIO after the retries, -EPROTO without a size). */
 FFIO_API int ffio_http_size(struct ffio_http *h, const char *url, uint64_t *size);
 
 /* One range of a URL to read. */
