@@ -1208,3 +1208,33 @@ int ffio_remote_read(struct ffio_remote *rm, struct ffio_record_req *reqs, size_
 }
 
 #endif /* FFIO_HAVE_CURL */
+
+int ffio_cache_dataset(const char *dir, const struct ffr_cache_opts *co, const char *src,
+                       char *local, size_t local_cap, char *err, size_t err_cap)
+{
+    struct ffio_http *h = NULL;
+    struct ffr_cache_source cs;
+    struct ffr_cache_opts o;
+    if (co)
+        o = *co;
+    else
+        ffr_cache_opts_default(&o);
+    o.source = NULL;
+    int rc;
+    if (ffio_http_is_url(src)) {
+        if ((rc = ffio_http_create(NULL, &h)) < 0) {
+            snprintf(err, err_cap, "%s: %s", src,
+                     rc == -ENOTSUP ? "this build reads no URLs (built without libcurl)"
+                                    : strerror(-rc));
+            return rc;
+        }
+        ffio_http_cache_source(h, &cs);
+        o.source = &cs;
+    }
+    struct ffr_cache *c = NULL;
+    rc = ffr_cache_open(&c, dir, &o, err, err_cap);
+    if (rc >= 0) rc = ffr_cache_dataset(c, src, local, local_cap, err, err_cap);
+    ffr_cache_close(c);
+    ffio_http_destroy(h);
+    return rc;
+}

@@ -261,8 +261,9 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path) < 0 ? -1 : 0;
 }
 
-/* Fetches url into a new folder under $TMPDIR (its name into tmp) through a node cache, which
- * checks each shard completely as it arrives; the cached manifest's path into local. */
+/* Fetches url into a new folder under $TMPDIR (its name into tmp) through a node cache
+ * (ffio_cache_dataset), which checks each shard completely as it arrives; the cached manifest's
+ * path into local. */
 static int fetch_copy(const struct ffrt_cmd *cmd, const char *url, int quiet, char *tmp,
                       size_t tcap, char *local, size_t lcap)
 {
@@ -274,24 +275,11 @@ static int fetch_copy(const struct ffrt_cmd *cmd, const char *url, int quiet, ch
         tmp[0] = '\0';
         return rc;
     }
-    struct ffio_http *h = NULL;
-    struct ffr_cache *c = NULL;
-    struct ffr_cache_source src;
     struct ffr_cache_opts co;
-    char err[2048] = "";
-    int rc = ffio_http_create(NULL, &h);
-    if (rc < 0)
-        return ffrt_fail(cmd, "%s: %s", url,
-                         rc == -ENOTSUP ? "this build reads no URLs (built without libcurl)"
-                                        : strerror(-rc));
-    ffio_http_cache_source(h, &src);
     ffr_cache_opts_default(&co);
-    co.source = &src;
     co.durable = 0; /* a scratch copy, removed at the end */
-    rc = ffr_cache_open(&c, tmp, &co, err, sizeof err);
-    if (rc >= 0) rc = ffr_cache_dataset(c, url, local, lcap, err, sizeof err);
-    ffr_cache_close(c);
-    ffio_http_destroy(h);
+    char err[2048] = "";
+    const int rc = ffio_cache_dataset(tmp, &co, url, local, lcap, err, sizeof err);
     if (rc < 0) /* the cache's and the client's messages name the URL already */
         return !strncmp(err, url, strlen(url))
                    ? ffrt_fail(cmd, "%s", err)

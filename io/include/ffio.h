@@ -621,6 +621,17 @@ FFIO_API void ffio_http_stats(const struct ffio_http *h, struct ffio_http_stats 
  * it must outlive the cache). Local paths given to that cache are still copied as files. */
 FFIO_API void ffio_http_cache_source(struct ffio_http *h, struct ffr_cache_source *out);
 
+/*
+ * ffr_cache_dataset from any source: opens the cache at dir with *co (NULL: the defaults; its
+ * source is replaced) whose source, when src is a URL (http(s):// or s3://), is an HTTP client
+ * of default options; makes every shard of src present and verified; closes both. Returns what
+ * ffr_cache_dataset returns (the shards fetched, or a negative error: -ENOTSUP for a URL in a
+ * build without libcurl) with the cached manifest's path in local and, on failure, one line in
+ * err naming the source.
+ */
+FFIO_API int ffio_cache_dataset(const char *dir, const struct ffr_cache_opts *co, const char *src,
+                                char *local, size_t local_cap, char *err, size_t err_cap);
+
 struct ffio_remote;
 
 /*

@@ -13,7 +13,9 @@
  *    key: a wrong secret, a wrong session token, a missing key, a missing bucket. Keys from the
  *    environment and from a profile in files. Skips this part, saying so, without moto.
  * 3. A server of this test's own for what moto cannot say: RequestTimeTooSkewed and
- *    ExpiredToken (named, not retried), SlowDown and RequestTimeout (retried, then read).
+ *    ExpiredToken (named, not retried), SlowDown and RequestTimeout (retried, then read), and an
+ *    error body of 64 MiB (its <Error> read, the rest dropped: peak RSS asserted). A config file
+ *    above its 1 MiB bound is refused with peak RSS asserted too.
  * argv[1]: a scratch directory; argv[2]: tests/io/s3_moto.py.
  */
 #include <errno.h>
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -34,6 +37,13 @@
 #include "ffio_internal.h"
 #include "remote_test_util.h"
 #include "tap.h"
+
+static long peak_rss_kb(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+}
 
 static void write_file(const char *path, const char *text)
 {
@@ -195,6 +205,21 @@ static void test_parsers(const char *dir)
     ok(ffio_s3_config_load(&c, e, sizeof e) < 0 && strstr(e, fifo) && time(NULL) - t0 < 5,
        "config: a FIFO as config file is refused at once, naming it: %s", e);
     unlink(fifo);
+    /* A config file is read whole only up to 1 MiB: one just above is refused, naming it,
+     * and reading it costs at most that bound (the 1 MiB buffer) in peak memory. */
+    char huge[600];
+    snprintf(huge, sizeof huge, "%s/s3-test-huge-config", dir);
+    FILE *hf = fopen(huge, "w");
+    for (int k = 0; hf && k < (1 << 20) / 16 + 1; k++)
+        fputs("# padding 16 B.\n", hf);
+    if (hf) fclose(hf);
+    setenv("AWS_CONFIG_FILE", huge, 1);
+    const long rss0 = peak_rss_kb();
+    ok(ffio_s3_config_load(&c, e, sizeof e) == -EINVAL && strstr(e, huge) &&
+           strstr(e, "larger than") && peak_rss_kb() - rss0 < 4096,
+       "config: a config file above 1 MiB is refused, peak RSS +%ld KiB (bound 4 MiB): %s",
+       peak_rss_kb() - rss0, e);
+    unlink(huge);
     setenv("AWS_CONFIG_FILE", conf, 1);
     setenv("AWS_ENDPOINT_URL", "minio:9000", 1);
     ok(ffio_s3_config_load(&c, e, sizeof e) == -EINVAL && strstr(e, "minio:9000"),
@@ -520,7 +545,21 @@ static void *fault_main(void *arg)
             if (strstr(req, "\r\n\r\n")) break;
         }
         const int nth = atomic_fetch_add(&s->requests, 1);
-        if (!strcmp(s->mode, "skew"))
+        if (!strcmp(s->mode, "hugeerr")) {
+            /* an <Error> followed by 64 MiB more body: the client keeps 4 KiB of it */
+            static char junk[1 << 16];
+            memset(junk, 'x', sizeof junk);
+            const char *e = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message>";
+            char head[300];
+            const int hn = snprintf(head, sizeof head,
+                                    "HTTP/1.1 403 Forbidden\r\nContent-Length: %zu\r\n"
+                                    "Connection: close\r\n\r\n",
+                                    strlen(e) + ((size_t)64 << 20));
+            send_str(c, head, (size_t)hn);
+            send_str(c, e, strlen(e));
+            for (int k = 0; k < 1024; k++)
+                send_str(c, junk, sizeof junk);
+        } else if (!strcmp(s->mode, "skew"))
             answer_error(c, 403, "RequestTimeTooSkewed",
                          "The difference between the request time and the current time is too "
                          "large.");
@@ -583,6 +622,14 @@ static void test_faults(void)
     ok(rc == -EKEYEXPIRED && strstr(ffio_http_last_error(h), "ExpiredToken") &&
            strstr(ffio_http_last_error(h), "refresh") && atomic_load(&s.requests) == 1,
        "an expired session token is named and not retried: %s", ffio_http_last_error(h));
+    s.mode = "hugeerr";
+    const long rss0 = peak_rss_kb();
+    rc = (int)read_range(h, "s3://bkt/big-error.ffr", got, 0, 1000);
+    ok(rc == -EACCES && strstr(ffio_http_last_error(h), "AccessDenied") &&
+           peak_rss_kb() - rss0 < 8192,
+       "a 64 MiB error body: its <Error> is read, the rest dropped; peak RSS +%ld KiB (bound "
+       "8 MiB): %s",
+       peak_rss_kb() - rss0, ffio_http_last_error(h));
     s.mode = "slow";
     atomic_store(&s.requests, 0);
     struct ffio_http_stats st0, st1;

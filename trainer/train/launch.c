@@ -437,33 +437,16 @@ static int resume_records(const struct trn_launch_opts *A, const char *ckpt, cha
     return rc < 0;
 }
 
-/* --cache-dir: the dataset's shards copied (or, for an http(s) URL, downloaded) into the
+/* --cache-dir: the dataset's shards copied (or, for a URL, downloaded) into the
  * node-local cache, verified, and the cached manifest's path in local. Every local rank calls
  * it; the cache's locks fetch each shard once per node. Returns 0 or 1 (after saying why). */
 static int cache_dataset(const struct trn_launch_opts *A, const char *src, char *local, size_t cap)
 {
-    struct ffio_http *h = NULL;
-    struct ffr_cache_source cs;
     char err[1024] = "";
-    int rc = 0;
-    if (ffio_http_is_url(src)) {
-        if ((rc = ffio_http_create(NULL, &h)) < 0) {
-            say(A, TRN_LAUNCH_ERR, "%s: %s", src,
-                rc == -ENOTSUP ? "this build reads no URLs (built without libcurl)"
-                               : strerror(-rc));
-            return 1;
-        }
-        ffio_http_cache_source(h, &cs);
-    }
     struct ffr_cache_opts co;
     ffr_cache_opts_default(&co);
-    co.source = h ? &cs : NULL;
     co.max_bytes = A->cache_max;
-    struct ffr_cache *c = NULL;
-    rc = ffr_cache_open(&c, A->cache_dir, &co, err, sizeof err);
-    if (rc >= 0) rc = ffr_cache_dataset(c, src, local, cap, err, sizeof err);
-    ffr_cache_close(c);
-    ffio_http_destroy(h);
+    const int rc = ffio_cache_dataset(A->cache_dir, &co, src, local, cap, err, sizeof err);
     if (rc < 0) {
         say(A, TRN_LAUNCH_ERR, "--cache-dir %s: %s", A->cache_dir, err[0] ? err : ffr_strerror(rc));
         return 1;
