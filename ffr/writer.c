@@ -5,7 +5,9 @@
  * close a shard when the next record would push it past shard_bytes, keep finished shards under
  * their temporary names, and at close rename them (to names no existing file has) and then the
  * manifest, whose rename is the commit: before it the dataset being replaced is untouched, after
- * it that dataset's shards are removed (ffr.h, ffr_writer_open).
+ * it that dataset's shards are removed (ffr.h, ffr_writer_open). With a sink (opts.publish, the
+ * upload of yolo-pack -o s3://) the same order holds at the destination: each shard is handed
+ * over as it is finished, the manifest last, and the sink, not the writer, tidies what it held.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +41,7 @@ struct done_shard {
     char *tmp;   /* its path while uncommitted */
     char *final; /* its path once renamed at close */
     bool renamed;
+    bool published; /* handed to opts.publish: no local file left */
     uint64_t bytes, records, index_hash;
 };
 
@@ -278,6 +281,23 @@ static int start_file(struct ffr_writer *w)
     return pad_to_align(w);
 }
 
+/* Whether the sink says a file name (path's base name) is in use at the destination. */
+static bool sink_taken(const struct ffr_writer *w, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return w->o.taken && w->o.taken(w->o.sink, slash ? slash + 1 : path);
+}
+
+/* Hands a finished file to the sink, then removes the staging copy. */
+static int publish(struct ffr_writer *w, const char *tmp, const char *final, int last)
+{
+    const char *slash = strrchr(final, '/');
+    const int rc = w->o.publish(w->o.sink, tmp, slash ? slash + 1 : final, last);
+    if (rc < 0) return rc;
+    unlink(tmp);
+    return 0;
+}
+
 /* The shards' stem: STEM, unless STEM-00000.ffr exists (a dataset being replaced, or files of
  * someone else's); then STEM.TAG with a TAG whose first shard name is free. */
 static int pick_shard_stem(struct ffr_writer *w)
@@ -285,7 +305,7 @@ static int pick_shard_stem(struct ffr_writer *w)
     struct stat st;
     char *first = str_printf("%s-%05u.ffr", w->stem, 0);
     if (!first) return -ENOMEM;
-    const bool taken = lstat(first, &st) == 0;
+    const bool taken = lstat(first, &st) == 0 || sink_taken(w, first);
     free(first);
     if (!taken) return (w->shard_stem = strdup(w->stem)) ? 0 : -ENOMEM;
     struct timespec ts;
@@ -294,7 +314,8 @@ static int pick_shard_stem(struct ffr_writer *w)
     for (int tries = 0; tries < 64; tries++, tag = tag * 1664525u + 1013904223u) {
         char *stem = str_printf("%s.%08x", w->stem, tag);
         char *probe = stem ? str_printf("%s-%05u.ffr", stem, 0) : NULL;
-        const bool free_name = probe && lstat(probe, &st) != 0 && errno == ENOENT;
+        const bool free_name =
+            probe && lstat(probe, &st) != 0 && errno == ENOENT && !sink_taken(w, probe);
         free(probe);
         if (free_name) {
             w->shard_stem = stem;
@@ -433,6 +454,12 @@ static int finish_file(struct ffr_writer *w, uint64_t *index_hash_out)
     w->fd = -1;
     if (index_hash_out) *index_hash_out = loc.index_hash;
     if (w->sharded) return 0; /* finish_shard keeps it under its temporary name */
+    if (w->o.publish) {
+        if ((rc = publish(w, w->cur_tmp, w->cur_final, 1)) < 0) return rc;
+        free(w->cur_tmp);
+        w->cur_tmp = NULL;
+        return 0;
+    }
     if (rename(w->cur_tmp, w->cur_final) < 0) return -errno;
     free(w->cur_tmp);
     w->cur_tmp = NULL;
@@ -460,6 +487,10 @@ static int finish_shard(struct ffr_writer *w)
     w->cur_tmp = w->cur_final = NULL;
     w->shards = s;
     w->shards[w->n_shards++] = d;
+    if (!w->o.publish) return 0;
+    struct done_shard *sh = &w->shards[w->n_shards - 1];
+    if ((rc = publish(w, sh->tmp, sh->final, 0)) < 0) return rc;
+    sh->published = true;
     return 0;
 }
 
@@ -746,6 +777,12 @@ static int write_manifest(struct ffr_writer *w)
     if (fflush(f) != 0 || ferror(f)) rc = -EIO;
     if (rc == 0 && w->o.durable && fsync(fileno(f)) < 0) rc = -errno;
     if (fclose(f) != 0 && rc == 0) rc = -errno;
+    if (rc == 0 && w->o.publish) {
+        rc = publish(w, tmp, w->path, 1);
+        if (rc < 0) unlink(tmp);
+        free(tmp);
+        return rc;
+    }
     if (rc == 0 && rename(tmp, w->path) < 0) rc = -errno;
     if (rc < 0) unlink(tmp);
     free(tmp);
@@ -787,7 +824,8 @@ void ffr_writer_abort(struct ffr_writer *w)
     /* Finished shards are uncommitted (no manifest names them): a shard renamed by a close that
      * then failed carries a name no earlier dataset used (pick_shard_stem), so both go. */
     for (size_t k = 0; k < w->n_shards; k++)
-        unlink(w->shards[k].renamed ? w->shards[k].final : w->shards[k].tmp);
+        if (!w->shards[k].published)
+            unlink(w->shards[k].renamed ? w->shards[k].final : w->shards[k].tmp);
     writer_free(w);
 }
 
@@ -895,15 +933,17 @@ int ffr_writer_close(struct ffr_writer *w)
     size_t n_old = 0;
     char **old = NULL;
     if (rc == 0) rc = w->sharded ? finish_shard(w) : 0;
-    if (rc == 0) old = old_shards(w->path, &n_old); /* read before the commit replaces it */
+    /* read before the commit replaces it; a sink's destination is the sink's to tidy */
+    if (rc == 0 && !w->o.publish) old = old_shards(w->path, &n_old);
     if (rc == 0 && !w->sharded) rc = finish_file(w, NULL);
-    for (size_t k = 0; rc == 0 && k < w->n_shards; k++) {
+    for (size_t k = 0; rc == 0 && !w->o.publish && k < w->n_shards; k++) {
         if (rename(w->shards[k].tmp, w->shards[k].final) < 0)
             rc = -errno;
         else
             w->shards[k].renamed = true;
     }
-    if (rc == 0 && w->sharded && w->o.durable && w->n_shards) rc = fsync_dir_of(w->shards[0].final);
+    if (rc == 0 && w->sharded && w->o.durable && w->n_shards && !w->o.publish)
+        rc = fsync_dir_of(w->shards[0].final);
     if (rc == 0 && w->sharded) rc = write_manifest(w); /* the commit */
     if (rc < 0) {
         for (size_t i = 0; i < n_old; i++)
@@ -913,7 +953,7 @@ int ffr_writer_close(struct ffr_writer *w)
         return rc;
     }
     remove_old_shards(w, old, n_old);
-    if (w->sharded && strcmp(w->shard_stem, w->stem) != 0) plain_names(w);
+    if (w->sharded && !w->o.publish && strcmp(w->shard_stem, w->stem) != 0) plain_names(w);
     writer_free(w);
     return 0;
 }

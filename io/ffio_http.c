@@ -49,6 +49,9 @@ void ffio_http_opts_default(struct ffio_http_opts *o)
     o->read_deadline_s = 60;
     o->max_index_bytes = (uint64_t)1 << 30;
     o->tls_verify = true;
+    o->put_threshold = 8u << 20;
+    o->put_part = 8u << 20;
+    o->list_page = 1000;
 }
 
 #if !defined(FFIO_HAVE_CURL)
@@ -171,18 +174,6 @@ struct xfer {
     char real_url[3072]; /* s3: the http(s) URL requested */
 };
 
-struct ffio_http {
-    struct ffio_http_opts o;
-    CURLM *multi;
-    struct xfer *x; /* max_in_flight slots; easy handles kept between calls */
-    struct ffio_http_stats st;
-    uint64_t jitter; /* xorshift state for the backoff jitter */
-    char last_error[2048];
-    int s3_state; /* 0: not loaded yet, 1: h->s3 holds it, < 0: loading failed (s3_err) */
-    struct ffio_s3_config s3;
-    char s3_err[512];
-};
-
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
 
@@ -191,15 +182,14 @@ static void curl_init(void)
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static double mono_s(void)
+double ffio_mono_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Copies src into dst[cap], cut to fit: a message, where cutting is fine. */
-static void str_copy(char *dst, size_t cap, const char *src)
+void ffio_str_copy(char *dst, size_t cap, const char *src)
 {
     if (!cap) return;
     size_t l = strlen(src);
@@ -218,6 +208,11 @@ int ffio_http_create(const struct ffio_http_opts *opts, struct ffio_http **out)
     else
         ffio_http_opts_default(&o);
     if (!o.max_in_flight || o.max_in_flight > HTTP_MAX_IN_FLIGHT || !o.fetch_chunk) return -EINVAL;
+    /* options added later: zero (a caller that filled the struct itself) is the default */
+    if (!o.put_threshold) o.put_threshold = 8u << 20;
+    if (!o.put_part) o.put_part = 8u << 20;
+    if (!o.list_page) o.list_page = 1000;
+    if (o.put_part < (5u << 20) || o.put_part > (5ull << 30) || o.list_page > 1000) return -EINVAL;
     pthread_once(&curl_once, curl_init);
     if (curl_init_rc != CURLE_OK) return -ENOMEM;
     struct ffio_http *h = calloc(1, sizeof *h);
@@ -352,7 +347,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
-static void easy_common(struct ffio_http *h, CURL *e)
+void ffio_http_easy_common(struct ffio_http *h, CURL *e)
 {
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
@@ -368,10 +363,9 @@ static void easy_common(struct ffio_http *h, CURL *e)
 #endif
 }
 
-/* s3://: the URL requested and libcurl's SigV4 signing on e (headers into *hdrs, which must
- * live while the transfer does). Returns 0, or an error with the cause in why. */
-static int s3_prepare(struct ffio_http *h, CURL *e, const char *url, struct curl_slist **hdrs,
-                      char *real, size_t cap, char *why, size_t wcap)
+int ffio_http_s3_prepare(struct ffio_http *h, CURL *e, const char *url, const char *query,
+                         const char *payload_sha256, struct curl_slist **hdrs, char *real,
+                         size_t cap, char *why, size_t wcap)
 {
     if (h->s3_state == 0) {
         const int rc = ffio_s3_config_load(&h->s3, h->s3_err, sizeof h->s3_err);
@@ -382,6 +376,10 @@ static int s3_prepare(struct ffio_http *h, CURL *e, const char *url, struct curl
         return h->s3_state;
     }
     int rc = ffio_s3_http_url(&h->s3, url, real, cap);
+    if (rc == 0 && query) {
+        const size_t l = strlen(real);
+        if (snprintf(real + l, cap - l, "?%s", query) >= (int)(cap - l)) rc = -ENAMETOOLONG;
+    }
     if (rc < 0) {
         snprintf(why, wcap, "%s",
                  rc == -EINVAL ? "not an s3://BUCKET/KEY URL with a valid bucket name"
@@ -398,8 +396,11 @@ static int s3_prepare(struct ffio_http *h, CURL *e, const char *url, struct curl
     curl_easy_setopt(e, CURLOPT_AWS_SIGV4, provider);
     curl_easy_setopt(e, CURLOPT_USERNAME, h->s3.access_key_id);
     curl_easy_setopt(e, CURLOPT_PASSWORD, h->s3.secret_access_key);
-    /* curl 7.88 signs this header's value as the payload hash (S3 requires the header). */
-    struct curl_slist *l = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    /* curl 7.88 signs this header's value as the payload hash (S3 requires the header, and
+     * checks an upload's bytes against it). */
+    snprintf(line, sizeof line, "x-amz-content-sha256: %s",
+             payload_sha256 ? payload_sha256 : "UNSIGNED-PAYLOAD");
+    struct curl_slist *l = curl_slist_append(NULL, line);
     if (l && h->s3.session_token[0]) {
         snprintf(line, sizeof line, "x-amz-security-token: %s", h->s3.session_token);
         struct curl_slist *l2 = curl_slist_append(l, line);
@@ -423,7 +424,7 @@ static int start(struct ffio_http *h, struct xfer *x, struct job *j)
     curl_slist_free_all(x->hdrs);
     x->hdrs = NULL;
     x->ebody_n = 0;
-    easy_common(h, e);
+    ffio_http_easy_common(h, e);
     x->job = j;
     x->h = h;
     x->req_off = j->offset + j->got;
@@ -437,8 +438,8 @@ static int start(struct ffio_http *h, struct xfer *x, struct job *j)
              j->offset + j->length - 1);
     curl_easy_setopt(e, CURLOPT_URL, j->url);
     if (ffio_s3_is_url(j->url)) {
-        const int rc = s3_prepare(h, e, j->url, &x->hdrs, x->real_url, sizeof x->real_url, x->why,
-                                  sizeof x->why);
+        const int rc = ffio_http_s3_prepare(h, e, j->url, NULL, NULL, &x->hdrs, x->real_url,
+                                            sizeof x->real_url, x->why, sizeof x->why);
         if (rc < 0) {
             x->job = NULL;
             return rc;
@@ -453,8 +454,9 @@ static int start(struct ffio_http *h, struct xfer *x, struct job *j)
     /* The read's clock starts with its first attempt (not while it queues behind others);
      * this attempt may use what is left of it, no more. */
     if (j->tries == 0)
-        j->deadline = mono_s() + (double)h->o.read_deadline_s + (double)(j->length / (64u << 10));
-    const double left = j->deadline - mono_s();
+        j->deadline =
+            ffio_mono_s() + (double)h->o.read_deadline_s + (double)(j->length / (64u << 10));
+    const double left = j->deadline - ffio_mono_s();
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, left > 0.001 ? (long)(left * 1000) : 1L);
     if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {
         x->job = NULL;
@@ -466,8 +468,7 @@ static int start(struct ffio_http *h, struct xfer *x, struct job *j)
     return 0;
 }
 
-/* Whether a curl failure is worth another attempt (the network, not the request). */
-static bool transient(CURLcode rc)
+bool ffio_http_transient(CURLcode rc)
 {
     switch (rc) {
     case CURLE_COULDNT_RESOLVE_HOST:
@@ -502,26 +503,24 @@ static int status_error(long status)
     }
 }
 
-/* An S3 answer (an s3:// URL, or any answer carrying S3's <Error>): what its code means, and a
- * cause naming the code, the server's message, the bucket and key, and what to do. */
-static void s3_cause(const struct ffio_http *h, const struct xfer *x, const struct job *j, int *err,
-                     bool *again, char *cause, size_t cap)
+void ffio_http_s3_cause(const struct ffio_http *h, const char *url, long status, const char *body,
+                        size_t body_n, int *err, bool *again, char *cause, size_t cap)
 {
     char code[64] = "", msg[240] = "";
     size_t pos = 0;
-    if (x->ebody_n) {
-        ffio_xml_next(x->ebody, x->ebody_n, &pos, "Code", code, sizeof code);
+    if (body_n) {
+        ffio_xml_next(body, body_n, &pos, "Code", code, sizeof code);
         pos = 0;
-        ffio_xml_next(x->ebody, x->ebody_n, &pos, "Message", msg, sizeof msg);
+        ffio_xml_next(body, body_n, &pos, "Message", msg, sizeof msg);
     }
-    const bool s3 = ffio_s3_is_url(j->url);
+    const bool s3 = ffio_s3_is_url(url);
     if (!code[0] && !s3) return;
     const char *hint;
-    ffio_s3_error_of(code[0] ? code : NULL, x->status, err, again, &hint);
-    int n = snprintf(cause, cap, "S3 %s (HTTP %ld)%s%s%s%s", code[0] ? code : "error", x->status,
+    ffio_s3_error_of(code[0] ? code : NULL, status, err, again, &hint);
+    int n = snprintf(cause, cap, "S3 %s (HTTP %ld)%s%s%s%s", code[0] ? code : "error", status,
                      msg[0] ? ": " : "", msg, hint ? "; " : "", hint ? hint : "");
     if (s3 && n >= 0 && (size_t)n < cap) {
-        const char *bk = j->url + 5, *slash = strchr(bk, '/');
+        const char *bk = url + 5, *slash = strchr(bk, '/');
         const int bl = slash ? (int)(slash - bk) : (int)strlen(bk);
         n += snprintf(cause + n, cap - (size_t)n, " [bucket %.*s, key %.200s]", bl, bk,
                       slash ? slash + 1 : "");
@@ -529,6 +528,18 @@ static void s3_cause(const struct ffio_http *h, const struct xfer *x, const stru
     const bool keys = *err == -EKEYREJECTED || *err == -EKEYEXPIRED || *err == -EACCES;
     if (s3 && keys && n >= 0 && (size_t)n < cap)
         snprintf(cause + n, cap - (size_t)n, "; credentials from %s", h->s3.source);
+}
+
+unsigned ffio_http_backoff_ms(struct ffio_http *h, unsigned stuck)
+{
+    unsigned ms = h->o.backoff_ms;
+    for (unsigned t = 1; t < stuck && ms < HTTP_BACKOFF_MAX_MS; t++)
+        ms *= 2;
+    if (ms > HTTP_BACKOFF_MAX_MS) ms = HTTP_BACKOFF_MAX_MS;
+    h->jitter ^= h->jitter << 13;
+    h->jitter ^= h->jitter >> 7;
+    h->jitter ^= h->jitter << 17;
+    return ms / 2 + (unsigned)(h->jitter % (ms / 2 + 1));
 }
 
 /* A transfer ended: accept the job, schedule a retry, or fail it. */
@@ -555,7 +566,7 @@ static void finish(struct ffio_http *h, struct xfer *x, CURLcode rc, size_t *don
         err = rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
               : rc == CURLE_COULDNT_CONNECT  ? -ECONNREFUSED
                                              : -EIO;
-        again = transient(rc);
+        again = ffio_http_transient(rc);
         snprintf(cause, sizeof cause, "%s%s%s (body ended after %" PRIu64 " of %" PRIu64 " bytes)",
                  curl_easy_strerror(rc), x->errbuf[0] ? ": " : "", x->errbuf, j->got, j->length);
     } else if (x->status == 206) {
@@ -567,7 +578,8 @@ static void finish(struct ffio_http *h, struct xfer *x, CURLcode rc, size_t *don
         err = status_error(x->status);
         again = x->status >= 500 || x->status == 408 || x->status == 429;
         snprintf(cause, sizeof cause, "HTTP status %ld", x->status);
-        s3_cause(h, x, j, &err, &again, cause, sizeof cause);
+        ffio_http_s3_cause(h, j->url, x->status, x->ebody, x->ebody_n, &err, &again, cause,
+                           sizeof cause);
     }
     /* Retries count consecutive attempts that brought no new byte: a connection that drops
      * now and then still completes a large range. A hard cap stops a server that trickles. */
@@ -575,7 +587,7 @@ static void finish(struct ffio_http *h, struct xfer *x, CURLcode rc, size_t *don
         j->stuck = 0;
     else
         j->stuck++;
-    const bool late = mono_s() >= j->deadline;
+    const bool late = ffio_mono_s() >= j->deadline;
     if (late) {
         err = -ETIMEDOUT;
         snprintf(cause + strlen(cause), sizeof cause - strlen(cause),
@@ -584,17 +596,8 @@ static void finish(struct ffio_http *h, struct xfer *x, CURLcode rc, size_t *don
                  h->o.read_deadline_s);
     }
     if (again && !late && j->stuck <= h->o.retries && j->tries <= 8 * (h->o.retries + 1)) {
-        unsigned ms = h->o.backoff_ms;
-        for (unsigned t = 1; t < j->stuck && ms < HTTP_BACKOFF_MAX_MS; t++)
-            ms *= 2;
-        if (ms > HTTP_BACKOFF_MAX_MS) ms = HTTP_BACKOFF_MAX_MS;
-        /* Jitter (half the delay is random) so that transfers that failed together do not
-         * come back together. */
-        h->jitter ^= h->jitter << 13;
-        h->jitter ^= h->jitter >> 7;
-        h->jitter ^= h->jitter << 17;
-        ms = ms / 2 + (unsigned)(h->jitter % (ms / 2 + 1));
-        j->not_before = mono_s() + ms / 1000.0;
+        const unsigned ms = ffio_http_backoff_ms(h, j->stuck);
+        j->not_before = ffio_mono_s() + ms / 1000.0;
         j->state = 0;
         h->st.retries++;
         if (h->o.log) {
@@ -629,7 +632,7 @@ static int run_jobs(struct ffio_http *h, struct job *jobs, size_t n)
         done += jobs[i].state == 2;
     }
     while (done < n) {
-        const double now = mono_s();
+        const double now = ffio_mono_s();
         double wake = now + 0.1;
         unsigned running = 0;
         for (unsigned s = 0; s < h->o.max_in_flight; s++)
@@ -659,7 +662,7 @@ static int run_jobs(struct ffio_http *h, struct job *jobs, size_t n)
         }
         if (!running) {
             if (done >= n) break;
-            const double d = wake - mono_s();
+            const double d = wake - ffio_mono_s();
             if (d > 0) {
                 const struct timespec t = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
                 nanosleep(&t, NULL);
@@ -679,7 +682,7 @@ static int run_jobs(struct ffio_http *h, struct job *jobs, size_t n)
                 }
         }
         if (still) {
-            int ms = (int)((wake - mono_s()) * 1000);
+            int ms = (int)((wake - ffio_mono_s()) * 1000);
             if (ms < 1) ms = 1;
             if (ms > 100) ms = 100;
             curl_multi_poll(h->multi, NULL, 0, ms, NULL);
@@ -715,7 +718,14 @@ int ffio_http_read(struct ffio_http *h, struct ffio_http_extent *x, size_t n)
 int ffio_http_fetch(struct ffio_http *h, const char *url, int fd, uint64_t size)
 {
     if (!h || !url || fd < 0) return -EINVAL;
-    const uint64_t chunk = h->o.fetch_chunk;
+    /* Ranges of fetch_chunk, but at least max_in_flight of them (down to 1 MiB): a file of a
+     * few chunks would otherwise leave most of the connections idle. */
+    uint64_t chunk = h->o.fetch_chunk;
+    if (size / chunk < h->o.max_in_flight) {
+        chunk = (size + h->o.max_in_flight - 1) / h->o.max_in_flight;
+        if (chunk < (1u << 20)) chunk = 1u << 20;
+        if (chunk > h->o.fetch_chunk) chunk = h->o.fetch_chunk;
+    }
     const size_t n = (size_t)((size + chunk - 1) / chunk);
     struct job *jobs = calloc(n ? n : 1, sizeof *jobs);
     if (!jobs) return -ENOMEM;
@@ -764,7 +774,7 @@ int ffio_http_size(struct ffio_http *h, const char *url, uint64_t *size)
         const char *at = strstr(h->last_error, probe);
         if (at && at - h->last_error == (ptrdiff_t)strlen(url)) {
             char tmp[sizeof h->last_error];
-            str_copy(tmp, sizeof tmp, at + sizeof probe - 1);
+            ffio_str_copy(tmp, sizeof tmp, at + sizeof probe - 1);
             snprintf(h->last_error, sizeof h->last_error, "%.500s: size: %.1500s", url, tmp);
         }
         return (int)j.res;
@@ -777,7 +787,7 @@ int ffio_http_size(struct ffio_http *h, const char *url, uint64_t *size)
     unsigned ms = h->o.backoff_ms, tries = 0;
     for (;;) {
         curl_easy_reset(e);
-        easy_common(h, e);
+        ffio_http_easy_common(h, e);
         errbuf[0] = '\0';
         curl_easy_setopt(e, CURLOPT_URL, url);
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
@@ -795,7 +805,7 @@ int ffio_http_size(struct ffio_http *h, const char *url, uint64_t *size)
             rc = 0;
             break;
         } else if (c != CURLE_OK) {
-            again = transient(c);
+            again = ffio_http_transient(c);
             rc = c == CURLE_COULDNT_CONNECT ? -ECONNREFUSED : -EIO;
             snprintf(cause, sizeof cause, "%s%s%s", curl_easy_strerror(c), errbuf[0] ? ": " : "",
                      errbuf);
@@ -978,7 +988,8 @@ static int skeleton(struct ffio_http *h, const char *url, uint64_t size, const c
         }
         free(buf);
     }
-    if (rc < 0 && (!err[0])) str_copy(err, cap, h->last_error[0] ? h->last_error : strerror(-rc));
+    if (rc < 0 && (!err[0]))
+        ffio_str_copy(err, cap, h->last_error[0] ? h->last_error : strerror(-rc));
     close(fd);
     return rc;
 }
@@ -1040,7 +1051,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
     uint64_t size = 0;
     int rc = ffio_http_size(h, url, &size);
     if (rc < 0) {
-        str_copy(e2, sizeof e2, h->last_error);
+        ffio_str_copy(e2, sizeof e2, h->last_error);
         goto out;
     }
     if (mkdir(dir, 0700) < 0) {
@@ -1058,7 +1069,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
         };
         if (ffio_http_read(h, &x, 1)) {
             rc = (int)x.res;
-            str_copy(e2, sizeof e2, h->last_error);
+            ffio_str_copy(e2, sizeof e2, h->last_error);
             goto out;
         }
         is_manifest = ffr_manifest_sniff_text(head, (size_t)x.length);
@@ -1072,7 +1083,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
         }
         if (ffio_http_read(h, &x, 1)) {
             rc = (int)x.res;
-            str_copy(e2, sizeof e2, h->last_error);
+            ffio_str_copy(e2, sizeof e2, h->last_error);
             goto out;
         }
         char why[512] = "";

@@ -249,8 +249,72 @@ int ffio_ini_get(const char *text, size_t n, const char *section, const char *ke
  * SigV4 wants keys and query values. Returns 0 or -ENAMETOOLONG. */
 int ffio_s3_encode(const char *s, size_t l, bool keep_slash, char *out, size_t cap);
 
+/* One ListObjectsV2 answer xml[0, n): its <Contents> (Key, Size) appended to *objs (*n_objs of
+ * them, at most max: -EOVERFLOW beyond), and whether more follow (<IsTruncated>true, with the
+ * <NextContinuationToken> copied into token[tcap]). Returns 0, -EPROTO (an element missing,
+ * too long or malformed), -EOVERFLOW or -ENOMEM; what was appended stays for the caller to free
+ * (ffio_s3_objects_free). */
+int ffio_s3_list_parse(const char *xml, size_t n, struct ffio_s3_object **objs, size_t *n_objs,
+                       size_t max, char *token, size_t tcap, bool *truncated);
+
 /* What an S3 answer means: *err (negative errno), whether to retry, and a hint for the user
  * (NULL when none) from its <Code> (NULL when the body had none) and HTTP status. */
 void ffio_s3_error_of(const char *code, long status, int *err, bool *retry, const char **hint);
+
+/* ---- the HTTP client's state, shared by ffio_http.c (reads) and ffio_s3_ops.c (writes,
+ * listings, deletions): one curl multi handle, so both reuse the same connections ---- */
+#if defined(FFIO_HAVE_CURL)
+#include <curl/curl.h>
+
+struct xfer;
+
+struct ffio_http {
+    struct ffio_http_opts o;
+    CURLM *multi;
+    struct xfer *x; /* max_in_flight slots; easy handles kept between calls */
+    struct ffio_http_stats st;
+    uint64_t jitter; /* xorshift state for the backoff jitter */
+    char last_error[2048];
+    int s3_state; /* 0: not loaded yet, 1: h->s3 holds it, < 0: loading failed (s3_err) */
+    struct ffio_s3_config s3;
+    char s3_err[512];
+};
+
+/* Seconds on the monotonic clock. */
+double ffio_mono_s(void);
+
+/* The options every transfer has: timeouts, stall limit, TLS checks, http(s) only. */
+void ffio_http_easy_common(struct ffio_http *h, CURL *e);
+
+/*
+ * Points e at the http(s) URL of s3_url (with "?query" appended when query is not NULL: already
+ * sorted and RFC 3986-encoded, as SigV4 wants it) and signs it with libcurl's SigV4, the payload
+ * hash being payload_sha256 (64 hex digits) or UNSIGNED-PAYLOAD when NULL. The header list goes
+ * to *hdrs (NULL when unsigned), which must live while the transfer does; a caller adding
+ * headers appends to it and sets CURLOPT_HTTPHEADER again. Returns 0, or an error with the
+ * cause in why.
+ */
+int ffio_http_s3_prepare(struct ffio_http *h, CURL *e, const char *s3_url, const char *query,
+                         const char *payload_sha256, struct curl_slist **hdrs, char *real,
+                         size_t cap, char *why, size_t wcap);
+
+/* Whether a curl failure is worth another attempt (the network, not the request). */
+bool ffio_http_transient(CURLcode rc);
+
+/* The delay before the next attempt of a request that failed `stuck` times in a row: doubling
+ * from opts.backoff_ms up to 5 s, half of it random so that failures together do not come back
+ * together. */
+unsigned ffio_http_backoff_ms(struct ffio_http *h, unsigned stuck);
+
+/* An S3 answer (to an s3:// URL, or any answer carrying S3's <Error>) that failed with status:
+ * what its <Code> in body[0, body_n) means (*err, *again), and in cause a line naming the code,
+ * the server's message, what to do, the bucket and key, and where the credentials came from.
+ * Leaves *err, *again and cause alone for a non-S3 URL whose body has no <Code>. */
+void ffio_http_s3_cause(const struct ffio_http *h, const char *url, long status, const char *body,
+                        size_t body_n, int *err, bool *again, char *cause, size_t cap);
+
+/* Copies src into dst[cap], cut to fit: a message, where cutting is fine. */
+void ffio_str_copy(char *dst, size_t cap, const char *src);
+#endif
 
 #endif /* FFIO_INTERNAL_H */

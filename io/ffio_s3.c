@@ -532,13 +532,21 @@ void ffio_s3_error_of(const char *code, long status, int *err, bool *retry, cons
           "this machine's clock is more than 15 minutes from the server's: synchronise it "
           "(chrony or systemd-timesyncd)" },
         { "AccessDenied", -EACCES, false,
-          "these credentials may not read this object (the bucket's or the user's policy)" },
+          "these credentials are not allowed this request on this object (the bucket's or the "
+          "user's policy)" },
         { "AuthorizationHeaderMalformed", -EACCES, false,
           "the request was signed for another region than the bucket's: set AWS_REGION" },
         { "PermanentRedirect", -EACCES, false,
           "the bucket is in another region or at another endpoint: set AWS_REGION or "
           "AWS_ENDPOINT_URL" },
         { "InvalidRange", -ENODATA, false, "the range is past the object's end" },
+        { "NoSuchUpload", -ENOENT, false,
+          "the multipart upload is gone (aborted, or completed by an earlier attempt)" },
+        { "InvalidPart", -EPROTO, false, "S3 does not hold a part the completion names" },
+        { "InvalidPartOrder", -EPROTO, false, NULL },
+        { "EntityTooSmall", -EINVAL, false, "a part below S3's 5 MiB minimum" },
+        { "XAmzContentSHA256Mismatch", -EIO, true, NULL }, /* bytes changed on the way */
+        { "BadDigest", -EIO, true, NULL },
         { "RequestTimeout", -EIO, true, NULL },
         { "SlowDown", -EIO, true, NULL },
         { "InternalError", -EIO, true, NULL },

@@ -501,9 +501,32 @@ static void warn_cb(void *user, const struct pack_ds_warning *w)
     if (c->shown++ < c->max) fprintf(c->log, "warning: %s\n", w->msg);
 }
 
+/* The caller's sink, and the bytes of the data files handed to it (the summary's "out"). */
+struct counted_sink {
+    const struct pack_opts *o;
+    void *sink;
+    uint64_t bytes;
+};
+
+static int counted_publish(void *arg, const char *tmp_path, const char *name, int last)
+{
+    struct counted_sink *c = arg;
+    struct stat st;
+    const bool data = !last || !c->o->shard_bytes; /* a shard, or the single file */
+    if (data && stat(tmp_path, &st) == 0) c->bytes += (uint64_t)st.st_size;
+    return c->o->publish(c->sink, tmp_path, name, last);
+}
+
+static bool counted_taken(void *arg, const char *name)
+{
+    const struct counted_sink *c = arg;
+    return c->o->taken(c->sink, name);
+}
+
 int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *stop)
 {
     FILE *log = o->log ? o->log : stderr;
+    const char *out_name = o->output_name ? o->output_name : o->output;
     struct pack_result r;
     memset(&r, 0, sizeof r);
     struct warn_ctx wc = { log, 0, o->max_warnings_shown };
@@ -566,8 +589,19 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
     /* The output is written once and read later: keeping it out of the page cache saves the
      * copy that otherwise costs the appending thread more than a third of a JPEG decode. */
     wo.direct_io = 1;
+    struct counted_sink cs = { .o = o };
+    if (o->publish) {
+        /* Staged files are read back at once by the upload: through the page cache, and not
+         * made durable (the object store's copy is the one that must last). */
+        wo.direct_io = 0;
+        wo.durable = 0;
+        wo.publish = counted_publish;
+        wo.taken = o->taken ? counted_taken : NULL;
+        wo.sink = &cs;
+        cs.sink = o->sink;
+    }
     if ((rc = ffr_writer_open(&fw, o->output, &wo)) < 0) {
-        fprintf(log, "yolo-pack: %s: %s\n", o->output, ffr_strerror(rc));
+        fprintf(log, "yolo-pack: %s: %s\n", out_name, ffr_strerror(rc));
         goto out;
     }
     for (int k = 0; k < nt; k++) {
@@ -679,7 +713,7 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, volatile int *s
         const int wrc = nin ? ffr_writer_append_frames(fw, run, nin) : 0;
         r.seconds_writing += now_s() - w0;
         if (wrc < 0) {
-            fprintf(log, "\nyolo-pack: writing %s: %s\n", o->output, ffr_strerror(wrc));
+            fprintf(log, "\nyolo-pack: writing %s: %s\n", out_name, ffr_strerror(wrc));
             rc = wrc;
             break;
         }
@@ -730,7 +764,7 @@ out:
             rc = ffr_writer_close(fw);
             r.seconds_writing += now_s() - w0;
             r.seconds = now_s() - t0;
-            if (rc < 0) fprintf(log, "yolo-pack: closing %s: %s\n", o->output, ffr_strerror(rc));
+            if (rc < 0) fprintf(log, "yolo-pack: closing %s: %s\n", out_name, ffr_strerror(rc));
         } else {
             ffr_writer_abort(fw);
         }
@@ -740,7 +774,8 @@ out:
     if (rc == 0) {
         /* Output size: every file the reader sees. */
         struct ffr_reader *rd;
-        if (ffr_reader_open(&rd, o->output, NULL, NULL, 0) == 0) {
+        r.bytes_out = cs.bytes;
+        if (!o->publish && ffr_reader_open(&rd, o->output, NULL, NULL, 0) == 0) {
             for (uint32_t k = 0; k < ffr_reader_shard_count(rd); k++) {
                 struct ffr_shard_info si;
                 ffr_reader_shard(rd, k, &si);
@@ -761,7 +796,7 @@ out:
                 " crowd skipped; %s in, %s decoded, %s out; %.1f s, %.0f img/s -> %s\n",
                 r.scan.images_found, r.packed, r.backgrounds, r.corrupt_images + r.scan.corrupt,
                 r.scan.images_missing, r.restored_images, dropped, r.scan.crowd_skipped, in, raw,
-                outb, r.seconds, r.seconds > 0 ? (double)(r.packed) / r.seconds : 0.0, o->output);
+                outb, r.seconds, r.seconds > 0 ? (double)(r.packed) / r.seconds : 0.0, out_name);
         /* Raw records are ~1 MB at 640, so a few cores decode faster than many disks write:
          * say when the writes set the pace, since the cure differs (a faster disk, or a codec
          * that writes fewer bytes, rather than more cores). The appender writing most of the

@@ -51,6 +51,13 @@ struct pack_opts {
     size_t max_warnings_shown; /* warnings printed in full; all are counted */
     struct pack_ds_opts ds;    /* scanning options (format, split, names, drop_backgrounds, ...) */
     FILE *log;                 /* warnings, progress and the summary; NULL = stderr */
+    /* Optional: a sink for the finished files (ffr_writer_opts.publish/taken/sink: the upload of
+     * yolo-pack -o s3://). output is then the local staging path, and output_name (for
+     * messages) what it stands for. */
+    int (*publish)(void *sink, const char *tmp_path, const char *name, int last);
+    bool (*taken)(void *sink, const char *name);
+    void *sink;
+    const char *output_name;
 };
 
 /* Counters of a run, for the summary and the metadata. */

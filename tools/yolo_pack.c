@@ -1,5 +1,6 @@
 /* yolo-pack: the command line over pack_run (packer.h). */
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "argparse.h"
+#include "ffio.h"
 #include "ffr.h"
 #include "packer.h"
 
@@ -84,6 +86,86 @@ static int parse_names(const char *v, void *dst, char *why, size_t cap)
     return 0;
 }
 
+static void log_line(void *ctx, enum ffio_log_level level, const char *msg)
+{
+    (void)ctx, (void)level;
+    fprintf(stderr, "yolo-pack: %s\n", msg);
+}
+
+/* -o s3://...: the upload's sink and the local staging directory the writer writes into. */
+struct s3_out {
+    char stage[4096];
+    char path[4600];
+    struct ffio_s3_sink *sink;
+};
+
+static int s3_out_open(struct s3_out *so, const char *url, const char *stage_parent)
+{
+    const char *base = strrchr(url, '/');
+    if (!base || !base[1] || strchr(base + 1, '\'')) {
+        fprintf(stderr, "yolo-pack: %s: not s3://BUCKET/[PREFIX/]NAME.ffr\n", url);
+        return -EINVAL;
+    }
+    if (!stage_parent) stage_parent = getenv("TMPDIR");
+    if (!stage_parent || !*stage_parent) stage_parent = "/tmp";
+    snprintf(so->stage, sizeof so->stage, "%.4000s/yolo-pack-XXXXXX", stage_parent);
+    if (!mkdtemp(so->stage)) {
+        const int e = errno;
+        fprintf(stderr, "yolo-pack: creating a staging directory in %s: %s\n", stage_parent,
+                strerror(e));
+        return -e;
+    }
+    snprintf(so->path, sizeof so->path, "%s/%s", so->stage, base + 1);
+    struct ffio_http_opts ho;
+    ffio_http_opts_default(&ho);
+    ho.log = log_line;
+    char err[2048];
+    const int rc = ffio_s3_sink_open(&ho, url, &so->sink, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "yolo-pack: %s: %s\n", url, err);
+        rmdir(so->stage);
+    }
+    return rc;
+}
+
+/* After the packing: the replaced dataset tidied (or, on failure, the upload undone), and the
+ * staging directory removed. */
+static int s3_out_close(struct s3_out *so, const char *url, int rc)
+{
+    if (rc == 0) {
+        struct ffio_s3_sink_stats st;
+        char err[2048];
+        const int frc = ffio_s3_sink_finish(so->sink, &st, err, sizeof err);
+        fprintf(stderr,
+                "yolo-pack: uploaded %" PRIu64 " object(s), %.1f MB, to %s (%.1f s uploading, "
+                "%.1f MB/s; the packing waited %.1f s for it)",
+                st.files, (double)st.bytes / 1e6, url, st.upload_s,
+                st.upload_s > 0 ? (double)st.bytes / 1e6 / st.upload_s : 0.0, st.wait_s);
+        if (st.deleted || st.not_deleted)
+            fprintf(stderr, "; %" PRIu64 " shard(s) of the replaced dataset deleted", st.deleted);
+        fprintf(stderr, "\n");
+        if (frc < 0) fprintf(stderr, "yolo-pack: warning: %s (the new dataset is complete)\n", err);
+        if (st.unnamed)
+            fprintf(stderr,
+                    "yolo-pack: note: %" PRIu64 " object(s) beside it look like shards of this "
+                    "dataset but no manifest names them (an interrupted upload's?); they were "
+                    "left alone\n",
+                    st.unnamed);
+    } else {
+        const char *why = ffio_s3_sink_error(so->sink);
+        if (why && *why) fprintf(stderr, "yolo-pack: upload: %s\n", why);
+        ffio_s3_sink_abort(so->sink);
+        fprintf(stderr,
+                "yolo-pack: %s: nothing committed (shards already uploaded deleted); a "
+                "dataset there before is as it was\n",
+                url);
+    }
+    if (rmdir(so->stage) < 0)
+        fprintf(stderr, "yolo-pack: warning: removing the staging directory %s: %s\n", so->stage,
+                strerror(errno));
+    return rc;
+}
+
 /* The value of `name` among the choices' names ("a|b|c" order). */
 static int choice_index(const char *choices, const char *name)
 {
@@ -105,7 +187,7 @@ int main(int argc, char **argv)
     o.progress = isatty(2);
     struct names_arg names = { 0 };
     const char *input = NULL, *format = "auto", *codec = "zstd", *filter = "none";
-    const char *interp = "auto", *round = "int";
+    const char *interp = "auto", *round = "int", *stage_dir = NULL;
     long size = o.size, threads = 0, level = o.zstd_level, quality = o.quality;
     long max_warnings = (long)o.max_warnings_shown, max_pixels = 0;
     bool quiet = false, strict = false, drop_bg = false, no_seg = false;
@@ -115,7 +197,11 @@ int main(int argc, char **argv)
     static const char INTERPS[] = "auto|linear|area|val|train";
     const struct ap_opt opts[] = {
         AP_OPT("-o|--output", AP_STR, &o.output, "PATH",
-               "output file (a manifest when --shard-size is given)"),
+               "output file (a manifest when --shard-size is given), or s3://BUCKET/KEY.ffr: "
+               "each shard is uploaded as it is finished, the manifest last"),
+        AP_OPT("--stage-dir", AP_STR, &stage_dir, "DIR",
+               "-o s3://: where shards wait for their upload (default $TMPDIR or /tmp; room for "
+               "three shards, or the whole file without --shard-size)"),
         AP_RANGE("--size", AP_LONG, &size, "N",
                  "long side in pixels (default 640; 0 keeps the original size)", 0, 16384),
         AP_OPT("--split", AP_STR, &o.ds.split, "NAME",
@@ -243,7 +329,22 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
+    struct s3_out so = { 0 };
+    const char *url = o.output;
+    if (ffio_s3_is_url(url)) {
+        if ((rc = s3_out_open(&so, url, stage_dir)) < 0) {
+            free(names.buf);
+            free(names.v);
+            return 1;
+        }
+        o.output = so.path;
+        o.output_name = url;
+        o.publish = ffio_s3_sink_publish;
+        o.taken = ffio_s3_sink_taken;
+        o.sink = so.sink;
+    }
     rc = pack_run(&o, NULL, &stop_flag);
+    if (so.sink) rc = s3_out_close(&so, url, rc);
     free(names.buf);
     free(names.v);
     if (rc == -EINTR) {

@@ -17,6 +17,7 @@
 #ifndef FFR_H
 #define FFR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,6 +80,19 @@ struct ffr_writer_opts {
                              the file system allows it (default 0): no page-cache copy, which
                              is most of a writer's CPU time; the index and trailer are written
                              through the page cache */
+    /* Optional: where finished files go instead of their final names (yolo-pack -o s3://). The
+     * writer then writes under `path`'s directory as a staging area and calls
+     * publish(sink, tmp_path, name, last) for each file once it is complete: each shard as soon
+     * as it is finished (last = 0), and at close the single file or, after every shard, the
+     * manifest (last = 1), whose publication is the commit. name is the file's name relative to
+     * the manifest's directory. After publish returns 0 the writer removes tmp_path (a sink that
+     * still reads it keeps a descriptor open); a negative return fails the writer with it.
+     * Nothing is renamed into place and nothing of an earlier dataset at path is removed: that
+     * is the sink's. taken(sink, name): whether a shard name is in use at the destination, so
+     * that shards never overwrite those of the dataset being replaced (ffr_writer_open). */
+    int (*publish)(void *sink, const char *tmp_path, const char *name, int last);
+    bool (*taken)(void *sink, const char *name);
+    void *sink;
 };
 
 /* Fills *o with the defaults: align 4096, codec FFR_CODEC_RAW (zstd_level 1 when a caller picks

@@ -553,6 +553,12 @@ struct ffio_http_opts {
     void *log_ctx;               /* passed to log */
     const struct ffio_s3_config *s3; /* optional (copied): how s3:// URLs are signed and where
                                         they go; NULL: ffio_s3_config_load at the first one */
+    uint64_t put_threshold; /* ffio_s3_put: one PUT up to this size, multipart above; default
+                               8 MiB (the AWS CLI's multipart_threshold) */
+    uint64_t put_part;      /* ffio_s3_put: bytes per part, at least 5 MiB (S3's minimum), raised
+                               where a file would need more than 10,000 parts; default 8 MiB.
+                               A multipart upload holds max_in_flight parts in memory at once */
+    unsigned list_page;     /* ffio_s3_list: keys asked for per request, 1..1000; default 1000 */
 };
 
 /* Fills *o with the defaults above. */
@@ -609,9 +615,10 @@ FFIO_API const char *ffio_http_last_error(const struct ffio_http *h);
 
 /* Counters since creation. */
 struct ffio_http_stats {
-    uint64_t requests; /* HTTP requests sent, retries included */
-    uint64_t retries;  /* transfers restarted after a failure */
-    uint64_t bytes;    /* body bytes accepted */
+    uint64_t requests;   /* HTTP requests sent, retries included */
+    uint64_t retries;    /* transfers restarted after a failure */
+    uint64_t bytes;      /* body bytes accepted */
+    uint64_t bytes_sent; /* request body bytes S3 accepted (uploads) */
 };
 
 /* Fills *out. */
@@ -631,6 +638,95 @@ FFIO_API void ffio_http_cache_source(struct ffio_http *h, struct ffr_cache_sourc
  */
 FFIO_API int ffio_cache_dataset(const char *dir, const struct ffr_cache_opts *co, const char *src,
                                 char *local, size_t local_cap, char *err, size_t err_cap);
+
+/* --- share: writing to S3 (ffio_s3_ops.c; docs/sharing.md) ---
+ *
+ * Requests other than range reads, on the same client (connections, retries, deadlines and S3
+ * error messages as above): uploads, listings, deletions. Every upload's body is signed with its
+ * SHA-256 (x-amz-content-sha256), so S3 refuses bytes changed on the way (the issue's "each
+ * part's checksum"); the hash is OpenSSL's libcrypto. Each request is retried like a range read
+ * (5xx, 408/429, RequestTimeout, SlowDown, InternalError, a dropped connection), from its first
+ * byte, within opts.read_deadline_s plus one second per 64 KiB of its body.
+ */
+
+/*
+ * Uploads the first size bytes of fd to url (s3://BUCKET/KEY), replacing any object there only
+ * once complete (S3 makes an object visible whole or not at all). Up to opts.put_threshold: one
+ * PUT. Above: a multipart upload, up to opts.max_in_flight parts in flight, each read with
+ * pread as its turn comes (memory: max_in_flight parts); CompleteMultipartUpload's answer is
+ * read in full, since S3 may answer 200 and still report an <Error> in its body. On any failure
+ * the multipart upload is aborted (AbortMultipartUpload), so no parts are left to be billed.
+ * Returns 0, or a negative errno with ffio_http_last_error naming the URL, part and cause.
+ */
+FFIO_API int ffio_s3_put(struct ffio_http *h, const char *url, int fd, uint64_t size);
+
+/* Deletes the object at url (s3://BUCKET/KEY); an absent object is no error (S3 says 204 either
+ * way). Returns 0 or a negative errno (ffio_http_last_error says why). */
+FFIO_API int ffio_s3_delete(struct ffio_http *h, const char *url);
+
+/* An object ffio_s3_list found. */
+struct ffio_s3_object {
+    char *key; /* the whole key (not only the part after the prefix); owned */
+    uint64_t size;
+};
+
+/*
+ * Lists the objects whose keys start with url_prefix's key part (s3://BUCKET/PREFIX) with
+ * ListObjectsV2, following continuation tokens page after page (opts.list_page keys each). More
+ * than max objects fail with -EOVERFLOW (a bound on memory: about 1 KiB an object at worst).
+ * Keys come in S3's order (UTF-8 binary). On success *out (free with ffio_s3_objects_free) holds
+ * *n objects. Returns 0 or a negative errno (ffio_http_last_error says why).
+ */
+FFIO_API int ffio_s3_list(struct ffio_http *h, const char *url_prefix, size_t max,
+                          struct ffio_s3_object **out, size_t *n);
+FFIO_API void ffio_s3_objects_free(struct ffio_s3_object *o, size_t n);
+
+/*
+ * A dataset upload for an ffr writer (ffr_writer_opts.publish/taken/sink): what yolo-pack -o
+ * s3://BUCKET/PREFIX/NAME.ffr uses. The writer writes into a local staging directory; each
+ * finished shard is handed to the sink, queued (at most two wait: a bound on staging space of
+ * three shards with the one being written) and uploaded by the sink's thread while the next one
+ * is written; the manifest (or the single file) is uploaded last, after every shard is in place
+ * and listed at its size, so a reader never sees a partial dataset. Shards never take a name an
+ * object under the prefix already has (the dataset being replaced keeps its objects until the
+ * new manifest is in place); ffio_s3_sink_finish then deletes the replaced dataset's shards that
+ * the new manifest does not name. ffio_s3_sink_abort deletes every shard uploaded so far.
+ * Incomplete multipart uploads of a killed process are S3's to expire (a lifecycle rule with
+ * AbortIncompleteMultipartUpload; docs/sharing.md).
+ */
+struct ffio_s3_sink;
+
+/* Lists what is under the destination and reads the manifest being replaced, if any. opts may
+ * be NULL for the defaults. Returns 0, or a negative errno with one line in err. */
+FFIO_API int ffio_s3_sink_open(const struct ffio_http_opts *opts, const char *url,
+                               struct ffio_s3_sink **out, char *err, size_t err_cap);
+/* The hooks for ffr_writer_opts (sink = the struct ffio_s3_sink). */
+FFIO_API int ffio_s3_sink_publish(void *sink, const char *tmp_path, const char *name, int last);
+FFIO_API bool ffio_s3_sink_taken(void *sink, const char *name);
+
+struct ffio_s3_sink_stats {
+    uint64_t files;       /* objects uploaded, the manifest included */
+    uint64_t bytes;       /* their bytes */
+    double upload_s;      /* seconds the uploads took (they overlap the packing) */
+    double wait_s;        /* seconds the writer waited for the queue or the last upload */
+    uint64_t deleted;     /* shards of the replaced dataset deleted */
+    uint64_t not_deleted; /* ... that could not be (err says the first) */
+    uint64_t unnamed;     /* objects found at open that look like shards of this dataset
+                             (STEM-N.ffr, STEM.TAG-N.ffr) but no manifest names: left by an
+                             interrupted upload; reported, never deleted (another job may be
+                             writing them now) */
+};
+
+/* After the writer's close succeeded: deletes the replaced dataset's shards that the new one
+ * does not use, fills *st (may be NULL) and frees the sink. Returns 0, or the first deletion
+ * error (the new dataset is complete either way) with a line in err. */
+FFIO_API int ffio_s3_sink_finish(struct ffio_s3_sink *s, struct ffio_s3_sink_stats *st, char *err,
+                                 size_t err_cap);
+/* After a failure or an interruption: stops the uploads, deletes the shards already uploaded
+ * (no manifest names them) and frees the sink. Accepts NULL. */
+FFIO_API void ffio_s3_sink_abort(struct ffio_s3_sink *s);
+/* The first upload error, one line ("" when none). */
+FFIO_API const char *ffio_s3_sink_error(const struct ffio_s3_sink *s);
 
 struct ffio_remote;
 

@@ -3,7 +3,9 @@
  * killed at any point (its shards are never renamed over before the new manifest commits); a
  * killed fresh sharded pack leaves nothing under a final name; temporaries of dead processes are
  * removed by the next writer, those of live processes and other hosts never; a completed
- * re-pack keeps the plain shard names and leaves no extra file.
+ * re-pack keeps the plain shard names and leaves no extra file; with a sink (the publish hook of
+ * yolo-pack -o s3://) shards are handed over as they finish, the manifest last, and names the
+ * sink holds are avoided.
  * Kills are real: a child process writes and _exit()s (as kill -9 would leave it) or is killed.
  */
 #include <dirent.h>
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,6 +95,57 @@ static int shard_count(const char *path)
     const int n = (int)ffr_reader_shard_count(r);
     ffr_reader_close(r);
     return n;
+}
+
+/* A sink for the publish hook (ffr_writer_opts.publish, as yolo-pack -o s3:// uses it): copies
+ * each file handed over into dest, logging the order; fails the call numbered fail_at. */
+struct fake_sink {
+    char dest[600];
+    char log[2048];
+    int calls, fail_at, taken_calls;
+    int appended; /* records the writer had when each shard came: they come as finished */
+};
+
+static int fake_publish(void *arg, const char *tmp, const char *name, int last)
+{
+    struct fake_sink *s = arg;
+    if (++s->calls == s->fail_at) return -EIO;
+    char to[900], cmd[2000];
+    snprintf(to, sizeof to, "%s/%s", s->dest, name);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", tmp, to);
+    if (access(tmp, R_OK) != 0 || system(cmd) != 0) return -EIO;
+    const size_t l = strlen(s->log);
+    snprintf(s->log + l, sizeof s->log - l, "%s%s@%d%s", l ? " " : "", name, s->appended,
+             last ? "!" : "");
+    return 0;
+}
+
+static bool fake_taken(void *arg, const char *name)
+{
+    struct fake_sink *s = arg;
+    char p[900];
+    s->taken_calls++;
+    snprintf(p, sizeof p, "%s/%s", s->dest, name);
+    return access(p, F_OK) == 0;
+}
+
+static int write_to_sink(const char *stage_path, struct fake_sink *s, int n, uint8_t fill)
+{
+    struct ffr_writer_opts o;
+    opts(&o);
+    o.publish = fake_publish;
+    o.taken = fake_taken;
+    o.sink = s;
+    struct ffr_writer *w;
+    if (ffr_writer_open(&w, stage_path, &o) < 0) return -1;
+    uint8_t rec[5000];
+    memset(rec, fill, sizeof rec);
+    for (int i = 0; i < n; i++, s->appended++)
+        if (ffr_writer_append(w, rec, sizeof rec, NULL, 0) < 0) {
+            ffr_writer_abort(w);
+            return -1;
+        }
+    return ffr_writer_close(w);
 }
 
 /* A child writes `records` into path and dies without closing (as a kill -9 would). */
@@ -189,6 +243,41 @@ int main(void)
     is_int(ffr_remove_stale_tmp(path, 0), 2, "two stale temporaries removed (dead PIDs here)");
     is_int(count_names(dir, ".tmp."), 3,
            "PID 1 (alive) and another host's are kept, with or without a host");
+
+    /* 7. A sink (the upload of yolo-pack -o s3://): shards handed over as they are finished,
+     * the manifest last, nothing left in the staging directory; names taken at the destination
+     * avoided; a failed hand-over fails the close */
+    char stage[600], sp[700];
+    struct fake_sink fs = { .fail_at = 0 };
+    snprintf(stage, sizeof stage, "%s/stage", dir);
+    snprintf(fs.dest, sizeof fs.dest, "%s/dest", dir);
+    snprintf(sp, sizeof sp, "%s/set.ffr", stage);
+    snprintf(name, sizeof name, "%s/set.ffr", fs.dest);
+    if (mkdir(stage, 0755) < 0 || mkdir(fs.dest, 0755) < 0) tap_diag("mkdir failed");
+    ok(write_to_sink(sp, &fs, 3, 0x17) == 0, "3 records written through a sink");
+    ok(!strcmp(fs.log, "set-00000.ffr@1 set-00001.ffr@2 set-00002.ffr@3 set.ffr@3!"),
+       "each shard handed over when the next record needs a new one, the manifest last: %s",
+       fs.log);
+    ok(dataset_fill(name, &n) == 0x17 && n == 3, "what the sink holds opens and verifies (%s)",
+       err);
+    is_int(count_names(stage, "set"), 0, "the staging directory is empty");
+    fs.log[0] = '\0';
+    fs.appended = 0;
+    const int again = write_to_sink(sp, &fs, 2, 0x28);
+    ok(again == 0 && fs.taken_calls >= 3,
+       "written again: the sink is asked which names it holds (%d asks)", fs.taken_calls);
+    ok(strstr(fs.log, "set.") == fs.log && strstr(fs.log, "-00000.ffr@1") &&
+           strstr(fs.log, "set.ffr@2!"),
+       "the new shards avoid the names the sink holds: %s", fs.log);
+    ok(dataset_fill(name, &n) == 0x28 && n == 2, "and the new dataset is the sink's manifest");
+    fs.log[0] = '\0';
+    fs.appended = 0;
+    fs.calls = 0;
+    fs.fail_at = 2;
+    ok(write_to_sink(sp, &fs, 4, 0x39) < 0 && fs.calls == 2,
+       "a hand-over that fails fails the writer");
+    is_int(count_names(stage, "set"), 0, "and the staging directory is left empty");
+    ok(dataset_fill(name, &n) == 0x28 && n == 2, "the sink's dataset is the one before");
     tu_rmtree(dir);
     return tap_done();
 }

@@ -3,8 +3,9 @@
  * ffio_xml_next / ffio_xml_span): arbitrary bytes are searched for the tags S3 answers carry.
  * Every span found must lie inside the input and move the position forward; the decoded text
  * is never longer than the raw one plus what numeric entities expand to (4 bytes for at least
- * 4 raw ones), and it is NUL-terminated within the buffer. Nothing may crash or read out of
- * bounds.
+ * 4 raw ones), and it is NUL-terminated within the buffer. The same bytes as a ListObjectsV2
+ * answer (ffio_s3_list_parse): at most `max` objects, each key shorter than the input, a token
+ * NUL-terminated when more pages are claimed. Nothing may crash, leak or read out of bounds.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -35,5 +36,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const int n = ffio_xml_next(xml, size, &pos, tags[t], out, sizeof out);
         if (n >= 0 && (strlen(out) >= sizeof out || (size_t)n > size)) abort();
     }
+    struct ffio_s3_object *o = NULL;
+    size_t n = 0;
+    char token[128];
+    bool more = false;
+    const int rc = ffio_s3_list_parse(xml, size, &o, &n, 50, token, sizeof token, &more);
+    if (n > 50 || (rc == 0 && more && strlen(token) >= sizeof token)) abort();
+    for (size_t i = 0; i < n; i++)
+        if (strlen(o[i].key) > size) abort();
+    ffio_s3_objects_free(o, n);
     return 0;
 }

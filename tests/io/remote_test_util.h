@@ -16,6 +16,29 @@
 
 #include "ffio.h"
 
+/* Record i of a dataset of n records: 500..8499 pseudo-random bytes (a function of n and i). */
+static inline size_t rt_record(uint32_t n, uint32_t i, uint8_t buf[9000])
+{
+    uint64_t seed = (uint64_t)n * 1315423911u + (uint64_t)i * 2654435761u;
+    const size_t len = 500 + (i * 877) % 8000;
+    for (size_t k = 0; k < len; k++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        buf[k] = (uint8_t)(seed >> 56);
+    }
+    return len;
+}
+
+/* Writes records [0, n) through an open writer (records as rt_record, summaries their index). */
+static inline int rt_append(struct ffr_writer *w, uint32_t n, uint32_t from, uint32_t to)
+{
+    uint8_t buf[9000];
+    for (uint32_t i = from; i < to; i++) {
+        const size_t len = rt_record(n, i, buf);
+        if (ffr_writer_append(w, buf, len, &i, sizeof i) < 0) return -1;
+    }
+    return 0;
+}
+
 static inline int rt_make_dataset(const char *path, uint32_t n, uint64_t shard_bytes)
 {
     struct ffr_writer_opts o;
@@ -24,18 +47,9 @@ static inline int rt_make_dataset(const char *path, uint32_t n, uint64_t shard_b
     o.shard_bytes = shard_bytes;
     struct ffr_writer *w;
     if (ffr_writer_open(&w, path, &o) < 0) return -1;
-    uint8_t buf[9000];
-    uint64_t seed = (uint64_t)n * 1315423911u;
-    for (uint32_t i = 0; i < n; i++) {
-        const size_t len = 500 + (i * 877) % 8000;
-        for (size_t k = 0; k < len; k++) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            buf[k] = (uint8_t)(seed >> 56);
-        }
-        if (ffr_writer_append(w, buf, len, &i, sizeof i) < 0) {
-            ffr_writer_abort(w);
-            return -1;
-        }
+    if (rt_append(w, n, 0, n) < 0) {
+        ffr_writer_abort(w);
+        return -1;
     }
     return ffr_writer_close(w);
 }

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "ffio_internal.h"
+#include "moto_util.h"
 #include "remote_test_util.h"
 #include "tap.h"
 
@@ -228,87 +229,6 @@ static void test_parsers(const char *dir)
 }
 
 /* ---- part 2: moto ---- */
-
-struct moto {
-    pid_t pid;
-    int to; /* its stdin: closing it stops the server */
-    int port;
-    char key[128], secret[128], skey[128], ssecret[128], token[2048];
-};
-
-/* The string value of "name" in a one-line JSON object (the helper's line; no escapes in it). */
-static int json_str(const char *line, const char *name, char *out, size_t cap)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": \"", name);
-    const char *p = strstr(line, pat);
-    if (!p) return -1;
-    p += strlen(pat);
-    const char *q = strchr(p, '"');
-    if (!q || (size_t)(q - p) >= cap) return -1;
-    memcpy(out, p, (size_t)(q - p));
-    out[q - p] = '\0';
-    return 0;
-}
-
-/* Starts the helper; returns 0, or 1 with why filled when this part must be skipped. */
-static int moto_start(struct moto *m, const char *script, const char *bucket, const char *dir,
-                      char *why, size_t cap)
-{
-    int in[2], out[2];
-    if (pipe(in) < 0 || pipe(out) < 0) {
-        snprintf(why, cap, "pipe: %s", strerror(errno));
-        return 1;
-    }
-    m->pid = fork();
-    if (m->pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        close(in[1]);
-        close(out[0]);
-        execlp("python3", "python3", script, bucket, dir, "data", (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    m->to = in[1];
-    char line[8192];
-    size_t got = 0;
-    struct pollfd p = { .fd = out[0], .events = POLLIN };
-    const time_t t0 = time(NULL);
-    while (got < sizeof line - 1 && !memchr(line, '\n', got) && time(NULL) - t0 < 90) {
-        if (poll(&p, 1, 1000) <= 0) continue;
-        const ssize_t k = read(out[0], line + got, sizeof line - 1 - got);
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    line[got] = '\0';
-    close(out[0]);
-    char port[16] = "";
-    if (json_str(line, "skip", why, cap) == 0) return 1;
-    if (sscanf(line, "{\"port\": %d", &m->port) != 1 || json_str(line, "key", m->key, 128) ||
-        json_str(line, "secret", m->secret, 128) || json_str(line, "session_key", m->skey, 128) ||
-        json_str(line, "session_secret", m->ssecret, 128) ||
-        json_str(line, "session_token", m->token, sizeof m->token)) {
-        snprintf(why, cap, "the moto helper did not start (python3 with moto: %.200s)",
-                 got ? line : "no output");
-        (void)port;
-        return 1;
-    }
-    return 0;
-}
-
-static void moto_stop(struct moto *m)
-{
-    if (m->to >= 0) close(m->to);
-    int st;
-    for (int t = 0; t < 100 && waitpid(m->pid, &st, WNOHANG) == 0; t++)
-        usleep(50000);
-    if (waitpid(m->pid, &st, WNOHANG) == 0) {
-        kill(m->pid, SIGKILL);
-        waitpid(m->pid, &st, 0);
-    }
-}
 
 static struct ffio_http *client(const struct ffio_s3_config *c)
 {

@@ -4,7 +4,9 @@
 # `ffr ls` of a sharded dataset by its manifest's URL print what they print for the local copy
 # (shards named by URL), `ffr verify` fetches and checks every byte and the detection pass, a
 # shard with one flipped byte fails verify naming that shard, and a wrong secret or a missing key
-# exit 1 naming the S3 code, bucket and key. Skips without moto.
+# exit 1 naming the S3 code, bucket and key. yolo-pack -o s3:// (with and without shards) uploads
+# what lists as the local pack does; a re-pack replaces it and deletes the old shards; a refused
+# one exits 1 and leaves the dataset and no staging directory. Skips without moto.
 # Usage: test_ffr_s3.sh FFR YOLO_SYNTH YOLO_PACK S3_MOTO_PY
 set -u
 ffr=$1 synth=$2 pack=$3 moto=$4
@@ -76,6 +78,38 @@ out=$("$ffr" ls s3://ffr-test/ds/none.ffr 2>&1)
 rc=$?
 [ $rc = 1 ] && [[ $out == *NoSuchKey* && $out == *"key ds/none.ffr"* ]]
 check $? "a missing key exits 1 naming NoSuchKey and the key"
+
+# yolo-pack -o s3://: the same records as the local pack, a re-pack replacing it, a failed one
+# leaving it as it was
+up=s3://ffr-test/packs/d.ffr
+out=$("$pack" "$work/s" -o "$up" --shard-size 64K -q 2>&1)
+check $? "yolo-pack -o s3:// with shards: $(echo "$out" | grep uploaded | head -c 200)"
+[ "$("$ffr" ls "$work/up/good/d.ffr" 2>&1)" = "$("$ffr" ls "$up" 2>&1)" ]
+check $? "ffr ls of the upload lists what the local pack's ls lists"
+out=$("$ffr" verify "$up" 2>&1)
+check $? "ffr verify of the upload: $(echo "$out" | tail -1)"
+out=$("$pack" "$work/s" -o "$up" --shard-size 128K -q 2>&1)
+rc=$?
+[ $rc = 0 ] && [[ $out == *"of the replaced dataset deleted"* ]]
+check $? "a re-pack to the same URL replaces it and deletes the old shards: $(echo "$out" | grep uploaded | head -c 250)"
+"$ffr" verify "$up" >/dev/null 2>&1 && [ "$("$ffr" ls "$work/up/good/d.ffr" 2>&1)" = "$("$ffr" ls "$up" 2>&1)" ]
+check $? "the re-packed upload verifies and lists the same records"
+before=$("$ffr" info "$up" 2>&1)
+out=$(AWS_SECRET_ACCESS_KEY=wrong "$pack" "$work/s" -o "$up" --shard-size 64K -q 2>&1)
+rc=$?
+[ $rc = 1 ] && [[ $out == *SignatureDoesNotMatch* ]] && [ "$("$ffr" info "$up" 2>&1)" = "$before" ]
+check $? "a pack refused by S3 exits 1, named, and the dataset there is as it was (exit $rc)"
+[ -z "$(ls -d "$work"/yolo-pack-* 2>/dev/null)" ]
+check $? "no staging directory is left behind"
+out=$("$pack" "$work/s" -o "$up" --stage-dir "$work/none" -q 2>&1)
+rc=$?
+[ $rc = 1 ] && [[ $out == *"staging directory"*"$work/none"* ]]
+check $? "a staging directory that cannot be made is named (exit $rc)"
+out=$("$pack" "$work/s" -o s3://ffr-test/packs/single.ffr -q 2>&1)
+check $? "yolo-pack -o s3:// without shards uploads one file"
+"$pack" "$work/s" -o "$work/single.ffr" -q 2>/dev/null
+[ "$("$ffr" ls "$work/single.ffr" 2>&1)" = "$("$ffr" ls s3://ffr-test/packs/single.ffr 2>&1)" ]
+check $? "and it lists the same records"
 echo "1..$n"
 echo "# $((n - failed)) passed, $failed failed"
 [ $failed = 0 ]
