@@ -530,6 +530,23 @@ void ffio_http_s3_cause(const struct ffio_http *h, const char *url, long status,
         snprintf(cause + n, cap - (size_t)n, "; credentials from %s", h->s3.source);
 }
 
+void ffio_sleep_until(double wake)
+{
+    const double d = wake - ffio_mono_s();
+    if (d > 0) {
+        const struct timespec t = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
+        nanosleep(&t, NULL);
+    }
+}
+
+void ffio_http_poll(struct ffio_http *h, double wake)
+{
+    int ms = (int)((wake - ffio_mono_s()) * 1000);
+    if (ms < 1) ms = 1;
+    if (ms > 100) ms = 100;
+    curl_multi_poll(h->multi, NULL, 0, ms, NULL);
+}
+
 unsigned ffio_http_backoff_ms(struct ffio_http *h, unsigned stuck)
 {
     unsigned ms = h->o.backoff_ms;
@@ -662,11 +679,7 @@ static int run_jobs(struct ffio_http *h, struct job *jobs, size_t n)
         }
         if (!running) {
             if (done >= n) break;
-            const double d = wake - ffio_mono_s();
-            if (d > 0) {
-                const struct timespec t = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
-                nanosleep(&t, NULL);
-            }
+            ffio_sleep_until(wake);
             continue;
         }
         int still = 0;
@@ -681,12 +694,7 @@ static int run_jobs(struct ffio_http *h, struct job *jobs, size_t n)
                     break;
                 }
         }
-        if (still) {
-            int ms = (int)((wake - ffio_mono_s()) * 1000);
-            if (ms < 1) ms = 1;
-            if (ms > 100) ms = 100;
-            curl_multi_poll(h->multi, NULL, 0, ms, NULL);
-        }
+        if (still) ffio_http_poll(h, wake);
     }
     size_t failed = 0;
     for (size_t i = 0; i < n; i++)

@@ -313,6 +313,12 @@ unsigned ffio_http_backoff_ms(struct ffio_http *h, unsigned stuck);
 void ffio_http_s3_cause(const struct ffio_http *h, const char *url, long status, const char *body,
                         size_t body_n, int *err, bool *again, char *cause, size_t cap);
 
+/* Sleeps until the monotonic time wake (ffio_mono_s), if it is ahead. */
+void ffio_sleep_until(double wake);
+
+/* Waits on the client's transfers until one has news, wake comes, or 100 ms pass. */
+void ffio_http_poll(struct ffio_http *h, double wake);
+
 /* Copies src into dst[cap], cut to fit: a message, where cutting is fine. */
 void ffio_str_copy(char *dst, size_t cap, const char *src);
 #endif

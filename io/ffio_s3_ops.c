@@ -485,11 +485,7 @@ static int run(struct ffio_http *h, struct req *reqs, size_t n, const struct fee
         }
         if (!running) {
             if (done >= n) break;
-            const double d = wake - ffio_mono_s();
-            if (d > 0) {
-                const struct timespec t = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
-                nanosleep(&t, NULL);
-            }
+            ffio_sleep_until(wake);
             continue;
         }
         int still = 0;
@@ -510,12 +506,7 @@ static int run(struct ffio_http *h, struct req *reqs, size_t n, const struct fee
                     break;
                 }
         }
-        if (still) {
-            int ms = (int)((wake - ffio_mono_s()) * 1000);
-            if (ms < 1) ms = 1;
-            if (ms > 100) ms = 100;
-            curl_multi_poll(h->multi, NULL, 0, ms, NULL);
-        }
+        if (still) ffio_http_poll(h, wake);
     }
     for (unsigned k = 0; k < m; k++) {
         if (sl[k].r) curl_multi_remove_handle(h->multi, sl[k].easy);
@@ -1021,7 +1012,16 @@ static int drain(struct ffio_s3_sink *s)
 static int check_listed(struct ffio_s3_sink *s)
 {
     if (!s->n_done) return 0;
-    char *pfx = object_url(s, "");
+    /* under the names' common prefix (DIR/NAME.TAG-): not every object beside them */
+    size_t lcp = strlen(s->done[0]);
+    for (size_t k = 1; k < s->n_done; k++)
+        for (size_t i = 0; i < lcp; i++)
+            if (s->done[k][i] != s->done[0][i]) {
+                lcp = i;
+                break;
+            }
+    char *pfx = object_url(s, s->done[0]);
+    if (pfx) pfx[s->dir_len + lcp] = '\0';
     struct ffio_s3_object *o = NULL;
     size_t n = 0;
     int rc = pfx ? ffio_s3_list(s->h, pfx, S3_SINK_MAX_OBJ, &o, &n) : -ENOMEM;
@@ -1105,16 +1105,22 @@ const char *ffio_s3_sink_error(const struct ffio_s3_sink *s)
     return s ? s->errmsg : "";
 }
 
-/* Stops the thread (what is queued is dropped) and frees everything. */
+/* Stops the thread after its current upload; what is still queued is dropped. */
+static void stop_thread(struct ffio_s3_sink *s)
+{
+    if (!s->th_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    s->th_started = false;
+}
+
+/* Stops the thread and frees everything. */
 static void sink_free(struct ffio_s3_sink *s)
 {
-    if (s->th_started) {
-        pthread_mutex_lock(&s->mu);
-        s->stop = true;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->th, NULL);
-    }
+    stop_thread(s);
     for (unsigned k = 0; k < s->q_n; k++) {
         close(s->q[(s->q_head + k) % S3_SINK_QUEUE].fd);
         free(s->q[(s->q_head + k) % S3_SINK_QUEUE].name);
@@ -1171,14 +1177,7 @@ int ffio_s3_sink_finish(struct ffio_s3_sink *s, struct ffio_s3_sink_stats *st, c
 void ffio_s3_sink_abort(struct ffio_s3_sink *s)
 {
     if (!s) return;
-    if (s->th_started) {
-        pthread_mutex_lock(&s->mu);
-        s->stop = true;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->th, NULL);
-        s->th_started = false;
-    }
+    stop_thread(s);
     /* Uncommitted shards are named by no manifest: they go. A committed dataset stays. */
     for (size_t k = 0; !s->committed && k < s->n_tried; k++) {
         char *u = object_url(s, s->tried[k]);

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ffio.h"
+
 struct moto {
     pid_t pid;
     int to; /* its stdin: closing it stops the server */
@@ -95,6 +97,18 @@ static inline void moto_stop(struct moto *m)
         kill(m->pid, SIGKILL);
         waitpid(m->pid, &st, 0);
     }
+}
+
+/* Where the helper serves, signed with its user's keys (path-style, us-east-1). */
+static inline void moto_s3_config(const struct moto *m, struct ffio_s3_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->region, sizeof c->region, "us-east-1");
+    c->path_style = true;
+    snprintf(c->endpoint, sizeof c->endpoint, "http://127.0.0.1:%d", m->port);
+    snprintf(c->access_key_id, sizeof c->access_key_id, "%s", m->key);
+    snprintf(c->secret_access_key, sizeof c->secret_access_key, "%s", m->secret);
+    snprintf(c->source, sizeof c->source, "the test");
 }
 
 #endif /* MOTO_UTIL_H */

@@ -54,6 +54,21 @@ static inline int rt_make_dataset(const char *path, uint32_t n, uint64_t shard_b
     return ffr_writer_close(w);
 }
 
+/* A TCP socket listening on 127.0.0.1 at a free port (*port): the fd, or -1. */
+static inline int rt_listen(int backlog, int *port)
+{
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, backlog) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &al) < 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
 static inline int rt_free_port(void)
 {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -269,11 +269,8 @@ static void test_moto(const char *dir, const char *script)
         if (m.pid > 0) moto_stop(&m);
         return;
     }
-    struct ffio_s3_config c = { .region = "us-east-1", .path_style = true };
-    snprintf(c.endpoint, sizeof c.endpoint, "http://127.0.0.1:%d", m.port);
-    snprintf(c.access_key_id, sizeof c.access_key_id, "%s", m.key);
-    snprintf(c.secret_access_key, sizeof c.secret_access_key, "%s", m.secret);
-    snprintf(c.source, sizeof c.source, "the test");
+    struct ffio_s3_config c;
+    moto_s3_config(&m, &c);
     struct ffio_http *h = client(&c);
 
     /* size and a range of a single file */
@@ -515,12 +512,9 @@ static void test_faults(void)
     for (size_t i = 0; i < sizeof data; i++)
         data[i] = (uint8_t)(i * 2654435761u >> 13);
     struct fault s = { .data = data, .size = sizeof data, .mode = "skew" };
-    s.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t al = sizeof a;
-    if (s.fd < 0 || bind(s.fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(s.fd, 16) < 0 ||
-        getsockname(s.fd, (struct sockaddr *)&a, &al) < 0 ||
-        pthread_create(&s.th, NULL, fault_main, &s)) {
+    int port = 0;
+    s.fd = rt_listen(16, &port);
+    if (s.fd < 0 || pthread_create(&s.th, NULL, fault_main, &s)) {
         ok(0, "the fault server starts");
         return;
     }
@@ -529,7 +523,7 @@ static void test_faults(void)
                                 .access_key_id = "AKIAFAULT",
                                 .secret_access_key = "secret",
                                 .source = "the test" };
-    snprintf(c.endpoint, sizeof c.endpoint, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(c.endpoint, sizeof c.endpoint, "http://127.0.0.1:%d", port);
     static uint8_t got[50000];
     struct ffio_http *h = client(&c);
     int rc = (int)read_range(h, "s3://bkt/clock.ffr", got, 0, 1000);

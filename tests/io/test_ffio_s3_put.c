@@ -355,12 +355,9 @@ static void srv_reset(struct srv *s, const char *mode, bool keep)
 static void test_faults(const char *dir)
 {
     struct srv s = { .mode = "", .keep = true };
-    s.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t al = sizeof a;
-    if (s.fd < 0 || bind(s.fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(s.fd, 64) < 0 ||
-        getsockname(s.fd, (struct sockaddr *)&a, &al) < 0 ||
-        pthread_create(&s.th, NULL, srv_main, &s)) {
+    int port = 0;
+    s.fd = rt_listen(64, &port);
+    if (s.fd < 0 || pthread_create(&s.th, NULL, srv_main, &s)) {
         ok(0, "the fault server starts");
         return;
     }
@@ -369,7 +366,7 @@ static void test_faults(const char *dir)
                                 .access_key_id = "AKIAFAULT",
                                 .secret_access_key = "secret",
                                 .source = "the test" };
-    snprintf(c.endpoint, sizeof c.endpoint, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(c.endpoint, sizeof c.endpoint, "http://127.0.0.1:%d", port);
     char small[600], big[600], huge[600];
     snprintf(small, sizeof small, "%s/put-small.bin", dir);
     snprintf(big, sizeof big, "%s/put-big.bin", dir);
@@ -508,11 +505,8 @@ static void test_moto(const char *dir, const char *script)
         if (m.pid > 0) moto_stop(&m);
         return;
     }
-    struct ffio_s3_config c = { .region = "us-east-1", .path_style = true };
-    snprintf(c.endpoint, sizeof c.endpoint, "http://127.0.0.1:%d", m.port);
-    snprintf(c.access_key_id, sizeof c.access_key_id, "%s", m.key);
-    snprintf(c.secret_access_key, sizeof c.secret_access_key, "%s", m.secret);
-    snprintf(c.source, sizeof c.source, "the test");
+    struct ffio_s3_config c;
+    moto_s3_config(&m, &c);
     struct ffio_http *h = client(&c, 3);
 
     char small[600], big[600];
