@@ -961,12 +961,21 @@ int ffio_s3_sink_open(const struct ffio_http_opts *opts, const char *url, struct
         free(text);
         break;
     }
+    /* objects named like this dataset's shards (NAME-N.ffr, NAME.TAG-N.ffr) that its manifest
+     * does not list: what an interrupted upload left */
+    const char *name = url + s->dir_len;
+    const size_t nl = strlen(name) > 4 && !strcmp(name + strlen(name) - 4, ".ffr")
+                          ? strlen(name) - 4
+                          : strlen(name);
     for (size_t i = 0; rc == 0 && i < s->n_have; i++) {
-        const char *k = s->have[i].key, *dash = strrchr(k, '-');
-        const size_t l = strlen(k);
-        bool named = l < 4 || strcmp(k + l - 4, ".ffr") || !dash || !strcmp(k, key);
+        const char *base = s->have[i].key + (s->dir_len - (size_t)(key - url));
+        const size_t l = strlen(base);
+        const bool shard_like =
+            l > nl + 4 && !strncmp(base, name, nl) && (base[nl] == '-' || base[nl] == '.') &&
+            !strcmp(base + l - 4, ".ffr") && strchr(base + nl, '-') && !strchr(base, '/');
+        bool named = !shard_like;
         for (uint32_t j = 0; !named && j < s->n_old; j++)
-            named = !strcmp(k + (s->dir_len - (size_t)(key - url)), s->old[j].file);
+            named = !strcmp(base, s->old[j].file);
         s->st.unnamed += !named;
     }
     if (rc == 0) {

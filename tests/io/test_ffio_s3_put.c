@@ -18,8 +18,8 @@
  *    with '/', and its bound; a deletion; a multipart upload whose file ends early leaves no
  *    object; a wrong secret named; and the dataset sink: a sharded dataset uploaded and read
  *    back record for record, replaced by another while the first stays readable until the new
- *    manifest is in place (then its shards are deleted), and an upload aborted half-way leaves
- *    the dataset and the bucket as they were.
+ *    manifest is in place (then its shards are deleted), an upload aborted half-way leaves
+ *    the dataset and the bucket as they were, and a shard no manifest names is reported.
  * argv[1]: a scratch directory; argv[2]: tests/io/s3_moto.py.
  */
 #include <dirent.h>
@@ -679,6 +679,16 @@ static void test_moto(const char *dir, const char *script)
        "moto: an aborted upload leaves the dataset (%" PRIu64 " of 200), the bucket (%zu keys, "
        "%zu before) and the staging directory (%zu files) as they were",
        same_b, keys_after, keys_before, left);
+
+    /* what a killed upload left is reported, never deleted; another dataset's shards with the
+     * same first letters are not counted */
+    put_path(h, "s3://ffio-put/sets/set.0badf00d-00000.ffr", small, 100);
+    put_path(h, "s3://ffio-put/sets/settle-00000.ffr", small, 100);
+    rc = ffio_s3_sink_open(&so, url, &sink, err, sizeof err);
+    if (rc == 0) rc = ffio_s3_sink_finish(sink, &sst, err, sizeof err);
+    ok(rc == 0 && sst.unnamed == 1 && sst.deleted == 0 &&
+           ffio_http_size(h, "s3://ffio-put/sets/set.0badf00d-00000.ffr", &size) == 0,
+       "moto: a shard no manifest names is reported (%" PRIu64 "), not deleted", sst.unnamed);
 
     ffio_http_destroy(h);
     free(back);
