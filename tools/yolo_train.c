@@ -315,6 +315,14 @@ static int parse_args(int argc, char **argv, struct trn_launch_opts *A)
                "train.py's --cache: ram (the default value) keeps the decoded training images in "
                "RAM as they are first read (refused with a warning when they would not fit); "
                "disk: the records already are the decoded images on disk, nothing to do"),
+        { .names = "--cache-share",
+          .kind = AP_CHOICE,
+          .dst = &A->cache_share,
+          .metavar = "S",
+          .help = "--cache ram with several ranks on a node: node (default: one copy in shared "
+                  "memory that the node's ranks fill and read together) or rank (a copy per "
+                  "rank, as train.py)",
+          .choices = "node|rank" },
         AP_OPT("--page-cache", AP_FLAG, &A->page_cache, NULL,
                "--bench-data: buffered reads instead of O_DIRECT"),
         AP_OPT("--direct", AP_FLAG, &A->direct, NULL,

@@ -144,6 +144,12 @@ struct trn_loader_opts {
                                         samples skip the read, the checksum and the decode;
                                         refused with a log line, like train.py, when they would
                                         not fit in 90% of MemAvailable; default false */
+    const char *ram_share_key;       /* cache_ram with ram_share_ranks > 1: one copy per node,
+                                        in shared memory that the node's ranks fill and read
+                                        together (ram_shm.h); the key names this job's
+                                        segment (the loader adds the dataset's identity); NULL:
+                                        a cache per process, as train.py */
+    uint32_t ram_share_ranks;        /* local ranks that attach to it (the node's ranks) */
     bool read_ahead;                 /* each worker claims its next sample and starts reading
                                         its records before it builds the current one, so that
                                         reads overlap augmentation (two samples' read buffers per

@@ -55,6 +55,7 @@ void trn_launch_opts_default(struct trn_launch_opts *o)
     o->bucket_cap_mb = 25;
     o->amp_inf_at = -1;
     o->models_dir = "models";
+    o->cache_share = "node";
 }
 
 /* One line (or a message with a hint line) to the caller's say hook. */
@@ -635,6 +636,20 @@ static int do_train(const struct trn_launch_opts *A, const struct trn_hyp *hyp,
     o.noautoanchor = A->noautoanchor;
     o.noplots = A->noplots;
     o.cache_ram = A->cache && strcmp(A->cache, "disk") != 0;
+    /* One copy per node for its ranks (--cache-share node, the default), keyed by what names
+     * this job on every launcher: its rendezvous (MASTER_ADDR:MASTER_PORT), torchrun's run id,
+     * Slurm's job and step, and the records. */
+    static char share_key[1200];
+    if (o.cache_ram && local_world > 1 && strcmp(A->cache_share, "rank") != 0) {
+        const char *v[] = { getenv("MASTER_ADDR"), getenv("MASTER_PORT"),
+                            getenv("TORCHELASTIC_RUN_ID"), getenv("SLURM_JOB_ID"),
+                            getenv("SLURM_STEP_ID") };
+        snprintf(share_key, sizeof share_key, "%.200s:%.16s|%.100s|%.32s.%.16s|%.600s",
+                 v[0] ? v[0] : "", v[1] ? v[1] : "", v[2] ? v[2] : "", v[3] ? v[3] : "",
+                 v[4] ? v[4] : "", o.records ? o.records : "");
+        o.ram_share_key = share_key;
+        o.ram_share_ranks = local_world;
+    }
     if (A->cache && !strcmp(A->cache, "disk"))
         say(A, TRN_LAUNCH_ERR,
             "--cache disk: the records are already the decoded images on disk (train.py's .npy "

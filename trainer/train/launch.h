@@ -50,22 +50,23 @@ struct trn_launch_opts {
     bool summary, bench, json, plot, exist_ok, cos_lr, noval, nosave, page_cache, sync_bn;
     bool resume_other_data;
     bool direct, no_read_ahead;
-    bool no_grad_overlap;   /* --no-grad-overlap: all-reduce the gradients after backward */
-    bool device_path;       /* --device-path: the GPU path on the CPU ops (tests) */
-    bool host_aug;          /* --host-aug: no GPU augmentation */
-    bool cuda_graph;        /* --cuda-graph: the step captured once and replayed */
-    bool any_algo;          /* --cudnn-any-algo */
-    const char *cudnn_plan; /* --cudnn-plan FILE */
-    bool cudnn_tune;        /* --cudnn-tune */
-    bool noautoanchor;      /* --noautoanchor */
-    bool noplots;           /* --noplots */
-    double label_smoothing; /* --label-smoothing */
-    bool single_cls;        /* --single-cls */
-    bool image_weights;     /* --image-weights */
-    bool rect, multi_scale; /* --rect, --multi-scale */
-    const char *evolve;     /* --evolve [N]: "" for the default 300 */
-    const char *cache;      /* --cache [ram|disk]: "" for ram; NULL: not given */
-    long freeze[64];        /* --freeze N | R [R ...] */
+    bool no_grad_overlap;    /* --no-grad-overlap: all-reduce the gradients after backward */
+    bool device_path;        /* --device-path: the GPU path on the CPU ops (tests) */
+    bool host_aug;           /* --host-aug: no GPU augmentation */
+    bool cuda_graph;         /* --cuda-graph: the step captured once and replayed */
+    bool any_algo;           /* --cudnn-any-algo */
+    const char *cudnn_plan;  /* --cudnn-plan FILE */
+    bool cudnn_tune;         /* --cudnn-tune */
+    bool noautoanchor;       /* --noautoanchor */
+    bool noplots;            /* --noplots */
+    double label_smoothing;  /* --label-smoothing */
+    bool single_cls;         /* --single-cls */
+    bool image_weights;      /* --image-weights */
+    bool rect, multi_scale;  /* --rect, --multi-scale */
+    const char *evolve;      /* --evolve [N]: "" for the default 300 */
+    const char *cache;       /* --cache [ram|disk]: "" for ram; NULL: not given */
+    const char *cache_share; /* --cache-share node|rank: one RAM copy per node, or per rank */
+    long freeze[64];         /* --freeze N | R [R ...] */
     int n_freeze;
     bool cuda_graph_fail;   /* --cuda-graph-test-fail: the capture acts as failed (tests) */
     double bucket_cap_mb;   /* --bucket-cap-mb: gradient bucket cap, MiB (DDP's bucket_cap_mb) */

@@ -183,6 +183,8 @@ int run_data_loader(struct run *R, const struct trn_ckpt *C, char *err, size_t c
     lo.rect = o->rect;
     lo.rect_pad = 0.0;
     lo.cache_ram = o->cache_ram;
+    lo.ram_share_key = o->ram_share_key;
+    lo.ram_share_ranks = o->ram_share_ranks > 1 ? (uint32_t)o->ram_share_ranks : 0;
     lo.stride = R->nets.grid;
     if (o->cache_dir) {
         lo.damaged = loader_damaged;

@@ -229,45 +229,49 @@ struct trn_train_opts {
                                                    parameters are not trained (trn_optim_opts.
                                                    frozen), row r bit r % 64 of frozen[r / 64];
                                                    each is logged ("freezing NAME"); recorded */
-    bool single_cls;        /* train.py --single-cls: one class, "item" (unless the dataset has
-                               one name), every label's class 0, validation likewise; recorded */
-    bool rect;              /* train.py --rect: rect training batches (trn_loader_opts.rect: aspect
-                               order, no shuffle, no mosaic, pad 0.0), each batch at its own shape;
-                               one process only; recorded [false] */
-    bool multi_scale;       /* train.py --multi-scale: each batch resized (bilinear, as
-                               F.interpolate) to a random side in [0.5, 1.5] x img, rounded to the
-                               grid, from the seed; the loader then builds batches on the host;
-                               recorded [false] */
-    bool evolve;            /* one generation of train.py --evolve: only the final epoch is
-                               validated, no checkpoint is written, no final validation of
-                               best.ckpt, no pictures [false] */
-    bool image_weights;     /* train.py --image-weights: each epoch's images drawn with replacement,
-                               weighted by their labels' classes' rarity and (1 - last mAP)^2
-                               (trn_image_weights, trn_loader_set_indices); one process only;
-                               recorded [false] */
-    bool cache_ram;         /* train.py --cache ram: the training images decoded once and kept
-                               in RAM (trn_loader_opts.cache_ram); recorded [false] */
-    bool noplots;           /* train.py --noplots: no train_batch0..2.jpg, results.png, nor the
-                               final validation's pictures [false] */
-    bool noautoanchor;      /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which
-                               runs by default before the first epoch) [false] */
-    bool any_algo;          /* GPU: the convs may take non-deterministic cuDNN algorithms
-                               (kern_ctx_opts.any_algo) [false: deterministic, as train.py] */
-    const char *cudnn_plan; /* GPU: the conv plan file read first (plans.h) [NULL: heuristics] */
-    bool cudnn_tune;        /* GPU: time what the plan file lacks and write it back [false] */
-    int amp;                /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],
-                               KERN_DT_BF16, or KERN_DT_F16 with the dynamic loss scaler of
-                               trainer/train/amp.h (see AMP). Validation: val_amp. Recorded in the
-                               checkpoint; when resuming it comes from there (fp32 when absent) */
-    int val_amp;            /* the built-in validation's convs (trn_val_opts.amp): -1 [default]:
-                               the training's amp on a GPU (val.py's half = amp), KERN_DT_F32 on
-                               the CPU; else KERN_DT_F32, KERN_DT_F16 or KERN_DT_BF16. The
-                               validation itself runs on the CPU ops (val.h). Not recorded */
-    int cpu_engine;         /* what runs the training nets on the CPU (trn_net_opts.cpu_engine):
-                               TRN_CPU_ENGINE_AUTO [default]: oneDNN where the build has it and the
-                               step is float32 without SyncBatchNorm or the overlapped all-reduce,
-                               else the reference ops; TRN_CPU_ENGINE_ONEDNN: oneDNN or an error;
-                               TRN_CPU_ENGINE_REF: the reference ops */
+    bool single_cls;    /* train.py --single-cls: one class, "item" (unless the dataset has
+                           one name), every label's class 0, validation likewise; recorded */
+    bool rect;          /* train.py --rect: rect training batches (trn_loader_opts.rect: aspect
+                           order, no shuffle, no mosaic, pad 0.0), each batch at its own shape;
+                           one process only; recorded [false] */
+    bool multi_scale;   /* train.py --multi-scale: each batch resized (bilinear, as
+                           F.interpolate) to a random side in [0.5, 1.5] x img, rounded to the
+                           grid, from the seed; the loader then builds batches on the host;
+                           recorded [false] */
+    bool evolve;        /* one generation of train.py --evolve: only the final epoch is
+                           validated, no checkpoint is written, no final validation of
+                           best.ckpt, no pictures [false] */
+    bool image_weights; /* train.py --image-weights: each epoch's images drawn with replacement,
+                           weighted by their labels' classes' rarity and (1 - last mAP)^2
+                           (trn_image_weights, trn_loader_set_indices); one process only;
+                           recorded [false] */
+    bool cache_ram;     /* train.py --cache ram: the training images decoded once and kept
+                           in RAM (trn_loader_opts.cache_ram); recorded [false] */
+    const char *ram_share_key; /* cache_ram with several ranks on this node: one copy for them
+                                  all under this job key (trn_loader_opts.ram_share_key); NULL:
+                                  one per rank, as train.py [NULL] */
+    int ram_share_ranks;       /* the node's ranks sharing it [1] */
+    bool noplots;              /* train.py --noplots: no train_batch0..2.jpg, results.png, nor the
+                                  final validation's pictures [false] */
+    bool noautoanchor;         /* skip AutoAnchor (autoanchor.h: train.py's check_anchors, which
+                                  runs by default before the first epoch) [false] */
+    bool any_algo;             /* GPU: the convs may take non-deterministic cuDNN algorithms
+                                  (kern_ctx_opts.any_algo) [false: deterministic, as train.py] */
+    const char *cudnn_plan;    /* GPU: the conv plan file read first (plans.h) [NULL: heuristics] */
+    bool cudnn_tune;           /* GPU: time what the plan file lacks and write it back [false] */
+    int amp;                   /* the training nets' convs (net.h AUTOCAST): KERN_DT_F32 [default],
+                                  KERN_DT_BF16, or KERN_DT_F16 with the dynamic loss scaler of
+                                  trainer/train/amp.h (see AMP). Validation: val_amp. Recorded in the
+                                  checkpoint; when resuming it comes from there (fp32 when absent) */
+    int val_amp;               /* the built-in validation's convs (trn_val_opts.amp): -1 [default]:
+                                  the training's amp on a GPU (val.py's half = amp), KERN_DT_F32 on
+                                  the CPU; else KERN_DT_F32, KERN_DT_F16 or KERN_DT_BF16. The
+                                  validation itself runs on the CPU ops (val.h). Not recorded */
+    int cpu_engine;            /* what runs the training nets on the CPU (trn_net_opts.cpu_engine):
+                                  TRN_CPU_ENGINE_AUTO [default]: oneDNN where the build has it and the
+                                  step is float32 without SyncBatchNorm or the overlapped all-reduce,
+                                  else the reference ops; TRN_CPU_ENGINE_ONEDNN: oneDNN or an error;
+                                  TRN_CPU_ENGINE_REF: the reference ops */
     int act_store;      /* the training nets' activations between layers (trn_net_opts.act_store,
                            net.h ACTIVATIONS): TRN_ACT_F32 [default], TRN_ACT_BF16_NHWC or
                            TRN_ACT_BF16_NCHW (both need amp KERN_DT_BF16). Not recorded */
