@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -67,6 +68,18 @@ static inline int rt_listen(int backlog, int *port)
     }
     *port = ntohs(a.sin_port);
     return fd;
+}
+
+/* Keys for a test's own S3 server on 127.0.0.1:port (path-style, us-east-1). */
+static inline void rt_s3_config(struct ffio_s3_config *c, int port)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->region, sizeof c->region, "us-east-1");
+    c->path_style = true;
+    snprintf(c->access_key_id, sizeof c->access_key_id, "AKIAFAULT");
+    snprintf(c->secret_access_key, sizeof c->secret_access_key, "secret");
+    snprintf(c->source, sizeof c->source, "the test");
+    snprintf(c->endpoint, sizeof c->endpoint, "http://127.0.0.1:%d", port);
 }
 
 static inline int rt_free_port(void)

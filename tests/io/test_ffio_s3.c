@@ -518,12 +518,8 @@ static void test_faults(void)
         ok(0, "the fault server starts");
         return;
     }
-    struct ffio_s3_config c = { .region = "us-east-1",
-                                .path_style = true,
-                                .access_key_id = "AKIAFAULT",
-                                .secret_access_key = "secret",
-                                .source = "the test" };
-    snprintf(c.endpoint, sizeof c.endpoint, "http://127.0.0.1:%d", port);
+    struct ffio_s3_config c;
+    rt_s3_config(&c, port);
     static uint8_t got[50000];
     struct ffio_http *h = client(&c);
     int rc = (int)read_range(h, "s3://bkt/clock.ffr", got, 0, 1000);

@@ -362,12 +362,8 @@ static void test_faults(const char *dir)
         ok(0, "the fault server starts");
         return;
     }
-    struct ffio_s3_config c = { .region = "us-east-1",
-                                .path_style = true,
-                                .access_key_id = "AKIAFAULT",
-                                .secret_access_key = "secret",
-                                .source = "the test" };
-    snprintf(c.endpoint, sizeof c.endpoint, "http://127.0.0.1:%d", port);
+    struct ffio_s3_config c;
+    rt_s3_config(&c, port);
     char small[600], big[600], huge[600];
     snprintf(small, sizeof small, "%s/put-small.bin", dir);
     snprintf(big, sizeof big, "%s/put-big.bin", dir);
