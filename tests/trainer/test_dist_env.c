@@ -99,6 +99,25 @@ static void test_sources(void)
     ok(parse(slurm2, &e, err, sizeof err) == 0 && e.world_size == 4 &&
            !strcmp(e.master_addr, "head") && e.master_port == 1234,
        "Slurm: the step's task count; MASTER_ADDR / MASTER_PORT override the node list");
+    const char *slurm3[] = { "SLURM_PROCID=17",
+                             "SLURM_NTASKS=20",
+                             "SLURM_LOCALID=1",
+                             "SLURM_NODEID=2",
+                             "SLURM_NODELIST=n[1-3]",
+                             "SLURM_STEP_TASKS_PER_NODE=8(x2),4",
+                             NULL };
+    ok(parse(slurm3, &e, err, sizeof err) == 0 && e.local_world_size == 4 && e.local_rank == 1,
+       "Slurm: this node's tasks from the compressed per-node list (8(x2),4: node 2 has 4): %d",
+       e.local_world_size);
+    const char *slurm4[] = { "SLURM_PROCID=3",
+                             "SLURM_NTASKS=16",
+                             "SLURM_LOCALID=3",
+                             "SLURM_NODEID=1",
+                             "SLURM_NODELIST=n[1-2]",
+                             "SLURM_TASKS_PER_NODE=8(x",
+                             NULL };
+    ok(parse(slurm4, &e, err, sizeof err) == 0 && e.local_world_size == 16,
+       "Slurm: a per-node list that does not parse leaves the job's size as the node's");
 
     const char *mpirun_in_slurm[] = { "SLURM_PROCID=0",
                                       "SLURM_NTASKS=2",

@@ -137,6 +137,36 @@ int trn_dist_nodelist_first(char *dst, size_t dst_cap, const char *list)
     return (int)n;
 }
 
+/* Tasks on node `node` from Slurm's compressed per-node list ("8(x2),4": 8 on nodes 0 and 1,
+ * 4 on node 2), or -1 when the list does not say (malformed, too short). */
+static int slurm_tasks_on(const char *list, long node)
+{
+    long at = 0;
+    for (const char *p = list; *p;) {
+        char *end;
+        errno = 0;
+        const long n = strtol(p, &end, 10);
+        if (errno || end == p || n < 1 || n > (1 << 20)) return -1;
+        long times = 1;
+        if (*end == '(') {
+            if (end[1] != 'x') return -1;
+            const char *q = end + 2;
+            times = strtol(q, &end, 10);
+            if (errno || end == q || times < 1 || times > (1 << 20) || *end != ')') return -1;
+            end++;
+        }
+        if (node >= at && node < at + times) return (int)n;
+        at += times;
+        if (*end == ',')
+            p = end + 1;
+        else if (*end)
+            return -1;
+        else
+            break;
+    }
+    return -1;
+}
+
 int trn_dist_env_parse(const char *const *env, struct trn_dist_env *out, char *err, size_t cap)
 {
     if (err && cap) err[0] = '\0';
@@ -157,7 +187,7 @@ int trn_dist_env_parse(const char *const *env, struct trn_dist_env *out, char *e
         rank_key = "SLURM_PROCID";
         world_key = env_get(env, "SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
         local_key = "SLURM_LOCALID";
-        lworld_key = NULL; /* SLURM_TASKS_PER_NODE is a compressed list: not needed */
+        lworld_key = NULL; /* SLURM_TASKS_PER_NODE is a compressed list: read below */
     } else if (env_get(env, "OMPI_COMM_WORLD_RANK") && env_get(env, "OMPI_COMM_WORLD_SIZE")) {
         out->source = TRN_DIST_SRC_OMPI;
         rank_key = "OMPI_COMM_WORLD_RANK";
@@ -172,6 +202,17 @@ int trn_dist_env_parse(const char *const *env, struct trn_dist_env *out, char *e
         out->local_world_size = out->world_size;
         if (!rc && lworld_key)
             rc = env_int(env, lworld_key, 1, out->world_size, &out->local_world_size, err, cap);
+        if (!rc && out->source == TRN_DIST_SRC_SLURM) {
+            /* this node's tasks (the RAM cache shared by them needs the count); the job's
+             * whole size where the list does not say */
+            const char *per = env_get(env, "SLURM_STEP_TASKS_PER_NODE");
+            if (!per) per = env_get(env, "SLURM_TASKS_PER_NODE");
+            const char *node = env_get(env, "SLURM_NODEID");
+            char *e = NULL;
+            const long id = node ? strtol(node, &e, 10) : -1;
+            const int k = per && node && e && !*e && id >= 0 ? slurm_tasks_on(per, id) : -1;
+            if (k > 0 && k <= out->world_size) out->local_world_size = k;
+        }
         out->local_rank = out->local_world_size == out->world_size ? out->rank : 0;
         if (!rc && local_key)
             rc = env_int(env, local_key, 0, out->local_world_size - 1, &out->local_rank, err, cap);
