@@ -103,7 +103,7 @@ static void rank_main(int r, const char *key, bool private_copy, int go, int cac
     const long base = rollup_kb(private_copy ? "Pss_Anon" : "Pss_Shmem");
     if (!private_copy &&
         ram_shm_attach(key, RANKS, N, slot_bytes, 64 << 10, 30, &s, err, sizeof err) < 0) {
-        snprintf(msg, sizeof msg, "bad attach: %s\n", err);
+        snprintf(msg, sizeof msg, "bad attach: %.180s\n", err);
         write(out, msg, strlen(msg));
         _exit(1);
     }
