@@ -251,7 +251,8 @@ int ffio_s3_encode(const char *s, size_t l, bool keep_slash, char *out, size_t c
 
 /* One ListObjectsV2 answer xml[0, n): its <Contents> (Key, Size) appended to *objs (*n_objs of
  * them, at most max: -EOVERFLOW beyond), and whether more follow (<IsTruncated>true, with the
- * <NextContinuationToken> copied into token[tcap]). Returns 0, -EPROTO (an element missing,
+ * <NextContinuationToken> copied into token[tcap]). *objs must be NULL or an array this
+ * function grew (its capacity follows from *n_objs). Returns 0, -EPROTO (an element missing,
  * too long or malformed), -EOVERFLOW or -ENOMEM; what was appended stays for the caller to free
  * (ffio_s3_objects_free). */
 int ffio_s3_list_parse(const char *xml, size_t n, struct ffio_s3_object **objs, size_t *n_objs,

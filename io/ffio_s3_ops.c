@@ -70,9 +70,14 @@ int ffio_s3_list_parse(const char *xml, size_t n, struct ffio_s3_object **objs, 
         const unsigned long long v = strtoull(size, &end, 10);
         if (errno || *end || size[0] == '-') return -EPROTO;
         if (*n_objs >= max) return -EOVERFLOW;
-        struct ffio_s3_object *g = realloc(*objs, (*n_objs + 1) * sizeof *g);
-        if (!g) return -ENOMEM;
-        *objs = g;
+        /* capacity 16, then doubled at each power of two: derived from the count, not kept */
+        if (!*n_objs || (*n_objs >= 16 && !(*n_objs & (*n_objs - 1)))) {
+            const size_t cap = *n_objs ? 2 * *n_objs : 16;
+            struct ffio_s3_object *g = realloc(*objs, cap * sizeof *g);
+            if (!g) return -ENOMEM;
+            *objs = g;
+        }
+        struct ffio_s3_object *g = *objs;
         if (!(g[*n_objs].key = strdup(key))) return -ENOMEM;
         g[*n_objs].size = v;
         (*n_objs)++;
@@ -394,10 +399,10 @@ static void finish(struct ffio_http *h, struct slot *s, CURLcode rc)
         again = false;
         snprintf(cause, sizeof cause, "an answer larger than %zu bytes", r->keep);
     } else {
-        /* an error status, or a 2xx carrying an <Error>: S3's code decides */
-        const long st = err_body && r->status < 300 ? 500 : r->status;
-        err = st == 404 ? -ENOENT : st == 401 || st == 403 ? -EACCES : -EIO;
-        again = st >= 500 || st == 408 || st == 429;
+        /* an error status, or a 2xx carrying an <Error>: S3's code and the status decide
+         * (every URL here is s3://, so ffio_http_s3_cause sets both) */
+        err = -EIO;
+        again = false;
         snprintf(cause, sizeof cause, "HTTP status %ld", r->status);
         ffio_http_s3_cause(h, r->url, r->status, r->ans, r->ans_n, &err, &again, cause,
                            sizeof cause);
@@ -545,7 +550,6 @@ struct upload {
     uint8_t **buf; /* max_in_flight buffers of `part` bytes */
     bool *busy;
     unsigned nbuf;
-    char why[200];
 };
 
 static int part_fill(void *ctx, struct req *r)
@@ -755,8 +759,7 @@ int ffio_s3_list(struct ffio_http *h, const char *url_prefix, size_t max,
     if (bl >= 256 || ffio_s3_encode(prefix, strlen(prefix), false, pfx, sizeof pfx) < 0)
         return -ENAMETOOLONG;
     snprintf(bucket_url, sizeof bucket_url, "s3://%.*s/", bl, bk);
-    unsigned page = h->o.list_page;
-    if (!page || page > 1000) page = 1000;
+    const unsigned page = h->o.list_page; /* 1..1000: ffio_http_create saw to it */
     int rc = 0;
     for (unsigned pages = 0;; pages++) {
         tok[0] = '\0';
@@ -801,10 +804,20 @@ struct item {
     char *name;
 };
 
+/* An object the sink uploads (or started to). */
+struct sent {
+    char *name; /* beside the manifest */
+    uint64_t size;
+    bool shard; /* not the manifest (or single file) */
+    bool done;  /* uploaded */
+};
+
 struct ffio_s3_sink {
-    struct ffio_http *h;         /* used by the thread while it uploads, else by the caller */
-    char *url;                   /* s3://BUCKET/DIR/NAME.ffr */
-    size_t dir_len;              /* url's bytes up to and including the last '/' */
+    struct ffio_http *h; /* used by the thread while it uploads, else by the caller */
+    char *url;           /* s3://BUCKET/DIR/NAME.ffr */
+    size_t dir_len;      /* url's bytes up to and including the last '/' */
+    const char *key_dir; /* in url: DIR/, the keys' part before a name beside it */
+    size_t key_dir_len;
     struct ffio_s3_object *have; /* under DIR/STEM at open */
     size_t n_have;
     struct ffr_cache_shard *old; /* the replaced manifest's shards */
@@ -818,15 +831,20 @@ struct ffio_s3_sink {
     bool busy, stop, committed;
     int err;
     char errmsg[2048];
-    char **done; /* names uploaded, and their sizes */
-    uint64_t *done_size;
-    size_t n_done;
-    char **tried; /* shard names whose upload started: an abort deletes them all, since a
-                     failed one may still have completed (a lost CompleteMultipartUpload
-                     answer), and no dataset used these names before (taken) */
-    size_t n_tried;
+    struct sent *sent; /* every upload started, in order: an abort deletes all the shards,
+                          done or not, since a failed one may still have completed (a lost
+                          CompleteMultipartUpload answer), and no dataset used these names
+                          before (taken) */
+    size_t n_sent;
     struct ffio_s3_sink_stats st;
 };
+
+/* The name of key (a listed object) when it lies directly beside the manifest, else NULL. */
+static const char *name_in_dir(const struct ffio_s3_sink *s, const char *key)
+{
+    if (strncmp(key, s->key_dir, s->key_dir_len) != 0) return NULL;
+    return strchr(key + s->key_dir_len, '/') ? NULL : key + s->key_dir_len;
+}
 
 /* s3://BUCKET/DIR/name, malloc'ed. */
 static char *object_url(const struct ffio_s3_sink *s, const char *name)
@@ -839,15 +857,21 @@ static char *object_url(const struct ffio_s3_sink *s, const char *name)
 
 static int upload(struct ffio_s3_sink *s, int fd, uint64_t size, const char *name, bool shard)
 {
-    char *u = object_url(s, name);
-    if (!u) return -ENOMEM;
-    char **t = shard ? realloc(s->tried, (s->n_tried + 1) * sizeof *t) : NULL;
-    if (t) s->tried = t;
-    if (shard && (!t || !(t[s->n_tried] = strdup(name)))) {
+    char *u = object_url(s, name), *nm = strdup(name);
+    pthread_mutex_lock(&s->mu);
+    struct sent *g = u && nm ? realloc(s->sent, (s->n_sent + 1) * sizeof *g) : NULL;
+    if (g) {
+        s->sent = g;
+        g[s->n_sent] = (struct sent){ .name = nm, .size = size, .shard = shard };
+    }
+    const size_t k = s->n_sent;
+    s->n_sent += g != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!g) {
         free(u);
+        free(nm);
         return -ENOMEM;
     }
-    s->n_tried += shard;
     const double t0 = ffio_mono_s();
     const int rc = ffio_s3_put(s->h, u, fd, size);
     const double dt = ffio_mono_s() - t0;
@@ -858,20 +882,9 @@ static int upload(struct ffio_s3_sink *s, int fd, uint64_t size, const char *nam
         ffio_str_copy(s->errmsg, sizeof s->errmsg, ffio_http_last_error(s->h));
     }
     if (rc == 0) {
-        char **d = realloc(s->done, (s->n_done + 1) * sizeof *d);
-        uint64_t *z = d ? realloc(s->done_size, (s->n_done + 1) * sizeof *z) : NULL;
-        if (d) s->done = d;
-        if (z) s->done_size = z;
-        char *nm = z ? strdup(name) : NULL;
-        if (nm) {
-            d[s->n_done] = nm;
-            z[s->n_done++] = size;
-            s->st.files++;
-            s->st.bytes += size;
-        } else if (!s->err) {
-            s->err = -ENOMEM;
-            snprintf(s->errmsg, sizeof s->errmsg, "out of memory");
-        }
+        s->sent[k].done = true;
+        s->st.files++;
+        s->st.bytes += size;
     }
     pthread_mutex_unlock(&s->mu);
     free(u);
@@ -922,6 +935,10 @@ int ffio_s3_sink_open(const struct ffio_http_opts *opts, const char *url, struct
     pthread_cond_init(&s->cv, NULL);
     s->url = strdup(url);
     s->dir_len = (size_t)(last - url) + 1;
+    if (s->url) {
+        s->key_dir = s->url + (slash + 1 - url);
+        s->key_dir_len = (size_t)(last - slash);
+    }
     int rc = s->url ? ffio_http_create(opts, &s->h) : -ENOMEM;
     if (rc < 0) snprintf(err, err_cap, "%.900s: the HTTP client: %s", url, strerror(-rc));
     char *stem = NULL;
@@ -935,7 +952,7 @@ int ffio_s3_sink_open(const struct ffio_http_opts *opts, const char *url, struct
             snprintf(err, err_cap, "listing the destination: %.1500s", ffio_http_last_error(s->h));
     }
     free(stem);
-    const char *key = slash ? slash + 1 : "";
+    const char *key = slash + 1;
     for (size_t i = 0; rc == 0 && i < s->n_have; i++) {
         if (strcmp(s->have[i].key, key) != 0) continue;
         if (s->have[i].size > (64u << 20)) break; /* not a manifest (ffr's bound): a record file */
@@ -968,11 +985,11 @@ int ffio_s3_sink_open(const struct ffio_http_opts *opts, const char *url, struct
                           ? strlen(name) - 4
                           : strlen(name);
     for (size_t i = 0; rc == 0 && i < s->n_have; i++) {
-        const char *base = s->have[i].key + (s->dir_len - (size_t)(key - url));
-        const size_t l = strlen(base);
-        const bool shard_like =
-            l > nl + 4 && !strncmp(base, name, nl) && (base[nl] == '-' || base[nl] == '.') &&
-            !strcmp(base + l - 4, ".ffr") && strchr(base + nl, '-') && !strchr(base, '/');
+        const char *base = name_in_dir(s, s->have[i].key);
+        const size_t l = base ? strlen(base) : 0;
+        const bool shard_like = l > nl + 4 && !strncmp(base, name, nl) &&
+                                (base[nl] == '-' || base[nl] == '.') &&
+                                !strcmp(base + l - 4, ".ffr") && strchr(base + nl, '-');
         bool named = !shard_like;
         for (uint32_t j = 0; !named && j < s->n_old; j++)
             named = !strcmp(base, s->old[j].file);
@@ -996,10 +1013,10 @@ int ffio_s3_sink_open(const struct ffio_http_opts *opts, const char *url, struct
 bool ffio_s3_sink_taken(void *sink, const char *name)
 {
     const struct ffio_s3_sink *s = sink;
-    const char *key = s->url + 5 + strcspn(s->url + 5, "/") + 1;
-    const size_t dl = s->dir_len - (size_t)(key - s->url);
-    for (size_t i = 0; i < s->n_have; i++)
-        if (!strncmp(s->have[i].key, key, dl) && !strcmp(s->have[i].key + dl, name)) return true;
+    for (size_t i = 0; i < s->n_have; i++) {
+        const char *b = name_in_dir(s, s->have[i].key);
+        if (b && !strcmp(b, name)) return true;
+    }
     return false;
 }
 
@@ -1020,16 +1037,17 @@ static int drain(struct ffio_s3_sink *s)
  * short object, is caught before a manifest names it). */
 static int check_listed(struct ffio_s3_sink *s)
 {
-    if (!s->n_done) return 0;
+    if (!s->n_sent) return 0; /* drained without error: every one is a shard, done */
     /* under the names' common prefix (DIR/NAME.TAG-): not every object beside them */
-    size_t lcp = strlen(s->done[0]);
-    for (size_t k = 1; k < s->n_done; k++)
+    const char *first = s->sent[0].name;
+    size_t lcp = strlen(first);
+    for (size_t k = 1; k < s->n_sent; k++)
         for (size_t i = 0; i < lcp; i++)
-            if (s->done[k][i] != s->done[0][i]) {
+            if (s->sent[k].name[i] != first[i]) {
                 lcp = i;
                 break;
             }
-    char *pfx = object_url(s, s->done[0]);
+    char *pfx = object_url(s, first);
     if (pfx) pfx[s->dir_len + lcp] = '\0';
     struct ffio_s3_object *o = NULL;
     size_t n = 0;
@@ -1040,19 +1058,19 @@ static int check_listed(struct ffio_s3_sink *s)
                  ffio_http_last_error(s->h));
         return rc;
     }
-    const char *key = s->url + 5 + strcspn(s->url + 5, "/") + 1;
-    const size_t dl = s->dir_len - (size_t)(key - s->url);
-    for (size_t k = 0; rc == 0 && k < s->n_done; k++) {
+    for (size_t k = 0; rc == 0 && k < s->n_sent; k++) {
+        const struct sent *e = &s->sent[k];
         bool seen = false;
-        for (size_t i = 0; !seen && i < n; i++)
-            seen = !strncmp(o[i].key, key, dl) && !strcmp(o[i].key + dl, s->done[k]) &&
-                   o[i].size == s->done_size[k];
+        for (size_t i = 0; !seen && i < n; i++) {
+            const char *b = name_in_dir(s, o[i].key);
+            seen = b && !strcmp(b, e->name) && o[i].size == e->size;
+        }
         if (!seen) {
             rc = -EIO;
             snprintf(s->errmsg, sizeof s->errmsg,
                      "%.*s%s: uploaded (%" PRIu64 " bytes), but the listing does not show it at "
                      "that size; the manifest is not uploaded",
-                     (int)s->dir_len, s->url, s->done[k], s->done_size[k]);
+                     (int)s->dir_len, s->url, e->name, e->size);
         }
     }
     ffio_s3_objects_free(o, n);
@@ -1134,13 +1152,9 @@ static void sink_free(struct ffio_s3_sink *s)
         close(s->q[(s->q_head + k) % S3_SINK_QUEUE].fd);
         free(s->q[(s->q_head + k) % S3_SINK_QUEUE].name);
     }
-    for (size_t k = 0; k < s->n_done; k++)
-        free(s->done[k]);
-    free(s->done);
-    for (size_t k = 0; k < s->n_tried; k++)
-        free(s->tried[k]);
-    free(s->tried);
-    free(s->done_size);
+    for (size_t k = 0; k < s->n_sent; k++)
+        free(s->sent[k].name);
+    free(s->sent);
     ffio_s3_objects_free(s->have, s->n_have);
     if (s->old) ffr_manifest_shards_free(s->old, s->n_old);
     ffio_http_destroy(s->h);
@@ -1158,11 +1172,12 @@ int ffio_s3_sink_finish(struct ffio_s3_sink *s, struct ffio_s3_sink_stats *st, c
     int first = 0;
     for (uint32_t i = 0; s->committed && i < s->n_old; i++) {
         const char *f = s->old[i].file;
-        /* only names beside the manifest are ours to delete, never the manifest itself */
-        bool ours = strchr(f, '/') != NULL || !strcmp(f, s->url + s->dir_len);
-        for (size_t k = 0; !ours && k < s->n_done; k++)
-            ours = !strcmp(s->done[k], f);
-        if (ours) continue;
+        /* only names beside the manifest are ours to delete, never the manifest itself nor a
+         * name the new dataset took */
+        bool keep = strchr(f, '/') != NULL || !strcmp(f, s->url + s->dir_len);
+        for (size_t k = 0; !keep && k < s->n_sent; k++)
+            keep = s->sent[k].done && !strcmp(s->sent[k].name, f);
+        if (keep) continue;
         char *u = object_url(s, f);
         const int rc = u ? ffio_s3_delete(s->h, u) : -ENOMEM;
         free(u);
@@ -1188,8 +1203,9 @@ void ffio_s3_sink_abort(struct ffio_s3_sink *s)
     if (!s) return;
     stop_thread(s);
     /* Uncommitted shards are named by no manifest: they go. A committed dataset stays. */
-    for (size_t k = 0; !s->committed && k < s->n_tried; k++) {
-        char *u = object_url(s, s->tried[k]);
+    for (size_t k = 0; !s->committed && k < s->n_sent; k++) {
+        if (!s->sent[k].shard) continue;
+        char *u = object_url(s, s->sent[k].name);
         if (u) (void)ffio_s3_delete(s->h, u);
         free(u);
     }

@@ -481,6 +481,19 @@ static int sink_writer(const char *stage_path, struct ffio_s3_sink *sink, struct
     return ffr_writer_open(w, stage_path, &o);
 }
 
+/* As yolo-pack ends an upload: closed and finished after rc == 0, else both aborted. */
+static int sink_close(struct ffr_writer *w, struct ffio_s3_sink *sink, int rc,
+                      struct ffio_s3_sink_stats *st, char *err, size_t cap)
+{
+    if (rc == 0)
+        rc = ffr_writer_close(w);
+    else
+        ffr_writer_abort(w);
+    if (rc == 0) return ffio_s3_sink_finish(sink, st, err, cap);
+    ffio_s3_sink_abort(sink);
+    return rc;
+}
+
 static size_t count_keys(struct ffio_http *h, const char *prefix, const char *containing)
 {
     struct ffio_s3_object *o = NULL;
@@ -620,14 +633,7 @@ static void test_moto(const char *dir, const char *script)
     rc = ffio_s3_sink_open(&so, url, &sink, err, sizeof err);
     if (rc == 0) rc = sink_writer(path, sink, &w);
     if (rc == 0) rc = rt_append(w, 300, 0, 300);
-    if (rc == 0)
-        rc = ffr_writer_close(w);
-    else
-        ffr_writer_abort(w);
-    if (rc == 0)
-        rc = ffio_s3_sink_finish(sink, &sst, err, sizeof err);
-    else
-        ffio_s3_sink_abort(sink);
+    rc = sink_close(w, sink, rc, &sst, err, sizeof err);
     uint64_t rn = 0;
     uint64_t same = rc == 0 ? rt_compare_remote(h, url, local_a, &rn, err, sizeof err) : 0;
     ok(rc == 0 && same == 300 && rn == 300 && sst.files > 4,
@@ -645,14 +651,7 @@ static void test_moto(const char *dir, const char *script)
         tagged_mid = count_keys(h, "s3://ffio-put/sets/", "set.") - 1;
     same = rt_compare_remote(h, url, local_a, &rn, err, sizeof err);
     if (rc == 0) rc = rt_append(w, 200, 150, 200);
-    if (rc == 0)
-        rc = ffr_writer_close(w);
-    else
-        ffr_writer_abort(w);
-    if (rc == 0)
-        rc = ffio_s3_sink_finish(sink, &sst, err, sizeof err);
-    else
-        ffio_s3_sink_abort(sink);
+    rc = sink_close(w, sink, rc, &sst, err, sizeof err);
     ok(same == 300 && tagged_mid >= 1,
        "moto: while its replacement uploads (%zu shards up), the dataset reads as before: %" PRIu64
        " of 300",
