@@ -6,7 +6,8 @@
  *   (Pss_Shmem summed) is at most 1.2x one copy, where a copy per rank costs 4 copies (their
  *   Pss_Anon, the same tiles malloc'ed in each, as the per-rank cache does).
  * - A job killed before every rank attached leaves its name; the next attach (any key) removes
- *   it, since its creator is gone. A segment whose creator lives is kept.
+ *   it, since its creator is gone. A segment whose creator lives is kept (and ram_shm_exists,
+ *   which tells a rank the node's copy is already reserved, sees which is which).
  * - Under the same key, another layout is refused (-EPROTO); a segment /dev/shm cannot hold is
  *   refused at attach (no SIGBUS later) and leaves nothing; a tile larger than its slot is not
  *   cached.
@@ -238,6 +239,9 @@ int main(void)
        "the next attach (another key) removes the dead creator's segment (%s)", err);
     ram_shm_clean_stale();
     ok(shm_exists(live), "a segment whose creator lives is kept");
+    ok(ram_shm_exists(live) && !ram_shm_exists(stale),
+       "ram_shm_exists sees the live segment and not the removed one (how a rank knows the "
+       "node copy is already reserved)");
 
     /* under the same key, another layout */
     uint64_t other[N];

@@ -1347,15 +1347,29 @@ static void choose_direct(struct trn_loader *l)
     }
 }
 
+/* train.py's refusal: the decoded tiles do not fit in the memory available with a 10% margin.
+ * Says so and returns true. */
+static bool ram_refused(struct trn_loader *l, uint64_t need, uint64_t avail)
+{
+    if (!avail || (double)need * 1.1 <= (double)avail) return false;
+    log_line(l,
+             "WARNING: --cache ram needs %.1f GB for %" PRIu64 " decoded images, %.1f GB "
+             "available: not caching",
+             1e-9 * (double)need, l->n, 1e-9 * (double)avail);
+    return true;
+}
+
 /*
  * One copy for the node's ranks (ram_shm.h): slots sized from the index's tiles, polygons in a
  * pool of a 64th of that plus 4 MiB (COCO's are about 0.2% of the pixels at 640; a tile whose
  * polygons do not fit is not cached). The segment's key is the job's plus what makes the tiles
  * the same: the dataset (its records' count, original sizes and label counts), the image
- * size, the mode.
- * Returns 0, or < 0 with a log line: then each rank keeps its own cache.
+ * size, the mode. The memory check is made by the rank that would create the copy: once it is
+ * reserved it is no longer in MemAvailable, and the others would refuse a copy that exists.
+ * Returns 0 (attached), 1 (refused for memory, said), or < 0 with a log line: then each rank
+ * may keep its own cache.
  */
-static int setup_ram_shared(struct trn_loader *l)
+static int setup_ram_shared(struct trn_loader *l, uint64_t need, uint64_t avail)
 {
     uint64_t *slot = malloc((size_t)(l->n ? l->n : 1) * sizeof *slot), sum = 0, ident = l->n;
     if (!slot) return -ENOMEM;
@@ -1368,6 +1382,10 @@ static int setup_ram_shared(struct trn_loader *l)
     char key[600], err[600];
     snprintf(key, sizeof key, "%.400s|%" PRIx64 "|%d|%d|%d", l->o.ram_share_key, ident,
              l->o.img_size, (int)l->o.mode, (int)l->o.single_cls);
+    if (!ram_shm_exists(key) && ram_refused(l, need, avail)) {
+        free(slot);
+        return 1;
+    }
     const int rc = ram_shm_attach(key, l->o.ram_share_ranks, l->n, slot, sum / 64 + (4u << 20),
                                   300.0, &l->shm, err, sizeof err);
     free(slot);
@@ -1399,22 +1417,16 @@ static void setup_ram(struct trn_loader *l)
         need += (uint64_t)l->meta[i].tw * l->meta[i].th * 3 +
                 5 * 4 * (uint64_t)l->meta[i].n_labels + sizeof(struct ram_tile);
     const uint64_t avail = mem_available();
-    const double gb = 1e-9 * (double)need;
-    if (avail && (double)need * 1.1 > (double)avail) {
-        log_line(l,
-                 "WARNING: --cache ram needs %.1f GB for %" PRIu64 " decoded images, %.1f GB "
-                 "available: not caching",
-                 gb, l->n, 1e-9 * (double)avail);
+    if (l->o.ram_share_key && l->o.ram_share_ranks > 1 && setup_ram_shared(l, need, avail) >= 0)
         return;
-    }
-    if (l->o.ram_share_key && l->o.ram_share_ranks > 1 && setup_ram_shared(l) == 0) return;
+    if (ram_refused(l, need, avail)) return;
     l->ram = calloc(l->n, sizeof *l->ram);
     if (!l->ram) return;
     /* polygons are not in the index summary: room for them within the margin */
     l->ram_cap = avail ? (uint64_t)((double)avail * 0.9) : need + need / 2;
     log_line(
         l, "caching decoded images in RAM (%.1f GB for %" PRIu64 " images) as they are first read",
-        gb, l->n);
+        1e-9 * (double)need, l->n);
 }
 
 static int check_opts(const struct trn_loader_opts *o, char *err, size_t cap)

@@ -6,6 +6,9 @@
  */
 #include "ram_shm.h"
 
+#include "ffr.h"
+#include "util.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -52,17 +55,18 @@ struct ram_shm {
     bool created;
 };
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 void ram_shm_name(const char *key, char *out, size_t cap)
 {
-    snprintf(out, cap, "/" SHM_PREFIX "%016" PRIx64, fnv(0xcbf29ce484222325ull, key, strlen(key)));
+    snprintf(out, cap, "/" SHM_PREFIX "%016" PRIx64, ffr_hash(key, strlen(key)));
+}
+
+bool ram_shm_exists(const char *key)
+{
+    char name[64];
+    ram_shm_name(key, name, sizeof name);
+    const int fd = shm_open(name, O_RDONLY, 0);
+    if (fd >= 0) close(fd);
+    return fd >= 0;
 }
 
 /* Field 22 of /proc/pid/stat (start time in clock ticks since boot), or 0. */
@@ -123,17 +127,10 @@ int ram_shm_clean_stale(void)
     return removed;
 }
 
-static int fail(char *err, size_t cap, int rc, const char *fmt, const char *a, const char *b)
-{
-    if (err && cap) snprintf(err, cap, fmt, a, b);
-    return rc;
-}
-
 static uint64_t layout_of(uint64_t n, const uint64_t *slot_off, uint64_t pool_bytes)
 {
-    uint64_t h = fnv(0xcbf29ce484222325ull, &n, sizeof n);
-    h = fnv(h, &pool_bytes, sizeof pool_bytes);
-    return fnv(h, slot_off, (size_t)(n + 1) * sizeof *slot_off);
+    const uint64_t head[2] = { n, pool_bytes };
+    return ffr_hash(head, sizeof head) ^ ffr_hash(slot_off, (size_t)(n + 1) * sizeof *slot_off);
 }
 
 int ram_shm_attach(const char *key, uint32_t ranks, uint64_t n, const uint64_t *slot_bytes,
@@ -148,7 +145,7 @@ int ram_shm_attach(const char *key, uint32_t ranks, uint64_t n, const uint64_t *
     if (!s || !off) {
         free(s);
         free(off);
-        return fail(err, err_cap, -ENOMEM, "%s%s", "out of memory", "");
+        return trn_fail(err, err_cap, -ENOMEM, "out of memory");
     }
     for (uint64_t i = 0; i < n; i++)
         off[i + 1] = off[i] + ((slot_bytes[i] + 15) & ~(uint64_t)15);
@@ -168,36 +165,35 @@ int ram_shm_attach(const char *key, uint32_t ranks, uint64_t n, const uint64_t *
         /* reserve it all now: a full /dev/shm says so here, not with SIGBUS mid-epoch */
         const int fr = posix_fallocate(fd, 0, (off_t)total);
         if (fr != 0) {
-            rc = fail(err, err_cap, -fr, "/dev/shm%s: reserving the shared RAM cache: %s", name,
-                      strerror(fr));
+            rc = trn_fail(err, err_cap, -fr, "/dev/shm%s: reserving the shared RAM cache: %s", name,
+                          strerror(fr));
             /* a size of 1 tells the ranks that opened it meanwhile not to wait */
             (void)!ftruncate(fd, 1);
             shm_unlink(name);
         }
     } else if (errno == EEXIST) {
         fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-        if (fd < 0) rc = fail(err, err_cap, -errno, "/dev/shm%s: %s", name, strerror(errno));
+        if (fd < 0) rc = trn_fail(err, err_cap, -errno, "/dev/shm%s: %s", name, strerror(errno));
     } else {
-        rc = fail(err, err_cap, -errno, "/dev/shm%s: %s", name, strerror(errno));
+        rc = trn_fail(err, err_cap, -errno, "/dev/shm%s: %s", name, strerror(errno));
     }
     /* the others wait for the creator's size and header */
     const struct timespec tick = { 0, 10 * 1000 * 1000 };
     struct stat st;
     for (double waited = 0; rc == 0 && !s->created; waited += 0.01) {
         if (fstat(fd, &st) != 0)
-            rc = fail(err, err_cap, -errno, "/dev/shm%s: %s", name, strerror(errno));
+            rc = trn_fail(err, err_cap, -errno, "/dev/shm%s: %s", name, strerror(errno));
         else if ((uint64_t)st.st_size == total)
             break;
         else if (st.st_size == 1)
-            rc = fail(err, err_cap, -ENOSPC,
-                      "/dev/shm%s: the rank that created it could not reserve it%s", name, "");
+            rc = trn_fail(err, err_cap, -ENOSPC,
+                          "/dev/shm%s: the rank that created it could not reserve it", name);
         else if (st.st_size > 0 && (uint64_t)st.st_size != total)
-            rc = fail(err, err_cap, -EPROTO,
-                      "/dev/shm%s: a shared RAM cache of another size under this job's key%s", name,
-                      "");
+            rc = trn_fail(err, err_cap, -EPROTO,
+                          "/dev/shm%s: a shared RAM cache of another size under this job's key",
+                          name);
         else if (waited > wait_s)
-            rc = fail(err, err_cap, -ETIMEDOUT, "/dev/shm%s: its creator never sized it%s", name,
-                      "");
+            rc = trn_fail(err, err_cap, -ETIMEDOUT, "/dev/shm%s: its creator never sized it", name);
         else
             nanosleep(&tick, NULL);
     }
@@ -205,7 +201,7 @@ int ram_shm_attach(const char *key, uint32_t ranks, uint64_t n, const uint64_t *
         s->base = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (s->base == MAP_FAILED) {
             s->base = NULL;
-            rc = fail(err, err_cap, -errno, "/dev/shm%s: mmap: %s", name, strerror(errno));
+            rc = trn_fail(err, err_cap, -errno, "/dev/shm%s: mmap: %s", name, strerror(errno));
         }
     }
     if (fd >= 0) close(fd);
@@ -231,15 +227,15 @@ int ram_shm_attach(const char *key, uint32_t ranks, uint64_t n, const uint64_t *
                  !atomic_load_explicit(&s->h->ready, memory_order_acquire) && rc == 0;
                  waited += 0.01) {
                 if (waited > wait_s)
-                    rc = fail(err, err_cap, -ETIMEDOUT,
-                              "/dev/shm%s: its creator never finished its header%s", name, "");
+                    rc = trn_fail(err, err_cap, -ETIMEDOUT,
+                                  "/dev/shm%s: its creator never finished its header", name);
                 nanosleep(&tick, NULL);
             }
             if (rc == 0 && s->h->layout != layout)
-                rc = fail(err, err_cap, -EPROTO,
-                          "/dev/shm%s: a shared RAM cache of another layout under this job's "
-                          "key%s",
-                          name, "");
+                rc = trn_fail(err, err_cap, -EPROTO,
+                              "/dev/shm%s: a shared RAM cache of another layout under this job's "
+                              "key",
+                              name);
         }
     }
     if (rc == 0 && atomic_fetch_add(&s->h->attached, 1) + 1 >= ranks) shm_unlink(name);

@@ -33,6 +33,9 @@ struct ram_shm;
 /* The segment's name for key (a "/ffyolo-ram-<hash>" shm name) into out[cap]. */
 void ram_shm_name(const char *key, char *out, size_t cap);
 
+/* Whether a segment for key exists on this node now (a rank of the job created it). */
+bool ram_shm_exists(const char *key);
+
 /*
  * Attaches to (or creates) the node's segment for key: n slots of slot_bytes[i] bytes (pixels
  * and labels of record i, as the index gives its tile), and a pool of pool_bytes for polygons.
