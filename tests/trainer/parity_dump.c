@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
+#include <zstd_errors.h>
 
 struct pdump {
     unsigned char *buf; /* the whole file */
@@ -34,7 +36,7 @@ static double rd_f64(const unsigned char *p)
     return x;
 }
 
-static int read_file(const char *path, unsigned char **out, size_t *len)
+static int read_raw(const char *path, unsigned char **out, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return errno ? -errno : -EIO;
@@ -47,6 +49,10 @@ static int read_file(const char *path, unsigned char **out, size_t *len)
     const long n = ftell(f);
     if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
         rc = -EIO;
+        goto out;
+    }
+    if ((unsigned long)n > PDUMP_MAX_BYTES) {
+        rc = -EFBIG;
         goto out;
     }
     /* float data is read in place: malloc's alignment covers the 4-byte offsets */
@@ -66,6 +72,46 @@ out:
     free(buf);
     fclose(f);
     return rc;
+}
+
+int pdump_read_file(const char *path, unsigned char **out, size_t *len)
+{
+    unsigned char *z = NULL;
+    size_t zlen = 0;
+    int rc = read_raw(path, &z, &zlen);
+    if (rc) return rc;
+    if (zlen < 4 || rd_u32(z) != ZSTD_MAGICNUMBER) {
+        *out = z;
+        *len = zlen;
+        return 0;
+    }
+    /* One frame whose header states its size (zstd's CLI writes it): the size is checked
+     * against the bound before anything is allocated, so a frame claiming terabytes costs
+     * nothing, and ZSTD_decompress never writes past it. */
+    const unsigned long long n = ZSTD_getFrameContentSize(z, zlen);
+    unsigned char *buf = NULL;
+    if (n == ZSTD_CONTENTSIZE_ERROR) {
+        rc = -PDUMP_ECORRUPT;
+    } else if (n == ZSTD_CONTENTSIZE_UNKNOWN || n > PDUMP_MAX_BYTES) {
+        rc = -EFBIG;
+    } else if (!(buf = malloc(n > 0 ? (size_t)n : 1))) {
+        rc = -ENOMEM;
+    } else {
+        const size_t got = ZSTD_decompress(buf, (size_t)n, z, zlen);
+        if (ZSTD_isError(got))
+            rc = ZSTD_getErrorCode(got) == ZSTD_error_srcSize_wrong ? -PDUMP_ETRUNC
+                                                                    : -PDUMP_ECORRUPT;
+        else if (got != n)
+            rc = -PDUMP_ETRUNC;
+    }
+    free(z);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *len = (size_t)n;
+    return 0;
 }
 
 static int parse_entry(const unsigned char *p, size_t avail, struct pdump_tensor *t, size_t *used)
@@ -125,7 +171,7 @@ int pdump_open(const char *path, struct pdump **out)
     if (!path || !out) return -EINVAL;
     struct pdump *d = calloc(1, sizeof *d);
     if (!d) return -ENOMEM;
-    int rc = read_file(path, &d->buf, &d->len);
+    int rc = pdump_read_file(path, &d->buf, &d->len);
     if (rc) goto fail;
     const size_t cmp = d->len < sizeof MAGIC ? d->len : sizeof MAGIC;
     if (d->len == 0 || memcmp(d->buf, MAGIC, cmp) != 0) {

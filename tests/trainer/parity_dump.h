@@ -21,6 +21,10 @@
  * a * numel, a respectively. It reports the largest errors and, if given a
  * stream, prints the first mismatches as TAP "#" diagnostics (llm.c validate_result style).
  *
+ * COMPRESSION: the committed dumps are zstd frames (zstd -19 of the format above; about half the
+ * bytes, and every call to the GPU machine carries the working tree). pdump_open reads either;
+ * a dump, stored or decompressed, is refused past PDUMP_MAX_BYTES (-EFBIG), before allocating.
+ *
  * ERRORS: functions returning int give >= 0 on success, -errno (-ENOENT, -EIO, -ENOMEM,
  * -EINVAL) or -PDUMP_E* on failure; pdump_strerror() names each.
  * THREADS: a dump is immutable after pdump_open; any number of threads may read it at once.
@@ -35,8 +39,9 @@
 #define PDUMP_VERSION   1
 #define PDUMP_NAME_LEN  96 /* bytes of the name field, NUL included */
 #define PDUMP_MAX_DIMS  8
-#define PDUMP_HEADER    32  /* file header bytes */
-#define PDUMP_ENTRY_HDR 184 /* entry header bytes */
+#define PDUMP_HEADER    32            /* file header bytes */
+#define PDUMP_ENTRY_HDR 184           /* entry header bytes */
+#define PDUMP_MAX_BYTES (256ul << 20) /* the largest dump read (today's is 6.3 MiB) */
 
 /* Format errors, returned negated; above every errno value. */
 #define PDUMP_EBADMAGIC 4701 /* not a parity dump */
@@ -110,6 +115,10 @@ void pdump_tol_default(struct pdump_tol *t);
  * empty or duplicate name, a non-finite value or statistic).
  */
 int pdump_open(const char *path, struct pdump **out);
+
+/* The dump's bytes, decompressed when the file is a zstd frame (*out: malloc'd, the caller
+ * frees it). For tests that damage a copy. */
+int pdump_read_file(const char *path, unsigned char **out, size_t *len);
 
 /* Free a dump; NULL is allowed. Every pointer into it becomes invalid. */
 void pdump_close(struct pdump *d);

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zstd.h>
+
 #include "model.h"
 #include "parity_dump.h"
 #include "tap.h"
@@ -78,19 +80,65 @@ static int open_variant(const char *path, const unsigned char *buf, size_t len)
     return rc;
 }
 
+/* The compressed form: a frame cut short, a flipped byte, and frames whose header claims more
+ * than the bound or no size at all are refused before anything that size is allocated. */
+static void test_damaged_zstd(const char *tpath, const unsigned char *raw, size_t len)
+{
+    const size_t cap = ZSTD_compressBound(len);
+    unsigned char *z = malloc(cap), *tmp = malloc(cap + 64);
+    /* with the checksum, as zstd's CLI writes the committed dumps */
+    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+    const size_t zlen = z && tmp && cc ? ZSTD_compress2(cc, z, cap, raw, len) : 0;
+    ZSTD_freeCCtx(cc);
+    if (!z || !tmp || !zlen || ZSTD_isError(zlen)) {
+        printf("Bail out! ZSTD_compress\n");
+        exit(99);
+    }
+    unsigned char *back = NULL;
+    size_t blen = 0;
+    write_variant(tpath, z, zlen);
+    ok(pdump_read_file(tpath, &back, &blen) == 0 && blen == len && !memcmp(back, raw, len),
+       "a zstd frame reads back as the raw dump");
+    free(back);
+    is_int(open_variant(tpath, z, zlen), 0, "the compressed copy opens");
+    is_int(open_variant(tpath, z, zlen / 2), -PDUMP_ETRUNC, "a frame cut in half: truncated");
+    memcpy(tmp, z, zlen);
+    tmp[zlen / 2] ^= 0x40;
+    const int flipped = open_variant(tpath, tmp, zlen);
+    ok(flipped == -PDUMP_ECORRUPT || flipped == -PDUMP_ETRUNC,
+       "a flipped byte inside the frame: refused (%d, %s)", flipped, pdump_strerror(flipped));
+    /* a frame declaring 1 TiB of content: refused by its header */
+    cc = ZSTD_createCCtx();
+    ZSTD_CCtx_setPledgedSrcSize(cc, 1ull << 40);
+    ZSTD_outBuffer ob = { tmp, cap + 64, 0 };
+    ZSTD_inBuffer ib = { raw, 64, 0 };
+    ZSTD_compressStream2(cc, &ob, &ib, ZSTD_e_flush); /* the header and a first block only */
+    ZSTD_freeCCtx(cc);
+    is_int(open_variant(tpath, tmp, ob.pos), -EFBIG, "a frame claiming 1 TiB: -EFBIG");
+    /* no content size in the header (a streamed frame): refused rather than grown blindly */
+    cc = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_contentSizeFlag, 0);
+    ob = (ZSTD_outBuffer){ tmp, cap + 64, 0 };
+    ib = (ZSTD_inBuffer){ raw, len, 0 };
+    while (ZSTD_compressStream2(cc, &ob, &ib, ZSTD_e_end) != 0) {
+    }
+    ZSTD_freeCCtx(cc);
+    is_int(open_variant(tpath, tmp, ob.pos), -EFBIG, "a frame of unknown size: -EFBIG");
+    free(z);
+    free(tmp);
+}
+
 static void test_damaged(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    fseek(f, 0, SEEK_END);
-    const size_t len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc(len), *tmp = malloc(len);
-    if (!buf || !tmp || fread(buf, 1, len, f) != len) {
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    if (pdump_read_file(path, &buf, &len)) {
         printf("Bail out! cannot read %s\n", path);
         exit(99);
     }
-    fclose(f);
+    unsigned char *tmp = malloc(len);
+    if (!tmp) exit(99);
     char tpath[256];
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tpath, sizeof tpath, "%s/test_parity_dump.%d.bin", dir, (int)getpid());
@@ -129,6 +177,7 @@ static void test_damaged(const char *path)
     ok(strstr(pdump_strerror(-PDUMP_ETRUNC), "truncated") != NULL &&
            strcmp(pdump_strerror(-ENOENT), strerror(ENOENT)) == 0,
        "pdump_strerror names format and errno codes");
+    test_damaged_zstd(tpath, buf, len);
     remove(tpath);
     free(buf);
     free(tmp);
