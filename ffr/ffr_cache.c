@@ -385,7 +385,23 @@ static int get_entry(struct ffr_cache *c, const char *src, const char *name,
             rc = ffr_say(err, cap, -errno, "%s/%s: %s", c->dir, tmp, strerror(errno));
     }
     lock_drop(dl);
-    if (rc == 0) {
+    bool from_peer = false;
+    if (rc == 0 && c->o.peers && want->file) {
+        /* A peer first. Its bytes are checked in full here; whatever went wrong, the source
+         * then writes every byte of the same temporary again. */
+        int who = -1;
+        why[0] = '\0';
+        if (c->o.peers->fetch(c->o.peers->ctx, name, fd, want->bytes, &who, why, sizeof why) == 0) {
+            const int chk = check_file(fd, name, want, 1, why, sizeof why);
+            if (chk == 0) {
+                from_peer = true;
+            } else {
+                c->st.peer_bad++;
+                if (c->o.peers->bad) c->o.peers->bad(c->o.peers->ctx, who, why);
+            }
+        }
+    }
+    if (rc == 0 && !from_peer) {
         why[0] = '\0';
         rc = c->o.source && c->o.source->fetch
                  ? c->o.source->fetch(c->o.source->ctx, src, fd, want->bytes, why, sizeof why)
@@ -394,9 +410,9 @@ static int get_entry(struct ffr_cache *c, const char *src, const char *name,
     }
     if (rc == 0 && c->o.durable && fsync(fd) < 0)
         rc = ffr_say(err, cap, -errno, "%s/%s: fsync: %s", c->dir, tmp, strerror(errno));
-    if (rc == 0) {
+    if (rc == 0 && !from_peer) {
         /* Every byte, whatever the reuse policy: this is the only time it is read in full
-         * before it is trusted. */
+         * before it is trusted. (A peer's bytes were checked above.) */
         rc = check_file(fd, src, want, 1, why, sizeof why);
         if (rc < 0) ffr_say(err, cap, rc, "%s", why);
     }
@@ -409,6 +425,10 @@ static int get_entry(struct ffr_cache *c, const char *src, const char *name,
         touch(c, name);
         c->st.fetches++;
         c->st.fetched_bytes += want->bytes;
+        if (from_peer) {
+            c->st.peer_fetches++;
+            c->st.peer_bytes += want->bytes;
+        }
         rc = 1;
     }
     lock_drop(stripe);
@@ -422,7 +442,7 @@ static int entry_path(const struct ffr_cache *c, const char *name, char *path, s
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
-static void shard_entry_name(const struct ffr_cache_shard *w, char *name, size_t cap)
+void ffr_cache_entry_name(const struct ffr_cache_shard *w, char *name, size_t cap)
 {
     /* Long manifest names are replaced by their hash, so the entry stays under NAME_MAX with
      * room for the temporary's suffix. */
@@ -440,7 +460,7 @@ int ffr_cache_shard(struct ffr_cache *c, const char *src, const struct ffr_cache
     if (!c || !src || !want || !want->file || !*want->file || strchr(want->file, '/'))
         return -EINVAL;
     char name[NAME_MAX + 1];
-    shard_entry_name(want, name, sizeof name);
+    ffr_cache_entry_name(want, name, sizeof name);
     const int rc = get_entry(c, src, name, want, err, err_cap);
     if (rc < 0) return rc;
     const int prc = entry_path(c, name, path, path_cap);
@@ -688,7 +708,7 @@ static int cache_manifest(struct ffr_cache *c, const char *src, const uint8_t *t
             snprintf(shard_src, need, "%s", ms->file);
         const struct ffr_cache_shard want = { ms->file, ms->bytes, ms->records, ms->index_hash };
         char name[NAME_MAX + 1];
-        shard_entry_name(&want, name, sizeof name);
+        ffr_cache_entry_name(&want, name, sizeof name);
         if ((rc = pin_add(c, name)) < 0) break;
         rc = get_entry(c, shard_src, name, &want, err, cap);
         if (rc < 0) break;

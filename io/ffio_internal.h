@@ -324,4 +324,32 @@ void ffio_http_poll(struct ffio_http *h, double wake);
 void ffio_str_copy(char *dst, size_t cap, const char *src);
 #endif
 
+/* ---- the peer server's request head (ffio_peer.c; fuzzed by tests/fuzz/fuzz_peer_http.c) ---- */
+
+#define FFIO_PEER_HEAD_MAX 8192 /* bytes of a request head, CRLF CRLF included */
+
+enum ffio_peer_range {
+    FFIO_PEER_RANGE_NONE = 0, /* the whole file */
+    FFIO_PEER_RANGE_SPAN,     /* bytes=first-last */
+    FFIO_PEER_RANGE_FROM,     /* bytes=first- */
+    FFIO_PEER_RANGE_SUFFIX,   /* bytes=-last: the last `last` bytes */
+};
+
+struct ffio_peer_req {
+    bool head;       /* HEAD, else GET */
+    bool keep_alive; /* HTTP/1.1 without "Connection: close", or 1.0 with keep-alive */
+    bool not_found;  /* the target is not /ffr/NAME with a servable NAME */
+    char name[256];  /* NAME, NUL-terminated, [A-Za-z0-9._-], not starting with '.' */
+    enum ffio_peer_range range;
+    uint64_t first, last;
+};
+
+/*
+ * Parses the request head at the start of buf[0, n). Returns its length in bytes (> 0) when
+ * complete, 0 when more bytes are needed, or -STATUS for an answer to give and close with:
+ * -400 (malformed, or a body announced), -405 (not GET or HEAD), -431 (no end within
+ * FFIO_PEER_HEAD_MAX bytes), -505 (not HTTP/1.0 or 1.1). Reads at most FFIO_PEER_HEAD_MAX bytes.
+ */
+int ffio_peer_parse(const char *buf, size_t n, struct ffio_peer_req *r);
+
 #endif /* FFIO_INTERNAL_H */

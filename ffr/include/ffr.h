@@ -412,6 +412,22 @@ struct ffr_cache_source {
     void *ctx; /* passed to both */
 };
 
+/*
+ * Other nodes' caches, asked for a shard before its source (ffio_peers_cache_hooks makes one).
+ * Only shards a manifest describes are asked for: their index hash and size let the cache check
+ * every byte a peer sent; a single file is always fetched from its source.
+ */
+struct ffr_cache_peers {
+    /* Writes bytes [0, size) of cache entry `entry` (ffr_cache_entry_name) into fd from a peer;
+     * *who: which peer, for bad(). Returns 0, -ENOENT (no peer has it) or another error (the
+     * peers failed); on any error the source is used. */
+    int (*fetch)(void *ctx, const char *entry, int fd, uint64_t size, int *who, char *err,
+                 size_t err_cap);
+    /* The bytes from peer `who` failed the check (why: one line); the source is used next. */
+    void (*bad)(void *ctx, int who, const char *why);
+    void *ctx; /* passed to both */
+};
+
 struct ffr_cache_opts {
     uint64_t max_bytes; /* evict LRU entries to keep the directory under this; 0 = no limit */
     int full_verify;    /* 1: reuse verifies every byte; 0 (default): size, trailer, index hash */
@@ -419,6 +435,8 @@ struct ffr_cache_opts {
     const struct ffr_cache_source *source; /* NULL: sources are local paths (copied); else
                                               used for every source (borrowed: must outlive the
                                               cache) */
+    const struct ffr_cache_peers *peers;   /* NULL: none; else asked first for every shard
+                                              (borrowed: must outlive the cache) */
 };
 
 /* Fills *o: no size limit, cheap reuse checks, durable, local sources. */
@@ -504,7 +522,14 @@ struct ffr_cache_stats {
     uint64_t damaged;       /* cached shards that failed their check and were removed */
     uint64_t evicted;       /* entries evicted */
     uint64_t evicted_bytes; /* their bytes */
+    uint64_t peer_fetches;  /* shards (of fetches) that a peer gave, verified */
+    uint64_t peer_bytes;    /* their bytes (the rest of fetched_bytes came from sources) */
+    uint64_t peer_bad;      /* shards a peer sent that failed verification */
 };
+
+/* The name a shard takes in a cache directory (the name peers are asked for), at most
+ * NAME_MAX - 63 bytes: "INDEXHASH-BYTES-FILE" (FILE replaced by its hash when long). */
+FFR_API void ffr_cache_entry_name(const struct ffr_cache_shard *w, char *name, size_t cap);
 
 /* Fills *out. */
 FFR_API void ffr_cache_stats(const struct ffr_cache *c, struct ffr_cache_stats *out);

@@ -760,6 +760,102 @@ FFIO_API const char *ffio_remote_url(const struct ffio_remote *rm, uint32_t k);
 FFIO_API int ffio_remote_read(struct ffio_remote *rm, struct ffio_record_req *reqs, size_t n);
 /* --- end share --- */
 
+/* --- share: peers (ffio_peer.c; docs/sharing.md section 7) ---                             */
+/*
+ * Each node of a job serves its shard cache to the others, read-only, and asks them before
+ * the origin. The bytes a peer sends are checked by the asking cache against the manifest, as
+ * the origin's are, so a peer never needs to be trusted.
+ */
+
+struct ffio_peer_server_opts {
+    const char *bind_host;   /* address to listen on; NULL: every interface */
+    int port;                /* 0: any free port (ffio_peer_server_port says which) */
+    unsigned max_conns;      /* connections at once, 1..4096; default 64 */
+    unsigned head_timeout_s; /* a request head must arrive within this; default 10 */
+    unsigned idle_timeout_s; /* a connection that moves nothing this long is closed; 30 */
+    bool entries_only;       /* serve only names shaped like ffr_cache shard entries
+                                (INDEXHASH-BYTES-FILE); default true */
+};
+
+FFIO_API void ffio_peer_server_opts_default(struct ffio_peer_server_opts *o);
+
+struct ffio_peer_server;
+
+/*
+ * Serves the files of dir (a cache directory) over HTTP/1.1 from a thread of its own: GET and
+ * HEAD of /ffr/NAME, one byte range per request (the contract at the top of ffio_peer.c).
+ * Returns 0 (*out: stop it with ffio_peer_server_stop), -EINVAL, -ENOMEM, or -errno of the
+ * directory or the socket, with one line in err.
+ */
+FFIO_API int ffio_peer_serve(const char *dir, const struct ffio_peer_server_opts *opts,
+                             struct ffio_peer_server **out, char *err, size_t err_cap);
+
+/* The port it listens on. */
+FFIO_API int ffio_peer_server_port(const struct ffio_peer_server *s);
+
+struct ffio_peer_server_stats {
+    uint64_t requests;      /* requests answered (not counting refused heads) */
+    uint64_t bytes;         /* body bytes sent */
+    uint64_t not_found;     /* 404 answers */
+    uint64_t refused;       /* 400/405/416/431/505 answers */
+    uint64_t conns;         /* connections accepted */
+    uint64_t conns_refused; /* connections closed at once: max_conns were open */
+};
+
+/* Fills *out (thread-safe while it serves). */
+FFIO_API void ffio_peer_server_stats(struct ffio_peer_server *s,
+                                     struct ffio_peer_server_stats *out);
+
+/* Stops the thread, closes every connection and frees s. Accepts NULL. */
+FFIO_API void ffio_peer_server_stop(struct ffio_peer_server *s);
+
+struct ffio_peers;
+
+/*
+ * A client of the other nodes' servers, to be given to an ffr cache as its peers
+ * (ffio_peers_cache_hooks). http: the client's options (NULL: a peer is given up on within
+ * seconds: 2 s to connect, 5 s without progress, 2 retries, 20 s per range). log gets one line
+ * per peer avoided. Returns 0, -ENOMEM or -ENOTSUP (no libcurl in this build).
+ */
+FFIO_API int ffio_peers_create(const struct ffio_http_opts *http, ffio_log_fn log, void *log_ctx,
+                               struct ffio_peers **out);
+
+/* Frees p. Accepts NULL. */
+FFIO_API void ffio_peers_destroy(struct ffio_peers *p);
+
+/* Adds the peer serving at host:port; returns its number (0, 1, ...) or -EINVAL / -ENOMEM. */
+FFIO_API int ffio_peers_add(struct ffio_peers *p, const char *host, int port);
+
+/* Records that peer holds (or will hold) the cache entry `entry` (ffr_cache_entry_name). An
+ * entry may have several holders; they are asked in turn. Returns 0, -EINVAL or -ENOMEM. */
+FFIO_API int ffio_peers_hold(struct ffio_peers *p, const char *entry, int peer);
+
+/* Forgets every holding (a new epoch's plan follows). */
+FFIO_API void ffio_peers_clear(struct ffio_peers *p);
+
+/* A new epoch: peers avoided after a failure are asked again. */
+FFIO_API void ffio_peers_epoch(struct ffio_peers *p);
+
+/* What one peer gave. */
+struct ffio_peer_stats {
+    uint64_t fetched; /* shards it served */
+    uint64_t bytes;   /* their bytes */
+    uint64_t missing; /* 404s: evicted, or not there yet */
+    uint64_t failed;  /* failures (refused, reset, stalled, short) */
+    uint64_t bad;     /* shards whose bytes failed verification */
+    bool avoided;     /* avoided until the next epoch */
+};
+
+FFIO_API void ffio_peers_stats(const struct ffio_peers *p, int peer, struct ffio_peer_stats *out);
+
+/* The last failure as one line; "" when none. */
+FFIO_API const char *ffio_peers_last_error(const struct ffio_peers *p);
+
+/* Fills *out so that an ffr cache (ffr_cache_opts.peers) asks p's peers first (borrowed: p
+ * must outlive the cache). */
+FFIO_API void ffio_peers_cache_hooks(struct ffio_peers *p, struct ffr_cache_peers *out);
+/* --- end share --- */
+
 #ifdef __cplusplus
 }
 #endif
