@@ -479,6 +479,63 @@ int64_t trn_sampler_node_shards(const struct trn_sampler *s, uint32_t node, uint
     return found;
 }
 
+/* Marks bit `node` of have[k * words ..] for every shard `node` reads in s's epoch. */
+static int mark_readers(const struct trn_sampler *s, uint64_t *have, size_t words, uint32_t *buf)
+{
+    for (uint32_t m = 0; m < s->shards->nodes; m++) {
+        const int64_t k = trn_sampler_node_shards(s, m, buf, s->shards->n_shards);
+        if (k < 0) return (int)k;
+        for (int64_t i = 0; i < k; i++)
+            have[(size_t)buf[i] * words + m / 64] |= 1ull << (m % 64);
+    }
+    return 0;
+}
+
+int trn_sampler_peer_plan(const struct trn_sampler *s, uint32_t node, uint32_t since_epoch,
+                          const bool *want, uint8_t *first,
+                          void (*hold)(void *ctx, uint32_t shard, uint32_t node), void *ctx)
+{
+    if (!s || !s->shards || !first || node >= s->shards->nodes || since_epoch > s->epoch)
+        return -EINVAL;
+    const uint32_t ns = s->shards->n_shards, nodes = s->shards->nodes;
+    const size_t words = (nodes + 63) / 64;
+    uint64_t *before = calloc((size_t)ns * words, sizeof *before);
+    uint64_t *now = calloc((size_t)ns * words, sizeof *now);
+    uint32_t *buf = malloc((size_t)ns * sizeof *buf);
+    struct trn_sampler past = { 0 };
+    int rc = before && now && buf ? 0 : -ENOMEM;
+    if (rc == 0 && since_epoch < s->epoch) rc = trn_sampler_copy(&past, s);
+    for (uint32_t e = since_epoch; rc == 0 && e < s->epoch; e++) {
+        trn_sampler_set_epoch(&past, e);
+        rc = mark_readers(&past, before, words, buf);
+    }
+    if (rc == 0) rc = mark_readers(s, now, words, buf);
+    for (uint32_t k = 0; rc == 0 && k < ns; k++) {
+        first[k] = 0;
+        if (want && !want[k]) continue;
+        const uint64_t *b = before + (size_t)k * words, *c = now + (size_t)k * words;
+        const bool mine = (c[node / 64] >> (node % 64)) & 1;
+        /* this epoch's lowest reader other than `node`, counted as a holder when it fetches
+         * the shard first: it is below `node`, or `node` does not read it */
+        uint32_t lowest = UINT32_MAX;
+        for (uint32_t m = 0; m < nodes && lowest == UINT32_MAX; m++)
+            if (m != node && ((c[m / 64] >> (m % 64)) & 1)) lowest = m;
+        if (mine && lowest > node) lowest = UINT32_MAX;
+        bool any = false;
+        for (uint32_t m = 0; m < nodes; m++) {
+            if (m == node || !(((b[m / 64] >> (m % 64)) & 1) || m == lowest)) continue;
+            any = true;
+            if (hold) hold(ctx, k, m);
+        }
+        first[k] = !any;
+    }
+    trn_sampler_destroy(&past);
+    free(before);
+    free(now);
+    free(buf);
+    return rc;
+}
+
 uint64_t trn_sampler_rank_count(const struct trn_sampler *s)
 {
     const uint64_t w = s->opts.world_size;

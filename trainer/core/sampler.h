@@ -287,6 +287,25 @@ uint32_t trn_sampler_node(const struct trn_sampler *s);
 int64_t trn_sampler_node_shards(const struct trn_sampler *s, uint32_t node, uint32_t *out,
                                 size_t cap);
 
+/*
+ * Where node `node` gets the shards it needs in the current epoch when the nodes serve their
+ * caches to each other (docs/sharing.md section 7). A shard counts as held by every other node
+ * that read it in an epoch from since_epoch to the current one's previous (their caches keep
+ * it), and by the lowest other node reading it in this epoch, if that node is below `node`
+ * or `node` does not read it (it fetches it first). Then for each shard k with want[k] (want
+ * NULL: every shard):
+ *   - first[k] = 1 when no other node holds it: `node` fetches it from the origin, first;
+ *   - first[k] = 0 otherwise, and hold(ctx, k, m) is called for each holder m (lowest first):
+ *     `node` asks them, after every node's first fetches (a barrier), then the origin.
+ * So each shard leaves the origin once per job as long as the caches keep it. Shards the
+ * node does not want get first[k] = 0 and no hold calls. Returns 0, or -EINVAL (not
+ * shard-aware, node >= trn_sampler_node_count, since_epoch > the current epoch), -ENOMEM.
+ * O(nodes * shards * epochs counted).
+ */
+int trn_sampler_peer_plan(const struct trn_sampler *s, uint32_t node, uint32_t since_epoch,
+                          const bool *want, uint8_t *first,
+                          void (*hold)(void *ctx, uint32_t shard, uint32_t node), void *ctx);
+
 /* Samples this rank takes per epoch: ceil(n / world_size). */
 uint64_t trn_sampler_rank_count(const struct trn_sampler *s);
 

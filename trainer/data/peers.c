@@ -1,0 +1,206 @@
+/* Peers: see peers.h. */
+#include "peers.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "util.h"
+
+struct trn_peers {
+    struct ffio_peer_server *server;
+    struct ffio_peers *client;
+    int *peer_of; /* [n_nodes]: the client's peer number of node m; -1 for self */
+    uint32_t n_nodes;
+    ffio_log_fn log;
+    void *log_ctx;
+};
+
+int trn_peers_create(const char *cache_dir, bool serve, const char *bind_host, int port,
+                     ffio_log_fn log, void *log_ctx, struct trn_peers **out, char *err,
+                     size_t err_cap)
+{
+    if (!cache_dir || !out) return -EINVAL;
+    if (!ffio_http_available())
+        return trn_fail(err, err_cap, -ENOTSUP, "peers: this build has no HTTP client (libcurl)");
+    struct trn_peers *p = calloc(1, sizeof *p);
+    if (!p) return trn_fail(err, err_cap, -ENOMEM, "out of memory");
+    p->log = log;
+    p->log_ctx = log_ctx;
+    int rc;
+    if (serve) {
+        struct ffio_peer_server_opts o;
+        ffio_peer_server_opts_default(&o);
+        o.bind_host = bind_host;
+        o.port = port;
+        char why[512] = "";
+        rc = ffio_peer_serve(cache_dir, &o, &p->server, why, sizeof why);
+        if (rc < 0) {
+            trn_peers_destroy(p);
+            return trn_fail(err, err_cap, rc, "serving %s to the other nodes: %s", cache_dir,
+                            why[0] ? why : strerror(-rc));
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+void trn_peers_destroy(struct trn_peers *p)
+{
+    if (!p) return;
+    ffio_peer_server_stop(p->server);
+    ffio_peers_destroy(p->client);
+    free(p->peer_of);
+    free(p);
+}
+
+int trn_peers_port(const struct trn_peers *p)
+{
+    return p && p->server ? ffio_peer_server_port(p->server) : 0;
+}
+
+int trn_peers_set_nodes(struct trn_peers *p, uint32_t n_nodes, const char *const *hosts,
+                        const int *ports, uint32_t self)
+{
+    if (!p || !hosts || !ports || self >= n_nodes) return -EINVAL;
+    /* a fresh client: peers are only ever added to one */
+    struct ffio_peers *c = NULL;
+    int rc = ffio_peers_create(NULL, p->log, p->log_ctx, &c);
+    int *of = calloc(n_nodes, sizeof *of);
+    if (rc < 0 || !of) {
+        ffio_peers_destroy(c);
+        free(of);
+        return rc < 0 ? rc : -ENOMEM;
+    }
+    for (uint32_t m = 0; m < n_nodes && rc >= 0; m++) {
+        of[m] = -1;
+        if (m != self) rc = of[m] = ffio_peers_add(c, hosts[m], ports[m]);
+    }
+    if (rc < 0) {
+        ffio_peers_destroy(c);
+        free(of);
+        return rc;
+    }
+    ffio_peers_destroy(p->client);
+    p->client = c;
+    free(p->peer_of);
+    p->peer_of = of;
+    p->n_nodes = n_nodes;
+    return 0;
+}
+
+void trn_peers_cache_hooks(struct trn_peers *p, struct ffr_cache_peers *out)
+{
+    ffio_peers_cache_hooks(p->client, out);
+}
+
+struct hold_ctx {
+    struct trn_peers *p;
+    const struct ffr_cache_shard *shards;
+    int rc;
+};
+
+static void hold_cb(void *ctx, uint32_t shard, uint32_t node)
+{
+    struct hold_ctx *h = ctx;
+    if (node >= h->p->n_nodes || h->p->peer_of[node] < 0 || h->rc < 0) return;
+    char entry[512];
+    ffr_cache_entry_name(&h->shards[shard], entry, sizeof entry);
+    const int rc = ffio_peers_hold(h->p->client, entry, h->p->peer_of[node]);
+    if (rc < 0) h->rc = rc;
+}
+
+/* src's directory + "/" + file, as ffr_cache_dataset names a manifest's shards. */
+static char *shard_src(const char *src, const char *file)
+{
+    const char *slash = strrchr(src, '/');
+    const int dirlen = slash ? (int)(slash - src) : 0;
+    const size_t need = (size_t)dirlen + strlen(file) + 2;
+    char *s = malloc(need);
+    if (!s) return NULL;
+    if (slash)
+        snprintf(s, need, "%.*s/%s", dirlen, src, file);
+    else
+        snprintf(s, need, "%s", file);
+    return s;
+}
+
+int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sampler *s,
+                   uint32_t since_epoch, const char *src, const struct ffr_cache_shard *shards,
+                   uint32_t n, const bool *want, int (*barrier)(void *bctx), void *bctx,
+                   struct trn_peers_fill_stats *st, char *err, size_t err_cap)
+{
+    if (!p || !c || !s || !src || !shards || !st || !p->peer_of || s->opts.n_shards != n ||
+        trn_sampler_node_count(s) != p->n_nodes)
+        return trn_fail(err, err_cap, -EINVAL, "peers: the plan does not match the dataset");
+    memset(st, 0, sizeof *st);
+    uint8_t *first = calloc(n ? n : 1, 1);
+    if (!first) return trn_fail(err, err_cap, -ENOMEM, "out of memory");
+    ffio_peers_clear(p->client);
+    ffio_peers_epoch(p->client);
+    struct hold_ctx h = { p, shards, 0 };
+    int rc = trn_sampler_peer_plan(s, trn_sampler_node(s), since_epoch, want, first, hold_cb, &h);
+    if (rc == 0) rc = h.rc;
+    if (rc < 0) {
+        free(first);
+        return trn_fail(err, err_cap, rc, "peers: planning the fill: %s", strerror(-rc));
+    }
+    struct ffr_cache_stats a, b;
+    ffr_cache_stats(c, &a);
+    /* phase 1: what this node fetches first from the origin; phase 2, after the barrier: the
+     * rest, from the peers that fetched it */
+    for (int phase = 1; phase <= 2 && rc >= 0; phase++) {
+        if (phase == 2 && barrier && (rc = barrier(bctx)) < 0) {
+            trn_fail(err, err_cap, rc, "peers: waiting for the other nodes' first fetches");
+            break;
+        }
+        for (uint32_t k = 0; k < n && rc >= 0; k++) {
+            if ((want && !want[k]) || (phase == 1) != (first[k] != 0)) continue;
+            char *from = shard_src(src, shards[k].file);
+            if (!from) {
+                rc = trn_fail(err, err_cap, -ENOMEM, "out of memory");
+                break;
+            }
+            const int r = ffr_cache_shard(c, from, &shards[k], NULL, 0, err, err_cap);
+            free(from);
+            if (r < 0) rc = r;
+            st->shards++;
+        }
+    }
+    ffr_cache_stats(c, &b);
+    st->reused = (uint32_t)(b.hits - a.hits);
+    st->from_peers = (uint32_t)(b.peer_fetches - a.peer_fetches);
+    st->from_origin = (uint32_t)(b.fetches - a.fetches) - st->from_peers;
+    st->peer_bytes = b.peer_bytes - a.peer_bytes;
+    st->origin_bytes = (b.fetched_bytes - a.fetched_bytes) - st->peer_bytes;
+    st->peer_bad = (uint32_t)(b.peer_bad - a.peer_bad);
+    free(first);
+    return rc;
+}
+
+int trn_peers_local_addr(const char *toward, char *addr, size_t cap)
+{
+    struct addrinfo *ai = NULL;
+    const struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_DGRAM };
+    if (!toward || !*toward || getaddrinfo(toward, "9", &hints, &ai) != 0 || !ai)
+        return -EADDRNOTAVAIL;
+    const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int rc = 0;
+    struct sockaddr_in me;
+    socklen_t ml = sizeof me;
+    /* a datagram socket's connect only picks the route and the source address */
+    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
+        getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
+        rc = -errno;
+    else if (!inet_ntop(AF_INET, &me.sin_addr, addr, (socklen_t)cap))
+        rc = -ENOSPC;
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    return rc;
+}
