@@ -96,6 +96,16 @@ static const struct ffrt_cmd commands[] = {
       "  --json       one object: mb_per_s, records_per_s, p50_ms, p99_ms, ... and\n"
       "               jpeg_baseline.images_per_s and ratio when both arms ran\n",
       ffrt_cmd_bench },
+    { "serve", "ffr serve DIR [--host ADDR|*] [--port N] [--max-conns N]",
+      "Serves the files of DIR over HTTP/1.1, read-only: GET and HEAD of\n"
+      "http://ADDR:PORT/ffr/NAME with one byte range per request (what --cache-dir and\n"
+      "ffr bench read), for a dataset's origin without a web server to set up. Names with a\n"
+      "'/' or a leading '.' and anything not a regular file are not served. Runs until\n"
+      "SIGINT or SIGTERM, then prints the requests and bytes served.\n\n"
+      "  --host ADDR     address to listen on (default 127.0.0.1; * for every interface)\n"
+      "  -p, --port N    port (default 0: any free one, printed)\n"
+      "  --max-conns N   connections at once (default 64)\n",
+      ffrt_cmd_serve },
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -181,5 +181,7 @@ int ffrt_cmd_export(const struct ffrt_cmd *cmd, int argc, char **argv);
 int ffrt_cmd_show(const struct ffrt_cmd *cmd, int argc, char **argv);
 /* tools/ffr_bench.c */
 int ffrt_cmd_bench(const struct ffrt_cmd *cmd, int argc, char **argv);
+/* tools/ffr_serve.c */
+int ffrt_cmd_serve(const struct ffrt_cmd *cmd, int argc, char **argv);
 
 #endif

@@ -118,6 +118,19 @@ static int parse_args(int argc, char **argv, struct trn_launch_opts *A)
           .metavar = "SIZE",
           .help = "keep DIR under SIZE bytes (K, M, G, T), least recently used shards evicted",
           .call = parse_size },
+        { .names = "--peers",
+          .kind = AP_CHOICE,
+          .dst = &A->peers,
+          .metavar = "P",
+          .help = "--cache-dir on several nodes: auto (default: each node serves its cache to "
+                  "the others, and every shard leaves the origin once) or off (each node fetches "
+                  "from the origin)",
+          .choices = "auto|off" },
+        AP_OPT("--peer-host", AP_STR, &A->peer_host, "ADDR",
+               "the IPv4 address the other nodes reach this one at (default: the one that routes "
+               "to MASTER_ADDR)"),
+        AP_RANGE("--peer-port", AP_LONG, &A->peer_port, "N",
+                 "the port this node serves its cache on (default 0: any free one)", 0, 65535),
         TOOL_OPT_CFG(&A->cfg, ""),
         AP_RANGE("--nc", AP_LONG, &A->nc, "N", "override the yaml's number of classes", 1, 65536),
         AP_OPT("--weights", AP_STR, &A->weights, "FILE",

@@ -20,6 +20,9 @@ extern "C" {
 void trn_seterr(char *err, size_t err_cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Seconds on the monotonic clock (for durations). */
+double trn_now_s(void);
+
 /* trn_seterr, then return rc: `return trn_fail(err, cap, -EINVAL, "...", ...);`. */
 int trn_fail(char *err, size_t err_cap, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -35,6 +35,15 @@ int trn_peers_create(const char *cache_dir, bool serve, const char *bind_host, i
     p->log_ctx = log_ctx;
     int rc;
     if (serve) {
+        /* the cache makes its directory (and its parents) as it opens */
+        struct ffr_cache *c = NULL;
+        char why0[512] = "";
+        rc = ffr_cache_open(&c, cache_dir, NULL, why0, sizeof why0);
+        ffr_cache_close(c);
+        if (rc < 0) {
+            free(p);
+            return trn_fail(err, err_cap, rc, "%s", why0[0] ? why0 : strerror(-rc));
+        }
         struct ffio_peer_server_opts o;
         ffio_peer_server_opts_default(&o);
         o.bind_host = bind_host;

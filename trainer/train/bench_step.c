@@ -19,6 +19,7 @@
 #include "optim.h"
 #include "plans.h"
 #include "errors.h"
+#include "util.h"
 
 void trn_bench_step_opts_default(struct trn_bench_step_opts *o)
 {
@@ -30,13 +31,6 @@ void trn_bench_step_opts_default(struct trn_bench_step_opts *o)
     o->steps = 10;
     o->boxes = 8;
     o->cpu_engine = TRN_CPU_ENGINE_AUTO;
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static uint64_t next(uint64_t *s)
@@ -180,7 +174,7 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
     (void)n_img; /* the batch is on the device since resident_setup */
     int rc = trn_net_forward_dev(b->net, b->d_images, true, true, out);
     if (!rc) rc = dsync(b);
-    t[0] = now_s();
+    t[0] = trn_now_s();
     if (rc < 0) {
         snprintf(err, err_cap, "forward: %s", trn_strerror(rc));
         return rc;
@@ -191,7 +185,7 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
                               b->rdp, 0, b->d_out, b->d_scratch, b->scratch_bytes);
     if (!rc) rc = kern_mem_copy(b->dctx, raw, b->d_out, sizeof raw, KERN_COPY_D2H);
     if (!rc) rc = trn_loss_items_from_out(raw, &items);
-    t[1] = now_s();
+    t[1] = trn_now_s();
     if (rc < 0) {
         snprintf(err, err_cap, "loss: %s", trn_loss_strerror(rc));
         return rc;
@@ -199,7 +193,7 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
     *loss = items.total;
     rc = trn_net_backward_dev(b->net, (const float *const *)b->rdp);
     if (!rc) rc = dsync(b);
-    t[2] = now_s();
+    t[2] = trn_now_s();
     if (rc < 0) {
         snprintf(err, err_cap, "backward: %s", trn_strerror(rc));
         return rc;
@@ -210,7 +204,7 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
     rc = trn_optim_dev_step(b->odev, trn_net_dev_arena(b->net, TRN_ARENA_PARAM), grad, sch, &so);
     if (!rc) rc = trn_optim_dev_zero_grad(b->odev, grad);
     if (!rc) rc = dsync(b);
-    t[3] = now_s();
+    t[3] = trn_now_s();
     if (rc < 0) {
         snprintf(err, err_cap, "optimizer: %s", kern_strerror(rc));
         return rc;
@@ -218,7 +212,7 @@ static int resident_step(struct bench *b, const struct trn_model_info *I, size_t
     rc = b->dK->ema_update(b->dctx, b->d_ema[1], trn_net_dev_arena(b->net, TRN_ARENA_BUFFER),
                            I->arena_len[TRN_ARENA_BUFFER], (float)d, (float)(1.0 - d));
     if (!rc) rc = dsync(b);
-    t[4] = now_s();
+    t[4] = trn_now_s();
     if (rc < 0) snprintf(err, err_cap, "EMA: %s", kern_strerror(rc));
     return rc;
 }
@@ -393,12 +387,12 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     for (int it = 0; resident && it < warmup + o->steps; it++) {
         double t[5];
         if (it == warmup) kern_cuda_profiler_range(1);
-        const double t0 = now_s();
+        const double t0 = trn_now_s();
         float loss = NAN;
         if (graph && it > 0) {
             if ((rc = graph_step(&b, n_img, &sch, it + 1, &loss, err, err_cap)) < 0) goto out;
             r->loss = loss;
-            if (it >= warmup) t_graph += now_s() - t0;
+            if (it >= warmup) t_graph += trn_now_s() - t0;
             continue;
         }
         if ((rc = resident_step(&b, I, n_img, &sch, it + 1, t, &loss, err, err_cap)) < 0) goto out;
@@ -412,13 +406,13 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
     }
     if (resident) kern_cuda_profiler_range(0);
     for (int it = 0; !resident && it < o->warmup + o->steps; it++) {
-        const double t0 = now_s();
+        const double t0 = trn_now_s();
         const float *out[TRN_MODEL_MAX_LEVELS];
         if ((rc = trn_net_forward(b.net, b.images, true, out)) < 0) {
             snprintf(err, err_cap, "forward: %s", trn_strerror(rc));
             goto out;
         }
-        const double t1 = now_s();
+        const double t1 = trn_now_s();
         struct trn_loss_items items;
         float *raw[TRN_MODEL_MAX_LEVELS], *const *dp = b.dp;
         const int blk = trn_net_raw_dhead(b.net, raw); /* as yolo-train's step (step_host.c) */
@@ -428,12 +422,12 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
             snprintf(err, err_cap, "loss: %s", trn_loss_strerror(rc));
             goto out;
         }
-        const double t2 = now_s();
+        const double t2 = trn_now_s();
         if ((rc = trn_net_backward(b.net, (const float *const *)dp)) < 0) {
             snprintf(err, err_cap, "backward: %s", trn_strerror(rc));
             goto out;
         }
-        const double t3 = now_s();
+        const double t3 = trn_now_s();
         float *grad = trn_net_grad(b.net);
         double norm = 0;
         if ((rc = trn_optim_clip(b.opt, grad, 10.0, &norm)) < 0 ||
@@ -442,12 +436,12 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
             goto out;
         }
         trn_net_zero_grad(b.net);
-        const double t4 = now_s();
+        const double t4 = trn_now_s();
         if ((rc = trn_ema_update(b.ema, params, buffers)) < 0) {
             snprintf(err, err_cap, "EMA: %s", trn_optim_strerror(rc));
             goto out;
         }
-        const double t5 = now_s();
+        const double t5 = trn_now_s();
         r->loss = items.total;
         if (it < o->warmup) continue;
         t_fwd += t1 - t0;

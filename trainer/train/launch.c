@@ -4,8 +4,10 @@
  */
 #include "launch.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -30,10 +32,12 @@
 #include "loader.h"
 #include "model.h"
 #include "net.h"
+#include "peers.h"
 #include "plots.h"
 #include "rundir.h"
 #include "train.h"
 #include "weights.h"
+#include "util.h"
 
 void trn_launch_opts_default(struct trn_launch_opts *o)
 {
@@ -438,15 +442,232 @@ static int resume_records(const struct trn_launch_opts *A, const char *ckpt, cha
     return rc < 0;
 }
 
+/* The job's peers (served by local rank 0, asked by every rank), kept for the whole run: other
+ * nodes may still ask this one while it trains. */
+static struct trn_peers *g_peers;
+static char g_master_addr[256]; /* rank 0's host, from the launcher (join_job) */
+
+/* The manifest at src (a path or URL), when it is one: *text (malloc'd) and *len. Returns 1
+ * when src is a manifest, 0 when it is not (a single record file, or too large to be one), or
+ * a negative error. */
+static int read_manifest(const char *src, char **text, size_t *len)
+{
+    /* ffr's own bound on a manifest (ffr_manifest.h): a larger file is a record file */
+    const uint64_t max = 64u << 20;
+    uint64_t size = 0;
+    struct ffio_http *h = NULL;
+    int rc = 0;
+    FILE *f = NULL;
+    if (ffio_http_is_url(src)) {
+        rc = ffio_http_create(NULL, &h);
+        if (rc == 0) rc = ffio_http_size(h, src, &size);
+    } else {
+        struct stat st;
+        rc = stat(src, &st) == 0 ? 0 : -errno;
+        size = rc == 0 ? (uint64_t)st.st_size : 0;
+    }
+    char *t = NULL;
+    if (rc == 0 && size > 0 && size <= max && !(t = malloc((size_t)size + 1))) rc = -ENOMEM;
+    if (rc == 0 && t) {
+        if (h) {
+            struct ffio_http_extent x = { .url = src, .dst = t, .offset = 0, .length = size };
+            rc = ffio_http_read(h, &x, 1) == 0 ? 0 : (x.res < 0 ? (int)x.res : -EIO);
+        } else {
+            f = fopen(src, "rb");
+            rc = f && fread(t, 1, (size_t)size, f) == (size_t)size ? 0 : -EIO;
+        }
+    }
+    if (f) fclose(f);
+    ffio_http_destroy(h);
+    if (rc < 0 || !t || !ffr_manifest_sniff_text(t, (size_t)size)) {
+        free(t);
+        return rc < 0 ? rc : 0;
+    }
+    t[size] = '\0';
+    *text = t;
+    *len = (size_t)size;
+    return 1;
+}
+
+static int barrier_cb(void *ctx)
+{
+    return trn_dist_barrier(ctx);
+}
+
+static void peers_log(void *ctx, enum ffio_log_level level, const char *msg)
+{
+    (void)level;
+    say(ctx, TRN_LAUNCH_ERR, "%s", msg);
+}
+
+/*
+ * --cache-dir with several nodes (docs/sharing.md section 7): local rank 0 of each node serves
+ * the node's cache, the nodes' addresses are summed over the job's communicator, and the shards
+ * are fetched from the origin once, by the node that reads each first in epoch 0, then by the
+ * others from it (a barrier between), each byte checked. Every rank calls it, at the same
+ * point. *done: the shards are in the cache (else the caller fills it alone, as without
+ * peers). Returns 0, or 1 after saying why.
+ */
+static int peer_fill(const struct trn_launch_opts *A, const char *src, struct trn_dist *dist,
+                     int local_world, const struct ffr_cache_opts *co, bool *done)
+{
+    *done = false;
+    const int rank = trn_dist_rank(dist), world = trn_dist_world(dist);
+    const int L = local_world > 0 ? local_world : 1, nodes = (world + L - 1) / L;
+    if (!A->cache_dir || (A->peers && !strcmp(A->peers, "off")) || nodes < 2) return 0;
+    const uint32_t node = (uint32_t)(rank / L);
+    char err[1024] = "";
+    /* 1. the server, and this node's address, summed over the job (all ranks take part, also
+     * when their own part failed, so that no rank waits for another) */
+    int64_t *addr = calloc((size_t)nodes * 2, sizeof *addr);
+    if (!addr) return 1;
+    int rc = 0;
+    if (!g_peers)
+        rc = trn_peers_create(A->cache_dir, rank % L == 0, NULL, (int)A->peer_port, peers_log,
+                              (void *)A, &g_peers, err, sizeof err);
+    if (rc == 0 && rank % L == 0) {
+        char host[64];
+        struct in_addr ia;
+        if (A->peer_host)
+            snprintf(host, sizeof host, "%s", A->peer_host);
+        else if (trn_peers_local_addr(g_master_addr[0] ? g_master_addr : "127.0.0.1", host,
+                                      sizeof host) < 0)
+            host[0] = '\0';
+        if (inet_pton(AF_INET, host, &ia) == 1) {
+            addr[2 * node] = (int64_t)ntohl(ia.s_addr);
+            addr[2 * node + 1] = trn_peers_port(g_peers);
+        } else {
+            snprintf(err, sizeof err, "no IPv4 address to announce (%s); give --peer-host",
+                     host[0] ? host : "none found toward the job's MASTER_ADDR");
+            rc = -EADDRNOTAVAIL;
+        }
+    }
+    if (rc < 0) say(A, TRN_LAUNCH_ERR, "rank %d: peers off: %s", rank, err);
+    int cr = trn_dist_allreduce_i64(dist, addr, (size_t)nodes * 2, TRN_DIST_SUM);
+    bool all = cr == 0;
+    for (int m = 0; m < nodes && all; m++)
+        all = addr[2 * m + 1] > 0;
+    if (!all) {
+        /* every rank sees the same sums, so all of them go on without peers alike */
+        if (rank == 0)
+            say(A, TRN_LAUNCH_ERR,
+                "peers off: a node announced no server; each node fetches from %s", src);
+        free(addr);
+        return 0;
+    }
+    char(*hosts)[INET_ADDRSTRLEN] = calloc((size_t)nodes, sizeof *hosts);
+    const char **hp = calloc((size_t)nodes, sizeof *hp);
+    int *ports = calloc((size_t)nodes, sizeof *ports);
+    char *text = NULL;
+    size_t tlen = 0;
+    struct ffr_cache_shard *shards = NULL;
+    uint32_t n = 0;
+    uint64_t *counts = NULL;
+    struct ffr_cache *c = NULL;
+    struct ffio_http *origin = NULL;
+    struct trn_sampler s;
+    bool have_s = false;
+    rc = hosts && hp && ports ? 0 : -ENOMEM;
+    for (int m = 0; rc == 0 && m < nodes; m++) {
+        const struct in_addr ia = { htonl((uint32_t)addr[2 * m]) };
+        inet_ntop(AF_INET, &ia, hosts[m], sizeof hosts[m]);
+        hp[m] = hosts[m];
+        ports[m] = (int)addr[2 * m + 1];
+    }
+    free(addr);
+    /* 2. the plan: the manifest's shards, the sampler's epoch 0 */
+    if (rc == 0) rc = read_manifest(src, &text, &tlen);
+    if (rc == 1)
+        rc = ffr_manifest_shards(text, tlen, &shards, &n, err, sizeof err);
+    else if (rc == 0)
+        rc = 1; /* a single file: no shards to share */
+    if (rc == 0 && n >= 2 && (counts = calloc(n, sizeof *counts))) {
+        struct trn_sampler_opts so;
+        trn_sampler_opts_default(&so);
+        for (uint32_t k = 0; k < n; k++)
+            so.n += counts[k] = shards[k].records;
+        so.seed = (uint64_t)A->seed;
+        so.world_size = (uint32_t)world;
+        so.rank = (uint32_t)rank;
+        so.shard_counts = counts;
+        so.n_shards = n;
+        so.local_world_size = (uint32_t)L;
+        rc = trn_sampler_init(&s, &so);
+        have_s = rc == 0;
+        if (rc < 0) snprintf(err, sizeof err, "the shard plan: %s", strerror(-rc));
+    } else if (rc == 0) {
+        rc = 1;
+    }
+    if (rc == 0) rc = trn_peers_set_nodes(g_peers, (uint32_t)nodes, hp, ports, node);
+    /* 3. the fill, with the barrier every rank must reach */
+    struct ffr_cache_source cs;
+    struct ffr_cache_peers hooks;
+    struct ffr_cache_opts o = *co;
+    if (rc == 0 && ffio_http_is_url(src)) {
+        rc = ffio_http_create(NULL, &origin);
+        ffio_http_cache_source(origin, &cs);
+        o.source = &cs;
+    }
+    if (rc == 0) {
+        trn_peers_cache_hooks(g_peers, &hooks);
+        o.peers = &hooks;
+        rc = ffr_cache_open(&c, A->cache_dir, &o, err, sizeof err);
+    }
+    struct trn_peers_fill_stats st = { 0 };
+    const double t0 = trn_now_s();
+    if (rc == 0)
+        rc = trn_peers_fill(g_peers, c, &s, 0, src, shards, n, NULL, barrier_cb, dist, &st, err,
+                            sizeof err);
+    else if (rc < 0)
+        barrier_cb(dist); /* this rank cannot fill with peers: it still meets the others */
+    uint64_t data_bytes = 0;
+    for (uint32_t k = 0; k < n; k++)
+        data_bytes += shards[k].bytes;
+    ffr_cache_close(c);
+    ffio_http_destroy(origin);
+    if (have_s) trn_sampler_destroy(&s);
+    free(counts);
+    ffr_manifest_shards_free(shards, n);
+    free(text);
+    free(hosts);
+    free(hp);
+    free(ports);
+    /* 4. one answer for the job (a node that failed makes every rank fall back alike), and
+     * what the whole job fetched from where */
+    if (rc < 0) say(A, TRN_LAUNCH_ERR, "rank %d: peers: %s", rank, err[0] ? err : strerror(-rc));
+    int64_t sum[6] = {
+        rc < 0,     st.from_peers, (int64_t)st.peer_bytes, st.from_origin, (int64_t)st.origin_bytes,
+        st.peer_bad
+    };
+    if (trn_dist_allreduce_i64(dist, sum, 6, TRN_DIST_SUM) < 0) sum[0] = 1;
+    const bool bad = sum[0] != 0;
+    if (bad && rank == 0)
+        say(A, TRN_LAUNCH_ERR, "peers: each node fills its cache from %s instead", src);
+    else if (rank == 0 && rc == 0)
+        say(A, TRN_LAUNCH_ERR,
+            "peers: %d nodes filled their caches in %.1f s: %" PRId64
+            " shard fetch(es) from the other nodes (%.1f MB), %" PRId64
+            " from %s (%.1f MB, %.2fx the dataset)%s",
+            nodes, trn_now_s() - t0, sum[1], (double)sum[2] / 1e6, sum[3], src,
+            (double)sum[4] / 1e6, data_bytes ? (double)sum[4] / (double)data_bytes : 0.0,
+            sum[5] ? "; a peer sent damaged bytes, fetched again from the origin" : "");
+    *done = rc == 0 && !bad;
+    return 0;
+}
+
 /* --cache-dir: the dataset's shards copied (or, for a URL, downloaded) into the
  * node-local cache, verified, and the cached manifest's path in local. Every local rank calls
- * it; the cache's locks fetch each shard once per node. Returns 0 or 1 (after saying why). */
-static int cache_dataset(const struct trn_launch_opts *A, const char *src, char *local, size_t cap)
+ * it; the cache's locks fetch each shard once per node. With several nodes the nodes fill
+ * from each other first (peer_fill). Returns 0 or 1 (after saying why). */
+static int cache_dataset(const struct trn_launch_opts *A, const char *src, struct trn_dist *dist,
+                         int local_world, char *local, size_t cap)
 {
     char err[1024] = "";
     struct ffr_cache_opts co;
     ffr_cache_opts_default(&co);
     co.max_bytes = A->cache_max;
+    bool peered = false;
+    if (dist && peer_fill(A, src, dist, local_world, &co, &peered)) return 1;
     const int rc = ffio_cache_dataset(A->cache_dir, &co, src, local, cap, err, sizeof err);
     if (rc < 0) {
         say(A, TRN_LAUNCH_ERR, "--cache-dir %s: %s", A->cache_dir, err[0] ? err : ffr_strerror(rc));
@@ -455,6 +676,8 @@ static int cache_dataset(const struct trn_launch_opts *A, const char *src, char 
     if (rc > 0)
         say(A, TRN_LAUNCH_ERR, "%s: %d shard(s) fetched into %s, every byte verified", src, rc,
             A->cache_dir);
+    else if (peered)
+        say(A, TRN_LAUNCH_ERR, "%s: every shard in %s, every byte verified", src, A->cache_dir);
     else
         say(A, TRN_LAUNCH_ERR,
             "%s: every shard reused from %s (size, trailer and index checked; each record is "
@@ -578,12 +801,13 @@ static int do_train(const struct trn_launch_opts *A, const struct trn_hyp *hyp,
     }
     static char cached[2][PATH_MAX];
     if (A->cache_dir && A->records) {
-        if (cache_dataset(A, A->records, cached[0], sizeof cached[0])) return 1;
+        if (cache_dataset(A, A->records, dist, local_world, cached[0], sizeof cached[0])) return 1;
         o.records = cached[0];
         o.cache_dir = A->cache_dir; /* a damaged cached shard is evicted (train.h) */
     }
     if (A->cache_dir && A->val_records) {
-        if (cache_dataset(A, A->val_records, cached[1], sizeof cached[1])) return 1;
+        if (cache_dataset(A, A->val_records, NULL, local_world, cached[1], sizeof cached[1]))
+            return 1;
         o.val_records = cached[1];
     }
     if (!A->cache_dir && ((o.records && ffio_http_is_url(o.records)) ||
@@ -839,6 +1063,7 @@ static int join_job(const struct trn_launch_opts *A, struct trn_dist **dist, int
         return 1;
     }
     *local_world = env.local_world_size;
+    snprintf(g_master_addr, sizeof g_master_addr, "%s", env.master_addr);
     struct trn_dist_opts o;
     trn_dist_opts_default(&o);
     trn_dist_backend_parse(A->dist_backend, &o.backend);
@@ -932,6 +1157,8 @@ int trn_launch(struct trn_launch_opts *A, int argc, char **argv)
         return usage(A, "training needs --cfg MODEL (e.g. --cfg yolov5n), --weights FILE "
                         "or --resume");
     }
+    trn_peers_destroy(g_peers);
+    g_peers = NULL;
     trn_dist_destroy(dist);
     /* results.png drew text: cairo's and fontconfig's caches, for a clean exit under leak checks */
     trn_plots_cleanup();

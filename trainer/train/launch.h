@@ -66,6 +66,9 @@ struct trn_launch_opts {
     const char *evolve;      /* --evolve [N]: "" for the default 300 */
     const char *cache;       /* --cache [ram|disk]: "" for ram; NULL: not given */
     const char *cache_share; /* --cache-share node|rank: one RAM copy per node, or per rank */
+    const char *peers;       /* --peers auto|off: nodes fill their caches from each other */
+    const char *peer_host;   /* --peer-host ADDR: the IPv4 address this node announces */
+    long peer_port;          /* --peer-port N: the peer server's port (0: any free one) */
     long freeze[64];         /* --freeze N | R [R ...] */
     int n_freeze;
     bool cuda_graph_fail;   /* --cuda-graph-test-fail: the capture acts as failed (tests) */

@@ -5,6 +5,7 @@
  * checkpoints hold the arenas as raw little-endian bytes, so resume is bit-exact on the same path.
  */
 #include "priv/run.h"
+#include "util.h"
 
 void trn_train_opts_default(struct trn_train_opts *o)
 {
@@ -66,13 +67,6 @@ static int setup(struct run *R, struct trn_ckpt **C, char *err, size_t cap)
         (rc = run_nets_create(R, err, cap)) < 0)
         return rc;
     return run_state_setup(R, *C, err, cap);
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* ultralytics' tqdm bar after each batch: epoch, device memory, mean losses, the batch's
@@ -304,7 +298,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
     run_log(R, "%11s%11s%11s%11s%11s%11s%11s", "Epoch", "GPU_mem", "box_loss", "obj_loss",
             "cls_loss", "Instances", "Size");
 
-    const double t0 = now_s();
+    const double t0 = trn_now_s();
     int64_t batches = 0, images = 0, stop_sig = 0;
     double first_loss = NAN, epoch_t0 = t0;
     int64_t epoch_images = 0, epoch_batches = 0;
@@ -345,10 +339,10 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
         const double mloss[3] = { R->state.msum[0] / (double)R->state.mcount,
                                   R->state.msum[1] / (double)R->state.mcount,
                                   R->state.msum[2] / (double)R->state.mcount };
-        progress(R, R->state.epoch, mloss, b.n_targets, epoch_batches, now_s() - epoch_t0,
+        progress(R, R->state.epoch, mloss, b.n_targets, epoch_batches, trn_now_s() - epoch_t0,
                  epoch_images, mb.width);
         if (R->state.step == R->state.nb) {
-            train_secs += now_s() - epoch_t0;
+            train_secs += trn_now_s() - epoch_t0;
             const int epoch = R->state.epoch;
             if (first_epoch) first_loss = mloss[0] + mloss[1] + mloss[2];
             first_epoch = false;
@@ -383,7 +377,7 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             if (!erc && !early && R->state.epoch < R->o.epochs)
                 erc = run_data_iw_apply(R, R->state.epoch, 0, err, err_cap);
             if ((rc = erc) < 0) goto out;
-            epoch_t0 = now_s();
+            epoch_t0 = trn_now_s();
             epoch_images = epoch_batches = 0;
             if (early && R->state.epoch < R->o.epochs) {
                 run_log(R,
@@ -426,17 +420,17 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
             trn_seterr(err, err_cap, "results.png: %s", e);
             goto out;
         }
-        run_log(R, "%d epochs completed in %.3f hours.", R->state.epoch, (now_s() - t0) / 3600);
+        run_log(R, "%d epochs completed in %.3f hours.", R->state.epoch, (trn_now_s() - t0) / 3600);
         if (R->data.val && !R->o.evolve && (rc = validate_best(R, err, err_cap)) < 0) goto out;
         run_log(R, "Results saved to %s", R->o.run_dir);
     }
     if (res) {
-        const double secs = now_s() - t0;
+        const double secs = trn_now_s() - t0;
         res->epoch = R->state.epoch;
         res->step = R->state.step;
         res->batches = batches;
         res->images_per_s = secs > 0 ? (double)images * R->dist.world / secs : 0;
-        if (R->state.step > 0) train_secs += now_s() - epoch_t0; /* a stop mid-epoch */
+        if (R->state.step > 0) train_secs += trn_now_s() - epoch_t0; /* a stop mid-epoch */
         res->train_images_per_s =
             train_secs > 0 ? (double)images * R->dist.world / train_secs : res->images_per_s;
         res->first_loss = first_loss;

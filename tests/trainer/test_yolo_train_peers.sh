@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# yolo-train --cache-dir on 2 "nodes" of 2 ranks each (4 processes on loopback with torchrun's
+# variables, a cache directory per node), from an origin that `ffr serve` runs and that counts
+# the bytes it sends: with peers (the default) the dataset leaves the origin about once, without
+# (--peers off) once per node; both runs train to the same results, bit for bit.
+# Usage: test_yolo_train_peers.sh YOLO_TRAIN YOLO_SYNTH YOLO_PACK FFR
+set -u
+train=$1 synth=$2 pack=$3 ffr=$4
+work=$(mktemp -d)
+srv=
+trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$work"' EXIT
+n=0 failed=0
+check() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else failed=$((failed + 1)); echo "not ok $n - $2"; fi; }
+"$synth" "$work/s" --split train2017=24 --seed 5 --min-side 60 --max-side 120 >/dev/null 2>&1 &&
+    mkdir -p "$work/origin" &&
+    "$pack" "$work/s" --split train2017 -o "$work/origin/train.ffr" --size 96 --shard-size 64K -q 2>/dev/null
+check $? "a dataset packed in $(ls "$work/origin" | grep -c -- '-[0-9]*\.ffr$') shards"
+data_bytes=$(cat "$work"/origin/* | wc -c)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# one job: 4 ranks, 2 per node; prints the origin's body bytes
+job() {
+    local name=$1; shift
+    "$ffr" serve "$work/origin" --port 0 >"$work/$name.serve" 2>&1 &
+    srv=$!
+    local port="" i
+    for i in $(seq 50); do
+        port=$(sed -n 's#.*http://127.0.0.1:\([0-9]*\)/ffr/.*#\1#p' "$work/$name.serve")
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    local mport pids=() rc=0
+    mport=$(free_port)
+    for r in 0 1 2 3; do
+        RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT=$mport OPENBLAS_NUM_THREADS=1 \
+            "$train" --records "http://127.0.0.1:$port/ffr/train.ffr" --cache-dir "$work/$name-cache$((r / 2))" \
+            --cfg yolov5n --img 96 --batch-size 4 --epochs 1 --threads 1 --workers 1 --seed 2 \
+            --noval --nosave --project "$work/runs" --name "$name" "$@" >"$work/$name.$r.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    [ $rc = 0 ] || tail -n 5 "$work/$name".?.log | sed 's/^/# /' >&2
+    kill "$srv"
+    wait "$srv" 2>/dev/null
+    srv=
+    sed -n 's/.* \([0-9]*\) body bytes.*/\1/p' "$work/$name.serve"
+    return $rc
+}
+with=$(job peers)
+check $? "4 ranks on 2 nodes train with peers"
+grep -h "peers: " "$work"/peers.0.log | sed "s/^/# /"
+[ "$(grep -c "peers: 2 nodes filled their caches" "$work"/peers.0.log)" = 1 ]
+check $? "rank 0 says, once, what came from the other nodes and what from the origin"
+without=$(job nopeers --peers off)
+check $? "the same job with --peers off"
+echo "# dataset $data_bytes bytes; origin sent $with with peers, $without without"
+awk -v w="$with" -v d="$data_bytes" 'BEGIN { exit !(w > 0 && w <= 1.1 * d) }'
+check $? "with peers the origin sent $(awk -v w="$with" -v d="$data_bytes" 'BEGIN { printf "%.2f", w / d }')x the dataset (<= 1.1)"
+awk -v w="$without" -v d="$data_bytes" 'BEGIN { exit !(w >= 1.9 * d) }'
+check $? "without, $(awk -v w="$without" -v d="$data_bytes" 'BEGIN { printf "%.2f", w / d }')x (each node fetched it)"
+cmp -s "$work/runs/peers/results.csv" "$work/runs/nopeers/results.csv"
+check $? "the same results, bit for bit"
+diff -r <(cd "$work/peers-cache0" && ls | grep -v '^\.' | grep -v '^m' | sort) \
+    <(cd "$work/peers-cache1" && ls | grep -v '^\.' | grep -v '^m' | sort) >/dev/null
+check $? "both nodes' caches hold every shard"
+echo "1..$n"
+echo "# $((n - failed)) passed, $failed failed"
+[ $failed = 0 ]
