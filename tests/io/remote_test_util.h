@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,6 +54,26 @@ static inline int rt_make_dataset(const char *path, uint32_t n, uint64_t shard_b
         return -1;
     }
     return ffr_writer_close(w);
+}
+
+/* Every record of the file or manifest at path a equals b's (as rt_record writes them: at most
+ * 12 KiB each). */
+static inline bool rt_same_records(const char *a_path, const char *b_path)
+{
+    struct ffr_reader *a = NULL, *b = NULL;
+    char err[256];
+    bool same = ffr_reader_open(&a, a_path, NULL, err, sizeof err) == 0 &&
+                ffr_reader_open(&b, b_path, NULL, err, sizeof err) == 0 &&
+                ffr_reader_count(a) == ffr_reader_count(b);
+    static uint8_t x[12288], y[12288];
+    for (uint64_t i = 0; same && i < ffr_reader_count(b); i++) {
+        const int64_t nx = ffr_reader_read(a, NULL, i, x, sizeof x);
+        const int64_t ny = ffr_reader_read(b, NULL, i, y, sizeof y);
+        same = nx >= 0 && nx == ny && !memcmp(x, y, (size_t)nx);
+    }
+    ffr_reader_close(a);
+    ffr_reader_close(b);
+    return same;
 }
 
 /* A TCP socket listening on 127.0.0.1 at a free port (*port): the fd, or -1. */

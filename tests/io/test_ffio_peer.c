@@ -295,25 +295,6 @@ static void fill(struct node *nd, const char *name, const char *url, struct ffio
     ffio_http_destroy(nd->origin);
 }
 
-/* Every record of the cached manifest equals the dataset's. */
-static bool same_records(const char *cached, const char *orig)
-{
-    struct ffr_reader *a = NULL, *b = NULL;
-    char err[256];
-    bool same = ffr_reader_open(&a, cached, NULL, err, sizeof err) == 0 &&
-                ffr_reader_open(&b, orig, NULL, err, sizeof err) == 0 &&
-                ffr_reader_count(a) == ffr_reader_count(b);
-    static uint8_t x[12288], y[12288];
-    for (uint64_t i = 0; same && i < ffr_reader_count(b); i++) {
-        const int64_t nx = ffr_reader_read(a, NULL, i, x, sizeof x);
-        const int64_t ny = ffr_reader_read(b, NULL, i, y, sizeof y);
-        same = nx >= 0 && nx == ny && !memcmp(x, y, (size_t)nx);
-    }
-    ffr_reader_close(a);
-    ffr_reader_close(b);
-    return same;
-}
-
 static uint64_t dir_bytes(const char *dir, int *files)
 {
     DIR *d = opendir(dir);
@@ -393,7 +374,7 @@ static void test_cache_peers(void)
     struct node a = { 0 };
     fill(&a, "peer-a", url, NULL);
     ffio_peer_server_stats(origin, &o0);
-    ok(a.rc > 1 && o0.bytes >= ds_bytes && same_records(a.local, ds),
+    ok(a.rc > 1 && o0.bytes >= ds_bytes && rt_same_records(a.local, ds),
        "node A fills from the origin alone: %d shards, %" PRIu64 " bytes served for a %" PRIu64
        "-byte dataset",
        a.rc, o0.bytes, ds_bytes);
@@ -417,7 +398,7 @@ static void test_cache_peers(void)
     struct ffio_peer_stats ps;
     ffio_peers_stats(pb, ia, &ps);
     ok(b.rc == (int)n_sh && b.st.peer_fetches == n_sh && ps.fetched == n_sh &&
-           same_records(b.local, ds),
+           rt_same_records(b.local, ds),
        "node B: all %u shards from peer A, every record equal", n_sh);
     ok(o1.bytes - o0.bytes < 4096,
        "node B cost the origin %" PRIu64 " bytes (the manifest), not %" PRIu64, o1.bytes - o0.bytes,
@@ -463,7 +444,7 @@ static void test_cache_peers(void)
        "node C: %" PRIu64 " shards from the peer, 1 missing there, 1 with bad bytes (peer "
        "avoided, one log line)",
        c.st.peer_fetches);
-    ok(same_records(c.local, ds), "node C: every record equal despite the corrupt peer");
+    ok(rt_same_records(c.local, ds), "node C: every record equal despite the corrupt peer");
     ok(o1.bytes - o0.bytes > 0 && o1.bytes - o0.bytes < ds_bytes / 2,
        "the origin served C the two shards and the manifest (%" PRIu64 " bytes)",
        o1.bytes - o0.bytes);
@@ -502,7 +483,7 @@ static void test_cache_peers(void)
     ok(d.rc == (int)n_sh && d.st.peer_fetches == 0 && sd.failed == 1 && sm.failed == 1 &&
            sd.avoided && sm.avoided && n_logged == 2,
        "node D: the dead and the mute peer each failed once, then were avoided");
-    ok(same_records(d.local, ds) && took < 15,
+    ok(rt_same_records(d.local, ds) && took < 15,
        "node D: filled from the origin, every record equal, in %.1f s", took);
     ffio_peers_destroy(pd);
     close(mute);

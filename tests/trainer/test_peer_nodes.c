@@ -77,24 +77,12 @@ static int child_barrier(void *ctx)
 /* Every record of shard k in the cache equals the dataset file's. */
 static bool shard_equal(const char *cache_dir, uint32_t k)
 {
-    char entry[512], a[2048], b[2048], err[256];
+    char entry[512], a[2048], b[2048];
     ffr_cache_entry_name(&shards[k], entry, sizeof entry);
     snprintf(a, sizeof a, "%s/%s", cache_dir, entry);
     const char *slash = strrchr(ds_path, '/');
     snprintf(b, sizeof b, "%.*s/%s", (int)(slash - ds_path), ds_path, shards[k].file);
-    struct ffr_reader *x = NULL, *y = NULL;
-    bool same = ffr_reader_open(&x, a, NULL, err, sizeof err) == 0 &&
-                ffr_reader_open(&y, b, NULL, err, sizeof err) == 0 &&
-                ffr_reader_count(x) == ffr_reader_count(y);
-    static uint8_t bx[12288], by[12288];
-    for (uint64_t i = 0; same && i < ffr_reader_count(y); i++) {
-        const int64_t nx = ffr_reader_read(x, NULL, i, bx, sizeof bx);
-        const int64_t ny = ffr_reader_read(y, NULL, i, by, sizeof by);
-        same = nx >= 0 && nx == ny && !memcmp(bx, by, (size_t)nx);
-    }
-    ffr_reader_close(x);
-    ffr_reader_close(y);
-    return same;
+    return rt_same_records(a, b);
 }
 
 /* The corrupt node serves a copy of its cache with a byte flipped in every shard. */
