@@ -140,6 +140,23 @@ static char *shard_src(const char *src, const char *file)
     return s;
 }
 
+/* Fetches the wanted shards of one phase (1: first[k] set, 2: the others). */
+static int fetch_phase(struct ffr_cache *c, const char *src, const struct ffr_cache_shard *shards,
+                       uint32_t n, const bool *want, const uint8_t *first, int phase,
+                       struct trn_peers_fill_stats *st, char *err, size_t err_cap)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        if ((want && !want[k]) || (phase == 1) != (first[k] != 0)) continue;
+        char *from = shard_src(src, shards[k].file);
+        if (!from) return trn_fail(err, err_cap, -ENOMEM, "out of memory");
+        const int r = ffr_cache_shard(c, from, &shards[k], NULL, 0, err, err_cap);
+        free(from);
+        if (r < 0) return r;
+        st->shards++;
+    }
+    return 0;
+}
+
 int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sampler *s,
                    uint32_t since_epoch, const char *src, const struct ffr_cache_shard *shards,
                    uint32_t n, const bool *want, int (*barrier)(void *bctx), void *bctx,
@@ -150,38 +167,28 @@ int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sa
         return trn_fail(err, err_cap, -EINVAL, "peers: the plan does not match the dataset");
     memset(st, 0, sizeof *st);
     uint8_t *first = calloc(n ? n : 1, 1);
-    if (!first) return trn_fail(err, err_cap, -ENOMEM, "out of memory");
-    ffio_peers_clear(p->client);
-    ffio_peers_epoch(p->client);
-    struct hold_ctx h = { p, shards, 0 };
-    int rc = trn_sampler_peer_plan(s, trn_sampler_node(s), since_epoch, want, first, hold_cb, &h);
-    if (rc == 0) rc = h.rc;
-    if (rc < 0) {
-        free(first);
-        return trn_fail(err, err_cap, rc, "peers: planning the fill: %s", strerror(-rc));
-    }
+    int rc = first ? 0 : trn_fail(err, err_cap, -ENOMEM, "out of memory");
     struct ffr_cache_stats a, b;
     ffr_cache_stats(c, &a);
-    /* phase 1: what this node fetches first from the origin; phase 2, after the barrier: the
-     * rest, from the peers that fetched it */
-    for (int phase = 1; phase <= 2 && rc >= 0; phase++) {
-        if (phase == 2 && barrier && (rc = barrier(bctx)) < 0) {
-            trn_fail(err, err_cap, rc, "peers: waiting for the other nodes' first fetches");
-            break;
-        }
-        for (uint32_t k = 0; k < n && rc >= 0; k++) {
-            if ((want && !want[k]) || (phase == 1) != (first[k] != 0)) continue;
-            char *from = shard_src(src, shards[k].file);
-            if (!from) {
-                rc = trn_fail(err, err_cap, -ENOMEM, "out of memory");
-                break;
-            }
-            const int r = ffr_cache_shard(c, from, &shards[k], NULL, 0, err, err_cap);
-            free(from);
-            if (r < 0) rc = r;
-            st->shards++;
-        }
+    if (rc == 0) {
+        ffio_peers_clear(p->client);
+        ffio_peers_epoch(p->client);
+        struct hold_ctx h = { p, shards, 0 };
+        rc = trn_sampler_peer_plan(s, trn_sampler_node(s), since_epoch, want, first, hold_cb, &h);
+        if (rc == 0) rc = h.rc;
+        if (rc < 0) trn_fail(err, err_cap, rc, "peers: planning the fill: %s", strerror(-rc));
     }
+    /* phase 1: what this node fetches first, from the origin */
+    if (rc == 0) rc = fetch_phase(c, src, shards, n, want, first, 1, st, err, err_cap);
+    /* The barrier, whatever happened before it: the other processes cannot pass it without
+     * this one. */
+    if (barrier) {
+        const int br = barrier(bctx);
+        if (rc == 0 && br < 0)
+            rc = trn_fail(err, err_cap, br, "peers: waiting for the other nodes' first fetches");
+    }
+    /* phase 2: the rest, from the peers holding it */
+    if (rc == 0) rc = fetch_phase(c, src, shards, n, want, first, 2, st, err, err_cap);
     ffr_cache_stats(c, &b);
     st->reused = (uint32_t)(b.hits - a.hits);
     st->from_peers = (uint32_t)(b.peer_fetches - a.peer_fetches);

@@ -66,8 +66,10 @@ struct trn_peers_fill_stats {
  * ffr_manifest_shards gives them; their sources are src's directory + file) that want selects
  * (NULL: all), for this process's node in s's current epoch (s: shard-aware, over the same
  * shards), counting as held what the other nodes read since since_epoch. barrier(bctx) is called
- * once between the two phases, by every process of the job; a negative return ends the fill
- * with that error. Returns 0 or a negative error (err: one line naming the shard).
+ * once between the two phases, by every process of the job, also when this one failed before
+ * it (the others cannot pass it without this one); a negative return ends the fill with that
+ * error. Only invalid arguments (-EINVAL) return without calling it. Returns 0 or a negative
+ * error (err: one line naming the shard).
  */
 int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sampler *s,
                    uint32_t since_epoch, const char *src, const struct ffr_cache_shard *shards,

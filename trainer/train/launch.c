@@ -613,13 +613,17 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
         o.peers = &hooks;
         rc = ffr_cache_open(&c, A->cache_dir, &o, err, sizeof err);
     }
+    /* Every rank ready, or none fills with peers: a rank whose manifest read or plan failed
+     * (or found a single file) must not leave the others waiting at the fill's barrier. */
+    int64_t not_ready = rc != 0;
+    if (trn_dist_allreduce_i64(dist, &not_ready, 1, TRN_DIST_SUM) < 0) not_ready = 1;
     struct trn_peers_fill_stats st = { 0 };
     const double t0 = trn_now_s();
-    if (rc == 0)
+    if (not_ready == 0)
         rc = trn_peers_fill(g_peers, c, &s, 0, src, shards, n, NULL, barrier_cb, dist, &st, err,
                             sizeof err);
-    else if (rc < 0)
-        barrier_cb(dist); /* this rank cannot fill with peers: it still meets the others */
+    else if (rc == 0)
+        rc = 1; /* another rank is not ready: no fill here either */
     uint64_t data_bytes = 0;
     for (uint32_t k = 0; k < n; k++)
         data_bytes += shards[k].bytes;
