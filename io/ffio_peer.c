@@ -37,6 +37,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -450,6 +451,13 @@ static void on_accept(struct ffio_peer_server *s)
 static void *serve(void *arg)
 {
     struct ffio_peer_server *s = arg;
+    /* sendfile(2) to a connection the client has closed raises SIGPIPE (it takes no
+     * MSG_NOSIGNAL), whose default action would end the whole training process: blocked in
+     * this thread, the signal stays pending here and the call fails with EPIPE instead. */
+    sigset_t pipe_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
     const unsigned n = s->o.max_conns;
     struct pollfd *pf = calloc(n + 2, sizeof *pf);
     int *who = calloc(n + 2, sizeof *who);
