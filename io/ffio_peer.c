@@ -789,12 +789,13 @@ const char *ffio_peers_last_error(const struct ffio_peers *p)
 }
 
 /* ffr_cache_peers.fetch: each holder of `entry` in turn, from a start that depends on the
- * entry's hash and on who asks, so that the askers of one shard spread over its holders. */
+ * entry's hash, so that the shards a node asks for spread over their holders. */
 static int peers_fetch(void *ctx, const char *entry, int fd, uint64_t size, int *who, char *err,
                        size_t cap)
 {
     struct ffio_peers *p = ctx;
     *who = -1;
+    if (!p->n_holds) return -ENOENT;
     if (!p->sorted) {
         qsort(p->holds, p->n_holds, sizeof *p->holds, cmp_hold);
         p->sorted = true;
