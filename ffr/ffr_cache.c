@@ -686,8 +686,6 @@ static int cache_manifest(struct ffr_cache *c, const char *src, const uint8_t *t
     char why[512] = "";
     int rc = ffr_manifest_parse(&m, text, len, why, sizeof why);
     if (rc < 0) return ffr_say(err, cap, rc, "%s: %s", src, why);
-    const char *slash = strrchr(src, '/');
-    const int dirlen = slash ? (int)(slash - src) : 0;
     struct sbuf b = { 0 };
     sb_printf(&b,
               "# ffr manifest\n# cached from %s\nffr_manifest: 1\nrecords: %" PRIu64 "\nshards:\n",
@@ -696,16 +694,11 @@ static int cache_manifest(struct ffr_cache *c, const char *src, const uint8_t *t
     char *shard_src = NULL;
     for (uint32_t k = 0; k < m.n_shards && rc >= 0; k++) {
         const struct ffr_manifest_shard *ms = &m.shards[k];
-        const size_t need = (size_t)dirlen + strlen(ms->file) + 2;
         free(shard_src);
-        if (!(shard_src = malloc(need))) {
+        if (!(shard_src = ffr_manifest_shard_source(src, ms->file))) {
             rc = -ENOMEM;
             break;
         }
-        if (slash)
-            snprintf(shard_src, need, "%.*s/%s", dirlen, src, ms->file);
-        else
-            snprintf(shard_src, need, "%s", ms->file);
         const struct ffr_cache_shard want = { ms->file, ms->bytes, ms->records, ms->index_hash };
         char name[NAME_MAX + 1];
         ffr_cache_entry_name(&want, name, sizeof name);
@@ -731,6 +724,27 @@ static int cache_manifest(struct ffr_cache *c, const char *src, const uint8_t *t
     }
     free(b.p);
     ffr_manifest_free(&m);
+    return rc;
+}
+
+int ffr_cache_manifest_shards(struct ffr_cache *c, const char *src, struct ffr_cache_shard **out,
+                              uint32_t *n, char *err, size_t err_cap)
+{
+    if (err && err_cap) err[0] = '\0';
+    if (!c || !src || !*src || !out || !n) return -EINVAL;
+    *out = NULL;
+    *n = 0;
+    uint64_t size = 0;
+    int rc = source_size(c, src, &size, err, err_cap);
+    if (rc < 0 || size > FFR_MANIFEST_MAX) return rc < 0 ? rc : 0;
+    uint8_t *text = NULL;
+    if ((rc = read_small(c, src, size, &text, err, err_cap)) < 0) return rc;
+    if (ffr_manifest_sniff(text, (size_t)size)) {
+        char why[512] = "";
+        rc = ffr_manifest_shards(text, (size_t)size, out, n, why, sizeof why);
+        if (rc < 0) ffr_say(err, err_cap, rc, "%s: %s", src, why);
+    }
+    free(text);
     return rc;
 }
 
@@ -798,6 +812,19 @@ int ffr_manifest_shards(const void *text, size_t len, struct ffr_cache_shard **o
     *out = s;
     ffr_manifest_free(&m);
     return 0;
+}
+
+char *ffr_manifest_shard_source(const char *manifest, const char *file)
+{
+    const char *slash = strrchr(manifest, '/');
+    const int dirlen = slash ? (int)(slash - manifest) : 0;
+    const size_t need = (size_t)dirlen + strlen(file) + 2;
+    char *s = malloc(need);
+    if (s && slash)
+        snprintf(s, need, "%.*s/%s", dirlen, manifest, file);
+    else if (s)
+        snprintf(s, need, "%s", file);
+    return s;
 }
 
 void ffr_manifest_shards_free(struct ffr_cache_shard *s, uint32_t n)

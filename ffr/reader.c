@@ -356,22 +356,15 @@ static int open_manifest(struct ffr_reader **out, const char *path, const uint8_
         ffr_manifest_free(&m);
         return rc;
     }
-    const char *slash = strrchr(path, '/');
-    const int dirlen = slash ? (int)(slash - path) : 0;
     for (uint32_t k = 0; k < m.n_shards && rc == 0; k++) {
         const struct ffr_manifest_shard *ms = &m.shards[k];
         struct shard *s = &r->shards[k];
-        const size_t need = (size_t)dirlen + strlen(ms->file) + 2;
-        s->path = malloc(need);
+        /* Shards sit beside the manifest: "dir/NAME", or plain "NAME" in the current one. */
+        s->path = ffr_manifest_shard_source(path, ms->file);
         if (!s->path) {
             rc = -ENOMEM;
             break;
         }
-        /* Shards sit beside the manifest: "dir/NAME", or plain "NAME" in the current one. */
-        if (slash)
-            snprintf(s->path, need, "%.*s/%s", dirlen, path, ms->file);
-        else
-            snprintf(s->path, need, "%s", ms->file);
         s->fd = ffr_open_regular(s->path, 0);
         if (s->fd < 0) {
             const int e = s->fd;

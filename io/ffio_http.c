@@ -1016,16 +1016,6 @@ void ffio_remote_close(struct ffio_remote *rm)
     free(rm);
 }
 
-static char *join_url(const char *base_url, const char *file)
-{
-    const char *slash = strrchr(base_url, '/');
-    const size_t dirlen = slash ? (size_t)(slash - base_url) : 0;
-    const size_t need = dirlen + strlen(file) + 2;
-    char *u = malloc(need);
-    if (u) snprintf(u, need, "%.*s/%s", (int)dirlen, base_url, file);
-    return u;
-}
-
 int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_reader_opts *opts,
                      struct ffio_remote **out, char *err, size_t err_cap)
 {
@@ -1106,7 +1096,7 @@ int ffio_remote_open(struct ffio_http *h, const char *url, const struct ffr_read
         }
         rm->n_urls = ns;
         for (uint32_t k = 0; k < ns; k++) {
-            if (!(rm->urls[k] = join_url(url, sh[k].file))) {
+            if (!(rm->urls[k] = ffr_manifest_shard_source(url, sh[k].file))) {
                 rc = -ENOMEM;
                 goto out;
             }

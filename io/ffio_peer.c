@@ -225,9 +225,7 @@ struct ffio_peer_server {
 
 void ffio_peer_server_opts_default(struct ffio_peer_server_opts *o)
 {
-    memset(o, 0, sizeof *o);
-    o->bind_host = NULL;
-    o->port = 0;
+    memset(o, 0, sizeof *o); /* bind_host NULL (every interface), port 0 (any) */
     o->max_conns = 64;
     o->head_timeout_s = 10;
     o->idle_timeout_s = 30;
@@ -256,10 +254,6 @@ static void count(struct ffio_peer_server *s, uint64_t *field, uint64_t by)
 static const char *reason(int status)
 {
     switch (status) {
-    case 200:
-        return "OK";
-    case 206:
-        return "Partial Content";
     case 400:
         return "Bad Request";
     case 404:
@@ -282,15 +276,12 @@ static const char *reason(int status)
 static void answer_empty(struct ffio_peer_server *s, struct conn *c, int status, uint64_t size)
 {
     const bool keep = status == 404 || status == 416;
-    int n;
+    char range[64] = "";
     if (status == 416)
-        n = snprintf(c->out, sizeof c->out,
-                     "HTTP/1.1 416 %s\r\nContent-Range: bytes */%" PRIu64
-                     "\r\nContent-Length: 0\r\n%s\r\n",
-                     reason(status), size, keep && !c->close_after ? "" : "Connection: close\r\n");
-    else
-        n = snprintf(c->out, sizeof c->out, "HTTP/1.1 %d %s\r\nContent-Length: 0\r\n%s\r\n", status,
-                     reason(status), keep && !c->close_after ? "" : "Connection: close\r\n");
+        snprintf(range, sizeof range, "Content-Range: bytes */%" PRIu64 "\r\n", size);
+    const int n =
+        snprintf(c->out, sizeof c->out, "HTTP/1.1 %d %s\r\n%sContent-Length: 0\r\n%s\r\n", status,
+                 reason(status), range, keep && !c->close_after ? "" : "Connection: close\r\n");
     c->out_n = (size_t)n;
     c->out_off = 0;
     if (!keep) c->close_after = true;
@@ -341,18 +332,16 @@ static void answer(struct ffio_peer_server *s, struct conn *c, const struct ffio
         break;
     }
     const uint64_t len = size ? b - a + 1 : 0;
-    int n;
+    char range[96] = "";
     if (partial)
-        n = snprintf(c->out, sizeof c->out,
-                     "HTTP/1.1 206 Partial Content\r\nContent-Length: %" PRIu64
-                     "\r\nContent-Range: bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64
-                     "\r\nAccept-Ranges: bytes\r\nContent-Type: application/octet-stream\r\n%s\r\n",
-                     len, a, b, size, c->close_after ? "Connection: close\r\n" : "");
-    else
-        n = snprintf(c->out, sizeof c->out,
-                     "HTTP/1.1 200 OK\r\nContent-Length: %" PRIu64
-                     "\r\nAccept-Ranges: bytes\r\nContent-Type: application/octet-stream\r\n%s\r\n",
-                     len, c->close_after ? "Connection: close\r\n" : "");
+        snprintf(range, sizeof range,
+                 "Content-Range: bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64 "\r\n", a, b, size);
+    const int n = snprintf(c->out, sizeof c->out,
+                           "HTTP/1.1 %s\r\nContent-Length: %" PRIu64
+                           "\r\n%sAccept-Ranges: bytes\r\nContent-Type: "
+                           "application/octet-stream\r\n%s\r\n",
+                           partial ? "206 Partial Content" : "200 OK", len, range,
+                           c->close_after ? "Connection: close\r\n" : "");
     c->out_n = (size_t)n;
     c->out_off = 0;
     if (r->head || len == 0) {
@@ -638,11 +627,14 @@ struct hold {
     char *name;
 };
 
+struct peer {
+    char *base;                /* "http://HOST:PORT" */
+    struct ffio_peer_stats st; /* st.avoided: until ffio_peers_epoch */
+};
+
 struct ffio_peers {
     struct ffio_http *h;
-    char **base;   /* "http://HOST:PORT", per peer */
-    bool *avoided; /* until ffio_peers_epoch */
-    struct ffio_peer_stats *pst;
+    struct peer *peer;
     int n, cap;
     struct hold *holds;
     size_t n_holds, cap_holds;
@@ -700,10 +692,8 @@ void ffio_peers_destroy(struct ffio_peers *p)
     if (!p) return;
     ffio_http_destroy(p->h);
     for (int i = 0; i < p->n; i++)
-        free(p->base[i]);
-    free(p->base);
-    free(p->avoided);
-    free(p->pst);
+        free(p->peer[i].base);
+    free(p->peer);
     ffio_peers_clear(p);
     free(p->holds);
     free(p);
@@ -715,13 +705,9 @@ int ffio_peers_add(struct ffio_peers *p, const char *host, int port)
         return -EINVAL;
     if (p->n == p->cap) {
         const int cap = p->cap ? p->cap * 2 : 8;
-        char **b = realloc(p->base, (size_t)cap * sizeof *b);
-        if (b) p->base = b;
-        bool *a = realloc(p->avoided, (size_t)cap * sizeof *a);
-        if (a) p->avoided = a;
-        struct ffio_peer_stats *s = realloc(p->pst, (size_t)cap * sizeof *s);
-        if (s) p->pst = s;
-        if (!b || !a || !s) return -ENOMEM;
+        struct peer *q = realloc(p->peer, (size_t)cap * sizeof *q);
+        if (!q) return -ENOMEM;
+        p->peer = q;
         p->cap = cap;
     }
     const bool v6 = strchr(host, ':') != NULL;
@@ -729,9 +715,7 @@ int ffio_peers_add(struct ffio_peers *p, const char *host, int port)
     char *u = malloc(need);
     if (!u) return -ENOMEM;
     snprintf(u, need, v6 ? "http://[%s]:%d" : "http://%s:%d", host, port);
-    p->base[p->n] = u;
-    p->avoided[p->n] = false;
-    memset(&p->pst[p->n], 0, sizeof p->pst[p->n]);
+    p->peer[p->n] = (struct peer){ .base = u };
     return p->n++;
 }
 
@@ -764,7 +748,7 @@ void ffio_peers_epoch(struct ffio_peers *p)
 {
     if (!p) return;
     for (int i = 0; i < p->n; i++)
-        p->avoided[i] = false;
+        p->peer[i].st.avoided = false;
 }
 
 static int cmp_hold(const void *a, const void *b)
@@ -777,10 +761,7 @@ static int cmp_hold(const void *a, const void *b)
 void ffio_peers_stats(const struct ffio_peers *p, int peer, struct ffio_peer_stats *out)
 {
     memset(out, 0, sizeof *out);
-    if (p && peer >= 0 && peer < p->n) {
-        *out = p->pst[peer];
-        out->avoided = p->avoided[peer];
-    }
+    if (p && peer >= 0 && peer < p->n) *out = p->peer[peer].st;
 }
 
 const char *ffio_peers_last_error(const struct ffio_peers *p)
@@ -815,11 +796,12 @@ static int peers_fetch(void *ctx, const char *entry, int fd, uint64_t size, int 
     const size_t k = end - lo;
     int rc = -ENOENT;
     for (size_t t = 0; t < k; t++) {
-        const struct hold *h = &p->holds[lo + (t + hash % (k ? k : 1)) % k];
-        if (strcmp(h->name, entry) != 0 || p->avoided[h->peer]) continue;
+        const struct hold *h = &p->holds[lo + (t + hash % k) % k];
+        struct peer *q = &p->peer[h->peer];
+        if (strcmp(h->name, entry) != 0 || q->st.avoided) continue;
         char url[1024];
-        snprintf(url, sizeof url, "%s/ffr/%s", p->base[h->peer], entry);
-        struct ffio_peer_stats *ps = &p->pst[h->peer];
+        snprintf(url, sizeof url, "%s/ffr/%s", q->base, entry);
+        struct ffio_peer_stats *ps = &q->st;
         const int r = ffio_http_fetch(p->h, url, fd, size);
         if (r == 0) {
             ps->fetched++;
@@ -827,18 +809,18 @@ static int peers_fetch(void *ctx, const char *entry, int fd, uint64_t size, int 
             *who = h->peer;
             return 0;
         }
-        snprintf(p->last, sizeof p->last, "%s", ffio_http_last_error(p->h));
+        ffio_str_copy(p->last, sizeof p->last, ffio_http_last_error(p->h));
         if (r == -ENOENT) {
             ps->missing++; /* evicted, or not there yet: the next holder */
             continue;
         }
         ps->failed++;
-        p->avoided[h->peer] = true;
+        ps->avoided = true;
         peers_log(p, "peer %s: %s; avoided until the next epoch, the origin serves its shards",
-                  p->base[h->peer], p->last);
+                  q->base, p->last);
         rc = r;
     }
-    if (rc != -ENOENT && err && cap) snprintf(err, cap, "%s", p->last);
+    if (rc != -ENOENT && err && cap) ffio_str_copy(err, cap, p->last);
     return rc;
 }
 
@@ -846,12 +828,12 @@ static void peers_bad(void *ctx, int who, const char *why)
 {
     struct ffio_peers *p = ctx;
     if (who < 0 || who >= p->n) return;
-    p->pst[who].bad++;
-    p->avoided[who] = true;
+    p->peer[who].st.bad++;
+    p->peer[who].st.avoided = true;
     peers_log(p,
               "peer %s served bytes that failed verification (%s); avoided until the next "
               "epoch, the origin serves its shards",
-              p->base[who], why);
+              p->peer[who].base, why);
 }
 
 void ffio_peers_cache_hooks(struct ffio_peers *p, struct ffr_cache_peers *out)

@@ -511,6 +511,21 @@ FFR_API int ffr_manifest_shards(const void *text, size_t len, struct ffr_cache_s
 /* Frees a list from ffr_manifest_shards. Accepts NULL. */
 FFR_API void ffr_manifest_shards_free(struct ffr_cache_shard *s, uint32_t n);
 
+/* Where shard `file` of the manifest at `manifest` (a path or URL) is: beside it ("dir/FILE"),
+ * or plain "FILE" when the manifest's name has no directory. malloc'ed; NULL when out of
+ * memory. */
+FFR_API char *ffr_manifest_shard_source(const char *manifest, const char *file);
+
+/*
+ * The shards of the manifest at src, read through the cache's source as ffr_cache_dataset
+ * reads it (for callers that plan which shards to fetch): *out and *n as ffr_manifest_shards
+ * gives them. A single record file (not a manifest) gives 0 with *n = 0 and *out NULL. Returns
+ * 0 or the errors of ffr_cache_dataset's read and ffr_manifest_shards (err: one line).
+ */
+FFR_API int ffr_cache_manifest_shards(struct ffr_cache *c, const char *src,
+                                      struct ffr_cache_shard **out, uint32_t *n, char *err,
+                                      size_t err_cap);
+
 /* 1 when the first n bytes of a file say "manifest" rather than "record file". */
 FFR_API int ffr_manifest_sniff_text(const void *head, size_t n);
 

@@ -427,6 +427,27 @@ int main(int argc, char **argv)
     rc = ffr_cache_dataset(c, one, path, sizeof path, err, sizeof err);
     const int rc2 = ffr_cache_dataset(c, one, path, sizeof path, err, sizeof err);
     ok(rc == 1 && rc2 == 0 && same_records(one, path), "a single file is cached, then reused");
+    /* The shard list a planner reads: the manifest's shards beside it, none for a single file */
+    struct ffr_cache_shard *sh = (void *)1;
+    uint32_t nsh = 99;
+    rc = ffr_cache_manifest_shards(c, one, &sh, &nsh, err, sizeof err);
+    ok(rc == 0 && nsh == 0 && sh == NULL, "manifest shards of a single file: none");
+    rc = ffr_cache_manifest_shards(c, src, &sh, &nsh, err, sizeof err);
+    bool same = rc == 0 && nsh == ns;
+    for (uint32_t k = 0; same && k < nsh; k++) {
+        struct ffr_shard_info sk;
+        ffr_reader_shard(sr, k, &sk);
+        char *at = ffr_manifest_shard_source(src, sh[k].file);
+        same = at && sh[k].bytes == sk.file_size && sh[k].records == sk.count &&
+               sh[k].index_hash == sk.index_hash && file_size(at) == (long long)sk.file_size;
+        free(at);
+    }
+    ok(same, "manifest shards: %u, with the reader's sizes, counts and index hashes, beside it",
+       nsh);
+    ffr_manifest_shards_free(sh, nsh);
+    char *plain = ffr_manifest_shard_source("data.ffr", "data-00001.ffr");
+    ok(plain && !strcmp(plain, "data-00001.ffr"), "a manifest without a directory: the plain name");
+    free(plain);
     ffr_cache_close(c);
     snprintf(cmd, sizeof cmd, "%s/.tmp-x-999999999-0", cdir);
     const int tf = open(cmd, O_WRONLY | O_CREAT, 0644);

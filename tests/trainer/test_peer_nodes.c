@@ -77,12 +77,13 @@ static int child_barrier(void *ctx)
 /* Every record of shard k in the cache equals the dataset file's. */
 static bool shard_equal(const char *cache_dir, uint32_t k)
 {
-    char entry[512], a[2048], b[2048];
+    char entry[512], a[2048];
     ffr_cache_entry_name(&shards[k], entry, sizeof entry);
     snprintf(a, sizeof a, "%s/%s", cache_dir, entry);
-    const char *slash = strrchr(ds_path, '/');
-    snprintf(b, sizeof b, "%.*s/%s", (int)(slash - ds_path), ds_path, shards[k].file);
-    return rt_same_records(a, b);
+    char *b = ffr_manifest_shard_source(ds_path, shards[k].file);
+    const bool same = b && rt_same_records(a, b);
+    free(b);
+    return same;
 }
 
 /* The corrupt node serves a copy of its cache with a byte flipped in every shard. */
@@ -167,10 +168,10 @@ static void child(enum mode mode, uint32_t node, struct chan ch)
             struct ffr_cache_stats a, b;
             ffr_cache_stats(c, &a);
             for (int64_t i = 0; i < k && rc >= 0; i++) {
-                char from[900];
-                snprintf(from, sizeof from, "%.*s/%s", (int)(strrchr(url, '/') - url), url,
-                         shards[list[i]].file);
-                rc = ffr_cache_shard(c, from, &shards[list[i]], NULL, 0, err, sizeof err);
+                char *from = ffr_manifest_shard_source(url, shards[list[i]].file);
+                rc = from ? ffr_cache_shard(c, from, &shards[list[i]], NULL, 0, err, sizeof err)
+                          : -ENOMEM;
+                free(from);
             }
             if (rc >= 0) rc = child_barrier(&ch); /* the same rounds as the others */
             ffr_cache_stats(c, &b);

@@ -125,21 +125,6 @@ static void hold_cb(void *ctx, uint32_t shard, uint32_t node)
     if (rc < 0) h->rc = rc;
 }
 
-/* src's directory + "/" + file, as ffr_cache_dataset names a manifest's shards. */
-static char *shard_src(const char *src, const char *file)
-{
-    const char *slash = strrchr(src, '/');
-    const int dirlen = slash ? (int)(slash - src) : 0;
-    const size_t need = (size_t)dirlen + strlen(file) + 2;
-    char *s = malloc(need);
-    if (!s) return NULL;
-    if (slash)
-        snprintf(s, need, "%.*s/%s", dirlen, src, file);
-    else
-        snprintf(s, need, "%s", file);
-    return s;
-}
-
 /* Fetches the wanted shards of one phase (1: first[k] set, 2: the others). */
 static int fetch_phase(struct ffr_cache *c, const char *src, const struct ffr_cache_shard *shards,
                        uint32_t n, const bool *want, const uint8_t *first, int phase,
@@ -147,7 +132,7 @@ static int fetch_phase(struct ffr_cache *c, const char *src, const struct ffr_ca
 {
     for (uint32_t k = 0; k < n; k++) {
         if ((want && !want[k]) || (phase == 1) != (first[k] != 0)) continue;
-        char *from = shard_src(src, shards[k].file);
+        char *from = ffr_manifest_shard_source(src, shards[k].file);
         if (!from) return trn_fail(err, err_cap, -ENOMEM, "out of memory");
         const int r = ffr_cache_shard(c, from, &shards[k], NULL, 0, err, err_cap);
         free(from);

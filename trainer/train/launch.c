@@ -447,48 +447,6 @@ static int resume_records(const struct trn_launch_opts *A, const char *ckpt, cha
 static struct trn_peers *g_peers;
 static char g_master_addr[256]; /* rank 0's host, from the launcher (join_job) */
 
-/* The manifest at src (a path or URL), when it is one: *text (malloc'd) and *len. Returns 1
- * when src is a manifest, 0 when it is not (a single record file, or too large to be one), or
- * a negative error. */
-static int read_manifest(const char *src, char **text, size_t *len)
-{
-    /* ffr's own bound on a manifest (ffr_manifest.h): a larger file is a record file */
-    const uint64_t max = 64u << 20;
-    uint64_t size = 0;
-    struct ffio_http *h = NULL;
-    int rc = 0;
-    FILE *f = NULL;
-    if (ffio_http_is_url(src)) {
-        rc = ffio_http_create(NULL, &h);
-        if (rc == 0) rc = ffio_http_size(h, src, &size);
-    } else {
-        struct stat st;
-        rc = stat(src, &st) == 0 ? 0 : -errno;
-        size = rc == 0 ? (uint64_t)st.st_size : 0;
-    }
-    char *t = NULL;
-    if (rc == 0 && size > 0 && size <= max && !(t = malloc((size_t)size + 1))) rc = -ENOMEM;
-    if (rc == 0 && t) {
-        if (h) {
-            struct ffio_http_extent x = { .url = src, .dst = t, .offset = 0, .length = size };
-            rc = ffio_http_read(h, &x, 1) == 0 ? 0 : (x.res < 0 ? (int)x.res : -EIO);
-        } else {
-            f = fopen(src, "rb");
-            rc = f && fread(t, 1, (size_t)size, f) == (size_t)size ? 0 : -EIO;
-        }
-    }
-    if (f) fclose(f);
-    ffio_http_destroy(h);
-    if (rc < 0 || !t || !ffr_manifest_sniff_text(t, (size_t)size)) {
-        free(t);
-        return rc < 0 ? rc : 0;
-    }
-    t[size] = '\0';
-    *text = t;
-    *len = (size_t)size;
-    return 1;
-}
-
 static int barrier_cb(void *ctx)
 {
     return trn_dist_barrier(ctx);
@@ -558,8 +516,6 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
     char(*hosts)[INET_ADDRSTRLEN] = calloc((size_t)nodes, sizeof *hosts);
     const char **hp = calloc((size_t)nodes, sizeof *hp);
     int *ports = calloc((size_t)nodes, sizeof *ports);
-    char *text = NULL;
-    size_t tlen = 0;
     struct ffr_cache_shard *shards = NULL;
     uint32_t n = 0;
     uint64_t *counts = NULL;
@@ -575,31 +531,8 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
         ports[m] = (int)addr[2 * m + 1];
     }
     free(addr);
-    /* 2. the plan: the manifest's shards, the sampler's epoch 0 */
-    if (rc == 0) rc = read_manifest(src, &text, &tlen);
-    if (rc == 1)
-        rc = ffr_manifest_shards(text, tlen, &shards, &n, err, sizeof err);
-    else if (rc == 0)
-        rc = 1; /* a single file: no shards to share */
-    if (rc == 0 && n >= 2 && (counts = calloc(n, sizeof *counts))) {
-        struct trn_sampler_opts so;
-        trn_sampler_opts_default(&so);
-        for (uint32_t k = 0; k < n; k++)
-            so.n += counts[k] = shards[k].records;
-        so.seed = (uint64_t)A->seed;
-        so.world_size = (uint32_t)world;
-        so.rank = (uint32_t)rank;
-        so.shard_counts = counts;
-        so.n_shards = n;
-        so.local_world_size = (uint32_t)L;
-        rc = trn_sampler_init(&s, &so);
-        have_s = rc == 0;
-        if (rc < 0) snprintf(err, sizeof err, "the shard plan: %s", strerror(-rc));
-    } else if (rc == 0) {
-        rc = 1;
-    }
     if (rc == 0) rc = trn_peers_set_nodes(g_peers, (uint32_t)nodes, hp, ports, node);
-    /* 3. the fill, with the barrier every rank must reach */
+    /* 2. the cache, its origin the source and the other nodes its peers */
     struct ffr_cache_source cs;
     struct ffr_cache_peers hooks;
     struct ffr_cache_opts o = *co;
@@ -613,6 +546,27 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
         o.peers = &hooks;
         rc = ffr_cache_open(&c, A->cache_dir, &o, err, sizeof err);
     }
+    /* 3. the plan: the manifest's shards (a single file has none to share), the sampler's
+     * epoch 0 */
+    if (rc == 0) rc = ffr_cache_manifest_shards(c, src, &shards, &n, err, sizeof err);
+    if (rc == 0 && n < 2) rc = 1;
+    if (rc == 0 && !(counts = calloc(n, sizeof *counts))) rc = -ENOMEM;
+    if (rc == 0) {
+        struct trn_sampler_opts so;
+        trn_sampler_opts_default(&so);
+        for (uint32_t k = 0; k < n; k++)
+            so.n += counts[k] = shards[k].records;
+        so.seed = (uint64_t)A->seed;
+        so.world_size = (uint32_t)world;
+        so.rank = (uint32_t)rank;
+        so.shard_counts = counts;
+        so.n_shards = n;
+        so.local_world_size = (uint32_t)L;
+        rc = trn_sampler_init(&s, &so);
+        have_s = rc == 0;
+        if (rc < 0) snprintf(err, sizeof err, "the shard plan: %s", strerror(-rc));
+    }
+    /* 4. the fill, with the barrier every rank must reach */
     /* Every rank ready, or none fills with peers: a rank whose manifest read or plan failed
      * (or found a single file) must not leave the others waiting at the fill's barrier. */
     int64_t not_ready = rc != 0;
@@ -632,11 +586,10 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
     if (have_s) trn_sampler_destroy(&s);
     free(counts);
     ffr_manifest_shards_free(shards, n);
-    free(text);
     free(hosts);
     free(hp);
     free(ports);
-    /* 4. one answer for the job (a node that failed makes every rank fall back alike), and
+    /* 5. one answer for the job (a node that failed makes every rank fall back alike), and
      * what the whole job fetched from where */
     if (rc < 0) say(A, TRN_LAUNCH_ERR, "rank %d: peers: %s", rank, err[0] ? err : strerror(-rc));
     int64_t sum[6] = {
