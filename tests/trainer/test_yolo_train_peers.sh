@@ -16,7 +16,27 @@ check() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else failed=$((
     "$pack" "$work/s" --split train2017 -o "$work/origin/train.ffr" --size 96 --shard-size 64K -q 2>/dev/null
 check $? "a dataset packed in $(ls "$work/origin" | grep -c -- '-[0-9]*\.ffr$') shards"
 data_bytes=$(cat "$work"/origin/* | wc -c)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A port p with p + 1 free too (the rendezvous listens on MASTER_PORT + 1), chosen after the
+# origin has its port: two bind(0) calls in a row can get neighbouring ports, and the origin on
+# p + 1 once made rank 0's listen fail.
+free_port() {
+    python3 - <<'PY'
+import socket
+for _ in range(50):
+    a, b = socket.socket(), socket.socket()
+    try:
+        a.bind(("127.0.0.1", 0))
+        p = a.getsockname()[1]
+        b.bind(("127.0.0.1", p + 1))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        a.close()
+        b.close()
+PY
+}
 
 # one job: 4 ranks, 2 per node; prints the origin's body bytes
 job() {
@@ -32,9 +52,10 @@ job() {
     local mport pids=() rc=0
     mport=$(free_port)
     for r in 0 1 2 3; do
+        # --dist-timeout: a rank that cannot join (or dies) ends the job in a minute, not 30.
         RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$mport OPENBLAS_NUM_THREADS=1 \
-            "$train" --records "http://127.0.0.1:$port/ffr/train.ffr" --cache-dir "$work/$name-cache$((r / 2))" \
+            "$train" --dist-timeout 60 --records "http://127.0.0.1:$port/ffr/train.ffr" --cache-dir "$work/$name-cache$((r / 2))" \
             --cfg yolov5n --img 96 --batch-size 4 --epochs 1 --threads 1 --workers 1 --seed 2 \
             --noval --nosave --project "$work/runs" --name "$name" "$@" >"$work/$name.$r.log" 2>&1 &
         pids+=($!)
