@@ -171,23 +171,28 @@ static void remove_stale_temps(const struct ffr_cache *c, const char *entry)
     closedir(d);
 }
 
-struct victim {
-    char name[NAME_MAX + 1];
-    uint64_t bytes;
-    struct timespec used;
-};
-
-static int cmp_victim(const void *a, const void *b)
+static int cmp_use(const void *a, const void *b)
 {
-    const struct victim *x = a, *y = b;
-    if (x->used.tv_sec != y->used.tv_sec) return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
-    if (x->used.tv_nsec != y->used.tv_nsec) return x->used.tv_nsec < y->used.tv_nsec ? -1 : 1;
+    const struct ffr_cache_use *x = a, *y = b;
+    if (x->used_ns != y->used_ns) return x->used_ns < y->used_ns ? -1 : 1;
     return strcmp(x->name, y->name);
 }
 
+int64_t ffr_cache_lru_order(struct ffr_cache_use *e, size_t n, uint64_t used, uint64_t need,
+                            uint64_t max_bytes)
+{
+    if (!max_bytes || (need <= max_bytes && used <= max_bytes - need)) return 0;
+    if (n) qsort(e, n, sizeof *e, cmp_use);
+    size_t k = 0;
+    for (; k < n && (need > max_bytes || used > max_bytes - need); k++)
+        used -= e[k].bytes < used ? e[k].bytes : used;
+    if (need > max_bytes || used > max_bytes - need) return -ENOSPC;
+    return (int64_t)k;
+}
+
 /* Evicts least recently used entries (not pinned, not `keep`) until `need` more bytes fit
- * under max_bytes. Temporaries count (they are created at full size) but are never evicted.
- * Caller holds the directory lock. */
+ * under max_bytes (ffr_cache_lru_order chooses). Temporaries count (they are created at full
+ * size) but are never evicted. Caller holds the directory lock. */
 static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, char *err, size_t cap)
 {
     if (!c->o.max_bytes) return 0;
@@ -203,7 +208,8 @@ static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, char 
         return -errno;
     }
     rewinddir(d); /* the duplicate shares the directory offset with c->dfd */
-    struct victim *v = NULL;
+    struct ffr_cache_use *v = NULL;
+    char(*names)[NAME_MAX + 1] = NULL;
     size_t nv = 0, capv = 0;
     uint64_t used = 0;
     int rc = 0;
@@ -216,34 +222,42 @@ static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, char 
         if (e->d_name[0] == '.' || !strcmp(e->d_name, keep) || pinned(c, e->d_name)) continue;
         if (nv == capv) {
             capv = capv ? 2 * capv : 64;
-            struct victim *nvp = realloc(v, capv * sizeof *v);
-            if (!nvp) {
+            struct ffr_cache_use *nvp = realloc(v, capv * sizeof *v);
+            if (nvp) v = nvp;
+            char(*nnp)[NAME_MAX + 1] = realloc(names, capv * sizeof *names);
+            if (nnp) names = nnp;
+            if (!nvp || !nnp) {
                 rc = -ENOMEM;
                 break;
             }
-            v = nvp;
         }
-        snprintf(v[nv].name, sizeof v[nv].name, "%s", e->d_name);
+        snprintf(names[nv], sizeof names[nv], "%s", e->d_name);
         v[nv].bytes = (uint64_t)st.st_size;
-        v[nv].used = st.st_mtim;
+        v[nv].used_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        v[nv].tag = nv;
         nv++;
     }
     closedir(d);
-    if (rc == 0 && used + need > c->o.max_bytes) {
-        if (nv) qsort(v, nv, sizeof *v, cmp_victim);
-        for (size_t i = 0; i < nv && used + need > c->o.max_bytes; i++) {
-            if (unlinkat(c->dfd, v[i].name, 0) < 0) continue;
-            used -= v[i].bytes;
-            c->st.evicted++;
-            c->st.evicted_bytes += v[i].bytes;
-        }
-        if (used + need > c->o.max_bytes)
-            rc = ffr_say(err, cap, -ENOSPC,
-                         "%s: no room for %s (%" PRIu64 " bytes) under the cache limit of %" PRIu64
-                         " bytes: the entries in use take %" PRIu64,
-                         c->dir, keep, need, c->o.max_bytes, used);
+    for (size_t i = 0; i < nv; i++) /* names may have moved while the arrays grew */
+        v[i].name = names[v[i].tag];
+    int64_t k = 0;
+    if (rc == 0) k = ffr_cache_lru_order(v, nv, used, need, c->o.max_bytes);
+    /* Evict in the policy's order; an entry that cannot be unlinked (gone already) is skipped
+     * and the next one taken, so -ENOSPC from the policy still evicts everything it can. */
+    for (size_t i = 0; rc == 0 && i < nv && used + need > c->o.max_bytes; i++) {
+        if (k == 0) break;
+        if (unlinkat(c->dfd, v[i].name, 0) < 0) continue;
+        used -= v[i].bytes;
+        c->st.evicted++;
+        c->st.evicted_bytes += v[i].bytes;
     }
+    if (rc == 0 && used + need > c->o.max_bytes)
+        rc = ffr_say(err, cap, -ENOSPC,
+                     "%s: no room for %s (%" PRIu64 " bytes) under the cache limit of %" PRIu64
+                     " bytes: the entries in use take %" PRIu64,
+                     c->dir, keep, need, c->o.max_bytes, used);
     free(v);
+    free(names);
     return rc;
 }
 

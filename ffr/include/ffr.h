@@ -548,6 +548,25 @@ FFR_API void ffr_cache_entry_name(const struct ffr_cache_shard *w, char *name, s
 
 /* Fills *out. */
 FFR_API void ffr_cache_stats(const struct ffr_cache *c, struct ffr_cache_stats *out);
+
+/* One evictable cache entry, as the eviction policy sees it. */
+struct ffr_cache_use {
+    const char *name; /* ties between equal times are broken by name (strcmp) */
+    uint64_t bytes;
+    int64_t used_ns; /* time of the last use (the entry's mtime, in ns) */
+    uint64_t tag;    /* the caller's (the policy does not read it) */
+};
+
+/*
+ * The cache's eviction policy, without files, so that a simulation (scripts/sim-sharing) runs
+ * the same choice as a real cache: puts e[0, n) in eviction order (least recently used first)
+ * and returns how many of the first must go for `need` more bytes to fit under `max_bytes`
+ * when `used` bytes are in the directory now (entries not in e count in `used` but are never
+ * chosen: temporaries, pinned shards). Returns 0 when they fit (or max_bytes is 0: no limit),
+ * -ENOSPC when evicting every entry of e is not enough.
+ */
+FFR_API int64_t ffr_cache_lru_order(struct ffr_cache_use *e, size_t n, uint64_t used, uint64_t need,
+                                    uint64_t max_bytes);
 /* --- end share --- */
 
 #ifdef __cplusplus

@@ -219,6 +219,34 @@ static void test_discard(const char *dir)
     ffr_cache_close(c);
 }
 
+/* The eviction policy alone (ffr_cache_lru_order, which make_room and scripts/sim-sharing both
+ * use): oldest use first, ties by name, just enough to fit, -ENOSPC when nothing is enough. */
+static void test_lru_order(void)
+{
+    struct ffr_cache_use e[5] = {
+        { "c", 30, 300, 0 }, { "a", 10, 100, 1 }, { "e", 50, 100, 2 },
+        { "b", 20, 200, 3 }, { "d", 40, 50, 4 },
+    };
+    /* 150 bytes in use, limit 160: room for 10 more without evicting. */
+    int64_t k = ffr_cache_lru_order(e, 5, 150, 10, 160);
+    ok(k == 0, "fits: nothing evicted (%" PRId64 ")", k);
+    k = ffr_cache_lru_order(e, 5, 150, 60, 160);
+    ok(k == 2 && !strcmp(e[0].name, "d") && !strcmp(e[1].name, "a") && !strcmp(e[2].name, "e") &&
+           !strcmp(e[3].name, "b") && !strcmp(e[4].name, "c"),
+       "60 more under 160: the two oldest go (d at 50, then a at 100, before e at 100 by name): "
+       "%" PRId64 ", order %s %s %s %s %s",
+       k, e[0].name, e[1].name, e[2].name, e[3].name, e[4].name);
+    ok(ffr_cache_lru_order(e, 5, 150, 10, 0) == 0, "no limit: nothing evicted");
+    ok(ffr_cache_lru_order(e, 5, 150 + 101, 60, 160) == -ENOSPC &&
+           ffr_cache_lru_order(e, 5, 150 + 100, 60, 160) == 5,
+       "101 unevictable bytes (pinned, temporaries) leave no room for 60 (-ENOSPC); 100 do, all 5 "
+       "evicted");
+    ok(ffr_cache_lru_order(e, 5, 150, 161, 160) == -ENOSPC, "a need over the limit: -ENOSPC");
+    ok(ffr_cache_lru_order(NULL, 0, 0, 160, 160) == 0 &&
+           ffr_cache_lru_order(NULL, 0, 1, 160, 160) == -ENOSPC,
+       "no entries: fits exactly, or -ENOSPC");
+}
+
 int main(int argc, char **argv)
 {
     const char *base = argc > 1 ? argv[1] : "/tmp";
@@ -233,6 +261,7 @@ int main(int argc, char **argv)
     mkdir(cmd, 0755);
     snprintf(cmd, sizeof cmd, "%s/discard", root);
     test_discard(cmd);
+    test_lru_order();
     ok(make_dataset(src, 60, 48 * 1024, 1) == 0, "a sharded source dataset");
     struct ffr_reader *sr = NULL;
     ffr_reader_open(&sr, src, NULL, NULL, 0);
