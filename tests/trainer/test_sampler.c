@@ -803,6 +803,118 @@ static void test_image_weights(void)
     free(b);
 }
 
+/* trn_sampler_peer_plan against the readers computed here from trn_sampler_node_shards: who
+ * holds a shard (every other node that read it since since_epoch, plus this epoch's lowest
+ * other reader when it fetches first), the order they are asked in (most recent read first,
+ * this epoch's reader last), one origin fetch per shard, and askers spread over equally recent
+ * holders instead of all asking the lowest-numbered one. */
+struct plan_rec {
+    uint32_t n, nodes[64];
+};
+
+static void plan_hold(void *ctx, uint32_t shard, uint32_t node)
+{
+    struct plan_rec *r = (struct plan_rec *)ctx + shard;
+    if (r->n < 64) r->nodes[r->n++] = node;
+}
+
+static void test_peer_plan(void)
+{
+    enum { NS = 60, NODES = 8, L = 2, E = 3 };
+    uint64_t counts[NS];
+    for (uint32_t k = 0; k < NS; k++)
+        counts[k] = 100;
+    struct trn_sampler s, t;
+    if (make_sharded(&s, 100 * NS, counts, NS, 7, NODES * L, L, 0, 0, false) ||
+        make_sharded(&t, 100 * NS, counts, NS, 7, NODES * L, L, 0, 0, false)) {
+        ok(0, "peer plan: samplers");
+        return;
+    }
+    /* reads[e][k][m]: node m reads shard k in epoch e */
+    static bool reads[E + 1][NS][NODES];
+    memset(reads, 0, sizeof reads);
+    for (uint32_t e = 0; e <= E; e++) {
+        trn_sampler_set_epoch(&t, e);
+        for (uint32_t m = 0; m < NODES; m++) {
+            uint32_t list[NS];
+            const int64_t c = trn_sampler_node_shards(&t, m, list, NS);
+            for (int64_t i = 0; i < c; i++)
+                reads[e][list[i]][m] = true;
+        }
+    }
+    trn_sampler_set_epoch(&s, E);
+    static struct plan_rec rec[NS], again[NS];
+    bool sets = true, order = true, firsts = true, same = true;
+    uint32_t origin[NS] = { 0 }, ties = 0, lowest_first = 0;
+    for (uint32_t since = 0; since <= 2; since += 2) {
+        for (uint32_t m = 0; m < NODES; m++) {
+            uint8_t first[NS], first2[NS];
+            memset(rec, 0, sizeof rec);
+            memset(again, 0, sizeof again);
+            const int rc = trn_sampler_peer_plan(&s, m, since, NULL, first, plan_hold, rec);
+            const int rc2 = trn_sampler_peer_plan(&s, m, since, NULL, first2, plan_hold, again);
+            same &= rc == 0 && rc2 == 0 && !memcmp(first, first2, NS) &&
+                    !memcmp(rec, again, sizeof rec);
+            for (uint32_t k = 0; k < NS; k++) {
+                /* the expected holders, and each one's last epoch (E + 1: this epoch's) */
+                uint32_t want_last[NODES], n_want = 0, lowest = UINT32_MAX;
+                for (uint32_t q = 0; q < NODES && lowest == UINT32_MAX; q++)
+                    if (q != m && reads[E][k][q]) lowest = q;
+                if (reads[E][k][m] && lowest > m) lowest = UINT32_MAX;
+                for (uint32_t q = 0; q < NODES; q++) {
+                    want_last[q] = 0;
+                    if (q == m) continue;
+                    for (uint32_t e = since; e < E; e++)
+                        if (reads[e][k][q]) want_last[q] = e + 1;
+                    if (!want_last[q] && q == lowest) want_last[q] = E + 1;
+                    n_want += want_last[q] != 0;
+                }
+                sets &= rec[k].n == n_want;
+                for (uint32_t i = 0; i < rec[k].n; i++)
+                    sets &= want_last[rec[k].nodes[i]] != 0;
+                /* most recent first; this epoch's reader (E + 1) last */
+                for (uint32_t i = 1; i < rec[k].n; i++) {
+                    const uint32_t a = want_last[rec[k].nodes[i - 1]];
+                    const uint32_t b = want_last[rec[k].nodes[i]];
+                    order &= b != E + 1 ? a >= b && a != E + 1 : true;
+                }
+                firsts &= first[k] == (n_want == 0);
+                if (first[k] && reads[E][k][m] && since == 0) origin[k]++;
+                /* a tie at the top: is the first asked always the lowest of it? */
+                uint32_t top = rec[k].n ? want_last[rec[k].nodes[0]] : 0, tied = 0, low = NODES;
+                for (uint32_t i = 0; i < rec[k].n; i++)
+                    if (want_last[rec[k].nodes[i]] == top) {
+                        tied++;
+                        if (rec[k].nodes[i] < low) low = rec[k].nodes[i];
+                    }
+                if (tied >= 2 && top != E + 1) {
+                    ties++;
+                    lowest_first += rec[k].nodes[0] == low;
+                }
+            }
+        }
+    }
+    ok(sets, "peer plan: the holders are the other readers since since_epoch, and this epoch's "
+             "lowest other reader where it fetches first");
+    ok(order, "peer plan: most recent readers asked first, this epoch's first reader last");
+    ok(firsts, "peer plan: a node fetches first from the origin exactly the shards nobody holds");
+    bool once = true;
+    for (uint32_t k = 0; k < NS; k++)
+        once &= origin[k] <= 1;
+    ok(once, "peer plan: at most one node fetches each shard from the origin");
+    ok(same, "peer plan: the same plan from the same sampler");
+    ok(ties > 20 && lowest_first * 4 < ties * 3,
+       "peer plan: equally recent holders are asked in a keyed order, not lowest first "
+       "(%u of %u ties began with the lowest)",
+       lowest_first, ties);
+    is_int(trn_sampler_peer_plan(&s, NODES, 0, NULL, (uint8_t[NS]){ 0 }, NULL, NULL), -EINVAL,
+           "peer plan: a node outside the job");
+    is_int(trn_sampler_peer_plan(&s, 0, E + 1, NULL, (uint8_t[NS]){ 0 }, NULL, NULL), -EINVAL,
+           "peer plan: since_epoch after the epoch");
+    trn_sampler_destroy(&s);
+    trn_sampler_destroy(&t);
+}
+
 int main(void)
 {
     test_philox_kat();
@@ -814,6 +926,7 @@ int main(void)
     test_shard_determinism();
     test_shard_locality();
     test_shard_statistics();
+    test_peer_plan();
     test_image_weights();
     return tap_done();
 }

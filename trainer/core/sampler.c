@@ -480,15 +480,38 @@ int64_t trn_sampler_node_shards(const struct trn_sampler *s, uint32_t node, uint
 }
 
 /* Marks bit `node` of have[k * words ..] for every shard `node` reads in s's epoch. */
-static int mark_readers(const struct trn_sampler *s, uint64_t *have, size_t words, uint32_t *buf)
+/* For every shard a node of s's epoch reads: last[shard * nodes + m] = epoch + 1 (a later
+ * epoch's call overwrites an earlier one's). */
+static int mark_readers(const struct trn_sampler *s, uint32_t *last, uint32_t *buf)
 {
-    for (uint32_t m = 0; m < s->shards->nodes; m++) {
+    const uint32_t nodes = s->shards->nodes;
+    for (uint32_t m = 0; m < nodes; m++) {
         const int64_t k = trn_sampler_node_shards(s, m, buf, s->shards->n_shards);
         if (k < 0) return (int)k;
         for (int64_t i = 0; i < k; i++)
-            have[(size_t)buf[i] * words + m / 64] |= 1ull << (m % 64);
+            last[(size_t)buf[i] * nodes + m] = s->epoch + 1;
     }
     return 0;
+}
+
+struct holder {
+    uint32_t node, epoch; /* epoch + 1 of its last read; UINT32_MAX: this epoch's first reader */
+    uint64_t key;
+};
+
+/* Most recent reader first (under LRU the likeliest to still hold the shard); among readers of
+ * one epoch a keyed order, so that the nodes asking for a shard spread over its holders instead
+ * of all asking the lowest-numbered one (yolo-sim-sharing: with every node asking the lowest,
+ * the busiest peer served 10x the mean); this epoch's first reader last, as it may still be
+ * fetching. */
+static int cmp_holder(const void *a, const void *b)
+{
+    const struct holder *x = a, *y = b;
+    const bool xn = x->epoch == UINT32_MAX, yn = y->epoch == UINT32_MAX;
+    if (xn != yn) return xn ? 1 : -1;
+    if (x->epoch != y->epoch) return x->epoch > y->epoch ? -1 : 1;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->node < y->node ? -1 : x->node > y->node;
 }
 
 int trn_sampler_peer_plan(const struct trn_sampler *s, uint32_t node, uint32_t since_epoch,
@@ -498,41 +521,48 @@ int trn_sampler_peer_plan(const struct trn_sampler *s, uint32_t node, uint32_t s
     if (!s || !s->shards || !first || node >= s->shards->nodes || since_epoch > s->epoch)
         return -EINVAL;
     const uint32_t ns = s->shards->n_shards, nodes = s->shards->nodes;
-    const size_t words = (nodes + 63) / 64;
-    uint64_t *before = calloc((size_t)ns * words, sizeof *before);
-    uint64_t *now = calloc((size_t)ns * words, sizeof *now);
+    uint32_t *before = calloc((size_t)ns * nodes, sizeof *before);
+    uint32_t *now = calloc((size_t)ns * nodes, sizeof *now);
     uint32_t *buf = malloc((size_t)ns * sizeof *buf);
+    struct holder *h = malloc((size_t)nodes * sizeof *h);
     struct trn_sampler past = { 0 };
-    int rc = before && now && buf ? 0 : -ENOMEM;
+    int rc = before && now && buf && h ? 0 : -ENOMEM;
     if (rc == 0 && since_epoch < s->epoch) rc = trn_sampler_copy(&past, s);
     for (uint32_t e = since_epoch; rc == 0 && e < s->epoch; e++) {
         trn_sampler_set_epoch(&past, e);
-        rc = mark_readers(&past, before, words, buf);
+        rc = mark_readers(&past, before, buf);
     }
-    if (rc == 0) rc = mark_readers(s, now, words, buf);
+    if (rc == 0) rc = mark_readers(s, now, buf);
+    const uint64_t key = mix64(s->opts.seed ^ mix64(((uint64_t)s->epoch << 32) | node));
     for (uint32_t k = 0; rc == 0 && k < ns; k++) {
         first[k] = 0;
         if (want && !want[k]) continue;
-        const uint64_t *b = before + (size_t)k * words, *c = now + (size_t)k * words;
-        const bool mine = (c[node / 64] >> (node % 64)) & 1;
+        const uint32_t *b = before + (size_t)k * nodes, *c = now + (size_t)k * nodes;
+        const bool mine = c[node] != 0;
         /* this epoch's lowest reader other than `node`, counted as a holder when it fetches
          * the shard first: it is below `node`, or `node` does not read it */
         uint32_t lowest = UINT32_MAX;
         for (uint32_t m = 0; m < nodes && lowest == UINT32_MAX; m++)
-            if (m != node && ((c[m / 64] >> (m % 64)) & 1)) lowest = m;
+            if (m != node && c[m]) lowest = m;
         if (mine && lowest > node) lowest = UINT32_MAX;
-        bool any = false;
+        uint32_t nh = 0;
         for (uint32_t m = 0; m < nodes; m++) {
-            if (m == node || !(((b[m / 64] >> (m % 64)) & 1) || m == lowest)) continue;
-            any = true;
-            if (hold) hold(ctx, k, m);
+            if (m == node || !(b[m] || m == lowest)) continue;
+            h[nh].node = m;
+            h[nh].epoch = b[m] ? b[m] : UINT32_MAX;
+            h[nh].key = mix64(key ^ mix64(((uint64_t)k << 32) | m));
+            nh++;
         }
-        first[k] = !any;
+        if (nh > 1) qsort(h, nh, sizeof *h, cmp_holder);
+        for (uint32_t i = 0; hold && i < nh; i++)
+            hold(ctx, k, h[i].node);
+        first[k] = nh == 0;
     }
     trn_sampler_destroy(&past);
     free(before);
     free(now);
     free(buf);
+    free(h);
     return rc;
 }
 

@@ -295,12 +295,15 @@ int64_t trn_sampler_node_shards(const struct trn_sampler *s, uint32_t node, uint
  * or `node` does not read it (it fetches it first). Then for each shard k with want[k] (want
  * NULL: every shard):
  *   - first[k] = 1 when no other node holds it: `node` fetches it from the origin, first;
- *   - first[k] = 0 otherwise, and hold(ctx, k, m) is called for each holder m (lowest first):
- *     `node` asks them, after every node's first fetches (a barrier), then the origin.
+ *   - first[k] = 0 otherwise, and hold(ctx, k, m) is called for each holder m in the order
+ *     `node` asks them, after every node's first fetches (a barrier), before the origin: the
+ *     most recent readers first (under LRU the likeliest to still have it), readers of one
+ *     epoch in an order keyed by (seed, epoch, node, shard) so that askers spread over them,
+ *     this epoch's first reader last (it may still be fetching).
  * So each shard leaves the origin once per job as long as the caches keep it. Shards the
  * node does not want get first[k] = 0 and no hold calls. Returns 0, or -EINVAL (not
  * shard-aware, node >= trn_sampler_node_count, since_epoch > the current epoch), -ENOMEM.
- * O(nodes * shards * epochs counted).
+ * O(nodes * shards * epochs counted) time, 8 bytes per (node, shard) of memory.
  */
 int trn_sampler_peer_plan(const struct trn_sampler *s, uint32_t node, uint32_t since_epoch,
                           const bool *want, uint8_t *first,
