@@ -323,7 +323,12 @@ int main(int argc, char **argv)
     uint64_t per_shard = (uint64_t)(shard_gib * GIB) / img_bytes;
     if (!per_shard) per_shard = 1;
     const uint64_t ns = (S.images + per_shard - 1) / per_shard;
-    if (ns > 1000000) return ap_usage_error(&spec, "%" PRIu64 " shards: at most 10^6", ns);
+    /* the plans of one epoch: nodes^2 x shards holders of 4 bytes */
+    if ((double)ns * (double)nodes * (double)nodes * 4 > 2e9)
+        return ap_usage_error(&spec,
+                              "%" PRIu64 " shards x %ld nodes: the plans would take over 2 GB "
+                              "(fewer nodes or larger shards)",
+                              ns, nodes);
     S.n_shards = (uint32_t)ns;
     const size_t cells = (size_t)S.nodes * S.n_shards;
     S.counts = calloc(ns, sizeof *S.counts);
