@@ -234,18 +234,15 @@ static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, char 
         snprintf(names[nv], sizeof names[nv], "%s", e->d_name);
         v[nv].bytes = (uint64_t)st.st_size;
         v[nv].used_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        v[nv].tag = nv;
         nv++;
     }
     closedir(d);
     for (size_t i = 0; i < nv; i++) /* names may have moved while the arrays grew */
-        v[i].name = names[v[i].tag];
-    int64_t k = 0;
-    if (rc == 0) k = ffr_cache_lru_order(v, nv, used, need, c->o.max_bytes);
+        v[i].name = names[i];
+    const int64_t k = rc == 0 ? ffr_cache_lru_order(v, nv, used, need, c->o.max_bytes) : 0;
     /* Evict in the policy's order; an entry that cannot be unlinked (gone already) is skipped
      * and the next one taken, so -ENOSPC from the policy still evicts everything it can. */
-    for (size_t i = 0; rc == 0 && i < nv && used + need > c->o.max_bytes; i++) {
-        if (k == 0) break;
+    for (size_t i = 0; k != 0 && i < nv && used + need > c->o.max_bytes; i++) {
         if (unlinkat(c->dfd, v[i].name, 0) < 0) continue;
         used -= v[i].bytes;
         c->st.evicted++;

@@ -44,10 +44,10 @@ struct sim {
     uint64_t *held;
     /* scratch */
     struct ffr_cache_use *victims;
-    uint32_t *list;
     bool *want, *pins;
-    uint8_t *first;
-    uint32_t *holders, *n_holders; /* n_shards x nodes, per shard the holders in plan order */
+    /* the plan hold_cb is writing: the asking node's slices of run()'s tables (per shard, its
+     * holders in the plan's order, nodes slots each, and their count) */
+    uint32_t *holders, *n_holders;
 };
 
 struct result {
@@ -146,13 +146,11 @@ static int run(struct sim *S, bool peers, uint64_t max, uint32_t since, struct r
             memset(S->want, 0, S->n_shards * sizeof *S->want);
             for (uint32_t i = 0; i < n_list[m]; i++)
                 S->want[lists[(size_t)m * S->n_shards + i]] = true;
+            S->holders = hold_all + (size_t)m * S->n_shards * S->nodes;
+            S->n_holders = n_hold_all + (size_t)m * S->n_shards;
             memset(S->n_holders, 0, S->n_shards * sizeof *S->n_holders);
             rc = trn_sampler_peer_plan(&s, m, since && e > since ? e - since : 0, S->want, first,
                                        hold_cb, S);
-            memcpy(hold_all + (size_t)m * S->n_shards * S->nodes, S->holders,
-                   (size_t)S->n_shards * S->nodes * sizeof *hold_all);
-            memcpy(n_hold_all + (size_t)m * S->n_shards, S->n_holders,
-                   S->n_shards * sizeof *n_hold_all);
         }
         /* phase 1 (with peers: the shards a node fetches first; without: all), then phase 2 */
         for (int phase = 1; rc == 0 && phase <= (peers ? 2 : 1) && !R->too_small; phase++) {
@@ -318,8 +316,7 @@ int main(int argc, char **argv)
                      .seed = (uint64_t)seed,
                      .images = (uint64_t)images,
                      .sticky = sticky };
-    const uint64_t img_bytes =
-        (uint64_t)(image_kb * 1000.0 + 0.5) ? (uint64_t)(image_kb * 1000.0 + 0.5) : 1;
+    const uint64_t img_bytes = (uint64_t)(image_kb * 1000.0 + 0.5); /* >= 1: --image-kb's range */
     uint64_t per_shard = (uint64_t)(shard_gib * GIB) / img_bytes;
     if (!per_shard) per_shard = 1;
     const uint64_t ns = (S.images + per_shard - 1) / per_shard;
@@ -338,10 +335,7 @@ int main(int argc, char **argv)
     S.victims = malloc(ns * sizeof *S.victims);
     S.want = calloc(ns, sizeof *S.want);
     S.pins = calloc(ns, sizeof *S.pins);
-    S.holders = malloc(cells * sizeof *S.holders);
-    S.n_holders = calloc(ns, sizeof *S.n_holders);
-    if (!S.counts || !S.bytes || !S.used_at || !S.held || !S.victims || !S.want || !S.pins ||
-        !S.holders || !S.n_holders) {
+    if (!S.counts || !S.bytes || !S.used_at || !S.held || !S.victims || !S.want || !S.pins) {
         fprintf(stderr, "yolo-sim-sharing: out of memory (%" PRIu64 " shards x %u nodes)\n", ns,
                 S.nodes);
         return 1;
@@ -415,7 +409,5 @@ int main(int argc, char **argv)
     free(S.victims);
     free(S.want);
     free(S.pins);
-    free(S.holders);
-    free(S.n_holders);
     return 0;
 }

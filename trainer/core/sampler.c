@@ -479,7 +479,6 @@ int64_t trn_sampler_node_shards(const struct trn_sampler *s, uint32_t node, uint
     return found;
 }
 
-/* Marks bit `node` of have[k * words ..] for every shard `node` reads in s's epoch. */
 /* For every shard a node of s's epoch reads: last[shard * nodes + m] = epoch + 1 (a later
  * epoch's call overwrites an earlier one's). */
 static int mark_readers(const struct trn_sampler *s, uint32_t *last, uint32_t *buf)
