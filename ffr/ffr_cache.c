@@ -3,12 +3,15 @@
  *
  * Directory layout: cached shards "HHHHHHHHHHHHHHHH-BYTES-FILE" (index hash, size, manifest
  * name), single files "fHHHHHHHHHHHHHHHH-BYTES-BASENAME" (hash of the source name), manifests
- * "mHHHHHHHHHHHHHHHH-BASENAME" (hash of their text), temporaries ".tmp-NAME-PID-N", and lock
- * files ".lock" (the directory: eviction and creation of temporaries) and ".lock-NN" (64
- * stripes: whoever holds an entry's stripe is the only writer of that entry and its
- * temporaries, so temporaries found under the stripe lock are stale and can go).
+ * "mHHHHHHHHHHHHHHHH-BASENAME" (hash of their text) and views "vHHHHHHHHHHHHHHHH-BASENAME" (a
+ * manifest of skeletons), skeletons ".skel-ENTRY" (a shard's header, index and trailer in a
+ * sparse file of its size: ffr_cache_skeletons), temporaries ".tmp-NAME-PID-N", and lock files
+ * ".lock" (the directory: eviction and creation of temporaries) and ".lock-NN" (64 stripes:
+ * whoever holds an entry's stripe is the only writer of that entry and its temporaries, so
+ * temporaries found under the stripe lock are stale and can go).
  *
- * Invariant: a file under a final name was fully verified before the rename, and is only ever
+ * Invariant: a file under a final name was fully verified before the rename (a skeleton: its
+ * header, index and trailer, all it holds), and is only ever
  * replaced by rename or removed by unlink, so readers never see a partial file.
  */
 #include <dirent.h>
@@ -140,6 +143,15 @@ static int is_temp_of(const char *dname, const char *entry)
     return !strncmp(dname, ".tmp-", 5) && !strncmp(dname + 5, entry, n) && dname[5 + n] == '-';
 }
 
+#define SKEL_PREFIX ".skel-"
+
+static bool is_skeleton(const char *dname)
+{
+    const size_t n = sizeof SKEL_PREFIX - 1;
+    return !strncmp(dname, SKEL_PREFIX, n) ||
+           (!strncmp(dname, ".tmp-", 5) && !strncmp(dname + 5, SKEL_PREFIX, n));
+}
+
 /* Removes temporaries of `entry` (caller holds its stripe: they are stale), or with entry NULL
  * the temporaries whose process is gone. */
 static void remove_stale_temps(const struct ffr_cache *c, const char *entry)
@@ -218,7 +230,8 @@ static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, char 
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         if (fstatat(c->dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
             continue;
-        used += (uint64_t)st.st_size;
+        /* A skeleton (or its temporary) is sparse: what it takes is its index. */
+        used += is_skeleton(e->d_name) ? (uint64_t)st.st_blocks * 512 : (uint64_t)st.st_size;
         if (e->d_name[0] == '.' || !strcmp(e->d_name, keep) || pinned(c, e->d_name)) continue;
         if (nv == capv) {
             capv = capv ? 2 * capv : 64;
@@ -444,6 +457,112 @@ static int get_entry(struct ffr_cache *c, const char *src, const char *name,
     }
     lock_drop(stripe);
     return rc;
+}
+
+/* Bytes [off, off + len) of a shard's source: the source's range read, or a local file. */
+static int source_read(const struct ffr_cache *c, const char *src, void *dst, uint64_t off,
+                       uint64_t len, char *err, size_t cap)
+{
+    if (c->o.source) {
+        if (!c->o.source->read)
+            return ffr_say(err, cap, -ENOTSUP, "%s: this cache's source reads no ranges", src);
+        return c->o.source->read(c->o.source->ctx, src, dst, off, len, err, cap);
+    }
+    const int fd = ffr_open_regular(src, 0);
+    if (fd < 0) return ffr_say(err, cap, fd, "%s: %s", src, ffr_strerror(fd));
+    int rc = 0;
+    for (uint64_t got = 0; rc == 0 && got < len;) {
+        const ssize_t k = pread(fd, (uint8_t *)dst + got, (size_t)(len - got), (off_t)(off + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) rc = k < 0 ? -errno : -FFR_ETRUNC;
+        got += k > 0 ? (uint64_t)k : 0;
+    }
+    close(fd);
+    return rc < 0 ? ffr_say(err, cap, rc, "%s: %s", src, ffr_strerror(rc)) : 0;
+}
+
+static int pwrite_full(int fd, const void *p, size_t n, uint64_t off)
+{
+    for (const uint8_t *b = p; n;) {
+        const ssize_t w = pwrite(fd, b, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? -errno : -EIO;
+        b += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Writes the skeleton of `want` into fd (a fresh file of its size): the header and trailer, and
+ * the index they locate, in chunks through one bounded buffer. The trailer's count and index
+ * hash must be the manifest's before the index is read at all, so a source cannot make us read
+ * more than the shard it claims to be. */
+static int write_skeleton(const struct ffr_cache *c, const char *src,
+                          const struct ffr_cache_shard *want, int fd, char *err, size_t cap)
+{
+    uint8_t head[FFR_HEADER_SIZE], tail[FFR_TRAILER_SIZE];
+    if (want->bytes < sizeof head + sizeof tail)
+        return ffr_say(err, cap, -FFR_ETRUNC,
+                       "%s: %" PRIu64 " bytes: no room for a header and trailer", src, want->bytes);
+    int rc = source_read(c, src, head, 0, sizeof head, err, cap);
+    if (rc == 0) rc = source_read(c, src, tail, want->bytes - sizeof tail, sizeof tail, err, cap);
+    struct ffr_index_extent ix;
+    if (rc == 0) rc = ffr_locate_index(head, tail, want->bytes, src, &ix, err, cap);
+    if (rc == 0 && (ix.records != want->records || ix.index_hash != want->index_hash))
+        rc = ffr_say(err, cap, -FFR_ESHARD, "%s: its %s differs from the manifest", src,
+                     ix.records != want->records ? "record count" : "index checksum");
+    if (rc == 0) rc = pwrite_full(fd, head, sizeof head, 0);
+    if (rc == 0) rc = pwrite_full(fd, tail, sizeof tail, want->bytes - sizeof tail);
+    uint8_t *buf = rc == 0 ? malloc(COPY_CHUNK) : NULL;
+    if (rc == 0 && !buf) rc = -ENOMEM;
+    for (uint64_t at = 0; rc == 0 && at < ix.size;) {
+        const size_t n = ix.size - at < COPY_CHUNK ? (size_t)(ix.size - at) : COPY_CHUNK;
+        rc = source_read(c, src, buf, ix.offset + at, n, err, cap);
+        if (rc == 0) rc = pwrite_full(fd, buf, n, ix.offset + at);
+        at += n;
+    }
+    free(buf);
+    if (rc < 0 && err && cap && !err[0]) ffr_say(err, cap, rc, "%s: %s", src, ffr_strerror(rc));
+    return rc;
+}
+
+/* Makes skeleton `name` of shard `want` present: reused when it checks out as the shard's
+ * header, index and trailer, else written from src under a temporary, checked, renamed.
+ * Returns 1 when made, 0 when reused, or a negative error. */
+static int get_skeleton(struct ffr_cache *c, const char *src, const char *name,
+                        const struct ffr_cache_shard *want, char *err, size_t cap)
+{
+    char why[512] = "";
+    const int stripe = stripe_take(c, name);
+    if (stripe < 0) return ffr_say(err, cap, stripe, "%s: lock: %s", c->dir, strerror(-stripe));
+    if (check_entry(c, name, want, 0, why, sizeof why) == 0) {
+        lock_drop(stripe);
+        return 0;
+    }
+    (void)unlinkat(c->dfd, name, 0);
+    remove_stale_temps(c, name);
+    char tmp[NAME_MAX + 64];
+    const int tn = snprintf(tmp, sizeof tmp, ".tmp-%s-%ld-%u", name, (long)getpid(), c->tmp_seq++);
+    int rc = tn < 0 || tn > NAME_MAX
+                 ? ffr_say(err, cap, -ENAMETOOLONG, "%s: cache entry name too long", src)
+                 : 0;
+    const int fd = rc == 0 ? openat(c->dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
+    if (rc == 0 && (fd < 0 || ftruncate(fd, (off_t)want->bytes) < 0))
+        rc = ffr_say(err, cap, -errno, "%s/%s: %s", c->dir, tmp, strerror(errno));
+    if (rc == 0) rc = write_skeleton(c, src, want, fd, err, cap);
+    if (rc == 0 && c->o.durable && fsync(fd) < 0)
+        rc = ffr_say(err, cap, -errno, "%s/%s: fsync: %s", c->dir, tmp, strerror(errno));
+    /* What the reader will check at open, checked before the name is given. */
+    if (rc == 0 && (rc = check_file(fd, src, want, 0, why, sizeof why)) < 0)
+        ffr_say(err, cap, rc, "%s", why);
+    if (rc == 0 && renameat(c->dfd, tmp, c->dfd, name) < 0)
+        rc = ffr_say(err, cap, -errno, "%s/%s: rename: %s", c->dir, name, strerror(errno));
+    if (rc < 0 && fd >= 0) (void)unlinkat(c->dfd, tmp, 0);
+    if (fd >= 0) close(fd);
+    if (rc == 0 && c->o.durable) rc = fsync_dir(c);
+    lock_drop(stripe);
+    return rc < 0 ? rc : 1;
 }
 
 static int entry_path(const struct ffr_cache *c, const char *name, char *path, size_t cap)
@@ -690,8 +809,10 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
     }
 }
 
+/* The body of ffr_cache_dataset (skel false) and ffr_cache_skeletons (skel true) for a
+ * manifest: each shard made present as an entry or a skeleton, then the manifest naming them. */
 static int cache_manifest(struct ffr_cache *c, const char *src, const uint8_t *text, size_t len,
-                          char *path, size_t path_cap, char *err, size_t cap)
+                          bool skel, char *path, size_t path_cap, char *err, size_t cap)
 {
     struct ffr_manifest m;
     char why[512] = "";
@@ -712,9 +833,13 @@ static int cache_manifest(struct ffr_cache *c, const char *src, const uint8_t *t
         }
         const struct ffr_cache_shard want = { ms->file, ms->bytes, ms->records, ms->index_hash };
         char name[NAME_MAX + 1];
-        ffr_cache_entry_name(&want, name, sizeof name);
-        if ((rc = pin_add(c, name)) < 0) break;
-        rc = get_entry(c, shard_src, name, &want, err, cap);
+        const size_t pre = skel ? sizeof SKEL_PREFIX - 1 : 0;
+        memcpy(name, SKEL_PREFIX, pre);
+        ffr_cache_entry_name(&want, name + pre, sizeof name - pre);
+        if (skel)
+            rc = get_skeleton(c, shard_src, name, &want, err, cap);
+        else if ((rc = pin_add(c, name)) == 0)
+            rc = get_entry(c, shard_src, name, &want, err, cap);
         if (rc < 0) break;
         fetched += rc;
         sb_printf(&b,
@@ -727,7 +852,7 @@ static int cache_manifest(struct ffr_cache *c, const char *src, const uint8_t *t
     if (rc >= 0) {
         char name[NAME_MAX + 1];
         const char *base = base_name(src);
-        snprintf(name, sizeof name, "m%016" PRIx64 "-%.180s", ffr_xxh3(b.p, b.n),
+        snprintf(name, sizeof name, "%c%016" PRIx64 "-%.180s", skel ? 'v' : 'm', ffr_xxh3(b.p, b.n),
                  *base ? base : "manifest.ffr");
         rc = put_text(c, name, b.p, b.n, err, cap);
         if (rc == 0) rc = entry_path(c, name, path, path_cap);
@@ -772,7 +897,7 @@ int ffr_cache_dataset(struct ffr_cache *c, const char *src, char *path, size_t p
         uint8_t *text = NULL;
         if ((rc = read_small(c, src, size, &text, err, err_cap)) < 0) return rc;
         if (ffr_manifest_sniff(text, (size_t)size))
-            rc = cache_manifest(c, src, text, (size_t)size, path, path_cap, err, err_cap);
+            rc = cache_manifest(c, src, text, (size_t)size, false, path, path_cap, err, err_cap);
         else
             rc = INT_MIN; /* a record file: below */
         free(text);
@@ -793,6 +918,28 @@ int ffr_cache_dataset(struct ffr_cache *c, const char *src, char *path, size_t p
         const int prc = entry_path(c, name, path, path_cap);
         if (prc < 0) rc = prc;
     }
+    return rc;
+}
+
+int ffr_cache_skeletons(struct ffr_cache *c, const char *src, char *path, size_t path_cap,
+                        char *err, size_t err_cap)
+{
+    if (err && err_cap) err[0] = '\0';
+    if (!c || !src || !*src) return -EINVAL;
+    uint64_t size = 0;
+    int rc = source_size(c, src, &size, err, err_cap);
+    if (rc < 0) return rc;
+    uint8_t *text = NULL;
+    if (size > FFR_MANIFEST_MAX || (rc = read_small(c, src, size, &text, err, err_cap)) < 0 ||
+        !ffr_manifest_sniff(text, (size_t)size)) {
+        free(text);
+        return rc < 0
+                   ? rc
+                   : ffr_say(err, err_cap, -EINVAL,
+                             "%s: a single record file: a cache holds it whole or not at all", src);
+    }
+    rc = cache_manifest(c, src, text, (size_t)size, true, path, path_cap, err, err_cap);
+    free(text);
     return rc;
 }
 

@@ -2,7 +2,9 @@
  * ffr reader: open (header, trailer, index of each file; docs/format.md 3-7), random reads,
  * and a whole-file verifier. Everything read from disk is checked before it is used: sizes
  * against the file size and limits before any allocation, hashes before contents are trusted.
- * After open the reader is immutable, so reads from many threads only share pread on the fds.
+ * After open the reader is immutable, so reads from many threads only share pread on the fds,
+ * with one exception that readers must keep apart from reads: ffr_reader_swap_shard, which puts
+ * another copy of a shard (checked to have the same index) under the same descriptor number.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -481,6 +483,42 @@ int ffr_reader_shard(const struct ffr_reader *r, uint32_t k, struct ffr_shard_in
     out->index_hash = s->index_hash;
     out->index_bytes = s->index_size;
     return 0;
+}
+
+int ffr_reader_swap_shard(struct ffr_reader *r, uint32_t k, const char *path, char *err,
+                          size_t err_cap)
+{
+    if (err && err_cap) err[0] = '\0';
+    if (!r || !path || k >= r->n_shards) return -EINVAL;
+    struct shard *s = &r->shards[k];
+    struct shard t = { .path = strdup(path), .fd = -1 };
+    if (!t.path) return -ENOMEM;
+    t.fd = ffr_open_regular(path, 0);
+    int rc = t.fd < 0 ? ffr_say(err, err_cap, t.fd, "%s: %s", path, ffr_strerror(t.fd)) : 0;
+    char sub[512] = "";
+    if (rc == 0 && (rc = open_file(&t, &r->o, sub, sizeof sub)) < 0)
+        ffr_say(err, err_cap, rc, "%s", sub);
+    /* The header's fields are its alignment and header size (the rest is zero and hashed); the
+     * trailer copies hold the index's place, size, count and hash; the index holds the rest. */
+    if (rc == 0 &&
+        (t.size != s->size || t.align != s->align || t.header_size != s->header_size ||
+         memcmp(t.tail, s->tail, FFR_TRAILER_SIZE) != 0 || t.index_size != s->index_size ||
+         memcmp(t.index, s->index, (size_t)s->index_size) != 0))
+        rc = ffr_say(err, err_cap, -FFR_ESHARD,
+                     "%s is not a copy of shard %u (%s): its size, header, trailer or index "
+                     "differs",
+                     path, k, s->path);
+    if (rc == 0 && dup3(t.fd, s->fd, O_CLOEXEC) < 0)
+        rc = ffr_say(err, err_cap, -errno, "%s: dup3: %s", path, strerror(errno));
+    if (rc == 0) {
+        char *old = s->path;
+        s->path = t.path;
+        t.path = old;
+        s->dev = t.dev;
+        s->ino = t.ino;
+    }
+    shard_free(&t);
+    return rc;
 }
 
 const char *ffr_reader_metadata(const struct ffr_reader *r, size_t *len)

@@ -904,11 +904,36 @@ static int src_fetch(void *ctx, const char *src, int fd, uint64_t size, char *er
     return rc;
 }
 
+static int src_read(void *ctx, const char *src, void *dst, uint64_t off, uint64_t len, char *err,
+                    size_t cap)
+{
+    if (!ffio_http_is_url(src)) {
+        const int fd = ffr_open_regular(src, 0);
+        int rc = fd < 0 ? fd : 0;
+        for (uint64_t got = 0; rc == 0 && got < len;) {
+            const ssize_t k =
+                pread(fd, (uint8_t *)dst + got, (size_t)(len - got), (off_t)(off + got));
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) rc = k < 0 ? -errno : -FFR_ETRUNC;
+            got += k > 0 ? (uint64_t)k : 0;
+        }
+        if (fd >= 0) close(fd);
+        if (rc < 0) snprintf(err, cap, "%s: %s", src, ffr_strerror(rc));
+        return rc;
+    }
+    struct ffio_http *h = ctx;
+    struct ffio_http_extent x = { .url = src, .dst = dst, .offset = off, .length = len };
+    const int rc = ffio_http_read(h, &x, 1) ? (int)x.res : 0;
+    if (rc < 0) snprintf(err, cap, "%s", h->last_error);
+    return rc;
+}
+
 void ffio_http_cache_source(struct ffio_http *h, struct ffr_cache_source *out)
 {
     if (!out) return;
     out->size = src_size;
     out->fetch = src_fetch;
+    out->read = src_read;
     out->ctx = h;
 }
 

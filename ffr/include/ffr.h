@@ -251,8 +251,6 @@ FFR_API void ffr_reader_opts_default(struct ffr_reader_opts *o);
 FFR_API int ffr_reader_open(struct ffr_reader **out, const char *path,
                             const struct ffr_reader_opts *opts, char *err, size_t err_cap);
 
-/* Same for an already-open file descriptor (not a manifest); `name` is used in messages. The
- * reader duplicates fd; the caller keeps its own. */
 /* Where a record file's index lies, from its first and last bytes alone. */
 struct ffr_index_extent {
     uint64_t offset, size; /* the index's bytes in the file */
@@ -273,6 +271,8 @@ FFR_API int ffr_locate_index(const uint8_t head[64], const uint8_t tail[1536], u
                              const char *name, struct ffr_index_extent *out, char *err,
                              size_t err_cap);
 
+/* ffr_reader_open for an already-open file descriptor (not a manifest); `name` is used in
+ * messages. The reader duplicates fd; the caller keeps its own. */
 FFR_API int ffr_reader_open_fd(struct ffr_reader **out, int fd, const char *name,
                                const struct ffr_reader_opts *opts, char *err, size_t err_cap);
 
@@ -295,7 +295,8 @@ FFR_API uint32_t ffr_reader_shard_count(const struct ffr_reader *r);
 FFR_API uint64_t ffr_reader_content_hash(const struct ffr_reader *r);
 
 struct ffr_shard_info {
-    const char *path;     /* path as opened (valid while the reader lives) */
+    const char *path;     /* path as opened (valid while the reader lives, or until the shard
+                             is swapped: ffr_reader_swap_shard) */
     int fd;               /* read-only descriptor owned by the reader */
     uint64_t file_size;   /* bytes */
     uint64_t first;       /* global number of the shard's first record */
@@ -307,6 +308,21 @@ struct ffr_shard_info {
 
 /* Describes shard k (0-based). Returns 0 or -EINVAL when k is out of range. */
 FFR_API int ffr_reader_shard(const struct ffr_reader *r, uint32_t k, struct ffr_shard_info *out);
+
+/*
+ * Reads shard k from the file at `path` from now on: another copy of the same shard, as a node
+ * cache holds them (ffr_cache_skeletons: the skeleton that holds no record, and the complete
+ * entry from ffr_cache_shard). The file is opened and checked as at open, and must have the
+ * shard's size, alignment, trailer and index byte for byte, so that every index entry, summary
+ * and count the reader handed out stays true; record bytes are checked as they are read, as
+ * always. The new file then takes the shard's descriptor number (dup3), so that a read sees the
+ * old file or the new one, never neither. The caller must not run it while shard k is read or
+ * described (ffr_reader_shard's path changes), and engines that opened the shard by path open
+ * it again. Returns 0, -FFR_ESHARD (another shard: what differs is in err), the errors of
+ * ffr_reader_open for that file, or -EINVAL; on error shard k is unchanged.
+ */
+FFR_API int ffr_reader_swap_shard(struct ffr_reader *r, uint32_t k, const char *path, char *err,
+                                  size_t err_cap);
 
 /* Where a record lives and what it holds, from the index (no I/O). */
 struct ffr_record_info {
@@ -409,7 +425,11 @@ struct ffr_cache_source {
      * that size). A short source is an error (-FFR_ETRUNC); the cache checks what was written
      * whatever this returns. */
     int (*fetch)(void *ctx, const char *src, int fd, uint64_t size, char *err, size_t err_cap);
-    void *ctx; /* passed to both */
+    void *ctx; /* passed to all three */
+    /* Optional: bytes [off, off + len) of src into dst (ffr_cache_skeletons reads a shard's
+     * header, trailer and index by range). NULL: such a source makes no skeletons. */
+    int (*read)(void *ctx, const char *src, void *dst, uint64_t off, uint64_t len, char *err,
+                size_t err_cap);
 };
 
 /*
@@ -488,6 +508,23 @@ FFR_API int ffr_cache_shard(struct ffr_cache *c, const char *src,
  */
 FFR_API int ffr_cache_dataset(struct ffr_cache *c, const char *src, char *path, size_t path_cap,
                               char *err, size_t err_cap);
+
+/*
+ * The dataset of the manifest at src with no record present, for a cache smaller than the
+ * dataset: each shard as a skeleton, a sparse file ".skel-ENTRY" in the cache holding only the
+ * shard's header, index and trailer (read by range through the source's read, or from a local
+ * path), checked as a reader checks them and against the manifest before it takes its name.
+ * A manifest naming the skeletons is written into the cache and its path into path:
+ * ffr_reader_open gives every index, count and summary, and ffr_reader_swap_shard then puts a
+ * shard's records in (ffr_cache_shard's path) and takes them out again (the skeleton's path, as
+ * the reader named the shard at open) while the cache evicts and fetches. Skeletons are reused
+ * when they check out, never evicted, and count towards max_bytes by the blocks they take (their
+ * index). Returns the number of skeletons made (0: all reused), -EINVAL (src is a single record
+ * file: there is nothing to leave out), -ENOTSUP (a source without read), or the errors of
+ * ffr_cache_dataset (err: one line naming the shard).
+ */
+FFR_API int ffr_cache_skeletons(struct ffr_cache *c, const char *src, char *path, size_t path_cap,
+                                char *err, size_t err_cap);
 
 /*
  * Removes a cached shard that a reader found damaged (a record failing its checksum: the cheap

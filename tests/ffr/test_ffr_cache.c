@@ -247,6 +247,136 @@ static void test_lru_order(void)
        "no entries: fits exactly, or -ENOSPC");
 }
 
+/* A source read that counts the bytes it gives, for ffr_cache_skeletons (ranges only). */
+static uint64_t range_bytes;
+static int range_read(void *ctx, const char *src, void *dst, uint64_t off, uint64_t len, char *err,
+                      size_t cap)
+{
+    (void)ctx;
+    const int fd = open(src, O_RDONLY | O_CLOEXEC);
+    const ssize_t k = fd >= 0 ? pread(fd, dst, (size_t)len, (off_t)off) : -1;
+    if (fd >= 0) close(fd);
+    if (k != (ssize_t)len) {
+        snprintf(err, cap, "%s: short read", src);
+        return -EIO;
+    }
+    range_bytes += len;
+    return 0;
+}
+
+/*
+ * A cache smaller than the dataset (ffr_cache_skeletons, ffr_reader_swap_shard): a view of
+ * skeletons opens with every count and summary, reads nothing from a skeleton, reads a shard
+ * swapped in byte for byte as the source, and refuses another shard's file or a damaged index.
+ */
+static void test_skeletons(const char *src, const char *dir)
+{
+    struct src_ctx sc = { 0 };
+    struct ffr_cache_source rs = { src_size, src_fetch, &sc, range_read };
+    struct ffr_cache *c = NULL;
+    if (open_cache(&c, dir, 0, 0, &rs) < 0) return;
+    char view[4200], err[1024];
+    range_bytes = 0;
+    int rc = ffr_cache_skeletons(c, src, view, sizeof view, err, sizeof err);
+    struct ffr_reader *sr = NULL, *v = NULL;
+    ffr_reader_open(&sr, src, NULL, NULL, 0);
+    const uint32_t ns = ffr_reader_shard_count(sr);
+    uint64_t data = 0, index = 0;
+    for (uint32_t k = 0; k < ns; k++) {
+        struct ffr_shard_info si;
+        ffr_reader_shard(sr, k, &si);
+        data += si.file_size;
+        index += si.index_bytes;
+    }
+    ok(rc == (int)ns, "%u skeletons made (%d %s)", ns, rc, rc < 0 ? err : "");
+    ok(range_bytes <= index + ns * (64 + 1536) && range_bytes < data / 10,
+       "they read %" PRIu64 " bytes by range: the indexes (%" PRIu64 ") and each header and "
+       "trailer, not the %" PRIu64 " of the dataset",
+       range_bytes, index, data);
+    range_bytes = 0;
+    ok(ffr_cache_skeletons(c, src, view, sizeof view, err, sizeof err) == 0 && range_bytes == 0,
+       "a second call reuses them all and reads nothing");
+    rc = ffr_reader_open(&v, view, NULL, err, sizeof err);
+    ok(rc == 0 && ffr_reader_count(v) == ffr_reader_count(sr) &&
+           ffr_reader_content_hash(v) == ffr_reader_content_hash(sr),
+       "the view opens: the dataset's counts and summaries (%s)", rc ? err : "");
+    static uint8_t x[8192], y[8192];
+    struct ffr_shard_info s1;
+    ffr_reader_shard(v, 1, &s1);
+    const int64_t bad = v ? ffr_reader_read(v, NULL, s1.first, x, sizeof x) : 0;
+    ok(bad < 0, "a record of a skeleton does not read (%s)", ffr_strerror((int)bad));
+    /* shard 1 in: its cached entry */
+    struct ffr_cache_shard w;
+    char from[4200], entry[4200];
+    shard_want(sr, 1, &w, from, sizeof from);
+    rc = ffr_cache_shard(c, from, &w, entry, sizeof entry, err, sizeof err);
+    int swap = rc >= 0 ? ffr_reader_swap_shard(v, 1, entry, err, sizeof err) : rc;
+    bool same = swap == 0;
+    for (uint64_t i = s1.first; same && i < s1.first + s1.count; i++) {
+        const int64_t a = ffr_reader_read(v, NULL, i, x, sizeof x);
+        same = a > 0 && a == ffr_reader_read(sr, NULL, i, y, sizeof y) && !memcmp(x, y, (size_t)a);
+    }
+    struct ffr_shard_info t;
+    ffr_reader_shard(v, 1, &t);
+    ok(same && !strcmp(t.path, entry) && t.fd == s1.fd,
+       "shard 1 swapped in: its %" PRIu64 " records read as the source's, under the same "
+       "descriptor (%d %s)",
+       s1.count, swap, swap ? err : "");
+    /* another shard's file, and a copy whose index is damaged, are refused; shard 1 is kept */
+    char other[4200];
+    struct ffr_cache_shard w2;
+    shard_want(sr, 2, &w2, other, sizeof other);
+    rc = ffr_reader_swap_shard(v, 1, other, err, sizeof err);
+    ok(rc == -FFR_ESHARD && strstr(err, "not a copy of shard 1"), "shard 2's file for shard 1: %s",
+       err);
+    char bent[4300];
+    snprintf(bent, sizeof bent, "%s/bent.ffr", root);
+    static char cp[9000];
+    snprintf(cp, sizeof cp, "cp '%s' '%s'", from, bent);
+    if (system(cp) != 0) tap_diag("cp failed");
+    struct ffr_index_extent ix;
+    uint8_t head[64], tail[1536];
+    int fd = open(bent, O_RDWR);
+    const off_t end = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0;
+    if (fd >= 0 && pread(fd, head, 64, 0) == 64 && pread(fd, tail, 1536, end - 1536) == 1536 &&
+        ffr_locate_index(head, tail, (uint64_t)end, bent, &ix, NULL, 0) == 0) {
+        uint8_t b;
+        if (pread(fd, &b, 1, (off_t)(ix.offset + ix.size - 1)) == 1) {
+            b ^= 0x40;
+            if (pwrite(fd, &b, 1, (off_t)(ix.offset + ix.size - 1)) != 1) tap_diag("pwrite");
+        }
+    }
+    if (fd >= 0) close(fd);
+    rc = ffr_reader_swap_shard(v, 1, bent, err, sizeof err);
+    ffr_reader_shard(v, 1, &t);
+    ok(rc == -FFR_ECHECKSUM && !strcmp(t.path, entry), "a copy with a flipped index byte: %s",
+       ffr_strerror(rc));
+    /* out again: the skeleton, whose records do not read */
+    static char skel[9000];
+    snprintf(skel, sizeof skel, "%s/.skel-%s", dir, strrchr(entry, '/') + 1);
+    swap = ffr_reader_swap_shard(v, 1, skel, err, sizeof err);
+    ok(swap == 0 && ffr_reader_read(v, NULL, s1.first, x, sizeof x) < 0,
+       "shard 1 back to its skeleton: its records do not read (%s)", swap ? err : "");
+    /* skeletons count by their blocks: a limit of the data alone is enough for every shard */
+    struct stat st;
+    const int sr_rc = stat(skel, &st);
+    ok(sr_rc == 0 && (uint64_t)st.st_size == w.bytes && (uint64_t)st.st_blocks * 512 < w.bytes,
+       "a skeleton has the shard's size (%" PRIu64 ") and takes %" PRIu64 " bytes of disk",
+       (uint64_t)st.st_size, (uint64_t)st.st_blocks * 512);
+    ffr_reader_close(v);
+    ffr_reader_close(sr);
+    ffr_cache_close(c);
+    /* a single record file is no dataset to leave records out of */
+    if (open_cache(&c, dir, 0, 0, &rs) == 0) {
+        char one[4300];
+        snprintf(one, sizeof one, "%s/one.ffr", root);
+        make_dataset(one, 3, 0, 4);
+        ok(ffr_cache_skeletons(c, one, view, sizeof view, err, sizeof err) == -EINVAL,
+           "a single file: %s", err);
+        ffr_cache_close(c);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *base = argc > 1 ? argv[1] : "/tmp";
@@ -263,6 +393,8 @@ int main(int argc, char **argv)
     test_discard(cmd);
     test_lru_order();
     ok(make_dataset(src, 60, 48 * 1024, 1) == 0, "a sharded source dataset");
+    snprintf(cmd, sizeof cmd, "%s/skel", root);
+    test_skeletons(src, cmd);
     struct ffr_reader *sr = NULL;
     ffr_reader_open(&sr, src, NULL, NULL, 0);
     const uint32_t ns = ffr_reader_shard_count(sr);
@@ -325,7 +457,7 @@ int main(int argc, char **argv)
     char ssrc[4200];
     shard_want(sr, 0, &want, ssrc, sizeof ssrc);
     struct src_ctx kill_ctx = { .mode = 1 };
-    const struct ffr_cache_source killer = { src_size, src_fetch, &kill_ctx };
+    const struct ffr_cache_source killer = { src_size, src_fetch, &kill_ctx, NULL };
     fflush(stdout);
     const pid_t pid = fork();
     if (pid == 0) {
@@ -350,7 +482,7 @@ int main(int argc, char **argv)
     ffr_cache_close(c);
     snprintf(cdir, sizeof cdir, "%s/cache3", root);
     struct src_ctx short_ctx = { .mode = 2 };
-    const struct ffr_cache_source shorty = { src_size, src_fetch, &short_ctx };
+    const struct ffr_cache_source shorty = { src_size, src_fetch, &short_ctx, NULL };
     open_cache(&c, cdir, 0, 0, &shorty);
     rc = ffr_cache_shard(c, ssrc, &want, path, sizeof path, err, sizeof err);
     count_dir(cdir, &finals, &temps, NULL);
@@ -414,7 +546,7 @@ int main(int argc, char **argv)
     char log[4200];
     snprintf(log, sizeof log, "%s/fetch.log", root);
     struct src_ctx slow = { .mode = 0, .log = log, .delay_ms = 20 };
-    const struct ffr_cache_source slow_src = { src_size, src_fetch, &slow };
+    const struct ffr_cache_source slow_src = { src_size, src_fetch, &slow, NULL };
     pid_t kids[4];
     fflush(stdout);
     for (int k = 0; k < 4; k++) {

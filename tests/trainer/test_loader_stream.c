@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,6 +284,115 @@ static void test_bad_records(void)
     unsave(b, at_pix > 0 ? at_pix : 0);
 }
 
+/* Zeroes every record byte of the ffr file at path (header, index and trailer stay). */
+static int zero_records(const char *path)
+{
+    const int fd = open(path, O_RDWR);
+    uint8_t head[64], tail[1536], z[4096] = { 0 };
+    struct ffr_index_extent ix;
+    const off_t end = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0;
+    int rc = fd >= 0 && pread(fd, head, 64, 0) == 64 && pread(fd, tail, 1536, end - 1536) == 1536 &&
+                     ffr_locate_index(head, tail, (uint64_t)end, path, &ix, NULL, 0) == 0
+                 ? 0
+                 : -1;
+    for (uint64_t at = 64; rc == 0 && at < ix.offset;) {
+        const size_t n = ix.offset - at < sizeof z ? (size_t)(ix.offset - at) : sizeof z;
+        rc = pwrite(fd, z, n, (off_t)at) == (ssize_t)n ? 0 : -1;
+        at += n;
+    }
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+/*
+ * The epoch gate (a node cache smaller than the dataset, trainer/data/node_cache.c): over a view
+ * of skeletons with every shard swapped in, a gated loader gives epoch 0's batches and then
+ * -EAGAIN rather than read on; after every shard is swapped to a copy and the files the workers
+ * had open are zeroed, trn_loader_open_epoch makes them read the copies: epoch 1's batches are
+ * the plain loader's, with no bad record.
+ */
+static void test_gate(void)
+{
+    struct saved ref[RUN];
+    struct trn_loader_opts o;
+    char err[1024] = "", man[600], cdir[600], view[4200];
+    train_opts(&o, 2, 3, 1);
+    int rc = collect("sharded/train.ffr", &o, ref, RUN, 0, NULL, err, sizeof err);
+    if (!ok(rc == 0, "the sharded dataset: %d batches, ungated (%s)", RUN, err)) return;
+    snprintf(man, sizeof man, "%s/sharded/train.ffr", dir);
+    snprintf(cdir, sizeof cdir, "%s/cache", dir);
+    struct ffr_cache *c = NULL;
+    struct ffr_reader *v = NULL, *src = NULL;
+    rc = ffr_cache_open(&c, cdir, NULL, err, sizeof err);
+    if (rc == 0) rc = ffr_cache_skeletons(c, man, view, sizeof view, err, sizeof err) < 0 ? -1 : 0;
+    if (rc == 0) rc = ffr_reader_open(&v, view, NULL, err, sizeof err);
+    if (rc == 0) rc = ffr_reader_open(&src, man, NULL, err, sizeof err);
+    const uint32_t ns = ffr_reader_shard_count(src);
+    static char entry[64][4200];
+    for (uint32_t k = 0; rc == 0 && k < ns && k < 64; k++) {
+        struct ffr_shard_info si;
+        ffr_reader_shard(src, k, &si);
+        const char *slash = strrchr(si.path, '/');
+        const struct ffr_cache_shard w = { slash ? slash + 1 : si.path, si.file_size, si.count,
+                                           si.index_hash };
+        rc = ffr_cache_shard(c, si.path, &w, entry[k], sizeof entry[k], err, sizeof err);
+        if (rc >= 0) rc = ffr_reader_swap_shard(v, k, entry[k], err, sizeof err);
+    }
+    if (!ok(rc == 0 && ns > 1 && ns <= 64, "a view of %u skeletons, every shard swapped in (%s)",
+            ns, err)) {
+        ffr_reader_close(v);
+        ffr_reader_close(src);
+        ffr_cache_close(c);
+        unsave(ref, RUN);
+        return;
+    }
+    struct trn_loader *l = NULL;
+    train_opts(&o, 2, 3, 1);
+    o.epoch_gate = true;
+    rc = trn_loader_create(v, &o, &l, err, sizeof err);
+    int good = rc == 0;
+    struct trn_batch b;
+    for (int i = 0; good && i < EPOCH_STEPS; i++) {
+        struct saved sv;
+        good = trn_loader_next(l, &b) == 0 && save_batch(&sv, &b, g_ctx) == 0 && same(&sv, &ref[i]);
+        unsave(&sv, 1);
+    }
+    ok(good, "gated: epoch 0's batches are the plain loader's (%s)", err);
+    ok(good && trn_loader_next(l, &b) == -EAGAIN && trn_loader_open_epoch(l, 0) == -EINVAL,
+       "past the gate -EAGAIN, not a wait; opening the open epoch again: -EINVAL");
+    /* every shard to a copy; the files the workers opened are zeroed */
+    for (uint32_t k = 0; good && k < ns; k++) {
+        char cp[9000], copy[4300];
+        snprintf(copy, sizeof copy, "%s/copy-%u.ffr", dir, k);
+        snprintf(cp, sizeof cp, "cp '%s' '%s'", entry[k], copy);
+        good = system(cp) == 0 && ffr_reader_swap_shard(v, k, copy, err, sizeof err) == 0 &&
+               zero_records(entry[k]) == 0;
+    }
+    struct ffr_reader *z = NULL;
+    uint8_t buf[1 << 16];
+    ok(good && ffr_reader_open(&z, entry[0], NULL, NULL, 0) == 0 &&
+           ffr_reader_read(z, NULL, 0, buf, sizeof buf) < 0,
+       "every shard swapped to a copy; the old files' records are zeroes (%s)", err);
+    ffr_reader_close(z);
+    good = good && trn_loader_open_epoch(l, 1) == 0;
+    for (int i = EPOCH_STEPS; good && i < RUN; i++) {
+        struct saved sv;
+        good = trn_loader_next(l, &b) == 0 && save_batch(&sv, &b, g_ctx) == 0 && same(&sv, &ref[i]);
+        unsave(&sv, 1);
+    }
+    struct trn_loader_info li;
+    trn_loader_info(l, &li);
+    ok(good && li.bad_records == 0,
+       "after trn_loader_open_epoch the workers read the copies: epoch 1's batches are the "
+       "plain loader's, %" PRIu64 " bad records",
+       li.bad_records);
+    trn_loader_destroy(l);
+    ffr_reader_close(v);
+    ffr_reader_close(src);
+    ffr_cache_close(c);
+    unsave(ref, RUN);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -314,7 +424,10 @@ int main(int argc, char **argv)
             "--classes 4 --max-objects 5",
             synth, dir, N_TRAIN) == 0 &&
         run("%s %s/synth -o %s/train.ffr --size %d --split train2017 -q -j 1", pack, dir, dir,
-            IMG) == 0;
+            IMG) == 0 &&
+        run("mkdir -p %s/sharded && %s %s/synth -o %s/sharded/train.ffr --size %d --split "
+            "train2017 -q -j 1 --shard-size 64K",
+            dir, pack, dir, dir, IMG) == 0;
     if (!ok(made, "yolo-synth and yolo-pack made the dataset in %s", dir)) {
         printf("# see %s/stderr.txt\n", dir);
         return tap_done();
@@ -326,6 +439,7 @@ int main(int argc, char **argv)
     test_same();
     test_ahead();
     test_bad_records();
+    test_gate();
     kern_ctx_destroy(g_ctx);
     const int rc = tap_done();
     if (rc == 0) run("rm -rf %s", dir);

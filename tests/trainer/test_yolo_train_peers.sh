@@ -16,27 +16,7 @@ check() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else failed=$((
     "$pack" "$work/s" --split train2017 -o "$work/origin/train.ffr" --size 96 --shard-size 64K -q 2>/dev/null
 check $? "a dataset packed in $(ls "$work/origin" | grep -c -- '-[0-9]*\.ffr$') shards"
 data_bytes=$(cat "$work"/origin/* | wc -c)
-# A port p with p + 1 free too (the rendezvous listens on MASTER_PORT + 1), chosen after the
-# origin has its port: two bind(0) calls in a row can get neighbouring ports, and the origin on
-# p + 1 once made rank 0's listen fail.
-free_port() {
-    python3 - <<'PY'
-import socket
-for _ in range(50):
-    a, b = socket.socket(), socket.socket()
-    try:
-        a.bind(("127.0.0.1", 0))
-        p = a.getsockname()[1]
-        b.bind(("127.0.0.1", p + 1))
-        print(p)
-        break
-    except OSError:
-        pass
-    finally:
-        a.close()
-        b.close()
-PY
-}
+. "$(dirname "$0")/free_port.sh"
 
 # one job: 4 ranks, 2 per node; prints the origin's body bytes
 job() {

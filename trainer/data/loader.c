@@ -173,6 +173,7 @@ struct worker {
     uint8_t *hwc;               /* one augmented sample, HWC */
     struct trn_aug_ws *ws;
     struct trn_sampler sampler; /* private copy; epoch switched as tasks need */
+    uint64_t files_gen;         /* the loader's files_gen when rr was opened */
     char msg[512];              /* error line of the last failed task */
 };
 
@@ -224,14 +225,16 @@ struct trn_loader {
     uint64_t start_step;
     uint64_t claim_seq; /* next task */
     int claim_j;
-    uint64_t released; /* batches < released are free for the workers */
-    uint64_t deliver;  /* next batch for the consumer */
-    bool holding;      /* the consumer holds batch deliver - 1 */
-    unsigned inflight; /* tasks being computed */
-    unsigned inited;   /* workers done with their setup */
-    int init_rc;       /* first setup error */
-    int err;           /* error that stopped the loader, 0 if none */
-    uint64_t err_seq;  /* batch it belongs to: batches before it are still delivered */
+    uint32_t open_epoch; /* o.epoch_gate: the last epoch whose samples may be claimed */
+    uint64_t files_gen;  /* o.epoch_gate: bumped when the reader's shards may have changed */
+    uint64_t released;   /* batches < released are free for the workers */
+    uint64_t deliver;    /* next batch for the consumer */
+    bool holding;        /* the consumer holds batch deliver - 1 */
+    unsigned inflight;   /* tasks being computed */
+    unsigned inited;     /* workers done with their setup */
+    int init_rc;         /* first setup error */
+    int err;             /* error that stopped the loader, 0 if none */
+    uint64_t err_seq;    /* batch it belongs to: batches before it are still delivered */
     char errmsg[512];
     char errcopy[512]; /* what trn_loader_error returned last */
 
@@ -973,7 +976,9 @@ out:
 /* ---------------------------------------------------------------------------------------- */
 /* Workers                                                                                  */
 
-static int worker_setup(struct worker *w)
+/* The worker's record engine over the reader's shards as they are now (at setup, and again
+ * when trn_loader_open_epoch says they were swapped). */
+static int records_open(struct worker *w, const char *what)
 {
     struct trn_loader *l = w->l;
     struct ffio_records_opts io = l->o.io;
@@ -981,11 +986,19 @@ static int worker_setup(struct worker *w)
         io.io.log = ffio_log_adapter;
         io.io.log_ctx = l;
     }
-    int rc = ffio_records_open(l->r, &io, &w->rr);
-    if (rc < 0) {
-        snprintf(w->msg, sizeof w->msg, "opening a record reader: %s", ffio_strerror(rc));
-        return rc;
-    }
+    ffio_records_close(w->rr);
+    w->rr = NULL;
+    const int rc = ffio_records_open(l->r, &io, &w->rr);
+    if (rc < 0) snprintf(w->msg, sizeof w->msg, "%s: %s", what, ffio_strerror(rc));
+    return rc;
+}
+
+static int worker_setup(struct worker *w)
+{
+    struct trn_loader *l = w->l;
+    int rc = records_open(w, "opening a record reader");
+    if (rc < 0) return rc;
+    w->files_gen = l->files_gen;
     /* Tiles per sample: a worker's two samples need their own buffers; raw records are used
      * where they land, so decode buffers only for a dataset with coded records. */
     const size_t tiles = l->o.mode == TRN_LOADER_TRAIN ? MAX_TILES : 1;
@@ -1028,6 +1041,15 @@ static int worker_setup(struct worker *w)
     return 0;
 }
 
+/* records_open again, its read buffers registered with the new engine. */
+static int reopen_files(struct worker *w)
+{
+    const int rc = records_open(w, "opening the record files again");
+    if (rc < 0) return rc;
+    (void)ffio_engine_register_buffer(ffio_records_engine(w->rr), w->scratch.ptr, w->scratch.size);
+    return 0;
+}
+
 static void worker_teardown(struct worker *w)
 {
     /* The engine must be destroyed by the thread that used it (ffio.h "Threads"). */
@@ -1049,7 +1071,14 @@ static void worker_teardown(struct worker *w)
 /* Whether a worker may claim a sample now (l->mu held). */
 static bool claimable(const struct trn_loader *l, int setup)
 {
-    return setup == 0 && !l->stop && !l->paused && !l->err && l->claim_seq < l->released + l->depth;
+    if (setup != 0 || l->stop || l->paused || l->err || l->claim_seq >= l->released + l->depth)
+        return false;
+    if (!l->o.epoch_gate) return true;
+    uint32_t e;
+    uint64_t step;
+    int n;
+    seq_position(l, l->claim_seq, &e, &step, &n);
+    return e <= l->open_epoch;
 }
 
 /* Claim the next sample into p (l->mu held): the slot's batch is set up by its first sample. */
@@ -1108,6 +1137,23 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&l->mu);
             cur = NULL;
             if (--l->inflight == 0) pthread_cond_broadcast(&l->cv_done);
+            continue;
+        }
+        if (!cur && setup == 0 && w->files_gen != l->files_gen && !l->stop && !l->err) {
+            /* The reader's shards were swapped (trn_loader_open_epoch): nothing is in flight,
+             * and this engine opened the files the shards had before. A failed reopen stops
+             * the loader; a repositioning clears the error and this is tried again. */
+            const uint64_t g = l->files_gen;
+            pthread_mutex_unlock(&l->mu);
+            const int rc = reopen_files(w);
+            pthread_mutex_lock(&l->mu);
+            if (rc == 0) w->files_gen = g;
+            if (rc < 0 && !l->err) {
+                l->err = rc;
+                l->err_seq = l->claim_seq;
+                snprintf(l->errmsg, sizeof l->errmsg, "%s", w->msg);
+                pthread_cond_broadcast(&l->cv_done);
+            }
             continue;
         }
         if (!cur) {
@@ -1593,6 +1639,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     l->elem = o->pixels == TRN_PIXELS_F32 ? sizeof(float) : 1;
     l->max_h = l->max_w = o->img_size;
     l->start_epoch = o->epoch;
+    l->open_epoch = o->epoch;
     l->err_seq = UINT64_MAX;
     l->paused = true;
     for (int i = 0; i < 256; i++)
@@ -1840,6 +1887,14 @@ int trn_loader_next(struct trn_loader *l, struct trn_batch *out)
     struct slot *sl = &l->slots[l->deliver % l->depth];
     for (;;) {
         if (sl->state == SLOT_READY && sl->seq == l->deliver) break;
+        uint32_t e;
+        uint64_t step;
+        int n;
+        seq_position(l, l->deliver, &e, &step, &n);
+        if (l->o.epoch_gate && e > l->open_epoch) {
+            pthread_mutex_unlock(&l->mu);
+            return -EAGAIN; /* nobody would ever build it */
+        }
         if (l->err && l->err_seq <= l->deliver) {
             const int rc = l->err;
             pthread_mutex_unlock(&l->mu);
@@ -1907,6 +1962,11 @@ static int reposition(struct trn_loader *l, uint32_t epoch, uint64_t step, bool 
     }
     l->start_epoch = epoch;
     l->start_step = step;
+    if (l->o.epoch_gate) {
+        /* the caller moved here, so it made this epoch's shards readable */
+        l->open_epoch = epoch;
+        l->files_gen++;
+    }
     l->claim_seq = 0;
     l->claim_j = 0;
     l->released = 0;
@@ -1932,6 +1992,25 @@ int trn_loader_set_position(struct trn_loader *l, uint32_t epoch, uint64_t step)
 int trn_loader_set_epoch(struct trn_loader *l, uint32_t epoch)
 {
     return trn_loader_set_position(l, epoch, 0);
+}
+
+int trn_loader_open_epoch(struct trn_loader *l, uint32_t epoch)
+{
+    if (!l || !l->o.epoch_gate) return -EINVAL;
+    pthread_mutex_lock(&l->mu);
+    if (epoch <= l->open_epoch) {
+        pthread_mutex_unlock(&l->mu);
+        return -EINVAL;
+    }
+    /* Nothing past the gate was claimed, and the open epoch was consumed: a sample still in
+     * flight is a straggler of it, which must not read a shard swapped under it. */
+    while (l->inflight > 0)
+        pthread_cond_wait(&l->cv_done, &l->mu);
+    l->open_epoch = epoch;
+    l->files_gen++;
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    return 0;
 }
 
 int trn_loader_set_indices(struct trn_loader *l, const uint64_t *indices, uint32_t epoch,

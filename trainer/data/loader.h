@@ -150,6 +150,12 @@ struct trn_loader_opts {
                                         segment (the loader adds the dataset's identity); NULL:
                                         a cache per process, as train.py */
     uint32_t ram_share_ranks;        /* local ranks that attach to it (the node's ranks) */
+    bool epoch_gate;                 /* TRAIN: the workers start no sample of an epoch after
+                                        the open one (o->epoch at create) until
+                                        trn_loader_open_epoch, so that the reader's shards can
+                                        be swapped between epochs (a node cache smaller than
+                                        the dataset holds one epoch's shards); default false:
+                                        epoch after epoch, reading ahead across the boundary */
     bool read_ahead;                 /* each worker claims its next sample and starts reading
                                         its records before it builds the current one, so that
                                         reads overlap augmentation (two samples' read buffers per
@@ -293,6 +299,17 @@ int trn_loader_set_position(struct trn_loader *l, uint32_t epoch, uint64_t step)
 
 /* trn_loader_set_position(l, epoch, 0). */
 int trn_loader_set_epoch(struct trn_loader *l, uint32_t epoch);
+
+/*
+ * With epoch_gate: lets the workers go on to `epoch`, after the open one. Call it once the open
+ * epoch's last batch was returned: the gate holds the workers, so nothing reads the dataset
+ * (the call waits for a straggler, if any), and the caller may swap the reader's shards before
+ * it (ffr_reader_swap_shard). Every worker opens its record files again before its next read.
+ * Without the call, trn_loader_next returns -EAGAIN for the first batch past the gate rather
+ * than wait for ever. trn_loader_set_position opens the epoch it moves to. Returns 0 or -EINVAL
+ * (no gate, or epoch not after the open one).
+ */
+int trn_loader_open_epoch(struct trn_loader *l, uint32_t epoch);
 
 /*
  * Image weights (train.py --image-weights; trainer/core/sampler.h trn_sampler_set_indices): from

@@ -31,6 +31,7 @@
 #include "kern_cuda.h"
 #include "loader.h"
 #include "model.h"
+#include "node_cache.h"
 #include "net.h"
 #include "peers.h"
 #include "plots.h"
@@ -459,28 +460,30 @@ static void peers_log(void *ctx, enum ffio_log_level level, const char *msg)
 }
 
 /*
- * --cache-dir with several nodes (docs/sharing.md section 7): local rank 0 of each node serves
- * the node's cache, the nodes' addresses are summed over the job's communicator, and the shards
- * are fetched from the origin once, by the node that reads each first in epoch 0, then by the
- * others from it (a barrier between), each byte checked. Every rank calls it, at the same
- * point. *done: the shards are in the cache (else the caller fills it alone, as without
- * peers). Returns 0, or 1 after saying why.
+ * The job's peers (docs/sharing.md section 7), set up once per process: local rank 0 of each
+ * node serves the node's cache, and the nodes' addresses are summed over the job's
+ * communicator. Every rank calls it, at the same point, and all get the same answer: 1 when
+ * the nodes fill from each other, 0 when each fetches alone (a line says why), as with --peers
+ * off or one node.
  */
-static int peer_fill(const struct trn_launch_opts *A, const char *src, struct trn_dist *dist,
-                     int local_world, const struct ffr_cache_opts *co, bool *done)
+static int peers_join(const struct trn_launch_opts *A, const char *src, struct trn_dist *dist,
+                      int L)
 {
-    *done = false;
+    static int joined = -1; /* the job's nodes do not change: asked once */
+    if (joined >= 0) return joined;
     const int rank = trn_dist_rank(dist), world = trn_dist_world(dist);
-    const int L = local_world > 0 ? local_world : 1, nodes = (world + L - 1) / L;
+    const int nodes = (world + L - 1) / L;
     if (!A->cache_dir || (A->peers && !strcmp(A->peers, "off")) || nodes < 2) return 0;
     const uint32_t node = (uint32_t)(rank / L);
     char err[1024] = "";
-    /* 1. the server, and this node's address, summed over the job (all ranks take part, also
+    /* the server, and this node's address, summed over the job (all ranks take part, also
      * when their own part failed, so that no rank waits for another) */
     int64_t *addr = calloc((size_t)nodes * 2, sizeof *addr);
-    if (!addr) return 1;
-    int rc = 0;
-    if (!g_peers)
+    char(*hosts)[INET_ADDRSTRLEN] = calloc((size_t)nodes, sizeof *hosts);
+    const char **hp = calloc((size_t)nodes, sizeof *hp);
+    int *ports = calloc((size_t)nodes, sizeof *ports);
+    int rc = addr && hosts && hp && ports ? 0 : -ENOMEM;
+    if (rc == 0 && !g_peers)
         rc = trn_peers_create(A->cache_dir, rank % L == 0, NULL, (int)A->peer_port, peers_log,
                               (void *)A, &g_peers, err, sizeof err);
     if (rc == 0 && rank % L == 0) {
@@ -500,22 +503,48 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
             rc = -EADDRNOTAVAIL;
         }
     }
-    if (rc < 0) say(A, TRN_LAUNCH_ERR, "rank %d: peers off: %s", rank, err);
-    int cr = trn_dist_allreduce_i64(dist, addr, (size_t)nodes * 2, TRN_DIST_SUM);
-    bool all = cr == 0;
+    if (rc < 0)
+        say(A, TRN_LAUNCH_ERR, "rank %d: peers off: %s", rank, err[0] ? err : strerror(-rc));
+    int64_t one = 0;
+    bool all = trn_dist_allreduce_i64(dist, addr ? addr : &one, addr ? (size_t)nodes * 2 : 1,
+                                      TRN_DIST_SUM) == 0 &&
+               addr;
     for (int m = 0; m < nodes && all; m++)
         all = addr[2 * m + 1] > 0;
-    if (!all) {
-        /* every rank sees the same sums, so all of them go on without peers alike */
-        if (rank == 0)
-            say(A, TRN_LAUNCH_ERR,
-                "peers off: a node announced no server; each node fetches from %s", src);
-        free(addr);
-        return 0;
+    for (int m = 0; m < nodes && all; m++) {
+        const struct in_addr ia = { htonl((uint32_t)addr[2 * m]) };
+        inet_ntop(AF_INET, &ia, hosts[m], sizeof hosts[m]);
+        hp[m] = hosts[m];
+        ports[m] = (int)addr[2 * m + 1];
     }
-    char(*hosts)[INET_ADDRSTRLEN] = calloc((size_t)nodes, sizeof *hosts);
-    const char **hp = calloc((size_t)nodes, sizeof *hp);
-    int *ports = calloc((size_t)nodes, sizeof *ports);
+    /* every rank sees the same sums; a failure to take the list is agreed on below */
+    int64_t bad = all && trn_peers_set_nodes(g_peers, (uint32_t)nodes, hp, ports, node) < 0;
+    if (trn_dist_allreduce_i64(dist, &bad, 1, TRN_DIST_SUM) < 0) bad = 1;
+    free(addr);
+    free(hosts);
+    free(hp);
+    free(ports);
+    if (!all && rank == 0)
+        say(A, TRN_LAUNCH_ERR, "peers off: a node announced no server; each node fetches from %s",
+            src);
+    return joined = all && !bad;
+}
+
+/*
+ * --cache-dir with several nodes and a cache that holds the dataset (docs/sharing.md section
+ * 7): the shards are fetched from the origin once, by the node that reads each first in epoch
+ * 0, then by the others from it (a barrier between), each byte checked. Every rank calls it, at
+ * the same point. *done: the shards are in the cache (else the caller fills it alone, as
+ * without peers). Returns 0, or 1 after saying why.
+ */
+static int peer_fill(const struct trn_launch_opts *A, const char *src, struct trn_dist *dist,
+                     int local_world, const struct ffr_cache_opts *co, bool *done)
+{
+    *done = false;
+    const int rank = trn_dist_rank(dist), world = trn_dist_world(dist);
+    const int L = local_world > 0 ? local_world : 1, nodes = (world + L - 1) / L;
+    if (!peers_join(A, src, dist, L)) return 0;
+    char err[1024] = "";
     struct ffr_cache_shard *shards = NULL;
     uint32_t n = 0;
     uint64_t *counts = NULL;
@@ -523,20 +552,12 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
     struct ffio_http *origin = NULL;
     struct trn_sampler s;
     bool have_s = false;
-    rc = hosts && hp && ports ? 0 : -ENOMEM;
-    for (int m = 0; rc == 0 && m < nodes; m++) {
-        const struct in_addr ia = { htonl((uint32_t)addr[2 * m]) };
-        inet_ntop(AF_INET, &ia, hosts[m], sizeof hosts[m]);
-        hp[m] = hosts[m];
-        ports[m] = (int)addr[2 * m + 1];
-    }
-    free(addr);
-    if (rc == 0) rc = trn_peers_set_nodes(g_peers, (uint32_t)nodes, hp, ports, node);
-    /* 2. the cache, its origin the source and the other nodes its peers */
+    int rc = 0;
+    /* 1. the cache, its origin the source and the other nodes its peers */
     struct ffr_cache_source cs;
     struct ffr_cache_peers hooks;
     struct ffr_cache_opts o = *co;
-    if (rc == 0 && ffio_http_is_url(src)) {
+    if (ffio_http_is_url(src)) {
         rc = ffio_http_create(NULL, &origin);
         ffio_http_cache_source(origin, &cs);
         o.source = &cs;
@@ -546,7 +567,7 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
         o.peers = &hooks;
         rc = ffr_cache_open(&c, A->cache_dir, &o, err, sizeof err);
     }
-    /* 3. the plan: the manifest's shards (a single file has none to share), the sampler's
+    /* 2. the plan: the manifest's shards (a single file has none to share), the sampler's
      * epoch 0 */
     if (rc == 0) rc = ffr_cache_manifest_shards(c, src, &shards, &n, err, sizeof err);
     if (rc == 0 && n < 2) rc = 1;
@@ -566,7 +587,7 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
         have_s = rc == 0;
         if (rc < 0) snprintf(err, sizeof err, "the shard plan: %s", strerror(-rc));
     }
-    /* 4. the fill, with the barrier every rank must reach */
+    /* 3. the fill, with the barrier every rank must reach */
     /* Every rank ready, or none fills with peers: a rank whose manifest read or plan failed
      * (or found a single file) must not leave the others waiting at the fill's barrier. */
     int64_t not_ready = rc != 0;
@@ -586,10 +607,7 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
     if (have_s) trn_sampler_destroy(&s);
     free(counts);
     ffr_manifest_shards_free(shards, n);
-    free(hosts);
-    free(hp);
-    free(ports);
-    /* 5. one answer for the job (a node that failed makes every rank fall back alike), and
+    /* 4. one answer for the job (a node that failed makes every rank fall back alike), and
      * what the whole job fetched from where */
     if (rc < 0) say(A, TRN_LAUNCH_ERR, "rank %d: peers: %s", rank, err[0] ? err : strerror(-rc));
     int64_t sum[6] = {
@@ -612,13 +630,122 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
     return 0;
 }
 
+/* A node cache smaller than the dataset (trainer/data/node_cache.h), for the run's records. */
+static struct trn_node_cache *g_nc;
+static struct trn_dist *g_nc_dist;
+static const struct trn_launch_opts *g_nc_args;
+static uint64_t g_nc_egress; /* the job's origin bytes so far (rank 0's sums) */
+
+/* trn_train_opts.epoch_data: the node's shards of `epoch` into r; one answer for the job. */
+static int partial_epoch(void *ctx, struct ffr_reader *r, int epoch, char *err, size_t cap)
+{
+    (void)ctx;
+    const struct trn_launch_opts *A = g_nc_args;
+    struct trn_node_cache_stats st;
+    const double t0 = trn_now_s();
+    int rc = trn_node_cache_epoch(g_nc, r, (uint32_t)epoch, &st, err, cap);
+    const int rank = trn_dist_rank(g_nc_dist);
+    if (rc < 0) say(A, TRN_LAUNCH_ERR, "rank %d: epoch %d's shards: %s", rank, epoch, err);
+    int64_t sum[7] = { rc < 0,
+                       st.from_peers,
+                       (int64_t)st.peer_bytes,
+                       st.from_origin,
+                       (int64_t)st.origin_bytes,
+                       st.swapped_out,
+                       (int64_t)st.epoch_bytes };
+    if (trn_dist_allreduce_i64(g_nc_dist, sum, 7, TRN_DIST_SUM) < 0) sum[0] = 1;
+    if (sum[0]) {
+        if (rc == 0)
+            trn_seterr(err, cap, "another rank failed to fill its cache (its log says why)");
+        return rc < 0 ? rc : -ECANCELED;
+    }
+    uint32_t n = 0;
+    const uint64_t data = trn_node_cache_dataset_bytes(g_nc, &n);
+    g_nc_egress += (uint64_t)sum[4];
+    if (rank == 0)
+        say(A, TRN_LAUNCH_ERR,
+            "cache: epoch %d: the nodes' shards in %.1f s: %" PRId64
+            " fetch(es) from peers (%.1f MB), %" PRId64
+            " from the origin (%.1f MB; %.2fx the dataset so far), %" PRId64
+            " shard(s) put back to their skeletons",
+            epoch, trn_now_s() - t0, sum[1], (double)sum[2] / 1e6, sum[3], (double)sum[4] / 1e6,
+            data ? (double)g_nc_egress / (double)data : 0.0, sum[5]);
+    return 0;
+}
+
+/*
+ * --cache-max below the dataset on several nodes: the run's records become a view of
+ * skeletons, filled epoch by epoch (partial_epoch). Every rank calls it at the same point and
+ * all agree. Returns 0 (o set up), 1 (not needed: the caller caches the dataset whole), or -1
+ * after saying why.
+ */
+static int partial_open(const struct trn_launch_opts *A, const char *src, struct trn_dist *dist,
+                        int local_world, struct trn_train_opts *o, char *local, size_t cap)
+{
+    const int rank = trn_dist_rank(dist), world = trn_dist_world(dist);
+    const int L = local_world > 0 ? local_world : 1;
+    if (!A->cache_max || (world + L - 1) / L < 2) return 1;
+    const bool peers = peers_join(A, src, dist, L);
+    struct trn_node_cache_opts no = {
+        .dir = A->cache_dir,
+        .src = src,
+        .max_bytes = A->cache_max,
+        .seed = (uint64_t)A->seed,
+        .world_size = (uint32_t)world,
+        .rank = (uint32_t)rank,
+        .local_world_size = (uint32_t)L,
+        .epochs = (uint32_t)A->epochs,
+        .peers = peers ? g_peers : NULL,
+        .barrier = barrier_cb,
+        .barrier_ctx = dist,
+    };
+    char err[1024] = "";
+    trn_node_cache_close(g_nc);
+    g_nc = NULL;
+    const int rc = trn_node_cache_open(&no, &g_nc, local, cap, err, sizeof err);
+    /* 1 (cached whole) and errors are the same on every rank for the same dataset, except an
+     * I/O failure: agree on it */
+    int64_t v[2] = { rc < 0, rc == 1 };
+    if (trn_dist_allreduce_i64(dist, v, 2, TRN_DIST_SUM) < 0) v[0] = 1;
+    if (rc < 0) say(A, TRN_LAUNCH_ERR, "rank %d: --cache-max: %s", rank, err);
+    if (v[0] || (v[1] && v[1] != world)) {
+        if (rank == 0 && rc >= 0) say(A, TRN_LAUNCH_ERR, "--cache-max: another rank failed");
+        trn_node_cache_close(g_nc);
+        g_nc = NULL;
+        return -1;
+    }
+    if (v[1]) return 1;
+    uint32_t n = 0;
+    const uint64_t data = trn_node_cache_dataset_bytes(g_nc, &n);
+    if (rank == 0)
+        say(A, TRN_LAUNCH_ERR,
+            "%s: %.1f MB in %u shards, above --cache-max %.1f MB: each node caches the shards it "
+            "reads in an epoch, before it (%s), and the skeletons of the others (their index) in "
+            "%s",
+            src, (double)data / 1e6, n, (double)A->cache_max / 1e6,
+            peers ? "from the other nodes first" : "from the origin", A->cache_dir);
+    g_nc_dist = dist;
+    g_nc_args = A;
+    g_nc_egress = 0;
+    o->epoch_data = partial_epoch;
+    o->local_world_size = L;
+    return 0;
+}
+
 /* --cache-dir: the dataset's shards copied (or, for a URL, downloaded) into the
  * node-local cache, verified, and the cached manifest's path in local. Every local rank calls
  * it; the cache's locks fetch each shard once per node. With several nodes the nodes fill
- * from each other first (peer_fill). Returns 0 or 1 (after saying why). */
+ * from each other first (peer_fill). With o (the training records) and a --cache-max below the
+ * dataset, the nodes cache one epoch's shards at a time instead (partial_open). Returns 0 or 1
+ * (after saying why). */
 static int cache_dataset(const struct trn_launch_opts *A, const char *src, struct trn_dist *dist,
-                         int local_world, char *local, size_t cap)
+                         int local_world, struct trn_train_opts *o, char *local, size_t cap)
 {
+    if (dist && o) {
+        /* a cache smaller than the dataset holds one epoch's shards at a time */
+        const int p = partial_open(A, src, dist, local_world, o, local, cap);
+        if (p <= 0) return p < 0;
+    }
     char err[1024] = "";
     struct ffr_cache_opts co;
     ffr_cache_opts_default(&co);
@@ -758,12 +885,13 @@ static int do_train(const struct trn_launch_opts *A, const struct trn_hyp *hyp,
     }
     static char cached[2][PATH_MAX];
     if (A->cache_dir && A->records) {
-        if (cache_dataset(A, A->records, dist, local_world, cached[0], sizeof cached[0])) return 1;
+        if (cache_dataset(A, A->records, dist, local_world, &o, cached[0], sizeof cached[0]))
+            return 1;
         o.records = cached[0];
         o.cache_dir = A->cache_dir; /* a damaged cached shard is evicted (train.h) */
     }
     if (A->cache_dir && A->val_records) {
-        if (cache_dataset(A, A->val_records, NULL, local_world, cached[1], sizeof cached[1]))
+        if (cache_dataset(A, A->val_records, NULL, local_world, NULL, cached[1], sizeof cached[1]))
             return 1;
         o.val_records = cached[1];
     }

@@ -96,6 +96,20 @@ int run_data_iw_setup(struct run *R, char *err, size_t cap)
     return 0;
 }
 
+/* Before epoch `epoch` with a node cache smaller than the dataset: the epoch's shards made
+ * readable while the loader's gate holds its workers, then the gate opened. */
+int run_data_epoch(struct run *R, int epoch, char *err, size_t cap)
+{
+    if (!R->o.epoch_data) return 0;
+    char e[768] = "";
+    int rc = R->o.epoch_data(R->o.epoch_data_ctx, R->data.reader, epoch, e, sizeof e);
+    if (rc < 0) return trn_fail(err, cap, rc, "%s: epoch %d's shards: %s", R->o.records, epoch, e);
+    if ((rc = trn_loader_open_epoch(R->data.loader, (uint32_t)epoch)) < 0)
+        return trn_fail(err, cap, rc, "%s: opening epoch %d: %s", R->o.records, epoch,
+                        strerror(-rc));
+    return 0;
+}
+
 /* train.py at the start of each epoch with --image-weights: the epoch's images drawn with
  * replacement by weight (random.choices), the loader moved to (epoch, step) with them. */
 int run_data_iw_apply(struct run *R, int epoch, int64_t step, char *err, size_t cap)
@@ -217,6 +231,13 @@ int run_data_loader(struct run *R, const struct trn_ckpt *C, char *err, size_t c
         run_log(R, "WARNING ⚠️ --rect is incompatible with DataLoader shuffle, setting "
                    "shuffle=False");
     char e[768] = "";
+    if (o->epoch_data) {
+        lo.epoch_gate = true;
+        lo.local_world_size = o->local_world_size > 0 ? (uint32_t)o->local_world_size : 0;
+        const int rc = o->epoch_data(o->epoch_data_ctx, R->data.reader, (int)lo.epoch, e, sizeof e);
+        if (rc < 0)
+            return trn_fail(err, cap, rc, "%s: epoch %u's shards: %s", o->records, lo.epoch, e);
+    }
     const int rc = trn_loader_create(R->data.reader, &lo, &R->data.loader, e, sizeof e);
     if (rc < 0) {
         /* the loader's message carries the repack hint when the packing size is the cause */

@@ -375,6 +375,8 @@ int trn_train_run(const struct trn_train_opts *opts, struct trn_train_result *re
                 erc = run_save_named(R, "best", err, err_cap);
             if (R->dist.world > 1) erc = run_dist_epoch_sync(R, epoch, erc, &early, err, err_cap);
             if (!erc && !early && R->state.epoch < R->o.epochs)
+                erc = run_data_epoch(R, R->state.epoch, err, err_cap);
+            if (!erc && !early && R->state.epoch < R->o.epochs)
                 erc = run_data_iw_apply(R, R->state.epoch, 0, err, err_cap);
             if ((rc = erc) < 0) goto out;
             epoch_t0 = trn_now_s();

@@ -148,12 +148,25 @@ struct trn_train_metrics {
 typedef int (*trn_train_val_fn)(void *ctx, struct trn_model *m, int epoch,
                                 struct trn_train_metrics *out);
 
+struct ffr_reader; /* ffr.h */
+
 /* Options of a run; fill with trn_train_opts_default. Strings are borrowed for the call. */
 struct trn_train_opts {
-    const char *records;     /* training dataset (ffr, packed at img) */
-    const char *cache_dir;   /* NULL, or the node cache (ffr_cache) records was filled into: a
-                                shard whose record fails its checksum is evicted from it, said
-                                once, and fetched again (every byte verified) by the next run */
+    const char *records;   /* training dataset (ffr, packed at img) */
+    const char *cache_dir; /* NULL, or the node cache (ffr_cache) records was filled into: a
+                              shard whose record fails its checksum is evicted from it, said
+                              once, and fetched again (every byte verified) by the next run */
+    /* A node cache smaller than the dataset (yolo-train --cache-max; docs/sharing.md section
+     * 9): records is a view in which shards may hold no record (ffr_cache_skeletons), and
+     * every rank calls epoch_data(ctx, reader, e, err, cap) before epoch e's first record is
+     * read (at the start, and after each epoch's last batch; the loader's epoch gate holds its
+     * workers meanwhile): it makes the node's shards of epoch e readable (ffr_reader_swap_shard)
+     * and returns 0, or a negative error with one line in err, which ends the run. The loader
+     * then uses the shard-aware partition with local_world_size ranks per node, so that each
+     * node reads only its shards. NULL (default): every shard is readable at all times. */
+    int (*epoch_data)(void *ctx, struct ffr_reader *r, int epoch, char *err, size_t err_cap);
+    void *epoch_data_ctx;
+    int local_world_size;    /* with epoch_data: ranks per node (consecutive ranks share one) */
     const char *val_records; /* validation dataset (ffr packed at img) or NULL: see VALIDATION */
     const char *data;        /* NULL, or the dataset yaml (--data) records was packed from:
                                 recorded in the checkpoint, so that a resume whose pack is gone

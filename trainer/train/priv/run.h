@@ -272,6 +272,7 @@ int run_data_loader(struct run *R, const struct trn_ckpt *C, char *err, size_t c
 int run_data_val_open(struct run *R, char *err, size_t cap);
 int run_data_iw_setup(struct run *R, char *err, size_t cap);
 int run_data_iw_apply(struct run *R, int epoch, int64_t step, char *err, size_t cap);
+int run_data_epoch(struct run *R, int epoch, char *err, size_t cap);
 void run_data_free(struct run *R);
 
 /* run_nets.c: the nets. run_is_alt: whether batch b has another shape than the main net's
