@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ffio.h"
 
@@ -96,7 +97,18 @@ int ffio_records_open(const struct ffr_reader *r, const struct ffio_records_opts
     for (uint32_t k = 0; rc == 0 && k < ns; k++) {
         struct ffr_shard_info si;
         ffr_reader_shard(r, k, &si);
-        const int h = ffio_engine_add_file(rr->e, si.path);
+        /* The file the reader checked, not whatever has its name now: a node cache may have
+         * evicted or replaced it since (ffr_reader_swap_shard). /proc reopens the reader's own
+         * file, with the engine's flags (O_DIRECT). */
+        struct stat a, b;
+        char self[64];
+        const char *path = si.path;
+        if (si.fd >= 0 && fstat(si.fd, &a) == 0 &&
+            (stat(si.path, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
+            snprintf(self, sizeof self, "/proc/self/fd/%d", si.fd);
+            path = self;
+        }
+        const int h = ffio_engine_add_file(rr->e, path);
         if (h < 0)
             rc = h;
         else
