@@ -16,19 +16,12 @@ check() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else failed=$((
     "$pack" "$work/s" --split train2017 -o "$work/origin/train.ffr" --size 96 --shard-size 64K -q 2>/dev/null
 check $? "a dataset packed in $(ls "$work/origin" | grep -c -- '-[0-9]*\.ffr$') shards"
 data_bytes=$(cat "$work"/origin/* | wc -c)
-. "$(dirname "$0")/free_port.sh"
+. "$(dirname "$0")/loopback.sh"
 
 # one job: 4 ranks, 2 per node; prints the origin's body bytes
 job() {
     local name=$1; shift
-    "$ffr" serve "$work/origin" --port 0 >"$work/$name.serve" 2>&1 &
-    srv=$!
-    local port="" i
-    for i in $(seq 50); do
-        port=$(sed -n 's#.*http://127.0.0.1:\([0-9]*\)/ffr/.*#\1#p' "$work/$name.serve")
-        [ -n "$port" ] && break
-        sleep 0.1
-    done
+    origin_start "$work/origin" "$work/$name.serve"
     local mport pids=() rc=0
     mport=$(free_port)
     for r in 0 1 2 3; do
