@@ -375,6 +375,46 @@ static void test_skeletons(const char *src, const char *dir)
            "a single file: %s", err);
         ffr_cache_close(c);
     }
+    /* A source whose shard 0 is not the one its manifest describes (the manifest's index hash
+     * altered): refused after its header and trailer, before any index byte is read, and
+     * nothing is left under a final or temporary name. */
+    static char liar[4600], cmd[9800], cdir2[4600];
+    const char *base = strrchr(src, '/');
+    snprintf(liar, sizeof liar, "%s/liar", root);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%.*s'/* '%s'", liar, (int)(base - src), src,
+             liar);
+    int lied = system(cmd) == 0 ? -1 : -2;
+    snprintf(liar + strlen(liar), sizeof liar - strlen(liar), "%s", base);
+    FILE *f = fopen(liar, "r+");
+    static char text[1 << 16];
+    const size_t tn = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    char *h = tn ? strstr(text, "index_hash: 0x") : NULL;
+    if (h) {
+        h += strlen("index_hash: 0x") + 15;
+        *h = *h == '0' ? '1' : '0';
+        rewind(f);
+        lied = fwrite(text, 1, tn, f) == tn ? 0 : -3;
+    }
+    if (f) fclose(f);
+    snprintf(cdir2, sizeof cdir2, "%s/liar-cache", root);
+    if (lied == 0 && open_cache(&c, cdir2, 0, 0, &rs) == 0) {
+        range_bytes = 0;
+        rc = ffr_cache_skeletons(c, liar, view, sizeof view, err, sizeof err);
+        snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -c '^\\.skel-\\|^\\.tmp-'", cdir2);
+        FILE *ls = popen(cmd, "r");
+        int left = -1;
+        if (ls) {
+            if (fscanf(ls, "%d", &left) != 1) left = -1;
+            pclose(ls);
+        }
+        ok(rc == -FFR_ESHARD && range_bytes == 64 + 1536 && left == 0,
+           "a shard that is not the manifest's: %s; %" PRIu64 " bytes read (the header and "
+           "trailer), %d skeletons or temporaries left",
+           err, range_bytes, left);
+        ffr_cache_close(c);
+    } else {
+        ok(0, "a copy of the source with its manifest altered (%d)", lied);
+    }
 }
 
 int main(int argc, char **argv)

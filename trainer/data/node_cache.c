@@ -169,20 +169,6 @@ int trn_node_cache_open(const struct trn_node_cache_opts *o, struct trn_node_cac
     return 0;
 }
 
-/* Fetches (or reuses) the wanted shards from the origin or, with a path, just finds them. */
-static int fill_plain(struct trn_node_cache *nc, char *err, size_t cap)
-{
-    for (uint32_t k = 0; k < nc->n; k++) {
-        if (!nc->want[k]) continue;
-        char *from = ffr_manifest_shard_source(nc->src, nc->shards[k].file);
-        if (!from) return trn_fail(err, cap, -ENOMEM, "out of memory");
-        const int rc = ffr_cache_shard(nc->c, from, &nc->shards[k], NULL, 0, err, cap);
-        free(from);
-        if (rc < 0) return rc;
-    }
-    return 0;
-}
-
 int trn_node_cache_epoch(struct trn_node_cache *nc, struct ffr_reader *r, uint32_t epoch,
                          struct trn_node_cache_stats *st, char *err, size_t err_cap)
 {
@@ -206,7 +192,7 @@ int trn_node_cache_epoch(struct trn_node_cache *nc, struct ffr_reader *r, uint32
     }
     if (rc == 0) {
         trn_sampler_set_epoch(&nc->s, epoch);
-        st->epoch_bytes = node_want(nc);
+        (void)node_want(nc);
     }
     /* 1. out: what this node does not read now, so that an eviction frees its disk */
     for (uint32_t k = 0; rc == 0 && k < nc->n; k++)
@@ -224,7 +210,8 @@ int trn_node_cache_epoch(struct trn_node_cache *nc, struct ffr_reader *r, uint32
                           "epoch %u's shards",
                           epoch ? epoch - 1 : 0);
     }
-    /* 3. the fill (with peers, its own barrier between the origin's fetches and the peers') */
+    /* 3. with peers, the fill in their plan's order (its own barrier between the origin's
+     * fetches and the peers'); without, step 4 fetches what is missing */
     struct ffr_cache_stats a, b;
     ffr_cache_stats(nc->c, &a);
     if (nc->o.peers) {
@@ -234,12 +221,11 @@ int trn_node_cache_epoch(struct trn_node_cache *nc, struct ffr_reader *r, uint32
                                 nc->o.barrier, nc->o.barrier_ctx, &ps, err, err_cap);
         else if (nc->o.barrier)
             (void)nc->o.barrier(nc->o.barrier_ctx); /* the fill's, which the others wait at */
-    } else if (rc == 0) {
-        rc = fill_plain(nc, err, err_cap);
     }
     /* 4. in: each wanted shard's entry under the reader, also one it reads already: the cheap
-     * check finds the entry, or fetches it again when it was evicted since (by another process
-     * of the node, or as damaged: the loader's damaged callback) */
+     * check finds the entry, or fetches it (from the origin without peers; again when it was
+     * evicted since, by another process of the node or as damaged: the loader's damaged
+     * callback) */
     for (uint32_t k = 0; rc == 0 && k < nc->n; k++) {
         if (!nc->want[k]) continue;
         st->shards++;

@@ -50,7 +50,6 @@ struct trn_node_cache_stats {
     uint32_t from_origin; /* fetched from the origin */
     uint32_t swapped_out; /* put back to their skeletons */
     uint64_t peer_bytes, origin_bytes;
-    uint64_t epoch_bytes; /* the bytes of the node's shards this epoch */
 };
 
 struct trn_node_cache;

@@ -630,46 +630,47 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
     return 0;
 }
 
-/* A node cache smaller than the dataset (trainer/data/node_cache.h), for the run's records. */
-static struct trn_node_cache *g_nc;
-static struct trn_dist *g_nc_dist;
-static const struct trn_launch_opts *g_nc_args;
-static uint64_t g_nc_egress; /* the job's origin bytes so far (rank 0's sums) */
+/* A node cache smaller than the dataset (trainer/data/node_cache.h), for the run's records:
+ * trn_train_opts.epoch_data's context. */
+struct partial {
+    struct trn_node_cache *nc;
+    struct trn_dist *dist;
+    const struct trn_launch_opts *A;
+    uint64_t egress; /* the job's origin bytes so far (the ranks' sums) */
+};
+static struct partial g_part;
 
 /* trn_train_opts.epoch_data: the node's shards of `epoch` into r; one answer for the job. */
 static int partial_epoch(void *ctx, struct ffr_reader *r, int epoch, char *err, size_t cap)
 {
-    (void)ctx;
-    const struct trn_launch_opts *A = g_nc_args;
+    struct partial *P = ctx;
     struct trn_node_cache_stats st;
     const double t0 = trn_now_s();
-    int rc = trn_node_cache_epoch(g_nc, r, (uint32_t)epoch, &st, err, cap);
-    const int rank = trn_dist_rank(g_nc_dist);
-    if (rc < 0) say(A, TRN_LAUNCH_ERR, "rank %d: epoch %d's shards: %s", rank, epoch, err);
-    int64_t sum[7] = { rc < 0,
+    int rc = trn_node_cache_epoch(P->nc, r, (uint32_t)epoch, &st, err, cap);
+    const int rank = trn_dist_rank(P->dist);
+    if (rc < 0) say(P->A, TRN_LAUNCH_ERR, "rank %d: epoch %d's shards: %s", rank, epoch, err);
+    int64_t sum[6] = { rc < 0,
                        st.from_peers,
                        (int64_t)st.peer_bytes,
                        st.from_origin,
                        (int64_t)st.origin_bytes,
-                       st.swapped_out,
-                       (int64_t)st.epoch_bytes };
-    if (trn_dist_allreduce_i64(g_nc_dist, sum, 7, TRN_DIST_SUM) < 0) sum[0] = 1;
+                       st.swapped_out };
+    if (trn_dist_allreduce_i64(P->dist, sum, 6, TRN_DIST_SUM) < 0) sum[0] = 1;
     if (sum[0]) {
         if (rc == 0)
             trn_seterr(err, cap, "another rank failed to fill its cache (its log says why)");
         return rc < 0 ? rc : -ECANCELED;
     }
-    uint32_t n = 0;
-    const uint64_t data = trn_node_cache_dataset_bytes(g_nc, &n);
-    g_nc_egress += (uint64_t)sum[4];
+    const uint64_t data = trn_node_cache_dataset_bytes(P->nc, NULL);
+    P->egress += (uint64_t)sum[4];
     if (rank == 0)
-        say(A, TRN_LAUNCH_ERR,
+        say(P->A, TRN_LAUNCH_ERR,
             "cache: epoch %d: the nodes' shards in %.1f s: %" PRId64
             " fetch(es) from peers (%.1f MB), %" PRId64
             " from the origin (%.1f MB; %.2fx the dataset so far), %" PRId64
             " shard(s) put back to their skeletons",
             epoch, trn_now_s() - t0, sum[1], (double)sum[2] / 1e6, sum[3], (double)sum[4] / 1e6,
-            data ? (double)g_nc_egress / (double)data : 0.0, sum[5]);
+            data ? (double)P->egress / (double)data : 0.0, sum[5]);
     return 0;
 }
 
@@ -700,9 +701,9 @@ static int partial_open(const struct trn_launch_opts *A, const char *src, struct
         .barrier_ctx = dist,
     };
     char err[1024] = "";
-    trn_node_cache_close(g_nc);
-    g_nc = NULL;
-    const int rc = trn_node_cache_open(&no, &g_nc, local, cap, err, sizeof err);
+    trn_node_cache_close(g_part.nc);
+    g_part = (struct partial){ .dist = dist, .A = A };
+    const int rc = trn_node_cache_open(&no, &g_part.nc, local, cap, err, sizeof err);
     /* 1 (cached whole) and errors are the same on every rank for the same dataset, except an
      * I/O failure: agree on it */
     int64_t v[2] = { rc < 0, rc == 1 };
@@ -710,13 +711,13 @@ static int partial_open(const struct trn_launch_opts *A, const char *src, struct
     if (rc < 0) say(A, TRN_LAUNCH_ERR, "rank %d: --cache-max: %s", rank, err);
     if (v[0] || (v[1] && v[1] != world)) {
         if (rank == 0 && rc >= 0) say(A, TRN_LAUNCH_ERR, "--cache-max: another rank failed");
-        trn_node_cache_close(g_nc);
-        g_nc = NULL;
+        trn_node_cache_close(g_part.nc);
+        g_part.nc = NULL;
         return -1;
     }
     if (v[1]) return 1;
     uint32_t n = 0;
-    const uint64_t data = trn_node_cache_dataset_bytes(g_nc, &n);
+    const uint64_t data = trn_node_cache_dataset_bytes(g_part.nc, &n);
     if (rank == 0)
         say(A, TRN_LAUNCH_ERR,
             "%s: %.1f MB in %u shards, above --cache-max %.1f MB: each node caches the shards it "
@@ -724,10 +725,8 @@ static int partial_open(const struct trn_launch_opts *A, const char *src, struct
             "%s",
             src, (double)data / 1e6, n, (double)A->cache_max / 1e6,
             peers ? "from the other nodes first" : "from the origin", A->cache_dir);
-    g_nc_dist = dist;
-    g_nc_args = A;
-    g_nc_egress = 0;
     o->epoch_data = partial_epoch;
+    o->epoch_data_ctx = &g_part;
     o->local_world_size = L;
     return 0;
 }
