@@ -29,6 +29,8 @@
 #include <fcntl.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,9 +41,11 @@
 #include "dataset_internal.h"
 #include "ffr.h"
 
-#define CHUNK_BYTES  ((size_t)256 << 10)
-#define NAME_MAX_LEN 4096
-#define MAX_DIM      (1u << 30)
+#define CHUNK_BYTES      ((size_t)256 << 10)
+#define MIN_REGION_BYTES ((uint64_t)4 << 20)
+#define MAX_THREADS      16
+#define NAME_MAX_LEN     4096
+#define MAX_DIM          (1u << 30)
 
 /* COCO's 80 detection categories: id and name in ascending id order. coco91_to_coco80_class in
  * ultralytics is the inverse of this list (id -> position). */
@@ -226,7 +230,22 @@ struct pack_coco {
     int64_t *hkeys;
     uint32_t *hvals;
     size_t hcap, hn;
+    /* parallel parse (see "Parsing in parallel") */
+    struct pack_ds_stats *stats; /* &ds->st; a region parser's own_stats */
+    struct pack_ds_stats own_stats;
+    bool region;        /* a region parser: never touches ds, gives up where the file warns */
+    bool wrap_close;    /* region: feeding the `]` that closes its wrapper array */
+    uint64_t ann_close; /* offset just past the `}` that last closed an annotation */
+    uint64_t arr_close; /* region: offset of the `]` that closed the annotations array */
+    const atomic_bool *cancel;
+    unsigned threads; /* 0 = one per core, at most 16 */
+    uint64_t min_region;
+    size_t regions_taken;
 };
+
+/* Region parsers' internal outcomes (c->rc); never returned from this file. */
+#define R_FAIL   (-1) /* the region must be parsed in sequence: an error, a warning, a bad cut */
+#define R_CLOSED 1    /* the annotations array ended inside the region, at arr_close */
 
 /* double -> float32 without undefined behaviour for values beyond float's range. */
 static float to_f32(double d)
@@ -328,6 +347,10 @@ static uint32_t line_at(struct pack_coco *c, uint64_t off)
 __attribute__((format(printf, 3, 4))) static int stop(struct pack_coco *c, int rc, const char *fmt,
                                                       ...)
 {
+    if (c->region) {
+        c->rc = R_FAIL;
+        return 0;
+    }
     char body[512];
     va_list ap;
     va_start(ap, fmt);
@@ -342,6 +365,10 @@ __attribute__((format(printf, 3, 4))) static int stop(struct pack_coco *c, int r
 /* A warning from inside the parse; returns the yajl continue flag. */
 #define WARN(c, kind, id, ...)                                                           \
     do {                                                                                 \
+        if ((c)->region) {                                                               \
+            (c)->rc = R_FAIL;                                                            \
+            return 0;                                                                    \
+        }                                                                                \
         const int w_rc_ =                                                                \
             pack_ds_warn((c)->ds, kind, (c)->json_path, (c)->cur.line, id, __VA_ARGS__); \
         if (w_rc_) {                                                                     \
@@ -476,6 +503,7 @@ static void cur_reset(struct pack_coco *c)
 static int commit_image(struct pack_coco *c)
 {
     struct cur_entry *e = &c->cur;
+    if (c->region) return stop(c, 0, "images in a region"); /* unreachable: see parse_region */
     const int64_t id = e->has_id && !e->id_bad ? e->id : -1;
     c->ds->st.images_found++;
     const char *why = NULL;
@@ -511,7 +539,7 @@ static int commit_ann(struct pack_coco *c)
 {
     struct cur_entry *e = &c->cur;
     const int64_t id = e->has_id && !e->id_bad ? e->id : -1;
-    struct pack_ds_stats *st = &c->ds->st;
+    struct pack_ds_stats *st = c->stats;
     if (e->crowd) {
         st->crowd_skipped++;
         return 1;
@@ -586,6 +614,7 @@ static int commit_ann(struct pack_coco *c)
 static int commit_cat(struct pack_coco *c)
 {
     struct cur_entry *e = &c->cur;
+    if (c->region) return stop(c, 0, "categories in a region"); /* unreachable */
     if (!e->has_id || e->id_bad || e->id < 0 || e->id > INT32_MAX)
         return stop(c, -PACK_DS_ESCHEMA, "categories[%zu]: missing or invalid id", c->n_cats);
     if (!e->name || e->name_bad)
@@ -873,8 +902,17 @@ static int on_end(struct pack_coco *c)
     case ST_ROOT:
         c->st = ST_DONE;
         break;
-    case ST_IMAGES:
     case ST_ANNS:
+        if (c->region && !c->wrap_close) {
+            /* the real end of the array: the main parser goes on from this `]` */
+            c->arr_close = cur_offset(c) - 1;
+            line_at(c, c->arr_close);
+            c->rc = R_CLOSED;
+            return 0;
+        }
+        c->st = ST_ROOT;
+        break;
+    case ST_IMAGES:
     case ST_CATS:
         c->st = ST_ROOT;
         break;
@@ -885,6 +923,11 @@ static int on_end(struct pack_coco *c)
     case ST_ANN:
         r = commit_ann(c);
         c->st = ST_ANNS;
+        c->ann_close = cur_offset(c);
+        if (c->cancel && atomic_load_explicit(c->cancel, memory_order_relaxed)) {
+            c->rc = R_FAIL;
+            return 0;
+        }
         break;
     case ST_CAT:
         r = commit_cat(c);
@@ -1037,6 +1080,9 @@ int pack_coco_create(struct pack_coco **out, struct pack_ds *ds, const char *jso
     c->h = yajl_alloc(&callbacks, NULL, c);
     c->line = 1;
     c->store_polygons = ds->opts.keep_segments || ds->opts.coco_boxes_from_segments;
+    c->stats = &ds->st;
+    c->threads = ds->opts.threads;
+    c->min_region = MIN_REGION_BYTES;
     if (!c->json_path || !c->h) {
         pack_coco_destroy(c);
         return -ENOMEM;
@@ -1072,6 +1118,7 @@ void pack_coco_destroy(struct pack_coco *c)
 static int parse_error(struct pack_coco *c, yajl_status s, const unsigned char *buf, size_t len)
 {
     if (s == yajl_status_client_canceled && c->rc) return c->rc;
+    if (c->region) return c->rc = R_FAIL;
     unsigned char *m = yajl_get_error(c->h, 0, buf, len);
     char msg[256];
     snprintf(msg, sizeof msg, "%s", m ? (const char *)m : "parse error");
@@ -1114,14 +1161,248 @@ int pack_coco_finish(struct pack_coco *c)
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Parsing in parallel
+ *
+ * The annotations array is nearly all of a COCO file (97% of instances_train2017.json), and one
+ * yajl parser reads it at 100-200 MB/s. So once the main parser is inside that array, the rest
+ * of the file is cut into regions, one a thread, each parsed by its own yajl parser as if it
+ * were a whole array: "[" + region + "]". Cuts are guessed: the first `}` ws* `,` ws* `{` after
+ * an even split point, which is an element boundary unless it sits in a string or deeper down.
+ *
+ * Why the result is the sequential parse's, byte for byte, whatever the file holds: the main
+ * parser takes regions in file order, and takes region k's result only when it KNOWS that
+ * region k starts at a boundary: either it parsed up to there itself and its last event was an
+ * annotation's `}` ending exactly there, in the array and outside any skipped value, or it took
+ * region k-1, whose parser started at a known boundary (so it tokenised every byte as the
+ * sequential parse does) and closed its wrapper at our `]` just after the region's last byte, a
+ * `}`. Anything else, such as a region that warns, fails, or a cut that was not a boundary,
+ * is parsed again by the main parser in sequence, so warnings, errors and their lines and byte
+ * offsets are the sequential ones. A region whose parser meets the array's real `]` stops there
+ * and the main parser goes on from that `]`. Lines of taken entries are counted by each region
+ * from its start and shifted by the main parser's line there.
+ *
+ * Memory: each region's entries are appended to the main arrays in order and then freed, so the
+ * peak is the entries once plus one region's, and a 256 KB buffer per thread: the file itself is
+ * never held.
+ * ------------------------------------------------------------------------------------------- */
+
+#define CUT_SEARCH ((uint64_t)1 << 20) /* bytes searched for a cut after each split point */
+
+struct region {
+    uint64_t start;     /* just after the `}` of the cut */
+    uint64_t content;   /* just after the `,` that follows it */
+    uint64_t end;       /* the next region's start, or the file's size */
+    uint32_t gap_lines; /* newlines in [start, content) */
+    int fd;
+    struct pack_coco *w;
+    int outcome; /* 0: closed by our `]` at end; R_CLOSED; R_FAIL */
+    pthread_t th;
+    bool running;
+};
+
+static bool is_ws(unsigned char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
+/* The first `}` ws* `,` ws* `{` starting in [from, from + CUT_SEARCH), within one buffer. */
+static bool find_cut(int fd, uint64_t from, uint64_t size, unsigned char *buf, struct region *r)
+{
+    for (uint64_t off = from; off < size && off < from + CUT_SEARCH;) {
+        const ssize_t n = pread(fd, buf, CHUNK_BYTES, (off_t)off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        const unsigned char *p = buf, *e = buf + n;
+        while ((p = memchr(p, '}', (size_t)(e - p)))) {
+            const unsigned char *q = p + 1;
+            uint32_t nl = 0;
+            while (q < e && is_ws(*q))
+                nl += *q++ == '\n';
+            const unsigned char *comma = q;
+            if (q < e && *q == ',') {
+                q++;
+                while (q < e && is_ws(*q))
+                    q++;
+                if (q < e && *q == '{') {
+                    r->start = off + (uint64_t)(p - buf) + 1;
+                    r->content = off + (uint64_t)(comma - buf) + 1;
+                    r->gap_lines = nl;
+                    return true;
+                }
+            }
+            p++;
+        }
+        /* a cut across the buffer's end is found from the next one */
+        off += (size_t)n > 4096 ? (size_t)n - 4096 : (size_t)n;
+    }
+    return false;
+}
+
+static void *parse_region(void *arg)
+{
+    struct region *r = arg;
+    struct pack_coco *w = r->w;
+    unsigned char *buf = malloc(CHUNK_BYTES);
+    r->outcome = R_FAIL;
+    /* the wrapper's `[` leaves w where the main parser is at a cut: in the annotations array */
+    w->st = ST_ROOT;
+    w->field = F_ANNS;
+    if (!buf || yajl_parse(w->h, (const unsigned char *)"[", 1) != yajl_status_ok) goto out;
+    w->base = w->line_pos = r->content;
+    w->line = r->gap_lines;
+    for (uint64_t off = r->content; off < r->end && !w->rc;) {
+        const size_t want = r->end - off < CHUNK_BYTES ? (size_t)(r->end - off) : CHUNK_BYTES;
+        const ssize_t n = pread(r->fd, buf, want, (off_t)off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) goto out;
+        pack_coco_feed(w, buf, (size_t)n);
+        off += (uint64_t)n;
+    }
+    if (w->rc == R_CLOSED) r->outcome = R_CLOSED;
+    if (w->rc) goto out;
+    w->wrap_close = true;
+    if (yajl_parse(w->h, (const unsigned char *)"]", 1) == yajl_status_ok &&
+        yajl_complete_parse(w->h) == yajl_status_ok && !w->rc && w->st == ST_ROOT)
+        r->outcome = 0;
+out:
+    free(buf);
+    return NULL;
+}
+
+static unsigned parse_threads(const struct pack_coco *c)
+{
+    long n = c->threads;
+    if (!n) n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (unsigned)n;
+}
+
+/* Cuts [pos, size) into regions and starts a parser on each but the first, which the main
+ * parser reads itself. Returns the number of regions started (0: parse in sequence). */
+static size_t plan_regions(struct pack_coco *c, int fd, uint64_t pos, uint64_t size,
+                           unsigned char *buf, const atomic_bool *cancel, struct region **out)
+{
+    unsigned t = parse_threads(c);
+    const uint64_t rest = size - pos;
+    if (rest / t < c->min_region) t = (unsigned)(rest / (c->min_region ? c->min_region : 1));
+    if (t < 2) return 0;
+    struct region *rg = calloc(t - 1, sizeof *rg);
+    if (!rg) return 0;
+    size_t n = 0;
+    for (unsigned i = 1; i < t; i++) {
+        struct region r = { .fd = fd, .end = size };
+        const uint64_t guess = pos + rest / t * i;
+        if (n && guess < rg[n - 1].content) continue;
+        if (find_cut(fd, guess, size, buf, &r)) {
+            if (n) rg[n - 1].end = r.start;
+            rg[n++] = r;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct pack_coco *w = calloc(1, sizeof *w);
+        if (w) w->h = yajl_alloc(&callbacks, NULL, w);
+        if (!w || !w->h) {
+            pack_coco_destroy(w);
+            continue; /* parsed in sequence */
+        }
+        w->ds = c->ds;
+        w->region = true;
+        w->store_polygons = c->store_polygons;
+        w->stats = &w->own_stats;
+        w->cancel = cancel;
+        rg[i].w = w;
+        rg[i].outcome = R_FAIL;
+        rg[i].running = pthread_create(&rg[i].th, NULL, parse_region, &rg[i]) == 0;
+    }
+    *out = rg;
+    return n;
+}
+
+static void region_join(struct region *r)
+{
+    if (r->running) pthread_join(r->th, NULL);
+    r->running = false;
+    if (!r->w) r->outcome = R_FAIL;
+}
+
+/* Appends a region's entries to c's, in file order; its lines start at c's line there. */
+static int region_take(struct pack_coco *c, struct region *r, uint64_t resume)
+{
+    struct pack_coco *w = r->w;
+    int rc = pack_ds_grow((void **)&c->anns, &c->cap_anns, c->n_anns + w->n_anns, sizeof *c->anns);
+    if (!rc)
+        rc = pack_ds_grow((void **)&c->pts, &c->cap_pts, 2 * (c->n_pts + w->n_pts), sizeof *c->pts);
+    if (rc) return stop(c, rc, "out of memory"), c->rc;
+    for (size_t i = 0; i < w->n_anns; i++) {
+        struct coco_ann a = w->anns[i];
+        if (a.seg == SEG_POLY) a.pt_off += c->n_pts;
+        a.line += c->line;
+        c->anns[c->n_anns++] = a;
+    }
+    if (w->n_pts) memcpy(c->pts + 2 * c->n_pts, w->pts, 2 * w->n_pts * sizeof *c->pts);
+    c->n_pts += w->n_pts;
+    /* the counters commit_ann can move without a warning (a warning fails the region) */
+    c->stats->crowd_skipped += w->own_stats.crowd_skipped;
+    c->line += w->line;
+    c->base = c->line_pos = resume;
+    c->ann_close = r->end;
+    c->regions_taken++;
+    pack_coco_destroy(w);
+    r->w = NULL;
+    return 0;
+}
+
+void pack_coco_set_threads(struct pack_coco *c, unsigned threads, uint64_t min_region)
+{
+    c->threads = threads;
+    c->min_region = min_region;
+}
+
+size_t pack_coco_regions_taken(const struct pack_coco *c)
+{
+    return c->regions_taken;
+}
+
 int pack_coco_parse_file(struct pack_coco *c)
 {
     const int fd = ffr_open_regular(c->json_path, 0);
     if (fd < 0) return pack_ds_fail(c->ds, fd, "%s: %s", c->json_path, ffr_strerror(fd));
+    struct stat sb;
     unsigned char *buf = malloc(CHUNK_BYTES);
-    int rc = buf ? 0 : -ENOMEM;
+    int rc = !buf ? -ENOMEM : fstat(fd, &sb) != 0 ? -errno : 0;
+    if (rc) rc = pack_ds_fail(c->ds, rc, "%s: %s", c->json_path, strerror(-rc));
+    const uint64_t size = rc ? 0 : (uint64_t)sb.st_size;
+    atomic_bool cancel = false;
+    struct region *rg = NULL;
+    size_t n_rg = 0, next = 0;
+    bool planned = false;
+    uint64_t pos = 0, stop_at = UINT64_MAX;
     while (!rc) {
-        const ssize_t n = read(fd, buf, CHUNK_BYTES);
+        if (next < n_rg && pos == rg[next].start) {
+            struct region *r = &rg[next++];
+            const bool at_cut = !c->skip && c->st == ST_ANNS && c->ann_close == pos;
+            if (!at_cut) {
+                next = n_rg; /* not a boundary after all: the rest in sequence */
+            } else {
+                region_join(r);
+                if (r->outcome == 0 || r->outcome == R_CLOSED) {
+                    const uint64_t resume = r->outcome == 0 ? r->end : r->w->arr_close;
+                    rc = region_take(c, r, resume);
+                    pos = resume;
+                    if (resume != r->end) next = n_rg; /* the array ended: the rest in sequence */
+                } else {
+                    pack_coco_destroy(r->w); /* this region in sequence */
+                    r->w = NULL;
+                }
+            }
+            stop_at = next < n_rg ? rg[next].start : UINT64_MAX;
+            if (next == n_rg) atomic_store(&cancel, true);
+            continue;
+        }
+        /* small regions (tests) come with small reads, so that the first read is not all */
+        const size_t chunk = c->min_region < CHUNK_BYTES ? (size_t)c->min_region + 16 : CHUNK_BYTES;
+        const size_t want = stop_at - pos < chunk ? (size_t)(stop_at - pos) : chunk;
+        const ssize_t n = pread(fd, buf, want, (off_t)pos);
         if (n < 0) {
             if (errno == EINTR) continue;
             const int e = errno;
@@ -1130,7 +1411,19 @@ int pack_coco_parse_file(struct pack_coco *c)
         }
         if (n == 0) break;
         rc = pack_coco_feed(c, buf, (size_t)n);
+        pos += (uint64_t)n;
+        if (!rc && !planned && c->seen[1] && c->st >= ST_ANNS && c->st <= ST_SEG_PART) {
+            planned = true;
+            n_rg = plan_regions(c, fd, pos, size, buf, &cancel, &rg);
+            if (n_rg) stop_at = rg[0].start;
+        }
     }
+    atomic_store(&cancel, true);
+    for (size_t i = 0; i < n_rg; i++) {
+        region_join(&rg[i]);
+        pack_coco_destroy(rg[i].w);
+    }
+    free(rg);
     if (!rc) rc = pack_coco_finish(c);
     free(buf);
     close(fd);

@@ -185,8 +185,17 @@ int pack_coco_feed(struct pack_coco *c, const void *buf, size_t len);
 /* Ends the input (detects truncation). Same returns as pack_coco_feed. */
 int pack_coco_finish(struct pack_coco *c);
 
-/* Reads the file at json_path in fixed chunks through feed/finish. Returns as feed, or -errno. */
+/* Reads the file at json_path through feed/finish, the annotations array cut into regions parsed
+ * by several threads (see coco_json.c); the result, warnings and errors are the sequential
+ * parse's. Returns as feed, or -errno. */
 int pack_coco_parse_file(struct pack_coco *c);
+
+/* Threads for pack_coco_parse_file (default: ds's opts.threads; 0 = one per core, at most 16)
+ * and the least bytes a region gets (default 4 MiB; tests cut small files with less). */
+void pack_coco_set_threads(struct pack_coco *c, unsigned threads, uint64_t min_region);
+
+/* Regions whose parallel result the last pack_coco_parse_file took (the rest it parsed itself). */
+size_t pack_coco_regions_taken(const struct pack_coco *c);
 
 /* Converts what was parsed into samples of ds: class mapping, names, box conversion, polygons,
  * cleaning. image_dir: directory the file_names are relative to; NULL = do not look at the

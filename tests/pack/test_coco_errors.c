@@ -55,22 +55,6 @@ static const char *valid =
     "  {\"id\": 3, \"image_id\": 2, \"category_id\": 1, \"bbox\": [1e1, 2E0, 3.0e+0, 4]}],\n"
     " \"categories\": [{\"id\": 1, \"name\": \"person\"}, {\"id\": 3, \"name\": \"car\"}]}";
 
-static bool same_result(const struct pack_ds *a, const struct pack_ds *b)
-{
-    if (pack_ds_count(a) != pack_ds_count(b)) return false;
-    if (memcmp(pack_ds_stats(a), pack_ds_stats(b), sizeof(struct pack_ds_stats)) != 0) return false;
-    for (size_t i = 0; i < pack_ds_count(a); i++) {
-        const struct pack_ds_sample *x = pack_ds_get(a, i), *y = pack_ds_get(b, i);
-        if (strcmp(x->image_path, y->image_path) || x->n_rows != y->n_rows ||
-            x->n_seg_points != y->n_seg_points || x->width != y->width)
-            return false;
-        if (x->n_rows && memcmp(x->rows, y->rows, x->n_rows * sizeof *x->rows)) return false;
-        if (x->n_seg_points && memcmp(x->seg_xy, y->seg_xy, 2 * x->n_seg_points * sizeof(float)))
-            return false;
-    }
-    return true;
-}
-
 static void test_chunks_and_truncation(void)
 {
     const size_t len = strlen(valid);
@@ -78,7 +62,7 @@ static void test_chunks_and_truncation(void)
     ok(parse_mem(valid, len, len, &whole) == 0, "valid JSON parses in one buffer");
     ok(parse_mem(valid, len, 1, &bytes) == 0, "valid JSON parses one byte at a time");
     ok(parse_mem(valid, len, 7, &odd) == 0, "valid JSON parses in 7-byte chunks");
-    ok(whole && bytes && odd && same_result(whole, bytes) && same_result(whole, odd),
+    ok(whole && bytes && odd && tdu_same_result(whole, bytes) && tdu_same_result(whole, odd),
        "same samples, rows, points and counters whatever the chunking");
     if (whole) {
         is_int(pack_ds_count(whole), 2, "2 samples");

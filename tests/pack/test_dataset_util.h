@@ -117,4 +117,22 @@ static inline struct pack_ds *tdu_scan(const char *path, const struct pack_ds_op
     return ds;
 }
 
+/* Same samples (paths, ids, sizes, rows, polygon points) and counters. */
+static inline bool tdu_same_result(const struct pack_ds *a, const struct pack_ds *b)
+{
+    if (pack_ds_count(a) != pack_ds_count(b)) return false;
+    if (memcmp(pack_ds_stats(a), pack_ds_stats(b), sizeof(struct pack_ds_stats)) != 0) return false;
+    for (size_t i = 0; i < pack_ds_count(a); i++) {
+        const struct pack_ds_sample *x = pack_ds_get(a, i), *y = pack_ds_get(b, i);
+        if (strcmp(x->image_path, y->image_path) || x->image_id != y->image_id ||
+            x->n_rows != y->n_rows || x->n_seg_points != y->n_seg_points || x->width != y->width ||
+            x->height != y->height)
+            return false;
+        if (x->n_rows && memcmp(x->rows, y->rows, x->n_rows * sizeof *x->rows)) return false;
+        if (x->n_seg_points && memcmp(x->seg_xy, y->seg_xy, 2 * x->n_seg_points * sizeof(float)))
+            return false;
+    }
+    return true;
+}
+
 #endif
