@@ -1590,8 +1590,25 @@ int pack_coco_emit(struct pack_coco *c, const char *image_dir)
     }
     memset(first, 0xff, (c->n_imgs ? c->n_imgs : 1) * sizeof *first);
     for (size_t a = c->n_anns; a-- > 0;) {
-        const struct coco_ann *an = &c->anns[a];
+        struct coco_ann *an = &c->anns[a];
         const int64_t im = hget(c, an->image_id);
+        if (im >= 0 && an->seg == SEG_POLY && an->n_pts) {
+            /* Polygons normalised here, in place and in file order: the image loop below meets
+             * them in image order, scattered over the point store, and the cache misses of
+             * that walk were the larger part of this function. */
+            const double W = c->imgs[im].w, H = c->imgs[im].h;
+            float *xy = c->pts + 2 * an->pt_off;
+            bool finite = true;
+            for (size_t p = 0; p < an->n_pts; p++) {
+                xy[2 * p] = to_f32((double)xy[2 * p] / W);
+                xy[2 * p + 1] = to_f32((double)xy[2 * p + 1] / H);
+                finite &= isfinite(xy[2 * p]) && isfinite(xy[2 * p + 1]);
+            }
+            if (!finite) {
+                an->seg = SEG_BAD;
+                an->seg_why = WHY_VALUE;
+            }
+        }
         if (im < 0) {
             st->rows_no_image++;
             rc = pack_ds_warn(ds, PACK_DS_W_ANN_INVALID, c->json_path, an->line, an->id,
@@ -1673,7 +1690,6 @@ int pack_coco_emit(struct pack_coco *c, const char *image_dir)
                            to_f32(k->k[4]) };
             const float *xy = NULL;
             size_t npts = 0;
-            float *norm = NULL;
             if (an->seg == SEG_BAD) {
                 st->segments_dropped++;
                 rc = pack_ds_warn(ds, PACK_DS_W_SEGMENT_INVALID, c->json_path, an->line, an->id,
@@ -1681,46 +1697,23 @@ int pack_coco_emit(struct pack_coco *c, const char *image_dir)
                                   (long long)an->id, seg_whys[an->seg_why]);
                 if (rc) goto out;
             } else if (an->seg == SEG_POLY && an->n_pts) {
-                norm = malloc(2 * (size_t)an->n_pts * sizeof *norm);
-                if (!norm) {
-                    rc = -ENOMEM;
-                    goto out;
-                }
-                const float *px = c->pts + 2 * an->pt_off;
-                bool finite = true;
-                for (size_t p = 0; p < an->n_pts; p++) {
-                    norm[2 * p] = to_f32((double)px[2 * p] / W);
-                    norm[2 * p + 1] = to_f32((double)px[2 * p + 1] / H);
-                    finite &= isfinite(norm[2 * p]) && isfinite(norm[2 * p + 1]);
-                }
-                if (!finite) {
-                    st->segments_dropped++;
-                    rc = pack_ds_warn(ds, PACK_DS_W_SEGMENT_INVALID, c->json_path, an->line, an->id,
-                                      "annotation %lld: %s: polygon dropped, box kept",
-                                      (long long)an->id, seg_whys[WHY_VALUE]);
-                    free(norm);
-                    norm = NULL;
-                    if (rc) goto out;
-                } else {
-                    xy = norm;
-                    npts = an->n_pts;
-                    if (ds->opts.coco_boxes_from_segments) {
-                        float x0 = xy[0], x1 = xy[0], y0 = xy[1], y1 = xy[1];
-                        for (size_t p = 1; p < npts; p++) {
-                            x0 = fminf(x0, xy[2 * p]);
-                            x1 = fmaxf(x1, xy[2 * p]);
-                            y0 = fminf(y0, xy[2 * p + 1]);
-                            y1 = fmaxf(y1, xy[2 * p + 1]);
-                        }
-                        v[1] = (x0 + x1) / 2.0f;
-                        v[2] = (y0 + y1) / 2.0f;
-                        v[3] = x1 - x0;
-                        v[4] = y1 - y0;
+                xy = c->pts + 2 * an->pt_off; /* normalised above */
+                npts = an->n_pts;
+                if (ds->opts.coco_boxes_from_segments) {
+                    float x0 = xy[0], x1 = xy[0], y0 = xy[1], y1 = xy[1];
+                    for (size_t p = 1; p < npts; p++) {
+                        x0 = fminf(x0, xy[2 * p]);
+                        x1 = fmaxf(x1, xy[2 * p]);
+                        y0 = fminf(y0, xy[2 * p + 1]);
+                        y1 = fmaxf(y1, xy[2 * p + 1]);
                     }
+                    v[1] = (x0 + x1) / 2.0f;
+                    v[2] = (y0 + y1) / 2.0f;
+                    v[3] = x1 - x0;
+                    v[4] = y1 - y0;
                 }
             }
             rc = pack_lbl_push(L, v, xy, npts, an->line, an->id);
-            free(norm);
             if (rc) goto out;
         }
         rc = pack_lbl_clean(L, ds->nc);
