@@ -66,6 +66,7 @@ struct args {
     const char *ensemble[TRN_TTA_MAX_MODELS]; /* every --weights; weights = ensemble[0] */
     int n_weights;
     long img, batch, max_det, workers, threads, micro;
+    long stop_after; /* --stop-after-batches: trn_val_opts.max_batches */
     double conf, iou;
     bool json, save_json, verbose, no_plots, exist_ok, augment, single_cls;
     bool save_txt, save_conf, save_hybrid; /* --save-txt, --save-conf, --save-hybrid */
@@ -121,6 +122,10 @@ static int parse_args(int argc, char **argv, struct args *A)
         AP_RANGE("--micro-batch", AP_LONG, &A->micro, "N",
                  "images per forward (memory only; default 4 on the CPU, --batch-size on a GPU)", 1,
                  256),
+        AP_RANGE("--stop-after-batches", AP_LONG, &A->stop_after, "K",
+                 "validate only the first K batches (start-up timing; the metrics are those "
+                 "batches')",
+                 1, INT_MAX),
         TOOL_OPT_DEVICE(&A->device),
         AP_OPT("--device-path", AP_FLAG, &A->device_path, NULL, NULL),
         TOOL_OPT_CPU_ENGINE(&A->cpu_engine),
@@ -453,6 +458,7 @@ static int run(const struct args *A)
     vo.conf_thres = (float)A->conf;
     vo.iou_thres = A->iou;
     vo.max_det = (int)A->max_det;
+    vo.max_batches = (int)A->stop_after;
     vo.save_json = A->save_json;
     char labels_dir[PATH_MAX];
     if (A->save_txt) {

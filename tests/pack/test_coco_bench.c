@@ -4,7 +4,7 @@
  * without looking for the images (pack_coco_emit with no image directory) and prints the time,
  * the throughput and what was kept. Peak memory: run it under /usr/bin/time -v.
  *
- *   test_coco_bench FILE.json [--no-segments]
+ *   test_coco_bench FILE.json [--no-segments] [--threads N]   (N: 0 = one per core, the default)
  *   (or FFYOLO_BIG_COCO=FILE.json; exit 77 when neither is given)
  */
 #include <stdio.h>
@@ -34,7 +34,11 @@ int main(int argc, char **argv)
     struct pack_ds_opts o;
     pack_ds_opts_default(&o);
     o.max_warnings = 10;
-    o.keep_segments = !(argc > 2 && strcmp(argv[2], "--no-segments") == 0);
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--no-segments") == 0) o.keep_segments = false;
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            o.threads = (unsigned)atoi(argv[++i]);
+    }
     struct pack_ds *ds = pack_ds_new(&o, err, sizeof err);
     struct pack_coco *c = NULL;
     const double t0 = now();

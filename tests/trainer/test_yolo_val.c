@@ -213,6 +213,16 @@ static void test_synthetic(const char *val, const char *synth, const char *pack)
     cJSON_Delete(j);
     free(out);
     ok(rc == 0 && all_dets > 0, "--max-det 100000: %ld detections", all_dets);
+    /* --stop-after-batches (bench-scale's start-up timing): one rect batch of 4, then stop */
+    rc = run("%s --records %s/val.ffr --cfg yolov5n --img 320 --batch-size 4 --project %s/runs "
+             "--name t --json --no-plots --stop-after-batches 1",
+             val, dir, dir);
+    out = out_text("stdout");
+    j = out ? cJSON_Parse(out) : NULL;
+    is_int(rc == 0 ? (long)num(j, "images") : -1, 4,
+           "--stop-after-batches 1: the 4 images of one batch");
+    cJSON_Delete(j);
+    free(out);
     rc = run("%s --records %s/val.ffr --cfg yolov5n --img 320 --batch-size 4 --project %s/runs "
              "--name t --json --no-plots --max-det 100000 --augment",
              val, dir, dir);
