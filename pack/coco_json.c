@@ -1699,19 +1699,7 @@ int pack_coco_emit(struct pack_coco *c, const char *image_dir)
             } else if (an->seg == SEG_POLY && an->n_pts) {
                 xy = c->pts + 2 * an->pt_off; /* normalised above */
                 npts = an->n_pts;
-                if (ds->opts.coco_boxes_from_segments) {
-                    float x0 = xy[0], x1 = xy[0], y0 = xy[1], y1 = xy[1];
-                    for (size_t p = 1; p < npts; p++) {
-                        x0 = fminf(x0, xy[2 * p]);
-                        x1 = fmaxf(x1, xy[2 * p]);
-                        y0 = fminf(y0, xy[2 * p + 1]);
-                        y1 = fmaxf(y1, xy[2 * p + 1]);
-                    }
-                    v[1] = (x0 + x1) / 2.0f;
-                    v[2] = (y0 + y1) / 2.0f;
-                    v[3] = x1 - x0;
-                    v[4] = y1 - y0;
-                }
+                if (ds->opts.coco_boxes_from_segments) pack_ds_poly_box(xy, npts, v + 1);
             }
             rc = pack_lbl_push(L, v, xy, npts, an->line, an->id);
             if (rc) goto out;

@@ -5,6 +5,7 @@
 #ifndef PACK_DATASET_INTERNAL_H
 #define PACK_DATASET_INTERNAL_H
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -167,6 +168,23 @@ int pack_ds_finish(struct pack_ds *ds);
 
 /* Sets the class names (copies them). Returns 0 or -ENOMEM. */
 int pack_ds_set_names(struct pack_ds *ds, const char *const *names, size_t n);
+
+/* A polygon's box as ultralytics' segments2boxes + xyxy2xywh compute it on float32 arrays:
+ * out = centre x, centre y, width, height. n >= 1 points. */
+static inline void pack_ds_poly_box(const float *xy, size_t n, float out[4])
+{
+    float x0 = xy[0], x1 = xy[0], y0 = xy[1], y1 = xy[1];
+    for (size_t k = 1; k < n; k++) {
+        x0 = fminf(x0, xy[2 * k]);
+        x1 = fmaxf(x1, xy[2 * k]);
+        y0 = fminf(y0, xy[2 * k + 1]);
+        y1 = fmaxf(y1, xy[2 * k + 1]);
+    }
+    out[0] = (x0 + x1) / 2.0f;
+    out[1] = (y0 + y1) / 2.0f;
+    out[2] = x1 - x0;
+    out[3] = y1 - y0;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * COCO JSON (coco_json.c)

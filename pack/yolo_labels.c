@@ -384,15 +384,9 @@ int pack_lbl_parse(struct pack_lbl *L, const char *buf, size_t len, int64_t nc)
                 t = next_token(&p, buf + sp->e, &tn);
                 if (tok_to_f32(L, sp->line, t, tn, &xy[k])) return 0;
             }
-            float x0 = xy[0], y0 = xy[1], x1 = xy[0], y1 = xy[1];
-            for (size_t k = 1; k < npt; k++) {
-                x0 = fminf(x0, xy[2 * k]);
-                x1 = fmaxf(x1, xy[2 * k]);
-                y0 = fminf(y0, xy[2 * k + 1]);
-                y1 = fmaxf(y1, xy[2 * k + 1]);
-            }
             /* xyxy2xywh in float32, as numpy computes it on a float32 array */
-            const float v[5] = { cls, (x0 + x1) / 2.0f, (y0 + y1) / 2.0f, x1 - x0, y1 - y0 };
+            float v[5] = { cls };
+            pack_ds_poly_box(xy, npt, v + 1);
             rc = pack_ds_grow((void **)&L->rows, &L->cap_rows, L->n_rows + 1, sizeof *L->rows);
             if (rc) return rc;
             struct pack_lbl_row *row = &L->rows[L->n_rows++];
