@@ -206,7 +206,8 @@ struct pack_ds_opts {
                                       on coco2017labels-segments), where a polygon exists.
                                       Default false: the JSON bbox, as coco2017labels.zip */
     unsigned threads;              /* threads reading label files (0 = one per core, at least
-                                      8, at most 16); the result is the same for any value */
+                                      8, at most 16) and parsing a COCO JSON (0 = one per core,
+                                      at most 16); the result is the same for any value */
     size_t max_warnings;           /* warnings stored in the result (default 1000); all are counted
                                       and all reach warn_fn */
     pack_ds_warn_fn warn_fn;       /* optional, see pack_ds_warn_fn */
