@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "dataset_internal.h"
-#include "../pack/test_dataset_util.h"
+#include "test_dataset_util.h"
 
 /* Parses the file with `threads` threads; returns rc, the result in *out and the error in err. */
 static int parse_path(const char *path, unsigned threads, uint64_t min_region, struct pack_ds **out,
