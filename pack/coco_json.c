@@ -240,6 +240,7 @@ struct pack_coco {
     const atomic_bool *cancel;
     unsigned threads; /* 0 = one per core, at most 16 */
     uint64_t min_region;
+    size_t read_bytes; /* the main parser reads on a grid of this step (see parse_file) */
     size_t regions_taken;
 };
 
@@ -1083,6 +1084,7 @@ int pack_coco_create(struct pack_coco **out, struct pack_ds *ds, const char *jso
     c->stats = &ds->st;
     c->threads = ds->opts.threads;
     c->min_region = MIN_REGION_BYTES;
+    c->read_bytes = CHUNK_BYTES;
     if (!c->json_path || !c->h) {
         pack_coco_destroy(c);
         return -ENOMEM;
@@ -1352,10 +1354,12 @@ static int region_take(struct pack_coco *c, struct region *r, uint64_t resume)
     return 0;
 }
 
-void pack_coco_set_threads(struct pack_coco *c, unsigned threads, uint64_t min_region)
+void pack_coco_set_threads(struct pack_coco *c, unsigned threads, uint64_t min_region,
+                           size_t read_bytes)
 {
     c->threads = threads;
     c->min_region = min_region;
+    c->read_bytes = read_bytes ? read_bytes : CHUNK_BYTES;
 }
 
 size_t pack_coco_regions_taken(const struct pack_coco *c)
@@ -1368,7 +1372,8 @@ int pack_coco_parse_file(struct pack_coco *c)
     const int fd = ffr_open_regular(c->json_path, 0);
     if (fd < 0) return pack_ds_fail(c->ds, fd, "%s: %s", c->json_path, ffr_strerror(fd));
     struct stat sb;
-    unsigned char *buf = malloc(CHUNK_BYTES);
+    /* find_cut reads CHUNK_BYTES into it too */
+    unsigned char *buf = malloc(c->read_bytes > CHUNK_BYTES ? c->read_bytes : CHUNK_BYTES);
     int rc = !buf ? -ENOMEM : fstat(fd, &sb) != 0 ? -errno : 0;
     if (rc) rc = pack_ds_fail(c->ds, rc, "%s: %s", c->json_path, strerror(-rc));
     const uint64_t size = rc ? 0 : (uint64_t)sb.st_size;
@@ -1399,9 +1404,11 @@ int pack_coco_parse_file(struct pack_coco *c)
             if (next == n_rg) atomic_store(&cancel, true);
             continue;
         }
-        /* small regions (tests) come with small reads, so that the first read is not all */
-        const size_t chunk = c->min_region < CHUNK_BYTES ? (size_t)c->min_region + 16 : CHUNK_BYTES;
-        const size_t want = stop_at - pos < chunk ? (size_t)(stop_at - pos) : chunk;
+        /* Reads end on the grid the one-thread parse uses, or where a region starts: yajl's
+         * offset of a syntax error moves when a feed's end splits the token (its "restore
+         * error offset"), and a region's start is just after a `}`, between two tokens. */
+        const size_t grid = c->read_bytes - (size_t)(pos % c->read_bytes);
+        const size_t want = stop_at - pos < grid ? (size_t)(stop_at - pos) : grid;
         const ssize_t n = pread(fd, buf, want, (off_t)pos);
         if (n < 0) {
             if (errno == EINTR) continue;

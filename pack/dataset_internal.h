@@ -208,9 +208,12 @@ int pack_coco_finish(struct pack_coco *c);
  * parse's. Returns as feed, or -errno. */
 int pack_coco_parse_file(struct pack_coco *c);
 
-/* Threads for pack_coco_parse_file (default: ds's opts.threads; 0 = one per core, at most 16)
- * and the least bytes a region gets (default 4 MiB; tests cut small files with less). */
-void pack_coco_set_threads(struct pack_coco *c, unsigned threads, uint64_t min_region);
+/* Threads for pack_coco_parse_file (default: ds's opts.threads; 0 = one per core, at most 16),
+ * the least bytes a region gets (default 4 MiB) and the main parser's read size (0: 256 KiB).
+ * Tests cut small files with less; the result is the same for any values, except that a syntax
+ * error's byte offset can depend on the read size (yajl's), never on the threads. */
+void pack_coco_set_threads(struct pack_coco *c, unsigned threads, uint64_t min_region,
+                           size_t read_bytes);
 
 /* Regions whose parallel result the last pack_coco_parse_file took (the rest it parsed itself). */
 size_t pack_coco_regions_taken(const struct pack_coco *c);
