@@ -1117,23 +1117,34 @@ void pack_coco_destroy(struct pack_coco *c)
 }
 
 /* Error after yajl stopped: ours if a callback cancelled, else yajl's syntax message. */
-static int parse_error(struct pack_coco *c, yajl_status s, const unsigned char *buf, size_t len)
+/* yajl's message for the error h stopped at, on one line. */
+static void yajl_msg(yajl_handle h, const unsigned char *buf, size_t len, char *msg, size_t cap)
 {
-    if (s == yajl_status_client_canceled && c->rc) return c->rc;
-    if (c->region) return c->rc = R_FAIL;
-    unsigned char *m = yajl_get_error(c->h, 0, buf, len);
-    char msg[256];
-    snprintf(msg, sizeof msg, "%s", m ? (const char *)m : "parse error");
-    if (m) yajl_free_error(c->h, m);
+    unsigned char *m = yajl_get_error(h, 0, buf, len);
+    snprintf(msg, cap, "%s", m ? (const char *)m : "parse error");
+    if (m) yajl_free_error(h, m);
     for (char *p = msg; *p; p++)
         if (*p == '\n') *p = ' ';
     size_t l = strlen(msg);
     while (l && msg[l - 1] == ' ')
         msg[--l] = '\0';
+}
+
+static int syntax_error(struct pack_coco *c, uint64_t off, uint32_t line, const char *msg)
+{
+    return c->rc = pack_ds_fail(c->ds, -PACK_DS_ESYNTAX,
+                                "%s: malformed JSON at byte %llu (line %u): %s", c->json_path,
+                                (unsigned long long)off, line, msg);
+}
+
+static int parse_error(struct pack_coco *c, yajl_status s, const unsigned char *buf, size_t len)
+{
+    if (s == yajl_status_client_canceled && c->rc) return c->rc;
+    if (c->region) return c->rc = R_FAIL;
+    char msg[256];
+    yajl_msg(c->h, buf, len, msg, sizeof msg);
     const uint64_t off = cur_offset(c);
-    c->rc = pack_ds_fail(c->ds, -PACK_DS_ESYNTAX, "%s: malformed JSON at byte %llu (line %u): %s",
-                         c->json_path, (unsigned long long)off, line_at(c, off), msg);
-    return c->rc;
+    return syntax_error(c, off, line_at(c, off), msg);
 }
 
 int pack_coco_feed(struct pack_coco *c, const void *buf, size_t len)
@@ -1362,6 +1373,47 @@ void pack_coco_set_threads(struct pack_coco *c, unsigned threads, uint64_t min_r
     c->read_bytes = read_bytes ? read_bytes : CHUNK_BYTES;
 }
 
+/* A syntax error's offset is yajl's guess at where the bad token began, and it moves when a feed
+ * ends inside that token. The one-thread parse feeds on a grid; the main parser also stops at
+ * region starts, which may lie inside a string when the cut was not a boundary. So after regions,
+ * a syntax error is found again on the grid by a bare yajl handle from the file's start: no
+ * callback stopped the first parse before it, so none would have here. */
+static int grid_syntax_error(struct pack_coco *c, int fd, unsigned char *buf)
+{
+    yajl_handle h = yajl_alloc(NULL, NULL, NULL);
+    if (!h) return c->rc;
+    uint64_t base = 0;
+    uint32_t line = 1;
+    yajl_status s = yajl_status_ok;
+    ssize_t n;
+    for (;;) {
+        n = pread(fd, buf, c->read_bytes, (off_t)base);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        s = yajl_parse(h, buf, (size_t)n);
+        if (s != yajl_status_ok) break;
+        for (const unsigned char *p = buf, *e = buf + n; (p = memchr(p, '\n', (size_t)(e - p)));)
+            line++, p++;
+        base += (uint64_t)n;
+    }
+    if (n == 0 && s == yajl_status_ok) s = yajl_complete_parse(h);
+    if (s == yajl_status_error) {
+        uint64_t off = base;
+        if (n > 0) { /* in a feed: where yajl stopped in it */
+            const size_t in = yajl_get_bytes_consumed(h);
+            for (const unsigned char *p = buf, *e = buf + in;
+                 (p = memchr(p, '\n', (size_t)(e - p)));)
+                line++, p++;
+            off += in;
+        }
+        char msg[256];
+        yajl_msg(h, n > 0 ? buf : NULL, n > 0 ? (size_t)n : 0, msg, sizeof msg);
+        syntax_error(c, off, line, msg);
+    } /* else the file changed under us: the first message stands */
+    yajl_free(h);
+    return c->rc;
+}
+
 size_t pack_coco_regions_taken(const struct pack_coco *c)
 {
     return c->regions_taken;
@@ -1404,9 +1456,8 @@ int pack_coco_parse_file(struct pack_coco *c)
             if (next == n_rg) atomic_store(&cancel, true);
             continue;
         }
-        /* Reads end on the grid the one-thread parse uses, or where a region starts: yajl's
-         * offset of a syntax error moves when a feed's end splits the token (its "restore
-         * error offset"), and a region's start is just after a `}`, between two tokens. */
+        /* Reads end on the one-thread parse's grid, or at a region start (a syntax error met
+         * after regions is found again on the grid: grid_syntax_error) */
         const size_t grid = c->read_bytes - (size_t)(pos % c->read_bytes);
         const size_t want = stop_at - pos < grid ? (size_t)(stop_at - pos) : grid;
         const ssize_t n = pread(fd, buf, want, (off_t)pos);
@@ -1432,6 +1483,7 @@ int pack_coco_parse_file(struct pack_coco *c)
     }
     free(rg);
     if (!rc) rc = pack_coco_finish(c);
+    if (rc == -PACK_DS_ESYNTAX && n_rg) rc = grid_syntax_error(c, fd, buf);
     free(buf);
     close(fd);
     return rc;
