@@ -329,17 +329,20 @@ static uint64_t cur_offset(const struct pack_coco *c)
     return c->base + (c->chunk ? yajl_get_bytes_consumed(c->h) : 0);
 }
 
+static uint32_t count_lines(const unsigned char *p, size_t n)
+{
+    uint32_t k = 0;
+    for (const unsigned char *e = p + n; (p = memchr(p, '\n', (size_t)(e - p))); p++)
+        k++;
+    return k;
+}
+
 /* Line at absolute offset off (>= line_pos, within the current chunk); counting only forward
  * keeps the total cost linear in the file size. */
 static uint32_t line_at(struct pack_coco *c, uint64_t off)
 {
     if (off > c->line_pos && c->chunk) {
-        const unsigned char *p = c->chunk + (c->line_pos - c->base);
-        const unsigned char *e = c->chunk + (off - c->base);
-        while (p < e && (p = memchr(p, '\n', (size_t)(e - p)))) {
-            c->line++;
-            p++;
-        }
+        c->line += count_lines(c->chunk + (c->line_pos - c->base), (size_t)(off - c->line_pos));
         c->line_pos = off;
     }
     return c->line;
@@ -1377,7 +1380,8 @@ void pack_coco_set_threads(struct pack_coco *c, unsigned threads, uint64_t min_r
  * ends inside that token. The one-thread parse feeds on a grid; the main parser also stops at
  * region starts, which may lie inside a string when the cut was not a boundary. So after regions,
  * a syntax error is found again on the grid by a bare yajl handle from the file's start: no
- * callback stopped the first parse before it, so none would have here. */
+ * callback stopped the first parse before it, so none would have here. (Without regions the main
+ * parser's reads are the grid.) */
 static int grid_syntax_error(struct pack_coco *c, int fd, unsigned char *buf)
 {
     yajl_handle h = yajl_alloc(NULL, NULL, NULL);
@@ -1392,8 +1396,7 @@ static int grid_syntax_error(struct pack_coco *c, int fd, unsigned char *buf)
         if (n <= 0) break;
         s = yajl_parse(h, buf, (size_t)n);
         if (s != yajl_status_ok) break;
-        for (const unsigned char *p = buf, *e = buf + n; (p = memchr(p, '\n', (size_t)(e - p)));)
-            line++, p++;
+        line += count_lines(buf, (size_t)n);
         base += (uint64_t)n;
     }
     if (n == 0 && s == yajl_status_ok) s = yajl_complete_parse(h);
@@ -1401,9 +1404,7 @@ static int grid_syntax_error(struct pack_coco *c, int fd, unsigned char *buf)
         uint64_t off = base;
         if (n > 0) { /* in a feed: where yajl stopped in it */
             const size_t in = yajl_get_bytes_consumed(h);
-            for (const unsigned char *p = buf, *e = buf + in;
-                 (p = memchr(p, '\n', (size_t)(e - p)));)
-                line++, p++;
+            line += count_lines(buf, in);
             off += in;
         }
         char msg[256];
@@ -1456,10 +1457,7 @@ int pack_coco_parse_file(struct pack_coco *c)
             if (next == n_rg) atomic_store(&cancel, true);
             continue;
         }
-        /* Reads end on the one-thread parse's grid, or at a region start (a syntax error met
-         * after regions is found again on the grid: grid_syntax_error) */
-        const size_t grid = c->read_bytes - (size_t)(pos % c->read_bytes);
-        const size_t want = stop_at - pos < grid ? (size_t)(stop_at - pos) : grid;
+        const size_t want = stop_at - pos < c->read_bytes ? (size_t)(stop_at - pos) : c->read_bytes;
         const ssize_t n = pread(fd, buf, want, (off_t)pos);
         if (n < 0) {
             if (errno == EINTR) continue;

@@ -25,14 +25,7 @@ static int parse_path(const char *path, unsigned threads, uint64_t min_region, s
     int rc = ds ? pack_coco_create(&c, ds, path) : -1;
     if (!rc) pack_coco_set_threads(c, threads, min_region, read_bytes);
     if (!rc) rc = pack_coco_parse_file(c);
-    if (!rc) rc = pack_coco_emit(c, NULL);
-    if (!rc) rc = pack_ds_finish(ds);
-    pack_coco_destroy(c);
-    if (rc)
-        pack_ds_destroy(ds);
-    else
-        *out = ds;
-    return rc;
+    return tdu_coco_end(ds, c, rc, out);
 }
 
 static void regions_agree(const uint8_t *data, size_t size, unsigned sel)

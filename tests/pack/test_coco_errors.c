@@ -25,14 +25,7 @@ static int parse_mem(const char *json, size_t len, size_t chunk, struct pack_ds 
     for (size_t off = 0; !rc && off < len; off += chunk)
         rc = pack_coco_feed(c, json + off, len - off < chunk ? len - off : chunk);
     if (!rc) rc = pack_coco_finish(c);
-    if (!rc) rc = pack_coco_emit(c, NULL);
-    if (!rc) rc = pack_ds_finish(ds);
-    pack_coco_destroy(c);
-    if (rc)
-        pack_ds_destroy(ds);
-    else
-        *out = ds;
-    return rc;
+    return tdu_coco_end(ds, c, rc, out);
 }
 
 static int scan_text(const char *json, struct pack_ds **out)

@@ -141,13 +141,7 @@ static void parse(const char *path, unsigned threads, uint64_t min_region, size_
         r->rc = pack_coco_parse_file(c);
         r->taken = pack_coco_regions_taken(c);
     }
-    if (!r->rc) r->rc = pack_coco_emit(c, NULL);
-    if (!r->rc) r->rc = pack_ds_finish(ds);
-    pack_coco_destroy(c);
-    if (r->rc)
-        pack_ds_destroy(ds);
-    else
-        r->ds = ds;
+    r->rc = tdu_coco_end(ds, c, r->rc, &r->ds);
 }
 
 static void result_free(struct result *r)

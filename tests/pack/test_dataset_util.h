@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "dataset_internal.h"
 #include "tap.h"
 
 static char tdu_root[512];
@@ -115,6 +116,21 @@ static inline struct pack_ds *tdu_scan(const char *path, const struct pack_ds_op
     *rc = pack_ds_scan(path, o, &ds, err, cap);
     if (*rc) printf("#   scan %s: %s (%s)\n", path, pack_ds_strerror(*rc), err);
     return ds;
+}
+
+/* Ends a COCO parse that pack_coco_create began (rc: where it got to): converts to samples,
+ * finishes ds and destroys c. On success *out = ds, else ds is destroyed. Returns rc. */
+static inline int tdu_coco_end(struct pack_ds *ds, struct pack_coco *c, int rc,
+                               struct pack_ds **out)
+{
+    if (!rc) rc = pack_coco_emit(c, NULL);
+    if (!rc) rc = pack_ds_finish(ds);
+    pack_coco_destroy(c);
+    if (rc)
+        pack_ds_destroy(ds);
+    else
+        *out = ds;
+    return rc;
 }
 
 /* Same samples (paths, ids, sizes, rows, polygon points) and counters. */
