@@ -11,6 +11,11 @@
  * In every run each node's cached shards are compared record for record with the dataset's
  * own files (what a local run reads): none may differ.
  * argv[1]: a scratch directory.
+ *
+ * The nodes are this program run again (fork, then exec of /proc/self/exe with --node), not bare
+ * forks: the origin's server thread runs in the parent, and a child forked while that thread held
+ * the allocator's lock would wait on it forever (ASan's allocator, unlike glibc's, is not reset at
+ * fork; the test hung so in CI). Real nodes are separate programs too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +42,29 @@ static char scratch[512], ds_path[700], url[256];
 static struct ffr_cache_shard *shards;
 static uint32_t n_shards;
 static uint64_t *counts, n_records, ds_bytes;
+static char self_exe[4096];
+
+/* The dataset's shards from its manifest (ds_path), in the parent and in every node. */
+static int load_manifest(char *err, size_t err_cap)
+{
+    FILE *f = fopen(ds_path, "rb");
+    static char text[1 << 20];
+    const size_t tn = f ? fread(text, 1, sizeof text, f) : 0;
+    if (f) fclose(f);
+    if (ffr_manifest_shards(text, tn, &shards, &n_shards, err, err_cap) < 0) return -1;
+    if (n_shards > MAX_SHARDS) {
+        snprintf(err, err_cap, "%u shards (at most %d)", n_shards, MAX_SHARDS);
+        return -1;
+    }
+    counts = calloc(n_shards, sizeof *counts);
+    if (!counts) return -1;
+    for (uint32_t k = 0; k < n_shards; k++) {
+        counts[k] = shards[k].records;
+        n_records += shards[k].records;
+        ds_bytes += shards[k].bytes;
+    }
+    return 0;
+}
 
 /* child -> parent */
 struct msg {
@@ -219,12 +247,21 @@ static void run_mode(enum mode mode, struct ffio_peer_server *origin, struct run
     for (uint32_t m = 0; m < NODES; m++) {
         int up[2], down[2];
         if (pipe(up) < 0 || pipe(down) < 0) exit(99);
+        /* the parent's ends are not the other nodes' business */
+        fcntl(up[0], F_SETFD, FD_CLOEXEC);
+        fcntl(down[1], F_SETFD, FD_CLOEXEC);
+        char a[4][16];
+        snprintf(a[0], sizeof a[0], "%d", (int)mode);
+        snprintf(a[1], sizeof a[1], "%u", m);
+        snprintf(a[2], sizeof a[2], "%d", up[1]);
+        snprintf(a[3], sizeof a[3], "%d", down[0]);
+        char *const args[] = { self_exe, "--node", a[0], a[1], a[2], a[3], scratch, url, NULL };
         fflush(stdout);
         pid[m] = fork();
         if (pid[m] == 0) {
-            close(up[0]);
-            close(down[1]);
-            child(mode, m, (struct chan){ up[1], down[0] });
+            /* only async-signal-safe calls until exec: the origin's thread may hold any lock */
+            execv(self_exe, args);
+            _exit(127);
         }
         close(up[1]);
         close(down[0]);
@@ -284,10 +321,29 @@ static void run_mode(enum mode mode, struct ffio_peer_server *origin, struct run
 
 int main(int argc, char **argv)
 {
+    if (argc == 8 && strcmp(argv[1], "--node") == 0) {
+        /* --node MODE NODE UP_FD DOWN_FD SCRATCH URL: one node, run by run_mode */
+        snprintf(scratch, sizeof scratch, "%s", argv[6]);
+        snprintf(url, sizeof url, "%s", argv[7]);
+        snprintf(ds_path, sizeof ds_path, "%s/origin/ds.ffr", scratch);
+        char err[256];
+        if (load_manifest(err, sizeof err) < 0) {
+            fprintf(stderr, "node %s: manifest: %s\n", argv[3], err);
+            _exit(2);
+        }
+        child((enum mode)atoi(argv[2]), (uint32_t)atoi(argv[3]),
+              (struct chan){ atoi(argv[4]), atoi(argv[5]) });
+    }
     if (argc < 2) {
         printf("Bail out! usage: test_peer_nodes SCRATCH\n");
         return 99;
     }
+    const ssize_t sl = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    if (sl <= 0 || (size_t)sl >= sizeof self_exe - 1) {
+        printf("Bail out! cannot read /proc/self/exe\n");
+        return 99;
+    }
+    self_exe[sl] = 0;
     if (!ffio_http_available()) {
         tap_skip_all("built without libcurl: no peers");
         return 0;
@@ -303,21 +359,10 @@ int main(int argc, char **argv)
         printf("Bail out! cannot write %s\n", ds_path);
         return 99;
     }
-    FILE *f = fopen(ds_path, "rb");
-    static char text[1 << 20];
-    const size_t tn = f ? fread(text, 1, sizeof text, f) : 0;
-    if (f) fclose(f);
     char err[256];
-    if (ffr_manifest_shards(text, tn, &shards, &n_shards, err, sizeof err) < 0 ||
-        n_shards > MAX_SHARDS) {
+    if (load_manifest(err, sizeof err) < 0) {
         printf("Bail out! manifest: %s\n", err);
         return 99;
-    }
-    counts = calloc(n_shards, sizeof *counts);
-    for (uint32_t k = 0; k < n_shards; k++) {
-        counts[k] = shards[k].records;
-        n_records += shards[k].records;
-        ds_bytes += shards[k].bytes;
     }
     struct ffio_peer_server_opts so;
     ffio_peer_server_opts_default(&so);
