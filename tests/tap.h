@@ -61,6 +61,15 @@ static inline void tap_diag(const char *fmt, ...)
     printf("\n");
 }
 
+/* Skips n test points that cannot run here ("ok N # SKIP why", which TAP readers count as
+ * skipped, not passed). */
+static inline void tap_skip(int n, const char *why)
+{
+    for (int i = 0; i < n; i++)
+        printf("ok %d # SKIP %s\n", ++tap_n_run, why);
+    fflush(stdout);
+}
+
 /* Skips the whole program: the plan "1..0 # SKIP why" is what meson's TAP reader turns into
  * SKIP; it must exit 0, because under protocol 'tap' meson 1.0 reports exit 77 as an error.
  * (Programs registered with the exit-code protocol, like the CUDA parity test, exit 77.) */

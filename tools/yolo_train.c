@@ -339,10 +339,11 @@ static int parse_args(int argc, char **argv, struct trn_launch_opts *A)
                   "rank, as train.py)",
           .choices = "node|rank" },
         AP_OPT("--page-cache", AP_FLAG, &A->page_cache, NULL,
-               "--bench-data: buffered reads instead of O_DIRECT"),
+               "the loader reads through the page cache even when the dataset is larger than "
+               "a quarter of RAM (where it reads with O_DIRECT by default)"),
         AP_OPT("--direct", AP_FLAG, &A->direct, NULL,
-               "--bench-data: O_DIRECT reads even when the dataset fits in a quarter of RAM "
-               "(where the loader reads through the page cache by default)"),
+               "the loader reads with O_DIRECT even when the dataset fits in a quarter of RAM "
+               "(where it reads through the page cache by default)"),
         AP_OPT("--no-read-ahead", AP_FLAG, &A->no_read_ahead, NULL,
                "--bench-data: each loader worker reads a sample's records only when it builds "
                "it, instead of while it builds the one before (to measure the overlap)"),

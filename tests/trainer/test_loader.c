@@ -995,6 +995,77 @@ static void test_cache_ram(void)
     ffr_reader_close(r);
 }
 
+/* Descriptors of this process open on dir/NAME: how many, and how many with O_DIRECT
+ * (/proc/self/fdinfo's flags). */
+static void fds_on(const char *name, int *all, int *direct)
+{
+    char want[600], link[80], fi[80], got[600], line[128];
+    snprintf(want, sizeof want, "%s/%s", dir, name);
+    *all = *direct = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        const ssize_t n = readlink(link, got, sizeof got - 1);
+        if (n <= 0) continue;
+        got[n] = 0;
+        if (strcmp(got, want) != 0) continue;
+        (*all)++;
+        snprintf(fi, sizeof fi, "/proc/self/fdinfo/%d", fd);
+        FILE *f = fopen(fi, "r");
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "flags:", 6) && (strtoul(line + 6, NULL, 8) & O_DIRECT)) (*direct)++;
+        if (f) fclose(f);
+    }
+}
+
+/* The read mode: O_DIRECT for a dataset above a quarter of MemTotal unless the caller asks for
+ * the page cache (yolo-train --page-cache), the page cache below it unless asked for O_DIRECT
+ * (--direct); the automatic choice says which in one line. */
+static void direct_run(const char *mem_total, int direct, const char *what, bool want_direct,
+                       const char *want_line)
+{
+    struct ffr_reader *r = open_ds("train-raw.ffr");
+    struct trn_loader_opts o;
+    train_opts(&o, 2);
+    o.io.io.direct = direct;
+    struct logbuf lb = { "", 0 };
+    o.log = log_cb;
+    o.log_ctx = &lb;
+    setenv("TRN_LOADER_TEST_MEM_TOTAL", mem_total, 1);
+    struct trn_loader *l = NULL;
+    char err[256] = "";
+    int rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+    unsetenv("TRN_LOADER_TEST_MEM_TOTAL");
+    struct trn_batch bt;
+    for (int b = 0; b < 3 && rc == 0; b++)
+        rc = trn_loader_next(l, &bt);
+    int all, dir_fds;
+    fds_on("train-raw.ffr", &all, &dir_fds);
+    ok(rc == 0 && (want_direct ? dir_fds > 0 : dir_fds == 0) && all > dir_fds,
+       "%s: %d of %d descriptors on the file have O_DIRECT (%s)", what, dir_fds, all,
+       rc ? (l ? trn_loader_error(l) : err) : "");
+    ok(want_line ? strstr(lb.text, want_line) != NULL
+                 : !strstr(lb.text, "page cache") && !strstr(lb.text, "O_DIRECT"),
+       "%s: %s", what, want_line ? want_line : "no line about the read mode");
+    trn_loader_destroy(l);
+    ffr_reader_close(r);
+}
+
+static void test_read_mode(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/train-raw.ffr", dir);
+    const int fd = open(path, O_RDONLY | O_DIRECT);
+    if (fd < 0) {
+        tap_skip(6, "the test directory refuses O_DIRECT");
+        return;
+    }
+    close(fd);
+    direct_run("1000", FFIO_DIRECT_AUTO, "MemTotal 1000 bytes", true, "reading it with O_DIRECT");
+    direct_run("1000", FFIO_DIRECT_OFF, "MemTotal 1000 bytes, page cache asked", false, NULL);
+    direct_run("1000000000000", FFIO_DIRECT_AUTO, "MemTotal 1 TB", false,
+               "reading it through the page cache");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -1036,6 +1107,7 @@ int main(int argc, char **argv)
     test_identity();
     test_resize_on_load();
     test_cache_ram();
+    test_read_mode();
     test_set_indices();
     test_rect_train();
     test_val();

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,36 @@ static void test_default_threads(const char *yolo_val)
     }
 }
 
+/* --page-cache and --direct reach the training loader: with MemTotal made tiny the loader
+ * would read with O_DIRECT and say so; --page-cache keeps the page cache (no such line), and
+ * with MemTotal made huge --direct still reads with O_DIRECT (no "page cache" line). */
+static void test_read_flags(void)
+{
+    const char *tr = "TRN_LOADER_TEST_MEM_TOTAL=%s %s --records %s/train.ffr --cfg yolov5n "
+                     "--img 64 --batch-size 4 --epochs 1 --workers 1 --stop-after-steps 1 "
+                     "--noval --noplots --project %s/runs --name rd --exist-ok %s";
+    static const struct {
+        const char *mem, *flag, *want, *not_want;
+    } c[] = {
+        { "1000", "", "reading it with O_DIRECT", NULL },
+        { "1000", "--page-cache", NULL, "O_DIRECT" },
+        { "1000000000000", "", "reading it through the page cache", NULL },
+        { "1000000000000", "--direct", NULL, "page cache" },
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        const int rc = run(tr, c[k].mem, train, dir, dir, c[k].flag);
+        char *o = out_text("stdout"), *e = out_text("stderr");
+        const bool has = c[k].want && ((o && strstr(o, c[k].want)) || (e && strstr(e, c[k].want)));
+        const bool bad =
+            c[k].not_want && ((o && strstr(o, c[k].not_want)) || (e && strstr(e, c[k].not_want)));
+        ok(rc == 0 && (c[k].want ? has : !bad), "MemTotal %s bytes %s: %s%s (exit %d)", c[k].mem,
+           c[k].flag, c[k].want ? "says " : "never mentions ",
+           c[k].want ? c[k].want : c[k].not_want, rc);
+        free(o);
+        free(e);
+    }
+}
+
 /* Decodes path; returns 1 when it is a whole JPEG of w x h. */
 static int jpeg_is(const char *path, int w, int h)
 {
@@ -266,6 +297,7 @@ int main(int argc, char **argv)
     test_bench();
     test_default_threads(argc > 4 ? argv[4] : NULL);
     test_plot();
+    test_read_flags();
     const int rc = tap_done();
     if (rc == 0) run("rm -rf %s", dir);
     return rc;

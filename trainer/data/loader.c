@@ -1374,6 +1374,7 @@ static uint64_t mem_available(void)
  * so that after the first epoch its reads are memory copies: on coco128 that is 1.5x the rate of
  * O_DIRECT from this VM's disk even with the next sample's reads overlapping the current one's
  * augmentation (docs/benchmarks.md, issue 23). An explicit FFIO_DIRECT_ON or _OFF is kept.
+ * TRN_LOADER_TEST_MEM_TOTAL (bytes) stands in for MemTotal in the tests.
  */
 static void choose_direct(struct trn_loader *l)
 {
@@ -1383,12 +1384,18 @@ static void choose_direct(struct trn_loader *l)
         struct ffr_record_info in;
         if (ffr_reader_info(l->r, i, &in) == 0) bytes += in.extent_len;
     }
-    const uint64_t total = meminfo("MemTotal");
+    const char *t = getenv("TRN_LOADER_TEST_MEM_TOTAL");
+    const uint64_t total = t && *t ? strtoull(t, NULL, 10) : meminfo("MemTotal");
     if (total && bytes <= total / 4) {
         l->o.io.io.direct = FFIO_DIRECT_OFF;
         log_line(l,
                  "the dataset (%.2f GB) fits in a quarter of this machine's memory (%.1f GB): "
                  "reading it through the page cache, not O_DIRECT",
+                 1e-9 * (double)bytes, 1e-9 * (double)total);
+    } else if (total) {
+        log_line(l,
+                 "the dataset (%.2f GB) is larger than a quarter of this machine's memory "
+                 "(%.1f GB): reading it with O_DIRECT (--page-cache reads through the page cache)",
                  1e-9 * (double)bytes, 1e-9 * (double)total);
     }
 }

@@ -926,6 +926,8 @@ static int do_train(const struct trn_launch_opts *A, const struct trn_hyp *hyp,
     o.epochs = (int)A->epochs;
     o.nc = (int)A->nc;
     o.workers = (unsigned)A->workers;
+    o.page_cache = A->page_cache;
+    o.direct = A->direct;
     /* one compute thread per core (shared by the ranks of this node): OpenBLAS's own threads
      * beside the loader's oversubscribe */
     o.threads = trn_cli_threads(A->threads, local_world);

@@ -187,6 +187,8 @@ int run_data_loader(struct run *R, const struct trn_ckpt *C, char *err, size_t c
     lo.world_size = (uint32_t)R->dist.world;
     lo.rank = (uint32_t)R->dist.rank;
     lo.workers = o->workers;
+    if (o->page_cache) lo.io.io.direct = FFIO_DIRECT_OFF;
+    if (o->direct) lo.io.io.direct = FFIO_DIRECT_ON;
     lo.seed = o->seed;
     lo.pixels = TRN_PIXELS_F32;
     lo.hyp = o->hyp;
