@@ -539,21 +539,37 @@ int ffio_peer_serve(const char *dir, const struct ffio_peer_server_opts *opts,
         snprintf(err, err_cap, "%s: %s", o.bind_host ? o.bind_host : "*", gai_strerror(g));
         goto fail;
     }
-    /* IPv4 first where both come back: the addresses announced to peers are IPv4 */
+    /* Every interface (no bind_host): one IPv6 socket that also takes IPv4 (IPV6_V6ONLY off),
+     * so that a node announcing either family is reached; IPv4 alone where the kernel has no
+     * IPv6. A bind_host: the first address it resolves to. */
     const struct addrinfo *use = ai;
-    for (const struct addrinfo *a = ai; a; a = a->ai_next)
-        if (a->ai_family == AF_INET) {
+    for (const struct addrinfo *a = ai; a && !o.bind_host; a = a->ai_next)
+        if (a->ai_family == AF_INET6) {
             use = a;
             break;
         }
-    s->lfd = socket(use->ai_family, use->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    const int one = 1;
-    if (s->lfd < 0 || setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
-        bind(s->lfd, use->ai_addr, use->ai_addrlen) < 0 || listen(s->lfd, 128) < 0) {
+    const int one = 1, zero = 0;
+    for (;;) {
+        s->lfd = socket(use->ai_family, use->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (s->lfd >= 0 && setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+            (use->ai_family != AF_INET6 || o.bind_host ||
+             setsockopt(s->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0) &&
+            bind(s->lfd, use->ai_addr, use->ai_addrlen) == 0 && listen(s->lfd, 128) == 0)
+            break;
         rc = -errno;
-        snprintf(err, err_cap, "listen on %s:%d: %s", o.bind_host ? o.bind_host : "*", o.port,
-                 strerror(errno));
-        goto fail;
+        if (s->lfd >= 0) close(s->lfd);
+        s->lfd = -1;
+        /* no IPv6 here (EAFNOSUPPORT, EADDRNOTAVAIL): the IPv4 wildcard */
+        const struct addrinfo *v4 = NULL;
+        for (const struct addrinfo *a = ai; a && !o.bind_host && use->ai_family == AF_INET6;
+             a = a->ai_next)
+            if (a->ai_family == AF_INET) v4 = a;
+        if (!v4) {
+            snprintf(err, err_cap, "listen on %s:%d: %s", o.bind_host ? o.bind_host : "*", o.port,
+                     strerror(-rc));
+            goto fail;
+        }
+        use = v4;
     }
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;

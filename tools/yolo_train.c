@@ -129,8 +129,8 @@ static int parse_args(int argc, char **argv, struct trn_launch_opts *A)
                   "from the origin)",
           .choices = "auto|off" },
         AP_OPT("--peer-host", AP_STR, &A->peer_host, "ADDR",
-               "the IPv4 address the other nodes reach this one at (default: the one that routes "
-               "to MASTER_ADDR)"),
+               "the IPv4 or IPv6 address the other nodes reach this one at (default: the one "
+               "that routes to MASTER_ADDR)"),
         AP_RANGE("--peer-port", AP_LONG, &A->peer_port, "N",
                  "the port this node serves its cache on (default 0: any free one)", 0, 65535),
         TOOL_OPT_CFG(&A->cfg, ""),

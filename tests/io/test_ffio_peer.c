@@ -39,17 +39,28 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static int connect_to(int port)
+/* A connection to the loopback address of family (AF_INET or AF_INET6) at port. */
+static int connect_fam(int family, int port)
 {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = { .sin_family = AF_INET,
                              .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+    struct sockaddr_in6 a6 = { .sin6_family = AF_INET6,
+                               .sin6_port = htons((uint16_t)port),
+                               .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+    const int c = family == AF_INET6 ? connect(fd, (struct sockaddr *)&a6, sizeof a6)
+                                     : connect(fd, (struct sockaddr *)&a, sizeof a);
+    if (fd < 0 || c < 0) {
         if (fd >= 0) close(fd);
         return -1;
     }
     return fd;
+}
+
+static int connect_to(int port)
+{
+    return connect_fam(AF_INET, port);
 }
 
 /* Reads until the peer closes or nothing comes for quiet_s; returns the bytes read. */
@@ -429,6 +440,64 @@ static void copy_file(const char *from, const char *to)
     if (b) fclose(b);
 }
 
+/* Without a bind_host the server listens on every interface of both families (one dual-stack
+ * socket), so a node announcing an IPv6 address is reached, and an IPv4 one too. */
+static void test_dual_stack(void)
+{
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/dual", scratch);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/%s", dir, ENTRY);
+    static const char content[100] = "dual stack";
+    write_file(path, content, sizeof content);
+    struct ffio_peer_server *s = NULL;
+    char err[256] = "";
+    if (!ok(ffio_peer_serve(dir, NULL, &s, err, sizeof err) == 0,
+            "the server starts on every interface (%s)", err))
+        return;
+    const int port = ffio_peer_server_port(s);
+    static const char req[] = "GET /ffr/" ENTRY " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    static char out[4096];
+    for (int k = 0; k < 2; k++) {
+        const int fam = k ? AF_INET6 : AF_INET;
+        if (fam == AF_INET6) {
+            /* is there an IPv6 loopback here at all? */
+            const int t = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+            struct sockaddr_in6 a6 = { .sin6_family = AF_INET6,
+                                       .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+            const int b = t >= 0 ? bind(t, (struct sockaddr *)&a6, sizeof a6) : -1;
+            if (t >= 0) close(t);
+            if (b < 0) {
+                tap_skip(2, "no IPv6 loopback (::1) on this machine");
+                break;
+            }
+        }
+        const int fd = connect_fam(fam, port);
+        size_t n = 0;
+        if (fd >= 0 && send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t)strlen(req))
+            n = read_all(fd, out, sizeof out, 2.0);
+        if (fd >= 0) close(fd);
+        ok(n > 0 && !strncmp(out, "HTTP/1.1 200 ", 13) && !memcmp(body_of(out), content, 100),
+           "GET over %s: 200, the whole file", k ? "::1" : "127.0.0.1");
+        if (!k) continue;
+        if (!ffio_http_available()) {
+            tap_skip(1, "built without libcurl");
+            continue;
+        }
+        struct ffio_http *h = NULL;
+        uint64_t size = 0;
+        char url[200];
+        snprintf(url, sizeof url, "http://[::1]:%d/ffr/%s", port, ENTRY);
+        int rc = ffio_http_create(NULL, &h);
+        if (rc == 0) rc = ffio_http_size(h, url, &size);
+        ok(rc == 0 && size == 100,
+           "the HTTP client reaches it at [::1] (HEAD: %d, %" PRIu64 " bytes)", rc, size);
+        ffio_http_destroy(h);
+    }
+    ffio_peer_server_stop(s);
+    unlink(path);
+}
+
 static void test_cache_peers(void)
 {
     if (!ffio_http_available()) {
@@ -587,6 +656,7 @@ int main(int argc, char **argv)
     mkdir(scratch, 0755);
     test_flood();
     test_server();
+    test_dual_stack();
     test_cache_peers();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);

@@ -17,6 +17,7 @@
  * the allocator's lock would wait on it forever (ASan's allocator, unlike glibc's, is not reset at
  * fork; the test hung so in CI). Real nodes are separate programs too.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -376,6 +377,17 @@ int main(int argc, char **argv)
     snprintf(url, sizeof url, "http://127.0.0.1:%d/ffr/ds.ffr", ffio_peer_server_port(origin));
     tap_diag("dataset: %u shards, %" PRIu64 " records, %.2f MB; %d nodes x %d epochs", n_shards,
              n_records, (double)ds_bytes / 1e6, NODES, EPOCHS);
+
+    /* the address a node announces: the one routing to MASTER_ADDR, in its family */
+    char a4[INET6_ADDRSTRLEN] = "", a6[INET6_ADDRSTRLEN] = "";
+    ok(trn_peers_local_addr("127.0.0.1", a4, sizeof a4) == 0 && !strcmp(a4, "127.0.0.1"),
+       "toward 127.0.0.1: this host is %s", a4);
+    const int r6 = trn_peers_local_addr("::1", a6, sizeof a6);
+    if (r6 == -EADDRNOTAVAIL || r6 == -EAFNOSUPPORT || r6 == -ENETUNREACH)
+        tap_skip(1, "no IPv6 loopback (::1) on this machine");
+    else
+        ok(r6 == 0 && !strcmp(a6, "::1"), "toward ::1: this host is %s (%d)", a6, r6);
+    ok(trn_peers_local_addr("", a4, sizeof a4) == -EADDRNOTAVAIL, "toward nothing: no address");
 
     struct run r[4];
     for (int mode = 0; mode < 4; mode++) {

@@ -26,7 +26,7 @@ job() {
     mport=$(free_port)
     for r in 0 1 2 3; do
         # --dist-timeout: a rank that cannot join (or dies) ends the job in a minute, not 30.
-        RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=${maddr:-127.0.0.1} \
             MASTER_PORT=$mport OPENBLAS_NUM_THREADS=1 \
             "$train" --dist-timeout 60 --records "http://127.0.0.1:$port/ffr/train.ffr" --cache-dir "$work/$name-cache$((r / 2))" \
             --cfg yolov5n --img 96 --batch-size 4 --epochs 1 --threads 1 --workers 1 --seed 2 \
@@ -58,6 +58,20 @@ check $? "the same results, bit for bit"
 diff -r <(cd "$work/peers-cache0" && ls | grep -v '^\.' | grep -v '^m' | sort) \
     <(cd "$work/peers-cache1" && ls | grep -v '^\.' | grep -v '^m' | sort) >/dev/null
 check $? "both nodes' caches hold every shard"
+
+# over IPv6: MASTER_ADDR ::1, so each node announces ::1 and the others reach its server there
+if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
+    with6=$(maddr=::1 job peers6)
+    check $? "the job with MASTER_ADDR=::1"
+    grep -q "peers off" "$work"/peers6.?.log
+    check $((!$?)) "no rank turned peers off"
+    awk -v w="$with6" -v d="$data_bytes" 'BEGIN { exit !(w > 0 && w <= 1.1 * d) }'
+    check $? "over IPv6 the origin sent $(awk -v w="$with6" -v d="$data_bytes" 'BEGIN { printf "%.2f", w / d }')x the dataset (<= 1.1)"
+    cmp -s "$work/runs/peers/results.csv" "$work/runs/peers6/results.csv"
+    check $? "and the same results, bit for bit"
+else
+    for k in 1 2 3 4; do n=$((n + 1)); echo "ok $n # SKIP no IPv6 loopback (::1) on this machine"; done
+fi
 echo "1..$n"
 echo "# $((n - failed)) passed, $failed failed"
 [ $failed = 0 ]

@@ -188,18 +188,21 @@ int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sa
 int trn_peers_local_addr(const char *toward, char *addr, size_t cap)
 {
     struct addrinfo *ai = NULL;
-    const struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_DGRAM };
-    if (!toward || !*toward || getaddrinfo(toward, "9", &hints, &ai) != 0 || !ai)
+    const struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM };
+    if (!toward || !*toward || !addr || getaddrinfo(toward, "9", &hints, &ai) != 0 || !ai)
         return -EADDRNOTAVAIL;
-    const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    const int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     int rc = 0;
-    struct sockaddr_in me;
+    struct sockaddr_storage me;
     socklen_t ml = sizeof me;
     /* a datagram socket's connect only picks the route and the source address */
     if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
         getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
         rc = -errno;
-    else if (!inet_ntop(AF_INET, &me.sin_addr, addr, (socklen_t)cap))
+    else if (!inet_ntop(me.ss_family,
+                        me.ss_family == AF_INET6 ? (void *)&((struct sockaddr_in6 *)&me)->sin6_addr
+                                                 : (void *)&((struct sockaddr_in *)&me)->sin_addr,
+                        addr, (socklen_t)cap))
         rc = -ENOSPC;
     if (fd >= 0) close(fd);
     freeaddrinfo(ai);

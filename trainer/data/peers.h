@@ -81,9 +81,11 @@ int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sa
 void trn_peers_cache_hooks(struct trn_peers *p, struct ffr_cache_peers *out);
 
 /*
- * The IPv4 address by which this host reaches `toward` (the job's MASTER_ADDR): the address
- * the other nodes can reach this one at, as NCCL's bootstrap picks its interface. No packet is
- * sent. Returns 0 (addr: dotted quad) or -errno / -EADDRNOTAVAIL.
+ * The address by which this host reaches `toward` (the job's MASTER_ADDR, a name or an IPv4 or
+ * IPv6 address): the address the other nodes can reach this one at, as NCCL's bootstrap picks
+ * its interface, in the family `toward` resolves to first. No packet is sent. Returns 0 (addr:
+ * a dotted quad, or IPv6 text without brackets; cap INET6_ADDRSTRLEN holds either) or -errno /
+ * -EADDRNOTAVAIL.
  */
 int trn_peers_local_addr(const char *toward, char *addr, size_t cap);
 

@@ -476,10 +476,13 @@ static int peers_join(const struct trn_launch_opts *A, const char *src, struct t
     if (!A->cache_dir || (A->peers && !strcmp(A->peers, "off")) || nodes < 2) return 0;
     const uint32_t node = (uint32_t)(rank / L);
     char err[1024] = "";
-    /* the server, and this node's address, summed over the job (all ranks take part, also
-     * when their own part failed, so that no rank waits for another) */
-    int64_t *addr = calloc((size_t)nodes * 2, sizeof *addr);
-    char(*hosts)[INET_ADDRSTRLEN] = calloc((size_t)nodes, sizeof *hosts);
+    /* The server, and this node's address, summed over the job (all ranks take part, also
+     * when their own part failed, so that no rank waits for another). A node's slot: the
+     * family (4 or 6), the address's 16 bytes as two words (an IPv4 address in the first four
+     * bytes), the port; only the node's local rank 0 writes it, so the sum is its value. */
+    enum { SLOT = 4 };
+    int64_t *addr = calloc((size_t)nodes * SLOT, sizeof *addr);
+    char(*hosts)[INET6_ADDRSTRLEN] = calloc((size_t)nodes, sizeof *hosts);
     const char **hp = calloc((size_t)nodes, sizeof *hp);
     int *ports = calloc((size_t)nodes, sizeof *ports);
     int rc = addr && hosts && hp && ports ? 0 : -ENOMEM;
@@ -487,18 +490,23 @@ static int peers_join(const struct trn_launch_opts *A, const char *src, struct t
         rc = trn_peers_create(A->cache_dir, rank % L == 0, NULL, (int)A->peer_port, peers_log,
                               (void *)A, &g_peers, err, sizeof err);
     if (rc == 0 && rank % L == 0) {
-        char host[64];
-        struct in_addr ia;
+        char host[INET6_ADDRSTRLEN + 8];
+        uint8_t ia[16] = { 0 };
         if (A->peer_host)
             snprintf(host, sizeof host, "%s", A->peer_host);
         else if (trn_peers_local_addr(g_master_addr[0] ? g_master_addr : "127.0.0.1", host,
                                       sizeof host) < 0)
             host[0] = '\0';
-        if (inet_pton(AF_INET, host, &ia) == 1) {
-            addr[2 * node] = (int64_t)ntohl(ia.s_addr);
-            addr[2 * node + 1] = trn_peers_port(g_peers);
+        const int fam = inet_pton(AF_INET, host, ia) == 1    ? 4
+                        : inet_pton(AF_INET6, host, ia) == 1 ? 6
+                                                             : 0;
+        if (fam) {
+            int64_t *slot = addr + SLOT * node;
+            slot[0] = fam;
+            memcpy(&slot[1], ia, 16);
+            slot[3] = trn_peers_port(g_peers);
         } else {
-            snprintf(err, sizeof err, "no IPv4 address to announce (%s); give --peer-host",
+            snprintf(err, sizeof err, "no IP address to announce (%s); give --peer-host",
                      host[0] ? host : "none found toward the job's MASTER_ADDR");
             rc = -EADDRNOTAVAIL;
         }
@@ -506,16 +514,18 @@ static int peers_join(const struct trn_launch_opts *A, const char *src, struct t
     if (rc < 0)
         say(A, TRN_LAUNCH_ERR, "rank %d: peers off: %s", rank, err[0] ? err : strerror(-rc));
     int64_t one = 0;
-    bool all = trn_dist_allreduce_i64(dist, addr ? addr : &one, addr ? (size_t)nodes * 2 : 1,
+    bool all = trn_dist_allreduce_i64(dist, addr ? addr : &one, addr ? (size_t)nodes * SLOT : 1,
                                       TRN_DIST_SUM) == 0 &&
                addr;
     for (int m = 0; m < nodes && all; m++)
-        all = addr[2 * m + 1] > 0;
+        all = addr[SLOT * m + 3] > 0 && (addr[SLOT * m] == 4 || addr[SLOT * m] == 6);
     for (int m = 0; m < nodes && all; m++) {
-        const struct in_addr ia = { htonl((uint32_t)addr[2 * m]) };
-        inet_ntop(AF_INET, &ia, hosts[m], sizeof hosts[m]);
+        const int64_t *slot = addr + SLOT * m;
+        uint8_t ia[16];
+        memcpy(ia, &slot[1], 16);
+        inet_ntop(slot[0] == 4 ? AF_INET : AF_INET6, ia, hosts[m], sizeof hosts[m]);
         hp[m] = hosts[m];
-        ports[m] = (int)addr[2 * m + 1];
+        ports[m] = (int)slot[3];
     }
     /* every rank sees the same sums; a failure to take the list is agreed on below */
     int64_t bad = all && trn_peers_set_nodes(g_peers, (uint32_t)nodes, hp, ports, node) < 0;
