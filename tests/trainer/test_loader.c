@@ -1017,10 +1017,10 @@ static void fds_on(const char *name, int *all, int *direct)
     }
 }
 
-/* The read mode: O_DIRECT for a dataset above a quarter of MemTotal unless the caller asks for
+/* The read mode: O_DIRECT for a dataset above half of MemAvailable unless the caller asks for
  * the page cache (yolo-train --page-cache), the page cache below it unless asked for O_DIRECT
  * (--direct); the automatic choice says which in one line. */
-static void direct_run(const char *mem_total, int direct, const char *what, bool want_direct,
+static void direct_run(const char *mem_avail, int direct, const char *what, bool want_direct,
                        const char *want_line)
 {
     struct ffr_reader *r = open_ds("train-raw.ffr");
@@ -1030,11 +1030,11 @@ static void direct_run(const char *mem_total, int direct, const char *what, bool
     struct logbuf lb = { "", 0 };
     o.log = log_cb;
     o.log_ctx = &lb;
-    setenv("TRN_LOADER_TEST_MEM_TOTAL", mem_total, 1);
+    setenv("TRN_LOADER_TEST_MEM_AVAILABLE", mem_avail, 1);
     struct trn_loader *l = NULL;
     char err[256] = "";
     int rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
-    unsetenv("TRN_LOADER_TEST_MEM_TOTAL");
+    unsetenv("TRN_LOADER_TEST_MEM_AVAILABLE");
     struct trn_batch bt;
     for (int b = 0; b < 3 && rc == 0; b++)
         rc = trn_loader_next(l, &bt);
@@ -1060,9 +1060,10 @@ static void test_read_mode(void)
         return;
     }
     close(fd);
-    direct_run("1000", FFIO_DIRECT_AUTO, "MemTotal 1000 bytes", true, "reading it with O_DIRECT");
-    direct_run("1000", FFIO_DIRECT_OFF, "MemTotal 1000 bytes, page cache asked", false, NULL);
-    direct_run("1000000000000", FFIO_DIRECT_AUTO, "MemTotal 1 TB", false,
+    direct_run("1000", FFIO_DIRECT_AUTO, "MemAvailable 1000 bytes", true,
+               "reading it with O_DIRECT");
+    direct_run("1000", FFIO_DIRECT_OFF, "MemAvailable 1000 bytes, page cache asked", false, NULL);
+    direct_run("1000000000000", FFIO_DIRECT_AUTO, "MemAvailable 1 TB", false,
                "reading it through the page cache");
 }
 

@@ -186,12 +186,12 @@ static void test_default_threads(const char *yolo_val)
     }
 }
 
-/* --page-cache and --direct reach the training loader: with MemTotal made tiny the loader
+/* --page-cache and --direct reach the training loader: with MemAvailable made tiny the loader
  * would read with O_DIRECT and say so; --page-cache keeps the page cache (no such line), and
- * with MemTotal made huge --direct still reads with O_DIRECT (no "page cache" line). */
+ * with MemAvailable made huge --direct still reads with O_DIRECT (no "page cache" line). */
 static void test_read_flags(void)
 {
-    const char *tr = "TRN_LOADER_TEST_MEM_TOTAL=%s %s --records %s/train.ffr --cfg yolov5n "
+    const char *tr = "TRN_LOADER_TEST_MEM_AVAILABLE=%s %s --records %s/train.ffr --cfg yolov5n "
                      "--img 64 --batch-size 4 --epochs 1 --workers 1 --stop-after-steps 1 "
                      "--noval --noplots --project %s/runs --name rd --exist-ok %s";
     static const struct {
@@ -208,8 +208,8 @@ static void test_read_flags(void)
         const bool has = c[k].want && ((o && strstr(o, c[k].want)) || (e && strstr(e, c[k].want)));
         const bool bad =
             c[k].not_want && ((o && strstr(o, c[k].not_want)) || (e && strstr(e, c[k].not_want)));
-        ok(rc == 0 && (c[k].want ? has : !bad), "MemTotal %s bytes %s: %s%s (exit %d)", c[k].mem,
-           c[k].flag, c[k].want ? "says " : "never mentions ",
+        ok(rc == 0 && (c[k].want ? has : !bad), "MemAvailable %s bytes %s: %s%s (exit %d)",
+           c[k].mem, c[k].flag, c[k].want ? "says " : "never mentions ",
            c[k].want ? c[k].want : c[k].not_want, rc);
         free(o);
         free(e);

@@ -164,8 +164,8 @@ struct trn_loader_opts {
                                         ffio_records_opts_default (verify on: with verify
                                         off, a corrupted record is no longer detected). With
                                         io.io.direct FFIO_DIRECT_AUTO (the default), a dataset
-                                        within a quarter of MemTotal is read through the page
-                                        cache (one log line), a larger one with O_DIRECT */
+                                        within half of MemAvailable is read through the page
+                                        cache, a larger one with O_DIRECT (one log line) */
     const struct det_labels *labels; /* the dataset's label table (det_labels_build), which the
                                         caller keeps alive while the loader lives; NULL (the
                                         default): the loader builds its own */
