@@ -340,10 +340,10 @@ static int parse_args(int argc, char **argv, struct trn_launch_opts *A)
           .choices = "node|rank" },
         AP_OPT("--page-cache", AP_FLAG, &A->page_cache, NULL,
                "the loader reads through the page cache even when the dataset is larger than "
-               "a quarter of RAM (where it reads with O_DIRECT by default)"),
+               "half of the memory available (where it reads with O_DIRECT by default)"),
         AP_OPT("--direct", AP_FLAG, &A->direct, NULL,
-               "the loader reads with O_DIRECT even when the dataset fits in a quarter of RAM "
-               "(where it reads through the page cache by default)"),
+               "the loader reads with O_DIRECT even when the dataset fits in half of the "
+               "memory available (where it reads through the page cache by default)"),
         AP_OPT("--no-read-ahead", AP_FLAG, &A->no_read_ahead, NULL,
                "--bench-data: each loader worker reads a sample's records only when it builds "
                "it, instead of while it builds the one before (to measure the overlap)"),

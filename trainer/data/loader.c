@@ -1376,7 +1376,8 @@ static uint64_t mem_available(void)
  * 0.80-0.86x as fast as the page cache on a 0.7 GB set at 10,000 images, and the earlier
  * threshold, a quarter of MemTotal, put COCO's 118,287 images at 160 (8.7 GB, 24 GB of RAM) on
  * O_DIRECT (docs/benchmarks.md, issue 44); on coco128 the page cache is 1.5x O_DIRECT's rate
- * (issue 23). An explicit FFIO_DIRECT_ON or _OFF is kept.
+ * (issue 23). The price is a cold first epoch: buffered random reads of data not yet cached ran
+ * at 0.6x O_DIRECT's rate there. An explicit FFIO_DIRECT_ON or _OFF is kept.
  */
 static void choose_direct(struct trn_loader *l)
 {

@@ -203,9 +203,9 @@ struct trn_train_opts {
                            dataset's metadata nc/names, else the yaml's */
     unsigned workers;   /* loader threads, 0 = auto */
     bool page_cache;    /* the loader reads through the page cache even for a dataset larger
-                           than a quarter of RAM (where it uses O_DIRECT by default) */
-    bool direct;        /* the loader reads with O_DIRECT even for a dataset within a quarter
-                           of RAM (where it uses the page cache by default) */
+                           than half of MemAvailable (where it uses O_DIRECT by default) */
+    bool direct;        /* the loader reads with O_DIRECT even for a dataset within half of
+                           MemAvailable (where it uses the page cache by default) */
     int threads;        /* kern threads (0 = caller + OpenBLAS's own) */
     uint64_t seed;      /* model init, shuffle, augmentation [0] */
     enum trn_optim_kind optimizer;     /* [SGD] */
