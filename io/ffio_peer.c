@@ -495,6 +495,22 @@ static void *serve(void *arg)
     return NULL;
 }
 
+/* A non-blocking listening socket on a (dual: an IPv6 one that takes IPv4 too), or -errno. */
+static int listen_on(const struct addrinfo *a, bool dual)
+{
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    const int one = 1, zero = 0;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        (dual && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) < 0) ||
+        bind(fd, a->ai_addr, a->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+        const int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
 int ffio_peer_serve(const char *dir, const struct ffio_peer_server_opts *opts,
                     struct ffio_peer_server **out, char *err, size_t err_cap)
 {
@@ -541,35 +557,19 @@ int ffio_peer_serve(const char *dir, const struct ffio_peer_server_opts *opts,
     }
     /* Every interface (no bind_host): one IPv6 socket that also takes IPv4 (IPV6_V6ONLY off),
      * so that a node announcing either family is reached; IPv4 alone where the kernel has no
-     * IPv6. A bind_host: the first address it resolves to. */
-    const struct addrinfo *use = ai;
-    for (const struct addrinfo *a = ai; a && !o.bind_host; a = a->ai_next)
-        if (a->ai_family == AF_INET6) {
-            use = a;
-            break;
-        }
-    const int one = 1, zero = 0;
-    for (;;) {
-        s->lfd = socket(use->ai_family, use->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (s->lfd >= 0 && setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-            (use->ai_family != AF_INET6 || o.bind_host ||
-             setsockopt(s->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0) &&
-            bind(s->lfd, use->ai_addr, use->ai_addrlen) == 0 && listen(s->lfd, 128) == 0)
-            break;
-        rc = -errno;
-        if (s->lfd >= 0) close(s->lfd);
-        s->lfd = -1;
-        /* no IPv6 here (EAFNOSUPPORT, EADDRNOTAVAIL): the IPv4 wildcard */
-        const struct addrinfo *v4 = NULL;
-        for (const struct addrinfo *a = ai; a && !o.bind_host && use->ai_family == AF_INET6;
-             a = a->ai_next)
-            if (a->ai_family == AF_INET) v4 = a;
-        if (!v4) {
-            snprintf(err, err_cap, "listen on %s:%d: %s", o.bind_host ? o.bind_host : "*", o.port,
-                     strerror(-rc));
-            goto fail;
-        }
-        use = v4;
+     * IPv6 (EAFNOSUPPORT, EADDRNOTAVAIL). A bind_host: the first address it resolves to. */
+    const struct addrinfo *v6 = NULL, *v4 = NULL;
+    for (const struct addrinfo *a = ai; a && !o.bind_host; a = a->ai_next) {
+        if (a->ai_family == AF_INET6 && !v6) v6 = a;
+        if (a->ai_family == AF_INET && !v4) v4 = a;
+    }
+    s->lfd = listen_on(v6 ? v6 : ai, v6 != NULL);
+    if (s->lfd < 0 && v6 && v4) s->lfd = listen_on(v4, false);
+    if (s->lfd < 0) {
+        rc = s->lfd;
+        snprintf(err, err_cap, "listen on %s:%d: %s", o.bind_host ? o.bind_host : "*", o.port,
+                 strerror(-rc));
+        goto fail;
     }
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;

@@ -43,6 +43,7 @@ static double now_s(void)
 static int connect_fam(int family, int port)
 {
     const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
     struct sockaddr_in a = { .sin_family = AF_INET,
                              .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -51,8 +52,8 @@ static int connect_fam(int family, int port)
                                .sin6_addr = IN6ADDR_LOOPBACK_INIT };
     const int c = family == AF_INET6 ? connect(fd, (struct sockaddr *)&a6, sizeof a6)
                                      : connect(fd, (struct sockaddr *)&a, sizeof a);
-    if (fd < 0 || c < 0) {
-        if (fd >= 0) close(fd);
+    if (c < 0) {
+        close(fd);
         return -1;
     }
     return fd;

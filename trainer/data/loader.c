@@ -1387,8 +1387,8 @@ static void choose_direct(struct trn_loader *l)
         struct ffr_record_info in;
         if (ffr_reader_info(l->r, i, &in) == 0) bytes += in.extent_len;
     }
-    const uint64_t avail = mem_available();
-    const uint64_t room = avail ? avail / 2 : meminfo("MemTotal") / 4;
+    const uint64_t avail = mem_available(), mem = avail ? avail : meminfo("MemTotal");
+    const uint64_t room = avail ? mem / 2 : mem / 4;
     const char *what =
         avail ? "half of the memory available" : "a quarter of this machine's memory";
     if (!room) return;
@@ -1397,12 +1397,10 @@ static void choose_direct(struct trn_loader *l)
         log_line(l,
                  "the dataset (%.2f GB) fits in %s (%.1f GB): reading it through the page "
                  "cache, not O_DIRECT",
-                 1e-9 * (double)bytes, what, 1e-9 * (double)(avail ? avail : room * 4));
+                 1e-9 * (double)bytes, what, 1e-9 * (double)mem);
     } else {
-        log_line(l,
-                 "the dataset (%.2f GB) is larger than %s (%.1f GB): reading it with O_DIRECT "
-                 "(--page-cache reads through the page cache)",
-                 1e-9 * (double)bytes, what, 1e-9 * (double)(avail ? avail : room * 4));
+        log_line(l, "the dataset (%.2f GB) is larger than %s (%.1f GB): reading it with O_DIRECT",
+                 1e-9 * (double)bytes, what, 1e-9 * (double)mem);
     }
 }
 
