@@ -191,7 +191,8 @@ static int parse_args(int argc, char **argv, struct trn_launch_opts *A)
           .dst = &A->dist_timeout,
           .metavar = "S",
           .help = "seconds a rank waits for the others in a collective before the job fails "
-                  "(default 1800); also bounds the rendezvous",
+                  "(default 1800); also bounds the rendezvous. Waits for --cache-dir fills "
+                  "last longer: S plus the dataset at 64 KiB/s",
           .lo = 0,
           .hi = 604800,
           .open_lo = true },

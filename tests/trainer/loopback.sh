@@ -35,3 +35,52 @@ for _ in range(50):
         b.close()
 PY
 }
+
+# throttle_start UPSTREAM_PORT BYTES_PER_S LOG: a TCP proxy on loopback in the background (its
+# pid in $thr) that passes the upstream's replies on at BYTES_PER_S in all, as a slow origin
+# would; sets $tport once it listens (empty after 5 s without).
+throttle_start() {
+    python3 -u - "$1" "$2" >"$3" 2>&1 <<'PY' &
+import asyncio, sys, time
+up, rate = int(sys.argv[1]), float(sys.argv[2])
+free_at = 0.0  # when the shared link is free again, over every connection
+
+async def pipe(r, w, slow):
+    global free_at
+    try:
+        while data := await r.read(4096):
+            if slow:
+                free_at = max(free_at, time.monotonic()) + len(data) / rate
+                await asyncio.sleep(max(0.0, free_at - time.monotonic()))
+            w.write(data)
+            await w.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        w.close()
+
+async def client(cr, cw):
+    try:
+        ur, uw = await asyncio.open_connection("127.0.0.1", up)
+    except OSError:
+        cw.close()
+        return
+    await asyncio.gather(pipe(cr, uw, False), pipe(ur, cw, True))
+
+async def main():
+    srv = await asyncio.start_server(client, "127.0.0.1", 0)
+    print("port", srv.sockets[0].getsockname()[1])
+    async with srv:
+        await srv.serve_forever()
+
+asyncio.run(main())
+PY
+    thr=$!
+    tport=""
+    local i
+    for i in $(seq 50); do
+        tport=$(sed -n 's/^port \([0-9]*\)$/\1/p' "$3")
+        [ -n "$tport" ] && break
+        sleep 0.1
+    done
+}

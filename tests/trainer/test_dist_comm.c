@@ -3,7 +3,8 @@
  * rendezvous (ranks arriving in any order, a stranger on the port, a missing rank, a duplicate
  * rank), all-reduce in several buckets (every rank gets the same bytes, summed in rank order),
  * int64 sum/max/min, broadcast, barrier, trn_dist_tcp_exchange (the NCCL id bootstrap), and the
- * faults: a rank that exits, a rank that hangs, ranks calling different collectives.
+ * faults: a rank that exits, a rank that hangs, ranks calling different collectives; and a
+ * barrier longer than the deadline (trn_dist_barrier_for), with a rank stopped during it.
  *
  * Each case forks `world` children; child r builds its own launcher table (RANK, WORLD_SIZE,
  * MASTER_ADDR=127.0.0.1, MASTER_PORT), runs the case, writes what it saw to DIR/rR.txt and
@@ -276,6 +277,49 @@ static int child_stopped(int rank, int world)
     return rc == -ETIMEDOUT || rc == -ECONNRESET ? 0 : 1;
 }
 
+/* A 1.5 s deadline, and rank 1 slower than it (3.5 s of "fill") before a long barrier: all
+ * pass it; then the deadline is 1.5 s again (rank 1 late by 3 s fails the plain barrier). */
+static int child_long_wait(int rank, int world)
+{
+    struct trn_dist *d = NULL;
+    char err[512] = "";
+    if (join(rank, world, 1.5, &d, err, sizeof err) < 0) {
+        note(rank, "join: %s", err);
+        return 2;
+    }
+    const struct timespec slow = { 3, 500 * 1000 * 1000 }, late = { 3, 0 };
+    if (rank == 1) nanosleep(&slow, NULL);
+    const double t0 = (double)time(NULL);
+    const int rc = trn_dist_barrier_for(d, 30);
+    note(rank, "long=%d after=%.0f err=%s", rc, (double)time(NULL) - t0, trn_dist_error(d));
+    if (rank == 1) nanosleep(&late, NULL);
+    const int rc2 = rc == 0 ? trn_dist_barrier(d) : rc;
+    note(rank, "plain=%d", rc2);
+    trn_dist_destroy(d);
+    return rc == 0 && (rank != 0 || rc2 == -ETIMEDOUT) ? 0 : 1;
+}
+
+/* The same deadline and a heartbeat limit of 3 s, which a 1.5 s deadline makes unused; rank 1
+ * stops during a 60 s barrier: its heartbeat ends the others' wait, not the deadline. */
+static int child_long_stopped(int rank, int world)
+{
+    struct trn_dist *d = NULL;
+    char err[512] = "";
+    if (join(rank, world, 1.5, &d, err, sizeof err) < 0) {
+        note(rank, "join: %s", err);
+        return 2;
+    }
+    if (rank == 1) {
+        raise(SIGSTOP); /* the parent kills it */
+        return 5;
+    }
+    const double t0 = (double)time(NULL);
+    const int rc = trn_dist_barrier_for(d, 60);
+    note(rank, "rc=%d after=%.0f err=%s", rc, (double)time(NULL) - t0, trn_dist_error(d));
+    trn_dist_destroy(d);
+    return rc == -ETIMEDOUT || rc == -ECONNRESET ? 0 : 1;
+}
+
 static int child_mismatch(int rank, int world)
 {
     struct trn_dist *d = NULL;
@@ -434,10 +478,40 @@ static void test_faults(void)
        after, n0, n2);
     free(n0), free(n2);
 
+    /* a barrier longer than the deadline (a cache fill), then the deadline again */
+    spawn(child_long_wait, 3, false, st, pids, true);
+    n0 = read_note(0);
+    char *n1 = read_note(1);
+    ok(st[0] == 0 && st[1] == 0 && st[2] == 0 && strstr(n0, "long=0 after=") &&
+           atof(strstr(n0, "after=") + 6) >= 3 && strstr(n0, "plain=-110"),
+       "trn_dist_barrier_for(30 s) waits 3.5 s for a rank past the 1.5 s deadline; the next "
+       "plain barrier has the 1.5 s deadline again (statuses %d %d %d; '%s' | '%s')",
+       st[0], st[1], st[2], n0, n1);
+    free(n0), free(n1);
+
+    /* a rank stopped during it: found by the heartbeat, which the short deadline had left off */
+    g_heartbeat = 3;
+    spawn(child_long_stopped, 3, false, st, pids, false);
+    waitpid(pids[0], &s0, 0);
+    waitpid(pids[2], &s2, 0);
+    kill(pids[1], SIGKILL);
+    waitpid(pids[1], NULL, 0);
+    g_heartbeat = 30;
+    n0 = read_note(0);
+    n2 = read_note(2);
+    after = 99;
+    if ((at = strstr(n0, "after="))) after = atof(at + 6);
+    ok(WIFEXITED(s0) && WEXITSTATUS(s0) == 0 && WIFEXITED(s2) && WEXITSTATUS(s2) == 0 &&
+           strstr(n0, "rank 1 sent no heartbeat for 3 s") && after < 20 && strstr(n2, "rc=-"),
+       "a rank stopped in a 60 s trn_dist_barrier_for: rank 0 names it within %.0f s by its "
+       "heartbeat, rank 2 fails too ('%s' | '%s')",
+       after, n0, n2);
+    free(n0), free(n2);
+
     spawn(child_mismatch, 2, false, st, pids, true);
     ok(st[0] == 0 || st[1] == 0, "different collectives on two ranks: -EPROTO (statuses %d %d)",
        st[0], st[1]);
-    char *n1 = read_note(st[0] == 0 ? 0 : 1);
+    n1 = read_note(st[0] == 0 ? 0 : 1);
     ok(strstr(n1, "disagree"), "... saying the ranks disagree ('%s')", n1);
     free(n1);
 

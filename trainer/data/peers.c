@@ -28,7 +28,7 @@ int trn_peers_create(const char *cache_dir, bool serve, const char *bind_host, i
 {
     if (!cache_dir || !out) return -EINVAL;
     if (!ffio_http_available())
-        return trn_fail(err, err_cap, -ENOTSUP, "peers: this build has no HTTP client (libcurl)");
+        return trn_fail(err, err_cap, -ENOTSUP, "this build has no HTTP client (libcurl)");
     struct trn_peers *p = calloc(1, sizeof *p);
     if (!p) return trn_fail(err, err_cap, -ENOMEM, "out of memory");
     p->log = log;
@@ -149,7 +149,7 @@ int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sa
 {
     if (!p || !c || !s || !src || !shards || !st || !p->peer_of || s->opts.n_shards != n ||
         trn_sampler_node_count(s) != p->n_nodes)
-        return trn_fail(err, err_cap, -EINVAL, "peers: the plan does not match the dataset");
+        return trn_fail(err, err_cap, -EINVAL, "the plan does not match the dataset");
     memset(st, 0, sizeof *st);
     uint8_t *first = calloc(n ? n : 1, 1);
     int rc = first ? 0 : trn_fail(err, err_cap, -ENOMEM, "out of memory");
@@ -161,7 +161,7 @@ int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sa
         struct hold_ctx h = { p, shards, 0 };
         rc = trn_sampler_peer_plan(s, trn_sampler_node(s), since_epoch, want, first, hold_cb, &h);
         if (rc == 0) rc = h.rc;
-        if (rc < 0) trn_fail(err, err_cap, rc, "peers: planning the fill: %s", strerror(-rc));
+        if (rc < 0) trn_fail(err, err_cap, rc, "planning the fill: %s", strerror(-rc));
     }
     /* phase 1: what this node fetches first, from the origin */
     if (rc == 0) rc = fetch_phase(c, src, shards, n, want, first, 1, st, err, err_cap);
@@ -170,7 +170,7 @@ int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sa
     if (barrier) {
         const int br = barrier(bctx);
         if (rc == 0 && br < 0)
-            rc = trn_fail(err, err_cap, br, "peers: waiting for the other nodes' first fetches");
+            rc = trn_fail(err, err_cap, br, "waiting for the other nodes' first fetches");
     }
     /* phase 2: the rest, from the peers holding it */
     if (rc == 0) rc = fetch_phase(c, src, shards, n, want, first, 2, st, err, err_cap);

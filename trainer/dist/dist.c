@@ -100,6 +100,7 @@ int trn_dist_create(const struct trn_dist_env *env, const struct trn_dist_opts *
     d->timeout_s = o.timeout_s;
     /* a deadline as short as the heartbeat's limit ends waits on a silent rank itself */
     d->hb_limit_s = o.heartbeat_s > 0 && o.heartbeat_s < o.timeout_s ? o.heartbeat_s : 0;
+    d->hb_opt_s = o.heartbeat_s;
     d->bucket_bytes = o.bucket_bytes & ~(size_t)7;
     d->listen_fd = -1;
     d->overlap = o.overlap;
@@ -568,4 +569,21 @@ int trn_dist_barrier(struct trn_dist *d)
 {
     int64_t one = 1;
     return trn_dist_allreduce_i64(d, &one, 1, TRN_DIST_SUM);
+}
+
+int trn_dist_barrier_for(struct trn_dist *d, double timeout_s)
+{
+    if (!d || !(timeout_s > d->timeout_s)) return trn_dist_barrier(d);
+    /* The collective reads timeout_s on the communication thread after it takes the job from
+     * the queue, under the mutex, and no other collective runs meanwhile: the plain writes are
+     * ordered. The heartbeat thread reads its limit at any time. */
+    const double t = d->timeout_s;
+    double hb, wait = d->hb_opt_s > 0 && d->hb_opt_s < timeout_s ? d->hb_opt_s : 0;
+    __atomic_load(&d->hb_limit_s, &hb, __ATOMIC_RELAXED);
+    d->timeout_s = timeout_s;
+    __atomic_store(&d->hb_limit_s, &wait, __ATOMIC_RELAXED);
+    const int rc = trn_dist_barrier(d);
+    d->timeout_s = t;
+    __atomic_store(&d->hb_limit_s, &hb, __ATOMIC_RELAXED);
+    return rc;
 }

@@ -231,6 +231,15 @@ void trn_dist_set_stream(struct trn_dist *d, void *stream);
 int trn_dist_barrier(struct trn_dist *d);
 
 /*
+ * trn_dist_barrier with its own deadline, timeout_s, when that is longer than the
+ * communicator's: for waits whose length is the work of the slowest rank rather than the
+ * network's, such as filling node caches from an origin before training. A rank that exits,
+ * stops or hangs is still found within trn_dist_opts.heartbeat_s on the TCP star, also when
+ * that limit is not used for the communicator's own deadline. Returns as trn_dist_barrier.
+ */
+int trn_dist_barrier_for(struct trn_dist *d, double timeout_s);
+
+/*
  * Overlapped gradient all-reduce (see OVERLAP). One backward: trn_dist_grad_begin(d, len) with
  * the arena's length in floats; trn_dist_grad_ready for each final range, in the order they
  * become final (a range adjacent to the open bucket's extends it; any other closes it first);

@@ -42,12 +42,14 @@ static int wait_fd(int fd, short ev, double deadline)
 
 static int io_fail(struct trn_dist *d, int rc, int peer, const char *what, uint64_t seq)
 {
+    double limit;
+    __atomic_load(&d->hb_limit_s, &limit, __ATOMIC_RELAXED);
     if (__atomic_load_n(&d->hb_silent, __ATOMIC_ACQUIRE) == peer)
         return dist_fail(d, -ETIMEDOUT,
                          "rank %d sent no heartbeat for %g s during %s #%llu: it is stopped, hung "
                          "or cut off, and the job ends (--dist-timeout bounds slow collectives, "
                          "not silent ranks)",
-                         peer, d->hb_limit_s, what, (unsigned long long)seq);
+                         peer, limit, what, (unsigned long long)seq);
     if (rc == -ETIMEDOUT)
         return dist_fail(
             d, rc,
@@ -338,8 +340,8 @@ static int star_connect(struct trn_dist *d, const char *host, int port, double d
 
 /* The heartbeat thread: a byte to each peer every HEARTBEAT_S on its heartbeat connection, and
  * every byte from them noted. A peer heard from last more than hb_limit_s ago (when set: it
- * is 0 where the collectives' own deadline is as short) is taken for
- * stopped or hung (a SIGSTOP, a machine that froze, a cut network: nothing a socket reports):
+ * is 0 where the collectives' own deadline is as short, except in trn_dist_barrier_for) is taken
+ * for stopped or hung (a SIGSTOP, a machine that froze, a cut network: nothing a socket reports):
  * it is named in hb_silent and its collective connection is shut down, so that a wait on it
  * ends at once and io_fail says why. A peer whose heartbeat connection closes has exited: its
  * collective connection says so itself, after whatever it sent last, so nothing is cut. */
@@ -387,8 +389,10 @@ static void *heartbeat(void *arg)
                 d->hb_fd[r] = -1;
             }
         }
-        for (int r = 0; r < n && d->hb_limit_s > 0; r++)
-            if (d->hb_fd[r] >= 0 && dist_now_s() - last[r] > d->hb_limit_s) {
+        double limit;
+        __atomic_load(&d->hb_limit_s, &limit, __ATOMIC_RELAXED);
+        for (int r = 0; r < n && limit > 0; r++)
+            if (d->hb_fd[r] >= 0 && dist_now_s() - last[r] > limit) {
                 int none = -1;
                 if (__atomic_compare_exchange_n(&d->hb_silent, &none, r, false, __ATOMIC_RELEASE,
                                                 __ATOMIC_RELAXED) &&

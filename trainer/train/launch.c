@@ -448,9 +448,52 @@ static int resume_records(const struct trn_launch_opts *A, const char *ckpt, cha
 static struct trn_peers *g_peers;
 static char g_master_addr[256]; /* rank 0's host, from the launcher (join_job) */
 
+/*
+ * The waits for a cache fill: they last as long as the slowest node's fetches, which
+ * --dist-timeout (a bound on collectives) does not size. Such a wait ends within the dataset's
+ * bytes at FILL_FLOOR_BPS past --dist-timeout: the rate below which the HTTP reader gives up on
+ * a read itself (ffio_http_opts.read_deadline_s), so a fill that keeps its own deadlines keeps
+ * this one. A rank that exits or stops meanwhile is found by the communicator's heartbeat
+ * within seconds (trn_dist_barrier_for).
+ */
+#define FILL_FLOOR_BPS 65536.0
+struct fill_wait {
+    struct trn_dist *dist;
+    double timeout_s;
+};
+
+static struct fill_wait fill_wait(const struct trn_launch_opts *A, struct trn_dist *dist,
+                                  uint64_t bytes)
+{
+    return (struct fill_wait){ dist, A->dist_timeout + (double)bytes / FILL_FLOOR_BPS };
+}
+
 static int barrier_cb(void *ctx)
 {
-    return trn_dist_barrier(ctx);
+    const struct fill_wait *w = ctx;
+    return trn_dist_barrier_for(w->dist, w->timeout_s);
+}
+
+/* The bytes of the dataset at path: a manifest's shards, or the file's size; 0 if unreadable. */
+static uint64_t dataset_bytes(const char *path)
+{
+    struct stat sb;
+    if (!path || stat(path, &sb) != 0) return 0;
+    char *text = NULL;
+    size_t len = 0;
+    struct ffr_cache_shard *sh = NULL;
+    uint32_t n = 0;
+    uint64_t b = (uint64_t)sb.st_size;
+    /* a manifest is text of about 200 bytes a shard; a record file fails its parse */
+    if (sb.st_size < (64 << 20) && trn_read_file(path, 64 << 20, &text, &len, NULL, 0) == 0 &&
+        ffr_manifest_shards(text, len, &sh, &n, NULL, 0) == 0) {
+        b = 0;
+        for (uint32_t k = 0; k < n; k++)
+            b += sh[k].bytes;
+        ffr_manifest_shards_free(sh, n);
+    }
+    free(text);
+    return b;
 }
 
 static void peers_log(void *ctx, enum ffio_log_level level, const char *msg)
@@ -603,15 +646,16 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
     int64_t not_ready = rc != 0;
     if (trn_dist_allreduce_i64(dist, &not_ready, 1, TRN_DIST_SUM) < 0) not_ready = 1;
     struct trn_peers_fill_stats st = { 0 };
-    const double t0 = trn_now_s();
-    if (not_ready == 0)
-        rc = trn_peers_fill(g_peers, c, &s, 0, src, shards, n, NULL, barrier_cb, dist, &st, err,
-                            sizeof err);
-    else if (rc == 0)
-        rc = 1; /* another rank is not ready: no fill here either */
     uint64_t data_bytes = 0;
     for (uint32_t k = 0; k < n; k++)
         data_bytes += shards[k].bytes;
+    struct fill_wait w = fill_wait(A, dist, data_bytes);
+    const double t0 = trn_now_s();
+    if (not_ready == 0)
+        rc = trn_peers_fill(g_peers, c, &s, 0, src, shards, n, NULL, barrier_cb, &w, &st, err,
+                            sizeof err);
+    else if (rc == 0)
+        rc = 1; /* another rank is not ready: no fill here either */
     ffr_cache_close(c);
     ffio_http_destroy(origin);
     if (have_s) trn_sampler_destroy(&s);
@@ -624,7 +668,8 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
         rc < 0,     st.from_peers, (int64_t)st.peer_bytes, st.from_origin, (int64_t)st.origin_bytes,
         st.peer_bad
     };
-    if (trn_dist_allreduce_i64(dist, sum, 6, TRN_DIST_SUM) < 0) sum[0] = 1;
+    /* a rank that ended its fill's phase 2 waits here for the slowest one */
+    if (barrier_cb(&w) < 0 || trn_dist_allreduce_i64(dist, sum, 6, TRN_DIST_SUM) < 0) sum[0] = 1;
     const bool bad = sum[0] != 0;
     if (bad && rank == 0)
         say(A, TRN_LAUNCH_ERR, "peers: each node fills its cache from %s instead", src);
@@ -645,6 +690,7 @@ static int peer_fill(const struct trn_launch_opts *A, const char *src, struct tr
 struct partial {
     struct trn_node_cache *nc;
     struct trn_dist *dist;
+    struct fill_wait wait; /* the fill's barriers (the node cache's and the sums') */
     const struct trn_launch_opts *A;
     uint64_t egress; /* the job's origin bytes so far (the ranks' sums) */
 };
@@ -665,7 +711,8 @@ static int partial_epoch(void *ctx, struct ffr_reader *r, int epoch, char *err, 
                        st.from_origin,
                        (int64_t)st.origin_bytes,
                        st.swapped_out };
-    if (trn_dist_allreduce_i64(P->dist, sum, 6, TRN_DIST_SUM) < 0) sum[0] = 1;
+    if (barrier_cb(&P->wait) < 0 || trn_dist_allreduce_i64(P->dist, sum, 6, TRN_DIST_SUM) < 0)
+        sum[0] = 1;
     if (sum[0]) {
         if (rc == 0)
             trn_seterr(err, cap, "another rank failed to fill its cache (its log says why)");
@@ -708,12 +755,13 @@ static int partial_open(const struct trn_launch_opts *A, const char *src, struct
         .epochs = (uint32_t)A->epochs,
         .peers = peers ? g_peers : NULL,
         .barrier = barrier_cb,
-        .barrier_ctx = dist,
+        .barrier_ctx = &g_part.wait,
     };
     char err[1024] = "";
     trn_node_cache_close(g_part.nc);
-    g_part = (struct partial){ .dist = dist, .A = A };
+    g_part = (struct partial){ .dist = dist, .A = A, .wait = { dist, A->dist_timeout } };
     const int rc = trn_node_cache_open(&no, &g_part.nc, local, cap, err, sizeof err);
+    if (rc == 0) g_part.wait = fill_wait(A, dist, trn_node_cache_dataset_bytes(g_part.nc, NULL));
     /* 1 (cached whole) and errors are the same on every rank for the same dataset, except an
      * I/O failure: agree on it */
     int64_t v[2] = { rc < 0, rc == 1 };
@@ -903,6 +951,20 @@ static int do_train(const struct trn_launch_opts *A, const struct trn_hyp *hyp,
         if (cache_dataset(A, A->val_records, NULL, local_world, NULL, cached[1], sizeof cached[1]))
             return 1;
         o.val_records = cached[1];
+    }
+    if (A->cache_dir && (A->records || A->val_records) && trn_dist_world(dist) > 1) {
+        /* every node's caches ready before the job's first collective of --dist-timeout */
+        const struct fill_wait w = fill_wait(
+            A, dist, dataset_bytes(A->records ? o.records : NULL) + dataset_bytes(o.val_records));
+        const double t0 = trn_now_s();
+        if (barrier_cb((void *)&w) < 0) {
+            say(A, TRN_LAUNCH_ERR, "rank %d: waiting for the other nodes' caches: %s", rank,
+                trn_dist_error(dist));
+            return 1;
+        }
+        if (rank == 0 && trn_now_s() - t0 >= 1)
+            say(A, TRN_LAUNCH_ERR, "cache: waited %.1f s for the other nodes' caches",
+                trn_now_s() - t0);
     }
     if (!A->cache_dir && ((o.records && ffio_http_is_url(o.records)) ||
                           (o.val_records && ffio_http_is_url(o.val_records)))) {

@@ -137,7 +137,9 @@ struct trn_dist {
     bool hb_on;                 /* the thread runs */
     int hb_wake[2];             /* a pipe: closing hb_wake[1] stops the thread */
     double hb_limit_s;          /* a peer silent this long is taken for stopped or hung (0: not
-                                   watched; beats are still sent) */
+                                   watched; beats are still sent); __atomic: a long barrier
+                                   sets it while the heartbeat thread reads it */
+    double hb_opt_s;            /* trn_dist_opts.heartbeat_s */
     int hb_silent;              /* the first such peer, or -1 (__atomic: the thread writes it) */
     uint64_t seq;               /* collectives started on this communicator */
     unsigned char *tmp;         /* rank 0's receive bucket */
