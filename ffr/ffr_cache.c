@@ -34,8 +34,9 @@
 #include "ffr_internal.h"
 #include "ffr_manifest.h"
 
-#define CACHE_STRIPES 64u
-#define COPY_CHUNK    (1u << 20)
+#define CACHE_STRIPES   64u
+#define COPY_CHUNK      (1u << 20)
+#define CACHE_MAX_INDEX (1ull << 30) /* ffio_http_opts.max_index_bytes's default */
 
 struct ffr_cache {
     char *dir;
@@ -51,6 +52,7 @@ void ffr_cache_opts_default(struct ffr_cache_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->durable = 1;
+    o->max_index_bytes = CACHE_MAX_INDEX;
 }
 
 void ffr_cache_stats(const struct ffr_cache *c, struct ffr_cache_stats *out)
@@ -496,8 +498,9 @@ static int pwrite_full(int fd, const void *p, size_t n, uint64_t off)
 
 /* Writes the skeleton of `want` into fd (a fresh file of its size): the header and trailer, and
  * the index they locate, in chunks through one bounded buffer. The trailer's count and index
- * hash must be the manifest's before the index is read at all, so a source cannot make us read
- * more than the shard it claims to be. */
+ * hash must be the manifest's, and the index within max_index_bytes, before the index is read
+ * at all, so a source cannot make us read more than the shard it claims to be, nor the reader
+ * that opens the skeleton hold an index it would refuse from the remote reader. */
 static int write_skeleton(const struct ffr_cache *c, const char *src,
                           const struct ffr_cache_shard *want, int fd, char *err, size_t cap)
 {
@@ -512,6 +515,12 @@ static int write_skeleton(const struct ffr_cache *c, const char *src,
     if (rc == 0 && (ix.records != want->records || ix.index_hash != want->index_hash))
         rc = ffr_say(err, cap, -FFR_ESHARD, "%s: its %s differs from the manifest", src,
                      ix.records != want->records ? "record count" : "index checksum");
+    const uint64_t max_index = c->o.max_index_bytes ? c->o.max_index_bytes : CACHE_MAX_INDEX;
+    if (rc == 0 && ix.size > max_index)
+        rc = ffr_say(err, cap, -FFR_ETOOBIG,
+                     "%s: its trailer claims a %" PRIu64
+                     "-byte index, above the cache's limit of %" PRIu64 " bytes",
+                     src, ix.size, max_index);
     if (rc == 0) rc = pwrite_full(fd, head, sizeof head, 0);
     if (rc == 0) rc = pwrite_full(fd, tail, sizeof tail, want->bytes - sizeof tail);
     uint8_t *buf = rc == 0 ? malloc(COPY_CHUNK) : NULL;

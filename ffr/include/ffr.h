@@ -457,9 +457,12 @@ struct ffr_cache_opts {
                                               cache) */
     const struct ffr_cache_peers *peers;   /* NULL: none; else asked first for every shard
                                               (borrowed: must outlive the cache) */
+    uint64_t max_index_bytes; /* ffr_cache_skeletons refuses a shard whose trailer claims a
+                                 larger index (-FFR_ETOOBIG) before reading any of it, as
+                                 ffio_http_opts.max_index_bytes does; 0: the default, 1 GiB */
 };
 
-/* Fills *o: no size limit, cheap reuse checks, durable, local sources. */
+/* Fills *o: no size limit, cheap reuse checks, durable, local sources, 1 GiB indexes. */
 FFR_API void ffr_cache_opts_default(struct ffr_cache_opts *o);
 
 struct ffr_cache;

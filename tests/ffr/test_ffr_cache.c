@@ -267,7 +267,8 @@ static int range_read(void *ctx, const char *src, void *dst, uint64_t off, uint6
 /*
  * A cache smaller than the dataset (ffr_cache_skeletons, ffr_reader_swap_shard): a view of
  * skeletons opens with every count and summary, reads nothing from a skeleton, reads a shard
- * swapped in byte for byte as the source, and refuses another shard's file or a damaged index.
+ * swapped in byte for byte as the source, and refuses another shard's file, a damaged index or
+ * an index above the cache's limit.
  */
 static void test_skeletons(const char *src, const char *dir)
 {
@@ -414,6 +415,30 @@ static void test_skeletons(const char *src, const char *dir)
         ffr_cache_close(c);
     } else {
         ok(0, "a copy of the source with its manifest altered (%d)", lied);
+    }
+    /* An index above the cache's limit (here one byte below shard 0's, where the default is
+     * 1 GiB): refused from the trailer's claim, before any index byte is read. */
+    struct ffr_cache_opts lo;
+    ffr_cache_opts_default(&lo);
+    lo.source = &rs;
+    lo.durable = 0;
+    struct ffr_shard_info s0 = { 0 };
+    struct ffr_reader *r0 = NULL;
+    if (ffr_reader_open(&r0, src, NULL, NULL, 0) == 0) ffr_reader_shard(r0, 0, &s0);
+    ffr_reader_close(r0);
+    const bool dflt = lo.max_index_bytes == (1ull << 30);
+    lo.max_index_bytes = s0.index_bytes - 1;
+    snprintf(cdir2, sizeof cdir2, "%s/small-index-cache", root);
+    if (s0.index_bytes && ffr_cache_open(&c, cdir2, &lo, err, sizeof err) == 0) {
+        range_bytes = 0;
+        rc = ffr_cache_skeletons(c, src, view, sizeof view, err, sizeof err);
+        ok(rc == -FFR_ETOOBIG && dflt && range_bytes == 64 + 1536 && strstr(err, "index"),
+           "an index of %" PRIu64 " bytes above a limit of %" PRIu64 " (default 1 GiB: %d): %s; "
+           "%" PRIu64 " bytes read",
+           s0.index_bytes, lo.max_index_bytes, dflt, err, range_bytes);
+        ffr_cache_close(c);
+    } else {
+        ok(0, "a cache with a small index limit");
     }
 }
 
