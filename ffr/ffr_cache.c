@@ -206,8 +206,10 @@ int64_t ffr_cache_lru_order(struct ffr_cache_use *e, size_t n, uint64_t used, ui
 
 /* Evicts least recently used entries (not pinned, not `keep`) until `need` more bytes fit
  * under max_bytes (ffr_cache_lru_order chooses). Temporaries count (they are created at full
- * size) but are never evicted. Caller holds the directory lock. */
-static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, char *err, size_t cap)
+ * size) but are never evicted. Caller holds the directory lock. With dry, evicts nothing and
+ * returns 0 or -ENOSPC (no line in err) as the eviction would end. */
+static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, bool dry, char *err,
+                     size_t cap)
 {
     if (!c->o.max_bytes) return 0;
     if (need > c->o.max_bytes)
@@ -255,6 +257,11 @@ static int make_room(struct ffr_cache *c, const char *keep, uint64_t need, char 
     for (size_t i = 0; i < nv; i++) /* names may have moved while the arrays grew */
         v[i].name = names[i];
     const int64_t k = rc == 0 ? ffr_cache_lru_order(v, nv, used, need, c->o.max_bytes) : 0;
+    if (dry) {
+        free(v);
+        free(names);
+        return rc < 0 ? rc : k < 0 ? (int)k : 0;
+    }
     /* Evict in the policy's order; an entry that cannot be unlinked (gone already) is skipped
      * and the next one taken, so -ENOSPC from the policy still evicts everything it can. */
     for (size_t i = 0; k != 0 && i < nv && used + need > c->o.max_bytes; i++) {
@@ -404,7 +411,7 @@ static int get_entry(struct ffr_cache *c, const char *src, const char *name,
      * at full size, so concurrent fetches see each other's space. */
     int fd = -1;
     const int dl = lock_take(c, ".lock");
-    rc = dl < 0 ? dl : make_room(c, name, want->bytes, err, cap);
+    rc = dl < 0 ? dl : make_room(c, name, want->bytes, false, err, cap);
     if (rc == 0) {
         fd = openat(c->dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 || ftruncate(fd, (off_t)want->bytes) < 0)
@@ -1005,4 +1012,24 @@ void ffr_manifest_shards_free(struct ffr_cache_shard *s, uint32_t n)
 int ffr_manifest_sniff_text(const void *head, size_t n)
 {
     return head ? ffr_manifest_sniff(head, n) : 0;
+}
+
+int ffr_cache_pin(struct ffr_cache *c, const struct ffr_cache_shard *w)
+{
+    if (!c || !w || !w->file) return -EINVAL;
+    char name[NAME_MAX + 1];
+    ffr_cache_entry_name(w, name, sizeof name);
+    return pinned(c, name) ? 0 : pin_add(c, name);
+}
+
+void ffr_cache_unpin_all(struct ffr_cache *c)
+{
+    if (c) pins_clear(c);
+}
+
+int ffr_cache_fits(struct ffr_cache *c, uint64_t bytes)
+{
+    if (!c) return -EINVAL;
+    const int rc = make_room(c, "", bytes, true, NULL, 0);
+    return rc == 0 ? 1 : rc == -ENOSPC ? 0 : rc;
 }

@@ -589,6 +589,19 @@ FFR_API void ffr_cache_entry_name(const struct ffr_cache_shard *w, char *name, s
 /* Fills *out. */
 FFR_API void ffr_cache_stats(const struct ffr_cache *c, struct ffr_cache_stats *out);
 
+/* Pins shard w's entry in this handle: its evictions never choose it, as ffr_cache_dataset
+ * keeps the shards it made present. For a fill that must not evict what is being read (a
+ * prefetch of the next epoch's shards during this one). Returns 0, -EINVAL or -ENOMEM. */
+FFR_API int ffr_cache_pin(struct ffr_cache *c, const struct ffr_cache_shard *w);
+
+/* Forgets this handle's pins. */
+FFR_API void ffr_cache_unpin_all(struct ffr_cache *c);
+
+/* 1 when `bytes` more would fit under max_bytes now, evicting only entries this handle has not
+ * pinned (always, without a limit), 0 when not, or a negative error; nothing is evicted. The
+ * answer is advice: other processes may change the directory after it. */
+FFR_API int ffr_cache_fits(struct ffr_cache *c, uint64_t bytes);
+
 /* One evictable cache entry, as the eviction policy sees it. */
 struct ffr_cache_use {
     const char *name; /* ties between equal times are broken by name (strcmp) */

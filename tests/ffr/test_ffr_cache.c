@@ -442,6 +442,51 @@ static void test_skeletons(const char *src, const char *dir)
     }
 }
 
+/* Pins (ffr_cache_pin, ffr_cache_fits): a prefetch must not evict what is being read. A limit
+ * of two shards holding shards 0 and 1: with both pinned a third does not fit and asking
+ * evicts nothing; with only 0 pinned it fits, and fetching it evicts 1, not 0, although 0 is
+ * the older. */
+static void test_pins(const char *src, const char *dir)
+{
+    struct ffr_reader *r = NULL;
+    if (ffr_reader_open(&r, src, NULL, NULL, 0) < 0) return;
+    struct ffr_cache_shard w[3];
+    char from[3][4200], path[4200], err[512] = "";
+    for (uint32_t k = 0; k < 3; k++)
+        shard_want(r, k, &w[k], from[k], sizeof from[k]);
+    struct ffr_cache *c = NULL;
+    int rc = open_cache(&c, dir, w[0].bytes + w[1].bytes + w[2].bytes / 2, 0, NULL);
+    for (uint32_t k = 0; rc >= 0 && k < 2; k++)
+        rc = ffr_cache_shard(c, from[k], &w[k], path, sizeof path, err, sizeof err);
+    if (rc >= 0) rc = ffr_cache_pin(c, &w[0]);
+    if (rc >= 0) rc = ffr_cache_pin(c, &w[1]);
+    const int both = rc >= 0 ? ffr_cache_fits(c, w[2].bytes) : -1;
+    struct ffr_cache_stats st;
+    ffr_cache_stats(c, &st);
+    ok(rc >= 0 && both == 0 && st.evicted == 0 && ffr_cache_fits(c, 1) == 1,
+       "shards 0 and 1 pinned: shard 2 does not fit (%d), 1 byte does, nothing evicted (%d %s)",
+       both, rc, rc < 0 ? err : "");
+    ffr_cache_unpin_all(c);
+    if (rc >= 0) rc = ffr_cache_pin(c, &w[1]);
+    const int one = rc >= 0 ? ffr_cache_fits(c, w[2].bytes) : -1;
+    if (rc >= 0 && one == 1)
+        rc = ffr_cache_shard(c, from[2], &w[2], path, sizeof path, err, sizeof err);
+    char name[2][256], p[2][9000];
+    for (int k = 0; k < 2; k++) {
+        ffr_cache_entry_name(&w[k], name[k], sizeof name[k]);
+        snprintf(p[k], sizeof p[k], "%s/%s", dir, name[k]);
+    }
+    ffr_cache_stats(c, &st);
+    ok(one == 1 && rc == 1 && st.evicted == 1 && access(p[0], F_OK) != 0 && access(p[1], F_OK) == 0,
+       "only shard 1 pinned: shard 2 fits and its fetch evicts shard 0, the older, not 1 (%d %d "
+       "%s)",
+       one, rc, rc < 0 ? err : "");
+    ok(ffr_cache_pin(NULL, &w[0]) == -EINVAL && ffr_cache_fits(NULL, 1) == -EINVAL,
+       "no cache: -EINVAL");
+    ffr_cache_close(c);
+    ffr_reader_close(r);
+}
+
 int main(int argc, char **argv)
 {
     const char *base = argc > 1 ? argv[1] : "/tmp";
@@ -460,6 +505,8 @@ int main(int argc, char **argv)
     ok(make_dataset(src, 60, 48 * 1024, 1) == 0, "a sharded source dataset");
     snprintf(cmd, sizeof cmd, "%s/skel", root);
     test_skeletons(src, cmd);
+    snprintf(cmd, sizeof cmd, "%s/pins", root);
+    test_pins(src, cmd);
     struct ffr_reader *sr = NULL;
     ffr_reader_open(&sr, src, NULL, NULL, 0);
     const uint32_t ns = ffr_reader_shard_count(sr);

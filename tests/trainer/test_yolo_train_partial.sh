@@ -4,8 +4,9 @@
 # that `ffr serve` runs and that counts the bytes it sends. Each node caches the shards it reads
 # in an epoch, before the epoch, from the other nodes first; the others stay skeletons (their
 # index). Checked: a limit below one epoch's shards is refused naming what it needs; the runs
-# with and without peers train to the same results, bit for bit, with no bad record; each
-# node's cache stays under the limit on disk; peers save origin egress.
+# with and without peers train to the same results, bit for bit, with no bad record; part of
+# each later epoch's shards is prefetched while the epoch before trains; each node's cache
+# stays under the limit on disk; peers save origin egress.
 # Usage: test_yolo_train_partial.sh YOLO_TRAIN YOLO_SYNTH YOLO_PACK FFR
 set -u
 train=$1 synth=$2 pack=$3 ffr=$4
@@ -62,6 +63,11 @@ check $? "4 nodes train 3 epochs with peers, each caching one epoch's shards"
 grep -h "cache: epoch\|above --cache-max" "$work"/peers.0.log | sed "s/^/# /"
 [ "$(grep -c "cache: epoch [0-9]: the nodes' shards" "$work"/peers.0.log)" = 3 ]
 check $? "rank 0 reports each epoch's fill"
+# epochs 1 and 2: part of each fill came while the epoch before trained (the cache's room
+# allows about half an epoch's shards beside the current one's)
+pre=$(sed -n "s/.*cache: epoch [12]: .*, \([0-9]*\) of them during the epoch before.*/\1/p" "$work"/peers.0.log | tr '\n' ' ')
+[ "$(echo $pre | wc -w)" = 2 ] && ! echo " $pre" | grep -q " 0"
+check $? "shards of epochs 1 and 2 were prefetched during the epoch before (${pre:-none})"
 without=$(job nopeers "$max" --peers off)
 check $? "the same job with --peers off"
 [ $? = 0 ] || tail -n 5 "$work"/nopeers.?.log | sed 's/^/# /'

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +33,168 @@ struct trn_node_cache {
     bool *want;     /* [n] */
     bool *full;     /* [n]: the reader reads shard k from its cache entry */
     char **skel;    /* [n]: each shard's skeleton, as the reader named it at open */
+    /* The next epoch's prefetch, run by local rank 0 of each node during the current epoch
+     * (prefetch_start): the fill's part that needs no barrier. The thread owns c and the
+     * pf_ arrays while pf_on; the other fields are the caller's. */
+    pthread_t pf_thread;
+    bool pf_on;
+    int pf_stop;         /* __atomic: the boundary asks the thread to end after its shard */
+    uint32_t *pf_list;   /* [n]: the shards to try, in the order the node reads them */
+    uint32_t pf_n;       /* entries of pf_list */
+    uint32_t *pf_at;     /* [n + 1]: shard k's holders are pf_hold[pf_at[k], pf_at[k + 1]) */
+    uint32_t *pf_hold;   /* the other nodes reading each shard in the current epoch */
+    uint8_t *pf_first;   /* [n]: the next epoch's plan has this node fetch it from the origin */
+    uint32_t pf_fetched; /* the thread's counts (read after the join) */
+    uint32_t pf_failed;
+    struct ffr_cache_stats mark; /* the cache's counts when the last fill ended */
+    int64_t filled;              /* the epoch the last fill made present, or -1 */
 };
+
+/* Node m's shards of the sampler's current epoch into nc->list (as many as it holds); their
+ * count. */
+static uint32_t node_list(struct trn_node_cache *nc, uint32_t m)
+{
+    const int64_t c = trn_sampler_node_shards(&nc->s, m, nc->list, nc->n);
+    return c < 0 ? 0 : c > nc->n ? nc->n : (uint32_t)c;
+}
+
+/* The node's shards of the sampler's current epoch into nc->want; their bytes. */
+static uint64_t node_want(struct trn_node_cache *nc)
+{
+    memset(nc->want, 0, nc->n * sizeof *nc->want);
+    const uint32_t m = node_list(nc, trn_sampler_node(&nc->s));
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < m; i++)
+        if (!nc->want[nc->list[i]]) {
+            nc->want[nc->list[i]] = true;
+            bytes += nc->shards[nc->list[i]].bytes;
+        }
+    return bytes;
+}
+
+/* The prefetch thread: each shard of pf_list that fits under the limit without evicting a
+ * pinned one (what the node reads now, what it prefetched) from the nodes that read it now, or
+ * from the origin where the next epoch's fill would fetch it from there too; the rest is left
+ * to that fill. A failure costs nothing but the fill's time: the fill fetches the shard again
+ * and says why if it fails. */
+static void *prefetch_run(void *arg)
+{
+    struct trn_node_cache *nc = arg;
+    char err[512];
+    for (uint32_t i = 0; i < nc->pf_n && !__atomic_load_n(&nc->pf_stop, __ATOMIC_ACQUIRE); i++) {
+        const uint32_t k = nc->pf_list[i];
+        const uint32_t nh = nc->pf_at[k + 1] - nc->pf_at[k];
+        const struct ffr_cache_shard *w = &nc->shards[k];
+        if ((nc->o.peers && !nh && !nc->pf_first[k]) || ffr_cache_fits(nc->c, w->bytes) != 1)
+            continue;
+        int rc;
+        if (nc->o.peers) {
+            rc = trn_peers_fetch_from(nc->o.peers, nc->c, nc->src, w, nc->pf_hold + nc->pf_at[k],
+                                      nh, err, sizeof err);
+        } else {
+            char *from = ffr_manifest_shard_source(nc->src, w->file);
+            rc = from ? ffr_cache_shard(nc->c, from, w, NULL, 0, err, sizeof err) : -ENOMEM;
+            free(from);
+        }
+        if (rc >= 0) rc = ffr_cache_pin(nc->c, w);
+        if (rc < 0)
+            nc->pf_failed++;
+        else
+            nc->pf_fetched++;
+    }
+    return NULL;
+}
+
+/* Ends the prefetch (after the shard in flight) and forgets its pins. */
+static void prefetch_stop(struct trn_node_cache *nc)
+{
+    if (!nc->pf_on) return;
+    __atomic_store_n(&nc->pf_stop, 1, __ATOMIC_RELEASE);
+    pthread_join(nc->pf_thread, NULL);
+    nc->pf_on = false;
+    ffr_cache_unpin_all(nc->c);
+}
+
+/* After epoch e's fill (the sampler at e, full[] its shards): plans and starts the prefetch of
+ * epoch e + 1's. Leaves the sampler at e + 1. Returns 0, or -ENOMEM / -errno (no prefetch). */
+static int prefetch_start(struct trn_node_cache *nc, uint32_t epoch)
+{
+    const uint32_t self = trn_sampler_node(&nc->s), nodes = trn_sampler_node_count(&nc->s);
+    if (!nc->pf_list) {
+        nc->pf_list = calloc(nc->n, sizeof *nc->pf_list);
+        nc->pf_at = calloc(nc->n + 1, sizeof *nc->pf_at);
+        nc->pf_first = calloc(nc->n, 1);
+        if (!nc->pf_list || !nc->pf_at || !nc->pf_first) return -ENOMEM;
+    }
+    /* the holders now: the other nodes' shards of epoch e, as a count then a fill (CSR) */
+    free(nc->pf_hold);
+    nc->pf_hold = NULL;
+    memset(nc->pf_at, 0, (nc->n + 1) * sizeof *nc->pf_at);
+    for (int pass = 0; pass < 2; pass++) {
+        uint32_t *next = pass ? nc->pf_list : NULL; /* pf_list as scratch: each shard's next slot */
+        if (pass) {
+            for (uint32_t k = 0; k < nc->n; k++)
+                nc->pf_at[k + 1] += nc->pf_at[k];
+            if (!(nc->pf_hold =
+                      malloc((nc->pf_at[nc->n] ? nc->pf_at[nc->n] : 1) * sizeof *nc->pf_hold)))
+                return -ENOMEM;
+            memcpy(next, nc->pf_at, nc->n * sizeof *next);
+        }
+        for (uint32_t m = 0; m < nodes; m++) {
+            if (m == self) continue;
+            const uint32_t c = node_list(nc, m);
+            memset(nc->want, 0, nc->n * sizeof *nc->want);
+            for (uint32_t i = 0; i < c; i++) {
+                const uint32_t k = nc->list[i];
+                if (nc->want[k]) continue; /* a node reads a shard once or twice (padding) */
+                nc->want[k] = true;
+                if (pass)
+                    nc->pf_hold[next[k]++] = m;
+                else
+                    nc->pf_at[k + 1]++;
+            }
+        }
+    }
+    /* the next epoch's shards not held here now, in the order the node will read them, and
+     * which of them its fill would take from the origin */
+    trn_sampler_set_epoch(&nc->s, epoch + 1);
+    (void)node_want(nc);
+    const uint32_t c = node_list(nc, self);
+    nc->pf_n = 0;
+    for (uint32_t i = 0; i < c; i++) {
+        const uint32_t k = nc->list[i];
+        if (!nc->want[k] || nc->full[k]) continue;
+        nc->want[k] = false; /* listed once */
+        nc->pf_list[nc->pf_n++] = k;
+    }
+    (void)node_want(nc);
+    memset(nc->pf_first, 0, nc->n);
+    if (nc->o.peers) {
+        const int rc = trn_sampler_peer_plan(&nc->s, self, 0, nc->want, nc->pf_first, NULL, NULL);
+        if (rc < 0) return rc;
+    }
+    /* what the node reads now stays: a prefetch may evict only older entries */
+    for (uint32_t k = 0; k < nc->n; k++)
+        if (nc->full[k] && ffr_cache_pin(nc->c, &nc->shards[k]) < 0) return -ENOMEM;
+    nc->pf_stop = 0;
+    nc->pf_fetched = nc->pf_failed = 0;
+    const int rc = pthread_create(&nc->pf_thread, NULL, prefetch_run, nc);
+    if (rc != 0) {
+        ffr_cache_unpin_all(nc->c);
+        return -rc;
+    }
+    nc->pf_on = true;
+    return 0;
+}
 
 void trn_node_cache_close(struct trn_node_cache *nc)
 {
     if (!nc) return;
+    prefetch_stop(nc);
+    free(nc->pf_list);
+    free(nc->pf_at);
+    free(nc->pf_hold);
+    free(nc->pf_first);
     ffr_cache_close(nc->c);
     ffio_http_destroy(nc->origin);
     ffr_manifest_shards_free(nc->shards, nc->n);
@@ -72,20 +230,6 @@ static const char *size_str(char b[24], double v)
     return b;
 }
 
-/* The node's shards of the sampler's current epoch into nc->want; their bytes. */
-static uint64_t node_want(struct trn_node_cache *nc)
-{
-    memset(nc->want, 0, nc->n * sizeof *nc->want);
-    const int64_t m = trn_sampler_node_shards(&nc->s, trn_sampler_node(&nc->s), nc->list, nc->n);
-    uint64_t bytes = 0;
-    for (int64_t i = 0; i < m; i++)
-        if (!nc->want[nc->list[i]]) {
-            nc->want[nc->list[i]] = true;
-            bytes += nc->shards[nc->list[i]].bytes;
-        }
-    return bytes;
-}
-
 int trn_node_cache_open(const struct trn_node_cache_opts *o, struct trn_node_cache **out,
                         char *view, size_t view_cap, char *err, size_t err_cap)
 {
@@ -100,6 +244,7 @@ int trn_node_cache_open(const struct trn_node_cache_opts *o, struct trn_node_cac
     }
     nc->o = *o;
     nc->o.src = nc->src;
+    nc->filled = -1;
     struct ffr_cache_opts co;
     ffr_cache_opts_default(&co);
     co.max_bytes = o->max_bytes;
@@ -175,6 +320,13 @@ int trn_node_cache_epoch(struct trn_node_cache *nc, struct ffr_reader *r, uint32
     if (err && err_cap) err[0] = '\0';
     if (!nc || !r || !st) return -EINVAL;
     memset(st, 0, sizeof *st);
+    /* The prefetch ends with the epoch it overlapped; what it fetched counts in this fill. */
+    const bool pf = nc->pf_on;
+    prefetch_stop(nc);
+    if (pf) {
+        st->prefetched = nc->pf_fetched;
+        st->prefetch_failed = nc->pf_failed;
+    }
     int rc = ffr_reader_shard_count(r) == nc->n
                  ? 0
                  : trn_fail(err, err_cap, -EINVAL, "the reader has %u shards, the manifest %u",
@@ -212,8 +364,13 @@ int trn_node_cache_epoch(struct trn_node_cache *nc, struct ffr_reader *r, uint32
     }
     /* 3. with peers, the fill in their plan's order (its own barrier between the origin's
      * fetches and the peers'); without, step 4 fetches what is missing */
-    struct ffr_cache_stats a, b;
-    ffr_cache_stats(nc->c, &a);
+    struct ffr_cache_stats a = nc->mark, b;
+    if (!pf) ffr_cache_stats(nc->c, &a);
+    /* this fill evicts none of the node's shards of the epoch, also those it holds already and
+     * has not touched yet (LRU would take them first: they were used an epoch ago) */
+    for (uint32_t k = 0; rc == 0 && k < nc->n; k++)
+        if (nc->want[k] && ffr_cache_pin(nc->c, &nc->shards[k]) < 0)
+            rc = trn_fail(err, err_cap, -ENOMEM, "out of memory");
     if (nc->o.peers) {
         struct trn_peers_fill_stats ps;
         if (rc == 0)
@@ -237,10 +394,28 @@ int trn_node_cache_epoch(struct trn_node_cache *nc, struct ffr_reader *r, uint32
         if (rc >= 0) rc = ffr_reader_swap_shard(r, k, path, err, err_cap);
         if (rc == 0) nc->full[k] = true;
     }
+    ffr_cache_unpin_all(nc->c);
     ffr_cache_stats(nc->c, &b);
     st->from_peers = (uint32_t)(b.peer_fetches - a.peer_fetches);
     st->from_origin = (uint32_t)(b.fetches - a.fetches) - st->from_peers;
     st->peer_bytes = b.peer_bytes - a.peer_bytes;
     st->origin_bytes = (b.fetched_bytes - a.fetched_bytes) - st->peer_bytes;
+    nc->mark = b;
+    nc->filled = rc == 0 ? (int64_t)epoch : -1;
     return rc < 0 ? rc : 0;
+}
+
+int trn_node_cache_prefetch(struct trn_node_cache *nc)
+{
+    if (!nc) return -EINVAL;
+    /* one process per node fetches, after a fill that ended well, when an epoch follows */
+    const uint32_t L = nc->o.local_world_size ? nc->o.local_world_size : nc->o.world_size;
+    if (nc->pf_on || !nc->o.prefetch || nc->o.rank % L != 0 || nc->filled < 0 ||
+        (uint64_t)nc->filled + 1 >= nc->o.epochs)
+        return 0;
+    trn_sampler_set_epoch(&nc->s, (uint32_t)nc->filled);
+    (void)node_want(nc);
+    const int rc = prefetch_start(nc, (uint32_t)nc->filled);
+    if (rc < 0) ffr_cache_unpin_all(nc->c); /* the next fill fetches it all, as without */
+    return rc < 0 ? rc : 1;
 }

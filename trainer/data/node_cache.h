@@ -17,6 +17,15 @@
  *   byte by the cache, and swapped into r (ffr_reader_swap_shard). Which node reads which
  *   shard is the loader's shard-aware partition (trn_sampler_node_shards with the same seed,
  *   ranks and local_world_size).
+ * - With opts.prefetch, once every node has filled epoch e (trn_node_cache_prefetch), local
+ *   rank 0 of each node fetches, on a thread while epoch e trains, what it can of the node's
+ *   epoch e + 1 shards without a barrier: a shard from the other nodes that read it in epoch e
+ *   (they hold it until the boundary), or
+ *   from the origin when epoch e + 1's plan has this node fetch it from there first, so the
+ *   origin serves no more than without. Only what fits under the limit without evicting an
+ *   entry of epoch e or an earlier prefetch is fetched (ffr_cache_pin, ffr_cache_fits); the
+ *   fill at the boundary stops the thread after its shard in flight and does the rest. A
+ *   limit of two epochs' shards lets the whole fill overlap training.
  * - The limit must hold one epoch's shards of a node: open refuses a smaller one, naming the
  *   epoch and the bytes it needs.
  * - Errors: negative codes, one line in err; nothing printed.
@@ -41,15 +50,19 @@ struct trn_node_cache_opts {
     struct trn_peers *peers;   /* the job's peers (trn_peers_set_nodes done), or NULL */
     int (*barrier)(void *ctx); /* every process of the job; NULL with one process */
     void *barrier_ctx;
+    bool prefetch; /* during each epoch, local rank 0 fetches what it can of the next one's
+                      shards (see CONTRACT) */
 };
 
 /* What one epoch's fill did (this process's view). */
 struct trn_node_cache_stats {
-    uint32_t shards;      /* the node's shards this epoch */
-    uint32_t from_peers;  /* fetched from peers, verified */
-    uint32_t from_origin; /* fetched from the origin */
-    uint32_t swapped_out; /* put back to their skeletons */
-    uint64_t peer_bytes, origin_bytes;
+    uint32_t shards;                   /* the node's shards this epoch */
+    uint32_t from_peers;               /* fetched from peers, verified */
+    uint32_t from_origin;              /* fetched from the origin */
+    uint32_t swapped_out;              /* put back to their skeletons */
+    uint64_t peer_bytes, origin_bytes; /* prefetched ones included */
+    uint32_t prefetched;               /* of from_peers + from_origin: during the epoch before */
+    uint32_t prefetch_failed;          /* shards the prefetch could not fetch (this fill did) */
 };
 
 struct trn_node_cache;
@@ -68,6 +81,16 @@ int trn_node_cache_open(const struct trn_node_cache_opts *o, struct trn_node_cac
  * the others on one answer. */
 int trn_node_cache_epoch(struct trn_node_cache *nc, struct ffr_reader *r, uint32_t epoch,
                          struct trn_node_cache_stats *st, char *err, size_t err_cap);
+
+/*
+ * After epoch e's fill has ended well on every node (the caller's agreement), before epoch e
+ * trains: starts the prefetch of epoch e + 1's shards (see CONTRACT), which the next
+ * trn_node_cache_epoch (or close) ends. Every process may call it; only local rank 0 of a node
+ * with opts.prefetch, after a fill that ended well and before the last epoch, starts one.
+ * Returns 1 when started, 0 when not due, or a negative error (none started: the next fill
+ * does it all).
+ */
+int trn_node_cache_prefetch(struct trn_node_cache *nc);
 
 /* The total of the dataset's shards, and how many there are. */
 uint64_t trn_node_cache_dataset_bytes(const struct trn_node_cache *nc, uint32_t *shards);

@@ -185,6 +185,27 @@ int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sa
     return rc;
 }
 
+int trn_peers_fetch_from(struct trn_peers *p, struct ffr_cache *c, const char *src,
+                         const struct ffr_cache_shard *w, const uint32_t *holders,
+                         uint32_t n_holders, char *err, size_t err_cap)
+{
+    if (!p || !c || !src || !w || (n_holders && !holders) || !p->peer_of)
+        return trn_fail(err, err_cap, -EINVAL, "no peers to fetch from");
+    char entry[512];
+    ffr_cache_entry_name(w, entry, sizeof entry);
+    ffio_peers_clear(p->client);
+    int rc = 0;
+    for (uint32_t i = 0; i < n_holders && rc >= 0; i++)
+        if (holders[i] < p->n_nodes && p->peer_of[holders[i]] >= 0)
+            rc = ffio_peers_hold(p->client, entry, p->peer_of[holders[i]]);
+    if (rc < 0) return trn_fail(err, err_cap, rc, "%s: %s", w->file, strerror(-rc));
+    char *from = ffr_manifest_shard_source(src, w->file);
+    if (!from) return trn_fail(err, err_cap, -ENOMEM, "out of memory");
+    rc = ffr_cache_shard(c, from, w, NULL, 0, err, err_cap);
+    free(from);
+    return rc;
+}
+
 int trn_peers_local_addr(const char *toward, char *addr, size_t cap)
 {
     struct addrinfo *ai = NULL;

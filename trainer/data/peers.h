@@ -76,6 +76,17 @@ int trn_peers_fill(struct trn_peers *p, struct ffr_cache *c, const struct trn_sa
                    uint32_t n, const bool *want, int (*barrier)(void *bctx), void *bctx,
                    struct trn_peers_fill_stats *st, char *err, size_t err_cap);
 
+/*
+ * One shard fetched without a plan or a barrier (a prefetch during an epoch, for the next):
+ * shard w of the manifest at src into c, from the nodes holders[0, n_holders) in that order
+ * (nodes that certainly hold it: they read it in the current epoch), then the origin; c's peers
+ * hook must be p's. It replaces the holdings of the last fill, which the next fill plans again.
+ * Returns what ffr_cache_shard returns (err: one line).
+ */
+int trn_peers_fetch_from(struct trn_peers *p, struct ffr_cache *c, const char *src,
+                         const struct ffr_cache_shard *w, const uint32_t *holders,
+                         uint32_t n_holders, char *err, size_t err_cap);
+
 /* Fills *out so that an ffr cache asks p's peers (borrowed: p must outlive the cache). Call it
  * after trn_peers_set_nodes, which makes a new client. */
 void trn_peers_cache_hooks(struct trn_peers *p, struct ffr_cache_peers *out);

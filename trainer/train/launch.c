@@ -705,19 +705,25 @@ static int partial_epoch(void *ctx, struct ffr_reader *r, int epoch, char *err, 
     int rc = trn_node_cache_epoch(P->nc, r, (uint32_t)epoch, &st, err, cap);
     const int rank = trn_dist_rank(P->dist);
     if (rc < 0) say(P->A, TRN_LAUNCH_ERR, "rank %d: epoch %d's shards: %s", rank, epoch, err);
-    int64_t sum[6] = { rc < 0,
+    int64_t sum[7] = { rc < 0,
                        st.from_peers,
                        (int64_t)st.peer_bytes,
                        st.from_origin,
                        (int64_t)st.origin_bytes,
-                       st.swapped_out };
-    if (barrier_cb(&P->wait) < 0 || trn_dist_allreduce_i64(P->dist, sum, 6, TRN_DIST_SUM) < 0)
+                       st.swapped_out,
+                       st.prefetched };
+    if (barrier_cb(&P->wait) < 0 || trn_dist_allreduce_i64(P->dist, sum, 7, TRN_DIST_SUM) < 0)
         sum[0] = 1;
     if (sum[0]) {
         if (rc == 0)
             trn_seterr(err, cap, "another rank failed to fill its cache (its log says why)");
         return rc < 0 ? rc : -ECANCELED;
     }
+    /* every node's shards are in place: the next epoch's may come while this one trains */
+    const int pf = trn_node_cache_prefetch(P->nc);
+    if (pf < 0)
+        say(P->A, TRN_LAUNCH_ERR, "rank %d: no prefetch of epoch %d's shards: %s", rank, epoch + 1,
+            strerror(-pf));
     const uint64_t data = trn_node_cache_dataset_bytes(P->nc, NULL);
     P->egress += (uint64_t)sum[4];
     if (rank == 0)
@@ -725,9 +731,9 @@ static int partial_epoch(void *ctx, struct ffr_reader *r, int epoch, char *err, 
             "cache: epoch %d: the nodes' shards in %.1f s: %" PRId64
             " fetch(es) from peers (%.1f MB), %" PRId64
             " from the origin (%.1f MB; %.2fx the dataset so far), %" PRId64
-            " shard(s) put back to their skeletons",
+            " of them during the epoch before; %" PRId64 " shard(s) put back to their skeletons",
             epoch, trn_now_s() - t0, sum[1], (double)sum[2] / 1e6, sum[3], (double)sum[4] / 1e6,
-            data ? (double)P->egress / (double)data : 0.0, sum[5]);
+            data ? (double)P->egress / (double)data : 0.0, sum[6], sum[5]);
     return 0;
 }
 
@@ -756,6 +762,7 @@ static int partial_open(const struct trn_launch_opts *A, const char *src, struct
         .peers = peers ? g_peers : NULL,
         .barrier = barrier_cb,
         .barrier_ctx = &g_part.wait,
+        .prefetch = true,
     };
     char err[1024] = "";
     trn_node_cache_close(g_part.nc);
@@ -1074,6 +1081,9 @@ static int do_train(const struct trn_launch_opts *A, const struct trn_hyp *hyp,
     struct trn_train_result res;
     char err[1024] = "";
     rc = trn_train_run(&o, &res, err, sizeof err);
+    /* a run that stopped early (patience, a signal) may still be prefetching the next epoch */
+    trn_node_cache_close(g_part.nc);
+    g_part.nc = NULL;
     if (rc < 0) {
         if (trn_dist_world(dist) > 1) {
             say(A, TRN_LAUNCH_ERR, "rank %d: %s", rank, err[0] ? err : trn_strerror(rc));
