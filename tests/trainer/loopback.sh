@@ -6,13 +6,19 @@
 origin_start() {
     "$ffr" serve "$1" --port 0 >"$2" 2>&1 &
     srv=$!
-    port=""
-    local i
+    port=$(await_port "$2" 's#.*http://127.0.0.1:\([0-9]*\)/ffr/.*#\1#p')
+}
+
+# await_port LOG SED prints the port that the sed script SED finds in LOG, waiting up to 5 s
+# for the server to write it (nothing after that).
+await_port() {
+    local i p
     for i in $(seq 50); do
-        port=$(sed -n 's#.*http://127.0.0.1:\([0-9]*\)/ffr/.*#\1#p' "$2")
-        [ -n "$port" ] && break
+        p=$(sed -n "$2" "$1")
+        [ -n "$p" ] && break
         sleep 0.1
     done
+    echo "$p"
 }
 
 # free_port prints a port p with p + 1 free too (the rendezvous listens on MASTER_PORT + 1).
@@ -76,11 +82,5 @@ async def main():
 asyncio.run(main())
 PY
     thr=$!
-    tport=""
-    local i
-    for i in $(seq 50); do
-        tport=$(sed -n 's/^port \([0-9]*\)$/\1/p' "$3")
-        [ -n "$tport" ] && break
-        sleep 0.1
-    done
+    tport=$(await_port "$3" 's/^port \([0-9]*\)$/\1/p')
 }

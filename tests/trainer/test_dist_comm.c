@@ -256,12 +256,16 @@ static int child_hangs(int rank, int world)
     return rc == -ETIMEDOUT || rc == -ECONNRESET ? 0 : 1;
 }
 
-/* rank 1 stops (SIGSTOP: its heartbeat thread with it) while rank 0 sums; rank 2 sums too */
+/* Rank 1 stops (SIGSTOP: its heartbeat thread with it) while rank 0 sums (a 60 s deadline);
+ * rank 2 sums too. With g_long_wait the deadline is 1.5 s, which leaves a 3 s heartbeat limit
+ * unused, and the sum is a 60 s trn_dist_barrier_for, which uses it again. */
+static bool g_long_wait;
+
 static int child_stopped(int rank, int world)
 {
     struct trn_dist *d = NULL;
     char err[512] = "";
-    if (join(rank, world, 60, &d, err, sizeof err) < 0) {
+    if (join(rank, world, g_long_wait ? 1.5 : 60, &d, err, sizeof err) < 0) {
         note(rank, "join: %s", err);
         return 2;
     }
@@ -271,10 +275,37 @@ static int child_stopped(int rank, int world)
     }
     const double t0 = (double)time(NULL);
     int64_t v = 1;
-    const int rc = trn_dist_allreduce_i64(d, &v, 1, TRN_DIST_SUM);
+    const int rc =
+        g_long_wait ? trn_dist_barrier_for(d, 60) : trn_dist_allreduce_i64(d, &v, 1, TRN_DIST_SUM);
     note(rank, "rc=%d after=%.0f err=%s", rc, (double)time(NULL) - t0, trn_dist_error(d));
     trn_dist_destroy(d);
     return rc == -ETIMEDOUT || rc == -ECONNRESET ? 0 : 1;
+}
+
+/* child_stopped's case with a 3 s heartbeat limit: rank 0 must name rank 1 by its silence
+ * within 20 s (not at the deadline), and rank 2 fail too. */
+static void stopped_case(bool long_wait, const char *what)
+{
+    int st[8];
+    pid_t pids[8];
+    int s0 = 0, s2 = 0;
+    g_heartbeat = 3;
+    g_long_wait = long_wait;
+    spawn(child_stopped, 3, false, st, pids, false);
+    waitpid(pids[0], &s0, 0);
+    waitpid(pids[2], &s2, 0);
+    kill(pids[1], SIGKILL);
+    waitpid(pids[1], NULL, 0);
+    g_heartbeat = 30;
+    char *n0 = read_note(0), *n2 = read_note(2);
+    const char *at = strstr(n0, "after=");
+    const double after = at ? atof(at + 6) : 99;
+    ok(WIFEXITED(s0) && WEXITSTATUS(s0) == 0 && WIFEXITED(s2) && WEXITSTATUS(s2) == 0 &&
+           strstr(n0, "rank 1 sent no heartbeat for 3 s") && after < 20 && strstr(n2, "rc=-"),
+       "%s: rank 0 names it within %.0f s by its silent heartbeat, rank 2 fails too ('%s' | "
+       "'%s')",
+       what, after, n0, n2);
+    free(n0), free(n2);
 }
 
 /* A 1.5 s deadline, and rank 1 slower than it (3.5 s of "fill") before a long barrier: all
@@ -297,27 +328,6 @@ static int child_long_wait(int rank, int world)
     note(rank, "plain=%d", rc2);
     trn_dist_destroy(d);
     return rc == 0 && (rank != 0 || rc2 == -ETIMEDOUT) ? 0 : 1;
-}
-
-/* The same deadline and a heartbeat limit of 3 s, which a 1.5 s deadline makes unused; rank 1
- * stops during a 60 s barrier: its heartbeat ends the others' wait, not the deadline. */
-static int child_long_stopped(int rank, int world)
-{
-    struct trn_dist *d = NULL;
-    char err[512] = "";
-    if (join(rank, world, 1.5, &d, err, sizeof err) < 0) {
-        note(rank, "join: %s", err);
-        return 2;
-    }
-    if (rank == 1) {
-        raise(SIGSTOP); /* the parent kills it */
-        return 5;
-    }
-    const double t0 = (double)time(NULL);
-    const int rc = trn_dist_barrier_for(d, 60);
-    note(rank, "rc=%d after=%.0f err=%s", rc, (double)time(NULL) - t0, trn_dist_error(d));
-    trn_dist_destroy(d);
-    return rc == -ETIMEDOUT || rc == -ECONNRESET ? 0 : 1;
 }
 
 static int child_mismatch(int rank, int world)
@@ -459,24 +469,7 @@ static void test_faults(void)
     free(n0);
 
     /* a stopped rank (SIGSTOP): heartbeats end the job at 3 s, not at the 60 s deadline */
-    g_heartbeat = 3;
-    spawn(child_stopped, 3, false, st, pids, false);
-    waitpid(pids[0], &s0, 0);
-    waitpid(pids[2], &s2, 0);
-    kill(pids[1], SIGKILL);
-    waitpid(pids[1], NULL, 0);
-    g_heartbeat = 30;
-    n0 = read_note(0);
-    char *n2 = read_note(2);
-    double after = 99;
-    const char *at = strstr(n0, "after=");
-    if (at) after = atof(at + 6);
-    ok(WIFEXITED(s0) && WEXITSTATUS(s0) == 0 && WIFEXITED(s2) && WEXITSTATUS(s2) == 0 &&
-           strstr(n0, "rank 1 sent no heartbeat for 3 s") && after < 20 && strstr(n2, "rc=-"),
-       "a stopped rank: rank 0 names it within %.0f s by its silent heartbeat, rank 2 fails too "
-       "('%s' | '%s')",
-       after, n0, n2);
-    free(n0), free(n2);
+    stopped_case(false, "a stopped rank");
 
     /* a barrier longer than the deadline (a cache fill), then the deadline again */
     spawn(child_long_wait, 3, false, st, pids, true);
@@ -490,23 +483,7 @@ static void test_faults(void)
     free(n0), free(n1);
 
     /* a rank stopped during it: found by the heartbeat, which the short deadline had left off */
-    g_heartbeat = 3;
-    spawn(child_long_stopped, 3, false, st, pids, false);
-    waitpid(pids[0], &s0, 0);
-    waitpid(pids[2], &s2, 0);
-    kill(pids[1], SIGKILL);
-    waitpid(pids[1], NULL, 0);
-    g_heartbeat = 30;
-    n0 = read_note(0);
-    n2 = read_note(2);
-    after = 99;
-    if ((at = strstr(n0, "after="))) after = atof(at + 6);
-    ok(WIFEXITED(s0) && WEXITSTATUS(s0) == 0 && WIFEXITED(s2) && WEXITSTATUS(s2) == 0 &&
-           strstr(n0, "rank 1 sent no heartbeat for 3 s") && after < 20 && strstr(n2, "rc=-"),
-       "a rank stopped in a 60 s trn_dist_barrier_for: rank 0 names it within %.0f s by its "
-       "heartbeat, rank 2 fails too ('%s' | '%s')",
-       after, n0, n2);
-    free(n0), free(n2);
+    stopped_case(true, "a rank stopped in a 60 s trn_dist_barrier_for");
 
     spawn(child_mismatch, 2, false, st, pids, true);
     ok(st[0] == 0 || st[1] == 0, "different collectives on two ranks: -EPROTO (statuses %d %d)",
