@@ -118,7 +118,8 @@ static int parse_args(int argc, char **argv, struct trn_launch_opts *A)
           .metavar = "SIZE",
           .help = "keep DIR under SIZE bytes (K, M, G, T), least recently used shards evicted; "
                   "below the dataset on several nodes, each node caches the shards it reads "
-                  "epoch by epoch (docs/sharing.md section 9)",
+                  "epoch by epoch, fetching the next epoch's while one trains as far as SIZE "
+                  "allows (docs/sharing.md section 9)",
           .call = parse_size },
         { .names = "--peers",
           .kind = AP_CHOICE,
