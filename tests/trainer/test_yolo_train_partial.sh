@@ -3,10 +3,10 @@
 # processes on loopback with torchrun's variables, a cache directory per node), from an origin
 # that `ffr serve` runs and that counts the bytes it sends. Each node caches the shards it reads
 # in an epoch, before the epoch, from the other nodes first; the others stay skeletons (their
-# index). Checked: a limit below one epoch's shards is refused naming what it needs; the runs
-# with and without peers train to the same results, bit for bit, with no bad record; part of
-# each later epoch's shards is prefetched while the epoch before trains; each node's cache
-# stays under the limit on disk; peers save origin egress.
+# index). Checked: a limit below one epoch's shards, or below them and the skeletons, is
+# refused naming what it needs; the runs with and without peers train to the same results, bit
+# for bit, with no bad record; part of each later epoch's shards is prefetched while the epoch
+# before trains; each node's cache stays under the limit on disk; peers save origin egress.
 # Usage: test_yolo_train_partial.sh YOLO_TRAIN YOLO_SYNTH YOLO_PACK FFR
 set -u
 train=$1 synth=$2 pack=$3 ffr=$4
@@ -53,6 +53,12 @@ need=$(sed -n 's/.* (\([0-9]*\) bytes) of shards node.*/\1/p' "$work"/small.*.lo
 [ $rc != 0 ] && [ -n "$need" ] && ! grep -q "Epoch" "$work"/small.0.log
 check $? "--cache-max 20000 is refused: one epoch's shards need ${need:-?} bytes"
 grep -h "cannot hold" "$work"/small.0.log | head -1 | sed "s/^/# /"
+# just above it: the skeletons (every shard's index, never evicted) leave too little beside them
+job tight $(( ${need:-0} + 4096 )) >/dev/null
+rc=$?
+[ $rc != 0 ] && grep -q "beside the shards' skeletons" "$work"/tight.0.log && ! grep -q "Epoch" "$work"/tight.0.log
+check $? "--cache-max of one epoch's shards + 4 kB is refused: the skeletons take room too"
+grep -h "beside the shards" "$work"/tight.0.log | head -1 | sed "s/^/# /"
 # 2. a limit of 1.5x that, below the dataset
 max=$(( ${need:-0} * 3 / 2 ))
 [ "$max" -gt 0 ] && [ "$max" -lt "$data_bytes" ]

@@ -291,10 +291,13 @@ int trn_node_cache_open(const struct trn_node_cache_opts *o, struct trn_node_cac
     }
     free(counts);
     /* Every epoch's shards must fit, or a fill would fail mid-run. */
+    uint64_t most = 0;
+    uint32_t most_e = 0;
+    char b[3][24];
     for (uint32_t e = 0; rc == 0 && e < (o->epochs ? o->epochs : 1); e++) {
         trn_sampler_set_epoch(&nc->s, e);
         const uint64_t need = node_want(nc);
-        char b[3][24];
+        if (need > most) most = need, most_e = e;
         if (need > o->max_bytes)
             rc = trn_fail(err, err_cap, -ENOSPC,
                           "--cache-max %s cannot hold the %s (%" PRIu64
@@ -306,6 +309,13 @@ int trn_node_cache_open(const struct trn_node_cache_opts *o, struct trn_node_cac
     }
     if (rc == 0 && (rc = ffr_cache_skeletons(nc->c, o->src, view, view_cap, err, err_cap)) > 0)
         rc = 0;
+    /* ... also beside the skeletons, which are never evicted (a fill pins its epoch's shards) */
+    if (rc == 0 && ffr_cache_fits(nc->c, most) == 0)
+        rc = trn_fail(err, err_cap, -ENOSPC,
+                      "--cache-max %s cannot hold the %s of shards node %u reads in epoch %u "
+                      "beside the shards' skeletons (their indexes, kept in %s); give more",
+                      size_str(b[0], (double)o->max_bytes), size_str(b[1], (double)most),
+                      trn_sampler_node(&nc->s), most_e, o->dir);
     if (rc != 0) {
         trn_node_cache_close(nc);
         return rc;
