@@ -1,5 +1,14 @@
 # Sourced by the multi-process yolo-train tests (test_yolo_train_peers.sh,
-# test_yolo_train_partial.sh): an origin and a rendezvous port on loopback.
+# test_yolo_train_partial.sh, test_yolo_train_fill_wait.sh): their dataset, an origin and a
+# rendezvous port on loopback.
+
+# pack_origin IMAGES SEED: $synth's IMAGES images of seed SEED packed by $pack at 96 pixels in
+# 64 KiB shards into $work/origin/train.ffr; the exit status of the first step that fails.
+pack_origin() {
+    "$synth" "$work/s" --split train2017="$1" --seed "$2" --min-side 60 --max-side 120 >/dev/null 2>&1 &&
+        mkdir -p "$work/origin" &&
+        "$pack" "$work/s" --split train2017 -o "$work/origin/train.ffr" --size 96 --shard-size 64K -q 2>/dev/null
+}
 
 # origin_start DIR LOG: `$ffr serve DIR` in the background (its pid in $srv, its log in LOG, where
 # it counts the body bytes it sent); sets $port once it listens (empty after 5 s without).

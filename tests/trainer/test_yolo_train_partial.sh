@@ -13,15 +13,13 @@ train=$1 synth=$2 pack=$3 ffr=$4
 work=$(mktemp -d)
 srv=
 trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$work"' EXIT
-n=0 failed=0
-check() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else failed=$((failed + 1)); echo "not ok $n - $2"; fi; }
-"$synth" "$work/s" --split train2017=64 --seed 7 --min-side 60 --max-side 120 >/dev/null 2>&1 &&
-    mkdir -p "$work/origin" &&
-    "$pack" "$work/s" --split train2017 -o "$work/origin/train.ffr" --size 96 --shard-size 64K -q 2>/dev/null
-shards=$(ls "$work/origin" | grep -c -- '-[0-9]*\.ffr$')
-check $? "a dataset packed in $shards shards"
-data_bytes=$(cat "$work"/origin/*-*.ffr | wc -c)
+. "$(dirname "$0")/../tap.sh"
 . "$(dirname "$0")/loopback.sh"
+pack_origin 64 7
+rc=$?
+shards=$(ls "$work/origin" | grep -c -- '-[0-9]*\.ffr$')
+check $rc "a dataset packed in $shards shards"
+data_bytes=$(cat "$work"/origin/*-*.ffr | wc -c)
 
 # one job: 4 ranks, one per node, 3 epochs; prints the origin's body bytes
 job() {
@@ -97,6 +95,5 @@ done
 check $ok "every node's cache stays under --cache-max"
 [ "$(ls -a "$work/peers-cache0" | grep -c '^\.skel-')" = "$shards" ]
 check $? "each node keeps a skeleton of every shard"
-echo "1..$n"
 echo "# $((n - failed)) passed, $failed failed"
-[ $failed = 0 ]
+tap_done

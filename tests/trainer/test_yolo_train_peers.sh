@@ -9,14 +9,11 @@ train=$1 synth=$2 pack=$3 ffr=$4
 work=$(mktemp -d)
 srv=
 trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$work"' EXIT
-n=0 failed=0
-check() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else failed=$((failed + 1)); echo "not ok $n - $2"; fi; }
-"$synth" "$work/s" --split train2017=24 --seed 5 --min-side 60 --max-side 120 >/dev/null 2>&1 &&
-    mkdir -p "$work/origin" &&
-    "$pack" "$work/s" --split train2017 -o "$work/origin/train.ffr" --size 96 --shard-size 64K -q 2>/dev/null
+. "$(dirname "$0")/../tap.sh"
+. "$(dirname "$0")/loopback.sh"
+pack_origin 24 5
 check $? "a dataset packed in $(ls "$work/origin" | grep -c -- '-[0-9]*\.ffr$') shards"
 data_bytes=$(cat "$work"/origin/* | wc -c)
-. "$(dirname "$0")/loopback.sh"
 
 # one job: 4 ranks, 2 per node; prints the origin's body bytes
 job() {
@@ -72,6 +69,5 @@ if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2
 else
     for k in 1 2 3 4; do n=$((n + 1)); echo "ok $n # SKIP no IPv6 loopback (::1) on this machine"; done
 fi
-echo "1..$n"
 echo "# $((n - failed)) passed, $failed failed"
-[ $failed = 0 ]
+tap_done

@@ -41,8 +41,8 @@ struct trn_node_cache {
     int pf_stop;         /* __atomic: the boundary asks the thread to end after its shard */
     uint32_t *pf_list;   /* [n]: the shards to try, in the order the node reads them */
     uint32_t pf_n;       /* entries of pf_list */
-    uint32_t *pf_at;     /* [n + 1]: shard k's holders are pf_hold[pf_at[k], pf_at[k + 1]) */
-    uint32_t *pf_hold;   /* the other nodes reading each shard in the current epoch */
+    uint8_t *pf_now;     /* [nodes * n]: node m reads shard k in the current epoch at m * n + k */
+    uint32_t *pf_hold;   /* [nodes]: the thread's list of one shard's holders */
     uint8_t *pf_first;   /* [n]: the next epoch's plan has this node fetch it from the origin */
     uint32_t pf_fetched; /* the thread's counts (read after the join) */
     uint32_t pf_failed;
@@ -72,6 +72,18 @@ static uint64_t node_want(struct trn_node_cache *nc)
     return bytes;
 }
 
+/* Shard k into the cache from its source (peers first when the cache has them), its cached
+ * path into path (NULL: not wanted). Returns what ffr_cache_shard returns. */
+static int fetch_shard(struct trn_node_cache *nc, uint32_t k, char *path, size_t cap, char *err,
+                       size_t err_cap)
+{
+    char *from = ffr_manifest_shard_source(nc->src, nc->shards[k].file);
+    const int rc = from ? ffr_cache_shard(nc->c, from, &nc->shards[k], path, cap, err, err_cap)
+                        : trn_fail(err, err_cap, -ENOMEM, "out of memory");
+    free(from);
+    return rc;
+}
+
 /* The prefetch thread: each shard of pf_list that fits under the limit without evicting a
  * pinned one (what the node reads now, what it prefetched) from the nodes that read it now, or
  * from the origin where the next epoch's fill would fetch it from there too; the rest is left
@@ -80,22 +92,19 @@ static uint64_t node_want(struct trn_node_cache *nc)
 static void *prefetch_run(void *arg)
 {
     struct trn_node_cache *nc = arg;
+    const uint32_t nodes = trn_sampler_node_count(&nc->s);
     char err[512];
     for (uint32_t i = 0; i < nc->pf_n && !__atomic_load_n(&nc->pf_stop, __ATOMIC_ACQUIRE); i++) {
         const uint32_t k = nc->pf_list[i];
-        const uint32_t nh = nc->pf_at[k + 1] - nc->pf_at[k];
+        uint32_t nh = 0;
+        for (uint32_t m = 0; m < nodes; m++)
+            if (nc->pf_now[(size_t)m * nc->n + k]) nc->pf_hold[nh++] = m;
         const struct ffr_cache_shard *w = &nc->shards[k];
         if ((nc->o.peers && !nh && !nc->pf_first[k]) || ffr_cache_fits(nc->c, w->bytes) != 1)
             continue;
-        int rc;
-        if (nc->o.peers) {
-            rc = trn_peers_fetch_from(nc->o.peers, nc->c, nc->src, w, nc->pf_hold + nc->pf_at[k],
-                                      nh, err, sizeof err);
-        } else {
-            char *from = ffr_manifest_shard_source(nc->src, w->file);
-            rc = from ? ffr_cache_shard(nc->c, from, w, NULL, 0, err, sizeof err) : -ENOMEM;
-            free(from);
-        }
+        int rc = nc->o.peers ? trn_peers_fetch_from(nc->o.peers, nc->c, nc->src, w, nc->pf_hold, nh,
+                                                    err, sizeof err)
+                             : fetch_shard(nc, k, NULL, 0, err, sizeof err);
         if (rc >= 0) rc = ffr_cache_pin(nc->c, w);
         if (rc < 0)
             nc->pf_failed++;
@@ -122,56 +131,34 @@ static int prefetch_start(struct trn_node_cache *nc, uint32_t epoch)
     const uint32_t self = trn_sampler_node(&nc->s), nodes = trn_sampler_node_count(&nc->s);
     if (!nc->pf_list) {
         nc->pf_list = calloc(nc->n, sizeof *nc->pf_list);
-        nc->pf_at = calloc(nc->n + 1, sizeof *nc->pf_at);
+        nc->pf_now = calloc((size_t)nodes * nc->n, 1);
+        nc->pf_hold = calloc(nodes, sizeof *nc->pf_hold);
         nc->pf_first = calloc(nc->n, 1);
-        if (!nc->pf_list || !nc->pf_at || !nc->pf_first) return -ENOMEM;
+        if (!nc->pf_list || !nc->pf_now || !nc->pf_hold || !nc->pf_first) return -ENOMEM;
     }
-    /* the holders now: the other nodes' shards of epoch e, as a count then a fill (CSR) */
-    free(nc->pf_hold);
-    nc->pf_hold = NULL;
-    memset(nc->pf_at, 0, (nc->n + 1) * sizeof *nc->pf_at);
-    for (int pass = 0; pass < 2; pass++) {
-        uint32_t *next = pass ? nc->pf_list : NULL; /* pf_list as scratch: each shard's next slot */
-        if (pass) {
-            for (uint32_t k = 0; k < nc->n; k++)
-                nc->pf_at[k + 1] += nc->pf_at[k];
-            if (!(nc->pf_hold =
-                      malloc((nc->pf_at[nc->n] ? nc->pf_at[nc->n] : 1) * sizeof *nc->pf_hold)))
-                return -ENOMEM;
-            memcpy(next, nc->pf_at, nc->n * sizeof *next);
-        }
-        for (uint32_t m = 0; m < nodes; m++) {
-            if (m == self) continue;
-            const uint32_t c = node_list(nc, m);
-            memset(nc->want, 0, nc->n * sizeof *nc->want);
-            for (uint32_t i = 0; i < c; i++) {
-                const uint32_t k = nc->list[i];
-                if (nc->want[k]) continue; /* a node reads a shard once or twice (padding) */
-                nc->want[k] = true;
-                if (pass)
-                    nc->pf_hold[next[k]++] = m;
-                else
-                    nc->pf_at[k + 1]++;
-            }
-        }
+    /* the holders now: the other nodes' shards of epoch e */
+    memset(nc->pf_now, 0, (size_t)nodes * nc->n);
+    for (uint32_t m = 0; m < nodes; m++) {
+        const uint32_t c = m == self ? 0 : node_list(nc, m);
+        for (uint32_t i = 0; i < c; i++)
+            nc->pf_now[(size_t)m * nc->n + nc->list[i]] = 1;
     }
-    /* the next epoch's shards not held here now, in the order the node will read them, and
-     * which of them its fill would take from the origin */
+    /* the next epoch's shards, which of them its fill would take from the origin, and those
+     * not held here now in the order the node will read them */
     trn_sampler_set_epoch(&nc->s, epoch + 1);
     (void)node_want(nc);
     const uint32_t c = node_list(nc, self);
-    nc->pf_n = 0;
-    for (uint32_t i = 0; i < c; i++) {
-        const uint32_t k = nc->list[i];
-        if (!nc->want[k] || nc->full[k]) continue;
-        nc->want[k] = false; /* listed once */
-        nc->pf_list[nc->pf_n++] = k;
-    }
-    (void)node_want(nc);
     memset(nc->pf_first, 0, nc->n);
     if (nc->o.peers) {
         const int rc = trn_sampler_peer_plan(&nc->s, self, 0, nc->want, nc->pf_first, NULL, NULL);
         if (rc < 0) return rc;
+    }
+    nc->pf_n = 0;
+    for (uint32_t i = 0; i < c; i++) {
+        const uint32_t k = nc->list[i];
+        if (!nc->want[k] || nc->full[k]) continue;
+        nc->want[k] = false; /* listed once (want is this function's from here) */
+        nc->pf_list[nc->pf_n++] = k;
     }
     /* what the node reads now stays: a prefetch may evict only older entries */
     for (uint32_t k = 0; k < nc->n; k++)
@@ -192,7 +179,7 @@ void trn_node_cache_close(struct trn_node_cache *nc)
     if (!nc) return;
     prefetch_stop(nc);
     free(nc->pf_list);
-    free(nc->pf_at);
+    free(nc->pf_now);
     free(nc->pf_hold);
     free(nc->pf_first);
     ffr_cache_close(nc->c);
@@ -396,11 +383,8 @@ int trn_node_cache_epoch(struct trn_node_cache *nc, struct ffr_reader *r, uint32
     for (uint32_t k = 0; rc == 0 && k < nc->n; k++) {
         if (!nc->want[k]) continue;
         st->shards++;
-        char *from = ffr_manifest_shard_source(nc->src, nc->shards[k].file);
         char path[PATH_MAX];
-        rc = from ? ffr_cache_shard(nc->c, from, &nc->shards[k], path, sizeof path, err, err_cap)
-                  : trn_fail(err, err_cap, -ENOMEM, "out of memory");
-        free(from);
+        rc = fetch_shard(nc, k, path, sizeof path, err, err_cap);
         if (rc >= 0) rc = ffr_reader_swap_shard(r, k, path, err, err_cap);
         if (rc == 0) nc->full[k] = true;
     }
@@ -423,8 +407,7 @@ int trn_node_cache_prefetch(struct trn_node_cache *nc)
     if (nc->pf_on || !nc->o.prefetch || nc->o.rank % L != 0 || nc->filled < 0 ||
         (uint64_t)nc->filled + 1 >= nc->o.epochs)
         return 0;
-    trn_sampler_set_epoch(&nc->s, (uint32_t)nc->filled);
-    (void)node_want(nc);
+    trn_sampler_set_epoch(&nc->s, (uint32_t)nc->filled); /* where the fill left it */
     const int rc = prefetch_start(nc, (uint32_t)nc->filled);
     if (rc < 0) ffr_cache_unpin_all(nc->c); /* the next fill fetches it all, as without */
     return rc < 0 ? rc : 1;

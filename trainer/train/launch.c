@@ -961,10 +961,10 @@ static int do_train(const struct trn_launch_opts *A, const struct trn_hyp *hyp,
     }
     if (A->cache_dir && (A->records || A->val_records) && trn_dist_world(dist) > 1) {
         /* every node's caches ready before the job's first collective of --dist-timeout */
-        const struct fill_wait w = fill_wait(
+        struct fill_wait w = fill_wait(
             A, dist, dataset_bytes(A->records ? o.records : NULL) + dataset_bytes(o.val_records));
         const double t0 = trn_now_s();
-        if (barrier_cb((void *)&w) < 0) {
+        if (barrier_cb(&w) < 0) {
             say(A, TRN_LAUNCH_ERR, "rank %d: waiting for the other nodes' caches: %s", rank,
                 trn_dist_error(dist));
             return 1;
