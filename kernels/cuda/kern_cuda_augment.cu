@@ -3,7 +3,9 @@
  * kernels/ref/kern_augment.c that must give the same bytes.
  *
  * Shapes: images are uint8 RGB HWC (h rows of w * 3 bytes, device memory); the batch tensor is
- * (n, 3, s, s) NCHW, uint8 or float / 255. Everything is overwritten (=); no gradients.
+ * (n, 3, s, s) NCHW, uint8 or float / 255, or its bf16 space-to-depth (kern_augment.h; the
+ * element maps and the rounding are the reference's own lines, kern_s2d_common.h and
+ * kern_lowp_common.h). Everything is overwritten (=); no gradients.
  *
  * Exactness: the reference's arithmetic is OpenCV's integer fixed point plus a few float and
  * double operations. Here every one of those is an explicit correctly rounded intrinsic
@@ -22,6 +24,8 @@
 #include <string.h>
 
 #include "kern_cuda_internal.h"
+#include "kern_lowp_common.h"
+#include "kern_s2d_common.h"
 
 #define INTER_BITS     5
 #define INTER_TAB_SIZE (1 << INTER_BITS)
@@ -436,6 +440,21 @@ __global__ void aug_batch_kernel(void *__restrict__ dst, int dtype, int s,
         }
         if (smp.hsv) d_hsv_px(px, smp.lut, x < simd_end, sdiv, hdiv, px);
         const int ox = smp.flip_lr ? s - 1 - x : x, oy = smp.flip_ud ? s - 1 - y : y;
+        if (dtype == KERN_AUG_BF16_S2D_NHWC || dtype == KERN_AUG_BF16_S2D_NCHW) {
+            const int layout =
+                dtype == KERN_AUG_BF16_S2D_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
+            const size_t ss = (size_t)s;
+            uint16_t *const d16 = (uint16_t *)dst + img * (plane / 4) * KERN_AUG_S2D_C;
+            for (int k = 0; k < 3; k++)
+                d16[kern_s2d_px(layout, ss, ss, 3, KERN_AUG_S2D_C, (size_t)oy, (size_t)ox,
+                                (size_t)k)] = kern_bf16_from_f32(__fdiv_rn((float)px[k], 255.0f));
+            /* a 2x2 block's pad channels: by the thread of its even pixel */
+            if (oy % 2 == 0 && ox % 2 == 0)
+                for (int k = 12; k < KERN_AUG_S2D_C; k++)
+                    d16[kern_s2d_px(layout, ss, ss, 3, KERN_AUG_S2D_C, (size_t)oy, (size_t)ox, 0) +
+                        (layout == KERN_LAYOUT_NHWC ? (size_t)k : (size_t)k * (plane / 4))] = 0;
+            continue;
+        }
         const size_t o = img * 3 * plane + (size_t)oy * (size_t)s + (size_t)ox;
         for (int k = 0; k < 3; k++) {
             if (dtype == KERN_AUG_F32)
@@ -450,9 +469,7 @@ int kern_cuda_aug_batch(struct kern_ctx *ctx, void *__restrict__ dst, int dtype,
                         const struct kern_aug_sample *samples, int n)
 {
     KERN_CHECK_CUDA_CTX(ctx);
-    if (!dst || !samples || n < 1 || bad_size(s, s) ||
-        (dtype != KERN_AUG_U8 && dtype != KERN_AUG_F32))
-        return -EINVAL;
+    if (!dst || !samples || n < 1 || !kern_aug_image_bytes(dtype, s, s)) return -EINVAL;
     for (int i = 0; i < n; i++)
         if (kern_aug_sample_check(&samples[i], s) < 0 ||
             (samples[i].hsv && !lut_ok(&samples[i].lut)))

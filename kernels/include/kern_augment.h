@@ -36,8 +36,27 @@
 #define KERN_AUG_FILL      114 /* grey of the mosaic canvas and of the warp border (ultralytics) */
 #define KERN_AUG_MAX_PASTE 4   /* regions of one canvas: the 4 tiles of a mosaic */
 
-/* Element type of the batch tensor (the trainer's TRN_PIXELS_*). */
-enum { KERN_AUG_U8 = 0, KERN_AUG_F32 = 1 };
+/*
+ * Element type and layout of the batch tensor (the trainer's TRN_PIXELS_*):
+ *   - KERN_AUG_U8, KERN_AUG_F32: (n, 3, h, w) NCHW, uint8 or float32 value / 255;
+ *   - KERN_AUG_BF16_S2D_NHWC, _NCHW (aug_batch only): the stem's 2x2 space-to-depth of the
+ *     float32 tensor (kern_tensor.h "The stem as space-to-depth", KERN_AUG_S2D_C channels, the
+ *     last 4 zero) in bf16 rounded to nearest even, (n, h/2, w/2, 16) or (n, 16, h/2, w/2):
+ *     the bits of cast_f32_lowp_s2d over the float32 tensor, which a bf16 executor's stem reads
+ *     as it is, so that a step has no input cast. h and w even.
+ */
+enum { KERN_AUG_U8 = 0, KERN_AUG_F32 = 1, KERN_AUG_BF16_S2D_NHWC = 2, KERN_AUG_BF16_S2D_NCHW = 3 };
+#define KERN_AUG_S2D_C 16 /* channels of the space-to-depth tensor: 12 of RGB, 4 of padding */
+
+/* Bytes of one h x w image of the batch tensor in dtype; 0 for an unknown dtype, a size out of
+ * 1..32767, or an odd side in a space-to-depth dtype. Host only, any thread. */
+KERN_API size_t kern_aug_image_bytes(int dtype, int h, int w);
+
+/* Channel ch (0..2) of pixel (y, x) of the h x w image at img (host memory) in dtype, as the
+ * uint8 the augmentation made: the byte itself, or round(v 255) clamped to 0..255 of the float32
+ * or bf16 element (exact: a bf16 keeps value / 255 to 8 bits). Arguments unchecked. Host only,
+ * any thread. */
+KERN_API uint8_t kern_aug_pixel(const void *img, int dtype, int h, int w, int ch, int y, int x);
 
 /* One rectangle copied from a tile onto a canvas. */
 struct kern_aug_paste {
@@ -167,11 +186,14 @@ KERN_OP(aug_to_nchw, (struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype,
  * The fused batch write: for each of the n samples, every output pixel is computed in one pass
  * (warp taps read straight from the pasted regions, KERN_AUG_FILL elsewhere, which equals
  * pasting onto a canvas and warping it with border KERN_AUG_FILL; then mixup, HSV, flips) and
- * written to image i of dst, (n, 3, s, s) NCHW, uint8 or float / 255 (dtype). Bytes equal to
- * kern_ref_aug_paste + _warp (+ the same for canvas[1] and _mixup) + _hsv + _flip + _to_nchw.
- * samples: n host descriptors; their tile pointers are the backend's memory. s: 1..32767;
- * n >= 1. Images are split over the context's threads (one thread at a time per context for
- * this op, as the other ops); the split never changes a byte.
+ * written to image i of dst in dtype (any of the four; every element written, padding
+ * included). Bytes equal to kern_ref_aug_paste + _warp (+ the same for canvas[1] and _mixup) +
+ * _hsv + _flip + _to_nchw, then for the space-to-depth dtypes kern_ref_cast_f32_lowp_s2d of
+ * the float32 tensor. samples: n host descriptors; their tile pointers are the backend's
+ * memory. s: 1..32767 (even for space-to-depth); n >= 1. Images are split over the context's
+ * threads (one thread at a time per context for this op, as the other ops); the split never
+ * changes a byte. The CPU reference holds a uint8 image per thread for the space-to-depth
+ * dtypes (-ENOMEM).
  */
 KERN_OP(aug_batch, (struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype, int s,
                     const struct kern_aug_sample *samples, int n))

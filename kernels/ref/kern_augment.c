@@ -3,7 +3,8 @@
  * in kernels/cuda/kern_cuda_augment.cu and must give the same bytes.
  *
  * Shapes: images are uint8 RGB HWC (h rows of w * 3 bytes); the batch tensor is (n, 3, s, s)
- * NCHW, uint8 or float / 255. Everything is overwritten (=), nothing accumulates; no gradients.
+ * NCHW, uint8 or float / 255, or its bf16 space-to-depth (kern_augment.h). Everything is
+ * overwritten (=), nothing accumulates; no gradients.
  *
  * The arithmetic reproduces OpenCV 4.x's uint8 code paths (modules/imgproc imgwarp.cpp,
  * color_hsv.simd.hpp), as trainer/data/augment.h documents and tests/trainer/test_augment.c checks
@@ -30,9 +31,12 @@
 #endif
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kern_augment_px.h"
+#include "kern_lowp_common.h"
+#include "kern_s2d_common.h"
 
 /* ---- argument checks shared with the CUDA twins ----------------------------------------- */
 
@@ -441,18 +445,75 @@ int kern_ref_aug_to_nchw(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtyp
 
 /* ---- fused batch ------------------------------------------------------------------------- */
 
+size_t kern_aug_image_bytes(int dtype, int h, int w)
+{
+    if (bad_size(w, h)) return 0;
+    const size_t px = (size_t)h * (size_t)w;
+    switch (dtype) {
+    case KERN_AUG_U8:
+        return 3 * px;
+    case KERN_AUG_F32:
+        return 3 * px * sizeof(float);
+    case KERN_AUG_BF16_S2D_NHWC:
+    case KERN_AUG_BF16_S2D_NCHW:
+        return h % 2 || w % 2 ? 0 : px / 4 * KERN_AUG_S2D_C * sizeof(uint16_t);
+    default:
+        return 0;
+    }
+}
+
+static bool is_s2d(int dtype)
+{
+    return dtype == KERN_AUG_BF16_S2D_NHWC || dtype == KERN_AUG_BF16_S2D_NCHW;
+}
+
+uint8_t kern_aug_pixel(const void *img, int dtype, int h, int w, int ch, int y, int x)
+{
+    const size_t plane = (size_t)h * (size_t)w, at = (size_t)ch * plane + (size_t)y * w + x;
+    float v;
+    if (dtype == KERN_AUG_U8) return ((const uint8_t *)img)[at];
+    if (dtype == KERN_AUG_F32) {
+        v = ((const float *)img)[at];
+    } else {
+        const int layout = dtype == KERN_AUG_BF16_S2D_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
+        v = kern_bf16_to_f32(((const uint16_t *)img)[kern_s2d_px(
+            layout, (size_t)h, (size_t)w, 3, KERN_AUG_S2D_C, (size_t)y, (size_t)x, (size_t)ch)]);
+    }
+    v *= 255.0f;
+    return (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : lrintf(v));
+}
+
 struct batch_job {
     void *dst;
     int dtype, s;
     const struct kern_aug_sample *samples;
     int n;
+    uint8_t *scratch; /* space-to-depth: a uint8 image per thread */
 };
 
-static void batch_one(const struct batch_job *j, int i)
+/* A (3, s, s) uint8 image into its bf16 space-to-depth, every element written: the bits of
+ * kern_ref_cast_f32_lowp_s2d over the float32 image. */
+static void store_s2d(uint16_t *dst, int dtype, int s, const uint8_t *planes)
 {
-    const size_t bytes = (size_t)3 * j->s * j->s * (j->dtype == KERN_AUG_F32 ? sizeof(float) : 1);
-    kern_aug_sample_run((uint8_t *)j->dst + (size_t)i * bytes, j->dtype, j->s, j->s,
-                        &j->samples[i]);
+    const int layout = dtype == KERN_AUG_BF16_S2D_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
+    const size_t n = (size_t)s * (size_t)s, ss = (size_t)s;
+    memset(dst, 0, n / 4 * KERN_AUG_S2D_C * sizeof *dst); /* the pad channels */
+    for (size_t k = 0; k < 3; k++)
+        for (size_t y = 0; y < ss; y++)
+            for (size_t x = 0; x < ss; x++)
+                dst[kern_s2d_px(layout, ss, ss, 3, KERN_AUG_S2D_C, y, x, k)] =
+                    kern_bf16_from_f32(kern_aug_u8_f32[planes[(k * ss + y) * ss + x]]);
+}
+
+static void batch_one(const struct batch_job *j, int i, uint8_t *scratch)
+{
+    void *const dst = (uint8_t *)j->dst + (size_t)i * kern_aug_image_bytes(j->dtype, j->s, j->s);
+    if (!is_s2d(j->dtype)) {
+        kern_aug_sample_run(dst, j->dtype, j->s, j->s, &j->samples[i]);
+        return;
+    }
+    kern_aug_sample_run(scratch, KERN_AUG_U8, j->s, j->s, &j->samples[i]);
+    store_s2d(dst, j->dtype, j->s, scratch);
 }
 
 static void batch_task(void *arg, int w, int nw)
@@ -460,24 +521,29 @@ static void batch_task(void *arg, int w, int nw)
     const struct batch_job *j = arg;
     size_t lo, hi;
     kern_share((size_t)j->n, w, nw, &lo, &hi);
+    uint8_t *const scratch = j->scratch ? j->scratch + (size_t)w * 3 * j->s * j->s : NULL;
     for (size_t i = lo; i < hi; i++)
-        batch_one(j, (int)i);
+        batch_one(j, (int)i, scratch);
 }
 
 int kern_ref_aug_batch(struct kern_ctx *ctx, void *KERN_RESTRICT dst, int dtype, int s,
                        const struct kern_aug_sample *samples, int n)
 {
     KERN_CHECK_CPU_CTX(ctx);
-    KERN_RETURN_IF(!dst || !samples || n < 1 || bad_size(s, s) ||
-                       (dtype != KERN_AUG_U8 && dtype != KERN_AUG_F32),
-                   -EINVAL);
+    KERN_RETURN_IF(!dst || !samples || n < 1 || !kern_aug_image_bytes(dtype, s, s), -EINVAL);
     for (int i = 0; i < n; i++) {
         KERN_RETURN_IF(kern_aug_sample_check(&samples[i], s) < 0, -EINVAL);
         KERN_RETURN_IF(samples[i].hsv && !kern_aug_lut_ok(&samples[i].lut), -EINVAL);
     }
     kern_aug_tables_init();
-    struct batch_job j = { dst, dtype, s, samples, n };
+    const size_t work = (size_t)n * (size_t)s * (size_t)s;
+    struct batch_job j = { dst, dtype, s, samples, n, NULL };
+    if (is_s2d(dtype)) {
+        j.scratch = malloc((size_t)kern_parallel_width(ctx, work) * 3 * (size_t)s * (size_t)s);
+        KERN_RETURN_IF(!j.scratch, -ENOMEM);
+    }
     /* images are independent: the split never changes a byte */
-    kern_parallel(ctx, batch_task, &j, (size_t)n * (size_t)s * (size_t)s);
+    kern_parallel(ctx, batch_task, &j, work);
+    free(j.scratch);
     return 0;
 }

@@ -66,6 +66,17 @@ KERN_S2D_FN ptrdiff_t kern_s2d_src(const struct kern_s2d *d, size_t i)
     return kern_s2d_src_in(d, i, d->layout);
 }
 
+/* The element of one image's y (h/2 x w/2, c_out channels, in layout) that its pixel (xr, xs)'s
+ * channel xc (of c) goes to: also where the GPU augmentation writes a pixel of its
+ * space-to-depth batch (kern_augment.h KERN_AUG_BF16_S2D_*). */
+KERN_S2D_FN size_t kern_s2d_px(int layout, size_t h, size_t w, size_t c, size_t c_out, size_t xr,
+                               size_t xs, size_t xc)
+{
+    const size_t ch = (2 * (xr % 2) + xs % 2) * c + xc, r = xr / 2, s = xs / 2;
+    const size_t ho = h / 2, wo = w / 2;
+    return layout == KERN_LAYOUT_NHWC ? (r * wo + s) * c_out + ch : (ch * ho + r) * wo + s;
+}
+
 /* The element of y that x's element i (linear, in d->layout) went to. */
 KERN_S2D_FN size_t kern_s2d_dst(const struct kern_s2d *d, size_t i)
 {
@@ -76,10 +87,8 @@ KERN_S2D_FN size_t kern_s2d_dst(const struct kern_s2d *d, size_t i)
     } else {
         xs = i % w, xr = i / w % h, xc = i / w / h % c, b = i / w / h / c;
     }
-    const size_t ch = (2 * (xr % 2) + xs % 2) * c + xc, r = xr / 2, s = xs / 2;
-    const size_t ho = h / 2, wo = w / 2, co = (size_t)d->c_out;
-    return d->layout == KERN_LAYOUT_NHWC ? ((b * ho + r) * wo + s) * co + ch
-                                         : ((b * co + ch) * ho + r) * wo + s;
+    const size_t co = (size_t)d->c_out;
+    return b * co * (h / 2) * (w / 2) + kern_s2d_px(d->layout, h, w, c, co, xr, xs, xc);
 }
 
 /* The element of w6 (k_out, c, 6, 6) that w3's element i ((k_out, c_out, 3, 3)) copies, or -1

@@ -660,6 +660,37 @@ static void test_batch(struct kern_ctx *ctx, int s, int n, int dtype, const char
     free(want);
 }
 
+/* The space-to-depth dtypes: the bits of the float32 batch then kern_ref_cast_f32_lowp_s2d, every
+ * element written (the output starts poisoned), on ctx's threads. */
+static void test_batch_s2d(struct kern_ctx *ctx, int s, int n, int layout, const char *what)
+{
+    const int dtype = layout == KERN_LAYOUT_NHWC ? KERN_AUG_BF16_S2D_NHWC : KERN_AUG_BF16_S2D_NCHW;
+    struct kern_aug_sample *p = calloc((size_t)n, sizeof *p);
+    uint8_t **tiles = calloc((size_t)n * 8, sizeof *tiles);
+    const size_t img = kern_aug_image_bytes(dtype, s, s), ny = img / 2 * (size_t)n;
+    float *f = malloc((size_t)n * kern_aug_image_bytes(KERN_AUG_F32, s, s));
+    uint16_t *got = malloc(img * n), *want = malloc(img * n);
+    for (int i = 0; i < n; i++)
+        rand_sample(&p[i], s, tiles + 8 * i);
+    const struct kern_s2d d = { n, 3, s, s, KERN_AUG_S2D_C, layout };
+    int rc = kern_ref_aug_batch(ctx, f, KERN_AUG_F32, s, p, n);
+    if (!rc) rc = kern_ref_cast_f32_lowp_s2d(ctx, &d, KERN_DT_BF16, want, f);
+    memset(got, 0xA5, img * n);
+    if (!rc) rc = kern_ref_aug_batch(ctx, got, dtype, s, p, n);
+    size_t bad = 0, pad = 0;
+    for (size_t i = 0; i < ny; i++) {
+        bad += got[i] != want[i];
+        pad += want[i] == 0;
+    }
+    ok(rc == 0 && bad == 0 && pad >= ny / 4,
+       "batch bf16 space-to-depth %s, %s: s %d, %d samples equal the float32 batch's "
+       "cast_f32_lowp_s2d bit for bit (%zu of %zu differ; %zu zeros)",
+       layout == KERN_LAYOUT_NHWC ? "NHWC" : "NCHW", what, s, n, bad, ny, pad);
+    for (int i = 0; i < n * 8; i++)
+        free(tiles[i]);
+    free(tiles), free(p), free(f), free(got), free(want);
+}
+
 int main(int argc, char **argv)
 {
     kt_seed_from_args(argc, argv, 1);
@@ -686,6 +717,11 @@ int main(int argc, char **argv)
         test_batch(g_ctx, 64, 4, KERN_AUG_F32, what);
         snprintf(what, sizeof what, "3 threads, level %d", level);
         test_batch(threads, 96, 5, KERN_AUG_U8, what);
+        snprintf(what, sizeof what, "level %d", level);
+        test_batch_s2d(g_ctx, 64, 3, KERN_LAYOUT_NHWC, what);
+        test_batch_s2d(g_ctx, 70, 2, KERN_LAYOUT_NCHW, what);
+        snprintf(what, sizeof what, "3 threads, level %d", level);
+        test_batch_s2d(threads, 96, 5, KERN_LAYOUT_NHWC, what);
         test_sample_cpu(640, 640, 2, KERN_AUG_U8, level);
         test_sample_cpu(203, 203, 6, KERN_AUG_U8, level);
         test_sample_cpu(128, 128, 8, KERN_AUG_F32, level);
@@ -705,6 +741,27 @@ int main(int argc, char **argv)
         p.hsv = 1, p.lut.h[5] = 200;
         is_int(kern_ops_cpu()->aug_sample(out, KERN_AUG_U8, 16, 16, &p), -EINVAL,
                "sample_cpu: a LUT mapping H past 179: -EINVAL");
+        for (int k = 0; k < 8; k++)
+            free(tiles[k]);
+    }
+    ok(kern_aug_image_bytes(KERN_AUG_U8, 5, 7) == 105 &&
+           kern_aug_image_bytes(KERN_AUG_F32, 5, 7) == 420 &&
+           kern_aug_image_bytes(KERN_AUG_BF16_S2D_NHWC, 640, 640) == 320 * 320 * 16 * 2 &&
+           kern_aug_image_bytes(KERN_AUG_BF16_S2D_NCHW, 4, 6) == 2 * 3 * 16 * 2 &&
+           !kern_aug_image_bytes(KERN_AUG_BF16_S2D_NHWC, 5, 6) &&
+           !kern_aug_image_bytes(KERN_AUG_BF16_S2D_NCHW, 6, 5) && !kern_aug_image_bytes(4, 8, 8) &&
+           !kern_aug_image_bytes(KERN_AUG_U8, 0, 8) && !kern_aug_image_bytes(KERN_AUG_U8, 8, 32768),
+       "kern_aug_image_bytes: 3 hw, 12 hw, 8 hw bytes; odd sides in space-to-depth, unknown "
+       "dtypes and bad sizes give 0");
+    {
+        struct kern_aug_sample p;
+        uint8_t *tiles[8];
+        uint16_t out16[16 * 8 * 8];
+        rand_sample(&p, 15, tiles);
+        is_int(kern_ref_aug_batch(g_ctx, out16, KERN_AUG_BF16_S2D_NHWC, 15, &p, 1), -EINVAL,
+               "batch: space-to-depth of an odd side: -EINVAL");
+        is_int(kern_ref_aug_batch(g_ctx, out16, 4, 15, &p, 1), -EINVAL,
+               "batch: an unknown dtype: -EINVAL");
         for (int k = 0; k < 8; k++)
             free(tiles[k]);
     }

@@ -5,7 +5,8 @@
  * written shows up as a difference). Photo-like tiles, random canvases (regions at the edges,
  * empty, overlapping), random affine and perspective warps, HSV gains, widths that are not
  * multiples of 32 (the HSV row tail that rounds), odd sizes for the flips, and the fused batch
- * over more samples than one launch takes (16).
+ * over more samples than one launch takes (16), in each dtype (the bf16 space-to-depth ones
+ * also bit for bit against the GPU's float32 batch and its cast).
  *
  * Tolerance: |gpu - cpu| <= 1 per uint8 value (the issue's contract), <= 1/255 + 1e-7 per float
  * value; the kernels use the reference's exact integer and IEEE arithmetic, so the maximum
@@ -25,6 +26,7 @@
 
 #include "kern.h"
 #include "kern_cuda.h"
+#include "kern_lowp_common.h"
 #include "kern_testutil.h"
 #include "tap.h"
 #include "cuda_testutil.h"
@@ -217,9 +219,47 @@ static void test_pixels(void)
     free(a), free(b), free(ref), cudaFree(da), cudaFree(db);
 }
 
+static bool is_s2d(int dtype)
+{
+    return dtype == KERN_AUG_BF16_S2D_NHWC || dtype == KERN_AUG_BF16_S2D_NCHW;
+}
+
+/*
+ * The space-to-depth batch d (device) of n samples dp: bit for bit the GPU's own float32 batch
+ * then kern_cuda_cast_f32_lowp_s2d; and within the uint8 tolerance of the CPU's ref (decoded:
+ * each bf16 is value / 255 to 8 bits, so round(v 255) gives the value back).
+ */
+static void cmp_s2d(const char *what, int dtype, int s, int n, const void *d, const uint16_t *ref,
+                    const struct kern_aug_sample *dp)
+{
+    const int layout = dtype == KERN_AUG_BF16_S2D_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
+    const size_t ny = (size_t)n * kern_aug_image_bytes(dtype, s, s) / 2;
+    const struct kern_s2d sd = { n, 3, s, s, KERN_AUG_S2D_C, layout };
+    void *f = kct_poison((size_t)n * kern_aug_image_bytes(KERN_AUG_F32, s, s));
+    void *c = kct_poison(ny * 2);
+    CK(kern_cuda_aug_batch(g_gpu, f, KERN_AUG_F32, s, dp, n));
+    CK(kern_cuda_cast_f32_lowp_s2d(g_gpu, &sd, KERN_DT_BF16, c, f));
+    uint16_t *got = malloc(ny * 2), *cast = malloc(ny * 2);
+    kct_down(got, d, ny * 2);
+    kct_down(cast, c, ny * 2);
+    size_t bits = 0, far = 0;
+    for (size_t i = 0; i < ny; i++) {
+        bits += got[i] != cast[i];
+        const float g = kern_bf16_to_f32(got[i]) * 255.0f, r = kern_bf16_to_f32(ref[i]) * 255.0f;
+        far += labs(lrintf(g) - lrintf(r)) > 1;
+    }
+    ok(bits == 0 && far == 0,
+       "%s: the GPU's float32 batch + cast_f32_lowp_s2d bit for bit (%zu of %zu differ), the "
+       "CPU's within 1 (%zu over)",
+       what, bits, ny, far);
+    free(got), free(cast), cudaFree(f), cudaFree(c);
+}
+
 static void test_batch(int dtype)
 {
-    const int s = kt_randint(16, 320), n = kt_randint(17, 24); /* two launches */
+    /* two launches; space-to-depth needs an even side */
+    const int s = is_s2d(dtype) ? 2 * kt_randint(8, 160) : kt_randint(16, 320),
+              n = kt_randint(17, 24);
     struct kern_aug_sample *p = calloc((size_t)n, sizeof *p), *dp = calloc((size_t)n, sizeof *dp);
     uint8_t **tiles = calloc((size_t)n * 8, sizeof *tiles),
             **dtiles = calloc((size_t)n * 8, sizeof *dtiles);
@@ -245,14 +285,18 @@ static void test_batch(int dtype)
         dp[i].canvas[0] = c0, dp[i].canvas[1] = c1;
         mix += p[i].mixup, persp += p[i].perspective[0];
     }
-    const size_t bytes = (size_t)n * 3 * s * s * (dtype ? 4 : 1);
+    const size_t bytes = (size_t)n * kern_aug_image_bytes(dtype, s, s);
     uint8_t *ref = malloc(bytes), *d = kct_poison(bytes);
     CK(kern_ref_aug_batch(g_cpu, ref, dtype, s, p, n));
     CK(kern_cuda_aug_batch(g_gpu, d, dtype, s, dp, n));
+    static const char *const name[] = { "u8", "f32", "bf16 s2d NHWC", "bf16 s2d NCHW" };
     char what[96];
-    snprintf(what, sizeof what, "batch %s s %d, %d samples (%d mixup, %d perspective)",
-             dtype ? "f32" : "u8", s, n, mix, persp);
-    cmp(what, d, ref, bytes, dtype != 0);
+    snprintf(what, sizeof what, "batch %s s %d, %d samples (%d mixup, %d perspective)", name[dtype],
+             s, n, mix, persp);
+    if (is_s2d(dtype))
+        cmp_s2d(what, dtype, s, n, d, (const uint16_t *)(const void *)ref, dp);
+    else
+        cmp(what, d, ref, bytes, dtype != 0);
     for (int i = 0; i < n * 8; i++)
         if (tiles[i]) free(tiles[i]), cudaFree(dtiles[i]);
     free(tiles), free(dtiles), free(p), free(dp), free(ref), cudaFree(d);
@@ -338,6 +382,8 @@ void parity_augment(int bench)
         test_pixels();
     test_batch(KERN_AUG_U8);
     test_batch(KERN_AUG_F32);
+    test_batch(KERN_AUG_BF16_S2D_NHWC);
+    test_batch(KERN_AUG_BF16_S2D_NCHW);
     /* the table holds the twins under their names */
     const struct kern_ops *K = kern_ops_cuda();
     ok(K && K->aug_batch == kern_cuda_aug_batch && K->aug_paste == kern_cuda_aug_paste &&

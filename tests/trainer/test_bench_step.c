@@ -1,7 +1,9 @@
 /*
  * trn_bench_step_run (`yolo-train --bench`) on the CPU reference with yolov5n at 64x64: the step
  * runs, the loss is finite, the phase times add up to the step, the rates follow from them, the
- * model facts are the model's; asking for a CUDA device where there is none is a clean error.
+ * model facts are the model's; the resident step reads a bf16 net's batch as the stem's
+ * space-to-depth tensor, to the host step's loss; asking for a CUDA device where there is none is
+ * a clean error.
  */
 #include <errno.h>
 #include <math.h>
@@ -67,6 +69,31 @@ int main(void)
        "... peak memory counts the net, momentum and EMA (%zu > %zu + 2 x params x 4)",
        rd.peak_bytes, rd.net_bytes);
     ok(r.peak_bytes == r.net_bytes, "the host step's peak is the net's memory");
+    ok(!strcmp(r.input, "float32") && !strcmp(rd.input, "float32"),
+       "float32 activations: float32 batches ('%s', '%s')", r.input, rd.input);
+
+    /* bf16 activations: the resident step reads the batch as the stem's space-to-depth tensor
+       (net.h THE STEM'S INPUT), the host step casts float32 images; the same loss bits, graph
+       replays too */
+    for (int lay = 0; lay < 2; lay++) {
+        struct trn_bench_step_opts xo = o;
+        xo.amp = KERN_DT_BF16;
+        xo.warmup = 2; /* what the graph step needs: the same number of steps in all three */
+        xo.act_store = lay ? TRN_ACT_BF16_NCHW : TRN_ACT_BF16_NHWC;
+        struct trn_bench_step_result rh, rr, rg;
+        int rcs[3] = { trn_bench_step_run(&xo, &rh, err, sizeof err) };
+        xo.device_path = 1;
+        rcs[1] = trn_bench_step_run(&xo, &rr, err, sizeof err);
+        xo.cuda_graph = 1;
+        rcs[2] = trn_bench_step_run(&xo, &rg, err, sizeof err);
+        const char *want = lay ? "bf16 s2d NCHW" : "bf16 s2d NHWC";
+        ok(!rcs[0] && !rcs[1] && !rcs[2] && !strcmp(rh.input, "float32") &&
+               !strcmp(rr.input, want) && !strcmp(rg.input, want) && rg.graph &&
+               isfinite(rh.loss) && rr.loss == rh.loss && rg.loss == rh.loss,
+           "bf16 %s: the resident step reads '%s', the host step '%s'; the same last loss "
+           "(%.9g, %.9g, graph %.9g) (%s)",
+           lay ? "NCHW" : "NHWC", rr.input, rh.input, rh.loss, rr.loss, rg.loss, err);
+    }
 
     struct trn_bench_step_opts bad = o;
     bad.batch = 0;

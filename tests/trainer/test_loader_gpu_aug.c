@@ -6,7 +6,8 @@
  * Sub-filtered records; resume at a position and set_position; records whose letterbox must
  * resize (packed one pixel larger) built on the host and still identical; validation (plain and
  * rect) untouched by pix_ctx; copy_paste's pasting samples built on the host, same bytes; bad
- * records reported and skipped or failing as on the host path; option errors. The CUDA ops equal
+ * records reported and skipped or failing as on the host path; the bf16 space-to-depth batches
+ * (the float32 batches cast, bit for bit; trn_batch_pixel); option errors. The CUDA ops equal
  * the same reference (tests/kernels/test_cuda_parity_augment.c), so this is the whole of the
  * loader's side. Usage: test_loader_gpu_aug YOLO_SYNTH YOLO_PACK
  */
@@ -234,6 +235,88 @@ static void test_train(struct kern_ctx *k, struct kern_ctx *k3)
 }
 
 /*
+ * The bf16 space-to-depth batches (TRN_PIXELS_BF16_S2D_*): each batch's device_images is the
+ * float32 run's batch through kern_ref_cast_f32_lowp_s2d bit for bit, with the same targets and
+ * info; trn_batch_pixel reads the uint8 run's values back from it, every one; 3 workers and a
+ * threaded context give the same bits. Also the U8 and F32 batches through trn_batch_pixel.
+ */
+static void test_s2d(struct kern_ctx *k, struct kern_ctx *k3)
+{
+    struct saved f[RUN], u[RUN], b[RUN];
+    struct trn_loader_opts o;
+    char err[512] = "";
+    memset(f, 0, sizeof f), memset(u, 0, sizeof u), memset(b, 0, sizeof b);
+    train_opts(&o, 2);
+    o.pix_ctx = k;
+    o.pix_ops = kern_ops_ref();
+    o.pixels = TRN_PIXELS_F32;
+    int rc = collect("train.ffr", &o, f, RUN, NULL, NULL, err, sizeof err);
+    o.pixels = TRN_PIXELS_U8;
+    if (rc == 0) rc = collect("train.ffr", &o, u, RUN, NULL, NULL, err, sizeof err);
+    ok(rc == 0, "float32 and uint8 runs on the CPU context (%s)", err);
+    if (rc) return;
+    for (int lay = 0; lay < 2; lay++) {
+        const char *name = lay ? "NCHW" : "NHWC";
+        const int layout = lay ? KERN_LAYOUT_NCHW : KERN_LAYOUT_NHWC;
+        train_opts(&o, lay ? 3 : 2);
+        o.pix_ctx = lay ? k3 : k;
+        o.pix_ops = kern_ops_ref();
+        o.pixels = lay ? TRN_PIXELS_BF16_S2D_NCHW : TRN_PIXELS_BF16_S2D_NHWC;
+        rc = collect("train.ffr", &o, b, RUN, NULL, NULL, err, sizeof err);
+        int eq = rc == 0, px = rc == 0;
+        size_t bytes = 0, values = 0;
+        for (int i = 0; eq && i < RUN; i++) {
+            const size_t want = (size_t)b[i].n * IMG * IMG * 8; /* 16 bf16 per 2x2 pixels */
+            uint16_t *cast = malloc(want);
+            const struct kern_s2d d = { f[i].n, 3, IMG, IMG, 16, layout };
+            eq &= b[i].on_device && b[i].bytes == want && cast &&
+                  kern_ref_cast_f32_lowp_s2d(k, &d, KERN_DT_BF16, cast,
+                                             (const float *)(void *)f[i].images) == 0 &&
+                  memcmp(cast, b[i].images, want) == 0 && b[i].nt == f[i].nt &&
+                  memcmp(b[i].targets, f[i].targets, f[i].nt * 6 * sizeof(float)) == 0 &&
+                  memcmp(b[i].info, f[i].info, (size_t)f[i].n * sizeof f[i].info[0]) == 0;
+            free(cast);
+            bytes += want;
+            const struct trn_batch bt = {
+                .n = b[i].n, .height = IMG, .width = IMG, .pixels = o.pixels
+            };
+            for (int j = 0; j < b[i].n; j++)
+                for (int ch = 0; ch < 3; ch++)
+                    for (int y = 0; y < IMG; y++)
+                        for (int x = 0; x < IMG; x++, values++)
+                            px &= trn_batch_pixel(&bt, b[i].images, j, ch, y, x) ==
+                                  u[i].images[(((size_t)j * 3 + ch) * IMG + y) * IMG + x];
+        }
+        ok(eq,
+           "bf16 space-to-depth %s (%s): every batch is the float32 batch's cast_f32_lowp_s2d bit "
+           "for bit, same targets and info, over 2 epochs (%zu bytes) (%s)",
+           name, lay ? "3 workers, a 3-thread context" : "2 workers", bytes, err);
+        ok(px, "%s: trn_batch_pixel gives back all %zu uint8 values of the uint8 run", name,
+           values);
+        unsave(b, RUN);
+    }
+    int px = 1;
+    for (int i = 0; i < 2; i++) {
+        const struct trn_batch bf = {
+            .n = f[i].n, .height = IMG, .width = IMG, .pixels = TRN_PIXELS_F32
+        };
+        const struct trn_batch bu = {
+            .n = u[i].n, .height = IMG, .width = IMG, .pixels = TRN_PIXELS_U8
+        };
+        for (int j = 0; j < f[i].n; j++)
+            for (int y = 0; y < IMG; y += 7)
+                for (int x = 0; x < IMG; x += 3)
+                    px &= trn_batch_pixel(&bf, f[i].images, j, 2, y, x) ==
+                              trn_batch_pixel(&bu, u[i].images, j, 2, y, x) &&
+                          trn_batch_pixel(&bu, u[i].images, j, 2, y, x) ==
+                              u[i].images[(((size_t)j * 3 + 2) * IMG + y) * IMG + x];
+    }
+    ok(px, "trn_batch_pixel on float32 and uint8 batches: the uint8 values");
+    unsave(f, RUN);
+    unsave(u, RUN);
+}
+
+/*
  * Records packed at long side IMG + 1 pass the loader's packing check for IMG, but their
  * letterbox (no-mosaic samples) must resize, which has no GPU plan: those samples are built on
  * the host. With mosaic 0.5 a batch mixes planned and host-built samples.
@@ -429,6 +512,28 @@ static void test_errors(struct kern_ctx *k)
     other.aug_batch = NULL;
     rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
     ok(rc == -EINVAL && !l, "pix_ops without aug_batch: -EINVAL (%s)", err);
+    o.pix_ops = kern_ops_ref();
+    o.pixels = TRN_PIXELS_BF16_S2D_NHWC;
+    o.pix_ctx = NULL;
+    rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+    ok(rc == -EINVAL && !l && strstr(err, "space-to-depth"),
+       "space-to-depth pixels without pix_ctx: -EINVAL (%s)", err);
+    o.pix_ctx = k;
+    o.rect = true;
+    rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+    ok(rc == -EINVAL && !l, "space-to-depth pixels with rect: -EINVAL");
+    o.rect = false;
+    o.img_size = IMG + 1;
+    rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+    ok(rc == -EINVAL && !l, "space-to-depth pixels at an odd size: -EINVAL");
+    o.img_size = IMG;
+    o.mode = TRN_LOADER_VAL;
+    rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+    ok(rc == -EINVAL && !l, "space-to-depth pixels for validation: -EINVAL");
+    o.mode = TRN_LOADER_TRAIN;
+    o.pixels = (enum trn_pixel_type)4;
+    rc = r ? trn_loader_create(r, &o, &l, err, sizeof err) : -ENOENT;
+    ok(rc == -EINVAL && !l && strstr(err, "pixel type"), "pixel type 4: -EINVAL (%s)", err);
     ffr_reader_close(r);
 }
 
@@ -468,6 +573,7 @@ int main(int argc, char **argv)
     struct kern_ctx *k = cpu_ctx(0), *k3 = cpu_ctx(3);
     if (!ok(k && k3, "CPU kern contexts (1 and 3 threads)")) return tap_done();
     test_train(k, k3);
+    test_s2d(k, k3);
     test_host_built(k);
     test_copy_paste(k);
     test_val(k);

@@ -875,6 +875,134 @@ static void test_x16_raw_head(enum trn_act_store act, const char *an)
     }
 }
 
+/*
+ * THE STEM'S INPUT (net.h): trn_net_s2d_input answers from the model and the options; a bf16 net
+ * given its batches as the space-to-depth tensor (the float32 images' cast_f32_lowp_s2d, as the
+ * GPU augmentation writes it) gives the float32-fed net's outputs, gradients and running
+ * statistics bit for bit over two steps, and a third from its own input slot
+ * (trn_net_dev_input, no copy); nets that cannot take it refuse.
+ */
+static void test_x16_s2d_input(enum trn_act_store act, const char *an)
+{
+    struct trn_model *m[2] = { NULL, NULL };
+    char err[256];
+    for (int k = 0; k < 2; k++) {
+        if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &m[k], err,
+                           sizeof err)) {
+            printf("Bail out! %s\n", err);
+            exit(99);
+        }
+        trn_model_init(m[k], 5);
+    }
+    enum { B = 2, H = 64, W = 64 };
+    const int layout = act == TRN_ACT_BF16_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
+    const int want = act == TRN_ACT_BF16_NHWC ? KERN_AUG_BF16_S2D_NHWC : KERN_AUG_BF16_S2D_NCHW;
+    struct trn_net_opts o;
+    trn_net_opts_default(&o);
+    o.amp = KERN_DT_BF16;
+    o.act_store = act;
+    is_int(trn_net_s2d_input(m[0], H, W, &o), want, "%s: trn_net_s2d_input gives its layout", an);
+    struct trn_net_opts bad = o;
+    bad.amp = KERN_DT_F32;
+    int no = trn_net_s2d_input(m[0], H, W, &bad) == -ENOTSUP;
+    bad = o, bad.act_store = TRN_ACT_F32;
+    no &= trn_net_s2d_input(m[0], H, W, &bad) == -ENOTSUP;
+    bad = o, bad.input_grad = true;
+    no &= trn_net_s2d_input(m[0], H, W, &bad) == -ENOTSUP;
+    bad = o, bad.train = false;
+    no &= trn_net_s2d_input(m[0], H, W, &bad) == -ENOTSUP;
+    no &= trn_net_s2d_input(m[0], H, W - 1, &o) == -ENOTSUP;
+    ok(no,
+       "%s: -ENOTSUP for float32 convs or activations, an input gradient, an inference "
+       "net, an odd width",
+       an);
+    struct trn_net *n[2] = { NULL, NULL };
+    for (int k = 0; k < 2; k++)
+        if (trn_net_create(m[k], B, H, W, &o, &n[k], err, sizeof err) < 0) {
+            printf("Bail out! %s\n", err);
+            exit(99);
+        }
+    void *const f32_slot = trn_net_dev_input(n[1]);
+    is_int(trn_net_set_s2d_input(n[1], true), 0, "%s: space-to-depth input on", an);
+    void *const slot = trn_net_dev_input(n[1]);
+    ok(slot && slot != f32_slot, "%s: the input slot is the stem's", an);
+    const struct trn_model_info *I = trn_model_info(m[0]);
+    const size_t nx = (size_t)B * 3 * H * W, ny = (size_t)B * kern_aug_image_bytes(want, H, W) / 2;
+    float *img = malloc(nx * sizeof *img), *dp[TRN_MODEL_MAX_LEVELS] = { 0 };
+    uint16_t *s2d = malloc(ny * sizeof *s2d);
+    struct kern_ctx *ctx = NULL;
+    if (!img || !s2d || kern_ctx_create(NULL, &ctx) < 0) exit(99);
+    for (size_t i = 0; i < nx; i++)
+        img[i] = (float)(int)(urand() * 256) / 255.0f;
+    const struct kern_s2d sd = { B, 3, H, W, KERN_AUG_S2D_C, layout };
+    if (kern_ref_cast_f32_lowp_s2d(ctx, &sd, KERN_DT_BF16, s2d, img) < 0) exit(99);
+    for (int l = 0; l < I->nl; l++) {
+        const long len = trn_net_output_shape(n[0], l, NULL);
+        if (!(dp[l] = malloc((size_t)len * sizeof(float)))) exit(99);
+        for (long i = 0; i < len; i++)
+            dp[l][i] = (float)(urand() - 0.5) * 1e-2f;
+    }
+    trn_net_zero_grad(n[0]);
+    trn_net_zero_grad(n[1]);
+    const size_t ng = I->arena_len[TRN_ARENA_PARAM], nb = I->arena_len[TRN_ARENA_BUFFER];
+    for (int step = 1; step <= 3; step++) {
+        const float *oa[TRN_MODEL_MAX_LEVELS], *ob[TRN_MODEL_MAX_LEVELS];
+        int rb;
+        const int ra = trn_net_forward(n[0], img, true, oa);
+        if (step < 3) {
+            rb = trn_net_forward(n[1], (const float *)(const void *)s2d, true, ob);
+        } else { /* the batch already in the slot: read where it is */
+            memcpy(slot, s2d, ny * sizeof *s2d);
+            rb = trn_net_forward_dev(n[1], slot, true, true, ob);
+        }
+        int same = !ra && !rb;
+        for (int l = 0; same && l < I->nl; l++)
+            same =
+                !memcmp(oa[l], ob[l], (size_t)trn_net_output_shape(n[0], l, NULL) * sizeof(float));
+        same &= !trn_net_backward(n[0], (const float *const *)dp) &&
+                !trn_net_backward(n[1], (const float *const *)dp) &&
+                !memcmp(trn_net_grad(n[0]), trn_net_grad(n[1]), ng * sizeof(float)) &&
+                !memcmp(trn_model_arena(m[0], TRN_ARENA_BUFFER),
+                        trn_model_arena(m[1], TRN_ARENA_BUFFER), nb * sizeof(float));
+        ok(same,
+           "%s step %d: the space-to-depth batch%s gives the float32 batch's outputs, "
+           "gradients and running statistics bit for bit (rc %d %d)",
+           an, step, step == 3 ? " in the net's own slot" : "", ra, rb);
+    }
+    /* a changed pixel changes the result: the slot is what the net reads */
+    const float *oa[TRN_MODEL_MAX_LEVELS], *ob[TRN_MODEL_MAX_LEVELS];
+    ((uint16_t *)slot)[layout == KERN_LAYOUT_NHWC ? 17 : 5] ^= 0x0100;
+    int differ =
+        !trn_net_forward(n[0], img, true, oa) && !trn_net_forward_dev(n[1], slot, true, true, ob);
+    int any = 0;
+    for (int l = 0; differ && l < I->nl; l++)
+        any |= memcmp(oa[l], ob[l], (size_t)trn_net_output_shape(n[0], l, NULL) * sizeof(float));
+    ok(differ && any, "%s: a bit flipped in the slot changes the outputs", an);
+    is_int(trn_net_set_s2d_input(n[1], false), 0, "%s: off", an);
+    ok(trn_net_dev_input(n[1]) == f32_slot, "%s: and the slot is the float32 one again", an);
+    for (int l = 0; l < TRN_MODEL_MAX_LEVELS; l++)
+        free(dp[l]);
+    free(img), free(s2d);
+    kern_ctx_destroy(ctx);
+    for (int k = 0; k < 2; k++) {
+        trn_net_destroy(n[k]);
+        trn_model_destroy(m[k]);
+    }
+    if (act != TRN_ACT_BF16_NHWC) return;
+    /* the float32-activation walk has no such stem */
+    struct trn_model *wm = NULL;
+    struct trn_net *wn = NULL;
+    if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &wm, err, sizeof err))
+        exit(99);
+    trn_model_init(wm, 5);
+    o.act_store = TRN_ACT_F32;
+    if (trn_net_create(wm, B, H, W, &o, &wn, err, sizeof err) < 0) exit(99);
+    ok(trn_net_set_s2d_input(wn, true) == -ENOTSUP && trn_net_set_s2d_input(NULL, true) == -EINVAL,
+       "the walk refuses the space-to-depth input (-ENOTSUP), NULL is -EINVAL");
+    trn_net_destroy(wn);
+    trn_model_destroy(wm);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5) { /* program mode: YOLO_TRAIN YOLO_SYNTH YOLO_PACK MODELS_TEST_DIR */
@@ -893,6 +1021,8 @@ int main(int argc, char **argv)
     test_act_store_errors();
     test_x16_raw_head(TRN_ACT_BF16_NHWC, "bf16 NHWC");
     test_x16_raw_head(TRN_ACT_BF16_NCHW, "bf16 NCHW");
+    test_x16_s2d_input(TRN_ACT_BF16_NHWC, "bf16 NHWC");
+    test_x16_s2d_input(TRN_ACT_BF16_NCHW, "bf16 NCHW");
     for (int i = 0; i < n_recs; i++)
         free(recs[i].v);
     return tap_done();

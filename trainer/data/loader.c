@@ -208,7 +208,6 @@ struct trn_loader {
     int64_t *order;                /* rect: dataset indices sorted by aspect ratio */
     int32_t *shapes;               /* rect: (h, w) per batch */
     int max_h, max_w;              /* largest batch image */
-    size_t elem;                   /* bytes per image element */
     float lut[256];                /* u8 -> float / 255 */
     unsigned depth;
     struct slot *slots;
@@ -603,6 +602,35 @@ static int load_tiles(struct worker *w, struct sample *p)
     }
 }
 
+/* kern_augment.h's dtype of a pixel type (checked at create). */
+static int aug_dtype(enum trn_pixel_type p)
+{
+    switch (p) {
+    case TRN_PIXELS_F32:
+        return KERN_AUG_F32;
+    case TRN_PIXELS_BF16_S2D_NHWC:
+        return KERN_AUG_BF16_S2D_NHWC;
+    case TRN_PIXELS_BF16_S2D_NCHW:
+        return KERN_AUG_BF16_S2D_NCHW;
+    default:
+        return KERN_AUG_U8;
+    }
+}
+
+/* Bytes of one h x w image of the batch tensor. */
+static size_t image_bytes(const struct trn_loader *l, int h, int w)
+{
+    return kern_aug_image_bytes(aug_dtype(l->o.pixels), h, w);
+}
+
+uint8_t trn_batch_pixel(const struct trn_batch *b, const void *images, int i, int ch, int y, int x)
+{
+    const int t = aug_dtype(b->pixels);
+    const size_t one = kern_aug_image_bytes(t, b->height, b->width);
+    return kern_aug_pixel((const uint8_t *)images + (size_t)i * one, t, b->height, b->width, ch, y,
+                          x);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* One sample                                                                               */
 
@@ -803,11 +831,9 @@ static int sample_build(struct worker *w, struct sample *p)
         } else {
             /* straight into the slot's planes: one fused pass, no HWC image */
             nr = trn_aug_train_sample_planar(
-                w->ws, &l->aug, d, tiles, p->n_tiles, sl->height, sl->width,
-                l->o.pixels == TRN_PIXELS_F32 ? KERN_AUG_F32 : KERN_AUG_U8,
-                (char *)sl->images +
-                    (size_t)j * 3 * (size_t)sl->height * (size_t)sl->width * l->elem,
-                rows, l->cap_rows);
+                w->ws, &l->aug, d, tiles, p->n_tiles, sl->height, sl->width, aug_dtype(l->o.pixels),
+                (char *)sl->images + (size_t)j * image_bytes(l, sl->height, sl->width), rows,
+                l->cap_rows);
         }
         if (nr < 0) {
             snprintf(w->msg, sizeof w->msg,
@@ -837,8 +863,7 @@ static int sample_build(struct worker *w, struct sample *p)
         info->pad_w = (float)lp.pad_w;
         info->pad_h = (float)lp.pad_h;
         store_image(l, w->hwc, sl->height, sl->width,
-                    (char *)sl->images +
-                        (size_t)j * 3 * (size_t)sl->height * (size_t)sl->width * l->elem);
+                    (char *)sl->images + (size_t)j * image_bytes(l, sl->height, sl->width));
     }
     const struct rec_meta *m = &l->meta[info->index];
     info->position = g;
@@ -1505,8 +1530,13 @@ static int check_opts(const struct trn_loader_opts *o, char *err, size_t cap)
                         "rank 0 only, and a rect batch's images must share its shape");
     if (o->rect && (o->stride < 1 || o->stride > 1024 || !(o->rect_pad >= 0 && o->rect_pad < 64)))
         return trn_fail(err, cap, -EINVAL, "bad rect stride %d or pad %g", o->stride, o->rect_pad);
-    if (o->pixels != TRN_PIXELS_U8 && o->pixels != TRN_PIXELS_F32)
+    if ((unsigned)o->pixels > TRN_PIXELS_BF16_S2D_NCHW)
         return trn_fail(err, cap, -EINVAL, "unknown pixel type %d", (int)o->pixels);
+    if (o->pixels >= TRN_PIXELS_BF16_S2D_NHWC &&
+        (o->mode != TRN_LOADER_TRAIN || !o->pix_ctx || o->rect || o->img_size % 2))
+        return trn_fail(err, cap, -EINVAL,
+                        "bf16 space-to-depth batches are built by the GPU augmentation: training "
+                        "with pix_ctx, square batches of an even side (not rect)");
     if (o->bad_records != TRN_BAD_RECORD_SKIP && o->bad_records != TRN_BAD_RECORD_FAIL)
         return trn_fail(err, cap, -EINVAL, "unknown bad-record policy %d", (int)o->bad_records);
     if (o->mode == TRN_LOADER_TRAIN && o->pix_ctx) {
@@ -1556,7 +1586,7 @@ static int setup_pix(struct trn_loader *l, char *err, size_t cap)
     const size_t tile_cap = ALIGN_UP(l->max_tile, 64), host_built = ALIGN_UP(s * s * 3, 64);
     l->region_bytes = (size_t)l->tiles_per_sample * tile_cap;
     if (l->region_bytes < host_built) l->region_bytes = host_built;
-    const size_t arena = b * l->region_bytes, images = b * 3 * s * s * l->elem;
+    const size_t arena = b * l->region_bytes, images = b * image_bytes(l, (int)s, (int)s);
     for (unsigned i = 0; i < l->depth; i++) {
         struct slot *sl = &l->slots[i];
         int rc = ffio_pinned_alloc(arena, 0, &sl->arena);
@@ -1647,7 +1677,6 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     pthread_cond_init(&l->cv_done, NULL);
     l->n = ffr_reader_count(r);
     l->depth = o->depth;
-    l->elem = o->pixels == TRN_PIXELS_F32 ? sizeof(float) : 1;
     l->max_h = l->max_w = o->img_size;
     l->start_epoch = o->epoch;
     l->open_epoch = o->epoch;
@@ -1733,8 +1762,7 @@ int trn_loader_create(const struct ffr_reader *r, const struct trn_loader_opts *
     const size_t b = (size_t)o->batch_size;
     /* With GPU augmentation the host builds no images: the ring holds targets only, and each
      * slot an arena of the batch's tiles. */
-    const size_t img_bytes =
-        l->pix ? 0 : ALIGN_UP(b * 3 * (size_t)l->max_h * (size_t)l->max_w * l->elem, 64);
+    const size_t img_bytes = l->pix ? 0 : ALIGN_UP(b * image_bytes(l, l->max_h, l->max_w), 64);
     const size_t tgt_bytes = b * (size_t)l->cap_rows * 6 * sizeof(float);
     for (unsigned i = 0; i < l->depth; i++) {
         struct slot *sl = &l->slots[i];
@@ -1866,9 +1894,8 @@ static int pix_batch(struct trn_loader *l, struct slot *sl, char *msg, size_t ca
     if (rc < 0) {
         snprintf(msg, cap, "ordering aug_batch after the upload (%s)", kern_stream_last_error());
     } else {
-        rc = l->o.pix_ops->aug_batch(ctx, sl->dev_images,
-                                     l->o.pixels == TRN_PIXELS_F32 ? KERN_AUG_F32 : KERN_AUG_U8,
-                                     l->o.img_size, sl->plans, sl->n);
+        rc = l->o.pix_ops->aug_batch(ctx, sl->dev_images, aug_dtype(l->o.pixels), l->o.img_size,
+                                     sl->plans, sl->n);
         if (rc < 0 && kern_ctx_backend(ctx) == KERN_BACKEND_CUDA)
             snprintf(msg, cap, "aug_batch over %d images (%s)", sl->n,
                      kern_cuda_ctx_last_error(ctx));
@@ -1921,7 +1948,7 @@ int trn_loader_next(struct trn_loader *l, struct trn_batch *out)
     out->width = sl->width;
     out->pixels = l->o.pixels;
     out->images = l->pix ? NULL : sl->images;
-    out->image_bytes = (size_t)sl->n * 3 * (size_t)sl->height * (size_t)sl->width * l->elem;
+    out->image_bytes = (size_t)sl->n * image_bytes(l, sl->height, sl->width);
     out->targets = sl->targets;
     out->n_targets = sl->n_targets;
     out->info = sl->info;

@@ -85,10 +85,16 @@ enum trn_loader_mode {
     TRN_LOADER_VAL = 1,   /* dataset order (or rect order), letterbox only */
 };
 
-/* Element type of the image tensor. */
+/* Element type and layout of the image tensor. */
 enum trn_pixel_type {
-    TRN_PIXELS_U8 = 0,  /* uint8 0..255 */
-    TRN_PIXELS_F32 = 1, /* float32, value / 255 */
+    TRN_PIXELS_U8 = 0,  /* uint8 0..255, NCHW */
+    TRN_PIXELS_F32 = 1, /* float32, value / 255, NCHW */
+    /* GPU augmentation only (TRAIN with pix_ctx, not rect, even img_size): bf16 value / 255 in
+       the stem's 2x2 space-to-depth, 16 channels (kern_augment.h KERN_AUG_BF16_S2D_*), the
+       training input of a bf16 net that takes it (net.h trn_net_s2d_input), so that its step
+       casts nothing; trn_batch_pixel reads the pixels back exactly */
+    TRN_PIXELS_BF16_S2D_NHWC = 2, /* (n, h/2, w/2, 16) */
+    TRN_PIXELS_BF16_S2D_NCHW = 3, /* (n, 16, h/2, w/2) */
 };
 
 /* What to do with a bad record (see "Bad records" above). */
@@ -211,10 +217,10 @@ struct trn_batch {
     uint64_t step;              /* batch number within the epoch on this rank, < steps */
     uint64_t steps;             /* batches per epoch on this rank */
     int n;                      /* images, <= batch_size (less only for the epoch's last batch) */
-    int height, width;          /* image tensor is n x 3 x height x width (NCHW, RGB) */
-    enum trn_pixel_type pixels; /* element type of images */
-    const void *images;         /* n * 3 * height * width elements, pinned memory; NULL with
-                                   GPU augmentation (see device_images) */
+    int height, width;          /* image tensor: n images of 3 x height x width (RGB) */
+    enum trn_pixel_type pixels; /* element type and layout of images */
+    const void *images;         /* n * 3 * height * width elements (U8, F32), pinned memory;
+                                   NULL with GPU augmentation (see device_images) */
     size_t image_bytes;         /* bytes at images (or at device_images) */
     const float *targets;       /* [n_targets][6]: image index in the batch, class, cx,
                                    cy, w, h (normalised to width, height); pinned */
@@ -231,6 +237,12 @@ struct trn_batch {
                                            trn_loader_next call, after work already enqueued on
                                            that queue. NULL otherwise. */
 };
+
+/* Channel ch (0 R, 1 G, 2 B) of pixel (y, x) of image i of a batch whose image tensor (in b's
+ * pixel type, b's shape) is at images in host memory, as uint8: the value the augmentation
+ * made, in every pixel type (a space-to-depth bf16 holds value / 255 to 8 bits, which round(v
+ * 255) gives back). Arguments unchecked. Thread-safe. */
+uint8_t trn_batch_pixel(const struct trn_batch *b, const void *images, int i, int ch, int y, int x);
 
 /* Static facts about a loader. */
 struct trn_loader_info {

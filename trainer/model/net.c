@@ -454,7 +454,7 @@ int net_lowp_weights(struct trn_net *net, bool uploaded)
 }
 
 /* A forward on the executor for its kind, and where its outputs are (backend memory). */
-static int forward(struct trn_net *net, const float *images, bool images_dev, bool train,
+static int forward(struct trn_net *net, const void *images, bool images_dev, bool train,
                    const float **outputs)
 {
     const struct trn_net_slot *x = &net->ex[train];
@@ -488,7 +488,7 @@ int trn_net_forward(struct trn_net *net, const float *images, bool train, const 
     return 0;
 }
 
-int trn_net_forward_dev(struct trn_net *net, const float *images, bool images_dev, bool train,
+int trn_net_forward_dev(struct trn_net *net, const void *images, bool images_dev, bool train,
                         const float **outputs)
 {
     if (!net || !images) return -EINVAL;
@@ -508,7 +508,7 @@ int net_bn_sync(struct trn_net *net, double *sums, int c)
     return 0;
 }
 
-int net_fwd_begin(struct trn_net *net, const float *images, bool images_dev, bool train,
+int net_fwd_begin(struct trn_net *net, const void *images, bool images_dev, bool train,
                   bool *uploaded)
 {
     /* The optimizer and EMA update the host model between steps; a fixed_params net's model
@@ -523,7 +523,7 @@ int net_fwd_begin(struct trn_net *net, const float *images, bool images_dev, boo
     }
     *uploaded = upload;
     /* a batch already in the input slot (trn_net_dev_input) needs no copy */
-    if (!(images_dev && images == net->act))
+    if (images && !(images_dev && images == net->act))
         TRY(kern_mem_copy(net->ctx, net->act, images, net->plan.acts[0].numel * sizeof(float),
                           images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
     return 0;
@@ -668,9 +668,32 @@ int trn_net_count_batches(struct trn_net *net, int64_t n)
     return 0;
 }
 
-float *trn_net_dev_input(struct trn_net *net)
+void *trn_net_dev_input(struct trn_net *net)
 {
-    return net ? net->act : NULL;
+    if (!net) return NULL;
+    void *slot = net->act;
+    if (net->s2d_in) net->ex[1].x->s2d_slot(net, net->ex[1].self, &slot);
+    return slot;
+}
+
+int trn_net_s2d_input(const struct trn_model *m, int h, int w, const struct trn_net_opts *o)
+{
+    if (!m || !o || !o->train || o->input_grad || o->amp != KERN_DT_BF16 ||
+        trn_model_info(m)->ch != 3 || net_stem_conv(m, h, w) < 0)
+        return -ENOTSUP;
+    return o->act_store == TRN_ACT_BF16_NHWC   ? KERN_AUG_BF16_S2D_NHWC
+           : o->act_store == TRN_ACT_BF16_NCHW ? KERN_AUG_BF16_S2D_NCHW
+                                               : -ENOTSUP;
+}
+
+int trn_net_set_s2d_input(struct trn_net *net, bool on)
+{
+    if (!net) return -EINVAL;
+    void *slot;
+    const struct trn_net_slot *t = &net->ex[1];
+    if (on && (!t->x->s2d_slot || t->x->s2d_slot(net, t->self, &slot) < 0)) return -ENOTSUP;
+    net->s2d_in = on;
+    return 0;
 }
 
 bool trn_net_resident(const struct trn_net *net)

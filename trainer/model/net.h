@@ -337,12 +337,13 @@ size_t trn_net_memory_bytes(const struct trn_net *net);
 
 /*
  * Forward pass with the outputs left in the backend's memory (RESIDENT). images: batch x ch x h x
- * w float NCHW, host memory, or backend memory (device memory on CUDA, e.g. the loader's
+ * w float NCHW (a training forward with the space-to-depth input on: that tensor, THE STEM'S
+ * INPUT), host memory, or backend memory (device memory on CUDA, e.g. the loader's
  * trn_batch.device_images; ordered before the call on the net's stream) when images_dev; copied
  * in. outputs: as trn_net_forward's, but pointers to backend memory (the head arena, no host
  * copy); valid until the next forward. Returns as trn_net_forward.
  */
-int trn_net_forward_dev(struct trn_net *net, const float *images, bool images_dev, bool train,
+int trn_net_forward_dev(struct trn_net *net, const void *images, bool images_dev, bool train,
                         const float **outputs);
 
 /*
@@ -369,11 +370,31 @@ int trn_net_set_count(struct trn_net *net, bool on);
 int trn_net_count_batches(struct trn_net *net, int64_t n);
 
 /*
- * The input slot of the net's activations (batch x ch x h x w floats, backend memory), valid for
- * the net's life. trn_net_forward_dev(net, trn_net_dev_input(net), true, ...) reads the batch
- * where it is, with no copy: a captured step uploads each batch there before its replay.
+ * The input slot of the net's training forwards (batch x ch x h x w floats, or with the
+ * space-to-depth input on that tensor; backend memory), valid for the net's life.
+ * trn_net_forward_dev(net, trn_net_dev_input(net), true, ...) reads the batch where it is, with
+ * no copy: a captured step uploads each batch there before its replay.
  */
-float *trn_net_dev_input(struct trn_net *net);
+void *trn_net_dev_input(struct trn_net *net);
+
+/*
+ * THE STEM'S INPUT. A training net on bf16 activations (ACTIVATIONS) whose 3-channel images feed
+ * one 6x6 stride-2 pad-2 conv and nothing else (every YOLOv5) runs that conv as the 3x3 conv of
+ * the images' 2x2 space-to-depth (kern_tensor.h), and can take its training batches already in
+ * that layout: the bf16 tensor the GPU augmentation writes (kern_augment.h
+ * KERN_AUG_BF16_S2D_*, the loader's TRN_PIXELS_BF16_S2D_*), so that its step casts nothing. The
+ * results are the float32 images' bit for bit, since that tensor is their cast_f32_lowp_s2d.
+ *
+ * trn_net_s2d_input: the kern_augment.h dtype (KERN_AUG_BF16_S2D_NHWC or _NCHW, the
+ * activations' layout) that a net of model m created at batch x 3 x h x w with opts o takes,
+ * or -ENOTSUP: answered before the net exists, since the loader is made first.
+ * trn_net_set_s2d_input(net, on): from then on (until turned off) a training forward's images
+ * are that tensor, batch * kern_aug_image_bytes(dtype, h, w) bytes, and trn_net_dev_input is its
+ * slot; eval forwards still take float32 NCHW. -ENOTSUP where trn_net_s2d_input says so,
+ * -EINVAL for NULL.
+ */
+int trn_net_s2d_input(const struct trn_model *m, int h, int w, const struct trn_net_opts *o);
+int trn_net_set_s2d_input(struct trn_net *net, bool on);
 
 /* Whether the net is resident (false for a CPU net). */
 bool trn_net_resident(const struct trn_net *net);

@@ -68,7 +68,7 @@ static int dnn_create(struct trn_net *net, const struct trn_net_opts *o, bool tr
 }
 
 /* Images are host memory here (a CPU net): images_dev changes nothing. */
-static int dnn_forward(struct trn_net *net, void *self, const float *images, bool images_dev,
+static int dnn_forward(struct trn_net *net, void *self, const void *images, bool images_dev,
                        bool train)
 {
     (void)images_dev;

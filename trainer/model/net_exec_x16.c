@@ -25,8 +25,9 @@
  * YOLOv5), that conv runs as the 3x3 stride-1 conv of the images' 2x2 space-to-depth, 16
  * channels (kern_tensor.h "The stem as space-to-depth"): cuDNN takes it on tensor cores, where
  * the 3-channel 6x6 conv's weight gradient ran on a legacy engine. The images are cast straight
- * into that layout (in16; act's input slot stays unused), the weights rearranged then cast (w3,
- * w3_16), and the weight gradient mapped back from dw3 into the model's (k_out, 3, 6, 6).
+ * into that layout (in16; act's input slot stays unused), or come in it from the GPU
+ * augmentation (net.h THE STEM'S INPUT: in16 is then the input slot), the weights rearranged then
+ * cast (w3, w3_16), and the weight gradient mapped back from dw3 into the model's (k_out, 3, 6, 6).
  *
  * ORDER. The walk's: both run the rows through net_rows.c with their own steps (the same `has`
  * bookkeeping of the gradient arena: the first gradient written overwrites, later ones add);
@@ -309,16 +310,28 @@ static int x16_weights(struct trn_net *net, struct x16 *x, bool uploaded)
     return stem_weights(net, x);
 }
 
-static int x16_forward(struct trn_net *net, void *self, const float *images, bool images_dev,
+/* Bytes of the stem's input (in16). */
+static size_t in16_bytes(const struct x16 *x)
+{
+    return (size_t)x->s2d.n * x->s2d.c_out * (x->s2d.h / 2) * (x->s2d.w / 2) * sizeof(uint16_t);
+}
+
+static int x16_forward(struct trn_net *net, void *self, const void *images, bool images_dev,
                        bool train)
 {
     struct x16 *const x = self;
     if (!train) return -EINVAL; /* eval forwards are the walk's (create) */
     bool uploaded;
-    TRY(net_fwd_begin(net, images, images_dev, train, &uploaded));
+    /* the space-to-depth tensor goes straight to the stem's input (THE STEM'S INPUT) */
+    const bool s2d = net->s2d_in && x->stem >= 0;
+    TRY(net_fwd_begin(net, s2d ? NULL : images, images_dev, train, &uploaded));
     TRY(x16_weights(net, x, uploaded));
     const struct trn_act *in = &net->plan.acts[0];
-    if (x->stem >= 0)
+    if (s2d) {
+        if (images != x->in16)
+            TRY(kern_mem_copy(net->ctx, x->in16, images, in16_bytes(x),
+                              images_dev ? KERN_COPY_D2D : KERN_COPY_H2D));
+    } else if (x->stem >= 0)
         TRY(net->K->cast_f32_lowp_s2d(net->ctx, &x->s2d, KERN_DT_BF16, x->in16, A(net, 0)));
     else if (is_nhwc(x))
         TRY(net->K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, XA(x, 0), A(net, 0), in->n, in->c,
@@ -481,25 +494,28 @@ static int conv_ws(struct trn_net *net, const struct x16 *x, int ci, size_t *ws)
     return 0;
 }
 
-/* The conv to run as space-to-depth (THE STEM), or -1: the one conv reading the images, when
- * it is 6x6 stride 2 pad 2 on an even-sized input and no other row reads the images. */
-static int find_stem(const struct trn_net *net, struct kern_s2d *s2d)
+int net_stem_conv(const struct trn_model *m, int h, int w)
 {
-    int stem = -1;
-    for (int i = 0; i < net->I->n_layers; i++) {
-        const struct trn_layer *l = trn_model_layer(net->m, i);
+    const struct trn_model_info *I = trn_model_info(m);
+    if (I->n_layers < 1 || h % 2 || w % 2) return -1;
+    /* only row 0, a Conv, reads the images; of its copies only the first */
+    for (int i = 0; i < I->n_layers; i++) {
+        const struct trn_layer *l = trn_model_layer(m, i);
         for (int j = 0; j < l->n_from; j++)
             if (l->from[j] < 0 && (i > 0 || l->type != TRN_MOD_CONV)) return -1;
     }
-    for (int ci = 0; ci < net->I->n_convs; ci++) {
-        if (net->plan.convs[ci].in != 0) continue;
-        if (stem >= 0) return -1;
-        stem = ci;
-    }
+    const int ci = trn_model_layer(m, 0)->conv0;
+    const struct trn_conv *c = trn_model_conv(m, ci);
+    return c->k == 6 && c->s == 2 && c->p == 2 ? ci : -1;
+}
+
+/* The conv to run as space-to-depth (THE STEM), or -1, and its input's map. */
+static int find_stem(const struct trn_net *net, struct kern_s2d *s2d)
+{
+    const struct trn_act *in = &net->plan.acts[0];
+    const int stem = net_stem_conv(net->m, in->h, in->w);
     if (stem < 0) return -1;
-    const struct trn_conv *c = trn_model_conv(net->m, stem);
     const struct kern_conv2d *d = &net->cd[stem];
-    if (c->k != 6 || c->s != 2 || c->p != 2 || d->h_in % 2 || d->w_in % 2) return -1;
     *s2d = (struct kern_s2d){ d->n, d->c_in, d->h_in, d->w_in, 16, 0 };
     /* 16 channels for RGB (tensor cores take multiples of 8); more input channels round up */
     if (4 * d->c_in > 16) s2d->c_out = (4 * d->c_in + 7) / 8 * 8;
@@ -569,8 +585,7 @@ static int x16_create(struct trn_net *net, const struct trn_net_opts *o, bool tr
         goto fail;
     if (x->stem >= 0) {
         const size_t n3 = (size_t)trn_model_conv(net->m, x->stem)->c2 * x->s2d.c_out * 9;
-        const size_t ny = (size_t)x->s2d.n * x->s2d.c_out * (x->s2d.h / 2) * (x->s2d.w / 2);
-        if ((rc = x16_alloc(x, ny * 2, (void **)&x->in16)) < 0 ||
+        if ((rc = x16_alloc(x, in16_bytes(x), (void **)&x->in16)) < 0 ||
             (rc = x16_alloc(x, n3 * 2, (void **)&x->w3_16)) < 0 ||
             (rc = x16_alloc(x, n3 * 4, (void **)&x->w3)) < 0 ||
             (rc = x16_alloc(x, n3 * 4, (void **)&x->dw3)) < 0)
@@ -619,6 +634,16 @@ static int x16_raw_head(struct trn_net *net, void *self, bool on)
     return is_nhwc(x) ? TRN_LOSS_HEAD_BF16_NHWC : TRN_LOSS_HEAD_BF16_NCHW;
 }
 
+/* THE STEM'S INPUT: the 3-channel stem's 16-channel input, the tensor kern_augment.h writes. */
+static int x16_s2d_slot(struct trn_net *net, void *self, void **slot)
+{
+    (void)net;
+    struct x16 *const x = self;
+    if (x->stem < 0 || x->s2d.c != 3 || x->s2d.c_out != KERN_AUG_S2D_C) return -ENOTSUP;
+    *slot = x->in16;
+    return 0;
+}
+
 static const char *x16_name(const struct trn_net *net, void *self)
 {
     const struct x16 *const x = self;
@@ -635,6 +660,7 @@ const struct trn_net_exec trn_net_exec_x16 = {
     .params_changed = x16_params_changed,
     .params_lowp = x16_params_lowp,
     .lowp_refresh = x16_lowp_refresh,
+    .s2d_slot = x16_s2d_slot,
     .name = x16_name,
     .destroy = x16_destroy,
 };

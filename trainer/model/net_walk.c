@@ -168,7 +168,7 @@ static int head_fwd(struct trn_net *net, void *self, int l, int raw)
 
 static const struct net_row_ops walk_rows;
 
-static int walk_forward(struct trn_net *net, void *self, const float *images, bool images_dev,
+static int walk_forward(struct trn_net *net, void *self, const void *images, bool images_dev,
                         bool train)
 {
     (void)self;

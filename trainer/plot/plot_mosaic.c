@@ -1,24 +1,14 @@
 /* train_batchK.jpg / val_batchK_*.jpg: plot_images (plots.h), and the JPEG writer. */
 #include "priv/draw.h"
 
-/* Copy image i of b (NCHW, u8 or f32 in [0, 1]) into the HWC canvas at (x, y). */
+/* Copy image i of b (any pixel type: trn_batch_pixel) into the HWC canvas at (x, y). */
 static void paste(const struct trn_batch *b, int i, uint8_t *canvas, int cw, int x, int y)
 {
-    const size_t plane = (size_t)b->height * (size_t)b->width;
     for (int r = 0; r < b->height; r++) {
         uint8_t *d = canvas + ((size_t)(y + r) * (size_t)cw + (size_t)x) * 3;
-        for (int c = 0; c < b->width; c++) {
-            const size_t at = (size_t)r * (size_t)b->width + (size_t)c;
-            for (int ch = 0; ch < 3; ch++) {
-                const size_t k = ((size_t)i * 3 + (size_t)ch) * plane + at;
-                if (b->pixels == TRN_PIXELS_F32) {
-                    const float v = ((const float *)b->images)[k] * 255.0f;
-                    d[3 * c + ch] = (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : lrintf(v));
-                } else {
-                    d[3 * c + ch] = ((const uint8_t *)b->images)[k];
-                }
-            }
-        }
+        for (int c = 0; c < b->width; c++)
+            for (int ch = 0; ch < 3; ch++)
+                d[3 * c + ch] = trn_batch_pixel(b, b->images, i, ch, r, c);
     }
 }
 

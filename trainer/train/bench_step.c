@@ -58,7 +58,11 @@ struct bench {
     struct kern_ctx *dctx;
     const struct kern_ops *dK;
     struct trn_optim_dev *odev;
-    float *d_ema[2], *d_targets, *d_out, *d_images;
+    float *d_ema[2], *d_targets, *d_out;
+    void *d_images;  /* the batch as the step reads it (THE STEM'S INPUT: its bf16 tensor) */
+    size_t in_bytes; /* bytes at d_images */
+    int s2d;         /* the kern_augment.h dtype of d_images, or 0: float32 */
+    int batch, img;  /* the batch's shape: batch x 3 x img x img */
     float *d_dp[TRN_MODEL_MAX_LEVELS];
     float *raw_dp[TRN_MODEL_MAX_LEVELS]; /* the net's raw head's gradients, when on */
     float *const *rdp;                   /* what the resident steps' loss writes: one of those */
@@ -160,6 +164,19 @@ static int resident_setup(struct bench *b, const struct trn_model_info *I, int n
      * (yolov5n 640 b64, pageable) would time a copy training never makes */
     if (!rc)
         rc = kern_mem_copy(b->dctx, b->d_images, b->images, n_img * sizeof(float), KERN_COPY_H2D);
+    b->in_bytes = n_img * sizeof(float);
+    if (!rc && b->s2d) {
+        /* the stem's space-to-depth of those images, in the net's slot, then as the batch */
+        const struct kern_s2d sd = {
+            b->batch,       3,
+            b->img,         b->img,
+            KERN_AUG_S2D_C, b->s2d == KERN_AUG_BF16_S2D_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW
+        };
+        void *const slot = trn_net_dev_input(b->net);
+        b->in_bytes = (size_t)b->batch * kern_aug_image_bytes(b->s2d, b->img, b->img);
+        rc = b->dK->cast_f32_lowp_s2d(b->dctx, &sd, KERN_DT_BF16, slot, b->d_images);
+        if (!rc) rc = kern_mem_copy(b->dctx, b->d_images, slot, b->in_bytes, KERN_COPY_D2D);
+    }
     if (rc < 0) snprintf(err, err_cap, "resident step setup: %s", kern_strerror(rc));
     return rc;
 }
@@ -243,8 +260,8 @@ static int bench_graph_run(void *arg)
 /* One step through the graph (captured on the first call): the step's scalars uploaded (the
  * batch only before the capture), the replay, the loss floats read back (which waits for the step);
  * the host counts the optimizer step a replay cannot. */
-static int graph_step(struct bench *b, size_t n_img, const struct trn_optim_sched *sch, int64_t upd,
-                      float *loss, char *err, size_t err_cap)
+static int graph_step(struct bench *b, const struct trn_optim_sched *sch, int64_t upd, float *loss,
+                      char *err, size_t err_cap)
 {
     struct kern_sgd_dyn dyn;
     const struct trn_optim_dev_step_opts so = { .grad_scale = 1.0f,
@@ -252,7 +269,7 @@ static int graph_step(struct bench *b, size_t n_img, const struct trn_optim_sche
                                                 .ema_decay = trn_ema_decay(upd) };
     int rc = trn_optim_dev_dyn_fill(b->odev, sch, &so, &dyn);
     if (!rc && !b->g) /* the captured forward reads the net's input, which nothing writes */
-        rc = kern_mem_copy(b->dctx, trn_net_dev_input(b->net), b->d_images, n_img * sizeof(float),
+        rc = kern_mem_copy(b->dctx, trn_net_dev_input(b->net), b->d_images, b->in_bytes,
                            KERN_COPY_D2D);
     if (!rc) rc = kern_mem_copy(b->dctx, b->d_dyn, &dyn, sizeof dyn, KERN_COPY_H2D);
     const char *what = "replay";
@@ -317,6 +334,20 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
         goto out;
     }
     snprintf(r->engine, sizeof r->engine, "%s", trn_net_engine(b.net));
+    /* the resident step reads the batch as yolo-train's GPU augmentation writes it */
+    const int s2d = trn_net_s2d_input(b.m, o->img, o->img, &no);
+    b.batch = o->batch, b.img = o->img;
+    if ((trn_net_on_device(b.net) || o->device_path) && s2d > 0) {
+        if ((rc = trn_net_set_s2d_input(b.net, true)) < 0) {
+            snprintf(err, err_cap, "net: the space-to-depth input: %s", trn_strerror(rc));
+            goto out;
+        }
+        b.s2d = s2d;
+    }
+    snprintf(r->input, sizeof r->input, "%s",
+             !b.s2d                            ? "float32"
+             : b.s2d == KERN_AUG_BF16_S2D_NHWC ? "bf16 s2d NHWC"
+                                               : "bf16 s2d NCHW");
     /* the loss reads the Detect outputs in place (a device net's bench step is resident) */
     const int head = trn_net_raw_head(b.net, true);
     if ((rc = head) < 0) {
@@ -390,7 +421,7 @@ int trn_bench_step_run(const struct trn_bench_step_opts *o, struct trn_bench_ste
         const double t0 = trn_now_s();
         float loss = NAN;
         if (graph && it > 0) {
-            if ((rc = graph_step(&b, n_img, &sch, it + 1, &loss, err, err_cap)) < 0) goto out;
+            if ((rc = graph_step(&b, &sch, it + 1, &loss, err, err_cap)) < 0) goto out;
             r->loss = loss;
             if (it >= warmup) t_graph += trn_now_s() - t0;
             continue;

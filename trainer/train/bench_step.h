@@ -9,10 +9,11 @@
  * image (the loss then does real build_targets work); both are drawn once from the seed.
  *
  * On a device (or the device data path) the step is train.c's resident step: the batch is uploaded
- * once, then forward, the device loss (trn_loss_compute_dev), backward into the device gradient
- * arena, trn_optim_dev_step (clip + SGD + the parameters' EMA in one pass), the buffers' EMA and
- * zero grad run on the net's context with nothing copied per step but the 8 loss floats. Each
- * phase ends with a stream sync so that its time is its own.
+ * once (in the stem's bf16 space-to-depth layout where the net takes it, as yolo-train's GPU
+ * augmentation delivers it), then forward, the device loss (trn_loss_compute_dev), backward into
+ * the device gradient arena, trn_optim_dev_step (clip + SGD + the parameters' EMA in one pass), the
+ * buffers' EMA and zero grad run on the net's context with nothing copied per step but the 8 loss
+ * floats. Each phase ends with a stream sync so that its time is its own.
  */
 #ifndef TRN_BENCH_STEP_H
 #define TRN_BENCH_STEP_H
@@ -81,6 +82,9 @@ struct trn_bench_step_result {
                             step (batch and scalars up, one replay, loss floats down) and the
                             phase times are 0 (one launch has no phases) */
     char engine[32];     /* what ran the step (trn_net_engine) */
+    char input[24];      /* the batch the step reads: "float32", or on the resident step of a net
+                            that takes it (net.h THE STEM'S INPUT) "bf16 s2d NHWC" / "NCHW", as
+                            yolo-train's GPU augmentation writes it */
     uint64_t plan_hash;  /* GPU: kern_plan_hash of the conv passes planned (0 on the CPU) */
     int plan_counts[3];  /* GPU: those passes by how they were chosen (KERN_PLAN_HOW_*) */
 };

@@ -194,13 +194,14 @@ static int do_bench_step(const struct trn_launch_opts *A)
             "\"ms_backward\": %.4f, \"ms_optimizer\": %.4f, \"ms_ema\": %.4f, \"gflops_img\": "
             "%.4f, \"tflops\": %.4f, \"net_bytes\": %zu, \"peak_bytes\": %zu, \"resident\": %s, "
             "\"graph\": %s, \"params\": %lld, \"loss\": %.9g, \"steps\": %d, \"threads\": %d, "
-            "\"blas_threads\": %d, \"os_threads\": %d, \"engine\": \"%s\", \"plan_hash\": "
-            "\"%016llx\", \"plans_table\": %d, \"plans_heur\": %d, \"plans_find\": %d}",
+            "\"blas_threads\": %d, \"os_threads\": %d, \"engine\": \"%s\", \"input\": \"%s\", "
+            "\"plan_hash\": \"%016llx\", \"plans_table\": %d, \"plans_heur\": %d, "
+            "\"plans_find\": %d}",
             slash ? slash + 1 : path, r.on_device ? "cuda" : "cpu", o.img, o.batch, r.img_per_s,
             r.ms_step, r.ms_forward, r.ms_loss, r.ms_backward, r.ms_optimizer, r.ms_ema,
             r.gflops_img, r.tflops, r.net_bytes, r.peak_bytes, r.resident ? "true" : "false",
             r.graph ? "true" : "false", r.params, r.loss, o.steps, r.threads, r.blas_threads,
-            r.os_threads, r.engine, (unsigned long long)r.plan_hash,
+            r.os_threads, r.engine, r.input, (unsigned long long)r.plan_hash,
             r.plan_counts[KERN_PLAN_HOW_TABLE], r.plan_counts[KERN_PLAN_HOW_HEUR],
             r.plan_counts[KERN_PLAN_HOW_FIND]);
     else

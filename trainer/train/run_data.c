@@ -190,7 +190,7 @@ int run_data_loader(struct run *R, const struct trn_ckpt *C, char *err, size_t c
     if (o->page_cache) lo.io.io.direct = FFIO_DIRECT_OFF;
     if (o->direct) lo.io.io.direct = FFIO_DIRECT_ON;
     lo.seed = o->seed;
-    lo.pixels = TRN_PIXELS_F32;
+    lo.pixels = R->nets.pixels = TRN_PIXELS_F32;
     lo.hyp = o->hyp;
     lo.labels = R->data.labels;
     lo.log = loader_log;
@@ -213,6 +213,8 @@ int run_data_loader(struct run *R, const struct trn_ckpt *C, char *err, size_t c
         !o->multi_scale && !o->rect) {
         lo.pix_ctx = R->nets.gpu_ctx ? R->nets.gpu_ctx : R->nets.ctx;
         lo.pix_ops = R->nets.gpu_ctx ? kern_ops_cuda() : kern_ops_ref();
+        /* in the stem's bf16 layout where the nets read it as it is: no cast in the step */
+        lo.pixels = R->nets.pixels = run_nets_pixels(R);
     }
     if (o->resume) {
         int64_t ep, st;

@@ -128,9 +128,17 @@ int run_resident_setup(struct run *R, char *err, size_t cap)
     }
     run_log(R, "resident step: parameters, gradients, momentum%s and the loss stay in %s memory",
             R->state.ema ? ", EMA" : "", R->nets.gpu_ctx ? "device" : "backend (device data path)");
+    /* the batches in the stem's layout where the nets take them so (THE STEM'S INPUT) */
+    const bool s2d = R->nets.pixels >= TRN_PIXELS_BF16_S2D_NHWC;
     if (!R->o.host_aug)
-        run_log(R, "GPU augmentation: tiles go up once per batch, mosaic, affine, HSV, flips and "
-                   "mixup run in kernels writing the batch tensor (--host-aug: on the host)");
+        run_log(R,
+                "GPU augmentation: tiles go up once per batch, mosaic, affine, HSV, flips and "
+                "mixup run in kernels writing the batch tensor%s%s%s (--host-aug: on the host)",
+                s2d ? " in bf16 as the stem's " : "",
+                !s2d                                         ? ""
+                : R->nets.pixels == TRN_PIXELS_BF16_S2D_NHWC ? "NHWC"
+                                                             : "NCHW",
+                s2d ? " space-to-depth input, which the step reads as it is" : "");
     return 0;
 }
 

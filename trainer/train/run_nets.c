@@ -66,16 +66,36 @@ static int run_autoanchor(struct run *R, char *err, size_t cap)
     return rc < 0 ? trn_fail(err, cap, rc, "AutoAnchor: %s", strerror(-rc)) : 0;
 }
 
+/* The training nets' options, hooks and sharing aside. */
+static void train_net_opts(const struct run *R, struct trn_net_opts *no)
+{
+    trn_net_opts_default(no);
+    no->ctx = R->nets.gpu_ctx ? R->nets.gpu_ctx : R->nets.ctx;
+    no->device_path = R->dev.device_path;
+    no->amp = R->o.amp;
+    no->cpu_engine = R->o.cpu_engine;
+    no->act_store = R->o.act_store;
+}
+
+enum trn_pixel_type run_nets_pixels(const struct run *R)
+{
+    struct trn_net_opts no;
+    train_net_opts(R, &no);
+    switch (trn_net_s2d_input(R->nets.m, R->o.img, R->o.img, &no)) {
+    case KERN_AUG_BF16_S2D_NHWC:
+        return TRN_PIXELS_BF16_S2D_NHWC;
+    case KERN_AUG_BF16_S2D_NCHW:
+        return TRN_PIXELS_BF16_S2D_NCHW;
+    default:
+        return TRN_PIXELS_F32;
+    }
+}
+
 static int make_net_loss(struct run *R, int bs, int h, int w, struct trn_net **net,
                          struct trn_loss **loss, float **dp, int64_t max_t, char *err, size_t cap)
 {
     struct trn_net_opts no;
-    trn_net_opts_default(&no);
-    no.ctx = R->nets.gpu_ctx ? R->nets.gpu_ctx : R->nets.ctx;
-    no.device_path = R->dev.device_path;
-    no.amp = R->o.amp;
-    no.cpu_engine = R->o.cpu_engine;
-    no.act_store = R->o.act_store;
+    train_net_opts(R, &no);
     /* the short last batch's net runs on the main net's device copies of the model */
     if (R->nets.net && (R->nets.gpu_ctx || R->dev.device_path)) no.share = R->nets.net;
     if (R->dist.overlap) {
@@ -89,6 +109,10 @@ static int make_net_loss(struct run *R, int bs, int h, int w, struct trn_net **n
     }
     char e[512] = "";
     int rc = trn_net_create(R->nets.m, bs, h, w, &no, net, e, sizeof e);
+    if (rc == 0 && R->nets.pixels >= TRN_PIXELS_BF16_S2D_NHWC) {
+        snprintf(e, sizeof e, "the batches as the stem's space-to-depth input");
+        rc = trn_net_set_s2d_input(*net, true);
+    }
     if (rc < 0) {
         trn_seterr(err, cap, "network at batch %d, %dx%d: %s", bs, h, w,
                    e[0] ? e : trn_strerror(rc));
@@ -213,7 +237,7 @@ int run_check_batch(const struct run *R, const struct trn_batch *b, const struct
     const int n = short_batch ? R->nets.alt_n : R->dist.local_bs,
               h = short_batch ? R->nets.alt_h : R->o.img,
               w = short_batch ? R->nets.alt_w : R->o.img;
-    if (!net || b->n != n || b->height != h || b->width != w || b->pixels != TRN_PIXELS_F32) {
+    if (!net || b->n != n || b->height != h || b->width != w || b->pixels != R->nets.pixels) {
         trn_seterr(err, cap, "loader gave a %d x %dx%d batch; expected %d x %dx%d", b->n, b->height,
                    b->width, n, h, w);
         return -EINVAL;

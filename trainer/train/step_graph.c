@@ -144,10 +144,9 @@ int run_train_batch_graph(struct run *R, const struct trn_batch *b, struct trn_l
     /* the uploads, enqueued before the run that reads them (pinned sources on CUDA: the loader's
      * batch and targets, this slot, which the next batch does not reuse) */
     const bool on_dev = b->device_images != NULL;
-    const size_t img_bytes =
-        (size_t)b->n * 3 * (size_t)b->height * (size_t)b->width * sizeof(float);
+    /* the net's input slot, in the batch's pixel type (run_check_batch) */
     rc = kern_mem_copy(R->dev.dctx, (void *)R->dev.gs[0].input,
-                       on_dev ? b->device_images : b->images, img_bytes,
+                       on_dev ? b->device_images : b->images, b->image_bytes,
                        on_dev ? KERN_COPY_D2D : KERN_COPY_H2D);
     if (!rc && b->n_targets)
         rc = kern_mem_copy(R->dev.dctx, R->dev.d_targets, b->targets,

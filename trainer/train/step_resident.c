@@ -23,8 +23,7 @@ int run_train_batch_resident(struct run *R, const struct trn_batch *b, struct tr
     const float *out[TRN_MODEL_MAX_LEVELS];
     /* a batch the loader built on this context needs no upload */
     const bool on_dev = b->device_images != NULL;
-    rc = trn_net_forward_dev(net, on_dev ? (const float *)b->device_images : b->images, on_dev,
-                             true, out);
+    rc = trn_net_forward_dev(net, on_dev ? b->device_images : b->images, on_dev, true, out);
     if (rc < 0) return run_pass_failed(R, b, rc, "forward", err, cap);
     const struct trn_loss_cfg *cfg = trn_loss_get_cfg(loss);
     if ((rc = run_targets_fit(cfg, b, err, cap)) < 0) return rc;

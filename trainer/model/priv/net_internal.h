@@ -42,7 +42,7 @@ struct trn_net_exec {
     int (*create)(struct trn_net *net, const struct trn_net_opts *o, bool train, void **self,
                   char *err, size_t err_cap);
     /* The forward on images (backend memory when images_dev, else host memory). */
-    int (*forward)(struct trn_net *net, void *self, const float *images, bool images_dev,
+    int (*forward)(struct trn_net *net, void *self, const void *images, bool images_dev,
                    bool train);
     /* After an eval forward: the head into net->head. NULL: the forward wrote it. */
     int (*head)(struct trn_net *net, void *self);
@@ -63,6 +63,9 @@ struct trn_net_exec {
     void *(*params_lowp)(struct trn_net *net, void *self, bool handed, const int **order);
     /* trn_net_lowp_refresh for that copy: cast it now if stale. */
     int (*lowp_refresh)(struct trn_net *net, void *self);
+    /* THE STEM'S INPUT (net.h): a training executor that can take the space-to-depth tensor
+     * gives its slot (backend memory) and returns 0, else -ENOTSUP. NULL: never. */
+    int (*s2d_slot)(struct trn_net *net, void *self, void **slot);
     /* For trn_net_engine: what runs the net ("reference", "CUDA", "oneDNN nChw8c"). */
     const char *(*name)(const struct trn_net *net, void *self);
     void (*destroy)(void *self);
@@ -105,6 +108,7 @@ struct trn_net {
     bool resident; /* gpu: d_param / d_buf are the master copies (net.h RESIDENT) */
     bool shared;   /* gpu: d_param / d_buf belong to another net (trn_net_opts.share) */
     bool no_count; /* training forwards leave num_batches_tracked alone (trn_net_set_count) */
+    bool s2d_in;   /* training forwards take the space-to-depth tensor (THE STEM'S INPUT) */
     struct trn_act_plan plan;
     int batch;
     float *act;              /* plan.total floats */
@@ -292,14 +296,19 @@ int net_lowp_weights(struct trn_net *net, bool uploaded);
 /* Every cast of the parameters of net's owner is stale (the owner's w16 and the executors'). */
 void net_lowp_stale(struct trn_net *net);
 
+/* The conv that reads model m's images as THE STEM (net_exec_x16.c) at h x w: the one conv
+ * reading them, 6x6 stride 2 pad 2, on an even-sized input that nothing else reads; or -1. */
+int net_stem_conv(const struct trn_model *m, int h, int w);
+
 /* SyncBatchNorm: sums (a c-channel layer's KERN_BN_SUMS_LEN(c), backend memory) summed over the
  * ranks through the hook, which takes host memory (on the device path through h_sums). */
 int net_bn_sync(struct trn_net *net, double *sums, int c);
 
 /* What every executor's forward does around its layers: the model's parameters and buffers
- * uploaded where the device copies are stale (*uploaded says so), the images into the input
- * slot (net->act); at the end the running statistics brought back after a training forward. */
-int net_fwd_begin(struct trn_net *net, const float *images, bool images_dev, bool train,
+ * uploaded where the device copies are stale (*uploaded says so), the images (unless NULL: the
+ * executor takes them itself) into the input slot (net->act); at the end the running statistics
+ * brought back after a training forward. */
+int net_fwd_begin(struct trn_net *net, const void *images, bool images_dev, bool train,
                   bool *uploaded);
 int net_fwd_end(struct trn_net *net, bool train);
 

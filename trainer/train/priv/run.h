@@ -65,7 +65,7 @@ struct graph_step {
     const struct trn_loss_cfg *cfg; /* its loss */
     const struct kern_ops *K;
     struct kern_ctx *ctx;
-    const float *input;         /* trn_net_dev_input(net): the batch, uploaded before the run */
+    const void *input;          /* trn_net_dev_input(net): the batch, uploaded before the run */
     const float *targets;       /* d_targets */
     const int *nt;              /* d_nt: their count */
     float *const *dp;           /* d_dp: the loss's gradients to the outputs */
@@ -157,6 +157,8 @@ struct run_nets {
     struct trn_net *net, *net_last; /* full img x img batches; another shape (the epoch's short
                                        last batch, a rect or --multi-scale batch) or NULL */
     int alt_n, alt_h, alt_w;        /* net_last's batch shape (run_alt_net) */
+    enum trn_pixel_type pixels;     /* the loader's batches (run_data_loader); the nets take
+                                       space-to-depth ones as they are (THE STEM'S INPUT) */
     int grid;                       /* train.py's gs: max(int(model.stride.max()), 32) */
     int64_t per_image_t;            /* most target rows one image gives (the losses' sizing) */
     float *ms_buf;                  /* --multi-scale: the resized batch */
@@ -285,6 +287,9 @@ bool run_is_alt(const struct run *R, const struct trn_batch *b);
 int run_alt_net(struct run *R, const struct trn_batch *b, char *err, size_t cap);
 int run_nets_multi_scale(struct run *R, const struct trn_batch *b, struct trn_batch *out, char *err,
                          size_t cap);
+/* run_nets_pixels: the loader's pixel type for GPU augmentation: the bf16 space-to-depth tensor
+ * where the training nets will take it (net.h THE STEM'S INPUT), else float32. */
+enum trn_pixel_type run_nets_pixels(const struct run *R);
 int run_check_batch(const struct run *R, const struct trn_batch *b, const struct trn_net *net,
                     bool short_batch, char *err, size_t cap);
 int run_targets_fit(const struct trn_loss_cfg *cfg, const struct trn_batch *b, char *err,
