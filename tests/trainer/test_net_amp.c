@@ -503,15 +503,24 @@ static double rel_l2(const float *a, const float *b, size_t n)
 #define OUT_TOL_BF16  5e-2
 #define GRAD_TOL_BF16 0.3
 
+/* tests/trainer/models_test/tiny_net.yaml with its parameters drawn from seed (bails out). */
+static struct trn_model *tiny_model(uint64_t seed)
+{
+    struct trn_model *m = NULL;
+    char err[256];
+    if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &m, err, sizeof err)) {
+        printf("Bail out! %s\n", err);
+        exit(99);
+    }
+    trn_model_init(m, seed);
+    return m;
+}
+
 static void test_tiny(void)
 {
     struct tiny T = { 0 };
     char err[256];
-    if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &T.m, err, sizeof err)) {
-        printf("Bail out! %s\n", err);
-        exit(99);
-    }
-    trn_model_init(T.m, 7);
+    T.m = tiny_model(7);
     const struct trn_model_info *I = trn_model_info(T.m);
     float *par = trn_model_arena(T.m, TRN_ARENA_PARAM);
     for (int t = 0; t < I->n_tensors; t++) {
@@ -733,13 +742,8 @@ static void test_scaler(const char *synth, const char *pack, const char *models)
  * fallback to float32 activations); an inference net keeps the walk; a bad value is refused. */
 static void test_act_store_errors(void)
 {
-    struct trn_model *m = NULL;
+    struct trn_model *m = tiny_model(7);
     char err[256];
-    if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &m, err, sizeof err)) {
-        printf("Bail out! %s\n", err);
-        exit(99);
-    }
-    trn_model_init(m, 7);
     struct trn_net_opts o;
     trn_net_opts_default(&o);
     o.act_store = TRN_ACT_BF16_NHWC;
@@ -777,16 +781,8 @@ static void test_act_store_errors(void)
  */
 static void test_x16_raw_head(enum trn_act_store act, const char *an)
 {
-    struct trn_model *m[2] = { NULL, NULL };
+    struct trn_model *m[2] = { tiny_model(9), tiny_model(9) };
     char err[256];
-    for (int k = 0; k < 2; k++) {
-        if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &m[k], err,
-                           sizeof err)) {
-            printf("Bail out! %s\n", err);
-            exit(99);
-        }
-        trn_model_init(m[k], 9);
-    }
     enum { B = 2, H = 64, W = 64, NT = 12 };
     struct trn_net_opts o;
     trn_net_opts_default(&o);
@@ -884,16 +880,8 @@ static void test_x16_raw_head(enum trn_act_store act, const char *an)
  */
 static void test_x16_s2d_input(enum trn_act_store act, const char *an)
 {
-    struct trn_model *m[2] = { NULL, NULL };
+    struct trn_model *m[2] = { tiny_model(5), tiny_model(5) };
     char err[256];
-    for (int k = 0; k < 2; k++) {
-        if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &m[k], err,
-                           sizeof err)) {
-            printf("Bail out! %s\n", err);
-            exit(99);
-        }
-        trn_model_init(m[k], 5);
-    }
     enum { B = 2, H = 64, W = 64 };
     const int layout = act == TRN_ACT_BF16_NHWC ? KERN_LAYOUT_NHWC : KERN_LAYOUT_NCHW;
     const int want = act == TRN_ACT_BF16_NHWC ? KERN_AUG_BF16_S2D_NHWC : KERN_AUG_BF16_S2D_NCHW;
@@ -990,11 +978,8 @@ static void test_x16_s2d_input(enum trn_act_store act, const char *an)
     }
     if (act != TRN_ACT_BF16_NHWC) return;
     /* the float32-activation walk has no such stem */
-    struct trn_model *wm = NULL;
+    struct trn_model *wm = tiny_model(5);
     struct trn_net *wn = NULL;
-    if (trn_model_load(TRN_TEST_NET_MODELS_DIR "/tiny_net.yaml", NULL, &wm, err, sizeof err))
-        exit(99);
-    trn_model_init(wm, 5);
     o.act_store = TRN_ACT_F32;
     if (trn_net_create(wm, B, H, W, &o, &wn, err, sizeof err) < 0) exit(99);
     ok(trn_net_set_s2d_input(wn, true) == -ENOTSUP && trn_net_set_s2d_input(NULL, true) == -EINVAL,
