@@ -56,6 +56,18 @@ static int join(int rank, int world, double timeout, struct trn_dist **d, char *
 /* A line for the parent (port_testutil.h). */
 #define note(rank, ...) tu_note(dir, rank, __VA_ARGS__)
 
+/* join, or NULL with a note for the parent saying why. */
+static struct trn_dist *joined(int rank, int world, double timeout)
+{
+    struct trn_dist *d = NULL;
+    char err[512] = "";
+    if (join(rank, world, timeout, &d, err, sizeof err) < 0) {
+        note(rank, "join: %s", err);
+        return NULL;
+    }
+    return d;
+}
+
 static char *read_note(int rank)
 {
     char p[128];
@@ -220,12 +232,8 @@ static void test_collectives(int world, bool reverse)
 
 static int child_dies(int rank, int world)
 {
-    struct trn_dist *d = NULL;
-    char err[512] = "";
-    if (join(rank, world, 25, &d, err, sizeof err) < 0) {
-        note(rank, "join: %s", err);
-        return 2;
-    }
+    struct trn_dist *d = joined(rank, world, 25);
+    if (!d) return 2;
     if (rank == world - 1) _exit(3); /* crashes before its first collective */
     float x[64] = { 0 };
     const int rc = trn_dist_allreduce_f32(d, x, 64);
@@ -239,12 +247,8 @@ static int child_dies(int rank, int world)
 
 static int child_hangs(int rank, int world)
 {
-    struct trn_dist *d = NULL;
-    char err[512] = "";
-    if (join(rank, world, 1.5, &d, err, sizeof err) < 0) {
-        note(rank, "join: %s", err);
-        return 2;
-    }
+    struct trn_dist *d = joined(rank, world, 1.5);
+    if (!d) return 2;
     if (rank == 1) {
         pause(); /* hangs; the parent kills it */
         return 5;
@@ -263,12 +267,8 @@ static bool g_long_wait;
 
 static int child_stopped(int rank, int world)
 {
-    struct trn_dist *d = NULL;
-    char err[512] = "";
-    if (join(rank, world, g_long_wait ? 1.5 : 60, &d, err, sizeof err) < 0) {
-        note(rank, "join: %s", err);
-        return 2;
-    }
+    struct trn_dist *d = joined(rank, world, g_long_wait ? 1.5 : 60);
+    if (!d) return 2;
     if (rank == 1) {
         raise(SIGSTOP); /* the parent kills it */
         return 5;
@@ -312,12 +312,8 @@ static void stopped_case(bool long_wait, const char *what)
  * pass it; then the deadline is 1.5 s again (rank 1 late by 3 s fails the plain barrier). */
 static int child_long_wait(int rank, int world)
 {
-    struct trn_dist *d = NULL;
-    char err[512] = "";
-    if (join(rank, world, 1.5, &d, err, sizeof err) < 0) {
-        note(rank, "join: %s", err);
-        return 2;
-    }
+    struct trn_dist *d = joined(rank, world, 1.5);
+    if (!d) return 2;
     const struct timespec slow = { 3, 500 * 1000 * 1000 }, late = { 3, 0 };
     if (rank == 1) nanosleep(&slow, NULL);
     const double t0 = (double)time(NULL);
@@ -332,12 +328,8 @@ static int child_long_wait(int rank, int world)
 
 static int child_mismatch(int rank, int world)
 {
-    struct trn_dist *d = NULL;
-    char err[512] = "";
-    if (join(rank, world, 10, &d, err, sizeof err) < 0) {
-        note(rank, "join: %s", err);
-        return 2;
-    }
+    struct trn_dist *d = joined(rank, world, 10);
+    if (!d) return 2;
     int rc;
     if (rank == 0) {
         char b[16] = "x";
