@@ -103,10 +103,12 @@ int det_meta_write(const struct det_meta *m, char **out, size_t *len)
             c->restored, c->label_rows, c->label_rows_dropped, c->crowd_skipped);
     fprintf(f, "packer:\n  program: yolo-pack\n  version: ");
     /* a version is written plain when it is one ("1.2.3"), else quoted, so that it reads back
-     * as written (a plain scalar loses its edge spaces, and ':' or '#' would end it) */
+     * as written (a plain scalar loses its edge spaces, ':' or '#' would end it, and a leading
+     * '-' alone would open a sequence) */
     const char *v = m->packer_version ? m->packer_version : "";
-    if (v[0] && strspn(v, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.+-_") ==
-                    strlen(v))
+    if (v[0] && v[0] != '-' &&
+        strspn(v, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.+-_") ==
+            strlen(v))
         fprintf(f, "%s", v);
     else
         quoted(f, v);
