@@ -131,6 +131,8 @@ struct rd {
     size_t names_bytes;
     char *why;
     size_t why_cap;
+    size_t names_cap; /* slots allocated in m->names: grown by doubling, so that 65,536 names
+                         cost O(n), not one realloc each */
 };
 
 __attribute__((format(printf, 3, 4))) static int bad(struct rd *d, int rc, const char *fmt, ...)
@@ -252,13 +254,17 @@ static int set_name(struct rd *d, uint64_t k, const yaml_node_t *v)
                    DET_NAME_MAX);
     if ((d->names_bytes += l) > DET_NAMES_BYTES_MAX)
         return bad(d, -FFR_ECORRUPT, "metadata names: over %u bytes in all", DET_NAMES_BYTES_MAX);
-    if (k >= m->n_names) {
-        char **g = realloc(m->names, (size_t)(k + 1) * sizeof *g);
+    if (k >= d->names_cap) {
+        size_t cap = d->names_cap ? 2 * d->names_cap : 64;
+        if (cap < k + 1) cap = k + 1;
+        if (cap > DET_CLASS_MAX + 1) cap = DET_CLASS_MAX + 1;
+        char **g = realloc(m->names, cap * sizeof *g);
         if (!g) return -ENOMEM;
-        memset(g + m->n_names, 0, (size_t)(k + 1 - m->n_names) * sizeof *g);
+        memset(g + d->names_cap, 0, (cap - d->names_cap) * sizeof *g);
         m->names = g;
-        m->n_names = (uint32_t)(k + 1);
+        d->names_cap = cap;
     }
+    if (k >= m->n_names) m->n_names = (uint32_t)(k + 1);
     char *s = dup_scalar(v);
     if (!s)
         return memchr(v->data.scalar.value, '\0', l)
@@ -285,7 +291,9 @@ static int read_names(struct rd *d, const yaml_node_t *v)
             const yaml_node_t *key = node(d, p->key);
             uint64_t k;
             char scratch[8];
-            struct rd quiet = { d->doc, d->m, 0, scratch, sizeof scratch };
+            struct rd quiet = {
+                .doc = d->doc, .m = d->m, .why = scratch, .why_cap = sizeof scratch
+            };
             if (number(&quiet, "", key, UINT64_MAX, &k) == 0)
                 rc = set_name(d, k, node(d, p->value));
         }
@@ -392,7 +400,7 @@ int det_meta_parse(const char *text_, size_t len, struct det_meta *out, char *wh
     yaml_document_t doc;
     if (!yaml_parser_initialize(&p)) return -ENOMEM;
     yaml_parser_set_input_string(&p, (const unsigned char *)text_, len);
-    struct rd d = { &doc, out, 0, why, why_cap };
+    struct rd d = { .doc = &doc, .m = out, .why = why, .why_cap = why_cap };
     int rc = 0;
     if (!yaml_parser_load(&p, &doc)) {
         rc = p.error == YAML_MEMORY_ERROR
