@@ -68,7 +68,7 @@ static int same_records(const char *a, const char *b)
 static int flip_byte(const char *path, off_t off)
 {
     const int fd = open(path, O_RDWR);
-    uint8_t b;
+    uint8_t b = 0;
     int rc = fd >= 0 && pread(fd, &b, 1, off) == 1 ? 0 : -1;
     b ^= 0x5a;
     if (rc == 0 && pwrite(fd, &b, 1, off) != 1) rc = -1;
