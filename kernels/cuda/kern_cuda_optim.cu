@@ -23,6 +23,7 @@
 
 #include "kern_cuda_internal.h"
 #include "kern_lowp_common.h"
+#include "kern_optim_common.h"
 
 #define OPTIM_CHUNK      4096 /* virtual elements per block of the step, unscale */
 #define OPTIM_SUM_BLOCKS 1024 /* at most this many partials of the sum of squares */
@@ -77,19 +78,14 @@ static unsigned optim_blocks(size_t total, size_t ch)
 
 /* The casts' roundings (defined with the cast kernels below), for the step's 16-bit copy. */
 
-/* params_lowp at element i of segment *S = params[i] cast to dtype (kern_sgd.params_lowp), in the
- * segment's lowp order (struct kern_optim_seg: channels last within it when lowp_c > 0); nothing
- * when lp is NULL. */
+/* params_lowp at element i of segment *S = params[i] cast to dtype (kern_sgd.params_lowp), at the
+ * place the segment's lowp order gives (kern_optim_common.h); nothing when lp is NULL. */
 static __device__ __forceinline__ void sgd_store_lowp(uint16_t *__restrict__ lp, int dtype,
                                                       const kern_optim_seg *__restrict__ S,
                                                       size_t i, float t)
 {
     if (!lp) return;
-    if (S->lowp_c) {
-        const size_t c = (size_t)S->lowp_c, hw = (size_t)S->lowp_hw, e = i - S->offset;
-        const size_t o = e / (c * hw), ch = e / hw % c, p = e % hw;
-        i = S->offset + (o * hw + p) * c + ch;
-    }
+    i = kern_lowp_index(&S->lowp, S->offset, i - S->offset);
     lp[i] = dtype == KERN_DT_BF16 ? kern_bf16_from_f32(t) : kern_f16_from_f32(t);
 }
 

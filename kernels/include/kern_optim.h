@@ -31,17 +31,32 @@
  */
 #define KERN_OPTIM_MAX_GROUPS 4
 
+/* The order and place of a segment's params_lowp copy (REDUCED-PRECISION COPY): how the convs
+ * of the bf16 executor read the tensor. All zero: the buffers' own order at the segment's own
+ * elements. */
+struct kern_lowp_order {
+    /* c > 0 and s2d 0: the segment is a conv weight (count / (c hw), c, hw) whose copy is
+       written channels last, (.., hw, c), the order the NHWC convs take (count a multiple of
+       c hw, hw >= 1). */
+    int c, hw;
+    /* s2d > 0: the segment is a stem weight w6 (k_out, c, 6, 6) (count a multiple of 36 c), whose
+       copy is its space-to-depth w3 (k_out, s2d, 3, 3) (kern_tensor.h "The stem as
+       space-to-depth", s2d >= 4 c) at elements [at, at + k_out s2d 9) of params_lowp: channels
+       last, (k_out, 3, 3, s2d), when hw is 9, OIHW when hw is 0. That range lies outside every
+       segment and every other such copy; its pad channels are never written (their owner zeroes
+       them once), so the 3x3 conv reads a copy no pass rearranges. */
+    int s2d;
+    int pad_;  /* zero; keeps the layout the same for host and device compilers */
+    size_t at; /* s2d > 0: see s2d; else ignored */
+};
+
 struct kern_optim_seg {
     size_t offset; /* first element of the tensor in every flat buffer */
     size_t count;  /* elements, >= 1 */
     size_t start;  /* sum of the counts of the segments before it (kern_optim_segs_prepare) */
     int group;     /* parameter group, 0 <= group < the descriptor's n_groups */
-    /* The order of the segment's params_lowp copy (REDUCED-PRECISION COPY): lowp_c 0, the
-       buffers' own; lowp_c > 0, the segment is a conv weight (count / (lowp_c lowp_hw), lowp_c,
-       lowp_hw) whose copy is written channels last, (.., lowp_hw, lowp_c), the order the NHWC
-       convs take (count a multiple of lowp_c lowp_hw, lowp_hw >= 1). */
-    int lowp_c, lowp_hw;
-    int pad_; /* zero; keeps the layout the same for host and device compilers */
+    int pad_;      /* zero; keeps the layout the same for host and device compilers */
+    struct kern_lowp_order lowp; /* its params_lowp copy's order (zero: the buffers' own) */
 };
 
 /*
@@ -50,7 +65,8 @@ struct kern_optim_seg {
  * copying the table to the device. total: out, the sum of the counts (the `total` argument of
  * the ops). Returns 0; -EINVAL for NULL pointers, n_seg 0, a count of 0, a segment past len, a
  * group out of [0, n_groups), n_groups out of [1, KERN_OPTIM_MAX_GROUPS], a lowp order that
- * does not fit its count, or two segments that overlap (nothing is written then). Thread-safe on
+ * does not fit its count, two segments that overlap, or a stem copy's range (kern_lowp_order.s2d)
+ * that overlaps a segment or another's (nothing is written then). Thread-safe on
  * distinct tables.
  */
 KERN_API int kern_optim_segs_prepare(struct kern_optim_seg *seg, size_t n_seg, size_t len,
@@ -94,8 +110,10 @@ struct kern_sgd_group {
  * params_lowp set the op also writes, for every element of the segments, params_lowp[i] = the
  * cast of the float32 params[i] it leaves (updated, or unchanged on a skipped step), rounded as
  * kern_*_cast_f32_bf16 / _f16 round: bit for bit the cast run after the step, over the
- * segments; a segment with lowp_c > 0 writes it channels last within the segment, bit for bit
- * kern_*_cast_f32_lowp_cl over it (the bf16 NHWC executor's conv weights, cast by no pass).
+ * segments; a segment with a lowp order (kern_lowp_order) writes it in that order: channels last
+ * within the segment, bit for bit kern_*_cast_f32_lowp_cl over it (the bf16 NHWC executor's conv
+ * weights, cast by no pass), or as the stem's space-to-depth weights at lowp.at, bit for bit
+ * kern_*_s2d_weight_fwd then that cast over the copy's non-pad elements.
  * Elements outside the segments are not written (they are not updated either, so a copy cast once
  * stays current there). params_lowp must not overlap the other buffers. lowp_dtype is a host field
  * (never in dyn): it is fixed for a buffer, so a captured graph may bake it.

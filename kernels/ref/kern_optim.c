@@ -24,16 +24,34 @@
 
 #include "kern_internal.h"
 #include "kern_lowp_common.h"
+#include "kern_optim_common.h"
 
 #define OPTIM_LANES 8
 
-/* The segment's lowp order fits its count (struct kern_optim_seg). */
+/* The segment's lowp order fits its count (struct kern_lowp_order). */
 static bool optim_lowp_order_ok(const struct kern_optim_seg *s)
 {
-    if (s->lowp_c == 0) return true;
-    if (s->lowp_c < 0 || s->lowp_hw < 1) return false;
-    const size_t inner = (size_t)s->lowp_c * (size_t)s->lowp_hw;
+    const struct kern_lowp_order *const L = &s->lowp;
+    if (L->s2d) {
+        if (L->s2d < 0 || L->c < 1 || L->s2d < 4 * (long long)L->c || (L->hw != 0 && L->hw != 9))
+            return false;
+        const size_t per = 36 * (size_t)L->c;
+        return s->count % per == 0 && s->count / per <= INT_MAX &&
+               s->count / per * (size_t)L->s2d * 9 <= SIZE_MAX - L->at;
+    }
+    if (L->c == 0) return true;
+    if (L->c < 0 || L->hw < 1) return false;
+    const size_t inner = (size_t)L->c * (size_t)L->hw;
     return s->count % inner == 0 && s->count / inner <= INT_MAX;
+}
+
+/* The elements [*lo, *hi) of params_lowp that segment s writes: its own, or its stem copy's. */
+static void optim_lowp_range(const struct kern_optim_seg *s, size_t *lo, size_t *hi)
+{
+    const struct kern_lowp_order *const L = &s->lowp;
+    *lo = L->s2d ? L->at : s->offset;
+    *hi =
+        L->s2d ? L->at + s->count / (36 * (size_t)L->c) * (size_t)L->s2d * 9 : s->offset + s->count;
 }
 
 int kern_optim_segs_prepare(struct kern_optim_seg *seg, size_t n_seg, size_t len, int n_groups,
@@ -47,16 +65,25 @@ int kern_optim_segs_prepare(struct kern_optim_seg *seg, size_t n_seg, size_t len
         KERN_RETURN_IF(s->group < 0 || s->group >= n_groups, -EINVAL);
         KERN_RETURN_IF(!optim_lowp_order_ok(s), -EINVAL);
     }
-    /* Overlap check without allocating: tables are a few hundred entries, set up once. */
+    /* Overlap checks without allocating: tables are a few hundred entries, set up once. A stem
+     * copy's range must miss every segment and every other copy; the other copies lie within
+     * their own segments, which miss each other. */
     for (size_t i = 0; i < n_seg; i++)
-        for (size_t j = i + 1; j < n_seg; j++)
-            KERN_RETURN_IF(seg[i].offset < seg[j].offset + seg[j].count &&
+        for (size_t j = 0; j < n_seg; j++) {
+            KERN_RETURN_IF(i < j && seg[i].offset < seg[j].offset + seg[j].count &&
                                seg[j].offset < seg[i].offset + seg[i].count,
                            -EINVAL);
+            if (!seg[i].lowp.s2d) continue;
+            size_t lo, hi, lo2, hi2;
+            optim_lowp_range(&seg[i], &lo, &hi);
+            optim_lowp_range(&seg[j], &lo2, &hi2);
+            KERN_RETURN_IF(lo < seg[j].offset + seg[j].count && seg[j].offset < hi, -EINVAL);
+            KERN_RETURN_IF(i != j && lo < hi2 && lo2 < hi, -EINVAL);
+        }
     size_t t = 0;
     for (size_t i = 0; i < n_seg; i++) {
         seg[i].start = t;
-        seg[i].pad_ = 0;
+        seg[i].pad_ = seg[i].lowp.pad_ = 0;
         t += seg[i].count;
     }
     *total = t;
@@ -189,11 +216,19 @@ int kern_ref_sgd_step(struct kern_ctx *ctx, const struct kern_sgd *desc, float *
      * cast ops' loops over the segments, so the bits are theirs. */
     uint16_t *const lp = d->params_lowp;
     for (size_t s = 0; lp && s < d->n_seg; s++) {
-        const size_t o = seg[s].offset, c = (size_t)seg[s].lowp_c;
-        if (c)
+        const size_t o = seg[s].offset, c = (size_t)seg[s].lowp.c;
+        if (seg[s].lowp.s2d) {
+            /* the stem's copy: the cast's rounding at the places kern_optim_common.h gives */
+            const bool bf = d->lowp_dtype == KERN_DT_BF16;
+            for (size_t e = 0; e < seg[s].count; e++) {
+                const float v = params[o + e];
+                lp[kern_lowp_index(&seg[s].lowp, o, e)] =
+                    bf ? kern_bf16_from_f32(v) : kern_f16_from_f32(v);
+            }
+        } else if (c)
             rc = kern_ref_cast_f32_lowp_cl(ctx, d->lowp_dtype, lp + o, params + o,
-                                           (int)(seg[s].count / (c * (size_t)seg[s].lowp_hw)),
-                                           (int)c, (size_t)seg[s].lowp_hw);
+                                           (int)(seg[s].count / (c * (size_t)seg[s].lowp.hw)),
+                                           (int)c, (size_t)seg[s].lowp.hw);
         else
             rc = d->lowp_dtype == KERN_DT_BF16
                      ? kern_ref_cast_f32_bf16(ctx, lp + o, params + o, seg[s].count)

@@ -144,7 +144,7 @@ static inline size_t kt_random_segs_prepared(struct kern_optim_seg *seg, size_t 
     return n;
 }
 
-/* Gives every third segment a channels-last lowp order (kern_optim_seg.lowp_c, lowp_hw) that
+/* Gives every third segment a channels-last lowp order (kern_optim_seg.lowp.c, .hw) that
  * permutes it: hw the least divisor >= 2 of its count, c the least divisor >= 2 of the rest
  * (a count with no such pair keeps the plain order). The table stays prepared. */
 static inline void kt_segs_lowp_order(struct kern_optim_seg *seg, size_t n_seg)
@@ -158,8 +158,37 @@ static inline void kt_segs_lowp_order(struct kern_optim_seg *seg, size_t n_seg)
         while (c < n / hw && (n / hw) % c)
             c++;
         if (c >= n / hw) continue;
-        seg[s].lowp_c = (int)c, seg[s].lowp_hw = (int)hw;
+        seg[s].lowp = (struct kern_lowp_order){ .c = (int)c, .hw = (int)hw };
     }
+}
+
+/*
+ * Appends two stem segments (kern_lowp_order.s2d) past a table's elements, from element `end`:
+ * w6 (3, 3, 6, 6) whose copy is w3 (3, 16, 3, 3) channels last, and w6 (2, 1, 6, 6) whose copy
+ * is w3 (2, 4, 3, 3) OIHW, each after a gap, their copies past both. Prepares the table again
+ * (n_seg += 2, *total). Returns the buffers' length: every element from `end` that is not in
+ * the new segments is padding (the copies' ranges included).
+ */
+static inline size_t kt_segs_add_s2d(struct kern_optim_seg *seg, size_t *n_seg, size_t end,
+                                     int n_groups, size_t *total)
+{
+    const size_t n_a = 3 * 3 * 36, n_b = 2 * 1 * 36;  /* the two w6 */
+    const size_t n3_a = 3 * 16 * 9, n3_b = 2 * 4 * 9; /* their w3 */
+    const size_t a = end + 5, b = a + n_a + 7, at_a = b + n_b + 3, at_b = at_a + n3_a + 1;
+    const size_t len = at_b + n3_b + 4;
+    seg[*n_seg] = (struct kern_optim_seg){
+        .offset = a, .count = n_a, .group = 0, .lowp = { .c = 3, .hw = 9, .s2d = 16, .at = at_a }
+    };
+    seg[*n_seg + 1] = (struct kern_optim_seg){ .offset = b,
+                                               .count = n_b,
+                                               .group = n_groups - 1,
+                                               .lowp = { .c = 1, .hw = 0, .s2d = 4, .at = at_b } };
+    *n_seg += 2;
+    if (kern_optim_segs_prepare(seg, *n_seg, len, n_groups, total) < 0) {
+        printf("Bail out! stem segments\n");
+        exit(99);
+    }
+    return len;
 }
 
 /* Canaries everywhere in p[0..len), values in [lo, hi) inside the segments. */

@@ -1,8 +1,9 @@
 /*
  * CUDA parity of the SGD step's reduced-precision copy (kern_sgd.params_lowp): kern_cuda_sgd_step
  * against kern_ref_sgd_step on fresh random draws (seed printed; --seed N replays), bf16 and
- * fp16, a plain step, a step with its scalars in device memory (dyn) and a skipped one: the copy,
- * its untouched padding (poisoned first) and the parameters are compared bit for bit (the
+ * fp16, a plain step, a step with its scalars in device memory (dyn) and a skipped one, tables
+ * with channels-last and stem (kern_lowp_order.s2d) orders: the copy, its untouched padding
+ * (poisoned first) and the parameters are compared bit for bit (the
  * kernels round as the CPU, kern_cuda_optim.cu). Registered with the exit-code protocol; exits 77
  * with "# SKIP no CUDA device" without a GPU.
  */
@@ -37,12 +38,14 @@ static int same_bits(const char *what, const void *d, const void *ref, size_t by
 static void test_lowp(int dtype, int run)
 {
     static const char *const name[3] = { "plain", "dyn", "skipped" };
-    const size_t len = (size_t)kt_randint(5000, 300000), cap = 1500;
+    const size_t len0 = (size_t)kt_randint(5000, 300000), cap = 1500;
     struct kern_optim_seg *const seg = calloc(cap, sizeof *seg);
     if (!seg) exit(99);
     size_t total = 0;
-    const size_t n = kt_random_segs_prepared(seg, cap, len, 40, 400, 20000, 3, &total);
+    size_t n = kt_random_segs_prepared(seg, cap - 2, len0, 40, 400, 20000, 3, &total);
     kt_segs_lowp_order(seg, n); /* every third segment written channels last */
+    /* and two stem weights written as their space-to-depth, NHWC and NCHW, past the others */
+    const size_t len = kt_segs_add_s2d(seg, &n, len0, 3, &total);
     const size_t fb = len * sizeof(float), hb = len * sizeof(uint16_t);
     float *const th = kt_alloc(len), *const buf = kt_alloc(len), *const gr = kt_alloc(len);
     kt_fill(th, len, -2.0f, 2.0f);

@@ -3,8 +3,11 @@
  * on random segment tables with NaN canaries in the padding, for bf16 and fp16, a plain step, a
  * step with its scalars in memory (dyn) and a skipped step (found_inf, skip_nonfinite), the copy
  * equals the cast op run on the updated parameters afterwards, bit for bit, over the segments
- * (kern_ref_cast_f32_lowp_cl over those with a channels-last lowp order); the padding of the copy
- * is never written; a lowp order that does not fit its segment is refused; params, momentum and EMA
+ * (kern_ref_cast_f32_lowp_cl over those with a channels-last lowp order; kern_ref_s2d_weight_fwd
+ * then the cast, at their place, over two stem weights, kern_lowp_order.s2d, NHWC and NCHW); the
+ * padding of the copy, the stem copies' pad channels and the stems' own elements included, is
+ * never written; a lowp order that does not fit its segment, or a stem copy that overlaps a
+ * segment or another copy, is refused; params, momentum and EMA
  * are the same bits as a step without the copy; a bad dtype is -EINVAL with nothing written.
  */
 #include <errno.h>
@@ -24,14 +27,41 @@
 enum { RUN_PLAIN, RUN_DYN, RUN_FOUND_INF, RUN_SKIP_NONFINITE, RUN_CASES };
 static const char *const run_name[RUN_CASES] = { "plain", "dyn", "found_inf", "skip_nonfinite" };
 
+/* The stem copy of segment *S into want: the float32 rearrangement, then the cast (channels last
+ * when asked), its non-pad channels at S->lowp.at. */
+static void want_s2d(struct kern_ctx *ctx, int dtype, uint16_t *want, const float *th,
+                     const struct kern_optim_seg *S)
+{
+    const struct kern_lowp_order *const L = &S->lowp;
+    const int k_out = (int)(S->count / (36 * (size_t)L->c));
+    const size_t n3 = (size_t)k_out * (size_t)L->s2d * 9;
+    const struct kern_s2d d = { 1, L->c, 2, 2, L->s2d, KERN_LAYOUT_NCHW };
+    float *const w3 = kt_alloc(n3);
+    uint16_t *const h3 = malloc(n3 * sizeof *h3);
+    if (!h3 || kern_ref_s2d_weight_fwd(ctx, &d, k_out, w3, th + S->offset) < 0) exit(99);
+    int rc;
+    if (L->hw)
+        rc = kern_ref_cast_f32_lowp_cl(ctx, dtype, h3, w3, k_out, L->s2d, 9);
+    else
+        rc = dtype == KERN_DT_BF16 ? kern_ref_cast_f32_bf16(ctx, h3, w3, n3)
+                                   : kern_ref_cast_f32_f16(ctx, h3, w3, n3);
+    if (rc < 0) exit(99);
+    for (size_t i = 0; i < n3; i++) {
+        const size_t ch = L->hw ? i % (size_t)L->s2d : i / 9 % (size_t)L->s2d;
+        if (ch < 4 * (size_t)L->c) want[L->at + i] = h3[i];
+    }
+    free(w3), free(h3);
+}
+
 static void test_case(struct kern_ctx *ctx, int dtype, int run)
 {
-    const size_t len = (size_t)kt_randint(2000, 120000), cap = 600;
+    const size_t len0 = (size_t)kt_randint(2000, 120000), cap = 600;
     struct kern_optim_seg *const seg = calloc(cap, sizeof *seg);
     if (!seg) exit(99);
     size_t total = 0;
-    const size_t n_seg = kt_random_segs_prepared(seg, cap, len, 40, 300, 5000, 3, &total);
+    size_t n_seg = kt_random_segs_prepared(seg, cap - 2, len0, 40, 300, 5000, 3, &total);
     kt_segs_lowp_order(seg, n_seg);
+    const size_t len = kt_segs_add_s2d(seg, &n_seg, len0, 3, &total);
     const char *const dt = dtype == KERN_DT_BF16 ? "bf16" : "fp16";
     float *const th = kt_alloc(len), *const buf = kt_alloc(len), *const ema = kt_alloc(len);
     float *const gr = kt_alloc(len);
@@ -87,8 +117,10 @@ static void test_case(struct kern_ctx *ctx, int dtype, int run)
     for (size_t i = 0; i < len; i++)
         want[i] = LOWP_CANARY;
     for (size_t s = 0; s < n_seg; s++) {
-        const size_t o = seg[s].offset, c = (size_t)seg[s].lowp_c, hw = (size_t)seg[s].lowp_hw;
-        if (c)
+        const size_t o = seg[s].offset, c = (size_t)seg[s].lowp.c, hw = (size_t)seg[s].lowp.hw;
+        if (seg[s].lowp.s2d)
+            want_s2d(ctx, dtype, want, th2, &seg[s]);
+        else if (c)
             kern_ref_cast_f32_lowp_cl(ctx, dtype, want + o, th2 + o, (int)(seg[s].count / (c * hw)),
                                       (int)c, hw);
         else if (dtype == KERN_DT_BF16)
@@ -116,17 +148,48 @@ static void test_bad_order(void)
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         struct kern_optim_seg seg[2] = { { .offset = 0, .count = 30, .group = 0 },
                                          { .offset = 40, .count = 12, .group = 0 } };
-        seg[0].lowp_c = bad[k][0], seg[0].lowp_hw = bad[k][1];
+        seg[0].lowp = (struct kern_lowp_order){ .c = bad[k][0], .hw = bad[k][1] };
         size_t total = 0;
         ok(kern_optim_segs_prepare(seg, 2, 64, 1, &total) == -EINVAL,
            "lowp order c %d hw %d on 30 elements: -EINVAL", bad[k][0], bad[k][1]);
     }
     struct kern_optim_seg seg[1] = {
-        { .offset = 0, .count = 30, .group = 0, .lowp_c = 5, .lowp_hw = 3 }
+        { .offset = 0, .count = 30, .group = 0, .lowp = { .c = 5, .hw = 3 } }
     };
     size_t total = 0;
     ok(kern_optim_segs_prepare(seg, 1, 30, 1, &total) == 0 && total == 30,
        "lowp order c 5 hw 3 on 30 elements: accepted");
+
+    /* stem orders: segment 0 is w6 (2, 3, 6, 6), 216 elements, its copy 2 x 16 x 9 = 288;
+     * segment 1 is 36 elements at 220 */
+    static const struct {
+        struct kern_lowp_order o0, o1; /* the two segments' orders */
+        int want;
+        const char *what;
+    } st[] = {
+        { { 3, 9, 16, 0, 300 }, { 0 }, 0, "(c 3, hw 9, s2d 16) at 300, past both: accepted" },
+        { { 3, 0, 12, 0, 300 }, { 0 }, 0, "s2d 12 = 4 c, OIHW: accepted" },
+        { { 3, 9, 8, 0, 300 }, { 0 }, -EINVAL, "s2d 8 < 4 c" },
+        { { 0, 9, 16, 0, 300 }, { 0 }, -EINVAL, "c 0" },
+        { { 3, 5, 16, 0, 300 }, { 0 }, -EINVAL, "hw 5 (neither 9 nor 0)" },
+        { { 4, 9, 16, 0, 300 }, { 0 }, -EINVAL, "c 4: 216 is no multiple of 144" },
+        { { 3, 9, -16, 0, 300 }, { 0 }, -EINVAL, "s2d negative" },
+        { { 3, 9, 16, 0, 0 }, { 0 }, -EINVAL, "the copy over the stem's own elements" },
+        { { 3, 9, 16, 0, 218 }, { 0 }, -EINVAL, "the copy over segment 1 only" },
+        { { 3, 9, 16, 0, 256 }, { 0 }, 0, "the copy just past segment 1: accepted" },
+        { { 3, 9, 16, 0, 300 }, { 1, 0, 4, 0, 587 }, -EINVAL, "two copies overlapping" },
+        { { 3, 9, 16, 0, 300 }, { 1, 0, 4, 0, 588 }, 0, "two copies side by side: accepted" },
+        { { 3, 9, 16, 0, 300 }, { 1, 0, 4, 0, 100 }, -EINVAL, "segment 1's copy over segment 0" },
+        { { 3, 9, 16, 0, SIZE_MAX - 100 }, { 0 }, -EINVAL, "a copy past SIZE_MAX" },
+    };
+    for (size_t k = 0; k < sizeof st / sizeof st[0]; k++) {
+        struct kern_optim_seg sg[2] = {
+            { .offset = 0, .count = 216, .group = 0, .lowp = st[k].o0 },
+            { .offset = 220, .count = 36, .group = 0, .lowp = st[k].o1 },
+        };
+        is_int(kern_optim_segs_prepare(sg, 2, 256, 1, &total), st[k].want, "stem order: %s",
+               st[k].what);
+    }
 }
 
 /* A dtype other than bf16 / fp16 with a copy asked for: -EINVAL, nothing written. */

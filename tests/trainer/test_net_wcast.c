@@ -413,17 +413,28 @@ static void test_x16(enum trn_act_store act, const char *an)
         bail("resident", an);
     int dt = -1;
     void *const lp = trn_net_dev_params_lowp(R, &dt);
-    const int *const ord = trn_net_params_lowp_order(R);
-    int cl = 1;
+    const struct kern_lowp_order *const ord = trn_net_params_lowp_order(R);
+    const bool nhwc = act == TRN_ACT_BF16_NHWC;
+    const size_t plen = trn_model_info(g_m)->arena_len[TRN_ARENA_PARAM];
+    int cl = ord != NULL, n_other = 0;
     for (int ci = 0; ord && ci < trn_model_info(g_m)->n_convs; ci++) {
         const struct trn_conv *c = trn_model_conv(g_m, ci);
-        const bool want = c->k > 1 && ci > 0; /* conv 0, the stem, is rearranged at each forward */
-        cl &= ord[2 * c->weight] == (want ? c->c1 : 0) &&
-              ord[2 * c->weight + 1] == (want ? c->k * c->k : 0);
+        const struct kern_lowp_order *L = &ord[c->weight];
+        if (ci == 0) /* the stem: its 3x3 space-to-depth weights past the PARAM elements */
+            cl &= c->k == 6 && L->c == c->c1 && L->hw == (nhwc ? 9 : 0) && L->s2d == 16 &&
+                  L->at >= plen && L->at % 64 == 0;
+        else if (nhwc && c->k > 1)
+            cl &= L->c == c->c1 && L->hw == c->k * c->k && !L->s2d;
+        else
+            cl &= !L->c && !L->hw && !L->s2d;
     }
-    ok(lp && dt == KERN_DT_BF16 && (act == TRN_ACT_BF16_NHWC ? ord && cl : !ord),
-       "%s: the net hands out its executor's copy, %s", an,
-       act == TRN_ACT_BF16_NHWC ? "3x3 weights channels last (c_in, k k)" : "in the PARAM order");
+    for (int t = 0; ord && t < trn_model_info(g_m)->n_tensors; t++)
+        n_other += trn_model_tensor(g_m, t)->role != TRN_T_CONV_WEIGHT &&
+                   (ord[t].c || ord[t].hw || ord[t].s2d);
+    ok(lp && dt == KERN_DT_BF16 && cl && n_other == 0,
+       "%s: the net hands out its executor's copy, %sthe stem's weights as its 3x3 "
+       "space-to-depth past the PARAM elements",
+       an, nhwc ? "3x3 weights channels last (c_in, k k), " : "");
     struct dstep S;
     dstep_init(&S, R);
     fwd_bwd(R);

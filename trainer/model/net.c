@@ -848,7 +848,7 @@ int trn_net_params_changed(struct trn_net *net)
 
 /* The training executor's own copy (struct trn_net_exec.params_lowp) of a net owning its
  * parameters, or NULL. */
-static void *exec_lowp(struct trn_net *net, bool handed, const int **order)
+static void *exec_lowp(struct trn_net *net, bool handed, const struct kern_lowp_order **order)
 {
     const struct trn_net_slot *const t = &net->ex[1];
     if (order) *order = NULL;
@@ -871,9 +871,9 @@ void *trn_net_dev_params_lowp(struct trn_net *net, int *dtype)
     return p;
 }
 
-const int *trn_net_params_lowp_order(struct trn_net *net)
+const struct kern_lowp_order *trn_net_params_lowp_order(struct trn_net *net)
 {
-    const int *order = NULL;
+    const struct kern_lowp_order *order = NULL;
     if (net) exec_lowp(net, false, &order);
     return order;
 }

@@ -456,11 +456,13 @@ void *trn_net_dev_params_lowp(struct trn_net *net, int *dtype);
 
 /*
  * The order of trn_net_dev_params_lowp's copy, per tensor of the model, for
- * trn_optim_dev_set_params_lowp: NULL, the PARAM arena's; else 2 ints a tensor, (c, hw) where
- * tensor t (.., c, hw) is stored channels last (.., hw, c) (the bf16 NHWC executor's conv
- * weights, ACTIVATIONS), (0, 0) where it keeps the PARAM order. Valid for the net's life.
+ * trn_optim_dev_set_params_lowp: NULL, the PARAM arena's; else one struct kern_lowp_order per
+ * tensor (kern_optim.h), all zero where the tensor keeps the PARAM order. The bf16 executor's
+ * (ACTIVATIONS) stores its NHWC conv weights channels last, and the stem's weights (THE STEM) as
+ * their 3x3 space-to-depth past the PARAM elements, in its layout: the step writes that copy
+ * too, so no forward rearranges or casts them. Valid for the net's life.
  */
-const int *trn_net_params_lowp_order(struct trn_net *net);
+const struct kern_lowp_order *trn_net_params_lowp_order(struct trn_net *net);
 
 /*
  * Make the cast of a tracking net current now: cast the PARAM arena if it is stale, enqueued on

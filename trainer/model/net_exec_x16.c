@@ -14,20 +14,23 @@
  * float32 NCHW in the input slot (net->act, as for the walk) and are cast once into act.
  *
  * WEIGHTS. The convs' parameters in bf16 live in w16 (PARAM offsets, conv weights in the convs'
- * layout: channels last in NHWC where k > 1, the order `order` gives per tensor). A forward
- * casts them, unless the copy is known current as net.h AMP WEIGHTS tracks the net's own: once
- * trn_net_dev_params_lowp has handed w16 to the SGD step (which writes it in that order, in its
- * pass: kern_optim_seg.lowp_c), a resident (or fixed) net casts only after a change it was told
- * of (params_changed) or an upload. An executor whose copy was not handed out (a sharing net's)
- * casts at every forward.
+ * layout: channels last in NHWC where k > 1, the stem's past the PARAM elements (THE STEM): the
+ * order `order` gives per tensor, a kern_lowp_order). A forward casts them, unless the copy is
+ * known current as net.h AMP WEIGHTS tracks the net's own: once trn_net_dev_params_lowp has handed
+ * w16 to the SGD step (which writes it in that order, in its pass: kern_optim_seg.lowp), a resident
+ * (or fixed) net casts only after a change it was told of (params_changed) or an upload. An
+ * executor whose copy was not handed out (a sharing net's) casts at every forward.
  *
  * THE STEM. Where the network's input feeds one 6x6 stride-2 pad-2 conv and nothing else (every
  * YOLOv5), that conv runs as the 3x3 stride-1 conv of the images' 2x2 space-to-depth, 16
  * channels (kern_tensor.h "The stem as space-to-depth"): cuDNN takes it on tensor cores, where
  * the 3-channel 6x6 conv's weight gradient ran on a legacy engine. The images are cast straight
  * into that layout (in16; act's input slot stays unused), or come in it from the GPU
- * augmentation (net.h THE STEM'S INPUT: in16 is then the input slot), the weights rearranged then
- * cast (w3, w3_16), and the weight gradient mapped back from dw3 into the model's (k_out, 3, 6, 6).
+ * augmentation (net.h THE STEM'S INPUT: in16 is then the input slot). Its weights in bf16, w3_16,
+ * are w16's elements past the PARAM ones (at stem_at, their pad channels zero): the SGD step
+ * writes them rearranged (kern_lowp_order.s2d) as it writes the other convs' weights, and a
+ * forward that casts rearranges them then casts (w3). The weight gradient is mapped back from
+ * dw3 into the model's (k_out, 3, 6, 6).
  *
  * ORDER. The walk's: both run the rows through net_rows.c with their own steps (the same `has`
  * bookkeeping of the gradient arena: the first gradient written overwrites, later ones add);
@@ -57,10 +60,11 @@ struct place {
 
 struct x16 {
     int layout;
-    uint16_t *act, *dact; /* plan.total and plan.dtotal elements */
-    uint16_t *w16;        /* the PARAM arena in bf16, conv weights in the layout (WEIGHTS) */
-    int *order;           /* per tensor (c, hw) when w16 holds it channels last, else (0, 0) */
-    bool handed, w_ok;    /* w16 handed to the step; its conv weights current (WEIGHTS) */
+    uint16_t *act, *dact;          /* plan.total and plan.dtotal elements */
+    uint16_t *w16;                 /* the PARAM arena in bf16, conv weights in the layout (WEIGHTS),
+                                      then the stem's (THE STEM) */
+    struct kern_lowp_order *order; /* per tensor: where and how w16 holds it (WEIGHTS) */
+    bool handed, w_ok;             /* w16 handed to the step; its conv weights current (WEIGHTS) */
     bool raw;             /* trn_net_raw_head on: the loss reads and writes the Detect convs'
                              bf16 outputs and gradients in place (no detect16 pass) */
     uint8_t *idx;         /* SPPF pool argmax offsets, three pools a row, dense */
@@ -69,7 +73,9 @@ struct x16 {
     int stem;             /* the conv run as space-to-depth (THE STEM), or -1 */
     struct kern_s2d s2d;  /* its input's map, in the layout */
     uint16_t *in16;       /* its input: the images' space-to-depth, bf16 */
-    uint16_t *w3_16;      /* its weights (k_out, 16, 3, 3) in bf16, in the convs' layout */
+    uint16_t *w3_16;      /* its weights (k_out, 16, 3, 3) in bf16, in the convs' layout: w16's
+                             elements from stem_at */
+    size_t stem_at;       /* w3_16's first element in w16 (its kern_lowp_order.at) */
     float *w3, *dw3;      /* its weights rearranged, and their gradient, float32 OIHW */
     struct place *a, *d;  /* per act: its value, its gradient */
     struct kern_ctx *ctx; /* for destroy */
@@ -267,7 +273,7 @@ static int cast_weights(struct trn_net *net, struct x16 *x)
         const struct trn_conv *c = trn_model_conv(net->m, ci);
         const struct trn_tensor *w = trn_model_tensor(net->m, c->weight);
         if (ci == x->stem) continue; /* stem_weights */
-        if (x->order[2 * c->weight])
+        if (x->order[c->weight].c)
             TRY(K->cast_f32_lowp_cl(net->ctx, KERN_DT_BF16, x->w16 + w->offset, P(net, c->weight),
                                     c->c2, c->c1, (size_t)c->k * (size_t)c->k));
         else
@@ -279,18 +285,8 @@ static int cast_weights(struct trn_net *net, struct x16 *x)
     return 0;
 }
 
-/* w16 cast unless it is known current (WEIGHTS): a forward's, and trn_net_lowp_refresh's. */
-static int cast_if_stale(struct trn_net *net, struct x16 *x)
-{
-    if (x->w_ok && tracked(net, x)) return 0;
-    TRY(cast_weights(net, x));
-    net->n_casts++;
-    x->w_ok = tracked(net, x);
-    return 0;
-}
-
-/* The stem's weights rearranged for its 3x3 conv, then cast (the step cannot write them: they
- * are not the PARAM arena's elements in another order), at every forward: two small passes. */
+/* The stem's weights rearranged for its 3x3 conv, then cast: two small passes, where a forward
+ * casts (the step given w16 writes them in its own pass). */
 static int stem_weights(struct trn_net *net, struct x16 *x)
 {
     if (x->stem < 0) return 0;
@@ -302,12 +298,22 @@ static int stem_weights(struct trn_net *net, struct x16 *x)
     return K->cast_f32_bf16(net->ctx, x->w3_16, x->w3, (size_t)c->c2 * x->s2d.c_out * 9);
 }
 
-/* The weights of a forward: w16 cast unless current, then the stem's. */
+/* w16 cast unless it is known current (WEIGHTS): a forward's, and trn_net_lowp_refresh's. */
+static int cast_if_stale(struct trn_net *net, struct x16 *x)
+{
+    if (x->w_ok && tracked(net, x)) return 0;
+    TRY(cast_weights(net, x));
+    TRY(stem_weights(net, x));
+    net->n_casts++;
+    x->w_ok = tracked(net, x);
+    return 0;
+}
+
+/* The weights of a forward: w16 cast unless current. */
 static int x16_weights(struct trn_net *net, struct x16 *x, bool uploaded)
 {
     if (uploaded) x->w_ok = false;
-    TRY(cast_if_stale(net, x));
-    return stem_weights(net, x);
+    return cast_if_stale(net, x);
 }
 
 /* Bytes of the stem's input (in16). */
@@ -463,9 +469,7 @@ static void x16_destroy(void *self)
 {
     struct x16 *const x = self;
     if (!x) return;
-    void *const t[] = {
-        x->act, x->dact, x->w16, x->idx, x->sums, x->in16, x->w3_16, x->w3, x->dw3
-    };
+    void *const t[] = { x->act, x->dact, x->w16, x->idx, x->sums, x->in16, x->w3, x->dw3 };
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
         kern_mem_free(x->ctx, t[k]);
     free(x->idx_off);
@@ -544,14 +548,24 @@ static int x16_create(struct trn_net *net, const struct trn_net_opts *o, bool tr
     x->a = calloc((size_t)pl->n_acts, sizeof *x->a);
     x->d = calloc((size_t)pl->n_acts, sizeof *x->d);
     x->idx_off = calloc((size_t)net->I->n_layers + 1, sizeof *x->idx_off);
-    x->order = calloc(2 * (size_t)net->I->n_tensors + 1, sizeof *x->order);
+    x->order = calloc((size_t)net->I->n_tensors + 1, sizeof *x->order);
     int rc = -ENOMEM;
     if (!x->a || !x->d || !x->idx_off || !x->order) goto fail;
     for (int ci = 0; ci < net->I->n_convs && is_nhwc(x); ci++) {
         const struct trn_conv *c = trn_model_conv(net->m, ci);
         if (ci == x->stem || c->k == 1) continue; /* a 1x1 weight is the same in both layouts */
-        x->order[2 * c->weight] = c->c1;
-        x->order[2 * c->weight + 1] = c->k * c->k;
+        x->order[c->weight] = (struct kern_lowp_order){ .c = c->c1, .hw = c->k * c->k };
+    }
+    /* the stem's copy past the PARAM elements, on a 128-byte boundary as the convs' weights */
+    const size_t plen = net->I->arena_len[TRN_ARENA_PARAM];
+    size_t n3 = 0;
+    x->stem_at = (plen + 63) / 64 * 64;
+    if (x->stem >= 0) {
+        const struct trn_conv *c = trn_model_conv(net->m, x->stem);
+        n3 = (size_t)c->c2 * x->s2d.c_out * 9;
+        x->order[c->weight] = (struct kern_lowp_order){
+            .c = c->c1, .hw = is_nhwc(x) ? 9 : 0, .s2d = x->s2d.c_out, .at = x->stem_at
+        };
     }
     for (int a = 0; a < pl->n_acts; a++) {
         if (place_of(pl, a, false, x->layout, &x->a[a]) < 0 ||
@@ -579,14 +593,13 @@ static int x16_create(struct trn_net *net, const struct trn_net_opts *o, bool tr
     if ((rc = kern_ctx_reserve(net->ctx, ws)) < 0) goto fail;
     if ((rc = x16_alloc(x, pl->total * 2, (void **)&x->act)) < 0 ||
         (rc = x16_alloc(x, pl->dtotal * 2, (void **)&x->dact)) < 0 ||
-        (rc = x16_alloc(x, net->I->arena_len[TRN_ARENA_PARAM] * 2, (void **)&x->w16)) < 0 ||
+        (rc = x16_alloc(x, (x->stem >= 0 ? x->stem_at + n3 : plen) * 2, (void **)&x->w16)) < 0 ||
         (rc = x16_alloc(x, n_idx, (void **)&x->idx)) < 0 ||
         (rc = x16_alloc(x, KERN_BN_SUMS_LEN(c_max) * sizeof(double), (void **)&x->sums)) < 0)
         goto fail;
     if (x->stem >= 0) {
-        const size_t n3 = (size_t)trn_model_conv(net->m, x->stem)->c2 * x->s2d.c_out * 9;
+        x->w3_16 = x->w16 + x->stem_at;
         if ((rc = x16_alloc(x, in16_bytes(x), (void **)&x->in16)) < 0 ||
-            (rc = x16_alloc(x, n3 * 2, (void **)&x->w3_16)) < 0 ||
             (rc = x16_alloc(x, n3 * 4, (void **)&x->w3)) < 0 ||
             (rc = x16_alloc(x, n3 * 4, (void **)&x->dw3)) < 0)
             goto fail;
@@ -605,12 +618,13 @@ static void x16_params_changed(void *self)
     ((struct x16 *)self)->w_ok = false;
 }
 
-static void *x16_params_lowp(struct trn_net *net, void *self, bool handed, const int **order)
+static void *x16_params_lowp(struct trn_net *net, void *self, bool handed,
+                             const struct kern_lowp_order **order)
 {
     (void)net;
     struct x16 *const x = self;
     if (handed) x->handed = true;
-    if (order) *order = is_nhwc(x) ? x->order : NULL;
+    if (order) *order = is_nhwc(x) || x->stem >= 0 ? x->order : NULL;
     return x->w16;
 }
 

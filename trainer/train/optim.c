@@ -599,7 +599,7 @@ int trn_optim_dev_step_dyn(struct trn_optim_dev *dv, float *params, const float 
 }
 
 int trn_optim_dev_set_params_lowp(struct trn_optim_dev *dv, void *params_lowp, int dtype,
-                                  const int *order)
+                                  const struct kern_lowp_order *order)
 {
     if (!dv || (params_lowp && dtype != KERN_DT_BF16 && dtype != KERN_DT_F16)) return -EINVAL;
     const struct trn_optim *const opt = dv->opt;
@@ -611,8 +611,7 @@ int trn_optim_dev_set_params_lowp(struct trn_optim_dev *dv, void *params_lowp, i
         if (!t) return -ENOMEM;
         memcpy(t, opt->seg, bytes);
         for (size_t i = 0; order && i < opt->n_seg; i++) {
-            t[i].lowp_c = order[2 * opt->seg_tensor[i]];
-            t[i].lowp_hw = order[2 * opt->seg_tensor[i] + 1];
+            t[i].lowp = order[opt->seg_tensor[i]];
         }
         size_t total = 0;
         int rc = kern_optim_segs_prepare(t, opt->n_seg, opt->len, 3, &total);

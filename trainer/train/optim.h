@@ -237,6 +237,7 @@ void trn_ema_set_updates(struct trn_ema *e, int64_t updates);
 struct kern_ctx;
 struct kern_ops;
 struct kern_sgd_dyn;
+struct kern_lowp_order;
 struct trn_optim_dev;
 
 /*
@@ -266,14 +267,15 @@ struct trn_optim_dev_step_opts {
  * params_lowp, a 16-bit copy of the parameters it updates (PARAM layout, backend memory, dtype
  * KERN_DT_BF16 or KERN_DT_F16), in the same pass, so that it stays their cast (kern_sgd
  * params_lowp): the net's AMP weights (trn_net_dev_params_lowp). NULL: no copy (the default).
- * order: NULL, the copy in the PARAM order; else 2 ints per tensor of the model (c, hw): a
- * tensor (.., c, hw) whose copy is written channels last (.., hw, c), or (0, 0)
- * (trn_net_params_lowp_order, kern_optim_seg.lowp_c). Borrowed: must stay valid while steps
- * run. Returns 0, -EINVAL (NULL dv, a bad dtype, an order that does not fit its tensor), -ENOMEM
- * or the backend's error.
+ * order: NULL, the copy in the PARAM order; else one struct kern_lowp_order per tensor of the
+ * model (trn_net_params_lowp_order): a tensor written channels last, or the stem's weights
+ * written as their space-to-depth past the PARAM elements, or (all zero) in the PARAM order.
+ * Borrowed: must stay valid while steps run. Returns 0, -EINVAL (NULL dv, a bad dtype, an order
+ * that does not fit its tensor or whose stem copy overlaps a tensor), -ENOMEM or the backend's
+ * error.
  */
 int trn_optim_dev_set_params_lowp(struct trn_optim_dev *dv, void *params_lowp, int dtype,
-                                  const int *order);
+                                  const struct kern_lowp_order *order);
 
 /*
  * One step as trn_optim_step after trn_optim_clip (max_grad_norm of the options): sum of

@@ -58,9 +58,11 @@ struct trn_net_exec {
     void (*params_changed)(void *self);
     /* A training executor with its own 16-bit copy of the parameters: that copy for
      * trn_net_dev_params_lowp (handed: from now on a step rewrites it, so the executor may trust
-     * it as net.h AMP WEIGHTS says), and its order per tensor in *order (2 ints a tensor,
-     * trn_net_params_lowp_order; NULL: the PARAM order). NULL hook or result: the net's cast. */
-    void *(*params_lowp)(struct trn_net *net, void *self, bool handed, const int **order);
+     * it as net.h AMP WEIGHTS says), and its order per tensor in *order (one struct
+     * kern_lowp_order a tensor, trn_net_params_lowp_order; NULL: the PARAM order). NULL hook or
+     * result: the net's cast. */
+    void *(*params_lowp)(struct trn_net *net, void *self, bool handed,
+                         const struct kern_lowp_order **order);
     /* trn_net_lowp_refresh for that copy: cast it now if stale. */
     int (*lowp_refresh)(struct trn_net *net, void *self);
     /* THE STEM'S INPUT (net.h): a training executor that can take the space-to-depth tensor
