@@ -35,9 +35,10 @@ static bool optim_lowp_order_ok(const struct kern_optim_seg *s)
     if (L->s2d) {
         if (L->s2d < 0 || L->c < 1 || L->s2d < 4 * (long long)L->c || (L->hw != 0 && L->hw != 9))
             return false;
-        const size_t per = 36 * (size_t)L->c;
-        return s->count % per == 0 && s->count / per <= INT_MAX &&
-               s->count / per * (size_t)L->s2d * 9 <= SIZE_MAX - L->at;
+        const size_t per = 36 * (size_t)L->c, k_out = s->count / per;
+        /* the copy's range [at, at + k_out s2d 9) must not wrap */
+        return s->count % per == 0 && k_out <= INT_MAX &&
+               k_out <= (SIZE_MAX - L->at) / ((size_t)L->s2d * 9);
     }
     if (L->c == 0) return true;
     if (L->c < 0 || L->hw < 1) return false;
