@@ -27,7 +27,7 @@
  * the 3-channel 6x6 conv's weight gradient ran on a legacy engine. The images are cast straight
  * into that layout (in16; act's input slot stays unused), or come in it from the GPU
  * augmentation (net.h THE STEM'S INPUT: in16 is then the input slot). Its weights in bf16, w3_16,
- * are w16's elements past the PARAM ones (at stem_at, their pad channels zero): the SGD step
+ * are w16's elements past the PARAM ones (128-byte aligned, their pad channels zero): the SGD step
  * writes them rearranged (kern_lowp_order.s2d) as it writes the other convs' weights, and a
  * forward that casts rearranges them then casts (w3). The weight gradient is mapped back from
  * dw3 into the model's (k_out, 3, 6, 6).
@@ -74,8 +74,7 @@ struct x16 {
     struct kern_s2d s2d;  /* its input's map, in the layout */
     uint16_t *in16;       /* its input: the images' space-to-depth, bf16 */
     uint16_t *w3_16;      /* its weights (k_out, 16, 3, 3) in bf16, in the convs' layout: w16's
-                             elements from stem_at */
-    size_t stem_at;       /* w3_16's first element in w16 (its kern_lowp_order.at) */
+                             elements from its kern_lowp_order.at */
     float *w3, *dw3;      /* its weights rearranged, and their gradient, float32 OIHW */
     struct place *a, *d;  /* per act: its value, its gradient */
     struct kern_ctx *ctx; /* for destroy */
@@ -557,14 +556,14 @@ static int x16_create(struct trn_net *net, const struct trn_net_opts *o, bool tr
         x->order[c->weight] = (struct kern_lowp_order){ .c = c->c1, .hw = c->k * c->k };
     }
     /* the stem's copy past the PARAM elements, on a 128-byte boundary as the convs' weights */
-    const size_t plen = net->I->arena_len[TRN_ARENA_PARAM];
-    size_t n3 = 0;
-    x->stem_at = (plen + 63) / 64 * 64;
+    const size_t stem_at = (net->I->arena_len[TRN_ARENA_PARAM] + 63) / 64 * 64;
+    size_t n3 = 0, w16_len = net->I->arena_len[TRN_ARENA_PARAM];
     if (x->stem >= 0) {
         const struct trn_conv *c = trn_model_conv(net->m, x->stem);
         n3 = (size_t)c->c2 * x->s2d.c_out * 9;
+        w16_len = stem_at + n3;
         x->order[c->weight] = (struct kern_lowp_order){
-            .c = c->c1, .hw = is_nhwc(x) ? 9 : 0, .s2d = x->s2d.c_out, .at = x->stem_at
+            .c = c->c1, .hw = is_nhwc(x) ? 9 : 0, .s2d = x->s2d.c_out, .at = stem_at
         };
     }
     for (int a = 0; a < pl->n_acts; a++) {
@@ -593,12 +592,12 @@ static int x16_create(struct trn_net *net, const struct trn_net_opts *o, bool tr
     if ((rc = kern_ctx_reserve(net->ctx, ws)) < 0) goto fail;
     if ((rc = x16_alloc(x, pl->total * 2, (void **)&x->act)) < 0 ||
         (rc = x16_alloc(x, pl->dtotal * 2, (void **)&x->dact)) < 0 ||
-        (rc = x16_alloc(x, (x->stem >= 0 ? x->stem_at + n3 : plen) * 2, (void **)&x->w16)) < 0 ||
+        (rc = x16_alloc(x, w16_len * 2, (void **)&x->w16)) < 0 ||
         (rc = x16_alloc(x, n_idx, (void **)&x->idx)) < 0 ||
         (rc = x16_alloc(x, KERN_BN_SUMS_LEN(c_max) * sizeof(double), (void **)&x->sums)) < 0)
         goto fail;
     if (x->stem >= 0) {
-        x->w3_16 = x->w16 + x->stem_at;
+        x->w3_16 = x->w16 + stem_at;
         if ((rc = x16_alloc(x, in16_bytes(x), (void **)&x->in16)) < 0 ||
             (rc = x16_alloc(x, n3 * 4, (void **)&x->w3)) < 0 ||
             (rc = x16_alloc(x, n3 * 4, (void **)&x->dw3)) < 0)
